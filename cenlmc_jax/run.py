@@ -1,0 +1,307 @@
+"""The ``lax.scan`` driver: run any ``(rng_key, state) -> (state, info)`` step.
+
+One function, :func:`sample`, runs a step for ``num_steps`` steps and returns
+a :class:`RunResult`. The run is split into jitted chunks of ``chunk_size``
+steps (each chunk is one ``lax.scan``); between chunks the driver updates a
+progress bar, writes an optional checkpoint and checks for divergence. The
+key of step ``t`` is ``jax.random.fold_in(rng_key, t)``, so the samples do not
+depend on the chunking, and a resumed run reproduces an uninterrupted one.
+
+Modes
+-----
+``mode="trace"``  keeps ``trace_fn(state)`` every ``thin`` steps:
+                  ``trace`` has shape ``(num_steps // thin, *trace_shape)``.
+``mode="stream"`` keeps only the final state and streaming per-coordinate
+                  mean and variance of ``trace_fn(state)`` over kept steps and
+                  over every leading axis (the particles), by Chan's parallel
+                  update of (count, mean, M2). Memory is O(N d), whatever
+                  ``num_steps``: a 10^6-particle, 10^4-step run never holds
+                  the trace.
+
+Infos are reduced per step (``info_reduce="mean"``): leaves that are already
+scalars are kept; per-particle leaves become a sum (integers), a fraction
+(booleans) or a mean (floats). ``info_reduce=None`` keeps them whole.
+
+``burn_in`` steps run first (their infos are kept, their states are not
+recorded in the trace or moments).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import pickle
+import warnings
+from typing import Any, Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from cenlmc_jax._validation import check_int
+from cenlmc_jax.types import Array, PRNGKey, PyTree, StepFn
+
+__all__ = ["sample", "RunResult", "Moments", "reduce_info"]
+
+
+class Moments(NamedTuple):
+    """Streaming per-coordinate moments (Chan et al. parallel update).
+
+    count: number of values combined (float, to allow > 2^31 values).
+    mean: (d,) running mean.  m2: (d,) running sum of squared deviations.
+    """
+
+    count: Array
+    mean: Array
+    m2: Array
+
+    @property
+    def variance(self) -> Array:
+        """Population variance ``m2 / count``."""
+        return self.m2 / jnp.maximum(self.count, 1)
+
+    @property
+    def std(self) -> Array:
+        return jnp.sqrt(self.variance)
+
+
+class RunResult(NamedTuple):
+    """What :func:`sample` returns.
+
+    state: the final state.
+    trace: ``(num_kept, ...)`` stacked ``trace_fn(state)`` (``mode="trace"``), else None.
+    moments: :class:`Moments` (``mode="stream"``), else None.
+    info: the per-step (reduced) infos, leading axis ``num_steps_done``.
+    num_steps_done: steps actually run (fewer than asked if the run stopped on divergence).
+    diverged_at: first step whose ``info.diverged`` was true, or -1.
+    """
+
+    state: Any
+    trace: Optional[Array]
+    moments: Optional[Moments]
+    info: Any
+    num_steps_done: int
+    diverged_at: int
+
+
+def _init_moments(x: Array) -> Moments:
+    d = x.shape[-1]
+    return Moments(jnp.zeros((), x.dtype), jnp.zeros((d,), x.dtype), jnp.zeros((d,), x.dtype))
+
+
+def _update_moments(m: Moments, x: Array) -> Moments:
+    x = x.reshape(-1, x.shape[-1])
+    nb = jnp.asarray(x.shape[0], x.dtype)
+    mb = jnp.mean(x, axis=0)
+    m2b = jnp.sum((x - mb) ** 2, axis=0)
+    n = m.count + nb
+    delta = mb - m.mean
+    mean = m.mean + delta * (nb / n)
+    m2 = m.m2 + m2b + delta**2 * (m.count * nb / n)
+    return Moments(n, mean, m2)
+
+
+def reduce_info(info: PyTree) -> PyTree:
+    """Per-step reduction of an info pytree (see module docstring)."""
+
+    def red(leaf):
+        leaf = jnp.asarray(leaf)
+        if leaf.ndim == 0:
+            return leaf
+        if leaf.dtype == jnp.bool_:
+            return jnp.mean(leaf.astype(jnp.float32))
+        if jnp.issubdtype(leaf.dtype, jnp.integer):
+            return jnp.sum(leaf)
+        return jnp.mean(leaf)
+
+    return jax.tree_util.tree_map(red, info)
+
+
+def _diverged_flags(info: PyTree) -> Array:
+    """Per-step boolean from ``info.diverged`` (any particle), or all False."""
+    div = getattr(info, "diverged", None)
+    if div is None:
+        leaves = jax.tree_util.tree_leaves(info)
+        n = leaves[0].shape[0] if leaves else 0
+        return np.zeros((n,), bool)
+    div = np.asarray(div)
+    return div.reshape(div.shape[0], -1).astype(bool).any(axis=1) if div.ndim > 1 else div.astype(bool)
+
+
+@functools.lru_cache(maxsize=64)
+def _chunk_fn(step_fn: StepFn, num_outer: int, thin: int, mode: str, trace_fn: Callable, info_reduce: Optional[str]):
+    """A jitted function running ``num_outer * thin`` steps (cached per configuration)."""
+
+    def one_step(key, carry, t):
+        state = carry
+        state, info = step_fn(jax.random.fold_in(key, t), state)
+        if info_reduce == "mean":
+            info = reduce_info(info)
+        return state, info
+
+    def run_chunk(key, state, moments, start):
+        def outer(carry, j):
+            state, moments = carry
+            steps = start + j * thin + jnp.arange(thin)
+            state, infos = lax.scan(functools.partial(one_step, key), state, steps)
+            kept = None
+            if mode == "trace":
+                kept = trace_fn(state)
+            elif mode == "stream":
+                moments = _update_moments(moments, trace_fn(state))
+            return (state, moments), (kept, infos)
+
+        (state, moments), (kept, infos) = lax.scan(outer, (state, moments), jnp.arange(num_outer))
+        # infos: (num_outer, thin, ...) -> (num_outer * thin, ...)
+        infos = jax.tree_util.tree_map(lambda a: a.reshape((num_outer * thin,) + a.shape[2:]), infos)
+        return state, moments, kept, infos
+
+    return jax.jit(run_chunk)
+
+
+def _save_checkpoint(path: str, payload: dict) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as fh:
+        pickle.dump(jax.device_get(payload), fh)
+    os.replace(tmp, path)  # atomic: a crash never leaves a half-written checkpoint
+
+
+def _load_checkpoint(path: str) -> dict:
+    with open(path, "rb") as fh:
+        return pickle.load(fh)
+
+
+def sample(
+    rng_key: PRNGKey,
+    step_fn: StepFn,
+    initial_state: Any,
+    num_steps: int,
+    *,
+    thin: int = 1,
+    burn_in: int = 0,
+    mode: str = "trace",
+    trace_fn: Callable[[Any], Array] = lambda state: state.position,
+    chunk_size: Optional[int] = None,
+    info_reduce: Optional[str] = "mean",
+    progress: bool = False,
+    checkpoint_path: Optional[str] = None,
+    on_divergence: str = "stop",
+) -> RunResult:
+    """Run ``step_fn`` for ``burn_in + num_steps`` steps with ``lax.scan``.
+
+    Args:
+      rng_key: a typed key or a legacy ``PRNGKey``. Step ``t`` uses
+        ``fold_in(rng_key, t)``.
+      step_fn: ``(rng_key, state) -> (state, info)``, e.g.
+        ``functools.partial(lmc_step, logdensity_fn=f, step_size=0.1)``. Keep the
+        same object between calls to reuse its compilation.
+      initial_state: the sampler's state (any pytree).
+      num_steps: recorded steps (after ``burn_in``), ``>= 1``.
+      thin: keep every ``thin``-th state; must divide ``num_steps`` and ``chunk_size``.
+      burn_in: steps run first and not recorded (a multiple of ``thin`` is not needed).
+      mode: ``"trace"`` (stack kept states) or ``"stream"`` (moments only).
+      trace_fn: what to record of a state, default ``state.position``.
+      chunk_size: steps per jitted call (default: ``num_steps`` up to 1000, a
+        multiple of ``thin``). A final shorter chunk compiles once more.
+      info_reduce: ``"mean"`` (default) or ``None`` (keep per-particle infos).
+      progress: show a tqdm bar updated between chunks (needs ``tqdm``).
+      checkpoint_path: if given, the run's carry is written there after every
+        chunk, and a run started with an existing file resumes from it
+        (same key and arguments give the same result as an uninterrupted run).
+      on_divergence: ``"stop"`` (finish the chunk, warn, return what was done),
+        ``"warn"`` (warn and keep going) or ``"raise"`` (``FloatingPointError``).
+    """
+    num_steps = check_int(num_steps, "num_steps", minimum=1)
+    thin = check_int(thin, "thin", minimum=1)
+    burn_in = check_int(burn_in, "burn_in", minimum=0)
+    if num_steps % thin:
+        raise ValueError(f"thin must divide num_steps; got thin={thin}, num_steps={num_steps}.")
+    if mode not in ("trace", "stream"):
+        raise ValueError(f"mode must be 'trace' or 'stream'; got {mode!r}.")
+    if info_reduce not in ("mean", None):
+        raise ValueError(f"info_reduce must be 'mean' or None; got {info_reduce!r}.")
+    if on_divergence not in ("stop", "warn", "raise"):
+        raise ValueError(f"on_divergence must be 'stop', 'warn' or 'raise'; got {on_divergence!r}.")
+    if chunk_size is None:
+        chunk_size = max(thin, (min(num_steps, 1000) // thin) * thin)
+    chunk_size = check_int(chunk_size, "chunk_size", minimum=1)
+    if chunk_size % thin:
+        raise ValueError(f"thin must divide chunk_size; got thin={thin}, chunk_size={chunk_size}.")
+    if not callable(step_fn):
+        raise ValueError(f"step_fn must be a callable (rng_key, state) -> (state, info); got {step_fn!r}.")
+
+    first = trace_fn(initial_state)
+    moments = _init_moments(first) if mode == "stream" else None
+    state, step, kept_chunks, info_chunks = initial_state, 0, [], []
+    total = burn_in + num_steps
+    if checkpoint_path is not None and os.path.exists(checkpoint_path):
+        ck = _load_checkpoint(checkpoint_path)
+        if ck["total"] != total or ck["thin"] != thin or ck["mode"] != mode:
+            raise ValueError(
+                f"checkpoint_path {checkpoint_path!r} holds a run of {ck['total']} steps, thin={ck['thin']}, "
+                f"mode={ck['mode']!r}; this call asks for {total}, thin={thin}, mode={mode!r}."
+            )
+        treedef = jax.tree_util.tree_structure(initial_state)
+        state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(a) for a in ck["state"]])
+        moments = None if ck["moments"] is None else Moments(*map(jnp.asarray, ck["moments"]))
+        step, kept_chunks, info_chunks = ck["step"], ck["kept"], ck["info"]
+
+    bar = None
+    if progress:
+        try:
+            from tqdm.auto import tqdm
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ValueError("progress=True needs tqdm: pip install tqdm") from exc
+        bar = tqdm(total=total, initial=step, unit="step")
+
+    diverged_at = -1
+    while step < total:
+        burning = step < burn_in
+        if burning:
+            n = min(chunk_size, burn_in - step)
+            fn = _chunk_fn(step_fn, n, 1, "none", trace_fn, info_reduce)
+            state, _, _, infos = fn(rng_key, state, None, step)
+        else:
+            n = min(chunk_size, total - step)
+            fn = _chunk_fn(step_fn, n // thin, thin, mode, trace_fn, info_reduce)
+            state, moments, kept, infos = fn(rng_key, state, moments, step)
+            if mode == "trace":
+                kept_chunks.append(kept)
+        info_chunks.append(infos)
+        flags = _diverged_flags(infos)
+        if diverged_at < 0 and flags.any():
+            diverged_at = step + int(np.argmax(flags))
+        step += n
+        if bar is not None:
+            bar.update(n)
+        if checkpoint_path is not None:
+            _save_checkpoint(
+                checkpoint_path,
+                dict(
+                    total=total, thin=thin, mode=mode, step=step, kept=kept_chunks, info=info_chunks,
+                    state=jax.tree_util.tree_leaves(state),
+                    moments=None if moments is None else tuple(moments),
+                ),
+            )
+        if diverged_at >= 0:
+            msg = (
+                f"the sampler diverged (non-finite values) at step {diverged_at}; "
+                f"see RunResult.info for the per-step counts"
+            )
+            if on_divergence == "raise":
+                raise FloatingPointError(msg)
+            if on_divergence == "stop":
+                warnings.warn(msg + f"; stopped after {step} of {total} steps", RuntimeWarning, stacklevel=2)
+                break
+    else:
+        if diverged_at >= 0:
+            warnings.warn(
+                f"the sampler diverged (non-finite values) at step {diverged_at}", RuntimeWarning, stacklevel=2
+            )
+    if bar is not None:
+        bar.close()
+
+    trace = jnp.concatenate(kept_chunks) if kept_chunks else None
+    info = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *info_chunks) if info_chunks else None
+    return RunResult(state, trace, moments, info, step, diverged_at)

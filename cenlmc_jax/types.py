@@ -1,0 +1,16 @@
+"""Array aliases shared by the samplers.
+
+States and infos are ``NamedTuple``s (plain pytrees), defined beside the
+sampler that owns them; this module only names the array kinds once.
+"""
+
+from typing import Any, Callable
+
+import jax
+
+Array = jax.Array
+ArrayLike = Any
+PRNGKey = jax.Array  # a typed key (jax.random.key) or a legacy uint32[2] PRNGKey
+PyTree = Any
+LogDensityFn = Callable[[Array], Array]  # one particle (d,) -> scalar log p(x) + const
+StepFn = Callable[[PRNGKey, Any], tuple]  # (rng_key, state) -> (state, info)
