@@ -42,7 +42,7 @@ from jax import lax
 from cenlmc_jax._validation import check_int
 from cenlmc_jax.types import Array, PRNGKey, PyTree, StepFn
 
-__all__ = ["sample", "RunResult", "Moments", "reduce_info"]
+__all__ = ["sample", "RunResult", "Moments", "reduce_info", "vmap_chains"]
 
 
 class Moments(NamedTuple):
@@ -305,3 +305,19 @@ def sample(
     trace = jnp.concatenate(kept_chunks) if kept_chunks else None
     info = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *info_chunks) if info_chunks else None
     return RunResult(state, trace, moments, info, step, diverged_at)
+
+
+def vmap_chains(step_fn: StepFn) -> StepFn:
+    """Turn a single-chain step into a step over a batch of chains.
+
+    ``step_fn(rng_key, state) -> (state, info)`` for one chain becomes
+    ``(rng_key, states) -> (states, infos)`` where every leaf of ``states`` has
+    a leading chain axis ``C``; chain ``c`` uses ``split(rng_key, C)[c]``.
+    The driver then reduces the per-chain infos per step (means, fractions).
+    """
+
+    def batched(rng_key, states):
+        num_chains = jax.tree_util.tree_leaves(states)[0].shape[0]
+        return jax.vmap(step_fn)(jax.random.split(rng_key, num_chains), states)
+
+    return batched
