@@ -1,0 +1,220 @@
+"""The sharded ensemble force on 4 forced CPU devices, against a float64 oracle.
+
+``--xla_force_host_platform_device_count`` only acts before JAX creates its
+CPU backend, and by the time this file runs other tests have created it with
+one device. The sharded computations therefore run in a subprocess with the
+flag set (one subprocess for the whole file, module fixture); it saves its
+results, and the comparisons happen here against ``oracle_with_bound`` of
+``test_pairwise_pallas`` (float64 direct differences plus a pair-by-pair
+first-order rounding-error bound, explained in that file's docstring).
+
+Sharded and single-device results are both within that bound of the exact
+sums, so they must agree within twice the bound: the strategies only change
+the order of the float32 summation (and the psum'ed centre), never which
+pairs are summed, except pairs that sit within rounding error of a mask edge,
+which the bound includes.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from test_pairwise_pallas import cenlmc_like_inputs, oracle_with_bound
+
+from cenlmc_jax.pairwise import DIRECT_MAX_D
+from cenlmc_jax.pairwise_pallas import coincident_rtol
+
+ROOT = Path(__file__).resolve().parents[1]
+NUM_DEVICES = 4
+
+# name: (seed, n, d, with w, strategy, local). n is not a multiple of 4
+# except in "even"; d = 1 takes the XLA tile's exact-difference branch.
+CASES = {
+    "allgather_d3_w": (0, 333, 3, True, "allgather", "xla"),
+    "ring_d3_w": (0, 333, 3, True, "ring", "xla"),
+    "ring_d10": (1, 250, 10, False, "ring", "xla"),
+    "allgather_d1": (2, 201, 1, False, "allgather", "xla"),
+    "ring_pallas_d3_w": (0, 333, 3, True, "ring", "pallas"),
+    "even_allgather_d3_w": (3, 332, 3, True, "allgather", "xla"),
+}
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    import jax
+    from cenlmc_jax.pairwise import ensemble_force
+    from cenlmc_jax.sharding import ensemble_force_sharded, make_mesh, shard_ensemble
+
+    data = dict(np.load(sys.argv[1], allow_pickle=True))
+    out = {"num_devices": np.array(len(jax.devices()))}
+    mesh = make_mesh(4)
+    for name, spec in data["cases"].item().items():
+        seed, n, d, with_w, strategy, local = spec
+        x, f, log_p = data[name + "/x"], data[name + "/f"], data[name + "/log_p"]
+        eta = float(data[name + "/eta"])
+        kw = dict(w=data[name + "/w"], r2=float(data[name + "/r2"])) if with_w else {}
+        blocks = dict(block_size=32, block_cols=48) if local == "xla" else {}
+        res = ensemble_force_sharded(x, f, log_p, eta, mesh=mesh, strategy=strategy, local=local, **blocks, **kw)
+        tiled = ensemble_force(x, f, log_p, eta, method="tiled", **kw)
+        for tag, r in (("sharded", res), ("tiled", tiled)):
+            for field in r._fields:
+                out[f"{name}/{tag}/{field}"] = np.asarray(getattr(r, field))
+        out[name + "/spec"] = np.array(str(res.force_sum.sharding.spec))
+        out[name + "/devices"] = np.array(len(res.force_sum.sharding.device_set))
+    # an ensemble placed with shard_ensemble goes through a jitted caller
+    name = "even_allgather_d3_w"
+    x = shard_ensemble(data[name + "/x"], mesh)
+    f = shard_ensemble(data[name + "/f"], mesh)
+    log_p = shard_ensemble(data[name + "/log_p"], mesh)
+    jitted = jax.jit(lambda x, f, lp: ensemble_force_sharded(x, f, lp, float(data[name + "/eta"]), mesh=mesh))
+    r = jitted(x, f, log_p)
+    out["jit/force_sum"] = np.asarray(r.force_sum)
+    out["jit/spec"] = np.array(str(r.force_sum.sharding.spec))
+    np.savez(sys.argv[2], **out)
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def sharded_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sharding")
+    inputs = {"cases": np.array(CASES, dtype=object)}
+    for name, (seed, n, d, with_w, _, _) in CASES.items():
+        x, f, log_p, eta, w, r2 = cenlmc_like_inputs(seed, n, d)
+        inputs.update({f"{name}/x": x, f"{name}/f": f, f"{name}/log_p": log_p, f"{name}/eta": eta})
+        if with_w:
+            inputs.update({f"{name}/w": w, f"{name}/r2": r2})
+    np.savez(tmp / "in.npz", **inputs)
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={NUM_DEVICES}").strip()
+    env["JAX_PLATFORMS"] = "cpu"
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(tmp / "in.npz"), str(tmp / "out.npz")],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return dict(np.load(tmp / "out.npz")), dict(np.load(tmp / "in.npz", allow_pickle=True))
+
+
+def _reference(inputs, name, gram=None):
+    """Oracle and bound; ``gram`` (default: as the case's local computation) picks the bound."""
+    seed, n, d, with_w, strategy, local = CASES[name]
+    kw = dict(w=inputs[name + "/w"], r2=float(inputs[name + "/r2"])) if with_w else {}
+    args = (inputs[name + "/x"], inputs[name + "/f"], inputs[name + "/log_p"], float(inputs[name + "/eta"]))
+    if gram is None:
+        # the XLA tiles use the Gram identity for d > 2 (as pairwise.py does),
+        # the Pallas kernel exact differences: each is held to its own bound
+        gram = local == "xla" and d > DIRECT_MAX_D
+    return oracle_with_bound(*args, gram=gram, coincident_rtol=coincident_rtol(d, np.float32), **kw)
+
+
+def test_runs_on_four_devices(sharded_run):
+    out, _ = sharded_run
+    assert int(out["num_devices"]) == NUM_DEVICES
+    for name in CASES:
+        assert int(out[name + "/devices"]) == NUM_DEVICES, name
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_sharded_matches_float64_oracle(sharded_run, name):
+    out, inputs = sharded_run
+    ref = _reference(inputs, name)
+    force = out[f"{name}/sharded/force_sum"].astype(np.float64)
+    assert force.shape == ref["force"].shape and np.all(np.isfinite(force))
+    assert ref["n_ball"].mean() > 2  # masks select pairs: not a vacuous comparison
+    err = np.max(np.abs(force - ref["force"]), axis=1)
+    assert np.all(err <= ref["bound"]), f"max excess {np.max(err - ref['bound']):.3e}"
+    for field in ("n_r2", "n_ball"):
+        got = out[f"{name}/sharded/{field}"]
+        assert np.all(np.abs(got - ref[field]) <= ref["ambiguous"]), field
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_sharded_equals_single_device(sharded_run, name):
+    # The single-device force is pairwise.ensemble_force(method="tiled"). Same
+    # pairs, other summation order: each result is within its own bound of
+    # the exact sums, so they differ by at most the sum of the two bounds.
+    out, inputs = sharded_run
+    ref = _reference(inputs, name)
+    d = CASES[name][2]
+    bound_tiled = _reference(inputs, name, gram=d > DIRECT_MAX_D)["bound"]  # pairwise.py's method="tiled"
+    a = out[f"{name}/sharded/force_sum"].astype(np.float64)
+    b = out[f"{name}/tiled/force_sum"].astype(np.float64)
+    assert np.all(np.max(np.abs(a - b), axis=1) <= ref["bound"] + bound_tiled)
+    for field in ("n_r2", "n_ball"):
+        diff = np.abs(out[f"{name}/sharded/{field}"] - out[f"{name}/tiled/{field}"])
+        assert np.all(diff <= ref["ambiguous"]), field
+
+
+def test_result_stays_sharded_when_n_divides(sharded_run):
+    out, _ = sharded_run
+    assert str(out["even_allgather_d3_w/spec"]).startswith("P('particles'")
+    assert str(out["jit/spec"]).startswith("P('particles'")
+
+
+def test_jitted_call_on_sharded_inputs(sharded_run):
+    out, inputs = sharded_run
+    name = "even_allgather_d3_w"
+    args = (inputs[name + "/x"], inputs[name + "/f"], inputs[name + "/log_p"], float(inputs[name + "/eta"]))
+    ref = oracle_with_bound(*args, gram=True, coincident_rtol=coincident_rtol(3, np.float32))
+    err = np.max(np.abs(out["jit/force_sum"].astype(np.float64) - ref["force"]), axis=1)
+    assert np.all(err <= ref["bound"])
+
+
+def test_bad_arguments_raise():
+    from cenlmc_jax.sharding import ensemble_force_sharded, make_mesh, shard_ensemble
+
+    x = np.zeros((8, 2), np.float32)
+    z = np.zeros(8, np.float32)
+    with pytest.raises(ValueError, match="strategy must be one of"):
+        ensemble_force_sharded(x, z, z, 1.0, strategy="tree")
+    with pytest.raises(ValueError, match="local must be"):
+        ensemble_force_sharded(x, z, z, 1.0, local="cuda")
+    with pytest.raises(ValueError, match="axis_name 'rows' is not an axis"):
+        ensemble_force_sharded(x, z, z, 1.0, mesh=make_mesh(1), axis_name="rows")
+    with pytest.raises(ValueError, match="num_devices must be an integer"):
+        make_mesh(10**6)
+    with pytest.raises(ValueError, match="leading particle axis"):
+        shard_ensemble(np.zeros(()), make_mesh(1))
+
+
+@pytest.mark.parametrize("d", [2, 3])  # exact-difference and Gram branches of the XLA tiles
+def test_one_device_xla_tiles_nonfinite_rows_and_huge_weight(d):
+    # The local XLA tile loop, run in this process on a 1-device mesh: rows
+    # with NaN/inf inputs contribute nothing, and one particle with a weight
+    # beyond the float32 range (log p = -150) leaves the rows that do not see
+    # it untouched (the per-row rescale), while its neighbours come out inf.
+    from cenlmc_jax.sharding import ensemble_force_sharded, make_mesh
+
+    x, f, log_p, eta, w, r2 = cenlmc_like_inputs(6, 150, d)
+    x[3] = np.nan
+    f[5] = np.inf
+    w[9, 0] = np.inf
+    near = np.sum((x[:, None] - x[None]) ** 2, axis=-1) <= eta * eta
+    np.fill_diagonal(near, False)
+    heavy = int(np.argmax(np.where(np.isfinite(near.sum(1)), near.sum(1), -1)))
+    log_p[heavy] = -150.0
+    res = ensemble_force_sharded(
+        x, f, log_p, eta, w=w, r2=r2, mesh=make_mesh(1), local="xla", block_size=32, block_cols=48
+    )  # fmt: skip
+    ref = oracle_with_bound(
+        x, f, log_p, eta, w=w, r2=r2, gram=d > DIRECT_MAX_D, coincident_rtol=coincident_rtol(d, np.float32)
+    )  # fmt: skip
+    force = np.asarray(res.force_sum, np.float64)
+    assert not np.any(np.isnan(force))
+    huge = np.max(np.abs(ref["force"]), axis=1) > np.finfo(np.float32).max
+    assert huge.sum() >= 1 and np.all(np.isinf(force[huge]).any(axis=1))
+    ok = ~huge
+    assert np.all(np.max(np.abs(force[ok] - ref["force"][ok]), axis=1) <= ref["bound"][ok])
+    assert np.all(force[[3, 5, 9]] == 0)
+    for field in ("n_r2", "n_ball"):
+        assert np.all(np.abs(np.asarray(getattr(res, field)) - ref[field]) <= ref["ambiguous"]), field
