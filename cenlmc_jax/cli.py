@@ -15,12 +15,13 @@ import time
 from typing import Callable, NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
+from cenlmc_jax import irreversible, recipe
 from cenlmc_jax import targets as targets_mod
+from cenlmc_jax.gradients import grad_estimator_from_logdensity, noisy_grad_estimator
 from cenlmc_jax.langevin import lmc_init, lmc_step
-from cenlmc_jax.run import sample
+from cenlmc_jax.run import sample, vmap_chains
 
 
 class Job(NamedTuple):
@@ -32,12 +33,50 @@ class Job(NamedTuple):
 
 
 def _lmc(args, target, positions):
+    h = args.step_size or 0.05
     state = lmc_init(positions, target.logdensity_fn)
-    step = functools.partial(lmc_step, logdensity_fn=target.logdensity_fn, step_size=args.step_size)
-    return Job(state, step, f"LMC (unadjusted Langevin), h={args.step_size}")
+    step = functools.partial(lmc_step, logdensity_fn=target.logdensity_fn, step_size=h)
+    return Job(state, step, f"LMC (unadjusted Langevin), h={h}")
 
 
-SAMPLERS: dict[str, Callable] = {"lmc": _lmc}
+def _sgrhmc(args, target, positions):
+    """SGRHMC with the gSGRHMC metric, one chain per 'particle', noisy gradients
+    (true gradient + N(0, grad_noise²)) when --grad-noise > 0."""
+    eps = args.step_size or 0.05
+    potential = lambda x: -target.logdensity_fn(x)  # noqa: E731
+    grad_u = jax.grad(potential)
+    est = (noisy_grad_estimator(grad_u, args.grad_noise) if args.grad_noise > 0
+           else grad_estimator_from_logdensity(target.logdensity_fn))
+    inv_metric = recipe.gsgrhmc_inv_metric(lambda x: potential(x) - target.f_star)
+    state = jax.vmap(recipe.sgrhmc_init)(positions)
+    step = vmap_chains(functools.partial(recipe.sgrhmc_step, grad_estimator=est, step_size=eps,
+                                         inv_metric_fn=inv_metric))
+    return Job(state, step, f"gSGRHMC (metric 1.5 sqrt|U - U* + 0.5|), eps={eps}, gradient noise sd {args.grad_noise}")
+
+
+def _irreversible_mh(args, target, positions):
+    scale = args.step_size or 0.8
+    proposal = irreversible.gamma_proposal(2.0, scale)
+    keys = jax.random.split(jax.random.key(args.seed + 1), positions.shape[0])
+    state = jax.vmap(lambda x, k: irreversible.irreversible_mh_init(x, target.logdensity_fn, k))(positions, keys)
+    step = vmap_chains(functools.partial(irreversible.irreversible_mh_step, logdensity_fn=target.logdensity_fn,
+                                         proposal=proposal))
+    return Job(state, step, f"irreversible MH, Gamma(2, {scale}) proposal, one chain per particle")
+
+
+def _rwmh(args, target, positions):
+    scale = args.step_size or 2.0
+    state = jax.vmap(lambda x: irreversible.rwmh_init(x, target.logdensity_fn))(positions)
+    step = vmap_chains(functools.partial(irreversible.rwmh_step, logdensity_fn=target.logdensity_fn, scale=scale))
+    return Job(state, step, f"random-walk MH, N(0, {scale}^2) proposal, one chain per particle")
+
+
+SAMPLERS: dict[str, Callable] = {
+    "lmc": _lmc,
+    "sgrhmc": _sgrhmc,
+    "irreversible-mh": _irreversible_mh,
+    "rwmh": _rwmh,
+}
 DEFAULT_SAMPLER = "lmc"
 
 
@@ -72,6 +111,8 @@ def cmd_sample(args) -> int:
     full = res.num_steps_done * args.particles
     print(f"  ran {res.num_steps_done} steps in {elapsed:.2f} s (compilation included)")
     print(f"  gradient evaluations: {grad_evals:,} ({grad_evals / full:.1%} of one per particle-step)")
+    if hasattr(info, "acceptance_rate"):
+        print(f"  mean acceptance rate {float(np.mean(np.asarray(info.acceptance_rate))):.3f}")
     if hasattr(info, "ensemble_fraction"):
         frac = np.asarray(info.ensemble_fraction)[args.burn_in:]
         print(f"  ensemble force used by {frac.mean():.1%} of particle-steps after burn-in")
@@ -101,7 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--particles", type=int, default=2000)
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--burn-in", type=int, default=200)
-    p.add_argument("--step-size", type=float, default=0.05)
+    p.add_argument("--step-size", type=float, default=None,
+                   help="step size h (Langevin), eps (SGRHMC) or proposal scale (MH); default per sampler")
+    p.add_argument("--grad-noise", type=float, default=0.0, help="sgrhmc: sd of Gaussian noise added to gradients")
     p.add_argument("--init-scale", type=float, default=1.0, help="initial particles ~ N(0, scale^2 I)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", default=None, help="write final particles, moments and infos to this .npz")
@@ -121,7 +164,7 @@ def main(argv=None) -> int:
                 parser.error(f"--{name} must be >= 1; got {getattr(args, name)}")
         if args.burn_in < 0:
             parser.error(f"--burn-in must be >= 0; got {args.burn_in}")
-        if not args.step_size > 0:
+        if args.step_size is not None and not args.step_size > 0:
             parser.error(f"--step-size must be > 0; got {args.step_size}")
         return cmd_sample(args)
     return 2
