@@ -7,7 +7,18 @@ recipe (``recipe_step``; ``sgld``, ``sgrld``, ``sghmc``, ``sgrhmc``),
 ``sample`` drives any step with ``lax.scan``.
 """
 
-from cenlmc_jax import diagnostics, gradients, irreversible, recipe, targets
+from cenlmc_jax import diagnostics, gradients, irreversible, recipe, targets, tuning
+from cenlmc_jax.cenlmc import (
+    CEnLMCInfo,
+    CEnLMCState,
+    EnLMCInfo,
+    EnLMCState,
+    cenlmc_init,
+    cenlmc_step,
+    coupling_distance,
+    enlmc_init,
+    enlmc_step,
+)
 from cenlmc_jax.gradients import (
     grad_estimator_from_grad,
     grad_estimator_from_logdensity,
@@ -50,7 +61,9 @@ from cenlmc_jax.run import Moments, RunResult, sample, vmap_chains
 __version__ = "0.1.0"
 
 __all__ = [
-    "diagnostics", "gradients", "irreversible", "recipe", "targets",
+    "diagnostics", "gradients", "irreversible", "recipe", "targets", "tuning",
+    "EnLMCState", "EnLMCInfo", "enlmc_init", "enlmc_step",
+    "CEnLMCState", "CEnLMCInfo", "cenlmc_init", "cenlmc_step", "coupling_distance",
     "LMCState", "LMCInfo", "lmc_init", "lmc_step",
     "sample", "RunResult", "Moments", "vmap_chains",
     "RecipeState", "RecipeInfo", "recipe_init", "recipe_step", "SGMCMC", "sgld", "sgrld", "sghmc", "sgrhmc",

@@ -17,7 +17,7 @@ from typing import Callable, NamedTuple
 import jax
 import numpy as np
 
-from cenlmc_jax import irreversible, recipe
+from cenlmc_jax import cenlmc, irreversible, recipe, tuning
 from cenlmc_jax import targets as targets_mod
 from cenlmc_jax.gradients import grad_estimator_from_logdensity, noisy_grad_estimator
 from cenlmc_jax.langevin import lmc_init, lmc_step
@@ -37,6 +37,32 @@ def _lmc(args, target, positions):
     state = lmc_init(positions, target.logdensity_fn)
     step = functools.partial(lmc_step, logdensity_fn=target.logdensity_fn, step_size=h)
     return Job(state, step, f"LMC (unadjusted Langevin), h={h}")
+
+
+def _cenlmc_params(args, target, h):
+    """Flags where given, else ``tuning.suggest_cenlmc_params`` for this d, h and N."""
+    sug = tuning.suggest_cenlmc_params(target.dim, h, num_particles=args.particles)
+    pick = lambda flag, default: default if flag is None else flag  # noqa: E731
+    return (pick(args.eta, sug.eta), pick(args.r1, sug.r1), pick(args.r2, sug.r2),
+            min(pick(args.n_star, sug.n_star), args.particles - 1), pick(args.m_f, sug.m_f))
+
+
+def _cenlmc(args, target, positions):
+    h = args.step_size or 0.05
+    eta, r1, r2, n_star, m_f = _cenlmc_params(args, target, h)
+    state = cenlmc.cenlmc_init(positions, target.logdensity_fn, f_star=target.f_star)
+    step = functools.partial(cenlmc.cenlmc_step, logdensity_fn=target.logdensity_fn, step_size=h, eta=eta,
+                             r1=r1, r2=r2, n_star=n_star, m_f=m_f)
+    return Job(state, step, f"CEnLMC (constrained ensemble Langevin), h={h}, eta={eta:.3g}, r1={r1:.3g}, "
+                            f"r2={r2:.3g}, n_star={n_star}, m_f={m_f:.3g}")
+
+
+def _enlmc(args, target, positions):
+    h = args.step_size or 0.05
+    eta = args.eta if args.eta is not None else _cenlmc_params(args, target, h)[0]
+    state = cenlmc.enlmc_init(positions, target.logdensity_fn)
+    step = functools.partial(cenlmc.enlmc_step, logdensity_fn=target.logdensity_fn, step_size=h, eta=eta)
+    return Job(state, step, f"EnLMC (unconstrained ensemble Langevin; provably unstable), h={h}, eta={eta:.3g}")
 
 
 def _sgrhmc(args, target, positions):
@@ -72,12 +98,14 @@ def _rwmh(args, target, positions):
 
 
 SAMPLERS: dict[str, Callable] = {
+    "cenlmc": _cenlmc,
+    "enlmc": _enlmc,
     "lmc": _lmc,
     "sgrhmc": _sgrhmc,
     "irreversible-mh": _irreversible_mh,
     "rwmh": _rwmh,
 }
-DEFAULT_SAMPLER = "lmc"
+DEFAULT_SAMPLER = "cenlmc"
 
 
 def _summary_rows(target, moments):
@@ -111,15 +139,19 @@ def cmd_sample(args) -> int:
     full = res.num_steps_done * args.particles
     print(f"  ran {res.num_steps_done} steps in {elapsed:.2f} s (compilation included)")
     print(f"  gradient evaluations: {grad_evals:,} ({grad_evals / full:.1%} of one per particle-step)")
+    if args.sampler in ("cenlmc", "enlmc"):
+        print(f"  saved against LMC (N gradients per step): {full - grad_evals:,} ({1 - grad_evals / full:.1%})")
     if hasattr(info, "acceptance_rate"):
         print(f"  mean acceptance rate {float(np.mean(np.asarray(info.acceptance_rate))):.3f}")
     if hasattr(info, "ensemble_fraction"):
         frac = np.asarray(info.ensemble_fraction)[args.burn_in:]
         print(f"  ensemble force used by {frac.mean():.1%} of particle-steps after burn-in")
     if res.diverged_at >= 0:
-        print(f"  DIVERGED at step {res.diverged_at}: non-finite values; estimates below are not valid")
-    print("  estimates over kept steps and particles:")
-    print("\n".join(_summary_rows(target, res.moments)))
+        print(f"  DIVERGED at step {res.diverged_at} (info.diverged: non-finite or exploding values); "
+              "the run stopped and its estimates are not valid")
+    if float(res.moments.count) > 0:
+        print("  estimates over kept steps and particles:")
+        print("\n".join(_summary_rows(target, res.moments)))
     if args.output:
         np.savez(
             args.output,
@@ -144,6 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--burn-in", type=int, default=200)
     p.add_argument("--step-size", type=float, default=None,
                    help="step size h (Langevin), eps (SGRHMC) or proposal scale (MH); default per sampler")
+    for name, kind in (("eta", float), ("r1", float), ("r2", float), ("n-star", int), ("m-f", float)):
+        p.add_argument(f"--{name}", type=kind, default=None,
+                       help=f"cenlmc/enlmc: {name.replace('-', '_')} (default: tuning.suggest_cenlmc_params)")
     p.add_argument("--grad-noise", type=float, default=0.0, help="sgrhmc: sd of Gaussian noise added to gradients")
     p.add_argument("--init-scale", type=float, default=1.0, help="initial particles ~ N(0, scale^2 I)")
     p.add_argument("--seed", type=int, default=0)

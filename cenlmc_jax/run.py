@@ -286,7 +286,7 @@ def sample(
             )
         if diverged_at >= 0:
             msg = (
-                f"the sampler diverged (non-finite values) at step {diverged_at}; "
+                f"the sampler diverged (info.diverged: non-finite or exploding values) at step {diverged_at}; "
                 f"see RunResult.info for the per-step counts"
             )
             if on_divergence == "raise":
@@ -297,7 +297,8 @@ def sample(
     else:
         if diverged_at >= 0:
             warnings.warn(
-                f"the sampler diverged (non-finite values) at step {diverged_at}", RuntimeWarning, stacklevel=2
+                f"the sampler diverged (info.diverged: non-finite or exploding values) at step {diverged_at}",
+                RuntimeWarning, stacklevel=2,
             )
     if bar is not None:
         bar.close()

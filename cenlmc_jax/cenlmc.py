@@ -1,0 +1,606 @@
+"""Ensemble Langevin Monte Carlo: EnLMC and constrained EnLMC (spec sections 2-4).
+
+Ding & Li, *Constrained Ensemble Langevin Monte Carlo*. Both samplers run
+Langevin Monte Carlo on an ensemble ``x_1..x_N`` but replace the gradient
+``∇f(x_i)`` (``f = -logdensity_fn``) by an estimate built from the values
+``f(x_j)`` of the other particles, so that a step costs N evaluations of
+``f`` and (ideally) few gradients.
+
+Ensemble gradient estimate (spec section 2). Conditioned on the past, particle
+``j`` was drawn from ``p_j = N(w_j, 2h I)`` where ``w_j = x_j^{m-1} - h F_j^{m-1}``
+is the deterministic part of its last update, so
+
+    log p_j = -(d/2) log(4πh) - |x_j - w_j|² / (4h),
+
+and each neighbour gives an unbiased (up to O(L η d)) estimate of ``∇f(x_i)``:
+
+    F_ij = α_d (f(x_j) - f(x_i)) / |x_j - x_i|² · 1[|x_j - x_i| ≤ η] / p_j · (x_j - x_i),
+    α_d  = d / V_η,  V_η = π^{d/2} η^d / Γ(d/2 + 1).
+
+For a quadratic ``f`` the estimate is exactly unbiased: the second-order term
+``(uᵀHu) u / |u|²`` is odd in ``u = x_j - x_i`` and integrates to zero over
+the ball. The pair sums are computed by :func:`cenlmc_jax.pairwise.ensemble_force`
+(``log α_d - log p_j`` is combined before exponentiating, so the weight does
+not overflow in float32 for moderate ``d``).
+
+EnLMC (Algorithm 3.1, spec section 3):
+
+    F_i = 1/(N-1) Σ_{j≠i} F_ij,   w_i' = x_i - h F_i,   x_i' = w_i' + sqrt(2h) ξ_i.
+
+Theorem 3.2: for ``d = 1, f = x²/2`` the ``1/p_j`` weight has infinite
+variance and ``E|x_i^m|² = ∞`` for ``m > 1``. :func:`enlmc_step` is faithful,
+instability included: it reports non-finite particles (``info.diverged``,
+``info.num_nonfinite``) and the largest force (``info.max_force_norm``).
+
+CEnLMC (Algorithm 3.2, eq. 3.19-3.21, spec section 4): with
+``N_i = #{j ≠ i : |w_j - w_i| ≤ R2}`` (3.20),
+
+    F_i = ∇f(x_i)                      if |x_i - w_i| > R1  or  f(x_i) > f* + M_f  or  N_i < N*,
+    F_i = 1/N_i Σ_{j≠i} F_ij 1[|w_j - w_i| ≤ R2]   otherwise          (3.19, 3.21)
+
+then the same ``w``, ``x`` update. Only the particles that fail a test get a
+gradient, and only those gradients are computed (see :func:`_needed_grads`):
+they are gathered into buffers of ``grad_capacity`` particles and a
+``lax.while_loop`` runs one vmapped gradient per buffer, so a step costs
+``ceil(count / grad_capacity)·grad_capacity`` gradients, not ``N``.
+
+Initialisation: nothing is known about how ``x^0`` was drawn, so
+``w = +inf`` and ``log p = -inf`` (spec: ``w^{-1} = +∞``). For CEnLMC the R1
+test then fails for everyone and step 0 uses true gradients; EnLMC uses true
+gradients exactly for the particles whose ``log p`` is ``-inf`` (only at step
+0: after a step ``log p = -(d/2) log(4πh) - |ξ|²/2`` is finite whatever
+happened to ``x``). Rule (3.21) is undefined for ``N_i = 0`` (0/0), so a
+particle with no ``R2``-neighbour always takes its gradient, also when
+``n_star = 0``.
+
+Parameters (names of the paper): ``step_size`` = h > 0; ``eta`` = η > 0, the
+ball radius; ``r1`` = R1 >= 0, bound on ``|x_i - w_i| = sqrt(2h)|ξ_i|``;
+``r2`` = R2 >= 0, radius in ``w``-space; ``n_star`` = N*, an integer in
+``[0, N-1]``; ``m_f`` = M_f >= 0 (``inf`` switches the test off); ``f_star`` =
+f* = min f. ``r1 = 0`` or ``r2 = 0`` are allowed and switch the ensemble off
+(every particle fails a test almost surely): the sampler is then LMC.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from cenlmc_jax._validation import check_logdensity, check_positions, check_positive, is_concrete
+from cenlmc_jax.langevin import count_nonfinite, lmc_init, lmc_step
+from cenlmc_jax.types import Array, ArrayLike, LogDensityFn, PRNGKey
+
+from cenlmc_jax.pairwise import ensemble_force
+
+__all__ = [
+    "EnLMCState",
+    "EnLMCInfo",
+    "enlmc_init",
+    "enlmc_step",
+    "CEnLMCState",
+    "CEnLMCInfo",
+    "cenlmc_init",
+    "cenlmc_step",
+    "coupling_distance",
+]
+
+
+# --------------------------------------------------------------------------
+# States and infos.
+# --------------------------------------------------------------------------
+
+
+class EnLMCState(NamedTuple):
+    """Ensemble state of EnLMC.
+
+    position: (N, d) particles ``x^m``.
+    logdensity: (N,) ``logdensity_fn(x^m) = -f(x^m) + const``.
+    w: (N, d) deterministic part of the last update ``x^{m-1} - h F^{m-1}``
+       (``+inf`` at initialisation).
+    log_p: (N,) ``log p_j = -(d/2) log(4πh) - |x_j - w_j|²/(4h)``, the density
+       of ``x_j`` given the past (``-inf`` at initialisation).
+    """
+
+    position: Array
+    logdensity: Array
+    w: Array
+    log_p: Array
+
+
+class EnLMCInfo(NamedTuple):
+    """What one EnLMC step did (all scalars).
+
+    grad_evals: gradients evaluated = particles without a previous step (N at step 0, then 0).
+    grad_evals_padded: gradients computed including buffer padding.
+    f_evals: evaluations of ``logdensity_fn`` (N: at the new positions).
+    max_force_norm: ``max_i |F_i|`` over particles using the ensemble force.
+    num_exploded: particles kicked by ``h|F_i| > blowup_factor · sqrt(2hd)``, more
+       than ``blowup_factor`` noise lengths (the heavy tail of Theorem 3.2).
+    num_isolated: particles using the ensemble force with no neighbour in their
+       η-ball: their force is exactly 0 (no restoring drift; not counted as divergence).
+    num_nonfinite: particles whose new position or log density is NaN/inf.
+    diverged: ``num_nonfinite + num_exploded > 0``.
+    """
+
+    grad_evals: Array
+    grad_evals_padded: Array
+    f_evals: Array
+    max_force_norm: Array
+    num_exploded: Array
+    num_isolated: Array
+    num_nonfinite: Array
+    diverged: Array
+
+
+class CEnLMCState(NamedTuple):
+    """Ensemble state of CEnLMC.
+
+    position, logdensity, w, log_p: as in :class:`EnLMCState`.
+    f_star: () ``f* = min f = -max logdensity_fn``, used by the M_f test when the
+       step's ``f_star`` argument is None.
+    f_star_estimated: () bool, True when ``f_star`` was found numerically by
+       :func:`cenlmc_jax.tuning.find_f_star` in :func:`cenlmc_init`.
+    """
+
+    position: Array
+    logdensity: Array
+    w: Array
+    log_p: Array
+    f_star: Array
+    f_star_estimated: Array
+
+
+class CEnLMCInfo(NamedTuple):
+    """What one CEnLMC step did (all scalars).
+
+    grad_evals: gradients needed = particles failing at least one test of (3.21).
+    grad_evals_padded: gradients computed, ``ceil(grad_evals / capacity) · capacity``
+       (the buffer padding overhead; ``N`` with ``dense_grad=True``).
+    f_evals: evaluations of ``logdensity_fn`` (N every step: the algorithm needs f everywhere).
+    ensemble_fraction: fraction of particles that used the ensemble force.
+    mean_num_neighbours: mean over particles of ``N_i`` (3.20).
+    mean_ball_neighbours: mean over particles of ``#{j: |x_j-x_i| ≤ η, |w_j-w_i| ≤ R2}``.
+    num_fail_r1: particles with ``|x_i - w_i| > R1`` (or non-finite).
+    num_fail_m_f: particles with ``f(x_i) > f* + M_f`` (or non-finite).
+    num_fail_n_star: particles with ``N_i < max(N*, 1)``. The three counts overlap.
+    num_nonfinite: particles whose new position or log density is NaN/inf.
+    diverged: ``num_nonfinite > 0``.
+    """
+
+    grad_evals: Array
+    grad_evals_padded: Array
+    f_evals: Array
+    ensemble_fraction: Array
+    mean_num_neighbours: Array
+    mean_ball_neighbours: Array
+    num_fail_r1: Array
+    num_fail_m_f: Array
+    num_fail_n_star: Array
+    num_nonfinite: Array
+    diverged: Array
+
+
+# --------------------------------------------------------------------------
+# Input checks (Python, before tracing).
+# --------------------------------------------------------------------------
+
+
+def _check_nonneg(value: Any, name: str, *, allow_inf: bool = False) -> None:
+    """A scalar >= 0 (finite unless ``allow_inf``); tracers pass."""
+    if not is_concrete(value):
+        return
+    arr = np.asarray(value)
+    if arr.ndim != 0 or not np.issubdtype(arr.dtype, np.number):
+        raise ValueError(f"{name} must be a real scalar; got {value!r}.")
+    v = float(arr)
+    if math.isnan(v) or v < 0 or (math.isinf(v) and not allow_inf):
+        expected = "a number >= 0 (inf allowed)" if allow_inf else "a finite number >= 0"
+        raise ValueError(f"{name} must be {expected}; got {value!r}.")
+
+
+def _check_count(value: Any, name: str, *, maximum: int, why: str) -> None:
+    """An integer in ``[0, maximum]`` (Python or integer array); tracers pass."""
+    if not is_concrete(value):
+        return
+    arr = np.asarray(value)
+    if arr.ndim != 0 or isinstance(value, bool) or not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"{name} must be an integer scalar; got {value!r}.")
+    v = int(arr)
+    if v < 0 or v > maximum:
+        raise ValueError(f"{name} must be an integer in [0, {maximum}] ({why}); got {v}.")
+
+
+def _check_state(state: Any, cls: type, fn: str) -> None:
+    if not isinstance(state, cls):
+        raise ValueError(f"state must be a {cls.__name__} (from {fn}); got {type(state).__name__}.")
+    if state.position.ndim != 2:
+        raise ValueError(f"state.position must have shape (N, d); got {tuple(state.position.shape)}.")
+
+
+def _check_capacity(grad_capacity: Optional[int], n: int) -> int:
+    """Gradient buffer size; default ``ceil(N/16)`` (at most 16 buffers, <= N/16 padding)."""
+    if grad_capacity is None:
+        return max(1, -(-n // 16))
+    if isinstance(grad_capacity, bool) or not isinstance(grad_capacity, (int, np.integer)):
+        raise ValueError(f"grad_capacity must be an integer in [1, {n}]; got {grad_capacity!r}.")
+    if not 1 <= int(grad_capacity) <= n:
+        raise ValueError(f"grad_capacity must be an integer in [1, N={n}]; got {int(grad_capacity)}.")
+    return int(grad_capacity)
+
+
+def _check_ensemble_positions(positions: ArrayLike) -> Array:
+    x = check_positions(positions)
+    if x.shape[0] < 2:
+        raise ValueError(f"positions must hold N >= 2 particles for an ensemble method; got shape {tuple(x.shape)}.")
+    return x
+
+
+# --------------------------------------------------------------------------
+# Shared pieces.
+# --------------------------------------------------------------------------
+
+
+def log_gaussian_step_density(noise: Array, step_size: Array) -> Array:
+    """``log p_j`` of ``x_j = w_j + sqrt(2h) ξ_j``: ``-(d/2) log(4πh) - |ξ_j|²/2``, (N,).
+
+    Computed from ξ rather than ``x_j - w_j`` (same value, no cancellation).
+    """
+    d = noise.shape[-1]
+    return -0.5 * d * jnp.log(4.0 * jnp.pi * step_size) - 0.5 * jnp.sum(noise**2, axis=-1)
+
+
+def _needed_grads(logdensity_fn: LogDensityFn, x: Array, need: Array, capacity: int, dense: bool):
+    """Gradient of ``logdensity_fn`` at the particles with ``need``; zeros elsewhere.
+
+    Returns ``(grad (N, d), num_computed ())``. The flagged indices are
+    compacted to the front (``jnp.nonzero(size=...)``); a ``lax.while_loop``
+    then runs ``ceil(count / capacity)`` iterations, each one vmapped gradient
+    on ``capacity`` gathered particles, scattered back (padding slots point
+    to index N and are dropped). Unflagged particles are never differentiated.
+    ``dense=True`` is the debugging reference: every gradient, then a mask.
+    """
+    n, _ = x.shape
+    grad_fn = jax.vmap(jax.grad(logdensity_fn))
+    if dense:
+        return jnp.where(need[:, None], grad_fn(x), 0.0), jnp.asarray(n, jnp.int32)
+    num_buffers_max = -(-n // capacity)
+    idx = jnp.nonzero(need, size=num_buffers_max * capacity, fill_value=n)[0].astype(jnp.int32)
+    count = jnp.sum(need, dtype=jnp.int32)
+    num_buffers = (count + capacity - 1) // capacity
+
+    def body(carry):
+        b, g = carry
+        ids = lax.dynamic_slice(idx, (b * capacity,), (capacity,))
+        # padding slots (id = N) read some real particle, and their result is dropped
+        xs = x[jnp.minimum(ids, n - 1)]
+        return b + 1, g.at[ids].set(grad_fn(xs).astype(g.dtype), mode="drop")
+
+    _, grad = lax.while_loop(lambda c: c[0] < num_buffers, body, (jnp.asarray(0, jnp.int32), jnp.zeros_like(x)))
+    return grad, num_buffers * capacity
+
+
+def _move(rng_key: PRNGKey, x: Array, force: Array, h: Array):
+    """``w' = x - h F``, ``x' = w' + sqrt(2h) ξ``, ``log p'``. The noise is drawn exactly
+    as in :func:`cenlmc_jax.langevin.lmc_step` (same key => same ξ; Theorem 3.3 coupling)."""
+    noise = jax.random.normal(rng_key, x.shape, dtype=x.dtype)
+    w_new = x - h * force
+    return w_new, w_new + jnp.sqrt(2.0 * h) * noise, log_gaussian_step_density(noise, h)
+
+
+def _init_common(positions: ArrayLike, logdensity_fn: LogDensityFn):
+    x = _check_ensemble_positions(positions)
+    check_logdensity(logdensity_fn, x[0])
+    logdensity = jax.vmap(logdensity_fn)(x)
+    w = jnp.full_like(x, jnp.inf)
+    log_p = jnp.full(x.shape[:1], -jnp.inf, dtype=x.dtype)
+    return x, logdensity, w, log_p
+
+
+# --------------------------------------------------------------------------
+# EnLMC.
+# --------------------------------------------------------------------------
+
+
+def enlmc_init(positions: ArrayLike, logdensity_fn: LogDensityFn) -> EnLMCState:
+    """Start EnLMC from ``positions: (N, d)``, ``N >= 2``.
+
+    Evaluates ``logdensity_fn`` at every particle (N values, no gradient) and
+    sets ``w = +inf``, ``log p = -inf``: the first step uses true gradients.
+    """
+    x, logdensity, w, log_p = _init_common(positions, logdensity_fn)
+    return EnLMCState(x, logdensity, w, log_p)
+
+
+def enlmc_step(
+    rng_key: PRNGKey,
+    state: EnLMCState,
+    logdensity_fn: LogDensityFn,
+    step_size: float,
+    eta: float,
+    *,
+    grad_capacity: Optional[int] = None,
+    blowup_factor: float = 10.0,
+    dense_grad: bool = False,
+    method: str = "auto",
+    block_size: Optional[int] = None,
+    precision: Any = None,
+) -> tuple[EnLMCState, EnLMCInfo]:
+    """One step of EnLMC (Algorithm 3.1) for every particle; pure and jittable.
+
+    ``F_i = 1/(N-1) Σ_{j≠i} α_d (f_j - f_i)/|x_j - x_i|² 1[|x_j - x_i| ≤ η] / p_j (x_j - x_i)``
+    (eq. 3.9), ``w_i' = x_i - h F_i``, ``x_i' = w_i' + sqrt(2h) ξ_i`` (3.10).
+
+    Unstable by design (Theorem 3.2): a neighbour with a large ``|ξ_j|`` has a
+    tiny ``p_j`` and an enormous weight. Blow-ups are reported in the info,
+    never raised. In float arithmetic the infinite second moment rarely
+    produces inf/NaN (the log-space weight does not overflow); it shows as
+    a realised force that is typically far below ``∇f`` (the mean sits in
+    rare, huge values): particles drift into the tails, where they have few
+    or no neighbours (``info.num_isolated``: force exactly 0), and the
+    ensemble's second moment keeps growing, with occasional huge kicks. So
+    besides non-finite particles a step counts as diverged when some ensemble
+    force moves a particle by more than ``blowup_factor`` noise lengths,
+    ``h|F_i| > blowup_factor · sqrt(2hd)``
+    (``info.num_exploded``). With the true gradient, such a kick would need
+    ``h L |x - x*| > 10 sqrt(2hd)`` (default 10): a particle far outside the
+    target, not a Langevin step. ``blowup_factor=inf`` keeps only the
+    non-finite test.
+
+    Args:
+      rng_key: typed or legacy key; the noise is ``jax.random.normal(rng_key, (N, d))``.
+      state: an :class:`EnLMCState`.
+      logdensity_fn: ``x: (d,) -> log p(x) + const``; ``f = -logdensity_fn``.
+      step_size: h > 0.  eta: η > 0, the ball radius.
+      grad_capacity: gradient buffer size (default ``ceil(N/16)``); only used at step 0.
+      blowup_factor: kick size, in noise lengths ``sqrt(2hd)``, counted as a blow-up (> 0).
+      dense_grad: debugging switch: compute all N gradients and mask.
+      method, block_size, precision: passed to ``pairwise.ensemble_force``.
+    """
+    _check_state(state, EnLMCState, "enlmc_init")
+    check_positive(step_size, "step_size")
+    check_positive(eta, "eta")
+    if not (is_concrete(blowup_factor) and float(blowup_factor) == math.inf):
+        check_positive(blowup_factor, "blowup_factor")
+    x = state.position
+    n, d = x.shape
+    capacity = _check_capacity(grad_capacity, n)
+    h = jnp.asarray(step_size, x.dtype)
+    f = -state.logdensity
+    pf = ensemble_force(x, f, state.log_p, jnp.asarray(eta, x.dtype), method=method, block_size=block_size,
+                        precision=precision)
+    ens = pf.force_sum / jnp.asarray(n - 1, x.dtype)
+    need = ~jnp.isfinite(state.log_p)  # no previous step: p_j unknown, use ∇f
+    grad, padded = _needed_grads(logdensity_fn, x, need, capacity, dense_grad)
+    force = jnp.where(need[:, None], -grad, ens)
+    w_new, x_new, log_p_new = _move(rng_key, x, force, h)
+    logdensity = jax.vmap(logdensity_fn)(x_new)
+    bad = count_nonfinite(x_new, logdensity)
+    ens_norm = jnp.where(need, 0.0, jnp.linalg.norm(force, axis=-1))
+    kick = jnp.asarray(blowup_factor, x.dtype) * jnp.sqrt(2.0 * h * d)
+    exploded = jnp.sum(h * ens_norm > kick, dtype=jnp.int32)
+    info = EnLMCInfo(
+        grad_evals=jnp.sum(need, dtype=jnp.int32),
+        grad_evals_padded=jnp.asarray(padded, jnp.int32),
+        f_evals=jnp.asarray(n, jnp.int32),
+        max_force_norm=jnp.max(ens_norm),
+        num_exploded=exploded,
+        num_isolated=jnp.sum(~need & (pf.n_ball == 0), dtype=jnp.int32),
+        num_nonfinite=bad,
+        diverged=(bad + exploded) > 0,
+    )
+    return EnLMCState(x_new, logdensity, w_new, log_p_new), info
+
+
+# --------------------------------------------------------------------------
+# CEnLMC.
+# --------------------------------------------------------------------------
+
+
+def cenlmc_init(
+    positions: ArrayLike,
+    logdensity_fn: LogDensityFn,
+    f_star: Optional[float] = None,
+    *,
+    f_star_tol: Optional[float] = None,
+    f_star_max_steps: int = 500,
+) -> CEnLMCState:
+    """Start CEnLMC from ``positions: (N, d)``, ``N >= 2``.
+
+    Evaluates ``logdensity_fn`` at every particle and sets ``w = +inf``,
+    ``log p = -inf`` (``w^{-1} = +∞`` of Algorithm 3.2): step 0 uses true
+    gradients for everyone.
+
+    ``f_star`` (``f* = min f = -max logdensity_fn``, in the normalisation of
+    ``logdensity_fn``): if None it is found by
+    :func:`cenlmc_jax.tuning.find_f_star` (L-BFGS from the best particle,
+    stopped when ``|∇f| <= f_star_tol``) and ``state.f_star_estimated`` is True.
+    A given ``f_star`` above ``min_i f(x_i)`` cannot be the minimum (often a
+    different normalisation of ``logdensity_fn``): ValueError.
+    """
+    x, logdensity, w, log_p = _init_common(positions, logdensity_fn)
+    if f_star is None:
+        from cenlmc_jax.tuning import find_f_star
+
+        res = find_f_star(logdensity_fn, x, tol=f_star_tol, max_steps=f_star_max_steps)
+        fs, estimated = jnp.asarray(res.f_star, x.dtype), True
+    else:
+        if is_concrete(f_star):
+            arr = np.asarray(f_star)
+            if arr.ndim != 0 or not np.isfinite(arr):
+                raise ValueError(f"f_star must be a finite scalar (min f = -max logdensity_fn); got {f_star!r}.")
+            f_min = float(-jnp.max(logdensity))
+            # a little slack for rounding in the user's value and in logdensity_fn
+            if float(arr) > f_min + 1e-6 * max(1.0, abs(f_min)):
+                raise ValueError(
+                    f"f_star must be min f = -max logdensity_fn; got f_star={float(arr)!r}, but a particle has "
+                    f"f = {f_min!r} < f_star (is logdensity_fn normalised differently?)."
+                )
+        fs, estimated = jnp.asarray(f_star, x.dtype), False
+    return CEnLMCState(x, logdensity, w, log_p, fs, jnp.asarray(estimated))
+
+
+def cenlmc_step(
+    rng_key: PRNGKey,
+    state: CEnLMCState,
+    logdensity_fn: LogDensityFn,
+    step_size: float,
+    eta: float,
+    r1: float,
+    r2: float,
+    n_star: int,
+    m_f: float,
+    f_star: Optional[float] = None,
+    *,
+    grad_capacity: Optional[int] = None,
+    dense_grad: bool = False,
+    method: str = "auto",
+    block_size: Optional[int] = None,
+    precision: Any = None,
+) -> tuple[CEnLMCState, CEnLMCInfo]:
+    """One step of CEnLMC (Algorithm 3.2, eq. 3.19-3.21) for every particle; pure and jittable.
+
+    With ``f = -logdensity_fn`` and ``N_i = #{j ≠ i: |w_j - w_i| ≤ R2}`` (3.20):
+    particle i takes the true gradient ``∇f(x_i)`` if ``|x_i - w_i| > R1``,
+    ``f(x_i) > f* + M_f`` or ``N_i < max(N*, 1)``; otherwise
+
+        F_i = 1/N_i Σ_{j≠i} α_d (f_j - f_i)/|x_j - x_i|² 1[|x_j-x_i| ≤ η, |w_j-w_i| ≤ R2] / p_j (x_j - x_i).
+
+    Then ``w_i' = x_i - h F_i``, ``x_i' = w_i' + sqrt(2h) ξ_i`` with
+    ``ξ = jax.random.normal(rng_key, (N, d))`` (the same draw as
+    :func:`cenlmc_jax.lmc_step`), and ``logdensity_fn`` at the N new positions.
+
+    Cost: N values of ``logdensity_fn``, one O(N²) pair sum and gradients
+    only for the ``info.grad_evals`` particles that failed a test (computed in
+    buffers of ``grad_capacity``; ``info.grad_evals_padded`` counts the padding).
+
+    Args:
+      rng_key: typed or legacy key.
+      state: a :class:`CEnLMCState` from :func:`cenlmc_init`.
+      logdensity_fn: ``x: (d,) -> log p(x) + const``.
+      step_size: h > 0.  eta: η > 0.  r1: R1 >= 0.  r2: R2 >= 0.
+      n_star: N*, integer in ``[0, N-1]``.  m_f: M_f >= 0 (inf: no M_f test).
+      f_star: f* = min f; None uses ``state.f_star`` (set by :func:`cenlmc_init`).
+      grad_capacity: gradient buffer size, in ``[1, N]`` (default ``ceil(N/16)``).
+      dense_grad: debugging switch: compute all N gradients, then select
+        (same trajectory, no saving).
+      method, block_size, precision: passed to ``pairwise.ensemble_force``.
+    """
+    _check_state(state, CEnLMCState, "cenlmc_init")
+    x = state.position
+    n, _ = x.shape
+    check_positive(step_size, "step_size")
+    check_positive(eta, "eta")
+    _check_nonneg(r1, "r1")
+    _check_nonneg(r2, "r2")
+    _check_count(n_star, "n_star", maximum=n - 1, why=f"N* cannot exceed the N-1 = {n - 1} other particles")
+    _check_nonneg(m_f, "m_f", allow_inf=True)
+    if f_star is not None and is_concrete(f_star):
+        arr = np.asarray(f_star)
+        if arr.ndim != 0 or not np.isfinite(arr):
+            raise ValueError(f"f_star must be a finite scalar or None (use state.f_star); got {f_star!r}.")
+    capacity = _check_capacity(grad_capacity, n)
+
+    dt = x.dtype
+    h = jnp.asarray(step_size, dt)
+    fs = state.f_star if f_star is None else jnp.asarray(f_star, dt)
+    f = -state.logdensity
+    pf = ensemble_force(x, f, state.log_p, jnp.asarray(eta, dt), w=state.w, r2=jnp.asarray(r2, dt), method=method,
+                        block_size=block_size, precision=precision)
+    # comparisons written so that NaN/inf fail the test (w = +inf at init gives NaN/inf here)
+    fail_r1 = ~(jnp.linalg.norm(x - state.w, axis=-1) <= jnp.asarray(r1, dt))
+    fail_mf = ~(f <= fs + jnp.asarray(m_f, dt))
+    fail_n = pf.n_r2 < jnp.maximum(jnp.asarray(n_star, jnp.int32), 1)
+    need = fail_r1 | fail_mf | fail_n
+    ens = pf.force_sum / jnp.maximum(pf.n_r2, 1).astype(dt)[:, None]
+    grad, padded = _needed_grads(logdensity_fn, x, need, capacity, dense_grad)
+    force = jnp.where(need[:, None], -grad, ens)
+    w_new, x_new, log_p_new = _move(rng_key, x, force, h)
+    logdensity = jax.vmap(logdensity_fn)(x_new)
+    bad = count_nonfinite(x_new, logdensity)
+    num_need = jnp.sum(need, dtype=jnp.int32)
+    info = CEnLMCInfo(
+        grad_evals=num_need,
+        grad_evals_padded=jnp.asarray(padded, jnp.int32),
+        f_evals=jnp.asarray(n, jnp.int32),
+        ensemble_fraction=(n - num_need).astype(dt) / n,
+        mean_num_neighbours=jnp.mean(pf.n_r2.astype(dt)),
+        mean_ball_neighbours=jnp.mean(pf.n_ball.astype(dt)),
+        num_fail_r1=jnp.sum(fail_r1, dtype=jnp.int32),
+        num_fail_m_f=jnp.sum(fail_mf, dtype=jnp.int32),
+        num_fail_n_star=jnp.sum(fail_n, dtype=jnp.int32),
+        num_nonfinite=bad,
+        diverged=bad > 0,
+    )
+    new_state = CEnLMCState(x_new, logdensity, w_new, log_p_new, state.f_star, state.f_star_estimated)
+    return new_state, info
+
+
+# --------------------------------------------------------------------------
+# Theorem 3.3: coupling with LMC.
+# --------------------------------------------------------------------------
+
+
+@functools.partial(jax.jit, static_argnames=("logdensity_fn", "num_steps", "n_star", "step_kwargs"))
+def _coupled_run(rng_key, cstate, lstate, logdensity_fn, num_steps, step_size, eta, r1, r2, n_star, m_f,
+                 step_kwargs):
+    kwargs = dict(step_kwargs)
+
+    def body(carry, t):
+        cs, ls = carry
+        key = jax.random.fold_in(rng_key, t)  # one key per step, used by both samplers
+        cs, info = cenlmc_step(key, cs, logdensity_fn, step_size, eta, r1, r2, n_star, m_f, **kwargs)
+        ls, _ = lmc_step(key, ls, logdensity_fn, step_size)
+        dist = jnp.mean(jnp.linalg.norm(cs.position - ls.position, axis=-1))
+        return (cs, ls), (dist, info)
+
+    _, (dist, infos) = lax.scan(body, (cstate, lstate), jnp.arange(num_steps))
+    return dist, infos
+
+
+def coupling_distance(
+    rng_key: PRNGKey,
+    positions: ArrayLike,
+    logdensity_fn: LogDensityFn,
+    num_steps: int,
+    step_size: float,
+    eta: float,
+    r1: float,
+    r2: float,
+    n_star: int,
+    m_f: float,
+    f_star: Optional[float] = None,
+    *,
+    return_info: bool = False,
+    **step_kwargs: Any,
+):
+    """The coupling of Theorem 3.3: ``E|x_i^m - z_i^m|`` for m = 1..num_steps, shape (num_steps,).
+
+    Runs CEnLMC (``x``) and LMC (``z``, eq. 3.24) from the same ``positions``
+    with the same noise ``ξ^m`` (both steps draw ``jax.random.normal(key_m, (N, d))``
+    from ``key_m = fold_in(rng_key, m)``) and returns the particle average of
+    ``|x_i^m - z_i^m|`` after each step. The theorem bounds it (μ-convex f) by
+    ``O(sqrt(R1^d κ M_f d / (μ η^d N*)) · exp(R1(R1+R2)/(2h)) + κ η d)``.
+    With ``return_info=True`` returns ``(distance, infos)`` where ``infos``
+    are the stacked :class:`CEnLMCInfo` of the CEnLMC run. ``step_kwargs``
+    (``grad_capacity``, ``method``, ...) go to :func:`cenlmc_step`.
+    """
+    if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)) or num_steps < 1:
+        raise ValueError(f"num_steps must be an integer >= 1; got {num_steps!r}.")
+    cstate = cenlmc_init(positions, logdensity_fn, f_star)
+    lstate = lmc_init(cstate.position, logdensity_fn)
+    # validate the step's parameters once, in Python, before tracing
+    check_positive(step_size, "step_size")
+    check_positive(eta, "eta")
+    _check_nonneg(r1, "r1")
+    _check_nonneg(r2, "r2")
+    _check_count(n_star, "n_star", maximum=cstate.position.shape[0] - 1, why="N* <= N-1")
+    _check_nonneg(m_f, "m_f", allow_inf=True)
+    dist, infos = _coupled_run(rng_key, cstate, lstate, logdensity_fn, int(num_steps), step_size, eta, r1, r2,
+                               int(n_star), m_f, tuple(sorted(step_kwargs.items())))
+    return (dist, infos) if return_info else dist

@@ -1,0 +1,387 @@
+"""Tests of EnLMC / CEnLMC (spec sections 2-4; Ding & Li, Algorithms 3.1 and 3.2).
+
+Statistical tests use per-particle time averages: particle i's average of
+g(x_i^m) over the recorded steps is one number, and the N such numbers are
+treated as i.i.d., so their sample sd / sqrt(N) is the standard error of the
+grand mean without any autocorrelation estimate. Assumption (stated, not
+proved): the particles of CEnLMC interact only through the zero-mean noise
+of the ensemble force, so their time averages are nearly independent.
+"""
+
+import functools
+import math
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import cenlmc_jax as cj
+from cenlmc_jax import targets
+from cenlmc_jax.cenlmc import (
+    cenlmc_init,
+    cenlmc_step,
+    coupling_distance,
+    enlmc_init,
+    enlmc_step,
+)
+
+# |z| below this is accepted: for a correct sampler z ~ N(0, 1), so a false
+# alarm has probability 6e-5 per check.
+Z_MAX = 4.0
+H = 0.05
+# The spec's measured configuration (section 4) except N* (see the stationary test).
+ETA, R1, R2, M_F = 0.3, 0.5, 0.3, 10.0
+
+
+def _lyapunov(A, Q):
+    """Σ solving Σ = A Σ Aᵀ + Q (small d: vectorised)."""
+    d = A.shape[0]
+    return np.linalg.solve(np.eye(d * d) - np.kron(A, A), Q.reshape(-1)).reshape(d, d)
+
+
+def _per_particle(values):
+    """(T, N, ...) -> grand mean and its standard error over the N per-particle averages."""
+    per = values.mean(axis=0)
+    return per.mean(axis=0), per.std(axis=0, ddof=1) / math.sqrt(per.shape[0])
+
+
+# --------------------------------------------------------------------------
+# CEnLMC is LMC with an unbiased noisy gradient: stationary moments.
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", [targets.standard_gaussian(2), targets.anisotropic_gaussian((1.0, 0.5))],
+                         ids=lambda t: t.name)
+def test_cenlmc_stationary_moments_with_ensemble_force(target):
+    """Stationary mean and covariance of CEnLMC on Gaussians, with >= 40% ensemble use.
+
+    Theory checked. For quadratic f the ensemble estimate (3.19) is exactly
+    unbiased given the past: x_j ~ N(w_j, 2h) independently of x_i, so
+    E[F_ij | x_i] = α_d ∫_ball (f(y)-f(x_i)) (y-x_i)/|y-x_i|² dy = ∇f(x_i)
+    (the Hessian term is odd in y - x_i), and the three tests of (3.21)
+    select on x_i, w only. So the O(L η d) bias is zero here and CEnLMC is
+    LMC with force ∇f + e, E[e | x] = 0. With A = I - hP (P the precision)
+    its stationary covariance solves
+
+        Σ = A Σ Aᵀ + 2h I + h² C_e,   C_e = E[e eᵀ] (over particles, zeros for gradient users),
+
+    i.e. the exact ULA covariance Σ_LMC (σ²/(1 - h/(2σ²)) per coordinate)
+    plus the inflation ΔΣ = Lyap(A, h² C_e). We measure e from the run
+    (F^m = (x^m - w^{m+1})/h, ∇f exact) and check (1) E[e] = 0, (2) the
+    covariance equals Σ_LMC + ΔΣ, (3) the mean is 0, all as MCSE z-tests,
+    and (4) ΔΣ is a small fraction of Σ at these parameters.
+
+    Parameters: the spec's h = 0.05, η = 0.3, R1 = 0.5, R2 = 0.3, M_f = 10
+    with N = 1000 (the spec used 4000; this keeps the test fast) and N* = 5
+    (what ``suggest_cenlmc_params(2, 0.05, num_particles=1000)`` gives).
+    Measured: ensemble fraction 0.64 (standard) / 0.68 (anisotropic),
+    inflation ΔΣ/Σ 2.1-2.3% / 3.4-7.7%, covariance z-scores below 0.4.
+    """
+    n, steps, burn_in = 1000, 300, 60
+    x0 = target.sample(jax.random.key(100), n)  # exact draws: burn-in only for the O(h) bias (e^-6 left)
+    state = cenlmc_init(x0, target.logdensity_fn, target.f_star)
+    step = functools.partial(cenlmc_step, logdensity_fn=target.logdensity_fn, step_size=H, eta=ETA, r1=R1, r2=R2,
+                             n_star=5, m_f=M_F)
+    res = cj.sample(jax.random.key(0), step, state, steps + 1, burn_in=burn_in,
+                    trace_fn=lambda s: jnp.concatenate([s.position, s.w], axis=1))
+    assert res.diverged_at == -1
+    d = target.dim
+    tr = np.asarray(res.trace, np.float64)
+    x, w_next = tr[:-1, :, :d], tr[1:, :, d:]
+    prec = np.linalg.inv(target.cov)
+    force = (x - w_next) / H
+    e = force - x @ prec  # ∇f(x) = P x for these centred Gaussians
+
+    frac = float(np.mean(res.info.ensemble_fraction[burn_in:]))
+    assert frac >= 0.4, frac  # the point of the test: most particle-steps use the ensemble force
+
+    # (1) unbiased ensemble force: E[e] = 0 and E[e xᵀ] = 0 (E[e | x] = 0; the second
+    # catches a force off by a factor, e = c ∇f, whose mean vanishes by symmetry)
+    e_mean, e_se = _per_particle(e)
+    assert np.all(np.abs(e_mean / e_se) < Z_MAX), (e_mean, e_se)
+    ex, ex_se = _per_particle(e[..., :, None] * x[..., None, :])
+    assert np.all(np.abs(ex / ex_se) < Z_MAX), (ex, ex_se)
+
+    # (2) covariance = exact ULA covariance + inflation from the measured gradient noise
+    A = np.eye(d) - H * prec
+    sigma_lmc = _lyapunov(A, 2 * H * np.eye(d))
+    np.testing.assert_allclose(np.diag(sigma_lmc), np.diag(target.cov) / (1 - H / (2 * np.diag(target.cov))))
+    c_e, c_e_se = _per_particle(e[..., :, None] * e[..., None, :])
+    infl = _lyapunov(A, H**2 * c_e)
+    infl_se = np.abs(_lyapunov(A, H**2 * c_e_se))  # linear in C_e; entrywise-diagonal A here
+    xx, xx_se = _per_particle(x[..., :, None] * x[..., None, :])  # mean 0 exactly
+    z = (xx - sigma_lmc - infl) / np.sqrt(xx_se**2 + infl_se**2)
+    assert np.all(np.abs(z) < Z_MAX), (xx, sigma_lmc, infl, z)
+
+    # (3) mean
+    m, m_se = _per_particle(x)
+    assert np.all(np.abs(m / m_se) < Z_MAX), (m, m_se)
+
+    # (4) the ensemble noise costs little accuracy at these parameters: measured
+    # 2-8% of the variance; 10% would mean a much noisier force than designed
+    rel = np.diag(infl) / np.diag(sigma_lmc)
+    assert np.all(rel < 0.10), rel
+
+
+# --------------------------------------------------------------------------
+# Theorem 3.3: coupling with LMC.
+# --------------------------------------------------------------------------
+
+
+def test_coupling_distance_zero_without_ensemble():
+    """r1 = 0: every particle fails the R1 test, CEnLMC is LMC; with the same ξ^m the
+    two trajectories coincide (up to float rounding): the noise is drawn identically."""
+    tgt = targets.standard_gaussian(2)
+    x0 = tgt.sample(jax.random.key(3), 200)
+    dist, infos = coupling_distance(jax.random.key(4), x0, tgt.logdensity_fn, 20, H, ETA, 0.0, R2, 5, M_F,
+                                    tgt.f_star, return_info=True)
+    assert dist.shape == (20,)
+    assert np.all(np.asarray(infos.grad_evals) == 200)
+    # identical operations in two different XLA programs (measured: exactly 0); the bound
+    # allows float32 rounding differences of O(1) positions should fusion ever differ
+    assert float(jnp.max(dist)) < 1e-5, dist
+
+
+def test_coupling_distance_shrinks_with_smaller_radii_and_more_particles():
+    """E|x^m - z^m| (Theorem 3.3) decreases along a grid that shrinks η, R1, R2 or grows N
+    (with N* ∝ N, so the ensemble fraction stays comparable and each estimate averages more
+    neighbours; Theorem 3.3's sqrt(1/N*) term). Compared: the average distance over the
+    last half of 60 steps. Shrinking the radii also lowers the ensemble fraction (fewer
+    particles pass R1, fewer w-neighbours): that is part of how the bound shrinks."""
+    tgt = targets.standard_gaussian(2)
+
+    def late_distance(n, eta, r1, r2, n_star):
+        x0 = tgt.sample(jax.random.key(5), n)
+        dist, infos = coupling_distance(jax.random.key(6), x0, tgt.logdensity_fn, 60, H, eta, r1, r2, n_star,
+                                        M_F, tgt.f_star, return_info=True)
+        return float(jnp.mean(dist[30:])), float(jnp.mean(infos.ensemble_fraction[30:]))
+
+    base = late_distance(500, 0.3, 0.5, 0.3, 5)
+    small = late_distance(500, 0.2, 0.35, 0.2, 5)
+    smaller = late_distance(500, 0.1, 0.2, 0.1, 5)
+    assert base[1] > 0.3, base  # the baseline really uses the ensemble
+    # measured 0.144 > 0.091 > 0.005 (the ensemble fraction falls too: 0.57, 0.25, 0.006)
+    assert base[0] > small[0] > smaller[0], (base, small, smaller)
+    fewer = late_distance(250, 0.3, 0.5, 0.3, 3)
+    more = late_distance(1000, 0.3, 0.5, 0.3, 10)
+    # measured 0.187 > 0.144 > 0.108 at a near-constant fraction 0.53-0.57: the 1/sqrt(N*) term
+    assert fewer[0] > base[0] > more[0], (fewer, base, more)
+    assert more[1] > 0.5 * base[1], (more, base)
+
+
+# --------------------------------------------------------------------------
+# EnLMC: Theorem 3.2's blow-up is reported, not raised.
+# --------------------------------------------------------------------------
+
+
+def test_enlmc_blow_up_is_detected_and_reported():
+    """d = 1, f = x²/2 (Theorem 3.2: E|x^m|² = ∞ for m > 1). The run must end with a
+    RuntimeWarning and diverged_at >= 0, its second moment must grow far above the ULA
+    value 1/(1 - h/2) = 1.026, while CEnLMC on the same problem and noise stays stable.
+
+    The divergence is a kick of more than 10 noise lengths (info.num_exploded); over
+    8 other seeds at this N the first one came at steps 29-328 of 600, and the final
+    second moment was 3.3 to 3300 (heavy tails)."""
+    n, steps = 500, 600
+    x0 = jax.random.normal(jax.random.key(7), (n, 1))
+    logdensity = targets.standard_gaussian(1).logdensity_fn
+    step = functools.partial(enlmc_step, logdensity_fn=logdensity, step_size=H, eta=ETA)
+    with pytest.warns(RuntimeWarning, match="diverged"):
+        res = cj.sample(jax.random.key(8), step, enlmc_init(x0, logdensity), steps)
+    assert res.diverged_at >= 0
+    info = res.info
+    assert int(np.sum(info.num_exploded)) > 0
+    assert int(info.grad_evals[0]) == n and int(np.sum(info.grad_evals[1:])) == 0  # gradients at step 0 only
+    m2 = np.mean(np.asarray(res.trace, np.float64) ** 2, axis=(1, 2))
+    # ULA from N(0,1) keeps E x² within [1, 1.026]; 2 is far outside the sampling noise
+    # of a 500-particle average (sd of the mean ≈ sqrt(2/500) = 0.06)
+    assert m2[-1] > 2.0, m2[-1]
+
+    cstep = functools.partial(cenlmc_step, logdensity_fn=logdensity, step_size=H, eta=ETA, r1=R1, r2=R2,
+                              n_star=5, m_f=M_F)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # CEnLMC must not diverge
+        cres = cj.sample(jax.random.key(8), cstep, cenlmc_init(x0, logdensity, 0.5 * math.log(2 * math.pi)), steps)
+    assert cres.diverged_at == -1
+    assert float(np.mean(cres.info.ensemble_fraction[50:])) > 0.3
+    cm2 = float(np.mean(np.asarray(cres.trace[100:], np.float64) ** 2))
+    # 500 particles x 500 correlated steps: sd ≈ 0.02; plus the few-% ensemble inflation
+    assert abs(cm2 - 1.0 / (1.0 - H / 2)) < 0.15, cm2
+
+
+def test_enlmc_first_step_uses_gradients_then_only_values():
+    tgt = targets.standard_gaussian(2)
+    x0 = tgt.sample(jax.random.key(9), 100)
+    state = enlmc_init(x0, tgt.logdensity_fn)
+    assert np.all(np.isinf(state.w)) and np.all(np.isneginf(state.log_p))
+    step = jax.jit(functools.partial(enlmc_step, logdensity_fn=tgt.logdensity_fn, step_size=H, eta=ETA,
+                                     grad_capacity=30))
+    state, info = step(jax.random.key(10), state)
+    assert int(info.grad_evals) == 100 and int(info.grad_evals_padded) == 120 and int(info.f_evals) == 100
+    # after a step, log p = -(d/2) log(4πh) - |x - w|²/(4h) exactly
+    d2 = jnp.sum((state.position - state.w) ** 2, axis=1)
+    np.testing.assert_allclose(state.log_p, -np.log(4 * np.pi * H) - d2 / (4 * H), rtol=1e-5, atol=1e-5)
+    state, info = step(jax.random.key(11), state)
+    assert int(info.grad_evals) == 0 and int(info.grad_evals_padded) == 0
+
+
+# --------------------------------------------------------------------------
+# Real savings: only the flagged particles are differentiated.
+# --------------------------------------------------------------------------
+
+
+def _counting_gaussian(counter):
+    """N(0, I_2) whose gradient reports every row it is evaluated on (host callback)."""
+
+    @jax.custom_vjp
+    def logdensity(x):
+        return -0.5 * jnp.sum(x**2) - math.log(2 * math.pi)
+
+    def fwd(x):
+        return logdensity(x), x
+
+    def bwd(x, g):
+        jax.debug.callback(lambda xs: counter.append(np.asarray(xs).reshape(-1, 2).shape[0]), x)
+        return (-g * x,)
+
+    logdensity.defvjp(fwd, bwd)
+    return logdensity
+
+
+def _expected_flags(state, r1, r2, n_star, m_f):
+    """The three tests of (3.21) recomputed in float64 NumPy from the state."""
+    x = np.asarray(state.position, np.float64)
+    w = np.asarray(state.w, np.float64)
+    f = -np.asarray(state.logdensity, np.float64)
+    with np.errstate(invalid="ignore"):
+        dw = np.sqrt(np.sum((w[None] - w[:, None]) ** 2, axis=-1))
+        n_i = np.sum(dw <= r2, axis=1) - np.isfinite(np.diag(dw))  # j ≠ i
+        fail_r1 = ~(np.linalg.norm(x - w, axis=1) <= r1)
+    fail_mf = ~(f <= float(state.f_star) + m_f)
+    return fail_r1 | fail_mf | (n_i < max(n_star, 1)), n_i
+
+
+def test_grad_evals_count_failed_particles_and_compaction_matches_dense():
+    """Step by step: info.grad_evals = #particles failing a test of (3.21) (recomputed
+    independently), the gradient is evaluated on exactly grad_evals_padded =
+    ceil(count/capacity)·capacity rows (counted by a host callback inside the
+    gradient), and the compacted path gives the dense where-path's trajectory."""
+    counter = []
+    logdensity = _counting_gaussian(counter)
+    n, cap, n_star = 300, 32, 5
+    x0 = jax.random.normal(jax.random.key(12), (n, 2))
+    state = cenlmc_init(x0, logdensity, 0.0 + math.log(2 * math.pi))
+    kw = dict(logdensity_fn=logdensity, step_size=H, eta=ETA, r1=R1, r2=R2, n_star=n_star, m_f=M_F)
+    step = jax.jit(functools.partial(cenlmc_step, grad_capacity=cap, **kw))
+    dense = jax.jit(functools.partial(cenlmc_step, dense_grad=True, **kw))
+    dstate = state
+    used = []
+    for t in range(8):
+        key = jax.random.key(20 + t)
+        flags, n_i = _expected_flags(state, R1, R2, n_star, M_F)
+        counter.clear()
+        state, info = step(key, state)
+        jax.block_until_ready(state)
+        assert int(info.grad_evals) == int(flags.sum()), t
+        assert int(info.grad_evals_padded) == -(-int(flags.sum()) // cap) * cap
+        assert sum(counter) == int(info.grad_evals_padded), (t, sum(counter))
+        assert float(info.mean_num_neighbours) == pytest.approx(np.mean(n_i), rel=1e-6)
+        dstate, dinfo = dense(key, dstate)
+        assert int(dinfo.grad_evals) == int(info.grad_evals)
+        # same arithmetic per particle; only the gather/scatter differs
+        np.testing.assert_allclose(state.position, dstate.position, rtol=1e-6, atol=1e-6)
+        used.append(float(info.ensemble_fraction))
+    assert used[0] == 0.0 and max(used[1:]) > 0.3  # step 0: true gradients (w = +inf); then real savings
+
+
+# --------------------------------------------------------------------------
+# Input checks, jit, dtypes, f*.
+# --------------------------------------------------------------------------
+
+_TGT = targets.standard_gaussian(2)
+_X0 = _TGT.sample(jax.random.key(13), 50)
+_STATE = cenlmc_init(_X0, _TGT.logdensity_fn, _TGT.f_star)
+_OK = dict(step_size=H, eta=ETA, r1=R1, r2=R2, n_star=5, m_f=M_F)
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (dict(step_size=0.0), "step_size"),
+        (dict(step_size=-0.1), "step_size"),
+        (dict(eta=0.0), "eta"),
+        (dict(eta=float("nan")), "eta"),
+        (dict(r1=-0.1), "r1"),
+        (dict(r2=-1.0), "r2"),
+        (dict(n_star=50), "n_star"),  # N - 1 = 49 others
+        (dict(n_star=-1), "n_star"),
+        (dict(n_star=2.5), "n_star"),
+        (dict(m_f=-1.0), "m_f"),
+        (dict(m_f=float("nan")), "m_f"),
+        (dict(f_star=float("inf")), "f_star"),
+        (dict(grad_capacity=0), "grad_capacity"),
+        (dict(grad_capacity=51), "grad_capacity"),
+    ],
+)
+def test_cenlmc_step_bad_input(change, match):
+    with pytest.raises(ValueError, match=match):
+        cenlmc_step(jax.random.key(0), _STATE, _TGT.logdensity_fn, **{**_OK, **change})
+
+
+@pytest.mark.parametrize(
+    "positions, match",
+    [
+        (np.zeros(5), r"shape \(N, d\)"),
+        (np.zeros((1, 2)), "N >= 2"),
+        (np.array([[0.0, 1.0], [np.nan, 0.0]]), "finite"),
+    ],
+)
+def test_init_bad_positions(positions, match):
+    for init in (enlmc_init, lambda x, f: cenlmc_init(x, f, _TGT.f_star)):
+        with pytest.raises(ValueError, match=match):
+            init(positions, _TGT.logdensity_fn)
+
+
+def test_other_bad_input():
+    with pytest.raises(ValueError, match="f_star must be min f"):
+        cenlmc_init(_X0, _TGT.logdensity_fn, _TGT.f_star + 5.0)  # above every particle's f
+    with pytest.raises(ValueError, match="eta"):
+        enlmc_step(jax.random.key(0), enlmc_init(_X0, _TGT.logdensity_fn), _TGT.logdensity_fn, H, -1.0)
+    with pytest.raises(ValueError, match="state must be a CEnLMCState"):
+        cenlmc_step(jax.random.key(0), enlmc_init(_X0, _TGT.logdensity_fn), _TGT.logdensity_fn, **_OK)
+    with pytest.raises(ValueError, match="num_steps"):
+        coupling_distance(jax.random.key(0), _X0, _TGT.logdensity_fn, 0, H, ETA, R1, R2, 5, M_F, _TGT.f_star)
+
+
+def test_f_star_found_when_not_given():
+    state = cenlmc_init(_X0, _TGT.logdensity_fn)
+    assert bool(state.f_star_estimated) and not bool(_STATE.f_star_estimated)
+    # float32 L-BFGS: |∇f| <= 3.5e-4 gives f - f* <= 6e-8; plus float32 rounding of f ≈ 1.8
+    assert abs(float(state.f_star) - _TGT.f_star) < 1e-5
+
+
+def test_jit_matches_eager_same_key_and_float64_is_preserved():
+    with jax.enable_x64(True):
+        x0 = jnp.asarray(np.random.default_rng(0).standard_normal((60, 2)))
+        assert x0.dtype == jnp.float64
+        s_eager = s_jit = cenlmc_init(x0, _TGT.logdensity_fn, _TGT.f_star)
+        e_eager = e_jit = enlmc_init(x0, _TGT.logdensity_fn)
+        cstep = jax.jit(functools.partial(cenlmc_step, logdensity_fn=_TGT.logdensity_fn, **_OK))
+        estep = jax.jit(functools.partial(enlmc_step, logdensity_fn=_TGT.logdensity_fn, step_size=H, eta=ETA))
+        for t in range(2):
+            key = jax.random.PRNGKey(t) if t % 2 else jax.random.key(t)  # both key kinds
+            s_eager, ci = cenlmc_step(key, s_eager, _TGT.logdensity_fn, **_OK)
+            s_jit, cj_info = cstep(key, s_jit)
+            e_eager, _ = enlmc_step(key, e_eager, _TGT.logdensity_fn, H, ETA)
+            e_jit, _ = estep(key, e_jit)
+            assert int(ci.grad_evals) == int(cj_info.grad_evals)
+        for s in (s_eager, s_jit, e_eager, e_jit):
+            for leaf in (s.position, s.logdensity, s.w, s.log_p):
+                assert leaf.dtype == jnp.float64
+        assert s_jit.f_star.dtype == jnp.float64
+        # same float64 operations, compiled differently: agreement to rounding
+        np.testing.assert_allclose(s_eager.position, s_jit.position, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(e_eager.position, e_jit.position, rtol=1e-12, atol=1e-12)
+        assert float(ci.ensemble_fraction) > 0.0  # the ensemble path ran (N = 60, N* = 5)
