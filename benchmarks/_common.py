@@ -145,6 +145,9 @@ class Timing(NamedTuple):
     median_s: median over ``repeats`` blocked runs (the figure to quote).
     min_s, max_s: spread of those runs. first_call_s: the first call,
     including compilation (not in the statistics). times_s: every timed run.
+    cpu_median_s: median process CPU time per call (all threads together):
+    the work done, much less sensitive than wall time to other jobs on a
+    shared machine (wall ~ cpu / threads on a quiet one).
     """
 
     median_s: float
@@ -153,6 +156,7 @@ class Timing(NamedTuple):
     first_call_s: float
     repeats: int
     times_s: tuple
+    cpu_median_s: float = float("nan")
 
     def as_dict(self) -> dict[str, Any]:
         d = self._asdict()
@@ -179,9 +183,10 @@ def time_call(fn: Callable, *args: Any, repeats: int = 5, min_run_s: float = 0.0
     _block(fn(*args, **kwargs))
     first = time.perf_counter() - t0
 
-    times = []
+    times, cpu = [], []
     for _ in range(repeats):
         n_calls = 0
+        c0 = time.process_time()
         t0 = time.perf_counter()
         while True:
             _block(fn(*args, **kwargs))
@@ -190,6 +195,7 @@ def time_call(fn: Callable, *args: Any, repeats: int = 5, min_run_s: float = 0.0
             if elapsed >= min_run_s:
                 break
         times.append(elapsed / n_calls)
+        cpu.append((time.process_time() - c0) / n_calls)
     return Timing(
         median_s=float(statistics.median(times)),
         min_s=float(min(times)),
@@ -197,6 +203,7 @@ def time_call(fn: Callable, *args: Any, repeats: int = 5, min_run_s: float = 0.0
         first_call_s=float(first),
         repeats=repeats,
         times_s=tuple(float(t) for t in times),
+        cpu_median_s=float(statistics.median(cpu)),
     )
 
 
@@ -335,12 +342,14 @@ def write_results(
     title: str | None = None,
     notes: Sequence[str] = (),
     command: str | None = None,
+    md_rows: Sequence[dict[str, Any]] | None = None,
 ) -> tuple[Path, Path]:
     """Write ``out_dir/name.json`` and ``out_dir/name.md``; return both paths.
 
     JSON: ``{"machine": machine_info(), "command": ..., **payload, "rows": rows}``.
     Markdown: title, machine line, the command to reproduce, ``notes`` as
-    bullets, then ``markdown_table(rows, columns)``.
+    bullets, then ``markdown_table(md_rows or rows, columns)`` (pass
+    ``md_rows`` to print pre-formatted cells while the JSON keeps raw numbers).
     """
     import sys
 
@@ -365,7 +374,7 @@ def write_results(
         md.append(f"- {n}")
     if notes:
         md.append("")
-    md.append(markdown_table(rows, columns))
+    md.append(markdown_table(md_rows if md_rows is not None else rows, columns))
     md_path = out_dir / f"{name}.md"
     md_path.write_text("\n".join(md))
     return json_path, md_path
