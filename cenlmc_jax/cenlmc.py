@@ -330,6 +330,7 @@ def enlmc_step(
     method: str = "auto",
     block_size: Optional[int] = None,
     precision: Any = None,
+    mesh: Any = None,
 ) -> tuple[EnLMCState, EnLMCInfo]:
     """One step of EnLMC (Algorithm 3.1) for every particle; pure and jittable.
 
@@ -361,6 +362,8 @@ def enlmc_step(
       blowup_factor: kick size, in noise lengths ``sqrt(2hd)``, counted as a blow-up (> 0).
       dense_grad: debugging switch: compute all N gradients and mask.
       method, block_size, precision: passed to ``pairwise.ensemble_force``.
+      mesh: a 1-D device mesh: the pairwise force runs sharded over it
+        (``pairwise.ensemble_force(..., mesh=mesh)``); same samples as unsharded.
     """
     _check_state(state, EnLMCState, "enlmc_init")
     check_positive(step_size, "step_size")
@@ -373,7 +376,7 @@ def enlmc_step(
     h = jnp.asarray(step_size, x.dtype)
     f = -state.logdensity
     pf = ensemble_force(x, f, state.log_p, jnp.asarray(eta, x.dtype), method=method, block_size=block_size,
-                        precision=precision)
+                        precision=precision, mesh=mesh)
     ens = pf.force_sum / jnp.asarray(n - 1, x.dtype)
     need = ~jnp.isfinite(state.log_p)  # no previous step: p_j unknown, use ∇f
     grad, padded = _needed_grads(logdensity_fn, x, need, capacity, dense_grad)
@@ -462,6 +465,7 @@ def cenlmc_step(
     method: str = "auto",
     block_size: Optional[int] = None,
     precision: Any = None,
+    mesh: Any = None,
 ) -> tuple[CEnLMCState, CEnLMCInfo]:
     """One step of CEnLMC (Algorithm 3.2, eq. 3.19-3.21) for every particle; pure and jittable.
 
@@ -490,6 +494,8 @@ def cenlmc_step(
       dense_grad: debugging switch: compute all N gradients, then select
         (same trajectory, no saving).
       method, block_size, precision: passed to ``pairwise.ensemble_force``.
+      mesh: a 1-D device mesh: the pairwise force runs sharded over it
+        (``pairwise.ensemble_force(..., mesh=mesh)``); same samples as unsharded.
     """
     _check_state(state, CEnLMCState, "cenlmc_init")
     x = state.position
@@ -511,7 +517,7 @@ def cenlmc_step(
     fs = state.f_star if f_star is None else jnp.asarray(f_star, dt)
     f = -state.logdensity
     pf = ensemble_force(x, f, state.log_p, jnp.asarray(eta, dt), w=state.w, r2=jnp.asarray(r2, dt), method=method,
-                        block_size=block_size, precision=precision)
+                        block_size=block_size, precision=precision, mesh=mesh)
     # comparisons written so that NaN/inf fail the test (w = +inf at init gives NaN/inf here)
     fail_r1 = ~(jnp.linalg.norm(x - state.w, axis=-1) <= jnp.asarray(r1, dt))
     fail_mf = ~(f <= fs + jnp.asarray(m_f, dt))

@@ -108,6 +108,7 @@ Numerical conventions (both methods unless stated):
 from __future__ import annotations
 
 import math
+import os
 from typing import Any, NamedTuple
 
 import jax
@@ -134,6 +135,9 @@ __all__ = [
 AUTO_DENSE_MAX_N = 64
 #: ... provided its (N, N, d) difference array is at most this many bytes.
 AUTO_DENSE_MAX_BYTES = 16 * 2**20
+#: On a GPU, ``method="auto"`` uses the fused Pallas kernel from this many particles
+#: (it lowers to Triton for CUDA; not yet timed on a GPU: set CENLMC_JAX_PALLAS=0 to opt out).
+PALLAS_AUTO_MIN_N = 4096
 #: Default working-set target of one row block: bytes of one (B, N) temporary.
 #: Measured on a 2-core Zen 4 (1 MiB L2 per core, 32 MiB L3), d = 10: 4 MiB
 #: blocks were fastest or within noise of it at N = 4096, 8192 and 16384
@@ -146,7 +150,7 @@ TILE_MAX_BYTES = 64 * 2**20
 #: Gram identity (see module docstring).
 DIRECT_MAX_D = 3
 _MIN_BLOCK = 16
-_METHODS = ("auto", "dense", "tiled")
+_METHODS = ("auto", "dense", "tiled", "pallas")
 
 
 class PairwiseForce(NamedTuple):
@@ -396,7 +400,7 @@ def _tiled_impl(x, f, log_p, eta, w, r2, *, block_size, precision, direct=None):
         d2 = t - 2 * dot(ar, aT)
         return d2, d2 <= kappa * t
 
-    def block(args):
+    def block(args, per_row_shift):
         if has_w:
             xr, sr, fr, wr, swr = args
         else:
@@ -415,21 +419,49 @@ def _tiled_impl(x, f, log_p, eta, w, r2, *, block_size, precision, direct=None):
             near = near & in_r2
             n_r2 = jnp.sum(jnp.where(in_r2, 1.0, 0.0).astype(dtype), axis=1)
         g = jnp.where(use, (f0[None, :] - fr[:, None]) / d2, 0)
-        P = dot(g, Y)
-        # (In direct mode invalid rows of xr are NaN; they are zeroed at the end.)
-        force = P[:, :d] - P[:, d:] * xr
+        if per_row_shift:
+            # Weights spanning more than the dtype's exponent range (rare: EnLMC
+            # blow-ups, d in the hundreds): shift each row by the largest weight
+            # it uses, at the cost of an exp per pair, so that rows that never
+            # see the heaviest particle keep their weights instead of
+            # underflowing to 0 under the global shift.
+            lw = jnp.where(use, log_w[None, :], -jnp.inf)
+            s_r = jnp.max(lw, axis=1, keepdims=True)
+            s_r = jnp.where(jnp.isfinite(s_r), s_r, 0)
+            gw = jnp.where(use, g * jnp.exp(lw - s_r), 0)
+            P = dot(gw, jnp.concatenate([xc, jnp.ones((n, 1), dtype)], axis=1))
+            half_r = jnp.exp(s_r / 2)  # two half-factors: exp(s) alone may overflow
+            force = P[:, :d] - P[:, d:] * xr
+            force = jnp.where(force != 0, force * half_r * half_r, 0)  # 0 stays 0, not 0 * inf
+        else:
+            P = dot(g, Y)
+            # (In direct mode invalid rows of xr are NaN; they are zeroed at the end.)
+            force = P[:, :d] - P[:, d:] * xr
+            # Undo the global shift; an exact 0 stays 0 (not 0 * inf).
+            force = jnp.where(force != 0, force * half * half, 0)
         # Float sums of 0/1 fuse with the elementwise pass on XLA:CPU and are
         # exact up to 2^24 (float32) neighbours.
         n_near = jnp.sum(jnp.where(near, 1.0, 0.0).astype(dtype), axis=1)
         out = (force, n_near)
         return out + (n_r2,) if has_w else out
 
-    outs = jax.lax.map(block, tuple(rows))
-    force = outs[0].reshape(nb * B, d)[:n]
     # Undo the shift: two half-factors so exp(s) alone cannot overflow while
     # the product is representable; an exact 0 stays 0 (not 0 * inf).
     half = jnp.exp(shift / 2)
-    force = jnp.where(valid[:, None] & (force != 0), force * half * half, 0)
+    # With the global shift the smallest weight is exp(min log_w - shift): keep
+    # it 20 nats above the smallest normal number (so g_ij c_j stays normal for
+    # |g| >= e^-20); otherwise -- a log-weight spread beyond ~110 nats in float32,
+    # e.g. EnLMC blow-ups or d in the hundreds -- pay for a shift per row.
+    min_lw = jnp.min(jnp.where(valid, log_w, jnp.inf))
+    global_ok = (min_lw - shift >= math.log(float(finfo.tiny)) + 20) | ~jnp.any(valid)
+    outs = jax.lax.cond(
+        global_ok,
+        lambda r: jax.lax.map(lambda a: block(a, False), r),
+        lambda r: jax.lax.map(lambda a: block(a, True), r),
+        tuple(rows),
+    )
+    force = outs[0].reshape(nb * B, d)[:n]
+    force = jnp.where(valid[:, None], force, 0)
     # The diagonal was counted (coincident with itself) for every valid row.
     n_ball = jnp.where(valid, outs[1].reshape(-1)[:n].astype(jnp.int32) - 1, 0)
     if has_w:
@@ -456,6 +488,8 @@ def ensemble_force(
     method: str = "auto",
     block_size: int | None = None,
     precision: Any = None,
+    mesh: Any = None,
+    strategy: str = "allgather",
 ) -> PairwiseForce:
     """Pairwise sums of the EnLMC / CEnLMC ensemble force (spec sections 2-4).
 
@@ -475,6 +509,15 @@ def ensemble_force(
         :func:`default_block_size`); N need not be a multiple (padded, masked).
       precision: matmul precision (default ``jax.lax.Precision.HIGHEST`` so
         distance masks are float32-accurate on GPU/TPU as well).
+      mesh: a 1-D ``jax.sharding.Mesh``: shard the particles over its devices
+        and compute with :func:`cenlmc_jax.sharding.ensemble_force_sharded`
+        (``strategy="allgather"`` or ``"ring"``); the result equals the
+        single-device one up to float rounding.
+
+    ``method="pallas"`` is the fused GPU kernel of
+    :mod:`cenlmc_jax.pairwise_pallas` (interpret mode off GPU). On a GPU,
+    ``"auto"`` picks it for ``N >= PALLAS_AUTO_MIN_N`` and ``d <= 256`` unless
+    the environment sets ``CENLMC_JAX_PALLAS=0``.
 
     Returns:
       :class:`PairwiseForce` ``(force_sum (N, d), n_r2 (N,), n_ball (N,))`` in
@@ -487,11 +530,26 @@ def ensemble_force(
     ``block_size < 1``.
     """
     x, f, log_p, w, dtype = _validate(x, f, log_p, eta, w, r2, method, block_size)
-    precision = _canonical_precision(precision)
     n, d = x.shape
+    if mesh is not None:
+        from cenlmc_jax.sharding import ensemble_force_sharded  # imports this module
+
+        return ensemble_force_sharded(x, f, log_p, eta, w=w, r2=r2, mesh=mesh, strategy=strategy,
+                                      block_size=block_size)
     if method == "auto":
         dense_bytes = n * n * d * jnp.dtype(dtype).itemsize * (2 if w is not None else 1)
-        method = "dense" if (n <= AUTO_DENSE_MAX_N and dense_bytes <= AUTO_DENSE_MAX_BYTES) else "tiled"
+        if n <= AUTO_DENSE_MAX_N and dense_bytes <= AUTO_DENSE_MAX_BYTES:
+            method = "dense"
+        elif (jax.default_backend() == "gpu" and n >= PALLAS_AUTO_MIN_N and d <= 256
+              and os.environ.get("CENLMC_JAX_PALLAS", "1") != "0"):
+            method = "pallas"
+        else:
+            method = "tiled"
+    if method == "pallas":
+        from cenlmc_jax.pairwise_pallas import ensemble_force_pallas  # imports this module
+
+        return ensemble_force_pallas(x, f, log_p, eta, w=w, r2=r2)
+    precision = _canonical_precision(precision)
     if method == "dense":
         return _dense_jit(x, f, log_p, eta, w, r2, precision=precision)
     if block_size is None:

@@ -483,3 +483,35 @@ def test_returns_pairwise_force_namedtuple():
     x, f, log_p, _ = _ok()
     out = ensemble_force(x, f, log_p, 0.5)
     assert isinstance(out, PairwiseForce) and out.force_sum.dtype == jnp.float32
+
+
+@pytest.mark.parametrize("d", [2, 6])
+def test_tiled_huge_weight_spread_keeps_every_row(d):
+    """One particle with log p = -150 (a weight e^150 times the others, beyond
+    float32's exponent range): rows that see it get inf (the true sum is not
+    representable), every other row must match the float64 oracle -- a single
+    global rescale would underflow their weights to 0."""
+    rng = np.random.default_rng(3)
+    n = 120
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    f = (0.5 * np.sum(x**2, axis=1)).astype(np.float32)
+    log_p = rng.normal(-2.0, 0.5, n).astype(np.float32)
+    eta = 0.8 if d == 2 else 2.0  # a ball holding a few dozen neighbours at this N, d
+    near = np.sum((x[:, None] - x[None]) ** 2, axis=-1) <= eta * eta
+    np.fill_diagonal(near, False)
+    heavy = int(np.argmax(near.sum(axis=1)))
+    log_p[heavy] = -150.0
+    res = ensemble_force(x, f, log_p, eta, method="tiled", block_size=16)
+    ref = ensemble_force_reference_numpy(x, f, log_p, eta)
+    force = np.asarray(res.force_sum, np.float64)
+    sees = near[:, heavy]
+    assert sees.sum() >= 3 and (~sees).sum() > 60
+    assert not np.any(np.isnan(force))
+    ok = ~sees
+    ok[heavy] = True  # the heavy particle's own row uses ordinary weights
+    scale = np.max(np.abs(ref.force_sum[ok]), axis=1) + 1e-30
+    rel = np.max(np.abs(force[ok] - ref.force_sum[ok]), axis=1) / scale
+    # float32 sums of <= 120 terms of one sign pattern: 1e-3 leaves room for
+    # cancellation; the bug this guards against gives a relative error of 1
+    assert np.all(rel < 1e-3), rel.max()
+    assert np.count_nonzero(force[ok]) > 0.5 * ok.sum()
