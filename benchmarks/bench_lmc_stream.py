@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import functools
 import resource
+import sys
+from pathlib import Path
 import time
 
 import jax
 import numpy as np
-from _common import base_parser, write_results
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _common import base_parser, write_results  # noqa: E402
 
-import cenlmc_jax as cj
+import cenlmc_jax as cj  # noqa: E402
 
 
 def run(n, d, steps, mode, chunk):

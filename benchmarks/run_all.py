@@ -1,0 +1,44 @@
+"""Run every benchmark in sequence: ``python benchmarks/run_all.py [--quick]``.
+
+Each script runs in its own process (the sharding benchmark must set its
+device-count flag before JAX starts) and writes its own
+``benchmarks/results/NAME.{json,md}``; this file then lists what was written.
+Extra arguments (e.g. ``--quick``, ``--repeats 3``) go to every script.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SCRIPTS = [
+    "bench_pairwise.py",     # issue 3/5: dense vs tiled force, SGEMM fraction
+    "bench_scale.py",        # issue 5: N up to 10^6, mask flips, cenlmc_step time and memory
+    "bench_sharding.py",     # issue 5: 4 forced CPU devices vs 1
+    "bench_cenlmc.py",       # issue 3: CEnLMC vs LMC with an expensive gradient
+    "bench_lmc_stream.py",   # issue 2: 10^5 particles x 10^3 steps, streaming
+    "bench_irreversible.py", # issue 4: Gamma vs RW-MH ESS
+    "bench_sgrhmc.py",       # issue 4: sgrhmc_step vs SGHMC step
+]
+
+
+def main() -> int:
+    failed = []
+    for script in SCRIPTS:
+        t0 = time.perf_counter()
+        print(f"== {script}", flush=True)
+        code = subprocess.call([sys.executable, str(HERE / script), *sys.argv[1:]])
+        print(f"== {script}: exit {code} after {time.perf_counter() - t0:.0f} s", flush=True)
+        if code:
+            failed.append(script)
+    print("results:", ", ".join(sorted(p.name for p in (HERE / "results").glob("*.md"))))
+    if failed:
+        print("FAILED:", ", ".join(failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
