@@ -13,8 +13,9 @@ One run measures, side by side:
   (the kernel centres internally, so both should agree), as the fraction of
   pairs whose decision must differ (|Δ count| summed / N²: a lower bound on
   flipped decisions);
-* a full ``cenlmc_step`` (2-D-Gaussian-like ensemble in d = 10): time per
-  particle and compiled temporary memory at N = 10^4 and 10^5.
+* a full ``cenlmc_step`` (standard Gaussian, d = 10, parameters from
+  ``tuning.suggest_cenlmc_params``, three steps in): time per particle and
+  compiled temporary memory at N = 10^4 and 10^5.
 
 ``python benchmarks/bench_scale.py`` (add ``--quick`` for a smoke run).
 Writes benchmarks/results/scale.{json,md}.
@@ -86,21 +87,24 @@ def mask_rows(args):
 
 def cenlmc_rows(args):
     rows = []
-    d = 10
+    d, h = 10, 0.05
     tgt = cj.targets.standard_gaussian(d)
     for n in args.step_sizes:
+        prm = cj.tuning.suggest_cenlmc_params(d, h, num_particles=n)
         x0 = jax.random.normal(jax.random.key(0), (n, d))
         state = cj.cenlmc_init(x0, tgt.logdensity_fn, f_star=tgt.f_star)
-        step = jax.jit(functools.partial(cj.cenlmc_step, logdensity_fn=tgt.logdensity_fn, step_size=0.05,
-                                         eta=1.5, r1=0.5, r2=0.4, n_star=5, m_f=20.0))
-        state, _ = step(jax.random.key(1), state)  # past the w = +inf start: the ensemble path is live
+        step = jax.jit(functools.partial(cj.cenlmc_step, logdensity_fn=tgt.logdensity_fn, step_size=h, eta=prm.eta,
+                                         r1=prm.r1, r2=prm.r2, n_star=prm.n_star, m_f=prm.m_f))
+        for t in range(3):  # past the w = +inf start: the ensemble path is live
+            state, _ = step(jax.random.key(10 + t), state)
         mem = compiled_memory(step, jax.random.key(2), state)
-        t = time_call(step, jax.random.key(2), state, repeats=args.repeats)
+        t = time_call(step, jax.random.key(2), state, repeats=args.repeats if n <= 20_000 else 2)
         _, info = step(jax.random.key(2), state)
         rows.append(dict(N=n, d=d, ms_per_step=round(t.median_s * 1e3, 2),
                          us_per_particle=round(t.median_s / n * 1e6, 3), temp=fmt_bytes(mem["temp_bytes"]),
                          temp_bytes=mem["temp_bytes"], ensemble_fraction=round(float(info.ensemble_fraction), 3),
-                         grad_evals=int(info.grad_evals)))
+                         grad_evals=int(info.grad_evals), params=dict(eta=prm.eta, r1=prm.r1, r2=prm.r2,
+                                                                      n_star=prm.n_star, m_f=prm.m_f)))
     return rows
 
 
