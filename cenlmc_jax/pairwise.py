@@ -107,8 +107,10 @@ Numerical conventions (both methods unless stated):
 
 from __future__ import annotations
 
+import functools
 import math
 import os
+import warnings
 from typing import Any, NamedTuple
 
 import jax
@@ -136,7 +138,8 @@ AUTO_DENSE_MAX_N = 64
 #: ... provided its (N, N, d) difference array is at most this many bytes.
 AUTO_DENSE_MAX_BYTES = 16 * 2**20
 #: On a GPU, ``method="auto"`` uses the fused Pallas kernel from this many particles
-#: (it lowers to Triton for CUDA; not yet timed on a GPU: set CENLMC_JAX_PALLAS=0 to opt out).
+#: (it lowers to Triton for CUDA; not yet timed on a GPU: set CENLMC_JAX_PALLAS=0 to opt out;
+#: a kernel that fails to build or to match the tiled one on first use is never auto-selected).
 PALLAS_AUTO_MIN_N = 4096
 #: Default working-set target of one row block: bytes of one (B, N) temporary.
 #: Measured on a 2-core Zen 4 (1 MiB L2 per core, 32 MiB L3), d = 10: 4 MiB
@@ -474,6 +477,40 @@ def _tiled_impl(x, f, log_p, eta, w, r2, *, block_size, precision, direct=None):
 _tiled_jit = jax.jit(_tiled_impl, static_argnames=("block_size", "precision", "direct"))
 
 
+@functools.lru_cache(maxsize=None)
+def _pallas_usable() -> bool:
+    """Whether ``method="auto"`` may use the Pallas kernel on this machine.
+
+    Checked once per process: not opted out (``CENLMC_JAX_PALLAS=0``), and the
+    kernel compiles and matches the tiled kernel (float32 rounding, 1e-4) on a
+    small ensemble. A toolchain that cannot build it (an old Triton, a new
+    GPU) then costs a warning and the tiled kernel, not a failed job. Runs
+    on concrete arrays, so it is safe to call while tracing.
+    """
+    if os.environ.get("CENLMC_JAX_PALLAS", "1") == "0":
+        return False
+    try:
+        from cenlmc_jax.pairwise_pallas import ensemble_force_pallas
+
+        k1, k2 = jax.random.split(jax.random.key(0))
+        x = jax.random.normal(k1, (300, 4))
+        f = 0.5 * jnp.sum(x * x, axis=1)
+        log_p = jax.random.normal(k2, (300,))
+        got = ensemble_force_pallas(x, f, log_p, 1.0)
+        ref = _tiled_jit(x, f, log_p, 1.0, None, None, block_size=64, precision=_canonical_precision(None))
+        scale = float(jnp.max(jnp.abs(ref.force_sum))) + 1e-30
+        ok = (float(jnp.max(jnp.abs(got.force_sum - ref.force_sum))) <= 1e-4 * scale
+              and bool(jnp.all(got.n_ball == ref.n_ball)))
+        if not ok:
+            warnings.warn("the Pallas pairwise kernel disagrees with the tiled kernel here; using tiled",
+                          RuntimeWarning, stacklevel=3)
+        return ok
+    except Exception as exc:  # any build or runtime failure means: do not auto-select it
+        warnings.warn(f"the Pallas pairwise kernel is unavailable here ({type(exc).__name__}: {exc}); "
+                      "using the tiled kernel", RuntimeWarning, stacklevel=3)
+        return False
+
+
 # ------------------------------------------------------------------------------ public
 
 
@@ -540,8 +577,7 @@ def ensemble_force(
         dense_bytes = n * n * d * jnp.dtype(dtype).itemsize * (2 if w is not None else 1)
         if n <= AUTO_DENSE_MAX_N and dense_bytes <= AUTO_DENSE_MAX_BYTES:
             method = "dense"
-        elif (jax.default_backend() == "gpu" and n >= PALLAS_AUTO_MIN_N and d <= 256
-              and os.environ.get("CENLMC_JAX_PALLAS", "1") != "0"):
+        elif jax.default_backend() == "gpu" and n >= PALLAS_AUTO_MIN_N and d <= 256 and _pallas_usable():
             method = "pallas"
         else:
             method = "tiled"

@@ -315,3 +315,30 @@ def test_kernel_lowers_to_triton_for_cuda(distances, monkeypatch):
     fn = jax.jit(lambda x, f, lp, eta, w, r2: pp._ensemble_force_pallas(x, f, lp, eta, w, r2, opts=opts))
     text = fn.trace(mat, vec, vec, scalar, mat, scalar).lower(lowering_platforms=("cuda",)).as_text()
     assert "__gpu$xla.gpu.triton" in text
+
+
+def test_auto_selection_probe_accepts_a_working_kernel_and_honours_opt_out(monkeypatch):
+    """The once-per-process probe behind method="auto" on GPUs: here (interpret
+    mode) the kernel builds and matches the tiled one, so it is usable, and
+    CENLMC_JAX_PALLAS=0 turns it off."""
+    from cenlmc_jax import pairwise
+
+    pairwise._pallas_usable.cache_clear()
+    assert pairwise._pallas_usable()
+    pairwise._pallas_usable.cache_clear()
+    monkeypatch.setenv("CENLMC_JAX_PALLAS", "0")
+    assert not pairwise._pallas_usable()
+    pairwise._pallas_usable.cache_clear()
+
+
+def test_auto_selection_probe_falls_back_with_a_warning_when_the_kernel_fails(monkeypatch):
+    from cenlmc_jax import pairwise, pairwise_pallas
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no Triton for this GPU")
+
+    monkeypatch.setattr(pairwise_pallas, "ensemble_force_pallas", broken)
+    pairwise._pallas_usable.cache_clear()
+    with pytest.warns(RuntimeWarning, match="no Triton for this GPU"):
+        assert not pairwise._pallas_usable()
+    pairwise._pallas_usable.cache_clear()
