@@ -114,3 +114,9 @@ def test_gradient_through_the_driver_is_exact():
     exact = 1 - np.mean((1 - h) ** t)
     # float32 arithmetic along 120 steps: rounding far below 1e-5
     np.testing.assert_allclose(float(jax.grad(streamed_mean)(1.5)), exact, rtol=1e-5)
+
+
+def test_progress_bar_counts_every_step(capsys):
+    res = cj.sample(jax.random.key(0), STEP, STATE, 20, burn_in=5, chunk_size=10, progress=True)
+    err = capsys.readouterr().err
+    assert res.num_steps_done == 25 and "25/25" in err  # tqdm writes its bar to stderr
