@@ -216,6 +216,16 @@ def _check_count(value: Any, name: str, *, maximum: int, why: str) -> None:
         raise ValueError(f"{name} must be an integer in [0, {maximum}] ({why}); got {v}.")
 
 
+def _check_cenlmc_params(n: int, step_size, eta, r1, r2, n_star, m_f) -> None:
+    """The scalar parameters of Algorithm 3.2 for an ensemble of ``n`` particles."""
+    check_positive(step_size, "step_size")
+    check_positive(eta, "eta")
+    _check_nonneg(r1, "r1")
+    _check_nonneg(r2, "r2")
+    _check_count(n_star, "n_star", maximum=n - 1, why=f"N* cannot exceed the N-1 = {n - 1} other particles")
+    _check_nonneg(m_f, "m_f", allow_inf=True)
+
+
 def _check_state(state: Any, cls: type, fn: str) -> None:
     if not isinstance(state, cls):
         raise ValueError(f"state must be a {cls.__name__} (from {fn}); got {type(state).__name__}.")
@@ -500,12 +510,7 @@ def cenlmc_step(
     _check_state(state, CEnLMCState, "cenlmc_init")
     x = state.position
     n, _ = x.shape
-    check_positive(step_size, "step_size")
-    check_positive(eta, "eta")
-    _check_nonneg(r1, "r1")
-    _check_nonneg(r2, "r2")
-    _check_count(n_star, "n_star", maximum=n - 1, why=f"N* cannot exceed the N-1 = {n - 1} other particles")
-    _check_nonneg(m_f, "m_f", allow_inf=True)
+    _check_cenlmc_params(n, step_size, eta, r1, r2, n_star, m_f)
     if f_star is not None and is_concrete(f_star):
         arr = np.asarray(f_star)
         if arr.ndim != 0 or not np.isfinite(arr):
@@ -601,12 +606,7 @@ def coupling_distance(
     cstate = cenlmc_init(positions, logdensity_fn, f_star)
     lstate = lmc_init(cstate.position, logdensity_fn)
     # validate the step's parameters once, in Python, before tracing
-    check_positive(step_size, "step_size")
-    check_positive(eta, "eta")
-    _check_nonneg(r1, "r1")
-    _check_nonneg(r2, "r2")
-    _check_count(n_star, "n_star", maximum=cstate.position.shape[0] - 1, why="N* <= N-1")
-    _check_nonneg(m_f, "m_f", allow_inf=True)
+    _check_cenlmc_params(cstate.position.shape[0], step_size, eta, r1, r2, n_star, m_f)
     dist, infos = _coupled_run(rng_key, cstate, lstate, logdensity_fn, int(num_steps), step_size, eta, r1, r2,
                                int(n_star), m_f, tuple(sorted(step_kwargs.items())))
     return (dist, infos) if return_info else dist

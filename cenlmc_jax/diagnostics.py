@@ -184,6 +184,20 @@ def _check_points(x: ArrayLike, name: str, min_points: int) -> Array:
     return arr
 
 
+
+def _check_point_pair(x, y, min_points: int):
+    """Two point sets ``(n, d)``, ``(m, d)`` with the same ``d``."""
+    xa = _check_points(x, "x", min_points)
+    ya = _check_points(y, "y", min_points)
+    if xa.shape[1] != ya.shape[1]:
+        raise ValueError(
+            f"`x` and `y` must have the same point dimension d; got `x` of "
+            f"shape {tuple(jnp.shape(x))} (d={xa.shape[1]}) and `y` of shape "
+            f"{tuple(jnp.shape(y))} (d={ya.shape[1]})."
+        )
+    return xa, ya
+
+
 def _common_float_dtype(*arrays: Array):
     return jnp.result_type(*[a.dtype for a in arrays])
 
@@ -713,14 +727,7 @@ def mmd(x: ArrayLike, y: ArrayLike, bandwidth: Optional[ArrayLike] = None) -> Ar
       ValueError: for bad shapes, fewer than 2 points, mismatched dimension
         :math:`d`, or a non-scalar / non-positive ``bandwidth``.
     """
-    xa = _check_points(x, "x", 2)
-    ya = _check_points(y, "y", 2)
-    if xa.shape[1] != ya.shape[1]:
-        raise ValueError(
-            f"`x` and `y` must have the same point dimension d; got `x` of "
-            f"shape {tuple(jnp.shape(x))} (d={xa.shape[1]}) and `y` of shape "
-            f"{tuple(jnp.shape(y))} (d={ya.shape[1]})."
-        )
+    xa, ya = _check_point_pair(x, y, 2)
     dtype = _common_float_dtype(xa, ya)
     if bandwidth is None:
         use_median = True
@@ -822,14 +829,7 @@ def sliced_wasserstein(
       ValueError: for bad shapes, mismatched dimension :math:`d`, a
         non-positive ``num_projections`` or a batched / malformed key.
     """
-    xa = _check_points(x, "x", 1)
-    ya = _check_points(y, "y", 1)
-    if xa.shape[1] != ya.shape[1]:
-        raise ValueError(
-            f"`x` and `y` must have the same point dimension d; got `x` of "
-            f"shape {tuple(jnp.shape(x))} (d={xa.shape[1]}) and `y` of shape "
-            f"{tuple(jnp.shape(y))} (d={ya.shape[1]})."
-        )
+    xa, ya = _check_point_pair(x, y, 1)
     if isinstance(num_projections, (bool, np.bool_)):
         raise ValueError(
             f"`num_projections` must be a positive int; got {num_projections!r}."
