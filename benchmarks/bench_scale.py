@@ -24,12 +24,10 @@ Writes benchmarks/results/scale.{json,md}.
 from __future__ import annotations
 
 import functools
-import math
 import sys
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
