@@ -58,7 +58,8 @@ def main():
     rows = [run(n // 10, d, steps, "trace", 250), run(n // 10, d, steps, "stream", 250)]
     rows.append(run(n, d, steps, "stream", 250))  # peak RSS is cumulative: the big run last
     write_results(
-        "lmc_stream", {"args": vars(args)}, rows, title="Streaming LMC driver",
+        "lmc_stream", {"args": {k: str(v) for k, v in vars(args).items()}}, rows, title="Streaming LMC driver",
+        out_dir=args.out_dir,
         notes=[
             "wall_s: second call (compiled chunk reused); wall_s_with_compile: first call.",
             "max_var_error: |streamed variance - exact ULA variance 1/(1-h/2)| over coordinates, h = 0.1, "

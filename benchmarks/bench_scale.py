@@ -126,7 +126,7 @@ def main():
               f"temp {r['temp']}, ensemble fraction {r['ensemble_fraction']}" for r in cr]
     write_results("scale", {"sgemm": sgemm, "mask": mr, "cenlmc_step": cr}, kr,
                   columns=["kernel", "N", "d", "ms", "pairs_per_s", "temp", "frac_sgemm", "note"],
-                  title="Ensemble force and CEnLMC step at scale", notes=notes)
+                  title="Ensemble force and CEnLMC step at scale", notes=notes, out_dir=args.out_dir)
 
 
 if __name__ == "__main__":
