@@ -41,7 +41,7 @@ import numpy as np
 from _common import base_parser, time_call, write_results
 
 from cenlmc_jax import targets
-from cenlmc_jax.cenlmc import cenlmc_init, cenlmc_step
+from cenlmc_jax.ensemble import cenlmc_init, cenlmc_step
 from cenlmc_jax.langevin import lmc_init, lmc_step
 from cenlmc_jax.pairwise import ensemble_force
 from cenlmc_jax.tuning import suggest_cenlmc_params

@@ -1,21 +1,31 @@
 """cenlmc_jax: ensemble, constrained-ensemble and irreversible Langevin samplers in JAX.
 
-Paper 1 (Ding & Li): ``lmc_step``, ``enlmc_step``, ``cenlmc_step`` on an
-ensemble ``positions: (N, d)``. Paper 2 (Ma, Fox, Chen, Wu): the complete
-recipe (``recipe_step``; ``sgld``, ``sgrld``, ``sghmc``, ``sgrhmc``),
-``sgrhmc_step``, ``irreversible_mh_step`` with Gamma and SDE proposals.
-``sample`` drives any step with ``lax.scan``.
+Every sampler is a constructor returning a :class:`SamplingAlgorithm`
+``(init, step)`` (the BlackJAX shape); ``sample`` drives it with ``lax.scan``:
+
+    algo = cj.cenlmc(logdensity_fn, step_size=0.05, eta=0.3, r1=0.5, r2=0.3, n_star=20, m_f=10.0)
+    state = algo.init(positions)                      # positions: (N, d)
+    result = cj.sample(key, algo, state, num_steps=1000)
+
+Paper 1 (Ding & Li): ``lmc``, ``enlmc``, ``cenlmc`` on an ensemble
+``positions: (N, d)``. Paper 2 (Ma, Fox, Chen, Wu): the complete recipe
+(``complete_recipe``; ``sgld``, ``sgrld``, ``sghmc``), ``sgrhmc``, and
+``irreversible_mh`` with Gamma and SDE proposals; ``rwmh`` is the reversible
+baseline. The free functions ``X_init`` / ``X_step`` are the kernels underneath.
 """
 
-from cenlmc_jax import diagnostics, gradients, irreversible, recipe, targets, tuning
-from cenlmc_jax.cenlmc import (
+from cenlmc_jax import diagnostics, ensemble, gradients, irreversible, pairwise, sgmcmc, targets, tuning
+from cenlmc_jax.base import SamplingAlgorithm, StepSize
+from cenlmc_jax.ensemble import (
     CEnLMCInfo,
     CEnLMCState,
     EnLMCInfo,
     EnLMCState,
+    cenlmc,
     cenlmc_init,
     cenlmc_step,
     coupling_distance,
+    enlmc,
     enlmc_init,
     enlmc_step,
 )
@@ -33,40 +43,61 @@ from cenlmc_jax.irreversible import (
     RWMHState,
     coordinatewise_proposal,
     gamma_proposal,
+    irreversible_mh,
     irreversible_mh_init,
     irreversible_mh_step,
+    rwmh,
     rwmh_init,
     rwmh_step,
     sde_proposal,
 )
-from cenlmc_jax.langevin import LMCInfo, LMCState, lmc_init, lmc_step
-from cenlmc_jax.recipe import (
-    SGMCMC,
+from cenlmc_jax.langevin import LMCInfo, LMCState, lmc, lmc_init, lmc_step
+from cenlmc_jax.sgmcmc.recipe import (
     RecipeInfo,
     RecipeState,
-    SGRHMCInfo,
-    SGRHMCState,
-    gsgrhmc_inv_metric,
+    SGHMCState,
+    complete_recipe,
     recipe_init,
     recipe_step,
     sghmc,
     sgld,
-    sgrhmc,
-    sgrhmc_init,
-    sgrhmc_step,
     sgrld,
 )
 from cenlmc_jax.run import Moments, RunResult, sample, vmap_chains
+from cenlmc_jax.sgmcmc.sgrhmc import (
+    SGRHMCInfo,
+    SGRHMCState,
+    gsgrhmc_inv_metric,
+    sgrhmc,
+    sgrhmc_init,
+    sgrhmc_step,
+)
 
 __version__ = "0.1.0"
 
+#: Every sampler constructor, by the name users call: ``cj.SAMPLERS["cenlmc"] is cj.cenlmc``.
+SAMPLERS = {
+    "lmc": lmc,
+    "enlmc": enlmc,
+    "cenlmc": cenlmc,
+    "complete_recipe": complete_recipe,
+    "sgld": sgld,
+    "sgrld": sgrld,
+    "sghmc": sghmc,
+    "sgrhmc": sgrhmc,
+    "irreversible_mh": irreversible_mh,
+    "rwmh": rwmh,
+}
+
 __all__ = [
-    "diagnostics", "gradients", "irreversible", "recipe", "targets", "tuning",
+    "diagnostics", "ensemble", "gradients", "irreversible", "pairwise", "sgmcmc", "targets", "tuning",
+    "SamplingAlgorithm", "StepSize", "SAMPLERS",
+    "lmc", "enlmc", "cenlmc", "sgld", "sgrld", "sghmc", "sgrhmc", "complete_recipe", "irreversible_mh", "rwmh",
+    "LMCState", "LMCInfo", "lmc_init", "lmc_step",
     "EnLMCState", "EnLMCInfo", "enlmc_init", "enlmc_step",
     "CEnLMCState", "CEnLMCInfo", "cenlmc_init", "cenlmc_step", "coupling_distance",
-    "LMCState", "LMCInfo", "lmc_init", "lmc_step",
     "sample", "RunResult", "Moments", "vmap_chains",
-    "RecipeState", "RecipeInfo", "recipe_init", "recipe_step", "SGMCMC", "sgld", "sgrld", "sghmc", "sgrhmc",
+    "RecipeState", "RecipeInfo", "recipe_init", "recipe_step", "SGHMCState",
     "SGRHMCState", "SGRHMCInfo", "sgrhmc_init", "sgrhmc_step", "gsgrhmc_inv_metric",
     "grad_estimator_from_grad", "grad_estimator_from_logdensity", "minibatch_grad_estimator", "noisy_grad_estimator",
     "Proposal", "IrreversibleMHState", "IrreversibleMHInfo", "irreversible_mh_init", "irreversible_mh_step",

@@ -4,29 +4,30 @@ A gradient estimator is a pure function
 
     grad_estimator(rng_key, theta) -> ∇Ũ(theta)        theta: (d,) -> (d,)
 
-returning an (unbiased) estimate of the gradient of the **potential**
-``U = -log posterior`` (the sign the recipe in :mod:`cenlmc_jax.recipe` uses).
+returning an (unbiased) estimate of the gradient of the **log density**
+``∇log π`` (the sign BlackJAX uses; the potential ``U = -log π`` appears
+only where a formula needs it, as ``potential_fn``).
 Everything here is jittable and vmaps over chains; the minibatch is drawn
 inside the step from the key, so the data stay on the device and nothing
 returns to Python between steps.
 
-- :func:`grad_estimator_from_grad`: a deterministic ``grad_fn(θ) = ∇U(θ)``.
-- :func:`grad_estimator_from_logdensity`: ``-∇ logdensity_fn`` (full gradient).
-- :func:`noisy_grad_estimator`: ``∇U + N(0, noise_sd² I)`` (paper 2's synthetic experiment).
+- :func:`grad_estimator_from_grad`: a deterministic ``grad_fn(θ) = ∇log π(θ)``.
+- :func:`grad_estimator_from_logdensity`: ``∇ logdensity_fn`` (full gradient).
+- :func:`noisy_grad_estimator`: ``∇log π + N(0, noise_sd² I)`` (paper 2's synthetic experiment).
 - :func:`minibatch_grad_estimator`:
-  ``∇Ũ(θ) = -∇log prior(θ) - (n/|B|) Σ_{i∈B} ∇log lik(x_i | θ)``.
+  ``g̃(θ) = ∇log prior(θ) + (n/|B|) Σ_{i∈B} ∇log lik(x_i | θ)``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cenlmc_jax._validation import check_int, check_positive
-from cenlmc_jax.types import Array, PRNGKey, PyTree
+from cenlmc_jax._validation import check_bool, check_callable, check_int, check_positive
+from cenlmc_jax.types import Array, GradEstimator, PyTree
 
 __all__ = [
     "grad_estimator_from_grad",
@@ -35,17 +36,9 @@ __all__ = [
     "minibatch_grad_estimator",
 ]
 
-GradEstimator = Callable[[PRNGKey, Array], Array]
-
-
-def _check_callable(fn: Any, name: str, what: str) -> None:
-    if not callable(fn):
-        raise ValueError(f"{name} must be a callable {what}; got {fn!r}.")
-
-
 def grad_estimator_from_grad(grad_fn: Callable[[Array], Array]) -> GradEstimator:
-    """Adapter: a deterministic ``grad_fn(θ) = ∇U(θ)`` as an estimator (the key is ignored)."""
-    _check_callable(grad_fn, "grad_fn", "theta -> gradient of the potential U at theta")
+    """Adapter: a deterministic ``grad_fn(θ) = ∇log π(θ)`` as an estimator (the key is ignored)."""
+    check_callable(grad_fn, "grad_fn", "theta -> gradient of the log density at theta")
 
     def grad_estimator(rng_key, theta):
         del rng_key  # exact gradient: no randomness
@@ -55,25 +48,26 @@ def grad_estimator_from_grad(grad_fn: Callable[[Array], Array]) -> GradEstimator
 
 
 def grad_estimator_from_logdensity(logdensity_fn: Callable[[Array], Array]) -> GradEstimator:
-    """The full gradient of ``U = -logdensity_fn``: ``(key, θ) -> -∇ logdensity_fn(θ)``."""
-    _check_callable(logdensity_fn, "logdensity_fn", "theta -> scalar log density")
+    """The full gradient of ``logdensity_fn``: ``(key, θ) -> ∇ logdensity_fn(θ)``."""
+    check_callable(logdensity_fn, "logdensity_fn", "theta -> scalar log density")
     grad = jax.grad(logdensity_fn)
 
     def grad_estimator(rng_key, theta):
         del rng_key
-        return -grad(theta).astype(theta.dtype)
+        return grad(theta).astype(theta.dtype)
 
     return grad_estimator
 
 
 def noisy_grad_estimator(grad_fn: Callable[[Array], Array], noise_sd: float) -> GradEstimator:
-    """``∇Ũ(θ) = grad_fn(θ) + noise_sd · ν``, ``ν ~ N(0, I_d)`` drawn in ``θ.dtype``.
+    """``g̃(θ) = grad_fn(θ) + noise_sd · ν``, ``ν ~ N(0, I_d)`` drawn in ``θ.dtype``.
 
     The stochastic gradient of paper 2's synthetic experiment (true gradient
     plus Gaussian noise): unbiased, ``Cov = noise_sd² I``, so the matching
     ``B̂`` of SGRHMC is ``noise_sd² · G^{-1}(θ)`` for a diagonal metric.
+    ``grad_fn(θ) = ∇log π(θ)``.
     """
-    _check_callable(grad_fn, "grad_fn", "theta -> gradient of the potential U at theta")
+    check_callable(grad_fn, "grad_fn", "theta -> gradient of the log density at theta")
     check_positive(noise_sd, "noise_sd", allow_zero=True)
 
     def grad_estimator(rng_key, theta):
@@ -99,11 +93,12 @@ def minibatch_grad_estimator(
     loglik_fn: Callable[..., Array],
     data: PyTree,
     batch_size: int,
+    *,
     replace: bool = False,
 ) -> GradEstimator:
-    """Minibatch estimate of the gradient of ``U(θ) = -log p(θ) - Σ_{i=1}^n log p(x_i | θ)``:
+    """Minibatch estimate of the gradient of ``log π(θ) = log p(θ) + Σ_{i=1}^n log p(x_i | θ)``:
 
-        ∇Ũ(θ) = -∇log p(θ) - (n / |B|) Σ_{i∈B} ∇_θ log p(x_i | θ)          (spec 6)
+        g̃(θ) = ∇log p(θ) + (n / |B|) Σ_{i∈B} ∇_θ log p(x_i | θ)          (spec 6)
 
     Args:
       logprior_fn: ``θ -> log p(θ)`` (scalar).
@@ -118,15 +113,14 @@ def minibatch_grad_estimator(
         (``jax.random.choice`` without replacement; O(n) work per draw).
         ``True``: ``|B|`` independent uniform indices (O(|B|)), also unbiased.
 
-    Returns ``grad_estimator(rng_key, θ) -> (d,)``, unbiased for ``∇U(θ)``:
+    Returns ``grad_estimator(rng_key, θ) -> (d,)``, unbiased for ``∇log π(θ)``:
     each index is in ``B`` with probability ``|B|/n`` (expected count ``|B|/n``
     with replacement). With ``batch_size = n`` and ``replace=False`` it is the
     exact full gradient.
     """
-    _check_callable(logprior_fn, "logprior_fn", "theta -> scalar log prior")
-    _check_callable(loglik_fn, "loglik_fn", "(theta, *data_point) -> scalar log likelihood")
-    if not isinstance(replace, (bool, np.bool_)):
-        raise ValueError(f"replace must be True or False; got {replace!r}.")
+    check_callable(logprior_fn, "logprior_fn", "theta -> scalar log prior")
+    check_callable(loglik_fn, "loglik_fn", "(theta, *data_point) -> scalar log likelihood")
+    check_bool(replace, "replace")
     n = _num_data(data)
     batch_size = check_int(batch_size, "batch_size", minimum=1, maximum=n)
     data = jax.tree_util.tree_map(jnp.asarray, data)  # one transfer to the device
@@ -143,7 +137,7 @@ def minibatch_grad_estimator(
         batch = jax.tree_util.tree_map(lambda a: jnp.take(a, idx, axis=0), data)
         per_point = jax.vmap(grad_lik, in_axes=(None, 0))(theta, batch)
         scale = jnp.asarray(n / batch_size, theta.dtype)
-        g = -grad_prior(theta) - scale * jnp.sum(per_point, axis=0)
+        g = grad_prior(theta) + scale * jnp.sum(per_point, axis=0)
         return g.astype(theta.dtype)
 
     return grad_estimator

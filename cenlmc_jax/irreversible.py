@@ -64,8 +64,16 @@ import numpy as np
 from jax.scipy.linalg import solve_triangular
 from jax.scipy.special import gammaln
 
-from cenlmc_jax._validation import check_logdensity, check_position, check_positive, is_concrete
-from cenlmc_jax.recipe import evaluate_matrix, gamma_term
+from cenlmc_jax import _linalg as la
+from cenlmc_jax._validation import (
+    check_bool,
+    check_callable,
+    check_logdensity,
+    check_position,
+    check_positive,
+    is_concrete,
+)
+from cenlmc_jax.base import SamplingAlgorithm
 from cenlmc_jax.types import Array, ArrayLike, LogDensityFn, PRNGKey
 
 __all__ = [
@@ -74,6 +82,7 @@ __all__ = [
     "IrreversibleMHInfo",
     "irreversible_mh_init",
     "irreversible_mh_step",
+    "irreversible_mh",
     "coordinatewise_proposal",
     "gamma_proposal",
     "sde_proposal",
@@ -81,6 +90,7 @@ __all__ = [
     "RWMHInfo",
     "rwmh_init",
     "rwmh_step",
+    "rwmh",
 ]
 
 
@@ -163,15 +173,6 @@ class RWMHInfo(NamedTuple):
 # ------------------------------------------------------------------------ helpers
 
 
-def _check_single_position(position: ArrayLike) -> Array:
-    position = check_position(position)
-    if position.ndim != 1:
-        raise ValueError(
-            f"position must be one chain of shape (d,) (vmap over chains for many); got shape {tuple(position.shape)}."
-        )
-    return position
-
-
 def _direction_shape(proposal: Optional[Proposal], position: Array) -> tuple:
     size = getattr(proposal, "direction_size", None)
     return position.shape if size is None else (size,)
@@ -194,26 +195,40 @@ def _proposal_trouble(z_star: Array, logdensity_new: Array) -> Array:
 # ----------------------------------------------------------------- the jump sampler
 
 
+def _check_proposal(proposal: Any) -> None:
+    if not all(callable(getattr(proposal, f, None)) for f in ("sample", "log_forward", "log_backward")):
+        raise ValueError(
+            "proposal must be a Proposal (sample, log_forward, log_backward callables), e.g. "
+            f"gamma_proposal(...) or sde_proposal(...); got {type(proposal).__name__}."
+        )
+
+
 def irreversible_mh_init(
     position: ArrayLike,
     logdensity_fn: LogDensityFn,
-    rng_key: PRNGKey,
+    rng_key: Optional[PRNGKey] = None,
     *,
     proposal: Optional[Proposal] = None,
 ) -> IrreversibleMHState:
-    """Start a chain at ``position: (d,)`` with a uniform direction.
+    """Start a chain at ``position: (d,)``.
 
-    The direction is drawn uniformly from ``{-1, +1}^d`` (or ``{-1, +1}^1``
-    when ``proposal.direction_size == 1``, as for :func:`sde_proposal`), with
-    the dtype of ``position``. Passing ``proposal`` also runs its checks at this
+    With ``rng_key`` the direction is drawn uniformly (its stationary law)
+    from ``{-1, +1}^d`` (or ``{-1, +1}^1`` when ``proposal.direction_size == 1``,
+    as for :func:`sde_proposal`); without, every sign is ``+1`` (a valid start:
+    the direction is part of the chain's state, like a momentum at rest). The
+    direction has the dtype of ``position``. Passing ``proposal`` also runs its checks at this
     initial point (``D`` positive definite, ``Q`` skew-symmetric, ...).
     Vmappable over ``(position, rng_key)`` for many chains.
     """
-    position = _check_single_position(position)
+    position = check_position(position, ndim=1)
     check_logdensity(logdensity_fn, position)
     if proposal is not None and is_concrete(position) and callable(getattr(proposal, "check", None)):
         proposal.check(position)
-    direction = jax.random.rademacher(rng_key, _direction_shape(proposal, position), dtype=position.dtype)
+    shape = _direction_shape(proposal, position)
+    if rng_key is None:
+        direction = jnp.ones(shape, position.dtype)
+    else:
+        direction = jax.random.rademacher(rng_key, shape, dtype=position.dtype)
     return IrreversibleMHState(position, direction, jnp.asarray(logdensity_fn(position), position.dtype))
 
 
@@ -242,11 +257,8 @@ def irreversible_mh_step(
 
     Pure and jittable; vmap it over ``(rng_key, state)`` for many chains.
     """
-    if not all(callable(getattr(proposal, f, None)) for f in ("sample", "log_forward", "log_backward")):
-        raise ValueError(
-            "proposal must be a Proposal (sample, log_forward, log_backward callables), e.g. "
-            f"gamma_proposal(...) or sde_proposal(...); got {type(proposal).__name__}."
-        )
+    check_bool(flip_on_reject, "flip_on_reject")
+    _check_proposal(proposal)
     z, s = state.position, state.direction
     expected = _direction_shape(proposal, z)
     if tuple(s.shape) != tuple(expected):
@@ -375,44 +387,20 @@ def gamma_proposal(shape: float, scale: float) -> Proposal:
     return coordinatewise_proposal(log_f, log_g, sample=sample)
 
 
-def _as_matrix(M: Any, z: Array) -> Array:
-    """``evaluate_matrix(M, z)`` as an ``(n, n)`` array in ``z``'s dtype; a scalar c means c·I."""
-    m = jnp.asarray(evaluate_matrix(M, z), z.dtype)
-    if m.ndim == 0:
-        m = m * jnp.eye(z.shape[0], dtype=z.dtype)
-    return m
-
-
 def _check_d_q(D: Any, Q: Any, position: Array) -> None:
-    """D(z) symmetric positive definite and Q(z) skew-symmetric, both (d, d), at a concrete z."""
+    """``D(z)`` symmetric positive definite and ``Q(z)`` skew-symmetric at a concrete ``z``."""
     d = position.shape[0]
     mats = {}
     for name, M in (("D", D), ("Q", Q)):
         try:
-            m = np.asarray(_as_matrix(M, position), dtype=np.float64)
+            m = la.evaluate(M, position, name)
+        except ValueError:
+            raise
         except Exception as exc:  # the user's callable failed on a correctly shaped point
             raise ValueError(f"{name} failed at a position of shape {tuple(position.shape)}: {exc}") from exc
-        if m.shape != (d, d):
-            raise ValueError(f"{name} must be a ({d}, {d}) matrix (or a scalar times I) at a position of shape "
-                             f"({d},); got shape {m.shape}.")
-        if not np.all(np.isfinite(m)):
-            raise ValueError(f"{name} must be finite; got {m}.")
-        mats[name] = m
-    # rounding of a float32 user callable leaves ~1e-7 relative asymmetry: allow 1000 ulps
-    eps = float(jnp.finfo(position.dtype).eps)
-    Dm, Qm = mats["D"], mats["Q"]
-    tol_d = 1e3 * eps * max(1.0, np.max(np.abs(Dm)))
-    if np.max(np.abs(Dm - Dm.T)) > tol_d:
-        raise ValueError(f"D must be symmetric; max |D - Dᵀ| = {np.max(np.abs(Dm - Dm.T)):.3g} at this point.")
-    lam = np.linalg.eigvalsh((Dm + Dm.T) / 2)
-    if lam.min() <= tol_d:
-        raise ValueError(
-            f"D must be positive definite (the Gaussian proposal N(·, 2εD) needs a density; positive "
-            f"semidefinite is not enough); its smallest eigenvalue is {lam.min():.3g} at this point."
-        )
-    tol_q = 1e3 * eps * max(1.0, np.max(np.abs(Qm)))
-    if np.max(np.abs(Qm + Qm.T)) > tol_q:
-        raise ValueError(f"Q must be skew-symmetric; max |Q + Qᵀ| = {np.max(np.abs(Qm + Qm.T)):.3g} at this point.")
+        mats[name] = la.constant_dense(m, d)
+    la.check_symmetric_psd(mats["D"], "D", "the Gaussian proposal N(., 2 step_size D) needs a density", definite=True)
+    la.check_skew(mats["Q"], "Q", "the irreversible part of the recipe")
 
 
 def _log_normal_chol(x: Array, mean: Array, chol: Array, var_scale: Array) -> Array:
@@ -442,44 +430,39 @@ def sde_proposal(D: Any, Q: Any, logdensity_fn: LogDensityFn, step_size: float) 
     ``Q = 0`` this is MALA preconditioned by ``D``.
 
     Args:
-      D: ``(d, d)`` symmetric positive definite, constant (array, or scalar c
-        meaning c·I) or a callable ``z -> (d, d)``. Positive *definite*: the
+      D: symmetric positive definite: a scalar ``c`` (``c·I``), a ``(d,)``
+        diagonal, a ``(d, d)`` array, or a callable of ``z`` returning one of these. Positive *definite*: the
         proposal needs a density, so a singular ``D`` (e.g. SGHMC's) is refused.
-      Q: ``(d, d)`` skew-symmetric, constant (0 allowed) or callable.
+      Q: skew-symmetric, in the same forms (0 allowed).
       logdensity_fn: ``z -> log π(z)``; its gradient comes from ``jax.grad``.
       step_size: ``ε > 0``.
 
     Constant ``D, Q`` are checked here; callables at the initial point by
     :func:`irreversible_mh_init` (``proposal=``) and in every eager step.
-    ``Γ`` comes from :func:`cenlmc_jax.recipe.gamma_term` (zero for constants).
+    ``Γ`` comes from :func:`cenlmc_jax._linalg.gamma_term` (zero for constants).
     ``grad_evals = 2`` (``∇H`` at ``z`` and at ``z*``): under ``jit`` the
     repeated evaluation at ``z`` in ``sample`` and ``log_forward`` is one
     computation after XLA's common-subexpression elimination.
     """
     check_positive(step_size, "step_size")
-    if not callable(logdensity_fn):
-        raise ValueError(f"logdensity_fn must be a callable z -> scalar log density; got {logdensity_fn!r}.")
-    for name, M in (("D", D), ("Q", Q)):
-        if not callable(M):
-            m = np.asarray(M)
-            if m.ndim not in (0, 2) or (m.ndim == 2 and m.shape[0] != m.shape[1]):
-                raise ValueError(f"{name} must be a square (d, d) matrix, a scalar or a callable; got shape {m.shape}.")
-    constant = [np.asarray(M) for M in (D, Q) if not callable(M)]
-    sizes = {m.shape[0] for m in constant if m.ndim == 2}
+    check_callable(logdensity_fn, "logdensity_fn", "z -> scalar log density")
+    la.check_matrix_form(D, "D")
+    la.check_matrix_form(Q, "Q")
+    sizes = {np.shape(M)[0] for M in (D, Q) if not callable(M) and np.ndim(M) > 0}
     if len(sizes) > 1:
         raise ValueError(f"D and Q must have the same size; got shapes {np.shape(D)} and {np.shape(Q)}.")
-    if not callable(D) and not callable(Q):
+    if not callable(D) and not callable(Q) and is_concrete(D) and is_concrete(Q):
         # both constant: check them now at a dummy point of the right size (no logdensity needed)
-        n = sizes.pop() if sizes else 1
-        _check_d_q(D, Q, jnp.zeros((n,), jnp.result_type(float)))
+        _check_d_q(D, Q, jnp.zeros((sizes.pop() if sizes else 1,), jnp.result_type(float)))
 
     grad_fn = jax.grad(logdensity_fn)
 
     def mean_and_chol(z, s):
         eps = jnp.asarray(step_size, z.dtype)
-        Dz, Qz = _as_matrix(D, z), _as_matrix(Q, z)
+        d = z.shape[0]
+        Dz, Qz = la.to_dense(la.evaluate(D, z, "D"), d), la.to_dense(la.evaluate(Q, z, "Q"), d)
         # -(D + sQ)∇H = (D + sQ)∇log π
-        drift = (Dz + s * Qz) @ grad_fn(z).astype(z.dtype) + gamma_term(D, Q, z, sign=s)
+        drift = (Dz + s * Qz) @ grad_fn(z).astype(z.dtype) + la.gamma_term(D, Q, z, sign=s)
         return z + eps * drift, jnp.linalg.cholesky(Dz)
 
     def sample(rng_key, z, direction):
@@ -507,7 +490,7 @@ def sde_proposal(D: Any, Q: Any, logdensity_fn: LogDensityFn, step_size: float) 
 
 def rwmh_init(position: ArrayLike, logdensity_fn: LogDensityFn) -> RWMHState:
     """Start Gaussian random-walk MH at ``position: (d,)`` (vmappable over chains)."""
-    position = _check_single_position(position)
+    position = check_position(position, ndim=1)
     check_logdensity(logdensity_fn, position)
     return RWMHState(position, jnp.asarray(logdensity_fn(position), position.dtype))
 
@@ -516,18 +499,18 @@ def rwmh_step(
     rng_key: PRNGKey,
     state: RWMHState,
     logdensity_fn: LogDensityFn,
-    scale: float,
+    step_size: float,
 ) -> tuple[RWMHState, RWMHInfo]:
     """One Gaussian random-walk Metropolis–Hastings step (the reversible baseline).
 
-    ``z* = z + scale·ξ``, ``ξ ~ N(0, I_d)``; symmetric, so ``a = min(1, π(z*)/π(z))``.
+    ``z* = z + step_size·ξ``, ``ξ ~ N(0, I_d)``; symmetric, so ``a = min(1, π(z*)/π(z))``.
     ``rng_key`` is split into ``(key_proposal, key_accept)`` as in
     :func:`irreversible_mh_step`. Pure and jittable; vmap over ``(rng_key, state)``.
     """
-    check_positive(scale, "scale")
+    check_positive(step_size, "step_size")
     z = state.position
     key_proposal, key_accept = jax.random.split(rng_key)
-    z_star = z + jnp.asarray(scale, z.dtype) * jax.random.normal(key_proposal, z.shape, dtype=z.dtype)
+    z_star = z + jnp.asarray(step_size, z.dtype) * jax.random.normal(key_proposal, z.shape, dtype=z.dtype)
     logdensity_new = jnp.asarray(logdensity_fn(z_star), z.dtype)
     accepted, acceptance_rate = _metropolis(key_accept, logdensity_new - state.logdensity)
     diverged = _proposal_trouble(z_star, logdensity_new)
@@ -543,3 +526,41 @@ def rwmh_step(
         diverged=diverged,
     )
     return new_state, info
+
+
+# ------------------------------------------------------------------ sampler objects
+
+
+def irreversible_mh(logdensity_fn: LogDensityFn, proposal: Proposal, *, flip_on_reject: bool = True) -> SamplingAlgorithm:
+    """The irreversible jump sampler (spec 7) as a sampler object.
+
+    ``init(position, rng_key=None)``: :func:`irreversible_mh_init` with this
+    proposal (its checks run at the initial point; the direction is uniform
+    with a key, all ``+1`` without). ``step(rng_key, state)``: :func:`irreversible_mh_step`.
+    """
+    check_callable(logdensity_fn, "logdensity_fn", "z -> scalar log density")
+    _check_proposal(proposal)
+    check_bool(flip_on_reject, "flip_on_reject")
+
+    def init(position, rng_key=None):
+        return irreversible_mh_init(position, logdensity_fn, rng_key, proposal=proposal)
+
+    def step(rng_key, state):
+        return irreversible_mh_step(rng_key, state, logdensity_fn, proposal, flip_on_reject=flip_on_reject)
+
+    return SamplingAlgorithm(init, step)
+
+
+def rwmh(logdensity_fn: LogDensityFn, step_size: float) -> SamplingAlgorithm:
+    """Gaussian random-walk MH with proposal ``N(z, step_size² I)`` as a sampler object."""
+    check_callable(logdensity_fn, "logdensity_fn", "z -> scalar log density")
+    check_positive(step_size, "step_size")
+
+    def init(position, rng_key=None):
+        del rng_key  # deterministic start
+        return rwmh_init(position, logdensity_fn)
+
+    def step(rng_key, state):
+        return rwmh_step(rng_key, state, logdensity_fn, step_size)
+
+    return SamplingAlgorithm(init, step)

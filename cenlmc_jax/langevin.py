@@ -17,10 +17,11 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from cenlmc_jax._validation import check_logdensity, check_positions, check_positive
+from cenlmc_jax._validation import check_callable, check_logdensity, check_positions, check_positive, check_state
+from cenlmc_jax.base import SamplingAlgorithm
 from cenlmc_jax.types import Array, ArrayLike, LogDensityFn, PRNGKey
 
-__all__ = ["LMCState", "LMCInfo", "lmc_init", "lmc_step"]
+__all__ = ["LMCState", "LMCInfo", "lmc_init", "lmc_step", "lmc"]
 
 
 class LMCState(NamedTuple):
@@ -80,6 +81,7 @@ def lmc_step(
     jittable. The gradient at ``x'`` is evaluated here (N evaluations) and
     stored in the state for the next step.
     """
+    check_state(state, LMCState, "lmc_init")
     check_positive(step_size, "step_size")
     x = state.position
     h = jnp.asarray(step_size, dtype=x.dtype)
@@ -93,3 +95,22 @@ def lmc_step(
         diverged=bad > 0,
     )
     return LMCState(new_x, logdensity, grad), info
+
+
+def lmc(logdensity_fn: LogDensityFn, step_size: float) -> SamplingAlgorithm:
+    """LMC (ULA) on an ensemble as a sampler object.
+
+    ``init(positions, rng_key=None)``: :func:`lmc_init` on ``positions: (N, d)``.
+    ``step(rng_key, state)``: :func:`lmc_step` with this ``step_size``.
+    """
+    check_callable(logdensity_fn, "logdensity_fn", "x -> scalar log density")
+    check_positive(step_size, "step_size")
+
+    def init(positions, rng_key=None):
+        del rng_key  # deterministic start
+        return lmc_init(positions, logdensity_fn)
+
+    def step(rng_key, state):
+        return lmc_step(rng_key, state, logdensity_fn, step_size)
+
+    return SamplingAlgorithm(init, step)

@@ -39,7 +39,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from cenlmc_jax._validation import check_int
+from cenlmc_jax._validation import check_callable, check_choice, check_int
+from cenlmc_jax.base import SamplingAlgorithm
 from cenlmc_jax.types import Array, PRNGKey, PyTree, StepFn
 
 __all__ = ["sample", "RunResult", "Moments", "reduce_info", "vmap_chains"]
@@ -174,7 +175,7 @@ def _load_checkpoint(path: str) -> dict:
 
 def sample(
     rng_key: PRNGKey,
-    step_fn: StepFn,
+    step_fn: SamplingAlgorithm | StepFn,
     initial_state: Any,
     num_steps: int,
     *,
@@ -193,7 +194,9 @@ def sample(
     Args:
       rng_key: a typed key or a legacy ``PRNGKey``. Step ``t`` uses
         ``fold_in(rng_key, t)``.
-      step_fn: ``(rng_key, state) -> (state, info)``, e.g.
+      step_fn: a :class:`~cenlmc_jax.base.SamplingAlgorithm` (``cj.lmc(...)``,
+        ``cj.cenlmc(...)``, ...: its ``step`` is run) or any
+        ``(rng_key, state) -> (state, info)``, e.g.
         ``functools.partial(lmc_step, logdensity_fn=f, step_size=0.1)``. Keep the
         same object between calls to reuse its compilation.
       initial_state: the sampler's state (any pytree).
@@ -212,24 +215,22 @@ def sample(
       on_divergence: ``"stop"`` (finish the chunk, warn, return what was done),
         ``"warn"`` (warn and keep going) or ``"raise"`` (``FloatingPointError``).
     """
+    if isinstance(step_fn, SamplingAlgorithm):
+        step_fn = step_fn.step
+    check_callable(step_fn, "step_fn", "(rng_key, state) -> (state, info), or a SamplingAlgorithm")
     num_steps = check_int(num_steps, "num_steps", minimum=1)
     thin = check_int(thin, "thin", minimum=1)
     burn_in = check_int(burn_in, "burn_in", minimum=0)
     if num_steps % thin:
         raise ValueError(f"thin must divide num_steps; got thin={thin}, num_steps={num_steps}.")
-    if mode not in ("trace", "stream"):
-        raise ValueError(f"mode must be 'trace' or 'stream'; got {mode!r}.")
-    if info_reduce not in ("mean", None):
-        raise ValueError(f"info_reduce must be 'mean' or None; got {info_reduce!r}.")
-    if on_divergence not in ("stop", "warn", "raise"):
-        raise ValueError(f"on_divergence must be 'stop', 'warn' or 'raise'; got {on_divergence!r}.")
+    check_choice(mode, "mode", ("trace", "stream"))
+    check_choice(info_reduce, "info_reduce", ("mean", None))
+    check_choice(on_divergence, "on_divergence", ("stop", "warn", "raise"))
     if chunk_size is None:
         chunk_size = max(thin, (min(num_steps, 1000) // thin) * thin)
     chunk_size = check_int(chunk_size, "chunk_size", minimum=1)
     if chunk_size % thin:
         raise ValueError(f"thin must divide chunk_size; got thin={thin}, chunk_size={chunk_size}.")
-    if not callable(step_fn):
-        raise ValueError(f"step_fn must be a callable (rng_key, state) -> (state, info); got {step_fn!r}.")
 
     first = trace_fn(initial_state)
     moments = _init_moments(first) if mode == "stream" else None

@@ -10,7 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from cenlmc_jax import diagnostics, gradients, recipe, run, targets
+from cenlmc_jax import diagnostics, gradients, run, targets
+from cenlmc_jax.sgmcmc import recipe
 
 NUM_DRAWS = 4000  # independent estimator draws for the z-tests
 Z_MAX = 4.5  # |z| > 4.5 has probability 7e-6 per coordinate under N(0, 1): a failure is a bug, not bad luck
@@ -33,7 +34,7 @@ def test_minibatch_estimator_is_unbiased(logistic, replace):
     t, data = logistic
     est = gradients.minibatch_grad_estimator(t.data["logprior_fn"], t.data["loglik_fn"], data, 20, replace=replace)
     theta = jnp.asarray(t.data["theta_map"], jnp.float32) + 0.3  # off the MAP, so the full gradient is not 0
-    full = np.asarray(-jax.grad(t.logdensity_fn)(theta), np.float64)
+    full = np.asarray(jax.grad(t.logdensity_fn)(theta), np.float64)
     g = _draws(est, theta)
     se = g.std(axis=0, ddof=1) / np.sqrt(NUM_DRAWS)  # independent draws: plain standard error of the mean
     z = (g.mean(axis=0) - full) / se
@@ -61,7 +62,7 @@ def test_full_batch_without_replacement_is_the_exact_gradient(logistic):
     n = data[0].shape[0]
     est = gradients.minibatch_grad_estimator(t.data["logprior_fn"], t.data["loglik_fn"], data, n)
     theta = jnp.linspace(-1.0, 1.0, t.dim)
-    full = -jax.grad(t.logdensity_fn)(theta)
+    full = jax.grad(t.logdensity_fn)(theta)
     # Same sum in another order: float32 rounding of a 200-term sum of O(1) terms.
     np.testing.assert_allclose(est(jax.random.key(3), theta), full, rtol=1e-5, atol=1e-4)
 
@@ -77,12 +78,12 @@ def test_noisy_estimator_mean_and_variance():
     np.testing.assert_allclose(g.var(axis=0, ddof=1), 4.0, rtol=5 * np.sqrt(2 / NUM_DRAWS))
 
 
-def test_adapters_give_the_potential_gradient():
+def test_adapters_give_the_log_density_gradient():
     logdensity = lambda th: -0.5 * jnp.sum(th**2) - jnp.sum(th)
     theta = jnp.array([1.0, -2.0])
-    expected = theta + 1.0  # ∇U = -∇ log p
+    expected = -theta - 1.0  # ∇ log p (the BlackJAX sign)
     np.testing.assert_array_equal(gradients.grad_estimator_from_logdensity(logdensity)(jax.random.key(0), theta), expected)
-    np.testing.assert_array_equal(gradients.grad_estimator_from_grad(lambda th: th + 1.0)(jax.random.key(0), theta), expected)
+    np.testing.assert_array_equal(gradients.grad_estimator_from_grad(lambda th: -th - 1.0)(jax.random.key(0), theta), expected)
 
 
 def _posterior_mean_by_importance_sampling(t, num=20000, seed=0):
@@ -143,8 +144,8 @@ def test_float64_preserved_and_same_key_same_result():
 def test_single_array_data_is_passed_as_one_argument():
     data = jnp.arange(10.0)
     est = gradients.minibatch_grad_estimator(lambda th: 0.0 * jnp.sum(th), lambda th, xi: -0.5 * jnp.sum((th - xi) ** 2), data, 10)
-    # ∇U = -Σ (x_i - θ) = 10 θ - 45: exact for the full batch.
-    np.testing.assert_allclose(est(jax.random.key(0), jnp.array([1.0])), [10.0 - 45.0], rtol=1e-6)
+    # ∇ log p = Σ (x_i - θ) = 45 - 10 θ: exact for the full batch.
+    np.testing.assert_allclose(est(jax.random.key(0), jnp.array([1.0])), [45.0 - 10.0], rtol=1e-6)
 
 
 @pytest.mark.parametrize(

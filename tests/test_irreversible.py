@@ -66,7 +66,7 @@ def run_sampler(kind, target, param, *, n=500, steps=1000, burn_in=0, seed=0, x0
         step = functools.partial(irr.irreversible_mh_step, logdensity_fn=target.logdensity_fn, proposal=prop)
     elif kind == "rw":
         state = jax.vmap(lambda x: irr.rwmh_init(x, target.logdensity_fn))(x0)
-        step = functools.partial(irr.rwmh_step, logdensity_fn=target.logdensity_fn, scale=param)
+        step = functools.partial(irr.rwmh_step, logdensity_fn=target.logdensity_fn, step_size=param)
     else:  # param is an SDE proposal
         state = gamma_init(x0, target.logdensity_fn, jax.random.key(200 + seed), proposal=param)
         step = functools.partial(
@@ -412,7 +412,7 @@ def test_vmapped_over_1e5_chains():
     new, info = step(jax.random.key(2), state)
     assert new.position.shape == (n, 2) and new.direction.shape == (n, 2) and info.is_accepted.shape == (n,)
     assert np.all(np.isfinite(np.asarray(new.position))) and not np.any(np.asarray(info.diverged))
-    rw = jax.jit(vmap_chains(functools.partial(irr.rwmh_step, logdensity_fn=tgt.logdensity_fn, scale=1.0)))
+    rw = jax.jit(vmap_chains(functools.partial(irr.rwmh_step, logdensity_fn=tgt.logdensity_fn, step_size=1.0)))
     rstate = jax.vmap(lambda x: irr.rwmh_init(x, tgt.logdensity_fn))(x0)
     rnew, rinfo = rw(jax.random.key(2), rstate)
     assert rnew.position.shape == (n, 2) and rinfo.acceptance_rate.shape == (n,)
@@ -429,7 +429,7 @@ def _all_samplers(dtype):
         ("sde", irr.irreversible_mh_init(z, tgt.logdensity_fn, jax.random.key(0), proposal=sde),
          functools.partial(irr.irreversible_mh_step, logdensity_fn=tgt.logdensity_fn, proposal=sde)),
         ("rw", irr.rwmh_init(z, tgt.logdensity_fn),
-         functools.partial(irr.rwmh_step, logdensity_fn=tgt.logdensity_fn, scale=0.5)),
+         functools.partial(irr.rwmh_step, logdensity_fn=tgt.logdensity_fn, step_size=0.5)),
     ]
 
 
@@ -476,9 +476,9 @@ def test_bad_input_raises_value_error():
         with pytest.raises(ValueError, match="shape|scale"):
             irr.gamma_proposal(shape, scale)
     rstate = irr.rwmh_init(jnp.zeros(2), lp)
-    for scale in (0.0, -0.5):
-        with pytest.raises(ValueError, match="scale"):
-            irr.rwmh_step(jax.random.key(0), rstate, lp, scale)
+    for step_size in (0.0, -0.5):
+        with pytest.raises(ValueError, match="step_size"):
+            irr.rwmh_step(jax.random.key(0), rstate, lp, step_size)
     for eps in (0.0, -0.1):
         with pytest.raises(ValueError, match="step_size"):
             irr.sde_proposal(np.eye(2), J, lp, eps)

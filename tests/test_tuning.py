@@ -11,7 +11,7 @@ from scipy import stats
 
 import cenlmc_jax as cj
 from cenlmc_jax import targets
-from cenlmc_jax.cenlmc import cenlmc_init, cenlmc_step
+from cenlmc_jax.ensemble import cenlmc_init, cenlmc_step
 from cenlmc_jax.tuning import _chi2_cdf, _chi2_ppf, ball_volume, find_f_star, suggest_cenlmc_params
 
 

@@ -64,7 +64,6 @@ f* = min f. ``r1 = 0`` or ``r2 = 0`` are allowed and switch the ensemble off
 from __future__ import annotations
 
 import functools
-import math
 from typing import Any, NamedTuple, Optional
 
 import jax
@@ -72,11 +71,23 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from cenlmc_jax._validation import check_logdensity, check_positions, check_positive, is_concrete
+from cenlmc_jax._validation import (
+    check_bool,
+    check_callable,
+    check_finite_scalar,
+    check_int,
+    check_logdensity,
+    check_nonnegative,
+    check_positions,
+    check_positive,
+    check_state,
+    is_concrete,
+)
+from cenlmc_jax.base import SamplingAlgorithm
 from cenlmc_jax.langevin import count_nonfinite, lmc_init, lmc_step
-from cenlmc_jax.types import Array, ArrayLike, LogDensityFn, PRNGKey
-
 from cenlmc_jax.pairwise import ensemble_force
+from cenlmc_jax.tuning import find_f_star
+from cenlmc_jax.types import Array, ArrayLike, LogDensityFn, PRNGKey
 
 __all__ = [
     "EnLMCState",
@@ -88,6 +99,8 @@ __all__ = [
     "cenlmc_init",
     "cenlmc_step",
     "coupling_distance",
+    "enlmc",
+    "cenlmc",
 ]
 
 
@@ -191,64 +204,36 @@ class CEnLMCInfo(NamedTuple):
 # --------------------------------------------------------------------------
 
 
-def _check_nonneg(value: Any, name: str, *, allow_inf: bool = False) -> None:
-    """A scalar >= 0 (finite unless ``allow_inf``); tracers pass."""
-    if not is_concrete(value):
-        return
-    arr = np.asarray(value)
-    if arr.ndim != 0 or not np.issubdtype(arr.dtype, np.number):
-        raise ValueError(f"{name} must be a real scalar; got {value!r}.")
-    v = float(arr)
-    if math.isnan(v) or v < 0 or (math.isinf(v) and not allow_inf):
-        expected = "a number >= 0 (inf allowed)" if allow_inf else "a finite number >= 0"
-        raise ValueError(f"{name} must be {expected}; got {value!r}.")
+def _check_cenlmc_params(n: Optional[int], step_size, eta, r1, r2, n_star, m_f) -> None:
+    """The scalar parameters of Algorithm 3.2 for an ensemble of ``n`` particles (None: not known yet).
 
-
-def _check_count(value: Any, name: str, *, maximum: int, why: str) -> None:
-    """An integer in ``[0, maximum]`` (Python or integer array); tracers pass."""
-    if not is_concrete(value):
-        return
-    arr = np.asarray(value)
-    if arr.ndim != 0 or isinstance(value, bool) or not np.issubdtype(arr.dtype, np.integer):
-        raise ValueError(f"{name} must be an integer scalar; got {value!r}.")
-    v = int(arr)
-    if v < 0 or v > maximum:
-        raise ValueError(f"{name} must be an integer in [0, {maximum}] ({why}); got {v}.")
-
-
-def _check_cenlmc_params(n: int, step_size, eta, r1, r2, n_star, m_f) -> None:
-    """The scalar parameters of Algorithm 3.2 for an ensemble of ``n`` particles."""
+    Traced values pass (their values are checked where they are concrete)."""
     check_positive(step_size, "step_size")
     check_positive(eta, "eta")
-    _check_nonneg(r1, "r1")
-    _check_nonneg(r2, "r2")
-    _check_count(n_star, "n_star", maximum=n - 1, why=f"N* cannot exceed the N-1 = {n - 1} other particles")
-    _check_nonneg(m_f, "m_f", allow_inf=True)
+    check_nonnegative(r1, "r1")
+    check_nonnegative(r2, "r2")
+    if is_concrete(n_star):
+        why = "" if n is None else f"N* cannot exceed the N-1 = {n - 1} other particles"
+        check_int(n_star, "n_star", minimum=0, maximum=None if n is None else n - 1, why=why)
+    check_nonnegative(m_f, "m_f", allow_inf=True)
 
 
-def _check_state(state: Any, cls: type, fn: str) -> None:
-    if not isinstance(state, cls):
-        raise ValueError(f"state must be a {cls.__name__} (from {fn}); got {type(state).__name__}.")
+def _check_ensemble_state(state: Any, cls: type, init_name: str) -> None:
+    check_state(state, cls, init_name)
     if state.position.ndim != 2:
         raise ValueError(f"state.position must have shape (N, d); got {tuple(state.position.shape)}.")
 
 
-def _check_capacity(grad_capacity: Optional[int], n: int) -> int:
+def _capacity(grad_capacity: Optional[int], n: int) -> int:
     """Gradient buffer size; default ``ceil(N/16)`` (at most 16 buffers, <= N/16 padding)."""
     if grad_capacity is None:
         return max(1, -(-n // 16))
-    if isinstance(grad_capacity, bool) or not isinstance(grad_capacity, (int, np.integer)):
-        raise ValueError(f"grad_capacity must be an integer in [1, {n}]; got {grad_capacity!r}.")
-    if not 1 <= int(grad_capacity) <= n:
-        raise ValueError(f"grad_capacity must be an integer in [1, N={n}]; got {int(grad_capacity)}.")
-    return int(grad_capacity)
+    return check_int(grad_capacity, "grad_capacity", minimum=1, maximum=n, why=f"N = {n}")
 
 
-def _check_ensemble_positions(positions: ArrayLike) -> Array:
-    x = check_positions(positions)
-    if x.shape[0] < 2:
-        raise ValueError(f"positions must hold N >= 2 particles for an ensemble method; got shape {tuple(x.shape)}.")
-    return x
+def _check_f_star(f_star: Any) -> None:
+    if f_star is not None:
+        check_finite_scalar(f_star, "f_star", "a finite scalar (min f = -max logdensity_fn) or None")
 
 
 # --------------------------------------------------------------------------
@@ -304,7 +289,7 @@ def _move(rng_key: PRNGKey, x: Array, force: Array, h: Array):
 
 
 def _init_common(positions: ArrayLike, logdensity_fn: LogDensityFn):
-    x = _check_ensemble_positions(positions)
+    x = check_positions(positions, min_particles=2)
     check_logdensity(logdensity_fn, x[0])
     logdensity = jax.vmap(logdensity_fn)(x)
     w = jnp.full_like(x, jnp.inf)
@@ -341,6 +326,7 @@ def enlmc_step(
     block_size: Optional[int] = None,
     precision: Any = None,
     mesh: Any = None,
+    strategy: str = "allgather",
 ) -> tuple[EnLMCState, EnLMCInfo]:
     """One step of EnLMC (Algorithm 3.1) for every particle; pure and jittable.
 
@@ -372,21 +358,22 @@ def enlmc_step(
       blowup_factor: kick size, in noise lengths ``sqrt(2hd)``, counted as a blow-up (> 0).
       dense_grad: debugging switch: compute all N gradients and mask.
       method, block_size, precision: passed to ``pairwise.ensemble_force``.
-      mesh: a 1-D device mesh: the pairwise force runs sharded over it
-        (``pairwise.ensemble_force(..., mesh=mesh)``); same samples as unsharded.
+      mesh, strategy: a 1-D device mesh: the pairwise force runs sharded over it
+        (``pairwise.ensemble_force(..., mesh=mesh, strategy=strategy)``, strategy
+        ``"allgather"`` or ``"ring"``); per step equal to the unsharded force up to rounding.
     """
-    _check_state(state, EnLMCState, "enlmc_init")
+    _check_ensemble_state(state, EnLMCState, "enlmc_init")
     check_positive(step_size, "step_size")
     check_positive(eta, "eta")
-    if not (is_concrete(blowup_factor) and float(blowup_factor) == math.inf):
-        check_positive(blowup_factor, "blowup_factor")
+    check_positive(blowup_factor, "blowup_factor", allow_inf=True)
+    check_bool(dense_grad, "dense_grad")
     x = state.position
     n, d = x.shape
-    capacity = _check_capacity(grad_capacity, n)
+    capacity = _capacity(grad_capacity, n)
     h = jnp.asarray(step_size, x.dtype)
     f = -state.logdensity
     pf = ensemble_force(x, f, state.log_p, jnp.asarray(eta, x.dtype), method=method, block_size=block_size,
-                        precision=precision, mesh=mesh)
+                        precision=precision, mesh=mesh, strategy=strategy)
     ens = pf.force_sum / jnp.asarray(n - 1, x.dtype)
     need = ~jnp.isfinite(state.log_p)  # no previous step: p_j unknown, use ∇f
     grad, padded = _needed_grads(logdensity_fn, x, need, capacity, dense_grad)
@@ -437,16 +424,13 @@ def cenlmc_init(
     different normalisation of ``logdensity_fn``): ValueError.
     """
     x, logdensity, w, log_p = _init_common(positions, logdensity_fn)
+    _check_f_star(f_star)
     if f_star is None:
-        from cenlmc_jax.tuning import find_f_star
-
         res = find_f_star(logdensity_fn, x, tol=f_star_tol, max_steps=f_star_max_steps)
         fs, estimated = jnp.asarray(res.f_star, x.dtype), True
     else:
-        if is_concrete(f_star):
+        if is_concrete(f_star) and is_concrete(logdensity):
             arr = np.asarray(f_star)
-            if arr.ndim != 0 or not np.isfinite(arr):
-                raise ValueError(f"f_star must be a finite scalar (min f = -max logdensity_fn); got {f_star!r}.")
             f_min = float(-jnp.max(logdensity))
             # a little slack for rounding in the user's value and in logdensity_fn
             if float(arr) > f_min + 1e-6 * max(1.0, abs(f_min)):
@@ -476,6 +460,7 @@ def cenlmc_step(
     block_size: Optional[int] = None,
     precision: Any = None,
     mesh: Any = None,
+    strategy: str = "allgather",
 ) -> tuple[CEnLMCState, CEnLMCInfo]:
     """One step of CEnLMC (Algorithm 3.2, eq. 3.19-3.21) for every particle; pure and jittable.
 
@@ -504,25 +489,24 @@ def cenlmc_step(
       dense_grad: debugging switch: compute all N gradients, then select
         (same trajectory, no saving).
       method, block_size, precision: passed to ``pairwise.ensemble_force``.
-      mesh: a 1-D device mesh: the pairwise force runs sharded over it
-        (``pairwise.ensemble_force(..., mesh=mesh)``); same samples as unsharded.
+      mesh, strategy: a 1-D device mesh: the pairwise force runs sharded over it
+        (``pairwise.ensemble_force(..., mesh=mesh, strategy=strategy)``, strategy
+        ``"allgather"`` or ``"ring"``); per step equal to the unsharded force up to rounding.
     """
-    _check_state(state, CEnLMCState, "cenlmc_init")
+    _check_ensemble_state(state, CEnLMCState, "cenlmc_init")
     x = state.position
     n, _ = x.shape
     _check_cenlmc_params(n, step_size, eta, r1, r2, n_star, m_f)
-    if f_star is not None and is_concrete(f_star):
-        arr = np.asarray(f_star)
-        if arr.ndim != 0 or not np.isfinite(arr):
-            raise ValueError(f"f_star must be a finite scalar or None (use state.f_star); got {f_star!r}.")
-    capacity = _check_capacity(grad_capacity, n)
+    _check_f_star(f_star)
+    check_bool(dense_grad, "dense_grad")
+    capacity = _capacity(grad_capacity, n)
 
     dt = x.dtype
     h = jnp.asarray(step_size, dt)
     fs = state.f_star if f_star is None else jnp.asarray(f_star, dt)
     f = -state.logdensity
     pf = ensemble_force(x, f, state.log_p, jnp.asarray(eta, dt), w=state.w, r2=jnp.asarray(r2, dt), method=method,
-                        block_size=block_size, precision=precision, mesh=mesh)
+                        block_size=block_size, precision=precision, mesh=mesh, strategy=strategy)
     # comparisons written so that NaN/inf fail the test (w = +inf at init gives NaN/inf here)
     fail_r1 = ~(jnp.linalg.norm(x - state.w, axis=-1) <= jnp.asarray(r1, dt))
     fail_mf = ~(f <= fs + jnp.asarray(m_f, dt))
@@ -601,8 +585,8 @@ def coupling_distance(
     are the stacked :class:`CEnLMCInfo` of the CEnLMC run. ``step_kwargs``
     (``grad_capacity``, ``method``, ...) go to :func:`cenlmc_step`.
     """
-    if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)) or num_steps < 1:
-        raise ValueError(f"num_steps must be an integer >= 1; got {num_steps!r}.")
+    num_steps = check_int(num_steps, "num_steps", minimum=1)
+    check_bool(return_info, "return_info")
     cstate = cenlmc_init(positions, logdensity_fn, f_star)
     lstate = lmc_init(cstate.position, logdensity_fn)
     # validate the step's parameters once, in Python, before tracing
@@ -610,3 +594,91 @@ def coupling_distance(
     dist, infos = _coupled_run(rng_key, cstate, lstate, logdensity_fn, int(num_steps), step_size, eta, r1, r2,
                                int(n_star), m_f, tuple(sorted(step_kwargs.items())))
     return (dist, infos) if return_info else dist
+
+
+# --------------------------------------------------------------------------
+# Sampler objects.
+# --------------------------------------------------------------------------
+
+
+def enlmc(
+    logdensity_fn: LogDensityFn,
+    step_size: float,
+    eta: float,
+    *,
+    grad_capacity: Optional[int] = None,
+    blowup_factor: float = 10.0,
+    dense_grad: bool = False,
+    method: str = "auto",
+    block_size: Optional[int] = None,
+    precision: Any = None,
+    mesh: Any = None,
+    strategy: str = "allgather",
+) -> SamplingAlgorithm:
+    """EnLMC (Algorithm 3.1) as a sampler object; see :func:`enlmc_step` (provably unstable).
+
+    ``init(positions, rng_key=None)``: :func:`enlmc_init` on ``positions: (N, d)``.
+    ``step(rng_key, state)``: :func:`enlmc_step` with these parameters.
+    """
+    check_callable(logdensity_fn, "logdensity_fn", "x -> scalar log density")
+    check_positive(step_size, "step_size")
+    check_positive(eta, "eta")
+    check_positive(blowup_factor, "blowup_factor", allow_inf=True)
+    check_bool(dense_grad, "dense_grad")
+    kwargs = dict(grad_capacity=grad_capacity, blowup_factor=blowup_factor, dense_grad=dense_grad, method=method,
+                  block_size=block_size, precision=precision, mesh=mesh, strategy=strategy)
+
+    def init(positions, rng_key=None):
+        del rng_key  # deterministic start
+        return enlmc_init(positions, logdensity_fn)
+
+    def step(rng_key, state):
+        return enlmc_step(rng_key, state, logdensity_fn, step_size, eta, **kwargs)
+
+    return SamplingAlgorithm(init, step)
+
+
+def cenlmc(
+    logdensity_fn: LogDensityFn,
+    step_size: float,
+    eta: float,
+    r1: float,
+    r2: float,
+    n_star: int,
+    m_f: float,
+    *,
+    f_star: Optional[float] = None,
+    f_star_tol: Optional[float] = None,
+    f_star_max_steps: int = 500,
+    grad_capacity: Optional[int] = None,
+    dense_grad: bool = False,
+    method: str = "auto",
+    block_size: Optional[int] = None,
+    precision: Any = None,
+    mesh: Any = None,
+    strategy: str = "allgather",
+) -> SamplingAlgorithm:
+    """CEnLMC (Algorithm 3.2) as a sampler object; see :func:`cenlmc_step`.
+
+    ``init(positions, rng_key=None)``: :func:`cenlmc_init` on ``positions: (N, d)``
+    with ``f_star`` (found by L-BFGS when None). ``step(rng_key, state)``:
+    :func:`cenlmc_step` with these parameters (``f*`` read from the state).
+    ``N* <= N - 1`` is checked when the ensemble is known (at ``init``).
+    """
+    check_callable(logdensity_fn, "logdensity_fn", "x -> scalar log density")
+    _check_cenlmc_params(None, step_size, eta, r1, r2, n_star, m_f)
+    _check_f_star(f_star)
+    check_bool(dense_grad, "dense_grad")
+    kwargs = dict(grad_capacity=grad_capacity, dense_grad=dense_grad, method=method, block_size=block_size,
+                  precision=precision, mesh=mesh, strategy=strategy)
+
+    def init(positions, rng_key=None):
+        del rng_key  # deterministic start
+        state = cenlmc_init(positions, logdensity_fn, f_star, f_star_tol=f_star_tol, f_star_max_steps=f_star_max_steps)
+        _check_cenlmc_params(state.position.shape[0], step_size, eta, r1, r2, n_star, m_f)
+        return state
+
+    def step(rng_key, state):
+        return cenlmc_step(rng_key, state, logdensity_fn, step_size, eta, r1, r2, n_star, m_f, **kwargs)
+
+    return SamplingAlgorithm(init, step)

@@ -19,7 +19,7 @@ import pytest
 
 import cenlmc_jax as cj
 from cenlmc_jax import targets
-from cenlmc_jax.cenlmc import (
+from cenlmc_jax.ensemble import (
     cenlmc_init,
     cenlmc_step,
     coupling_distance,

@@ -1,0 +1,253 @@
+"""Matrix pieces shared by the recipe family, SGRHMC and the SDE proposals.
+
+One convention for every matrix argument (``D``, ``Q``, ``B_hat``, friction,
+metrics): a :data:`MatrixLike` is
+
+* a scalar ``c``, meaning ``c·I``;
+* a ``(d,)`` vector, meaning ``diag(v)``;
+* a ``(d, d)`` array;
+* or a callable ``z -> `` one of the above (a position-dependent matrix).
+
+:func:`evaluate` returns the value at a point in its own form (scalars and
+diagonals stay cheap); :func:`to_dense` makes it ``(d, d)``. The checks
+(:func:`check_symmetric_psd`, :func:`check_skew`) use one tolerance, relative
+to the size of the matrix: ``eig_tol(d) = 100·d·ε_float32`` (``eigh``'s
+backward error is ``O(d·ε·|A|)``, and float32 rounding is the worst a user's
+matrix carries).
+
+Also here: ``Γ_i(z) = Σ_j ∂_{z_j}(D_ij + s·Q_ij)`` by autodiff (spec 5, 8)
+and a symmetric PSD square root with a derivative that stays finite at
+repeated eigenvalues.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from cenlmc_jax._validation import is_concrete
+from cenlmc_jax.types import Array, ArrayLike
+
+__all__ = [
+    "MatrixLike",
+    "evaluate",
+    "to_dense",
+    "matvec",
+    "is_constant",
+    "check_matrix_shape",
+    "check_matrix_form",
+    "constant_dense",
+    "gamma_term",
+    "psd_sqrt",
+    "noise_root",
+    "np_psd_sqrt",
+    "eig_tol",
+    "check_symmetric_psd",
+    "check_skew",
+    "check_noise_cov",
+]
+
+MatrixLike = Union[ArrayLike, Callable[[Array], ArrayLike]]
+
+
+def eig_tol(n: int) -> float:
+    """Relative tolerance for "clearly not symmetric / not PSD": ``100·n·ε_float32``."""
+    return 100.0 * n * float(np.finfo(np.float32).eps)
+
+
+def is_constant(M: Any) -> bool:
+    """A constant (not callable) matrix with a concrete value."""
+    return M is not None and not callable(M) and is_concrete(M)
+
+
+def check_matrix_shape(m: Any, name: str, d: int) -> None:
+    """A scalar, a ``(d,)`` diagonal or a ``(d, d)`` matrix."""
+    shape = tuple(np.shape(m))
+    if shape not in ((), (d,), (d, d)):
+        raise ValueError(
+            f"{name} must be a scalar (c·I), a ({d},) diagonal or a ({d}, {d}) matrix for a position of "
+            f"dimension {d}; got shape {shape}."
+        )
+
+
+def check_matrix_form(M: Any, name: str) -> None:
+    """A :data:`MatrixLike` before the dimension is known: a callable, or a finite
+    constant scalar, vector or square matrix."""
+    if callable(M):
+        return
+    if M is None or isinstance(M, (str, bytes)):
+        raise ValueError(f"{name} must be a scalar, a (d,) diagonal, a (d, d) matrix or a callable; got {M!r}.")
+    if not is_concrete(M):
+        return
+    m = np.asarray(M)
+    if m.ndim > 2 or (m.ndim == 2 and m.shape[0] != m.shape[1]) or not np.issubdtype(m.dtype, np.number):
+        raise ValueError(
+            f"{name} must be a scalar, a (d,) diagonal, a (d, d) matrix or a callable; got shape {m.shape}, "
+            f"dtype {m.dtype}."
+        )
+    _finite(np.asarray(m, np.float64), name)
+
+
+def evaluate(M: MatrixLike, z: Array, name: str = "matrix") -> Array:
+    """``M(z)`` for a callable, else ``M``, as an array in ``z``'s dtype: shape (), (d,) or (d, d)."""
+    m = jnp.asarray(M(z) if callable(M) else M, z.dtype)
+    check_matrix_shape(m, name, z.shape[-1])
+    return m
+
+
+def to_dense(m: Array, d: int) -> Array:
+    """A scalar, diagonal or matrix value as a dense ``(d, d)`` array."""
+    if m.ndim == 0:
+        return m * jnp.eye(d, dtype=m.dtype)
+    if m.ndim == 1:
+        return jnp.diag(m)
+    return m
+
+
+def constant_dense(M: ArrayLike, d: int) -> np.ndarray:
+    """A concrete constant :data:`MatrixLike` as a float64 ``(d, d)`` NumPy array."""
+    m = np.asarray(M, np.float64)
+    if m.ndim == 0:
+        return float(m) * np.eye(d)
+    if m.ndim == 1:
+        return np.diag(m)
+    return m
+
+
+def matvec(m: Array, x: Array) -> Array:
+    """``m @ x`` for a scalar, diagonal or dense ``m``."""
+    return m @ x if m.ndim == 2 else m * x
+
+
+def gamma_term(D: Optional[MatrixLike], Q: Optional[MatrixLike], z: Array, sign: Any = 1.0) -> Array:
+    """``Γ_i(z) = Σ_j ∂_{z_j} (D_ij(z) + sign·Q_ij(z))`` (spec sections 5 and 8), shape (d,).
+
+    Constant matrices have zero divergence and are not differentiated; when
+    both are constant (or None) the result is zeros. A callable returning a
+    scalar ``c(z)`` (``c·I``) or a diagonal ``v(z)`` contributes ``∂_i c`` or
+    ``∂_i v_i``. ``sign = -1`` gives the adjoint process' ``Γ_-`` (section 8).
+    """
+    gamma = jnp.zeros(z.shape, z.dtype)
+    for M, s in ((D, 1.0), (Q, sign)):
+        if not callable(M):
+            continue
+        # jacfwd: d forward passes; jac[..., k] = ∂_{z_k} M(z)
+        jac = jax.jacfwd(lambda y: jnp.asarray(M(y), y.dtype))(z)
+        if jac.ndim == 1:  # scalar c(z)·I: row i's divergence is ∂_i c
+            div = jac
+        elif jac.ndim == 2:  # diagonal v(z): ∂_i v_i
+            div = jnp.diagonal(jac)
+        else:  # (d, d): trace over (j, k) of ∂_k M_ij
+            div = jnp.einsum("ijj->i", jac)
+        gamma = gamma + s * div.astype(z.dtype)
+    return gamma
+
+
+@jax.custom_jvp
+def psd_sqrt(a: Array) -> Array:
+    """Symmetric PSD square root ``S = V diag(sqrt(max(w, 0))) Vᵀ`` of a symmetric ``a: (n, n)``.
+
+    Eigenvalues below 0 (rounding) are clipped. The derivative is not eigh's
+    (which divides by eigenvalue gaps and is NaN at repeated eigenvalues, e.g.
+    any metric ``c(θ)·I``): it solves the Sylvester equation
+    ``S dS + dS S = dA`` in the eigenbasis, ``dS'_ij = dA'_ij / (s_i + s_j)``,
+    finite whenever ``s_i + s_j > 0``. Where both vanish the square root is
+    genuinely not differentiable and the derivative is ±inf (0 for a zero
+    tangent), so a singular ``Γ`` shows up as non-finite values, not silence.
+    """
+    a = 0.5 * (a + a.T)
+    w, v = jnp.linalg.eigh(a)
+    return (v * jnp.sqrt(jnp.clip(w, 0.0))) @ v.T
+
+
+@psd_sqrt.defjvp
+def _psd_sqrt_jvp(primals, tangents):
+    (a,), (da,) = primals, tangents
+    a = 0.5 * (a + a.T)
+    da = 0.5 * (da + da.T)
+    w, v = jnp.linalg.eigh(a)
+    s = jnp.sqrt(jnp.clip(w, 0.0))
+    out = (v * s) @ v.T
+    dap = v.T @ da @ v
+    denom = s[:, None] + s[None, :]
+    dsp = jnp.where(dap == 0, jnp.zeros_like(dap), dap / denom)
+    return out, v @ dsp @ v.T
+
+
+def noise_root(cov: Array, scale: Array) -> tuple[Array, Array]:
+    """PSD root of a noise covariance and whether it was clearly negative (the traced path).
+
+    ``scale``: size of the terms ``cov`` was computed from (cancellation error is relative to it).
+    Returns ``(root: (n, n), clipped: bool)``.
+    """
+    cov = 0.5 * (cov + cov.T)
+    w, v = jnp.linalg.eigh(cov)
+    clipped = jnp.min(w) < -eig_tol(cov.shape[0]) * scale
+    return (v * jnp.sqrt(jnp.clip(w, 0.0))) @ v.T, clipped
+
+
+def np_psd_sqrt(a: np.ndarray) -> np.ndarray:
+    """:func:`psd_sqrt` in float64 NumPy, for constant matrices (taken once, outside the trace)."""
+    w, v = np.linalg.eigh(0.5 * (a + a.T))
+    return (v * np.sqrt(np.clip(w, 0.0, None))) @ v.T
+
+
+def _finite(m: np.ndarray, name: str) -> None:
+    if not np.all(np.isfinite(m)):
+        raise ValueError(f"{name} must be finite; got a matrix with NaN or inf entries.")
+
+
+def check_symmetric_psd(
+    m: Any, name: str, what: str, *, scale: Optional[float] = None, definite: bool = False
+) -> None:
+    """``ValueError`` unless the concrete ``(n, n)`` matrix ``m`` is symmetric positive semidefinite.
+
+    ``definite=True`` asks for positive definite (a Gaussian density needs it).
+    ``scale``: the size of the terms ``m`` was computed from (default ``max|m|``);
+    for ``ε(2D - εB̂)`` the cancellation error is relative to ``|2εD|``, not
+    to the (possibly zero) result.
+    """
+    m = np.asarray(m, dtype=np.float64)
+    _finite(m, name)
+    n = m.shape[0]
+    size = max(float(np.max(np.abs(m))) if m.size else 0.0, np.finfo(np.float64).tiny)
+    scale = size if scale is None else max(scale, np.finfo(np.float64).tiny)
+    asym = float(np.max(np.abs(m - m.T)))
+    if asym > eig_tol(n) * size:
+        raise ValueError(
+            f"{name} must be symmetric ({what}); max |{name} - {name}ᵀ| = {asym:.4g} (max |{name}| = {size:.4g})."
+        )
+    lam_min = float(np.linalg.eigvalsh(0.5 * (m + m.T)).min())
+    if definite and lam_min <= eig_tol(n) * scale:
+        raise ValueError(
+            f"{name} must be positive definite ({what}); its smallest eigenvalue is {lam_min:.4g} "
+            f"(scale of the matrix {scale:.4g})."
+        )
+    if lam_min < -eig_tol(n) * scale:
+        raise ValueError(
+            f"{name} must be positive semidefinite ({what}); its smallest eigenvalue is {lam_min:.4g} "
+            f"(scale of the matrix {scale:.4g})."
+        )
+
+
+def check_skew(m: Any, name: str, what: str) -> None:
+    """``ValueError`` unless the concrete ``(n, n)`` matrix ``m`` is skew-symmetric."""
+    m = np.asarray(m, dtype=np.float64)
+    _finite(m, name)
+    size = max(float(np.max(np.abs(m))) if m.size else 0.0, 1.0)
+    sym = float(np.max(np.abs(m + m.T)))
+    if sym > eig_tol(m.shape[0]) * size:
+        raise ValueError(f"{name} must be skew-symmetric ({what}); max |{name} + {name}ᵀ| = {sym:.4g}.")
+
+
+def check_noise_cov(eps: float, D: np.ndarray, B: np.ndarray, name: str, what: str) -> np.ndarray:
+    """``ε(2D - εB̂)`` in float64 (both ``(n, n)``), checked PSD relative to the size of its two terms."""
+    two_d = 2.0 * eps * np.asarray(D, np.float64)
+    b = eps * eps * np.asarray(B, np.float64)
+    cov = two_d - b
+    scale = float(max(np.max(np.abs(two_d)), np.max(np.abs(b))))
+    check_symmetric_psd(cov, name, what, scale=scale)
+    return cov

@@ -1,0 +1,48 @@
+"""The sampler object every algorithm returns, and the step-size convention.
+
+A :class:`SamplingAlgorithm` is a ``NamedTuple`` of two pure functions, in
+the shape BlackJAX users know (``blackjax.base.SamplingAlgorithm``):
+
+    init(position_or_positions, rng_key=None) -> state
+    step(rng_key, state) -> (state, info)
+
+The constructors (``cj.lmc``, ``cj.cenlmc``, ``cj.sgld``, ...) check their
+parameters once, in Python, and bind them; the free functions ``X_init`` /
+``X_step`` stay the kernels underneath. ``cj.sample`` accepts the object (or
+a bare step function); reusing the same object reuses its compilation.
+
+Step sizes are ``step_size`` everywhere: a float ``> 0`` or, for the recipe
+family, a schedule ``t -> ε_t`` of the step counter (an optax schedule works).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple, Union
+
+import jax.numpy as jnp
+
+from cenlmc_jax._validation import check_positive, is_concrete
+from cenlmc_jax.types import Array
+
+__all__ = ["SamplingAlgorithm", "StepSize", "step_size_at"]
+
+StepSize = Union[float, Callable[[Array], Array]]
+
+
+class SamplingAlgorithm(NamedTuple):
+    """A sampler: ``init(position_or_positions, rng_key=None) -> state`` and
+    ``step(rng_key, state) -> (state, info)``, both pure; ``step`` is jittable."""
+
+    init: Callable
+    step: Callable
+
+
+def step_size_at(step_size: StepSize, step: Array, dtype) -> Array:
+    """``ε_t``: the float itself, or the schedule evaluated at the step counter (checked when concrete)."""
+    if not callable(step_size):
+        check_positive(step_size, "step_size")
+        return jnp.asarray(step_size, dtype)
+    eps = step_size(step)
+    if is_concrete(eps):
+        check_positive(eps, f"step_size({int(step)}) (the schedule's value)")
+    return jnp.asarray(eps, dtype)

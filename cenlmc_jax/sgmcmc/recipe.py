@@ -1,0 +1,384 @@
+"""The complete recipe for stochastic-gradient MCMC (spec section 5), and SGLD, SGRLD, SGHMC.
+
+Ma, Chen & Fox, *A Complete Recipe for Stochastic Gradient MCMC* (the
+"unifying framework" paper). Any SDE whose stationary density is
+``π(z) ∝ exp(-H(z))`` can be written
+
+    dz = [ (D(z) + Q(z)) ∇log π(z) + Γ(z) ] dt + sqrt(2 D(z)) dW,
+    Γ_i(z) = Σ_j ∂_{z_j} (D_ij(z) + Q_ij(z)),                          (spec 5)
+
+with ``D`` symmetric positive semidefinite and ``Q`` skew-symmetric
+(``(D + Q)∇log π = -(D + Q)∇H``). The Euler step with a (stochastic)
+gradient estimate ``g̃ ≈ ∇log π`` is
+
+    z_{t+1} = z_t + ε_t [ (D + Q) g̃(z_t) + Γ(z_t) ] + N(0, ε_t (2 D(z_t) - ε_t B̂_t)).
+
+Gradient estimators return the gradient of the **log density**, as
+BlackJAX's do: ``grad_estimator(rng_key, z) -> g̃(z)``
+(:mod:`cenlmc_jax.gradients` builds them from a ``logdensity_fn``, a
+deterministic gradient, minibatches or added noise).
+
+``B̂_t`` is the covariance of the gradient noise *as it enters the dynamics*:
+if ``g̃ = ∇log π + ν`` with ``Cov ν = V``, the drift injects ``ε² (D+Q) V (D+Q)ᵀ``
+of noise; choosing ``B̂ = (D+Q) V (D+Q)ᵀ`` makes the total injected
+covariance exactly ``2 ε D`` when ``ν`` is Gaussian. ``B̂ = None`` means 0.
+
+Matrix arguments (``D``, ``Q``, ``B_hat``, the SGHMC friction) take the forms
+of :mod:`cenlmc_jax._linalg`: a scalar ``c`` (``c·I``), a ``(d,)`` diagonal,
+a ``(d, d)`` array, or a callable of the position returning one of these.
+The noise covariance may be singular (SGHMC has ``D = [[0, 0], [0, C]]``): its
+square root is the symmetric PSD root with eigenvalues clipped at 0, after
+checking, whenever the values are concrete, that none is clearly negative
+(``ValueError``). Inside a traced run the check cannot raise; a clearly
+negative eigenvalue is reported in ``info.noise_clipped``.
+
+SGLD, SGRLD and SGHMC (:func:`sgld`, :func:`sgrld`, :func:`sghmc`) only
+choose ``D`` and ``Q`` and return a :class:`~cenlmc_jax.base.SamplingAlgorithm`.
+SGRHMC (spec 6) has its own block step in :mod:`cenlmc_jax.sgmcmc.sgrhmc`.
+
+All steps act on one chain (``position: (d,)``) and vmap over chains
+(:func:`cenlmc_jax.run.vmap_chains`).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from cenlmc_jax import _linalg as la
+from cenlmc_jax._validation import all_concrete, check_callable, check_position, check_positive, is_concrete
+from cenlmc_jax.base import SamplingAlgorithm, StepSize, step_size_at
+from cenlmc_jax.types import Array, ArrayLike, GradEstimator, PRNGKey
+
+__all__ = [
+    "RecipeState",
+    "RecipeInfo",
+    "recipe_init",
+    "recipe_step",
+    "complete_recipe",
+    "SGHMCState",
+    "sgld",
+    "sgrld",
+    "sghmc",
+    "initial_momentum",
+]
+
+_GRAD_WHAT = "(rng_key, x) -> estimate of the gradient of the log density at x"
+
+
+class RecipeState(NamedTuple):
+    """State of a complete-recipe chain.
+
+    position: (d,) the state ``z``.
+    step: int32 step counter ``t`` (drives a step-size schedule).
+    """
+
+    position: Array
+    step: Array
+
+
+class RecipeInfo(NamedTuple):
+    """What one recipe step did.
+
+    grad_evals: calls of ``grad_estimator`` (1; a minibatch call counts once).
+    num_nonfinite: entries of the new position that are NaN/inf.
+    diverged: ``num_nonfinite > 0``.
+    step_size: ``ε_t`` used.
+    noise_clipped: the noise covariance ``ε(2D - εB̂)`` had an eigenvalue
+      clearly below 0 that was clipped (``B̂`` too large for this ``ε``: the
+      step injected less noise than the recipe needs).
+    """
+
+    grad_evals: Array
+    num_nonfinite: Array
+    diverged: Array
+    step_size: Array
+    noise_clipped: Array
+
+
+def check_recipe_inputs(z: Array, D, Q, B_hat, eps: Optional[Array]) -> None:
+    """Everything that can be checked in Python: constant matrices always, callables at a concrete z.
+
+    ``D`` symmetric PSD, ``Q`` skew-symmetric, ``B_hat`` of a matrix form, and
+    the noise covariance ``ε(2D - εB̂)`` PSD.
+    """
+    d = z.shape[0]
+    vals = {}
+    for name, M in (("D", D), ("Q", Q), ("B_hat", B_hat)):
+        if M is None:
+            continue
+        if callable(M):
+            if not is_concrete(z):
+                continue
+            try:
+                m = M(z)
+            except Exception as exc:
+                raise ValueError(f"{name} failed on a position of shape {tuple(z.shape)}: {exc}") from exc
+        else:
+            m = M
+        if not all_concrete(m):
+            continue
+        la.check_matrix_shape(m, name, d)
+        vals[name] = la.constant_dense(m, d)
+    if "D" in vals:
+        la.check_symmetric_psd(vals["D"], "D", "the reversible part of the recipe")
+    if "Q" in vals:
+        la.check_skew(vals["Q"], "Q", "the irreversible part of the recipe")
+    if "D" in vals and "B_hat" in vals and eps is not None and is_concrete(eps):
+        e = float(eps)
+        la.check_noise_cov(e, vals["D"], vals["B_hat"], "the noise covariance step_size*(2*D - step_size*B_hat)",
+                           f"step_size={e:g}; B_hat too large for this step size, or D not PSD")
+
+
+def recipe_init(
+    position: ArrayLike,
+    D: Optional[la.MatrixLike] = None,
+    Q: Optional[la.MatrixLike] = None,
+    step_size: Optional[StepSize] = None,
+    B_hat: Optional[la.MatrixLike] = None,
+) -> RecipeState:
+    """Start a recipe chain at ``position: (d,)`` with ``step = 0``.
+
+    When ``D``, ``Q`` (and ``step_size``, ``B_hat``) are given they are
+    checked at the initial point: ``D`` symmetric PSD, ``Q`` skew-symmetric,
+    the noise covariance ``ε_0(2D - ε_0 B̂)`` PSD; ``ValueError`` otherwise.
+    """
+    z = check_position(position, ndim=1)
+    step = jnp.zeros((), jnp.int32)
+    eps = None if step_size is None else step_size_at(step_size, step, z.dtype)
+    check_recipe_inputs(z, D, Q, B_hat, eps)
+    return RecipeState(z, step)
+
+
+def _noise_root(z: Array, eps: Array, D, B_hat) -> tuple[Array, Array]:
+    """Root of the noise covariance ``ε(2D - εB̂)`` in a matrix form, and ``noise_clipped``.
+
+    Constant ``D`` (and ``B̂``) are factored once, in NumPy, outside the trace;
+    a constant scalar or diagonal ``D`` without ``B̂`` gives an elementwise root.
+    """
+    d = z.shape[0]
+    if la.is_constant(D) and B_hat is None:
+        two_d = 2.0 * np.asarray(D, np.float64)
+        base = np.sqrt(np.clip(two_d, 0, None)) if two_d.ndim <= 1 else la.np_psd_sqrt(two_d)
+        return jnp.sqrt(eps) * jnp.asarray(base, z.dtype), jnp.asarray(False)
+    if la.is_constant(D) and la.is_constant(B_hat) and is_concrete(eps):
+        e = float(eps)  # checked PSD in Python by check_recipe_inputs
+        cov = e * (2.0 * la.constant_dense(D, d) - e * la.constant_dense(B_hat, d))
+        return jnp.asarray(la.np_psd_sqrt(cov), z.dtype), jnp.asarray(False)
+    two_d = 2.0 * eps * la.to_dense(la.evaluate(D, z, "D"), d)
+    if B_hat is None:
+        return la.noise_root(two_d, jnp.max(jnp.abs(two_d)))
+    b = eps * eps * la.to_dense(la.evaluate(B_hat, z, "B_hat"), d)
+    return la.noise_root(two_d - b, jnp.maximum(jnp.max(jnp.abs(two_d)), jnp.max(jnp.abs(b))))
+
+
+def recipe_mean_and_root(z: Array, grad: Array, eps: Array, D, Q, B_hat) -> tuple[Array, Array, Array]:
+    """Deterministic part ``z + ε[(D+Q) g̃ + Γ]`` and the noise root ``(ε(2D - εB̂))^{1/2}``.
+
+    Returns (mean: (d,), root: (), (d,) or (d, d), noise_clipped: bool).
+    """
+    drift = la.matvec(la.evaluate(D, z, "D"), grad) + la.matvec(la.evaluate(Q, z, "Q"), grad)
+    mean = z + eps * (drift + la.gamma_term(D, Q, z))
+    root, clipped = _noise_root(z, eps, D, B_hat)
+    return mean, root, clipped
+
+
+def recipe_step(
+    rng_key: PRNGKey,
+    state: RecipeState,
+    grad_estimator: GradEstimator,
+    step_size: StepSize,
+    D: la.MatrixLike,
+    Q: la.MatrixLike,
+    B_hat: Optional[la.MatrixLike] = None,
+) -> tuple[RecipeState, RecipeInfo]:
+    """One Euler step of the complete recipe (spec section 5), one chain.
+
+        z' = z + ε_t [ (D(z) + Q(z)) g̃(z) + Γ(z) ] + N(0, ε_t (2 D(z) - ε_t B̂(z)))
+
+    Args:
+      rng_key: split into ``(key_grad, key_noise)``: ``key_grad`` goes to
+        ``grad_estimator``, ``key_noise`` draws ``ξ ~ N(0, I_d)`` in ``z.dtype``
+        and the noise is ``S ξ`` with ``S`` the symmetric PSD root of the covariance.
+      state: :class:`RecipeState`, ``position: (d,)``.
+      grad_estimator: ``(rng_key, z) -> g̃(z): (d,)``, an estimate of ``∇log π(z)``.
+      step_size: ``ε > 0`` or a schedule ``t -> ε_t`` of ``state.step``.
+      D: symmetric PSD; Q: skew-symmetric; B_hat: ``None`` (0) or PSD-compatible
+        noise covariance: each a scalar, ``(d,)``, ``(d, d)`` or a callable of ``z``.
+
+    ``Γ`` is computed by ``jax.jacfwd`` of the callables (constant matrices
+    are not differentiated). Constant ``D``, ``Q``, ``B_hat`` are checked on
+    every trace; callables are checked when ``z`` is concrete (eager calls).
+    """
+    check_callable(grad_estimator, "grad_estimator", _GRAD_WHAT)
+    z = state.position
+    eps = step_size_at(step_size, state.step, z.dtype)
+    check_recipe_inputs(z, D, Q, B_hat, eps)
+    key_grad, key_noise = jax.random.split(rng_key)
+    grad = jnp.asarray(grad_estimator(key_grad, z), z.dtype)
+    mean, root, clipped = recipe_mean_and_root(z, grad, eps, D, Q, B_hat)
+    new_z = mean + la.matvec(root, jax.random.normal(key_noise, z.shape, dtype=z.dtype))
+    bad = jnp.sum(~jnp.isfinite(new_z), dtype=jnp.int32)
+    info = RecipeInfo(jnp.asarray(1, jnp.int32), bad, bad > 0, eps, clipped)
+    return RecipeState(new_z, state.step + 1), info
+
+
+# ---------------------------------------------------------------------------
+# Sampler objects: the recipe, and SGLD / SGRLD as choices of D and Q.
+# ---------------------------------------------------------------------------
+
+
+def complete_recipe(
+    grad_estimator: GradEstimator,
+    step_size: StepSize,
+    D: la.MatrixLike,
+    Q: la.MatrixLike,
+    *,
+    B_hat: Optional[la.MatrixLike] = None,
+) -> SamplingAlgorithm:
+    """The complete recipe (spec 5) with your own ``D`` and ``Q`` as a sampler object.
+
+    ``init(position, rng_key=None)`` checks ``D``, ``Q``, ``B̂`` at the
+    initial point; ``step(rng_key, state)`` is :func:`recipe_step`.
+    """
+    check_callable(grad_estimator, "grad_estimator", _GRAD_WHAT)
+    check_positive(step_size, "step_size")
+    for name, M in (("D", D), ("Q", Q), ("B_hat", B_hat)):
+        if M is not None or name != "B_hat":
+            la.check_matrix_form(M, name)
+
+    def init(position, rng_key=None):
+        del rng_key  # the recipe's state has no random part
+        return recipe_init(position, D, Q, step_size, B_hat)
+
+    def step(rng_key, state):
+        return recipe_step(rng_key, state, grad_estimator, step_size, D, Q, B_hat)
+
+    return SamplingAlgorithm(init, step)
+
+
+def sgld(grad_estimator: GradEstimator, step_size: StepSize, *, B_hat: Optional[la.MatrixLike] = None) -> SamplingAlgorithm:
+    """SGLD (spec 5): ``D = I``, ``Q = 0``: ``θ' = θ + ε g̃(θ) + N(0, ε(2I - εB̂))``.
+
+    ``grad_estimator(rng_key, θ) -> g̃(θ) ≈ ∇log π(θ)``; state position ``θ: (d,)``.
+    """
+    return complete_recipe(grad_estimator, step_size, 1.0, 0.0, B_hat=B_hat)
+
+
+def sgrld(
+    grad_estimator: GradEstimator,
+    step_size: StepSize,
+    inv_metric_fn: la.MatrixLike,
+    *,
+    B_hat: Optional[la.MatrixLike] = None,
+) -> SamplingAlgorithm:
+    """SGRLD (spec 5): ``D = G(θ)^{-1}``, ``Q = 0``; ``Γ_i = Σ_j ∂_j (G^{-1})_ij`` by autodiff.
+
+    ``inv_metric_fn``: ``θ -> G(θ)^{-1}`` (a scalar, ``(d,)`` diagonal or
+    ``(d, d)``), or a constant of those forms.
+    """
+    return complete_recipe(grad_estimator, step_size, inv_metric_fn, 0.0, B_hat=B_hat)
+
+
+# ---------------------------------------------------------------------------
+# SGHMC: z = (θ, r), kept apart in the state.
+# ---------------------------------------------------------------------------
+
+
+class SGHMCState(NamedTuple):
+    """State of an SGHMC chain: ``position: (d,)`` (θ), ``momentum: (d,)`` (r), ``step``."""
+
+    position: Array
+    momentum: Array
+    step: Array
+
+
+def initial_momentum(theta: Array, momentum: Optional[ArrayLike], rng_key: Optional[PRNGKey]) -> Array:
+    """``r = 0``, the given ``momentum``, or ``r ~ N(0, I)`` (its stationary law) when a key is given."""
+    if momentum is not None and rng_key is not None:
+        raise ValueError("give either momentum or rng_key (to draw r ~ N(0, I)), not both.")
+    if momentum is not None:
+        r = check_position(momentum, "momentum").astype(theta.dtype)
+        if r.shape != theta.shape:
+            raise ValueError(f"momentum must have the shape of position {tuple(theta.shape)}; got {tuple(r.shape)}.")
+        return r
+    if rng_key is not None:
+        return jax.random.normal(rng_key, theta.shape, dtype=theta.dtype)
+    return jnp.zeros_like(theta)
+
+
+def _sghmc_dq(friction: la.MatrixLike, d: int, B_hat: Optional[la.MatrixLike]):
+    """``D = [[0, 0], [0, C]]``, ``Q = [[0, -I], [I, 0]]`` and ``B̂`` on ``z = (θ, r)``: ``(2d, 2d)`` arrays."""
+    c = la.constant_dense(friction, d)
+    D = np.zeros((2 * d, 2 * d))
+    D[d:, d:] = c
+    Q = np.zeros((2 * d, 2 * d))
+    Q[:d, d:] = -np.eye(d)
+    Q[d:, :d] = np.eye(d)
+    if B_hat is None:
+        return D, Q, None
+    if callable(B_hat):
+        def B(z):
+            full = jnp.zeros((2 * d, 2 * d), z.dtype)
+            return full.at[d:, d:].set(la.to_dense(la.evaluate(B_hat, z[:d], "B_hat"), d))
+        return D, Q, B
+    la.check_matrix_shape(B_hat, "B_hat", d)
+    B = np.zeros((2 * d, 2 * d))
+    B[d:, d:] = la.constant_dense(B_hat, d)
+    return D, Q, B
+
+
+def sghmc(
+    grad_estimator: GradEstimator,
+    step_size: StepSize,
+    *,
+    friction: ArrayLike = 1.0,
+    B_hat: Optional[la.MatrixLike] = None,
+) -> SamplingAlgorithm:
+    """SGHMC (spec 5) as the recipe on ``z = (θ, r)``, ``H = U(θ) + ½ rᵀr``,
+    ``D = [[0, 0], [0, C]]``, ``Q = [[0, -I], [I, 0]]``:
+
+        θ' = θ + ε r,   r' = r + ε g̃(θ) - ε C r + N(0, ε(2C - εB̂))
+
+    friction: ``C``, a constant scalar, ``(d,)`` diagonal or ``(d, d)`` PSD matrix.
+    B_hat: the ``r``-block gradient-noise covariance (any matrix form, or a callable of θ).
+    ``init(position, rng_key=None, *, momentum=None)``: ``r = 0``, the given
+    momentum, or ``r ~ N(0, I)`` (its stationary law) when a key is given.
+    The state keeps ``θ`` in ``position`` and ``r`` in ``momentum``
+    (:class:`SGHMCState`); the noise is the ``r`` half of one ``N(0, I_2d)`` draw.
+    """
+    check_callable(grad_estimator, "grad_estimator", _GRAD_WHAT)
+    check_positive(step_size, "step_size")
+    if callable(friction):
+        raise ValueError(f"friction must be a constant scalar, (d,) or (d, d) PSD matrix; got {friction!r}.")
+    la.check_matrix_form(friction, "friction")
+    if B_hat is not None:
+        la.check_matrix_form(B_hat, "B_hat")
+
+    def grad_z(rng_key, z):
+        d = z.shape[0] // 2  # ∇log π(θ, r) = (∇log π(θ), -r)
+        return jnp.concatenate([jnp.asarray(grad_estimator(rng_key, z[:d]), z.dtype), -z[d:]])
+
+    def dq(d):
+        la.check_matrix_shape(friction, "friction", d)
+        la.check_symmetric_psd(la.constant_dense(friction, d), "friction", "the SGHMC friction C")
+        return _sghmc_dq(friction, d, B_hat)
+
+    def init(position, rng_key=None, *, momentum=None):
+        theta = check_position(position, ndim=1)
+        r = initial_momentum(theta, momentum, rng_key)
+        D, Q, B = dq(theta.shape[0])
+        recipe_init(jnp.concatenate([theta, r]), D, Q, step_size, B)
+        return SGHMCState(theta, r, jnp.zeros((), jnp.int32))
+
+    def step(rng_key, state):
+        d = state.position.shape[0]
+        D, Q, B = dq(d)
+        z = RecipeState(jnp.concatenate([state.position, state.momentum]), state.step)
+        new, info = recipe_step(rng_key, z, grad_z, step_size, D, Q, B)
+        return SGHMCState(new.position[:d], new.position[d:], new.step), info
+
+    return SamplingAlgorithm(init, step)
