@@ -9,7 +9,6 @@ run streams moments (``mode="stream"``), so memory stays O(N d).
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
 import time
 from typing import Callable, NamedTuple
@@ -17,26 +16,24 @@ from typing import Callable, NamedTuple
 import jax
 import numpy as np
 
-from cenlmc_jax import cenlmc, irreversible, recipe, tuning
+import cenlmc_jax as cj
 from cenlmc_jax import targets as targets_mod
-from cenlmc_jax.gradients import grad_estimator_from_logdensity, noisy_grad_estimator
-from cenlmc_jax.langevin import lmc_init, lmc_step
-from cenlmc_jax.run import sample, vmap_chains
+from cenlmc_jax import tuning
+from cenlmc_jax.base import SamplingAlgorithm
 
 
 class Job(NamedTuple):
-    """A sampler set up for the CLI: its initial state, its step and a description."""
+    """A sampler set up for the CLI: its object, its initial state and a description."""
 
+    algorithm: SamplingAlgorithm
     state: object
-    step: Callable
     description: str
 
 
 def _lmc(args, target, positions):
     h = args.step_size or 0.05
-    state = lmc_init(positions, target.logdensity_fn)
-    step = functools.partial(lmc_step, logdensity_fn=target.logdensity_fn, step_size=h)
-    return Job(state, step, f"LMC (unadjusted Langevin), h={h}")
+    algo = cj.lmc(target.logdensity_fn, h)
+    return Job(algo, algo.init(positions), f"LMC (unadjusted Langevin), h={h}")
 
 
 def _cenlmc_params(args, target, h):
@@ -50,51 +47,42 @@ def _cenlmc_params(args, target, h):
 def _cenlmc(args, target, positions):
     h = args.step_size or 0.05
     eta, r1, r2, n_star, m_f = _cenlmc_params(args, target, h)
-    state = cenlmc.cenlmc_init(positions, target.logdensity_fn, f_star=target.f_star)
-    step = functools.partial(cenlmc.cenlmc_step, logdensity_fn=target.logdensity_fn, step_size=h, eta=eta,
-                             r1=r1, r2=r2, n_star=n_star, m_f=m_f)
-    return Job(state, step, f"CEnLMC (constrained ensemble Langevin), h={h}, eta={eta:.3g}, r1={r1:.3g}, "
-                            f"r2={r2:.3g}, n_star={n_star}, m_f={m_f:.3g}")
+    algo = cj.cenlmc(target.logdensity_fn, h, eta, r1, r2, n_star, m_f, f_star=target.f_star)
+    return Job(algo, algo.init(positions), f"CEnLMC (constrained ensemble Langevin), h={h}, eta={eta:.3g}, "
+                                           f"r1={r1:.3g}, r2={r2:.3g}, n_star={n_star}, m_f={m_f:.3g}")
 
 
 def _enlmc(args, target, positions):
     h = args.step_size or 0.05
     eta = args.eta if args.eta is not None else _cenlmc_params(args, target, h)[0]
-    state = cenlmc.enlmc_init(positions, target.logdensity_fn)
-    step = functools.partial(cenlmc.enlmc_step, logdensity_fn=target.logdensity_fn, step_size=h, eta=eta)
-    return Job(state, step, f"EnLMC (unconstrained ensemble Langevin; provably unstable), h={h}, eta={eta:.3g}")
+    algo = cj.enlmc(target.logdensity_fn, h, eta)
+    return Job(algo, algo.init(positions),
+               f"EnLMC (unconstrained ensemble Langevin; provably unstable), h={h}, eta={eta:.3g}")
 
 
 def _sgrhmc(args, target, positions):
     """SGRHMC with the gSGRHMC metric, one chain per 'particle', noisy gradients
     (true gradient + N(0, grad_noise²)) when --grad-noise > 0."""
     eps = args.step_size or 0.05
-    potential = lambda x: -target.logdensity_fn(x)  # noqa: E731
-    grad_u = jax.grad(potential)
-    est = (noisy_grad_estimator(grad_u, args.grad_noise) if args.grad_noise > 0
-           else grad_estimator_from_logdensity(target.logdensity_fn))
-    inv_metric = recipe.gsgrhmc_inv_metric(lambda x: potential(x) - target.f_star)
-    state = jax.vmap(recipe.sgrhmc_init)(positions)
-    step = vmap_chains(functools.partial(recipe.sgrhmc_step, grad_estimator=est, step_size=eps,
-                                         inv_metric_fn=inv_metric))
-    return Job(state, step, f"gSGRHMC (metric 1.5 sqrt|U - U* + 0.5|), eps={eps}, gradient noise sd {args.grad_noise}")
+    est = (cj.noisy_grad_estimator(jax.grad(target.logdensity_fn), args.grad_noise) if args.grad_noise > 0
+           else cj.grad_estimator_from_logdensity(target.logdensity_fn))
+    inv_metric = cj.gsgrhmc_inv_metric(lambda x: -target.logdensity_fn(x) - target.f_star)
+    algo = cj.vmap_chains(cj.sgrhmc(est, eps, inv_metric))
+    return Job(algo, algo.init(positions),
+               f"gSGRHMC (metric 1.5 sqrt|U - U* + 0.5|), eps={eps}, gradient noise sd {args.grad_noise}")
 
 
 def _irreversible_mh(args, target, positions):
     scale = args.step_size or 0.8
-    proposal = irreversible.gamma_proposal(2.0, scale)
-    keys = jax.random.split(jax.random.key(args.seed + 1), positions.shape[0])
-    state = jax.vmap(lambda x, k: irreversible.irreversible_mh_init(x, target.logdensity_fn, k))(positions, keys)
-    step = vmap_chains(functools.partial(irreversible.irreversible_mh_step, logdensity_fn=target.logdensity_fn,
-                                         proposal=proposal))
-    return Job(state, step, f"irreversible MH, Gamma(2, {scale}) proposal, one chain per particle")
+    algo = cj.vmap_chains(cj.irreversible_mh(target.logdensity_fn, cj.gamma_proposal(2.0, scale)))
+    state = algo.init(positions, jax.random.key(args.seed + 1))
+    return Job(algo, state, f"irreversible MH, Gamma(2, {scale}) proposal, one chain per particle")
 
 
 def _rwmh(args, target, positions):
-    scale = args.step_size or 2.0
-    state = jax.vmap(lambda x: irreversible.rwmh_init(x, target.logdensity_fn))(positions)
-    step = vmap_chains(functools.partial(irreversible.rwmh_step, logdensity_fn=target.logdensity_fn, scale=scale))
-    return Job(state, step, f"random-walk MH, N(0, {scale}^2) proposal, one chain per particle")
+    h = args.step_size or 2.0
+    algo = cj.vmap_chains(cj.rwmh(target.logdensity_fn, h))
+    return Job(algo, algo.init(positions), f"random-walk MH, N(0, {h}^2) proposal, one chain per particle")
 
 
 SAMPLERS: dict[str, Callable] = {
@@ -130,7 +118,7 @@ def cmd_sample(args) -> int:
     print(f"  target {target.name} (d={target.dim}), {args.particles} particles, "
           f"{args.burn_in} burn-in + {args.steps} steps, seed {args.seed}, backend {jax.default_backend()}")
     t0 = time.perf_counter()
-    res = sample(run_key, job.step, job.state, args.steps, burn_in=args.burn_in, mode="stream",
+    res = cj.sample(run_key, job.algorithm, job.state, args.steps, burn_in=args.burn_in, mode="stream",
                  progress=args.progress, on_divergence="stop")
     jax.block_until_ready(res.state)
     elapsed = time.perf_counter() - t0

@@ -74,6 +74,7 @@ from jax import lax
 from cenlmc_jax._validation import (
     check_bool,
     check_callable,
+    check_choice,
     check_finite_scalar,
     check_int,
     check_logdensity,
@@ -231,6 +232,14 @@ def _capacity(grad_capacity: Optional[int], n: int) -> int:
     return check_int(grad_capacity, "grad_capacity", minimum=1, maximum=n, why=f"N = {n}")
 
 
+def _check_force_options(method: str, block_size: Optional[int], strategy: str) -> None:
+    """The options passed through to :func:`cenlmc_jax.pairwise.ensemble_force`."""
+    check_choice(method, "method", ("auto", "dense", "tiled", "pallas"))
+    check_choice(strategy, "strategy", ("allgather", "ring"))
+    if block_size is not None:
+        check_int(block_size, "block_size", minimum=1)
+
+
 def _check_f_star(f_star: Any) -> None:
     if f_star is not None:
         check_finite_scalar(f_star, "f_star", "a finite scalar (min f = -max logdensity_fn) or None")
@@ -367,6 +376,7 @@ def enlmc_step(
     check_positive(eta, "eta")
     check_positive(blowup_factor, "blowup_factor", allow_inf=True)
     check_bool(dense_grad, "dense_grad")
+    _check_force_options(method, block_size, strategy)
     x = state.position
     n, d = x.shape
     capacity = _capacity(grad_capacity, n)
@@ -499,6 +509,7 @@ def cenlmc_step(
     _check_cenlmc_params(n, step_size, eta, r1, r2, n_star, m_f)
     _check_f_star(f_star)
     check_bool(dense_grad, "dense_grad")
+    _check_force_options(method, block_size, strategy)
     capacity = _capacity(grad_capacity, n)
 
     dt = x.dtype
@@ -625,6 +636,7 @@ def enlmc(
     check_positive(eta, "eta")
     check_positive(blowup_factor, "blowup_factor", allow_inf=True)
     check_bool(dense_grad, "dense_grad")
+    _check_force_options(method, block_size, strategy)
     kwargs = dict(grad_capacity=grad_capacity, blowup_factor=blowup_factor, dense_grad=dense_grad, method=method,
                   block_size=block_size, precision=precision, mesh=mesh, strategy=strategy)
 
@@ -669,6 +681,7 @@ def cenlmc(
     _check_cenlmc_params(None, step_size, eta, r1, r2, n_star, m_f)
     _check_f_star(f_star)
     check_bool(dense_grad, "dense_grad")
+    _check_force_options(method, block_size, strategy)
     kwargs = dict(grad_capacity=grad_capacity, dense_grad=dense_grad, method=method, block_size=block_size,
                   precision=precision, mesh=mesh, strategy=strategy)
 

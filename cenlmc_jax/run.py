@@ -309,17 +309,42 @@ def sample(
     return RunResult(state, trace, moments, info, step, diverged_at)
 
 
-def vmap_chains(step_fn: StepFn) -> StepFn:
-    """Turn a single-chain step into a step over a batch of chains.
+def vmap_chains(algorithm: SamplingAlgorithm | StepFn) -> SamplingAlgorithm | StepFn:
+    """Turn a single-chain sampler into one over a batch of chains.
 
-    ``step_fn(rng_key, state) -> (state, info)`` for one chain becomes
-    ``(rng_key, states) -> (states, infos)`` where every leaf of ``states`` has
-    a leading chain axis ``C``; chain ``c`` uses ``split(rng_key, C)[c]``.
-    The driver then reduces the per-chain infos per step (means, fractions).
+    Given a :class:`~cenlmc_jax.base.SamplingAlgorithm` ``(init, step)`` for
+    one chain (``position: (d,)``), returns one whose
+
+    * ``init(positions: (C, d), rng_key=None)`` first runs the single-chain
+      ``init`` eagerly on chain 0 (so its input checks run in Python, before
+      any tracing, with real values), then ``vmap``s it over the chains; with
+      a key, chain ``c`` gets ``split(rng_key, C)[c]``;
+    * ``step(rng_key, states)`` runs chain ``c`` with ``split(rng_key, C)[c]``.
+
+    Given a bare step function ``(rng_key, state) -> (state, info)``, returns
+    the batched step function. The driver then reduces the per-chain infos per
+    step (means, fractions).
     """
 
-    def batched(rng_key, states):
+    def step(rng_key, states):
         num_chains = jax.tree_util.tree_leaves(states)[0].shape[0]
-        return jax.vmap(step_fn)(jax.random.split(rng_key, num_chains), states)
+        return jax.vmap(one_step)(jax.random.split(rng_key, num_chains), states)
 
-    return batched
+    if not isinstance(algorithm, SamplingAlgorithm):
+        check_callable(algorithm, "algorithm", "SamplingAlgorithm or (rng_key, state) -> (state, info)")
+        one_step = algorithm
+        return step
+    one_step = algorithm.step
+
+    def init(positions, rng_key=None):
+        positions = jnp.asarray(positions)
+        if positions.ndim < 2 or positions.shape[0] < 1:
+            raise ValueError(f"positions must have a leading chain axis, shape (C, d); got shape {tuple(positions.shape)}.")
+        if rng_key is None:
+            algorithm.init(positions[0])  # checks, eagerly
+            return jax.vmap(algorithm.init)(positions)
+        keys = jax.random.split(rng_key, positions.shape[0])
+        algorithm.init(positions[0], keys[0])
+        return jax.vmap(algorithm.init)(positions, keys)
+
+    return SamplingAlgorithm(init, step)

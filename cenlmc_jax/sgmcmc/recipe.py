@@ -280,6 +280,7 @@ def sgrld(
     ``inv_metric_fn``: ``θ -> G(θ)^{-1}`` (a scalar, ``(d,)`` diagonal or
     ``(d, d)``), or a constant of those forms.
     """
+    la.check_matrix_form(inv_metric_fn, "inv_metric_fn")
     return complete_recipe(grad_estimator, step_size, inv_metric_fn, 0.0, B_hat=B_hat)
 
 
