@@ -60,7 +60,7 @@ def make_sampler(kind: str, logdensity_fn, gamma_shape: float):
             return irr.rwmh_init(x, logdensity_fn)
 
         def step(key, state, scale):
-            return irr.rwmh_step(key, state, logdensity_fn, scale)
+            return irr.rwmh_step(key, state, logdensity_fn, step_size=scale)
     return init, step
 
 

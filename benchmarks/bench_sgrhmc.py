@@ -35,7 +35,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from _common import base_parser, time_call, write_results  # noqa: E402
 
-from cenlmc_jax import gradients, recipe  # noqa: E402
+import cenlmc_jax as cj  # noqa: E402
+from cenlmc_jax import gradients  # noqa: E402
+from cenlmc_jax.sgmcmc import recipe, sgrhmc  # noqa: E402
 
 
 def potential(theta):
@@ -49,23 +51,26 @@ def dense_inv_metric(theta):
 
 def build(variant: str, d: int, step_size: float):
     """(single-chain step (key, state) -> (state, info), initial single-chain state)."""
-    est = gradients.noisy_grad_estimator(jax.grad(potential), 1.0)
-    gs = recipe.gsgrhmc_inv_metric(potential, 1.5, 0.5)
+    est = gradients.noisy_grad_estimator(lambda t: -jax.grad(potential)(t), 1.0)  # ∇log π + N(0, 1)
+    gs = sgrhmc.gsgrhmc_inv_metric(potential, 1.5, 0.5)
     theta0 = jnp.full((d,), 0.5)
     if variant == "sghmc":
-        s = recipe.sghmc(est, step_size, friction=1.0)
+        s = cj.sghmc(est, step_size, friction=1.0)
         return s.step, s.init(theta0)
     if variant in ("sgrhmc_diag", "sgrhmc_diag_naive"):
-        step = functools.partial(recipe.sgrhmc_step, grad_estimator=est, step_size=step_size, inv_metric_fn=gs,
+        step = functools.partial(sgrhmc.sgrhmc_step, grad_estimator=est, step_size=step_size, inv_metric_fn=gs,
                                  naive=variant.endswith("naive"))
-        return step, recipe.sgrhmc_init(theta0)
+        return step, sgrhmc.sgrhmc_init(theta0)
     if variant == "sgrhmc_dense":
-        step = functools.partial(recipe.sgrhmc_step, grad_estimator=est, step_size=step_size,
+        step = functools.partial(sgrhmc.sgrhmc_step, grad_estimator=est, step_size=step_size,
                                  inv_metric_fn=dense_inv_metric)
-        return step, recipe.sgrhmc_init(theta0)
+        return step, sgrhmc.sgrhmc_init(theta0)
     if variant == "sgrhmc_recipe":
-        D, Q = recipe.sgrhmc_dq(gs)
-        grad_h = recipe._momentum_grad_estimator(est)
+        D, Q = sgrhmc.sgrhmc_dq(gs)
+
+        def grad_h(key, z):  # ∇log π(θ, r) = (∇log π(θ), -r)
+            return jnp.concatenate([est(key, z[:d]), -z[d:]])
+
         step = functools.partial(recipe.recipe_step, grad_estimator=grad_h, step_size=step_size, D=D, Q=Q)
         return step, recipe.recipe_init(jnp.concatenate([theta0, jnp.zeros(d)]))
     raise ValueError(variant)

@@ -48,7 +48,9 @@ def all_concrete(*xs: Any) -> bool:
 
 
 def describe(value: Any) -> str:
-    """A short ``repr`` for error messages (at most 80 characters)."""
+    """A short ``repr`` for error messages (at most 80 characters); 0-d arrays show their value."""
+    if isinstance(value, (np.ndarray, np.generic, jax.Array)) and np.ndim(value) == 0 and is_concrete(value):
+        value = np.asarray(value).item()
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 

@@ -53,6 +53,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from cenlmc_jax._validation import check_bool, check_int, check_positive
+
 __all__ = [
     "effective_sample_size",
     "potential_scale_reduction",
@@ -85,19 +87,19 @@ def _as_float_array(x: ArrayLike, name: str) -> Array:
         arr = jnp.asarray(x)
     except (TypeError, ValueError) as err:
         raise ValueError(
-            f"`{name}` must be array-like with a numeric dtype; got an object "
+            f"{name} must be array-like with a numeric dtype; got an object "
             f"of type {type(x).__name__}."
         ) from err
     if jnp.issubdtype(arr.dtype, jnp.complexfloating):
         raise ValueError(
-            f"`{name}` must be real-valued; got dtype {arr.dtype}."
+            f"{name} must be real-valued; got dtype {arr.dtype}."
         )
     if not jnp.issubdtype(arr.dtype, jnp.floating):
         if not (
             jnp.issubdtype(arr.dtype, jnp.integer) or arr.dtype == jnp.bool_
         ):
             raise ValueError(
-                f"`{name}` must have a real numeric dtype; got dtype {arr.dtype}."
+                f"{name} must have a real numeric dtype; got dtype {arr.dtype}."
             )
         arr = arr.astype(jnp.result_type(float))
     return arr
@@ -108,12 +110,12 @@ def _normalize_axis(axis: Any, ndim: int, name: str) -> int:
         axis = operator.index(axis)
     except TypeError as err:
         raise ValueError(
-            f"`{name}` must be an integer axis; got {axis!r} of type "
+            f"{name} must be an integer axis; got {axis!r} of type "
             f"{type(axis).__name__}."
         ) from err
     if not -ndim <= axis < ndim:
         raise ValueError(
-            f"`{name}`={axis} is out of range for `samples` with ndim={ndim}; "
+            f"{name}={axis} is out of range for samples with ndim={ndim}; "
             f"expected an integer in [{-ndim}, {ndim - 1}]."
         )
     return axis % ndim
@@ -132,7 +134,7 @@ def _chains_first(
     x = _as_float_array(samples, "samples")
     if x.ndim < 2:
         raise ValueError(
-            "`samples` must have at least 2 dimensions (chains and draws); got "
+            "samples must have at least 2 dimensions (chains and draws); got "
             f"shape {tuple(x.shape)}. Expected (num_chains, num_samples, "
             "*event_shape); add a chain axis of size 1 for a single chain."
         )
@@ -140,21 +142,21 @@ def _chains_first(
     s_ax = _normalize_axis(sample_axis, x.ndim, "sample_axis")
     if c_ax == s_ax:
         raise ValueError(
-            f"`chain_axis` ({chain_axis}) and `sample_axis` ({sample_axis}) "
-            f"refer to the same axis of `samples` with shape {tuple(x.shape)}; "
+            f"chain_axis ({chain_axis}) and sample_axis ({sample_axis}) "
+            f"refer to the same axis of samples with shape {tuple(x.shape)}; "
             "expected two distinct axes."
         )
     x = jnp.moveaxis(x, (c_ax, s_ax), (0, 1))
     num_chains, num_draws = x.shape[0], x.shape[1]
     if num_draws < min_draws:
         raise ValueError(
-            f"`samples` has {num_draws} draws per chain along sample_axis="
+            f"samples has {num_draws} draws per chain along sample_axis="
             f"{sample_axis} (shape {tuple(jnp.shape(samples))}); expected at "
             f"least {min_draws}{why}."
         )
     if num_chains < min_chains:
         raise ValueError(
-            f"`samples` has {num_chains} chain(s) along chain_axis="
+            f"samples has {num_chains} chain(s) along chain_axis="
             f"{chain_axis} (shape {tuple(jnp.shape(samples))}); expected at "
             f"least {min_chains}{why}."
         )
@@ -168,17 +170,17 @@ def _check_points(x: ArrayLike, name: str, min_points: int) -> Array:
         arr = arr[:, None]
     if arr.ndim != 2:
         raise ValueError(
-            f"`{name}` must have shape (N, d) (or (N,) for d = 1); got shape "
+            f"{name} must have shape (N, d) (or (N,) for d = 1); got shape "
             f"{tuple(arr.shape)}."
         )
     if arr.shape[0] < min_points:
         raise ValueError(
-            f"`{name}` has {arr.shape[0]} point(s) (shape {tuple(arr.shape)}); "
+            f"{name} has {arr.shape[0]} point(s) (shape {tuple(arr.shape)}); "
             f"expected at least {min_points}."
         )
     if arr.shape[1] < 1:
         raise ValueError(
-            f"`{name}` has zero-dimensional points (shape {tuple(arr.shape)}); "
+            f"{name} has zero-dimensional points (shape {tuple(arr.shape)}); "
             "expected d >= 1."
         )
     return arr
@@ -191,8 +193,8 @@ def _check_point_pair(x, y, min_points: int):
     ya = _check_points(y, "y", min_points)
     if xa.shape[1] != ya.shape[1]:
         raise ValueError(
-            f"`x` and `y` must have the same point dimension d; got `x` of "
-            f"shape {tuple(jnp.shape(x))} (d={xa.shape[1]}) and `y` of shape "
+            f"x and y must have the same point dimension d; got x of "
+            f"shape {tuple(jnp.shape(x))} (d={xa.shape[1]}) and y of shape "
             f"{tuple(jnp.shape(y))} (d={ya.shape[1]})."
         )
     return xa, ya
@@ -375,12 +377,7 @@ def potential_scale_reduction(
         ``split=True`` (each half needs 2 draws for a variance), fewer than 2
         draws or fewer than 2 chains with ``split=False``.
     """
-    if not isinstance(split, (bool, np.bool_)):
-        raise ValueError(
-            f"`split` must be a Python bool; got {split!r} of type "
-            f"{type(split).__name__}."
-        )
-    split = bool(split)
+    split = check_bool(split, "split")
     if split:
         x = _chains_first(
             samples,
@@ -478,7 +475,7 @@ def ensemble_mcse(positions: ArrayLike) -> Array:
     x = _as_float_array(positions, "positions")
     if x.ndim < 1 or x.shape[0] < 2:
         raise ValueError(
-            f"`positions` must have shape (N, *event_shape) with N >= 2 "
+            f"positions must have shape (N, *event_shape) with N >= 2 "
             f"particles; got shape {tuple(x.shape)}."
         )
     return _ensemble_mcse_core(x)
@@ -509,8 +506,8 @@ def z_score(estimate: ArrayLike, truth: ArrayLike, se: ArrayLike) -> Array:
         jnp.broadcast_shapes(est.shape, tru.shape, s.shape)
     except ValueError as err:
         raise ValueError(
-            f"`estimate` (shape {tuple(est.shape)}), `truth` (shape "
-            f"{tuple(tru.shape)}) and `se` (shape {tuple(s.shape)}) must be "
+            f"estimate (shape {tuple(est.shape)}), truth (shape "
+            f"{tuple(tru.shape)}) and se (shape {tuple(s.shape)}) must be "
             "broadcast-compatible."
         ) from err
     return (est - tru) / s
@@ -587,20 +584,20 @@ def moment_errors(
     x = _as_float_array(positions, "positions")
     if x.ndim != 2 or x.shape[0] < 2:
         raise ValueError(
-            f"`positions` must have shape (N, d) with N >= 2; got shape "
+            f"positions must have shape (N, d) with N >= 2; got shape "
             f"{tuple(x.shape)}."
         )
     d = x.shape[1]
     mu = _as_float_array(mean, "mean")
     if mu.shape != (d,):
         raise ValueError(
-            f"`mean` must have shape ({d},) to match `positions` of shape "
+            f"mean must have shape ({d},) to match positions of shape "
             f"{tuple(x.shape)}; got shape {tuple(mu.shape)}."
         )
     sigma = _as_float_array(cov, "cov")
     if sigma.shape != (d, d):
         raise ValueError(
-            f"`cov` must have shape ({d}, {d}) to match `positions` of shape "
+            f"cov must have shape ({d}, {d}) to match positions of shape "
             f"{tuple(x.shape)}; got shape {tuple(sigma.shape)}."
         )
     dtype = _common_float_dtype(x, mu, sigma)
@@ -737,17 +734,9 @@ def mmd(x: ArrayLike, y: ArrayLike, bandwidth: Optional[ArrayLike] = None) -> Ar
         h = _as_float_array(bandwidth, "bandwidth")
         if h.ndim != 0:
             raise ValueError(
-                f"`bandwidth` must be a scalar; got shape {tuple(h.shape)}."
+                f"bandwidth must be a scalar; got shape {tuple(h.shape)}."
             )
-        try:
-            value = float(h)
-        except (TypeError, jax.errors.ConcretizationTypeError):
-            value = None  # traced: cannot be checked before tracing.
-        if value is not None and not value > 0:
-            raise ValueError(
-                f"`bandwidth` must be positive (or None for the median "
-                f"heuristic); got {value}."
-            )
+        check_positive(h, "bandwidth")
         h = h.astype(dtype)
     return _mmd_core(xa.astype(dtype), ya.astype(dtype), h, use_median)
 
@@ -830,31 +819,17 @@ def sliced_wasserstein(
         non-positive ``num_projections`` or a batched / malformed key.
     """
     xa, ya = _check_point_pair(x, y, 1)
-    if isinstance(num_projections, (bool, np.bool_)):
-        raise ValueError(
-            f"`num_projections` must be a positive int; got {num_projections!r}."
-        )
-    try:
-        num_projections = operator.index(num_projections)
-    except TypeError as err:
-        raise ValueError(
-            "`num_projections` must be a positive int; got "
-            f"{num_projections!r} of type {type(num_projections).__name__}."
-        ) from err
-    if num_projections < 1:
-        raise ValueError(
-            f"`num_projections` must be a positive int; got {num_projections}."
-        )
+    num_projections = check_int(num_projections, "num_projections", minimum=1)
     key = jnp.asarray(rng_key) if not hasattr(rng_key, "dtype") else rng_key
     if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
         if key.shape != ():
             raise ValueError(
-                f"`rng_key` must be a single typed PRNG key (shape ()); got "
+                f"rng_key must be a single typed PRNG key (shape ()); got "
                 f"shape {tuple(key.shape)}."
             )
     elif key.dtype != jnp.uint32 or key.ndim != 1:
         raise ValueError(
-            "`rng_key` must be a typed PRNG key or a raw uint32 key of shape "
+            "rng_key must be a typed PRNG key or a raw uint32 key of shape "
             f"(2,) (e.g. jax.random.PRNGKey(0)); got dtype {key.dtype}, shape "
             f"{tuple(key.shape)}."
         )

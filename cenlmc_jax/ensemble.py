@@ -232,12 +232,20 @@ def _capacity(grad_capacity: Optional[int], n: int) -> int:
     return check_int(grad_capacity, "grad_capacity", minimum=1, maximum=n, why=f"N = {n}")
 
 
-def _check_force_options(method: str, block_size: Optional[int], strategy: str) -> None:
-    """The options passed through to :func:`cenlmc_jax.pairwise.ensemble_force`."""
+def _check_switches(dense_grad: bool, method: str, block_size: Optional[int], strategy: str) -> None:
+    """``dense_grad`` and the options passed through to :func:`cenlmc_jax.pairwise.ensemble_force`."""
+    check_bool(dense_grad, "dense_grad")
     check_choice(method, "method", ("auto", "dense", "tiled", "pallas"))
     check_choice(strategy, "strategy", ("allgather", "ring"))
     if block_size is not None:
         check_int(block_size, "block_size", minimum=1)
+
+
+def _check_enlmc_params(step_size, eta, blowup_factor, dense_grad, method, block_size, strategy) -> None:
+    check_positive(step_size, "step_size")
+    check_positive(eta, "eta")
+    check_positive(blowup_factor, "blowup_factor", allow_inf=True)
+    _check_switches(dense_grad, method, block_size, strategy)
 
 
 def _check_f_star(f_star: Any) -> None:
@@ -372,11 +380,7 @@ def enlmc_step(
         ``"allgather"`` or ``"ring"``); per step equal to the unsharded force up to rounding.
     """
     _check_ensemble_state(state, EnLMCState, "enlmc_init")
-    check_positive(step_size, "step_size")
-    check_positive(eta, "eta")
-    check_positive(blowup_factor, "blowup_factor", allow_inf=True)
-    check_bool(dense_grad, "dense_grad")
-    _check_force_options(method, block_size, strategy)
+    _check_enlmc_params(step_size, eta, blowup_factor, dense_grad, method, block_size, strategy)
     x = state.position
     n, d = x.shape
     capacity = _capacity(grad_capacity, n)
@@ -508,8 +512,7 @@ def cenlmc_step(
     n, _ = x.shape
     _check_cenlmc_params(n, step_size, eta, r1, r2, n_star, m_f)
     _check_f_star(f_star)
-    check_bool(dense_grad, "dense_grad")
-    _check_force_options(method, block_size, strategy)
+    _check_switches(dense_grad, method, block_size, strategy)
     capacity = _capacity(grad_capacity, n)
 
     dt = x.dtype
@@ -632,11 +635,7 @@ def enlmc(
     ``step(rng_key, state)``: :func:`enlmc_step` with these parameters.
     """
     check_callable(logdensity_fn, "logdensity_fn", "x -> scalar log density")
-    check_positive(step_size, "step_size")
-    check_positive(eta, "eta")
-    check_positive(blowup_factor, "blowup_factor", allow_inf=True)
-    check_bool(dense_grad, "dense_grad")
-    _check_force_options(method, block_size, strategy)
+    _check_enlmc_params(step_size, eta, blowup_factor, dense_grad, method, block_size, strategy)
     kwargs = dict(grad_capacity=grad_capacity, blowup_factor=blowup_factor, dense_grad=dense_grad, method=method,
                   block_size=block_size, precision=precision, mesh=mesh, strategy=strategy)
 
@@ -680,8 +679,7 @@ def cenlmc(
     check_callable(logdensity_fn, "logdensity_fn", "x -> scalar log density")
     _check_cenlmc_params(None, step_size, eta, r1, r2, n_star, m_f)
     _check_f_star(f_star)
-    check_bool(dense_grad, "dense_grad")
-    _check_force_options(method, block_size, strategy)
+    _check_switches(dense_grad, method, block_size, strategy)
     kwargs = dict(grad_capacity=grad_capacity, dense_grad=dense_grad, method=method, block_size=block_size,
                   precision=precision, mesh=mesh, strategy=strategy)
 
