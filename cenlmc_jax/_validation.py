@@ -34,6 +34,7 @@ __all__ = [
     "check_vector",
     "check_logdensity",
     "check_state",
+    "check_key",
 ]
 
 
@@ -218,3 +219,18 @@ def check_state(state: Any, cls: type, init_name: str) -> None:
     """``state`` must be a ``cls`` (as made by ``init_name``)."""
     if not isinstance(state, cls):
         raise ValueError(f"state must be a {cls.__name__} (from {init_name}); got {type(state).__name__}.")
+
+
+def check_key(rng_key: Any, name: str = "rng_key") -> None:
+    """A single PRNG key: a typed key of shape () (``jax.random.key``) or a legacy uint32 ``(2,)`` ``PRNGKey``."""
+    dtype = getattr(rng_key, "dtype", None)
+    shape = tuple(getattr(rng_key, "shape", ()))
+    if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        if shape != ():
+            raise ValueError(f"{name} must be a single key (shape ()); got a batch of keys of shape {shape}.")
+        return
+    if dtype is None or dtype != jnp.uint32 or shape != (2,):
+        raise ValueError(
+            f"{name} must be a PRNG key: jax.random.key(seed) or jax.random.PRNGKey(seed); got "
+            f"{describe(rng_key)}" + (f" (dtype {dtype}, shape {shape})." if dtype is not None else ".")
+        )

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import functools
 import os
-import pickle
 import warnings
 from typing import Any, Callable, NamedTuple, Optional
 
@@ -39,7 +38,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from cenlmc_jax._validation import check_callable, check_choice, check_int
+from cenlmc_jax import checkpoint as ckpt
+from cenlmc_jax._validation import check_bool, check_callable, check_choice, check_int, check_key
 from cenlmc_jax.base import SamplingAlgorithm
 from cenlmc_jax.types import Array, PRNGKey, PyTree, StepFn
 
@@ -119,17 +119,6 @@ def reduce_info(info: PyTree) -> PyTree:
     return jax.tree_util.tree_map(red, info)
 
 
-def _diverged_flags(info: PyTree) -> Array:
-    """Per-step boolean from ``info.diverged`` (any particle), or all False."""
-    div = getattr(info, "diverged", None)
-    if div is None:
-        leaves = jax.tree_util.tree_leaves(info)
-        n = leaves[0].shape[0] if leaves else 0
-        return np.zeros((n,), bool)
-    div = np.asarray(div)
-    return div.reshape(div.shape[0], -1).astype(bool).any(axis=1) if div.ndim > 1 else div.astype(bool)
-
-
 @functools.lru_cache(maxsize=64)
 def _chunk_fn(step_fn: StepFn, num_outer: int, thin: int, mode: str, trace_fn: Callable, info_reduce: Optional[str]):
     """A jitted function running ``num_outer * thin`` steps (cached per configuration)."""
@@ -161,16 +150,17 @@ def _chunk_fn(step_fn: StepFn, num_outer: int, thin: int, mode: str, trace_fn: C
     return jax.jit(run_chunk)
 
 
-def _save_checkpoint(path: str, payload: dict) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as fh:
-        pickle.dump(jax.device_get(payload), fh)
-    os.replace(tmp, path)  # atomic: a crash never leaves a half-written checkpoint
+def _warn(msg: str) -> None:
+    warnings.warn(msg, RuntimeWarning, stacklevel=3)
 
 
-def _load_checkpoint(path: str) -> dict:
-    with open(path, "rb") as fh:
-        return pickle.load(fh)
+def _flag_steps(infos: PyTree, name: str) -> np.ndarray:
+    """Per-step booleans from ``info.<name>`` (any particle or chain), or None without that field."""
+    flag = getattr(infos, name, None)
+    if flag is None:
+        return None
+    flag = np.asarray(flag)
+    return flag.reshape(flag.shape[0], -1).astype(bool).any(axis=1) if flag.ndim > 1 else flag.astype(bool)
 
 
 def sample(
@@ -209,15 +199,25 @@ def sample(
         multiple of ``thin``). A final shorter chunk compiles once more.
       info_reduce: ``"mean"`` (default) or ``None`` (keep per-particle infos).
       progress: show a tqdm bar updated between chunks (needs ``tqdm``).
-      checkpoint_path: if given, the run's carry is written there after every
-        chunk, and a run started with an existing file resumes from it
-        (same key and arguments give the same result as an uninterrupted run).
-      on_divergence: ``"stop"`` (finish the chunk, warn, return what was done),
+      checkpoint_path: if given, the run is written there after every chunk
+        (data only: :mod:`cenlmc_jax.checkpoint`), and a run started with an
+        existing file resumes from it: same key and arguments give the same
+        result as an uninterrupted run; a different run (key, initial state,
+        step function or its parameters, ``trace_fn``, ``burn_in``,
+        ``num_steps``, ``thin``, ``mode``) is refused with a ``ValueError``.
+        The folder is checked before any work.
+      on_divergence: ``"stop"`` (warn and return the state, trace and moments
+        of the last good step: the chunk is replayed up to the diverging step),
         ``"warn"`` (warn and keep going) or ``"raise"`` (``FloatingPointError``).
+
+    Warnings (``RuntimeWarning``) also report steps whose info sets
+    ``noise_clipped`` (the recipe's noise covariance was clipped: too large a
+    ``B_hat`` for the step size).
     """
     if isinstance(step_fn, SamplingAlgorithm):
         step_fn = step_fn.step
     check_callable(step_fn, "step_fn", "(rng_key, state) -> (state, info), or a SamplingAlgorithm")
+    check_key(rng_key, "rng_key")
     num_steps = check_int(num_steps, "num_steps", minimum=1)
     thin = check_int(thin, "thin", minimum=1)
     burn_in = check_int(burn_in, "burn_in", minimum=0)
@@ -226,27 +226,28 @@ def sample(
     check_choice(mode, "mode", ("trace", "stream"))
     check_choice(info_reduce, "info_reduce", ("mean", None))
     check_choice(on_divergence, "on_divergence", ("stop", "warn", "raise"))
+    check_bool(progress, "progress")
     if chunk_size is None:
         chunk_size = max(thin, (min(num_steps, 1000) // thin) * thin)
     chunk_size = check_int(chunk_size, "chunk_size", minimum=1)
     if chunk_size % thin:
         raise ValueError(f"thin must divide chunk_size; got thin={thin}, chunk_size={chunk_size}.")
+    check_callable(trace_fn, "trace_fn", "state -> array to record")
 
-    first = trace_fn(initial_state)
-    moments = _init_moments(first) if mode == "stream" else None
-    state, step, kept_chunks, info_chunks = initial_state, 0, [], []
+    moments = _init_moments(trace_fn(initial_state)) if mode == "stream" else None
+    state, step, chunks, diverged_at = initial_state, 0, [], -1
     total = burn_in + num_steps
-    if checkpoint_path is not None and os.path.exists(checkpoint_path):
-        ck = _load_checkpoint(checkpoint_path)
-        if ck["total"] != total or ck["thin"] != thin or ck["mode"] != mode:
-            raise ValueError(
-                f"checkpoint_path {checkpoint_path!r} holds a run of {ck['total']} steps, thin={ck['thin']}, "
-                f"mode={ck['mode']!r}; this call asks for {total}, thin={thin}, mode={mode!r}."
-            )
-        treedef = jax.tree_util.tree_structure(initial_state)
-        state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(a) for a in ck["state"]])
-        moments = None if ck["moments"] is None else Moments(*map(jnp.asarray, ck["moments"]))
-        step, kept_chunks, info_chunks = ck["step"], ck["kept"], ck["info"]
+    identity = None
+    if checkpoint_path is not None:
+        checkpoint_path = ckpt.check_path(checkpoint_path)
+        identity = ckpt.run_identity(rng_key, step_fn, initial_state, trace_fn, burn_in=burn_in,
+                                     num_steps=num_steps, thin=thin, mode=mode)
+        if os.path.exists(checkpoint_path):
+            state, step, moments, chunks, diverged_at = _resume(checkpoint_path, identity, rng_key, step_fn,
+                                                                initial_state, trace_fn, info_reduce)
+            if diverged_at >= 0:
+                _warn(f"the resumed run had diverged at step {diverged_at} (info.diverged); it stopped there")
+    saved = len(chunks)
 
     bar = None
     if progress:
@@ -256,57 +257,100 @@ def sample(
             raise ValueError("progress=True needs tqdm: pip install tqdm") from exc
         bar = tqdm(total=total, initial=step, unit="step")
 
-    diverged_at = -1
-    while step < total:
+    clipped_at = -1
+    while step < total and not (diverged_at >= 0 and on_divergence == "stop"):
         burning = step < burn_in
-        if burning:
-            n = min(chunk_size, burn_in - step)
-            fn = _chunk_fn(step_fn, n, 1, "none", trace_fn, info_reduce)
-            state, _, _, infos = fn(rng_key, state, None, step)
-        else:
-            n = min(chunk_size, total - step)
-            fn = _chunk_fn(step_fn, n // thin, thin, mode, trace_fn, info_reduce)
-            state, moments, kept, infos = fn(rng_key, state, moments, step)
-            if mode == "trace":
-                kept_chunks.append(kept)
-        info_chunks.append(infos)
-        flags = _diverged_flags(infos)
-        if diverged_at < 0 and flags.any():
-            diverged_at = step + int(np.argmax(flags))
+        n = min(chunk_size, (burn_in if burning else total) - step)
+        start_state, start_moments = state, moments
+        state, moments, kept, infos = _run_chunk(step_fn, rng_key, state, moments, step, n, burning, thin, mode,
+                                                 trace_fn, info_reduce)
+        flags = _flag_steps(infos, "diverged")
+        if flags is not None and flags.any() and diverged_at < 0:
+            first = int(np.argmax(flags))
+            diverged_at = step + first
+            msg = (f"the sampler diverged (info.diverged: non-finite or exploding values) at step {diverged_at}; "
+                   f"see RunResult.info for the per-step counts")
+            if on_divergence == "raise":
+                raise FloatingPointError(msg)
+            if on_divergence == "stop":
+                # replay the chunk up to the last good step (same keys, so the same states)
+                state, moments, kept, _ = _run_chunk(step_fn, rng_key, start_state, start_moments, step, first,
+                                                     burning, thin, mode, trace_fn, info_reduce)
+                infos = jax.tree_util.tree_map(lambda a: a[: first + 1], infos)  # the diverging step's info too
+                n = first
+                msg += f"; stopped with the state, trace and moments after step {diverged_at - 1}"
+            _warn(msg)
+        clipped = _flag_steps(infos, "noise_clipped")
+        if clipped is not None and clipped.any() and clipped_at < 0:
+            clipped_at = step + int(np.argmax(clipped))
+            _warn(f"the noise covariance step_size*(2D - step_size*B_hat) was clipped (info.noise_clipped) from "
+                  f"step {clipped_at}: B_hat is too large for this step size, so the chain injects less noise "
+                  f"than the recipe needs; lower step_size or B_hat")
+        chunks.append((kept, infos))
         step += n
         if bar is not None:
             bar.update(n)
         if checkpoint_path is not None:
-            _save_checkpoint(
-                checkpoint_path,
-                dict(
-                    total=total, thin=thin, mode=mode, step=step, kept=kept_chunks, info=info_chunks,
-                    state=jax.tree_util.tree_leaves(state),
-                    moments=None if moments is None else tuple(moments),
-                ),
-            )
-        if diverged_at >= 0:
-            msg = (
-                f"the sampler diverged (info.diverged: non-finite or exploding values) at step {diverged_at}; "
-                f"see RunResult.info for the per-step counts"
-            )
-            if on_divergence == "raise":
-                raise FloatingPointError(msg)
-            if on_divergence == "stop":
-                warnings.warn(msg + f"; stopped after {step} of {total} steps", RuntimeWarning, stacklevel=2)
-                break
-    else:
-        if diverged_at >= 0:
-            warnings.warn(
-                f"the sampler diverged (info.diverged: non-finite or exploding values) at step {diverged_at}",
-                RuntimeWarning, stacklevel=2,
-            )
+            ckpt.save(checkpoint_path, identity=identity, step=step, state=state, moments=moments,
+                      new_chunks=chunks[saved:], num_chunks=len(chunks), diverged_at=diverged_at)
+            saved = len(chunks)
     if bar is not None:
         bar.close()
 
-    trace = jnp.concatenate(kept_chunks) if kept_chunks else None
-    info = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *info_chunks) if info_chunks else None
+    kept_all = [k for k, _ in chunks if k is not None]
+    trace = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *kept_all) if kept_all else None
+    info = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *[i for _, i in chunks]) if chunks else None
     return RunResult(state, trace, moments, info, step, diverged_at)
+
+
+def _resume(path, identity, rng_key, step_fn, initial_state, trace_fn, info_reduce):
+    """Read a checkpoint of this very run: ``(state, step, moments, chunks, diverged_at)``."""
+    ck = ckpt.load(path)
+    ckpt.check_identity(path, ck.header["identity"], identity)
+    treedef = jax.tree_util.tree_structure(initial_state)
+    if len(ck.state_leaves) != treedef.num_leaves:
+        raise ValueError(f"checkpoint_path {path!r} holds {len(ck.state_leaves)} state arrays; this run's state has "
+                         f"{treedef.num_leaves}.")
+    state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(a) for a in ck.state_leaves])
+    moments = None if ck.moments is None else Moments(*map(jnp.asarray, ck.moments))
+
+    def reduced_info(key, st):
+        _, info = step_fn(key, st)
+        return reduce_info(info) if info_reduce == "mean" else info
+
+    info_def = jax.tree_util.tree_structure(jax.eval_shape(reduced_info, rng_key, initial_state))
+    kept_def = jax.tree_util.tree_structure(jax.eval_shape(trace_fn, initial_state))
+    chunks = []
+    for kept, infos in ck.chunks:
+        kept = None if kept is None else jax.tree_util.tree_unflatten(kept_def, [jnp.asarray(a) for a in kept])
+        chunks.append((kept, jax.tree_util.tree_unflatten(info_def, [jnp.asarray(a) for a in infos])))
+    return state, ck.header["step"], moments, chunks, ck.header["diverged_at"]
+
+
+def _run_chunk(step_fn, rng_key, state, moments, start, n, burning, thin, mode, trace_fn, info_reduce):
+    """Run ``n`` steps from step ``start``: ``(state, moments, kept or None, infos or None)``.
+
+    A sampling chunk records every ``thin``-th state; a length that is not a
+    multiple of ``thin`` (a replay up to a diverging step) records the whole
+    multiples and runs the rest unrecorded.
+    """
+    if n == 0:
+        return state, moments, None, None
+    if burning:
+        fn = _chunk_fn(step_fn, n, 1, "none", trace_fn, info_reduce)
+        state, _, _, infos = fn(rng_key, state, None, start)
+        return state, moments, None, infos
+    whole = (n // thin) * thin
+    kept, infos = None, None
+    if whole:
+        fn = _chunk_fn(step_fn, whole // thin, thin, mode, trace_fn, info_reduce)
+        state, moments, kept, infos = fn(rng_key, state, moments, start)
+        kept = kept if mode == "trace" else None
+    if n > whole:
+        fn = _chunk_fn(step_fn, n - whole, 1, "none", trace_fn, info_reduce)
+        state, _, _, rest = fn(rng_key, state, None, start + whole)
+        infos = rest if infos is None else jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), infos, rest)
+    return state, moments, kept, infos
 
 
 def vmap_chains(algorithm: SamplingAlgorithm | StepFn) -> SamplingAlgorithm | StepFn:

@@ -1,6 +1,7 @@
 """Tests of the lax.scan driver: thinning, streaming moments, compile-once, checkpoints."""
 
 import functools
+import os
 
 import chex
 import jax
@@ -58,20 +59,20 @@ def test_checkpoint_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatc
     kwargs = dict(thin=2, chunk_size=10, burn_in=5)
     full = cj.sample(jax.random.key(5), STEP, STATE, 40, **kwargs)
 
-    from cenlmc_jax import run as run_module
+    from cenlmc_jax import checkpoint
 
-    real_save, saves = run_module._save_checkpoint, []
+    real_save, saves = checkpoint.save, []
 
-    def crash_on_third_save(p, payload):  # the job dies after writing two checkpoints
+    def crash_on_third_save(p, **payload):  # the job dies after writing two checkpoints
         if len(saves) == 2:
             raise KeyboardInterrupt
         saves.append(payload["step"])
-        real_save(p, payload)
+        real_save(p, **payload)
 
-    monkeypatch.setattr(run_module, "_save_checkpoint", crash_on_third_save)
+    monkeypatch.setattr(checkpoint, "save", crash_on_third_save)
     with pytest.raises(KeyboardInterrupt):
         cj.sample(jax.random.key(5), STEP, STATE, 40, checkpoint_path=path, **kwargs)
-    monkeypatch.setattr(run_module, "_save_checkpoint", real_save)
+    monkeypatch.setattr(checkpoint, "save", real_save)
     assert saves == [5, 15]  # burn-in chunk, then one sampling chunk
     resumed = cj.sample(jax.random.key(5), STEP, STATE, 40, checkpoint_path=path, **kwargs)
     assert resumed.num_steps_done == 45
@@ -120,3 +121,135 @@ def test_progress_bar_counts_every_step(capsys):
     res = cj.sample(jax.random.key(0), STEP, STATE, 20, burn_in=5, chunk_size=10, progress=True)
     err = capsys.readouterr().err
     assert res.num_steps_done == 25 and "25/25" in err  # tqdm writes its bar to stderr
+
+
+# ---------------------------------------------------------------------------
+# Checkpoints: a resume is the same run, or it is refused (issue "nothing lost").
+# ---------------------------------------------------------------------------
+
+KW = dict(thin=2, chunk_size=10, burn_in=5)
+
+
+def _write_checkpoint(path, key=5, step=STEP, state=STATE, num_steps=20, **kw):
+    return cj.sample(jax.random.key(key), step, state, num_steps, checkpoint_path=path, **{**KW, **kw})
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        (dict(key=6), "rng_key"),
+        (dict(step=functools.partial(cj.lmc_step, logdensity_fn=TGT.logdensity_fn, step_size=0.2)), "step_fn"),
+        (dict(state=cj.lmc_init(jnp.zeros((100, 3)), TGT.logdensity_fn)), "initial_state"),  # another N
+        (dict(state=cj.lmc_init(jnp.ones((200, 3)), TGT.logdensity_fn)), "initial_state"),  # same shape, other values
+        (dict(burn_in=7, num_steps=18), "burn_in"),  # same total, another split
+        (dict(thin=1), "thin"),
+        (dict(mode="stream"), "mode"),
+    ],
+)
+def test_a_different_run_does_not_resume_a_checkpoint(tmp_path, change, field):
+    path = str(tmp_path / "run.ckpt")
+    _write_checkpoint(path)
+    with pytest.raises(ValueError, match=rf"run.ckpt.*{field} differs"):
+        _write_checkpoint(path, **change)
+
+
+def test_the_same_sampler_object_resumes_and_another_step_size_does_not(tmp_path):
+    path = str(tmp_path / "run.ckpt")
+    algo = cj.lmc(TGT.logdensity_fn, 0.1)
+    first = cj.sample(jax.random.key(1), algo, STATE, 20, checkpoint_path=path, **KW)
+    again = cj.sample(jax.random.key(1), cj.lmc(TGT.logdensity_fn, 0.1), STATE, 20, checkpoint_path=path, **KW)
+    np.testing.assert_array_equal(first.trace, again.trace)  # read back: bitwise
+    with pytest.raises(ValueError, match="step_fn differs"):
+        cj.sample(jax.random.key(1), cj.lmc(TGT.logdensity_fn, 0.2), STATE, 20, checkpoint_path=path, **KW)
+
+
+@pytest.mark.parametrize("content", [b"", b"garbage, not a zip", None, "pickle"])
+def test_a_damaged_or_foreign_checkpoint_is_refused_by_name(tmp_path, content):
+    import pickle
+
+    path = tmp_path / "run.ckpt"
+    if content is None:  # a real checkpoint, truncated
+        _write_checkpoint(str(path))
+        path.write_bytes(path.read_bytes()[:200])
+    elif content == "pickle":  # a crafted pickle: must never be unpickled
+        path.write_bytes(pickle.dumps({"step": 0, "state": [os.system]}))
+    else:
+        path.write_bytes(content)
+    with pytest.raises(ValueError, match="checkpoint_path.*run.ckpt"):
+        _write_checkpoint(str(path))
+
+
+def test_checkpoint_paths_are_checked_before_any_work(tmp_path, monkeypatch):
+    calls = []
+
+    def counting_step(key, state):
+        calls.append(1)
+        return STEP(key, state)
+
+    for bad, match in [(tmp_path / "missing" / "run.ckpt", "does not exist"), (tmp_path, "is a directory")]:
+        with pytest.raises(ValueError, match=match):
+            cj.sample(jax.random.key(0), counting_step, STATE, 10, checkpoint_path=str(bad))
+    monkeypatch.setattr(os, "access", lambda *a, **k: False)  # a read-only folder (tests may run as root)
+    with pytest.raises(ValueError, match="not writable"):
+        cj.sample(jax.random.key(0), counting_step, STATE, 10, checkpoint_path=str(tmp_path / "run.ckpt"))
+    assert not calls  # nothing was traced or run
+
+
+def test_trace_checkpoints_write_each_chunk_once(tmp_path, monkeypatch):
+    from cenlmc_jax import checkpoint
+
+    real, written = checkpoint.save, []
+
+    def spy(p, **payload):
+        written.append(len(payload["new_chunks"]))
+        real(p, **payload)
+
+    monkeypatch.setattr(checkpoint, "save", spy)
+    path = tmp_path / "run.ckpt"
+    res = cj.sample(jax.random.key(0), STEP, STATE, 40, checkpoint_path=str(path), thin=1, chunk_size=10)
+    assert written == [1, 1, 1, 1]  # every save writes only the chunk it finished: O(new data)
+    files = sorted(p.name for p in (tmp_path / "run.ckpt.chunks").iterdir())
+    assert files == [f"{k:06d}.npz" for k in range(4)]
+    monkeypatch.setattr(checkpoint, "save", real)
+    again = cj.sample(jax.random.key(0), STEP, STATE, 40, checkpoint_path=str(path), thin=1, chunk_size=10)
+    np.testing.assert_array_equal(again.trace, res.trace)  # the whole trace, read back from the chunk files
+
+
+def test_divergence_survives_a_resume(tmp_path):
+    path = str(tmp_path / "div.ckpt")
+    bad = functools.partial(cj.lmc_step, logdensity_fn=TGT.logdensity_fn, step_size=2.5)
+    with pytest.warns(RuntimeWarning, match="diverged"):
+        first = cj.sample(jax.random.key(0), bad, STATE, 400, chunk_size=50, checkpoint_path=path)
+    with pytest.warns(RuntimeWarning, match="diverged at step"):
+        again = cj.sample(jax.random.key(0), bad, STATE, 400, chunk_size=50, checkpoint_path=path)
+    assert again.diverged_at == first.diverged_at >= 0 and again.num_steps_done == first.num_steps_done
+
+
+def test_stop_returns_the_last_good_step_not_the_end_of_the_chunk():
+    # LMC at h = 2.5 on N(0, I) is unstable (|1 - h| > 1): it overflows somewhere mid-chunk
+    bad = functools.partial(cj.lmc_step, logdensity_fn=TGT.logdensity_fn, step_size=2.5)
+    with pytest.warns(RuntimeWarning, match="stopped with the state"):
+        res = cj.sample(jax.random.key(0), bad, STATE, 1000, mode="stream", chunk_size=1000)
+    t = res.diverged_at
+    assert 0 < t < 1000 and res.num_steps_done == t
+    assert bool(np.all(np.isfinite(res.moments.mean))) and bool(np.all(np.isfinite(res.state.position)))
+    assert float(res.moments.count) == t * 200  # every good step, every particle
+    assert res.info.diverged.shape == (t + 1,) and bool(res.info.diverged[-1])  # the diverging step's info is kept
+    # exactly the run of the t good steps (same keys)
+    ref = cj.sample(jax.random.key(0), bad, STATE, t, mode="stream", chunk_size=t)
+    np.testing.assert_array_equal(res.state.position, ref.state.position)
+    np.testing.assert_array_equal(res.moments.mean, ref.moments.mean)
+
+
+def test_noise_clipping_is_surfaced_as_a_warning():
+    est = cj.grad_estimator_from_grad(lambda th: -th)
+    algo = cj.sgld(est, 0.1, B_hat=lambda z: 50.0 * jnp.eye(2))  # traced B_hat: cannot be refused up front
+    state = cj.recipe_init(jnp.zeros(2))
+    with pytest.warns(RuntimeWarning, match="noise_clipped"):
+        cj.sample(jax.random.key(0), algo, state, 5)
+
+
+@pytest.mark.parametrize("key", [0, "key", jnp.zeros(3, jnp.uint32), jax.random.split(jax.random.key(0), 2)])
+def test_a_bad_key_is_a_value_error(key):
+    with pytest.raises(ValueError, match="rng_key"):
+        cj.sample(key, STEP, STATE, 5)
