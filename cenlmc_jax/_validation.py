@@ -148,7 +148,24 @@ def check_int(value: Any, name: str, *, minimum: int, maximum: int | None = None
 
 
 def _as_float_array(value: Any, name: str) -> jax.Array:
-    arr = value if isinstance(value, jax.Array) else jnp.asarray(value)
+    """A real float32/float64 array (integers and bools are promoted to the default float).
+
+    Complex values are refused (they would be cast to real silently), and so
+    are float16 / bfloat16: Langevin noise of size sqrt(2h) and the ensemble's
+    log weights need more than their 8-11 bits (NaN moments, unreported).
+    """
+    try:
+        arr = value if isinstance(value, jax.Array) else jnp.asarray(value)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a numeric array; got {describe(value)}.") from exc
+    if jnp.issubdtype(arr.dtype, jnp.complexfloating):
+        raise ValueError(f"{name} must be real; got dtype {arr.dtype}.")
+    if arr.dtype in (jnp.float16, jnp.bfloat16):
+        raise ValueError(f"{name} must be float32 or float64; got dtype {arr.dtype} (too few bits for the noise "
+                         "and weights of these samplers: cast to float32).")
+    if not (jnp.issubdtype(arr.dtype, jnp.floating) or jnp.issubdtype(arr.dtype, jnp.integer)
+            or arr.dtype == jnp.bool_):
+        raise ValueError(f"{name} must be a numeric array; got dtype {arr.dtype}.")
     if not jnp.issubdtype(arr.dtype, jnp.floating):
         arr = arr.astype(jnp.result_type(float))
     return arr

@@ -40,8 +40,8 @@ CEnLMC (Algorithm 3.2, eq. 3.19-3.21, spec section 4): with
 
 then the same ``w``, ``x`` update. Only the particles that fail a test get a
 gradient, and only those gradients are computed (see :func:`_needed_grads`):
-they are gathered into buffers of ``grad_capacity`` particles and a
-``lax.while_loop`` runs one vmapped gradient per buffer, so a step costs
+they are gathered into buffers of ``grad_capacity`` particles and a bounded
+``lax.scan`` of ``lax.cond``s runs one vmapped gradient per buffer, so a step costs
 ``ceil(count / grad_capacity)·grad_capacity`` gradients, not ``N``.
 
 Initialisation: nothing is known about how ``x^0`` was drawn, so
@@ -52,6 +52,23 @@ gradients exactly for the particles whose ``log p`` is ``-inf`` (only at step
 happened to ``x``). Rule (3.21) is undefined for ``N_i = 0`` (0/0), so a
 particle with no ``R2``-neighbour always takes its gradient, also when
 ``n_star = 0``.
+
+Gradient audit (not in the paper; ``audit_size``, on by default for EnLMC
+only). Each step draws ``audit_size`` particles among those that used the
+ensemble force, evaluates their true gradients and reports the median drift
+ratio ``F_i·∇f(x_i)/|∇f(x_i)|²`` (1 for an exact gradient) and the median
+relative error ``|F_i - ∇f(x_i)|/|∇f(x_i)|``. EnLMC's instability (Theorem
+3.2) shows first as a drift deficit: its heavy-tailed weights make the typical
+force far below ``∇f`` (a median ratio near 0.5 from the first steps in
+d = 1), so particles drift outwards and the second moment grows, long before
+any kick explodes. The state keeps an exponential moving average of the
+median ratio (:data:`AUDIT_EMA_WEIGHT`); when it falls below
+:data:`AUDIT_UNSTABLE_RATIO` after :data:`AUDIT_MIN_STEPS` audited steps,
+``info.unstable`` (and so ``info.diverged``) is set. A healthy CEnLMC run sits
+near 0.8-0.9 (d = 2, the test configuration), and a CEnLMC run whose accepted
+particles get no force at all (empty η-balls) sits at 0 and is flagged too.
+The audit costs ``audit_size`` gradients per step (``info.audit_grad_evals``,
+not counted in ``grad_evals``).
 
 Parameters (names of the paper): ``step_size`` = h > 0; ``eta`` = η > 0, the
 ball radius; ``r1`` = R1 >= 0, bound on ``|x_i - w_i| = sqrt(2h)|ξ_i|``;
@@ -110,6 +127,26 @@ __all__ = [
 # --------------------------------------------------------------------------
 
 
+class Audit(NamedTuple):
+    """Running state of the gradient audit (spec: not in the paper; see :func:`enlmc_step`).
+
+    drift_ratio: () exponential moving average (weight :data:`AUDIT_EMA_WEIGHT`
+       per audited step) of the median drift ratio ``F_i·∇f_i / |∇f_i|²``; starts at 1.
+    steps: () int32, steps that audited at least one particle.
+    """
+
+    drift_ratio: Array
+    steps: Array
+
+
+#: Weight of each audited step in the running drift ratio (about 10 steps of memory).
+AUDIT_EMA_WEIGHT = 0.2
+#: The ensemble is flagged unstable when the running drift ratio falls below this ...
+AUDIT_UNSTABLE_RATIO = 0.6
+#: ... after at least this many audited steps.
+AUDIT_MIN_STEPS = 5
+
+
 class EnLMCState(NamedTuple):
     """Ensemble state of EnLMC.
 
@@ -119,12 +156,14 @@ class EnLMCState(NamedTuple):
        (``+inf`` at initialisation).
     log_p: (N,) ``log p_j = -(d/2) log(4πh) - |x_j - w_j|²/(4h)``, the density
        of ``x_j`` given the past (``-inf`` at initialisation).
+    audit: :class:`Audit`, the running gradient-audit statistic (see :func:`enlmc_step`).
     """
 
     position: Array
     logdensity: Array
     w: Array
     log_p: Array
+    audit: "Audit"
 
 
 class EnLMCInfo(NamedTuple):
@@ -138,8 +177,16 @@ class EnLMCInfo(NamedTuple):
        than ``blowup_factor`` noise lengths (the heavy tail of Theorem 3.2).
     num_isolated: particles using the ensemble force with no neighbour in their
        η-ball: their force is exactly 0 (no restoring drift; not counted as divergence).
+    audit_grad_evals: gradients evaluated by the audit (``audit_size`` when enough
+       particles used the ensemble force; not included in ``grad_evals``).
+    audit_drift_ratio: median over the audited particles of ``F_i·∇f(x_i) / |∇f(x_i)|²``
+       (1 for an exact gradient; NaN when nothing was audited).
+    audit_error: median over the audited particles of ``|F_i - ∇f(x_i)| / |∇f(x_i)|``.
+    unstable: the running drift ratio (``state.audit``) fell below
+       :data:`AUDIT_UNSTABLE_RATIO` after :data:`AUDIT_MIN_STEPS` audited steps.
     num_nonfinite: particles whose new position or log density is NaN/inf.
-    diverged: ``num_nonfinite + num_exploded > 0``.
+    diverged: ``num_nonfinite + num_exploded > 0`` or ``unstable`` (or a traced
+       parameter is NaN / out of range).
     """
 
     grad_evals: Array
@@ -148,6 +195,10 @@ class EnLMCInfo(NamedTuple):
     max_force_norm: Array
     num_exploded: Array
     num_isolated: Array
+    audit_grad_evals: Array
+    audit_drift_ratio: Array
+    audit_error: Array
+    unstable: Array
     num_nonfinite: Array
     diverged: Array
 
@@ -160,6 +211,7 @@ class CEnLMCState(NamedTuple):
        step's ``f_star`` argument is None.
     f_star_estimated: () bool, True when ``f_star`` was found numerically by
        :func:`cenlmc_jax.tuning.find_f_star` in :func:`cenlmc_init`.
+    audit: :class:`Audit` (see :func:`cenlmc_step`).
     """
 
     position: Array
@@ -168,6 +220,7 @@ class CEnLMCState(NamedTuple):
     log_p: Array
     f_star: Array
     f_star_estimated: Array
+    audit: "Audit"
 
 
 class CEnLMCInfo(NamedTuple):
@@ -183,8 +236,15 @@ class CEnLMCInfo(NamedTuple):
     num_fail_r1: particles with ``|x_i - w_i| > R1`` (or non-finite).
     num_fail_m_f: particles with ``f(x_i) > f* + M_f`` (or non-finite).
     num_fail_n_star: particles with ``N_i < max(N*, 1)``. The three counts overlap.
+    audit_grad_evals: gradients evaluated by the audit (``audit_size`` when enough
+       particles used the ensemble force; not included in ``grad_evals``).
+    audit_drift_ratio: median over the audited particles of ``F_i·∇f(x_i) / |∇f(x_i)|²``
+       (1 for an exact gradient; NaN when nothing was audited).
+    audit_error: median over the audited particles of ``|F_i - ∇f(x_i)| / |∇f(x_i)|``.
+    unstable: the running drift ratio (``state.audit``) fell below
+       :data:`AUDIT_UNSTABLE_RATIO` after :data:`AUDIT_MIN_STEPS` audited steps.
     num_nonfinite: particles whose new position or log density is NaN/inf.
-    diverged: ``num_nonfinite > 0``.
+    diverged: ``num_nonfinite > 0`` or ``unstable`` (or a traced parameter is NaN / out of range).
     """
 
     grad_evals: Array
@@ -196,6 +256,10 @@ class CEnLMCInfo(NamedTuple):
     num_fail_r1: Array
     num_fail_m_f: Array
     num_fail_n_star: Array
+    audit_grad_evals: Array
+    audit_drift_ratio: Array
+    audit_error: Array
+    unstable: Array
     num_nonfinite: Array
     diverged: Array
 
@@ -248,6 +312,12 @@ def _check_enlmc_params(step_size, eta, blowup_factor, dense_grad, method, block
     _check_switches(dense_grad, method, block_size, strategy)
 
 
+def _valid_params(dtype, h, eta, r1, r2, m_f) -> Array:
+    """Traced parameters cannot be refused up front: a NaN or out-of-range one marks the step diverged."""
+    a = lambda v: jnp.asarray(v, dtype)  # noqa: E731
+    return (a(h) > 0) & (a(eta) > 0) & (a(r1) >= 0) & (a(r2) >= 0) & (a(m_f) >= 0)
+
+
 def _check_f_star(f_star: Any) -> None:
     if f_star is not None:
         check_finite_scalar(f_star, "f_star", "a finite scalar (min f = -max logdensity_fn) or None")
@@ -271,11 +341,15 @@ def _needed_grads(logdensity_fn: LogDensityFn, x: Array, need: Array, capacity: 
     """Gradient of ``logdensity_fn`` at the particles with ``need``; zeros elsewhere.
 
     Returns ``(grad (N, d), num_computed ())``. The flagged indices are
-    compacted to the front (``jnp.nonzero(size=...)``); a ``lax.while_loop``
-    then runs ``ceil(count / capacity)`` iterations, each one vmapped gradient
-    on ``capacity`` gathered particles, scattered back (padding slots point
+    compacted to the front (``jnp.nonzero(size=...)``); a ``lax.scan`` over
+    the ``ceil(N / capacity)`` possible buffers runs, through ``lax.cond``,
+    one vmapped gradient per buffer that holds a flagged particle
+    (``ceil(count / capacity)`` of them), scattered back (padding slots point
     to index N and are dropped). Unflagged particles are never differentiated.
-    ``dense=True`` is the debugging reference: every gradient, then a mask.
+    A bounded ``scan`` of ``cond``s (not a ``while_loop``) keeps the step
+    reverse-differentiable; under ``vmap`` the ``cond`` becomes a select and
+    every buffer is computed. ``dense=True`` is the debugging reference:
+    every gradient, then a mask.
     """
     n, _ = x.shape
     grad_fn = jax.vmap(jax.grad(logdensity_fn))
@@ -286,15 +360,54 @@ def _needed_grads(logdensity_fn: LogDensityFn, x: Array, need: Array, capacity: 
     count = jnp.sum(need, dtype=jnp.int32)
     num_buffers = (count + capacity - 1) // capacity
 
-    def body(carry):
-        b, g = carry
-        ids = lax.dynamic_slice(idx, (b * capacity,), (capacity,))
-        # padding slots (id = N) read some real particle, and their result is dropped
-        xs = x[jnp.minimum(ids, n - 1)]
-        return b + 1, g.at[ids].set(grad_fn(xs).astype(g.dtype), mode="drop")
+    def buffer(g, b):
+        def compute(g):
+            ids = lax.dynamic_slice(idx, (b * capacity,), (capacity,))
+            # padding slots (id = N) read some real particle, and their result is dropped
+            xs = x[jnp.minimum(ids, n - 1)]
+            return g.at[ids].set(grad_fn(xs).astype(g.dtype), mode="drop")
 
-    _, grad = lax.while_loop(lambda c: c[0] < num_buffers, body, (jnp.asarray(0, jnp.int32), jnp.zeros_like(x)))
+        return lax.cond(b < num_buffers, compute, lambda g: g, g), None
+
+    grad, _ = lax.scan(buffer, jnp.zeros_like(x), jnp.arange(num_buffers_max, dtype=jnp.int32))
     return grad, num_buffers * capacity
+
+
+def _audit(rng_key: PRNGKey, logdensity_fn: LogDensityFn, x: Array, force: Array, used: Array, size: int,
+           running: Audit):
+    """The gradient audit: true gradients at ``size`` random particles that used the ensemble force.
+
+    Returns ``(new running Audit, info fields (grad_evals, drift_ratio, error, unstable))``.
+    The particles are drawn without replacement (Gumbel top-k) among those with
+    ``used``; with fewer such particles, fewer are audited.
+    """
+    dt = x.dtype
+    if size == 0:
+        nan = jnp.asarray(jnp.nan, dt)
+        return running, (jnp.zeros((), jnp.int32), nan, nan, jnp.zeros((), bool))
+    score = jnp.where(used, jax.random.gumbel(jax.random.fold_in(rng_key, 0x5EED), used.shape, dt), -jnp.inf)
+    top, idx = lax.top_k(score, size)
+    ok = jnp.isfinite(top)
+    grad_f = -jax.vmap(jax.grad(logdensity_fn))(x[idx]).astype(dt)  # ∇f = -∇ log density
+    err = force[idx] - grad_f
+    norm2 = jnp.maximum(jnp.sum(grad_f**2, axis=-1), jnp.finfo(dt).tiny)
+    ratio = jnp.nanmedian(jnp.where(ok, jnp.sum(force[idx] * grad_f, axis=-1) / norm2, jnp.nan))
+    error = jnp.nanmedian(jnp.where(ok, jnp.sqrt(jnp.sum(err**2, axis=-1) / norm2), jnp.nan))
+    audited = jnp.any(ok)
+    ema = jnp.where(audited, (1 - AUDIT_EMA_WEIGHT) * running.drift_ratio + AUDIT_EMA_WEIGHT * ratio,
+                    running.drift_ratio)
+    steps = running.steps + audited.astype(jnp.int32)
+    unstable = (steps >= AUDIT_MIN_STEPS) & ~(ema >= AUDIT_UNSTABLE_RATIO)
+    return Audit(ema, steps), (jnp.sum(ok, dtype=jnp.int32), ratio, error, unstable)
+
+
+def _values(logdensity_fn: LogDensityFn, x: Array) -> Array:
+    """``logdensity_fn`` at every particle, (N,) in x's dtype (a Python float return is fine too)."""
+    return jax.vmap(lambda y: jnp.asarray(logdensity_fn(y), y.dtype))(x)
+
+
+def _fresh_audit(dtype) -> Audit:
+    return Audit(jnp.ones((), dtype), jnp.zeros((), jnp.int32))
 
 
 def _move(rng_key: PRNGKey, x: Array, force: Array, h: Array):
@@ -308,7 +421,8 @@ def _move(rng_key: PRNGKey, x: Array, force: Array, h: Array):
 def _init_common(positions: ArrayLike, logdensity_fn: LogDensityFn):
     x = check_positions(positions, min_particles=2)
     check_logdensity(logdensity_fn, x[0])
-    logdensity = jax.vmap(logdensity_fn)(x)
+    # a Python float from logdensity_fn becomes an array of the positions' dtype
+    logdensity = _values(logdensity_fn, x)
     w = jnp.full_like(x, jnp.inf)
     log_p = jnp.full(x.shape[:1], -jnp.inf, dtype=x.dtype)
     return x, logdensity, w, log_p
@@ -326,7 +440,7 @@ def enlmc_init(positions: ArrayLike, logdensity_fn: LogDensityFn) -> EnLMCState:
     sets ``w = +inf``, ``log p = -inf``: the first step uses true gradients.
     """
     x, logdensity, w, log_p = _init_common(positions, logdensity_fn)
-    return EnLMCState(x, logdensity, w, log_p)
+    return EnLMCState(x, logdensity, w, log_p, _fresh_audit(x.dtype))
 
 
 def enlmc_step(
@@ -344,6 +458,7 @@ def enlmc_step(
     precision: Any = None,
     mesh: Any = None,
     strategy: str = "allgather",
+    audit_size: int = 32,
 ) -> tuple[EnLMCState, EnLMCInfo]:
     """One step of EnLMC (Algorithm 3.1) for every particle; pure and jittable.
 
@@ -378,12 +493,17 @@ def enlmc_step(
       mesh, strategy: a 1-D device mesh: the pairwise force runs sharded over it
         (``pairwise.ensemble_force(..., mesh=mesh, strategy=strategy)``, strategy
         ``"allgather"`` or ``"ring"``); per step equal to the unsharded force up to rounding.
+      audit_size: the gradient audit: true gradients at this many random
+        particles that used the ensemble force, compared with it (module
+        docstring, "Gradient audit"); 0 switches it off (default 32: EnLMC is
+        unstable, and the audit is what flags it early).
     """
     _check_ensemble_state(state, EnLMCState, "enlmc_init")
     _check_enlmc_params(step_size, eta, blowup_factor, dense_grad, method, block_size, strategy)
     x = state.position
     n, d = x.shape
     capacity = _capacity(grad_capacity, n)
+    audit_size = check_int(audit_size, "audit_size", minimum=0, maximum=n)
     h = jnp.asarray(step_size, x.dtype)
     f = -state.logdensity
     pf = ensemble_force(x, f, state.log_p, jnp.asarray(eta, x.dtype), method=method, block_size=block_size,
@@ -392,8 +512,10 @@ def enlmc_step(
     need = ~jnp.isfinite(state.log_p)  # no previous step: p_j unknown, use ∇f
     grad, padded = _needed_grads(logdensity_fn, x, need, capacity, dense_grad)
     force = jnp.where(need[:, None], -grad, ens)
+    audit, (a_evals, a_ratio, a_error, unstable) = _audit(rng_key, logdensity_fn, x, force, ~need, audit_size,
+                                                          state.audit)
     w_new, x_new, log_p_new = _move(rng_key, x, force, h)
-    logdensity = jax.vmap(logdensity_fn)(x_new)
+    logdensity = _values(logdensity_fn, x_new)
     bad = count_nonfinite(x_new, logdensity)
     ens_norm = jnp.where(need, 0.0, jnp.linalg.norm(force, axis=-1))
     kick = jnp.asarray(blowup_factor, x.dtype) * jnp.sqrt(2.0 * h * d)
@@ -405,10 +527,14 @@ def enlmc_step(
         max_force_norm=jnp.max(ens_norm),
         num_exploded=exploded,
         num_isolated=jnp.sum(~need & (pf.n_ball == 0), dtype=jnp.int32),
+        audit_grad_evals=a_evals,
+        audit_drift_ratio=a_ratio,
+        audit_error=a_error,
+        unstable=unstable,
         num_nonfinite=bad,
-        diverged=(bad + exploded) > 0,
+        diverged=((bad + exploded) > 0) | unstable | ~_valid_params(x.dtype, h, eta, 0.0, 0.0, 0.0),
     )
-    return EnLMCState(x_new, logdensity, w_new, log_p_new), info
+    return EnLMCState(x_new, logdensity, w_new, log_p_new, audit), info
 
 
 # --------------------------------------------------------------------------
@@ -453,7 +579,7 @@ def cenlmc_init(
                     f"f = {f_min!r} < f_star (is logdensity_fn normalised differently?)."
                 )
         fs, estimated = jnp.asarray(f_star, x.dtype), False
-    return CEnLMCState(x, logdensity, w, log_p, fs, jnp.asarray(estimated))
+    return CEnLMCState(x, logdensity, w, log_p, fs, jnp.asarray(estimated), _fresh_audit(x.dtype))
 
 
 def cenlmc_step(
@@ -475,6 +601,7 @@ def cenlmc_step(
     precision: Any = None,
     mesh: Any = None,
     strategy: str = "allgather",
+    audit_size: int = 0,
 ) -> tuple[CEnLMCState, CEnLMCInfo]:
     """One step of CEnLMC (Algorithm 3.2, eq. 3.19-3.21) for every particle; pure and jittable.
 
@@ -506,6 +633,9 @@ def cenlmc_step(
       mesh, strategy: a 1-D device mesh: the pairwise force runs sharded over it
         (``pairwise.ensemble_force(..., mesh=mesh, strategy=strategy)``, strategy
         ``"allgather"`` or ``"ring"``); per step equal to the unsharded force up to rounding.
+      audit_size: the gradient audit: true gradients at this many random
+        particles that used the ensemble force, compared with it (module
+        docstring, "Gradient audit"); 0 (default) switches it off.
     """
     _check_ensemble_state(state, CEnLMCState, "cenlmc_init")
     x = state.position
@@ -514,6 +644,7 @@ def cenlmc_step(
     _check_f_star(f_star)
     _check_switches(dense_grad, method, block_size, strategy)
     capacity = _capacity(grad_capacity, n)
+    audit_size = check_int(audit_size, "audit_size", minimum=0, maximum=n)
 
     dt = x.dtype
     h = jnp.asarray(step_size, dt)
@@ -529,8 +660,10 @@ def cenlmc_step(
     ens = pf.force_sum / jnp.maximum(pf.n_r2, 1).astype(dt)[:, None]
     grad, padded = _needed_grads(logdensity_fn, x, need, capacity, dense_grad)
     force = jnp.where(need[:, None], -grad, ens)
+    audit, (a_evals, a_ratio, a_error, unstable) = _audit(rng_key, logdensity_fn, x, force, ~need, audit_size,
+                                                          state.audit)
     w_new, x_new, log_p_new = _move(rng_key, x, force, h)
-    logdensity = jax.vmap(logdensity_fn)(x_new)
+    logdensity = _values(logdensity_fn, x_new)
     bad = count_nonfinite(x_new, logdensity)
     num_need = jnp.sum(need, dtype=jnp.int32)
     info = CEnLMCInfo(
@@ -543,10 +676,14 @@ def cenlmc_step(
         num_fail_r1=jnp.sum(fail_r1, dtype=jnp.int32),
         num_fail_m_f=jnp.sum(fail_mf, dtype=jnp.int32),
         num_fail_n_star=jnp.sum(fail_n, dtype=jnp.int32),
+        audit_grad_evals=a_evals,
+        audit_drift_ratio=a_ratio,
+        audit_error=a_error,
+        unstable=unstable,
         num_nonfinite=bad,
-        diverged=bad > 0,
+        diverged=(bad > 0) | unstable | ~_valid_params(dt, h, eta, r1, r2, m_f),
     )
-    new_state = CEnLMCState(x_new, logdensity, w_new, log_p_new, state.f_star, state.f_star_estimated)
+    new_state = CEnLMCState(x_new, logdensity, w_new, log_p_new, state.f_star, state.f_star_estimated, audit)
     return new_state, info
 
 
@@ -628,6 +765,7 @@ def enlmc(
     precision: Any = None,
     mesh: Any = None,
     strategy: str = "allgather",
+    audit_size: int = 32,
 ) -> SamplingAlgorithm:
     """EnLMC (Algorithm 3.1) as a sampler object; see :func:`enlmc_step` (provably unstable).
 
@@ -636,8 +774,9 @@ def enlmc(
     """
     check_callable(logdensity_fn, "logdensity_fn", "x -> scalar log density")
     _check_enlmc_params(step_size, eta, blowup_factor, dense_grad, method, block_size, strategy)
+    check_int(audit_size, "audit_size", minimum=0)
     kwargs = dict(grad_capacity=grad_capacity, blowup_factor=blowup_factor, dense_grad=dense_grad, method=method,
-                  block_size=block_size, precision=precision, mesh=mesh, strategy=strategy)
+                  block_size=block_size, precision=precision, mesh=mesh, strategy=strategy, audit_size=audit_size)
 
     def init(positions, rng_key=None):
         del rng_key  # deterministic start
@@ -668,6 +807,7 @@ def cenlmc(
     precision: Any = None,
     mesh: Any = None,
     strategy: str = "allgather",
+    audit_size: int = 0,
 ) -> SamplingAlgorithm:
     """CEnLMC (Algorithm 3.2) as a sampler object; see :func:`cenlmc_step`.
 
@@ -680,8 +820,9 @@ def cenlmc(
     _check_cenlmc_params(None, step_size, eta, r1, r2, n_star, m_f)
     _check_f_star(f_star)
     _check_switches(dense_grad, method, block_size, strategy)
+    check_int(audit_size, "audit_size", minimum=0)
     kwargs = dict(grad_capacity=grad_capacity, dense_grad=dense_grad, method=method, block_size=block_size,
-                  precision=precision, mesh=mesh, strategy=strategy)
+                  precision=precision, mesh=mesh, strategy=strategy, audit_size=audit_size)
 
     def init(positions, rng_key=None):
         del rng_key  # deterministic start

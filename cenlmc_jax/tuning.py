@@ -75,6 +75,22 @@ def _lbfgs_minimise(logdensity_fn, x0, tol, max_steps):
     return x, value, jnp.linalg.norm(grad), otu.tree_get(state, "count")
 
 
+class _returns_array:
+    """``logdensity_fn`` with its value as an array of the input's dtype (hashable: jit keys on it)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, x):
+        return jnp.asarray(self.fn(x), x.dtype)
+
+    def __hash__(self):
+        return hash(self.fn)
+
+    def __eq__(self, other):
+        return isinstance(other, _returns_array) and other.fn == self.fn
+
+
 def find_f_star(
     logdensity_fn: LogDensityFn,
     positions: ArrayLike,
@@ -106,6 +122,7 @@ def find_f_star(
     if tol is None:
         tol = math.sqrt(float(jnp.finfo(x.dtype).eps))
     check_positive(tol, "tol")
+    logdensity_fn = _returns_array(logdensity_fn)  # a Python float return would break optax
     logdensity = jax.vmap(logdensity_fn)(x)
     best = jnp.argmax(jnp.where(jnp.isfinite(logdensity), logdensity, -jnp.inf))
     x0, f0 = x[best], -logdensity[best]

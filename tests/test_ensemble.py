@@ -188,8 +188,8 @@ def test_enlmc_blow_up_is_detected_and_reported():
     x0 = jax.random.normal(jax.random.key(7), (n, 1))
     logdensity = targets.standard_gaussian(1).logdensity_fn
     step = functools.partial(enlmc_step, logdensity_fn=logdensity, step_size=H, eta=ETA)
-    with pytest.warns(RuntimeWarning, match="diverged"):
-        res = cj.sample(jax.random.key(8), step, enlmc_init(x0, logdensity), steps)
+    with pytest.warns(RuntimeWarning, match="diverged"):  # "warn": run all steps to see the growth
+        res = cj.sample(jax.random.key(8), step, enlmc_init(x0, logdensity), steps, on_divergence="warn")
     assert res.diverged_at >= 0
     info = res.info
     assert int(np.sum(info.num_exploded)) > 0
@@ -385,3 +385,76 @@ def test_jit_matches_eager_same_key_and_float64_is_preserved():
         np.testing.assert_allclose(s_eager.position, s_jit.position, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(e_eager.position, e_jit.position, rtol=1e-12, atol=1e-12)
         assert float(ci.ensemble_fraction) > 0.0  # the ensemble path ran (N = 60, N* = 5)
+
+
+# --------------------------------------------------------------------------
+# The gradient audit flags EnLMC when its instability starts (issue "nothing lost").
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_enlmc_instability_is_flagged_before_the_second_moment_doubles(seed):
+    """d = 1, f = x²/2, N = 2000, h = 0.05, η = 0.3 (the issue's setting): E x² passes 2 (twice the
+    target's 1) around step 17-19; the audit's running drift ratio (the typical ensemble force is
+    about half of ∇f) must flag it no later than that."""
+    logdensity = targets.standard_gaussian(1).logdensity_fn
+    x0 = jax.random.normal(jax.random.key(seed), (2000, 1))
+    algo = cj.enlmc(logdensity, 0.05, 0.3)
+    with pytest.warns(RuntimeWarning, match="diverged"):
+        res = cj.sample(jax.random.key(100 + seed), algo, algo.init(x0), 200, on_divergence="warn")
+    m2 = np.mean(np.asarray(res.trace, np.float64) ** 2, axis=(1, 2))
+    assert np.any(m2 > 2.0)
+    doubled = int(np.argmax(m2 > 2.0))
+    assert 0 <= res.diverged_at <= doubled, (res.diverged_at, doubled)
+    assert bool(res.info.unstable[res.diverged_at:].any())
+    assert int(res.info.audit_grad_evals[1]) == 32  # the default audit size for EnLMC
+
+
+@pytest.mark.parametrize("target", [targets.standard_gaussian(2), targets.anisotropic_gaussian((1.0, 0.5))],
+                         ids=lambda t: t.name)
+def test_the_audit_does_not_fire_on_a_healthy_cenlmc_run(target):
+    x0 = jax.random.normal(jax.random.key(3), (1000, 2))
+    algo = cj.cenlmc(target.logdensity_fn, H, ETA, R1, R2, 5, M_F, f_star=target.f_star, audit_size=32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        res = cj.sample(jax.random.key(4), algo, algo.init(x0), 600, mode="stream")
+    assert res.diverged_at == -1 and not bool(np.any(res.info.unstable))
+    ratio = np.asarray(res.info.audit_drift_ratio[1:])
+    # the constrained ensemble force is close to ∇f: median drift ratio 0.84-0.91 measured on 3 seeds
+    assert 0.7 < float(np.median(ratio)) < 1.1
+    assert int(np.sum(res.info.audit_grad_evals)) > 0 and int(res.info.grad_evals[1]) < 1000
+
+
+def test_a_traced_nan_parameter_is_a_divergence():
+    tgt = targets.standard_gaussian(2)
+    state = cenlmc_init(tgt.sample(jax.random.key(0), 50), tgt.logdensity_fn, tgt.f_star)
+
+    @jax.jit
+    def step(eta):
+        return cenlmc_step(jax.random.key(1), state, tgt.logdensity_fn, H, eta, R1, R2, 5, M_F)[1]
+
+    assert not bool(step(ETA).diverged)
+    assert bool(step(jnp.nan).diverged) and bool(step(-1.0).diverged)
+    estate = enlmc_init(tgt.sample(jax.random.key(0), 50), tgt.logdensity_fn)
+    einfo = jax.jit(lambda e: enlmc_step(jax.random.key(1), estate, tgt.logdensity_fn, H, e)[1])(jnp.nan)
+    assert bool(einfo.diverged)
+
+
+def test_odd_inputs_are_refused_or_handled():
+    tgt = targets.standard_gaussian(2)
+    algo = cj.cenlmc(tgt.logdensity_fn, H, ETA, R1, R2, 5, M_F, f_star=tgt.f_star)
+    x = tgt.sample(jax.random.key(0), 20)
+    for bad, match in [(x.astype(jnp.float16), "float32 or float64"), (x.astype(jnp.bfloat16), "float32 or float64"),
+                       (x * 1j, "real"), ("positions", "numeric")]:
+        with pytest.raises(ValueError, match=match):
+            algo.init(bad)
+    # a log density returning a Python float (a flat target) works, f* found or given
+    flat = cj.cenlmc(lambda z: 0.0, H, ETA, R1, R2, 5, M_F)
+    state = flat.init(x)
+    assert state.logdensity.dtype == x.dtype and float(state.f_star) == 0.0
+    new, info = flat.step(jax.random.key(1), state)
+    assert bool(jnp.all(jnp.isfinite(new.position)))
+    with pytest.raises(ValueError, match="state must be a CEnLMCState"):
+        algo.step(jax.random.key(0), (x,))
+    with pytest.raises(ValueError, match="step_size"):
+        cj.cenlmc(tgt.logdensity_fn, None, ETA, R1, R2, 5, M_F)
