@@ -1,17 +1,34 @@
 """Jittable MCMC and ensemble diagnostics.
 
 All functions are written with ``jax.numpy`` only and use static shapes, so
-they can be called inside :func:`jax.jit` (axis arguments, ``split`` and
-``num_projections`` must then be static).  Argument checking happens in
-Python on shapes and dtypes only, *before* any tracing, and raises
-:class:`ValueError` naming the offending argument, what was given and what
-was expected.
+they can be called inside :func:`jax.jit` (axis arguments, ``split``,
+``method``, ``statistic`` and ``num_projections`` must then be static).
+Argument checking happens in Python on shapes and dtypes only, *before* any
+tracing, and raises :class:`ValueError` naming the offending argument, what
+was given and what was expected.
 
-Layout convention for chain diagnostics: ``samples`` has shape
-``(num_chains, num_samples, *event_shape)`` by default; other layouts are
-described with the ``chain_axis`` and ``sample_axis`` keywords.  Results are
-returned per coordinate, i.e. with shape ``event_shape`` (the input shape with
-the chain and sample axes removed, remaining axes in their original order).
+Layout of draws (one layout, checked)
+-------------------------------------
+Chain diagnostics take draws **chains first**: ``(num_chains, num_samples,
+*event_shape)``, as ArviZ, NumPyro (``group_by_chain=True``) and BlackJAX do;
+for an ensemble sampler a "chain" is a particle. They also take a
+:class:`~cenlmc_jax.run.RunResult` directly: its trace, which ``cj.sample``
+stores as ``(draws, chains, *event)`` (or ``(draws, d)`` for one chain), is
+put chains first for you. Results are per coordinate, shape ``event_shape``.
+
+A plain array cannot say which axis is which, so when the axes are not given
+(``chain_axis=None, sample_axis=None``: chains first) and the values are
+concrete, two symptoms of a swapped layout raise a :class:`LayoutWarning`:
+
+* the chain means are autocorrelated along the chain axis (lag-1
+  correlation above 5 standard errors, ``5/sqrt(M)``): independent chains
+  have no order, consecutive draws of a chain do;
+* an ESS above the number of draws ``M N`` by more than its sampling noise
+  (``M N (1 + 10/sqrt(M N))``): short "chains" that are really time points
+  give such values (antithetic chains, rare for Langevin samplers, can too).
+
+Passing ``chain_axis``/``sample_axis`` explicitly states the layout and
+silences the first check. Other layouts are described with these keywords.
 
 Floating dtypes are preserved (float64 in, float64 out when
 ``jax_enable_x64`` is on); integer and boolean inputs are promoted to the
@@ -19,9 +36,12 @@ default floating dtype.
 
 Functions
 ---------
+Layout: :func:`chains_first`, :class:`LayoutWarning`.
 Chain diagnostics (several dependent chains):
-    :func:`effective_sample_size`, :func:`potential_scale_reduction`,
-    :func:`mcse`.
+    :func:`effective_sample_size` (``method="identity" | "mean" | "bulk" |
+    "tail"``, ArviZ's names), :func:`potential_scale_reduction` (plain or
+    ``rank=True``), :func:`mcse` (of the mean or the sd),
+    :func:`autocorrelation`.
 Ensemble diagnostics (independent particles):
     :func:`ensemble_mcse`, :func:`z_score`, :func:`moment_errors`,
     :func:`mmd`, :func:`sliced_wasserstein`.
@@ -47,15 +67,21 @@ from __future__ import annotations
 import functools
 import math
 import operator
+import warnings
 from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.scipy.special import ndtri
 
-from cenlmc_jax._validation import check_bool, check_int, check_positive
+from cenlmc_jax._validation import check_bool, check_choice, check_int, check_positive, is_concrete
+from cenlmc_jax.run import RunResult
 
 __all__ = [
+    "LayoutWarning",
+    "chains_first",
+    "autocorrelation",
     "effective_sample_size",
     "potential_scale_reduction",
     "mcse",
@@ -65,15 +91,30 @@ __all__ = [
     "moment_errors",
     "mmd",
     "sliced_wasserstein",
+    "ESS_METHODS",
 ]
 
 Array = jax.Array
 ArrayLike = Any
 
+#: The ESS variants, by ArviZ's names: "identity" (no split, no ranks),
+#: "mean" (split chains), "bulk" (split, rank-normalised), "tail" (split,
+#: the smaller of the 5% and 95% quantile-indicator ESS).
+ESS_METHODS = ("identity", "mean", "bulk", "tail")
+
 # Largest pooled sample used for the median-heuristic bandwidth in `mmd`.
 _MEDIAN_HEURISTIC_MAX_POINTS = 1000
 # Rows of a kernel matrix formed at once in `mmd`.
 _MMD_ROW_BLOCK = 256
+# Layout check: lag-1 correlation of chain means along the chain axis has
+# sd 1/sqrt(M) for independent chains; 5 sd is a false alarm of 3e-7.
+_LAYOUT_Z = 5.0
+# ESS check: for iid draws ESS/(MN) - 1 ~ -2 rho_1 with sd 2/sqrt(MN); 5 sd.
+_ESS_EXCESS_SD = 10.0
+
+
+class LayoutWarning(UserWarning):
+    """Draws whose layout looks swapped: e.g. ``cj.sample``'s ``(draws, chains, d)`` read as ``(chains, draws, d)``."""
 
 
 # --------------------------------------------------------------------------
@@ -87,7 +128,7 @@ def _as_float_array(x: ArrayLike, name: str) -> Array:
         arr = jnp.asarray(x)
     except (TypeError, ValueError) as err:
         raise ValueError(
-            f"{name} must be array-like with a numeric dtype; got an object "
+            f"{name} must be array-like with a numeric dtype (or a RunResult); got an object "
             f"of type {type(x).__name__}."
         ) from err
     if jnp.issubdtype(arr.dtype, jnp.complexfloating):
@@ -121,6 +162,73 @@ def _normalize_axis(axis: Any, ndim: int, name: str) -> int:
     return axis % ndim
 
 
+def _trace_chains_first(result: RunResult) -> Array:
+    """A :class:`RunResult`'s trace as ``(chains, draws, *event)``.
+
+    ``cj.sample`` stacks ``trace_fn(state)`` on a leading draws axis. When the
+    state's position is one point ``(d,)`` the run had one chain; otherwise
+    the position's leading axis (chains of ``vmap_chains``, particles of an
+    ensemble) is axis 1 of the trace.
+    """
+    if result.trace is None:
+        raise ValueError(
+            "samples is a RunResult without a trace (mode='stream' keeps moments only): run cj.sample with "
+            "mode='trace' to keep draws, or use cj.summary(result), which summarises the moments."
+        )
+    trace = result.trace
+    if not isinstance(trace, (jax.Array, np.ndarray)):
+        raise ValueError(
+            f"samples is a RunResult whose trace is a {type(trace).__name__}; the diagnostics need one array "
+            "(a trace_fn returning an array)."
+        )
+    position = getattr(result.state, "position", None)
+    single = trace.ndim == 2 if position is None else jnp.ndim(position) == 1
+    if single or trace.ndim < 2:
+        return _as_float_array(trace, "samples")[None]
+    return jnp.swapaxes(_as_float_array(trace, "samples"), 0, 1)
+
+
+def _check_layout(x: Array) -> None:
+    """Warn when chain means are autocorrelated along the chain axis (see module docstring)."""
+    m = x.shape[0]
+    if m < 3 or not is_concrete(x):
+        return
+    means = np.asarray(jnp.mean(x, axis=1), np.float64).reshape(m, -1)
+    centred = means - means.mean(axis=0)
+    den = np.sum(centred * centred, axis=0)
+    num = np.sum(centred[:-1] * centred[1:], axis=0)
+    r = np.divide(num, den, out=np.zeros_like(num), where=den > 0)
+    z = r * math.sqrt(m)
+    if np.max(z) > _LAYOUT_Z:
+        warnings.warn(
+            f"samples of shape {tuple(x.shape)} was read as (chains, draws, ...) = ({m} chains of {x.shape[1]} "
+            f"draws), but the chain means are autocorrelated along the chain axis (lag-1 correlation "
+            f"{float(r[np.argmax(z)]):.2f}, {float(np.max(z)):.0f} standard errors): consecutive 'chains' look "
+            "like consecutive draws. cj.sample's trace is (draws, chains, d): pass the RunResult itself, or "
+            "swapaxes(trace, 0, 1). If the chains really are ordered (started on a sorted grid, not yet mixed), "
+            "pass chain_axis and sample_axis explicitly.",
+            LayoutWarning,
+            stacklevel=4,
+        )
+
+
+def _check_ess(ess: Array, total: int, what: str) -> None:
+    """Warn when an ESS exceeds the number of draws by more than its noise (see module docstring)."""
+    if not is_concrete(ess):
+        return
+    e = np.asarray(ess, np.float64)
+    limit = total * (1.0 + _ESS_EXCESS_SD / math.sqrt(total))
+    if e.size and np.nanmax(e, initial=-np.inf) > limit:
+        warnings.warn(
+            f"{what} {float(np.nanmax(e)):.6g} exceeds the {total} draws by more than its sampling noise allows "
+            f"(> {limit:.6g}): the usual cause is a (draws, chains, ...) array read as (chains, draws, ...); "
+            "cj.sample's trace is (draws, chains, d): pass the RunResult itself, or swapaxes(trace, 0, 1). "
+            "(Antithetic chains also do this.)",
+            LayoutWarning,
+            stacklevel=3,
+        )
+
+
 def _chains_first(
     samples: ArrayLike,
     chain_axis: Any,
@@ -129,38 +237,66 @@ def _chains_first(
     min_draws: int,
     min_chains: int = 1,
     why: str = "",
-) -> Array:
-    """Validate ``samples`` and return it with layout (chain, draw, *event)."""
-    x = _as_float_array(samples, "samples")
-    if x.ndim < 2:
-        raise ValueError(
-            "samples must have at least 2 dimensions (chains and draws); got "
-            f"shape {tuple(x.shape)}. Expected (num_chains, num_samples, "
-            "*event_shape); add a chain axis of size 1 for a single chain."
-        )
-    c_ax = _normalize_axis(chain_axis, x.ndim, "chain_axis")
-    s_ax = _normalize_axis(sample_axis, x.ndim, "sample_axis")
-    if c_ax == s_ax:
-        raise ValueError(
-            f"chain_axis ({chain_axis}) and sample_axis ({sample_axis}) "
-            f"refer to the same axis of samples with shape {tuple(x.shape)}; "
-            "expected two distinct axes."
-        )
-    x = jnp.moveaxis(x, (c_ax, s_ax), (0, 1))
+) -> tuple:
+    """Validate ``samples``; return ``(x, from_array)`` with ``x`` laid out (chain, draw, *event)."""
+    if isinstance(samples, RunResult):
+        if chain_axis is not None or sample_axis is not None:
+            raise ValueError(
+                "chain_axis and sample_axis describe an array; a RunResult's layout is known (pass neither); got "
+                f"chain_axis={chain_axis!r}, sample_axis={sample_axis!r}."
+            )
+        x = _trace_chains_first(samples)
+        shape, from_array = tuple(samples.trace.shape), False
+        chain_axis, sample_axis = 1, 0
+    else:
+        x = _as_float_array(samples, "samples")
+        shape, from_array = tuple(x.shape), True
+        if x.ndim < 2:
+            raise ValueError(
+                "samples must have at least 2 dimensions (chains and draws); got "
+                f"shape {tuple(x.shape)}. Expected (num_chains, num_samples, "
+                "*event_shape); add a chain axis of size 1 for a single chain."
+            )
+        stated = chain_axis is not None or sample_axis is not None
+        chain_axis = 0 if chain_axis is None else chain_axis
+        sample_axis = 1 if sample_axis is None else sample_axis
+        c_ax = _normalize_axis(chain_axis, x.ndim, "chain_axis")
+        s_ax = _normalize_axis(sample_axis, x.ndim, "sample_axis")
+        if c_ax == s_ax:
+            raise ValueError(
+                f"chain_axis ({chain_axis}) and sample_axis ({sample_axis}) "
+                f"refer to the same axis of samples with shape {tuple(x.shape)}; "
+                "expected two distinct axes."
+            )
+        x = jnp.moveaxis(x, (c_ax, s_ax), (0, 1))
+        if not stated:
+            _check_layout(x)
     num_chains, num_draws = x.shape[0], x.shape[1]
     if num_draws < min_draws:
         raise ValueError(
             f"samples has {num_draws} draws per chain along sample_axis="
-            f"{sample_axis} (shape {tuple(jnp.shape(samples))}); expected at "
+            f"{sample_axis} (shape {shape}); expected at "
             f"least {min_draws}{why}."
         )
     if num_chains < min_chains:
         raise ValueError(
             f"samples has {num_chains} chain(s) along chain_axis="
-            f"{chain_axis} (shape {tuple(jnp.shape(samples))}); expected at "
+            f"{chain_axis} (shape {shape}); expected at "
             f"least {min_chains}{why}."
         )
-    return x
+    return x, from_array
+
+
+def chains_first(samples: ArrayLike, chain_axis: Optional[int] = None, sample_axis: Optional[int] = None) -> Array:
+    """The draws as ``(chains, draws, *event)``: from a :class:`RunResult` or an array.
+
+    A ``RunResult``'s trace ``(draws, chains, *event)`` is transposed (a
+    single-chain ``(draws, d)`` trace gets a chain axis of 1); an array is
+    taken chains first unless the axes are given, with the layout check of
+    the module docstring. What every chain diagnostic, ``cj.summary``,
+    ``cj.to_arviz`` and ``cenlmc_jax.plots`` use.
+    """
+    return _chains_first(samples, chain_axis, sample_axis, min_draws=1)[0]
 
 
 def _check_points(x: ArrayLike, name: str, min_points: int) -> Array:
@@ -205,7 +341,7 @@ def _common_float_dtype(*arrays: Array):
 
 
 # --------------------------------------------------------------------------
-# Effective sample size.
+# Building blocks: autocorrelation, splitting, rank normalisation.
 # --------------------------------------------------------------------------
 
 
@@ -226,10 +362,14 @@ def _autocovariance(x: Array) -> Array:
     return (acov / n).astype(x.dtype)
 
 
-@jax.jit
-def _ess_core(x: Array) -> Array:
+def _constant(x: Array) -> Array:
+    """Per coordinate: every draw of every chain equals the first one (exactly)."""
+    return jnp.all(x == x[:1, :1], axis=(0, 1))
+
+
+def _combined_autocorrelation(x: Array) -> Array:
+    """Multi-chain autocorrelation ``rho_t`` (steps 1-3 of :func:`effective_sample_size`), shape (n, *E)."""
     m, n = x.shape[0], x.shape[1]
-    dtype = x.dtype
     acov = _autocovariance(x)                          # (m, n, *E)
     chain_mean = jnp.mean(x, axis=1)                   # (m, *E)
     # Within-chain variance W (ddof = 1) and the pooled variance estimate
@@ -238,42 +378,102 @@ def _ess_core(x: Array) -> Array:
     var_plus = within * ((n - 1.0) / n)
     if m > 1:
         var_plus = var_plus + jnp.var(chain_mean, axis=0, ddof=1)
-    # Combined autocorrelation rho_t = 1 - (W - mean_c gamma_c(t)) / var_plus.
     rho = 1.0 - (within - jnp.mean(acov, axis=0)) / var_plus  # (n, *E)
-    rho = rho.at[0].set(1.0)
+    return rho.at[0].set(1.0)
 
-    # Geyer: pair sums P_k = rho_{2k} + rho_{2k+1}, k = 0..K-1.
-    num_pairs = n // 2
+
+def _ess_core(x: Array) -> Array:
+    m, n = x.shape[0], x.shape[1]
+    dtype = x.dtype
+    rho = _combined_autocorrelation(x)
+
+    # Geyer: pair sums P_k = rho_{2k} + rho_{2k+1}, k = 0..K. As ArviZ and
+    # Stan, pairs are examined while 2k - 1 < n - 3: K = len(range(1, n - 3, 2)).
+    num_pairs = len(range(1, n - 3, 2)) + 1
     pairs = rho[: 2 * num_pairs].reshape((num_pairs, 2) + rho.shape[1:])
     rho_even = pairs[:, 0]
-    pair_sum = pairs.sum(axis=1)                       # (K, *E)
+    pair_sum = pairs.sum(axis=1)                       # (K + 1, *E)
     # Initial positive sequence: keep pairs up to the first non-positive one
     # (P_0 = 1 + rho_1 is always kept).
     positive = (pair_sum > 0).at[0].set(True)
-    keep = jax.lax.cummin(positive.astype(jnp.int32), axis=0).astype(dtype)
+    keep = jax.lax.cummin(positive.astype(jnp.int32), axis=0)
+    num_kept = jnp.sum(keep, axis=0)                   # (*E)
+    all_kept = num_kept == num_pairs
     # Initial monotone sequence: running minimum of the pair sums.
     monotone = jax.lax.cummin(pair_sum, axis=0)
-    num_kept = jnp.sum(keep, axis=0).astype(jnp.int32)  # (*E)
-    # Stan's refinement: add the even-lag term of the first rejected pair
-    # when it is positive.
+    # Stan's refinement: add the even-lag term of the first rejected pair when
+    # it is positive. When no pair is rejected the last examined pair is not
+    # summed and its even-lag term is added as it is (ArviZ's `_ess` exactly).
+    last = (jnp.arange(num_pairs) == num_pairs - 1).reshape((num_pairs,) + (1,) * (rho.ndim - 1))
+    summed = (keep * ~(last & all_kept)).astype(dtype)
     first_rejected = jnp.minimum(num_kept, num_pairs - 1)
     extra = jnp.take_along_axis(rho_even, first_rejected[None], axis=0)[0]
-    extra = jnp.where(num_kept < num_pairs, jnp.maximum(extra, 0.0), 0.0)
+    extra = jnp.where(all_kept, extra, jnp.maximum(extra, 0.0))
 
-    tau = -1.0 + 2.0 * jnp.sum(keep * monotone, axis=0) + extra
+    tau = -1.0 + 2.0 * jnp.sum(summed * monotone, axis=0) + extra
     total = m * n
     tau = jnp.maximum(tau, 1.0 / math.log10(total))
-    return (total / tau).astype(dtype)
+    return jnp.where(_constant(x), jnp.nan, total / tau).astype(dtype)
+
+
+def _split_chains(x: Array) -> Array:
+    """(m, n, *E) -> (2m, n // 2, *E): first and second halves; the middle draw is dropped when n is odd."""
+    half = x.shape[1] // 2
+    return jnp.concatenate([x[:, :half], x[:, x.shape[1] - half:]], axis=0)
+
+
+def _z_scale(x: Array) -> Array:
+    r"""Rank normalisation (Vehtari et al. 2021, eq. 14): ``Φ^{-1}((r - 3/8) / (S + 1/4))``.
+
+    ``r`` is the rank of each value among all ``S = m n`` values of its
+    coordinate (ties get their average rank, 1-based), found by
+    ``searchsorted`` on the sorted values: ``(#{< v} + #{<= v} + 1) / 2``.
+    """
+    shape = x.shape
+    flat = x.reshape((shape[0] * shape[1], -1))        # (S, K)
+    srt = jnp.sort(flat, axis=0)
+    below = jax.vmap(functools.partial(jnp.searchsorted, side="left"), in_axes=1, out_axes=1)(srt, flat)
+    upto = jax.vmap(functools.partial(jnp.searchsorted, side="right"), in_axes=1, out_axes=1)(srt, flat)
+    rank = (below + upto + 1).astype(x.dtype) / 2.0
+    z = ndtri((rank - 0.375) / (flat.shape[0] + 0.25))
+    return z.reshape(shape).astype(x.dtype)
+
+
+def _ess_tail(x: Array) -> Array:
+    """min over q in (0.05, 0.95) of the split ESS of the indicator ``x <= quantile_q``."""
+    q = jnp.quantile(x, jnp.asarray([0.05, 0.95], x.dtype), axis=(0, 1))  # (2, *E), type 7 (ArviZ's)
+    low = _ess_core(_split_chains((x <= q[0]).astype(x.dtype)))
+    high = _ess_core(_split_chains((x <= q[1]).astype(x.dtype)))
+    return jnp.where(_constant(x), jnp.nan, jnp.minimum(low, high))
+
+
+@functools.partial(jax.jit, static_argnames=("method",))
+def _ess_by_method(x: Array, method: str) -> Array:
+    if method == "identity":
+        return _ess_core(x)
+    if method == "mean":
+        return _ess_core(_split_chains(x))
+    if method == "bulk":
+        return jnp.where(_constant(x), jnp.nan, _ess_core(_z_scale(_split_chains(x))))
+    return _ess_tail(x)
+
+
+# --------------------------------------------------------------------------
+# Effective sample size.
+# --------------------------------------------------------------------------
 
 
 def effective_sample_size(
-    samples: ArrayLike, chain_axis: int = 0, sample_axis: int = 1
+    samples: ArrayLike,
+    chain_axis: Optional[int] = None,
+    sample_axis: Optional[int] = None,
+    *,
+    method: str = "identity",
 ) -> Array:
     r"""Multi-chain effective sample size, per coordinate.
 
-    Estimator of Vehtari et al. (2021) / Stan (without rank normalisation
-    and without splitting chains; pass split chains yourself if wanted).
-    For each coordinate, with :math:`M` chains of :math:`N` draws:
+    Estimator of Vehtari et al. (2021) / Stan. For each coordinate, with
+    :math:`M` chains of :math:`N` draws:
 
     1. Per-chain biased autocovariance, computed by FFT,
        :math:`\hat\gamma_{c}(t) = \frac1N \sum_{s=0}^{N-1-t}
@@ -286,38 +486,91 @@ def effective_sample_size(
     3. Combined autocorrelation :math:`\hat\rho_t = 1 - (W - \frac1M\sum_c
        \hat\gamma_c(t)) / \widehat{\operatorname{var}}^+`, :math:`\hat\rho_0=1`.
     4. Geyer's initial positive sequence on the pair sums
-       :math:`P_k = \hat\rho_{2k} + \hat\rho_{2k+1}` (truncate before the
+       :math:`P_k = \hat\rho_{2k} + \hat\rho_{2k+1}`, for
+       :math:`2k - 1 < N - 3` as in ArviZ and Stan (truncate before the
        first :math:`P_k \le 0`), made monotone by a running minimum
        (``lax.cummin``; no Python loop over lags).
     5. :math:`\hat\tau = -1 + 2\sum_{k<K^\ast} \min_{j\le k} P_j +
-       \max(\hat\rho_{2K^\ast}, 0)`, floored at :math:`1/\log_{10}(MN)`, and
+       \max(\hat\rho_{2K^\ast}, 0)` (when no pair is rejected, the last one
+       examined, :math:`K^\ast`, contributes its :math:`\hat\rho_{2K^\ast}`
+       unclipped), floored at :math:`1/\log_{10}(MN)`, and
        :math:`\widehat{\mathrm{ESS}} = MN / \hat\tau`.
 
+    ``method`` says what the steps are applied to (ArviZ's names and
+    definitions, Vehtari et al. 2021 §3-4):
+
+    * ``"identity"`` (default): the draws as given;
+    * ``"mean"``: split chains (each chain cut in two halves, the middle draw
+      dropped when ``N`` is odd) — the ESS of the mean;
+    * ``"bulk"``: split chains, rank-normalised: every value replaced by
+      :math:`\Phi^{-1}((r - 3/8)/(S + 1/4))`, ``r`` its average rank among
+      all ``S`` values of the coordinate;
+    * ``"tail"``: the smaller of the split ESS of the indicators
+      :math:`I(x \le q_{0.05})` and :math:`I(x \le q_{0.95})` (type-7
+      quantiles over all draws).
+
     Args:
-      samples: array of shape ``(num_chains, num_samples, *event_shape)``
-        (or another layout described by the axis arguments), at least 4
-        draws per chain.
-      chain_axis: axis indexing chains.
-      sample_axis: axis indexing draws within a chain.
+      samples: a :class:`~cenlmc_jax.run.RunResult` (its trace, put chains
+        first), or an array ``(num_chains, num_samples, *event_shape)`` (or
+        another layout described by the axis arguments), at least 4 draws per
+        chain.
+      chain_axis: axis indexing chains (default 0; stating it skips the
+        layout check).
+      sample_axis: axis indexing draws within a chain (default 1).
+      method: one of :data:`ESS_METHODS` (static under ``jit``).
 
     Returns:
       Array of shape ``event_shape`` with the ESS of each coordinate, in the
-      floating dtype of ``samples``.  Constant coordinates give ``nan``.
-      For antithetic chains the ESS can exceed the number of draws (it is
-      capped at :math:`MN\log_{10}(MN)`).
+      floating dtype of ``samples``.  Constant coordinates give ``nan`` (ArviZ
+      returns the number of draws there).  For antithetic chains the ESS can
+      exceed the number of draws (it is capped at :math:`MN\log_{10}(MN)`);
+      an excess beyond sampling noise raises a :class:`LayoutWarning`.
 
     Raises:
       ValueError: if ``samples`` has fewer than 2 dimensions, the axes are
-        invalid or equal, or there are fewer than 4 draws per chain.
+        invalid or equal, there are fewer than 4 draws per chain, or
+        ``method`` is unknown.
     """
-    x = _chains_first(
+    check_choice(method, "method", ESS_METHODS)
+    x, from_array = _chains_first(
         samples,
         chain_axis,
         sample_axis,
         min_draws=4,
         why=" to estimate autocorrelations",
     )
-    return _ess_core(x)
+    ess = _ess_by_method(x, method)
+    if from_array:
+        _check_ess(ess, x.shape[0] * x.shape[1], f"effective_sample_size (method={method!r})")
+    return ess
+
+
+@functools.partial(jax.jit, static_argnames=("max_lag",))
+def _autocorrelation_core(x: Array, max_lag: int) -> Array:
+    return jnp.where(_constant(x), jnp.nan, _combined_autocorrelation(x)[: max_lag + 1]).astype(x.dtype)
+
+
+def autocorrelation(
+    samples: ArrayLike,
+    chain_axis: Optional[int] = None,
+    sample_axis: Optional[int] = None,
+    *,
+    max_lag: Optional[int] = None,
+) -> Array:
+    r"""The multi-chain autocorrelation :math:`\hat\rho_t`, per lag and coordinate.
+
+    Step 3 of :func:`effective_sample_size`: :math:`\hat\rho_t = 1 - (W -
+    \frac1M\sum_c \hat\gamma_c(t)) / \widehat{\operatorname{var}}^+` for
+    :math:`t = 0 .. \text{max\_lag}` (default ``min(N - 1, 100)``), so
+    :math:`\hat\rho_0 = 1`. Shape ``(max_lag + 1, *event_shape)``;
+    constant coordinates give ``nan``. Same inputs as
+    :func:`effective_sample_size`.
+    """
+    x, _ = _chains_first(samples, chain_axis, sample_axis, min_draws=2, why=" for an autocorrelation")
+    n = x.shape[1]
+    max_lag = min(n - 1, 100) if max_lag is None else check_int(max_lag, "max_lag", minimum=0, maximum=n - 1,
+                                                                why=f"the chains have {n} draws")
+    return _autocorrelation_core(x, max_lag)
 
 
 # --------------------------------------------------------------------------
@@ -325,28 +578,40 @@ def effective_sample_size(
 # --------------------------------------------------------------------------
 
 
-@functools.partial(jax.jit, static_argnames=("split",))
-def _rhat_core(x: Array, split: bool) -> Array:
-    if split:
-        half = x.shape[1] // 2
-        # The middle draw is dropped when the number of draws is odd.
-        x = jnp.concatenate([x[:, :half], x[:, x.shape[1] - half :]], axis=0)
+def _rhat_plain(x: Array) -> Array:
     n = x.shape[1]
     chain_mean = jnp.mean(x, axis=1)
     chain_var = jnp.var(x, axis=1, ddof=1)
     between_over_n = jnp.var(chain_mean, axis=0, ddof=1)
     within = jnp.mean(chain_var, axis=0)
     var_plus = within * ((n - 1.0) / n) + between_over_n
-    return jnp.sqrt(var_plus / within).astype(x.dtype)
+    return jnp.sqrt(var_plus / within)
+
+
+@functools.partial(jax.jit, static_argnames=("split", "rank"))
+def _rhat_core(x: Array, split: bool, rank: bool = False) -> Array:
+    constant = _constant(x)
+    if split:
+        x = _split_chains(x)
+    if rank:
+        bulk = _rhat_plain(_z_scale(x))
+        folded = _rhat_plain(_z_scale(jnp.abs(x - jnp.median(x, axis=(0, 1)))))
+        rhat = jnp.maximum(bulk, folded)
+    else:
+        rhat = _rhat_plain(x)
+    # A constant coordinate has W = B = 0: R-hat is undefined (rounding would give 1.2 or inf).
+    return jnp.where(constant, jnp.nan, rhat).astype(x.dtype)
 
 
 def potential_scale_reduction(
     samples: ArrayLike,
-    chain_axis: int = 0,
-    sample_axis: int = 1,
+    chain_axis: Optional[int] = None,
+    sample_axis: Optional[int] = None,
     split: bool = True,
+    *,
+    rank: bool = False,
 ) -> Array:
-    r"""(Split) potential scale reduction factor :math:`\hat R`, per coordinate.
+    r"""(Split, rank-normalised) potential scale reduction factor :math:`\hat R`, per coordinate.
 
     With ``split=True`` each chain is cut into a first and second half (the
     middle draw is dropped when the number of draws is odd), giving
@@ -357,20 +622,25 @@ def potential_scale_reduction(
         \frac{B}{N} = \frac{1}{M-1} \sum_c (\bar x_c - \bar x)^2, \qquad
         \hat R = \sqrt{\frac{\frac{N-1}{N} W + \frac{B}{N}}{W}},
 
-    with :math:`s_c^2` the ddof-1 variance of chain :math:`c`.  Values close
-    to 1 indicate agreement between (half-)chains; a common threshold for
-    concern is :math:`\hat R > 1.01`.  (No rank normalisation is applied.)
+    with :math:`s_c^2` the ddof-1 variance of chain :math:`c`.  With
+    ``rank=True`` (Vehtari et al. 2021, eq. 14-16; ArviZ's default "rank"
+    R-hat) this is computed twice, on the rank-normalised (half-)chains (bulk)
+    and on the rank-normalised folded values :math:`|x - \operatorname{median}(x)|`
+    (tails), and the larger is returned. Values close to 1 indicate agreement
+    between (half-)chains; a common threshold for concern is :math:`\hat R > 1.01`.
 
     Args:
-      samples: array of shape ``(num_chains, num_samples, *event_shape)``
-        (or another layout described by the axis arguments).
-      chain_axis: axis indexing chains.
-      sample_axis: axis indexing draws within a chain.
-      split: whether to split chains in halves (must be a Python bool; static
-        under ``jit``).
+      samples: a :class:`~cenlmc_jax.run.RunResult` or an array
+        ``(num_chains, num_samples, *event_shape)`` (or another layout
+        described by the axis arguments).
+      chain_axis: axis indexing chains (default 0).
+      sample_axis: axis indexing draws within a chain (default 1).
+      split: whether to split chains in halves (a Python bool; static under ``jit``).
+      rank: rank-normalised bulk/tail R-hat (keyword-only; static under ``jit``).
 
     Returns:
-      Array of shape ``event_shape``.  Constant coordinates give ``nan``.
+      Array of shape ``event_shape``.  Constant coordinates give ``nan``
+      (chains that are each constant but differ give ``inf``).
 
     Raises:
       ValueError: for invalid axes, fewer than 4 draws per chain with
@@ -378,8 +648,9 @@ def potential_scale_reduction(
         draws or fewer than 2 chains with ``split=False``.
     """
     split = check_bool(split, "split")
+    rank = check_bool(rank, "rank")
     if split:
-        x = _chains_first(
+        x, _ = _chains_first(
             samples,
             chain_axis,
             sample_axis,
@@ -387,7 +658,7 @@ def potential_scale_reduction(
             why=" for split R-hat (each half-chain needs 2 draws)",
         )
     else:
-        x = _chains_first(
+        x, _ = _chains_first(
             samples,
             chain_axis,
             sample_axis,
@@ -395,7 +666,7 @@ def potential_scale_reduction(
             min_chains=2,
             why=" for R-hat without splitting",
         )
-    return _rhat_core(x, split)
+    return _rhat_core(x, split, rank)
 
 
 # --------------------------------------------------------------------------
@@ -403,15 +674,31 @@ def potential_scale_reduction(
 # --------------------------------------------------------------------------
 
 
-def _mcse_core(x: Array) -> Array:
+@functools.partial(jax.jit, static_argnames=("statistic", "split"))
+def _mcse_core(x: Array, statistic: str = "mean", split: bool = False) -> Array:
     m, n = x.shape[0], x.shape[1]
-    flat = x.reshape((m * n,) + x.shape[2:])
-    sd = jnp.std(flat, axis=0, ddof=1)
-    return (sd / jnp.sqrt(_ess_core(x))).astype(x.dtype)
+    if statistic == "mean":
+        flat = x.reshape((m * n,) + x.shape[2:])
+        ess = _ess_core(_split_chains(x) if split else x)
+        return (jnp.std(flat, axis=0, ddof=1) / jnp.sqrt(ess)).astype(x.dtype)
+    sq = (x - jnp.mean(x, axis=(0, 1))) ** 2
+    ess = _ess_core(_split_chains(sq) if split else sq)
+    evar = jnp.mean(sq, axis=(0, 1))
+    var_of_var = (jnp.mean(sq * sq, axis=(0, 1)) - evar**2) / ess
+    return jnp.sqrt(var_of_var / evar / 4.0).astype(x.dtype)
 
 
-def mcse(samples: ArrayLike, chain_axis: int = 0, sample_axis: int = 1) -> Array:
-    r"""Monte-Carlo standard error of the posterior-mean estimate, per coordinate.
+def mcse(
+    samples: ArrayLike,
+    chain_axis: Optional[int] = None,
+    sample_axis: Optional[int] = None,
+    *,
+    statistic: str = "mean",
+    split: bool = False,
+) -> Array:
+    r"""Monte-Carlo standard error of the posterior mean or sd estimate, per coordinate.
+
+    ``statistic="mean"``:
 
     .. math::
         \mathrm{MCSE}(\bar x) = \frac{\hat\sigma}{\sqrt{\widehat{\mathrm{ESS}}}},
@@ -421,27 +708,41 @@ def mcse(samples: ArrayLike, chain_axis: int = 0, sample_axis: int = 1) -> Array
     is :func:`effective_sample_size`.  :math:`\bar x` is the mean of all
     draws.
 
+    ``statistic="sd"`` (the delta method on :math:`s^2`, as ArviZ): with
+    :math:`u = (x - \bar x)^2`, :math:`\bar u` its mean and
+    :math:`\widehat{\mathrm{ESS}}_u` the ESS of :math:`u`,
+    :math:`\mathrm{MCSE}(s) = \sqrt{(\overline{u^2} - \bar u^2) /
+    \widehat{\mathrm{ESS}}_u / (4 \bar u)}`.
+
+    ``split=True`` uses the split-chain ESS (``method="mean"``): this is
+    ArviZ's ``mcse`` (and its summary's ``mcse_mean``, ``mcse_sd``);
+    ``split=False`` (default) the plain one.
+
     Args:
-      samples: array of shape ``(num_chains, num_samples, *event_shape)``
-        (or another layout described by the axis arguments), at least 4 draws
-        per chain.
-      chain_axis: axis indexing chains.
-      sample_axis: axis indexing draws within a chain.
+      samples: a :class:`~cenlmc_jax.run.RunResult` or an array
+        ``(num_chains, num_samples, *event_shape)`` (or another layout
+        described by the axis arguments), at least 4 draws per chain.
+      chain_axis: axis indexing chains (default 0).
+      sample_axis: axis indexing draws within a chain (default 1).
+      statistic: ``"mean"`` or ``"sd"`` (static under ``jit``).
+      split: use split chains for the ESS (static under ``jit``).
 
     Returns:
-      Array of shape ``event_shape``.
+      Array of shape ``event_shape``; ``nan`` for constant coordinates.
 
     Raises:
-      ValueError: as for :func:`effective_sample_size`.
+      ValueError: as for :func:`effective_sample_size`, or a bad ``statistic``.
     """
-    x = _chains_first(
+    check_choice(statistic, "statistic", ("mean", "sd"))
+    split = check_bool(split, "split")
+    x, _ = _chains_first(
         samples,
         chain_axis,
         sample_axis,
         min_draws=4,
         why=" to estimate autocorrelations",
     )
-    return _mcse_core(x)
+    return _mcse_core(x, statistic, split)
 
 
 @jax.jit
