@@ -6,6 +6,15 @@ and the known quantities: ``mean: (d,)``, ``cov: (d, d)``,
 ``f_star = -max_x logdensity_fn(x)`` (the papers' ``min f``), and an exact
 sampler ``sample(rng_key, n) -> (n, d)`` where one exists. Unknown entries are
 ``None``. These are the shared problems of the tests, benchmarks and CLI.
+
+Scale and curvature, for choosing step sizes: with ``f = -log π``,
+``mu I ⪯ ∇²f(x) ⪯ L I`` for every ``x`` (``L``: smoothness, the papers' L;
+``mu``: strong convexity, the papers' μ), each ``None`` where no such global
+bound exists (the banana and the double well have no finite ``L``; only the
+Gaussians and the logistic regression are strongly convex). ``hessian`` is
+``∇²f`` where it is constant (the Gaussians: the precision matrix), else
+``None``; a target with a constant Hessian is Gaussian, so the stationary law
+of unadjusted Langevin on it is known exactly.
 """
 
 from __future__ import annotations
@@ -36,7 +45,11 @@ __all__ = [
 
 
 class Target(NamedTuple):
-    """A target density and what is known about it (``None`` when unknown)."""
+    """A target density and what is known about it (``None`` when unknown).
+
+    L, mu: global bounds ``mu I ⪯ ∇²f ⪯ L I`` of ``f = -logdensity_fn`` (see
+    the module docstring); hessian: ``∇²f: (d, d)`` where it is constant.
+    """
 
     name: str
     dim: int
@@ -46,10 +59,16 @@ class Target(NamedTuple):
     f_star: Optional[float]
     sample: Optional[Callable]
     data: Optional[dict] = None
+    L: Optional[float] = None
+    mu: Optional[float] = None
+    hessian: Optional[np.ndarray] = None
 
 
 def gaussian(mean: Any, cov: Any, name: str = "gaussian") -> Target:
-    """N(mean, cov) for a symmetric positive definite ``cov: (d, d)``."""
+    """N(mean, cov) for a symmetric positive definite ``cov: (d, d)``.
+
+    ``∇²f = cov⁻¹`` everywhere: ``L = λ_max(cov⁻¹)``, ``mu = λ_min(cov⁻¹)``.
+    """
     mean = np.asarray(mean, dtype=np.float64)
     cov = np.asarray(cov, dtype=np.float64)
     if mean.ndim != 1 or cov.shape != (mean.size, mean.size):
@@ -70,7 +89,9 @@ def gaussian(mean: Any, cov: Any, name: str = "gaussian") -> Target:
         z = jax.random.normal(rng_key, (n, d))
         return jnp.asarray(mean, z.dtype) + z @ jnp.asarray(chol.T, z.dtype)
 
-    return Target(name, d, logdensity_fn, mean, cov, float(-log_norm), sample)
+    eig = np.linalg.eigvalsh(prec)
+    return Target(name, d, logdensity_fn, mean, cov, float(-log_norm), sample,
+                  L=float(eig.max()), mu=float(eig.min()), hessian=prec)
 
 
 def standard_gaussian(dim: int = 2) -> Target:
@@ -101,6 +122,8 @@ def banana(a: float = 1.0, b: float = 0.5) -> Target:
 
     Exact: mean 0, Var x1 = a², Var x2 = 1 + 2 b² a⁴, Cov = 0;
     max log density at (0, -b a²), so ``f_star = log(2π a)``.
+    ``∂²f/∂x1² = 1/a² - 2b(x2 - b(x1² - a²)) + 4b²x1²`` is unbounded: no ``L``,
+    and ``f`` is not convex: no ``mu``.
     """
     check_positive(a, "a")
     log_norm = -math.log(2 * math.pi * a)
@@ -124,6 +147,9 @@ def gaussian_mixture(means: Any = ((-2.0, 0.0), (2.0, 0.0)), weights: Any = None
     Exact mean ``Σ w_k μ_k`` and covariance ``sd² I + Σ w_k μ_k μ_kᵀ - mean meanᵀ``.
     ``f_star`` is found by gradient ascent from every component mean (float64
     NumPy, converged to 1e-12 in the gradient); it is exact up to that tolerance.
+    ``∇²f = I/sd² - Cov_r(μ_k)/sd⁴`` (``Cov_r``: covariance of the means under the
+    responsibilities), so ``L = 1/sd²``; two or more components make ``f``
+    non-convex: no ``mu``.
     """
     means = np.atleast_2d(np.asarray(means, dtype=np.float64))
     k, d = means.shape
@@ -163,7 +189,8 @@ def gaussian_mixture(means: Any = ((-2.0, 0.0), (2.0, 0.0)), weights: Any = None
         comp = jax.random.choice(k1, k, (n,), p=jnp.asarray(weights))
         return jnp.asarray(means)[comp] + sd * jax.random.normal(k2, (n, d))
 
-    return Target(f"gaussian_mixture_{k}x{d}d", d, logdensity_fn, mean, cov, float(-best), sample)
+    return Target(f"gaussian_mixture_{k}x{d}d", d, logdensity_fn, mean, cov, float(-best), sample,
+                  L=1.0 / sd**2, mu=1.0 / sd**2 if k == 1 else None)
 
 
 def double_well(scale: float = 1.0) -> Target:
@@ -171,6 +198,7 @@ def double_well(scale: float = 1.0) -> Target:
 
     Mean 0 by symmetry; variance and normaliser by trapezoidal quadrature on
     [-6, 6] with 200,001 points (tails beyond are below e^-1000).
+    ``U'' = scale (12θ² - 4)`` is unbounded and negative near 0: no ``L``, no ``mu``.
     """
     check_positive(scale, "scale")
     grid = np.linspace(-6.0, 6.0, 200_001)
@@ -196,6 +224,8 @@ def logistic_regression(num_data: int = 200, dim: int = 5, prior_scale: float = 
     log posterior at the MAP found by Newton's method (concave problem, to
     1e-10 in the gradient). ``data`` holds ``x``, ``y``, ``theta_true`` and
     ``loglik_fn(theta, x_i, y_i)``, ``logprior_fn(theta)`` for minibatching.
+    ``∇²f = Xᵀ diag(σ'(Xθ)) X + I/prior_scale²`` with ``0 < σ' <= 1/4``, so
+    ``L = λ_max(XᵀX)/4 + 1/prior_scale²`` and ``mu = 1/prior_scale²``.
     """
     num_data = check_int(num_data, "num_data", minimum=1)
     dim = check_int(dim, "dim", minimum=1)
@@ -228,7 +258,9 @@ def logistic_regression(num_data: int = 200, dim: int = 5, prior_scale: float = 
     log_post = (np.sum(y * z - np.logaddexp(0, z)) - 0.5 * theta @ theta / prior_scale**2
                 - 0.5 * dim * math.log(2 * math.pi * prior_scale**2))
     data = dict(x=x, y=y, theta_true=theta_true, theta_map=theta, loglik_fn=loglik_fn, logprior_fn=logprior_fn)
-    return Target(f"logistic_regression_{dim}d", dim, logdensity_fn, None, None, float(-log_post), None, data)
+    lam_max = float(np.linalg.eigvalsh(x.T @ x).max())
+    return Target(f"logistic_regression_{dim}d", dim, logdensity_fn, None, None, float(-log_post), None, data,
+                  L=lam_max / 4 + 1 / prior_scale**2, mu=1 / prior_scale**2)
 
 
 TARGETS = {
