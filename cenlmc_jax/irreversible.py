@@ -23,7 +23,13 @@ moving in one direction until a rejection turns it around.
 Proposals are pluggable: a :class:`Proposal` is a NamedTuple of pure functions
 ``sample(rng_key, position, direction) -> z*``, ``log_forward(z*, z, s) =
 log f̃(z*|z, s)`` and ``log_backward(z, z*, s) = log g̃(z|z*, s)``; the step
-only ever uses the general ratio (7.2). Shipped:
+only ever uses the general ratio (7.2). A proposal whose densities need
+``∇log π`` (the SDE proposal) also gives ``point_fn(z) -> (log π(z), cache)``:
+everything that depends on the point alone (the gradient and the drift
+pieces), computed once when the point is proposed and kept in the state
+(``state.cache``), as BlackJAX's MALA keeps its gradient. Its three functions
+then take that cache as a fourth argument, so a step evaluates ``∇log π``
+once, at ``z*``. Shipped:
 
 * :func:`gamma_proposal` — the irreversible Gamma sampler, ``z*_i = z_i + s_i
   Gamma(k, θ)``, one direction per coordinate, ``s ∈ {-1,+1}^d``. Its densities
@@ -38,12 +44,21 @@ only ever uses the general ratio (7.2). Shipped:
   ``Q`` couples coordinates, so the direction is ONE sign ``s`` shared by the
   whole vector, stored as a length-1 vector ``direction: (1,)`` so that every
   state of this module has the same fields. With ``Q = 0`` it is MALA
-  (preconditioned by ``D``).
+  (preconditioned by ``D``). Everything that depends only on constant ``D``
+  and ``Q`` (the Cholesky factor of ``D``, its inverse and log-determinant)
+  is computed once, when the proposal is built.
 
-:func:`rwmh_step` (Gaussian random-walk Metropolis–Hastings) is the reversible
-baseline.
+:func:`rwmh_step` (Gaussian random-walk Metropolis–Hastings, proposal
+``N(z, step_size² Σ)``) is the reversible baseline.
 
-Conventions: ``position: (d,)`` (one chain; vmap for many), ``logdensity_fn(z)
+Positions: one chain's ``position`` is a ``(d,)`` array or a pytree (a dict
+of parameters); a pytree is flattened with ``jax.flatten_util.ravel_pytree``
+at the boundary of every step (:func:`cenlmc_jax.gradients.ravel_position`):
+``logdensity_fn`` sees the pytree, proposals and matrices (``D``, ``Q``,
+``proposal_cov`` and their callables) see the flat ``(d,)`` vector, and the
+state keeps the pytree.
+
+Conventions: ``position: (d,)`` or a pytree (one chain; vmap for many), ``logdensity_fn(z)
 = log π(z) + const = -H(z)``. The direction has the dtype of the position
 (so ``s * jump`` needs no cast). ``rng_key`` is split once,
 ``key_proposal, key_accept = jax.random.split(rng_key)``: ``key_proposal`` goes
@@ -61,6 +76,7 @@ from typing import Any, Callable, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.flatten_util import ravel_pytree
 from jax.scipy.linalg import solve_triangular
 from jax.scipy.special import gammaln
 
@@ -69,15 +85,16 @@ from cenlmc_jax._validation import (
     check_bool,
     check_callable,
     check_logdensity,
-    check_position,
     check_positive,
     is_concrete,
 )
 from cenlmc_jax.base import SamplingAlgorithm
+from cenlmc_jax.gradients import flat_logdensity, ravel_position
 from cenlmc_jax.types import Array, ArrayLike, LogDensityFn, PRNGKey
 
 __all__ = [
     "Proposal",
+    "SDEPoint",
     "IrreversibleMHState",
     "IrreversibleMHInfo",
     "irreversible_mh_init",
@@ -100,39 +117,73 @@ __all__ = [
 class Proposal(NamedTuple):
     """A forward/backward proposal pair for :func:`irreversible_mh_step`.
 
-    sample: ``(rng_key, position (d,), direction) -> z* (d,)``, a draw from
+    Positions here are flat ``(d,)`` vectors (a pytree position is raveled by the step).
+
+    sample: ``(rng_key, position, direction[, cache]) -> z*``, a draw from
       ``f̃(· | position, direction)``.
-    log_forward: ``(z_star, position, direction) -> log f̃(z* | z, s)`` (scalar).
-    log_backward: ``(position, z_star, direction) -> log g̃(z | z*, s)`` (scalar).
-      The pair must satisfy ``f̃(·|y, -s) = g̃(·|y, s)`` (spec 7) for the chain
-      to leave ``π`` invariant.
+    log_forward: ``(z_star, position, direction[, cache]) -> log f̃(z* | z, s)``
+      (scalar); ``cache`` is the one at ``position``.
+    log_backward: ``(position, z_star, direction[, cache]) -> log g̃(z | z*, s)``
+      (scalar); ``cache`` is the one at ``z_star``. The pair must satisfy
+      ``f̃(·|y, -s) = g̃(·|y, s)`` (spec 7) for the chain to leave ``π`` invariant.
     direction_size: ``None`` for one sign per coordinate (``direction: (d,)``),
       ``1`` for one sign shared by the whole vector (``direction: (1,)``).
     grad_evals: gradients of ``logdensity_fn`` one step needs (Python int).
     check: ``position -> None``; raises ``ValueError`` when the proposal cannot
       be used at this (concrete) point (e.g. ``D(z)`` not positive definite).
+    point_fn: ``None``, or ``position -> (log π(position), cache)`` with
+      ``cache`` a pytree of what the three functions need at a point (e.g.
+      ``∇log π`` and the drift). ``position`` is in the user's form (array or
+      pytree). With it, the three functions are called with the cache as a
+      fourth argument, and the state carries the cache of its point: one
+      evaluation per proposed point. Without it, they are called with three.
+    logdensity_fn: the log density ``point_fn`` evaluates. When it is the
+      sampler's own ``logdensity_fn`` (the same object), the step takes
+      ``log π(z*)`` from ``point_fn`` instead of evaluating it again.
     """
 
-    sample: Callable[[PRNGKey, Array, Array], Array]
-    log_forward: Callable[[Array, Array, Array], Array]
-    log_backward: Callable[[Array, Array, Array], Array]
+    sample: Callable[..., Array]
+    log_forward: Callable[..., Array]
+    log_backward: Callable[..., Array]
     direction_size: Optional[int] = None
     grad_evals: int = 0
     check: Callable[[Array], None] = lambda position: None
+    point_fn: Optional[Callable[[Any], tuple[Array, Any]]] = None
+    logdensity_fn: Optional[Callable] = None
+
+
+class SDEPoint(NamedTuple):
+    """What :func:`sde_proposal` keeps of a point ``z`` (its ``cache``); ``None`` where not needed.
+
+    drift_d: (d,) ``D(z)∇log π(z) + Γ_D(z)``.
+    drift_q: (d,) ``Q(z)∇log π(z) + Γ_Q(z)``, or None when ``Q = 0``.
+      The forward mean with direction ``s`` is ``z + ε (drift_d + s·drift_q)``.
+    root: the factor ``L(z)`` of ``D(z) = L Lᵀ`` (scalar, (d,) or lower (d, d)),
+      or None when ``D`` is constant (then it is held by the proposal).
+    half_logdet: ``½ log det D(z)``, or None when ``D`` is constant.
+    """
+
+    drift_d: Array
+    drift_q: Optional[Array] = None
+    root: Optional[Array] = None
+    half_logdet: Optional[Array] = None
 
 
 class IrreversibleMHState(NamedTuple):
     """State of the irreversible jump sampler (one chain).
 
-    position: (d,) the sample ``z``.
+    position: (d,) or a pytree, the sample ``z``.
     direction: (d,) or (1,) signs in {-1, +1}, dtype of ``position``
       (see :attr:`Proposal.direction_size`).
     logdensity: scalar ``logdensity_fn(position)``.
+    cache: the proposal's per-point values at ``position`` (``()`` for a
+      proposal without ``point_fn``; an :class:`SDEPoint` for :func:`sde_proposal`).
     """
 
-    position: Array
+    position: Any
     direction: Array
     logdensity: Array
+    cache: Any = ()
 
 
 class IrreversibleMHInfo(NamedTuple):
@@ -143,8 +194,9 @@ class IrreversibleMHInfo(NamedTuple):
     direction_flipped: the direction was reversed (a rejection, unless
       ``flip_on_reject=False``).
     grad_evals: gradient evaluations of ``logdensity_fn`` (0 for the Gamma
-      proposal, 2 for an SDE proposal: at ``z`` and at ``z*``).
-    diverged: the proposal or its log density was NaN/inf (the move was rejected).
+      proposal, 1 for an SDE proposal: at ``z*``; the one at ``z`` is in the state).
+    diverged: the proposal, its log density or its proposal density was
+      NaN/inf where the target density is positive (the move was rejected).
     """
 
     acceptance_rate: Array
@@ -155,9 +207,9 @@ class IrreversibleMHInfo(NamedTuple):
 
 
 class RWMHState(NamedTuple):
-    """Gaussian random-walk MH state: ``position: (d,)``, scalar ``logdensity``."""
+    """Gaussian random-walk MH state: ``position: (d,)`` or a pytree, scalar ``logdensity``."""
 
-    position: Array
+    position: Any
     logdensity: Array
 
 
@@ -183,6 +235,7 @@ def _metropolis(rng_key: PRNGKey, log_ratio: Array) -> tuple[Array, Array]:
     log_ratio = jnp.where(jnp.isnan(log_ratio), -jnp.inf, log_ratio)
     acceptance_rate = jnp.exp(jnp.minimum(log_ratio, 0.0))
     # u in [0, 1): P(u < a) = a exactly, a = 0 never accepts and a = 1 always does.
+    # (the draw of jax.random.bernoulli(key, a): the same key gives BlackJAX's decision)
     u = jax.random.uniform(rng_key, (), dtype=acceptance_rate.dtype)
     return u < acceptance_rate, acceptance_rate
 
@@ -190,6 +243,52 @@ def _metropolis(rng_key: PRNGKey, log_ratio: Array) -> tuple[Array, Array]:
 def _proposal_trouble(z_star: Array, logdensity_new: Array) -> Array:
     """Non-finite proposal, or a NaN / +inf log density there (``-inf`` is a legal zero density)."""
     return ~jnp.all(jnp.isfinite(z_star)) | jnp.isnan(logdensity_new) | (logdensity_new == jnp.inf)
+
+
+def _select(accepted: Array, new: Any, old: Any) -> Any:
+    return jax.tree_util.tree_map(lambda a, b: jnp.where(accepted, a, b), new, old)
+
+
+def _unravel(unravel, flat: Array) -> Any:
+    return flat if unravel is None else unravel(flat)
+
+
+def _matrix_value(M: Any, name: str) -> Any:
+    """A constant matrix argument in NumPy float64 when its value is known, else as given (a tracer)."""
+    return np.asarray(M, np.float64) if is_concrete(M) else M
+
+
+def _factor(m: Any, d: int) -> tuple[Any, Any, Any]:
+    """``(L, L⁻¹, ½ log det)`` of a symmetric positive definite ``m`` in a matrix form.
+
+    Scalar ``c``: ``(√c, 1/√c, (d/2) log c)``; diagonal ``v``: elementwise;
+    ``(d, d)``: the lower Cholesky factor and its inverse. NumPy float64 for a
+    NumPy ``m`` (once, when a proposal is built), ``jnp`` for a traced one.
+    """
+    xp = np if isinstance(m, np.ndarray) else jnp
+    if m.ndim == 0:
+        root = xp.sqrt(m)
+        return root, 1.0 / root, 0.5 * d * xp.log(m)
+    if m.ndim == 1:
+        root = xp.sqrt(m)
+        return root, 1.0 / root, 0.5 * xp.sum(xp.log(m))
+    chol = xp.linalg.cholesky(m)
+    inv = np.linalg.inv(chol) if xp is np else solve_triangular(chol, jnp.eye(d, dtype=chol.dtype), lower=True)
+    return chol, inv, xp.sum(xp.log(xp.diagonal(chol)))
+
+
+def _as(x: Any, dtype) -> Any:
+    return None if x is None else jnp.asarray(x, dtype)
+
+
+def _log_normal(scaled_residual: Array, half_logdet: Array, var_scale: Array) -> Array:
+    """log N(x; mean, var_scale · L Lᵀ) given ``y = L⁻¹ (x - mean): (n,)`` and ``½ log det(L Lᵀ)``."""
+    n = scaled_residual.shape[0]
+    return (
+        -0.5 * jnp.sum(scaled_residual**2) / var_scale
+        - half_logdet
+        - 0.5 * n * (jnp.log(var_scale) + math.log(2.0 * math.pi))
+    )
 
 
 # ----------------------------------------------------------------- the jump sampler
@@ -203,33 +302,50 @@ def _check_proposal(proposal: Any) -> None:
         )
 
 
+def _point(proposal: Optional[Proposal], logdensity_fn: LogDensityFn, position: Any, flat_fn) -> tuple[Array, Any]:
+    """``(log π(position), cache)``: through ``proposal.point_fn`` when it has one."""
+    point_fn = getattr(proposal, "point_fn", None)
+    if point_fn is None:
+        return flat_fn(position), ()
+    logdensity, cache = point_fn(position)
+    if getattr(proposal, "logdensity_fn", None) is not logdensity_fn:
+        logdensity = logdensity_fn(position)  # the chain's target, not the proposal's
+    return logdensity, cache
+
+
 def irreversible_mh_init(
-    position: ArrayLike,
+    position: Any,
     logdensity_fn: LogDensityFn,
     rng_key: Optional[PRNGKey] = None,
     *,
     proposal: Optional[Proposal] = None,
 ) -> IrreversibleMHState:
-    """Start a chain at ``position: (d,)``.
+    """Start a chain at ``position: (d,)`` (or a pytree).
 
     With ``rng_key`` the direction is drawn uniformly (its stationary law)
     from ``{-1, +1}^d`` (or ``{-1, +1}^1`` when ``proposal.direction_size == 1``,
     as for :func:`sde_proposal`); without, every sign is ``+1`` (a valid start:
     the direction is part of the chain's state, like a momentum at rest). The
-    direction has the dtype of ``position``. Passing ``proposal`` also runs its checks at this
-    initial point (``D`` positive definite, ``Q`` skew-symmetric, ...).
-    Vmappable over ``(position, rng_key)`` for many chains.
+    direction has the dtype of ``position``. Passing ``proposal`` also runs its
+    checks at this initial point (``D`` positive definite, ``Q``
+    skew-symmetric, ...) and fills ``state.cache`` (for the SDE proposal: one
+    gradient evaluation, as BlackJAX's MALA init). Vmappable over
+    ``(position, rng_key)``, and callable inside ``jit``.
     """
-    position = check_position(position, ndim=1)
-    check_logdensity(logdensity_fn, position)
-    if proposal is not None and is_concrete(position) and callable(getattr(proposal, "check", None)):
-        proposal.check(position)
-    shape = _direction_shape(proposal, position)
+    flat, unravel = ravel_position(position)
+    check_logdensity(flat_logdensity(logdensity_fn, unravel), flat)
+    if proposal is not None:
+        _check_proposal(proposal)
+        if is_concrete(flat) and callable(getattr(proposal, "check", None)):
+            proposal.check(flat)
+    shape = _direction_shape(proposal, flat)
     if rng_key is None:
-        direction = jnp.ones(shape, position.dtype)
+        direction = jnp.ones(shape, flat.dtype)
     else:
-        direction = jax.random.rademacher(rng_key, shape, dtype=position.dtype)
-    return IrreversibleMHState(position, direction, jnp.asarray(logdensity_fn(position), position.dtype))
+        direction = jax.random.rademacher(rng_key, shape, dtype=flat.dtype)
+    position = _unravel(unravel, flat)
+    logdensity, cache = _point(proposal, logdensity_fn, position, logdensity_fn)
+    return IrreversibleMHState(position, direction, jnp.asarray(logdensity, flat.dtype), cache)
 
 
 def irreversible_mh_step(
@@ -247,7 +363,7 @@ def irreversible_mh_step(
 
     Args:
       rng_key: split into ``(key_proposal, key_accept)``.
-      state: :class:`IrreversibleMHState` of one chain (``position: (d,)``).
+      state: :class:`IrreversibleMHState` of one chain.
       logdensity_fn: ``z -> log π(z) + const``.
       proposal: a :class:`Proposal` (e.g. :func:`gamma_proposal`, :func:`sde_proposal`).
       flip_on_reject: keep ``True``. ``False`` never flips ``s``: the chain is
@@ -255,11 +371,15 @@ def irreversible_mh_step(
         probabilities of ``s`` and ``-s`` agree); it exists to demonstrate that
         the flip is essential (spec 8).
 
+    With a ``point_fn`` proposal the cache of ``z`` comes from the state (a
+    state made by hand without one gets it computed here) and that of ``z*``
+    is computed once, for ``g̃`` and for the next step.
     Pure and jittable; vmap it over ``(rng_key, state)`` for many chains.
     """
     check_bool(flip_on_reject, "flip_on_reject")
     _check_proposal(proposal)
-    z, s = state.position, state.direction
+    z, unravel = ravel_position(state.position, check=False)
+    s = state.direction
     expected = _direction_shape(proposal, z)
     if tuple(s.shape) != tuple(expected):
         raise ValueError(
@@ -269,23 +389,32 @@ def irreversible_mh_step(
         )
     if is_concrete(z) and callable(getattr(proposal, "check", None)):
         proposal.check(z)
+    flat_fn = flat_logdensity(logdensity_fn, unravel)
     key_proposal, key_accept = jax.random.split(rng_key)
-    z_star = proposal.sample(key_proposal, z, s).astype(z.dtype)
-    logdensity_new = jnp.asarray(logdensity_fn(z_star), z.dtype)
-    log_ratio = (
-        logdensity_new
-        - state.logdensity
-        + proposal.log_backward(z, z_star, s)
-        - proposal.log_forward(z_star, z, s)
-    )
+    if getattr(proposal, "point_fn", None) is None:
+        z_star = proposal.sample(key_proposal, z, s).astype(z.dtype)
+        logdensity_new = jnp.asarray(flat_fn(z_star), z.dtype)
+        cache, cache_new = (), ()
+        log_q = proposal.log_backward(z, z_star, s) - proposal.log_forward(z_star, z, s)
+    else:
+        cache = state.cache
+        if not jax.tree_util.tree_leaves(cache):  # a state made by hand: no cache yet
+            cache = proposal.point_fn(state.position)[1]
+        z_star = proposal.sample(key_proposal, z, s, cache).astype(z.dtype)
+        logdensity_new, cache_new = _point(proposal, logdensity_fn, _unravel(unravel, z_star), flat_fn)
+        logdensity_new = jnp.asarray(logdensity_new, z.dtype)
+        log_q = proposal.log_backward(z, z_star, s, cache_new) - proposal.log_forward(z_star, z, s, cache)
+    log_ratio = logdensity_new - state.logdensity + log_q
     accepted, acceptance_rate = _metropolis(key_accept, log_ratio)
-    diverged = _proposal_trouble(z_star, logdensity_new)
+    # a NaN proposal density (e.g. ∇log π non-finite) where π(z*) > 0 is trouble too
+    diverged = _proposal_trouble(z_star, logdensity_new) | ((logdensity_new > -jnp.inf) & jnp.isnan(log_ratio))
     accepted = accepted & ~diverged
     flipped = ~accepted if flip_on_reject else jnp.zeros((), bool)
     new_state = IrreversibleMHState(
-        position=jnp.where(accepted, z_star, z),
+        position=_unravel(unravel, jnp.where(accepted, z_star, z)),
         direction=jnp.where(flipped, -s, s),
         logdensity=jnp.where(accepted, logdensity_new, state.logdensity),
+        cache=_select(accepted, cache_new, cache),
     )
     info = IrreversibleMHInfo(
         acceptance_rate=jnp.where(diverged, 0.0, acceptance_rate).astype(z.dtype),
@@ -320,7 +449,7 @@ def coordinatewise_proposal(
     ``sample_f, sample_g`` (``(rng_key, z) -> (d,)`` draws of every ``f_i`` /
     ``g_i``; both are drawn and the coordinate chosen by ``s_i``), or a direct
     ``sample(rng_key, z, s)`` when one draw per coordinate is cheaper (it must
-    draw from the ``f̃`` above).
+    draw from the ``f̃`` above). No per-point cache (``point_fn = None``).
     """
     if sample is None:
         if sample_f is None or sample_g is None:
@@ -363,6 +492,7 @@ def gamma_proposal(shape: float, scale: float) -> Proposal:
     ``a = min(1, π(z*)/π(z))``. One direction per coordinate: ``direction: (d,)``.
     Integer shapes ``k <= 8`` draw ``Gamma(k, 1)`` as a sum of ``k`` exponentials
     (same law, fewer operations than ``jax.random.gamma``'s rejection sampler).
+    ``scale`` may be a tracer (built inside ``jit``, e.g. by warm-up adaptation).
     """
     check_positive(shape, "shape")
     check_positive(scale, "scale")
@@ -387,34 +517,34 @@ def gamma_proposal(shape: float, scale: float) -> Proposal:
     return coordinatewise_proposal(log_f, log_g, sample=sample)
 
 
-def _check_d_q(D: Any, Q: Any, position: Array) -> None:
-    """``D(z)`` symmetric positive definite and ``Q(z)`` skew-symmetric at a concrete ``z``."""
-    d = position.shape[0]
-    mats = {}
-    for name, M in (("D", D), ("Q", Q)):
+def _eval_matrix(M: Any, z: Array, name: str) -> np.ndarray:
+    """``M(z)`` (or ``M``) at a concrete ``z`` as a float64 ``(d, d)`` NumPy array (eagerly, even inside jit)."""
+    d = z.shape[0]
+    if callable(M):
         try:
-            m = la.evaluate(M, position, name)
-        except ValueError:
-            raise
+            with jax.ensure_compile_time_eval():
+                m = M(z)
         except Exception as exc:  # the user's callable failed on a correctly shaped point
-            raise ValueError(f"{name} failed at a position of shape {tuple(position.shape)}: {exc}") from exc
-        mats[name] = la.constant_dense(m, d)
-    la.check_symmetric_psd(mats["D"], "D", "the Gaussian proposal N(., 2 step_size D) needs a density", definite=True)
-    la.check_skew(mats["Q"], "Q", "the irreversible part of the recipe")
+            raise ValueError(f"{name} failed at a position of shape {tuple(z.shape)}: {exc}") from exc
+        if not is_concrete(m):
+            return None
+    else:
+        m = M
+    m = np.asarray(m, np.float64)
+    la.check_matrix_shape(m, name, d)
+    return la.constant_dense(m, d)
 
 
-def _log_normal_chol(x: Array, mean: Array, chol: Array, var_scale: Array) -> Array:
-    """log N(x; mean, var_scale · L Lᵀ) for lower-triangular ``L``."""
-    n = x.shape[0]
-    y = solve_triangular(chol, (x - mean) / jnp.sqrt(var_scale), lower=True)
-    return (
-        -0.5 * jnp.sum(y**2)
-        - jnp.sum(jnp.log(jnp.diagonal(chol)))
-        - 0.5 * n * (jnp.log(var_scale) + math.log(2.0 * math.pi))
-    )
+def _check_d_q(D: Any, Q: Any, position: Array) -> None:
+    """``D(z)`` symmetric positive definite and ``Q(z)`` skew-symmetric at a concrete ``z`` (NumPy only)."""
+    dm, qm = _eval_matrix(D, position, "D"), _eval_matrix(Q, position, "Q")
+    if dm is not None:
+        la.check_symmetric_psd(dm, "D", "the Gaussian proposal N(., 2 step_size D) needs a density", definite=True)
+    if qm is not None:
+        la.check_skew(qm, "Q", "the irreversible part of the recipe")
 
 
-def sde_proposal(D: Any, Q: Any, logdensity_fn: LogDensityFn, step_size: float) -> Proposal:
+def sde_proposal(D: Any, Q: Any, logdensity_fn: LogDensityFn, step_size: Any) -> Proposal:
     """One Euler–Maruyama step of the complete recipe as an irreversible proposal (spec 8).
 
     With ``H = -logdensity_fn``, ``ε = step_size`` and a single direction sign
@@ -427,22 +557,34 @@ def sde_proposal(D: Any, Q: Any, logdensity_fn: LogDensityFn, step_size: float) 
 
     (``g̃`` is the forward density of the adjoint process ``Q -> -Q``, so (7.1)
     holds). The Metropolis step (7.2) corrects the discretisation error; with
-    ``Q = 0`` this is MALA preconditioned by ``D``.
+    ``Q = 0`` this is MALA preconditioned by ``D`` (with ``D = 1``: BlackJAX's
+    ``mala``, the same draws from the same key).
 
     Args:
       D: symmetric positive definite: a scalar ``c`` (``c·I``), a ``(d,)``
-        diagonal, a ``(d, d)`` array, or a callable of ``z`` returning one of these. Positive *definite*: the
-        proposal needs a density, so a singular ``D`` (e.g. SGHMC's) is refused.
+        diagonal, a ``(d, d)`` array, or a callable of the flat ``z``
+        returning one of these. Positive *definite*: the proposal needs a
+        density, so a singular ``D`` (e.g. SGHMC's) is refused.
       Q: skew-symmetric, in the same forms (0 allowed).
-      logdensity_fn: ``z -> log π(z)``; its gradient comes from ``jax.grad``.
-      step_size: ``ε > 0``.
+      logdensity_fn: ``z -> log π(z)`` (``z`` an array or the pytree the chain
+        uses); its value and gradient come from one ``jax.value_and_grad``.
+      step_size: ``ε > 0``; may be a tracer.
 
-    Constant ``D, Q`` are checked here; callables at the initial point by
-    :func:`irreversible_mh_init` (``proposal=``) and in every eager step.
-    ``Γ`` comes from :func:`cenlmc_jax._linalg.gamma_term` (zero for constants).
-    ``grad_evals = 2`` (``∇H`` at ``z`` and at ``z*``): under ``jit`` the
-    repeated evaluation at ``z`` in ``sample`` and ``log_forward`` is one
-    computation after XLA's common-subexpression elimination.
+    Cost. Everything that depends only on constant ``D``, ``Q`` is computed
+    here, once: the factor ``L`` of ``D = L Lᵀ`` (``√c``, ``√v`` or Cholesky),
+    ``L⁻¹`` and ``½ log det D`` (NumPy float64 when the values are known;
+    ``jnp`` when ``D`` is a tracer, e.g. a preconditioner being adapted inside
+    ``jit``). The per-point pieces (:class:`SDEPoint`: ``D∇log π + Γ_D``,
+    ``Q∇log π + Γ_Q``, and ``L(z)``, ``½ log det D(z)`` for a callable ``D``)
+    are the proposal's ``point_fn``: computed once per proposed point and kept
+    in the state, so a step costs one ``value_and_grad`` (``grad_evals = 1``),
+    as BlackJAX's MALA. Scalar and diagonal ``D`` with ``Q = 0`` cost only
+    elementwise work; a dense ``D`` or ``Q`` adds ``O(d²)`` matrix-vector products.
+
+    Checks: constant concrete ``D``, ``Q`` here (NumPy, so also inside ``jit``);
+    callables at the initial point by :func:`irreversible_mh_init` and in every
+    eager step. ``Γ`` comes from :func:`cenlmc_jax._linalg.gamma_term` (zero
+    for constants).
     """
     check_positive(step_size, "step_size")
     check_callable(logdensity_fn, "logdensity_fn", "z -> scalar log density")
@@ -453,70 +595,137 @@ def sde_proposal(D: Any, Q: Any, logdensity_fn: LogDensityFn, step_size: float) 
         raise ValueError(f"D and Q must have the same size; got shapes {np.shape(D)} and {np.shape(Q)}.")
     if not callable(D) and not callable(Q) and is_concrete(D) and is_concrete(Q):
         # both constant: check them now at a dummy point of the right size (no logdensity needed)
-        _check_d_q(D, Q, jnp.zeros((sizes.pop() if sizes else 1,), jnp.result_type(float)))
+        _check_d_q(D, Q, np.zeros((sizes.pop() if sizes else 1,)))
 
-    grad_fn = jax.grad(logdensity_fn)
+    d_const, q_const = not callable(D), not callable(Q)
+    q_zero = q_const and is_concrete(Q) and not np.any(np.asarray(Q))
+    Dc = _matrix_value(D, "D") if d_const else None
+    Qc = None if (q_zero or not q_const) else _matrix_value(Q, "Q")
+    # (L, L⁻¹, ½ log det) of a constant D, once; a scalar's log det is per dimension (d is not known yet)
+    factor = _factor(Dc, 1 if Dc.ndim == 0 else Dc.shape[0]) if d_const else None
+    value_and_grad = jax.value_and_grad(logdensity_fn)
 
-    def mean_and_chol(z, s):
+    def d_factor(z):
+        """(L, L⁻¹, ½ log det D) of the constant D, in z's dtype."""
+        root, inv, half = factor
+        return _as(root, z.dtype), _as(inv, z.dtype), _as(half, z.dtype) * (z.shape[0] if Dc.ndim == 0 else 1)
+
+    def point_at(z, grad):
+        """SDEPoint at a flat z with ∇log π(z) = grad."""
+        drift_q = None
+        if d_const:
+            drift_d = la.matvec(_as(Dc, z.dtype), grad)
+            root = half = None
+        else:
+            dz = la.evaluate(D, z, "D")
+            drift_d = la.matvec(dz, grad) + la.gamma_term(D, None, z)
+            root, _, half = _factor(dz, z.shape[0])
+        if not q_zero:
+            if q_const:
+                drift_q = la.matvec(_as(Qc, z.dtype), grad)
+            else:
+                drift_q = la.matvec(la.evaluate(Q, z, "Q"), grad) + la.gamma_term(None, Q, z)
+        return SDEPoint(drift_d, drift_q, root, half)
+
+    def point_fn(position):
+        logdensity, grad = value_and_grad(position)
+        z = ravel_pytree(position)[0]
+        return logdensity, point_at(z, ravel_pytree(grad)[0].astype(z.dtype))
+
+    def cached(z, cache):
+        # called directly without a cache (an array position): compute it at z
+        return point_fn(z)[1] if cache is None else cache
+
+    def mean(z, s, point):
         eps = jnp.asarray(step_size, z.dtype)
-        d = z.shape[0]
-        Dz, Qz = la.to_dense(la.evaluate(D, z, "D"), d), la.to_dense(la.evaluate(Q, z, "Q"), d)
-        # -(D + sQ)∇H = (D + sQ)∇log π
-        drift = (Dz + s * Qz) @ grad_fn(z).astype(z.dtype) + la.gamma_term(D, Q, z, sign=s)
-        return z + eps * drift, jnp.linalg.cholesky(Dz)
+        drift = point.drift_d if point.drift_q is None else point.drift_d + s * point.drift_q
+        return z + eps * drift
 
-    def sample(rng_key, z, direction):
-        s = direction[0]
-        mean, chol = mean_and_chol(z, s)
+    def log_density(x, z, s, point):
+        """log N(x; mean_s(z), 2ε D(z))."""
+        var = 2.0 * jnp.asarray(step_size, z.dtype)
+        r = x - mean(z, s, point)
+        if d_const:
+            _, inv, half = d_factor(z)
+            y = la.matvec(inv, r)
+        else:
+            root, half = point.root, point.half_logdet
+            y = solve_triangular(root, r, lower=True) if root.ndim == 2 else r / root
+        return _log_normal(y, half, var)
+
+    def sample(rng_key, z, direction, cache=None):
+        point = cached(z, cache)
+        root = d_factor(z)[0] if d_const else point.root
         xi = jax.random.normal(rng_key, z.shape, dtype=z.dtype)
-        return mean + jnp.sqrt(2.0 * jnp.asarray(step_size, z.dtype)) * (chol @ xi)
+        return mean(z, direction[0], point) + jnp.sqrt(2.0 * jnp.asarray(step_size, z.dtype)) * la.matvec(root, xi)
 
-    def log_forward(z_star, z, direction):
-        mean, chol = mean_and_chol(z, direction[0])
-        return _log_normal_chol(z_star, mean, chol, 2.0 * jnp.asarray(step_size, z.dtype))
+    def log_forward(z_star, z, direction, cache=None):
+        return log_density(z_star, z, direction[0], cached(z, cache))
 
-    def log_backward(z, z_star, direction):
-        mean, chol = mean_and_chol(z_star, -direction[0])
-        return _log_normal_chol(z, mean, chol, 2.0 * jnp.asarray(step_size, z.dtype))
+    def log_backward(z, z_star, direction, cache=None):
+        return log_density(z, z_star, -direction[0], cached(z_star, cache))
 
     def check(position):
         _check_d_q(D, Q, position)
 
-    return Proposal(sample, log_forward, log_backward, direction_size=1, grad_evals=2, check=check)
+    return Proposal(sample, log_forward, log_backward, direction_size=1, grad_evals=1, check=check,
+                    point_fn=point_fn, logdensity_fn=logdensity_fn)
 
 
 # ----------------------------------------------------------- random-walk baseline
 
 
-def rwmh_init(position: ArrayLike, logdensity_fn: LogDensityFn) -> RWMHState:
-    """Start Gaussian random-walk MH at ``position: (d,)`` (vmappable over chains)."""
-    position = check_position(position, ndim=1)
-    check_logdensity(logdensity_fn, position)
-    return RWMHState(position, jnp.asarray(logdensity_fn(position), position.dtype))
+def _proposal_root(proposal_cov: Any, d: int, dtype) -> Any:
+    """The factor ``L`` of ``proposal_cov = L Lᵀ`` (None for the identity), in ``dtype``."""
+    if proposal_cov is None:
+        return None
+    m = _matrix_value(proposal_cov, "proposal_cov")
+    la.check_matrix_shape(m, "proposal_cov", d)
+    if isinstance(m, np.ndarray):
+        la.check_symmetric_psd(la.constant_dense(m, d), "proposal_cov", "the random-walk proposal covariance",
+                               definite=True)
+    return jnp.asarray(_factor(m, d)[0], dtype)
+
+
+def rwmh_init(position: Any, logdensity_fn: LogDensityFn) -> RWMHState:
+    """Start Gaussian random-walk MH at ``position: (d,)`` or a pytree (vmappable over chains; callable inside jit)."""
+    flat, unravel = ravel_position(position)
+    check_logdensity(flat_logdensity(logdensity_fn, unravel), flat)
+    position = _unravel(unravel, flat)
+    return RWMHState(position, jnp.asarray(logdensity_fn(position), flat.dtype))
 
 
 def rwmh_step(
     rng_key: PRNGKey,
     state: RWMHState,
     logdensity_fn: LogDensityFn,
-    step_size: float,
+    step_size: Any,
+    *,
+    proposal_cov: Optional[Any] = None,
 ) -> tuple[RWMHState, RWMHInfo]:
     """One Gaussian random-walk Metropolis–Hastings step (the reversible baseline).
 
-    ``z* = z + step_size·ξ``, ``ξ ~ N(0, I_d)``; symmetric, so ``a = min(1, π(z*)/π(z))``.
-    ``rng_key`` is split into ``(key_proposal, key_accept)`` as in
-    :func:`irreversible_mh_step`. Pure and jittable; vmap over ``(rng_key, state)``.
+    ``z* = z + step_size·L ξ``, ``ξ ~ N(0, I_d)``, ``L Lᵀ = proposal_cov``
+    (``None``: the identity, ``z* = z + step_size·ξ``, BlackJAX's
+    ``normal_random_walk(sigma=step_size)`` draw for draw); symmetric, so
+    ``a = min(1, π(z*)/π(z))``. ``proposal_cov``: a scalar, ``(d,)`` diagonal
+    or ``(d, d)`` SPD matrix — the covariance of the target is the right shape
+    (warm-up adaptation estimates it). ``rng_key`` is split into
+    ``(key_proposal, key_accept)`` as in :func:`irreversible_mh_step`. Pure
+    and jittable; vmap over ``(rng_key, state)``.
     """
     check_positive(step_size, "step_size")
-    z = state.position
+    z, unravel = ravel_position(state.position, check=False)
+    root = _proposal_root(proposal_cov, z.shape[0], z.dtype)
     key_proposal, key_accept = jax.random.split(rng_key)
-    z_star = z + jnp.asarray(step_size, z.dtype) * jax.random.normal(key_proposal, z.shape, dtype=z.dtype)
-    logdensity_new = jnp.asarray(logdensity_fn(z_star), z.dtype)
+    xi = jax.random.normal(key_proposal, z.shape, dtype=z.dtype)
+    z_star = z + jnp.asarray(step_size, z.dtype) * (xi if root is None else la.matvec(root, xi))
+    logdensity_new = jnp.asarray(flat_logdensity(logdensity_fn, unravel)(z_star), z.dtype)
     accepted, acceptance_rate = _metropolis(key_accept, logdensity_new - state.logdensity)
     diverged = _proposal_trouble(z_star, logdensity_new)
     accepted = accepted & ~diverged
     new_state = RWMHState(
-        position=jnp.where(accepted, z_star, z),
+        position=_unravel(unravel, jnp.where(accepted, z_star, z)),
         logdensity=jnp.where(accepted, logdensity_new, state.logdensity),
     )
     info = RWMHInfo(
@@ -537,6 +746,7 @@ def irreversible_mh(logdensity_fn: LogDensityFn, proposal: Proposal, *, flip_on_
     ``init(position, rng_key=None)``: :func:`irreversible_mh_init` with this
     proposal (its checks run at the initial point; the direction is uniform
     with a key, all ``+1`` without). ``step(rng_key, state)``: :func:`irreversible_mh_step`.
+    MALA is ``irreversible_mh(logdensity_fn, sde_proposal(1.0, 0.0, logdensity_fn, step_size))``.
     """
     check_callable(logdensity_fn, "logdensity_fn", "z -> scalar log density")
     _check_proposal(proposal)
@@ -551,16 +761,28 @@ def irreversible_mh(logdensity_fn: LogDensityFn, proposal: Proposal, *, flip_on_
     return SamplingAlgorithm(init, step)
 
 
-def rwmh(logdensity_fn: LogDensityFn, step_size: float) -> SamplingAlgorithm:
-    """Gaussian random-walk MH with proposal ``N(z, step_size² I)`` as a sampler object."""
+def rwmh(logdensity_fn: LogDensityFn, step_size: Any, *, proposal_cov: Optional[Any] = None) -> SamplingAlgorithm:
+    """Gaussian random-walk MH with proposal ``N(z, step_size² · proposal_cov)`` as a sampler object.
+
+    ``proposal_cov``: ``None`` (the identity), a scalar, a ``(d,)`` diagonal or
+    a ``(d, d)`` SPD matrix (checked here when constant; its factor is taken once per trace).
+    """
     check_callable(logdensity_fn, "logdensity_fn", "z -> scalar log density")
     check_positive(step_size, "step_size")
+    if proposal_cov is not None:
+        if callable(proposal_cov):
+            raise ValueError(f"proposal_cov must be a constant scalar, (d,) or (d, d) matrix; got {proposal_cov!r}.")
+        la.check_matrix_form(proposal_cov, "proposal_cov")
+        if np.ndim(proposal_cov) == 0:
+            check_positive(proposal_cov, "proposal_cov")
+        elif is_concrete(proposal_cov):
+            _proposal_root(proposal_cov, np.shape(proposal_cov)[0], jnp.result_type(float))
 
     def init(position, rng_key=None):
         del rng_key  # deterministic start
         return rwmh_init(position, logdensity_fn)
 
     def step(rng_key, state):
-        return rwmh_step(rng_key, state, logdensity_fn, step_size)
+        return rwmh_step(rng_key, state, logdensity_fn, step_size, proposal_cov=proposal_cov)
 
     return SamplingAlgorithm(init, step)

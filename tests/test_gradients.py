@@ -46,7 +46,7 @@ def test_minibatch_variance_has_the_finite_population_factor(logistic):
     # population variance of the per-point gradients g_i): an exact formula.
     t, data = logistic
     n, b = data[0].shape[0], 50
-    est = gradients.minibatch_grad_estimator(t.data["logprior_fn"], t.data["loglik_fn"], data, b)
+    est = gradients.minibatch_grad_estimator(t.data["logprior_fn"], t.data["loglik_fn"], data, b, replace=False)
     theta = jnp.asarray(t.data["theta_map"], jnp.float32)
     per_point = np.asarray(jax.vmap(jax.grad(t.data["loglik_fn"]), in_axes=(None, 0, 0))(theta, *data), np.float64)
     exact = n**2 * (1 - b / n) * per_point.var(axis=0, ddof=1) / b
@@ -60,7 +60,7 @@ def test_minibatch_variance_has_the_finite_population_factor(logistic):
 def test_full_batch_without_replacement_is_the_exact_gradient(logistic):
     t, data = logistic
     n = data[0].shape[0]
-    est = gradients.minibatch_grad_estimator(t.data["logprior_fn"], t.data["loglik_fn"], data, n)
+    est = gradients.minibatch_grad_estimator(t.data["logprior_fn"], t.data["loglik_fn"], data, n, replace=False)
     theta = jnp.linspace(-1.0, 1.0, t.dim)
     full = jax.grad(t.logdensity_fn)(theta)
     # Same sum in another order: float32 rounding of a 200-term sum of O(1) terms.
@@ -143,7 +143,8 @@ def test_float64_preserved_and_same_key_same_result():
 
 def test_single_array_data_is_passed_as_one_argument():
     data = jnp.arange(10.0)
-    est = gradients.minibatch_grad_estimator(lambda th: 0.0 * jnp.sum(th), lambda th, xi: -0.5 * jnp.sum((th - xi) ** 2), data, 10)
+    est = gradients.minibatch_grad_estimator(lambda th: 0.0 * jnp.sum(th), lambda th, xi: -0.5 * jnp.sum((th - xi) ** 2), data, 10,
+                                             replace=False)
     # ∇ log p = Σ (x_i - θ) = 45 - 10 θ: exact for the full batch.
     np.testing.assert_allclose(est(jax.random.key(0), jnp.array([1.0])), [45.0 - 10.0], rtol=1e-6)
 
