@@ -64,6 +64,8 @@ from cenlmc_jax.sgmcmc.recipe import (
     sgrld,
 )
 from cenlmc_jax.run import Moments, RunResult, sample, vmap_chains
+from cenlmc_jax.summary import SummaryTable, summary, to_arviz
+from cenlmc_jax import plots
 from cenlmc_jax.sgmcmc.sgrhmc import (
     SGRHMCInfo,
     SGRHMCState,
@@ -97,6 +99,7 @@ __all__ = [
     "EnLMCState", "EnLMCInfo", "enlmc_init", "enlmc_step",
     "CEnLMCState", "CEnLMCInfo", "cenlmc_init", "cenlmc_step", "coupling_distance",
     "sample", "RunResult", "Moments", "vmap_chains",
+    "summary", "to_arviz", "SummaryTable", "plots",
     "RecipeState", "RecipeInfo", "recipe_init", "recipe_step", "SGHMCState",
     "SGRHMCState", "SGRHMCInfo", "sgrhmc_init", "sgrhmc_step", "gsgrhmc_inv_metric",
     "grad_estimator_from_grad", "grad_estimator_from_logdensity", "minibatch_grad_estimator", "noisy_grad_estimator",
