@@ -36,8 +36,11 @@ SGLD, SGRLD and SGHMC (:func:`sgld`, :func:`sgrld`, :func:`sghmc`) only
 choose ``D`` and ``Q`` and return a :class:`~cenlmc_jax.base.SamplingAlgorithm`.
 SGRHMC (spec 6) has its own block step in :mod:`cenlmc_jax.sgmcmc.sgrhmc`.
 
-All steps act on one chain (``position: (d,)``) and vmap over chains
-(:func:`cenlmc_jax.run.vmap_chains`).
+All steps act on one chain (``position: (d,)``, or a pytree such as a dict
+of parameters: it is flattened with ``jax.flatten_util.ravel_pytree`` at the
+boundary of each step; ``grad_estimator`` sees the pytree, matrices and their
+callables see the flat ``(d,)`` vector, the state keeps the pytree) and vmap
+over chains (:func:`cenlmc_jax.run.vmap_chains`).
 """
 
 from __future__ import annotations
@@ -49,8 +52,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from cenlmc_jax import _linalg as la
-from cenlmc_jax._validation import all_concrete, check_callable, check_position, check_positive, is_concrete
+from cenlmc_jax._validation import all_concrete, check_callable, check_positive, is_concrete
 from cenlmc_jax.base import SamplingAlgorithm, StepSize, step_size_at
+from cenlmc_jax.gradients import flat_grad_estimator, ravel_position
 from cenlmc_jax.types import Array, ArrayLike, GradEstimator, PRNGKey
 
 __all__ = [
@@ -63,6 +67,8 @@ __all__ = [
     "sgld",
     "sgrld",
     "sghmc",
+    "sghmc_init",
+    "sghmc_step",
     "initial_momentum",
 ]
 
@@ -72,7 +78,7 @@ _GRAD_WHAT = "(rng_key, x) -> estimate of the gradient of the log density at x"
 class RecipeState(NamedTuple):
     """State of a complete-recipe chain.
 
-    position: (d,) the state ``z``.
+    position: (d,) the state ``z`` (or a pytree of parameters).
     step: int32 step counter ``t`` (drives a step-size schedule).
     """
 
@@ -146,11 +152,12 @@ def recipe_init(
     checked at the initial point: ``D`` symmetric PSD, ``Q`` skew-symmetric,
     the noise covariance ``ε_0(2D - ε_0 B̂)`` PSD; ``ValueError`` otherwise.
     """
-    z = check_position(position, ndim=1)
+    z, unravel = ravel_position(position)
     step = jnp.zeros((), jnp.int32)
-    eps = None if step_size is None else step_size_at(step_size, step, z.dtype)
-    check_recipe_inputs(z, D, Q, B_hat, eps)
-    return RecipeState(z, step)
+    with jax.ensure_compile_time_eval():  # checks on concrete values run eagerly, even inside jit
+        eps = None if step_size is None else step_size_at(step_size, step, z.dtype)
+        check_recipe_inputs(z, D, Q, B_hat, eps)
+    return RecipeState(z if unravel is None else unravel(z), step)
 
 
 def _noise_root(z: Array, eps: Array, D, B_hat) -> tuple[Array, Array]:
@@ -180,8 +187,12 @@ def recipe_mean_and_root(z: Array, grad: Array, eps: Array, D, Q, B_hat) -> tupl
 
     Returns (mean: (d,), root: (), (d,) or (d, d), noise_clipped: bool).
     """
-    drift = la.matvec(la.evaluate(D, z, "D"), grad) + la.matvec(la.evaluate(Q, z, "Q"), grad)
-    mean = z + eps * (drift + la.gamma_term(D, Q, z))
+    drift = la.matvec(la.evaluate(D, z, "D"), grad)
+    if callable(Q) or not is_concrete(Q) or np.any(np.asarray(Q)):  # Q = 0 (SGLD, SGRLD) costs nothing
+        drift = drift + la.matvec(la.evaluate(Q, z, "Q"), grad)
+    if callable(D) or callable(Q):
+        drift = drift + la.gamma_term(D, Q, z)
+    mean = z + eps * drift
     root, clipped = _noise_root(z, eps, D, B_hat)
     return mean, root, clipped
 
@@ -214,16 +225,16 @@ def recipe_step(
     every trace; callables are checked when ``z`` is concrete (eager calls).
     """
     check_callable(grad_estimator, "grad_estimator", _GRAD_WHAT)
-    z = state.position
+    z, unravel = ravel_position(state.position, check=False)
     eps = step_size_at(step_size, state.step, z.dtype)
     check_recipe_inputs(z, D, Q, B_hat, eps)
     key_grad, key_noise = jax.random.split(rng_key)
-    grad = jnp.asarray(grad_estimator(key_grad, z), z.dtype)
+    grad = jnp.asarray(flat_grad_estimator(grad_estimator, unravel)(key_grad, z), z.dtype)
     mean, root, clipped = recipe_mean_and_root(z, grad, eps, D, Q, B_hat)
     new_z = mean + la.matvec(root, jax.random.normal(key_noise, z.shape, dtype=z.dtype))
     bad = jnp.sum(~jnp.isfinite(new_z), dtype=jnp.int32)
     info = RecipeInfo(jnp.asarray(1, jnp.int32), bad, bad > 0, eps, clipped)
-    return RecipeState(new_z, state.step + 1), info
+    return RecipeState(new_z if unravel is None else unravel(new_z), state.step + 1), info
 
 
 # ---------------------------------------------------------------------------
@@ -290,7 +301,7 @@ def sgrld(
 
 
 class SGHMCState(NamedTuple):
-    """State of an SGHMC chain: ``position: (d,)`` (θ), ``momentum: (d,)`` (r), ``step``."""
+    """State of an SGHMC chain: ``position: (d,)`` (θ, or a pytree), ``momentum`` (r, like θ), ``step``."""
 
     position: Array
     momentum: Array
@@ -298,11 +309,15 @@ class SGHMCState(NamedTuple):
 
 
 def initial_momentum(theta: Array, momentum: Optional[ArrayLike], rng_key: Optional[PRNGKey]) -> Array:
-    """``r = 0``, the given ``momentum``, or ``r ~ N(0, I)`` (its stationary law) when a key is given."""
+    """``r = 0``, the given ``momentum``, or ``r ~ N(0, I)`` (its stationary law) when a key is given.
+
+    ``theta``: the flat ``(d,)`` position; ``momentum`` may be a pytree like the
+    position (it is flattened the same way). Returns the flat ``r: (d,)``.
+    """
     if momentum is not None and rng_key is not None:
         raise ValueError("give either momentum or rng_key (to draw r ~ N(0, I)), not both.")
     if momentum is not None:
-        r = check_position(momentum, "momentum").astype(theta.dtype)
+        r = ravel_position(momentum, "momentum")[0].astype(theta.dtype)
         if r.shape != theta.shape:
             raise ValueError(f"momentum must have the shape of position {tuple(theta.shape)}; got {tuple(r.shape)}.")
         return r
@@ -312,7 +327,11 @@ def initial_momentum(theta: Array, momentum: Optional[ArrayLike], rng_key: Optio
 
 
 def _sghmc_dq(friction: la.MatrixLike, d: int, B_hat: Optional[la.MatrixLike]):
-    """``D = [[0, 0], [0, C]]``, ``Q = [[0, -I], [I, 0]]`` and ``B̂`` on ``z = (θ, r)``: ``(2d, 2d)`` arrays."""
+    """``D = [[0, 0], [0, C]]``, ``Q = [[0, -I], [I, 0]]`` and ``B̂`` on ``z = (θ, r)``: ``(2d, 2d)`` arrays.
+
+    :func:`sghmc_step` is :func:`recipe_step` with these (the tests check it); it
+    never builds them.
+    """
     c = la.constant_dense(friction, d)
     D = np.zeros((2 * d, 2 * d))
     D[d:, d:] = c
@@ -332,6 +351,123 @@ def _sghmc_dq(friction: la.MatrixLike, d: int, B_hat: Optional[la.MatrixLike]):
     return D, Q, B
 
 
+def _check_sghmc_inputs(theta: Array, friction, B_hat, eps: Optional[Array]) -> None:
+    """Friction symmetric PSD, ``B̂`` of a matrix form, and ``ε(2C - εB̂)`` PSD, where the values are known."""
+    d = theta.shape[0]
+    la.check_matrix_shape(friction, "friction", d)
+    c = la.constant_dense(friction, d)
+    la.check_symmetric_psd(c, "friction", "the SGHMC friction C")
+    if B_hat is None:
+        return
+    if callable(B_hat):
+        if not is_concrete(theta):
+            return
+        try:
+            b = B_hat(theta)
+        except Exception as exc:
+            raise ValueError(f"B_hat failed on a position of shape {tuple(theta.shape)}: {exc}") from exc
+    else:
+        b = B_hat
+    if not all_concrete(b):
+        return
+    la.check_matrix_shape(b, "B_hat", d)
+    if eps is not None and is_concrete(eps):
+        e = float(eps)
+        la.check_noise_cov(e, c, la.constant_dense(b, d), "the noise covariance step_size*(2*friction - step_size*B_hat)",
+                           f"step_size={e:g}; B_hat too large for this step size")
+
+
+def sghmc_init(
+    position: ArrayLike,
+    rng_key: Optional[PRNGKey] = None,
+    *,
+    momentum: Optional[ArrayLike] = None,
+    friction: ArrayLike = 1.0,
+    step_size: Optional[StepSize] = None,
+    B_hat: Optional[la.MatrixLike] = None,
+) -> SGHMCState:
+    """Start SGHMC at ``θ = position`` (``(d,)`` or a pytree) with ``step = 0``.
+
+    Momentum ``r = 0``, the given ``momentum``, or ``r ~ N(0, I)`` (its
+    stationary law) when ``rng_key`` is given. The friction (symmetric PSD)
+    and the noise covariance ``ε_0(2C - ε_0 B̂)`` (PSD) are checked here.
+    """
+    theta, unravel = ravel_position(position)
+    r = initial_momentum(theta, momentum, rng_key)
+    step = jnp.zeros((), jnp.int32)
+    with jax.ensure_compile_time_eval():  # checks on concrete values run eagerly, even inside jit
+        eps = None if step_size is None else step_size_at(step_size, step, theta.dtype)
+        _check_sghmc_inputs(theta, friction, B_hat, eps)
+    if unravel is None:
+        return SGHMCState(theta, r, step)
+    return SGHMCState(unravel(theta), unravel(r), step)
+
+
+def _sghmc_noise_root(theta: Array, eps: Array, friction, B_hat) -> tuple[Array, Array]:
+    """Root of ``ε(2C - εB̂)`` and ``noise_clipped``: elementwise for scalar / diagonal ``C`` and ``B̂``."""
+    c = np.asarray(friction, np.float64)
+    b = None if B_hat is None else la.evaluate(B_hat, theta, "B_hat")
+    if c.ndim <= 1 and (b is None or b.ndim <= 1):
+        two_c = 2.0 * jnp.asarray(c, theta.dtype)
+        if b is None:
+            return jnp.sqrt(eps * two_c), jnp.asarray(False)  # the order of BlackJAX's sghmc diffusion
+        cov = eps * (two_c - eps * b)
+        tol = la.eig_tol(1) * jnp.max(jnp.maximum(jnp.abs(eps * two_c), jnp.abs(eps * eps * b)))
+        return jnp.sqrt(jnp.clip(cov, 0.0)), jnp.any(cov < -tol)
+    return _noise_root(theta, eps, friction, B_hat)
+
+
+def sghmc_step(
+    rng_key: PRNGKey,
+    state: SGHMCState,
+    grad_estimator: GradEstimator,
+    step_size: StepSize,
+    friction: ArrayLike = 1.0,
+    B_hat: Optional[la.MatrixLike] = None,
+) -> tuple[SGHMCState, RecipeInfo]:
+    """One SGHMC step (spec 5): the recipe on ``z = (θ, r)`` with ``H = U(θ) + ½ rᵀr``,
+    ``D = [[0, 0], [0, C]]``, ``Q = [[0, -I], [I, 0]]`` (so ``Γ = 0`` and
+    ``(D + Q)∇log π(z) = (r, g̃ - C r)``), written block-wise:
+
+        θ' = θ + ε r
+        r' = (I - εC) r + ε g̃(θ) + (ε(2C - εB̂))^{1/2} ξ,     ξ ~ N(0, I_d)
+
+    Args:
+      rng_key: split into ``(key_grad, key_noise)``; ``ξ`` from ``key_noise``
+        in ``θ.dtype`` (BlackJAX's ``sgmcmc.diffusions.sghmc`` with ``alpha = C``,
+        ``beta = B̂`` takes the same draw and the same operations).
+      state: :class:`SGHMCState`.
+      grad_estimator: ``(rng_key, θ) -> g̃(θ)``, an estimate of ``∇log π(θ)``.
+      step_size: ``ε > 0`` or a schedule ``t -> ε_t``.
+      friction: ``C``: a constant scalar, ``(d,)`` diagonal or ``(d, d)`` PSD matrix.
+      B_hat: ``None`` (0), or the ``r``-block gradient-noise covariance (any
+        matrix form, or a callable of θ).
+
+    Scalar and diagonal ``C``, ``B̂`` cost elementwise work only; the noise
+    root of a dense one is taken once per trace when constant (NumPy), per
+    step otherwise (``info.noise_clipped`` reports a clearly negative eigenvalue).
+    """
+    check_callable(grad_estimator, "grad_estimator", _GRAD_WHAT)
+    if callable(friction):
+        raise ValueError(f"friction must be a constant scalar, (d,) or (d, d) PSD matrix; got {friction!r}.")
+    theta, unravel = ravel_position(state.position, check=False)
+    r = ravel_position(state.momentum, "momentum", check=False)[0]
+    eps = step_size_at(step_size, state.step, theta.dtype)
+    _check_sghmc_inputs(theta, friction, B_hat, eps)
+    key_grad, key_noise = jax.random.split(rng_key)
+    grad = jnp.asarray(flat_grad_estimator(grad_estimator, unravel)(key_grad, theta), theta.dtype)
+    root, clipped = _sghmc_noise_root(theta, eps, friction, B_hat)
+    c = jnp.asarray(friction, theta.dtype)
+    decay = (1.0 - c * eps) * r if c.ndim <= 1 else r - eps * (c @ r)
+    new_theta = theta + eps * r
+    new_r = decay + eps * grad + la.matvec(root, jax.random.normal(key_noise, theta.shape, dtype=theta.dtype))
+    bad = jnp.sum(~jnp.isfinite(new_theta), dtype=jnp.int32) + jnp.sum(~jnp.isfinite(new_r), dtype=jnp.int32)
+    info = RecipeInfo(jnp.asarray(1, jnp.int32), bad, bad > 0, eps, clipped)
+    if unravel is not None:
+        new_theta, new_r = unravel(new_theta), unravel(new_r)
+    return SGHMCState(new_theta, new_r, state.step + 1), info
+
+
 def sghmc(
     grad_estimator: GradEstimator,
     step_size: StepSize,
@@ -339,8 +475,7 @@ def sghmc(
     friction: ArrayLike = 1.0,
     B_hat: Optional[la.MatrixLike] = None,
 ) -> SamplingAlgorithm:
-    """SGHMC (spec 5) as the recipe on ``z = (θ, r)``, ``H = U(θ) + ½ rᵀr``,
-    ``D = [[0, 0], [0, C]]``, ``Q = [[0, -I], [I, 0]]``:
+    """SGHMC (spec 5) as a sampler object: :func:`sghmc_step`,
 
         θ' = θ + ε r,   r' = r + ε g̃(θ) - ε C r + N(0, ε(2C - εB̂))
 
@@ -349,7 +484,7 @@ def sghmc(
     ``init(position, rng_key=None, *, momentum=None)``: ``r = 0``, the given
     momentum, or ``r ~ N(0, I)`` (its stationary law) when a key is given.
     The state keeps ``θ`` in ``position`` and ``r`` in ``momentum``
-    (:class:`SGHMCState`); the noise is the ``r`` half of one ``N(0, I_2d)`` draw.
+    (:class:`SGHMCState`).
     """
     check_callable(grad_estimator, "grad_estimator", _GRAD_WHAT)
     check_positive(step_size, "step_size")
@@ -359,27 +494,10 @@ def sghmc(
     if B_hat is not None:
         la.check_matrix_form(B_hat, "B_hat")
 
-    def grad_z(rng_key, z):
-        d = z.shape[0] // 2  # ∇log π(θ, r) = (∇log π(θ), -r)
-        return jnp.concatenate([jnp.asarray(grad_estimator(rng_key, z[:d]), z.dtype), -z[d:]])
-
-    def dq(d):
-        la.check_matrix_shape(friction, "friction", d)
-        la.check_symmetric_psd(la.constant_dense(friction, d), "friction", "the SGHMC friction C")
-        return _sghmc_dq(friction, d, B_hat)
-
     def init(position, rng_key=None, *, momentum=None):
-        theta = check_position(position, ndim=1)
-        r = initial_momentum(theta, momentum, rng_key)
-        D, Q, B = dq(theta.shape[0])
-        recipe_init(jnp.concatenate([theta, r]), D, Q, step_size, B)
-        return SGHMCState(theta, r, jnp.zeros((), jnp.int32))
+        return sghmc_init(position, rng_key, momentum=momentum, friction=friction, step_size=step_size, B_hat=B_hat)
 
     def step(rng_key, state):
-        d = state.position.shape[0]
-        D, Q, B = dq(d)
-        z = RecipeState(jnp.concatenate([state.position, state.momentum]), state.step)
-        new, info = recipe_step(rng_key, z, grad_z, step_size, D, Q, B)
-        return SGHMCState(new.position[:d], new.position[d:], new.step), info
+        return sghmc_step(rng_key, state, grad_estimator, step_size, friction, B_hat)
 
     return SamplingAlgorithm(init, step)

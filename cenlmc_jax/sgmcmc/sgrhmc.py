@@ -16,6 +16,15 @@ noise lives in ``r`` only; :func:`sgrhmc_dq` gives the ``D``, ``Q`` above so
 the tests can check this step against :func:`cenlmc_jax.sgmcmc.recipe.recipe_step`.
 Dropping ``Γ_r`` (``naive=True``) samples the wrong distribution: it exists
 to show the difference (the paper's synthetic figure).
+
+A metric that is not positive semidefinite somewhere (``G^{-1}(θ)`` with a
+negative eigenvalue, or NaN) cannot be caught in Python once the step is
+traced; there the root ``G^{-1/2}`` is clipped to 0, which freezes ``θ``. The
+step reports it: ``info.invalid_metric``, and ``info.diverged`` with it, so
+the driver warns and stops instead of returning a frozen chain.
+
+Positions may be pytrees (flattened with ``ravel_pytree`` at each step's
+boundary); ``inv_metric_fn`` and ``B_hat`` callables see the flat ``(d,)`` θ.
 """
 
 from __future__ import annotations
@@ -28,8 +37,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from cenlmc_jax import _linalg as la
-from cenlmc_jax._validation import check_bool, check_callable, check_position, check_positive, is_concrete
+from cenlmc_jax._validation import check_bool, check_callable, check_positive, is_concrete
 from cenlmc_jax.base import SamplingAlgorithm, StepSize, step_size_at
+from cenlmc_jax.gradients import flat_grad_estimator, ravel_position
 from cenlmc_jax.sgmcmc.recipe import initial_momentum
 from cenlmc_jax.types import Array, ArrayLike, GradEstimator, PRNGKey
 
@@ -41,6 +51,7 @@ __all__ = [
     "sgrhmc",
     "sgrhmc_dq",
     "gsgrhmc_inv_metric",
+    "metric_invalid",
 ]
 
 _GRAD_WHAT = "(rng_key, theta) -> estimate of the gradient of the log density at theta"
@@ -49,8 +60,8 @@ _GRAD_WHAT = "(rng_key, theta) -> estimate of the gradient of the log density at
 class SGRHMCState(NamedTuple):
     """State of an SGRHMC chain.
 
-    position: (d,) the parameter ``θ`` (what :func:`cenlmc_jax.run.sample` traces by default).
-    momentum: (d,) the momentum ``r``.
+    position: (d,) the parameter ``θ`` (what :func:`cenlmc_jax.run.sample` traces by default), or a pytree.
+    momentum: the momentum ``r``, shaped like ``θ``.
     step: int32 step counter (drives a step-size schedule).
     """
 
@@ -65,10 +76,13 @@ class SGRHMCInfo(NamedTuple):
     grad_evals: calls of ``grad_estimator`` (1).
     num_nonfinite: entries of the new ``θ`` and ``r`` that are NaN/inf (explicit
       Euler can blow up where ``Γ_r`` is singular, e.g. gSGRHMC on the double well).
-    diverged: ``num_nonfinite > 0``.
+    diverged: ``num_nonfinite > 0`` or ``invalid_metric``.
     step_size: ``ε_t`` used.
     noise_clipped: ``ε(2G^{-1} - εB̂)`` had a clearly negative eigenvalue (clipped).
     gamma_norm: ``|Γ_r(θ)|`` (large values flag the neighbourhood of a singularity).
+    invalid_metric: ``G^{-1}(θ)`` was not positive semidefinite (a negative
+      diagonal entry, a dense matrix with a clearly negative eigenvalue, or
+      NaN): its root was clipped and ``θ`` could not move as the recipe says.
     """
 
     grad_evals: Array
@@ -77,6 +91,7 @@ class SGRHMCInfo(NamedTuple):
     step_size: Array
     noise_clipped: Array
     gamma_norm: Array
+    invalid_metric: Array
 
 
 def _inv_metric(inv_metric_fn: la.MatrixLike, theta: Array) -> Array:
@@ -90,6 +105,21 @@ def _sqrt_inv_metric(inv_metric_fn: la.MatrixLike, theta: Array) -> tuple[Array,
     g = _inv_metric(inv_metric_fn, theta)
     half = jnp.sqrt(jnp.clip(g, 0.0)) if g.ndim == 1 else la.psd_sqrt(g)
     return half, g
+
+
+def metric_invalid(inv_metric_fn: la.MatrixLike, theta: Array) -> Array:
+    """``G^{-1}(θ)`` clearly not positive semidefinite, or NaN (the traced check behind ``info.invalid_metric``).
+
+    Diagonal (and scalar): any entry ``< 0``. Dense: smallest eigenvalue below
+    ``-eig_tol(d)·max|G^{-1}|`` (rounding of a PSD matrix stays above). A zero
+    entry is allowed: gSGRHMC's ``D·sqrt(|U + C|)`` vanishes where ``U = -C``.
+    """
+    g = _inv_metric(inv_metric_fn, theta)
+    if g.ndim == 1:
+        return jnp.any(~(g >= 0))  # NaN counts as invalid
+    size = jnp.max(jnp.abs(g))
+    lam_min = jnp.linalg.eigvalsh(0.5 * (g + g.T))[0]
+    return ~(lam_min >= -la.eig_tol(g.shape[0]) * size)
 
 
 def gamma_r(inv_metric_fn: la.MatrixLike, theta: Array) -> tuple[Array, Array, Array]:
@@ -164,7 +194,7 @@ def sgrhmc_init(
     step_size: Optional[StepSize] = None,
     B_hat: Optional[la.MatrixLike] = None,
 ) -> SGRHMCState:
-    """Start SGRHMC at ``θ = position: (d,)``.
+    """Start SGRHMC at ``θ = position: (d,)`` (or a pytree; callable inside jit).
 
     Momentum: ``r = 0`` by default (deterministic, like a fresh HMC chain at
     rest); ``r ~ N(0, I_d)``, the exact stationary law of ``r``, when
@@ -172,13 +202,16 @@ def sgrhmc_init(
     (and ``step_size``, ``B_hat``) the metric and the noise covariance are
     checked at the initial point (``ValueError`` if not PSD).
     """
-    theta = check_position(position, ndim=1)
+    theta, unravel = ravel_position(position)
     r = initial_momentum(theta, momentum, rng_key)
     step = jnp.zeros((), jnp.int32)
     if inv_metric_fn is not None:
-        eps = None if step_size is None else step_size_at(step_size, step, theta.dtype)
-        check_sgrhmc_inputs(theta, inv_metric_fn, B_hat, eps)
-    return SGRHMCState(theta, r, step)
+        with jax.ensure_compile_time_eval():  # checks on concrete values run eagerly, even inside jit
+            eps = None if step_size is None else step_size_at(step_size, step, theta.dtype)
+            check_sgrhmc_inputs(theta, inv_metric_fn, B_hat, eps)
+    if unravel is None:
+        return SGRHMCState(theta, r, step)
+    return SGRHMCState(unravel(theta), unravel(r), step)
 
 
 def sgrhmc_step(
@@ -195,7 +228,8 @@ def sgrhmc_step(
 
     Args:
       rng_key: split into ``(key_grad, key_noise)``; ``ξ ~ N(0, I_d)`` from
-        ``key_noise`` in ``θ.dtype``.
+        ``key_noise`` in ``θ.dtype`` (with ``inv_metric_fn = 1``, ``B_hat =
+        None``: BlackJAX's ``sgmcmc.diffusions.sghmc(alpha=1)`` from the same keys).
       state: :class:`SGRHMCState`.
       grad_estimator: ``(rng_key, θ) -> g̃(θ): (d,)``, an estimate of ``∇log π(θ)``.
       step_size: ``ε > 0`` or a schedule ``t -> ε_t``.
@@ -209,15 +243,20 @@ def sgrhmc_step(
       naive: drop ``Γ_r`` ("naive SGRHMC"; samples the wrong distribution).
     """
     check_callable(grad_estimator, "grad_estimator", _GRAD_WHAT)
-    theta, r = state.position, state.momentum
+    theta, unravel = ravel_position(state.position, check=False)
+    r = ravel_position(state.momentum, "momentum", check=False)[0]
     eps = step_size_at(step_size, state.step, theta.dtype)
     check_sgrhmc_inputs(theta, inv_metric_fn, B_hat, eps)
     key_grad, key_noise = jax.random.split(rng_key)
-    grad = jnp.asarray(grad_estimator(key_grad, theta), theta.dtype)
+    grad = jnp.asarray(flat_grad_estimator(grad_estimator, unravel)(key_grad, theta), theta.dtype)
     new_theta, r_mean, root, clipped, gamma = sgrhmc_mean_and_root(theta, r, grad, eps, inv_metric_fn, B_hat, naive)
     new_r = r_mean + la.matvec(root, jax.random.normal(key_noise, theta.shape, dtype=theta.dtype))
     bad = jnp.sum(~jnp.isfinite(new_theta), dtype=jnp.int32) + jnp.sum(~jnp.isfinite(new_r), dtype=jnp.int32)
-    info = SGRHMCInfo(jnp.asarray(1, jnp.int32), bad, bad > 0, eps, clipped, jnp.linalg.norm(gamma))
+    invalid = metric_invalid(inv_metric_fn, theta)
+    info = SGRHMCInfo(jnp.asarray(1, jnp.int32), bad, (bad > 0) | invalid, eps, clipped, jnp.linalg.norm(gamma),
+                      invalid)
+    if unravel is not None:
+        new_theta, new_r = unravel(new_theta), unravel(new_r)
     return SGRHMCState(new_theta, new_r, state.step + 1), info
 
 
