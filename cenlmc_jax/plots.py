@@ -212,7 +212,7 @@ def plot_ensemble_pairs(result_or_trace: Any, *, times: Optional[Sequence[int]] 
                     ax.plot(target.mean[i] + ell[0], target.mean[j] + ell[1], "k-", lw=0.8)
             ax.set_xlabel(f"x[{i}]")
             ax.set_ylabel(f"x[{j}]")
-            ax.set_aspect("equal", adjustable="datalim")
+            ax.set_aspect("equal", adjustable="box")
         ax.set_title(f"draw {t}")
     fig.suptitle(f"ensemble of {x.shape[0]:,} (showing {len(keep):,}) over time")
     return fig

@@ -89,9 +89,13 @@ class SummaryTable(NamedTuple):
     run: dict
     notes: tuple = ()
 
-    def format(self, max_rows: Optional[int] = 30) -> str:
-        """The table as text (at most ``max_rows`` coordinates; ``None``: all), then the run figures and notes."""
-        names = list(self.columns)
+    def format(self, max_rows: Optional[int] = 30, footer: bool = True) -> str:
+        """The table as text (at most ``max_rows`` coordinates; ``None``: all), then the run figures and notes.
+
+        Columns that are ``nan`` for every coordinate are left out (the CSV keeps them);
+        ``footer=False`` leaves out the run figures (not the notes)."""
+        # columns with no value at all (a streaming run's ESS and R-hat) are left out of the text
+        names = [n for n in self.columns if not np.all(np.isnan(np.asarray(self.columns[n], np.float64)))]
         rows = list(range(len(self.labels)))
         hidden = 0
         if max_rows is not None and len(rows) > max_rows:
@@ -105,9 +109,17 @@ class SummaryTable(NamedTuple):
             lines.append(str(self.labels[i]).rjust(label_w) + "  " + "  ".join(v.rjust(w) for v, w in zip(c, widths)))
         if hidden:
             lines.append(f"... {hidden} more coordinates (SummaryTable.format(max_rows=None) shows all)")
-        run = self.run
+        lines += self._footer() if footer else []
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def _footer(self) -> list:
+        run, lines = self.run, []
         facts = []
-        if "num_chains" in run:
+        if "stream_count" in run:
+            facts.append(f"moments over {run['stream_count']:,.0f} values (kept steps x particles); final ensemble "
+                         f"of {run.get('num_chains', 0)}")
+        elif "num_chains" in run:
             facts.append(f"{run['num_chains']} chains or particles x {run['num_draws']} draws")
         if "num_steps_done" in run:
             facts.append(f"{run['num_steps_done']} steps")
@@ -121,8 +133,7 @@ class SummaryTable(NamedTuple):
         for key, text in (("acceptance_rate", "mean acceptance rate"), ("ensemble_fraction", "mean ensemble fraction")):
             if key in run:
                 lines.append(f"{text}: {run[key]:.3f}")
-        lines += [f"note: {n}" for n in self.notes]
-        return "\n".join(lines)
+        return lines
 
     def __str__(self) -> str:
         return self.format()
