@@ -7,12 +7,14 @@ and the tolerances were set from that spread, not by trying seeds.
 
 import contextlib
 import functools
+import warnings
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import cenlmc_jax as cj
 from cenlmc_jax import diagnostics as D
 
 
@@ -493,6 +495,10 @@ BAD_INPUTS = [
     ("ess axis range", lambda: D.effective_sample_size(_GOOD, 0, 5), r"sample_axis.*=5.*ndim=3"),
     ("ess axis type", lambda: D.effective_sample_size(_GOOD, 0.0, 1), r"chain_axis"),
     ("ess complex", lambda: D.effective_sample_size(_GOOD.astype(np.complex64)), r"samples.*real"),
+    ("ess method", lambda: D.effective_sample_size(_GOOD, method="rank"), r"method must be one of"),
+    ("mcse statistic", lambda: D.mcse(_GOOD, statistic="median"), r"statistic must be one of"),
+    ("rhat rank type", lambda: D.potential_scale_reduction(_GOOD, rank=1), r"rank must be True or False"),
+    ("acf max_lag", lambda: D.autocorrelation(_GOOD, max_lag=10), r"max_lag.*\[0, 9\].*10 draws"),
     ("rhat 3 draws", lambda: D.potential_scale_reduction(np.ones((4, 3))), r"samples.*3 draws.*split R-hat"),
     ("rhat 1 chain", lambda: D.potential_scale_reduction(_GOOD[:1], split=False), r"samples.*1 chain"),
     ("rhat split type", lambda: D.potential_scale_reduction(_GOOD, split="yes"), r"split must be True or False"),
@@ -527,3 +533,138 @@ def test_validation_happens_before_tracing():
     f = jax.jit(functools.partial(D.effective_sample_size, chain_axis=0, sample_axis=1))
     with pytest.raises(ValueError, match="samples"):
         f(jnp.ones((2, 3)))
+
+
+# --------------------------------------------------------------------------
+# ArviZ's definitions: rank-normalised, split and plain variants
+# --------------------------------------------------------------------------
+
+
+def awkward_chains(num_draws, seed):
+    """4 AR(1) chains, 4 coordinates: plain, skewed (exp), one chain shifted (slow
+    Geyer truncation: every pair sum positive), and rounded (ties for the ranks)."""
+    x = ar1(0.7, 4, num_draws, 4, seed=seed).astype(np.float64)
+    x[..., 1] = np.exp(x[..., 1])
+    x[1, :, 2] += 0.3
+    x[..., 3] = np.round(x[..., 3])
+    return x
+
+
+@pytest.mark.parametrize("num_draws", [500, 501, 37])
+def test_ess_rhat_mcse_match_arviz_on_the_same_chains(num_draws):
+    """Every variant against ArviZ's own code on the same float64 chains (even and odd
+    draws, ties, a shifted chain). Same estimator, float64: agreement to round-off; the
+    issue asks for 1e-6 relative, we check 1e-9."""
+    import arviz as az
+
+    x = awkward_chains(num_draws, seed=num_draws)
+    ds = az.convert_to_dataset({"x": x})
+    with x64():
+        xj = jnp.asarray(x)
+        for method in D.ESS_METHODS:
+            np.testing.assert_allclose(np.asarray(D.effective_sample_size(xj, method=method)),
+                                       az.ess(ds, method=method)["x"].values, rtol=1e-9, err_msg=method)
+        for ours, theirs in (({"rank": True}, "rank"), ({}, "split"), ({"split": False}, "identity")):
+            np.testing.assert_allclose(np.asarray(D.potential_scale_reduction(xj, **ours)),
+                                       az.rhat(ds, method=theirs)["x"].values, rtol=1e-9, err_msg=theirs)
+        for statistic in ("mean", "sd"):
+            np.testing.assert_allclose(np.asarray(D.mcse(xj, statistic=statistic, split=True)),
+                                       az.mcse(ds, method=statistic)["x"].values, rtol=1e-9, err_msg=statistic)
+
+
+def test_rank_normalised_rhat_sees_a_scale_difference_plain_rhat_misses():
+    """Vehtari et al. (2021) §4.1: chains with equal means but different scales fool
+    the plain R-hat; the folded (tail) half of the rank R-hat catches them."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 1000, 1))
+    x[0] *= 3.0
+    plain = float(D.potential_scale_reduction(x)[0])
+    ranked = float(D.potential_scale_reduction(x, rank=True)[0])
+    # plain: between-chain spread of means is noise only (|R-1| ~ 1e-3); ranked, folded: the
+    # wide chain's |x - median| are ~3x larger: R-hat ~ 1.1 or more
+    assert abs(plain - 1.0) < 0.01, plain
+    assert ranked > 1.05, ranked
+
+
+def test_autocorrelation_of_ar1_is_phi_to_the_lag():
+    x = ar1(0.8, 8, 4000, 2, seed=1)
+    rho = np.asarray(D.autocorrelation(x, max_lag=10))
+    assert rho.shape == (11, 2) and np.all(rho[0] == 1.0)
+    # rho_t estimates have sd ~ sqrt((1 + phi^2)/(1 - phi^2) / 32000) ~ 0.01 for small t; 0.05 is 5 sd
+    np.testing.assert_allclose(rho, (0.8 ** np.arange(11))[:, None] * np.ones((1, 2)), atol=0.05)
+
+
+# --------------------------------------------------------------------------
+# One layout, checked (issue 9, item 1)
+# --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rwmh_run():
+    t = cj.targets.standard_gaussian(2)
+    algo = cj.vmap_chains(cj.rwmh(t.logdensity_fn, 0.5))
+    return cj.sample(jax.random.key(1), algo, algo.init(jax.random.normal(jax.random.key(0), (4, 2))), 2000)
+
+
+def layout_warnings(fn, *args, **kwargs):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = fn(*args, **kwargs)
+    return out, [w for w in caught if issubclass(w.category, D.LayoutWarning)]
+
+
+def test_a_run_result_is_taken_directly_chains_first(rwmh_run):
+    chains = np.swapaxes(np.asarray(rwmh_run.trace), 0, 1)  # (4 chains, 2000 draws, 2)
+    for fn in (D.effective_sample_size, D.mcse, D.potential_scale_reduction, D.autocorrelation):
+        got, warned = layout_warnings(fn, rwmh_run)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(fn(chains)))
+        assert not warned, fn.__name__
+    np.testing.assert_array_equal(np.asarray(D.chains_first(rwmh_run)), chains)
+
+
+def test_the_drivers_trace_passed_as_chains_first_warns(rwmh_run):
+    """The issue's report: cj.sample's (draws, chains, d) trace passed straight in gave an
+    ESS above the number of draws, silently. Now both symptoms warn."""
+    ess, warned = layout_warnings(D.effective_sample_size, rwmh_run.trace)
+    assert np.all(np.asarray(ess) > 8000)  # the wrong answer itself (4 chains x 2000 draws)
+    text = " ".join(str(w.message) for w in warned)
+    assert "chain means are autocorrelated along the chain axis" in text
+    assert "exceeds the 8000 draws" in text and "pass the RunResult itself" in text
+    _, warned = layout_warnings(D.potential_scale_reduction, rwmh_run.trace)
+    assert warned  # R-hat sees the same swapped layout
+    # stating the axes is a decision: no layout guess, and the right numbers
+    ess, warned = layout_warnings(D.effective_sample_size, rwmh_run.trace, chain_axis=1, sample_axis=0)
+    assert not warned
+    np.testing.assert_array_equal(np.asarray(ess), np.asarray(D.effective_sample_size(rwmh_run)))
+
+
+def test_independent_chains_in_the_right_layout_do_not_warn():
+    # 200 chains of 300 draws (more chains than a layout heuristic on shapes would accept)
+    x = ar1(0.5, 200, 300, 3, seed=2)
+    _, warned = layout_warnings(D.effective_sample_size, x)
+    assert not warned
+
+
+def test_a_streaming_result_is_refused_with_a_message():
+    t = cj.targets.standard_gaussian(2)
+    algo = cj.lmc(t.logdensity_fn, 0.1)
+    res = cj.sample(jax.random.key(0), algo, algo.init(jnp.zeros((50, 2))), 20, mode="stream")
+    with pytest.raises(ValueError, match="mode='stream' keeps moments only"):
+        D.effective_sample_size(res)
+    with pytest.raises(ValueError, match="a RunResult's layout is known"):
+        D.effective_sample_size(res._replace(trace=jnp.zeros((20, 50, 2))), chain_axis=0)
+
+
+@pytest.mark.parametrize("value", [0.1, 3.0, 0.0, -7.25])
+def test_constant_chains_give_nan_as_documented(value):
+    """Issue 8: R-hat of constant chains returned inf (3.0) or 1.18 (0.1) where the
+    docstring says nan; ESS returned 2.6 or 4.0. Every chain diagnostic now gives nan."""
+    x = np.full((4, 100, 2), value, np.float32)
+    for fn in (D.potential_scale_reduction, D.effective_sample_size, D.mcse):
+        assert np.all(np.isnan(np.asarray(fn(x)))), (fn.__name__, fn(x))
+    assert np.all(np.isnan(np.asarray(D.potential_scale_reduction(x, rank=True))))
+    for method in D.ESS_METHODS:
+        assert np.all(np.isnan(np.asarray(D.effective_sample_size(x, method=method)))), method
+    # chains that are each constant but differ have not mixed at all: R-hat is +inf
+    y = np.concatenate([np.zeros((2, 100, 1)), np.ones((2, 100, 1))]).astype(np.float32)
+    assert np.isinf(float(D.potential_scale_reduction(y, split=False)[0]))
