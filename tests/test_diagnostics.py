@@ -550,7 +550,7 @@ def awkward_chains(num_draws, seed):
     return x
 
 
-@pytest.mark.parametrize("num_draws", [500, 501, 37])
+@pytest.mark.parametrize("num_draws", [500, 37])
 def test_ess_rhat_mcse_match_arviz_on_the_same_chains(num_draws):
     """Every variant against ArviZ's own code on the same float64 chains (even and odd
     draws, ties, a shifted chain). Same estimator, float64: agreement to round-off; the
