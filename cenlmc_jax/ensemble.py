@@ -53,6 +53,20 @@ happened to ``x``). Rule (3.21) is undefined for ``N_i = 0`` (0/0), so a
 particle with no ``R2``-neighbour always takes its gradient, also when
 ``n_star = 0``.
 
+Departure from the paper (the guard, on by default). Rule (3.21) counts
+``R2``-neighbours in ``w``-space, but the force sums over the η-ball in
+``x``-space. When the η-ball is empty (``d`` of 5 or more with too few
+particles), a particle can pass every test and receive a force of exactly 0:
+it diffuses, and the moments are wrong. So a particle whose η-ball held fewer
+than ``min_ball_neighbours`` (default 1: an empty ball) R2-neighbours at the
+previous step takes its true gradient (``info.num_fail_ball``);
+``min_ball_neighbours=0`` restores (3.21) exactly. The previous step's count,
+not the current one: the current count depends on the very draws ``x_j`` the
+estimate averages, and selecting on it biases the force (measured: a 6%
+over-estimate of ``∇f`` on the 2-D Gaussian with the current count); the
+previous count is a function of the past, so the force stays unbiased given
+the past, as in the paper's argument.
+
 Gradient audit (not in the paper; ``audit_size``, on by default for EnLMC
 only). Each step draws ``audit_size`` particles among those that used the
 ensemble force, evaluates their true gradients and reports the median drift
@@ -81,7 +95,7 @@ f* = min f. ``r1 = 0`` or ``r2 = 0`` are allowed and switch the ensemble off
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -102,7 +116,7 @@ from cenlmc_jax._validation import (
     is_concrete,
 )
 from cenlmc_jax.base import SamplingAlgorithm
-from cenlmc_jax.langevin import count_nonfinite, lmc_init, lmc_step
+from cenlmc_jax.langevin import count_nonfinite, grad_cost, gradient_fn, lmc_init, lmc_step
 from cenlmc_jax.pairwise import ensemble_force
 from cenlmc_jax.tuning import find_f_star
 from cenlmc_jax.types import Array, ArrayLike, LogDensityFn, PRNGKey
@@ -172,6 +186,9 @@ class EnLMCInfo(NamedTuple):
     grad_evals: gradients evaluated = particles without a previous step (N at step 0, then 0).
     grad_evals_padded: gradients computed including buffer padding.
     f_evals: evaluations of ``logdensity_fn`` (N: at the new positions).
+    model_solves: the step's cost in model evaluations: ``f_evals`` plus every
+       gradient computed (padding and audit included) at ``grad_fn.model_solves(d)``
+       solves each (1 for autodiff; ``cj.gradients.finite_difference``: 2d or d).
     max_force_norm: ``max_i |F_i|`` over particles using the ensemble force.
     num_exploded: particles kicked by ``h|F_i| > blowup_factor · sqrt(2hd)``, more
        than ``blowup_factor`` noise lengths (the heavy tail of Theorem 3.2).
@@ -192,6 +209,7 @@ class EnLMCInfo(NamedTuple):
     grad_evals: Array
     grad_evals_padded: Array
     f_evals: Array
+    model_solves: Array
     max_force_norm: Array
     num_exploded: Array
     num_isolated: Array
@@ -212,6 +230,8 @@ class CEnLMCState(NamedTuple):
     f_star_estimated: () bool, True when ``f_star`` was found numerically by
        :func:`cenlmc_jax.tuning.find_f_star` in :func:`cenlmc_init`.
     audit: :class:`Audit` (see :func:`cenlmc_step`).
+    ball_count: (N,) int32, each particle's η-ball R2-neighbour count at the
+       previous step (read by the guard; 0 at initialisation).
     """
 
     position: Array
@@ -221,6 +241,7 @@ class CEnLMCState(NamedTuple):
     f_star: Array
     f_star_estimated: Array
     audit: "Audit"
+    ball_count: Array
 
 
 class CEnLMCInfo(NamedTuple):
@@ -230,12 +251,15 @@ class CEnLMCInfo(NamedTuple):
     grad_evals_padded: gradients computed, ``ceil(grad_evals / capacity) · capacity``
        (the buffer padding overhead; ``N`` with ``dense_grad=True``).
     f_evals: evaluations of ``logdensity_fn`` (N every step: the algorithm needs f everywhere).
+    model_solves: the step's cost in model evaluations (as :class:`EnLMCInfo`).
     ensemble_fraction: fraction of particles that used the ensemble force.
     mean_num_neighbours: mean over particles of ``N_i`` (3.20).
     mean_ball_neighbours: mean over particles of ``#{j: |x_j-x_i| ≤ η, |w_j-w_i| ≤ R2}``.
     num_fail_r1: particles with ``|x_i - w_i| > R1`` (or non-finite).
     num_fail_m_f: particles with ``f(x_i) > f* + M_f`` (or non-finite).
     num_fail_n_star: particles with ``N_i < max(N*, 1)``. The three counts overlap.
+    num_fail_ball: particles that passed (3.21) but had fewer than
+       ``min_ball_neighbours`` neighbours in their η-ball (the guard), so took the gradient.
     audit_grad_evals: gradients evaluated by the audit (``audit_size`` when enough
        particles used the ensemble force; not included in ``grad_evals``).
     audit_drift_ratio: median over the audited particles of ``F_i·∇f(x_i) / |∇f(x_i)|²``
@@ -250,12 +274,14 @@ class CEnLMCInfo(NamedTuple):
     grad_evals: Array
     grad_evals_padded: Array
     f_evals: Array
+    model_solves: Array
     ensemble_fraction: Array
     mean_num_neighbours: Array
     mean_ball_neighbours: Array
     num_fail_r1: Array
     num_fail_m_f: Array
     num_fail_n_star: Array
+    num_fail_ball: Array
     audit_grad_evals: Array
     audit_drift_ratio: Array
     audit_error: Array
@@ -289,10 +315,10 @@ def _check_ensemble_state(state: Any, cls: type, init_name: str) -> None:
         raise ValueError(f"state.position must have shape (N, d); got {tuple(state.position.shape)}.")
 
 
-def _capacity(grad_capacity: Optional[int], n: int) -> int:
-    """Gradient buffer size; default ``ceil(N/16)`` (at most 16 buffers, <= N/16 padding)."""
+def _capacity(grad_capacity: Optional[int], n: int) -> Optional[int]:
+    """Gradient buffer size, or None: one call per step sized by :data:`GRAD_BUCKETS`."""
     if grad_capacity is None:
-        return max(1, -(-n // 16))
+        return None
     return check_int(grad_capacity, "grad_capacity", minimum=1, maximum=n, why=f"N = {n}")
 
 
@@ -337,43 +363,61 @@ def log_gaussian_step_density(noise: Array, step_size: Array) -> Array:
     return -0.5 * d * jnp.log(4.0 * jnp.pi * step_size) - 0.5 * jnp.sum(noise**2, axis=-1)
 
 
-def _needed_grads(logdensity_fn: LogDensityFn, x: Array, need: Array, capacity: int, dense: bool):
-    """Gradient of ``logdensity_fn`` at the particles with ``need``; zeros elsewhere.
+#: With ``grad_capacity=None`` one gradient call per step is sized to the next of
+#: these fractions of N above the number of particles that need a gradient.
+GRAD_BUCKETS = 8
+
+
+def _needed_grads(grad_one: Callable, x: Array, need: Array, capacity: Optional[int], dense: bool):
+    """Gradient (``grad_one: (d,) -> (d,)``) at the particles with ``need``; zeros elsewhere.
 
     Returns ``(grad (N, d), num_computed ())``. The flagged indices are
-    compacted to the front (``jnp.nonzero(size=...)``); a ``lax.scan`` over
-    the ``ceil(N / capacity)`` possible buffers runs, through ``lax.cond``,
-    one vmapped gradient per buffer that holds a flagged particle
-    (``ceil(count / capacity)`` of them), scattered back (padding slots point
-    to index N and are dropped). Unflagged particles are never differentiated.
-    A bounded ``scan`` of ``cond``s (not a ``while_loop``) keeps the step
-    reverse-differentiable; under ``vmap`` the ``cond`` becomes a select and
-    every buffer is computed. ``dense=True`` is the debugging reference:
-    every gradient, then a mask.
+    compacted to the front (``jnp.nonzero(size=N)``); only those particles are
+    differentiated, in one of two batchings:
+
+    * ``capacity=None`` (default): ONE vmapped call per step on the first
+      ``B`` compacted particles, ``B`` the smallest of ``ceil(N·k/8)``, k = 1..8,
+      that holds them all (``lax.switch`` over the 8 sizes, plus a branch for
+      none): at most N/8 padding, and one call, which is what a black-box model
+      with a fixed cost per call needs.
+    * ``capacity=C``: buffers of C particles, a bounded ``lax.scan`` of
+      ``lax.cond``s running ``ceil(count / C)`` calls (padding < C).
+
+    Both are reverse-differentiable (no ``while_loop``); under ``vmap`` the
+    switch / cond become selects and every size is computed. Padding slots
+    point to index N: they read some real particle and their result is
+    dropped. ``dense=True`` is the debugging reference: every gradient, then a mask.
     """
     n, _ = x.shape
-    grad_fn = jax.vmap(jax.grad(logdensity_fn))
+    grad_fn = jax.vmap(grad_one)
     if dense:
         return jnp.where(need[:, None], grad_fn(x), 0.0), jnp.asarray(n, jnp.int32)
-    num_buffers_max = -(-n // capacity)
-    idx = jnp.nonzero(need, size=num_buffers_max * capacity, fill_value=n)[0].astype(jnp.int32)
+    idx = jnp.nonzero(need, size=n, fill_value=n)[0].astype(jnp.int32)
     count = jnp.sum(need, dtype=jnp.int32)
+
+    def gradients_at(g, ids):
+        xs = x[jnp.minimum(ids, n - 1)]
+        return g.at[ids].set(grad_fn(xs).astype(g.dtype), mode="drop")
+
+    zeros = jnp.zeros_like(x)
+    if capacity is None:
+        sizes = sorted({-(-n * k // GRAD_BUCKETS) for k in range(1, GRAD_BUCKETS + 1)})
+        branches = [lambda g: g] + [functools.partial(lambda b, g: gradients_at(g, idx[:b]), b) for b in sizes]
+        which = jnp.searchsorted(jnp.asarray([0] + sizes, jnp.int32), count, side="left").astype(jnp.int32)
+        return lax.switch(which, branches, zeros), jnp.asarray([0] + sizes, jnp.int32)[which]
+    num_buffers_max = -(-n // capacity)
+    idx = jnp.concatenate([idx, jnp.full((num_buffers_max * capacity - n,), n, jnp.int32)])
     num_buffers = (count + capacity - 1) // capacity
 
     def buffer(g, b):
-        def compute(g):
-            ids = lax.dynamic_slice(idx, (b * capacity,), (capacity,))
-            # padding slots (id = N) read some real particle, and their result is dropped
-            xs = x[jnp.minimum(ids, n - 1)]
-            return g.at[ids].set(grad_fn(xs).astype(g.dtype), mode="drop")
+        ids = lax.dynamic_slice(idx, (b * capacity,), (capacity,))
+        return lax.cond(b < num_buffers, lambda g: gradients_at(g, ids), lambda g: g, g), None
 
-        return lax.cond(b < num_buffers, compute, lambda g: g, g), None
-
-    grad, _ = lax.scan(buffer, jnp.zeros_like(x), jnp.arange(num_buffers_max, dtype=jnp.int32))
+    grad, _ = lax.scan(buffer, zeros, jnp.arange(num_buffers_max, dtype=jnp.int32))
     return grad, num_buffers * capacity
 
 
-def _audit(rng_key: PRNGKey, logdensity_fn: LogDensityFn, x: Array, force: Array, used: Array, size: int,
+def _audit(rng_key: PRNGKey, grad_one: Callable, x: Array, force: Array, used: Array, size: int,
            running: Audit):
     """The gradient audit: true gradients at ``size`` random particles that used the ensemble force.
 
@@ -388,7 +432,7 @@ def _audit(rng_key: PRNGKey, logdensity_fn: LogDensityFn, x: Array, force: Array
     score = jnp.where(used, jax.random.gumbel(jax.random.fold_in(rng_key, 0x5EED), used.shape, dt), -jnp.inf)
     top, idx = lax.top_k(score, size)
     ok = jnp.isfinite(top)
-    grad_f = -jax.vmap(jax.grad(logdensity_fn))(x[idx]).astype(dt)  # ∇f = -∇ log density
+    grad_f = -jax.vmap(grad_one)(x[idx]).astype(dt)  # ∇f = -∇ log density
     err = force[idx] - grad_f
     norm2 = jnp.maximum(jnp.sum(grad_f**2, axis=-1), jnp.finfo(dt).tiny)
     ratio = jnp.nanmedian(jnp.where(ok, jnp.sum(force[idx] * grad_f, axis=-1) / norm2, jnp.nan))
@@ -459,6 +503,7 @@ def enlmc_step(
     mesh: Any = None,
     strategy: str = "allgather",
     audit_size: int = 32,
+    grad_fn: Optional[Callable] = None,
 ) -> tuple[EnLMCState, EnLMCInfo]:
     """One step of EnLMC (Algorithm 3.1) for every particle; pure and jittable.
 
@@ -497,22 +542,28 @@ def enlmc_step(
         particles that used the ensemble force, compared with it (module
         docstring, "Gradient audit"); 0 switches it off (default 32: EnLMC is
         unstable, and the audit is what flags it early).
+      grad_fn: ``x: (d,) -> ∇ log density (d,)`` for the particles that need a
+        true gradient (an adjoint solver, ``cj.gradients.finite_difference``, an
+        external code); default ``jax.grad(logdensity_fn)``.
     """
     _check_ensemble_state(state, EnLMCState, "enlmc_init")
     _check_enlmc_params(step_size, eta, blowup_factor, dense_grad, method, block_size, strategy)
     x = state.position
     n, d = x.shape
     capacity = _capacity(grad_capacity, n)
-    audit_size = check_int(audit_size, "audit_size", minimum=0, maximum=n)
+    audit_size = min(check_int(audit_size, "audit_size", minimum=0), n)
+    if grad_fn is not None:
+        check_callable(grad_fn, "grad_fn", "x: (d,) -> gradient of the log density (d,)")
     h = jnp.asarray(step_size, x.dtype)
     f = -state.logdensity
     pf = ensemble_force(x, f, state.log_p, jnp.asarray(eta, x.dtype), method=method, block_size=block_size,
                         precision=precision, mesh=mesh, strategy=strategy)
     ens = pf.force_sum / jnp.asarray(n - 1, x.dtype)
     need = ~jnp.isfinite(state.log_p)  # no previous step: p_j unknown, use ∇f
-    grad, padded = _needed_grads(logdensity_fn, x, need, capacity, dense_grad)
+    grad_one = gradient_fn(logdensity_fn, grad_fn)
+    grad, padded = _needed_grads(grad_one, x, need, capacity, dense_grad)
     force = jnp.where(need[:, None], -grad, ens)
-    audit, (a_evals, a_ratio, a_error, unstable) = _audit(rng_key, logdensity_fn, x, force, ~need, audit_size,
+    audit, (a_evals, a_ratio, a_error, unstable) = _audit(rng_key, grad_one, x, force, ~need, audit_size,
                                                           state.audit)
     w_new, x_new, log_p_new = _move(rng_key, x, force, h)
     logdensity = _values(logdensity_fn, x_new)
@@ -524,6 +575,7 @@ def enlmc_step(
         grad_evals=jnp.sum(need, dtype=jnp.int32),
         grad_evals_padded=jnp.asarray(padded, jnp.int32),
         f_evals=jnp.asarray(n, jnp.int32),
+        model_solves=(n + (padded + a_evals) * grad_cost(grad_fn, d)).astype(x.dtype),
         max_force_norm=jnp.max(ens_norm),
         num_exploded=exploded,
         num_isolated=jnp.sum(~need & (pf.n_ball == 0), dtype=jnp.int32),
@@ -579,7 +631,8 @@ def cenlmc_init(
                     f"f = {f_min!r} < f_star (is logdensity_fn normalised differently?)."
                 )
         fs, estimated = jnp.asarray(f_star, x.dtype), False
-    return CEnLMCState(x, logdensity, w, log_p, fs, jnp.asarray(estimated), _fresh_audit(x.dtype))
+    return CEnLMCState(x, logdensity, w, log_p, fs, jnp.asarray(estimated), _fresh_audit(x.dtype),
+                       jnp.zeros(x.shape[:1], jnp.int32))
 
 
 def cenlmc_step(
@@ -602,6 +655,8 @@ def cenlmc_step(
     mesh: Any = None,
     strategy: str = "allgather",
     audit_size: int = 0,
+    grad_fn: Optional[Callable] = None,
+    min_ball_neighbours: Optional[int] = None,
 ) -> tuple[CEnLMCState, CEnLMCInfo]:
     """One step of CEnLMC (Algorithm 3.2, eq. 3.19-3.21) for every particle; pure and jittable.
 
@@ -636,15 +691,26 @@ def cenlmc_step(
       audit_size: the gradient audit: true gradients at this many random
         particles that used the ensemble force, compared with it (module
         docstring, "Gradient audit"); 0 (default) switches it off.
+      grad_fn: ``x: (d,) -> ∇ log density (d,)`` for the particles that need a
+        true gradient (an adjoint solver, ``cj.gradients.finite_difference``, an
+        external code); default ``jax.grad(logdensity_fn)``.
+      min_ball_neighbours: the guard (module docstring, "Departure from the
+        paper"): a particle whose η-ball held fewer than this many
+        R2-neighbours at the previous step takes its true gradient. Default 1
+        (an empty ball: a force of exactly 0); 0 restores rule (3.21) exactly.
     """
     _check_ensemble_state(state, CEnLMCState, "cenlmc_init")
     x = state.position
-    n, _ = x.shape
+    n, d = x.shape
     _check_cenlmc_params(n, step_size, eta, r1, r2, n_star, m_f)
     _check_f_star(f_star)
     _check_switches(dense_grad, method, block_size, strategy)
     capacity = _capacity(grad_capacity, n)
-    audit_size = check_int(audit_size, "audit_size", minimum=0, maximum=n)
+    audit_size = min(check_int(audit_size, "audit_size", minimum=0), n)
+    min_ball = 1 if min_ball_neighbours is None else check_int(
+        min_ball_neighbours, "min_ball_neighbours", minimum=0, maximum=n - 1)
+    if grad_fn is not None:
+        check_callable(grad_fn, "grad_fn", "x: (d,) -> gradient of the log density (d,)")
 
     dt = x.dtype
     h = jnp.asarray(step_size, dt)
@@ -656,11 +722,15 @@ def cenlmc_step(
     fail_r1 = ~(jnp.linalg.norm(x - state.w, axis=-1) <= jnp.asarray(r1, dt))
     fail_mf = ~(f <= fs + jnp.asarray(m_f, dt))
     fail_n = pf.n_r2 < jnp.maximum(jnp.asarray(n_star, jnp.int32), 1)
-    need = fail_r1 | fail_mf | fail_n
+    # the guard reads the previous step's η-ball count: a function of the past only, so
+    # selecting on it keeps the ensemble force unbiased given the past (today's count is not)
+    fail_ball = state.ball_count < min_ball
+    need = fail_r1 | fail_mf | fail_n | fail_ball
     ens = pf.force_sum / jnp.maximum(pf.n_r2, 1).astype(dt)[:, None]
-    grad, padded = _needed_grads(logdensity_fn, x, need, capacity, dense_grad)
+    grad_one = gradient_fn(logdensity_fn, grad_fn)
+    grad, padded = _needed_grads(grad_one, x, need, capacity, dense_grad)
     force = jnp.where(need[:, None], -grad, ens)
-    audit, (a_evals, a_ratio, a_error, unstable) = _audit(rng_key, logdensity_fn, x, force, ~need, audit_size,
+    audit, (a_evals, a_ratio, a_error, unstable) = _audit(rng_key, grad_one, x, force, ~need, audit_size,
                                                           state.audit)
     w_new, x_new, log_p_new = _move(rng_key, x, force, h)
     logdensity = _values(logdensity_fn, x_new)
@@ -670,12 +740,14 @@ def cenlmc_step(
         grad_evals=num_need,
         grad_evals_padded=jnp.asarray(padded, jnp.int32),
         f_evals=jnp.asarray(n, jnp.int32),
+        model_solves=(n + (padded + a_evals) * grad_cost(grad_fn, d)).astype(x.dtype),
         ensemble_fraction=(n - num_need).astype(dt) / n,
         mean_num_neighbours=jnp.mean(pf.n_r2.astype(dt)),
         mean_ball_neighbours=jnp.mean(pf.n_ball.astype(dt)),
         num_fail_r1=jnp.sum(fail_r1, dtype=jnp.int32),
         num_fail_m_f=jnp.sum(fail_mf, dtype=jnp.int32),
         num_fail_n_star=jnp.sum(fail_n, dtype=jnp.int32),
+        num_fail_ball=jnp.sum(fail_ball & ~(fail_r1 | fail_mf | fail_n), dtype=jnp.int32),
         audit_grad_evals=a_evals,
         audit_drift_ratio=a_ratio,
         audit_error=a_error,
@@ -683,7 +755,8 @@ def cenlmc_step(
         num_nonfinite=bad,
         diverged=(bad > 0) | unstable | ~_valid_params(dt, h, eta, r1, r2, m_f),
     )
-    new_state = CEnLMCState(x_new, logdensity, w_new, log_p_new, state.f_star, state.f_star_estimated, audit)
+    new_state = CEnLMCState(x_new, logdensity, w_new, log_p_new, state.f_star, state.f_star_estimated, audit,
+                            pf.n_ball)
     return new_state, info
 
 
@@ -766,6 +839,7 @@ def enlmc(
     mesh: Any = None,
     strategy: str = "allgather",
     audit_size: int = 32,
+    grad_fn: Optional[Callable] = None,
 ) -> SamplingAlgorithm:
     """EnLMC (Algorithm 3.1) as a sampler object; see :func:`enlmc_step` (provably unstable).
 
@@ -776,7 +850,8 @@ def enlmc(
     _check_enlmc_params(step_size, eta, blowup_factor, dense_grad, method, block_size, strategy)
     check_int(audit_size, "audit_size", minimum=0)
     kwargs = dict(grad_capacity=grad_capacity, blowup_factor=blowup_factor, dense_grad=dense_grad, method=method,
-                  block_size=block_size, precision=precision, mesh=mesh, strategy=strategy, audit_size=audit_size)
+                  block_size=block_size, precision=precision, mesh=mesh, strategy=strategy, audit_size=audit_size,
+                  grad_fn=grad_fn)
 
     def init(positions, rng_key=None):
         del rng_key  # deterministic start
@@ -808,6 +883,8 @@ def cenlmc(
     mesh: Any = None,
     strategy: str = "allgather",
     audit_size: int = 0,
+    grad_fn: Optional[Callable] = None,
+    min_ball_neighbours: Optional[int] = None,
 ) -> SamplingAlgorithm:
     """CEnLMC (Algorithm 3.2) as a sampler object; see :func:`cenlmc_step`.
 
@@ -822,7 +899,8 @@ def cenlmc(
     _check_switches(dense_grad, method, block_size, strategy)
     check_int(audit_size, "audit_size", minimum=0)
     kwargs = dict(grad_capacity=grad_capacity, dense_grad=dense_grad, method=method, block_size=block_size,
-                  precision=precision, mesh=mesh, strategy=strategy, audit_size=audit_size)
+                  precision=precision, mesh=mesh, strategy=strategy, audit_size=audit_size, grad_fn=grad_fn,
+                  min_ball_neighbours=min_ball_neighbours)
 
     def init(positions, rng_key=None):
         del rng_key  # deterministic start

@@ -12,7 +12,7 @@ For ``f(x) = |x|²/(2σ²)`` the chain is Gaussian with stationary variance
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +21,7 @@ from cenlmc_jax._validation import check_callable, check_logdensity, check_posit
 from cenlmc_jax.base import SamplingAlgorithm
 from cenlmc_jax.types import Array, ArrayLike, LogDensityFn, PRNGKey
 
-__all__ = ["LMCState", "LMCInfo", "lmc_init", "lmc_step", "lmc"]
+__all__ = ["LMCState", "LMCInfo", "lmc_init", "lmc_step", "lmc", "grad_cost", "gradient_fn", "value_and_grad_ensemble"]
 
 
 class LMCState(NamedTuple):
@@ -41,18 +41,43 @@ class LMCInfo(NamedTuple):
     """What one LMC step did.
 
     grad_evals: gradient evaluations done this step (= N).
+    model_solves: the step's cost in evaluations of the model: the gradients
+       at :func:`grad_cost` solves each, plus the N values when ``grad_fn`` is given
+       (with autodiff the value comes with the gradient).
     num_nonfinite: particles whose new position or log density is NaN/inf.
     diverged: ``num_nonfinite > 0``.
     """
 
     grad_evals: Array
+    model_solves: Array
     num_nonfinite: Array
     diverged: Array
 
 
-def value_and_grad_ensemble(logdensity_fn: LogDensityFn, positions: Array) -> tuple[Array, Array]:
-    """``logdensity_fn`` and its gradient at every particle: (N,), (N, d)."""
-    return jax.vmap(jax.value_and_grad(logdensity_fn))(positions)
+def grad_cost(grad_fn: Optional[Callable], d: int) -> float:
+    """Model solves one gradient costs: ``grad_fn.model_solves(d)`` when it says
+    (``cj.gradients.finite_difference``: 2d central, d forward), else 1."""
+    cost = getattr(grad_fn, "model_solves", None)
+    return 1.0 if cost is None else float(cost(d))
+
+
+def gradient_fn(logdensity_fn: LogDensityFn, grad_fn: Optional[Callable]) -> Callable:
+    """``grad_fn`` if given (``x: (d,) -> ∇ log density (d,)``), else ``jax.grad(logdensity_fn)``."""
+    return jax.grad(logdensity_fn) if grad_fn is None else grad_fn
+
+
+def value_and_grad_ensemble(logdensity_fn: LogDensityFn, positions: Array,
+                            grad_fn: Optional[Callable] = None) -> tuple[Array, Array]:
+    """``logdensity_fn`` and its gradient at every particle: (N,), (N, d).
+
+    With ``grad_fn`` the values and the gradients are separate calls (an
+    adjoint solver, finite differences or an external code); a Python float
+    from ``logdensity_fn`` becomes an array of the positions' dtype.
+    """
+    if grad_fn is None:
+        return jax.vmap(jax.value_and_grad(lambda y: jnp.asarray(logdensity_fn(y), y.dtype)))(positions)
+    values = jax.vmap(lambda y: jnp.asarray(logdensity_fn(y), y.dtype))(positions)
+    return values, jax.vmap(grad_fn)(positions).astype(positions.dtype)
 
 
 def count_nonfinite(position: Array, logdensity: Array) -> Array:
@@ -61,11 +86,13 @@ def count_nonfinite(position: Array, logdensity: Array) -> Array:
     return jnp.sum(bad, dtype=jnp.int32)
 
 
-def lmc_init(positions: ArrayLike, logdensity_fn: LogDensityFn) -> LMCState:
-    """Start LMC from ``positions: (N, d)``; evaluates the N gradients once."""
+def lmc_init(positions: ArrayLike, logdensity_fn: LogDensityFn, *, grad_fn: Optional[Callable] = None) -> LMCState:
+    """Start LMC from ``positions: (N, d)``; evaluates the N gradients once (``grad_fn`` if given)."""
     positions = check_positions(positions)
     check_logdensity(logdensity_fn, positions[0])
-    logdensity, grad = value_and_grad_ensemble(logdensity_fn, positions)
+    if grad_fn is not None:
+        check_callable(grad_fn, "grad_fn", "x: (d,) -> gradient of the log density (d,)")
+    logdensity, grad = value_and_grad_ensemble(logdensity_fn, positions, grad_fn)
     return LMCState(positions, logdensity, grad)
 
 
@@ -74,12 +101,14 @@ def lmc_step(
     state: LMCState,
     logdensity_fn: LogDensityFn,
     step_size: float,
+    *,
+    grad_fn: Optional[Callable] = None,
 ) -> tuple[LMCState, LMCInfo]:
     """One unadjusted Langevin step for every particle.
 
     ``x' = x + h ∇log p(x) + sqrt(2h) ξ`` with ``h = step_size``; pure and
-    jittable. The gradient at ``x'`` is evaluated here (N evaluations) and
-    stored in the state for the next step.
+    jittable. The gradient at ``x'`` is evaluated here (N evaluations, by
+    ``grad_fn`` when given, else autodiff) and stored in the state for the next step.
     """
     check_state(state, LMCState, "lmc_init")
     check_positive(step_size, "step_size")
@@ -87,30 +116,37 @@ def lmc_step(
     h = jnp.asarray(step_size, dtype=x.dtype)
     noise = jax.random.normal(rng_key, x.shape, dtype=x.dtype)
     new_x = x + h * state.logdensity_grad + jnp.sqrt(2.0 * h) * noise
-    logdensity, grad = value_and_grad_ensemble(logdensity_fn, new_x)
+    logdensity, grad = value_and_grad_ensemble(logdensity_fn, new_x, grad_fn)
     bad = count_nonfinite(new_x, logdensity)
+    n, d = x.shape
+    solves = n * grad_cost(grad_fn, d) + (n if grad_fn is not None else 0)
     info = LMCInfo(
-        grad_evals=jnp.asarray(x.shape[0], jnp.int32),
+        grad_evals=jnp.asarray(n, jnp.int32),
+        model_solves=jnp.asarray(solves, x.dtype),
         num_nonfinite=bad,
-        diverged=bad > 0,
+        diverged=(bad > 0) | ~(h > 0),
     )
     return LMCState(new_x, logdensity, grad), info
 
 
-def lmc(logdensity_fn: LogDensityFn, step_size: float) -> SamplingAlgorithm:
+def lmc(logdensity_fn: LogDensityFn, step_size: float, *, grad_fn: Optional[Callable] = None) -> SamplingAlgorithm:
     """LMC (ULA) on an ensemble as a sampler object.
 
     ``init(positions, rng_key=None)``: :func:`lmc_init` on ``positions: (N, d)``.
     ``step(rng_key, state)``: :func:`lmc_step` with this ``step_size``.
+    ``grad_fn``: ``x: (d,) -> ∇ log density (d,)`` (an adjoint solver, finite
+    differences, an external code); default ``jax.grad(logdensity_fn)``.
     """
     check_callable(logdensity_fn, "logdensity_fn", "x -> scalar log density")
     check_positive(step_size, "step_size")
+    if grad_fn is not None:
+        check_callable(grad_fn, "grad_fn", "x: (d,) -> gradient of the log density (d,)")
 
     def init(positions, rng_key=None):
         del rng_key  # deterministic start
-        return lmc_init(positions, logdensity_fn)
+        return lmc_init(positions, logdensity_fn, grad_fn=grad_fn)
 
     def step(rng_key, state):
-        return lmc_step(rng_key, state, logdensity_fn, step_size)
+        return lmc_step(rng_key, state, logdensity_fn, step_size, grad_fn=grad_fn)
 
     return SamplingAlgorithm(init, step)

@@ -213,6 +213,9 @@ class CEnLMCParams(NamedTuple):
     pass_r1, pass_m_f, pass_n_star: predicted pass probabilities of the tests.
     typical_num_neighbours: predicted mean ``N_i`` under the Gaussian proxy
         (None without ``num_particles``).
+    typical_ball_neighbours: predicted mean number of particles in the η-ball
+        (None without ``num_particles``); below ``ball_min`` (5) the reasoning
+        says the ensemble will not be used.
     exp_factor: ``exp(R1 (R1 + R2) / (2h))`` of Theorem 3.3.
     n_star_corollary: N* of Corollary 3.1 for accuracy ``epsilon`` (order of magnitude).
     bias_bound: ``κ η d``, the finite-difference term of Theorem 3.3.
@@ -229,6 +232,7 @@ class CEnLMCParams(NamedTuple):
     pass_m_f: float
     pass_n_star: float
     typical_num_neighbours: Optional[float]
+    typical_ball_neighbours: Optional[float]
     exp_factor: float
     n_star_corollary: float
     bias_bound: float
@@ -249,6 +253,7 @@ def suggest_cenlmc_params(
     m_f_pass: float = 0.99,
     n_star_min: int = 5,
     n_star_default: int = 20,
+    ball_min: int = 5,
 ) -> CEnLMCParams:
     """Propose ``η, R1, R2, N*, M_f`` for CEnLMC with step size ``h``.
 
@@ -282,6 +287,13 @@ def suggest_cenlmc_params(
       particles when ``N* = (N-1) V_{R2} (2π/μ)^{-d/2} exp(-χ²_d.ppf(n_star_pass)/2)``.
       Clipped to ``[n_star_min, N-1]``; without ``num_particles``,
       ``n_star_default`` (20) and the reasoning says how many particles that needs.
+    * η-ball occupancy — the force sums over x-neighbours within η: with
+      ``num_particles`` the mean count ``(N-1) V_η (4π/μ)^{-d/2}`` is
+      predicted; the predicted fraction includes the chance that the ball is
+      empty (Poisson), and below ``ball_min`` the reasoning says that the
+      ensemble will not be used (CEnLMC is then LMC: the sampler's guard sends
+      particles with an empty ball to their gradient) and how many particles
+      would fill it. The suggestion never predicts ensemble use from an empty ball.
     * ``M_f = max((N*)^ρ, χ²_d.ppf(m_f_pass)/2)`` — Corollary 3.1's
       ``(N*)^ρ`` (ρ = 1/2 as in Theorem 3.5), but never so small that typical
       particles fail: for a Gaussian ``f - f* ~ χ²_d/2`` exactly, so the test
@@ -302,6 +314,7 @@ def suggest_cenlmc_params(
         if not (0.0 < float(value) < 1.0):
             raise ValueError(f"{name} must lie in (0, 1); got {value!r}.")
     n_star_min = check_int(n_star_min, "n_star_min", minimum=1)
+    ball_min = check_int(ball_min, "ball_min", minimum=1)
     n_star_default = check_int(n_star_default, "n_star_default", minimum=1)
     known_constants = L is not None and mu is not None
     L_ = 1.0 if L is None else float(L)
@@ -359,6 +372,23 @@ def suggest_cenlmc_params(
             f"N* = {n_star} (default, num_particles not given); N_i >= N* for {n_star_pass:.0%} of particles "
             f"needs N >= {math.ceil(needed)}."
         )
+    ball_mean = None
+    pass_ball = 1.0
+    if num_particles is not None:
+        # η-ball occupancy: the force sums over x-neighbours within η (and R2 in w), so an
+        # empty ball gives a force of exactly 0. Mean count under the proxy: (N-1) V_η (4π/μ)^{-d/2}
+        # (the mean density). η stays within the bias bound; the prediction and the
+        # reasoning say when the ball is too empty for the ensemble to be used.
+        density = (4.0 * math.pi / mu_) ** (-0.5 * d)
+        ball_mean = (num_particles - 1) * ball_volume(d, eta) * density
+        pass_ball = 1.0 - math.exp(-ball_mean)  # Poisson: the ball is not empty
+        if ball_mean < ball_min:
+            notes.append(
+                f"N = {num_particles} is too small in d = {d}: the eta-ball holds {ball_mean:.2g} particles on "
+                f"average at eta = {eta:.4g}, so the ensemble is rarely used and CEnLMC is LMC here "
+                f"(the guard sends particles with an empty ball to their gradient); about "
+                f"{1 + ball_min / (ball_volume(d, eta) * density):.3g} particles would hold {ball_min}."
+            )
     m_f_chi = 0.5 * _chi2_ppf(m_f_pass, d)
     m_f = max(n_star**rho, m_f_chi)
     pass_mf = float(_chi2_cdf(2.0 * m_f, d))
@@ -376,11 +406,13 @@ def suggest_cenlmc_params(
         f"Theorem 3.3 factor exp(R1(R1+R2)/2h) = exp({expo:.3g}) = {math.exp(expo):.3g}; Corollary 3.1 would ask "
         f"N* ~ {n_cor:.3g} for eps = {epsilon} (order of magnitude only; the bound is loose)."
     )
-    frac = r1_pass * pass_mf * pass_n
-    notes.append(f"Predicted stationary ensemble fraction ~ {r1_pass:.2f} x {pass_mf:.3f} x {pass_n:.2f} = {frac:.2f}.")
+    frac = r1_pass * pass_mf * pass_n * pass_ball
+    notes.append(f"Predicted stationary ensemble fraction ~ {r1_pass:.2f} x {pass_mf:.3f} x {pass_n:.2f} "
+                 f"x {pass_ball:.2f} (ball not empty) = {frac:.2f}.")
     return CEnLMCParams(
         eta=float(eta), r1=float(r1), r2=float(r2), n_star=int(n_star), m_f=float(m_f),
         expected_ensemble_fraction=float(frac), pass_r1=float(r1_pass), pass_m_f=pass_mf, pass_n_star=float(pass_n),
-        typical_num_neighbours=None if typical is None else float(typical), exp_factor=math.exp(expo),
+        typical_num_neighbours=None if typical is None else float(typical),
+        typical_ball_neighbours=None if ball_mean is None else float(ball_mean), exp_factor=math.exp(expo),
         n_star_corollary=n_cor, bias_bound=kappa * eta * d, reasoning="\n".join(notes),
     )

@@ -128,12 +128,15 @@ def test_same_key_same_samples_and_typed_equals_legacy_key(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.filterwarnings("ignore:the sampler diverged")
 def test_sample_compiles_once_and_reuses_the_object(name):
     algo, state = start(name)
     chex.clear_trace_counter()
     counted = cj.SamplingAlgorithm(algo.init, chex.assert_max_traces(algo.step, n=1))
-    first = cj.sample(jax.random.key(1), counted, state, 4)
-    second = cj.sample(jax.random.key(2), counted, first.state, 4)  # a second run: no retrace
+    # on_divergence="warn": a stop would replay the chunk up to the diverging step (EnLMC at N = 16
+    # is flagged unstable at once), a shorter program and so one more trace, by design
+    first = cj.sample(jax.random.key(1), counted, state, 4, on_divergence="warn")
+    second = cj.sample(jax.random.key(2), counted, first.state, 4, on_divergence="warn")  # a second run: no retrace
     assert second.num_steps_done == 4
 
 
