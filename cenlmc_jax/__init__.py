@@ -15,6 +15,7 @@ baseline. The free functions ``X_init`` / ``X_step`` are the kernels underneath.
 """
 
 from cenlmc_jax import diagnostics, ensemble, gradients, irreversible, pairwise, sgmcmc, targets, tuning
+from cenlmc_jax import adaptation
 from cenlmc_jax.base import SamplingAlgorithm, StepSize
 from cenlmc_jax.ensemble import (
     CEnLMCInfo,
@@ -41,6 +42,7 @@ from cenlmc_jax.irreversible import (
     Proposal,
     RWMHInfo,
     RWMHState,
+    SDEPoint,
     coordinatewise_proposal,
     gamma_proposal,
     irreversible_mh,
@@ -60,6 +62,8 @@ from cenlmc_jax.sgmcmc.recipe import (
     recipe_init,
     recipe_step,
     sghmc,
+    sghmc_init,
+    sghmc_step,
     sgld,
     sgrld,
 )
@@ -105,4 +109,5 @@ __all__ = [
     "grad_estimator_from_grad", "grad_estimator_from_logdensity", "minibatch_grad_estimator", "noisy_grad_estimator",
     "Proposal", "IrreversibleMHState", "IrreversibleMHInfo", "irreversible_mh_init", "irreversible_mh_step",
     "coordinatewise_proposal", "gamma_proposal", "sde_proposal", "RWMHState", "RWMHInfo", "rwmh_init", "rwmh_step",
+    "adaptation", "SDEPoint", "sghmc_init", "sghmc_step",
 ]

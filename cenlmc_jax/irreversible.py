@@ -156,7 +156,9 @@ class SDEPoint(NamedTuple):
     """What :func:`sde_proposal` keeps of a point ``z`` (its ``cache``); ``None`` where not needed.
 
     drift_d: (d,) ``D(z)∇log π(z) + Γ_D(z)``.
-    drift_q: (d,) ``Q(z)∇log π(z) + Γ_Q(z)``, or None when ``Q = 0``.
+    drift_q: (d,) ``Q(z)∇log π(z) + Γ_Q(z)``, or None when ``Q`` is a known
+      zero (``None`` or a concrete 0; a traced ``Q`` is kept even if it is 0,
+      so build the proposal that continues a state with ``Q`` in the same form).
       The forward mean with direction ``s`` is ``z + ε (drift_d + s·drift_q)``.
     root: the factor ``L(z)`` of ``D(z) = L Lᵀ`` (scalar, (d,) or lower (d, d)),
       or None when ``D`` is constant (then it is held by the proposal).
@@ -484,7 +486,7 @@ _MAX_EXP_SUM = 8  # integer Gamma shapes up to this are drawn as sums of exponen
 def gamma_proposal(shape: float, scale: float) -> Proposal:
     """The irreversible Gamma proposal (spec 7): ``z*_i = z_i + s_i G_i``, ``G_i ~ Gamma(k, θ)``.
 
-    ``shape = k > 0``, ``scale = θ > 0`` (mean jump ``kθ``). Per coordinate
+    ``shape = k > 0``, ``scale = θ > 0`` (mean jump ``kθ``), a scalar. Per coordinate
     ``f_i(x'|x) = Gamma(x' - x; k, θ)`` (a forward jump) and its mirror
     ``g_i(x'|x) = Gamma(x - x'; k, θ)``; combined by
     :func:`coordinatewise_proposal`. Then ``log g̃(z|z*, s) = log f̃(z*|z, s)``
@@ -492,10 +494,19 @@ def gamma_proposal(shape: float, scale: float) -> Proposal:
     ``a = min(1, π(z*)/π(z))``. One direction per coordinate: ``direction: (d,)``.
     Integer shapes ``k <= 8`` draw ``Gamma(k, 1)`` as a sum of ``k`` exponentials
     (same law, fewer operations than ``jax.random.gamma``'s rejection sampler).
-    ``scale`` may be a tracer (built inside ``jit``, e.g. by warm-up adaptation).
+    ``scale`` may also be a ``(d,)`` vector of per-coordinate scales (a
+    diagonal preconditioner: ``θ_i ∝`` the target's sd of coordinate ``i``),
+    and a tracer (built inside ``jit``, e.g. by warm-up adaptation).
     """
     check_positive(shape, "shape")
-    check_positive(scale, "scale")
+    if np.ndim(scale) == 0:
+        check_positive(scale, "scale")
+    elif np.ndim(scale) != 1:
+        raise ValueError(f"scale must be a scalar or a (d,) vector; got shape {np.shape(scale)}.")
+    elif is_concrete(scale):
+        v = np.asarray(scale, np.float64)
+        if not np.all(np.isfinite(v) & (v > 0)):
+            raise ValueError(f"scale must be finite numbers > 0; got {v}.")
 
     def log_f(x_new, x_old):
         return _gamma_logpdf(x_new - x_old, shape, scale)
@@ -565,7 +576,7 @@ def sde_proposal(D: Any, Q: Any, logdensity_fn: LogDensityFn, step_size: Any) ->
         diagonal, a ``(d, d)`` array, or a callable of the flat ``z``
         returning one of these. Positive *definite*: the proposal needs a
         density, so a singular ``D`` (e.g. SGHMC's) is refused.
-      Q: skew-symmetric, in the same forms (0 allowed).
+      Q: skew-symmetric, in the same forms; ``0`` or ``None`` for none (MALA).
       logdensity_fn: ``z -> log π(z)`` (``z`` an array or the pytree the chain
         uses); its value and gradient come from one ``jax.value_and_grad``.
       step_size: ``ε > 0``; may be a tracer.
@@ -588,6 +599,7 @@ def sde_proposal(D: Any, Q: Any, logdensity_fn: LogDensityFn, step_size: Any) ->
     """
     check_positive(step_size, "step_size")
     check_callable(logdensity_fn, "logdensity_fn", "z -> scalar log density")
+    Q = 0.0 if Q is None else Q
     la.check_matrix_form(D, "D")
     la.check_matrix_form(Q, "Q")
     sizes = {np.shape(M)[0] for M in (D, Q) if not callable(M) and np.ndim(M) > 0}

@@ -1,0 +1,554 @@
+"""Warm-up adaptation: step sizes by dual averaging, preconditioners from windowed variances.
+
+The shape of BlackJAX's ``window_adaptation`` (Stan's warm-up), for the
+samplers of this package that have a Metropolis step:
+
+    warmup = cj.adaptation.window_adaptation("mala", logdensity_fn)
+    (state, parameters), info = warmup.run(rng_key, position, num_steps=1000)      # one chain
+    (states, parameters), info = warmup.run_chains(rng_key, positions, 1000)       # (C, d): pooled
+    sampler = warmup.sampler(parameters)        # a ready SamplingAlgorithm, e.g. cj.vmap_chains(sampler)
+
+Kinds and what is adapted (``parameters`` are the sampler's own arguments):
+
+=========  =========================================================  ==============================
+kind       sampler                                                    parameters
+=========  =========================================================  ==============================
+"rwmh"     ``rwmh(logdensity_fn, step_size, proposal_cov=Σ)``         ``step_size``, ``proposal_cov``
+"mala"     ``irreversible_mh(.., sde_proposal(D=Σ, 0, .., step_size))`` ``step_size``, ``D``, ``Q`` (= 0)
+"sde"      the same with ``Q = L Q_w Lᵀ`` (``Σ = L Lᵀ``)              ``step_size``, ``D``, ``Q``
+"gamma"    ``irreversible_mh(.., gamma_proposal(shape, scale))``      ``scale`` (``= ε·sqrt(diag Σ)``)
+=========  =========================================================  ==============================
+
+**Step size** (the scale ``ε``; for "gamma" the Gamma scale): dual averaging
+(Nesterov 2009; Hoffman & Gelman 2014, §3.2.1) drives the mean Metropolis
+acceptance probability ``α_t`` to a target ``δ``. With ``x = log ε``:
+
+    H̄_t = (1 - 1/(t + t0)) H̄_{t-1} + (δ - α_t)/(t + t0)
+    x_{t+1} = μ - (√t / γ) H̄_t,      μ = log(10 ε_0)
+    x̄_{t+1} = t^{-κ} x_{t+1} + (1 - t^{-κ}) x̄_t                        (DA)
+
+(``t0 = 10``, ``γ = 0.05``, ``κ = 0.75``); the adapted value is ``exp(x̄)``.
+Default targets: 0.234 for RW-MH (Roberts, Gelman & Gilks 1997), 0.574 for
+MALA and SDE proposals (Roberts & Rosenthal 1998), 0.5 for the Gamma proposal
+(no optimal-scaling theory; the value the tests and benchmarks use).
+
+**Preconditioner** ``Σ ≈ Cov π`` (``preconditioner="diagonal"`` or
+``"dense"``; ``None`` keeps the identity): Stan's windows. A first fast
+window adapts ``ε`` only, slow windows of doubling length (25, 50, 100, ...)
+accumulate Welford's mean and covariance of the positions; at the end of each
+the estimate becomes ``Σ = n/(n+5) S + 10⁻³·5/(n+5) I`` (Stan's shrinkage;
+``S`` the sample covariance of the ``n`` draws of the window, memoryless between
+windows), and dual averaging restarts around the current ``ε``; a final fast
+window (50 steps) tunes ``ε`` for the last ``Σ``. ``Σ`` is the proposal
+covariance of RW-MH, the ``D`` of the SDE proposal (MALA preconditioned by
+``Σ``), and the per-coordinate scale ``sqrt(Σ_ii)`` of the Gamma proposal.
+The window boundaries are known when ``num_steps`` is: each window is one
+``lax.scan``, and the window-end updates run between them (no ``lax.cond``,
+so nothing extra runs per step under ``vmap``).
+
+**Pooled chains** (:meth:`WindowAdaptation.run_chains`): ``C`` chains share
+one set of parameters; the acceptance fed to (DA) is the mean over chains,
+and Welford's estimate pools every chain's draws. This is the warm-up for
+``cj.vmap_chains`` runs (and the CLI). :meth:`WindowAdaptation.run` adapts
+one chain; ``jax.vmap`` it to adapt every chain on its own.
+
+**Unadjusted samplers** (LMC, SGLD, SGHMC) have no acceptance to aim at; their
+step size comes from the curvature met during warm-up:
+:func:`max_curvature` (power iteration on Hessian-vector products of the
+gradient at warm-up draws) and :func:`langevin_step_size` (the step whose
+discretisation inflates the variance of the stiffest Gaussian direction by a
+chosen ``bias``, exactly for ULA, by the discrete Lyapunov equation for SGHMC).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from cenlmc_jax import _linalg as la
+from cenlmc_jax._validation import check_callable, check_choice, check_int, check_positive
+from cenlmc_jax.base import SamplingAlgorithm
+from cenlmc_jax.gradients import ravel_position
+from cenlmc_jax.irreversible import gamma_proposal, irreversible_mh, rwmh, sde_proposal
+from cenlmc_jax.types import Array, GradEstimator, LogDensityFn, PRNGKey
+
+__all__ = [
+    "DualAveragingState",
+    "dual_averaging_init",
+    "dual_averaging_update",
+    "robbins_monro_update",
+    "WelfordState",
+    "welford_init",
+    "welford_update",
+    "welford_covariance",
+    "build_schedule",
+    "WindowAdaptationInfo",
+    "WindowAdaptation",
+    "window_adaptation",
+    "TARGET_ACCEPTANCE",
+    "max_curvature",
+    "langevin_step_size",
+]
+
+#: Default target acceptance rates by kind (see the module docstring).
+TARGET_ACCEPTANCE = {"rwmh": 0.234, "mala": 0.574, "sde": 0.574, "gamma": 0.5}
+KINDS = tuple(TARGET_ACCEPTANCE)
+
+
+# ------------------------------------------------------------------ dual averaging
+
+
+class DualAveragingState(NamedTuple):
+    """State of (DA): ``log_step_size`` = ``x_t``, ``log_step_size_avg`` = ``x̄_t``,
+    ``step`` = ``t`` (from 1), ``avg_error`` = ``H̄_t``, ``mu`` = ``μ``."""
+
+    log_step_size: Array
+    log_step_size_avg: Array
+    step: Array
+    avg_error: Array
+    mu: Array
+
+
+def dual_averaging_init(step_size: Any, dtype=None) -> DualAveragingState:
+    """Start (DA) at ``ε_0 = step_size``, shrinking towards ``μ = log(10 ε_0)``."""
+    x = jnp.log(jnp.asarray(step_size, dtype))
+    zero = jnp.zeros_like(x)
+    return DualAveragingState(x, x, jnp.ones((), jnp.int32), zero, jnp.log(10.0) + x)
+
+
+def dual_averaging_update(
+    state: DualAveragingState,
+    acceptance_rate: Array,
+    target: float,
+    *,
+    t0: float = 10.0,
+    gamma: float = 0.05,
+    kappa: float = 0.75,
+) -> DualAveragingState:
+    """One step of (DA) with the observed acceptance probability ``α_t`` (a NaN counts as 0)."""
+    t = state.step.astype(state.log_step_size.dtype)
+    alpha = jnp.where(jnp.isnan(acceptance_rate), 0.0, acceptance_rate).astype(t.dtype)
+    w = 1.0 / (t + t0)
+    avg_error = (1.0 - w) * state.avg_error + w * (target - alpha)
+    x = state.mu - jnp.sqrt(t) / gamma * avg_error
+    eta = t ** (-kappa)
+    x_avg = eta * x + (1.0 - eta) * state.log_step_size_avg
+    return DualAveragingState(x, x_avg, state.step + 1, avg_error, state.mu)
+
+
+def _restart(state: DualAveragingState) -> DualAveragingState:
+    """Start (RM) at the current iterate of (DA): ``x = x̄ = x_t``, ``t = 1``."""
+    x = state.log_step_size
+    return DualAveragingState(x, x, jnp.ones((), jnp.int32), state.avg_error, state.mu)
+
+
+def robbins_monro_update(
+    state: DualAveragingState, acceptance_rate: Array, target: float, *, gain: float = 2.0, power: float = 0.6,
+    t0: float = 10.0,
+) -> DualAveragingState:
+    """One step of the final window's iteration (RM), in the fields of :class:`DualAveragingState`:
+
+        x_{t+1} = x_t + gain (α_t - δ) / (t + t0)^power,     x̄_{t+1} = x̄_t + (x_{t+1} - x̄_t) / t   (RM)
+
+    (Robbins & Monro 1951 with Polyak-Ruppert averaging: ``x̄`` is the plain
+    mean of the iterates.) Its gain decreases, so the iterates settle on the
+    step whose *fixed-ε* mean acceptance is ``δ``; dual averaging's iterates
+    keep moving by ``O(1/γ)·|δ - α_t|``, and when ``α_t`` is one chain's
+    single-proposal acceptance that noise, through the curvature of
+    ``α(log ε)``, biases its average (measured on one chain: 0.15 for a target
+    of 0.234 with RW-MH). ``avg_error`` and ``mu`` are carried unchanged.
+    """
+    t = state.step.astype(state.log_step_size.dtype)
+    alpha = jnp.where(jnp.isnan(acceptance_rate), 0.0, acceptance_rate).astype(t.dtype)
+    x = state.log_step_size + gain * (alpha - target) / (t + t0) ** power
+    x_avg = state.log_step_size_avg + (x - state.log_step_size_avg) / t
+    return DualAveragingState(x, x_avg, state.step + 1, state.avg_error, state.mu)
+
+
+# ---------------------------------------------------------------------- Welford
+
+
+class WelfordState(NamedTuple):
+    """Running ``count``, ``mean: (d,)`` and ``m2``: ``(d,)`` sums of squared deviations
+    (diagonal) or ``(d, d)`` of outer products (dense)."""
+
+    count: Array
+    mean: Array
+    m2: Array
+
+
+def welford_init(d: int, dense: bool, dtype) -> WelfordState:
+    return WelfordState(jnp.zeros((), dtype), jnp.zeros((d,), dtype), jnp.zeros((d, d) if dense else (d,), dtype))
+
+
+def welford_update(state: WelfordState, x: Array) -> WelfordState:
+    """Add a batch ``x: (n, d)`` (Chan et al.'s pairwise combination; ``n = 1`` is Welford's step)."""
+    n_b = jnp.asarray(x.shape[0], state.mean.dtype)
+    mean_b = jnp.mean(x, axis=0)
+    dev = x - mean_b
+    dense = state.m2.ndim == 2
+    m2_b = dev.T @ dev if dense else jnp.sum(dev**2, axis=0)
+    n = state.count + n_b
+    delta = mean_b - state.mean
+    mean = state.mean + delta * (n_b / n)
+    cross = jnp.outer(delta, delta) if dense else delta**2
+    return WelfordState(n, mean, state.m2 + m2_b + cross * (state.count * n_b / n))
+
+
+def welford_covariance(state: WelfordState) -> Array:
+    """Stan's regularised estimate ``n/(n+5) S + 10⁻³·5/(n+5) I`` (``S`` with ddof 1): ``(d,)`` or ``(d, d)``."""
+    n = state.count
+    s = state.m2 / jnp.maximum(n - 1.0, 1.0)
+    shrink = 1e-3 * 5.0 / (n + 5.0)
+    if s.ndim == 1:
+        return n / (n + 5.0) * s + shrink
+    return n / (n + 5.0) * s + shrink * jnp.eye(s.shape[0], dtype=s.dtype)
+
+
+# --------------------------------------------------------------------- schedule
+
+
+def build_schedule(
+    num_steps: int, initial_buffer: int = 75, first_window: int = 25, final_buffer: int = 50
+) -> list[tuple[int, bool, bool]]:
+    """Stan's warm-up windows as segments ``(length, slow, ends_window)``.
+
+    A fast segment adapts the step size only; a slow one also accumulates the
+    covariance, and ``ends_window`` marks where the preconditioner is updated.
+    Fewer than 20 steps: one fast segment. When the three buffers do not fit,
+    they become 15% / 75% / 10% of ``num_steps``. Slow windows double in
+    length; the last one is stretched to the final buffer.
+    """
+    if num_steps < 20:
+        return [(num_steps, False, False)] if num_steps else []
+    if initial_buffer + first_window + final_buffer > num_steps:
+        initial_buffer = int(0.15 * num_steps)
+        final_buffer = int(0.1 * num_steps)
+        first_window = num_steps - initial_buffer - final_buffer
+    segments = [(initial_buffer, False, False)] if initial_buffer else []
+    start, size, end_slow = initial_buffer, first_window, num_steps - final_buffer
+    while start < end_slow:
+        if start + 3 * size > end_slow:  # the next window would not fit: stretch this one
+            size = end_slow - start
+        segments.append((size, True, True))
+        start += size
+        size *= 2
+    if final_buffer:
+        segments.append((final_buffer, False, False))
+    return segments
+
+
+# ------------------------------------------------------------------- the warm-up
+
+
+class WindowAdaptationInfo(NamedTuple):
+    """Per warm-up step: the ``step_size`` used and the (mean over chains) ``acceptance_rate``."""
+
+    step_size: Array
+    acceptance_rate: Array
+
+
+class WindowAdaptation(NamedTuple):
+    """What :func:`window_adaptation` returns.
+
+    run: ``(rng_key, position, num_steps) -> ((state, parameters), info)``,
+      one chain; pure (jitted, ``num_steps`` static); ``jax.vmap`` it over
+      ``(keys, positions)`` to adapt each chain on its own.
+    run_chains: ``(rng_key, positions, num_steps) -> ((states, parameters), info)``,
+      ``positions: (C, d)`` (or a pytree with a leading chain axis); one
+      parameter set for all chains (pooled acceptance and covariance).
+    sampler: ``parameters -> SamplingAlgorithm`` for one chain (buildable inside
+      ``jit``); the returned state continues it (``cj.vmap_chains`` for ``run_chains``).
+    """
+
+    run: Callable
+    run_chains: Callable
+    sampler: Callable[[dict], SamplingAlgorithm]
+
+
+def _check_skew_q(Q: Any) -> Optional[np.ndarray]:
+    if Q is None:
+        return None
+    q = np.asarray(Q, np.float64)
+    if q.ndim != 2 or q.shape[0] != q.shape[1]:
+        raise ValueError(f"Q must be a (d, d) skew-symmetric matrix; got shape {q.shape}.")
+    la.check_skew(q, "Q", "the irreversible part of the SDE proposal")
+    return q
+
+
+def window_adaptation(
+    kind: str,
+    logdensity_fn: LogDensityFn,
+    *,
+    target_acceptance_rate: Optional[float] = None,
+    initial_step_size: float = 1.0,
+    preconditioner: Optional[str] = "diagonal",
+    Q: Any = None,
+    shape: float = 2.0,
+    initial_buffer: int = 75,
+    first_window: int = 25,
+    final_buffer: int = 50,
+) -> WindowAdaptation:
+    """Warm-up for ``kind`` in ``("rwmh", "mala", "sde", "gamma")`` (module docstring).
+
+    Args:
+      kind: the sampler to adapt (table in the module docstring).
+      logdensity_fn: ``x -> log π(x)`` for one position (an array or a pytree).
+      target_acceptance_rate: ``δ`` of (DA), in (0, 1); default :data:`TARGET_ACCEPTANCE`.
+      initial_step_size: ``ε_0 > 0`` (for "gamma" the initial Gamma scale).
+      preconditioner: ``"diagonal"`` (default), ``"dense"`` (not for "gamma")
+        or ``None`` (identity; step size only).
+      Q: "sde" only: a ``(d, d)`` skew-symmetric matrix in whitened coordinates;
+        the sampler uses ``L Q Lᵀ`` with ``Σ = L Lᵀ`` (``L = sqrt(Σ)`` for a
+        diagonal ``Σ``, its Cholesky factor for a dense one): irreversibility of
+        the same strength relative to the target's scales.
+      shape: "gamma" only: the Gamma shape ``k``.
+      initial_buffer, first_window, final_buffer: the window sizes (:func:`build_schedule`).
+
+    The CLI's call (one parameter set for all chains)::
+
+        warmup = cj.adaptation.window_adaptation(kind, target.logdensity_fn)
+        (states, params), info = warmup.run_chains(key_warmup, positions, num_steps=burn_in)
+        algo = cj.vmap_chains(warmup.sampler(params))
+        result = cj.sample(key, algo, states, num_steps)
+        # report params, and info.acceptance_rate[-final_buffer:].mean()
+    """
+    check_choice(kind, "kind", KINDS)
+    check_callable(logdensity_fn, "logdensity_fn", "x -> scalar log density")
+    target = TARGET_ACCEPTANCE[kind] if target_acceptance_rate is None else target_acceptance_rate
+    check_positive(target, "target_acceptance_rate")
+    if not 0.0 < float(target) < 1.0:
+        raise ValueError(f"target_acceptance_rate must be in (0, 1); got {target}.")
+    check_positive(initial_step_size, "initial_step_size")
+    check_choice(preconditioner, "preconditioner", (None, "diagonal", "dense"))
+    if kind == "gamma" and preconditioner == "dense":
+        raise ValueError("preconditioner must be None or 'diagonal' for kind='gamma' (a coordinatewise proposal); "
+                         "got 'dense'.")
+    if Q is not None and kind != "sde":
+        raise ValueError(f"Q is for kind='sde' only; got kind={kind!r} with Q given.")
+    q_white = _check_skew_q(Q)
+    check_positive(shape, "shape")
+    for name, value in (("initial_buffer", initial_buffer), ("first_window", first_window),
+                        ("final_buffer", final_buffer)):
+        check_int(value, name, minimum=0)
+    dense = preconditioner == "dense"
+
+    def parameters(step_size: Array, cov: Optional[Array], d: int) -> dict:
+        """The sampler's arguments for step size ``ε`` and preconditioner ``Σ`` (None: identity)."""
+        if kind == "rwmh":
+            return {"step_size": step_size, "proposal_cov": cov}
+        if kind == "gamma":
+            return {"shape": shape, "scale": step_size if cov is None else step_size * jnp.sqrt(cov)}
+        D = 1.0 if cov is None else cov
+        if q_white is None:  # None, also after jit and vmap: the proposal knows Q = 0 and skips it
+            return {"step_size": step_size, "D": D, "Q": None}
+        q = jnp.asarray(q_white, step_size.dtype)
+        if q.shape[0] != d:
+            raise ValueError(f"Q must have shape ({d}, {d}) for a position of dimension {d}; got {q.shape}.")
+        if cov is None:
+            return {"step_size": step_size, "D": D, "Q": q}
+        L = jnp.linalg.cholesky(cov) if cov.ndim == 2 else jnp.sqrt(cov)
+        LQLt = L @ q @ L.T if cov.ndim == 2 else L[:, None] * q * L[None, :]
+        return {"step_size": step_size, "D": D, "Q": 0.5 * (LQLt - LQLt.T)}  # skew to the last bit
+
+    def sampler(params: dict) -> SamplingAlgorithm:
+        """The ready sampler for ``params`` (one chain)."""
+        if kind == "rwmh":
+            return rwmh(logdensity_fn, params["step_size"], proposal_cov=params["proposal_cov"])
+        if kind == "gamma":
+            return irreversible_mh(logdensity_fn, gamma_proposal(params["shape"], params["scale"]))
+        return irreversible_mh(logdensity_fn, sde_proposal(params["D"], params["Q"], logdensity_fn, params["step_size"]))
+
+    def refresh(state: Any, algo: SamplingAlgorithm) -> Any:
+        """Recompute the per-point cache of ``state`` for a sampler with new matrices (the SDE drift D∇log π)."""
+        if kind in ("mala", "sde"):
+            return algo.init(state.position)._replace(direction=state.direction)
+        return state
+
+    def adapt(rng_key, states, num_steps, pooled: bool):
+        flat = jax.vmap(lambda p: ravel_position(p, check=False)[0]) if pooled else (
+            lambda p: ravel_position(p, check=False)[0][None])
+        x0 = flat(states.position)
+        d, dtype = x0.shape[1], x0.dtype
+        da = dual_averaging_init(initial_step_size, dtype)
+        cov = None
+        if preconditioner is not None:
+            cov = jnp.eye(d, dtype=dtype) if dense else jnp.ones((d,), dtype)
+        segments = build_schedule(num_steps, initial_buffer, first_window, final_buffer)
+        if preconditioner is None:  # step size only: dual averaging, then the final window
+            last = segments[-1][0] if len(segments) > 1 else 0
+            segments = [(n, False, False) for n in (num_steps - last, last) if n]
+        # the final fast window runs (RM); with a single segment there is none: (DA) throughout
+        final = len(segments) - 1 if len(segments) > 1 and not segments[-1][1] else -1
+        infos, t0 = [], 0
+        for index, (length, slow, ends_window) in enumerate(segments):
+            if index == final:
+                da = _restart(da)
+
+            def one(carry, t, slow=slow, rm=index == final):
+                states, da, wf = carry
+                algo = sampler(parameters(jnp.exp(da.log_step_size), cov, d))
+                key = jax.random.fold_in(rng_key, t)
+                if pooled:
+                    keys = jax.random.split(key, x0.shape[0])
+                    states, info = jax.vmap(algo.step)(keys, states)
+                else:
+                    states, info = algo.step(key, states)
+                acc = jnp.mean(jnp.where(jnp.isnan(info.acceptance_rate), 0.0, info.acceptance_rate))
+                new_da = robbins_monro_update(da, acc, target) if rm else dual_averaging_update(da, acc, target)
+                if slow:
+                    wf = welford_update(wf, flat(states.position))
+                return (states, new_da, wf), WindowAdaptationInfo(jnp.exp(da.log_step_size), acc)
+
+            wf = welford_init(d, dense, dtype)
+            (states, da, wf), info = lax.scan(one, (states, da, wf), t0 + jnp.arange(length))
+            infos.append(info)
+            t0 += length
+            if ends_window:
+                cov = welford_covariance(wf)
+                da = dual_averaging_init(jnp.exp(da.log_step_size))  # restart around the current ε (Stan)
+                algo = sampler(parameters(jnp.exp(da.log_step_size), cov, d))
+                states = jax.vmap(lambda s: refresh(s, algo))(states) if pooled else refresh(states, algo)
+        # (RM)'s average, or (DA)'s when there was no final window
+        step_size = jnp.exp(da.log_step_size_avg) if num_steps else jnp.asarray(initial_step_size, dtype)
+        params = parameters(step_size, cov, d)
+        algo = sampler(params)
+        states = jax.vmap(lambda s: refresh(s, algo))(states) if pooled else refresh(states, algo)
+        info = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *infos) if infos else WindowAdaptationInfo(
+            jnp.zeros((0,), dtype), jnp.zeros((0,), dtype))
+        return (states, params), info
+
+    @functools.partial(jax.jit, static_argnames=("num_steps",))
+    def _run(rng_key, position, num_steps):
+        key_init, key_run = jax.random.split(rng_key)
+        x = ravel_position(position, check=False)[0]
+        algo = sampler(parameters(jnp.asarray(initial_step_size, x.dtype), None, x.shape[0]))
+        return adapt(key_run, algo.init(position, key_init), num_steps, pooled=False)
+
+    @functools.partial(jax.jit, static_argnames=("num_steps",))
+    def _run_chains(rng_key, positions, num_steps):
+        key_init, key_run = jax.random.split(rng_key)
+        first = jax.tree_util.tree_map(lambda a: a[0], positions)
+        x = ravel_position(first, check=False)[0]
+        algo = sampler(parameters(jnp.asarray(initial_step_size, x.dtype), None, x.shape[0]))
+        num_chains = jax.tree_util.tree_leaves(positions)[0].shape[0]
+        states = jax.vmap(algo.init)(positions, jax.random.split(key_init, num_chains))
+        return adapt(key_run, states, num_steps, pooled=True)
+
+    def run(rng_key: PRNGKey, position: Any, num_steps: int = 1000):
+        """Adapt one chain for ``num_steps`` steps: ``((state, parameters), info)``."""
+        num_steps = check_int(num_steps, "num_steps", minimum=0)
+        ravel_position(position)  # the checks, in Python (skipped for tracers, e.g. under vmap)
+        return _run(rng_key, position, num_steps)
+
+    def run_chains(rng_key: PRNGKey, positions: Any, num_steps: int = 1000):
+        """Adapt ``C`` chains together (``positions`` with a leading chain axis): ``((states, parameters), info)``."""
+        num_steps = check_int(num_steps, "num_steps", minimum=0)
+        leaves = jax.tree_util.tree_leaves(positions)
+        if not leaves or any(np.ndim(a) < 1 for a in leaves) or (isinstance(positions, (jax.Array, np.ndarray))
+                                                                  and np.ndim(positions) != 2):
+            raise ValueError("positions must have a leading chain axis: shape (C, d), or a pytree of (C, ...) "
+                             f"arrays; got {jax.tree_util.tree_map(np.shape, positions)}.")
+        ravel_position(jax.tree_util.tree_map(lambda a: a[0], positions))
+        return _run_chains(rng_key, positions, num_steps)
+
+    return WindowAdaptation(run, run_chains, sampler)
+
+
+# --------------------------------------------------------- unadjusted samplers
+
+
+def max_curvature(
+    grad_estimator: GradEstimator, positions: Array, rng_key: PRNGKey, *, num_iters: int = 30
+) -> Array:
+    """The largest ``|λ|`` of the Hessian of ``log π`` over ``positions: (C, d)``, by power iteration.
+
+    At each position ``x``, ``v ← H v / |H v|`` with ``H v`` the Hessian-vector
+    product ``jax.jvp`` of ``x -> grad_estimator(key, x)`` (one key per
+    position, fixed over the iterations: for a minibatch estimator this is the
+    Hessian of one minibatch, unbiased for the full one). Returns the maximum
+    over positions of ``|vᵀ H v|`` after ``num_iters`` iterations (a lower
+    bound of each ``|λ_max|`` that converges geometrically). For a Gaussian it
+    is ``1 / λ_min(Σ)`` at any point; pass draws from a warm-up (e.g. the
+    states of :func:`window_adaptation`'s ``"mala"`` run) so that the stiffest
+    region the sampler visits is covered.
+    """
+    check_callable(grad_estimator, "grad_estimator", "(rng_key, x) -> gradient of the log density at x")
+    num_iters = check_int(num_iters, "num_iters", minimum=1)
+    positions = jnp.asarray(positions)
+    if positions.ndim != 2:
+        raise ValueError(f"positions must have shape (C, d); got {tuple(positions.shape)}.")
+
+    def at(key, x):
+        def hvp(v):
+            return jax.jvp(lambda y: jnp.asarray(grad_estimator(key, y), x.dtype), (x,), (v,))[1]
+
+        v0 = jnp.ones_like(x) / math.sqrt(x.shape[0])
+
+        def body(_, v):
+            hv = hvp(v)
+            return hv / jnp.maximum(jnp.linalg.norm(hv), jnp.finfo(x.dtype).tiny)
+
+        v = lax.fori_loop(0, num_iters, body, v0)
+        return jnp.abs(v @ hvp(v))
+
+    keys = jax.random.split(rng_key, positions.shape[0])
+    return jnp.max(jax.jit(jax.vmap(at))(keys, positions))
+
+
+def _sghmc_variance_ratio(h: float, friction: float) -> float:
+    """Stationary ``L·Var θ`` of SGHMC's Euler recursion on ``U = L θ²/2`` (``h = ε²L``, friction scaled).
+
+    With ``ε`` and ``L``: ``θ' = θ + ε r``, ``r' = (1 - εC) r - εLθ + sqrt(2Cε) ξ``;
+    in units ``u = sqrt(L) θ`` it depends on ``a = ε sqrt(L)`` and ``c = εC``
+    only. Solved exactly: ``P = A P Aᵀ + N`` (discrete Lyapunov), ``vec P = (I - A⊗A)⁻¹ vec N``.
+    """
+    a = math.sqrt(h)
+    c = friction
+    A = np.array([[1.0, a], [-a, 1.0 - c]])
+    N = np.diag([0.0, 2.0 * c])
+    if np.max(np.abs(np.linalg.eigvals(A))) >= 1.0:
+        return math.inf
+    P = np.linalg.solve(np.eye(4) - np.kron(A, A), N.reshape(-1)).reshape(2, 2)
+    return float(P[0, 0])
+
+
+def langevin_step_size(curvature: Any, *, sampler: str = "lmc", bias: float = 0.05, friction: float = 1.0) -> float:
+    """The step size at which discretisation inflates the stationary variance of the
+    stiffest direction (a Gaussian of precision ``L = curvature``) by ``bias``.
+
+    ``sampler="lmc"`` (also SGLD: the same Euler step; SGLD's gradient noise
+    adds to this): ULA on ``N(0, 1/L)`` has stationary variance
+    ``1 / (L (1 - εL/2))`` (spec 1), so ``ε = 2 bias / ((1 + bias) L)``, below
+    ULA's stability limit ``2/L``.
+    ``sampler="sghmc"`` (``cj.sghmc`` with ``friction = C``, a scalar): the
+    variance of ``θ`` from the exact stationary covariance of the Euler
+    recursion (:func:`_sghmc_variance_ratio`), solved for ``ε`` by bisection.
+
+    Use it with :func:`max_curvature` at warm-up draws. The bias in directions
+    of smaller curvature is smaller; the step trades that bias against mixing
+    (a smaller ``bias`` means slower mixing in the flat directions).
+    """
+    check_choice(sampler, "sampler", ("lmc", "sgld", "sghmc"))
+    check_positive(curvature, "curvature")
+    check_positive(bias, "bias")
+    check_positive(friction, "friction")
+    L, b = float(curvature), float(bias)
+    if sampler in ("lmc", "sgld"):
+        return 2.0 * b / ((1.0 + b) * L)
+    lo, hi = 0.0, 2.0 / (friction + math.sqrt(L))  # hi: beyond the stability limit or a large bias
+    while _sghmc_variance_ratio(hi * hi * L, hi * friction) < 1.0 + b:
+        hi *= 2.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if _sghmc_variance_ratio(mid * mid * L, mid * friction) > 1.0 + b:
+            hi = mid
+        else:
+            lo = mid
+    return lo
