@@ -5,8 +5,8 @@ Forces ``--devices`` (default 4) CPU devices with
 script, before JAX starts) and times, for a few N (d = 10, with ``w``):
 
 * ``single``: ``pairwise.ensemble_force(method="tiled")`` on one device;
-* ``sharded_1``: ``ensemble_force_sharded`` on a 1-device mesh (the local
-  XLA tile loop of ``sharding.xla_partial``, no communication);
+* ``sharded_1``: ``ensemble_force(..., mesh=...)`` on a 1-device mesh (the
+  local XLA tiles of ``pairwise.tiled`` inside ``shard_map``, no communication);
 * ``allgather_P`` / ``ring_P``: the two strategies on P devices.
 
 On a CPU the P "devices" share the machine's cores, so this measures overhead
@@ -44,8 +44,7 @@ from _common import base_parser, time_call, write_results  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cenlmc_jax import pairwise  # noqa: E402
-from cenlmc_jax.sharding import ensemble_force_sharded, make_mesh  # noqa: E402
+from cenlmc_jax.pairwise import ensemble_force, make_mesh  # noqa: E402
 
 
 def inputs(n: int, d: int, seed: int = 0, h: float = 0.05):
@@ -78,10 +77,10 @@ def main():
     for n in sizes:
         a, kw = inputs(n, args.dim)
         variants = {
-            "single": lambda: pairwise.ensemble_force(*a, method="tiled", **kw),
-            "sharded_1": lambda: ensemble_force_sharded(*a, mesh=mesh_1, **kw),
-            f"allgather_{p}": lambda: ensemble_force_sharded(*a, mesh=mesh_p, strategy="allgather", **kw),
-            f"ring_{p}": lambda: ensemble_force_sharded(*a, mesh=mesh_p, strategy="ring", **kw),
+            "single": lambda: ensemble_force(*a, method="tiled", **kw),
+            "sharded_1": lambda: ensemble_force(*a, mesh=mesh_1, **kw),
+            f"allgather_{p}": lambda: ensemble_force(*a, mesh=mesh_p, strategy="allgather", **kw),
+            f"ring_{p}": lambda: ensemble_force(*a, mesh=mesh_p, strategy="ring", **kw),
         }
         base = None
         ref = None

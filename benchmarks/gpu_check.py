@@ -7,10 +7,16 @@ sets up the environment), or directly:
 Sections (each guarded: an exception is recorded in the JSON and the script
 goes on; once ``--budget-s`` seconds have passed the remaining ones are skipped):
 
-1. ``correctness``: ``pairwise.ensemble_force(method="tiled")``, the Pallas
-   kernel with exact differences (``direct``) and with the Gram identity
-   (``gram``: HIGHEST Gram + TF32 ``W @ X``; ``gram_x3``: 3xTF32 Gram +
-   TF32 ``W @ X``) against the float64 dense reference computed on the device,
+0. ``probe``: does the Pallas kernel build here, compiled, and match the tiled
+   XLA kernel (forces to 1e-4 of their scale, equal ball counts) on a small
+   ensemble? ``method="auto"`` never picks the kernel; this is the check to
+   pass before anyone makes it do so. Reported as its own row and as
+   ``pallas_probe`` in the JSON.
+1. ``correctness``: ``pairwise.ensemble_force(method="tiled")`` and
+   ``(method="pallas")`` (the dispatch's kernel: distances as tiled, HIGHEST
+   products), the Pallas kernel with exact differences (``direct``) and with
+   the Gram identity (``gram``: HIGHEST Gram + TF32 ``W @ X``; ``gram_x3``:
+   3xTF32 Gram + TF32 ``W @ X``) against the float64 dense reference computed on the device,
    on CEnLMC-shaped ensembles (``w`` and ``log p`` as after a step), centred
    and shifted by +100 (the implementations centre internally: a shift must
    not change the errors). Reported: max and median relative force error,
@@ -18,9 +24,9 @@ goes on; once ``--budget-s`` seconds have passed the remaining ones are skipped)
 2. ``tune``: a few (block_rows, block_cols, num_warps) for the kernel.
 3. ``throughput``: pairs/s (N² / median time) of tiled vs Pallas at
    N = 65,536, d = 100 and N = 4,096 ... 262,144, d = 10.
-4. ``cenlmc_step``: one full CEnLMC step at N ≈ 10^6, d = 10 (the method the
-   sampler dispatches to, ``method="pallas"`` when pairwise.py offers it),
-   timed after its compilation, when the measured rates say it fits the budget.
+4. ``cenlmc_step``: one full CEnLMC step at N ≈ 10^6, d = 10
+   (``method="pallas"`` when the probe passed, ``"tiled"`` otherwise), timed
+   after its compilation, when the measured rates say it fits the budget.
 
 Writes ``gpu_check.json`` and ``gpu_check.md`` into ``--out-dir``.
 """
@@ -42,7 +48,7 @@ from _common import base_parser, time_call, write_results
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, when run from anywhere
 
 from cenlmc_jax import pairwise  # noqa: E402
-from cenlmc_jax.pairwise_pallas import ensemble_force_pallas  # noqa: E402
+from cenlmc_jax.pairwise import ensemble_force_pallas  # noqa: E402
 
 T0 = time.perf_counter()
 
@@ -82,12 +88,15 @@ def ensemble(seed: int, n: int, d: int, *, neighbours: float = 40.0, h: float = 
 
 def methods(d: int):
     """name -> callable(x, f, log_p, eta, w=, r2=) for every implementation under test."""
+    tf32 = jax.lax.Precision.DEFAULT
     out = {
         "tiled": lambda *a, **k: pairwise.ensemble_force(*a, method="tiled", **k),
+        "pallas": lambda *a, **k: pairwise.ensemble_force(*a, method="pallas", **k),
         "pallas_direct": functools.partial(ensemble_force_pallas, distances="direct"),
-        "pallas_gram": functools.partial(ensemble_force_pallas, distances="gram"),
+        "pallas_gram": functools.partial(ensemble_force_pallas, distances="gram", precision=tf32),
         "pallas_gram_x3": functools.partial(
-            ensemble_force_pallas, distances="gram", gram_precision=jax.lax.DotAlgorithmPreset.TF32_TF32_F32_X3
+            ensemble_force_pallas, distances="gram", precision=tf32,
+            gram_precision=jax.lax.DotAlgorithmPreset.TF32_TF32_F32_X3,
         ),
     }
     return out
@@ -110,6 +119,30 @@ def compare(result, ref) -> dict:
         mean_n_ball=float(np.mean(nb64)),
         nonfinite_rows=int(np.sum(~np.all(np.isfinite(force), axis=1))),
     )
+
+
+def section_probe(args, rows, payload):
+    """Build the kernel (compiled on a GPU) and match it against the tiled kernel on 300 x 4 particles."""
+    k1, k2 = jax.random.split(jax.random.key(0))
+    x = jax.random.normal(k1, (300, 4))
+    f = 0.5 * jnp.sum(x * x, axis=1)
+    log_p = jax.random.normal(k2, (300,))
+    row = dict(section="probe", method="pallas", N=300, d=4)
+    probe = dict(ok=False)
+    try:
+        got = jax.block_until_ready(ensemble_force_pallas(x, f, log_p, 1.0))
+        ref = pairwise.ensemble_force(x, f, log_p, 1.0, method="tiled", block_size=64)
+        scale = float(jnp.max(jnp.abs(ref.force_sum))) + 1e-30
+        err = float(jnp.max(jnp.abs(got.force_sum - ref.force_sum))) / scale
+        same_counts = bool(jnp.all(got.n_ball == ref.n_ball))
+        probe = dict(ok=err <= 1e-4 and same_counts, max_rel_err=err, n_ball_equal=same_counts)
+        row.update(max_rel_err=err)
+    except Exception as exc:  # a toolchain that cannot build it: recorded, the check goes on
+        probe["error"] = row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+    row["probe_ok"] = probe["ok"]
+    payload["pallas_probe"] = probe
+    rows.append(row)
+    print(row, flush=True)
 
 
 def section_correctness(args, rows, payload):
@@ -174,14 +207,16 @@ def section_throughput(args, rows, payload):
     best = payload.get("best_blocks", {})
     variants = {
         "tiled": lambda *a, **k: pairwise.ensemble_force(*a, method="tiled", **k),
-        # pairwise.py's default row block targets a CPU cache (B*N*4 = 1 MiB,
+        "pallas": lambda *a, **k: pairwise.ensemble_force(*a, method="pallas", **k),
+        # the tiled kernel's default row block targets a CPU cache (B*N*4 = 1 MiB,
         # i.e. B = 16 rows at large N: many small sequential steps on a GPU);
         # this variant gives each step a ~1 GB (B, N) temporary instead.
         "tiled_bigblock": lambda *a, **k: pairwise.ensemble_force(
             *a, method="tiled", block_size=int(min(a[0].shape[0], max(16, 2**28 // a[0].shape[0]))), **k
         ),
         "pallas_direct": functools.partial(ensemble_force_pallas, distances="direct", **best.get("direct", {})),
-        "pallas_gram": functools.partial(ensemble_force_pallas, distances="gram", **best.get("gram", {})),
+        "pallas_gram": functools.partial(ensemble_force_pallas, distances="gram", precision=jax.lax.Precision.DEFAULT,
+                                         **best.get("gram", {})),
     }
     sizes = [(65536, 100)] + [(n, 10) for n in (4096, 16384, 65536, 262144)]
     if args.quick:
@@ -211,17 +246,12 @@ def section_throughput(args, rows, payload):
 
 
 def section_cenlmc(args, rows, payload):
-    from cenlmc_jax import cenlmc
+    from cenlmc_jax.ensemble import cenlmc_init, cenlmc_step
 
     n, d = (2048, 10) if args.quick else (2**20, 10)
     rates = payload.get("pairs_per_s_d10", {})
-    method = "pallas"
-    try:  # pairwise.ensemble_force may not offer the kernel yet
-        pairwise.ensemble_force(np.zeros((4, d), np.float32), np.zeros(4), np.zeros(4), 1.0, method="pallas")
-        rate = rates.get("pallas_direct")
-    except ValueError:
-        method = "tiled"
-        rate = rates.get("tiled")
+    method = "pallas" if payload.get("pallas_probe", {}).get("ok") else "tiled"
+    rate = rates.get(method)
     if rate and n * n / rate * 4 > args.budget_s - elapsed():
         n = int(2 ** math.floor(math.log2(math.sqrt(rate * max(1.0, args.budget_s - elapsed()) / 4))))
     # Radii for a step where the ensemble is really used: about 40 R2- and
@@ -237,10 +267,10 @@ def section_cenlmc(args, rows, payload):
     try:
         logdensity = lambda x: -0.5 * jnp.sum(x * x)  # noqa: E731
         x0 = jax.random.normal(jax.random.key(0), (n, d))
-        state = cenlmc.cenlmc_init(x0, logdensity, f_star=0.0)
+        state = cenlmc_init(x0, logdensity, f_star=0.0)
         step = jax.jit(
             functools.partial(
-                cenlmc.cenlmc_step, logdensity_fn=logdensity, step_size=h, eta=eta, r1=r1, r2=r2,
+                cenlmc_step, logdensity_fn=logdensity, step_size=h, eta=eta, r1=r1, r2=r2,
                 n_star=20, m_f=10.0, method=method,
             )
         )  # fmt: skip
@@ -265,13 +295,14 @@ def section_cenlmc(args, rows, payload):
 def main():
     parser = base_parser(__doc__.splitlines()[0])
     parser.add_argument("--budget-s", type=float, default=420.0, help="skip remaining sections after this many seconds")
-    parser.add_argument("--sections", default="correctness,tune,throughput,cenlmc_step")
+    parser.add_argument("--sections", default="probe,correctness,tune,throughput,cenlmc_step")
     args = parser.parse_args()
     out_dir = args.out_dir
     print("devices:", jax.devices(), "jax", jax.__version__, flush=True)
     rows: list = []
     payload: dict = {"args": {k: str(v) for k, v in vars(args).items()}, "sections": {}}
     sections = dict(
+        probe=section_probe,
         correctness=section_correctness, tune=section_tune, throughput=section_throughput, cenlmc_step=section_cenlmc
     )
     for name in args.sections.split(","):
@@ -288,7 +319,7 @@ def main():
         # write after every section: a run killed later still leaves its results
         write_results(
             "gpu_check", payload, rows, out_dir=out_dir, title="GPU check of the ensemble force",
-            columns=["section", "method", "N", "d", "w", "shift", "block_rows", "block_cols", "num_warps",
+            columns=["section", "method", "N", "d", "w", "shift", "probe_ok", "block_rows", "block_cols", "num_warps",
                      "max_rel_err", "median_row_rel_err", "n_ball_flip_frac", "n_r2_flip_frac", "median_s",
                      "pairs_per_s", "step_s", "grad_evals", "error", "skipped"],
             notes=[

@@ -1,4 +1,4 @@
-"""Tests of the pairwise ensemble force (cenlmc_jax/pairwise.py).
+"""Tests of the pairwise ensemble force: the dispatch, the dense and the tiled backends (cenlmc_jax/pairwise/).
 
 Two independent references:
 
@@ -36,8 +36,10 @@ from cenlmc_jax.pairwise import (
     default_block_size,
     ensemble_force,
     ensemble_force_reference_numpy,
+    ensemble_force_tiled,
     log_alpha_d,
 )
+from cenlmc_jax.pairwise.algebra import max_shared_spread
 
 EPS32 = float(np.finfo(np.float32).eps)
 
@@ -155,11 +157,19 @@ def assert_matches_oracle(out, x, f, log_p, eta, *, w=None, r2=None, gram, eps=E
     return ref
 
 
-METHODS = [("dense", None), ("tiled", 64), ("tiled", None)]
+# (method, rows per block); "tiled_cols" is the tiled kernel folding several
+# column tiles of 48 per row block (the blockwise combine of the algebra).
+METHODS = [("dense", None), ("tiled", 64), ("tiled", None), ("tiled_cols", 64)]
+
+
+def force(method, block, x, f, log_p, eta, **kw):
+    if method == "tiled_cols":
+        return ensemble_force_tiled(x, f, log_p, eta, block_size=block, block_cols=48, **kw)
+    return ensemble_force(x, f, log_p, eta, method=method, block_size=block, **kw)
 
 
 def uses_gram(method, d):
-    return method == "tiled" and d > DIRECT_MAX_D
+    return method in ("tiled", "tiled_cols") and d > DIRECT_MAX_D
 
 
 # --------------------------------------------------------------------------- formula
@@ -225,14 +235,14 @@ def test_matches_float64_oracle_random(method, block, n, d, with_w):
     x, f, log_p, w = lmc_like_ensemble(0, n, d)
     eta = eta_for_neighbours(x, 20)
     kw = dict(w=w, r2=eta_for_neighbours(w, 40)) if with_w else {}
-    out = ensemble_force(x, f, log_p, eta, method=method, block_size=block, **kw)
+    out = force(method, block, x, f, log_p, eta, **kw)
     ref = assert_matches_oracle(out, x, f, log_p, eta, gram=uses_gram(method, d), **kw)
     assert ref.n_ball.mean() > 5  # the balls are populated: the comparison is not of zeros
     if with_w:
         assert 0 < ref.n_r2.mean() < n - 1  # the R2 mask does something
 
 
-@pytest.mark.parametrize("method, block", [("dense", None), ("tiled", 48)])
+@pytest.mark.parametrize("method, block", [("dense", None), ("tiled", 48), ("tiled_cols", 48)])
 def test_d50_weights_beyond_float32_range(method, block):
     """d = 50 with log α_d - log p_j around 80 ± 15: exp of the weight alone
     overflows float32 (> e^88.7) for some j, while f differences ~1e-16 keep
@@ -247,7 +257,7 @@ def test_d50_weights_beyond_float32_range(method, block):
     log_p = (log_p + (lw.mean() - 80.0)).astype(np.float32)  # centre the log-weights at 80
     lw = la - log_p.astype(np.float64)
     assert lw.max() > 89  # exp(lw) is inf in float32 for some particles
-    out = ensemble_force(x, f, log_p, eta, method=method, block_size=block)
+    out = force(method, block, x, f, log_p, eta)
     ref = assert_matches_oracle(out, x, f, log_p, eta, gram=uses_gram(method, d))
     assert ref.n_ball.mean() > 5
 
@@ -260,7 +270,7 @@ def test_offset_ensemble_centring(method, block):
     n, d = 256, 6
     x, f, log_p, w = lmc_like_ensemble(2, n, d, offset=1000.0)
     eta, r2 = eta_for_neighbours(x, 20), eta_for_neighbours(w, 40)
-    out = ensemble_force(x, f, log_p, eta, w=w, r2=r2, method=method, block_size=block)
+    out = force(method, block, x, f, log_p, eta, w=w, r2=r2)
     assert_matches_oracle(out, x, f, log_p, eta, w=w, r2=r2, gram=uses_gram(method, d))
 
 
@@ -275,7 +285,7 @@ def test_two_far_clusters(method, block):
     shift[0] = 30.0
     x = x + np.where(np.arange(n)[:, None] < n // 2, shift, -shift).astype(np.float32)
     eta = eta_for_neighbours(x, 20)
-    out = ensemble_force(x, f, log_p, eta, method=method, block_size=block)
+    out = force(method, block, x, f, log_p, eta)
     ref = assert_matches_oracle(out, x, f, log_p, eta, gram=uses_gram(method, d), max_ambiguous_rows=0.2)
     assert ref.n_ball.mean() > 5
 
@@ -291,7 +301,7 @@ def test_isolated_and_all_masked_rows(method, block, d):
     eta, r2 = eta_for_neighbours(x, 15), eta_for_neighbours(w, 40)
     x[0] = 50.0  # far from everyone: no η-neighbour
     w[1] = -50.0  # far from everyone in w-space: no R2-neighbour, so all of its pairs are masked
-    out = ensemble_force(x, f, log_p, eta, w=w, r2=r2, method=method, block_size=block)
+    out = force(method, block, x, f, log_p, eta, w=w, r2=r2)
     assert int(out.n_ball[0]) == 0 and np.all(np.asarray(out.force_sum[0]) == 0)
     assert int(out.n_r2[1]) == 0 and int(out.n_ball[1]) == 0 and np.all(np.asarray(out.force_sum[1]) == 0)
     assert_matches_oracle(out, x, f, log_p, eta, w=w, r2=r2, gram=uses_gram(method, d))
@@ -312,12 +322,12 @@ def test_nonfinite_rows_are_ignored(method, block, d):
     log_p[19] = -np.inf
     bad = np.array([3, 40, 7, 11, 19])
     good = np.setdiff1d(np.arange(n), bad)
-    out = ensemble_force(x, f, log_p, eta, w=w, r2=r2, method=method, block_size=block)
+    out = force(method, block, x, f, log_p, eta, w=w, r2=r2)
     assert np.all(np.isfinite(np.asarray(out.force_sum)))
     assert np.all(np.asarray(out.force_sum[bad]) == 0) and np.all(np.asarray(out.n_ball[bad]) == 0)
     assert np.all(np.asarray(out.n_r2[np.array([3, 40])]) == 0)
     # n_r2 lives in w-space only: rows 7, 11, 19 have a finite w and keep their w-neighbours.
-    sub = ensemble_force(x[good], f[good], log_p[good], eta, w=w[good], r2=r2, method=method, block_size=block)
+    sub = force(method, block, x[good], f[good], log_p[good], eta, w=w[good], r2=r2)
     np.testing.assert_array_equal(np.asarray(out.n_ball[good]), np.asarray(sub.n_ball))
     scale = np.abs(np.asarray(sub.force_sum)).max()
     # Same centred inputs, same pairs; only the matmul blocking over N differs: float32 rounding.
@@ -330,7 +340,7 @@ def test_all_rows_nonfinite_w(method, block):
     # The CEnLMC initial state: every w = +inf. Everything is 0, nothing is NaN.
     x, f, log_p, w = lmc_like_ensemble(6, 100, 4)
     w[:] = np.inf
-    out = ensemble_force(x, f, log_p, 1.0, w=w, r2=0.5, method=method, block_size=block)
+    out = force(method, block, x, f, log_p, 1.0, w=w, r2=0.5)
     assert np.all(np.asarray(out.force_sum) == 0)
     assert np.all(np.asarray(out.n_r2) == 0) and np.all(np.asarray(out.n_ball) == 0)
 
@@ -348,7 +358,7 @@ def test_coincident_particles(method, block, d):
     x[30] = x[31] + 1e-5
     f[30] = f[31] + np.float32(1e-5)
     eta = eta_for_neighbours(x, 20)
-    out = ensemble_force(x, f, log_p, eta, method=method, block_size=block)
+    out = force(method, block, x, f, log_p, eta)
     assert np.all(np.isfinite(np.asarray(out.force_sum)))
     ref = assert_matches_oracle(out, x, f, log_p, eta, gram=uses_gram(method, d))
     assert np.all(ref.n_ball[[0] + list(range(10, 20))] >= 10)
@@ -485,8 +495,9 @@ def test_returns_pairwise_force_namedtuple():
     assert isinstance(out, PairwiseForce) and out.force_sum.dtype == jnp.float32
 
 
+@pytest.mark.parametrize("block_cols", [None, 32])
 @pytest.mark.parametrize("d", [2, 6])
-def test_tiled_huge_weight_spread_keeps_every_row(d):
+def test_tiled_huge_weight_spread_keeps_every_row(d, block_cols):
     """One particle with log p = -150 (a weight e^150 times the others, beyond
     float32's exponent range): rows that see it get inf (the true sum is not
     representable), every other row must match the float64 oracle -- a single
@@ -501,7 +512,7 @@ def test_tiled_huge_weight_spread_keeps_every_row(d):
     np.fill_diagonal(near, False)
     heavy = int(np.argmax(near.sum(axis=1)))
     log_p[heavy] = -150.0
-    res = ensemble_force(x, f, log_p, eta, method="tiled", block_size=16)
+    res = ensemble_force_tiled(x, f, log_p, eta, block_size=16, block_cols=block_cols)
     ref = ensemble_force_reference_numpy(x, f, log_p, eta)
     force = np.asarray(res.force_sum, np.float64)
     sees = near[:, heavy]
@@ -513,5 +524,42 @@ def test_tiled_huge_weight_spread_keeps_every_row(d):
     rel = np.max(np.abs(force[ok] - ref.force_sum[ok]), axis=1) / scale
     # float32 sums of <= 120 terms of one sign pattern: 1e-3 leaves room for
     # cancellation; the bug this guards against gives a relative error of 1
+    assert np.all(rel < 1e-3), rel.max()
+    assert np.count_nonzero(force[ok]) > 0.5 * ok.sum()
+
+
+@pytest.mark.parametrize("d", [2, 6])
+def test_column_tile_of_heavy_particles_leaves_other_rows(d):
+    """A column tile holding only heavy particles (log p = -150: weights e^150
+    times the others, beyond float32) has no spread, so it takes one shift for
+    the tile, ~150 nats above the other tiles'. A row that uses none of its
+    columns must not take that shift: rescaling its other tiles' sums by
+    e^-150 would underflow them to 0. Those rows must match the float64
+    oracle (as in the test above); rows that see a heavy particle are beyond
+    the float range and may be inf, never NaN."""
+    rng = np.random.default_rng(4)
+    n, tile = 160, 16
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    centre = x[0].copy()
+    x = x[np.argsort(np.sum((x - centre) ** 2, axis=1))]  # the first tile: one cluster
+    f = (0.5 * np.sum(x**2, axis=1)).astype(np.float32)
+    log_p = rng.normal(-2.0, 0.5, n).astype(np.float32)
+    log_p[:tile] = -150.0
+    eta = 0.6 if d == 2 else 1.6
+    near = np.sum((x[:, None] - x[None]) ** 2, axis=-1) <= eta * eta
+    np.fill_diagonal(near, False)
+    sees = near[:, :tile].any(axis=1)
+    assert sees.sum() >= 3 and (~sees).sum() > 60
+    spread = float(log_p[tile:].max() - log_p[tile:].min())
+    assert spread < max_shared_spread(np.float32) < 140  # the other tiles share a shift too
+    res = ensemble_force_tiled(x, f, log_p, eta, block_size=16, block_cols=tile)
+    ref = ensemble_force_reference_numpy(x, f, log_p, eta)
+    force = np.asarray(res.force_sum, np.float64)
+    assert not np.any(np.isnan(force))
+    ok = ~sees
+    scale = np.max(np.abs(ref.force_sum[ok]), axis=1) + 1e-30
+    rel = np.max(np.abs(force[ok] - ref.force_sum[ok]), axis=1) / scale
+    # float32 sums of <= 160 terms: 1e-3 leaves room for cancellation; the
+    # bug this guards against gives a relative error of 1
     assert np.all(rel < 1e-3), rel.max()
     assert np.count_nonzero(force[ok]) > 0.5 * ok.sum()

@@ -1,4 +1,6 @@
-"""The fused Pallas force kernel against a float64 oracle (Pallas interpret mode on CPU).
+"""The fused Pallas force kernel (cenlmc_jax/pairwise/pallas.py) against a float64 oracle.
+
+The kernel runs in Pallas' interpret mode on CPU.
 
 The oracle (``oracle_with_bound``) sums the spec's formula (section 4, eqs.
 3.19-3.21) pair by pair in float64 with direct differences ``x_j - x_i``, on
@@ -32,8 +34,7 @@ import numpy as np
 import pytest
 from scipy.special import gammaln
 
-from cenlmc_jax.pairwise import ensemble_force_reference_numpy
-from cenlmc_jax.pairwise_pallas import coincident_rtol, ensemble_force_pallas
+from cenlmc_jax.pairwise import coincident_rtol, ensemble_force, ensemble_force_pallas, ensemble_force_reference_numpy
 
 EPS32 = 2.0**-24  # unit roundoff of float32
 EPS64 = 2.0**-53
@@ -168,7 +169,7 @@ def test_direct_matches_float64_oracle(n, d, with_w):
     ref = oracle_with_bound(x, f, log_p, eta, **kw)
     assert ref["n_ball"].mean() > 2  # the masks select something: the test is not vacuous
     assert_matches(result, ref, label=f"direct n={n} d={d}")
-    # this oracle and pairwise.py's agree: two float64 sums of the same terms
+    # this oracle and dense.py's agree: two float64 sums of the same terms
     # in a different order, equal to ~1e-13 of the sum of |terms|
     other = ensemble_force_reference_numpy(x, f, log_p, eta, **kw)
     np.testing.assert_allclose(other.force_sum, ref["force"], rtol=0, atol=1e-10 * np.max(np.abs(ref["force"])))
@@ -278,7 +279,7 @@ def test_jit_and_traced_radii():
         (dict(f=np.zeros((5,))), "f must have shape"),
         (dict(eta=0.0), "eta must be"),
         (dict(w=np.zeros((4, 2))), "w and r2 go together"),
-        (dict(w=np.zeros((3, 2)), r2=1.0), "w must have shape"),
+        (dict(w=np.zeros((3, 2)), r2=1.0), "w must have the shape of x"),
         (dict(r2=-1.0, w=np.zeros((4, 2))), "r2 must be"),
         (dict(r2=1.0), "w and r2 go together"),
         (dict(block_rows=48), "power of two"),
@@ -306,39 +307,32 @@ def test_kernel_lowers_to_triton_for_cuda(distances, monkeypatch):
     else:
         h200 = gpu_info.get_gpu_info_from_version(gpu_info.GpuVersion.H200)
         monkeypatch.setattr(gpu_info, "get_gpu_info", lambda: h200)
-    from cenlmc_jax import pairwise_pallas as pp
 
     n, d = 1000, 10
     s = jax.ShapeDtypeStruct
     vec, mat, scalar = s((n,), jnp.float32), s((n, d), jnp.float32), s((), jnp.float32)
-    opts = pp.kernel_options(d, distances=distances, interpret=False)
-    fn = jax.jit(lambda x, f, lp, eta, w, r2: pp._ensemble_force_pallas(x, f, lp, eta, w, r2, opts=opts))
-    text = fn.trace(mat, vec, vec, scalar, mat, scalar).lower(lowering_platforms=("cuda",)).as_text()
+
+    def force(x, f, lp, eta, w, r2):
+        return ensemble_force_pallas(x, f, lp, eta, w=w, r2=r2, distances=distances, interpret=False)
+
+    text = jax.jit(force).trace(mat, vec, vec, scalar, mat, scalar).lower(lowering_platforms=("cuda",)).as_text()
     assert "__gpu$xla.gpu.triton" in text
 
 
-def test_auto_selection_probe_accepts_a_working_kernel_and_honours_opt_out(monkeypatch):
-    """The once-per-process probe behind method="auto" on GPUs: here (interpret
-    mode) the kernel builds and matches the tiled one, so it is usable, and
-    CENLMC_JAX_PALLAS=0 turns it off."""
-    from cenlmc_jax import pairwise
-
-    pairwise._pallas_usable.cache_clear()
-    assert pairwise._pallas_usable()
-    pairwise._pallas_usable.cache_clear()
-    monkeypatch.setenv("CENLMC_JAX_PALLAS", "0")
-    assert not pairwise._pallas_usable()
-    pairwise._pallas_usable.cache_clear()
-
-
-def test_auto_selection_probe_falls_back_with_a_warning_when_the_kernel_fails(monkeypatch):
-    from cenlmc_jax import pairwise, pairwise_pallas
-
-    def broken(*args, **kwargs):
-        raise RuntimeError("no Triton for this GPU")
-
-    monkeypatch.setattr(pairwise_pallas, "ensemble_force_pallas", broken)
-    pairwise._pallas_usable.cache_clear()
-    with pytest.warns(RuntimeWarning, match="no Triton for this GPU"):
-        assert not pairwise._pallas_usable()
-    pairwise._pallas_usable.cache_clear()
+def test_build_and_match_probe_passes_in_interpret_mode():
+    """The check benchmarks/gpu_check.py runs before it uses the kernel on a GPU:
+    the kernel builds and matches the tiled XLA kernel on a small ensemble --
+    forces to 1e-4 of their scale (float32 sums of a few hundred terms in
+    another order; a wrong mask or weight moves a row by a whole pair term:
+    2e-2 of the scale at the median, 3e-4 at the 1% quantile here) and
+    identical ball counts."""
+    k1, k2 = jax.random.split(jax.random.key(0))
+    x = jax.random.normal(k1, (300, 4))
+    f = 0.5 * jnp.sum(x * x, axis=1)
+    log_p = jax.random.normal(k2, (300,))
+    got = ensemble_force_pallas(x, f, log_p, 1.0, interpret=True)
+    ref = ensemble_force(x, f, log_p, 1.0, method="tiled", block_size=64)
+    scale = float(jnp.max(jnp.abs(ref.force_sum)))
+    assert scale > 0 and float(jnp.mean(ref.n_ball)) > 5  # not a comparison of zeros
+    assert float(jnp.max(jnp.abs(got.force_sum - ref.force_sum))) <= 1e-4 * scale
+    np.testing.assert_array_equal(np.asarray(got.n_ball), np.asarray(ref.n_ball))

@@ -6,8 +6,9 @@ CEnLMC, deterministic parts ``w_j``, the ensemble gradient estimate needs
 
     force_sum_i = Σ_{j≠i} W_ij (x_j - x_i),                       (3.19, 3.21)
 
-    W_ij = exp(log α_d - log p_j) · (f_j - f_i) / |x_j - x_i|²
-           · 1[|x_j - x_i| ≤ η] · 1[|w_j - w_i| ≤ R2]   (last factor only with w)
+    W_ij = exp(log s_j) · g_ij · 1[|x_j - x_i| ≤ η] · 1[|w_j - w_i| ≤ R2]   (last factor only with w)
+
+    log s_j = log α_d - log p_j,   g_ij = (f_j - f_i) / |x_j - x_i|²
 
     α_d = d / V_η,   V_η = π^{d/2} η^d / Γ(d/2 + 1)               (section 2)
 
@@ -25,8 +26,8 @@ reduction defined here, the flash-attention pattern (KeOps'
 
 * :func:`prepare` turns the inputs into per-particle operands
   (:class:`Prepared`, O(N d)): centred positions ``x̃ = x - centre`` and their
-  lift ``[x̃, 1]``, squared norms, ``f``, the log weights
-  ``log s_j = log α_d - log p_j`` and the radii.
+  lift ``[x̃, 1]``, squared norms, ``f``, the log weights ``log s_j`` and
+  the squared radii.
 * A column set's contribution to a row set is a :class:`Partial`:
   ``sums_i = exp(-m_i) Σ_j W_ij [x̃_j, 1]`` (``Σ_j W_ij x̃_j`` and ``Σ_j W_ij``
   in one product), the shift ``m_i`` and the two counts. :func:`empty_partial`
@@ -34,6 +35,10 @@ reduction defined here, the flash-attention pattern (KeOps'
   disjoint column sets (rescale both to the larger shift, add),
   :func:`tile_partial` one tile of rows against one tile of columns and
   :func:`tile_update` ``= combine(acc, tile_partial(...))`` the fold step.
+  (:func:`column_weights` is the tile's column-only part and
+  :func:`tile_partial_with` the tile with the overflow rule's decision made,
+  for a caller that folds many row tiles against one column set and hoists
+  both out of its loop.)
 * :func:`finish` turns a partial over all columns into :class:`PairwiseForce`:
   ``force_sum_i = exp(m_i) (Σ_j W_ij x̃_j - (Σ_j W_ij) x̃_i)``.
 
@@ -95,12 +100,14 @@ Numerical conventions (every backend):
   ``n_r2`` lives in w-space only: it counts the neighbours of every particle
   with a finite ``w`` and is 0 for a particle whose ``w`` is not finite
   (``w = +inf`` is the CEnLMC initialisation). Inside the tiles an invalid
-  particle is marked by a NaN squared norm, so every comparison with it is
-  False and no NaN reaches the other rows.
+  particle has NaN coordinates, so every distance to it is NaN and every
+  comparison False; its lift ``[x̃, 1]`` and weight are 0, so no NaN reaches
+  the other rows.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, NamedTuple
 
@@ -119,6 +126,7 @@ __all__ = [
     "Prepared",
     "Partial",
     "TileSpec",
+    "ColumnWeights",
     "log_alpha_d",
     "check_pair_inputs",
     "canonical_precision",
@@ -127,12 +135,14 @@ __all__ = [
     "max_shared_spread",
     "tile_spec",
     "validity",
-    "masked_sum",
+    "centre_terms",
     "prepare",
     "pad_particles",
     "empty_partial",
     "combine",
+    "column_weights",
     "tile_partial",
+    "tile_partial_with",
     "tile_update",
     "finish",
 ]
@@ -194,9 +204,8 @@ def check_pair_inputs(x, f, log_p, eta, w=None, r2=None) -> tuple[Array, Array, 
     log_p = log_p if isinstance(log_p, jax.Array) else jnp.asarray(log_p)
     for name, v in (("f", f), ("log_p", log_p)):
         if v.shape != (n,):
-            raise ValueError(
-                f"{name} must have shape (N,) = ({n},) to match x of shape {tuple(x.shape)}; got shape {tuple(v.shape)}."
-            )
+            raise ValueError(f"{name} must have shape (N,) = ({n},) to match x of shape {tuple(x.shape)}; "
+                             f"got shape {tuple(v.shape)}.")
     check_positive(eta, "eta")
     if (w is None) != (r2 is None):
         raise ValueError(
@@ -301,16 +310,16 @@ def tile_spec(d: int, dtype: Any, *, distances: str | None = None, precision: An
 class Prepared(NamedTuple):
     """Per-particle operands of the pair sums (O(N d)); a tile is a Prepared of some particles.
 
-    x: (n, d) centred positions ``x̃ = x - centre``, 0 on invalid rows. A tile
-        may hold them as d coordinate vectors ``(n,)`` instead (direct
-        distances read one coordinate at a time; a kernel cannot slice a
-        register tile).
-    sq_x: (n,) ``|x̃|²``; NaN marks an invalid particle.
+    x: (n, d) centred positions ``x̃ = x - centre``, NaN on invalid rows
+        (the sentinel: every distance to them is NaN). A tile may hold them
+        as d coordinate vectors ``(n,)`` instead (direct distances read one
+        coordinate at a time; a kernel cannot slice a register tile).
+    sq_x: (n,) ``|x̃|²``, NaN on invalid rows.
     f: (n,) potential values, 0 on invalid rows.
     x1: (n, d+1) the lift ``[x̃, 1]``, 0 on invalid rows: the force operand.
     log_s: (n,) ``log α_d - log p``; ``NEG`` on invalid rows.
     thr_x: (n,) ``η²`` per row (no scalar enters a kernel).
-    w, sq_w, thr_w: the same for ``w`` (``(n, d)``, NaN-marked ``|w̃|²``,
+    w, sq_w, thr_w: the same for ``w`` (``(n, d)`` NaN-marked, ``|w̃|²``,
         ``R2²``); None without w.
     valid, valid_w: (n,) bool, all inputs finite / ``w`` finite.
 
@@ -333,8 +342,8 @@ class Prepared(NamedTuple):
 
 
 # Values of an invalid (padding) particle, per Prepared field.
-_INVALID = dict(x=0, sq_x=jnp.nan, f=0, x1=0, log_s=NEG, thr_x=0, w=0, sq_w=jnp.nan, thr_w=0, valid=False,
-                valid_w=False)
+_INVALID = dict(x=jnp.nan, sq_x=jnp.nan, f=0, x1=0, log_s=NEG, thr_x=0, w=jnp.nan, sq_w=jnp.nan, thr_w=0,
+                valid=False, valid_w=False)
 
 
 def validity(x: Array, f: Array, log_p: Array, w: Array | None) -> tuple[Array, Array]:
@@ -344,9 +353,18 @@ def validity(x: Array, f: Array, log_p: Array, w: Array | None) -> tuple[Array, 
     return valid, valid_w
 
 
-def masked_sum(v: Array, ok: Array) -> tuple[Array, Array]:
-    """(Σ over ok rows of ``v: (n, d)``, number of ok rows): the pieces of a (global) mean."""
-    return jnp.sum(jnp.where(ok[:, None], v, 0), axis=0), jnp.sum(ok, dtype=v.dtype)
+def centre_terms(v: Array, ok: Array, count: Array) -> Array:
+    """``Σ_{ok rows} v / count`` for ``v: (n, d)``: the mean of the ok rows when ``count`` is their number.
+
+    The division sits inside the reduction on purpose: the centre must reach
+    every consumer as one stored value. A centre computed as ``total /
+    count`` is recomputed by XLA inside each fused consumer as ``x - total *
+    (1/count)``, which LLVM contracts into an FMA in some code paths and not
+    in others; the particle's coordinates then differ by an ulp between the
+    rows and the columns of a tile, an error of ``ulp / |x_j - x_i|`` in
+    every close pair (7e-6 relative at d = 3 for an ensemble at +100).
+    """
+    return jnp.sum(jnp.where(ok[:, None], v / count, 0), axis=0)
 
 
 def prepare(x: Array, f: Array, log_p: Array, eta: ArrayLike, w: Array | None = None, r2: ArrayLike | None = None,
@@ -363,27 +381,26 @@ def prepare(x: Array, f: Array, log_p: Array, eta: ArrayLike, w: Array | None = 
 
     def centred(v, ok, centre):
         if centre is None:
-            total, count = masked_sum(v, ok)
-            centre = total / jnp.maximum(count, 1)
-        vc = jnp.where(ok[:, None], v - centre, 0)
-        return vc, jnp.where(ok, jnp.sum(vc * vc, axis=1), jnp.nan)
+            centre = centre_terms(v, ok, jnp.maximum(jnp.sum(ok, dtype=dtype), 1))
+        vc = jnp.where(ok[:, None], v - centre, jnp.nan)
+        return vc, jnp.sum(vc * vc, axis=1)
 
     xc, sq_x = centred(x, valid, centre_x)
-    out = Prepared(
+    prepared = Prepared(
         x=xc,
         sq_x=sq_x,
         f=jnp.where(valid, f, 0),
-        x1=jnp.concatenate([xc, valid[:, None].astype(dtype)], axis=1),
+        x1=jnp.where(valid[:, None], jnp.concatenate([xc, jnp.ones((n, 1), dtype)], axis=1), 0),
         log_s=jnp.where(valid, log_alpha_d(d, eta, dtype) - log_p, NEG),
         thr_x=jnp.full((n,), eta * eta),
         valid=valid,
         valid_w=valid_w,
     )
-    if w is None:
-        return out
-    wc, sq_w = centred(w, valid_w, centre_w)
-    r2 = jnp.asarray(r2, dtype)
-    return out._replace(w=wc, sq_w=sq_w, thr_w=jnp.full((n,), r2 * r2))
+    if w is not None:
+        wc, sq_w = centred(w, valid_w, centre_w)
+        r2 = jnp.asarray(r2, dtype)
+        prepared = prepared._replace(w=wc, sq_w=sq_w, thr_w=jnp.full((n,), r2 * r2))
+    return prepared
 
 
 def pad_particles(p: Prepared, n_pad: int) -> Prepared:
@@ -430,18 +447,16 @@ def combine(a: Partial, b: Partial) -> Partial:
     return Partial(sums, m, a.n_r2 + b.n_r2, a.n_ball + b.n_ball)
 
 
-def _coordinates(a: Any, sq: Array) -> list:
-    """Coordinate vectors of a tile, NaN on invalid particles (through the first one)."""
-    coords = list(a) if isinstance(a, (tuple, list)) else [a[:, k] for k in range(a.shape[1])]
-    coords[0] = jnp.where(jnp.isnan(sq), jnp.nan, coords[0])
-    return coords
+def _coordinates(a: Any) -> list:
+    """The coordinate vectors of a tile's positions."""
+    return list(a) if isinstance(a, (tuple, list)) else [a[:, k] for k in range(a.shape[1])]
 
 
 def squared_distances(a_rows: Any, sq_rows: Array, a_cols: Any, sq_cols: Array, spec: TileSpec) -> tuple[Array, Array]:
     """(rows, cols) squared distances and the coincidence mask (module docstring); NaN for invalid particles."""
     if spec.direct:
         d2 = None
-        for r, c in zip(_coordinates(a_rows, sq_rows), _coordinates(a_cols, sq_cols)):
+        for r, c in zip(_coordinates(a_rows), _coordinates(a_cols)):
             diff = c[None, :] - r[:, None]
             d2 = diff * diff if d2 is None else d2 + diff * diff
         return d2, d2 <= 0
@@ -457,30 +472,33 @@ def _count(mask: Array, dtype: Any) -> Array:
     return jnp.sum(mask.astype(dtype), axis=1).astype(jnp.int32)
 
 
-def _weighted_sums(g: Array, cols: Prepared, spec: TileSpec) -> tuple[Array, Array]:
-    """``Σ_j g_ij exp(log s_j - m_i) [x̃_j, 1]`` and the shifts ``m``: the overflow rule (module docstring)."""
+class ColumnWeights(NamedTuple):
+    """What the overflow rule needs of a column tile (module docstring).
+
+    shared: () bool, the tile's log weights spread by at most ``max_spread``.
+    top: () the largest log weight ``max_j log s_j``.
+    lift: (C, d+1) ``exp(log s_j - top) [x̃_j, 1]``: the columns' force
+        operand under the shared shift (an exp per column).
+    """
+
+    shared: Array
+    top: Array
+    lift: Array
+
+
+def column_weights(cols: Prepared, spec: TileSpec) -> ColumnWeights:
+    """The :class:`ColumnWeights` of a column tile (O(C d); computed once when the columns are fixed)."""
     top = jnp.max(cols.log_s)
     low = jnp.min(jnp.where(cols.log_s > NEG, cols.log_s, top))
-
-    def one_shift(g):  # an exp per column
-        scale = jnp.exp(cols.log_s - top)
-        sums = jnp.dot(g, scale[:, None] * cols.x1, precision=spec.precision)
-        return sums, jnp.full(g.shape[:1], top)
-
-    def row_shifts(g):  # an exp per pair
-        log_s = jnp.where(g != 0, cols.log_s[None, :], NEG)
-        m = jnp.max(log_s, axis=1)
-        return jnp.dot(g * jnp.exp(log_s - m[:, None]), cols.x1, precision=spec.precision), m
-
-    sums, m = lax.cond(top - low <= spec.max_spread, one_shift, row_shifts, g)
-    return sums, jnp.where(jnp.max(jnp.abs(sums), axis=1) == 0, NEG, m)
+    return ColumnWeights(top - low <= spec.max_spread, top, jnp.exp(cols.log_s - top)[:, None] * cols.x1)
 
 
-def tile_partial(rows: Prepared, cols: Prepared, spec: TileSpec) -> Partial:
-    """The partial of one tile: ``rows`` (B particles) against ``cols`` (C particles).
+def tile_partial_with(rows: Prepared, cols: Prepared, weights: ColumnWeights, spec: TileSpec,
+                      one_shift: bool) -> Partial:
+    """:func:`tile_partial` with the rule's decision made: the tile's shared shift, or a shift per row.
 
-    Pure ``jnp``/``lax`` on arrays: the XLA backend maps and scans it, the
-    Pallas kernel calls it on the tiles it loaded. Temporaries are ``(B, C)``.
+    For a caller that folds many row tiles against one column set and
+    decides once (``weights.shared``) outside its loop.
     """
     dtype = rows.f.dtype
     d2, coincident = squared_distances(rows.x, rows.sq_x, cols.x, cols.sq_x, spec)
@@ -495,8 +513,30 @@ def tile_partial(rows: Prepared, cols: Prepared, spec: TileSpec) -> Partial:
         near, use = near & in_r2, use & in_r2
         n_r2 = _count(in_r2, dtype)
     g = jnp.where(use, (cols.f[None, :] - rows.f[:, None]) / d2, 0)
-    sums, m = _weighted_sums(g, cols, spec)
+    if one_shift:  # an exp per column (in the weights)
+        sums = jnp.dot(g, weights.lift, precision=spec.precision)
+        m = jnp.full(g.shape[:1], weights.top)
+    else:  # an exp per pair
+        log_s = jnp.where(g != 0, cols.log_s[None, :], NEG)
+        m = jnp.max(log_s, axis=1)
+        sums = jnp.dot(g * jnp.exp(log_s - m[:, None]), cols.x1, precision=spec.precision)
+    m = jnp.where(jnp.max(jnp.abs(sums), axis=1) == 0, NEG, m)  # took nothing: no shift
     return Partial(sums, m, n_r2, _count(near, dtype))
+
+
+def tile_partial(rows: Prepared, cols: Prepared, spec: TileSpec, weights: ColumnWeights | None = None) -> Partial:
+    """The partial of one tile: ``rows`` (B particles) against ``cols`` (C particles).
+
+    Pure ``jnp``/``lax`` on arrays: the XLA backend maps and scans it, the
+    Pallas kernel calls it on the tiles it loaded. Temporaries are ``(B, C)``.
+    ``weights``: :func:`column_weights` of ``cols`` if already computed. The
+    overflow rule picks one of two versions of the whole tile, so that each
+    fuses into one pass over the pairs.
+    """
+    weights = column_weights(cols, spec) if weights is None else weights
+    one_shift = functools.partial(tile_partial_with, spec=spec, one_shift=True)
+    row_shifts = functools.partial(tile_partial_with, spec=spec, one_shift=False)
+    return lax.cond(weights.shared, one_shift, row_shifts, rows, cols, weights)
 
 
 def tile_update(acc: Partial, rows: Prepared, cols: Prepared, spec: TileSpec) -> Partial:
@@ -512,7 +552,7 @@ def finish(p: Partial, rows: Prepared, n_total: int) -> PairwiseForce:
     diagonal, counted as coincident, is subtracted from the counts.
     """
     d = rows.x.shape[1]
-    total = p.sums[:, :d] - p.sums[:, d : d + 1] * rows.x
+    total = p.sums[:, :d] - p.sums[:, d : d + 1] * rows.x  # NaN on invalid rows, dropped below
     half = jnp.exp(0.5 * p.m)[:, None]
     force = jnp.where((total == 0) | ~rows.valid[:, None], 0, total * half * half)
     n_ball = jnp.where(rows.valid, p.n_ball - 1, 0)

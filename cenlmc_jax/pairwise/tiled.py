@@ -10,7 +10,9 @@ Gram matrix product (or, for ``d ≤ DIRECT_MAX_D``, exact differences), one
 fused elementwise pass over the ``(B, N)`` pairs, the force as one matrix
 product ``g · (c ⊙ [x̃, 1])`` with ``c_j = exp(log s_j - m)`` (so the ``exp``
 is taken per column, not per pair, unless the weights spread beyond
-``max_shared_spread``) and row sums for the counts.
+``max_shared_spread``) and row sums for the counts. With one column tile, the
+column work (the weights and the overflow rule's decision) is done once,
+outside the loop over row blocks.
 
 The default ``B`` (:func:`default_block_size`) keeps one ``(B, N)`` temporary
 near 4 MiB: measured on a 2-core Zen 4 (1 MiB L2 per core, 32 MiB L3), d = 10,
@@ -35,11 +37,12 @@ from cenlmc_jax.pairwise.algebra import (
     Prepared,
     canonical_precision,
     check_pair_inputs,
+    column_weights,
     empty_partial,
     finish,
     pad_particles,
     prepare,
-    tile_partial,
+    tile_partial_with,
     tile_spec,
     tile_update,
 )
@@ -86,9 +89,10 @@ def tiled_partial(rows: Prepared, cols: Prepared, *, block_rows: int | None = No
                   precision: Any = None, distances: str | None = None) -> Partial:
     """Partial of ``rows`` over ``cols`` (both from :func:`~.algebra.prepare` with one centre), tile by tile.
 
-    ``block_rows``: rows per block (default :func:`default_block_size` of the
-    column count); ``block_cols``: columns per tile (default: all columns in
-    one tile). ``precision`` of both matrix products (None: HIGHEST);
+    ``block_rows``: rows per block, at least 2 (default
+    :func:`default_block_size` of the column count, at most the row count
+    rounded up to 8); ``block_cols``: columns per tile (default: all columns
+    in one tile); ``precision`` of both matrix products (None: HIGHEST);
     ``distances``: ``"direct"``, ``"gram"`` or None (by ``DIRECT_MAX_D``).
     Traceable; the settings are static.
     """
@@ -96,20 +100,35 @@ def tiled_partial(rows: Prepared, cols: Prepared, *, block_rows: int | None = No
     n_cols = cols.x.shape[0]
     dtype = rows.x.dtype
     spec = tile_spec(d, dtype, distances=distances, precision=precision)
-    br = block_rows or default_block_size(n_cols, itemsize=jnp.dtype(dtype).itemsize, with_w=rows.w is not None)
+    # Sized by the column count, but no more rows than there are (sharded: n_rows = N/P).
+    br = block_rows or min(default_block_size(n_cols, itemsize=jnp.dtype(dtype).itemsize, with_w=rows.w is not None),
+                           -(-n_rows // 8) * 8)
+    # A one-row block would make the Gram product a matrix-vector product, which
+    # XLA rounds differently: a pair at the threshold could then be decided
+    # differently than with any other block size.
+    br = max(br, 2)
     bc = n_cols if block_cols is None else min(block_cols, n_cols)
+    row_blocks = _blocks(rows, br)
     if bc == n_cols:
-        if spec.direct:  # coordinate vectors once, not a strided slice per row block
+        # One column tile for every row block: its work once, outside the loop
+        # (the weights, the overflow rule's decision, and for direct distances
+        # the coordinate vectors rather than a strided slice per block).
+        weights = column_weights(cols, spec)
+        if spec.direct:
             cols = cols._replace(x=tuple(cols.x.T), w=None if cols.w is None else tuple(cols.w.T))
-        row_block = functools.partial(tile_partial, cols=cols, spec=spec)
+
+        def rows_against_cols(one_shift):
+            return lax.map(lambda r: tile_partial_with(r, cols, weights, spec, one_shift), row_blocks)
+
+        out = lax.cond(weights.shared, lambda: rows_against_cols(True), lambda: rows_against_cols(False))
     else:
         col_blocks = _blocks(cols, bc)
         empty = empty_partial(br, d + 1, dtype)
 
-        def row_block(r):
+        def fold_columns(r):
             return lax.scan(lambda acc, c: (tile_update(acc, r, c, spec), None), empty, col_blocks)[0]
 
-    out = lax.map(row_block, _blocks(rows, br))
+        out = lax.map(fold_columns, row_blocks)
     return jax.tree.map(lambda v: v.reshape((-1,) + v.shape[2:])[:n_rows], out)
 
 
@@ -140,8 +159,10 @@ def ensemble_force_tiled(
         density of the proposal each particle was drawn from.
       eta: ball radius ``η > 0``. w, r2: (N, d) deterministic parts and the
         R2 radius ``>= 0`` (both or neither).
-      block_size: rows per block (default :func:`default_block_size`); N
-        need not be a multiple (padded, masked).
+      block_size: rows per block (default :func:`default_block_size`; 1 is
+        taken as 2, see :func:`tiled_partial`); N need not be a multiple
+        (padded, masked). The result does not depend on it beyond the
+        rounding of the sums.
       block_cols: columns per tile (default all: one tile per row block).
       precision: of the matrix products (None: HIGHEST).
       distances: ``"direct"``, ``"gram"`` or None (direct for ``d <= DIRECT_MAX_D``).

@@ -1,4 +1,4 @@
-"""The sharded ensemble force on 4 forced CPU devices, against a float64 oracle.
+"""The sharded ensemble force (cenlmc_jax/pairwise/sharded.py) on 4 forced CPU devices, against a float64 oracle.
 
 ``--xla_force_host_platform_device_count`` only acts before JAX creates its
 CPU backend, and by the time this file runs other tests have created it with
@@ -10,13 +10,19 @@ first-order rounding-error bound, explained in that file's docstring).
 
 Sharded and single-device results are both within that bound of the exact
 sums, so they must agree within twice the bound: the strategies only change
-the order of the float32 summation (and the psum'ed centre), never which
+the order of the float32 summation (and, for the ring, the psum'ed centre), never which
 pairs are summed, except pairs that sit within rounding error of a mask edge,
 which the bound includes.
+
+The local partial is the XLA tile fold (``tiled_partial``, injected with
+row and column blocks that split the columns into several tiles) or, through
+``ensemble_force(..., mesh=...)``, whatever ``method`` and ``precision`` ask for.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import os
 import subprocess
 import sys
@@ -26,10 +32,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test_pairwise_pallas import cenlmc_like_inputs, oracle_with_bound
+from test_pairwise_pallas import EPS32, cenlmc_like_inputs, oracle_with_bound
 
-from cenlmc_jax.pairwise import DIRECT_MAX_D
-from cenlmc_jax.pairwise_pallas import coincident_rtol
+from cenlmc_jax.pairwise import (
+    DIRECT_MAX_D,
+    coincident_rtol,
+    ensemble_force,
+    ensemble_force_sharded,
+    make_mesh,
+    shard_ensemble,
+)
+from cenlmc_jax.pairwise.tiled import tiled_partial
 
 ROOT = Path(__file__).resolve().parents[1]
 NUM_DEVICES = 4
@@ -44,16 +57,26 @@ CASES = {
     "ring_pallas_d3_w": (0, 333, 3, True, "ring", "pallas"),
     "even_allgather_d3_w": (3, 332, 3, True, "allgather", "xla"),
 }
+# ensemble_force(..., mesh=mesh, **how) on the "honour_d5_w" ensemble (seed 4,
+# n = 333, d = 5: Gram distances, whose coincidence bound the precision sets).
+HONOUR_CASE = (4, 333, 5)
+HONOUR = {
+    "pallas_default": dict(method="pallas", precision="default", strategy="ring"),
+    "tiled_default": dict(method="tiled", precision="default"),
+    "auto_highest": dict(method="auto"),
+}
 
 SCRIPT = textwrap.dedent(
     """
+    import functools
     import sys
     import numpy as np
     import jax
-    from cenlmc_jax.pairwise import ensemble_force
-    from cenlmc_jax.sharding import ensemble_force_sharded, make_mesh, shard_ensemble
+    from cenlmc_jax.pairwise import ensemble_force, ensemble_force_sharded, make_mesh, shard_ensemble
+    from cenlmc_jax.pairwise.tiled import tiled_partial
 
     data = dict(np.load(sys.argv[1], allow_pickle=True))
+    HONOUR = data["honour"].item()
     out = {"num_devices": np.array(len(jax.devices()))}
     mesh = make_mesh(4)
     for name, spec in data["cases"].item().items():
@@ -61,8 +84,11 @@ SCRIPT = textwrap.dedent(
         x, f, log_p = data[name + "/x"], data[name + "/f"], data[name + "/log_p"]
         eta = float(data[name + "/eta"])
         kw = dict(w=data[name + "/w"], r2=float(data[name + "/r2"])) if with_w else {}
-        blocks = dict(block_size=32, block_cols=48) if local == "xla" else {}
-        res = ensemble_force_sharded(x, f, log_p, eta, mesh=mesh, strategy=strategy, local=local, **blocks, **kw)
+        if local == "xla":  # the XLA tile fold, several column tiles per device
+            local_fn = functools.partial(tiled_partial, block_rows=32, block_cols=48)
+            res = ensemble_force_sharded(x, f, log_p, eta, partial_fn=local_fn, mesh=mesh, strategy=strategy, **kw)
+        else:
+            res = ensemble_force(x, f, log_p, eta, mesh=mesh, strategy=strategy, method=local, **kw)
         tiled = ensemble_force(x, f, log_p, eta, method="tiled", **kw)
         for tag, r in (("sharded", res), ("tiled", tiled)):
             for field in r._fields:
@@ -74,10 +100,20 @@ SCRIPT = textwrap.dedent(
     x = shard_ensemble(data[name + "/x"], mesh)
     f = shard_ensemble(data[name + "/f"], mesh)
     log_p = shard_ensemble(data[name + "/log_p"], mesh)
-    jitted = jax.jit(lambda x, f, lp: ensemble_force_sharded(x, f, lp, float(data[name + "/eta"]), mesh=mesh))
+    jitted = jax.jit(lambda x, f, lp: ensemble_force(x, f, lp, float(data[name + "/eta"]), mesh=mesh))
     r = jitted(x, f, log_p)
     out["jit/force_sum"] = np.asarray(r.force_sum)
     out["jit/spec"] = np.array(str(r.force_sum.sharding.spec))
+    # method and precision reach the local partials of ensemble_force(..., mesh=...)
+    name = "honour_d5_w"
+    x, f, log_p, eta = data[name + "/x"], data[name + "/f"], data[name + "/log_p"], float(data[name + "/eta"])
+    kw = dict(w=data[name + "/w"], r2=float(data[name + "/r2"]))
+    for tag, how in HONOUR.items():
+        call = functools.partial(ensemble_force, eta=eta, mesh=mesh, **how, **kw)
+        r = call(x, f, log_p)
+        for field in r._fields:
+            out[f"{name}/{tag}/{field}"] = np.asarray(getattr(r, field))
+        out[f"{name}/{tag}/pallas_call"] = np.array("pallas_call" in str(jax.make_jaxpr(call)(x, f, log_p)))
     np.savez(sys.argv[2], **out)
     """
 )
@@ -86,8 +122,10 @@ SCRIPT = textwrap.dedent(
 @pytest.fixture(scope="module")
 def sharded_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sharding")
-    inputs = {"cases": np.array(CASES, dtype=object)}
-    for name, (seed, n, d, with_w, _, _) in CASES.items():
+    inputs = {"cases": np.array(CASES, dtype=object), "honour": np.array(HONOUR, dtype=object)}
+    ensembles = {name: (seed, n, d, with_w) for name, (seed, n, d, with_w, _, _) in CASES.items()}
+    ensembles["honour_d5_w"] = HONOUR_CASE + (True,)
+    for name, (seed, n, d, with_w) in ensembles.items():
         x, f, log_p, eta, w, r2 = cenlmc_like_inputs(seed, n, d)
         inputs.update({f"{name}/x": x, f"{name}/f": f, f"{name}/log_p": log_p, f"{name}/eta": eta})
         if with_w:
@@ -111,9 +149,9 @@ def _reference(inputs, name, gram=None):
     kw = dict(w=inputs[name + "/w"], r2=float(inputs[name + "/r2"])) if with_w else {}
     args = (inputs[name + "/x"], inputs[name + "/f"], inputs[name + "/log_p"], float(inputs[name + "/eta"]))
     if gram is None:
-        # the XLA tiles use the Gram identity for d > 2 (as pairwise.py does),
-        # the Pallas kernel exact differences: each is held to its own bound
-        gram = local == "xla" and d > DIRECT_MAX_D
+        # both local computations use the Gram identity for d > DIRECT_MAX_D
+        # and exact differences below: each case is held to its own bound
+        gram = d > DIRECT_MAX_D
     return oracle_with_bound(*args, gram=gram, coincident_rtol=coincident_rtol(d, np.float32), **kw)
 
 
@@ -140,13 +178,13 @@ def test_sharded_matches_float64_oracle(sharded_run, name):
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_sharded_equals_single_device(sharded_run, name):
-    # The single-device force is pairwise.ensemble_force(method="tiled"). Same
+    # The single-device force is ensemble_force(method="tiled"). Same
     # pairs, other summation order: each result is within its own bound of
     # the exact sums, so they differ by at most the sum of the two bounds.
     out, inputs = sharded_run
     ref = _reference(inputs, name)
     d = CASES[name][2]
-    bound_tiled = _reference(inputs, name, gram=d > DIRECT_MAX_D)["bound"]  # pairwise.py's method="tiled"
+    bound_tiled = _reference(inputs, name, gram=d > DIRECT_MAX_D)["bound"]  # method="tiled"
     a = out[f"{name}/sharded/force_sum"].astype(np.float64)
     b = out[f"{name}/tiled/force_sum"].astype(np.float64)
     assert np.all(np.max(np.abs(a - b), axis=1) <= ref["bound"] + bound_tiled)
@@ -170,17 +208,76 @@ def test_jitted_call_on_sharded_inputs(sharded_run):
     assert np.all(err <= ref["bound"])
 
 
-def test_bad_arguments_raise():
-    from cenlmc_jax.sharding import ensemble_force_sharded, make_mesh, shard_ensemble
+def _floor_band_terms(x, f, log_p, eta, w, r2, kappa, eps=EPS32):
+    """Per row, Σ |W_ij| |x_j - x_i| over the pairs (in both masks) whose Gram d² lies
+    within the identity's rounding error, 2 (2d + 4) ε t_ij, of the coincidence
+    floor κ t_ij: float32 code may put them on either side (float64, centred as
+    the kernels centre)."""
+    x, f, log_p, w = (np.asarray(a, np.float64) for a in (x, f, log_p, w))
+    n, d = x.shape
+    xc, wc = x - x.mean(axis=0), w - w.mean(axis=0)
+    sq = np.sum(xc * xc, axis=1)
+    t = sq[:, None] + sq[None, :]
+    d2 = np.sum((xc[None] - xc[:, None]) ** 2, axis=-1)
+    dw2 = np.sum((wc[None] - wc[:, None]) ** 2, axis=-1)
+    pair = (d2 <= eta * eta) & (dw2 <= r2 * r2) & ~np.eye(n, dtype=bool)
+    band = pair & (np.abs(d2 - kappa * t) <= 2 * (2 * d + 4) * eps * t)
+    log_alpha = math.log(d) - (0.5 * d * math.log(math.pi) + d * math.log(eta) - math.lgamma(0.5 * d + 1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        term = np.exp(log_alpha - log_p)[None, :] * np.abs(f[None, :] - f[:, None]) / np.sqrt(d2)
+    return np.where(band, term, 0.0).sum(axis=1)
 
+
+def test_mesh_honours_method_and_precision(sharded_run):
+    """ensemble_force(..., mesh=mesh) runs the local partial of ``method`` with
+    ``precision``: method="pallas" puts a pallas_call into the program and the
+    others do not; precision="default" widens the Gram coincidence bound
+    (κ = (2d+4)·2^-7 instead of (2d+4)·2^-24), which drops many close pairs
+    from the force. So with precision="default" the sharded results (Pallas on
+    a ring, XLA tiles all-gathered) must equal the single-device tiled result
+    at "default" -- within two rounding bounds plus the pairs at the wider
+    floor -- while that result is far from the one at HIGHEST."""
+    out, inputs = sharded_run
+    name = "honour_d5_w"
+    seed, n, d = HONOUR_CASE
+    x, f, log_p = inputs[name + "/x"], inputs[name + "/f"], inputs[name + "/log_p"]
+    eta, w, r2 = float(inputs[name + "/eta"]), inputs[name + "/w"], float(inputs[name + "/r2"])
+    assert [bool(out[f"{name}/{tag}/pallas_call"]) for tag in HONOUR] == [True, False, False]
+
+    highest = ensemble_force(x, f, log_p, eta, w=w, r2=r2, method="tiled")
+    default = ensemble_force(x, f, log_p, eta, w=w, r2=r2, method="tiled", precision="default")
+    ref = oracle_with_bound(x, f, log_p, eta, w=w, r2=r2, gram=True, coincident_rtol=coincident_rtol(d, np.float32))
+    band = _floor_band_terms(x, f, log_p, eta, w, r2, coincident_rtol(d, np.float32, "default"))
+    allowed = 2 * ref["bound"] + band
+    single = np.asarray(default.force_sum, np.float64)
+    for tag in ("pallas_default", "tiled_default"):
+        got = out[f"{name}/{tag}/force_sum"].astype(np.float64)
+        assert np.all(np.max(np.abs(got - single), axis=1) <= allowed), tag
+        for field in ("n_r2", "n_ball"):
+            diff = np.abs(out[f"{name}/{tag}/{field}"] - np.asarray(getattr(default, field)))
+            assert np.all(diff <= ref["ambiguous"]), (tag, field)
+    # Non-vacuous: at "default" most rows lose pairs, far beyond what the comparison allows.
+    moved = np.max(np.abs(single - np.asarray(highest.force_sum, np.float64)), axis=1) > allowed
+    has = ref["n_ball"] > 0
+    assert moved[has].mean() > 0.5, moved[has].mean()
+    # And "auto" with a mesh is the XLA path at HIGHEST: within the bound of the oracle.
+    got = out[f"{name}/auto_highest/force_sum"].astype(np.float64)
+    assert np.all(np.max(np.abs(got - ref["force"]), axis=1) <= ref["bound"])
+
+
+def test_bad_arguments_raise():
     x = np.zeros((8, 2), np.float32)
     z = np.zeros(8, np.float32)
     with pytest.raises(ValueError, match="strategy must be one of"):
-        ensemble_force_sharded(x, z, z, 1.0, strategy="tree")
-    with pytest.raises(ValueError, match="local must be"):
-        ensemble_force_sharded(x, z, z, 1.0, local="cuda")
+        ensemble_force(x, z, z, 1.0, mesh=make_mesh(1), strategy="tree")
+    with pytest.raises(ValueError, match="method must be one of"):
+        ensemble_force(x, z, z, 1.0, mesh=make_mesh(1), method="cuda")
+    with pytest.raises(ValueError, match="method must be 'auto', 'tiled' or 'pallas' with a mesh"):
+        ensemble_force(x, z, z, 1.0, mesh=make_mesh(1), method="dense")
+    with pytest.raises(ValueError, match="partial_fn must be a callable"):
+        ensemble_force_sharded(x, z, z, 1.0, partial_fn=None, mesh=make_mesh(1))
     with pytest.raises(ValueError, match="axis_name 'rows' is not an axis"):
-        ensemble_force_sharded(x, z, z, 1.0, mesh=make_mesh(1), axis_name="rows")
+        ensemble_force_sharded(x, z, z, 1.0, partial_fn=tiled_partial, mesh=make_mesh(1), axis_name="rows")
     with pytest.raises(ValueError, match="num_devices must be an integer"):
         make_mesh(10**6)
     with pytest.raises(ValueError, match="leading particle axis"):
@@ -193,8 +290,6 @@ def test_one_device_xla_tiles_nonfinite_rows_and_huge_weight(d):
     # with NaN/inf inputs contribute nothing, and one particle with a weight
     # beyond the float32 range (log p = -150) leaves the rows that do not see
     # it untouched (the per-row rescale), while its neighbours come out inf.
-    from cenlmc_jax.sharding import ensemble_force_sharded, make_mesh
-
     x, f, log_p, eta, w, r2 = cenlmc_like_inputs(6, 150, d)
     x[3] = np.nan
     f[5] = np.inf
@@ -203,9 +298,8 @@ def test_one_device_xla_tiles_nonfinite_rows_and_huge_weight(d):
     np.fill_diagonal(near, False)
     heavy = int(np.argmax(np.where(np.isfinite(near.sum(1)), near.sum(1), -1)))
     log_p[heavy] = -150.0
-    res = ensemble_force_sharded(
-        x, f, log_p, eta, w=w, r2=r2, mesh=make_mesh(1), local="xla", block_size=32, block_cols=48
-    )  # fmt: skip
+    local = functools.partial(tiled_partial, block_rows=32, block_cols=48)
+    res = ensemble_force_sharded(x, f, log_p, eta, partial_fn=local, w=w, r2=r2, mesh=make_mesh(1))
     ref = oracle_with_bound(
         x, f, log_p, eta, w=w, r2=r2, gram=d > DIRECT_MAX_D, coincident_rtol=coincident_rtol(d, np.float32)
     )  # fmt: skip
@@ -226,7 +320,7 @@ CENLMC_SCRIPT = textwrap.dedent(
     import numpy as np
     import jax
     import cenlmc_jax as cj
-    from cenlmc_jax.sharding import make_mesh
+    from cenlmc_jax.pairwise import make_mesh
 
     tgt = cj.targets.standard_gaussian(2)
     x0 = jax.random.normal(jax.random.key(0), (400, 2))
@@ -255,9 +349,10 @@ def test_same_cenlmc_step_call_runs_sharded_with_the_same_samples(tmp_path):
     out = np.load(path)
     assert int(out["num_devices"]) == NUM_DEVICES
     assert np.mean(out["single/fraction"][10:]) > 0.2  # the ensemble force is really in use
-    # Float32 summation order differs between the two force paths (~1e-6
-    # relative per step; 7e-6 seen after 30 steps); a particle whose constraint
-    # test sits within that of its threshold could take the other branch, so
-    # allow 1% of particles to differ and require the rest to agree to 1e-4.
+    # The all-gather prepares and sums each row as one device does (measured
+    # identical here); should XLA ever order a sum differently (~1e-6 relative
+    # per step), a particle whose constraint test sits within that of its
+    # threshold could take the other branch, so allow 1% of particles to
+    # differ and require the rest to agree to 1e-4.
     diff = np.max(np.abs(out["single/position"] - out["sharded/position"]), axis=1)
     assert np.mean(diff < 1e-4) >= 0.99, np.sort(diff)[-10:]

@@ -1,0 +1,167 @@
+"""The masked ensemble force of EnLMC and CEnLMC (spec sections 2-4): one entry point.
+
+For particles ``x: (N, d)`` with potential values ``f`` (``-logdensity_fn``),
+proposal log densities ``log p`` and, for CEnLMC, deterministic parts ``w``:
+
+    force_sum_i = Σ_{j≠i} W_ij (x_j - x_i),
+    W_ij = exp(log α_d - log p_j) (f_j - f_i) / |x_j - x_i|² · 1[|x_j - x_i| ≤ η] · 1[|w_j - w_i| ≤ R2],
+    n_r2_i = #{j ≠ i : |w_j - w_i| ≤ R2} (3.20),   n_ball_i = #{j ≠ i : both masks},
+
+``α_d = d / V_η`` (section 2). EnLMC divides ``force_sum`` by ``N - 1``,
+CEnLMC by ``n_r2`` (eq. 3.19); this package only sums.
+
+Layers (each imports only those below it):
+
+    algebra   the formulas once: PairwiseForce, log α_d, input checks,
+              precision, prepare, and the blockwise sum as a monoid
+              (empty_partial, combine, tile_partial / tile_update, finish)
+    dense     the N x N reference and the float64 NumPy oracle
+    tiled     XLA row tiles folding the algebra's tile update (CPU path)
+    pallas    a fused Pallas/Triton kernel folding the same tile update
+    sharded   shard_map over a device mesh, folding combines (all-gather,
+              ring) of a local partial it is given
+    __init__  :func:`ensemble_force`: picks the backend
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax.numpy as jnp
+
+from cenlmc_jax._validation import check_choice, check_int
+from cenlmc_jax.pairwise.algebra import (
+    DIRECT_MAX_D,
+    PairwiseForce,
+    canonical_precision,
+    check_pair_inputs,
+    coincident_rtol,
+    log_alpha_d,
+)
+from cenlmc_jax.pairwise.dense import ensemble_force_dense, ensemble_force_reference_numpy
+from cenlmc_jax.pairwise.pallas import ensemble_force_pallas, kernel_options, pallas_partial
+from cenlmc_jax.pairwise.sharded import STRATEGIES, ensemble_force_sharded, make_mesh, shard_ensemble
+from cenlmc_jax.pairwise.tiled import default_block_size, ensemble_force_tiled, tiled_partial
+from cenlmc_jax.types import ArrayLike
+
+__all__ = [
+    "PairwiseForce",
+    "ensemble_force",
+    "ensemble_force_dense",
+    "ensemble_force_tiled",
+    "ensemble_force_pallas",
+    "ensemble_force_sharded",
+    "ensemble_force_reference_numpy",
+    "log_alpha_d",
+    "coincident_rtol",
+    "default_block_size",
+    "make_mesh",
+    "shard_ensemble",
+    "tiled_partial",
+    "pallas_partial",
+    "kernel_options",
+    "METHODS",
+    "STRATEGIES",
+    "AUTO_DENSE_MAX_N",
+    "AUTO_DENSE_MAX_BYTES",
+    "DIRECT_MAX_D",
+]
+
+METHODS = ("auto", "dense", "tiled", "pallas")
+#: ``method="auto"`` uses the dense reference up to this many particles ...
+AUTO_DENSE_MAX_N = 64
+#: ... provided its (N, N, d) difference array is at most this many bytes
+#: (there it costs about the same as tiled on CPU and is the more accurate;
+#: already at N = 128 tiled was 2-4x faster).
+AUTO_DENSE_MAX_BYTES = 16 * 2**20
+
+
+@functools.lru_cache(maxsize=None)
+def _local_partial(method: str, d: int, block_size: int | None, precision: Any):
+    """The rows-against-columns partial of a backend, one object per setting (a jit static argument)."""
+    if method == "pallas":
+        distances = "direct" if d <= DIRECT_MAX_D else "gram"
+        opts = kernel_options(d, distances=distances, precision=precision, gram_precision=precision)
+        return functools.partial(pallas_partial, opts=opts)
+    return functools.partial(tiled_partial, block_rows=block_size, precision=precision)
+
+
+def ensemble_force(
+    x: ArrayLike,
+    f: ArrayLike,
+    log_p: ArrayLike,
+    eta: ArrayLike,
+    *,
+    w: ArrayLike | None = None,
+    r2: ArrayLike | None = None,
+    method: str = "auto",
+    block_size: int | None = None,
+    precision: Any = None,
+    mesh: Any = None,
+    strategy: str = "allgather",
+) -> PairwiseForce:
+    """Pairwise sums of the EnLMC / CEnLMC ensemble force (spec sections 2-4).
+
+    Args:
+      x: (N, d) particle positions ``x_i^m``.
+      f: (N,) potential ``f(x_i) = -logdensity_fn(x_i)`` (any additive constant).
+      log_p: (N,) log density of the proposal each particle was drawn from,
+        ``log p_j^m = -(d/2) log(4πh) - |x_j - w_j|²/(4h)`` (spec section 3).
+      eta: ball radius ``η > 0``.
+      w: optional (N, d) deterministic parts ``w_j^m`` (CEnLMC); rows may be
+        ``+inf`` (the initialisation) or otherwise non-finite.
+      r2: ``R2 >= 0``, the w-space radius; required with ``w``, forbidden without.
+      method: ``"dense"`` (N x N reference), ``"tiled"`` (XLA row tiles,
+        ``O(N d + B N)`` memory), ``"pallas"`` (the fused kernel; interpret
+        mode off GPU, not yet timed on a GPU) or ``"auto"`` (dense for
+        ``N <= 64`` when its ``(N, N, d)`` temporary is at most 16 MiB,
+        tiled otherwise; never pallas).
+      block_size: rows per block of ``tiled`` (default
+        :func:`default_block_size`); N need not be a multiple. The dense and
+        Pallas backends choose their own tiles.
+      precision: matrix-product precision of every backend (default
+        ``jax.lax.Precision.HIGHEST`` so distance masks are float32-accurate
+        on GPU/TPU as well); it also sets the Gram coincidence bound.
+      mesh: a 1-D ``jax.sharding.Mesh``: shard the particles over its devices
+        (:mod:`.sharded`, ``strategy="allgather"`` or ``"ring"``); the local
+        partials are those of ``method`` (``"tiled"``/``"auto"``: XLA tiles,
+        ``"pallas"``: the kernel; ``"dense"`` has no sharded form and raises)
+        with ``block_size`` and ``precision``. Same result as without a mesh
+        up to float rounding.
+
+    ``tiled`` and ``pallas`` (and the sharded forms) use the same distances
+    (exact differences for ``d <= DIRECT_MAX_D``, the Gram identity above) and
+    the same overflow rule: they differ only in the order of summation.
+
+    Returns:
+      :class:`PairwiseForce` ``(force_sum (N, d), n_r2 (N,), n_ball (N,))`` in
+      the promoted floating dtype of the inputs (float64 in, float64 out).
+
+    Jittable; ``eta`` and ``r2`` may be traced. Raises ``ValueError`` for
+    mismatched shapes, ``eta <= 0``, ``r2 < 0``, an unknown ``method`` or
+    ``strategy``, ``block_size < 1`` or an unknown ``precision``.
+    """
+    check_choice(method, "method", METHODS)
+    check_choice(strategy, "strategy", STRATEGIES)
+    x, f, log_p, w = check_pair_inputs(x, f, log_p, eta, w, r2)
+    if block_size is not None:
+        block_size = check_int(block_size, "block_size", minimum=1)
+    precision = canonical_precision(precision)
+    n, d = x.shape
+    if mesh is not None:
+        if method == "dense":
+            raise ValueError("method must be 'auto', 'tiled' or 'pallas' with a mesh (the dense reference "
+                             "has no sharded form); got 'dense'.")
+        local = _local_partial("pallas" if method == "pallas" else "tiled", d, block_size, precision)
+        return ensemble_force_sharded(x, f, log_p, eta, partial_fn=local, w=w, r2=r2, mesh=mesh, strategy=strategy)
+    if method == "auto":
+        dense_bytes = n * n * d * jnp.dtype(x.dtype).itemsize * (1 if w is None else 2)
+        method = "dense" if n <= AUTO_DENSE_MAX_N and dense_bytes <= AUTO_DENSE_MAX_BYTES else "tiled"
+    if method == "dense":
+        return ensemble_force_dense(x, f, log_p, eta, w=w, r2=r2, precision=precision)
+    if method == "pallas":
+        distances = "direct" if d <= DIRECT_MAX_D else "gram"
+        return ensemble_force_pallas(x, f, log_p, eta, w=w, r2=r2, distances=distances, precision=precision,
+                                     gram_precision=precision)
+    return ensemble_force_tiled(x, f, log_p, eta, w=w, r2=r2, block_size=block_size, precision=precision)
