@@ -15,6 +15,7 @@ baseline. The free functions ``X_init`` / ``X_step`` are the kernels underneath.
 """
 
 from cenlmc_jax import diagnostics, ensemble, gradients, irreversible, pairwise, sgmcmc, targets, tuning
+from cenlmc_jax import problems
 from cenlmc_jax import adaptation
 from cenlmc_jax.base import SamplingAlgorithm, StepSize
 from cenlmc_jax.ensemble import (
