@@ -643,6 +643,9 @@ def test_independent_chains_in_the_right_layout_do_not_warn():
     x = ar1(0.5, 200, 300, 3, seed=2)
     _, warned = layout_warnings(D.effective_sample_size, x)
     assert not warned
+    # mildly antithetic chains (phi = -0.05: ESS = 1.1 MN) are not mistaken for a swapped layout
+    ess, warned = layout_warnings(D.effective_sample_size, ar1(-0.05, 4, 4000, 2, seed=3))
+    assert np.all(np.asarray(ess) > 16000) and not warned
 
 
 def test_a_streaming_result_is_refused_with_a_message():

@@ -5,7 +5,6 @@ import math
 
 import arviz as az
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
