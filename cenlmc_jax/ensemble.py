@@ -231,7 +231,8 @@ class CEnLMCState(NamedTuple):
        :func:`cenlmc_jax.tuning.find_f_star` in :func:`cenlmc_init`.
     audit: :class:`Audit` (see :func:`cenlmc_step`).
     ball_count: (N,) int32, each particle's η-ball R2-neighbour count at the
-       previous step (read by the guard; 0 at initialisation).
+       previous step (read by the guard); the int32 maximum ("unknown, do not
+       guard") until a particle has a previous step.
     """
 
     position: Array
@@ -632,7 +633,7 @@ def cenlmc_init(
                 )
         fs, estimated = jnp.asarray(f_star, x.dtype), False
     return CEnLMCState(x, logdensity, w, log_p, fs, jnp.asarray(estimated), _fresh_audit(x.dtype),
-                       jnp.zeros(x.shape[:1], jnp.int32))
+                       jnp.full(x.shape[:1], jnp.iinfo(jnp.int32).max, jnp.int32))
 
 
 def cenlmc_step(
@@ -755,8 +756,11 @@ def cenlmc_step(
         num_nonfinite=bad,
         diverged=(bad > 0) | unstable | ~_valid_params(dt, h, eta, r1, r2, m_f),
     )
+    # rows without a previous step (w = +inf) have no meaningful count yet: "unknown" does not guard
+    known = jnp.all(jnp.isfinite(state.w), axis=-1)
+    ball_count = jnp.where(known, pf.n_ball, jnp.iinfo(jnp.int32).max)
     new_state = CEnLMCState(x_new, logdensity, w_new, log_p_new, state.f_star, state.f_star_estimated, audit,
-                            pf.n_ball)
+                            ball_count)
     return new_state, info
 
 
