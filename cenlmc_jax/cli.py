@@ -31,8 +31,11 @@ Default step sizes follow the target's curvature ``c`` (``L`` of
 largest Hessian eigenvalue at the mode, by power iteration): Langevin samplers
 use ``h = min(0.05, sqrt(2/N)) / c``, which keeps unadjusted Langevin's sd bias
 (``≈ h c / 4`` relative) below half the standard error of a streamed estimate
-from ``N`` particles; the Metropolis samplers scale their proposals by
-``1/sqrt(c)``. (This is the hook where a warm-up adaptation will plug in.)
+from ``N`` particles. The Metropolis samplers (``rwmh``, ``irreversible-mh``)
+adapt during the burn-in instead (:mod:`cenlmc_jax.adaptation`: dual averaging
+of the step size to the optimal acceptance, a diagonal preconditioner from
+Stan's windows, pooled over the chains), starting from ``1/sqrt(c)`` scales;
+``--no-adapt`` keeps those scales.
 
 The job must not print a wrong answer with exit status 0. After the run it
 checks: divergence; CEnLMC's ensemble force unused (below 5% of
@@ -63,7 +66,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import cenlmc_jax as cj
-from cenlmc_jax import plots
+from cenlmc_jax import adaptation, plots
 from cenlmc_jax import targets as targets_mod
 from cenlmc_jax import tuning
 from cenlmc_jax.base import SamplingAlgorithm
@@ -82,6 +85,7 @@ DEFAULT_PARTICLES = 2000
 ENSEMBLE_MIN_FRACTION = 0.05
 ACCEPTANCE_MIN = 0.05
 RHAT_MAX = 1.1
+ADAPT_MIN_STEPS = 20  # the warm-up's schedule needs 20 steps for its windows
 TRUTH_Z_MAX = 5.0
 EXIT_UNRELIABLE, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 LANGEVIN = ("cenlmc", "enlmc", "lmc")
@@ -92,12 +96,16 @@ class UsageError(Exception):
 
 
 class Job(NamedTuple):
-    """A sampler set up for the CLI: its object, its initial state, a description and its parameters."""
+    """A sampler set up for the CLI: its object, its initial state, a description and its parameters.
+
+    warmup_steps: burn-in steps already spent by a warm-up adaptation (the driver runs the rest).
+    """
 
     algorithm: SamplingAlgorithm
     state: object
     description: str
     parameters: dict
+    warmup_steps: int = 0
 
 
 # --------------------------------------------------------------------------
@@ -291,8 +299,33 @@ def _sgrhmc(args, target, positions, c, keys):
                dict(step_size=eps, grad_noise=args.grad_noise, f_star=f_star))
 
 
+def _plain(params: dict) -> dict:
+    """Adapted parameters as JSON-friendly numbers and lists."""
+    return {k: (np.asarray(v).tolist() if np.ndim(v) else float(v)) for k, v in params.items()}
+
+
+def _adapted(args, kind, target, positions, keys, initial_step_size, describe):
+    """Stan-style warm-up (``cenlmc_jax.adaptation``) over the burn-in: the pooled chains' step
+    size by dual averaging and a diagonal preconditioner; a Job that continues from its states."""
+    warm = adaptation.window_adaptation(kind, target.logdensity_fn, initial_step_size=initial_step_size)
+    (states, params), info = warm.run_chains(keys[2], positions, args.burn_in)
+    tail = np.asarray(info.acceptance_rate)[-max(1, args.burn_in // 4):]
+    plain = _plain(params)
+    desc = describe(plain) + f"; warm-up adapted over the {args.burn_in} burn-in steps (final acceptance " \
+                             f"{float(tail.mean()):.2f})"
+    return Job(cj.vmap_chains(warm.sampler(params)), states, desc, plain, warmup_steps=args.burn_in)
+
+
+def _adapt(args) -> bool:
+    return args.adapt and args.step_size is None and args.burn_in >= ADAPT_MIN_STEPS
+
+
 def _irreversible_mh(args, target, positions, c, keys):
     scale = args.step_size or 0.8 / math.sqrt(c)
+    if _adapt(args):
+        return _adapted(args, "gamma", target, positions, keys, scale, lambda p: (
+            f"irreversible MH, Gamma(2, scale) proposal, one chain per particle, scale per coordinate "
+            f"{np.round(p['scale'], 4).tolist()}"))
     algo = cj.vmap_chains(cj.irreversible_mh(target.logdensity_fn, cj.gamma_proposal(2.0, scale)))
     return Job(algo, algo.init(positions, keys[2]),
                f"irreversible MH, Gamma(2, {scale:.4g}) proposal, one chain per particle", dict(scale=scale, shape=2.0))
@@ -300,6 +333,10 @@ def _irreversible_mh(args, target, positions, c, keys):
 
 def _rwmh(args, target, positions, c, keys):
     h = args.step_size or 2.38 / math.sqrt(target.dim * c)
+    if _adapt(args):
+        return _adapted(args, "rwmh", target, positions, keys, h, lambda p: (
+            f"random-walk MH, N(0, {p['step_size']:.4g}^2 diag({np.round(p['proposal_cov'], 4).tolist()})) "
+            "proposal, one chain per particle"))
     algo = cj.vmap_chains(cj.rwmh(target.logdensity_fn, h))
     return Job(algo, algo.init(positions), f"random-walk MH, N(0, {h:.4g}^2) proposal, one chain per particle",
                dict(step_size=h))
@@ -357,6 +394,10 @@ def build_parser() -> argparse.ArgumentParser:
                        ("m-f", _float_type())):
         g.add_argument(f"--{name}", type=kind, default=None,
                        help=f"cenlmc/enlmc: {name.replace('-', '_')} (default: tuning.suggest_cenlmc_params)")
+    g.add_argument("--adapt", action=argparse.BooleanOptionalAction, default=True,
+                   help="rwmh, irreversible-mh: adapt the step size and a diagonal preconditioner during the "
+                        "burn-in (cenlmc_jax.adaptation; Stan's windows); off, or with --step-size: the "
+                        "curvature rule (default: on)")
     g.add_argument("--grad-noise", type=_float_type(positive=False), default=0.0,
                    help="sgrhmc: sd of Gaussian noise added to gradients (default: %(default)s)")
     g.add_argument("--init-scale", type=_float_type(), default=1.0,
@@ -605,7 +646,7 @@ def _setup(args):
     return target, job, keys, c, c_source, sug
 
 
-def _save_outputs(args, target, job, res, table, record) -> list:
+def _save_outputs(args, target, job, res, table, record, burn_in) -> list:
     out, files = args.out, []
     info = {f"info_{k}": np.asarray(v) for k, v in res.info._asdict().items()} if res.info is not None else {}
     final = {"final_position": np.asarray(res.state.position)}
@@ -621,7 +662,7 @@ def _save_outputs(args, target, job, res, table, record) -> list:
     files.append(os.path.join(out, "summary.csv"))
     if importlib.util.find_spec("arviz") is not None:
         try:
-            idata = to_arviz(res, burn_in=args.burn_in, thin=args.thin, sampler=args.sampler,
+            idata = to_arviz(res, burn_in=burn_in, thin=args.thin, sampler=args.sampler,
                              parameters=job.parameters, seed=args.seed)
             idata.to_netcdf(os.path.join(out, "run.nc"))
             files.append(os.path.join(out, "run.nc"))
@@ -630,11 +671,11 @@ def _save_outputs(args, target, job, res, table, record) -> list:
     else:
         record["warnings"].append('run.nc not written: ArviZ is not installed (pip install "cenlmc_jax[arviz]")')
     if args.plots:
-        files += _save_plots(args, target, res)
+        files += _save_plots(args, target, res, burn_in)
     return files
 
 
-def _save_plots(args, target, res) -> list:
+def _save_plots(args, target, res, burn_in) -> list:
     folder = os.path.join(args.out, "plots")
     os.makedirs(folder, exist_ok=True)
     figures = {}
@@ -645,7 +686,7 @@ def _save_plots(args, target, res) -> list:
             figures["ensemble"] = lambda: plots.plot_ensemble_pairs(res, target=target)
     figures["marginals"] = lambda: plots.plot_marginals(res, target)
     if getattr(res.info, "grad_evals", None) is not None and args.sampler in LANGEVIN:
-        figures["gradients"] = lambda: plots.plot_gradient_savings(res, burn_in=args.burn_in)
+        figures["gradients"] = lambda: plots.plot_gradient_savings(res, burn_in=burn_in)
     written = []
     for name, make in figures.items():
         path = os.path.join(folder, f"{name}.png")
@@ -681,7 +722,7 @@ def cmd_sample(args) -> int:
     print(f"cenlmc-jax: {job.description}")
     print(f"  target {target.name} (d={target.dim}), {args.particles} particles, {args.burn_in} burn-in + "
           f"{args.steps} steps, seed {args.seed}, backend {jax.default_backend()}")
-    if args.step_size is None:
+    if args.step_size is None and not job.warmup_steps:
         rule = {"cenlmc": "min(0.05, sqrt(2/N)) / c", "enlmc": "min(0.05, sqrt(2/N)) / c",
                 "lmc": "min(0.05, sqrt(2/N)) / c", "sgrhmc": "0.05 / sqrt(c)", "irreversible-mh": "0.8 / sqrt(c)",
                 "rwmh": "2.38 / sqrt(d c)"}[args.sampler]
@@ -693,11 +734,12 @@ def cmd_sample(args) -> int:
                 print(f"  tuner warning: {line}")
                 record["warnings"].append("tuner: " + line)
     chunk = max(args.thin, args.checkpoint_every // args.thin * args.thin) if args.checkpoint else None
+    burn_in = args.burn_in - job.warmup_steps  # steps the driver runs unrecorded (a warm-up ran the others)
     t0 = time.perf_counter()
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", RuntimeWarning)  # the driver's divergence and clipping reports
-            res = cj.sample(keys[1], job.algorithm, job.state, args.steps, burn_in=args.burn_in, thin=args.thin,
+            res = cj.sample(keys[1], job.algorithm, job.state, args.steps, burn_in=burn_in, thin=args.thin,
                             mode="trace" if args.trace else "stream", progress=args.progress, on_divergence="stop",
                             checkpoint_path=args.checkpoint, chunk_size=chunk)
             jax.block_until_ready(res.state)
@@ -716,10 +758,11 @@ def cmd_sample(args) -> int:
             continue
         print(f"  warning: {w.message}")
         record["warnings"].append(str(w.message))
-    table = summary(res, truth=target if target.mean is not None else None, burn_in=args.burn_in)
+    table = summary(res, truth=target if target.mean is not None else None, burn_in=burn_in)
     run = table.run
     full = res.num_steps_done * args.particles
-    print(f"  ran {res.num_steps_done} steps in {elapsed:.2f} s (compilation included)")
+    warm = f" after {job.warmup_steps} warm-up steps" if job.warmup_steps else ""
+    print(f"  ran {res.num_steps_done} steps{warm} in {elapsed:.2f} s (compilation included)")
     if "grad_evals" in run:
         ge = run["grad_evals"]
         print(f"  gradient evaluations: {ge:,} ({ge / full:.1%} of one per particle-step)")
@@ -740,13 +783,14 @@ def cmd_sample(args) -> int:
         print("  (--allow-unreliable: exit status 0 all the same)")
     files = []
     if args.out is not None:
-        files = _save_outputs(args, target, job, res, table, record)
+        files = _save_outputs(args, target, job, res, table, record, burn_in)
         record.update(
             version=_version_text(), command=["cenlmc-jax"] + sys.argv[1:], config=_effective_config(args),
             seed=args.seed, sampler=args.sampler, description=job.description,
             parameters={k: (float(v) if isinstance(v, float) else v) for k, v in job.parameters.items()},
             target=dict(name=target.name, dim=target.dim, curvature=c, curvature_source=c_source),
-            steps_done=int(res.num_steps_done), diverged_at=int(res.diverged_at),
+            steps_done=int(res.num_steps_done) + job.warmup_steps, warmup_steps=job.warmup_steps,
+            diverged_at=int(res.diverged_at),
             timings=dict(sampling_s=elapsed, total_s=time.perf_counter() - t_start), reliable=not problems,
             problems=problems, summary_run=run, summary_notes=list(table.notes),
             files=[os.path.basename(f) if os.path.dirname(f) == args.out else os.path.relpath(f, args.out)

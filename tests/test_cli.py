@@ -134,6 +134,23 @@ def test_anisotropic_default_step_size_follows_the_scale(tmp_path, capsys):
     np.testing.assert_allclose(table.columns["sd"], [1.0, 0.25], rtol=0.08)
 
 
+def test_metropolis_samplers_adapt_during_the_burn_in(tmp_path, capsys):
+    """rwmh: dual averaging drives the pooled acceptance to 0.234 and the diagonal
+    preconditioner learns the scales (1, 0.25) of the anisotropic target."""
+    code, out, _ = run_cli(["sample", "--sampler", "rwmh", "--target", "anisotropic", "--particles", "300",
+                            "--steps", "300", "--burn-in", "200", "--out", str(tmp_path / "run")], capsys)
+    assert code == 0, out
+    assert "warm-up adapted over the 200 burn-in steps" in out and "after 200 warm-up steps" in out
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert record["steps_done"] == 500 and record["warmup_steps"] == 200
+    # Welford variances of 300 chains x ~100 slow-window draws: a few percent; 30% is generous
+    np.testing.assert_allclose(record["parameters"]["proposal_cov"], [1.0, 0.0625], rtol=0.3)
+    # acceptance after warm-up: dual averaging's target 0.234, mean over 300 chains x 300 steps (sd < 0.01)
+    assert abs(record["summary_run"]["acceptance_rate"] - 0.234) < 0.05
+    code, out, _ = run_cli(["sample", "--sampler", "rwmh", "--no-adapt"] + SMALL, capsys)
+    assert code == 0 and "default step size = 2.38 / sqrt(d c)" in out and "warm-up" not in out
+
+
 def test_known_ula_bias_above_the_standard_error_is_unreliable(capsys):
     # h = 0.5 on N(0, I): ULA's stationary sd is 1/sqrt(1 - h/2) = 1.155, 0.155 off; the sd bound is ~0.03
     code, out, _ = run_cli(["sample", "--sampler", "lmc", "--step-size", "0.5"] + SMALL, capsys)
