@@ -108,6 +108,7 @@ from cenlmc_jax._validation import (
     check_choice,
     check_finite_scalar,
     check_int,
+    check_key,
     check_logdensity,
     check_nonnegative,
     check_positions,
@@ -548,6 +549,7 @@ def enlmc_step(
         external code); default ``jax.grad(logdensity_fn)``.
     """
     _check_ensemble_state(state, EnLMCState, "enlmc_init")
+    check_key(rng_key)
     _check_enlmc_params(step_size, eta, blowup_factor, dense_grad, method, block_size, strategy)
     x = state.position
     n, d = x.shape
@@ -701,6 +703,7 @@ def cenlmc_step(
         (an empty ball: a force of exactly 0); 0 restores rule (3.21) exactly.
     """
     _check_ensemble_state(state, CEnLMCState, "cenlmc_init")
+    check_key(rng_key)
     x = state.position
     n, d = x.shape
     _check_cenlmc_params(n, step_size, eta, r1, r2, n_star, m_f)

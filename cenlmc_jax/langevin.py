@@ -17,7 +17,14 @@ from typing import Callable, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from cenlmc_jax._validation import check_callable, check_logdensity, check_positions, check_positive, check_state
+from cenlmc_jax._validation import (
+    check_callable,
+    check_key,
+    check_logdensity,
+    check_positions,
+    check_positive,
+    check_state,
+)
 from cenlmc_jax.base import SamplingAlgorithm
 from cenlmc_jax.types import Array, ArrayLike, LogDensityFn, PRNGKey
 
@@ -111,6 +118,7 @@ def lmc_step(
     ``grad_fn`` when given, else autodiff) and stored in the state for the next step.
     """
     check_state(state, LMCState, "lmc_init")
+    check_key(rng_key)
     check_positive(step_size, "step_size")
     x = state.position
     h = jnp.asarray(step_size, dtype=x.dtype)
