@@ -22,6 +22,7 @@ SCRIPTS = [
     "bench_lmc_stream.py",   # issue 2: 10^5 particles x 10^3 steps, streaming
     "bench_irreversible.py", # issue 4: Gamma vs RW-MH ESS
     "bench_sgrhmc.py",       # issue 4: sgrhmc_step vs SGHMC step
+    "bench_fraction.py",     # issue 12: CEnLMC's ensemble fraction against accuracy
 ]
 
 

@@ -17,6 +17,9 @@ baseline. The free functions ``X_init`` / ``X_step`` are the kernels underneath.
 from cenlmc_jax import diagnostics, ensemble, gradients, irreversible, pairwise, sgmcmc, targets, tuning
 from cenlmc_jax import problems
 from cenlmc_jax import adaptation
+from cenlmc_jax import checkpoint
+from cenlmc_jax.ensemble_tuning import TunedCEnLMC, tune_cenlmc
+from cenlmc_jax.finite_difference import finite_difference
 from cenlmc_jax.base import SamplingAlgorithm, StepSize
 from cenlmc_jax.ensemble import (
     CEnLMCInfo,
@@ -98,7 +101,7 @@ SAMPLERS = {
 
 __all__ = [
     "diagnostics", "ensemble", "gradients", "irreversible", "pairwise", "sgmcmc", "targets", "tuning",
-    "SamplingAlgorithm", "StepSize", "SAMPLERS",
+    "SamplingAlgorithm", "StepSize", "SAMPLERS", "checkpoint", "tune_cenlmc", "TunedCEnLMC", "finite_difference",
     "lmc", "enlmc", "cenlmc", "sgld", "sgrld", "sghmc", "sgrhmc", "complete_recipe", "irreversible_mh", "rwmh",
     "LMCState", "LMCInfo", "lmc_init", "lmc_step",
     "EnLMCState", "EnLMCInfo", "enlmc_init", "enlmc_step",

@@ -134,6 +134,8 @@ __all__ = [
     "coupling_distance",
     "enlmc",
     "cenlmc",
+    "Audit",
+    "fresh_audit",
 ]
 
 
@@ -200,6 +202,8 @@ class EnLMCInfo(NamedTuple):
     audit_drift_ratio: median over the audited particles of ``F_i·∇f(x_i) / |∇f(x_i)|²``
        (1 for an exact gradient; NaN when nothing was audited).
     audit_error: median over the audited particles of ``|F_i - ∇f(x_i)| / |∇f(x_i)|``.
+    audit_noise_error: median over the audited particles of the step's drift error
+       ``h|F_i - ∇f(x_i)|`` in units of the Langevin noise length ``sqrt(2hd)``.
     unstable: the running drift ratio (``state.audit``) fell below
        :data:`AUDIT_UNSTABLE_RATIO` after :data:`AUDIT_MIN_STEPS` audited steps.
     num_nonfinite: particles whose new position or log density is NaN/inf.
@@ -217,6 +221,7 @@ class EnLMCInfo(NamedTuple):
     audit_grad_evals: Array
     audit_drift_ratio: Array
     audit_error: Array
+    audit_noise_error: Array
     unstable: Array
     num_nonfinite: Array
     diverged: Array
@@ -267,6 +272,8 @@ class CEnLMCInfo(NamedTuple):
     audit_drift_ratio: median over the audited particles of ``F_i·∇f(x_i) / |∇f(x_i)|²``
        (1 for an exact gradient; NaN when nothing was audited).
     audit_error: median over the audited particles of ``|F_i - ∇f(x_i)| / |∇f(x_i)|``.
+    audit_noise_error: median over the audited particles of the step's drift error
+       ``h|F_i - ∇f(x_i)|`` in units of the Langevin noise length ``sqrt(2hd)``.
     unstable: the running drift ratio (``state.audit``) fell below
        :data:`AUDIT_UNSTABLE_RATIO` after :data:`AUDIT_MIN_STEPS` audited steps.
     num_nonfinite: particles whose new position or log density is NaN/inf.
@@ -287,6 +294,7 @@ class CEnLMCInfo(NamedTuple):
     audit_grad_evals: Array
     audit_drift_ratio: Array
     audit_error: Array
+    audit_noise_error: Array
     unstable: Array
     num_nonfinite: Array
     diverged: Array
@@ -420,7 +428,7 @@ def _needed_grads(grad_one: Callable, x: Array, need: Array, capacity: Optional[
 
 
 def _audit(rng_key: PRNGKey, grad_one: Callable, x: Array, force: Array, used: Array, size: int,
-           running: Audit):
+           running: Audit, h: Array):
     """The gradient audit: true gradients at ``size`` random particles that used the ensemble force.
 
     Returns ``(new running Audit, info fields (grad_evals, drift_ratio, error, unstable))``.
@@ -430,7 +438,7 @@ def _audit(rng_key: PRNGKey, grad_one: Callable, x: Array, force: Array, used: A
     dt = x.dtype
     if size == 0:
         nan = jnp.asarray(jnp.nan, dt)
-        return running, (jnp.zeros((), jnp.int32), nan, nan, jnp.zeros((), bool))
+        return running, (jnp.zeros((), jnp.int32), nan, nan, nan, jnp.zeros((), bool))
     score = jnp.where(used, jax.random.gumbel(jax.random.fold_in(rng_key, 0x5EED), used.shape, dt), -jnp.inf)
     top, idx = lax.top_k(score, size)
     ok = jnp.isfinite(top)
@@ -438,13 +446,16 @@ def _audit(rng_key: PRNGKey, grad_one: Callable, x: Array, force: Array, used: A
     err = force[idx] - grad_f
     norm2 = jnp.maximum(jnp.sum(grad_f**2, axis=-1), jnp.finfo(dt).tiny)
     ratio = jnp.nanmedian(jnp.where(ok, jnp.sum(force[idx] * grad_f, axis=-1) / norm2, jnp.nan))
-    error = jnp.nanmedian(jnp.where(ok, jnp.sqrt(jnp.sum(err**2, axis=-1) / norm2), jnp.nan))
+    err_norm = jnp.sqrt(jnp.sum(err**2, axis=-1))
+    error = jnp.nanmedian(jnp.where(ok, err_norm / jnp.sqrt(norm2), jnp.nan))
+    # the drift error of one step, h|F - ∇f|, in units of the noise length sqrt(2hd)
+    noise_error = jnp.nanmedian(jnp.where(ok, h * err_norm / jnp.sqrt(2.0 * h * x.shape[-1]), jnp.nan))
     audited = jnp.any(ok)
     ema = jnp.where(audited, (1 - AUDIT_EMA_WEIGHT) * running.drift_ratio + AUDIT_EMA_WEIGHT * ratio,
                     running.drift_ratio)
     steps = running.steps + audited.astype(jnp.int32)
     unstable = (steps >= AUDIT_MIN_STEPS) & ~(ema >= AUDIT_UNSTABLE_RATIO)
-    return Audit(ema, steps), (jnp.sum(ok, dtype=jnp.int32), ratio, error, unstable)
+    return Audit(ema, steps), (jnp.sum(ok, dtype=jnp.int32), ratio, error, noise_error, unstable)
 
 
 def _values(logdensity_fn: LogDensityFn, x: Array) -> Array:
@@ -452,7 +463,7 @@ def _values(logdensity_fn: LogDensityFn, x: Array) -> Array:
     return jax.vmap(lambda y: jnp.asarray(logdensity_fn(y), y.dtype))(x)
 
 
-def _fresh_audit(dtype) -> Audit:
+def fresh_audit(dtype) -> Audit:
     return Audit(jnp.ones((), dtype), jnp.zeros((), jnp.int32))
 
 
@@ -486,7 +497,7 @@ def enlmc_init(positions: ArrayLike, logdensity_fn: LogDensityFn) -> EnLMCState:
     sets ``w = +inf``, ``log p = -inf``: the first step uses true gradients.
     """
     x, logdensity, w, log_p = _init_common(positions, logdensity_fn)
-    return EnLMCState(x, logdensity, w, log_p, _fresh_audit(x.dtype))
+    return EnLMCState(x, logdensity, w, log_p, fresh_audit(x.dtype))
 
 
 def enlmc_step(
@@ -566,8 +577,8 @@ def enlmc_step(
     grad_one = gradient_fn(logdensity_fn, grad_fn)
     grad, padded = _needed_grads(grad_one, x, need, capacity, dense_grad)
     force = jnp.where(need[:, None], -grad, ens)
-    audit, (a_evals, a_ratio, a_error, unstable) = _audit(rng_key, grad_one, x, force, ~need, audit_size,
-                                                          state.audit)
+    audit, (a_evals, a_ratio, a_error, a_noise, unstable) = _audit(rng_key, grad_one, x, force, ~need,
+                                                                   audit_size, state.audit, h)
     w_new, x_new, log_p_new = _move(rng_key, x, force, h)
     logdensity = _values(logdensity_fn, x_new)
     bad = count_nonfinite(x_new, logdensity)
@@ -585,6 +596,7 @@ def enlmc_step(
         audit_grad_evals=a_evals,
         audit_drift_ratio=a_ratio,
         audit_error=a_error,
+        audit_noise_error=a_noise,
         unstable=unstable,
         num_nonfinite=bad,
         diverged=((bad + exploded) > 0) | unstable | ~_valid_params(x.dtype, h, eta, 0.0, 0.0, 0.0),
@@ -634,7 +646,7 @@ def cenlmc_init(
                     f"f = {f_min!r} < f_star (is logdensity_fn normalised differently?)."
                 )
         fs, estimated = jnp.asarray(f_star, x.dtype), False
-    return CEnLMCState(x, logdensity, w, log_p, fs, jnp.asarray(estimated), _fresh_audit(x.dtype),
+    return CEnLMCState(x, logdensity, w, log_p, fs, jnp.asarray(estimated), fresh_audit(x.dtype),
                        jnp.full(x.shape[:1], jnp.iinfo(jnp.int32).max, jnp.int32))
 
 
@@ -734,8 +746,8 @@ def cenlmc_step(
     grad_one = gradient_fn(logdensity_fn, grad_fn)
     grad, padded = _needed_grads(grad_one, x, need, capacity, dense_grad)
     force = jnp.where(need[:, None], -grad, ens)
-    audit, (a_evals, a_ratio, a_error, unstable) = _audit(rng_key, grad_one, x, force, ~need, audit_size,
-                                                          state.audit)
+    audit, (a_evals, a_ratio, a_error, a_noise, unstable) = _audit(rng_key, grad_one, x, force, ~need,
+                                                                   audit_size, state.audit, h)
     w_new, x_new, log_p_new = _move(rng_key, x, force, h)
     logdensity = _values(logdensity_fn, x_new)
     bad = count_nonfinite(x_new, logdensity)
@@ -755,6 +767,7 @@ def cenlmc_step(
         audit_grad_evals=a_evals,
         audit_drift_ratio=a_ratio,
         audit_error=a_error,
+        audit_noise_error=a_noise,
         unstable=unstable,
         num_nonfinite=bad,
         diverged=(bad > 0) | unstable | ~_valid_params(dt, h, eta, r1, r2, m_f),

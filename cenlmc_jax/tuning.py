@@ -23,7 +23,7 @@ import optax.tree_utils as otu
 from cenlmc_jax._validation import check_int, check_logdensity, check_positions, check_positive
 from cenlmc_jax.types import Array, ArrayLike, LogDensityFn
 
-__all__ = ["FStarResult", "find_f_star", "CEnLMCParams", "suggest_cenlmc_params", "ball_volume"]
+__all__ = ["FStarResult", "find_f_star", "CEnLMCParams", "suggest_cenlmc_params", "ball_volume", "chi2_cdf", "chi2_ppf"]
 
 
 # --------------------------------------------------------------------------
@@ -143,7 +143,7 @@ def find_f_star(
 # --------------------------------------------------------------------------
 
 
-def _chi2_cdf(x: float, dof: int) -> float:
+def chi2_cdf(x: float, dof: int) -> float:
     """``P(χ²_dof <= x)``: the regularised lower incomplete gamma ``P(dof/2, x/2)``.
 
     Series for ``x/2 < dof/2 + 1``, Lentz continued fraction otherwise
@@ -183,14 +183,14 @@ def _chi2_cdf(x: float, dof: int) -> float:
     return max(0.0, 1.0 - math.exp(log_pre) * hh)
 
 
-def _chi2_ppf(q: float, dof: int) -> float:
-    """Inverse of :func:`_chi2_cdf` by bisection (to 1e-12 relative)."""
+def chi2_ppf(q: float, dof: int) -> float:
+    """Inverse of :func:`chi2_cdf` by bisection (to 1e-12 relative)."""
     lo, hi = 0.0, max(1.0, 2.0 * dof)
-    while _chi2_cdf(hi, dof) < q:
+    while chi2_cdf(hi, dof) < q:
         hi *= 2.0
     for _ in range(200):
         mid = 0.5 * (lo + hi)
-        if _chi2_cdf(mid, dof) < q:
+        if chi2_cdf(mid, dof) < q:
             lo = mid
         else:
             hi = mid
@@ -332,7 +332,7 @@ def suggest_cenlmc_params(
     if not known_constants:
         notes.append("L and/or mu unknown: using L = mu = 1 (a unit-scale, well-conditioned target).")
 
-    r1 = math.sqrt(2.0 * h * _chi2_ppf(r1_pass, d))
+    r1 = math.sqrt(2.0 * h * chi2_ppf(r1_pass, d))
     notes.append(
         f"R1 = sqrt(2h chi2_{d}.ppf({r1_pass})) = {r1:.4g}: sqrt(2h)|xi| <= R1 for {r1_pass:.0%} of particles."
     )
@@ -347,14 +347,14 @@ def suggest_cenlmc_params(
 
     v_r2 = ball_volume(d, r2)
     peak = (2.0 * math.pi / mu_) ** (-0.5 * d)  # proxy N(x*, I/mu): density at the mode
-    q_n = _chi2_ppf(n_star_pass, d)
+    q_n = chi2_ppf(n_star_pass, d)
     typical = None
     if num_particles is not None:
         n_cal = (num_particles - 1) * v_r2 * peak * math.exp(-0.5 * q_n)
         n_star = int(min(max(round(n_cal), n_star_min), num_particles - 1))
         # mean density of the proxy under itself: (4π/mu)^{-d/2}
         typical = (num_particles - 1) * v_r2 * (4.0 * math.pi / mu_) ** (-0.5 * d)
-        pass_n = float(_chi2_cdf(2.0 * math.log(max((num_particles - 1) * v_r2 * peak / n_star, 1.0)), d))
+        pass_n = float(chi2_cdf(2.0 * math.log(max((num_particles - 1) * v_r2 * peak / n_star, 1.0)), d))
         notes.append(
             f"N* = {n_star}: with N = {num_particles}, N_i ~ (N-1) V_R2 p(w) (typical {typical:.3g}); "
             f"N_i >= N* holds for about {pass_n:.0%} of particles under the proxy."
@@ -389,9 +389,9 @@ def suggest_cenlmc_params(
                 f"(the guard sends particles with an empty ball to their gradient); about "
                 f"{1 + ball_min / (ball_volume(d, eta) * density):.3g} particles would hold {ball_min}."
             )
-    m_f_chi = 0.5 * _chi2_ppf(m_f_pass, d)
+    m_f_chi = 0.5 * chi2_ppf(m_f_pass, d)
     m_f = max(n_star**rho, m_f_chi)
-    pass_mf = float(_chi2_cdf(2.0 * m_f, d))
+    pass_mf = float(chi2_cdf(2.0 * m_f, d))
     notes.append(
         f"M_f = max(N*^rho = {n_star**rho:.3g}, chi2_{d}.ppf({m_f_pass})/2 = {m_f_chi:.3g}) = {m_f:.3g}: "
         f"a Gaussian has f - f* ~ chi2_d/2, so {pass_mf:.1%} pass."

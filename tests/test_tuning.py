@@ -12,7 +12,7 @@ from scipy import stats
 import cenlmc_jax as cj
 from cenlmc_jax import targets
 from cenlmc_jax.ensemble import cenlmc_init, cenlmc_step
-from cenlmc_jax.tuning import _chi2_cdf, _chi2_ppf, ball_volume, find_f_star, suggest_cenlmc_params
+from cenlmc_jax.tuning import chi2_cdf, chi2_ppf, ball_volume, find_f_star, suggest_cenlmc_params
 
 
 # --------------------------------------------------------------------------
@@ -78,9 +78,9 @@ def test_chi2_helpers_match_scipy():
     """Pure-Python χ² cdf/ppf (the package does not depend on SciPy) against SciPy."""
     for dof in (1, 2, 3, 5, 10, 50):
         for q in (0.01, 0.5, 0.7, 0.9, 0.99):
-            assert _chi2_ppf(q, dof) == pytest.approx(stats.chi2.ppf(q, dof), rel=1e-10)
+            assert chi2_ppf(q, dof) == pytest.approx(stats.chi2.ppf(q, dof), rel=1e-10)
         for x in (0.1, 1.0, 4.0, 30.0):
-            assert _chi2_cdf(x, dof) == pytest.approx(stats.chi2.cdf(x, dof), rel=1e-10, abs=1e-14)
+            assert chi2_cdf(x, dof) == pytest.approx(stats.chi2.cdf(x, dof), rel=1e-10, abs=1e-14)
     assert ball_volume(2, 0.3) == pytest.approx(math.pi * 0.09)
     assert ball_volume(3, 2.0) == pytest.approx(4 / 3 * math.pi * 8)
 

@@ -1,0 +1,197 @@
+"""A short burn-in that picks CEnLMC's radii for a requested ensemble fraction.
+
+:func:`cenlmc_jax.tuning.suggest_cenlmc_params` gives parameters from theory
+for a roughly unit-scale target. :func:`tune_cenlmc` checks and adjusts them
+on the user's own target, measuring what matters during a burn-in:
+
+* the **ensemble fraction** (particles using the ensemble force instead of a
+  gradient): the saving;
+* the **ensemble-gradient error** from the gradient audit (true gradients at
+  ``audit_size`` random particles that used the ensemble force): the drift
+  error of one step, ``h|F_i - ∇f(x_i)|``, in units of the Langevin noise
+  length ``sqrt(2hd)`` (``info.audit_noise_error``). An error well below the
+  noise (default cap 0.25) perturbs the chain less than its own noise does.
+
+Two knobs are searched on a small grid, all from the suggested values:
+``R1`` through the pass probability of the R1 test (``R1 = sqrt(2h
+χ²_d.ppf(p))``, p in ``r1_passes``: the R1 test caps the fraction near p, so
+p = 0.7, the suggestion, caps it near 0.63), and ``η, R2`` scaled together by
+``radius_scales`` (smaller radii: a more local, less biased estimate, fewer
+neighbours). A first ``steps_per_trial`` steps burn in with the suggested
+values; each candidate then runs ``steps_per_trial`` steps from that same
+state (so an unstable candidate cannot damage the chain the others are
+measured on), and the chosen one runs them again to hand over a settled
+chain; all share one compiled program (the radii are traced arguments). The choice: among the
+candidates whose measured error is below ``max_noise_error`` and that were
+never flagged unstable, the cheapest to reach ``target_fraction`` with the
+smallest error; if none reaches it, the one with the largest fraction. With
+no acceptable candidate the ensemble is switched off (``r1 = 0``: CEnLMC is
+then LMC) and the reasoning says so.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from cenlmc_jax._validation import check_callable, check_int, check_key, check_positions, check_positive
+from cenlmc_jax.base import SamplingAlgorithm
+from cenlmc_jax.ensemble import CEnLMCState, cenlmc, cenlmc_init, cenlmc_step, fresh_audit
+from cenlmc_jax.tuning import chi2_ppf, suggest_cenlmc_params
+from cenlmc_jax.types import ArrayLike, LogDensityFn, PRNGKey
+
+__all__ = ["TunedCEnLMC", "tune_cenlmc"]
+
+
+class TunedCEnLMC(NamedTuple):
+    """What :func:`tune_cenlmc` returns.
+
+    params: dict ``eta, r1, r2, n_star, m_f`` (ready for ``cj.cenlmc``).
+    algorithm: ``cj.cenlmc(...)`` with those parameters (audit off).
+    state: the chain's state after the burn-in, the last ``steps_per_trial`` steps
+        of which ran with the chosen parameters (continue sampling from it).
+    ensemble_fraction, noise_error, drift_ratio: measured for the choice in
+        its trial (mean fraction; median audit noise error and drift ratio).
+    trials: one dict per candidate with the same measurements.
+    reasoning: a readable account of the choice.
+    """
+
+    params: dict
+    algorithm: SamplingAlgorithm
+    state: CEnLMCState
+    ensemble_fraction: float
+    noise_error: float
+    drift_ratio: float
+    trials: list
+    reasoning: str
+
+
+def _trial_runner(logdensity_fn, step_size, n_star, m_f, num_steps, audit_size, grad_fn, kwargs):
+    """One compiled program running ``num_steps`` CEnLMC steps with traced ``eta, r1, r2``."""
+
+    @jax.jit
+    def run(key, state, eta, r1, r2):
+        def body(st, t):
+            st, info = cenlmc_step(jax.random.fold_in(key, t), st, logdensity_fn, step_size, eta, r1, r2, n_star,
+                                   m_f, audit_size=audit_size, grad_fn=grad_fn, **kwargs)
+            return st, (info.ensemble_fraction, info.audit_noise_error, info.audit_drift_ratio, info.unstable,
+                        info.diverged)
+
+        return lax.scan(body, state, jnp.arange(num_steps))
+
+    return run
+
+
+def tune_cenlmc(
+    rng_key: PRNGKey,
+    logdensity_fn: LogDensityFn,
+    positions: ArrayLike,
+    step_size: float,
+    *,
+    target_fraction: float = 0.6,
+    max_noise_error: float = 0.25,
+    f_star: Optional[float] = None,
+    L: Optional[float] = None,
+    mu: Optional[float] = None,
+    steps_per_trial: int = 40,
+    audit_size: int = 64,
+    r1_passes: tuple = (0.7, 0.8, 0.9, 0.95),
+    radius_scales: tuple = (1.0, 0.75, 0.5),
+    grad_fn: Optional[Callable] = None,
+    **cenlmc_kwargs: Any,
+) -> TunedCEnLMC:
+    """Burn in CEnLMC while choosing ``η, R1, R2`` for ``target_fraction`` (module docstring).
+
+    Args:
+      rng_key: key of the burn-in. logdensity_fn, positions ``(N, d)``, step_size: as for ``cj.cenlmc``.
+      target_fraction: the ensemble fraction asked for, in (0, 1).
+      max_noise_error: the largest acceptable median drift error per step, in
+        noise lengths ``sqrt(2hd)`` (measured by the gradient audit).
+      f_star, L, mu: as for ``cj.cenlmc`` / ``suggest_cenlmc_params``.
+      steps_per_trial: steps per candidate (the fraction and error are measured
+        over the second half of each trial).
+      audit_size: audited particles per step during the burn-in.
+      r1_passes, radius_scales: the grid (module docstring).
+      grad_fn, **cenlmc_kwargs: passed to ``cj.cenlmc`` (``method``, ``mesh``, ...).
+
+    The burn-in costs ``(len(r1_passes)·len(radius_scales) + 2)·steps_per_trial``
+    steps (560 by default) and ``audit_size`` extra gradients per step.
+    """
+    check_key(rng_key)
+    check_callable(logdensity_fn, "logdensity_fn", "x -> scalar log density")
+    x = check_positions(positions, min_particles=2)
+    check_positive(step_size, "step_size")
+    if not 0.0 < float(target_fraction) < 1.0:
+        raise ValueError(f"target_fraction must lie in (0, 1); got {target_fraction!r}.")
+    check_positive(max_noise_error, "max_noise_error")
+    steps_per_trial = check_int(steps_per_trial, "steps_per_trial", minimum=4)
+    audit_size = check_int(audit_size, "audit_size", minimum=1)
+    for p in r1_passes:
+        if not 0.0 < float(p) < 1.0:
+            raise ValueError(f"r1_passes must hold probabilities in (0, 1); got {r1_passes!r}.")
+    for c in radius_scales:
+        check_positive(c, "radius_scales (each)")
+    n, d = x.shape
+    h = float(step_size)
+    base = suggest_cenlmc_params(d, h, L=L, mu=mu, num_particles=n)
+    state = cenlmc_init(x, logdensity_fn, f_star)
+    run = _trial_runner(logdensity_fn, h, base.n_star, base.m_f, steps_per_trial, min(audit_size, n), grad_fn,
+                        cenlmc_kwargs)
+    # a first burn-in with the suggested values; every candidate then starts from there, so a
+    # bad candidate (an unstable ensemble) cannot damage the chain the others are measured on
+    start, _ = run(jax.random.fold_in(rng_key, 0), state, jnp.asarray(base.eta, x.dtype),
+                   jnp.asarray(base.r1, x.dtype), jnp.asarray(base.r2, x.dtype))
+    start = start._replace(audit=fresh_audit(x.dtype))
+    trials = []
+    k = 1
+    for scale in radius_scales:
+        for p in r1_passes:
+            eta, r2 = base.eta * scale, base.r2 * scale
+            r1 = math.sqrt(2.0 * h * chi2_ppf(float(p), d))
+            _, (frac, noise, ratio, unstable, diverged) = run(jax.random.fold_in(rng_key, k), start,
+                                                                  jnp.asarray(eta, x.dtype), jnp.asarray(r1, x.dtype),
+                                                                  jnp.asarray(r2, x.dtype))
+            k += 1
+            half = steps_per_trial // 2
+            trials.append(dict(
+                eta=eta, r1=r1, r2=r2, r1_pass=float(p), radius_scale=float(scale),
+                ensemble_fraction=float(np.mean(np.asarray(frac)[half:])),
+                noise_error=float(np.nanmedian(np.asarray(noise)[half:])) if np.any(np.isfinite(noise)) else 0.0,
+                drift_ratio=float(np.nanmedian(np.asarray(ratio)[half:])) if np.any(np.isfinite(ratio)) else 1.0,
+                unstable=bool(np.any(np.asarray(unstable)) or np.any(np.asarray(diverged))),
+            ))
+    ok = [t for t in trials if t["noise_error"] <= max_noise_error and not t["unstable"]]
+    notes = [f"suggested: eta={base.eta:.4g}, R1={base.r1:.4g}, R2={base.r2:.4g}, N*={base.n_star}, "
+             f"M_f={base.m_f:.3g}; {len(trials)} candidates x {steps_per_trial} steps, audit of {audit_size}."]
+    if ok:
+        reach = [t for t in ok if t["ensemble_fraction"] >= target_fraction]
+        if reach:
+            best = min(reach, key=lambda t: (t["noise_error"], -t["ensemble_fraction"]))
+            notes.append(f"chose the smallest error among the {len(reach)} candidates reaching the target "
+                         f"fraction {target_fraction:.2f} with error <= {max_noise_error}.")
+        else:
+            best = max(ok, key=lambda t: t["ensemble_fraction"])
+            notes.append(f"no candidate reached the target fraction {target_fraction:.2f} with error <= "
+                         f"{max_noise_error}; chose the largest fraction, {best['ensemble_fraction']:.2f}.")
+        params = dict(eta=best["eta"], r1=best["r1"], r2=best["r2"], n_star=base.n_star, m_f=base.m_f)
+    else:
+        best = dict(ensemble_fraction=0.0, noise_error=float("nan"), drift_ratio=float("nan"))
+        params = dict(eta=base.eta, r1=0.0, r2=base.r2, n_star=base.n_star, m_f=base.m_f)
+        notes.append(f"no candidate kept the ensemble-gradient error below {max_noise_error} noise lengths; "
+                     "the ensemble is switched off (r1 = 0): CEnLMC is LMC on this target at this N.")
+    # settle the chain with the chosen parameters, then hand it over with a fresh audit
+    state, _ = run(jax.random.fold_in(rng_key, k), start,
+                   jnp.asarray(params["eta"], x.dtype), jnp.asarray(params["r1"], x.dtype),
+                   jnp.asarray(params["r2"], x.dtype))
+    state = state._replace(audit=fresh_audit(x.dtype))
+    notes.append(f"measured: ensemble fraction {best['ensemble_fraction']:.3f}, drift error "
+                 f"{best['noise_error']:.3g} noise lengths, drift ratio {best['drift_ratio']:.3g}.")
+    algo = cenlmc(logdensity_fn, h, params["eta"], params["r1"], params["r2"], params["n_star"], params["m_f"],
+                  f_star=state.f_star if f_star is None else f_star, grad_fn=grad_fn, **cenlmc_kwargs)
+    return TunedCEnLMC(params, algo, state, best["ensemble_fraction"], best["noise_error"], best["drift_ratio"],
+                       trials, "\n".join(notes))
