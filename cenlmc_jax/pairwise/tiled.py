@@ -24,17 +24,21 @@ second core idle, larger ones fall out of cache.
 from __future__ import annotations
 
 import functools
-from typing import Any
+import math
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-from cenlmc_jax._validation import check_choice, check_int
+from cenlmc_jax._validation import check_bool, check_choice, check_int, check_positive
 from cenlmc_jax.pairwise.algebra import (
+    SKIP,
+    ColumnWeights,
     Partial,
     PairwiseForce,
     Prepared,
+    TileBoxes,
     canonical_precision,
     check_pair_inputs,
     column_weights,
@@ -42,19 +46,58 @@ from cenlmc_jax.pairwise.algebra import (
     finish,
     pad_particles,
     prepare,
+    spatial_order,
+    tile_boxes,
+    tile_kinds,
     tile_partial_with,
     tile_spec,
     tile_update,
 )
-from cenlmc_jax.types import ArrayLike
+from cenlmc_jax.types import Array, ArrayLike
 
-__all__ = ["ensemble_force_tiled", "tiled_partial", "default_block_size", "TILE_TARGET_BYTES", "TILE_MAX_BYTES"]
+__all__ = [
+    "ensemble_force_tiled",
+    "tiled_partial",
+    "block_sparse_partial",
+    "sort_spatially",
+    "default_block_size",
+    "TILE_TARGET_BYTES",
+    "TILE_MAX_BYTES",
+    "SPARSE_BLOCK_ROWS",
+    "SPARSE_BLOCK_COLS",
+    "SPARSE_GROUP",
+    "SPARSE_MAX_ACTIVE",
+    "SPARSE_MAX_PAIRS",
+    "SparsePlan",
+    "sparse_plan",
+    "sparse_capacity",
+]
 
 #: Default working-set target of one row block: bytes of one (B, N) temporary.
 TILE_TARGET_BYTES = 4 * 2**20
 #: Hard memory cap for the default block: live (B, N) temporaries x B x N x itemsize.
 TILE_MAX_BYTES = 64 * 2**20
 _MIN_BLOCK = 16
+#: Block-sparse defaults: rows per row tile and columns per column tile (the
+#: box granularity: smaller boxes skip more), and tile pairs per step (one
+#: (group, B, C) pass per step: large enough to amortise the loop).
+SPARSE_BLOCK_ROWS = 32
+SPARSE_BLOCK_COLS = 32
+SPARSE_GROUP = 128
+#: The pair lists hold at most this fraction of all tile pairs; beyond it the
+#: block-sparse call runs the dense tiles instead (decided at run time; both
+#: exact) ...
+SPARSE_MAX_ACTIVE = 0.5
+#: ... and at most this many entries (4 int32 lists of them: 128 MiB).
+SPARSE_MAX_PAIRS = 2**23
+#: Tile pairs whose kinds one step of :func:`sparse_plan` decides.
+PLAN_CHUNK = 2**18
+
+
+def sparse_capacity(n: int, block_rows: int, block_cols: int, max_active: float = SPARSE_MAX_ACTIVE) -> int:
+    """Static length of the block-sparse pair lists for ``n`` particles (:data:`SPARSE_MAX_ACTIVE`, :data:`SPARSE_MAX_PAIRS`)."""
+    total = -(-n // block_rows) * -(-n // block_cols)
+    return int(max(1, min(math.ceil(max_active * total), SPARSE_MAX_PAIRS)))
 
 
 def default_block_size(n: int, *, itemsize: int = 4, with_w: bool = False) -> int:
@@ -132,11 +175,166 @@ def tiled_partial(rows: Prepared, cols: Prepared, *, block_rows: int | None = No
     return jax.tree.map(lambda v: v.reshape((-1,) + v.shape[2:])[:n_rows], out)
 
 
+def sort_spatially(p: Prepared) -> tuple[Array, Prepared]:
+    """``(perm, p[perm])``: the particles in the Morton order of ``w`` (of ``x`` without ``w``).
+
+    ``w`` orders them when it is given: every R2-neighbour pair must be
+    visited for ``n_r2``, so the w-boxes decide which tiles are skipped,
+    and ``x`` stays close to ``w`` (``x = w + sqrt(2h) ξ``).
+    """
+    v, ok = (p.x, p.valid) if p.w is None else (p.w, p.valid_w)
+    perm = spatial_order(v, ok)
+    return perm, jax.tree.map(lambda a: a[perm], p)
+
+
+def _boxes(p: Prepared, size: int) -> tuple[TileBoxes, TileBoxes | None]:
+    """x- and w-boxes of the tiles of ``size`` consecutive particles (``p`` padded to a multiple of ``size``)."""
+    p = pad_particles(p, -(-p.sq_x.shape[0] // size) * size)
+    return tile_boxes(p.x, p.sq_x, size), None if p.w is None else tile_boxes(p.w, p.sq_w, size)
+
+
+class SparsePlan(NamedTuple):
+    """The tile pairs a block-sparse sum visits, compacted into a list of static capacity ``P``.
+
+    pairs: (P + K,) int32 codes ``r * (column tiles) + c`` of the visited
+        (row tile r, column tile c) pairs (``FULL`` or ``COUNT``), in
+        row-major order; entries from ``n_pairs`` on are stale.
+    n_pairs: () int32 how many.
+    fits: () bool, ``n_pairs <= P``.
+    """
+
+    pairs: Array
+    n_pairs: Array
+    fits: Array
+
+
+def _kinds(row_x, row_w, cols_x, cols_w, thr_x, thr_w, spec):
+    return tile_kinds(row_x, cols_x, thr_x, spec, row_w, cols_w, thr_w)
+
+
+def sparse_plan(p: Prepared, block_rows: int, block_cols: int, capacity: int, spec) -> SparsePlan:
+    """Which tile pairs of ``p`` (rows in tiles of ``block_rows``, columns of ``block_cols``) to visit.
+
+    One ``lax.scan`` over chunks of row tiles (about :data:`PLAN_CHUNK`
+    tile pairs each): :func:`~.algebra.tile_kinds` of the chunk's boxes
+    against every column tile's, the pairs not ``SKIP`` compacted (cumsum and
+    scatter) and written at the running end of the list; a write's stale
+    tail is overwritten by the next one. ``O((N/B)(N/C) d)`` work, no
+    ``(N/B, N/C)`` array. The codes must fit int32: ``(N/B)(N/C) < 2^31``.
+
+    ``COUNT`` tiles are visited as whole tiles: their pairs fail the x-mask,
+    so the tile update adds only their R2 counts.
+    """
+    row_x, row_w = _boxes(p, block_rows)
+    col_x, col_w = _boxes(p, block_cols)
+    thr_x, thr_w = p.thr_x[0], None if p.thr_w is None else p.thr_w[0]
+    n_rt, n_ct = row_x.lo.shape[1], col_x.lo.shape[1]
+    chunk = max(1, min(n_rt, PLAN_CHUNK // n_ct))
+    n_chunks = -(-n_rt // chunk)
+    size = chunk * n_ct
+
+    def split(boxes):  # lo, hi (n_chunks, d, chunk, 1), sq (n_chunks, chunk, 1): empty boxes pad the last chunk
+        if boxes is None:
+            return None
+        pad = n_chunks * chunk - n_rt
+
+        def cut(v, fill):
+            v = jnp.pad(v, [(0, 0)] * (v.ndim - 1) + [(0, pad)], constant_values=fill)
+            return jnp.moveaxis(v.reshape(v.shape[:-1] + (n_chunks, chunk, 1)), -3, 0)
+
+        return TileBoxes(cut(boxes.lo, jnp.inf), cut(boxes.hi, -jnp.inf), cut(boxes.sq, 0))
+
+    def step(carry, args):
+        pairs, count = carry
+        first, rx, rw = args
+        visit = _kinds(rx, rw, col_x, col_w, thr_x, thr_w, spec).reshape(-1) != SKIP
+        pos = jnp.where(visit, jnp.cumsum(visit) - 1, size)
+        codes = jnp.zeros((size,), jnp.int32).at[pos].set(first + jnp.arange(size, dtype=jnp.int32), mode="drop")
+        pairs = lax.dynamic_update_slice(pairs, codes, (jnp.minimum(count, capacity),))
+        return (pairs, count + jnp.sum(visit, dtype=jnp.int32)), None
+
+    firsts = jnp.arange(n_chunks, dtype=jnp.int32) * size
+    init = (jnp.zeros((capacity + size,), jnp.int32), jnp.zeros((), jnp.int32))
+    (pairs, count), _ = lax.scan(step, init, (firsts, split(row_x), split(row_w)))
+    return SparsePlan(pairs, count, count <= capacity)
+
+
+def block_sparse_partial(p: Prepared, plan: SparsePlan, weights: ColumnWeights, *, block_rows: int, block_cols: int,
+                         group: int, spec) -> Partial:
+    """Partial of every particle of ``p`` over all of them, folding only the tile pairs of ``plan``.
+
+    ``p``: :func:`~.algebra.prepare` output, best in a spatial order
+    (:func:`sort_spatially`; any order is exact, only slower);
+    ``plan``: its :func:`sparse_plan` for these tiles; ``weights``: the
+    :func:`~.algebra.column_weights` of all of ``p``, which must be shared
+    (one shift for every tile: the sums of the tiles then simply add).
+
+    Each step gathers ``group`` tile pairs of the list, computes their
+    :func:`~.algebra.tile_partial_with` side by side (``vmap``: one
+    ``(group, B, C)`` pass) and scatter-adds them to their row tiles; the
+    last step pads with an empty column tile. Temporaries
+    ``O(N d + group B C)``.
+    """
+    n, d = p.x.shape
+    dtype = p.x.dtype
+    br, bc = block_rows, block_cols
+    rows_b = _blocks(p, br)
+    n_rows = rows_b.sq_x.shape[0]
+    n_tiles = -(-n // bc)
+    cols = Prepared(p.x, p.sq_x, p.f, x1=weights.lift, w=p.w, sq_w=p.sq_w)
+    cols_b = _blocks(pad_particles(cols, (n_tiles + 1) * bc), bc)  # tile n_tiles is empty
+    sums = jnp.zeros((n_rows, br, d + 1), dtype)
+    zeros = jnp.zeros((n_rows, br), jnp.int32)
+    acc = (sums, zeros, zeros)
+
+    def full_tile(rows, cols):
+        part = tile_partial_with(rows, cols, weights._replace(lift=cols.x1), spec, True)
+        return part.sums, part.n_r2, part.n_ball
+
+    def step(s, acc):
+        pos = s * group + jnp.arange(group)
+        code = lax.dynamic_slice(plan.pairs, (s * group,), (group,))
+        live = pos < plan.n_pairs
+        r = jnp.where(live, code // n_tiles, 0)  # a dead entry: any row tile, against the empty column tile
+        c = jnp.where(live, code % n_tiles, n_tiles)
+        rows, cols = (jax.tree.map(lambda v: v[i], b) for b, i in ((rows_b, r), (cols_b, c)))
+        return tuple(a.at[r].add(v) for a, v in zip(acc, jax.vmap(full_tile)(rows, cols)))
+
+    acc = lax.fori_loop(0, -(-plan.n_pairs // group), step, acc)
+    sums, n_r2, n_ball = (a.reshape((-1,) + a.shape[2:])[:n] for a in acc)
+    return Partial(sums, jnp.full((n,), weights.top, dtype), n_r2, n_ball)
+
+
 @functools.partial(jax.jit, static_argnames=("block_size", "block_cols", "precision", "distances"))
 def _tiled(x, f, log_p, eta, w, r2, *, block_size, block_cols, precision, distances):
     p = prepare(x, f, log_p, eta, w, r2)
     part = tiled_partial(p, p, block_rows=block_size, block_cols=block_cols, precision=precision, distances=distances)
     return finish(part, p, x.shape[0])
+
+
+@functools.partial(jax.jit, static_argnames=("block_size", "block_cols", "group", "precision", "distances",
+                                             "max_active"))
+def _tiled_sparse(x, f, log_p, eta, w, r2, *, block_size, block_cols, group, precision, distances, max_active):
+    n, d = x.shape
+    perm, p = sort_spatially(prepare(x, f, log_p, eta, w, r2))
+    br, bc = block_size or SPARSE_BLOCK_ROWS, block_cols or SPARSE_BLOCK_COLS
+    g = group or SPARSE_GROUP
+    spec = tile_spec(d, x.dtype, distances=distances, precision=precision)
+    capacity = sparse_capacity(n, br, bc, max_active)
+    plan = sparse_plan(p, br, bc, capacity, spec)
+    weights = column_weights(p, spec)
+
+    def sparse():
+        return block_sparse_partial(p, plan, weights, block_rows=br, block_cols=bc, group=g, spec=spec)
+
+    def dense():
+        return tiled_partial(p, p, precision=precision, distances=distances)
+
+    # Exact either way: the dense tiles where the list overflows its capacity
+    # (too many active tiles to gain) or the weights need a shift per row.
+    part = lax.cond(plan.fits & weights.shared, sparse, dense)
+    out = finish(part, p, n)
+    return PairwiseForce(*(jnp.zeros_like(a).at[perm].set(a) for a in out))
 
 
 def ensemble_force_tiled(
@@ -151,8 +349,11 @@ def ensemble_force_tiled(
     block_cols: int | None = None,
     precision: Any = None,
     distances: str | None = None,
+    block_sparse: bool = False,
+    group: int | None = None,
+    max_active: float = SPARSE_MAX_ACTIVE,
 ) -> PairwiseForce:
-    """The pair sums by the row-tiled XLA kernel.
+    """The pair sums by the row-tiled XLA kernel, dense or block-sparse.
 
     Args:
       x: (N, d) positions. f: (N,) ``-logdensity`` values. log_p: (N,) log
@@ -166,6 +367,18 @@ def ensemble_force_tiled(
       block_cols: columns per tile (default all: one tile per row block).
       precision: of the matrix products (None: HIGHEST).
       distances: ``"direct"``, ``"gram"`` or None (direct for ``d <= DIRECT_MAX_D``).
+      block_sparse: sort the particles along a space-filling curve and fold
+        only the tile pairs whose bounding boxes can hold a pair
+        (:func:`block_sparse_partial`); then ``block_size`` and ``block_cols``
+        are the row and column tile sizes (default :data:`SPARSE_BLOCK_ROWS`,
+        :data:`SPARSE_BLOCK_COLS`) and ``group`` the tile pairs per step
+        (:data:`SPARSE_GROUP`). Same counts as the dense tiles (the skipped
+        tiles hold no pair within rounding of a mask), forces to rounding.
+      max_active: block-sparse only: the capacity of the pair lists as a
+        fraction of all tile pairs (at most :data:`SPARSE_MAX_PAIRS`
+        entries); if more are active, or if the weights spread beyond one
+        shared shift (:func:`~.algebra.max_shared_spread`), the dense tiles
+        run instead, decided at run time: the result is exact either way.
 
     Returns:
       :class:`~.algebra.PairwiseForce` ``(force_sum (N, d), n_r2 (N,), n_ball (N,))``
@@ -178,7 +391,19 @@ def ensemble_force_tiled(
         check_int(block_cols, "block_cols", minimum=1)
     if distances is not None:
         check_choice(distances, "distances", ("direct", "gram"))
+    check_bool(block_sparse, "block_sparse")
     dtype = x.dtype
+    if block_sparse:
+        if group is not None:
+            check_int(group, "group", minimum=1)
+        check_positive(max_active, "max_active")
+        return _tiled_sparse(
+            x, f, log_p, jnp.asarray(eta, dtype), w, None if r2 is None else jnp.asarray(r2, dtype),
+            block_size=None if block_size is None else max(2, int(block_size)),
+            block_cols=None if block_cols is None else int(block_cols),
+            group=None if group is None else int(group), precision=canonical_precision(precision),
+            distances=distances, max_active=float(max_active),
+        )  # fmt: skip
     return _tiled(
         x, f, log_p, jnp.asarray(eta, dtype), w, None if r2 is None else jnp.asarray(r2, dtype),
         block_size=None if block_size is None else int(block_size),
