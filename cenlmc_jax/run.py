@@ -74,8 +74,11 @@ class RunResult(NamedTuple):
     trace: ``(num_kept, ...)`` stacked ``trace_fn(state)`` (``mode="trace"``), else None.
     moments: :class:`Moments` (``mode="stream"``), else None.
     info: the per-step (reduced) infos, leading axis ``num_steps_done``.
-    num_steps_done: steps actually run (fewer than asked if the run stopped on divergence).
+    num_steps_done: steps actually run, burn-in included (fewer than asked if the
+        run stopped on divergence).
     diverged_at: first step whose ``info.diverged`` was true, or -1.
+    burn_in: the burn-in steps asked for (their infos come first in ``info``).
+    thin: every ``thin``-th state after the burn-in is in ``trace`` / ``moments``.
     """
 
     state: Any
@@ -84,6 +87,8 @@ class RunResult(NamedTuple):
     info: Any
     num_steps_done: int
     diverged_at: int
+    burn_in: int = 0
+    thin: int = 1
 
 
 def _init_moments(x: Array) -> Moments:
@@ -300,7 +305,7 @@ def sample(
     kept_all = [k for k, _ in chunks if k is not None]
     trace = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *kept_all) if kept_all else None
     info = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *[i for _, i in chunks]) if chunks else None
-    return RunResult(state, trace, moments, info, step, diverged_at)
+    return RunResult(state, trace, moments, info, step, diverged_at, burn_in, thin)
 
 
 def _resume(path, identity, rng_key, step_fn, initial_state, trace_fn, info_reduce):

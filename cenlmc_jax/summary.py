@@ -393,7 +393,7 @@ def to_arviz(
     result: RunResult,
     *,
     burn_in: Optional[int] = None,
-    thin: int = 1,
+    thin: Optional[int] = None,
     sampler: Optional[str] = None,
     parameters: Optional[dict] = None,
     seed: Optional[int] = None,
@@ -424,9 +424,9 @@ def to_arviz(
 
     Args:
       result: what :func:`cenlmc_jax.sample` returned.
-      burn_in: the run's ``burn_in`` (default: inferred as the steps done that
-        the kept draws do not account for).
-      thin: the run's ``thin``.
+      burn_in: the run's ``burn_in`` (default: ``result.burn_in``, recorded by
+        :func:`cenlmc_jax.sample`).
+      thin: the run's ``thin`` (default: ``result.thin``).
       sampler, parameters, seed: recorded as attributes.
       var_name, coords, dims: passed to ``arviz.from_dict`` (default dims:
         ArviZ's ``x_dim_0``, ...).
@@ -437,6 +437,8 @@ def to_arviz(
         raise ImportError('cj.to_arviz needs ArviZ: pip install "cenlmc_jax[arviz]" (or pip install arviz)') from exc
     if not isinstance(result, RunResult):
         raise ValueError(f"result must be a RunResult (what cj.sample returns); got {type(result).__name__}.")
+    thin = result.thin if thin is None else thin
+    burn_in = result.burn_in if burn_in is None else burn_in
     if thin < 1 or int(thin) != thin:
         raise ValueError(f"thin must be an integer >= 1; got {thin!r}.")
     stream = result.trace is None
