@@ -16,8 +16,10 @@ Layers (each imports only those below it):
               precision, prepare, and the blockwise sum as a monoid
               (empty_partial, combine, tile_partial / tile_update, finish)
     dense     the N x N reference and the float64 NumPy oracle
-    tiled     XLA row tiles folding the algebra's tile update (CPU path)
-    pallas    a fused Pallas/Triton kernel folding the same tile update
+    tiled     XLA row tiles folding the algebra's tile update (CPU path),
+              dense or block-sparse (only tile pairs whose boxes are near)
+    pallas    a fused Pallas/Triton kernel folding the same tile update,
+              dense or over per-row-block lists of column blocks
     sharded   shard_map over a device mesh, folding combines (all-gather,
               ring) of a local partial it is given
     __init__  :func:`ensemble_force`: picks the backend
@@ -30,7 +32,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from cenlmc_jax._validation import check_choice, check_int
+from cenlmc_jax._validation import check_bool, check_choice, check_int
 from cenlmc_jax.pairwise.algebra import (
     DIRECT_MAX_D,
     PairwiseForce,
@@ -65,6 +67,9 @@ __all__ = [
     "STRATEGIES",
     "AUTO_DENSE_MAX_N",
     "AUTO_DENSE_MAX_BYTES",
+    "AUTO_SPARSE_MIN_N",
+    "AUTO_SPARSE_MAX_D",
+    "auto_block_sparse",
     "DIRECT_MAX_D",
 ]
 
@@ -75,6 +80,18 @@ AUTO_DENSE_MAX_N = 64
 #: (there it costs about the same as tiled on CPU and is the more accurate;
 #: already at N = 128 tiled was 2-4x faster).
 AUTO_DENSE_MAX_BYTES = 16 * 2**20
+#: ``method="auto"`` (and ``block_sparse=None``) takes the block-sparse tiled
+#: path for ``d <= AUTO_SPARSE_MAX_D`` and ``N >= AUTO_SPARSE_MIN_N``
+#: (:func:`auto_block_sparse`). Measured (benchmarks/results/sparse.md, 2-core
+#: CPU, CEnLMC-shaped ensembles with the tuned radii η = R2 = sqrt(h d),
+#: h = 0.05): PLACEHOLDER
+AUTO_SPARSE_MIN_N = 8192
+AUTO_SPARSE_MAX_D = 3
+
+
+def auto_block_sparse(n: int, d: int) -> bool:
+    """The ``method="auto"`` rule: block-sparse tiles for ``d <= AUTO_SPARSE_MAX_D`` and ``n >= AUTO_SPARSE_MIN_N``."""
+    return d <= AUTO_SPARSE_MAX_D and n >= AUTO_SPARSE_MIN_N
 
 
 @functools.lru_cache(maxsize=None)
@@ -100,6 +117,7 @@ def ensemble_force(
     precision: Any = None,
     mesh: Any = None,
     strategy: str = "allgather",
+    block_sparse: bool | None = None,
 ) -> PairwiseForce:
     """Pairwise sums of the EnLMC / CEnLMC ensemble force (spec sections 2-4).
 
@@ -116,7 +134,8 @@ def ensemble_force(
         ``O(N d + B N)`` memory), ``"pallas"`` (the fused kernel; interpret
         mode off GPU, not yet timed on a GPU) or ``"auto"`` (dense for
         ``N <= 64`` when its ``(N, N, d)`` temporary is at most 16 MiB,
-        tiled otherwise; never pallas).
+        tiled otherwise, block-sparse by :func:`auto_block_sparse`; never
+        pallas).
       block_size: rows per block of ``tiled`` (default
         :func:`default_block_size`); N need not be a multiple. The dense and
         Pallas backends choose their own tiles.
@@ -129,6 +148,15 @@ def ensemble_force(
         ``"pallas"``: the kernel; ``"dense"`` has no sharded form and raises)
         with ``block_size`` and ``precision``. Same result as without a mesh
         up to float rounding.
+      block_sparse: skip the tile pairs whose bounding boxes are farther
+        apart than η (or, with ``w``, than R2): the particles are sorted
+        along a Hilbert curve, the skipped tiles hold no pair that passes a
+        mask, so the counts equal the dense tiles' and the forces agree to
+        rounding (:func:`.tiled.block_sparse_partial`,
+        :func:`.pallas.sparse_tile_lists`). True: ``tiled``/``pallas``
+        (and ``auto``, as tiled) run block-sparse; False: never; None
+        (default): ``auto`` decides by :func:`auto_block_sparse`, the named
+        methods run dense tiles. Not with ``method="dense"`` or a ``mesh``.
 
     ``tiled`` and ``pallas`` (and the sharded forms) use the same distances
     (exact differences for ``d <= DIRECT_MAX_D``, the Gram identity above) and
@@ -149,6 +177,12 @@ def ensemble_force(
         block_size = check_int(block_size, "block_size", minimum=1)
     precision = canonical_precision(precision)
     n, d = x.shape
+    if block_sparse is not None:
+        check_bool(block_sparse, "block_sparse")
+        if block_sparse and (method == "dense" or mesh is not None):
+            raise ValueError("block_sparse=True needs method 'auto', 'tiled' or 'pallas' and no mesh (the dense "
+                             f"reference and the sharded sums have no block-sparse form); got method {method!r}"
+                             + ("" if mesh is None else " with a mesh") + ".")
     if mesh is not None:
         if method == "dense":
             raise ValueError("method must be 'auto', 'tiled' or 'pallas' with a mesh (the dense reference "
@@ -157,11 +191,16 @@ def ensemble_force(
         return ensemble_force_sharded(x, f, log_p, eta, partial_fn=local, w=w, r2=r2, mesh=mesh, strategy=strategy)
     if method == "auto":
         dense_bytes = n * n * d * jnp.dtype(x.dtype).itemsize * (1 if w is None else 2)
-        method = "dense" if n <= AUTO_DENSE_MAX_N and dense_bytes <= AUTO_DENSE_MAX_BYTES else "tiled"
+        if block_sparse is None:
+            block_sparse = auto_block_sparse(n, d)
+        small = n <= AUTO_DENSE_MAX_N and dense_bytes <= AUTO_DENSE_MAX_BYTES
+        method = "dense" if small and not block_sparse else "tiled"
+    sparse = bool(block_sparse)
     if method == "dense":
         return ensemble_force_dense(x, f, log_p, eta, w=w, r2=r2, precision=precision)
     if method == "pallas":
         distances = "direct" if d <= DIRECT_MAX_D else "gram"
         return ensemble_force_pallas(x, f, log_p, eta, w=w, r2=r2, distances=distances, precision=precision,
-                                     gram_precision=precision)
-    return ensemble_force_tiled(x, f, log_p, eta, w=w, r2=r2, block_size=block_size, precision=precision)
+                                     gram_precision=precision, block_sparse=sparse)
+    return ensemble_force_tiled(x, f, log_p, eta, w=w, r2=r2, block_size=block_size, precision=precision,
+                                block_sparse=sparse)

@@ -154,6 +154,8 @@ __all__ = [
     "TileBoxes",
     "hilbert_key",
     "spatial_order",
+    "sort_spatially",
+    "unsort",
     "tile_boxes",
     "box_gap2",
     "tiles_apart",
@@ -676,6 +678,23 @@ def spatial_order(v: Array, ok: Array) -> Array:
     q = jnp.where(ok[:, None], q, 0).astype(jnp.int32)
     key = q[:, 0] if k == 1 else hilbert_key(q, bits)
     return jnp.argsort(jnp.where(ok, key, 2**_KEY_BITS), stable=True).astype(jnp.int32)
+
+
+def sort_spatially(p: Prepared) -> tuple[Array, Prepared]:
+    """``(perm, p[perm])``: the particles in the Hilbert order of ``w`` (of ``x`` without ``w``).
+
+    ``w`` orders them when it is given: every R2-neighbour pair must be
+    visited for ``n_r2``, so the w-boxes decide which tiles are skipped,
+    and ``x`` stays close to ``w`` (``x = w + sqrt(2h) ξ``).
+    """
+    v, ok = (p.x, p.valid) if p.w is None else (p.w, p.valid_w)
+    perm = spatial_order(v, ok)
+    return perm, jax.tree.map(lambda a: a[perm], p)
+
+
+def unsort(out: PairwiseForce, perm: Array) -> PairwiseForce:
+    """The rows of ``out`` (computed for ``p[perm]``) back in the input order."""
+    return PairwiseForce(*(jnp.zeros_like(a).at[perm].set(a) for a in out))
 
 
 class TileBoxes(NamedTuple):

@@ -49,24 +49,36 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from cenlmc_jax._validation import check_choice, check_int
+from cenlmc_jax._validation import check_bool, check_choice, check_int
 from cenlmc_jax.pairwise.algebra import (
     Partial,
     PairwiseForce,
     Prepared,
+    TileBoxes,
     TileSpec,
     canonical_precision,
     check_pair_inputs,
+    count_update,
     empty_partial,
     finish,
     pad_particles,
     prepare,
+    sort_spatially,
+    tile_boxes,
+    tile_kinds,
+    tile_list,
     tile_spec,
     tile_update,
+    unsort,
 )
-from cenlmc_jax.types import ArrayLike
+from cenlmc_jax.types import Array, ArrayLike
 
-__all__ = ["ensemble_force_pallas", "pallas_partial", "KernelOptions", "kernel_options"]
+__all__ = ["ensemble_force_pallas", "pallas_partial", "KernelOptions", "kernel_options", "sparse_tile_lists",
+           "sparse_list_len", "SPARSE_LIST_BYTES"]
+
+#: Block-sparse: memory of all row blocks' lists of column blocks together;
+#: a row block that needs more entries sends the call to the dense kernel.
+SPARSE_LIST_BYTES = 64 * 2**20
 
 
 class KernelOptions(NamedTuple):
@@ -139,10 +151,13 @@ def kernel_options(
     )
 
 
-def _kernel(*refs, spec: TileSpec, dim: int, has_w: bool, block_cols: int, num_col_blocks: int):
-    """One row block against every column block: load tiles, fold the shared tile update, store."""
+def _kernel(*refs, spec: TileSpec, dim: int, has_w: bool, block_cols: int, num_col_blocks: int,
+            list_len: int | None = None):
+    """One row block against every column block (or, with lists, against its listed ones): fold, store."""
     n_rows, n_cols = (7, 7) if has_w else (4, 5)
-    row_refs, col_refs, out_refs = refs[:n_rows], refs[n_rows : n_rows + n_cols], refs[n_rows + n_cols :]
+    n_lists = 0 if list_len is None else 2
+    row_refs, col_refs = refs[:n_rows], refs[n_rows : n_rows + n_cols]
+    list_refs, out_refs = refs[n_rows + n_cols : n_rows + n_cols + n_lists], refs[n_rows + n_cols + n_lists :]
 
     def positions(ref, sl):
         # "direct" reads (d, n) one coordinate at a time (a register tile cannot be sliced).
@@ -159,16 +174,29 @@ def _kernel(*refs, spec: TileSpec, dim: int, has_w: bool, block_cols: int, num_c
 
     xc_ref, sqc_ref, x1_ref, fc_ref, logs_ref = col_refs[:5]
 
-    def body(c, acc):
+    def columns(c):
         sl = pl.ds(pl.multiple_of(c * block_cols, block_cols), block_cols)
         cols = Prepared(positions(xc_ref, sl), sqc_ref[sl], fc_ref[sl], x1=x1_ref[sl, :], log_s=logs_ref[sl])
         if has_w:
             cols = cols._replace(w=positions(col_refs[5], sl), sq_w=col_refs[6][sl])
-        return tile_update(acc, rows, cols, spec)
+        return cols
 
     sums_ref = out_refs[0]
     acc = empty_partial(sums_ref.shape[0], sums_ref.shape[1], sums_ref.dtype)
-    acc = lax.fori_loop(0, num_col_blocks, body, acc)
+    if list_len is None:
+        acc = lax.fori_loop(0, num_col_blocks, lambda c, a: tile_update(a, rows, columns(c), spec), acc)
+    else:
+        # Block-sparse: this row block's list of column blocks, FULL ones first, then COUNT ones.
+        tiles_ref, counts_ref = list_refs
+        i = pl.program_id(0)
+        n_full, n_count = counts_ref[2 * i], counts_ref[2 * i + 1]
+
+        def listed(c):
+            return columns(tiles_ref[i * list_len + c])
+
+        acc = lax.fori_loop(0, n_full, lambda c, a: tile_update(a, rows, listed(c), spec), acc)
+        if has_w:
+            acc = lax.fori_loop(n_full, n_full + n_count, lambda c, a: count_update(a, rows, listed(c), spec), acc)
     for ref, value in zip(out_refs, acc):
         ref[...] = value
 
@@ -179,8 +207,14 @@ def _whole(a) -> pl.BlockSpec:
     return pl.BlockSpec(a.shape, lambda i: zeros)
 
 
-def pallas_partial(rows: Prepared, cols: Prepared, opts: KernelOptions) -> Partial:
-    """Partial of ``rows`` over ``cols`` (both from :func:`~.algebra.prepare` with one centre): one launch."""
+def pallas_partial(rows: Prepared, cols: Prepared, opts: KernelOptions, tile_lists: tuple | None = None) -> Partial:
+    """Partial of ``rows`` over ``cols`` (both from :func:`~.algebra.prepare` with one centre): one launch.
+
+    ``tile_lists``: None (every row block against every column block) or
+    ``(lists (R, K) int32, n_full (R,), n_count (R,))`` per row block of
+    ``opts.block_rows`` (:func:`sparse_tile_lists`): the kernel then folds
+    only the listed column blocks of ``opts.block_cols``.
+    """
     n_rows, d = rows.x.shape
     n_cols = cols.x.shape[0]
     dtype = rows.x.dtype
@@ -213,12 +247,17 @@ def pallas_partial(rows: Prepared, cols: Prepared, opts: KernelOptions) -> Parti
     row_specs = [row_mat if a.ndim == 2 else row_vec for a in row_args]
     col_specs = [_whole(a) for a in col_args]
 
+    list_args, list_len = [], None
+    if tile_lists is not None:
+        lists, n_full, n_count = tile_lists
+        list_len = lists.shape[1]
+        list_args = [lists.reshape(-1), jnp.stack([n_full, n_count], axis=1).reshape(-1)]
     kernel = functools.partial(_kernel, spec=spec, dim=d, has_w=has_w, block_cols=bc,
-                               num_col_blocks=n_cols_pad // bc)
+                               num_col_blocks=n_cols_pad // bc, list_len=list_len)
     sums, m, n_r2, n_ball = pl.pallas_call(
         kernel,
         grid=(n_rows_pad // br,),
-        in_specs=row_specs + col_specs,
+        in_specs=row_specs + col_specs + [_whole(a) for a in list_args],
         out_specs=(pl.BlockSpec((br, d1_pad), lambda i: (i, 0)), row_vec, row_vec, row_vec),
         out_shape=(
             jax.ShapeDtypeStruct((n_rows_pad, d1_pad), dtype),
@@ -231,14 +270,60 @@ def pallas_partial(rows: Prepared, cols: Prepared, opts: KernelOptions) -> Parti
         compiler_params=pltriton.CompilerParams(num_warps=opts.num_warps, num_stages=opts.num_stages),
         interpret=opts.interpret,
         name=f"ensemble_force_{opts.distances}",
-    )(*row_args, *col_args)
+    )(*row_args, *col_args, *list_args)
     return Partial(sums[:n_rows, : d + 1], m[:n_rows], n_r2[:n_rows], n_ball[:n_rows])
 
 
-@functools.partial(jax.jit, static_argnames=("opts",))
-def _pallas(x, f, log_p, eta, w, r2, *, opts: KernelOptions):
+def sparse_list_len(n: int, opts: KernelOptions) -> int:
+    """Static length ``K`` of each row block's list of column blocks (:data:`SPARSE_LIST_BYTES` in all)."""
+    n_rb, n_cb = -(-n // opts.block_rows), -(-n // opts.block_cols)
+    return int(max(1, min(n_cb, SPARSE_LIST_BYTES // (4 * n_rb))))
+
+
+def sparse_tile_lists(p: Prepared, opts: KernelOptions, list_len: int) -> tuple[tuple[Array, Array, Array], Array]:
+    """Per row block of ``p``, the column blocks the block-sparse kernel visits, and whether all lists fit.
+
+    Returns ``((lists (R, K) int32, n_full (R,), n_count (R,)), fits)``:
+    :func:`~.algebra.tile_kinds` of each row block's boxes against every
+    column block's, listed by :func:`~.algebra.tile_list` (``FULL`` first,
+    then ``COUNT``); ``fits`` is False if a row block has more than ``K``.
+    ``O((N/B_r)(N/B_c) d)`` work, ``lax.map`` over the row blocks.
+    """
+    n, d = p.x.shape
+    spec = tile_spec(d, p.x.dtype, distances=opts.distances, precision=opts.precision,
+                     gram_precision=opts.gram_precision)
+
+    def boxes(size):
+        q = pad_particles(p, -(-n // size) * size)
+        return tile_boxes(q.x, q.sq_x, size), None if q.w is None else tile_boxes(q.w, q.sq_w, size)
+
+    (row_x, row_w), (col_x, col_w) = boxes(opts.block_rows), boxes(opts.block_cols)
+    thr_x, thr_w = p.thr_x[0], None if p.thr_w is None else p.thr_w[0]
+    n_cb = col_x.lo.shape[1]
+
+    def one(args):
+        rx, rw = args
+        kinds = tile_kinds(rx, col_x, thr_x, spec, rw, col_w, thr_w)
+        return tile_list(kinds, list_len, n_cb - 1)
+
+    per_row = (jnp.moveaxis(row_x.lo, 1, 0), jnp.moveaxis(row_x.hi, 1, 0), row_x.sq)
+    per_row_w = None if row_w is None else (jnp.moveaxis(row_w.lo, 1, 0), jnp.moveaxis(row_w.hi, 1, 0), row_w.sq)
+    lists, n_full, n_count = lax.map(lambda a: one((TileBoxes(*a[0]), None if a[1] is None else TileBoxes(*a[1]))),
+                                     (per_row, per_row_w), batch_size=8)
+    return (lists, n_full, n_count), jnp.all(n_full + n_count <= list_len)
+
+
+@functools.partial(jax.jit, static_argnames=("opts", "block_sparse"))
+def _pallas(x, f, log_p, eta, w, r2, *, opts: KernelOptions, block_sparse: bool = False):
     p = prepare(x, f, log_p, eta, w, r2)
-    return finish(pallas_partial(p, p, opts), p, x.shape[0])
+    if not block_sparse:
+        return finish(pallas_partial(p, p, opts), p, x.shape[0])
+    perm, p = sort_spatially(p)
+    tile_lists, fits = sparse_tile_lists(p, opts, sparse_list_len(x.shape[0], opts))
+    # A row block with more listed blocks than the list holds: the dense kernel (exact either way).
+    part = lax.cond(fits, lambda: pallas_partial(p, p, opts, tile_lists), lambda: pallas_partial(p, p, opts))
+    out = finish(part, p, x.shape[0])
+    return unsort(out, perm)
 
 
 def ensemble_force_pallas(
@@ -257,6 +342,7 @@ def ensemble_force_pallas(
     interpret: bool | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
+    block_sparse: bool = False,
 ) -> PairwiseForce:
     """The pair sums by the fused Pallas kernel; see the module docstring.
 
@@ -272,14 +358,21 @@ def ensemble_force_pallas(
         (IEEE float32 on GPU); ``"default"`` is TF32 there.
       interpret: None runs compiled on GPU and in interpret mode elsewhere.
       num_warps, num_stages: Triton launch parameters (None: Triton's defaults).
+      block_sparse: sort the particles along a Hilbert curve and let each
+        row block visit only the column blocks whose bounding boxes (in x,
+        and in w for the R2 count) can hold a pair (:func:`sparse_tile_lists`;
+        the lists are kernel inputs). If a row block needs more than
+        :func:`sparse_list_len` entries, the dense kernel runs instead.
+        Same counts, forces to rounding.
 
     Returns:
       :class:`~.algebra.PairwiseForce` ``(force_sum (N, d), n_r2 (N,) int32,
       n_ball (N,) int32)`` in the promoted floating dtype (float32 or float64).
     """
     x, f, log_p, w = check_pair_inputs(x, f, log_p, eta, w, r2)
+    check_bool(block_sparse, "block_sparse")
     opts = kernel_options(x.shape[1], block_rows, block_cols, distances, precision, gram_precision, interpret,
                           num_warps, num_stages)
     dtype = x.dtype
     return _pallas(x, f, log_p, jnp.asarray(eta, dtype), w, None if r2 is None else jnp.asarray(r2, dtype),
-                   opts=opts)
+                   opts=opts, block_sparse=bool(block_sparse))

@@ -46,7 +46,8 @@ from cenlmc_jax.pairwise.algebra import (
     finish,
     pad_particles,
     prepare,
-    spatial_order,
+    sort_spatially,
+    unsort,
     tile_boxes,
     tile_kinds,
     tile_partial_with,
@@ -59,7 +60,6 @@ __all__ = [
     "ensemble_force_tiled",
     "tiled_partial",
     "block_sparse_partial",
-    "sort_spatially",
     "default_block_size",
     "TILE_TARGET_BYTES",
     "TILE_MAX_BYTES",
@@ -81,7 +81,7 @@ _MIN_BLOCK = 16
 #: Block-sparse defaults: rows per row tile and columns per column tile (the
 #: box granularity: smaller boxes skip more), and tile pairs per step (one
 #: (group, B, C) pass per step: large enough to amortise the loop).
-SPARSE_BLOCK_ROWS = 32
+SPARSE_BLOCK_ROWS = 64
 SPARSE_BLOCK_COLS = 32
 SPARSE_GROUP = 128
 #: The pair lists hold at most this fraction of all tile pairs; beyond it the
@@ -173,18 +173,6 @@ def tiled_partial(rows: Prepared, cols: Prepared, *, block_rows: int | None = No
 
         out = lax.map(fold_columns, row_blocks)
     return jax.tree.map(lambda v: v.reshape((-1,) + v.shape[2:])[:n_rows], out)
-
-
-def sort_spatially(p: Prepared) -> tuple[Array, Prepared]:
-    """``(perm, p[perm])``: the particles in the Morton order of ``w`` (of ``x`` without ``w``).
-
-    ``w`` orders them when it is given: every R2-neighbour pair must be
-    visited for ``n_r2``, so the w-boxes decide which tiles are skipped,
-    and ``x`` stays close to ``w`` (``x = w + sqrt(2h) ξ``).
-    """
-    v, ok = (p.x, p.valid) if p.w is None else (p.w, p.valid_w)
-    perm = spatial_order(v, ok)
-    return perm, jax.tree.map(lambda a: a[perm], p)
 
 
 def _boxes(p: Prepared, size: int) -> tuple[TileBoxes, TileBoxes | None]:
@@ -318,6 +306,8 @@ def _tiled_sparse(x, f, log_p, eta, w, r2, *, block_size, block_cols, group, pre
     n, d = x.shape
     perm, p = sort_spatially(prepare(x, f, log_p, eta, w, r2))
     br, bc = block_size or SPARSE_BLOCK_ROWS, block_cols or SPARSE_BLOCK_COLS
+    while -(-n // br) * -(-n // bc) >= 2**31:  # the pair codes are int32 (N beyond ~2.9 million)
+        br, bc = 2 * br, 2 * bc
     g = group or SPARSE_GROUP
     spec = tile_spec(d, x.dtype, distances=distances, precision=precision)
     capacity = sparse_capacity(n, br, bc, max_active)
@@ -334,7 +324,7 @@ def _tiled_sparse(x, f, log_p, eta, w, r2, *, block_size, block_cols, group, pre
     # (too many active tiles to gain) or the weights need a shift per row.
     part = lax.cond(plan.fits & weights.shared, sparse, dense)
     out = finish(part, p, n)
-    return PairwiseForce(*(jnp.zeros_like(a).at[perm].set(a) for a in out))
+    return unsort(out, perm)
 
 
 def ensemble_force_tiled(
