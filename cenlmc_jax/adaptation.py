@@ -42,9 +42,11 @@ windows), and dual averaging restarts around the current ``ε``; a final fast
 window (50 steps) tunes ``ε`` for the last ``Σ``. ``Σ`` is the proposal
 covariance of RW-MH, the ``D`` of the SDE proposal (MALA preconditioned by
 ``Σ``), and the per-coordinate scale ``sqrt(Σ_ii)`` of the Gamma proposal.
-The window boundaries are known when ``num_steps`` is: each window is one
-``lax.scan``, and the window-end updates run between them (no ``lax.cond``,
-so nothing extra runs per step under ``vmap``).
+The warm-up is one ``lax.scan`` (one compilation); the window boundaries,
+known when ``num_steps`` is, enter as per-step flags and the window-end
+updates as selects (no ``lax.cond``: nothing extra runs per step under
+``vmap``). Nothing in a sampler's state depends on ``Σ`` or ``ε`` (the SDE
+proposal caches only ``∇log π``), so the parameters change between steps freely.
 
 **Pooled chains** (:meth:`WindowAdaptation.run_chains`): ``C`` chains share
 one set of parameters; the acceptance fed to (DA) is the mean over chains,
@@ -365,64 +367,64 @@ def window_adaptation(
             return irreversible_mh(logdensity_fn, gamma_proposal(params["shape"], params["scale"]))
         return irreversible_mh(logdensity_fn, sde_proposal(params["D"], params["Q"], logdensity_fn, params["step_size"]))
 
-    def refresh(state: Any, algo: SamplingAlgorithm) -> Any:
-        """Recompute the per-point cache of ``state`` for a sampler with new matrices (the SDE drift D∇log π)."""
-        if kind in ("mala", "sde"):
-            return algo.init(state.position)._replace(direction=state.direction)
-        return state
-
-    def adapt(rng_key, states, num_steps, pooled: bool):
-        flat = jax.vmap(lambda p: ravel_position(p, check=False)[0]) if pooled else (
-            lambda p: ravel_position(p, check=False)[0][None])
-        x0 = flat(states.position)
-        d, dtype = x0.shape[1], x0.dtype
-        da = dual_averaging_init(initial_step_size, dtype)
-        cov = None
-        if preconditioner is not None:
-            cov = jnp.eye(d, dtype=dtype) if dense else jnp.ones((d,), dtype)
+    def schedule(num_steps: int) -> dict:
+        """Per-step flags (NumPy, static): slow (Welford), window_end, rm (final window), rm_start."""
         segments = build_schedule(num_steps, initial_buffer, first_window, final_buffer)
         if preconditioner is None:  # step size only: dual averaging, then the final window
             last = segments[-1][0] if len(segments) > 1 else 0
             segments = [(n, False, False) for n in (num_steps - last, last) if n]
         # the final fast window runs (RM); with a single segment there is none: (DA) throughout
         final = len(segments) - 1 if len(segments) > 1 and not segments[-1][1] else -1
-        infos, t0 = [], 0
+        flags = {k: np.zeros(num_steps, bool) for k in ("slow", "window_end", "rm", "rm_start")}
+        t = 0
         for index, (length, slow, ends_window) in enumerate(segments):
-            if index == final:
-                da = _restart(da)
+            flags["slow"][t:t + length] = slow
+            flags["window_end"][t + length - 1] = ends_window
+            flags["rm"][t:t + length] = index == final
+            flags["rm_start"][t] = index == final
+            t += length
+        return flags
 
-            def one(carry, t, slow=slow, rm=index == final):
-                states, da, wf = carry
-                algo = sampler(parameters(jnp.exp(da.log_step_size), cov, d))
-                key = jax.random.fold_in(rng_key, t)
-                if pooled:
-                    keys = jax.random.split(key, x0.shape[0])
-                    states, info = jax.vmap(algo.step)(keys, states)
-                else:
-                    states, info = algo.step(key, states)
-                acc = jnp.mean(jnp.where(jnp.isnan(info.acceptance_rate), 0.0, info.acceptance_rate))
-                new_da = robbins_monro_update(da, acc, target) if rm else dual_averaging_update(da, acc, target)
-                if slow:
-                    wf = welford_update(wf, flat(states.position))
-                return (states, new_da, wf), WindowAdaptationInfo(jnp.exp(da.log_step_size), acc)
+    def adapt(rng_key, states, num_steps, pooled: bool):
+        """One lax.scan over the warm-up; the window boundaries are per-step flags (selects, no cond)."""
+        flat = jax.vmap(lambda p: ravel_position(p, check=False)[0]) if pooled else (
+            lambda p: ravel_position(p, check=False)[0][None])
+        x0 = flat(states.position)
+        d, dtype = x0.shape[1], x0.dtype
+        da = dual_averaging_init(initial_step_size, dtype)
+        wf0 = welford_init(d, dense, dtype)
+        cov = None
+        if preconditioner is not None:
+            cov = jnp.eye(d, dtype=dtype) if dense else jnp.ones((d,), dtype)
+        pick = lambda flag, a, b: jax.tree_util.tree_map(lambda u, v: jnp.where(flag, u, v), a, b)
 
-            wf = welford_init(d, dense, dtype)
-            (states, da, wf), info = lax.scan(one, (states, da, wf), t0 + jnp.arange(length))
-            infos.append(info)
-            t0 += length
-            if ends_window:
-                cov = welford_covariance(wf)
-                da = dual_averaging_init(jnp.exp(da.log_step_size))  # restart around the current ε (Stan)
-                algo = sampler(parameters(jnp.exp(da.log_step_size), cov, d))
-                states = jax.vmap(lambda s: refresh(s, algo))(states) if pooled else refresh(states, algo)
+        def one(carry, inputs):
+            states, da, wf, cov = carry
+            t, slow, window_end, rm, rm_start = inputs
+            da = pick(rm_start, _restart(da), da)
+            step_size = jnp.exp(da.log_step_size)
+            algo = sampler(parameters(step_size, cov, d))
+            key = jax.random.fold_in(rng_key, t)
+            if pooled:
+                states, info = jax.vmap(algo.step)(jax.random.split(key, x0.shape[0]), states)
+            else:
+                states, info = algo.step(key, states)
+            acc = jnp.mean(jnp.where(jnp.isnan(info.acceptance_rate), 0.0, info.acceptance_rate))
+            da = pick(rm, robbins_monro_update(da, acc, target), dual_averaging_update(da, acc, target))
+            wf = pick(slow, welford_update(wf, flat(states.position)), wf)
+            if cov is not None:  # end of a slow window: new Σ, memoryless Welford, (DA) restarted around ε (Stan)
+                cov = jnp.where(window_end, welford_covariance(wf), cov)
+                da = pick(window_end, dual_averaging_init(jnp.exp(da.log_step_size)), da)
+                wf = pick(window_end, wf0, wf)
+            return (states, da, wf, cov), WindowAdaptationInfo(step_size, acc)
+
+        flags = schedule(num_steps)
+        inputs = (jnp.arange(num_steps),) + tuple(jnp.asarray(flags[k]) for k in ("slow", "window_end", "rm",
+                                                                                     "rm_start"))
+        (states, da, _, cov), info = lax.scan(one, (states, da, wf0, cov), inputs)
         # (RM)'s average, or (DA)'s when there was no final window
         step_size = jnp.exp(da.log_step_size_avg) if num_steps else jnp.asarray(initial_step_size, dtype)
-        params = parameters(step_size, cov, d)
-        algo = sampler(params)
-        states = jax.vmap(lambda s: refresh(s, algo))(states) if pooled else refresh(states, algo)
-        info = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *infos) if infos else WindowAdaptationInfo(
-            jnp.zeros((0,), dtype), jnp.zeros((0,), dtype))
-        return (states, params), info
+        return (states, parameters(step_size, cov, d)), info
 
     @functools.partial(jax.jit, static_argnames=("num_steps",))
     def _run(rng_key, position, num_steps):
@@ -513,7 +515,7 @@ def _sghmc_variance_ratio(h: float, friction: float) -> float:
     c = friction
     A = np.array([[1.0, a], [-a, 1.0 - c]])
     N = np.diag([0.0, 2.0 * c])
-    if np.max(np.abs(np.linalg.eigvals(A))) >= 1.0:
+    if np.max(np.abs(np.linalg.eigvals(A))) >= 1.0 - 1e-9:  # unstable (or on the edge): no stationary law
         return math.inf
     P = np.linalg.solve(np.eye(4) - np.kron(A, A), N.reshape(-1)).reshape(2, 2)
     return float(P[0, 0])
@@ -542,12 +544,13 @@ def langevin_step_size(curvature: Any, *, sampler: str = "lmc", bias: float = 0.
     L, b = float(curvature), float(bias)
     if sampler in ("lmc", "sgld"):
         return 2.0 * b / ((1.0 + b) * L)
-    lo, hi = 0.0, 2.0 / (friction + math.sqrt(L))  # hi: beyond the stability limit or a large bias
-    while _sghmc_variance_ratio(hi * hi * L, hi * friction) < 1.0 + b:
-        hi *= 2.0
+    ratio = lambda eps: _sghmc_variance_ratio(eps * eps * L, eps * friction)
+    lo, hi = 0.0, 1e-3 / (friction + math.sqrt(L))
+    while ratio(hi) < 1.0 + b:  # bracket: double until the bias is reached (or the recursion is unstable)
+        lo, hi = hi, 2.0 * hi
     for _ in range(100):
         mid = 0.5 * (lo + hi)
-        if _sghmc_variance_ratio(mid * mid * L, mid * friction) > 1.0 + b:
+        if ratio(mid) > 1.0 + b:
             hi = mid
         else:
             lo = mid

@@ -155,17 +155,22 @@ class Proposal(NamedTuple):
 class SDEPoint(NamedTuple):
     """What :func:`sde_proposal` keeps of a point ``z`` (its ``cache``); ``None`` where not needed.
 
-    drift_d: (d,) ``D(z)∇log π(z) + Γ_D(z)``.
-    drift_q: (d,) ``Q(z)∇log π(z) + Γ_Q(z)``, or None when ``Q`` is a known
-      zero (``None`` or a concrete 0; a traced ``Q`` is kept even if it is 0,
-      so build the proposal that continues a state with ``Q`` in the same form).
-      The forward mean with direction ``s`` is ``z + ε (drift_d + s·drift_q)``.
-    root: the factor ``L(z)`` of ``D(z) = L Lᵀ`` (scalar, (d,) or lower (d, d)),
-      or None when ``D`` is constant (then it is held by the proposal).
-    half_logdet: ``½ log det D(z)``, or None when ``D`` is constant.
+    grad: (d,) ``∇log π(z)``.
+    drift_d: (d,) ``D(z)∇log π(z) + Γ_D(z)`` for a callable ``D``; None for a
+      constant ``D`` (then ``D∇log π`` is formed from ``grad`` when used: a
+      product by a scalar or a diagonal, or one ``O(d²)`` matrix-vector product).
+    drift_q: (d,) ``Q(z)∇log π(z) + Γ_Q(z)`` for a callable ``Q``; None for a constant one.
+    root: the factor ``L(z)`` of ``D(z) = L Lᵀ`` (scalar, (d,) or lower (d, d))
+      for a callable ``D``; None for a constant ``D`` (its factor is the proposal's).
+    half_logdet: ``½ log det D(z)`` for a callable ``D``; None otherwise.
+
+    For constant ``D`` and ``Q`` the cache is the gradient alone: it stays
+    valid when the matrices or the step size change (warm-up adaptation swaps
+    them between steps without recomputing anything).
     """
 
-    drift_d: Array
+    grad: Array
+    drift_d: Optional[Array] = None
     drift_q: Optional[Array] = None
     root: Optional[Array] = None
     half_logdet: Optional[Array] = None
@@ -585,12 +590,13 @@ def sde_proposal(D: Any, Q: Any, logdensity_fn: LogDensityFn, step_size: Any) ->
     here, once: the factor ``L`` of ``D = L Lᵀ`` (``√c``, ``√v`` or Cholesky),
     ``L⁻¹`` and ``½ log det D`` (NumPy float64 when the values are known;
     ``jnp`` when ``D`` is a tracer, e.g. a preconditioner being adapted inside
-    ``jit``). The per-point pieces (:class:`SDEPoint`: ``D∇log π + Γ_D``,
-    ``Q∇log π + Γ_Q``, and ``L(z)``, ``½ log det D(z)`` for a callable ``D``)
-    are the proposal's ``point_fn``: computed once per proposed point and kept
-    in the state, so a step costs one ``value_and_grad`` (``grad_evals = 1``),
-    as BlackJAX's MALA. Scalar and diagonal ``D`` with ``Q = 0`` cost only
-    elementwise work; a dense ``D`` or ``Q`` adds ``O(d²)`` matrix-vector products.
+    ``jit``). The per-point pieces (:class:`SDEPoint`: ``∇log π``, and for
+    callables ``D(z)∇log π + Γ_D``, ``Q(z)∇log π + Γ_Q``, ``L(z)``,
+    ``½ log det D(z)``) are the proposal's ``point_fn``: computed once per
+    proposed point and kept in the state, so a step costs one
+    ``value_and_grad`` (``grad_evals = 1``), as BlackJAX's MALA. Scalar and
+    diagonal ``D`` with ``Q = 0`` cost only elementwise work; a dense ``D`` or
+    ``Q`` adds ``O(d²)`` matrix-vector products.
 
     Checks: constant concrete ``D``, ``Q`` here (NumPy, so also inside ``jit``);
     callables at the initial point by :func:`irreversible_mh_init` and in every
@@ -624,20 +630,14 @@ def sde_proposal(D: Any, Q: Any, logdensity_fn: LogDensityFn, step_size: Any) ->
 
     def point_at(z, grad):
         """SDEPoint at a flat z with ∇log π(z) = grad."""
-        drift_q = None
-        if d_const:
-            drift_d = la.matvec(_as(Dc, z.dtype), grad)
-            root = half = None
-        else:
+        drift_d = drift_q = root = half = None
+        if not d_const:
             dz = la.evaluate(D, z, "D")
             drift_d = la.matvec(dz, grad) + la.gamma_term(D, None, z)
             root, _, half = _factor(dz, z.shape[0])
-        if not q_zero:
-            if q_const:
-                drift_q = la.matvec(_as(Qc, z.dtype), grad)
-            else:
-                drift_q = la.matvec(la.evaluate(Q, z, "Q"), grad) + la.gamma_term(None, Q, z)
-        return SDEPoint(drift_d, drift_q, root, half)
+        if not q_const:
+            drift_q = la.matvec(la.evaluate(Q, z, "Q"), grad) + la.gamma_term(None, Q, z)
+        return SDEPoint(grad, drift_d, drift_q, root, half)
 
     def point_fn(position):
         logdensity, grad = value_and_grad(position)
@@ -649,8 +649,13 @@ def sde_proposal(D: Any, Q: Any, logdensity_fn: LogDensityFn, step_size: Any) ->
         return point_fn(z)[1] if cache is None else cache
 
     def mean(z, s, point):
+        """z + ε [(D + sQ)∇log π + Γ_D + sΓ_Q] at z, from its cache."""
         eps = jnp.asarray(step_size, z.dtype)
-        drift = point.drift_d if point.drift_q is None else point.drift_d + s * point.drift_q
+        drift = la.matvec(_as(Dc, z.dtype), point.grad) if d_const else point.drift_d
+        if not q_const:
+            drift = drift + s * point.drift_q
+        elif not q_zero:
+            drift = drift + s * la.matvec(_as(Qc, z.dtype), point.grad)
         return z + eps * drift
 
     def log_density(x, z, s, point):

@@ -173,3 +173,69 @@ def test_noisy_bad_input_raises():
         gradients.noisy_grad_estimator(lambda th: th, -1.0)
     with pytest.raises(ValueError, match="grad_fn"):
         gradients.noisy_grad_estimator(None, 1.0)
+
+
+# ---------------------------------------------------------------------------
+# Issue 10: Floyd's subsets, the with-replacement default, pytree positions.
+# ---------------------------------------------------------------------------
+
+
+def test_floyd_subsets_are_uniform_and_distinct():
+    """All C(6, 3) = 20 subsets of {0..5} equally likely: each frequency within 4.5 binomial SE of
+    1/20 over 40,000 draws (a false alarm over the 20 has probability < 2e-4); entries distinct."""
+    n, b, num = 6, 3, 40_000
+    idx = np.asarray(jax.jit(jax.vmap(lambda k: gradients.floyd_subset(k, n, b)))(
+        jax.random.split(jax.random.key(0), num)))
+    assert np.all(np.sort(idx, 1)[:, 1:] != np.sort(idx, 1)[:, :-1]) and idx.min() >= 0 and idx.max() < n
+    codes = np.sum(2 ** np.sort(idx, 1), axis=1)  # one integer per subset
+    freq = np.array([np.mean(codes == c) for c in np.unique(codes)])
+    assert freq.size == 20
+    p = 1 / 20
+    assert np.all(np.abs(freq - p) < 4.5 * np.sqrt(p * (1 - p) / num)), freq
+    np.testing.assert_array_equal(gradients.floyd_subset(jax.random.key(1), 7, 7), np.arange(7))
+    big = np.asarray(gradients.floyd_subset(jax.random.key(2), 10_000, 500))
+    assert np.unique(big).size == 500
+
+
+def test_with_replacement_variance_is_n2_s0_over_b(logistic):
+    # i.i.d. indices: Var[(n/b) Σ_j g_{I_j}] = n² S₀² / b, S₀² the ddof-0 variance of the per-point
+    # gradients (an exact formula; the default draw).
+    t, data = logistic
+    n, b = data[0].shape[0], 50
+    est = gradients.minibatch_grad_estimator(t.data["logprior_fn"], t.data["loglik_fn"], data, b)
+    theta = jnp.asarray(t.data["theta_map"], jnp.float32)
+    per_point = np.asarray(jax.vmap(jax.grad(t.data["loglik_fn"]), in_axes=(None, 0, 0))(theta, *data), np.float64)
+    exact = n**2 * per_point.var(axis=0, ddof=0) / b
+    var = _draws(est, theta, seed=2).var(axis=0, ddof=1)
+    # the same allowance as the finite-population test above (sample-variance SE, kurtosis up to 5)
+    np.testing.assert_allclose(var, exact, rtol=0.16)
+    # and it is larger than without replacement by the factor the two formulas give
+    assert np.all(exact > n**2 * (1 - b / n) * per_point.var(axis=0, ddof=1) / b)
+
+
+def test_minibatch_estimator_takes_a_dict_theta(logistic):
+    t, data = logistic
+    pack = lambda p: jnp.concatenate([p["b"][None], p["w"]])
+    est = gradients.minibatch_grad_estimator(lambda p: t.data["logprior_fn"](pack(p)),
+                                             lambda p, x, y: t.data["loglik_fn"](pack(p), x, y), data, 200,
+                                             replace=False)
+    theta = jnp.linspace(-1.0, 1.0, t.dim)
+    g = est(jax.random.key(0), {"b": theta[0], "w": theta[1:]})
+    assert set(g) == {"b", "w"} and g["w"].shape == (t.dim - 1,)
+    full = jax.grad(t.logdensity_fn)(theta)  # full batch: the exact gradient, as a dict
+    np.testing.assert_allclose(pack(g), full, rtol=1e-5, atol=1e-4)  # float32 sum order
+
+
+def test_ravel_position():
+    flat, unravel = gradients.ravel_position(jnp.array([1.0, 2.0]))
+    assert unravel is None and flat.shape == (2,)
+    flat, unravel = gradients.ravel_position([0.5, 1.5])  # a list of numbers is a vector, as before
+    assert unravel is None and flat.shape == (2,)
+    tree = {"w": jnp.ones((2, 2)), "b": jnp.array(3.0)}
+    flat, unravel = gradients.ravel_position(tree)
+    np.testing.assert_array_equal(flat, [3.0, 1.0, 1.0, 1.0, 1.0])  # leaves in key order: b, w
+    jax.tree_util.tree_map(np.testing.assert_array_equal, unravel(flat), tree)
+    with pytest.raises(ValueError, match=r"position\['w'\] must be finite"):
+        gradients.ravel_position({"w": jnp.array([jnp.nan]), "b": jnp.zeros(1)})
+    with pytest.raises(ValueError, match="position must have shape"):
+        gradients.ravel_position(jnp.zeros((2, 2)))  # a bare matrix is not one chain's vector

@@ -511,3 +511,188 @@ def test_bad_input_raises_value_error():
         irr.rwmh_init(jnp.array([0.0, jnp.nan]), lp)
     with pytest.raises(ValueError, match="proposal"):
         irr.irreversible_mh_step(jax.random.key(0), gstate, lp, 0.5)
+
+
+# ------------------------------------------------- issue 10: cache, speed paths, jit
+
+
+def _sin_logdensity(x):
+    """N(0, I) plus 0·Σ sin(x): the sin marks every forward evaluation in a jaxpr (cos: every gradient)."""
+    return -0.5 * jnp.sum(x**2) + 0.0 * jnp.sum(jnp.sin(x))
+
+
+def _count_primitives(jaxpr, name):
+    count = 0
+    for eqn in jaxpr.eqns:
+        count += eqn.primitive.name == name
+        for sub in jax.core.subjaxprs(eqn) if hasattr(jax.core, "subjaxprs") else ():
+            count += _count_primitives(sub, name)
+        for param in eqn.params.values():
+            inner = getattr(param, "jaxpr", None)
+            if inner is not None:
+                count += _count_primitives(getattr(inner, "jaxpr", inner), name)
+    return count
+
+
+@pytest.mark.parametrize("Q", [0.0, J])
+def test_sde_step_evaluates_the_log_density_and_its_gradient_once(Q):
+    """One value_and_grad per step (at z*), as MALA: one sin (forward) and one cos (its derivative)
+    in the step's jaxpr; the values at z come from state.cache."""
+    prop = irr.sde_proposal(np.eye(2), Q, _sin_logdensity, 0.1)
+    state = irr.irreversible_mh_init(jnp.ones(2), _sin_logdensity, jax.random.key(0), proposal=prop)
+    step = functools.partial(irr.irreversible_mh_step, logdensity_fn=_sin_logdensity, proposal=prop)
+    jaxpr = jax.make_jaxpr(step)(jax.random.key(1), state).jaxpr
+    assert _count_primitives(jaxpr, "sin") == 1 and _count_primitives(jaxpr, "cos") == 1
+
+
+@pytest.mark.parametrize("D", [1.0, np.array([1.0, 0.5]), np.array([[1.0, 0.4], [0.4, 0.5]])])
+def test_the_cache_is_the_point_s_drift_after_many_steps(D):
+    """state.cache always equals the proposal's point_fn at state.position (accepted and rejected
+    steps alike): D∇log π + Γ_D and Q∇log π + Γ_Q recomputed from scratch (float32 rounding)."""
+    tgt = targets.banana()
+    prop = irr.sde_proposal(D, 2.0 * J, tgt.logdensity_fn, 0.2)
+    algo = cj.vmap_chains(cj.irreversible_mh(tgt.logdensity_fn, prop))
+    states = algo.init(tgt.sample(jax.random.key(0), 64), jax.random.key(1))
+    res = cj.sample(jax.random.key(2), algo, states, 50)
+    assert 0.2 < float(np.mean(np.asarray(res.info.is_accepted))) < 0.95  # both branches exercised
+    _, fresh = jax.vmap(prop.point_fn)(res.state.position)
+    for got, want in zip(jax.tree_util.tree_leaves(res.state.cache), jax.tree_util.tree_leaves(fresh)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(res.state.logdensity, jax.vmap(tgt.logdensity_fn)(res.state.position), rtol=1e-5)
+
+
+def test_constant_dense_d_precomputed_equals_the_callable_path():
+    """The factors of a constant D taken once (NumPy float64) give the densities of the per-point
+    path (the same D as a callable: Cholesky at every point), to float64 rounding."""
+    tgt = targets.correlated_gaussian(3, 0.5)
+    Dm = np.array([[1.0, 0.3, 0.0], [0.3, 0.8, 0.1], [0.0, 0.1, 0.6]])
+    Qm = np.array([[0.0, 1.0, -0.5], [-1.0, 0.0, 0.2], [0.5, -0.2, 0.0]])
+    with x64():
+        const = irr.sde_proposal(Dm, Qm, tgt.logdensity_fn, 0.15)
+        per_point = irr.sde_proposal(lambda z: jnp.asarray(Dm), lambda z: jnp.asarray(Qm), tgt.logdensity_fn, 0.15)
+        z = jax.random.normal(jax.random.key(0), (40, 3), jnp.float64)
+        zs = jax.random.normal(jax.random.key(1), (40, 3), jnp.float64)
+        for sign in (1.0, -1.0):
+            s = jnp.full((1,), sign)
+            for fn in ("log_forward", "log_backward"):
+                a = jv(lambda x, y: getattr(const, fn)(x, y, s))(zs, z)
+                b = jv(lambda x, y: getattr(per_point, fn)(x, y, s))(zs, z)
+                np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+        keys = jax.random.split(jax.random.key(2), 40)
+        ones = jnp.ones((1,))
+        np.testing.assert_allclose(jv(lambda k, x: const.sample(k, x, ones))(keys, z),
+                                   jv(lambda k, x: per_point.sample(k, x, ones))(keys, z), rtol=1e-12, atol=1e-12)
+
+
+def test_proposals_build_inside_jit_with_traced_step_size_and_d():
+    """Issue 8: sde_proposal inside jit raised a false 'D failed'; now it builds with a traced
+    step size and a traced D (as adaptation needs) and draws what the eager proposal draws."""
+    tgt = targets.banana()
+    z, s, key = jnp.array([0.3, -0.2]), jnp.ones((1,)), jax.random.key(0)
+
+    def draw(eps, D):
+        prop = irr.sde_proposal(D, J, tgt.logdensity_fn, eps)
+        z_star = prop.sample(key, z, s)
+        return z_star, prop.log_forward(z_star, z, s) - prop.log_backward(z, z_star, s)
+
+    eager = draw(0.1, jnp.array([1.0, 0.5]))
+    for traced in (jax.jit(draw)(0.1, jnp.array([1.0, 0.5])), jax.jit(lambda e: draw(e, np.array([1.0, 0.5])))(0.1)):
+        for a, b in zip(traced, eager):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)  # float32 rounding of fused ops
+    gamma = jax.jit(lambda th: irr.gamma_proposal(2.0, th).sample(key, z, jnp.ones(2)))(0.5)
+    np.testing.assert_allclose(gamma, irr.gamma_proposal(2.0, 0.5).sample(key, z, jnp.ones(2)), rtol=1e-6)
+
+
+def test_init_inside_jit_on_closed_over_concrete_arrays():
+    """Issue 8: rwmh_init / irreversible_mh_init inside jit on a concrete closed-over position hit
+    tracer-bool errors in the input checks; they run eagerly now and give the eager state."""
+    tgt = targets.banana()
+    x = jnp.array([0.3, -0.2])
+    prop = irr.sde_proposal(1.0, J, tgt.logdensity_fn, 0.1)
+    for init in (lambda: irr.rwmh_init(x, tgt.logdensity_fn),
+                 lambda: irr.irreversible_mh_init(x, tgt.logdensity_fn, jax.random.key(0), proposal=prop),
+                 lambda: cj.rwmh(tgt.logdensity_fn, 0.5).init(x)):
+        jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), jax.jit(init)(), init())
+    bad = jnp.array([0.0, jnp.nan])
+    with pytest.raises(ValueError, match="position must be finite"):
+        jax.jit(lambda: irr.rwmh_init(bad, tgt.logdensity_fn))()  # the check itself still runs
+
+
+def test_nan_gradient_at_the_proposal_is_reported():
+    """log π finite at z* but ∇log π NaN there: the proposal density is NaN; rejected and diverged."""
+    logp = lambda x: -0.5 * jnp.sum(x**2) + jnp.where(x[0] > 3.0, 0.0 * jnp.sqrt(-x[0]), 0.0)
+    prop = irr.sde_proposal(1.0, 0.0, logp, 50.0)  # huge steps: many proposals land at x_0 > 3
+    algo = cj.vmap_chains(cj.irreversible_mh(logp, prop))
+    states = algo.init(jnp.zeros((200, 1)), jax.random.key(0))
+    new, info = jax.jit(algo.step)(jax.random.key(1), states)
+    landed = np.asarray(info.diverged)
+    assert landed.any() and not np.asarray(info.is_accepted)[landed].any()
+    assert np.all(np.isfinite(np.asarray(new.position)))
+
+
+def test_rwmh_with_a_dense_proposal_covariance_samples_the_target():
+    """proposal_cov = Σ (the target's covariance) on N(0, Σ), ρ = 0.95: mean and covariance within MCSE."""
+    tgt = targets.correlated_gaussian(2, 0.95)
+    algo = cj.vmap_chains(cj.rwmh(tgt.logdensity_fn, 1.7, proposal_cov=tgt.cov))
+    x0 = tgt.sample(jax.random.key(3), 400)
+    res = cj.sample(jax.random.key(4), algo, algo.init(x0), 1000)
+    trace = np.swapaxes(np.asarray(res.trace, np.float64), 0, 1)
+    z, est = z_scores(np.concatenate([trace, _second_moments(trace)], -1), np.array([0, 0, 1.0, 1.0, 0.95]))
+    assert np.all(np.abs(z) < Z_MAX), (est, z)
+    acc = float(np.mean(np.asarray(res.info.acceptance_rate)))
+    assert 0.15 < acc < 0.6, acc  # a real test: neither always accepting nor frozen
+    with pytest.raises(ValueError, match="proposal_cov"):
+        cj.rwmh(tgt.logdensity_fn, 1.0, proposal_cov=np.array([[1.0, 2.0], [2.0, 1.0]]))
+    with pytest.raises(ValueError, match="proposal_cov"):
+        cj.rwmh(tgt.logdensity_fn, 1.0, proposal_cov=-1.0)
+
+
+def test_gamma_proposal_with_per_coordinate_scales():
+    """scale: (d,): jumps of coordinate i are Gamma(k, θ_i): mean k θ_i (z-test, i.i.d. draws)."""
+    k, theta, n = 2.0, np.array([0.1, 1.0, 3.0]), 50_000
+    prop = irr.gamma_proposal(k, theta)
+    jumps = np.asarray(jv(prop.sample)(jax.random.split(jax.random.key(0), n), jnp.zeros((n, 3)), jnp.ones((n, 3))))
+    z = (jumps.mean(0) - k * theta) / (np.sqrt(k) * theta / np.sqrt(n))
+    assert np.all(np.abs(z) < Z_MAX), z
+    with pytest.raises(ValueError, match="scale"):
+        irr.gamma_proposal(2.0, np.array([1.0, -1.0]))
+
+
+def _dict_logistic():
+    """The logistic regression with θ as {"b": first coordinate, "w": the rest} (ravel order: b, w)."""
+    tgt = targets.logistic_regression(dim=4)
+
+    def logp_dict(p):
+        return tgt.logdensity_fn(jnp.concatenate([p["b"][None], p["w"]]))
+
+    def to_dict(x):
+        return {"b": x[0], "w": x[1:]}
+
+    return tgt, logp_dict, to_dict
+
+
+@pytest.mark.parametrize("which", ["rwmh", "mala", "sde", "gamma"])
+def test_dict_positions_give_the_flat_chain(which):
+    """A dict-shaped position is raveled at the boundary: the chain equals the flat one draw for
+    draw (same keys), and the state keeps the dict."""
+    tgt, logp_dict, to_dict = _dict_logistic()
+    make = {
+        "rwmh": lambda lp: cj.rwmh(lp, 0.1),
+        "mala": lambda lp: cj.irreversible_mh(lp, irr.sde_proposal(1.0, 0.0, lp, 0.005)),
+        "sde": lambda lp: cj.irreversible_mh(lp, irr.sde_proposal(np.array([1.0, 0.5, 0.5, 1.0]), J4, lp, 0.005)),
+        "gamma": lambda lp: cj.irreversible_mh(lp, irr.gamma_proposal(2.0, 0.05)),
+    }[which]
+    x0 = jnp.asarray(tgt.data["theta_map"], jnp.float32)
+    flat, tree = make(tgt.logdensity_fn), make(logp_dict)
+    sf, st = flat.init(x0, jax.random.key(0)), tree.init(to_dict(x0), jax.random.key(0))
+    assert isinstance(st.position, dict) and st.position["w"].shape == (3,)
+    step_f, step_t = jax.jit(flat.step), jax.jit(tree.step)
+    for t in range(20):
+        sf, inf_f = step_f(jax.random.key(t), sf)
+        st, inf_t = step_t(jax.random.key(t), st)
+        assert bool(inf_f.is_accepted) == bool(inf_t.is_accepted)
+    np.testing.assert_allclose(jnp.concatenate([st.position["b"][None], st.position["w"]]), sf.position,
+                               rtol=1e-6, atol=1e-6)  # the same arithmetic, up to float32 fusion
+
+
+J4 = np.kron(np.eye(2), J)  # rotations in the planes (0, 1) and (2, 3)

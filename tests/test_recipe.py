@@ -13,7 +13,7 @@ import numpy as np
 import optax
 import pytest
 
-from cenlmc_jax import _linalg, gradients
+from cenlmc_jax import _linalg, gradients, targets
 from cenlmc_jax.sgmcmc import recipe, sgrhmc
 
 ROUNDING64 = dict(rtol=1e-12, atol=1e-12)  # same formula, different operation order: float64 rounding only
@@ -225,3 +225,70 @@ def test_bad_shapes_and_callables_raise():
         sgrhmc.sgrhmc_init(jnp.zeros(2), momentum=jnp.zeros(3))
     with pytest.raises(ValueError, match="C must be"):
         sgrhmc.gsgrhmc_inv_metric(quadratic_potential, 1.5, float("inf"))
+
+
+# ---------------------------------------------------------------------------
+# Issue 10: SGHMC block step = the recipe; pytree positions; init inside jit.
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("friction", [0.7, np.array([0.5, 1.5]), np.array([[1.0, 0.3], [0.3, 0.6]])])
+def test_sghmc_step_is_the_recipe_with_its_D_and_Q(friction):
+    """The block-wise SGHMC step has the recipe's mean and noise covariance on z = (θ, r) with
+    D = [[0, 0], [0, C]], Q = [[0, -I], [I, 0]] (built by _sghmc_dq), for a scalar, diagonal and
+    dense friction, with and without B̂ (float64 rounding only)."""
+    with jax.enable_x64(True):
+        grad = jnp.array([0.4, -0.9])
+        est = gradients.grad_estimator_from_grad(lambda th: grad)
+        theta, r, eps = jnp.array([0.3, -1.2]), jnp.array([0.8, 0.1]), 0.05
+        for B_hat in (None, 0.5 * np.eye(2)):
+            state = recipe.SGHMCState(theta, r, jnp.zeros((), jnp.int32))
+            key = jax.random.key(3)
+            new, info = recipe.sghmc_step(key, state, est, eps, friction, B_hat)
+            D, Q, B = recipe._sghmc_dq(friction, 2, B_hat)
+            z = jnp.concatenate([theta, r])
+            mean, root, _ = recipe.recipe_mean_and_root(z, jnp.concatenate([grad, -r]), jnp.asarray(eps), D, Q, B)
+            xi = jax.random.normal(jax.random.split(key)[1], (2,), jnp.float64)
+            root_r = root[2:, 2:]  # the θ block of the recipe's root is 0
+            np.testing.assert_allclose(root[:2], 0.0, atol=1e-12)
+            np.testing.assert_allclose(new.position, mean[:2], **ROUNDING64)
+            np.testing.assert_allclose(new.momentum, mean[2:] + root_r @ xi, **ROUNDING64)
+            assert not bool(info.noise_clipped)
+
+
+def test_sghmc_noise_clipping_is_reported_inside_jit():
+    # B̂(θ) = 50 I with ε = 0.1, C = 1: 2·1 - 0.1·50 < 0. Traced, it cannot raise: info says so.
+    est = gradients.grad_estimator_from_grad(lambda th: -th)
+    sampler = recipe.sghmc(est, 0.1, B_hat=lambda th: 50.0 * jnp.ones(2))
+    state = recipe.SGHMCState(jnp.zeros(2), jnp.zeros(2), jnp.zeros((), jnp.int32))
+    _, info = jax.jit(sampler.step)(jax.random.key(0), state)
+    assert bool(info.noise_clipped)
+
+
+def test_recipe_samplers_take_dict_positions_and_give_the_flat_chain():
+    """θ = {"b": scalar, "w": (3,)} on the logistic regression with minibatch gradients of the dict:
+    SGLD and SGHMC equal their runs on the flat vector (b, w), draw for draw."""
+    tgt = targets.logistic_regression(dim=4)
+    data = (jnp.asarray(tgt.data["x"], jnp.float32), jnp.asarray(tgt.data["y"], jnp.float32))
+    pack = lambda p: jnp.concatenate([p["b"][None], p["w"]])
+    est_flat = gradients.minibatch_grad_estimator(tgt.data["logprior_fn"], tgt.data["loglik_fn"], data, 20)
+    est_dict = gradients.minibatch_grad_estimator(lambda p: tgt.data["logprior_fn"](pack(p)),
+                                                  lambda p, x, y: tgt.data["loglik_fn"](pack(p), x, y), data, 20)
+    x0 = jnp.asarray(tgt.data["theta_map"], jnp.float32)
+    for make in (lambda e: recipe.sgld(e, 1e-3), lambda e: recipe.sghmc(e, 1e-2, friction=2.0)):
+        flat, tree = make(est_flat), make(est_dict)
+        sf, st = flat.init(x0), tree.init({"b": x0[0], "w": x0[1:]})
+        for t in range(10):
+            sf, _ = jax.jit(flat.step)(jax.random.key(t), sf)
+            st, _ = jax.jit(tree.step)(jax.random.key(t), st)
+        assert isinstance(st.position, dict)
+        np.testing.assert_allclose(pack(st.position), sf.position, rtol=1e-5, atol=1e-6)  # float32 sum order
+
+
+def test_recipe_and_sghmc_init_inside_jit():
+    """Issue 8: init inside jit on a concrete closed-over position (the checks run eagerly)."""
+    x = jnp.array([0.5, -1.0])
+    for init in (lambda: recipe.recipe_init(x, np.eye(2), np.zeros((2, 2)), 0.1),
+                 lambda: recipe.sghmc(_EST, 0.1).init(x, momentum=jnp.ones(2)),
+                 lambda: sgrhmc.sgrhmc_init(x, inv_metric_fn=lambda t: jnp.ones(2), step_size=0.1)):
+        jax.tree_util.tree_map(np.testing.assert_array_equal, jax.jit(init)(), init())

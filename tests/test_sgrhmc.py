@@ -193,3 +193,40 @@ def test_double_well_singular_gamma_is_reported_not_raised():
     # naive SGRHMC has no Γ: the same step stays finite
     _, info_naive = sgrhmc.sgrhmc_step(jax.random.key(0), state, est, 0.1, inv, naive=True)
     assert not bool(info_naive.diverged)
+
+
+@pytest.mark.parametrize("inv_metric_fn", [
+    lambda t: -jnp.ones_like(t),  # diagonal, negative: the root is clipped to 0 and θ freezes
+    lambda t: jnp.array([[1.0, 2.0], [2.0, 1.0]]),  # dense, eigenvalues 3 and -1
+])
+def test_a_negative_metric_under_jit_is_reported_not_frozen_silently(inv_metric_fn):
+    """Issue 8: G^{-1}(θ) not PSD inside jit cannot raise; the step reports invalid_metric and
+    diverged, and the driver stops with a warning instead of returning a frozen chain."""
+    est = gradients.grad_estimator_from_grad(lambda t: -t)
+    step = functools.partial(sgrhmc.sgrhmc_step, grad_estimator=est, step_size=0.1, inv_metric_fn=inv_metric_fn)
+    state = sgrhmc.sgrhmc_init(jnp.ones(2))
+    _, info = jax.jit(step)(jax.random.key(0), state)
+    assert bool(info.invalid_metric) and bool(info.diverged)
+    with pytest.warns(RuntimeWarning, match="diverged"):
+        res = run.sample(jax.random.key(1), step, state, 20)
+    assert res.diverged_at == 0
+    # a valid metric is not flagged (gSGRHMC's, which is 0 exactly where U = -C, is allowed)
+    _, ok = jax.jit(functools.partial(step, inv_metric_fn=sgrhmc.gsgrhmc_inv_metric(quadratic_potential)))(
+        jax.random.key(0), state)
+    assert not bool(ok.invalid_metric) and not bool(ok.diverged)
+
+
+def test_sgrhmc_takes_a_dict_position():
+    """θ = {"a": (1,), "b": (1,)}: the same chain as the flat θ = (a, b), and the state keeps the dict."""
+    inv = lambda t: 1.0 + 0.1 * t**2  # a diagonal metric of the flat θ
+    est_flat = gradients.grad_estimator_from_grad(lambda t: -t)
+    est_dict = lambda key, p: {"a": -p["a"], "b": -p["b"]}
+    flat = sgrhmc.sgrhmc(est_flat, 0.05, inv)
+    tree = sgrhmc.sgrhmc(est_dict, 0.05, inv)
+    sf = flat.init(jnp.array([0.5, -0.5]), jax.random.key(0))
+    st = tree.init({"a": jnp.array([0.5]), "b": jnp.array([-0.5])}, jax.random.key(0))
+    for t in range(10):
+        sf, _ = flat.step(jax.random.key(t), sf)
+        st, _ = tree.step(jax.random.key(t), st)
+    assert set(st.position) == {"a", "b"}
+    np.testing.assert_allclose(jnp.concatenate([st.position["a"], st.position["b"]]), sf.position, rtol=1e-6)
