@@ -273,14 +273,14 @@ def mala_reference(problem: InverseProblem, rng_key: Any, *, num_chains: int = 3
     k0, k1 = jax.random.split(rng_key)
     algo = vmap_chains(irreversible_mh(problem.logdensity_fn, sde_proposal(1.0, 0.0, problem.logdensity_fn, eps)))
     state = algo.init(jax.random.normal(k0, (num_chains, d)))
-    res = sample(k1, algo, state, num_steps, burn_in=burn_in)
-    draws = np.asarray(res.trace, np.float64).transpose(1, 0, 2)  # (chains, draws, d)
+    res = sample(k1, algo, state, burn_in + num_steps)  # one chunk length: one compilation
+    draws = np.asarray(res.trace, np.float64)[burn_in:].transpose(1, 0, 2)  # (chains, draws, d)
     flat = draws.reshape(-1, d)
     mean, cov = flat.mean(axis=0), np.cov(flat, rowvar=False).reshape(d, d)
     err = max(float(np.max(diagnostics.mcse(draws, statistic="mean"))),
               float(np.max(diagnostics.mcse(draws, statistic="sd"))))
     rhat = np.asarray(diagnostics.potential_scale_reduction(draws))
-    acc = float(np.mean(np.asarray(res.info.acceptance_rate)))
+    acc = float(np.mean(np.asarray(res.info.acceptance_rate)[burn_in:]))
     method = (f"MALA, {num_chains} chains x {num_steps} draws after {burn_in} burn-in, step {eps:.3g}, "
               f"acceptance {acc:.2f}, max R-hat {rhat.max():.4f}, max MCSE {err:.1e}")
     return Reference(mean, cov, np.sqrt(np.diag(cov)), err, None, rhat, acc, method)
@@ -306,7 +306,7 @@ def _newton_map(logpost64: Callable, theta0: np.ndarray, max_steps: int = 100):
             shift = 0.0 if eig.min() > 0 else 1e-3 - eig.min()  # a descent direction away from the mode
             direction = np.linalg.solve(h + shift * np.eye(theta.size), g)
             t = 1.0
-            while float(value(theta + t * direction)) < f0 and t > 1e-8:
+            while not float(value(theta + t * direction)) >= f0 and t > 1e-8:  # NaN backtracks too
                 t *= 0.5
             theta = theta + t * direction
     raise RuntimeError(f"Newton's method did not find the posterior mode (gradient {np.max(np.abs(g)):.2e}).")
