@@ -24,7 +24,14 @@ goes on; once ``--budget-s`` seconds have passed the remaining ones are skipped)
 2. ``tune``: a few (block_rows, block_cols, num_warps) for the kernel.
 3. ``throughput``: pairs/s (N² / median time) of tiled vs Pallas at
    N = 65,536, d = 100 and N = 4,096 ... 262,144, d = 10.
-4. ``cenlmc_step``: one full CEnLMC step at N ≈ 10^6, d = 10
+4. ``sparse``: the block-sparse variants (``block_sparse=True``: Hilbert
+   order, tile boxes, only near tile pairs) of the tiled XLA kernel and of
+   the Pallas kernel against their dense forms, at d = 2, 3, 5 and
+   N = 65,536 / 262,144 with the tuned radii ``η = R2 = sqrt(h d)``
+   (h = 0.05): median time, speed-up, and counts equal to the dense tiles.
+   (Their correctness against float64 is in section 1: ``tiled_sparse``,
+   ``pallas_sparse``.)
+5. ``cenlmc_step``: one full CEnLMC step at N ≈ 10^6, d = 10
    (``method="pallas"`` when the probe passed, ``"tiled"`` otherwise), timed
    after its compilation, when the measured rates say it fits the budget.
 
@@ -92,6 +99,8 @@ def methods(d: int):
     out = {
         "tiled": lambda *a, **k: pairwise.ensemble_force(*a, method="tiled", **k),
         "pallas": lambda *a, **k: pairwise.ensemble_force(*a, method="pallas", **k),
+        "tiled_sparse": lambda *a, **k: pairwise.ensemble_force(*a, method="tiled", block_sparse=True, **k),
+        "pallas_sparse": lambda *a, **k: pairwise.ensemble_force(*a, method="pallas", block_sparse=True, **k),
         "pallas_direct": functools.partial(ensemble_force_pallas, distances="direct"),
         "pallas_gram": functools.partial(ensemble_force_pallas, distances="gram", precision=tf32),
         "pallas_gram_x3": functools.partial(
@@ -245,6 +254,52 @@ def section_throughput(args, rows, payload):
     payload["pairs_per_s_d10"] = {k[0]: v for k, v in rate.items() if k[1] == 10}
 
 
+def section_sparse(args, rows, payload):
+    """Block-sparse vs dense tiles, XLA and Pallas, on CEnLMC-shaped ensembles with the tuned radii."""
+    h = 0.05
+    variants = {
+        "tiled": dict(method="tiled"),
+        "tiled_sparse": dict(method="tiled", block_sparse=True),
+        "pallas": dict(method="pallas"),
+        "pallas_sparse": dict(method="pallas", block_sparse=True),
+    }
+    sizes = [(65536, 2), (262144, 2), (262144, 3), (262144, 5)]
+    if args.quick:
+        sizes = [(2048, 2), (2048, 5)]
+    rate = {}
+    for n, d in sizes:
+        data = ensemble(3, n, d)
+        eta = r2 = math.sqrt(h * d)
+        a = (data["x"], data["f"], data["log_p"], eta)
+        kw = dict(w=data["w"], r2=r2)
+        ref, times = None, {}
+        for name, how in variants.items():
+            row = dict(section="sparse", method=name, N=n, d=d, w=True)
+            guess = n * n / rate[name] * 4 if name in rate else 0.0
+            if elapsed() + guess > args.budget_s * 0.8:
+                row["skipped"] = f"predicted {guess:.0f} s"
+                rows.append(row)
+                continue
+            try:
+                fn = jax.jit(lambda x, f, lp, w, how=how: pairwise.ensemble_force(x, f, lp, eta, w=w, r2=r2, **how))
+                med, first = _time(fn, a[0], a[1], a[2], kw["w"], repeats=3)
+                res = fn(a[0], a[1], a[2], kw["w"])
+                rate[name] = n * n / med
+                times[name] = med
+                row.update(median_s=med, first_call_s=first, pairs_per_s=n * n / med)
+                if ref is None:
+                    ref = res
+                row["n_ball_rows_differ"] = int(jnp.sum(res.n_ball != ref.n_ball))
+                row["n_r2_rows_differ"] = int(jnp.sum(res.n_r2 != ref.n_r2))
+                dense = name.replace("_sparse", "")
+                if name.endswith("_sparse") and dense in times:
+                    row["speedup_vs_dense"] = times[dense] / med
+            except Exception as exc:
+                row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            rows.append(row)
+            print(row, flush=True)
+
+
 def section_cenlmc(args, rows, payload):
     from cenlmc_jax.ensemble import cenlmc_init, cenlmc_step
 
@@ -295,7 +350,7 @@ def section_cenlmc(args, rows, payload):
 def main():
     parser = base_parser(__doc__.splitlines()[0])
     parser.add_argument("--budget-s", type=float, default=420.0, help="skip remaining sections after this many seconds")
-    parser.add_argument("--sections", default="probe,correctness,tune,throughput,cenlmc_step")
+    parser.add_argument("--sections", default="probe,correctness,tune,throughput,sparse,cenlmc_step")
     args = parser.parse_args()
     out_dir = args.out_dir
     print("devices:", jax.devices(), "jax", jax.__version__, flush=True)
@@ -303,7 +358,8 @@ def main():
     payload: dict = {"args": {k: str(v) for k, v in vars(args).items()}, "sections": {}}
     sections = dict(
         probe=section_probe,
-        correctness=section_correctness, tune=section_tune, throughput=section_throughput, cenlmc_step=section_cenlmc
+        correctness=section_correctness, tune=section_tune, throughput=section_throughput, sparse=section_sparse,
+        cenlmc_step=section_cenlmc,
     )
     for name in args.sections.split(","):
         if elapsed() > args.budget_s:
@@ -321,7 +377,8 @@ def main():
             "gpu_check", payload, rows, out_dir=out_dir, title="GPU check of the ensemble force",
             columns=["section", "method", "N", "d", "w", "shift", "probe_ok", "block_rows", "block_cols", "num_warps",
                      "max_rel_err", "median_row_rel_err", "n_ball_flip_frac", "n_r2_flip_frac", "median_s",
-                     "pairs_per_s", "step_s", "grad_evals", "error", "skipped"],
+                     "pairs_per_s", "speedup_vs_dense", "n_ball_rows_differ", "step_s", "grad_evals", "error",
+                     "skipped"],
             notes=[
                 "rel_err: |force - float64 dense| / max|float64 force| (max), per row (median).",
                 "flip_frac: sum |n - n_float64| / sum n_float64 over rows (mask decisions that differ).",

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check of the ensemble force (correctness vs float64, pairs/s, a CEnLMC step).
+# GPU check of the ensemble force (correctness vs float64, pairs/s, block-sparse vs dense tiles, a CEnLMC step).
 #
 #   bash benchmarks/gpu_check.sh [OUT_DIR] [extra gpu_check.py flags, e.g. --quick]
 #

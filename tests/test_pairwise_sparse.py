@@ -233,6 +233,16 @@ def test_all_w_infinite_and_r2_zero():
     np.testing.assert_array_equal(np.asarray(out.n_r2), expected)
 
 
+@pytest.mark.parametrize("n", [40, 300])
+def test_default_tiles_on_small_ensembles(n):
+    # The default tiles (64 x 32, 128 pairs a step) on fewer particles than
+    # one step holds: the list is shorter than a step.
+    x, f, log_p, w = lmc_like_ensemble(15, n, 2)
+    eta, r2 = eta_for_neighbours(x, 10), eta_for_neighbours(w, 20)
+    out = ensemble_force(x, f, log_p, eta, w=w, r2=r2, method="tiled", block_sparse=True)
+    assert_matches_oracle(out, x, f, log_p, eta, w=w, r2=r2, gram=False)
+
+
 def test_overflowing_list_falls_back_to_dense_tiles():
     # A list capacity of 1% of the tile pairs overflows here: the call runs the
     # dense tiles and must give their result (same program, same order of sums).

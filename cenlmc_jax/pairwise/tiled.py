@@ -279,9 +279,11 @@ def block_sparse_partial(p: Prepared, plan: SparsePlan, weights: ColumnWeights, 
         part = tile_partial_with(rows, cols, weights._replace(lift=cols.x1), spec, True)
         return part.sums, part.n_r2, part.n_ball
 
+    codes = jnp.concatenate([plan.pairs, jnp.zeros((group,), jnp.int32)])  # a step may read past the end
+
     def step(s, acc):
         pos = s * group + jnp.arange(group)
-        code = lax.dynamic_slice(plan.pairs, (s * group,), (group,))
+        code = lax.dynamic_slice(codes, (s * group,), (group,))
         live = pos < plan.n_pairs
         r = jnp.where(live, code // n_tiles, 0)  # a dead entry: any row tile, against the empty column tile
         c = jnp.where(live, code % n_tiles, n_tiles)
