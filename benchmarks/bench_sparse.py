@@ -165,7 +165,13 @@ def main():
         f"({SPARSE_BLOCK_ROWS} x {SPARSE_BLOCK_COLS} tiles); ideal: fraction of pairs within both radii "
         "(400,000 random pairs).",
         "n_ball_diff / n_r2_diff: rows whose counts differ from the dense tiles (0 expected); max_rel_force_diff: "
-        "largest |force difference| / largest |force| (summation order only).",
+        "largest |force difference| / largest |force| (summation order only). At d > 3 both use the Gram "
+        "identity, whose rounding depends on the product's blocking: a pair within rounding of R2 or eta may be "
+        "decided differently (n_r2_diff = 2 rows at d = 5, N = 65,536 in the committed run).",
+        "Where more than half of the tile pairs are visited (d = 10; d = 5 at N = 16,384), the call runs the dense "
+        "tiles after the plan: ratios near 1 there, minus the plan's cost.",
+        "The method='auto' rule drawn from this table: pairwise.AUTO_SPARSE_RULE (d <= 3 from N = 8,192, "
+        "d <= 5 from N = 32,768).",
     ]
     json_path, md_path = write_results(
         "sparse", {"args": {k: v for k, v in vars(args).items() if k != "out_dir"}}, rows,

@@ -31,8 +31,7 @@ from test_pairwise_pallas import assert_matches, cenlmc_like_inputs, oracle_with
 
 from cenlmc_jax import pairwise
 from cenlmc_jax.pairwise import (
-    AUTO_SPARSE_MAX_D,
-    AUTO_SPARSE_MIN_N,
+    AUTO_SPARSE_RULE,
     DIRECT_MAX_D,
     coincident_rtol,
     ensemble_force,
@@ -279,7 +278,7 @@ def test_jit_with_traced_radii_matches_eager():
 
 
 def test_auto_takes_block_sparse_by_the_rule():
-    n, d = AUTO_SPARSE_MIN_N, min(2, AUTO_SPARSE_MAX_D)
+    d, n = AUTO_SPARSE_RULE[0]
     x, f, log_p, w = lmc_like_ensemble(12, n, d)
     eta = r2 = 0.3
     auto = ensemble_force(x, f, log_p, eta, w=w, r2=r2)
@@ -289,7 +288,7 @@ def test_auto_takes_block_sparse_by_the_rule():
     np.testing.assert_array_equal(np.asarray(auto.n_ball), np.asarray(dense.n_ball))
     np.testing.assert_array_equal(np.asarray(auto.n_r2), np.asarray(dense.n_r2))
     assert pairwise.auto_block_sparse(n, d) and not pairwise.auto_block_sparse(n, 10)
-    assert not pairwise.auto_block_sparse(n // 2, d)
+    assert not pairwise.auto_block_sparse(n // 2, d) and not pairwise.auto_block_sparse(10**6, 6)
 
 
 @pytest.mark.parametrize(

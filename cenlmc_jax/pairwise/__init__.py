@@ -67,8 +67,7 @@ __all__ = [
     "STRATEGIES",
     "AUTO_DENSE_MAX_N",
     "AUTO_DENSE_MAX_BYTES",
-    "AUTO_SPARSE_MIN_N",
-    "AUTO_SPARSE_MAX_D",
+    "AUTO_SPARSE_RULE",
     "auto_block_sparse",
     "DIRECT_MAX_D",
 ]
@@ -80,18 +79,24 @@ AUTO_DENSE_MAX_N = 64
 #: (there it costs about the same as tiled on CPU and is the more accurate;
 #: already at N = 128 tiled was 2-4x faster).
 AUTO_DENSE_MAX_BYTES = 16 * 2**20
-#: ``method="auto"`` (and ``block_sparse=None``) takes the block-sparse tiled
-#: path for ``d <= AUTO_SPARSE_MAX_D`` and ``N >= AUTO_SPARSE_MIN_N``
-#: (:func:`auto_block_sparse`). Measured (benchmarks/results/sparse.md, 2-core
-#: CPU, CEnLMC-shaped ensembles with the tuned radii η = R2 = sqrt(h d),
-#: h = 0.05): PLACEHOLDER
-AUTO_SPARSE_MIN_N = 8192
-AUTO_SPARSE_MAX_D = 3
+#: ``method="auto"`` (with ``block_sparse=None``) takes the block-sparse tiled
+#: path where a row ``(max d, min N)`` of this rule holds: ``d <= max d`` and
+#: ``N >= min N``. Measured by benchmarks/bench_sparse.py (results/sparse.md;
+#: 2 shared CPU cores, CEnLMC-shaped ensembles, η = R2 = sqrt(h d), h = 0.05;
+#: median wall-time ratio dense/sparse, calls alternating, 3 repeats; CPU-time
+#: ratio in brackets): d = 1: 4.6-6.2x (4.2-5.8x) at N = 8,192-65,536; d = 2:
+#: 7.0, 6.9, 16.1, 22.3x (5.3, 7.3, 10.6, 14.3x) at N = 8,192-65,536 (without
+#: w 4.3-10.9x); d = 3: 3.5-14.6x (3.2-13.3x); d = 5: 0.8x and 0.6x (0.9x) at
+#: N = 8,192 and 16,384 (the boxes are loose: 78% and 55% of the tile pairs
+#: visited), 2.5x and 3.9x (2.1x, 4.4x) at 32,768 and 65,536; d = 10: every
+#: tile pair is visited, 0.94-1.06x (the plan hands the call to the dense
+#: tiles). d = 4 was not measured; it lies between d = 3 and d = 5.
+AUTO_SPARSE_RULE = ((3, 8192), (5, 32768))
 
 
 def auto_block_sparse(n: int, d: int) -> bool:
-    """The ``method="auto"`` rule: block-sparse tiles for ``d <= AUTO_SPARSE_MAX_D`` and ``n >= AUTO_SPARSE_MIN_N``."""
-    return d <= AUTO_SPARSE_MAX_D and n >= AUTO_SPARSE_MIN_N
+    """The ``method="auto"`` rule: block-sparse tiles where a row of :data:`AUTO_SPARSE_RULE` holds."""
+    return any(d <= max_d and n >= min_n for max_d, min_n in AUTO_SPARSE_RULE)
 
 
 @functools.lru_cache(maxsize=None)

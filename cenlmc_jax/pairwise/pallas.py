@@ -27,6 +27,16 @@ Distances of a tile (``distances=``):
 
 The force is one more tile product, ``W @ [x̃, 1]`` at ``precision``.
 
+Block-sparse (``block_sparse=True``): the particles are sorted along a
+Hilbert curve, each row block gets the list of column blocks whose bounding
+boxes (x, and w for the R2 count) can hold a pair (:func:`sparse_tile_lists`:
+``FULL`` blocks first, then ``COUNT`` blocks, whose x-boxes are apart and
+which add only to ``n_r2``), and the kernel loops over its list, the lists
+and their lengths being two more (whole-array) inputs read with scalar
+loads. The lists have a static length (:func:`sparse_list_len`); a row block
+that needs more makes the call run the dense kernel (exact either way).
+Not yet timed on a GPU (``benchmarks/gpu_check.py``, section ``sparse``).
+
 The kernel is written for Pallas' Triton lowering (``compiler_params`` is a
 ``jax.experimental.pallas.triton.CompilerParams``, which selects Triton even
 though jax 0.10 makes Mosaic GPU the default lowering of ``pl.pallas_call``):

@@ -19,6 +19,22 @@ near 4 MiB: measured on a 2-core Zen 4 (1 MiB L2 per core, 32 MiB L3), d = 10,
 those blocks were fastest or within noise of it at N = 4096, 8192 and 16384
 (B = 256, 128, 64); smaller blocks pay per-iteration overhead and leave the
 second core idle, larger ones fall out of cache.
+
+Block-sparse (``block_sparse=True``; KeOps' block-sparse reduction): the
+particles are sorted along a Hilbert curve of w (of x without w:
+:func:`~.algebra.sort_spatially`), cut into row tiles of ``B`` and column tiles
+of ``C`` particles with bounding boxes in x and w, and :func:`sparse_plan`
+lists the tile pairs whose boxes are within η (and R2) up to rounding
+(:func:`~.algebra.tiles_apart`): for the R2 count every pair within R2 in w
+is visited, whatever its x-boxes. :func:`block_sparse_partial` then folds
+``group`` listed tile pairs per step, side by side, and scatter-adds them to
+their rows; the outputs are unsorted. The list has a static capacity (a
+fraction ``max_active`` of all tile pairs); when more are active, or when the
+weights need a shift per row (the overflow rule), the dense tiles run
+instead, so the result is always exact: the same counts as the dense tiles
+(a borderline pair, within rounding of a threshold, may fall either way with
+the Gram identity, whose rounding depends on the product's blocking) and
+forces equal to rounding. Measured speed-ups: ``pairwise.AUTO_SPARSE_RULE``.
 """
 
 from __future__ import annotations
