@@ -145,8 +145,8 @@ def dual_averaging_update(
 
 
 def _restart(state: DualAveragingState) -> DualAveragingState:
-    """Start (RM) at the current iterate of (DA): ``x = x̄ = x_t``, ``t = 1``."""
-    x = state.log_step_size
+    """Start (RM) at (DA)'s average: ``x = x̄ = x̄_t``, ``t = 1`` (right after a window end, ``x̄ = x``)."""
+    x = state.log_step_size_avg
     return DualAveragingState(x, x, jnp.ones((), jnp.int32), state.avg_error, state.mu)
 
 

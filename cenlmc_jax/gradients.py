@@ -228,8 +228,12 @@ def minibatch_grad_estimator(
     def one_loglik(theta, point):
         return loglik_fn(theta, *point) if unpack else loglik_fn(theta, point)
 
-    grad_lik = jax.grad(one_loglik)
-    grad_prior = jax.grad(logprior_fn)
+    def minibatch_logdensity(theta, batch):
+        """log p(θ) + (n/|B|) Σ_{i∈B} log p(x_i | θ): its gradient is g̃ (one backward pass, no (|B|, d) array)."""
+        lik = jnp.sum(jax.vmap(one_loglik, in_axes=(None, 0))(theta, batch))
+        return logprior_fn(theta) + (n / batch_size) * lik
+
+    grad = jax.grad(minibatch_logdensity)
 
     def grad_estimator(rng_key, theta):
         if replace:
@@ -237,10 +241,7 @@ def minibatch_grad_estimator(
         else:
             idx = floyd_subset(rng_key, n, batch_size)
         batch = jax.tree_util.tree_map(lambda a: jnp.take(a, idx, axis=0), data)
-        per_point = jax.vmap(grad_lik, in_axes=(None, 0))(theta, batch)
         # leaf by leaf, so that θ may be a pytree (a dict of parameters)
-        return jax.tree_util.tree_map(
-            lambda t, p, lik: (p + jnp.asarray(n / batch_size, t.dtype) * jnp.sum(lik, axis=0)).astype(t.dtype),
-            theta, grad_prior(theta), per_point)
+        return jax.tree_util.tree_map(lambda t, g: g.astype(t.dtype), theta, grad(theta, batch))
 
     return grad_estimator

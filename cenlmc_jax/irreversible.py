@@ -90,7 +90,7 @@ from cenlmc_jax._validation import (
 )
 from cenlmc_jax.base import SamplingAlgorithm
 from cenlmc_jax.gradients import flat_logdensity, ravel_position
-from cenlmc_jax.types import Array, ArrayLike, LogDensityFn, PRNGKey
+from cenlmc_jax.types import Array, LogDensityFn, PRNGKey
 
 __all__ = [
     "Proposal",
@@ -260,7 +260,7 @@ def _unravel(unravel, flat: Array) -> Any:
     return flat if unravel is None else unravel(flat)
 
 
-def _matrix_value(M: Any, name: str) -> Any:
+def _matrix_value(M: Any) -> Any:
     """A constant matrix argument in NumPy float64 when its value is known, else as given (a tracer)."""
     return np.asarray(M, np.float64) if is_concrete(M) else M
 
@@ -491,7 +491,7 @@ _MAX_EXP_SUM = 8  # integer Gamma shapes up to this are drawn as sums of exponen
 def gamma_proposal(shape: float, scale: float) -> Proposal:
     """The irreversible Gamma proposal (spec 7): ``z*_i = z_i + s_i G_i``, ``G_i ~ Gamma(k, θ)``.
 
-    ``shape = k > 0``, ``scale = θ > 0`` (mean jump ``kθ``), a scalar. Per coordinate
+    ``shape = k > 0``, ``scale = θ > 0`` (mean jump ``kθ``). Per coordinate
     ``f_i(x'|x) = Gamma(x' - x; k, θ)`` (a forward jump) and its mirror
     ``g_i(x'|x) = Gamma(x - x'; k, θ)``; combined by
     :func:`coordinatewise_proposal`. Then ``log g̃(z|z*, s) = log f̃(z*|z, s)``
@@ -536,6 +536,8 @@ def gamma_proposal(shape: float, scale: float) -> Proposal:
 def _eval_matrix(M: Any, z: Array, name: str) -> np.ndarray:
     """``M(z)`` (or ``M``) at a concrete ``z`` as a float64 ``(d, d)`` NumPy array (eagerly, even inside jit)."""
     d = z.shape[0]
+    if M is None:
+        return None
     if callable(M):
         try:
             with jax.ensure_compile_time_eval():
@@ -544,6 +546,8 @@ def _eval_matrix(M: Any, z: Array, name: str) -> np.ndarray:
             raise ValueError(f"{name} failed at a position of shape {tuple(z.shape)}: {exc}") from exc
         if not is_concrete(m):
             return None
+    elif not is_concrete(M):
+        return None  # a traced constant (built inside jit): its value is not known yet
     else:
         m = M
     m = np.asarray(m, np.float64)
@@ -611,14 +615,13 @@ def sde_proposal(D: Any, Q: Any, logdensity_fn: LogDensityFn, step_size: Any) ->
     sizes = {np.shape(M)[0] for M in (D, Q) if not callable(M) and np.ndim(M) > 0}
     if len(sizes) > 1:
         raise ValueError(f"D and Q must have the same size; got shapes {np.shape(D)} and {np.shape(Q)}.")
-    if not callable(D) and not callable(Q) and is_concrete(D) and is_concrete(Q):
-        # both constant: check them now at a dummy point of the right size (no logdensity needed)
-        _check_d_q(D, Q, np.zeros((sizes.pop() if sizes else 1,)))
+    # constants with known values: checked now, at a dummy point of the right size (callables: at init)
+    _check_d_q(None if callable(D) else D, None if callable(Q) else Q, np.zeros((sizes.pop() if sizes else 1,)))
 
     d_const, q_const = not callable(D), not callable(Q)
     q_zero = q_const and is_concrete(Q) and not np.any(np.asarray(Q))
-    Dc = _matrix_value(D, "D") if d_const else None
-    Qc = None if (q_zero or not q_const) else _matrix_value(Q, "Q")
+    Dc = _matrix_value(D) if d_const else None
+    Qc = None if (q_zero or not q_const) else _matrix_value(Q)
     # (L, L⁻¹, ½ log det) of a constant D, once; a scalar's log det is per dimension (d is not known yet)
     factor = _factor(Dc, 1 if Dc.ndim == 0 else Dc.shape[0]) if d_const else None
     value_and_grad = jax.value_and_grad(logdensity_fn)
@@ -696,7 +699,7 @@ def _proposal_root(proposal_cov: Any, d: int, dtype) -> Any:
     """The factor ``L`` of ``proposal_cov = L Lᵀ`` (None for the identity), in ``dtype``."""
     if proposal_cov is None:
         return None
-    m = _matrix_value(proposal_cov, "proposal_cov")
+    m = _matrix_value(proposal_cov)
     la.check_matrix_shape(m, "proposal_cov", d)
     if isinstance(m, np.ndarray):
         la.check_symmetric_psd(la.constant_dense(m, d), "proposal_cov", "the random-walk proposal covariance",
