@@ -204,6 +204,8 @@ BAD = [
     ("irreversible_mh_gamma", dict(logdensity_fn="logp"), "logdensity_fn"),
     ("rwmh", dict(step_size=0.0), "step_size"),
     ("rwmh", dict(logdensity_fn=None), "logdensity_fn"),
+    ("rwmh", dict(proposal_cov=np.array([[1.0, 2.0], [2.0, 1.0]])), "proposal_cov"),
+    ("rwmh", dict(proposal_cov=0.0), "proposal_cov"),
 ]
 
 
