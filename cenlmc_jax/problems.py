@@ -300,11 +300,13 @@ def _newton_map(logpost64: Callable, theta0: np.ndarray, max_steps: int = 100):
         theta = np.asarray(theta0, np.float64)
         for _ in range(max_steps):
             f0, g, h = (np.asarray(v, np.float64) for v in derivatives(theta))
-            if np.max(np.abs(g)) < 1e-9:
-                return theta, h, float(f0)
             eig = np.linalg.eigvalsh(h)
             shift = 0.0 if eig.min() > 0 else 1e-3 - eig.min()  # a descent direction away from the mode
             direction = np.linalg.solve(h + shift * np.eye(theta.size), g)
+            # converged: a tiny gradient, or a Newton decrement gᵀH⁻¹g (twice the predicted gain) at float64
+            # rounding of the value
+            if np.max(np.abs(g)) < 1e-9 or (shift == 0.0 and g @ direction < 1e-14 * max(1.0, abs(float(f0)))):
+                return theta, h, float(f0)
             t = 1.0
             while not float(value(theta + t * direction)) >= f0 and t > 1e-8:  # NaN backtracks too
                 t *= 0.5
