@@ -25,7 +25,6 @@ Also the CEnLMC (with w) and the EnLMC (without w) ensembles at d = 2.
 
 from __future__ import annotations
 
-import functools
 import math
 import statistics
 import sys

@@ -281,7 +281,8 @@ def section_sparse(args, rows, payload):
                 rows.append(row)
                 continue
             try:
-                fn = jax.jit(lambda x, f, lp, w, how=how: pairwise.ensemble_force(x, f, lp, eta, w=w, r2=r2, **how))
+                fn = jax.jit(lambda x, f, lp, w, how=how: pairwise.ensemble_force(x, f, lp, eta, w=w, r2=r2,
+                                                                                  **how))
                 med, first = _time(fn, a[0], a[1], a[2], kw["w"], repeats=3)
                 res = fn(a[0], a[1], a[2], kw["w"])
                 rate[name] = n * n / med

@@ -713,7 +713,10 @@ class TileBoxes(NamedTuple):
 
 
 def tile_boxes(v: Array, sq: Array, size: int) -> TileBoxes:
-    """The :class:`TileBoxes` of the tiles of ``size`` consecutive rows of ``v: (n, d)`` (NaN rows: none; n a multiple of size)."""
+    """The :class:`TileBoxes` of the tiles of ``size`` consecutive rows of ``v: (n, d)``.
+
+    NaN rows belong to no box; ``n`` is a multiple of ``size``.
+    """
     n, d = v.shape
     v = v.T.reshape(d, n // size, size)
     nan = jnp.isnan(v)

@@ -111,7 +111,10 @@ PLAN_CHUNK = 2**18
 
 
 def sparse_capacity(n: int, block_rows: int, block_cols: int, max_active: float = SPARSE_MAX_ACTIVE) -> int:
-    """Static length of the block-sparse pair lists for ``n`` particles (:data:`SPARSE_MAX_ACTIVE`, :data:`SPARSE_MAX_PAIRS`)."""
+    """Static length of the block-sparse pair lists for ``n`` particles.
+
+    A fraction ``max_active`` of all tile pairs, at most :data:`SPARSE_MAX_PAIRS`.
+    """
     total = -(-n // block_rows) * -(-n // block_cols)
     return int(max(1, min(math.ceil(max_active * total), SPARSE_MAX_PAIRS)))
 
