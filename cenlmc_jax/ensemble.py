@@ -118,7 +118,7 @@ from cenlmc_jax._validation import (
 )
 from cenlmc_jax.base import SamplingAlgorithm
 from cenlmc_jax.langevin import count_nonfinite, grad_cost, gradient_fn, lmc_init, lmc_step
-from cenlmc_jax.pairwise import ensemble_force
+from cenlmc_jax.pairwise import METHODS, STRATEGIES, ensemble_force
 from cenlmc_jax.tuning import find_f_star
 from cenlmc_jax.types import Array, ArrayLike, LogDensityFn, PRNGKey
 
@@ -335,8 +335,8 @@ def _capacity(grad_capacity: Optional[int], n: int) -> Optional[int]:
 def _check_switches(dense_grad: bool, method: str, block_size: Optional[int], strategy: str) -> None:
     """``dense_grad`` and the options passed through to :func:`cenlmc_jax.pairwise.ensemble_force`."""
     check_bool(dense_grad, "dense_grad")
-    check_choice(method, "method", ("auto", "dense", "tiled", "pallas"))
-    check_choice(strategy, "strategy", ("allgather", "ring"))
+    check_choice(method, "method", METHODS)
+    check_choice(strategy, "strategy", STRATEGIES)
     if block_size is not None:
         check_int(block_size, "block_size", minimum=1)
 
@@ -515,6 +515,7 @@ def enlmc_step(
     precision: Any = None,
     mesh: Any = None,
     strategy: str = "allgather",
+    block_sparse: Optional[bool] = None,
     audit_size: int = 32,
     grad_fn: Optional[Callable] = None,
 ) -> tuple[EnLMCState, EnLMCInfo]:
@@ -547,7 +548,9 @@ def enlmc_step(
       grad_capacity: gradient buffer size (default ``ceil(N/16)``); only used at step 0.
       blowup_factor: kick size, in noise lengths ``sqrt(2hd)``, counted as a blow-up (> 0).
       dense_grad: debugging switch: compute all N gradients and mask.
-      method, block_size, precision: passed to ``pairwise.ensemble_force``.
+      method, block_size, precision, block_sparse: passed to ``pairwise.ensemble_force``
+        (``block_sparse=None``: its ``auto`` rule; True / False force the block-sparse
+        tile skipping on or off).
       mesh, strategy: a 1-D device mesh: the pairwise force runs sharded over it
         (``pairwise.ensemble_force(..., mesh=mesh, strategy=strategy)``, strategy
         ``"allgather"`` or ``"ring"``); per step equal to the unsharded force up to rounding.
@@ -571,7 +574,8 @@ def enlmc_step(
     h = jnp.asarray(step_size, x.dtype)
     f = -state.logdensity
     pf = ensemble_force(x, f, state.log_p, jnp.asarray(eta, x.dtype), method=method, block_size=block_size,
-                        precision=precision, mesh=mesh, strategy=strategy)
+                        precision=precision, mesh=mesh, strategy=strategy,
+                        block_sparse=block_sparse)
     ens = pf.force_sum / jnp.asarray(n - 1, x.dtype)
     need = ~jnp.isfinite(state.log_p)  # no previous step: p_j unknown, use ∇f
     grad_one = gradient_fn(logdensity_fn, grad_fn)
@@ -669,6 +673,7 @@ def cenlmc_step(
     precision: Any = None,
     mesh: Any = None,
     strategy: str = "allgather",
+    block_sparse: Optional[bool] = None,
     audit_size: int = 0,
     grad_fn: Optional[Callable] = None,
     min_ball_neighbours: Optional[int] = None,
@@ -699,7 +704,9 @@ def cenlmc_step(
       grad_capacity: gradient buffer size, in ``[1, N]`` (default ``ceil(N/16)``).
       dense_grad: debugging switch: compute all N gradients, then select
         (same trajectory, no saving).
-      method, block_size, precision: passed to ``pairwise.ensemble_force``.
+      method, block_size, precision, block_sparse: passed to ``pairwise.ensemble_force``
+        (``block_sparse=None``: its ``auto`` rule; True / False force the block-sparse
+        tile skipping on or off).
       mesh, strategy: a 1-D device mesh: the pairwise force runs sharded over it
         (``pairwise.ensemble_force(..., mesh=mesh, strategy=strategy)``, strategy
         ``"allgather"`` or ``"ring"``); per step equal to the unsharded force up to rounding.
@@ -733,7 +740,8 @@ def cenlmc_step(
     fs = state.f_star if f_star is None else jnp.asarray(f_star, dt)
     f = -state.logdensity
     pf = ensemble_force(x, f, state.log_p, jnp.asarray(eta, dt), w=state.w, r2=jnp.asarray(r2, dt), method=method,
-                        block_size=block_size, precision=precision, mesh=mesh, strategy=strategy)
+                        block_size=block_size, precision=precision, mesh=mesh, strategy=strategy,
+                        block_sparse=block_sparse)
     # comparisons written so that NaN/inf fail the test (w = +inf at init gives NaN/inf here)
     fail_r1 = ~(jnp.linalg.norm(x - state.w, axis=-1) <= jnp.asarray(r1, dt))
     fail_mf = ~(f <= fs + jnp.asarray(m_f, dt))
@@ -858,6 +866,7 @@ def enlmc(
     precision: Any = None,
     mesh: Any = None,
     strategy: str = "allgather",
+    block_sparse: Optional[bool] = None,
     audit_size: int = 32,
     grad_fn: Optional[Callable] = None,
 ) -> SamplingAlgorithm:
@@ -871,7 +880,7 @@ def enlmc(
     check_int(audit_size, "audit_size", minimum=0)
     kwargs = dict(grad_capacity=grad_capacity, blowup_factor=blowup_factor, dense_grad=dense_grad, method=method,
                   block_size=block_size, precision=precision, mesh=mesh, strategy=strategy, audit_size=audit_size,
-                  grad_fn=grad_fn)
+                  grad_fn=grad_fn, block_sparse=block_sparse)
 
     def init(positions, rng_key=None):
         del rng_key  # deterministic start
@@ -902,6 +911,7 @@ def cenlmc(
     precision: Any = None,
     mesh: Any = None,
     strategy: str = "allgather",
+    block_sparse: Optional[bool] = None,
     audit_size: int = 0,
     grad_fn: Optional[Callable] = None,
     min_ball_neighbours: Optional[int] = None,
@@ -920,7 +930,7 @@ def cenlmc(
     check_int(audit_size, "audit_size", minimum=0)
     kwargs = dict(grad_capacity=grad_capacity, dense_grad=dense_grad, method=method, block_size=block_size,
                   precision=precision, mesh=mesh, strategy=strategy, audit_size=audit_size, grad_fn=grad_fn,
-                  min_ball_neighbours=min_ball_neighbours)
+                  min_ball_neighbours=min_ball_neighbours, block_sparse=block_sparse)
 
     def init(positions, rng_key=None):
         del rng_key  # deterministic start
