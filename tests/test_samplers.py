@@ -241,3 +241,13 @@ def test_sample_takes_the_object_or_its_step_and_gives_the_same_samples():
                                                        eta=0.8, r1=0.5, r2=0.5, n_star=2, m_f=10.0), state, 5)
     leaves_equal(a.trace, b.trace)
     leaves_equal(a.trace, c.trace)
+
+
+def test_vmap_chains_checks_one_chain_in_python_before_vmapping():
+    # jax.vmap(sampler.init) would trace the checks away (values unknown under vmap);
+    # cj.vmap_chains(sampler).init runs chain 0 eagerly first, so the noise check fires
+    noisy = cj.sgrhmc(EST, 0.1, 1.0, B_hat=50.0)  # 0.1 (2 - 0.1 * 50) < 0: not a covariance
+    with pytest.raises(ValueError, match="noise covariance"):
+        cj.vmap_chains(noisy).init(jnp.zeros((4, 1)))
+    with pytest.raises(ValueError, match="positions"):
+        cj.vmap_chains(cj.rwmh(logdensity, 0.5)).init(jnp.zeros(3))
