@@ -184,9 +184,11 @@ def check_positions(positions: Any, name: str = "positions", *, min_particles: i
             f"{name} must have N >= {max(1, min_particles)} particles and d >= 1 dimensions; "
             f"got shape {tuple(arr.shape)}."
         )
-    if is_concrete(arr) and not bool(jnp.all(jnp.isfinite(arr))):
-        bad = int(jnp.sum(~jnp.all(jnp.isfinite(arr), axis=-1)))
-        raise ValueError(f"{name} must be finite; {bad} of {arr.shape[0]} particles contain NaN or inf.")
+    if is_concrete(arr):  # NumPy, not jnp: inside a jit trace jnp would stage the check
+        finite = np.isfinite(np.asarray(arr))
+        if not finite.all():
+            bad = int(np.sum(~finite.all(axis=-1)))
+            raise ValueError(f"{name} must be finite; {bad} of {arr.shape[0]} particles contain NaN or inf.")
     return arr
 
 
@@ -196,7 +198,7 @@ def check_position(position: Any, name: str = "position", *, ndim: int | None = 
     if ndim is not None and arr.ndim != ndim:
         shape = "(d,) (one chain; vmap over chains for many)" if ndim == 1 else f"{ndim} dimensions"
         raise ValueError(f"{name} must have shape {shape}; got shape {tuple(arr.shape)}.")
-    if is_concrete(arr) and not bool(jnp.all(jnp.isfinite(arr))):
+    if is_concrete(arr) and not np.isfinite(np.asarray(arr)).all():
         raise ValueError(f"{name} must be finite; got {describe(np.asarray(arr))}.")
     return arr
 
