@@ -100,7 +100,7 @@ SAMPLERS = {
 }
 
 __all__ = [
-    "diagnostics", "ensemble", "gradients", "irreversible", "pairwise", "sgmcmc", "targets", "tuning",
+    "diagnostics", "ensemble", "gradients", "irreversible", "pairwise", "sgmcmc", "targets", "tuning", "problems",
     "SamplingAlgorithm", "StepSize", "SAMPLERS", "checkpoint", "tune_cenlmc", "TunedCEnLMC", "finite_difference",
     "lmc", "enlmc", "cenlmc", "sgld", "sgrld", "sghmc", "sgrhmc", "complete_recipe", "irreversible_mh", "rwmh",
     "LMCState", "LMCInfo", "lmc_init", "lmc_step",
