@@ -39,6 +39,7 @@ __all__ = [
     "is_constant",
     "check_matrix_shape",
     "check_matrix_form",
+    "concrete_value",
     "constant_dense",
     "gamma_term",
     "psd_sqrt",
@@ -89,6 +90,26 @@ def check_matrix_form(M: Any, name: str) -> None:
             f"dtype {m.dtype}."
         )
     _finite(np.asarray(m, np.float64), name)
+
+
+def concrete_value(M: Any, z: Array, name: str) -> Any:
+    """The value of a :data:`MatrixLike` at ``z`` when it can be known in Python, else None.
+
+    A callable is called only at a concrete ``z`` (an error in it becomes a
+    ``ValueError`` naming it); a traced value is unknown.
+    """
+    if M is None:
+        return None
+    if callable(M):
+        if not is_concrete(z):
+            return None
+        try:
+            M = M(z)
+        except Exception as exc:
+            raise ValueError(f"{name} failed on a position of shape {tuple(z.shape)}: {exc}") from exc
+    if not all(is_concrete(leaf) for leaf in jax.tree_util.tree_leaves(M)):
+        return None
+    return M
 
 
 def evaluate(M: MatrixLike, z: Array, name: str = "matrix") -> Array:

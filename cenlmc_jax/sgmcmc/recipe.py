@@ -52,7 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from cenlmc_jax import _linalg as la
-from cenlmc_jax._validation import all_concrete, check_callable, check_positive, is_concrete
+from cenlmc_jax._validation import check_callable, check_positive, is_concrete
 from cenlmc_jax.base import SamplingAlgorithm, StepSize, step_size_at
 from cenlmc_jax.gradients import flat_grad_estimator, ravel_position
 from cenlmc_jax.types import Array, ArrayLike, GradEstimator, PRNGKey
@@ -114,18 +114,8 @@ def check_recipe_inputs(z: Array, D, Q, B_hat, eps: Optional[Array]) -> None:
     d = z.shape[0]
     vals = {}
     for name, M in (("D", D), ("Q", Q), ("B_hat", B_hat)):
-        if M is None:
-            continue
-        if callable(M):
-            if not is_concrete(z):
-                continue
-            try:
-                m = M(z)
-            except Exception as exc:
-                raise ValueError(f"{name} failed on a position of shape {tuple(z.shape)}: {exc}") from exc
-        else:
-            m = M
-        if not all_concrete(m):
+        m = la.concrete_value(M, z, name)
+        if m is None:
             continue
         la.check_matrix_shape(m, name, d)
         vals[name] = la.constant_dense(m, d)
@@ -357,18 +347,8 @@ def _check_sghmc_inputs(theta: Array, friction, B_hat, eps: Optional[Array]) -> 
     la.check_matrix_shape(friction, "friction", d)
     c = la.constant_dense(friction, d)
     la.check_symmetric_psd(c, "friction", "the SGHMC friction C")
-    if B_hat is None:
-        return
-    if callable(B_hat):
-        if not is_concrete(theta):
-            return
-        try:
-            b = B_hat(theta)
-        except Exception as exc:
-            raise ValueError(f"B_hat failed on a position of shape {tuple(theta.shape)}: {exc}") from exc
-    else:
-        b = B_hat
-    if not all_concrete(b):
+    b = la.concrete_value(B_hat, theta, "B_hat")
+    if b is None:
         return
     la.check_matrix_shape(b, "B_hat", d)
     if eps is not None and is_concrete(eps):
