@@ -39,7 +39,9 @@ Stan's windows, pooled over the chains), starting from ``1/sqrt(c)`` scales;
 
 The job must not print a wrong answer with exit status 0. After the run it
 checks: divergence; CEnLMC's ensemble force unused (below 5% of
-particle-steps); Metropolis acceptance below 5%; unadjusted Langevin's known
+particle-steps); CEnLMC's gradient audit flagging a biased ensemble force
+(``info.biased`` on a kept step: the measured variance inflation above
+``ensemble.AUDIT_BIAS_THRESHOLD``); Metropolis acceptance below 5%; unadjusted Langevin's known
 bias (Gaussian targets) above the reported standard error; rank-normalised
 R-hat above 1.1 (with --trace); estimates more than 5 standard errors from a
 known truth. Any of these prints ``UNRELIABLE`` and
@@ -66,7 +68,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import cenlmc_jax as cj
-from cenlmc_jax import adaptation, plots
+from cenlmc_jax import adaptation, ensemble, plots
 from cenlmc_jax import targets as targets_mod
 from cenlmc_jax import tuning
 from cenlmc_jax.base import SamplingAlgorithm
@@ -578,6 +580,15 @@ def _problems(args, target, job, res, table: SummaryTable) -> list:
         out.append(f"the ensemble force was used by {frac:.1%} of particle-steps after burn-in (< "
                    f"{ENSEMBLE_MIN_FRACTION:.0%}): CEnLMC did LMC's work at extra cost; raise --particles or use "
                    "--sampler lmc")
+    biased = getattr(res.info, "biased", None)
+    kept = args.burn_in - job.warmup_steps  # the driver's burn-in: its infos come first
+    if biased is not None and np.any(np.asarray(biased)[kept:]):
+        v = np.asarray(res.info.audit_variance_inflation, np.float64)[kept:]
+        v = float(np.nanmean(v)) if np.any(np.isfinite(v)) else float("nan")
+        out.append(f"the gradient audit measured that the ensemble force's noise inflates the variance by about "
+                   f"{v:.1%} (the sd by about {v / 2:.1%}), more than {ensemble.AUDIT_BIAS_THRESHOLD:.0%} "
+                   "(info.biased): the estimates are biased; lower --eta, --r1, --r2, raise --n-star or "
+                   "--particles, or use --sampler lmc")
     acc = table.run.get("acceptance_rate")
     if acc is not None and not acc >= ACCEPTANCE_MIN:
         out.append(f"mean acceptance rate {acc:.3f} < {ACCEPTANCE_MIN}: the chains barely move; lower --step-size")
@@ -778,7 +789,8 @@ def cmd_sample(args) -> int:
     for p in problems:
         print(f"  UNRELIABLE: {p}")
     if not problems:
-        print("  reliability checks passed (divergence, ensemble use, acceptance, known bias, R-hat, known truth)")
+        print("  reliability checks passed (divergence, ensemble use, ensemble-force audit, acceptance, known bias, "
+              "R-hat, known truth)")
     elif args.allow_unreliable:
         print("  (--allow-unreliable: exit status 0 all the same)")
     files = []
@@ -830,7 +842,8 @@ def cmd_summary(args) -> int:
     for p in record.get("problems", []):
         print(f"  UNRELIABLE: {p}")
     if record.get("reliable"):
-        print("  reliability checks passed (divergence, ensemble use, acceptance, known bias, R-hat, known truth)")
+        print("  reliability checks passed (divergence, ensemble use, ensemble-force audit, acceptance, known bias, "
+              "R-hat, known truth)")
     return 0
 
 

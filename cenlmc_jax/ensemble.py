@@ -67,22 +67,81 @@ over-estimate of ``∇f`` on the 2-D Gaussian with the current count); the
 previous count is a function of the past, so the force stays unbiased given
 the past, as in the paper's argument.
 
-Gradient audit (not in the paper; ``audit_size``, on by default for EnLMC
-only). Each step draws ``audit_size`` particles among those that used the
-ensemble force, evaluates their true gradients and reports the median drift
-ratio ``F_i·∇f(x_i)/|∇f(x_i)|²`` (1 for an exact gradient) and the median
-relative error ``|F_i - ∇f(x_i)|/|∇f(x_i)|``. EnLMC's instability (Theorem
-3.2) shows first as a drift deficit: its heavy-tailed weights make the typical
-force far below ``∇f`` (a median ratio near 0.5 from the first steps in
-d = 1), so particles drift outwards and the second moment grows, long before
-any kick explodes. The state keeps an exponential moving average of the
-median ratio (:data:`AUDIT_EMA_WEIGHT`); when it falls below
-:data:`AUDIT_UNSTABLE_RATIO` after :data:`AUDIT_MIN_STEPS` audited steps,
-``info.unstable`` (and so ``info.diverged``) is set. A healthy CEnLMC run sits
-near 0.8-0.9 (d = 2, the test configuration), and a CEnLMC run whose accepted
-particles get no force at all (empty η-balls) sits at 0 and is flagged too.
-The audit costs ``audit_size`` gradients per step (``info.audit_grad_evals``,
-not counted in ``grad_evals``).
+Gradient audit (not in the paper; ``audit_size``: 32 particles per step for
+EnLMC, :data:`CENLMC_AUDIT_SIZE` = 8 for CEnLMC). Each step draws
+``audit_size`` particles among those that used the ensemble force, evaluates
+their true gradients and reports the median drift ratio
+``F_i·∇f(x_i)/|∇f(x_i)|²`` (1 for an exact gradient), the median relative
+error ``|F_i - ∇f(x_i)|/|∇f(x_i)|``, the median drift error of one step in
+noise lengths ``h|F_i - ∇f(x_i)|/sqrt(2hd)`` and the variance inflation
+below. It costs ``audit_size`` gradients per step (``info.audit_grad_evals``,
+not counted in ``grad_evals``, counted in ``model_solves``): for CEnLMC at
+N = 2,000, 8 gradients a step are 0.4% of LMC's N and 0.5-1% of CEnLMC's own.
+
+*Instability (EnLMC).* EnLMC's instability (Theorem 3.2) shows first as a
+drift deficit: its heavy-tailed weights make the typical force far below
+``∇f`` (a median ratio near 0.5 from the first steps in d = 1), so particles
+drift outwards and the second moment grows, long before any kick explodes.
+The state keeps an exponential moving average of the median ratio
+(:data:`AUDIT_EMA_WEIGHT`); when it falls below :data:`AUDIT_UNSTABLE_RATIO`
+after :data:`AUDIT_MIN_STEPS` audited steps, ``info.unstable`` (and so
+``info.diverged``) is set. CEnLMC never sets it: its tests bound the weights
+(``1/p_j <= (4πh)^{d/2} exp(R1²/(4h))``, Lemma 4.2), so its force has a finite
+variance, and a median ratio far below 1 there means a noisy but unbiased
+force (measured: 0.4-0.6 on the 3-D Darcy problem, where the chain is
+stationary with an inflated variance), which the bias flag measures.
+
+*Bias (CEnLMC and EnLMC).* With an unbiased force ``∇f + e`` (``E[e | x] = 0``,
+exact for a quadratic f, see above) the chain is LMC with extra noise ``h e``,
+and its stationary covariance solves ``Σ = AΣAᵀ + 2hI + h² C_e``
+(``A = I - h∇²f``): each variance is inflated by the relative amount
+``h C_e,kk / 2`` whatever the curvature (to first order in h). Averaged over
+coordinates, that is the ensemble mean of ``h|e_i|²/(2d)``, the squared drift
+error in noise lengths (zero for particles that took their gradient):
+
+    v = (fraction using the ensemble) × E[h|F_i - ∇f(x_i)|² / (2d) | i used it],
+
+and the sd is biased by about ``v/2`` (on top of unadjusted Langevin's own
+``h/4`` at unit curvature). ``|e|²`` is heavy-tailed (rare neighbours with a
+huge ``1/p_j``), so the mean over 8 audited particles is a poor estimate of
+its mean (measured on the Darcy problem: a 50-step average below half the
+true value half of the time, while the median drift error of 0.04-0.05 is
+the same on a healthy 2-D run and on one with a 16% sd bias). The audit
+therefore uses ``|F_i|²`` as a control variate: it is known at every
+particle without a gradient, and ``|e|² = |F|² - |∇f|² - 2 e·∇f``, so
+
+    info.audit_variance_inflation = (1/N) Σ_{i used} h|F_i|²/(2d)
+                                    + fraction × mean_audited h(|e_i|² - |F_i|²)/(2d)
+
+is unbiased for the step's ``v`` (the audited particles are a uniform sample
+of the users) and the audit only samples the light-tailed ``-|∇f|² - 2e·∇f``.
+A systematic error (a force too weak, e.g. an empty ball with
+``min_ball_neighbours=0``) enters through the audited ``e`` as well. The
+state keeps a running mean of it (``state.audit.inflation``: the plain mean
+over the first 200 steps, then an EMA of weight :data:`AUDIT_BIAS_WEIGHT`),
+and ``info.biased`` is set when it exceeds :data:`AUDIT_BIAS_THRESHOLD` =
+0.05 after :data:`AUDIT_BIAS_MIN_STEPS` = 200 steps. The number: ``v = 0.05``
+biases the sd by ~2.5%, half the 5% tolerance of ``benchmarks/bench_inverse.py``;
+healthy runs sit well below it and the biased ones above (``v`` measured with
+every particle's true gradient, and the variance error it predicts against the
+one measured: the README quickstart 0.005 (0.005), the CLI's default run 0.009
+(0.003-0.02), SIR with suggested parameters at N = 500-2,000 0.008-0.019,
+this module's 2-D test configurations (N = 1,000, N* = 5) 0.018 and
+0.037-0.044 (0.02-0.06), the Darcy problem with the suggestion's new N* 0.022
+(0.022-0.027); flagged: the Darcy problem with the former N* = 5 at
+N = 2,000 0.053-0.068 (sd 4-9% off), at N = 4,000 0.069 (sd 5-35% off), the
+2-D Gaussian with R1's pass probability 0.95 0.066 (0.065-0.067) and with
+η, R2 × 1.5 0.14 (0.13-0.19)). With 8 audited particles a step, the running
+estimate never crossed 0.05 after step 100 on the 2-D test configurations and
+always did on the flagged runs (40 simulated audits of each recorded run).
+``biased`` is not a divergence: the run goes on, ``cj.sample`` warns once and
+the command-line job reports UNRELIABLE (exit 1). The remedies are smaller
+``η, R1, R2``, a larger N* or more particles (the suggestion's noise budget,
+:func:`cenlmc_jax.tuning.suggest_cenlmc_params`; :func:`cenlmc_jax.tune_cenlmc`
+caps the measured inflation), or LMC. No automatic fall-back to gradients:
+the flag is about the whole ensemble (an average over steps), not about
+particles, and switching the ensemble off mid-run would leave the draws
+before the switch biased while making the cost LMC's.
 
 Parameters (names of the paper): ``step_size`` = h > 0; ``eta`` = η > 0, the
 ball radius; ``r1`` = R1 >= 0, bound on ``|x_i - w_i| = sqrt(2h)|ξ_i|``;
@@ -145,15 +204,22 @@ __all__ = [
 
 
 class Audit(NamedTuple):
-    """Running state of the gradient audit (spec: not in the paper; see :func:`enlmc_step`).
+    """Running state of the gradient audit (spec: not in the paper; module docstring, "Gradient audit").
 
     drift_ratio: () exponential moving average (weight :data:`AUDIT_EMA_WEIGHT`
        per audited step) of the median drift ratio ``F_i·∇f_i / |∇f_i|²``; starts at 1.
     steps: () int32, steps that audited at least one particle.
+    inflation: () running mean of the per-step variance-inflation estimate
+       ``info.audit_variance_inflation``: the plain mean over the first
+       ``1/AUDIT_BIAS_WEIGHT`` steps the audit ran, then an exponential moving
+       average of weight :data:`AUDIT_BIAS_WEIGHT`; starts at 0.
+    bias_steps: () int32, steps the audit ran (a step with no ensemble user counts: its inflation is 0).
     """
 
     drift_ratio: Array
     steps: Array
+    inflation: Array
+    bias_steps: Array
 
 
 #: Weight of each audited step in the running drift ratio (about 10 steps of memory).
@@ -162,6 +228,16 @@ AUDIT_EMA_WEIGHT = 0.2
 AUDIT_UNSTABLE_RATIO = 0.6
 #: ... after at least this many audited steps.
 AUDIT_MIN_STEPS = 5
+#: Particles audited per CEnLMC step by default (module docstring, "Gradient audit": cost and noise).
+CENLMC_AUDIT_SIZE = 8
+#: Weight of each step in the running variance-inflation estimate (a plain mean over the first 200
+#: steps, then about 200 steps of memory).
+AUDIT_BIAS_WEIGHT = 0.005
+#: ``info.biased`` is set when the running variance-inflation estimate exceeds this (the sd biased
+#: by about 3%; module docstring, "Gradient audit", for the measurements behind the number) ...
+AUDIT_BIAS_THRESHOLD = 0.06
+#: ... after at least this many steps of audit (the plain-mean window: 1,600 audited particles at 8 a step).
+AUDIT_BIAS_MIN_STEPS = 200
 
 
 class EnLMCState(NamedTuple):
@@ -197,15 +273,20 @@ class EnLMCInfo(NamedTuple):
        than ``blowup_factor`` noise lengths (the heavy tail of Theorem 3.2).
     num_isolated: particles using the ensemble force with no neighbour in their
        η-ball: their force is exactly 0 (no restoring drift; not counted as divergence).
-    audit_grad_evals: gradients evaluated by the audit (``audit_size`` when enough
-       particles used the ensemble force; not included in ``grad_evals``).
+    audit_grad_evals: gradients evaluated by the audit: ``audit_size`` when any particle
+       used the ensemble force (one batch), else 0; not included in ``grad_evals``.
     audit_drift_ratio: median over the audited particles of ``F_i·∇f(x_i) / |∇f(x_i)|²``
        (1 for an exact gradient; NaN when nothing was audited).
     audit_error: median over the audited particles of ``|F_i - ∇f(x_i)| / |∇f(x_i)|``.
     audit_noise_error: median over the audited particles of the step's drift error
        ``h|F_i - ∇f(x_i)|`` in units of the Langevin noise length ``sqrt(2hd)``.
+    audit_variance_inflation: ``(fraction of particles using the ensemble force) × mean over
+       the audited particles of (h|F_i - ∇f(x_i)|)² / (2hd)``: this step's estimate of the relative
+       stationary variance inflation the ensemble noise causes (module docstring; NaN without audit).
     unstable: the running drift ratio (``state.audit``) fell below
        :data:`AUDIT_UNSTABLE_RATIO` after :data:`AUDIT_MIN_STEPS` audited steps.
+    biased: the running variance-inflation estimate (``state.audit.inflation``) exceeds
+       :data:`AUDIT_BIAS_THRESHOLD` after :data:`AUDIT_BIAS_MIN_STEPS` steps (not a divergence).
     num_nonfinite: particles whose new position or log density is NaN/inf.
     diverged: ``num_nonfinite + num_exploded > 0`` or ``unstable`` (or a traced
        parameter is NaN / out of range).
@@ -222,7 +303,9 @@ class EnLMCInfo(NamedTuple):
     audit_drift_ratio: Array
     audit_error: Array
     audit_noise_error: Array
+    audit_variance_inflation: Array
     unstable: Array
+    biased: Array
     num_nonfinite: Array
     diverged: Array
 
@@ -267,17 +350,24 @@ class CEnLMCInfo(NamedTuple):
     num_fail_n_star: particles with ``N_i < max(N*, 1)``. The three counts overlap.
     num_fail_ball: particles that passed (3.21) but had fewer than
        ``min_ball_neighbours`` neighbours in their η-ball (the guard), so took the gradient.
-    audit_grad_evals: gradients evaluated by the audit (``audit_size`` when enough
-       particles used the ensemble force; not included in ``grad_evals``).
+    audit_grad_evals: gradients evaluated by the audit: ``audit_size`` when any particle
+       used the ensemble force (one batch), else 0; not included in ``grad_evals``.
     audit_drift_ratio: median over the audited particles of ``F_i·∇f(x_i) / |∇f(x_i)|²``
        (1 for an exact gradient; NaN when nothing was audited).
     audit_error: median over the audited particles of ``|F_i - ∇f(x_i)| / |∇f(x_i)|``.
     audit_noise_error: median over the audited particles of the step's drift error
        ``h|F_i - ∇f(x_i)|`` in units of the Langevin noise length ``sqrt(2hd)``.
-    unstable: the running drift ratio (``state.audit``) fell below
-       :data:`AUDIT_UNSTABLE_RATIO` after :data:`AUDIT_MIN_STEPS` audited steps.
+    audit_variance_inflation: as in :class:`EnLMCInfo`: this step's estimate of the relative
+       stationary variance inflation caused by the ensemble noise (NaN without audit).
+    unstable: always False for CEnLMC (kept for one info shape with EnLMC): its weights are
+       bounded by the tests, so EnLMC's instability cannot occur; a heavy-tailed
+       ensemble force shows as ``biased`` (module docstring, "Gradient audit").
+    biased: the running variance-inflation estimate (``state.audit.inflation``) exceeds
+       :data:`AUDIT_BIAS_THRESHOLD` after :data:`AUDIT_BIAS_MIN_STEPS` steps: the moments are
+       biased beyond the audit's tolerance. Reported (``cj.sample`` warns, the CLI says
+       UNRELIABLE), never a divergence: the run goes on.
     num_nonfinite: particles whose new position or log density is NaN/inf.
-    diverged: ``num_nonfinite > 0`` or ``unstable`` (or a traced parameter is NaN / out of range).
+    diverged: ``num_nonfinite > 0`` (or a traced parameter is NaN / out of range).
     """
 
     grad_evals: Array
@@ -295,7 +385,9 @@ class CEnLMCInfo(NamedTuple):
     audit_drift_ratio: Array
     audit_error: Array
     audit_noise_error: Array
+    audit_variance_inflation: Array
     unstable: Array
+    biased: Array
     num_nonfinite: Array
     diverged: Array
 
@@ -427,35 +519,68 @@ def _needed_grads(grad_one: Callable, x: Array, need: Array, capacity: Optional[
     return grad, num_buffers * capacity
 
 
+class _AuditInfo(NamedTuple):
+    """The audit's info fields of one step (see :class:`CEnLMCInfo`)."""
+
+    grad_evals: Array
+    drift_ratio: Array
+    error: Array
+    noise_error: Array
+    variance_inflation: Array
+    unstable: Array
+    biased: Array
+
+
 def _audit(rng_key: PRNGKey, grad_one: Callable, x: Array, force: Array, used: Array, size: int,
-           running: Audit, h: Array):
+           running: Audit, h: Array, flag_unstable: bool) -> tuple[Audit, _AuditInfo]:
     """The gradient audit: true gradients at ``size`` random particles that used the ensemble force.
 
-    Returns ``(new running Audit, info fields (grad_evals, drift_ratio, error, unstable))``.
-    The particles are drawn without replacement (Gumbel top-k) among those with
-    ``used``; with fewer such particles, fewer are audited.
+    Returns ``(new running Audit, _AuditInfo)``. The particles are drawn
+    without replacement (Gumbel top-k) among those with ``used``; with fewer
+    such particles, fewer are audited (the batch of ``size`` gradients is
+    still computed, and counted; with none, it is skipped). ``flag_unstable``:
+    whether the running drift ratio may set ``unstable`` (EnLMC only).
     """
     dt = x.dtype
     if size == 0:
-        nan = jnp.asarray(jnp.nan, dt)
-        return running, (jnp.zeros((), jnp.int32), nan, nan, nan, jnp.zeros((), bool))
+        nan, false = jnp.asarray(jnp.nan, dt), jnp.zeros((), bool)
+        return running, _AuditInfo(jnp.zeros((), jnp.int32), nan, nan, nan, nan, false, false)
+    d = x.shape[-1]
     score = jnp.where(used, jax.random.gumbel(jax.random.fold_in(rng_key, 0x5EED), used.shape, dt), -jnp.inf)
     top, idx = lax.top_k(score, size)
     ok = jnp.isfinite(top)
-    grad_f = -jax.vmap(grad_one)(x[idx]).astype(dt)  # ∇f = -∇ log density
+    audited = jnp.any(ok)
+    # ∇f = -∇ log density, one batch of `size` gradients, skipped when no particle used the ensemble
+    grad_f = lax.cond(audited, lambda xs: -jax.vmap(grad_one)(xs).astype(dt), jnp.zeros_like, x[idx])
     err = force[idx] - grad_f
     norm2 = jnp.maximum(jnp.sum(grad_f**2, axis=-1), jnp.finfo(dt).tiny)
     ratio = jnp.nanmedian(jnp.where(ok, jnp.sum(force[idx] * grad_f, axis=-1) / norm2, jnp.nan))
-    err_norm = jnp.sqrt(jnp.sum(err**2, axis=-1))
-    error = jnp.nanmedian(jnp.where(ok, err_norm / jnp.sqrt(norm2), jnp.nan))
+    err2 = jnp.sum(err**2, axis=-1)
+    error = jnp.nanmedian(jnp.where(ok, jnp.sqrt(err2 / norm2), jnp.nan))
     # the drift error of one step, h|F - ∇f|, in units of the noise length sqrt(2hd)
-    noise_error = jnp.nanmedian(jnp.where(ok, h * err_norm / jnp.sqrt(2.0 * h * x.shape[-1]), jnp.nan))
-    audited = jnp.any(ok)
+    to_noise = h / (2.0 * d)
+    noise2 = to_noise * err2
+    noise_error = jnp.nanmedian(jnp.where(ok, jnp.sqrt(noise2), jnp.nan))
+    num_ok = jnp.maximum(jnp.sum(ok, dtype=jnp.int32), 1).astype(dt)
+    # the step's variance inflation: the users' mean of h|e|²/(2d) times their fraction, estimated with
+    # |F|² as a control variate (module docstring): known at every user, it brings in the whole ensemble's
+    # heavy tail; the audit only samples |e|² - |F|² = -|∇f|² - 2 e·∇f
+    force2 = to_noise * jnp.sum(force**2, axis=-1)
+    used_fraction = jnp.mean(used.astype(dt))
+    audited_gap = jnp.sum(jnp.where(ok, noise2 - force2[idx], 0.0)) / num_ok
+    inflation = jnp.sum(jnp.where(used, force2, 0.0)) / used.shape[0] + used_fraction * audited_gap
     ema = jnp.where(audited, (1 - AUDIT_EMA_WEIGHT) * running.drift_ratio + AUDIT_EMA_WEIGHT * ratio,
                     running.drift_ratio)
     steps = running.steps + audited.astype(jnp.int32)
-    unstable = (steps >= AUDIT_MIN_STEPS) & ~(ema >= AUDIT_UNSTABLE_RATIO)
-    return Audit(ema, steps), (jnp.sum(ok, dtype=jnp.int32), ratio, error, noise_error, unstable)
+    unstable = (steps >= AUDIT_MIN_STEPS) & ~(ema >= AUDIT_UNSTABLE_RATIO) if flag_unstable else jnp.zeros((), bool)
+    bias_steps = running.bias_steps + 1
+    weight = jnp.maximum(1.0 / bias_steps.astype(dt), AUDIT_BIAS_WEIGHT)  # a plain mean, then an EMA
+    running_inflation = running.inflation + weight * (inflation - running.inflation)
+    # NaN compares False: a non-finite estimate is flagged too (the run's own checks catch non-finite particles)
+    biased = (bias_steps >= AUDIT_BIAS_MIN_STEPS) & ~(running_inflation <= AUDIT_BIAS_THRESHOLD)
+    evals = jnp.where(audited, size, 0).astype(jnp.int32)  # the batch is computed whole, or not at all
+    info = _AuditInfo(evals, ratio, error, noise_error, inflation, unstable, biased)
+    return Audit(ema, steps, running_inflation, bias_steps), info
 
 
 def _values(logdensity_fn: LogDensityFn, x: Array) -> Array:
@@ -464,7 +589,8 @@ def _values(logdensity_fn: LogDensityFn, x: Array) -> Array:
 
 
 def fresh_audit(dtype) -> Audit:
-    return Audit(jnp.ones((), dtype), jnp.zeros((), jnp.int32))
+    """The audit's running state before any step: drift ratio 1, inflation 0, no steps."""
+    return Audit(jnp.ones((), dtype), jnp.zeros((), jnp.int32), jnp.zeros((), dtype), jnp.zeros((), jnp.int32))
 
 
 def _move(rng_key: PRNGKey, x: Array, force: Array, h: Array):
@@ -581,8 +707,7 @@ def enlmc_step(
     grad_one = gradient_fn(logdensity_fn, grad_fn)
     grad, padded = _needed_grads(grad_one, x, need, capacity, dense_grad)
     force = jnp.where(need[:, None], -grad, ens)
-    audit, (a_evals, a_ratio, a_error, a_noise, unstable) = _audit(rng_key, grad_one, x, force, ~need,
-                                                                   audit_size, state.audit, h)
+    audit, a = _audit(rng_key, grad_one, x, force, ~need, audit_size, state.audit, h, flag_unstable=True)
     w_new, x_new, log_p_new = _move(rng_key, x, force, h)
     logdensity = _values(logdensity_fn, x_new)
     bad = count_nonfinite(x_new, logdensity)
@@ -593,17 +718,19 @@ def enlmc_step(
         grad_evals=jnp.sum(need, dtype=jnp.int32),
         grad_evals_padded=jnp.asarray(padded, jnp.int32),
         f_evals=jnp.asarray(n, jnp.int32),
-        model_solves=(n + (padded + a_evals) * grad_cost(grad_fn, d)).astype(x.dtype),
+        model_solves=(n + (padded + a.grad_evals) * grad_cost(grad_fn, d)).astype(x.dtype),
         max_force_norm=jnp.max(ens_norm),
         num_exploded=exploded,
         num_isolated=jnp.sum(~need & (pf.n_ball == 0), dtype=jnp.int32),
-        audit_grad_evals=a_evals,
-        audit_drift_ratio=a_ratio,
-        audit_error=a_error,
-        audit_noise_error=a_noise,
-        unstable=unstable,
+        audit_grad_evals=a.grad_evals,
+        audit_drift_ratio=a.drift_ratio,
+        audit_error=a.error,
+        audit_noise_error=a.noise_error,
+        audit_variance_inflation=a.variance_inflation,
+        unstable=a.unstable,
+        biased=a.biased,
         num_nonfinite=bad,
-        diverged=((bad + exploded) > 0) | unstable | ~_valid_params(x.dtype, h, eta, 0.0, 0.0, 0.0),
+        diverged=((bad + exploded) > 0) | a.unstable | ~_valid_params(x.dtype, h, eta, 0.0, 0.0, 0.0),
     )
     return EnLMCState(x_new, logdensity, w_new, log_p_new, audit), info
 
@@ -674,7 +801,7 @@ def cenlmc_step(
     mesh: Any = None,
     strategy: str = "allgather",
     block_sparse: Optional[bool] = None,
-    audit_size: int = 0,
+    audit_size: int = CENLMC_AUDIT_SIZE,
     grad_fn: Optional[Callable] = None,
     min_ball_neighbours: Optional[int] = None,
 ) -> tuple[CEnLMCState, CEnLMCInfo]:
@@ -711,8 +838,9 @@ def cenlmc_step(
         (``pairwise.ensemble_force(..., mesh=mesh, strategy=strategy)``, strategy
         ``"allgather"`` or ``"ring"``); per step equal to the unsharded force up to rounding.
       audit_size: the gradient audit: true gradients at this many random
-        particles that used the ensemble force, compared with it (module
-        docstring, "Gradient audit"); 0 (default) switches it off.
+        particles that used the ensemble force, compared with it, and the
+        ``biased`` flag (module docstring, "Gradient audit"); default
+        :data:`CENLMC_AUDIT_SIZE` (8); 0 switches it off.
       grad_fn: ``x: (d,) -> ∇ log density (d,)`` for the particles that need a
         true gradient (an adjoint solver, ``cj.gradients.finite_difference``, an
         external code); default ``jax.grad(logdensity_fn)``.
@@ -754,8 +882,7 @@ def cenlmc_step(
     grad_one = gradient_fn(logdensity_fn, grad_fn)
     grad, padded = _needed_grads(grad_one, x, need, capacity, dense_grad)
     force = jnp.where(need[:, None], -grad, ens)
-    audit, (a_evals, a_ratio, a_error, a_noise, unstable) = _audit(rng_key, grad_one, x, force, ~need,
-                                                                   audit_size, state.audit, h)
+    audit, a = _audit(rng_key, grad_one, x, force, ~need, audit_size, state.audit, h, flag_unstable=False)
     w_new, x_new, log_p_new = _move(rng_key, x, force, h)
     logdensity = _values(logdensity_fn, x_new)
     bad = count_nonfinite(x_new, logdensity)
@@ -764,7 +891,7 @@ def cenlmc_step(
         grad_evals=num_need,
         grad_evals_padded=jnp.asarray(padded, jnp.int32),
         f_evals=jnp.asarray(n, jnp.int32),
-        model_solves=(n + (padded + a_evals) * grad_cost(grad_fn, d)).astype(x.dtype),
+        model_solves=(n + (padded + a.grad_evals) * grad_cost(grad_fn, d)).astype(x.dtype),
         ensemble_fraction=(n - num_need).astype(dt) / n,
         mean_num_neighbours=jnp.mean(pf.n_r2.astype(dt)),
         mean_ball_neighbours=jnp.mean(pf.n_ball.astype(dt)),
@@ -772,13 +899,15 @@ def cenlmc_step(
         num_fail_m_f=jnp.sum(fail_mf, dtype=jnp.int32),
         num_fail_n_star=jnp.sum(fail_n, dtype=jnp.int32),
         num_fail_ball=jnp.sum(fail_ball & ~(fail_r1 | fail_mf | fail_n), dtype=jnp.int32),
-        audit_grad_evals=a_evals,
-        audit_drift_ratio=a_ratio,
-        audit_error=a_error,
-        audit_noise_error=a_noise,
-        unstable=unstable,
+        audit_grad_evals=a.grad_evals,
+        audit_drift_ratio=a.drift_ratio,
+        audit_error=a.error,
+        audit_noise_error=a.noise_error,
+        audit_variance_inflation=a.variance_inflation,
+        unstable=a.unstable,
+        biased=a.biased,
         num_nonfinite=bad,
-        diverged=(bad > 0) | unstable | ~_valid_params(dt, h, eta, r1, r2, m_f),
+        diverged=(bad > 0) | ~_valid_params(dt, h, eta, r1, r2, m_f),
     )
     # rows without a previous step (w = +inf) have no meaningful count yet: "unknown" does not guard
     known = jnp.all(jnp.isfinite(state.w), axis=-1)
@@ -912,7 +1041,7 @@ def cenlmc(
     mesh: Any = None,
     strategy: str = "allgather",
     block_sparse: Optional[bool] = None,
-    audit_size: int = 0,
+    audit_size: int = CENLMC_AUDIT_SIZE,
     grad_fn: Optional[Callable] = None,
     min_ball_neighbours: Optional[int] = None,
 ) -> SamplingAlgorithm:

@@ -217,7 +217,11 @@ def sample(
 
     Warnings (``RuntimeWarning``) also report steps whose info sets
     ``noise_clipped`` (the recipe's noise covariance was clipped: too large a
-    ``B_hat`` for the step size).
+    ``B_hat`` for the step size), and, once per call, kept steps (after
+    ``burn_in``) whose info sets ``biased`` (CEnLMC's gradient audit: the
+    ensemble force's noise inflates the variance beyond the audit's threshold;
+    the warning gives the mean of ``info.audit_variance_inflation`` over the
+    kept steps). Neither stops the run.
     """
     if isinstance(step_fn, SamplingAlgorithm):
         step_fn = step_fn.step
@@ -305,7 +309,24 @@ def sample(
     kept_all = [k for k, _ in chunks if k is not None]
     trace = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *kept_all) if kept_all else None
     info = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *[i for _, i in chunks]) if chunks else None
+    _warn_biased(info, burn_in)
     return RunResult(state, trace, moments, info, step, diverged_at, burn_in, thin)
+
+
+def _warn_biased(info: PyTree, burn_in: int) -> None:
+    """One warning when a kept step's ``info.biased`` is set (CEnLMC's gradient audit), with the measured inflation."""
+    flags = _flag_steps(info, "biased") if info is not None else None
+    if flags is None or not flags[burn_in:].any():
+        return
+    biased_at = burn_in + int(np.argmax(flags[burn_in:]))
+    inflation = np.asarray(getattr(info, "audit_variance_inflation", np.full(1, np.nan)), np.float64)[burn_in:]
+    v = float(np.nanmean(inflation)) if np.any(np.isfinite(inflation)) else float("nan")
+    warnings.warn(
+        f"the gradient audit measured that the ensemble force's noise inflates the stationary variance by about "
+        f"{v:.1%} (the sd by about {v / 2:.1%}; mean of info.audit_variance_inflation over the kept steps), "
+        f"above the audit's threshold from step {biased_at} (info.biased): the moments are biased. Use smaller "
+        "eta, r1, r2 or a larger n_star (or more particles), e.g. from cj.tuning.suggest_cenlmc_params or "
+        "cj.tune_cenlmc, or cj.lmc", RuntimeWarning, stacklevel=3)
 
 
 def _resume(path, identity, rng_key, step_fn, initial_state, trace_fn, info_reduce):

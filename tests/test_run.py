@@ -2,6 +2,8 @@
 
 import functools
 import os
+import warnings
+from typing import NamedTuple
 
 import chex
 import jax
@@ -253,3 +255,43 @@ def test_noise_clipping_is_surfaced_as_a_warning():
 def test_a_bad_key_is_a_value_error(key):
     with pytest.raises(ValueError, match="rng_key"):
         cj.sample(key, STEP, STATE, 5)
+
+
+class _BiasInfo(NamedTuple):
+    biased: jax.Array
+    audit_variance_inflation: jax.Array
+    diverged: jax.Array
+
+
+def _flagged_from(step_flagged, inflation):
+    """A step function whose info says ``biased`` from step ``step_flagged`` on (the state counts the steps)."""
+
+    def step(key, t):
+        del key
+        info = _BiasInfo(t >= step_flagged, jnp.asarray(inflation, jnp.float32), jnp.zeros((), bool))
+        return t + 1, info
+
+    return step
+
+
+def test_a_biased_kept_step_warns_once_with_the_measured_inflation():
+    # flagged from step 30 of 10 burn-in + 60 kept steps, in 3 chunks: one warning, naming the mean
+    # inflation over the kept steps (0.12 every step: exactly 12.0%) and the first flagged step
+    with pytest.warns(RuntimeWarning) as caught:
+        res = cj.sample(jax.random.key(0), _flagged_from(30, 0.12), jnp.zeros((), jnp.int32), 60, burn_in=10,
+                        chunk_size=20, trace_fn=lambda t: t)
+    msgs = [str(w.message) for w in caught if "gradient audit" in str(w.message)]
+    assert len(msgs) == 1, msgs
+    assert "12.0%" in msgs[0] and "step 30" in msgs[0] and "info.biased" in msgs[0]
+    assert res.num_steps_done == 70 and res.diverged_at == -1  # a biased run is not stopped
+
+
+def test_a_bias_flag_during_the_burn_in_only_does_not_warn():
+    # flagged on the burn-in steps only (an over-dispersed start): the kept draws are not concerned
+    def step(key, t):
+        del key
+        return t + 1, _BiasInfo(t < 10, jnp.asarray(0.3, jnp.float32), jnp.zeros((), bool))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        cj.sample(jax.random.key(0), step, jnp.zeros((), jnp.int32), 20, burn_in=10, trace_fn=lambda t: t)
