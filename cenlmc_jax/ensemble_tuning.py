@@ -11,8 +11,9 @@ on the user's own target, measuring what matters during a burn-in:
   ``info.audit_variance_inflation``): the relative inflation of the
   stationary variance by the ensemble force's noise, the error that biases
   the moments (module docstring of :mod:`cenlmc_jax.ensemble`), capped by
-  ``max_variance_inflation`` (default 0.02, the budget of
-  :func:`~cenlmc_jax.tuning.suggest_cenlmc_params`: the sd biased by ~1%);
+  ``max_variance_inflation`` (default 0.03: the sd biased by ~1.5%, half
+  the audit's flag ``AUDIT_BIAS_THRESHOLD``; the suggestion's budget is
+  0.02, and a trial's 20 measured steps leave room for noise);
 * the typical drift error of one step, ``h|F_i - ∇f(x_i)|`` in units of the
   Langevin noise length ``sqrt(2hd)`` (``info.audit_noise_error``, a median),
   capped by ``max_noise_error`` (0.25). The median alone misses a heavy tail
@@ -104,7 +105,7 @@ def tune_cenlmc(
     *,
     target_fraction: float = 0.6,
     max_noise_error: float = 0.25,
-    max_variance_inflation: float = 0.02,
+    max_variance_inflation: float = 0.03,
     f_star: Optional[float] = None,
     L: Optional[float] = None,
     mu: Optional[float] = None,
@@ -207,9 +208,15 @@ def tune_cenlmc(
         notes.append(f"no candidate kept {caps} (never flagged); the ensemble is switched off (r1 = 0): CEnLMC "
                      "is LMC on this target at this N.")
     # settle the chain with the chosen parameters, then hand it over with a fresh audit
-    state, _ = run(jax.random.fold_in(rng_key, k), start,
-                   jnp.asarray(params["eta"], x.dtype), jnp.asarray(params["r1"], x.dtype),
-                   jnp.asarray(params["r2"], x.dtype))
+    state, (*_, diverged) = run(jax.random.fold_in(rng_key, k), start,
+                                jnp.asarray(params["eta"], x.dtype), jnp.asarray(params["r1"], x.dtype),
+                                jnp.asarray(params["r2"], x.dtype))
+    diverged = np.asarray(diverged)
+    if diverged.any():  # never hand over non-finite particles: keep the burn-in's state (the trials' start)
+        state = start
+        notes.append(f"the settling run with the chosen parameters diverged at its step {int(np.argmax(diverged))} "
+                     "(a particle left the region where the step size is stable); the state handed over is the "
+                     "first burn-in's, before the trials.")
     state = state._replace(audit=fresh_audit(x.dtype))
     notes.append(f"measured: ensemble fraction {best['ensemble_fraction']:.3f}, variance inflation "
                  f"{best['variance_inflation']:.3g}, drift error {best['noise_error']:.3g} noise lengths, drift ratio "

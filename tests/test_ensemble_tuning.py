@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import cenlmc_jax as cj
+from cenlmc_jax.ensemble import AUDIT_BIAS_THRESHOLD
 from cenlmc_jax.ensemble_tuning import tune_cenlmc
 
 H = 0.05
@@ -17,20 +18,33 @@ H = 0.05
 
 @pytest.mark.parametrize("target", [cj.targets.standard_gaussian(2), cj.targets.banana()], ids=lambda t: t.name)
 def test_tuner_reaches_the_fraction_and_a_fresh_run_reproduces_it(target):
+    """N = 1000: a fraction of 0.5 is reachable within the tuner's cap on the variance inflation (0.03);
+    0.6 is not on these targets (its candidates measured 0.02-0.09: the sd biased by 1-4.5%), and the
+    tuner then takes the largest acceptable fraction instead of a biased candidate."""
     x0 = jax.random.normal(jax.random.key(0), (1000, 2))
-    tuned = tune_cenlmc(jax.random.key(1), target.logdensity_fn, x0, H, target_fraction=0.6, f_star=target.f_star)
-    assert tuned.ensemble_fraction >= 0.6 and tuned.noise_error <= 0.25, tuned.reasoning
+    tuned = tune_cenlmc(jax.random.key(1), target.logdensity_fn, x0, H, target_fraction=0.5, f_star=target.f_star)
+    assert tuned.ensemble_fraction >= 0.5 and tuned.noise_error <= 0.25, tuned.reasoning
+    assert tuned.variance_inflation <= 0.03, tuned.reasoning
     assert set(tuned.params) == {"eta", "r1", "r2", "n_star", "m_f"} and len(tuned.trials) == 12
+    # never non-finite particles (on the banana the settling run lost one: the unbounded curvature at
+    # h = 0.05; the tuner then hands over the first burn-in's state and says so)
+    assert bool(np.all(np.isfinite(np.asarray(tuned.state.position)))), tuned.reasoning
     # continue from the burnt-in state with the chosen parameters, audit on, and measure again
     p = tuned.params
     check = cj.cenlmc(target.logdensity_fn, H, p["eta"], p["r1"], p["r2"], p["n_star"], p["m_f"],
                       f_star=target.f_star, audit_size=64)
-    res = cj.sample(jax.random.key(2), check, tuned.state, 200, mode="stream")
+    res = cj.sample(jax.random.key(2), check, tuned.state, 300, mode="stream")
     frac = float(np.mean(res.info.ensemble_fraction))
-    # 200 steps x 1000 particles: the fraction's sampling sd is ~0.01; the tuner measured 20 steps
+    # 300 steps x 1000 particles: the fraction's sampling sd is ~0.01; the tuner measured 20 steps
     assert abs(frac - tuned.ensemble_fraction) < 0.08, (frac, tuned.ensemble_fraction)
     assert float(np.nanmedian(np.asarray(res.info.audit_noise_error))) <= 0.25
-    assert res.diverged_at == -1
+    # the choice is not what the audit flags: a trial's 20 steps measure the inflation within ~30%
+    assert float(np.mean(res.info.audit_variance_inflation)) < AUDIT_BIAS_THRESHOLD
+    assert res.diverged_at == -1 and not bool(np.any(res.info.biased))
+    high = tune_cenlmc(jax.random.key(1), target.logdensity_fn, x0, H, target_fraction=0.6, f_star=target.f_star)
+    if high.ensemble_fraction < 0.6:  # not reachable within the cap: the largest acceptable fraction
+        ok = [t for t in high.trials if t["variance_inflation"] <= 0.03 and not t["unstable"]]
+        assert high.ensemble_fraction == max(t["ensemble_fraction"] for t in ok) and "no candidate" in high.reasoning
 
 
 def test_an_impossible_error_cap_switches_the_ensemble_off():
@@ -47,6 +61,7 @@ def test_tuner_bad_input():
     target = cj.targets.standard_gaussian(2)
     x0 = jax.random.normal(jax.random.key(0), (100, 2))
     for kwargs, match in [(dict(target_fraction=1.5), "target_fraction"), (dict(max_noise_error=0.0), "max_noise"),
+                          (dict(max_variance_inflation=-1.0), "max_variance_inflation"),
                           (dict(steps_per_trial=2), "steps_per_trial"), (dict(r1_passes=(1.2,)), "r1_passes")]:
         with pytest.raises(ValueError, match=match):
             tune_cenlmc(jax.random.key(1), target.logdensity_fn, x0, H, **kwargs)
