@@ -100,9 +100,18 @@ Numerical conventions (every backend):
   ``n_r2`` lives in w-space only: it counts the neighbours of every particle
   with a finite ``w`` and is 0 for a particle whose ``w`` is not finite
   (``w = +inf`` is the CEnLMC initialisation). Inside the tiles an invalid
-  particle has NaN coordinates, so every distance to it is NaN and every
-  comparison False; its lift ``[x̃, 1]`` and weight are 0, so no NaN reaches
-  the other rows.
+  particle (and a padding one) sits at the far point ``F e_1`` (its ``x̃``
+  and ``w̃``; ``F = 2^(e/2 - 3)`` for the dtype's largest exponent ``e``,
+  :func:`far_point`: ``2^61`` in float32, ``2^509`` in float64), so every
+  distance from a particle within ``F/4`` of the centre to it exceeds any
+  radius and the coincidence bound, with no mask per pair; two invalid
+  particles coincide (no force). Its lift ``[x̃, 1]`` and weight are 0.
+  (A valid particle at ``|x̃| ≳ F/4`` is outside this promise; its squared
+  norm is then within a factor 64 of overflow.)
+* Reverse mode: every value in the tiles is finite (no NaN sentinel), and the
+  one division, ``(f_j - f_i) / d²``, divides by 1 instead of the ``d²`` of an
+  unused pair (``0`` for coincident ones) before the pair is dropped (the
+  "double where"): ``0 / 0`` would put ``0 · NaN = NaN`` into the cotangents.
 """
 
 from __future__ import annotations
@@ -136,6 +145,7 @@ __all__ = [
     "tile_spec",
     "validity",
     "centre_terms",
+    "far_point",
     "prepare",
     "pad_particles",
     "empty_partial",
@@ -326,17 +336,18 @@ def tile_spec(d: int, dtype: Any, *, distances: str | None = None, precision: An
 class Prepared(NamedTuple):
     """Per-particle operands of the pair sums (O(N d)); a tile is a Prepared of some particles.
 
-    x: (n, d) centred positions ``x̃ = x - centre``, NaN on invalid rows
-        (the sentinel: every distance to them is NaN). A tile may hold them
+    x: (n, d) centred positions ``x̃ = x - centre``, the far point
+        ``F e_1`` on invalid rows (:func:`far_point`: farther than any
+        radius from every valid particle, finite). A tile may hold them
         as d coordinate vectors ``(n,)`` instead (direct distances read one
         coordinate at a time; a kernel cannot slice a register tile).
-    sq_x: (n,) ``|x̃|²``, NaN on invalid rows.
+    sq_x: (n,) ``|x̃|²`` (``F²`` on invalid rows).
     f: (n,) potential values, 0 on invalid rows.
     x1: (n, d+1) the lift ``[x̃, 1]``, 0 on invalid rows: the force operand.
     log_s: (n,) ``log α_d - log p``; ``NEG`` on invalid rows.
     thr_x: (n,) ``η²`` per row (no scalar enters a kernel).
-    w, sq_w, thr_w: the same for ``w`` (``(n, d)`` NaN-marked, ``|w̃|²``,
-        ``R2²``); None without w.
+    w, sq_w, thr_w: the same for ``w`` (``(n, d)``, the far point where
+        ``w`` is not finite, ``|w̃|²``, ``R2²``); None without w.
     valid, valid_w: (n,) bool, all inputs finite / ``w`` finite.
 
     :func:`tile_partial` reads ``x, sq_x, f, thr_x`` (and ``w, sq_w,
@@ -357,9 +368,25 @@ class Prepared(NamedTuple):
     valid_w: Array | None = None
 
 
-# Values of an invalid (padding) particle, per Prepared field.
-_INVALID = dict(x=jnp.nan, sq_x=jnp.nan, f=0, x1=0, log_s=NEG, thr_x=0, w=jnp.nan, sq_w=jnp.nan, thr_w=0,
-                valid=False, valid_w=False)
+def far_point(dtype: Any) -> float:
+    """``F = 2^(e/2 - 3)``, ``e`` the largest exponent of ``dtype``: an invalid particle sits at ``F e_1``.
+
+    A power of two, so ``F²`` and ``F · F`` are exact in every precision of
+    a product and two invalid particles are exactly coincident. Sums of
+    ``F²`` with the squared norm of a particle within ``F/2`` of the centre
+    do not overflow, and every such particle is farther than ``F/2`` from it.
+    """
+    return 2.0 ** (jnp.finfo(dtype).maxexp // 2 - 3)
+
+
+def _far_rows(n: int, d: int, dtype: Any) -> Array:
+    """(n, d) copies of the far point ``F e_1``."""
+    return jnp.broadcast_to(jnp.where(jnp.arange(d) == 0, far_point(dtype), 0).astype(dtype), (n, d))
+
+
+# Values of an invalid (padding) particle, per Prepared field: finite, so that
+# reverse mode never meets a NaN (x and w: the far point, _far_rows).
+_INVALID = dict(f=0, x1=0, log_s=NEG, thr_x=0, thr_w=0, valid=False, valid_w=False)
 
 
 def validity(x: Array, f: Array, log_p: Array, w: Array | None) -> tuple[Array, Array]:
@@ -398,8 +425,8 @@ def prepare(x: Array, f: Array, log_p: Array, eta: ArrayLike, w: Array | None = 
     def centred(v, ok, centre):
         if centre is None:
             centre = centre_terms(v, ok, jnp.maximum(jnp.sum(ok, dtype=dtype), 1))
-        vc = jnp.where(ok[:, None], v - centre, jnp.nan)
-        return vc, jnp.sum(vc * vc, axis=1)
+        vc = jnp.where(ok[:, None], v - centre, _far_rows(n, d, dtype))
+        return vc, jnp.sum(vc * vc, axis=1)  # F² exactly on the far rows
 
     xc, sq_x = centred(x, valid, centre_x)
     prepared = Prepared(
@@ -422,11 +449,16 @@ def prepare(x: Array, f: Array, log_p: Array, eta: ArrayLike, w: Array | None = 
 def pad_particles(p: Prepared, n_pad: int) -> Prepared:
     """Append invalid particles up to ``n_pad`` rows (they add nothing and are no one's neighbour)."""
 
+    far = far_point(p.f.dtype)
+
     def pad(name, v):
         if v is None:
             return None
+        if name in ("x", "w"):
+            return jnp.concatenate([v, _far_rows(n_pad - v.shape[0], v.shape[1], v.dtype)])
+        fill = far * far if name in ("sq_x", "sq_w") else _INVALID[name]
         widths = [(0, n_pad - v.shape[0])] + [(0, 0)] * (v.ndim - 1)
-        return jnp.pad(v, widths, constant_values=_INVALID[name])
+        return jnp.pad(v, widths, constant_values=fill)
 
     return Prepared(*(pad(name, v) for name, v in zip(p._fields, p)))
 
@@ -469,7 +501,7 @@ def _coordinates(a: Any) -> list:
 
 
 def squared_distances(a_rows: Any, sq_rows: Array, a_cols: Any, sq_cols: Array, spec: TileSpec) -> tuple[Array, Array]:
-    """(rows, cols) squared distances and the coincidence mask (module docstring); NaN for invalid particles."""
+    """(rows, cols) squared distances and the coincidence mask (module docstring)."""
     if spec.direct:
         d2 = None
         for r, c in zip(_coordinates(a_rows), _coordinates(a_cols)):
@@ -528,7 +560,9 @@ def tile_partial_with(rows: Prepared, cols: Prepared, weights: ColumnWeights, sp
         in_r2 = (dw2 <= rows.thr_w[:, None]) | w_coincident
         near, use = near & in_r2, use & in_r2
         n_r2 = _count(in_r2, dtype)
-    g = jnp.where(use, (cols.f[None, :] - rows.f[:, None]) / d2, 0)
+    # The "double where": an unused pair divides by 1, not by its d² (0 when coincident,
+    # whose 0/0 would put 0 · NaN into the cotangents in reverse mode), then drops out.
+    g = jnp.where(use, (cols.f[None, :] - rows.f[:, None]) / jnp.where(use, d2, 1), 0)
     if one_shift:  # an exp per column (in the weights)
         sums = jnp.dot(g, weights.lift, precision=spec.precision)
         m = jnp.full(g.shape[:1], weights.top)
@@ -584,7 +618,7 @@ def finish(p: Partial, rows: Prepared, n_total: int) -> PairwiseForce:
     diagonal, counted as coincident, is subtracted from the counts.
     """
     d = rows.x.shape[1]
-    total = p.sums[:, :d] - p.sums[:, d : d + 1] * rows.x  # NaN on invalid rows, dropped below
+    total = p.sums[:, :d] - p.sums[:, d : d + 1] * rows.x  # 0 on invalid rows (no pair used), dropped below
     half = jnp.exp(0.5 * p.m)[:, None]
     force = jnp.where((total == 0) | ~rows.valid[:, None], 0, total * half * half)
     n_ball = jnp.where(rows.valid, p.n_ball - 1, 0)
@@ -700,8 +734,8 @@ def unsort(out: PairwiseForce, perm: Array) -> PairwiseForce:
 class TileBoxes(NamedTuple):
     """Axis-aligned bounding boxes of tiles of consecutive particles, coordinate-major.
 
-    lo, hi: (d, t) coordinate-wise min / max over the tile's particles with
-        finite (centred) coordinates; ``+inf`` / ``-inf`` for a tile without any.
+    lo, hi: (d, t) coordinate-wise min / max over the tile's particles not
+        at the far point (the valid ones); ``+inf`` / ``-inf`` for a tile without any.
     sq: (t,) the largest ``|ṽ|²`` in the tile (0 if none): bounds the Gram
         identity's rounding error.
     Any trailing shape broadcasts in place of ``t`` (one tile: ``(d,)``, ``()``).
@@ -715,13 +749,14 @@ class TileBoxes(NamedTuple):
 def tile_boxes(v: Array, sq: Array, size: int) -> TileBoxes:
     """The :class:`TileBoxes` of the tiles of ``size`` consecutive rows of ``v: (n, d)``.
 
-    NaN rows belong to no box; ``n`` is a multiple of ``size``.
+    Rows at the far point (invalid particles, :func:`far_point`) belong to no
+    box; ``n`` is a multiple of ``size``.
     """
     n, d = v.shape
+    far = jnp.all(v == _far_rows(1, d, v.dtype), axis=1).reshape(n // size, size)
     v = v.T.reshape(d, n // size, size)
-    nan = jnp.isnan(v)
-    return TileBoxes(jnp.min(jnp.where(nan, jnp.inf, v), axis=2), jnp.max(jnp.where(nan, -jnp.inf, v), axis=2),
-                     jnp.max(jnp.where(jnp.isnan(sq), 0, sq).reshape(n // size, size), axis=1))
+    return TileBoxes(jnp.min(jnp.where(far, jnp.inf, v), axis=2), jnp.max(jnp.where(far, -jnp.inf, v), axis=2),
+                     jnp.max(jnp.where(far, 0, sq.reshape(n // size, size)), axis=1))
 
 
 def box_gap2(a: TileBoxes, b: TileBoxes) -> Array:
