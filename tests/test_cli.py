@@ -69,7 +69,8 @@ def test_sample_default_runs_and_prints_a_summary(capsys):
     assert out.startswith("cenlmc-jax: CEnLMC (constrained ensemble Langevin)")
     assert "gradient evaluations" in out and "saved against LMC" in out and "ensemble force used by" in out
     assert "mean" in out and "true_mean" in out and "z_mean" in out
-    assert "reliability checks passed" in out
+    assert "reliability checks passed" in out and "ensemble-force audit" in out
+    assert "gradient audit" not in out  # the audit ran (on by default) and found nothing
 
 
 @pytest.mark.parametrize("sampler", sorted(set(cli.SAMPLERS) - {"enlmc"}))
@@ -158,6 +159,19 @@ def test_known_ula_bias_above_the_standard_error_is_unreliable(capsys):
     assert "unadjusted Langevin's own sd" in out and "lower --step-size" in out
     code, out, _ = run_cli(["sample", "--sampler", "lmc", "--step-size", "0.5", "--allow-unreliable"] + SMALL, capsys)
     assert code == 0 and "UNRELIABLE" in out and "--allow-unreliable" in out
+
+
+def test_a_biased_cenlmc_run_is_unreliable(capsys):
+    """R1 passing 95% of the noise draws, η = R2 = 0.38, N* = 5 at N = 1000: the ensemble force's noise
+    inflates the variance by ~10% (the same setting in test_ensemble: 7-12% against ULA's exact value).
+    The audit flags it (info.biased), the driver's warning is printed, the job says UNRELIABLE naming
+    the measured inflation and the flags to change, and exits 1; the default run (first test) exits 0."""
+    code, out, _ = run_cli(["sample", "--particles", "1000", "--steps", "300", "--burn-in", "100", "--r1", "0.77",
+                            "--eta", "0.38", "--r2", "0.38", "--n-star", "5"], capsys)
+    assert code == 1, out
+    assert "warning: the gradient audit measured" in out
+    lines = [line for line in out.splitlines() if "UNRELIABLE: the gradient audit" in line]
+    assert len(lines) == 1 and "--n-star" in lines[0] and "(info.biased)" in lines[0], out
 
 
 def test_low_acceptance_is_unreliable(capsys):

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 import cenlmc_jax as cj
+from cenlmc_jax.ensemble import AUDIT_BIAS_THRESHOLD, cenlmc_step
 from cenlmc_jax.problems import InverseProblem, darcy_flow, mala_reference, quadrature_moments, sir_epidemic, \
     sir_epidemic_black_box
 
@@ -187,6 +188,13 @@ def test_black_box_through_cenlmc_and_the_driver(black_box):
     jax.block_until_ready(state)
     assert counter.calls == 2  # one batched call for the N new values, one for every gradient's 2d points
     assert counter.points == int(info.model_solves) == n + 2 * d * int(info.grad_evals_padded)
+    assert int(info.audit_grad_evals) == 0  # step 0: nobody used the ensemble force, the audit is skipped
+    counter.reset()
+    state, info = step(jax.random.key(8), state)
+    jax.block_until_ready(state)
+    assert counter.calls == 3  # and one for the audit's 8 gradients (the default audit)
+    assert counter.points == int(info.model_solves) == n + 2 * d * (int(info.grad_evals_padded) + 8)
+    assert int(info.audit_grad_evals) == 8
     counter.reset()
     res = cj.sample(jax.random.key(8), algo, state, 200)
     assert res.diverged_at == -1
@@ -194,6 +202,36 @@ def test_black_box_through_cenlmc_and_the_driver(black_box):
     assert float(np.mean(res.info.ensemble_fraction)) > 0.3  # the ensemble replaces gradients on the black box
     # CEnLMC is LMC plus the ensemble force's O(η) bias (Theorem 3.3): within the benchmark's tolerance + 4 MCSE
     assert_within_tolerance(res.trace[50:], black_box.mean, np.sqrt(np.diag(black_box.cov)), BENCH_TOL)
+
+
+def test_darcy_cenlmc_former_suggestion_is_flagged_and_the_new_one_is_within_tolerance(darcy):
+    """d = 3, N = 2000, h = 0.05, from the Laplace approximation N(0, I), 300 steps, the default audit.
+    The former suggestion (N* = 5, the 90% pass rule alone; the benchmark measured its sd 9-35% off at
+    N = 2000-4000) has an audited variance inflation of 0.064-0.090 (measured on 3 runs): the bias flag
+    fires. The new one (N* = 13, from the noise budget) measures 0.015-0.019, is not flagged, and its
+    mean and sd are within the benchmark's tolerance (5%) of the quadrature, beyond 4 MCSE (its sd was
+    1.8-2.9% high on 4 runs, ULA's own 1.3% included). One compiled program for both (N* traced)."""
+    n, h, steps, burn_in = 2000, 0.05, 300, 50
+    new = cj.tuning.suggest_cenlmc_params(3, h, num_particles=n)
+    old = cj.tuning.suggest_cenlmc_params(3, h, num_particles=n, max_variance_inflation=1e3)
+    assert (old.n_star, new.n_star) == (5, 13) and (old.eta, old.r1, old.r2) == (new.eta, new.r1, new.r2)
+
+    @jax.jit
+    def run(key, state, n_star):
+        def body(st, t):
+            st, info = cenlmc_step(jax.random.fold_in(key, t), st, darcy.logdensity_fn, h, new.eta, new.r1, new.r2,
+                                   n_star, new.m_f)
+            return st, (st.position, info.biased, info.audit_variance_inflation, info.ensemble_fraction)
+
+        return jax.lax.scan(body, state, jnp.arange(steps))[1]
+
+    state = cj.cenlmc_init(jax.random.normal(jax.random.key(11), (n, 3)), darcy.logdensity_fn, darcy.f_star)
+    _, biased, inflation, _ = run(jax.random.key(1), state, old.n_star)
+    assert bool(np.any(biased[burn_in:])) and float(np.mean(inflation[burn_in:])) > AUDIT_BIAS_THRESHOLD
+    draws, biased, inflation, frac = run(jax.random.key(1), state, new.n_star)
+    assert not bool(np.any(biased)) and float(np.mean(inflation[burn_in:])) <= 2 * new.variance_inflation
+    assert float(np.mean(frac[burn_in:])) > 0.1  # the ensemble still replaces gradients (measured 0.19)
+    assert_within_tolerance(draws[burn_in:], darcy.mean, np.sqrt(np.diag(darcy.cov)), BENCH_TOL)
 
 
 def test_mala_reference_in_four_dimensions_and_lmc_against_it():
