@@ -74,9 +74,11 @@ their true gradients and reports the median drift ratio
 ``F_i·∇f(x_i)/|∇f(x_i)|²`` (1 for an exact gradient), the median relative
 error ``|F_i - ∇f(x_i)|/|∇f(x_i)|``, the median drift error of one step in
 noise lengths ``h|F_i - ∇f(x_i)|/sqrt(2hd)`` and the variance inflation
-below. It costs ``audit_size`` gradients per step (``info.audit_grad_evals``,
-not counted in ``grad_evals``, counted in ``model_solves``): for CEnLMC at
-N = 2,000, 8 gradients a step are 0.4% of LMC's N and 0.5-1% of CEnLMC's own.
+below. It costs ``audit_size`` gradients per step (``info.audit_grad_evals``),
+computed in the step's one gradient call with the particles that need theirs
+(counted in ``grad_evals_padded`` and ``model_solves``, not in ``grad_evals``):
+for CEnLMC at N = 2,000, 8 gradients a step are 0.4% of LMC's N and 0.5-1% of
+CEnLMC's own.
 
 *Instability (EnLMC).* EnLMC's instability (Theorem 3.2) shows first as a
 drift deficit: its heavy-tailed weights make the typical force far below
@@ -86,7 +88,7 @@ The state keeps an exponential moving average of the median ratio
 (:data:`AUDIT_EMA_WEIGHT`); when it falls below :data:`AUDIT_UNSTABLE_RATIO`
 after :data:`AUDIT_MIN_STEPS` audited steps, ``info.unstable`` (and so
 ``info.diverged``) is set. CEnLMC never sets it: its tests bound the weights
-(``1/p_j <= (4πh)^{d/2} exp(R1²/(4h))``, Lemma 4.2), so its force has a finite
+(``1/p_j <= (4πh)^{d/2} exp((η+R1+R2)²/(4h))``, proof of Lemma 4.2), so its force has a finite
 variance, and a median ratio far below 1 there means a noisy but unbiased
 force (measured: 0.4-0.6 on the 3-D Darcy problem, where the chain is
 stationary with an inflated variance), which the bias flag measures.
@@ -104,36 +106,47 @@ error in noise lengths (zero for particles that took their gradient):
 and the sd is biased by about ``v/2`` (on top of unadjusted Langevin's own
 ``h/4`` at unit curvature). ``|e|²`` is heavy-tailed (rare neighbours with a
 huge ``1/p_j``), so the mean over 8 audited particles is a poor estimate of
-its mean (measured on the Darcy problem: a 50-step average below half the
-true value half of the time, while the median drift error of 0.04-0.05 is
-the same on a healthy 2-D run and on one with a 16% sd bias). The audit
-therefore uses ``|F_i|²`` as a control variate: it is known at every
-particle without a gradient, and ``|e|² = |F|² - |∇f|² - 2 e·∇f``, so
+its mean (on the Darcy problem with the former N* = 5, a 50-step average of
+it sat at 0.57x the true value in the median and ranged 0.16-39x), and the
+median drift error does not see the tail at all (0.033-0.05 both on healthy
+2-D runs and on one whose sd is 16% too large). The audit therefore uses
+``|F_i|²`` as a control variate: it is known at every particle without a
+gradient, and ``|e|² = |F|² - |∇f|² - 2 e·∇f``, so
 
     info.audit_variance_inflation = (1/N) Σ_{i used} h|F_i|²/(2d)
                                     + fraction × mean_audited h(|e_i|² - |F_i|²)/(2d)
 
 is unbiased for the step's ``v`` (the audited particles are a uniform sample
-of the users) and the audit only samples the light-tailed ``-|∇f|² - 2e·∇f``.
-A systematic error (a force too weak, e.g. an empty ball with
-``min_ball_neighbours=0``) enters through the audited ``e`` as well. The
-state keeps a running mean of it (``state.audit.inflation``: the plain mean
-over the first 200 steps, then an EMA of weight :data:`AUDIT_BIAS_WEIGHT`),
-and ``info.biased`` is set when it exceeds :data:`AUDIT_BIAS_THRESHOLD` =
-0.05 after :data:`AUDIT_BIAS_MIN_STEPS` = 200 steps. The number: ``v = 0.05``
-biases the sd by ~2.5%, half the 5% tolerance of ``benchmarks/bench_inverse.py``;
-healthy runs sit well below it and the biased ones above (``v`` measured with
-every particle's true gradient, and the variance error it predicts against the
-one measured: the README quickstart 0.005 (0.005), the CLI's default run 0.009
-(0.003-0.02), SIR with suggested parameters at N = 500-2,000 0.008-0.019,
-this module's 2-D test configurations (N = 1,000, N* = 5) 0.018 and
-0.037-0.044 (0.02-0.06), the Darcy problem with the suggestion's new N* 0.022
-(0.022-0.027); flagged: the Darcy problem with the former N* = 5 at
-N = 2,000 0.053-0.068 (sd 4-9% off), at N = 4,000 0.069 (sd 5-35% off), the
-2-D Gaussian with R1's pass probability 0.95 0.066 (0.065-0.067) and with
-η, R2 × 1.5 0.14 (0.13-0.19)). With 8 audited particles a step, the running
-estimate never crossed 0.05 after step 100 on the 2-D test configurations and
-always did on the flagged runs (40 simulated audits of each recorded run).
+of the users) and the audit only samples the light-tailed ``-|∇f|² - 2e·∇f``
+(same Darcy runs: 0.88x in the median, 0.58-3.1x). A systematic error (a
+force too weak, e.g. an empty ball with ``min_ball_neighbours=0``) enters
+through the audited ``e`` as well. The state keeps a running mean of it
+(``state.audit.inflation``: the plain mean over the first 200 steps, then an
+EMA of weight :data:`AUDIT_BIAS_WEIGHT`), and ``info.biased`` is set when it
+exceeds :data:`AUDIT_BIAS_THRESHOLD` = 0.06 after
+:data:`AUDIT_BIAS_MIN_STEPS` = 200 steps.
+
+The number, from measurements (``v`` computed with every particle's true
+gradient over the second half of each run, and in brackets the relative
+variance error it predicts, measured against the exact or quadrature value):
+healthy runs, the README quickstart 0.005 (0.005), the command line's default
+run 0.009 (0.003-0.02), SIR with the suggested parameters at N = 500 / 2,000
+0.019 / 0.009 (-0.01-0.03), this module's 2-D test configurations (N = 1,000,
+N* = 5) 0.015-0.018 (standard) and 0.037-0.046 (anisotropic: 0.02-0.06 by
+coordinate), the Darcy problem with the suggestion's noise budget 0.019-0.022
+(0.02-0.027); and the runs to flag, the Darcy problem with the former N* = 5
+in the benchmark's runs 0.068 at N = 2,000 and 0.069 at N = 4,000 (sd 5-9%
+and 5-35% off), the 2-D Gaussian with R1 passing 95% 0.066 (0.065-0.067) and
+with η, R2 × 1.5 as well 0.14 (0.13-0.19). 0.06 lies between the largest
+healthy value (0.046) and the flagged Darcy runs (0.068), and means an sd
+biased by ~3%: with unadjusted Langevin's own 1.3% at h = 0.05, inside the 5%
+tolerance of ``benchmarks/bench_inverse.py`` (a Darcy run at ``v = 0.053``,
+sd 4% off, is not flagged). Simulating the 8-particle audit 60 times on each
+recorded run: the running estimate never crossed 0.06 after step 200 on the
+healthy runs and always did on the others. ``benchmarks/bench_fraction.py``
+lists the estimate beside the measured variance error as R1's pass
+probability grows.
+
 ``biased`` is not a divergence: the run goes on, ``cj.sample`` warns once and
 the command-line job reports UNRELIABLE (exit 1). The remedies are smaller
 ``η, R1, R2``, a larger N* or more particles (the suggestion's noise budget,
@@ -263,7 +276,7 @@ class EnLMCInfo(NamedTuple):
     """What one EnLMC step did (all scalars).
 
     grad_evals: gradients evaluated = particles without a previous step (N at step 0, then 0).
-    grad_evals_padded: gradients computed including buffer padding.
+    grad_evals_padded: gradients computed including buffer padding and the audited particles.
     f_evals: evaluations of ``logdensity_fn`` (N: at the new positions).
     model_solves: the step's cost in model evaluations: ``f_evals`` plus every
        gradient computed (padding and audit included) at ``grad_fn.model_solves(d)``
@@ -273,8 +286,9 @@ class EnLMCInfo(NamedTuple):
        than ``blowup_factor`` noise lengths (the heavy tail of Theorem 3.2).
     num_isolated: particles using the ensemble force with no neighbour in their
        η-ball: their force is exactly 0 (no restoring drift; not counted as divergence).
-    audit_grad_evals: gradients evaluated by the audit: ``audit_size`` when any particle
-       used the ensemble force (one batch), else 0; not included in ``grad_evals``.
+    audit_grad_evals: particles audited (``audit_size``, or fewer when fewer used the ensemble
+       force); their gradients are computed in the step's one gradient call, counted in
+       ``grad_evals_padded`` and ``model_solves``, not in ``grad_evals``.
     audit_drift_ratio: median over the audited particles of ``F_i·∇f(x_i) / |∇f(x_i)|²``
        (1 for an exact gradient; NaN when nothing was audited).
     audit_error: median over the audited particles of ``|F_i - ∇f(x_i)| / |∇f(x_i)|``.
@@ -338,8 +352,9 @@ class CEnLMCInfo(NamedTuple):
     """What one CEnLMC step did (all scalars).
 
     grad_evals: gradients needed = particles failing at least one test of (3.21).
-    grad_evals_padded: gradients computed, ``ceil(grad_evals / capacity) · capacity``
-       (the buffer padding overhead; ``N`` with ``dense_grad=True``).
+    grad_evals_padded: gradients computed: the buffers holding the ``grad_evals`` particles and
+       the audited ones, ``ceil((grad_evals + audit_grad_evals) / capacity) · capacity`` (the
+       padding overhead; ``N`` with ``dense_grad=True``).
     f_evals: evaluations of ``logdensity_fn`` (N every step: the algorithm needs f everywhere).
     model_solves: the step's cost in model evaluations (as :class:`EnLMCInfo`).
     ensemble_fraction: fraction of particles that used the ensemble force.
@@ -350,8 +365,9 @@ class CEnLMCInfo(NamedTuple):
     num_fail_n_star: particles with ``N_i < max(N*, 1)``. The three counts overlap.
     num_fail_ball: particles that passed (3.21) but had fewer than
        ``min_ball_neighbours`` neighbours in their η-ball (the guard), so took the gradient.
-    audit_grad_evals: gradients evaluated by the audit: ``audit_size`` when any particle
-       used the ensemble force (one batch), else 0; not included in ``grad_evals``.
+    audit_grad_evals: particles audited (``audit_size``, or fewer when fewer used the ensemble
+       force); their gradients are computed in the step's one gradient call, counted in
+       ``grad_evals_padded`` and ``model_solves``, not in ``grad_evals``.
     audit_drift_ratio: median over the audited particles of ``F_i·∇f(x_i) / |∇f(x_i)|²``
        (1 for an exact gradient; NaN when nothing was audited).
     audit_error: median over the audited particles of ``|F_i - ∇f(x_i)| / |∇f(x_i)|``.
@@ -531,27 +547,28 @@ class _AuditInfo(NamedTuple):
     biased: Array
 
 
-def _audit(rng_key: PRNGKey, grad_one: Callable, x: Array, force: Array, used: Array, size: int,
-           running: Audit, h: Array, flag_unstable: bool) -> tuple[Audit, _AuditInfo]:
-    """The gradient audit: true gradients at ``size`` random particles that used the ensemble force.
-
-    Returns ``(new running Audit, _AuditInfo)``. The particles are drawn
-    without replacement (Gumbel top-k) among those with ``used``; with fewer
-    such particles, fewer are audited (the batch of ``size`` gradients is
-    still computed, and counted; with none, it is skipped). ``flag_unstable``:
-    whether the running drift ratio may set ``unstable`` (EnLMC only).
-    """
-    dt = x.dtype
-    if size == 0:
-        nan, false = jnp.asarray(jnp.nan, dt), jnp.zeros((), bool)
-        return running, _AuditInfo(jnp.zeros((), jnp.int32), nan, nan, nan, nan, false, false)
-    d = x.shape[-1]
-    score = jnp.where(used, jax.random.gumbel(jax.random.fold_in(rng_key, 0x5EED), used.shape, dt), -jnp.inf)
+def _audit_pick(rng_key: PRNGKey, used: Array, size: int) -> tuple[Array, Array, Array]:
+    """The audit's particles: ``size`` indices drawn without replacement (Gumbel top-k) among those with
+    ``used``, and which of them are real (with fewer such particles, fewer are audited). Returns
+    ``(idx (size,), ok (size,), mask (N,))``, the mask to add them to the step's gradient call."""
+    score = jnp.where(used, jax.random.gumbel(jax.random.fold_in(rng_key, 0x5EED), used.shape), -jnp.inf)
     top, idx = lax.top_k(score, size)
     ok = jnp.isfinite(top)
-    audited = jnp.any(ok)
-    # ∇f = -∇ log density, one batch of `size` gradients, skipped when no particle used the ensemble
-    grad_f = lax.cond(audited, lambda xs: -jax.vmap(grad_one)(xs).astype(dt), jnp.zeros_like, x[idx])
+    mask = jnp.zeros(used.shape, bool).at[idx].set(ok, mode="drop")
+    return idx, ok, mask
+
+
+def _audit(grad: Array, idx: Array, ok: Array, force: Array, used: Array, running: Audit, h: Array,
+           flag_unstable: bool) -> tuple[Audit, _AuditInfo]:
+    """The gradient audit's figures at the picked particles (:func:`_audit_pick`), whose true gradients
+    ``grad: (N, d)`` (of the log density) the step's gradient call computed with the others.
+
+    Returns ``(new running Audit, _AuditInfo)``. ``flag_unstable``: whether
+    the running drift ratio may set ``unstable`` (EnLMC only).
+    """
+    dt = force.dtype
+    d = force.shape[-1]
+    grad_f = -grad[idx]  # ∇f = -∇ log density
     err = force[idx] - grad_f
     norm2 = jnp.maximum(jnp.sum(grad_f**2, axis=-1), jnp.finfo(dt).tiny)
     ratio = jnp.nanmedian(jnp.where(ok, jnp.sum(force[idx] * grad_f, axis=-1) / norm2, jnp.nan))
@@ -561,13 +578,14 @@ def _audit(rng_key: PRNGKey, grad_one: Callable, x: Array, force: Array, used: A
     to_noise = h / (2.0 * d)
     noise2 = to_noise * err2
     noise_error = jnp.nanmedian(jnp.where(ok, jnp.sqrt(noise2), jnp.nan))
-    num_ok = jnp.maximum(jnp.sum(ok, dtype=jnp.int32), 1).astype(dt)
+    audited = jnp.any(ok)
+    num_ok = jnp.sum(ok, dtype=jnp.int32)
     # the step's variance inflation: the users' mean of h|e|²/(2d) times their fraction, estimated with
     # |F|² as a control variate (module docstring): known at every user, it brings in the whole ensemble's
     # heavy tail; the audit only samples |e|² - |F|² = -|∇f|² - 2 e·∇f
     force2 = to_noise * jnp.sum(force**2, axis=-1)
     used_fraction = jnp.mean(used.astype(dt))
-    audited_gap = jnp.sum(jnp.where(ok, noise2 - force2[idx], 0.0)) / num_ok
+    audited_gap = jnp.sum(jnp.where(ok, noise2 - force2[idx], 0.0)) / jnp.maximum(num_ok, 1).astype(dt)
     inflation = jnp.sum(jnp.where(used, force2, 0.0)) / used.shape[0] + used_fraction * audited_gap
     ema = jnp.where(audited, (1 - AUDIT_EMA_WEIGHT) * running.drift_ratio + AUDIT_EMA_WEIGHT * ratio,
                     running.drift_ratio)
@@ -578,9 +596,31 @@ def _audit(rng_key: PRNGKey, grad_one: Callable, x: Array, force: Array, used: A
     running_inflation = running.inflation + weight * (inflation - running.inflation)
     # NaN compares False: a non-finite estimate is flagged too (the run's own checks catch non-finite particles)
     biased = (bias_steps >= AUDIT_BIAS_MIN_STEPS) & ~(running_inflation <= AUDIT_BIAS_THRESHOLD)
-    evals = jnp.where(audited, size, 0).astype(jnp.int32)  # the batch is computed whole, or not at all
-    info = _AuditInfo(evals, ratio, error, noise_error, inflation, unstable, biased)
+    info = _AuditInfo(num_ok, ratio, error, noise_error, inflation, unstable, biased)
     return Audit(ema, steps, running_inflation, bias_steps), info
+
+
+def _gradients_and_audit(rng_key, grad_one, x, need, ens, capacity, dense, audit_size, running, h, flag_unstable):
+    """The step's one gradient call, for the particles that ``need`` it and the audit's, and the force.
+
+    Returns ``(running Audit, _AuditInfo, force (N, d), gradients computed ())``: the force is
+    ``∇f`` where ``need`` and the ensemble estimate ``ens`` elsewhere (audited particles keep it).
+    The audited particles ride in the same call (one call per step for a black-box model).
+    """
+    if audit_size == 0:
+        grad, padded = _needed_grads(grad_one, x, need, capacity, dense)
+        return (*_no_audit(running, x.dtype), jnp.where(need[:, None], -grad, ens), padded)
+    idx, ok, audited = _audit_pick(rng_key, ~need, audit_size)
+    grad, padded = _needed_grads(grad_one, x, need | audited, capacity, dense)
+    force = jnp.where(need[:, None], -grad, ens)
+    audit, info = _audit(grad, idx, ok, force, ~need, running, h, flag_unstable)
+    return audit, info, force, padded
+
+
+def _no_audit(running: Audit, dtype) -> tuple[Audit, _AuditInfo]:
+    """``audit_size=0``: the running state unchanged, NaN figures, no flag."""
+    nan, false = jnp.asarray(jnp.nan, dtype), jnp.zeros((), bool)
+    return running, _AuditInfo(jnp.zeros((), jnp.int32), nan, nan, nan, nan, false, false)
 
 
 def _values(logdensity_fn: LogDensityFn, x: Array) -> Array:
@@ -705,9 +745,8 @@ def enlmc_step(
     ens = pf.force_sum / jnp.asarray(n - 1, x.dtype)
     need = ~jnp.isfinite(state.log_p)  # no previous step: p_j unknown, use ∇f
     grad_one = gradient_fn(logdensity_fn, grad_fn)
-    grad, padded = _needed_grads(grad_one, x, need, capacity, dense_grad)
-    force = jnp.where(need[:, None], -grad, ens)
-    audit, a = _audit(rng_key, grad_one, x, force, ~need, audit_size, state.audit, h, flag_unstable=True)
+    audit, a, force, padded = _gradients_and_audit(rng_key, grad_one, x, need, ens, capacity, dense_grad,
+                                                   audit_size, state.audit, h, flag_unstable=True)
     w_new, x_new, log_p_new = _move(rng_key, x, force, h)
     logdensity = _values(logdensity_fn, x_new)
     bad = count_nonfinite(x_new, logdensity)
@@ -718,7 +757,7 @@ def enlmc_step(
         grad_evals=jnp.sum(need, dtype=jnp.int32),
         grad_evals_padded=jnp.asarray(padded, jnp.int32),
         f_evals=jnp.asarray(n, jnp.int32),
-        model_solves=(n + (padded + a.grad_evals) * grad_cost(grad_fn, d)).astype(x.dtype),
+        model_solves=(n + padded * grad_cost(grad_fn, d)).astype(x.dtype),
         max_force_norm=jnp.max(ens_norm),
         num_exploded=exploded,
         num_isolated=jnp.sum(~need & (pf.n_ball == 0), dtype=jnp.int32),
@@ -880,9 +919,8 @@ def cenlmc_step(
     need = fail_r1 | fail_mf | fail_n | fail_ball
     ens = pf.force_sum / jnp.maximum(pf.n_r2, 1).astype(dt)[:, None]
     grad_one = gradient_fn(logdensity_fn, grad_fn)
-    grad, padded = _needed_grads(grad_one, x, need, capacity, dense_grad)
-    force = jnp.where(need[:, None], -grad, ens)
-    audit, a = _audit(rng_key, grad_one, x, force, ~need, audit_size, state.audit, h, flag_unstable=False)
+    audit, a, force, padded = _gradients_and_audit(rng_key, grad_one, x, need, ens, capacity, dense_grad,
+                                                   audit_size, state.audit, h, flag_unstable=False)
     w_new, x_new, log_p_new = _move(rng_key, x, force, h)
     logdensity = _values(logdensity_fn, x_new)
     bad = count_nonfinite(x_new, logdensity)
@@ -891,7 +929,7 @@ def cenlmc_step(
         grad_evals=num_need,
         grad_evals_padded=jnp.asarray(padded, jnp.int32),
         f_evals=jnp.asarray(n, jnp.int32),
-        model_solves=(n + (padded + a.grad_evals) * grad_cost(grad_fn, d)).astype(x.dtype),
+        model_solves=(n + padded * grad_cost(grad_fn, d)).astype(x.dtype),
         ensemble_fraction=(n - num_need).astype(dt) / n,
         mean_num_neighbours=jnp.mean(pf.n_r2.astype(dt)),
         mean_ball_neighbours=jnp.mean(pf.n_ball.astype(dt)),

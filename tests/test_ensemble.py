@@ -228,7 +228,12 @@ def test_enlmc_first_step_uses_gradients_then_only_values():
     d2 = jnp.sum((state.position - state.w) ** 2, axis=1)
     np.testing.assert_allclose(state.log_p, -np.log(4 * np.pi * H) - d2 / (4 * H), rtol=1e-5, atol=1e-5)
     state, info = step(jax.random.key(11), state)
-    assert int(info.grad_evals) == 0 and int(info.grad_evals_padded) == 0
+    assert int(info.grad_evals) == 0  # values only: every particle has a previous step now
+    # the only gradients are the audit's (32 for EnLMC), in buffers of grad_capacity = 30
+    assert int(info.audit_grad_evals) == 32 and int(info.grad_evals_padded) == 60
+    state, info = jax.jit(functools.partial(enlmc_step, logdensity_fn=tgt.logdensity_fn, step_size=H, eta=ETA,
+                                            grad_capacity=30, audit_size=0))(jax.random.key(12), state)
+    assert int(info.grad_evals) == 0 and int(info.grad_evals_padded) == 0  # no audit: no gradient at all
 
 
 # --------------------------------------------------------------------------
@@ -270,7 +275,7 @@ def _expected_flags(state, r1, r2, n_star, m_f):
 def test_grad_evals_count_failed_particles_and_compaction_matches_dense():
     """Step by step: info.grad_evals = #particles failing a test of (3.21) (recomputed
     independently), the gradient is evaluated on exactly grad_evals_padded =
-    ceil(count/capacity)·capacity rows (counted by a host callback inside the
+    ceil((count + audited)/capacity)·capacity rows (counted by a host callback inside the
     gradient), and the compacted path gives the dense where-path's trajectory."""
     counter = []
     logdensity = _counting_gaussian(counter)
@@ -291,10 +296,11 @@ def test_grad_evals_count_failed_particles_and_compaction_matches_dense():
         state, info = step(key, state)
         jax.block_until_ready(state)
         assert int(info.grad_evals) == int(flags.sum()), t
-        assert int(info.grad_evals_padded) == -(-int(flags.sum()) // cap) * cap
-        # the gradients of the step's buffers, plus the audit's (8 by default; none at step 0: no ensemble user)
-        assert sum(counter) == int(info.grad_evals_padded) + int(info.audit_grad_evals), (t, sum(counter))
+        # the buffers hold the failing particles and the audited ones (8 by default; none at step 0: no
+        # particle used the ensemble force), in the step's one gradient call
         assert int(info.audit_grad_evals) == (0 if t == 0 else CENLMC_AUDIT_SIZE)
+        assert int(info.grad_evals_padded) == -(-(int(flags.sum()) + int(info.audit_grad_evals)) // cap) * cap
+        assert sum(counter) == int(info.grad_evals_padded), (t, sum(counter))
         assert float(info.mean_num_neighbours) == pytest.approx(np.mean(n_i), rel=1e-6)
         dstate, dinfo = dense(key, dstate)
         assert int(dinfo.grad_evals) == int(info.grad_evals)

@@ -188,13 +188,12 @@ def test_black_box_through_cenlmc_and_the_driver(black_box):
     jax.block_until_ready(state)
     assert counter.calls == 2  # one batched call for the N new values, one for every gradient's 2d points
     assert counter.points == int(info.model_solves) == n + 2 * d * int(info.grad_evals_padded)
-    assert int(info.audit_grad_evals) == 0  # step 0: nobody used the ensemble force, the audit is skipped
     counter.reset()
-    state, info = step(jax.random.key(8), state)
+    state, info = step(jax.random.key(8), state)  # now with ensemble users: the default audit picks 8
     jax.block_until_ready(state)
-    assert counter.calls == 3  # and one for the audit's 8 gradients (the default audit)
-    assert counter.points == int(info.model_solves) == n + 2 * d * (int(info.grad_evals_padded) + 8)
-    assert int(info.audit_grad_evals) == 8
+    assert counter.calls == 2 and int(info.audit_grad_evals) == 8  # the audit rides in the gradient call
+    assert counter.points == int(info.model_solves) == n + 2 * d * int(info.grad_evals_padded)
+    assert int(info.grad_evals_padded) >= int(info.grad_evals) + 8
     counter.reset()
     res = cj.sample(jax.random.key(8), algo, state, 200)
     assert res.diverged_at == -1
