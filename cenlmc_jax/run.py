@@ -159,13 +159,34 @@ def _warn(msg: str) -> None:
     warnings.warn(msg, RuntimeWarning, stacklevel=3)
 
 
-def _flag_steps(infos: PyTree, name: str) -> np.ndarray:
-    """Per-step booleans from ``info.<name>`` (any particle or chain), or None without that field."""
+def _flag_steps(infos: PyTree, name: str, first_step: int = 0, warned: Optional[set] = None) -> np.ndarray:
+    """Per-step booleans from ``info.<name>`` (any particle or chain), or None without that field.
+
+    Inside a trace (``jax.jit``, ``vmap``) the flags have no value yet: then
+    this returns None and, when ``warned`` is given, arranges a warning at run
+    time (``jax.debug.callback``, once per ``name`` and call of :func:`sample`)
+    naming the first flagged step.
+    """
     flag = getattr(infos, name, None)
     if flag is None:
         return None
+    if isinstance(flag, jax.core.Tracer):
+        if warned is not None:
+            per_step = jnp.any(jnp.reshape(flag, (flag.shape[0], -1)).astype(bool), axis=1)
+            jax.debug.callback(functools.partial(_warn_at_run_time, name, first_step, warned),
+                               jnp.any(per_step), jnp.argmax(per_step))
+        return None
     flag = np.asarray(flag)
     return flag.reshape(flag.shape[0], -1).astype(bool).any(axis=1) if flag.ndim > 1 else flag.astype(bool)
+
+
+def _warn_at_run_time(name: str, first_step: int, warned: set, any_flag, first) -> None:
+    if not np.any(any_flag) or name in warned:
+        return
+    warned.add(name)
+    step = first_step + int(np.min(np.where(np.asarray(any_flag), np.asarray(first), np.iinfo(np.int64).max)))
+    warnings.warn(f"info.{name} is set from step {step} (inside jax.jit the run cannot stop there: it ran to the "
+                  f"end; see RunResult.info)", RuntimeWarning, stacklevel=2)
 
 
 def sample(
@@ -215,6 +236,13 @@ def sample(
         of the last good step: the chunk is replayed up to the diverging step),
         ``"warn"`` (warn and keep going) or ``"raise"`` (``FloatingPointError``).
 
+    Inside ``jax.jit`` (e.g. ``jax.jit(jax.grad(loss))`` with ``cj.sample`` in
+    ``loss``) the flags are not known while tracing: the run cannot stop or
+    raise at a diverging step, so it runs to the end, warns at run time (a
+    ``jax.debug.callback``) naming the first flagged step, and returns
+    ``diverged_at = -1``; look at ``RunResult.info.diverged``.
+    ``checkpoint_path`` is refused there (``ValueError``).
+
     Warnings (``RuntimeWarning``) also report steps whose info sets
     ``noise_clipped`` (the recipe's noise covariance was clipped: too large a
     ``B_hat`` for the step size), and, once per call, kept steps (after
@@ -248,6 +276,9 @@ def sample(
     total = burn_in + num_steps
     identity = None
     if checkpoint_path is not None:
+        if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves((rng_key, initial_state))):
+            raise ValueError("checkpoint_path cannot be used inside jax.jit, vmap or grad tracing (a checkpoint "
+                             "needs the values); call cj.sample outside the transformation to checkpoint.")
         checkpoint_path = ckpt.check_path(checkpoint_path)
         identity = ckpt.run_identity(rng_key, step_fn, initial_state, trace_fn, burn_in=burn_in,
                                      num_steps=num_steps, thin=thin, mode=mode)
@@ -266,14 +297,14 @@ def sample(
             raise ValueError("progress=True needs tqdm: pip install tqdm") from exc
         bar = tqdm(total=total, initial=step, unit="step")
 
-    clipped_at = -1
+    clipped_at, traced_warned = -1, set()
     while step < total and not (diverged_at >= 0 and on_divergence == "stop"):
         burning = step < burn_in
         n = min(chunk_size, (burn_in if burning else total) - step)
         start_state, start_moments = state, moments
         state, moments, kept, infos = _run_chunk(step_fn, rng_key, state, moments, step, n, burning, thin, mode,
                                                  trace_fn, info_reduce)
-        flags = _flag_steps(infos, "diverged")
+        flags = _flag_steps(infos, "diverged", step, traced_warned)
         if flags is not None and flags.any() and diverged_at < 0:
             first = int(np.argmax(flags))
             diverged_at = step + first
@@ -289,7 +320,7 @@ def sample(
                 n = first
                 msg += f"; stopped with the state, trace and moments after step {diverged_at - 1}"
             _warn(msg)
-        clipped = _flag_steps(infos, "noise_clipped")
+        clipped = _flag_steps(infos, "noise_clipped", step, traced_warned)
         if clipped is not None and clipped.any() and clipped_at < 0:
             clipped_at = step + int(np.argmax(clipped))
             _warn(f"the noise covariance step_size*(2D - step_size*B_hat) was clipped (info.noise_clipped) from "
@@ -309,12 +340,15 @@ def sample(
     kept_all = [k for k, _ in chunks if k is not None]
     trace = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *kept_all) if kept_all else None
     info = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *[i for _, i in chunks]) if chunks else None
-    _warn_biased(info, burn_in)
+    _warn_biased(info, burn_in, traced_warned)
     return RunResult(state, trace, moments, info, step, diverged_at, burn_in, thin)
 
 
-def _warn_biased(info: PyTree, burn_in: int) -> None:
+def _warn_biased(info: PyTree, burn_in: int, traced_warned: set) -> None:
     """One warning when a kept step's ``info.biased`` is set (CEnLMC's gradient audit), with the measured inflation."""
+    if info is not None and isinstance(getattr(info, "biased", None), jax.core.Tracer):
+        _flag_steps(jax.tree_util.tree_map(lambda a: a[burn_in:], info), "biased", burn_in, traced_warned)
+        return
     flags = _flag_steps(info, "biased") if info is not None else None
     if flags is None or not flags[burn_in:].any():
         return

@@ -295,3 +295,29 @@ def test_a_bias_flag_during_the_burn_in_only_does_not_warn():
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         cj.sample(jax.random.key(0), step, jnp.zeros((), jnp.int32), 20, burn_in=10, trace_fn=lambda t: t)
+
+
+def test_the_driver_runs_inside_jit_grad_and_warns_of_a_divergence_at_run_time(tmp_path):
+    """``jax.jit(jax.grad(...))`` through ``cj.sample``: the same exact derivative as eagerly (the
+    formula of test_gradient_through_the_driver_is_exact); a divergence inside jit cannot stop the
+    run, but it warns at run time with the step the eager driver reports; checkpoints are refused."""
+    h, steps = 0.1, 60
+
+    def streamed_mean(mu, step_size=h, **kw):
+        algo = cj.lmc(lambda x: -0.5 * jnp.sum((x - mu) ** 2), step_size)
+        return cj.sample(jax.random.key(0), algo, algo.init(jnp.zeros((64, 1))), steps, mode="stream",
+                         **kw).moments.mean[0]
+
+    exact = 1 - np.mean((1 - h) ** np.arange(1, steps + 1))
+    # float32 arithmetic along 60 steps: rounding far below 1e-5
+    np.testing.assert_allclose(float(jax.jit(jax.grad(streamed_mean))(1.5)), exact, rtol=1e-5)
+
+    bad = functools.partial(cj.lmc_step, logdensity_fn=TGT.logdensity_fn, step_size=2.5)  # |1 - h| > 1
+    with pytest.warns(RuntimeWarning, match="stopped with the state"):
+        eager_at = cj.sample(jax.random.key(0), bad, STATE, 1000, mode="stream").diverged_at
+    with pytest.warns(RuntimeWarning, match=f"info.diverged is set from step {eager_at} "):
+        res = jax.jit(lambda s: cj.sample(jax.random.key(0), bad, s, 1000, mode="stream"))(STATE)
+        jax.block_until_ready(res)
+    assert int(res.diverged_at) == -1 and bool(np.any(res.info.diverged))
+    with pytest.raises(ValueError, match="checkpoint_path cannot be used inside jax.jit"):
+        jax.jit(lambda m: streamed_mean(m, checkpoint_path=str(tmp_path / "c.npz")))(1.5)
