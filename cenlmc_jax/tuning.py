@@ -5,8 +5,12 @@
 
 :func:`suggest_cenlmc_params` proposes ``η, R1, R2, N*, M_f`` for a step size
 ``h``, following Theorem 3.3 / Corollary 3.1 of Ding & Li (spec section 4)
-where they give an order of magnitude, and the probabilities of the three
-tests (Theorem 3.5) where they give a number.
+where they give an order of magnitude, the probabilities of the three
+tests (Theorem 3.5) where they give a number, and a budget on the ensemble
+noise for N*: Theorem 3.3's first term with its constant
+(:func:`ensemble_noise_constant`) turned into the relative inflation of the
+stationary variance (:func:`predicted_variance_inflation`), the quantity the
+gradient audit measures (``info.audit_variance_inflation``).
 """
 
 from __future__ import annotations
