@@ -88,10 +88,11 @@ The state keeps an exponential moving average of the median ratio
 (:data:`AUDIT_EMA_WEIGHT`); when it falls below :data:`AUDIT_UNSTABLE_RATIO`
 after :data:`AUDIT_MIN_STEPS` audited steps, ``info.unstable`` (and so
 ``info.diverged``) is set. CEnLMC never sets it: its tests bound the weights
-(``1/p_j <= (4πh)^{d/2} exp((η+R1+R2)²/(4h))``, proof of Lemma 4.2), so its force has a finite
-variance, and a median ratio far below 1 there means a noisy but unbiased
-force (measured: 0.4-0.6 on the 3-D Darcy problem, where the chain is
-stationary with an inflated variance), which the bias flag measures.
+(``1/p_j <= (4πh)^{d/2} exp((η+R1+R2)²/(4h))``, proof of Lemma 4.2), so its
+force has a finite variance, and a median ratio far below 1 there means a
+noisy but unbiased force (measured: 0.4-0.6 on the 3-D Darcy problem, where
+the chain is stationary with an inflated variance), which the bias flag
+measures.
 
 *Bias (CEnLMC and EnLMC).* With an unbiased force ``∇f + e`` (``E[e | x] = 0``,
 exact for a quadratic f, see above) the chain is LMC with extra noise ``h e``,
@@ -294,9 +295,9 @@ class EnLMCInfo(NamedTuple):
     audit_error: median over the audited particles of ``|F_i - ∇f(x_i)| / |∇f(x_i)|``.
     audit_noise_error: median over the audited particles of the step's drift error
        ``h|F_i - ∇f(x_i)|`` in units of the Langevin noise length ``sqrt(2hd)``.
-    audit_variance_inflation: ``(fraction of particles using the ensemble force) × mean over
-       the audited particles of (h|F_i - ∇f(x_i)|)² / (2hd)``: this step's estimate of the relative
-       stationary variance inflation the ensemble noise causes (module docstring; NaN without audit).
+    audit_variance_inflation: this step's estimate of ``v = (fraction of particles using the
+       ensemble force) × E[h|F_i - ∇f(x_i)|² / (2d)]``, the relative stationary variance inflation
+       the ensemble noise causes (module docstring: |F|² as a control variate; NaN without audit).
     unstable: the running drift ratio (``state.audit``) fell below
        :data:`AUDIT_UNSTABLE_RATIO` after :data:`AUDIT_MIN_STEPS` audited steps.
     biased: the running variance-inflation estimate (``state.audit.inflation``) exceeds

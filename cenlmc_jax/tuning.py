@@ -219,7 +219,7 @@ def _uniform_ball(rng: np.random.Generator, num: int, dim: int, radius: float) -
 
 def ensemble_noise_constant(dim: int, step_size: float, eta: float, r1: float, r2: float, *,
                             num_samples: int = 1 << 15) -> float:
-    """``K = N_i · E|F_i - ∇f(x_i)|² / |∇f(x_i)|²``: the ensemble force's relative noise (Theorem 3.3's first term).
+    """``K = N_i · E|F_i - ∇f(x_i)|² / |∇f(x_i)|²``, the ensemble force's relative noise (Theorem 3.3's 1st term).
 
     For ``f`` linear across the η-ball, each of the ``N_i`` R2-neighbours j
     contributes ``T_j = α_d (∇f·u) u/|u|² 1[|u| <= η] / p_j(x_i + u)``,
