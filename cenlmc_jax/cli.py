@@ -777,8 +777,16 @@ def cmd_sample(args) -> int:
     if "grad_evals" in run:
         ge = run["grad_evals"]
         print(f"  gradient evaluations: {ge:,} ({ge / full:.1%} of one per particle-step)")
+        audit = getattr(res.info, "audit_grad_evals", None)
+        audit = int(np.sum(np.asarray(audit))) if audit is not None else 0
+        if audit:
+            v = np.asarray(res.info.audit_variance_inflation, np.float64)[burn_in:]
+            v = float(np.nanmean(v)) if np.any(np.isfinite(v)) else float("nan")
+            print(f"  gradient audit: {audit:,} more ({audit / full:.1%}); ensemble-noise variance inflation {v:.3f} "
+                  f"(the sd off by ~{v / 2:.1%}; flagged above {ensemble.AUDIT_BIAS_THRESHOLD:g})")
         if args.sampler in ("cenlmc", "enlmc"):
-            print(f"  saved against LMC (N gradients per step): {full - ge:,} ({1 - ge / full:.1%})")
+            saved = full - ge - audit
+            print(f"  saved against LMC (N gradients per step): {saved:,} ({saved / full:.1%}, the audit's included)")
     if "acceptance_rate" in run:
         print(f"  mean acceptance rate {run['acceptance_rate']:.3f}")
     if "ensemble_fraction" in run:
