@@ -391,7 +391,7 @@ def suggest_cenlmc_params(
       budget raises N* (d = 3, h = 0.05: from 5 to 13 at N = 2,000, to 19 at
       N = 4,000), which lowers the predicted fraction (0.48 -> 0.26 and
       0.58 -> 0.35; measured on the Darcy problem: 0.28 -> 0.19 and 0.41 -> 0.30,
-      with the audited inflation 0.068 -> 0.019 and 0.069 -> 0.021).
+      with the measured inflation 0.068 -> 0.016-0.022 and 0.069 -> 0.016-0.021).
       Clipped to ``[n_star_min, N-1]``; without ``num_particles``,
       ``n_star_default`` (20) and the reasoning says how many particles that needs.
     * η-ball occupancy — the force sums over x-neighbours within η: with
