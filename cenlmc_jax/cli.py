@@ -586,7 +586,7 @@ def _problems(args, target, job, res, table: SummaryTable) -> list:
         v = np.asarray(res.info.audit_variance_inflation, np.float64)[kept:]
         v = float(np.nanmean(v)) if np.any(np.isfinite(v)) else float("nan")
         out.append(f"the gradient audit measured that the ensemble force's noise inflates the variance by about "
-                   f"{v:.1%} (the sd by about {v / 2:.1%}), more than {ensemble.AUDIT_BIAS_THRESHOLD:.0%} "
+                   f"{v:.1%} (the sd by about {math.sqrt(max(1 + v, 0.0)) - 1:.1%}), more than {ensemble.AUDIT_BIAS_THRESHOLD:.0%} "
                    "(info.biased): the estimates are biased; lower --eta, --r1, --r2, raise --n-star or "
                    "--particles, or use --sampler lmc")
     acc = table.run.get("acceptance_rate")
@@ -783,7 +783,7 @@ def cmd_sample(args) -> int:
             v = np.asarray(res.info.audit_variance_inflation, np.float64)[burn_in:]
             v = float(np.nanmean(v)) if np.any(np.isfinite(v)) else float("nan")
             print(f"  gradient audit: {audit:,} more ({audit / full:.1%}); ensemble-noise variance inflation {v:.3f} "
-                  f"(the sd off by ~{v / 2:.1%}; flagged above {ensemble.AUDIT_BIAS_THRESHOLD:g})")
+                  f"(the sd off by ~{math.sqrt(max(1 + v, 0.0)) - 1:.1%}; flagged above {ensemble.AUDIT_BIAS_THRESHOLD:g})")
         if args.sampler in ("cenlmc", "enlmc"):
             saved = full - ge - audit
             print(f"  saved against LMC (N gradients per step): {saved:,} ({saved / full:.1%}, the audit's included)")

@@ -357,7 +357,7 @@ def _warn_biased(info: PyTree, burn_in: int, traced_warned: set) -> None:
     v = float(np.nanmean(inflation)) if np.any(np.isfinite(inflation)) else float("nan")
     warnings.warn(
         f"the gradient audit measured that the ensemble force's noise inflates the stationary variance by about "
-        f"{v:.1%} (the sd by about {v / 2:.1%}; mean of info.audit_variance_inflation over the kept steps), "
+        f"{v:.1%} (the sd by about {np.sqrt(max(1 + v, 0.0)) - 1:.1%}; mean of info.audit_variance_inflation over the kept steps), "
         f"above the audit's threshold from step {biased_at} (info.biased): the moments are biased. Use smaller "
         "eta, r1, r2 or a larger n_star (or more particles), e.g. from cj.tuning.suggest_cenlmc_params or "
         "cj.tune_cenlmc, or cj.lmc", RuntimeWarning, stacklevel=3)

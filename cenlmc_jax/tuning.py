@@ -481,7 +481,7 @@ def suggest_cenlmc_params(
                 f"noise would inflate the variance by more than {max_variance_inflation:g}."
             )
         notes.append(
-            f"Predicted variance inflation by the ensemble noise: {inflation:.3g} (the sd by ~{inflation / 2:.2%}; "
+            f"Predicted variance inflation by the ensemble noise: {inflation:.3g} (the sd by ~{math.sqrt(max(1 + inflation, 0.0)) - 1:.2%}; "
             f"budget {max_variance_inflation:g}; the gradient audit measures it as info.audit_variance_inflation)."
         )
         if n_cal < n_star_min:
