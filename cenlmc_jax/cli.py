@@ -52,13 +52,16 @@ exits 1 unless ``--allow-unreliable``. Exit status 2 is a usage error
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.metadata
 import importlib.util
 import json
 import math
 import os
 import shutil
+import signal
 import sys
+import threading
 import time
 import warnings
 from typing import Any, Callable, NamedTuple, Optional
@@ -569,6 +572,40 @@ def _ula_sd(target, h: float) -> Optional[np.ndarray]:
     return np.sqrt(np.diag(np.linalg.inv(p - 0.5 * h * p @ p)))
 
 
+@contextlib.contextmanager
+def _ctrl_c_recorded(interrupted: list):
+    """Record every Ctrl-C during the run in ``interrupted``, even one Python swallows.
+
+    A KeyboardInterrupt raised while a garbage-collector callback runs (JAX
+    installs one) is "unraisable": Python prints it and the run goes on. The
+    handler records the signal before raising, and the unraisable hook keeps
+    such an interrupt quiet, so the job still stops with the checkpoint (exit
+    130) once the driver returns. A SIGINT that was ignored when the job
+    started (a background job) stays ignored.
+    """
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+
+    def on_sigint(signum, frame):
+        interrupted.append(True)
+        raise KeyboardInterrupt
+
+    def unraisable(info):
+        if not issubclass(info.exc_type, KeyboardInterrupt):
+            previous_hook(info)
+
+    previous_hook = sys.unraisablehook
+    signal.signal(signal.SIGINT, on_sigint)
+    sys.unraisablehook = unraisable
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        sys.unraisablehook = previous_hook
+
+
 def _problems(args, target, job, res, table: SummaryTable) -> list:
     """Why the result is not to be trusted (empty: no known reason)."""
     out = []
@@ -747,14 +784,17 @@ def cmd_sample(args) -> int:
     chunk = max(args.thin, args.checkpoint_every // args.thin * args.thin) if args.checkpoint else None
     burn_in = args.burn_in - job.warmup_steps  # steps the driver runs unrecorded (a warm-up ran the others)
     t0 = time.perf_counter()
+    interrupted = []
     try:
-        with warnings.catch_warnings(record=True) as caught:
+        with warnings.catch_warnings(record=True) as caught, _ctrl_c_recorded(interrupted):
             warnings.simplefilter("always", RuntimeWarning)  # the driver's divergence and clipping reports
             res = cj.sample(keys[1], job.algorithm, job.state, args.steps, burn_in=burn_in, thin=args.thin,
                             mode="trace" if args.trace else "stream", progress=args.progress, on_divergence="stop",
                             checkpoint_path=args.checkpoint, chunk_size=chunk)
             jax.block_until_ready(res.state)
     except KeyboardInterrupt:
+        interrupted.append(True)
+    if interrupted:
         if args.checkpoint is not None and os.path.exists(args.checkpoint):
             again = f"cenlmc-jax sample --resume --out {args.out}" if args.out else "the same command with --resume"
             print(f"\ncenlmc-jax: interrupted; the checkpoint {args.checkpoint} holds the last finished chunk. "

@@ -363,13 +363,17 @@ def test_out_dir_is_never_overwritten_and_summary_needs_a_run(tmp_path, capsys):
 # --------------------------------------------------------------------------
 
 
+# The child puts SIGINT's handler back before running the CLI: a test run started in the background
+# ("pytest &") ignores SIGINT, children inherit that, and the Ctrl-C test would then see a run that cannot
+# be interrupted. (Done in the child's Python, not with preexec_fn, which forks a multithreaded process.)
+_CLI_CHILD = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+              "sys.argv[0] = 'cenlmc-jax'; runpy.run_module('cenlmc_jax.cli', run_name='__main__')")
+
+
 def _cli_process(args, **kw):
     env = dict(os.environ, PYTHONUNBUFFERED="1", JAX_PLATFORMS="cpu")
-    # SIGINT back to its default in the child: a test run started in the background ("pytest &") ignores
-    # SIGINT, children inherit that, and the Ctrl-C test would then see a run that cannot be interrupted
-    return subprocess.Popen([sys.executable, "-m", "cenlmc_jax.cli"] + args, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **kw)
+    return subprocess.Popen([sys.executable, "-c", _CLI_CHILD] + args, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, **kw)
 
 
 def test_ctrl_c_leaves_a_resumable_checkpoint_and_resume_gives_the_same_draws(tmp_path):
