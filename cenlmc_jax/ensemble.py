@@ -547,6 +547,12 @@ class _AuditInfo(NamedTuple):
     unstable: Array
     biased: Array
 
+    def info_fields(self) -> dict:
+        """These figures under their names in :class:`EnLMCInfo` / :class:`CEnLMCInfo`."""
+        return dict(audit_grad_evals=self.grad_evals, audit_drift_ratio=self.drift_ratio, audit_error=self.error,
+                    audit_noise_error=self.noise_error, audit_variance_inflation=self.variance_inflation,
+                    unstable=self.unstable, biased=self.biased)
+
 
 def _audit_pick(rng_key: PRNGKey, used: Array, size: int) -> tuple[Array, Array, Array]:
     """The audit's particles: ``size`` indices drawn without replacement (Gumbel top-k) among those with
@@ -762,13 +768,7 @@ def enlmc_step(
         max_force_norm=jnp.max(ens_norm),
         num_exploded=exploded,
         num_isolated=jnp.sum(~need & (pf.n_ball == 0), dtype=jnp.int32),
-        audit_grad_evals=a.grad_evals,
-        audit_drift_ratio=a.drift_ratio,
-        audit_error=a.error,
-        audit_noise_error=a.noise_error,
-        audit_variance_inflation=a.variance_inflation,
-        unstable=a.unstable,
-        biased=a.biased,
+        **a.info_fields(),
         num_nonfinite=bad,
         diverged=((bad + exploded) > 0) | a.unstable | ~_valid_params(x.dtype, h, eta, 0.0, 0.0, 0.0),
     )
@@ -938,13 +938,7 @@ def cenlmc_step(
         num_fail_m_f=jnp.sum(fail_mf, dtype=jnp.int32),
         num_fail_n_star=jnp.sum(fail_n, dtype=jnp.int32),
         num_fail_ball=jnp.sum(fail_ball & ~(fail_r1 | fail_mf | fail_n), dtype=jnp.int32),
-        audit_grad_evals=a.grad_evals,
-        audit_drift_ratio=a.drift_ratio,
-        audit_error=a.error,
-        audit_noise_error=a.noise_error,
-        audit_variance_inflation=a.variance_inflation,
-        unstable=a.unstable,
-        biased=a.biased,
+        **a.info_fields(),
         num_nonfinite=bad,
         diverged=(bad > 0) | ~_valid_params(dt, h, eta, r1, r2, m_f),
     )
