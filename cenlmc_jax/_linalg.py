@@ -143,20 +143,34 @@ def matvec(m: Array, x: Array) -> Array:
     return m @ x if m.ndim == 2 else m * x
 
 
-def gamma_term(D: Optional[MatrixLike], Q: Optional[MatrixLike], z: Array, sign: Any = 1.0) -> Array:
+def gamma_term(
+    D: Optional[MatrixLike], Q: Optional[MatrixLike], z: Array, sign: Any = 1.0, *, has_aux: bool = False
+) -> Any:
     """``Γ_i(z) = Σ_j ∂_{z_j} (D_ij(z) + sign·Q_ij(z))`` (spec sections 5 and 8), shape (d,).
 
     Constant matrices have zero divergence and are not differentiated; when
     both are constant (or None) the result is zeros. A callable returning a
     scalar ``c(z)`` (``c·I``) or a diagonal ``v(z)`` contributes ``∂_i c`` or
     ``∂_i v_i``. ``sign = -1`` gives the adjoint process' ``Γ_-`` (section 8).
+
+    ``has_aux=True``: each callable returns ``(matrix, aux)`` (as for
+    ``jax.jacfwd(..., has_aux=True)``) and the result is ``(Γ, (aux_D,
+    aux_Q))``, ``None`` for a matrix that is not callable: values computed at
+    ``z`` on the way (a matrix root, say) come out of the same forward pass as
+    the derivative instead of a second evaluation.
     """
     gamma = jnp.zeros(z.shape, z.dtype)
+    auxes = []
     for M, s in ((D, 1.0), (Q, sign)):
         if not callable(M):
+            auxes.append(None)
             continue
         # jacfwd: d forward passes; jac[..., k] = ∂_{z_k} M(z)
-        jac = jax.jacfwd(lambda y: jnp.asarray(M(y), y.dtype))(z)
+        if has_aux:
+            jac, aux = jax.jacfwd(lambda y: _matrix_and_aux(M(y), y.dtype), has_aux=True)(z)
+        else:
+            jac, aux = jax.jacfwd(lambda y: jnp.asarray(M(y), y.dtype))(z), None
+        auxes.append(aux)
         if jac.ndim == 1:  # scalar c(z)·I: row i's divergence is ∂_i c
             div = jac
         elif jac.ndim == 2:  # diagonal v(z): ∂_i v_i
@@ -164,7 +178,12 @@ def gamma_term(D: Optional[MatrixLike], Q: Optional[MatrixLike], z: Array, sign:
         else:  # (d, d): trace over (j, k) of ∂_k M_ij
             div = jnp.einsum("ijj->i", jac)
         gamma = gamma + s * div.astype(z.dtype)
-    return gamma
+    return (gamma, tuple(auxes)) if has_aux else gamma
+
+
+def _matrix_and_aux(out: Any, dtype) -> tuple[Array, Any]:
+    matrix, aux = out
+    return jnp.asarray(matrix, dtype), aux
 
 
 @jax.custom_jvp

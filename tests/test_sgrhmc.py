@@ -82,6 +82,52 @@ def test_gamma_is_finite_for_a_metric_with_repeated_eigenvalues():
         np.testing.assert_allclose(gamma, [0.8 / np.sqrt(1.64), 0.0], **ROUNDING64)
 
 
+def _jacfwd_gamma_r(inv_metric_fn, theta):
+    """Γ_r straight from jax.jacfwd of G^{-1/2} (the reference for the one Γ of _linalg.gamma_term)."""
+    half_fn = lambda t: sgrhmc._sqrt_inv_metric(inv_metric_fn, t)[0]  # noqa: E731
+    jac = jax.jacfwd(half_fn)(theta)
+    return jnp.diagonal(jac) if jac.ndim == 2 else jnp.einsum("ijj->i", jac)
+
+
+@pytest.mark.parametrize("metric", ["gsgrhmc", "scalar", "rotated", "repeated", "constant"])
+@pytest.mark.parametrize("x64", [False, True])
+def test_gamma_r_is_the_recipes_gamma_term(metric, x64):
+    """SGRHMC's Γ_r goes through _linalg.gamma_term: the same values as jacfwd of G^{-1/2} and as
+    the recipe's Γ of the section-6 D, Q (whose θ rows are 0), to rounding; G^{-1/2}, G^{-1} as evaluated."""
+    inv = {"gsgrhmc": sgrhmc.gsgrhmc_inv_metric(lambda t: jnp.sum(t**4 - t**2)), "scalar": lambda t: 1.0 + t[0] ** 2,
+           "rotated": _rotated_metric, "repeated": lambda t: (1.0 + t[0] ** 2) * jnp.eye(2),
+           "constant": np.array([1.0, 2.0])}[metric]
+    with jax.enable_x64(x64):
+        dtype = jnp.float64 if x64 else jnp.float32
+        tol = ROUNDING64 if x64 else dict(rtol=1e-5, atol=1e-6)
+        theta = jnp.array([0.6, -0.2], dtype)
+        gamma, half, g = sgrhmc.gamma_r(inv, theta)
+        assert gamma.dtype == half.dtype == g.dtype == dtype
+        ref_half, ref_g = sgrhmc._sqrt_inv_metric(inv, theta)
+        np.testing.assert_allclose(half, ref_half, **tol)
+        np.testing.assert_allclose(g, ref_g, **tol)
+        expected = _jacfwd_gamma_r(inv, theta) if callable(inv) else np.zeros(2)
+        np.testing.assert_allclose(gamma, expected, **tol)
+        D, Q = sgrhmc.sgrhmc_dq(inv)
+        z = jnp.concatenate([theta, jnp.array([0.1, -0.2], dtype)])
+        np.testing.assert_allclose(_linalg.gamma_term(D, Q, z), np.concatenate([[0.0, 0.0], gamma]), **tol)
+        np.testing.assert_allclose(jax.jit(lambda t: sgrhmc.gamma_r(inv, t)[0])(theta), gamma, **tol)
+
+
+def test_gamma_term_has_aux_returns_the_values_of_the_same_pass():
+    with jax.enable_x64(True):
+        z = jnp.array([0.4, -1.3])
+        D = lambda y: (jnp.exp(y), jnp.sum(y))  # noqa: E731 - a (d,) diagonal and an aux value
+        Q = lambda y: (y[0] * jnp.array([[0.0, 1.0], [-1.0, 0.0]]), 2.0 * y[1])  # noqa: E731
+        gamma, (aux_d, aux_q) = _linalg.gamma_term(D, Q, z, sign=-1.0, has_aux=True)
+        np.testing.assert_array_equal(gamma, _linalg.gamma_term(lambda y: D(y)[0], lambda y: Q(y)[0], z, sign=-1.0))
+        np.testing.assert_allclose(aux_d, -0.9, **ROUNDING64)
+        np.testing.assert_allclose(aux_q, -2.6, **ROUNDING64)
+        gamma, aux = _linalg.gamma_term(np.eye(2), None, z, has_aux=True)
+        np.testing.assert_array_equal(gamma, [0.0, 0.0])
+        assert aux == (None, None)
+
+
 @pytest.mark.parametrize("metric", ["diagonal", "dense"])
 @pytest.mark.parametrize("with_b_hat", [False, True])
 @pytest.mark.parametrize("naive", [False, True])

@@ -9,7 +9,7 @@ gives, in explicit Euler form (all at ``θ = θ_t``),
 
     θ' = θ + ε G^{-1/2} r
     r' = r + ε G^{-1/2} g̃(θ) + ε Γ_r(θ) - ε G^{-1} r + N(0, ε(2 G^{-1} - ε B̂))
-    Γ_r,i = Σ_j ∂_{θ_j} (G(θ)^{-1/2})_ij                         (by jax.jacfwd)
+    Γ_r,i = Σ_j ∂_{θ_j} (G(θ)^{-1/2})_ij            (the recipe's Γ, _linalg.gamma_term)
 
 with ``g̃ ≈ ∇log π(θ)`` from a gradient estimator. Written block-wise so the
 noise lives in ``r`` only; :func:`sgrhmc_dq` gives the ``D``, ``Q`` above so
@@ -123,9 +123,15 @@ def metric_invalid(inv_metric_fn: la.MatrixLike, theta: Array) -> Array:
 
 
 def gamma_r(inv_metric_fn: la.MatrixLike, theta: Array) -> tuple[Array, Array, Array]:
-    """``Γ_r,i = Σ_j ∂_{θ_j} (G^{-1/2})_ij`` by ``jacfwd``, with ``G^{-1/2}`` and ``G^{-1}``.
+    """``Γ_r,i = Σ_j ∂_{θ_j} (G^{-1/2})_ij``, with ``G^{-1/2}`` and ``G^{-1}`` at ``θ``.
 
-    For a diagonal metric only ``∂_{θ_i} (G^{-1/2})_i`` survives; a constant metric gives 0.
+    The recipe's one ``Γ`` (:func:`cenlmc_jax._linalg.gamma_term`) of the
+    section-6 ``D``, ``Q`` (:func:`sgrhmc_dq`) is ``(0, Γ_r)``: neither matrix
+    depends on ``r``, so the one block whose derivative enters is ``Q``'s
+    ``G^{-1/2}(θ)`` (``r`` rows, ``θ`` columns). So ``Γ_r`` is ``gamma_term`` of ``G^{-1/2}`` as a
+    ``d``-dimensional matrix of ``θ`` (forward mode; the roots come out of the
+    same pass). For a diagonal metric only ``∂_{θ_i} (G^{-1/2})_i`` survives;
+    a constant metric gives 0.
     """
     if not callable(inv_metric_fn):
         half, g = _sqrt_inv_metric(inv_metric_fn, theta)
@@ -135,8 +141,7 @@ def gamma_r(inv_metric_fn: la.MatrixLike, theta: Array) -> tuple[Array, Array, A
         half, g = _sqrt_inv_metric(inv_metric_fn, t)
         return half, (half, g)
 
-    jac, (half, g) = jax.jacfwd(half_with_aux, has_aux=True)(theta)
-    gamma = jnp.diagonal(jac) if half.ndim == 1 else jnp.einsum("ijj->i", jac)
+    gamma, (_, (half, g)) = la.gamma_term(None, half_with_aux, theta, has_aux=True)
     return gamma, half, g
 
 

@@ -1,0 +1,72 @@
+"""Pieces the jump sampler, its proposals and the RW-MH baseline share (one floor below them).
+
+* :func:`metropolis`: the accept/reject decision of every step here, accept
+  with probability ``a = min(1, exp(log_ratio))`` (eq. 7.2 of the spec for the
+  jump sampler, ``min(1, π(z*)/π(z))`` for RW-MH); ``u ~ U[0, 1)`` and accept
+  iff ``u < a``, so ``a = 0`` never accepts and ``a = 1`` always does.
+* :func:`proposal_trouble`: what counts as numerical trouble (``info.diverged``).
+* :func:`spd_factor`: ``(L, L⁻¹, ½ log det M)`` of a symmetric positive
+  definite ``M = L Lᵀ`` in the scalar / diagonal / dense forms of
+  :mod:`cenlmc_jax._linalg` (the SDE proposal's ``D``, RW-MH's ``proposal_cov``).
+* :func:`matrix_value`, :func:`from_flat`: small conversions.
+
+The names are public within the package (a private *module*), not re-exported.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.linalg import solve_triangular
+
+from cenlmc_jax._validation import is_concrete
+from cenlmc_jax.types import Array, PRNGKey
+
+__all__ = ["metropolis", "proposal_trouble", "from_flat", "matrix_value", "spd_factor"]
+
+
+def metropolis(rng_key: PRNGKey, log_ratio: Array) -> tuple[Array, Array]:
+    """Accept with probability ``a = min(1, exp(log_ratio))``; a NaN ratio is a rejection."""
+    log_ratio = jnp.where(jnp.isnan(log_ratio), -jnp.inf, log_ratio)
+    acceptance_rate = jnp.exp(jnp.minimum(log_ratio, 0.0))
+    # u in [0, 1): P(u < a) = a exactly, a = 0 never accepts and a = 1 always does.
+    # (the draw of jax.random.bernoulli(key, a): the same key gives BlackJAX's decision)
+    u = jax.random.uniform(rng_key, (), dtype=acceptance_rate.dtype)
+    return u < acceptance_rate, acceptance_rate
+
+
+def proposal_trouble(z_star: Array, logdensity_new: Array) -> Array:
+    """Non-finite proposal, or a NaN / +inf log density there (``-inf`` is a legal zero density)."""
+    return ~jnp.all(jnp.isfinite(z_star)) | jnp.isnan(logdensity_new) | (logdensity_new == jnp.inf)
+
+
+def from_flat(unravel, flat: Array) -> Any:
+    """The position in the user's form: ``flat`` itself for an array position (``unravel is None``)."""
+    return flat if unravel is None else unravel(flat)
+
+
+def matrix_value(M: Any) -> Any:
+    """A constant matrix argument in NumPy float64 when its value is known, else as given (a tracer)."""
+    return np.asarray(M, np.float64) if is_concrete(M) else M
+
+
+def spd_factor(m: Any, d: int) -> tuple[Any, Any, Any]:
+    """``(L, L⁻¹, ½ log det)`` of a symmetric positive definite ``m`` in a matrix form.
+
+    Scalar ``c``: ``(√c, 1/√c, (d/2) log c)``; diagonal ``v``: elementwise;
+    ``(d, d)``: the lower Cholesky factor and its inverse. NumPy float64 for a
+    NumPy ``m`` (once, when a proposal is built), ``jnp`` for a traced one.
+    """
+    xp = np if isinstance(m, np.ndarray) else jnp
+    if m.ndim == 0:
+        root = xp.sqrt(m)
+        return root, 1.0 / root, 0.5 * d * xp.log(m)
+    if m.ndim == 1:
+        root = xp.sqrt(m)
+        return root, 1.0 / root, 0.5 * xp.sum(xp.log(m))
+    chol = xp.linalg.cholesky(m)
+    inv = np.linalg.inv(chol) if xp is np else solve_triangular(chol, jnp.eye(d, dtype=chol.dtype), lower=True)
+    return chol, inv, xp.sum(xp.log(xp.diagonal(chol)))

@@ -1,0 +1,144 @@
+"""Gaussian random-walk Metropolis–Hastings: the reversible baseline (paper 2, App. E.1).
+
+The irreversible Gamma sampler is measured against it (paper 2, App. E.1:
+"the random walk MH method with normal proposals"). With ``L Lᵀ =
+proposal_cov`` (the identity by default) and ``ε = step_size``,
+
+    z* = z + ε L ξ,   ξ ~ N(0, I_d)
+    a  = min(1, π(z*) / π(z))          (the proposal is symmetric)
+    accept (prob. a) -> z ← z*,  reject -> z unchanged
+
+which satisfies detailed balance: no direction variable, nothing to flip.
+``proposal_cov`` is a scalar, a ``(d,)`` diagonal or a ``(d, d)`` SPD matrix
+(the target's covariance is the right shape; warm-up adaptation estimates it);
+its factor ``L`` is ``√c``, ``√v`` or the lower Cholesky factor.
+
+Conventions as in :mod:`cenlmc_jax.irreversible.jump`: ``position: (d,)`` or a
+pytree (one chain; vmap for many), raveled at the boundary of every step;
+``proposal_cov`` sees the flat ``(d,)`` vector's dimension. ``rng_key`` is
+split into ``(key_proposal, key_accept)``; a non-finite proposal or a NaN /
++inf log density is a rejection reported in ``info.diverged``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from cenlmc_jax import _linalg as la
+from cenlmc_jax._validation import check_callable, check_logdensity, check_positive, is_concrete
+from cenlmc_jax.base import SamplingAlgorithm
+from cenlmc_jax.gradients import flat_logdensity, ravel_position
+from cenlmc_jax.irreversible._common import from_flat, matrix_value, metropolis, proposal_trouble, spd_factor
+from cenlmc_jax.types import Array, LogDensityFn, PRNGKey
+
+__all__ = ["RWMHState", "RWMHInfo", "rwmh_init", "rwmh_step", "rwmh"]
+
+
+class RWMHState(NamedTuple):
+    """Gaussian random-walk MH state: ``position: (d,)`` or a pytree, scalar ``logdensity``."""
+
+    position: Any
+    logdensity: Array
+
+
+class RWMHInfo(NamedTuple):
+    """acceptance_rate ``min(1, π(z*)/π(z))``, is_accepted, grad_evals (= 0), diverged."""
+
+    acceptance_rate: Array
+    is_accepted: Array
+    grad_evals: Array
+    diverged: Array
+
+
+def _proposal_root(proposal_cov: Any, d: int, dtype) -> Any:
+    """The factor ``L`` of ``proposal_cov = L Lᵀ`` (None for the identity), in ``dtype``."""
+    if proposal_cov is None:
+        return None
+    m = matrix_value(proposal_cov)
+    la.check_matrix_shape(m, "proposal_cov", d)
+    if isinstance(m, np.ndarray):
+        la.check_symmetric_psd(la.constant_dense(m, d), "proposal_cov", "the random-walk proposal covariance",
+                               definite=True)
+    return jnp.asarray(spd_factor(m, d)[0], dtype)
+
+
+def rwmh_init(position: Any, logdensity_fn: LogDensityFn) -> RWMHState:
+    """Start Gaussian random-walk MH at ``position: (d,)`` or a pytree (vmappable over chains; callable inside jit)."""
+    flat, unravel = ravel_position(position)
+    check_logdensity(flat_logdensity(logdensity_fn, unravel), flat)
+    position = from_flat(unravel, flat)
+    return RWMHState(position, jnp.asarray(logdensity_fn(position), flat.dtype))
+
+
+def rwmh_step(
+    rng_key: PRNGKey,
+    state: RWMHState,
+    logdensity_fn: LogDensityFn,
+    step_size: Any,
+    *,
+    proposal_cov: Optional[Any] = None,
+) -> tuple[RWMHState, RWMHInfo]:
+    """One Gaussian random-walk Metropolis–Hastings step (the reversible baseline).
+
+    ``z* = z + step_size·L ξ``, ``ξ ~ N(0, I_d)``, ``L Lᵀ = proposal_cov``
+    (``None``: the identity, ``z* = z + step_size·ξ``, BlackJAX's
+    ``normal_random_walk(sigma=step_size)`` draw for draw); symmetric, so
+    ``a = min(1, π(z*)/π(z))``. ``proposal_cov``: a scalar, ``(d,)`` diagonal
+    or ``(d, d)`` SPD matrix — the covariance of the target is the right shape
+    (warm-up adaptation estimates it). ``rng_key`` is split into
+    ``(key_proposal, key_accept)`` as in
+    :func:`~cenlmc_jax.irreversible.jump.irreversible_mh_step`. Pure
+    and jittable; vmap over ``(rng_key, state)``.
+    """
+    check_positive(step_size, "step_size")
+    z, unravel = ravel_position(state.position, check=False)
+    root = _proposal_root(proposal_cov, z.shape[0], z.dtype)
+    key_proposal, key_accept = jax.random.split(rng_key)
+    xi = jax.random.normal(key_proposal, z.shape, dtype=z.dtype)
+    z_star = z + jnp.asarray(step_size, z.dtype) * (xi if root is None else la.matvec(root, xi))
+    logdensity_new = jnp.asarray(flat_logdensity(logdensity_fn, unravel)(z_star), z.dtype)
+    accepted, acceptance_rate = metropolis(key_accept, logdensity_new - state.logdensity)
+    diverged = proposal_trouble(z_star, logdensity_new)
+    accepted = accepted & ~diverged
+    new_state = RWMHState(
+        position=from_flat(unravel, jnp.where(accepted, z_star, z)),
+        logdensity=jnp.where(accepted, logdensity_new, state.logdensity),
+    )
+    info = RWMHInfo(
+        acceptance_rate=jnp.where(diverged, 0.0, acceptance_rate).astype(z.dtype),
+        is_accepted=accepted,
+        grad_evals=jnp.zeros((), jnp.int32),
+        diverged=diverged,
+    )
+    return new_state, info
+
+
+def rwmh(logdensity_fn: LogDensityFn, step_size: Any, *, proposal_cov: Optional[Any] = None) -> SamplingAlgorithm:
+    """Gaussian random-walk MH with proposal ``N(z, step_size² · proposal_cov)`` as a sampler object.
+
+    ``proposal_cov``: ``None`` (the identity), a scalar, a ``(d,)`` diagonal or
+    a ``(d, d)`` SPD matrix (checked here when constant; its factor is taken once per trace).
+    """
+    check_callable(logdensity_fn, "logdensity_fn", "z -> scalar log density")
+    check_positive(step_size, "step_size")
+    if proposal_cov is not None:
+        if callable(proposal_cov):
+            raise ValueError(f"proposal_cov must be a constant scalar, (d,) or (d, d) matrix; got {proposal_cov!r}.")
+        la.check_matrix_form(proposal_cov, "proposal_cov")
+        if np.ndim(proposal_cov) == 0:
+            check_positive(proposal_cov, "proposal_cov")
+        elif is_concrete(proposal_cov):
+            _proposal_root(proposal_cov, np.shape(proposal_cov)[0], jnp.result_type(float))
+
+    def init(position, rng_key=None):
+        del rng_key  # deterministic start
+        return rwmh_init(position, logdensity_fn)
+
+    def step(rng_key, state):
+        return rwmh_step(rng_key, state, logdensity_fn, step_size, proposal_cov=proposal_cov)
+
+    return SamplingAlgorithm(init, step)
