@@ -28,7 +28,10 @@ import time
 import numpy as np
 import pytest
 
+import cenlmc_jax as cj
 from cenlmc_jax import cli
+from cenlmc_jax.cli import samplers
+from cenlmc_jax.cli.parser import subparser
 from cenlmc_jax.summary import SummaryTable
 
 SMALL = ["--particles", "300", "--steps", "200", "--burn-in", "100"]
@@ -74,7 +77,22 @@ def test_sample_default_runs_and_prints_a_summary(capsys):
     assert "gradient audit: " in out and "warning: the gradient audit" not in out and "UNRELIABLE" not in out
 
 
-@pytest.mark.parametrize("sampler", sorted(set(cli.SAMPLERS) - {"enlmc"}))
+def test_sampler_choices_are_the_registrys_and_every_flag_named_in_the_table_exists():
+    """The --sampler choices are cj.SAMPLERS names (dashes for underscores), each built from the registry's
+    constructor; the flags the table says a sampler reads are the parser's."""
+    assert set(cli.SAMPLER_CHOICES) <= {name.replace("_", "-") for name in cj.SAMPLERS}
+    assert "irreversible-mh" in cli.SAMPLER_CHOICES and "sgld" not in cli.SAMPLER_CHOICES
+    for name, spec in samplers.SPECS.items():
+        assert spec.constructor is cj.SAMPLERS[spec.registry] and samplers.cli_name(spec.registry) == name
+    parser = cli.build_parser()
+    sample = subparser(parser, "sample")
+    known = {opt for action in sample._actions for opt in action.option_strings}
+    assert all(f"--{flag}" in known for spec in samplers.SPECS.values() for flag in spec.flags)
+    assert sample._option_string_actions["--sampler"].choices == cli.SAMPLER_CHOICES
+    assert samplers.takes("eta") == ["cenlmc", "enlmc"] and samplers.takes("adapt") == ["rwmh", "irreversible-mh"]
+
+
+@pytest.mark.parametrize("sampler", sorted(set(cli.SAMPLER_CHOICES) - {"enlmc"}))
 def test_every_sampler_runs_from_the_command_line(sampler, tmp_path, capsys):
     path = tmp_path / "out.npz"
     code, out, _ = run_cli(["sample", "--sampler", sampler, "--particles", "400", "--steps", "100",

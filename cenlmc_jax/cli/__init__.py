@@ -1,0 +1,119 @@
+"""The batch-job command: ``cenlmc-jax sample`` and ``cenlmc-jax summary DIR``.
+
+``cenlmc-jax sample`` with no arguments runs the main job (CEnLMC on the
+built-in 2-D Gaussian) and prints a summary. With flags it runs any sampler
+on a built-in target or on your own model:
+
+    cenlmc-jax sample --model my_model.py:logp --data data.npz --dim 3 \\
+        --trace --thin 5 --plots --out runs/first
+
+* ``--model PATH.py:FUNCTION``: ``FUNCTION(x)`` returns the log density (up
+  to a constant) of one point ``x: (d,)``; with ``--data FILE`` it is called
+  as ``FUNCTION(x, data)``, ``data`` a dict of arrays: the arrays of an
+  ``.npz``, or the columns of a ``.csv`` with a header row, by name. The
+  dimension comes from ``--dim`` or from ``--init FILE.npy`` (starting
+  positions, ``(N, d)`` or one point ``(d,)``).
+* ``--config run.toml``: every flag as ``name = value`` (``burn-in`` or
+  ``burn_in``); flags on the command line win. The effective configuration
+  is written to ``OUT/config.toml`` and ``OUT/run.json``.
+* ``--out DIR`` receives ``draws.npz`` (``--trace``: chains-first draws
+  ``(chains or particles, draws, d)``) or ``moments.npz`` (streaming),
+  ``summary.csv``, ``run.json`` (configuration, seed, version, steps done,
+  ``diverged_at``, timings, the verdict), ``run.nc`` (ArviZ, when installed)
+  and ``plots/*.png`` with ``--plots``. ``cenlmc-jax summary DIR`` prints it again.
+* ``--checkpoint PATH`` (default ``DIR/checkpoint.npz`` with ``--out``)
+  saves the run every ``--checkpoint-every`` steps; Ctrl-C leaves it there and
+  ``--resume`` (same flags, or just ``--resume --out DIR``) continues to the
+  same result as an uninterrupted run. A finished run removes it.
+
+Default step sizes follow the target's curvature ``c`` (``L`` of
+:mod:`cenlmc_jax.targets`, else the inverse of the smallest variance, else the
+largest Hessian eigenvalue at the mode, by power iteration): Langevin samplers
+use ``h = min(0.05, sqrt(2/N)) / c``, which keeps unadjusted Langevin's sd bias
+(``≈ h c / 4`` relative) below half the standard error of a streamed estimate
+from ``N`` particles. The Metropolis samplers (``rwmh``, ``irreversible-mh``)
+adapt during the burn-in instead (:mod:`cenlmc_jax.adaptation`: dual averaging
+of the step size to the optimal acceptance, a diagonal preconditioner from
+Stan's windows, pooled over the chains), starting from ``1/sqrt(c)`` scales;
+``--no-adapt`` keeps those scales.
+
+The job must not print a wrong answer with exit status 0. After the run it
+checks: divergence; CEnLMC's ensemble force unused (below 5% of
+particle-steps); CEnLMC's gradient audit flagging a biased ensemble force
+(``info.biased`` on a kept step: the measured variance inflation above
+``ensemble.AUDIT_BIAS_THRESHOLD``); Metropolis acceptance below 5%; unadjusted
+Langevin's known bias (Gaussian targets) above the reported standard error;
+rank-normalised R-hat above 1.1 (with --trace); estimates more than 5 standard
+errors from a known truth. Any of these prints ``UNRELIABLE`` and exits 1
+unless ``--allow-unreliable``. Exit status 2 is a usage error (message and
+usage, no traceback); 130 an interrupted run.
+
+The package: :mod:`~cenlmc_jax.cli.samplers` (the ``--sampler`` choices: the
+library's registry ``cenlmc_jax.SAMPLERS`` and one table of what the command
+knows of each), :mod:`~cenlmc_jax.cli.parser` (flags, their checks, the
+configuration file), :mod:`~cenlmc_jax.cli.jobs` (setting up, running,
+checkpointing and writing out the job), :mod:`~cenlmc_jax.cli.verdict` (the
+report, the checks above and the exit codes); here, :func:`main` and the
+``sample`` command that strings them together. ``python -m cenlmc_jax.cli``
+runs :func:`main` too.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from cenlmc_jax.cli import jobs, verdict
+from cenlmc_jax.cli.parser import UsageError, build_parser, check_args, config_tokens, subparser
+from cenlmc_jax.cli.samplers import CHOICES as SAMPLER_CHOICES
+
+__all__ = ["main", "cmd_sample", "build_parser", "UsageError", "SAMPLER_CHOICES"]
+
+
+def cmd_sample(args) -> int:
+    """``cenlmc-jax sample``: check the flags, set up, run, report, write out; the exit status."""
+    t_start = time.perf_counter()
+    check_args(args)
+    setup = jobs.setup(args)
+    jobs.start_out_dir(args)
+    record = {"warnings": []}
+    verdict.print_header(args, setup, record)
+    run = jobs.run_job(args, setup)
+    if run is None:
+        return verdict.EXIT_INTERRUPTED
+    table, found = verdict.report(args, setup, run, record)
+    files = jobs.write_outputs(args, setup, run, table, found, record, t_start)
+    jobs.remove_checkpoint(args.checkpoint)
+    for f in files:
+        print(f"  wrote {f}")
+    return verdict.exit_status(args, found)
+
+
+def _with_config(parser, args, argv: list):
+    """``--config FILE`` (or, with ``--resume --out DIR``, ``DIR/config.toml``) read under the command line."""
+    config = args.config
+    if config is None and args.resume and args.out and os.path.isfile(os.path.join(args.out, "config.toml")):
+        config = os.path.join(args.out, "config.toml")
+    if config is not None:
+        args = parser.parse_args([argv[0]] + config_tokens(config, parser) + argv[1:])
+        args.config = config
+    return args
+
+
+def main(argv=None) -> int:
+    """The ``cenlmc-jax`` console script: ``sample`` or ``summary``; the exit status (module docstring)."""
+    parser = build_parser(__doc__.splitlines()[0])
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return verdict.EXIT_USAGE
+    try:
+        if args.command == "sample":
+            return cmd_sample(_with_config(parser, args, argv))
+        return verdict.cmd_summary(args)
+    except UsageError as exc:
+        subparser(parser, args.command).print_usage(sys.stderr)
+        print(f"cenlmc-jax {args.command}: error: {exc}", file=sys.stderr)
+        return verdict.EXIT_USAGE

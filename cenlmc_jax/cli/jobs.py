@@ -1,0 +1,405 @@
+"""The sampling job of ``cenlmc-jax sample``: set up from the checked flags, run, written out.
+
+* :func:`setup`: the target (built-in, or ``--model`` with ``--data``), the
+  starting positions (``--init`` or noise), the curvature ``c`` the default
+  step sizes follow (:func:`curvature`), and the sampler's :class:`Job` from
+  its row of :mod:`cenlmc_jax.cli.samplers`. A bad file or value is a
+  :class:`~cenlmc_jax.cli.parser.UsageError` (exit 2).
+* :func:`run_job`: ``cenlmc_jax.sample`` with ``--checkpoint`` every
+  ``--checkpoint-every`` steps; the driver's RuntimeWarnings (divergence,
+  clipping) are kept for the report. A Ctrl-C, even one Python swallows
+  (:func:`ctrl_c_recorded`), stops the run with the last chunk's checkpoint
+  and says how to ``--resume``; the run then continues to the result of an
+  uninterrupted one.
+* :func:`write_outputs`: ``draws.npz`` or ``moments.npz``, ``summary.csv``,
+  ``run.nc`` (ArviZ), ``plots/*.png``, ``run.json`` (configuration, seed,
+  version, timings, the verdict) and the ``--output`` file;
+  :func:`remove_checkpoint` removes a finished run's checkpoint.
+
+The verdict on the result is :mod:`cenlmc_jax.cli.verdict`'s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import math
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+import warnings
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import cenlmc_jax as cj
+from cenlmc_jax import plots, tuning
+from cenlmc_jax import targets as targets_mod
+from cenlmc_jax.cli.parser import DEFAULT_PARTICLES, UsageError, effective_config, version_text, write_config
+from cenlmc_jax.cli.samplers import SPECS, Job, build_job
+from cenlmc_jax.run import RunResult
+from cenlmc_jax.summary import SummaryTable, to_arviz
+
+
+class Setup(NamedTuple):
+    """A job ready to run: the target, the sampler's Job, the keys, the curvature ``c`` and where it came from."""
+
+    target: targets_mod.Target
+    job: Job
+    keys: jax.Array
+    c: float
+    c_source: str
+
+
+class Run(NamedTuple):
+    """A finished run: the driver's result, its time, its RuntimeWarnings, the burn-in steps the driver ran."""
+
+    result: RunResult
+    seconds: float
+    warnings: list
+    burn_in: int
+
+
+# --------------------------------------------------------------------------
+# Targets: built-in, or a user's model file.
+# --------------------------------------------------------------------------
+
+
+def load_data(path: str) -> dict:
+    """``--data``: an ``.npz`` (its arrays) or a ``.csv`` with a header row (its columns), by name."""
+    if path.endswith(".npz"):
+        try:
+            with np.load(path, allow_pickle=False) as f:
+                return {k: f[k] for k in f.files}
+        except Exception as exc:
+            raise UsageError(f"--data {path}: not a readable .npz file ({exc})") from exc
+    if path.endswith(".csv"):
+        try:
+            table = np.genfromtxt(path, delimiter=",", names=True, dtype=np.float64, encoding="utf-8")
+        except Exception as exc:
+            raise UsageError(f"--data {path}: not a readable .csv file with a header row ({exc})") from exc
+        if table.dtype.names is None:
+            raise UsageError(f"--data {path}: the .csv needs a header row naming its columns")
+        table = np.atleast_1d(table)
+        data = {name: np.asarray(table[name]) for name in table.dtype.names}
+        bad = [k for k, v in data.items() if np.isnan(v).any()]
+        if bad:
+            raise UsageError(f"--data {path}: columns {bad} hold empty or non-numeric values")
+        return data
+    raise UsageError(f"--data must be an .npz or a .csv file; got {path!r}")
+
+
+def _import_model(spec: str):
+    """The function ``FUNCTION`` of ``--model PATH.py:FUNCTION``, and its name."""
+    path, sep, name = spec.rpartition(":")
+    if not sep or not path.endswith(".py") or not name.isidentifier():
+        raise UsageError(f"--model must be PATH.py:FUNCTION; got {spec!r}")
+    module_name = "cenlmc_user_model_" + "".join(c if c.isalnum() else "_" for c in os.path.abspath(path))
+    try:
+        loader_spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(loader_spec)
+        loader_spec.loader.exec_module(module)
+    except Exception as exc:
+        raise UsageError(f"--model {spec}: importing {path} failed: {type(exc).__name__}: {exc}") from exc
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise UsageError(f"--model {spec}: {path} defines no function {name!r}")
+    return fn, name
+
+
+def load_model(spec: str, data: Optional[dict], dim: int) -> targets_mod.Target:
+    """``--model PATH.py:FUNCTION`` (with ``--data``) as a Target of dimension ``dim``, its output checked."""
+    fn, name = _import_model(spec)
+    if data is None:
+        logdensity_fn = fn
+    else:
+        arrays = {k: jnp.asarray(v) for k, v in data.items()}
+
+        def logdensity_fn(x):
+            return fn(x, arrays)
+
+    try:
+        out = jax.eval_shape(logdensity_fn, jax.ShapeDtypeStruct((dim,), jnp.float32))
+    except Exception as exc:
+        call = f"{name}(x, data)" if data is not None else f"{name}(x)"
+        raise UsageError(f"--model {spec}: {call} failed on a point x of shape ({dim},): {type(exc).__name__}: {exc}"
+                         ) from exc
+    if getattr(out, "shape", None) != () or not jnp.issubdtype(out.dtype, jnp.floating):
+        raise UsageError(f"--model {spec}: {name} must return a floating scalar (the log density of one point); "
+                         f"got shape {getattr(out, 'shape', type(out).__name__)}")
+    path = spec.rpartition(":")[0]
+    return targets_mod.Target(f"{os.path.basename(path)}:{name}", dim, logdensity_fn, None, None, None, None, data)
+
+
+def load_init(path: str) -> np.ndarray:
+    try:
+        init = np.load(path, allow_pickle=False)
+    except Exception as exc:
+        raise UsageError(f"--init {path}: not a readable .npy file ({exc})") from exc
+    if init.ndim not in (1, 2) or init.size == 0 or not np.all(np.isfinite(init)):
+        raise UsageError(f"--init {path}: must hold finite positions of shape (N, d) or (d,); got shape {init.shape}")
+    return init.astype(np.float32)
+
+
+def curvature(target: targets_mod.Target, positions: jax.Array) -> tuple:
+    """The curvature scale ``c`` the default step sizes use, and where it came from."""
+    if target.L is not None:
+        return float(target.L), f"L = {target.L:.4g} of the target"
+    if target.cov is not None:
+        lam = float(np.linalg.eigvalsh(np.asarray(target.cov)).min())
+        return 1.0 / lam, f"1/(smallest variance) = {1.0 / lam:.4g} of the target"
+    mode = tuning.find_f_star(target.logdensity_fn, positions).position
+
+    def hvp(v):  # Hessian of f = -log p at the mode, times v
+        return jax.jvp(jax.grad(lambda x: -target.logdensity_fn(x)), (mode,), (v,))[1]
+
+    hvp = jax.jit(hvp)
+    v = jnp.ones_like(mode) / math.sqrt(mode.shape[0])
+    lam = float("nan")
+    for _ in range(50):  # power iteration: the largest eigenvalue of a PSD-at-the-mode Hessian
+        w = hvp(v)
+        lam = float(jnp.vdot(v, w))
+        norm = float(jnp.linalg.norm(w))
+        if not (math.isfinite(norm) and norm > 0):
+            break
+        v = w / norm
+    if not (math.isfinite(lam) and lam > 0):
+        return 1.0, "1 (no curvature found at the mode: unit scale assumed)"
+    return lam, f"{lam:.4g}, the largest Hessian eigenvalue of -log p at the mode (power iteration)"
+
+
+# --------------------------------------------------------------------------
+# The job.
+# --------------------------------------------------------------------------
+
+
+def _target(args, data: Optional[dict], init: Optional[np.ndarray]) -> targets_mod.Target:
+    if args.model is not None:
+        dim = args.dim if args.dim is not None else (init.shape[-1] if init is not None else None)
+        if dim is None:
+            raise UsageError("--model needs --dim D or --init FILE.npy to know the dimension")
+        return load_model(args.model, data, dim)
+    try:
+        target = targets_mod.get_target(args.target, args.dim)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"--dim {args.dim} for --target {args.target}: {exc}") from exc
+    if args.dim is not None and target.dim != args.dim:
+        raise UsageError(f"--target {args.target} has a fixed dimension {target.dim}; --dim {args.dim} does not "
+                         "apply")
+    return target
+
+
+def _setup(args) -> Setup:
+    data = load_data(args.data) if args.data is not None else None
+    init = load_init(args.init) if args.init is not None else None
+    if init is not None and init.ndim == 2:
+        if args.particles is not None and args.particles != init.shape[0]:
+            raise UsageError(f"--particles {args.particles} does not match the {init.shape[0]} rows of --init")
+        args.particles = init.shape[0]
+    args.particles = args.particles or DEFAULT_PARTICLES
+    target = _target(args, data, init)
+    if init is not None and init.shape[-1] != target.dim:
+        raise UsageError(f"--init has points of dimension {init.shape[-1]}; the target has d = {target.dim}")
+    if args.n_star is not None and args.n_star > args.particles - 1:
+        raise UsageError(f"--n-star {args.n_star} must be at most N - 1 = {args.particles - 1} (the neighbours a "
+                         "particle can have)")
+    keys = jax.random.split(jax.random.key(args.seed), 3)
+    noise = jax.random.normal(keys[0], (args.particles, target.dim)) * args.init_scale
+    positions = noise if init is None else (jnp.asarray(init) if init.ndim == 2 else jnp.asarray(init) + noise)
+    c, c_source = curvature(target, positions)
+    return Setup(target, build_job(args.sampler, args, target, positions, c, keys), keys, c, c_source)
+
+
+def setup(args) -> Setup:
+    """Target, starting positions, keys and the sampler, from the checked flags (``parser.check_args``)."""
+    try:
+        return _setup(args)
+    except ValueError as exc:  # a sampler or target refused a value: a usage error, not a traceback
+        raise UsageError(str(exc)) from exc
+
+
+def start_out_dir(args) -> None:
+    """``--out DIR``: created, with the effective configuration in ``DIR/config.toml`` before the run."""
+    if args.out is not None:
+        os.makedirs(args.out, exist_ok=True)
+        write_config(os.path.join(args.out, "config.toml"), effective_config(args))
+
+
+@contextlib.contextmanager
+def ctrl_c_recorded(interrupted: list):
+    """Record every Ctrl-C during the run in ``interrupted``, even one Python swallows.
+
+    A KeyboardInterrupt raised while a garbage-collector callback runs (JAX
+    installs one) is "unraisable": Python prints it and the run goes on. The
+    handler records the signal before raising, and the unraisable hook keeps
+    such an interrupt quiet, so the job still stops with the checkpoint (exit
+    130) once the driver returns. A SIGINT that was ignored when the job
+    started (a background job) stays ignored.
+    """
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+
+    def on_sigint(signum, frame):
+        interrupted.append(True)
+        raise KeyboardInterrupt
+
+    def unraisable(info):
+        if not issubclass(info.exc_type, KeyboardInterrupt):
+            previous_hook(info)
+
+    previous_hook = sys.unraisablehook
+    signal.signal(signal.SIGINT, on_sigint)
+    sys.unraisablehook = unraisable
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        sys.unraisablehook = previous_hook
+
+
+def _say_interrupted(args) -> None:
+    if args.checkpoint is not None and os.path.exists(args.checkpoint):
+        again = f"cenlmc-jax sample --resume --out {args.out}" if args.out else "the same command with --resume"
+        print(f"\ncenlmc-jax: interrupted; the checkpoint {args.checkpoint} holds the last finished chunk. "
+              f"Continue with: {again}", file=sys.stderr)
+    else:
+        print("\ncenlmc-jax: interrupted before any checkpoint was written (--checkpoint PATH or --out DIR "
+              "make runs resumable)", file=sys.stderr)
+
+
+def run_job(args, setup: Setup) -> Optional[Run]:
+    """The driver on the job (checkpointed with ``--checkpoint``); None after a Ctrl-C (the message printed)."""
+    job, keys = setup.job, setup.keys
+    chunk = max(args.thin, args.checkpoint_every // args.thin * args.thin) if args.checkpoint else None
+    burn_in = args.burn_in - job.warmup_steps  # steps the driver runs unrecorded (a warm-up ran the others)
+    t0 = time.perf_counter()
+    interrupted = []
+    try:
+        with warnings.catch_warnings(record=True) as caught, ctrl_c_recorded(interrupted):
+            warnings.simplefilter("always", RuntimeWarning)  # the driver's divergence and clipping reports
+            res = cj.sample(keys[1], job.algorithm, job.state, args.steps, burn_in=burn_in, thin=args.thin,
+                            mode="trace" if args.trace else "stream", progress=args.progress, on_divergence="stop",
+                            checkpoint_path=args.checkpoint, chunk_size=chunk)
+            jax.block_until_ready(res.state)
+    except KeyboardInterrupt:
+        interrupted.append(True)
+    if interrupted:
+        _say_interrupted(args)
+        return None
+    elapsed = time.perf_counter() - t0
+    messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    return Run(res, elapsed, messages, burn_in)
+
+
+def remove_checkpoint(path: Optional[str]) -> None:
+    if path is None:
+        return
+    if os.path.exists(path):
+        os.remove(path)
+    shutil.rmtree(path + ".chunks", ignore_errors=True)
+
+
+# --------------------------------------------------------------------------
+# The outputs.
+# --------------------------------------------------------------------------
+
+
+def _save_outputs(args, setup: Setup, run: Run, table: SummaryTable, record: dict) -> list:
+    out, files, res = args.out, [], run.result
+    info = {f"info_{k}": np.asarray(v) for k, v in res.info._asdict().items()} if res.info is not None else {}
+    final = {"final_position": np.asarray(res.state.position)}
+    if res.trace is not None:
+        path = os.path.join(out, "draws.npz")
+        np.savez(path, draws=np.asarray(cj.diagnostics.chains_first(res)), **final, **info)
+    else:
+        path = os.path.join(out, "moments.npz")
+        np.savez(path, mean=np.asarray(res.moments.mean), variance=np.asarray(res.moments.variance),
+                 count=np.asarray(res.moments.count), **final, **info)
+    files.append(path)
+    table.to_csv(os.path.join(out, "summary.csv"))
+    files.append(os.path.join(out, "summary.csv"))
+    if importlib.util.find_spec("arviz") is not None:
+        try:
+            idata = to_arviz(res, burn_in=run.burn_in, thin=args.thin, sampler=args.sampler,
+                             parameters=setup.job.parameters, seed=args.seed)
+            idata.to_netcdf(os.path.join(out, "run.nc"))
+            files.append(os.path.join(out, "run.nc"))
+        except Exception as exc:  # a missing netCDF engine must not lose the run
+            record["warnings"].append(f"run.nc not written: {type(exc).__name__}: {exc}")
+    else:
+        record["warnings"].append('run.nc not written: ArviZ is not installed (pip install "cenlmc_jax[arviz]")')
+    if args.plots:
+        files += _save_plots(args, setup.target, res, run.burn_in)
+    return files
+
+
+def _save_plots(args, target, res, burn_in) -> list:
+    folder = os.path.join(args.out, "plots")
+    os.makedirs(folder, exist_ok=True)
+    figures = {}
+    if res.trace is not None:
+        figures["trace"] = lambda: plots.plot_trace(res)
+        figures["rank"] = lambda: plots.plot_rank(res)
+        if np.ndim(res.state.position) >= 2:
+            figures["ensemble"] = lambda: plots.plot_ensemble_pairs(res, target=target)
+    figures["marginals"] = lambda: plots.plot_marginals(res, target)
+    if getattr(res.info, "grad_evals", None) is not None and SPECS[args.sampler].langevin:
+        figures["gradients"] = lambda: plots.plot_gradient_savings(res, burn_in=burn_in)
+    written = []
+    for name, make in figures.items():
+        path = os.path.join(folder, f"{name}.png")
+        make().savefig(path, dpi=90)
+        written.append(path)
+    return written
+
+
+def _write_record(args, setup: Setup, run: Run, table: SummaryTable, problems: list, record: dict, files: list,
+                  t_start: float) -> str:
+    """``OUT/run.json``: what was run, how long it took, what was written and the verdict."""
+    job, target, res = setup.job, setup.target, run.result
+    record.update(
+        version=version_text(), command=["cenlmc-jax"] + sys.argv[1:], config=effective_config(args),
+        seed=args.seed, sampler=args.sampler, description=job.description,
+        parameters={k: (float(v) if isinstance(v, float) else v) for k, v in job.parameters.items()},
+        target=dict(name=target.name, dim=target.dim, curvature=setup.c, curvature_source=setup.c_source),
+        steps_done=int(res.num_steps_done) + job.warmup_steps, warmup_steps=job.warmup_steps,
+        diverged_at=int(res.diverged_at),
+        timings=dict(sampling_s=run.seconds, total_s=time.perf_counter() - t_start), reliable=not problems,
+        problems=problems, summary_run=table.run, summary_notes=list(table.notes),
+        files=[os.path.basename(f) if os.path.dirname(f) == args.out else os.path.relpath(f, args.out)
+               for f in files] + ["config.toml", "run.json"],
+    )
+    path = os.path.join(args.out, "run.json")
+    with open(path, "w") as fh:
+        json.dump(record, fh, indent=2, default=float)
+    return path
+
+
+def _write_output_file(path: str, res: RunResult, table: SummaryTable) -> None:
+    """``--output FILE``: final positions, moments and infos, to exactly that path."""
+    with open(path, "wb") as fh:  # a file object: np.savez adds no ".npz" to the name given
+        np.savez(fh, final_position=np.asarray(res.state.position),
+                 mean=np.asarray(res.moments.mean if res.moments is not None else table.columns["mean"]),
+                 variance=np.asarray(res.moments.variance if res.moments is not None else table.columns["sd"] ** 2),
+                 **{f"info_{k}": np.asarray(v) for k, v in res.info._asdict().items()})
+
+
+def write_outputs(args, setup: Setup, run: Run, table: SummaryTable, problems: list, record: dict,
+                  t_start: float) -> list:
+    """Everything ``--out DIR`` and ``--output FILE`` ask for; the paths written."""
+    files = []
+    if args.out is not None:
+        files = _save_outputs(args, setup, run, table, record)
+        files.append(_write_record(args, setup, run, table, problems, record, files, t_start))
+    if args.output:
+        _write_output_file(args.output, run.result, table)
+        files.append(os.path.abspath(args.output))
+    return files

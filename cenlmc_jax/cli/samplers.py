@@ -1,0 +1,226 @@
+"""The samplers ``cenlmc-jax sample --sampler NAME`` runs: one table over the library's registry.
+
+The names are those of :data:`cenlmc_jax.SAMPLERS`, spelled with dashes on the
+command line (``irreversible_mh`` is ``--sampler irreversible-mh``), and every
+job is built from the registry's constructor. :data:`TABLE` says, once, what the
+command needs to know about each sampler it offers:
+
+* ``build``: how the flags and the target become a :class:`Job` (the default
+  step size from the curvature ``c``, CEnLMC's parameters from the tuner, a
+  warm-up for the Metropolis samplers);
+* ``step_rule``: the default step-size rule, as the job prints it;
+* ``flags``: the sampler-specific flags it reads (the help of ``--eta``,
+  ``--grad-noise``, ... names the samplers from here);
+* ``adapt_kind``: the :func:`cenlmc_jax.adaptation.window_adaptation` kind of
+  its burn-in warm-up (``--adapt``), or None;
+* ``langevin``, ``ensemble``, ``constrained``: which of the job's checks and
+  report lines apply (unadjusted Langevin's known bias; the gradients an
+  ensemble force saves against LMC; CEnLMC's ensemble-use check).
+
+Registry samplers without a row (``sgld``, ``sgrld``, ``sghmc``,
+``complete_recipe``) take a minibatch gradient estimator, which the command
+has no flags for; they are not ``--sampler`` choices.
+
+This module sits below the parser (which takes its choices and help from
+:data:`SPECS`) and the job (which calls :func:`build_job`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, NamedTuple, Optional
+
+import jax
+import numpy as np
+
+import cenlmc_jax as cj
+from cenlmc_jax import adaptation, tuning
+from cenlmc_jax.base import SamplingAlgorithm
+
+ADAPT_MIN_STEPS = 20  # the warm-up's schedule needs 20 steps for its windows
+LANGEVIN_RULE = "min(0.05, sqrt(2/N)) / c"
+
+
+class Job(NamedTuple):
+    """A sampler set up for the CLI: its object, its initial state, a description and its parameters.
+
+    warmup_steps: burn-in steps already spent by a warm-up adaptation (the driver runs the rest).
+    suggestion: CEnLMC's ``tuning.suggest_cenlmc_params`` result (its reasoning is printed), else None.
+    """
+
+    algorithm: SamplingAlgorithm
+    state: object
+    description: str
+    parameters: dict
+    warmup_steps: int = 0
+    suggestion: Optional[tuning.CEnLMCParams] = None
+
+
+class SamplerSpec(NamedTuple):
+    """What the command knows about one sampler of the registry (module docstring)."""
+
+    registry: str  # its key in cenlmc_jax.SAMPLERS
+    build: Callable  # (this spec, args, target, positions, c, keys) -> Job
+    step_rule: str
+    flags: tuple = ()
+    adapt_kind: Optional[str] = None
+    langevin: bool = False
+    ensemble: bool = False
+    constrained: bool = False
+
+    @property
+    def constructor(self) -> Callable:
+        return cj.SAMPLERS[self.registry]
+
+
+# --------------------------------------------------------------------------
+# The builders: (their row of TABLE, flags, target, positions, curvature c, keys) -> Job;
+# each makes its sampler with spec.constructor, the registry's.
+# --------------------------------------------------------------------------
+
+
+def langevin_step(args, c) -> float:
+    return args.step_size or min(0.05, math.sqrt(2.0 / args.particles)) / c
+
+
+def _lmc(spec, args, target, positions, c, keys):
+    h = langevin_step(args, c)
+    algo = spec.constructor(target.logdensity_fn, h)
+    return Job(algo, algo.init(positions), f"LMC (unadjusted Langevin), h={h:.4g}", dict(step_size=h))
+
+
+def cenlmc_params(args, target, h, c):
+    """Flags where given, else ``tuning.suggest_cenlmc_params`` for this d, h, N and curvature."""
+    mu = target.mu if target.mu is not None else c
+    sug = tuning.suggest_cenlmc_params(target.dim, h, L=max(c, mu), mu=mu, num_particles=args.particles)
+    pick = lambda flag, default: default if flag is None else flag  # noqa: E731
+    params = dict(step_size=h, eta=pick(args.eta, sug.eta), r1=pick(args.r1, sug.r1), r2=pick(args.r2, sug.r2),
+                  n_star=pick(args.n_star, sug.n_star), m_f=pick(args.m_f, sug.m_f))
+    return params, sug
+
+
+def _cenlmc(spec, args, target, positions, c, keys):
+    h = langevin_step(args, c)
+    p, sug = cenlmc_params(args, target, h, c)
+    algo = spec.constructor(target.logdensity_fn, h, p["eta"], p["r1"], p["r2"], p["n_star"], p["m_f"],
+                            f_star=target.f_star)
+    desc = (f"CEnLMC (constrained ensemble Langevin), h={h:.4g}, eta={p['eta']:.3g}, r1={p['r1']:.3g}, "
+            f"r2={p['r2']:.3g}, n_star={p['n_star']}, m_f={p['m_f']:.3g}")
+    return Job(algo, algo.init(positions), desc, p, suggestion=sug)
+
+
+def _enlmc(spec, args, target, positions, c, keys):
+    h = langevin_step(args, c)
+    eta = args.eta if args.eta is not None else cenlmc_params(args, target, h, c)[0]["eta"]
+    algo = spec.constructor(target.logdensity_fn, h, eta)
+    return Job(algo, algo.init(positions), f"EnLMC (unconstrained ensemble Langevin; provably unstable), h={h:.4g}, "
+                                           f"eta={eta:.3g}", dict(step_size=h, eta=eta))
+
+
+def _sgrhmc(spec, args, target, positions, c, keys):
+    """SGRHMC with the gSGRHMC metric, one chain per 'particle', noisy gradients
+    (true gradient + N(0, grad_noise²)) when --grad-noise > 0."""
+    eps = args.step_size or 0.05 / math.sqrt(c)
+    est = (cj.noisy_grad_estimator(jax.grad(target.logdensity_fn), args.grad_noise) if args.grad_noise > 0
+           else cj.grad_estimator_from_logdensity(target.logdensity_fn))
+    f_star = target.f_star
+    if f_star is None:
+        f_star = float(tuning.find_f_star(target.logdensity_fn, positions).f_star)
+    inv_metric = cj.gsgrhmc_inv_metric(lambda x: -target.logdensity_fn(x) - f_star)
+    algo = cj.vmap_chains(spec.constructor(est, eps, inv_metric))
+    return Job(algo, algo.init(positions),
+               f"gSGRHMC (metric 1.5 sqrt|U - U* + 0.5|), eps={eps:.4g}, gradient noise sd {args.grad_noise}",
+               dict(step_size=eps, grad_noise=args.grad_noise, f_star=f_star))
+
+
+def _plain(params: dict) -> dict:
+    """Adapted parameters as JSON-friendly numbers and lists."""
+    return {k: (np.asarray(v).tolist() if np.ndim(v) else float(v)) for k, v in params.items()}
+
+
+def _adapt(args) -> bool:
+    return args.adapt and args.step_size is None and args.burn_in >= ADAPT_MIN_STEPS
+
+
+def _adapted(args, kind, target, positions, keys, initial_step_size, describe):
+    """Stan-style warm-up (``cenlmc_jax.adaptation``) over the burn-in: the pooled chains' step
+    size by dual averaging and a diagonal preconditioner; a Job that continues from its states."""
+    warm = adaptation.window_adaptation(kind, target.logdensity_fn, initial_step_size=initial_step_size)
+    (states, params), info = warm.run_chains(keys[2], positions, args.burn_in)
+    tail = np.asarray(info.acceptance_rate)[-max(1, args.burn_in // 4):]
+    plain = _plain(params)
+    desc = describe(plain) + f"; warm-up adapted over the {args.burn_in} burn-in steps (final acceptance " \
+                             f"{float(tail.mean()):.2f})"
+    return Job(cj.vmap_chains(warm.sampler(params)), states, desc, plain, warmup_steps=args.burn_in)
+
+
+def _irreversible_mh(spec, args, target, positions, c, keys):
+    scale = args.step_size or 0.8 / math.sqrt(c)
+    if _adapt(args):
+        return _adapted(args, spec.adapt_kind, target, positions, keys, scale, lambda p: (
+            f"irreversible MH, Gamma(2, scale) proposal, one chain per particle, scale per coordinate "
+            f"{np.round(p['scale'], 4).tolist()}"))
+    algo = cj.vmap_chains(spec.constructor(target.logdensity_fn, cj.gamma_proposal(2.0, scale)))
+    return Job(algo, algo.init(positions, keys[2]),
+               f"irreversible MH, Gamma(2, {scale:.4g}) proposal, one chain per particle", dict(scale=scale, shape=2.0))
+
+
+def _rwmh(spec, args, target, positions, c, keys):
+    h = args.step_size or 2.38 / math.sqrt(target.dim * c)
+    if _adapt(args):
+        return _adapted(args, spec.adapt_kind, target, positions, keys, h, lambda p: (
+            f"random-walk MH, N(0, {p['step_size']:.4g}^2 diag({np.round(p['proposal_cov'], 4).tolist()})) "
+            "proposal, one chain per particle"))
+    algo = cj.vmap_chains(spec.constructor(target.logdensity_fn, h))
+    return Job(algo, algo.init(positions), f"random-walk MH, N(0, {h:.4g}^2) proposal, one chain per particle",
+               dict(step_size=h))
+
+
+# --------------------------------------------------------------------------
+# The table: the registry's samplers the command offers, and what it knows of each.
+# --------------------------------------------------------------------------
+
+CENLMC_FLAGS = ("eta", "r1", "r2", "n-star", "m-f")
+
+#: By registry name; the order is the help's ("cenlmc/enlmc: eta", "rwmh, irreversible-mh: adapt ...").
+TABLE: dict[str, SamplerSpec] = {
+    "cenlmc": SamplerSpec("cenlmc", _cenlmc, LANGEVIN_RULE, flags=CENLMC_FLAGS, langevin=True, ensemble=True,
+                          constrained=True),
+    "enlmc": SamplerSpec("enlmc", _enlmc, LANGEVIN_RULE, flags=("eta",), langevin=True, ensemble=True),
+    "lmc": SamplerSpec("lmc", _lmc, LANGEVIN_RULE, langevin=True),
+    "sgrhmc": SamplerSpec("sgrhmc", _sgrhmc, "0.05 / sqrt(c)", flags=("grad-noise",)),
+    "rwmh": SamplerSpec("rwmh", _rwmh, "2.38 / sqrt(d c)", adapt_kind="rwmh"),
+    "irreversible_mh": SamplerSpec("irreversible_mh", _irreversible_mh, "0.8 / sqrt(c)", adapt_kind="gamma"),
+}
+
+
+def cli_name(registry_name: str) -> str:
+    """The ``--sampler`` spelling of a registry name: ``irreversible_mh`` -> ``irreversible-mh``."""
+    return registry_name.replace("_", "-")
+
+
+def _specs() -> dict:
+    unknown = sorted(set(TABLE) - set(cj.SAMPLERS))
+    if unknown:  # a row for a sampler the library does not have: a bug here, caught at import
+        raise ImportError(f"cenlmc_jax.cli.samplers: {unknown} are not in cenlmc_jax.SAMPLERS")
+    return {cli_name(name): spec for name, spec in TABLE.items()}
+
+
+#: By ``--sampler`` name, in the table's order.
+SPECS: dict[str, SamplerSpec] = _specs()
+#: The ``--sampler`` choices, sorted (as ``--help`` lists them).
+CHOICES: tuple = tuple(sorted(SPECS))
+DEFAULT_SAMPLER = "cenlmc"
+
+
+def takes(flag: str) -> list:
+    """The ``--sampler`` names that read ``--FLAG`` (the table's ``flags``; ``adapt``: those with a warm-up)."""
+    if flag == "adapt":
+        return [name for name, spec in SPECS.items() if spec.adapt_kind is not None]
+    return [name for name, spec in SPECS.items() if flag in spec.flags]
+
+
+def build_job(name: str, args, target, positions, c, keys) -> Job:
+    """The job of ``--sampler NAME``, built by its row of the table."""
+    spec = SPECS[name]
+    return spec.build(spec, args, target, positions, c, keys)

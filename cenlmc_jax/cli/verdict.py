@@ -1,0 +1,237 @@
+"""What ``cenlmc-jax`` prints about a run, and whether its answer is to be trusted.
+
+The job must not print a wrong answer with exit status 0. :func:`problems`
+checks a finished run for every known reason to distrust it:
+
+* divergence (``info.diverged``: the driver stopped the run);
+* CEnLMC's ensemble force used by fewer than :data:`ENSEMBLE_MIN_FRACTION` of
+  the particle-steps (LMC's work at extra cost);
+* CEnLMC's gradient audit flagging a biased ensemble force (``info.biased``
+  on a kept step: the measured variance inflation above
+  ``ensemble.AUDIT_BIAS_THRESHOLD``);
+* Metropolis acceptance below :data:`ACCEPTANCE_MIN`;
+* unadjusted Langevin's own sd bias, exact on Gaussian targets
+  (:func:`ula_sd`), above the reported standard error;
+* rank-normalised R-hat above :data:`RHAT_MAX` (with ``--trace``);
+* estimates more than :data:`TRUTH_Z_MAX` standard errors from a known truth.
+
+Each prints an ``UNRELIABLE: ...`` line naming the flags to change, and the
+job exits :data:`EXIT_UNRELIABLE` unless ``--allow-unreliable``
+(:func:`exit_status`). The other exit codes: :data:`EXIT_USAGE` for a usage
+error, :data:`EXIT_INTERRUPTED` for a Ctrl-C. Which checks apply to which
+sampler is the sampler table's (:mod:`cenlmc_jax.cli.samplers`).
+
+The report itself: :func:`print_header` before the run (the sampler, the
+target, the default step-size rule, the tuner's warnings), :func:`report`
+after it (the driver's warnings, timings, gradient savings and audit,
+acceptance, the summary table, the verdict); :func:`cmd_summary` prints a
+finished ``--out`` directory's report again.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Optional
+
+import jax
+import numpy as np
+
+from cenlmc_jax import ensemble
+from cenlmc_jax.cli.jobs import Run, Setup
+from cenlmc_jax.cli.parser import UsageError
+from cenlmc_jax.cli.samplers import SPECS
+from cenlmc_jax.summary import SummaryTable, summary
+
+ENSEMBLE_MIN_FRACTION = 0.05
+ACCEPTANCE_MIN = 0.05
+RHAT_MAX = 1.1
+TRUTH_Z_MAX = 5.0
+EXIT_UNRELIABLE, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+RELIABLE = ("  reliability checks passed (divergence, ensemble use, ensemble-force audit, acceptance, known bias, "
+            "R-hat, known truth)")
+
+
+# --------------------------------------------------------------------------
+# The checks.
+# --------------------------------------------------------------------------
+
+
+def ula_sd(target, h: float) -> Optional[np.ndarray]:
+    """Stationary sd of unadjusted Langevin with step h on a Gaussian target: Σ_h = (P - h P²/2)⁻¹, P = ∇²f."""
+    if target.hessian is None:
+        return None
+    p = np.asarray(target.hessian, np.float64)
+    return np.sqrt(np.diag(np.linalg.inv(p - 0.5 * h * p @ p)))
+
+
+def _mean_inflation(res, kept: int) -> float:
+    """The audit's measured variance inflation, averaged over the kept steps (nan when never measured)."""
+    v = np.asarray(res.info.audit_variance_inflation, np.float64)[kept:]
+    return float(np.nanmean(v)) if np.any(np.isfinite(v)) else float("nan")
+
+
+def _ensemble_problems(args, job, res, table: SummaryTable) -> list:
+    out = []
+    frac = table.run.get("ensemble_fraction")
+    if SPECS[args.sampler].constrained and frac is not None and not frac >= ENSEMBLE_MIN_FRACTION:
+        out.append(f"the ensemble force was used by {frac:.1%} of particle-steps after burn-in (< "
+                   f"{ENSEMBLE_MIN_FRACTION:.0%}): CEnLMC did LMC's work at extra cost; raise --particles or use "
+                   "--sampler lmc")
+    biased = getattr(res.info, "biased", None)
+    kept = args.burn_in - job.warmup_steps  # the driver's burn-in: its infos come first
+    if biased is not None and np.any(np.asarray(biased)[kept:]):
+        v = _mean_inflation(res, kept)
+        out.append(f"the gradient audit measured that the ensemble force's noise inflates the variance by about "
+                   f"{v:.1%} (the sd by about {math.sqrt(max(1 + v, 0.0)) - 1:.1%}), more than "
+                   f"{ensemble.AUDIT_BIAS_THRESHOLD:.0%} (info.biased): the estimates are biased; lower --eta, --r1, "
+                   "--r2, raise --n-star or --particles, or use --sampler lmc")
+    return out
+
+
+def _known_bias_problem(args, target, job, table: SummaryTable) -> list:
+    h = job.parameters.get("step_size")
+    sd_ula = ula_sd(target, h) if SPECS[args.sampler].langevin and h is not None else None
+    if sd_ula is None:
+        return []
+    bias = np.abs(sd_ula - np.sqrt(np.diag(target.cov)))
+    se = table.columns["mcse_sd"]
+    worst = int(np.nanargmax(bias - se))
+    if not bias[worst] > se[worst]:
+        return []
+    return [f"at h={h:.4g} unadjusted Langevin's own sd of x[{worst}] is off by {bias[worst]:.3g} (exact "
+            f"for this Gaussian target), more than the standard error {se[worst]:.3g} of the estimate: "
+            "the error bars understate the error; lower --step-size (the bias is proportional to h)"]
+
+
+def problems(args, target, job, res, table: SummaryTable) -> list:
+    """Why the result is not to be trusted (empty: no known reason)."""
+    out = []
+    if res.diverged_at >= 0:
+        out.append(f"DIVERGED at step {res.diverged_at} (info.diverged: non-finite or exploding values); the run "
+                   "stopped and its estimates are not valid")
+    out += _ensemble_problems(args, job, res, table)
+    acc = table.run.get("acceptance_rate")
+    if acc is not None and not acc >= ACCEPTANCE_MIN:
+        out.append(f"mean acceptance rate {acc:.3f} < {ACCEPTANCE_MIN}: the chains barely move; lower --step-size")
+    out += _known_bias_problem(args, target, job, table)
+    rhat = table.columns.get("r_hat")
+    if rhat is not None and np.any(rhat > RHAT_MAX):
+        k = int(np.nanargmax(rhat))
+        out.append(f"rank-normalised R-hat of x[{k}] is {rhat[k]:.3f} > {RHAT_MAX}: the chains (particles) have not "
+                   "mixed over the kept draws; run longer (--steps, --burn-in) or with a larger --step-size")
+    for col, what in (("z_mean", "mean"), ("z_sd", "sd")):
+        z = table.columns.get(col)
+        if z is not None and np.any(np.abs(z) > TRUTH_Z_MAX):
+            k = int(np.nanargmax(np.abs(z)))
+            out.append(f"the {what} of x[{k}] is {abs(z[k]):.1f} standard errors from the target's known {what} "
+                       f"(> {TRUTH_Z_MAX:g})")
+    return out
+
+
+def exit_status(args, found: list) -> int:
+    """:data:`EXIT_UNRELIABLE` when a check failed (unless ``--allow-unreliable``), else 0."""
+    return EXIT_UNRELIABLE if found and not args.allow_unreliable else 0
+
+
+# --------------------------------------------------------------------------
+# The report.
+# --------------------------------------------------------------------------
+
+
+def print_table(table: SummaryTable, indent: str = "  ", footer: bool = True) -> None:
+    print("\n".join(indent + line for line in table.format(footer=footer).splitlines()))
+
+
+def print_header(args, setup: Setup, record: dict) -> None:
+    """Before the run: the sampler, the target and the run's size, the default step-size rule, the tuner."""
+    job, target = setup.job, setup.target
+    print(f"cenlmc-jax: {job.description}")
+    print(f"  target {target.name} (d={target.dim}), {args.particles} particles, {args.burn_in} burn-in + "
+          f"{args.steps} steps, seed {args.seed}, backend {jax.default_backend()}")
+    if args.step_size is None and not job.warmup_steps:
+        print(f"  default step size = {SPECS[args.sampler].step_rule}, curvature c = {setup.c_source}")
+    sug = job.suggestion
+    if sug is not None:
+        print(f"  tuner: predicted ensemble fraction {sug.expected_ensemble_fraction:.2f}")
+        for line in sug.reasoning.splitlines():
+            if "too small" in line or "unknown" in line:
+                print(f"  tuner warning: {line}")
+                record["warnings"].append("tuner: " + line)
+
+
+def _print_gradients(args, setup: Setup, run: Run, ge: int) -> None:
+    """Gradient evaluations, the audit's extra ones and its measured inflation, the savings against LMC."""
+    res = run.result
+    full = res.num_steps_done * args.particles
+    print(f"  gradient evaluations: {ge:,} ({ge / full:.1%} of one per particle-step)")
+    audit = getattr(res.info, "audit_grad_evals", None)
+    audit = int(np.sum(np.asarray(audit))) if audit is not None else 0
+    if audit:
+        v = _mean_inflation(res, run.burn_in)
+        print(f"  gradient audit: {audit:,} more ({audit / full:.1%}); ensemble-noise variance inflation {v:.3f} "
+              f"(the sd off by ~{math.sqrt(max(1 + v, 0.0)) - 1:.1%}; flagged above "
+              f"{ensemble.AUDIT_BIAS_THRESHOLD:g})")
+    if SPECS[args.sampler].ensemble:
+        saved = full - ge - audit
+        print(f"  saved against LMC (N gradients per step): {saved:,} ({saved / full:.1%}, the audit's included)")
+
+
+def _print_run(args, setup: Setup, run: Run, table: SummaryTable) -> None:
+    res, job = run.result, setup.job
+    warm = f" after {job.warmup_steps} warm-up steps" if job.warmup_steps else ""
+    print(f"  ran {res.num_steps_done} steps{warm} in {run.seconds:.2f} s (compilation included)")
+    if "grad_evals" in table.run:
+        _print_gradients(args, setup, run, table.run["grad_evals"])
+    if "acceptance_rate" in table.run:
+        print(f"  mean acceptance rate {table.run['acceptance_rate']:.3f}")
+    if "ensemble_fraction" in table.run:
+        print(f"  ensemble force used by {table.run['ensemble_fraction']:.1%} of particle-steps after burn-in")
+    print("  estimates over kept steps and particles:" if res.trace is None else "  estimates over the kept draws:")
+    print_table(table, footer=False)
+
+
+def print_verdict(args, found: list) -> None:
+    for p in found:
+        print(f"  UNRELIABLE: {p}")
+    if not found:
+        print(RELIABLE)
+    elif args.allow_unreliable:
+        print("  (--allow-unreliable: exit status 0 all the same)")
+
+
+def report(args, setup: Setup, run: Run, record: dict) -> tuple:
+    """After the run: everything it measured and the verdict; ``(summary table, problems)``."""
+    for message in run.warnings:
+        print(f"  warning: {message}")
+        record["warnings"].append(message)
+    target = setup.target
+    table = summary(run.result, truth=target if target.mean is not None else None, burn_in=run.burn_in)
+    _print_run(args, setup, run, table)
+    found = problems(args, target, setup.job, run.result, table)
+    print_verdict(args, found)
+    return table, found
+
+
+def cmd_summary(args) -> int:
+    """``cenlmc-jax summary DIR``: a finished run's report and verdict, from its summary.csv and run.json."""
+    folder = args.dir
+    csv_path, json_path = os.path.join(folder, "summary.csv"), os.path.join(folder, "run.json")
+    for path in (csv_path, json_path):
+        if not os.path.isfile(path):
+            raise UsageError(f"{folder}: no {os.path.basename(path)} (not a finished cenlmc-jax sample --out "
+                             "directory)")
+    with open(json_path) as fh:
+        record = json.load(fh)
+    table = SummaryTable.from_csv(csv_path, run=record.get("summary_run"), notes=tuple(record.get("summary_notes", ())))
+    print(f"cenlmc-jax: {record.get('description', record.get('sampler'))}")
+    tgt = record.get("target", {})
+    print(f"  target {tgt.get('name')} (d={tgt.get('dim')}), seed {record.get('seed')}, "
+          f"{record.get('steps_done')} steps done, {record.get('version')}")
+    print_table(table)
+    for p in record.get("problems", []):
+        print(f"  UNRELIABLE: {p}")
+    if record.get("reliable"):
+        print(RELIABLE)
+    return 0
