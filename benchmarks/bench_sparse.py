@@ -42,7 +42,8 @@ from _common import base_parser, write_results  # noqa: E402
 from bench_pairwise import make_ensemble  # noqa: E402
 
 from cenlmc_jax.pairwise import ensemble_force  # noqa: E402
-from cenlmc_jax.pairwise.algebra import prepare, sort_spatially, tile_spec  # noqa: E402
+from cenlmc_jax.pairwise.algebra import prepare, tile_spec  # noqa: E402
+from cenlmc_jax.pairwise.sparsity import sort_spatially  # noqa: E402
 from cenlmc_jax.pairwise.tiled import (  # noqa: E402
     SPARSE_BLOCK_COLS,
     SPARSE_BLOCK_ROWS,

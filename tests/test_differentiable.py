@@ -30,7 +30,8 @@ from test_pairwise import eta_for_neighbours, lmc_like_ensemble
 
 import cenlmc_jax as cj
 from cenlmc_jax.pairwise import DIRECT_MAX_D, ensemble_force, ensemble_force_tiled
-from cenlmc_jax.pairwise.algebra import column_weights, max_shared_spread, prepare, sort_spatially, tile_spec
+from cenlmc_jax.pairwise.algebra import column_weights, max_shared_spread, prepare, tile_spec
+from cenlmc_jax.pairwise.sparsity import sort_spatially
 from cenlmc_jax.pairwise.tiled import SPARSE_BLOCK_COLS, sparse_capacity, sparse_plan
 
 J = np.array([[0.0, 1.0], [-1.0, 0.0]])

@@ -39,12 +39,11 @@ from cenlmc_jax.pairwise import (
     ensemble_force_reference_numpy,
     ensemble_force_tiled,
 )
-from cenlmc_jax.pairwise.algebra import (
+from cenlmc_jax.pairwise.algebra import prepare, tile_spec
+from cenlmc_jax.pairwise.sparsity import (
     TileBoxes,
     hilbert_key,
-    prepare,
     sort_spatially,
-    tile_spec,
     tiles_apart,
 )
 from cenlmc_jax.pairwise.pallas import kernel_options, sparse_list_len, sparse_tile_lists

@@ -102,9 +102,17 @@ def test_the_layers_point_down():
     for low in ("cenlmc_jax._validation", "cenlmc_jax.types", "cenlmc_jax.base", "cenlmc_jax._linalg"):
         above = {t for t in edges[low] if t not in ("cenlmc_jax._validation", "cenlmc_jax.types")}
         assert not above, (low, above)
-    # the pair-force backends import only the algebra below them
-    backends = [n for n in MODULES if n.startswith("cenlmc_jax.pairwise.") and n != "cenlmc_jax.pairwise.algebra"]
+    # the pair-force backends import only the floors below them: the algebra and
+    # the block sparsity built on it; the sparsity imports at most the algebra,
+    # and the algebra nothing of pairwise (the lower floors never import a backend)
+    algebra, sparsity = "cenlmc_jax.pairwise.algebra", "cenlmc_jax.pairwise.sparsity"
+    floors = {algebra: set(), sparsity: {algebra}}
+    assert set(floors) <= set(MODULES)
+    backends = [n for n in MODULES if n.startswith("cenlmc_jax.pairwise.") and n not in floors]
     assert backends
     for name in backends:
         inside = {t for t in edges[name] if t.startswith("cenlmc_jax.pairwise")}
-        assert inside <= {"cenlmc_jax.pairwise.algebra"}, (name, inside)
+        assert inside <= set(floors), (name, inside)
+    for name, allowed in floors.items():
+        inside = {t for t in edges[name] if t.startswith("cenlmc_jax.pairwise")}
+        assert inside <= allowed, (name, inside)

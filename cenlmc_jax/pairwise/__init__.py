@@ -15,6 +15,8 @@ Layers (each imports only those below it):
     algebra   the formulas once: PairwiseForce, log α_d, input checks,
               precision, prepare, and the blockwise sum as a monoid
               (empty_partial, combine, tile_partial / tile_update, finish)
+    sparsity  block sparsity on top of the algebra: the Hilbert order, tile
+              boxes and the conservative test of which tile pairs to skip
     dense     the N x N reference and the float64 NumPy oracle
     tiled     XLA row tiles folding the algebra's tile update (CPU path),
               dense or block-sparse (only tile pairs whose boxes are near)

@@ -42,6 +42,10 @@ reduction defined here, the flash-attention pattern (KeOps'
 * :func:`finish` turns a partial over all columns into :class:`PairwiseForce`:
   ``force_sum_i = exp(m_i) (Σ_j W_ij x̃_j - (Σ_j W_ij) x̃_i)``.
 
+Which tile pairs a block-sparse fold may skip (the Hilbert order, the tiles'
+bounding boxes and the conservative box test) is :mod:`.sparsity`, one floor
+above this module: it imports this one, never the reverse.
+
 The log weights (one overflow rule for every backend). ``exp(log s_j)``
 overflows float32 already at d = 50 with a small η (spec section 2), and the
 weights of one ensemble may spread over more than the exponent range (EnLMC
@@ -146,6 +150,7 @@ __all__ = [
     "validity",
     "centre_terms",
     "far_point",
+    "far_rows",
     "prepare",
     "pad_particles",
     "empty_partial",
@@ -157,20 +162,6 @@ __all__ = [
     "count_update",
     "r2_counts",
     "finish",
-    "SPATIAL_KEY_MAX_D",
-    "FULL",
-    "COUNT",
-    "SKIP",
-    "TileBoxes",
-    "hilbert_key",
-    "spatial_order",
-    "sort_spatially",
-    "unsort",
-    "tile_boxes",
-    "box_gap2",
-    "tiles_apart",
-    "tile_kinds",
-    "tile_list",
 ]
 
 #: Up to this dimension distances are exact differences by default (module docstring).
@@ -379,13 +370,13 @@ def far_point(dtype: Any) -> float:
     return 2.0 ** (jnp.finfo(dtype).maxexp // 2 - 3)
 
 
-def _far_rows(n: int, d: int, dtype: Any) -> Array:
+def far_rows(n: int, d: int, dtype: Any) -> Array:
     """(n, d) copies of the far point ``F e_1``."""
     return jnp.broadcast_to(jnp.where(jnp.arange(d) == 0, far_point(dtype), 0).astype(dtype), (n, d))
 
 
 # Values of an invalid (padding) particle, per Prepared field: finite, so that
-# reverse mode never meets a NaN (x and w: the far point, _far_rows).
+# reverse mode never meets a NaN (x and w: the far point, far_rows).
 _INVALID = dict(f=0, x1=0, log_s=NEG, thr_x=0, thr_w=0, valid=False, valid_w=False)
 
 
@@ -425,7 +416,7 @@ def prepare(x: Array, f: Array, log_p: Array, eta: ArrayLike, w: Array | None = 
     def centred(v, ok, centre):
         if centre is None:
             centre = centre_terms(v, ok, jnp.maximum(jnp.sum(ok, dtype=dtype), 1))
-        vc = jnp.where(ok[:, None], v - centre, _far_rows(n, d, dtype))
+        vc = jnp.where(ok[:, None], v - centre, far_rows(n, d, dtype))
         return vc, jnp.sum(vc * vc, axis=1)  # F² exactly on the far rows
 
     xc, sq_x = centred(x, valid, centre_x)
@@ -455,7 +446,7 @@ def pad_particles(p: Prepared, n_pad: int) -> Prepared:
         if v is None:
             return None
         if name in ("x", "w"):
-            return jnp.concatenate([v, _far_rows(n_pad - v.shape[0], v.shape[1], v.dtype)])
+            return jnp.concatenate([v, far_rows(n_pad - v.shape[0], v.shape[1], v.dtype)])
         fill = far * far if name in ("sq_x", "sq_w") else _INVALID[name]
         widths = [(0, n_pad - v.shape[0])] + [(0, 0)] * (v.ndim - 1)
         return jnp.pad(v, widths, constant_values=fill)
@@ -595,7 +586,7 @@ def tile_update(acc: Partial, rows: Prepared, cols: Prepared, spec: TileSpec) ->
 
 
 def count_update(acc: Partial, rows: Prepared, cols: Prepared, spec: TileSpec) -> Partial:
-    """A fold step over a tile whose x-boxes are apart (:func:`tile_kinds` ``COUNT``): only ``n_r2`` grows.
+    """A fold step over a tile whose x-boxes are apart (:func:`~.sparsity.tile_kinds` ``COUNT``): only ``n_r2`` grows.
 
     No pair of such a tile is within η, so it adds nothing to the sums or to
     ``n_ball``; its R2 count is that of :func:`tile_partial` (the same
@@ -627,196 +618,3 @@ def finish(p: Partial, rows: Prepared, n_total: int) -> PairwiseForce:
     else:
         n_r2 = jnp.where(rows.valid_w, p.n_r2 - 1, 0)
     return PairwiseForce(force, n_r2, n_ball)
-
-
-# ------------------------------------------------------------------ block sparsity
-#
-# KeOps' block-sparse reduction pattern: order the particles along a
-# space-filling curve (Hilbert) so that a tile of consecutive particles is a compact
-# cloud, bound every tile by an axis-aligned box (in x, and in w for the R2
-# test), and fold only the tile pairs whose boxes are close enough to hold a
-# pair that passes a mask. The order changes nothing but the order of the
-# sums; the box test is conservative against the rounding of the kernel's own
-# distances (:func:`tiles_apart`), so the skipped tiles are exactly tiles that
-# would have added nothing: the counts equal those of the dense tiles and the
-# forces agree to rounding.
-
-#: The spatial key uses at most this many coordinates (the leading principal
-#: coordinates beyond): 30 // 5 = 6 bits each in a 30-bit Hilbert index.
-SPATIAL_KEY_MAX_D = 5
-_KEY_BITS = 30
-#: Tile kinds of :func:`tile_kinds`: the whole tile update; the R2 count only; nothing.
-FULL, COUNT, SKIP = 0, 1, 2
-
-
-def hilbert_key(q: Array, bits: int) -> Array:
-    """Hilbert-curve index (int32) of the grid cells ``q: (n, k)`` (int32 in ``[0, 2^bits)``, ``k * bits <= 30``).
-
-    Skilling's transpose algorithm ("Programming the Hilbert curve", AIP
-    Conf. Proc. 707, 2004), vectorised over the rows: undo the excess work
-    of the inverse transform level by level, Gray-encode, then interleave
-    the bits (most significant level first, coordinate 0 first). Consecutive
-    indices are adjacent cells, so a run of them is a compact cloud (a
-    Z-order run can jump across the domain).
-    """
-    k = q.shape[1]
-    x = [q[:, j] for j in range(k)]
-    level = 1 << (bits - 1)
-    while level > 1:
-        low = level - 1
-        for i in range(k):
-            high = (x[i] & level) != 0
-            t = (x[0] ^ x[i]) & low
-            x0 = jnp.where(high, x[0] ^ low, x[0] ^ t)
-            x[i] = jnp.where(high, x[i], x[i] ^ t) if i else x0
-            x[0] = x0
-        level >>= 1
-    for i in range(1, k):
-        x[i] = x[i] ^ x[i - 1]
-    t = jnp.zeros_like(x[0])
-    level = 1 << (bits - 1)
-    while level > 1:
-        t = jnp.where((x[k - 1] & level) != 0, t ^ (level - 1), t)
-        level >>= 1
-    x = [xi ^ t for xi in x]
-    key = jnp.zeros_like(x[0])
-    for b in range(bits):
-        for i in range(k):
-            key = key | (((x[i] >> b) & 1) << (b * k + k - 1 - i))
-    return key
-
-
-def spatial_order(v: Array, ok: Array) -> Array:
-    """Permutation ``(n,)`` sorting the rows of ``v: (n, d)`` along a Hilbert curve, rows not ``ok`` last.
-
-    Key coordinates: ``v`` itself for ``d <= SPATIAL_KEY_MAX_D``, else its
-    projections on the ``SPATIAL_KEY_MAX_D`` leading principal axes of the ok
-    rows (eigenvectors of their covariance). Each is quantised to ``2^b``
-    cells over the ok rows' range, ``b = 30 // (key dimensions)``, and
-    ordered by :func:`hilbert_key`; ties keep the input order. Only the
-    speed of a block-sparse sum depends on the order, never its result.
-    """
-    dtype = v.dtype
-    v = jnp.where(ok[:, None], v, 0)
-    if v.shape[1] > SPATIAL_KEY_MAX_D:
-        count = jnp.maximum(jnp.sum(ok, dtype=dtype), 1)
-        c = jnp.where(ok[:, None], v - jnp.sum(v, axis=0) / count, 0)
-        _, axes = jnp.linalg.eigh(c.T @ c / count)  # ascending eigenvalues
-        v = c @ axes[:, ::-1][:, :SPATIAL_KEY_MAX_D]
-    k = v.shape[1]
-    bits = _KEY_BITS // k
-    lo = jnp.min(jnp.where(ok[:, None], v, jnp.inf), axis=0)
-    hi = jnp.max(jnp.where(ok[:, None], v, -jnp.inf), axis=0)
-    scale = 2.0**bits / jnp.where(hi > lo, hi - lo, 1)
-    q = jnp.clip(jnp.floor((v - lo) * scale), 0, 2**bits - 1)
-    q = jnp.where(ok[:, None], q, 0).astype(jnp.int32)
-    key = q[:, 0] if k == 1 else hilbert_key(q, bits)
-    return jnp.argsort(jnp.where(ok, key, 2**_KEY_BITS), stable=True).astype(jnp.int32)
-
-
-def sort_spatially(p: Prepared) -> tuple[Array, Prepared]:
-    """``(perm, p[perm])``: the particles in the Hilbert order of ``w`` (of ``x`` without ``w``).
-
-    ``w`` orders them when it is given: every R2-neighbour pair must be
-    visited for ``n_r2``, so the w-boxes decide which tiles are skipped,
-    and ``x`` stays close to ``w`` (``x = w + sqrt(2h) ξ``).
-    """
-    v, ok = (p.x, p.valid) if p.w is None else (p.w, p.valid_w)
-    perm = spatial_order(v, ok)
-    return perm, jax.tree.map(lambda a: a[perm], p)
-
-
-def unsort(out: PairwiseForce, perm: Array) -> PairwiseForce:
-    """The rows of ``out`` (computed for ``p[perm]``) back in the input order."""
-    return PairwiseForce(*(jnp.zeros_like(a).at[perm].set(a) for a in out))
-
-
-class TileBoxes(NamedTuple):
-    """Axis-aligned bounding boxes of tiles of consecutive particles, coordinate-major.
-
-    lo, hi: (d, t) coordinate-wise min / max over the tile's particles not
-        at the far point (the valid ones); ``+inf`` / ``-inf`` for a tile without any.
-    sq: (t,) the largest ``|ṽ|²`` in the tile (0 if none): bounds the Gram
-        identity's rounding error.
-    Any trailing shape broadcasts in place of ``t`` (one tile: ``(d,)``, ``()``).
-    """
-
-    lo: Array
-    hi: Array
-    sq: Array
-
-
-def tile_boxes(v: Array, sq: Array, size: int) -> TileBoxes:
-    """The :class:`TileBoxes` of the tiles of ``size`` consecutive rows of ``v: (n, d)``.
-
-    Rows at the far point (invalid particles, :func:`far_point`) belong to no
-    box; ``n`` is a multiple of ``size``.
-    """
-    n, d = v.shape
-    far = jnp.all(v == _far_rows(1, d, v.dtype), axis=1).reshape(n // size, size)
-    v = v.T.reshape(d, n // size, size)
-    return TileBoxes(jnp.min(jnp.where(far, jnp.inf, v), axis=2), jnp.max(jnp.where(far, -jnp.inf, v), axis=2),
-                     jnp.max(jnp.where(far, 0, sq.reshape(n // size, size)), axis=1))
-
-
-def box_gap2(a: TileBoxes, b: TileBoxes) -> Array:
-    """Squared minimum distance between boxes ``a`` and ``b`` (trailing shapes broadcast); ``inf`` if one is empty.
-
-    Per coordinate the gap is ``max(0, lo_b - hi_a, lo_a - hi_b)``; summed
-    one coordinate at a time (a fused pass over the tile pairs).
-    """
-    total = None
-    for k in range(a.lo.shape[0]):
-        gap = jnp.maximum(jnp.maximum(b.lo[k] - a.hi[k], a.lo[k] - b.hi[k]), 0)
-        total = gap * gap if total is None else total + gap * gap
-    return total
-
-
-def tiles_apart(a: TileBoxes, b: TileBoxes, thr: Array, spec: TileSpec) -> Array:
-    """True where no pair of tiles ``a`` x ``b`` can pass ``d² <= thr`` (nor be coincident) in :func:`tile_partial`.
-
-    Conservative against the rounding of both computations: the box gap
-    ``γ²`` (computed with relative error below ``(d+2)ε``) is shrunk by
-    ``4(d+4)ε``, which also covers the ``(d+2)ε`` of the kernel's direct
-    differences; with the Gram identity, whose ``d²`` errs by at most
-    ``κ (|x̃_i|² + |x̃_j|²)`` and which counts ``d² <= κ t`` as coincident,
-    ``2κ (sq_a + sq_b)`` is subtracted as well. So a tile pair is apart only
-    if every computed ``d²`` in it exceeds ``thr`` and the coincidence bound.
-    """
-    d = a.lo.shape[0]
-    eps = float(jnp.finfo(a.lo.dtype).eps)
-    gap2 = box_gap2(a, b) * (1 - 4 * (d + 4) * eps)
-    if not spec.direct:
-        gap2 = gap2 - 2 * spec.kappa * (a.sq + b.sq)
-    return gap2 > thr
-
-
-def tile_kinds(rows_x: TileBoxes, cols_x: TileBoxes, thr_x: Array, spec: TileSpec, rows_w: TileBoxes | None = None,
-               cols_w: TileBoxes | None = None, thr_w: Array | None = None) -> Array:
-    """What a row tile needs of each column tile: int32 ``FULL``, ``COUNT`` or ``SKIP`` (broadcast shapes).
-
-    ``FULL`` where a pair may pass both masks (the whole :func:`tile_update`);
-    with ``w``, ``COUNT`` where the x-boxes are apart but the w-boxes are not:
-    ``n_r2`` counts w-neighbours over every particle, so such a tile still
-    adds to it (:func:`count_update`); ``SKIP`` where the w-boxes are apart
-    (without ``w``: where the x-boxes are).
-    """
-    x_apart = tiles_apart(rows_x, cols_x, thr_x, spec)
-    if rows_w is None:
-        return jnp.where(x_apart, SKIP, FULL).astype(jnp.int32)
-    w_apart = tiles_apart(rows_w, cols_w, thr_w, spec)
-    return jnp.where(w_apart, SKIP, jnp.where(x_apart, COUNT, FULL)).astype(jnp.int32)
-
-
-def tile_list(kinds: Array, capacity: int, fill: int) -> tuple[Array, Array, Array]:
-    """The column tiles a row tile visits: ``(list (capacity,) int32, n_full, n_count)``.
-
-    ``kinds: (t,)`` from :func:`tile_kinds`. The list holds the ``FULL`` tiles
-    in order, then the ``COUNT`` tiles, then ``fill``; entries beyond
-    ``capacity`` are dropped (the caller checks ``n_full + n_count <= capacity``).
-    """
-    full, count = kinds == FULL, kinds == COUNT
-    n_full = jnp.sum(full, dtype=jnp.int32)
-    pos = jnp.where(full, jnp.cumsum(full) - 1, jnp.where(count, n_full + jnp.cumsum(count) - 1, capacity))
-    lst = jnp.full((capacity,), fill, jnp.int32).at[pos].set(jnp.arange(kinds.shape[0], dtype=jnp.int32), mode="drop")
-    return lst, n_full, jnp.sum(count, dtype=jnp.int32)

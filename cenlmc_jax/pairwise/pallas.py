@@ -64,7 +64,6 @@ from cenlmc_jax.pairwise.algebra import (
     Partial,
     PairwiseForce,
     Prepared,
-    TileBoxes,
     TileSpec,
     canonical_precision,
     check_pair_inputs,
@@ -73,12 +72,15 @@ from cenlmc_jax.pairwise.algebra import (
     finish,
     pad_particles,
     prepare,
+    tile_spec,
+    tile_update,
+)
+from cenlmc_jax.pairwise.sparsity import (
+    TileBoxes,
     sort_spatially,
     tile_boxes,
     tile_kinds,
     tile_list,
-    tile_spec,
-    tile_update,
     unsort,
 )
 from cenlmc_jax.types import Array, ArrayLike
@@ -294,8 +296,8 @@ def sparse_tile_lists(p: Prepared, opts: KernelOptions, list_len: int) -> tuple[
     """Per row block of ``p``, the column blocks the block-sparse kernel visits, and whether all lists fit.
 
     Returns ``((lists (R, K) int32, n_full (R,), n_count (R,)), fits)``:
-    :func:`~.algebra.tile_kinds` of each row block's boxes against every
-    column block's, listed by :func:`~.algebra.tile_list` (``FULL`` first,
+    :func:`~.sparsity.tile_kinds` of each row block's boxes against every
+    column block's, listed by :func:`~.sparsity.tile_list` (``FULL`` first,
     then ``COUNT``); ``fits`` is False if a row block has more than ``K``.
     ``O((N/B_r)(N/B_c) d)`` work, ``lax.map`` over the row blocks.
     """

@@ -22,10 +22,10 @@ second core idle, larger ones fall out of cache.
 
 Block-sparse (``block_sparse=True``; KeOps' block-sparse reduction): the
 particles are sorted along a Hilbert curve of w (of x without w:
-:func:`~.algebra.sort_spatially`), cut into row tiles of ``B`` and column tiles
+:func:`~.sparsity.sort_spatially`), cut into row tiles of ``B`` and column tiles
 of ``C`` particles with bounding boxes in x and w, and :func:`sparse_plan`
 lists the tile pairs whose boxes are within η (and R2) up to rounding
-(:func:`~.algebra.tiles_apart`): for the R2 count every pair within R2 in w
+(:func:`~.sparsity.tiles_apart`): for the R2 count every pair within R2 in w
 is visited, whatever its x-boxes. :func:`block_sparse_partial` then folds
 ``group`` listed tile pairs per step, side by side, and scatter-adds them to
 their rows; the outputs are unsorted. The list has a static capacity (a
@@ -57,12 +57,10 @@ from jax import lax
 
 from cenlmc_jax._validation import check_bool, check_choice, check_int, check_positive
 from cenlmc_jax.pairwise.algebra import (
-    SKIP,
     ColumnWeights,
     Partial,
     PairwiseForce,
     Prepared,
-    TileBoxes,
     canonical_precision,
     check_pair_inputs,
     column_weights,
@@ -70,13 +68,17 @@ from cenlmc_jax.pairwise.algebra import (
     finish,
     pad_particles,
     prepare,
+    tile_partial_with,
+    tile_spec,
+    tile_update,
+)
+from cenlmc_jax.pairwise.sparsity import (
+    SKIP,
+    TileBoxes,
     sort_spatially,
     unsort,
     tile_boxes,
     tile_kinds,
-    tile_partial_with,
-    tile_spec,
-    tile_update,
 )
 from cenlmc_jax.types import Array, ArrayLike
 
@@ -241,7 +243,7 @@ def sparse_plan(p: Prepared, block_rows: int, block_cols: int, capacity: int, sp
     """Which tile pairs of ``p`` (rows in tiles of ``block_rows``, columns of ``block_cols``) to visit.
 
     One ``lax.scan`` over chunks of row tiles (about :data:`PLAN_CHUNK`
-    tile pairs each): :func:`~.algebra.tile_kinds` of the chunk's boxes
+    tile pairs each): :func:`~.sparsity.tile_kinds` of the chunk's boxes
     against every column tile's, the pairs not ``SKIP`` compacted (cumsum and
     scatter) and written at the running end of the list; a write's stale
     tail is overwritten by the next one. ``O((N/B)(N/C) d)`` work, no

@@ -1,0 +1,76 @@
+"""Jittable MCMC and ensemble diagnostics.
+
+All functions are written with ``jax.numpy`` only and use static shapes, so
+they can be called inside :func:`jax.jit` (axis arguments, ``split``,
+``method``, ``statistic`` and ``num_projections`` must then be static).
+Argument checking happens in Python on shapes and dtypes only, *before* any
+tracing, and raises :class:`ValueError` naming the offending argument, what
+was given and what was expected.
+
+Chain diagnostics take draws **chains first**, ``(num_chains, num_samples,
+*event_shape)`` (ArviZ's, NumPyro's and BlackJAX's layout; for an ensemble
+sampler a "chain" is a particle), or a :class:`~cenlmc_jax.run.RunResult`
+directly, and return one value per coordinate, shape ``event_shape``. A
+plain array whose layout looks swapped raises a :class:`LayoutWarning`
+(:mod:`.layout` gives the two symptoms checked). Floating dtypes are
+preserved (float64 in, float64 out when ``jax_enable_x64`` is on); integer
+and boolean inputs are promoted to the default floating dtype.
+
+Modules (this one only re-exports them)
+---------------------------------------
+:mod:`.layout`
+    :func:`chains_first`, :class:`LayoutWarning`: the layout of draws and
+    the argument checks every diagnostic shares.
+:mod:`.chains` (several dependent chains)
+    :func:`effective_sample_size` (``method="identity" | "mean" | "bulk" |
+    "tail"``, ArviZ's names, :data:`ESS_METHODS`),
+    :func:`potential_scale_reduction` (plain or ``rank=True``), :func:`mcse`
+    (of the mean or the sd), :func:`autocorrelation`.
+:mod:`.ensemble` (independent particles)
+    :func:`ensemble_mcse`, :func:`z_score`, :func:`moment_errors`
+    (:class:`MomentErrors`).
+:mod:`.distances` (two samples: an ensemble against reference draws)
+    :func:`mmd`, :func:`sliced_wasserstein`.
+
+References
+----------
+A. Vehtari, A. Gelman, D. Simpson, B. Carpenter, P.-C. Bürkner (2021).
+Rank-normalization, folding, and localization: an improved R-hat for
+assessing convergence of MCMC. Bayesian Analysis 16(2).
+
+C. J. Geyer (1992). Practical Markov chain Monte Carlo. Statistical Science
+7(4).
+
+A. Gretton, K. Borgwardt, M. Rasch, B. Schölkopf, A. Smola (2012). A kernel
+two-sample test. JMLR 13.
+
+N. Bonneel, J. Rabin, G. Peyré, H. Pfister (2015). Sliced and Radon
+Wasserstein barycenters of measures. JMIV 51.
+"""
+
+from cenlmc_jax.diagnostics.chains import (
+    ESS_METHODS,
+    autocorrelation,
+    effective_sample_size,
+    mcse,
+    potential_scale_reduction,
+)
+from cenlmc_jax.diagnostics.distances import mmd, sliced_wasserstein
+from cenlmc_jax.diagnostics.ensemble import MomentErrors, ensemble_mcse, moment_errors, z_score
+from cenlmc_jax.diagnostics.layout import LayoutWarning, chains_first
+
+__all__ = [
+    "LayoutWarning",
+    "chains_first",
+    "autocorrelation",
+    "effective_sample_size",
+    "potential_scale_reduction",
+    "mcse",
+    "ensemble_mcse",
+    "z_score",
+    "MomentErrors",
+    "moment_errors",
+    "mmd",
+    "sliced_wasserstein",
+    "ESS_METHODS",
+]
