@@ -18,7 +18,7 @@ from cenlmc_jax import diagnostics, ensemble, gradients, irreversible, pairwise,
 from cenlmc_jax import problems
 from cenlmc_jax import adaptation
 from cenlmc_jax import checkpoint
-from cenlmc_jax.ensemble_tuning import TunedCEnLMC, tune_cenlmc
+from cenlmc_jax.ensemble import EnsembleOptions, TunedCEnLMC, tune_cenlmc
 from cenlmc_jax.finite_difference import finite_difference
 from cenlmc_jax.base import SamplingAlgorithm, StepSize
 from cenlmc_jax.ensemble import (
@@ -101,7 +101,7 @@ SAMPLERS = {
 
 __all__ = [
     "diagnostics", "ensemble", "gradients", "irreversible", "pairwise", "sgmcmc", "targets", "tuning", "problems",
-    "SamplingAlgorithm", "StepSize", "SAMPLERS", "checkpoint", "tune_cenlmc", "TunedCEnLMC", "finite_difference",
+    "SamplingAlgorithm", "StepSize", "SAMPLERS", "checkpoint", "tune_cenlmc", "TunedCEnLMC", "EnsembleOptions", "finite_difference",
     "lmc", "enlmc", "cenlmc", "sgld", "sgrld", "sghmc", "sgrhmc", "complete_recipe", "irreversible_mh", "rwmh",
     "LMCState", "LMCInfo", "lmc_init", "lmc_step",
     "EnLMCState", "EnLMCInfo", "enlmc_init", "enlmc_step",

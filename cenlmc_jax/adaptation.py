@@ -3,7 +3,7 @@
 The shape of BlackJAX's ``window_adaptation`` (Stan's warm-up), for the
 samplers of this package that have a Metropolis step:
 
-    warmup = cj.adaptation.window_adaptation("mala", logdensity_fn)
+    warmup = cj.adaptation.window_adaptation("mala", logdensity_fn)    # or an AdaptationSpec
     (state, parameters), info = warmup.run(rng_key, position, num_steps=1000)      # one chain
     (states, parameters), info = warmup.run_chains(rng_key, positions, 1000)       # (C, d): pooled
     sampler = warmup.sampler(parameters)        # a ready SamplingAlgorithm, e.g. cj.vmap_chains(sampler)
@@ -65,6 +65,7 @@ chosen ``bias``, exactly for ULA, by the discrete Lyapunov equation for SGHMC).
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 from typing import Any, Callable, NamedTuple, Optional
 
@@ -94,14 +95,15 @@ __all__ = [
     "WindowAdaptation",
     "window_adaptation",
     "TARGET_ACCEPTANCE",
+    "AdaptationSpec",
+    "ADAPTABLE",
+    "rwmh_spec",
+    "mala_spec",
+    "sde_spec",
+    "gamma_spec",
     "max_curvature",
     "langevin_step_size",
 ]
-
-#: Default target acceptance rates by kind (see the module docstring).
-TARGET_ACCEPTANCE = {"rwmh": 0.234, "mala": 0.574, "sde": 0.574, "gamma": 0.5}
-KINDS = tuple(TARGET_ACCEPTANCE)
-
 
 # ------------------------------------------------------------------ dual averaging
 
@@ -284,33 +286,206 @@ def _check_skew_q(Q: Any) -> Optional[np.ndarray]:
     return q
 
 
+# ------------------------------------------------------------------ what is adapted, per sampler
+
+
+class AdaptationSpec(NamedTuple):
+    """What :func:`window_adaptation` needs to know of a sampler (one row of the module docstring's table).
+
+    name: for messages.
+    target_acceptance: the default ``δ`` of (DA).
+    parameters: ``(ε, Σ or None, d) -> dict``: the sampler's arguments for the step size (or
+      scale) ``ε`` and the preconditioner ``Σ`` (``(d,)`` diagonal or ``(d, d)``; None: identity).
+    build: ``(logdensity_fn, parameters) -> SamplingAlgorithm`` for one chain (buildable inside
+      ``jit``; its info has ``acceptance_rate``).
+    dense: whether a dense ``Σ`` is meaningful (False for a coordinatewise proposal).
+
+    Any Metropolis-adjusted sampler of this package or the user's can be adapted by writing one.
+    """
+
+    name: str
+    target_acceptance: float
+    parameters: Callable[[Array, Optional[Array], int], dict]
+    build: Callable[[LogDensityFn, dict], SamplingAlgorithm]
+    dense: bool = True
+
+
+def rwmh_spec() -> AdaptationSpec:
+    """RW-MH: ``rwmh(logdensity_fn, ε, proposal_cov=Σ)``; target 0.234 (Roberts, Gelman & Gilks 1997)."""
+    return AdaptationSpec(
+        "rwmh", 0.234, lambda eps, cov, d: {"step_size": eps, "proposal_cov": cov},
+        lambda logdensity_fn, p: rwmh(logdensity_fn, p["step_size"], proposal_cov=p["proposal_cov"]))
+
+
+def _sde_build(logdensity_fn: LogDensityFn, p: dict) -> SamplingAlgorithm:
+    return irreversible_mh(logdensity_fn, sde_proposal(p["D"], p["Q"], logdensity_fn, p["step_size"]))
+
+
+def sde_spec(Q: Any = None) -> AdaptationSpec:
+    """The SDE proposal inside the irreversible jump sampler with ``D = Σ`` and ``Q = L Q_w Lᵀ``
+    (``Σ = L Lᵀ``; ``Q``: the whitened ``(d, d)`` skew-symmetric ``Q_w``, None for 0); target 0.574."""
+    q_white = _check_skew_q(Q)
+
+    def parameters(eps: Array, cov: Optional[Array], d: int) -> dict:
+        D = 1.0 if cov is None else cov
+        if q_white is None:  # None, also after jit and vmap: the proposal knows Q = 0 and skips it
+            return {"step_size": eps, "D": D, "Q": None}
+        q = jnp.asarray(q_white, eps.dtype)
+        if q.shape[0] != d:
+            raise ValueError(f"Q must have shape ({d}, {d}) for a position of dimension {d}; got {q.shape}.")
+        if cov is None:
+            return {"step_size": eps, "D": D, "Q": q}
+        L = jnp.linalg.cholesky(cov) if cov.ndim == 2 else jnp.sqrt(cov)
+        LQLt = L @ q @ L.T if cov.ndim == 2 else L[:, None] * q * L[None, :]
+        return {"step_size": eps, "D": D, "Q": 0.5 * (LQLt - LQLt.T)}  # skew to the last bit
+
+    return AdaptationSpec("sde", 0.574, parameters, _sde_build)
+
+
+def mala_spec() -> AdaptationSpec:
+    """MALA preconditioned by ``Σ``: :func:`sde_spec` with ``Q = 0``; target 0.574 (Roberts & Rosenthal 1998)."""
+    return sde_spec(None)._replace(name="mala")
+
+
+def gamma_spec(shape: float = 2.0) -> AdaptationSpec:
+    """The Gamma proposal ``gamma_proposal(shape, scale = ε·sqrt(diag Σ))``; target 0.5 (no
+    optimal-scaling theory: the value the tests and benchmarks use); diagonal ``Σ`` only."""
+    check_positive(shape, "shape")
+    return AdaptationSpec(
+        "gamma", 0.5,
+        lambda eps, cov, d: {"shape": shape, "scale": eps if cov is None else eps * jnp.sqrt(cov)},
+        lambda logdensity_fn, p: irreversible_mh(logdensity_fn, gamma_proposal(p["shape"], p["scale"])),
+        dense=False)
+
+
+#: The samplers :func:`window_adaptation` knows by name, and the options each takes.
+ADAPTABLE: dict[str, Callable[..., AdaptationSpec]] = {
+    "rwmh": rwmh_spec, "mala": mala_spec, "sde": sde_spec, "gamma": gamma_spec}
+#: Default target acceptance rates by name (see the module docstring).
+TARGET_ACCEPTANCE = {name: make().target_acceptance for name, make in ADAPTABLE.items()}
+KINDS = tuple(ADAPTABLE)
+
+
+def _spec(algorithm: Any, options: dict) -> AdaptationSpec:
+    """The :class:`AdaptationSpec` for a name of :data:`ADAPTABLE` (with its ``options``) or a spec."""
+    given = {k: v for k, v in options.items() if v is not None}
+    if isinstance(algorithm, AdaptationSpec):
+        if given:
+            raise ValueError(f"{', '.join(sorted(given))} are options of the named samplers; with an "
+                             f"AdaptationSpec, build them into it (e.g. sde_spec(Q=...)).")
+        return algorithm
+    check_choice(algorithm, "algorithm", KINDS)
+    make = ADAPTABLE[algorithm]
+    takes = set(inspect.signature(make).parameters)
+    for name in sorted(set(given) - takes):
+        raise ValueError(f"{name} is not an option of algorithm {algorithm!r} (it takes "
+                         f"{', '.join(sorted(takes)) or 'none'}); got {name} given.")
+    return make(**given)
+
+
+# ------------------------------------------------------------------ the warm-up
+
+
+def _schedule_flags(num_steps: int, windows: tuple, step_size_only: bool) -> dict:
+    """Per-step flags (NumPy, static): slow (Welford), window_end, rm (final window), rm_start."""
+    segments = build_schedule(num_steps, *windows)
+    if step_size_only:  # step size only: dual averaging, then the final window
+        last = segments[-1][0] if len(segments) > 1 else 0
+        segments = [(n, False, False) for n in (num_steps - last, last) if n]
+    # the final fast window runs (RM); with a single segment there is none: (DA) throughout
+    final = len(segments) - 1 if len(segments) > 1 and not segments[-1][1] else -1
+    flags = {k: np.zeros(num_steps, bool) for k in ("slow", "window_end", "rm", "rm_start")}
+    t = 0
+    for index, (length, slow, ends_window) in enumerate(segments):
+        flags["slow"][t:t + length] = slow
+        flags["window_end"][t + length - 1] = ends_window
+        flags["rm"][t:t + length] = index == final
+        flags["rm_start"][t] = index == final
+        t += length
+    return flags
+
+
+def _adapt(spec: AdaptationSpec, logdensity_fn, rng_key, states, flags: dict, target, initial_step_size,
+           preconditioner: Optional[str], pooled: bool):
+    """One lax.scan over the warm-up; the window boundaries are per-step flags (selects, no cond)."""
+    flat = jax.vmap(lambda p: ravel_position(p, check=False)[0]) if pooled else (
+        lambda p: ravel_position(p, check=False)[0][None])
+    x0 = flat(states.position)
+    d, dtype = x0.shape[1], x0.dtype
+    dense = preconditioner == "dense"
+    da = dual_averaging_init(initial_step_size, dtype)
+    wf0 = welford_init(d, dense, dtype)
+    cov = None
+    if preconditioner is not None:
+        cov = jnp.eye(d, dtype=dtype) if dense else jnp.ones((d,), dtype)
+    pick = lambda flag, a, b: jax.tree_util.tree_map(lambda u, v: jnp.where(flag, u, v), a, b)  # noqa: E731
+
+    def one(carry, inputs):
+        states, da, wf, cov = carry
+        t, slow, window_end, rm, rm_start = inputs
+        da = pick(rm_start, _restart(da), da)
+        step_size = jnp.exp(da.log_step_size)
+        algo = spec.build(logdensity_fn, spec.parameters(step_size, cov, d))
+        key = jax.random.fold_in(rng_key, t)
+        if pooled:
+            states, info = jax.vmap(algo.step)(jax.random.split(key, x0.shape[0]), states)
+        else:
+            states, info = algo.step(key, states)
+        acc = jnp.mean(jnp.where(jnp.isnan(info.acceptance_rate), 0.0, info.acceptance_rate))
+        da = pick(rm, robbins_monro_update(da, acc, target), dual_averaging_update(da, acc, target))
+        wf = pick(slow, welford_update(wf, flat(states.position)), wf)
+        if cov is not None:  # end of a slow window: new Σ, memoryless Welford, (DA) restarted around ε (Stan)
+            cov = jnp.where(window_end, welford_covariance(wf), cov)
+            da = pick(window_end, dual_averaging_init(jnp.exp(da.log_step_size)), da)
+            wf = pick(window_end, wf0, wf)
+        return (states, da, wf, cov), WindowAdaptationInfo(step_size, acc)
+
+    num_steps = len(flags["slow"])
+    inputs = (jnp.arange(num_steps),) + tuple(jnp.asarray(flags[k]) for k in ("slow", "window_end", "rm", "rm_start"))
+    (states, da, _, cov), info = lax.scan(one, (states, da, wf0, cov), inputs)
+    # (RM)'s average, or (DA)'s when there was no final window
+    step_size = jnp.exp(da.log_step_size_avg) if num_steps else jnp.asarray(initial_step_size, dtype)
+    return (states, spec.parameters(step_size, cov, d)), info
+
+
+def _check_chain_positions(positions: Any) -> None:
+    leaves = jax.tree_util.tree_leaves(positions)
+    if not leaves or any(np.ndim(a) < 1 for a in leaves) or (isinstance(positions, (jax.Array, np.ndarray))
+                                                              and np.ndim(positions) != 2):
+        raise ValueError("positions must have a leading chain axis: shape (C, d), or a pytree of (C, ...) "
+                         f"arrays; got {jax.tree_util.tree_map(np.shape, positions)}.")
+    ravel_position(jax.tree_util.tree_map(lambda a: a[0], positions))
+
+
 def window_adaptation(
-    kind: str,
+    algorithm: str | AdaptationSpec,
     logdensity_fn: LogDensityFn,
     *,
     target_acceptance_rate: Optional[float] = None,
     initial_step_size: float = 1.0,
     preconditioner: Optional[str] = "diagonal",
     Q: Any = None,
-    shape: float = 2.0,
+    shape: Optional[float] = None,
     initial_buffer: int = 75,
     first_window: int = 25,
     final_buffer: int = 50,
 ) -> WindowAdaptation:
-    """Warm-up for ``kind`` in ``("rwmh", "mala", "sde", "gamma")`` (module docstring).
+    """Warm-up for ``algorithm`` (module docstring), BlackJAX's ``window_adaptation(algorithm, ...)`` shape.
 
     Args:
-      kind: the sampler to adapt (table in the module docstring).
+      algorithm: a name of :data:`ADAPTABLE` (``"rwmh"``, ``"mala"``, ``"sde"``, ``"gamma"``;
+        table in the module docstring) or any :class:`AdaptationSpec` (``sde_spec(Q=...)``, or one
+        written for another Metropolis-adjusted sampler).
       logdensity_fn: ``x -> log π(x)`` for one position (an array or a pytree).
-      target_acceptance_rate: ``δ`` of (DA), in (0, 1); default :data:`TARGET_ACCEPTANCE`.
+      target_acceptance_rate: ``δ`` of (DA), in (0, 1); default: the spec's (:data:`TARGET_ACCEPTANCE`).
       initial_step_size: ``ε_0 > 0`` (for "gamma" the initial Gamma scale).
       preconditioner: ``"diagonal"`` (default), ``"dense"`` (not for "gamma")
         or ``None`` (identity; step size only).
-      Q: "sde" only: a ``(d, d)`` skew-symmetric matrix in whitened coordinates;
+      Q: "sde" only (:func:`sde_spec`): a ``(d, d)`` skew-symmetric matrix in whitened coordinates;
         the sampler uses ``L Q Lᵀ`` with ``Σ = L Lᵀ`` (``L = sqrt(Σ)`` for a
         diagonal ``Σ``, its Cholesky factor for a dense one): irreversibility of
         the same strength relative to the target's scales.
-      shape: "gamma" only: the Gamma shape ``k``.
+      shape: "gamma" only (:func:`gamma_spec`): the Gamma shape ``k`` (default 2).
       initial_buffer, first_window, final_buffer: the window sizes (:func:`build_schedule`).
 
     The CLI's call (one parameter set for all chains)::
@@ -321,124 +496,41 @@ def window_adaptation(
         result = cj.sample(key, algo, states, num_steps)
         # report params, and info.acceptance_rate[-final_buffer:].mean()
     """
-    check_choice(kind, "kind", KINDS)
+    spec = _spec(algorithm, {"Q": Q, "shape": shape})
     check_callable(logdensity_fn, "logdensity_fn", "x -> scalar log density")
-    target = TARGET_ACCEPTANCE[kind] if target_acceptance_rate is None else target_acceptance_rate
+    target = spec.target_acceptance if target_acceptance_rate is None else target_acceptance_rate
     check_positive(target, "target_acceptance_rate")
     if not 0.0 < float(target) < 1.0:
         raise ValueError(f"target_acceptance_rate must be in (0, 1); got {target}.")
     check_positive(initial_step_size, "initial_step_size")
     check_choice(preconditioner, "preconditioner", (None, "diagonal", "dense"))
-    if kind == "gamma" and preconditioner == "dense":
-        raise ValueError("preconditioner must be None or 'diagonal' for kind='gamma' (a coordinatewise proposal); "
-                         "got 'dense'.")
-    if Q is not None and kind != "sde":
-        raise ValueError(f"Q is for kind='sde' only; got kind={kind!r} with Q given.")
-    q_white = _check_skew_q(Q)
-    check_positive(shape, "shape")
-    for name, value in (("initial_buffer", initial_buffer), ("first_window", first_window),
-                        ("final_buffer", final_buffer)):
-        check_int(value, name, minimum=0)
-    dense = preconditioner == "dense"
-
-    def parameters(step_size: Array, cov: Optional[Array], d: int) -> dict:
-        """The sampler's arguments for step size ``ε`` and preconditioner ``Σ`` (None: identity)."""
-        if kind == "rwmh":
-            return {"step_size": step_size, "proposal_cov": cov}
-        if kind == "gamma":
-            return {"shape": shape, "scale": step_size if cov is None else step_size * jnp.sqrt(cov)}
-        D = 1.0 if cov is None else cov
-        if q_white is None:  # None, also after jit and vmap: the proposal knows Q = 0 and skips it
-            return {"step_size": step_size, "D": D, "Q": None}
-        q = jnp.asarray(q_white, step_size.dtype)
-        if q.shape[0] != d:
-            raise ValueError(f"Q must have shape ({d}, {d}) for a position of dimension {d}; got {q.shape}.")
-        if cov is None:
-            return {"step_size": step_size, "D": D, "Q": q}
-        L = jnp.linalg.cholesky(cov) if cov.ndim == 2 else jnp.sqrt(cov)
-        LQLt = L @ q @ L.T if cov.ndim == 2 else L[:, None] * q * L[None, :]
-        return {"step_size": step_size, "D": D, "Q": 0.5 * (LQLt - LQLt.T)}  # skew to the last bit
+    if not spec.dense and preconditioner == "dense":
+        raise ValueError(f"preconditioner must be None or 'diagonal' for algorithm {spec.name!r} (a "
+                         "coordinatewise proposal); got 'dense'.")
+    windows = tuple(check_int(value, name, minimum=0) for name, value in (
+        ("initial_buffer", initial_buffer), ("first_window", first_window), ("final_buffer", final_buffer)))
 
     def sampler(params: dict) -> SamplingAlgorithm:
         """The ready sampler for ``params`` (one chain)."""
-        if kind == "rwmh":
-            return rwmh(logdensity_fn, params["step_size"], proposal_cov=params["proposal_cov"])
-        if kind == "gamma":
-            return irreversible_mh(logdensity_fn, gamma_proposal(params["shape"], params["scale"]))
-        return irreversible_mh(logdensity_fn, sde_proposal(params["D"], params["Q"], logdensity_fn, params["step_size"]))
+        return spec.build(logdensity_fn, params)
 
-    def schedule(num_steps: int) -> dict:
-        """Per-step flags (NumPy, static): slow (Welford), window_end, rm (final window), rm_start."""
-        segments = build_schedule(num_steps, initial_buffer, first_window, final_buffer)
-        if preconditioner is None:  # step size only: dual averaging, then the final window
-            last = segments[-1][0] if len(segments) > 1 else 0
-            segments = [(n, False, False) for n in (num_steps - last, last) if n]
-        # the final fast window runs (RM); with a single segment there is none: (DA) throughout
-        final = len(segments) - 1 if len(segments) > 1 and not segments[-1][1] else -1
-        flags = {k: np.zeros(num_steps, bool) for k in ("slow", "window_end", "rm", "rm_start")}
-        t = 0
-        for index, (length, slow, ends_window) in enumerate(segments):
-            flags["slow"][t:t + length] = slow
-            flags["window_end"][t + length - 1] = ends_window
-            flags["rm"][t:t + length] = index == final
-            flags["rm_start"][t] = index == final
-            t += length
-        return flags
+    def start(position: Any) -> SamplingAlgorithm:
+        x = ravel_position(position, check=False)[0]
+        return sampler(spec.parameters(jnp.asarray(initial_step_size, x.dtype), None, x.shape[0]))
 
-    def adapt(rng_key, states, num_steps, pooled: bool):
-        """One lax.scan over the warm-up; the window boundaries are per-step flags (selects, no cond)."""
-        flat = jax.vmap(lambda p: ravel_position(p, check=False)[0]) if pooled else (
-            lambda p: ravel_position(p, check=False)[0][None])
-        x0 = flat(states.position)
-        d, dtype = x0.shape[1], x0.dtype
-        da = dual_averaging_init(initial_step_size, dtype)
-        wf0 = welford_init(d, dense, dtype)
-        cov = None
-        if preconditioner is not None:
-            cov = jnp.eye(d, dtype=dtype) if dense else jnp.ones((d,), dtype)
-        pick = lambda flag, a, b: jax.tree_util.tree_map(lambda u, v: jnp.where(flag, u, v), a, b)
-
-        def one(carry, inputs):
-            states, da, wf, cov = carry
-            t, slow, window_end, rm, rm_start = inputs
-            da = pick(rm_start, _restart(da), da)
-            step_size = jnp.exp(da.log_step_size)
-            algo = sampler(parameters(step_size, cov, d))
-            key = jax.random.fold_in(rng_key, t)
-            if pooled:
-                states, info = jax.vmap(algo.step)(jax.random.split(key, x0.shape[0]), states)
-            else:
-                states, info = algo.step(key, states)
-            acc = jnp.mean(jnp.where(jnp.isnan(info.acceptance_rate), 0.0, info.acceptance_rate))
-            da = pick(rm, robbins_monro_update(da, acc, target), dual_averaging_update(da, acc, target))
-            wf = pick(slow, welford_update(wf, flat(states.position)), wf)
-            if cov is not None:  # end of a slow window: new Σ, memoryless Welford, (DA) restarted around ε (Stan)
-                cov = jnp.where(window_end, welford_covariance(wf), cov)
-                da = pick(window_end, dual_averaging_init(jnp.exp(da.log_step_size)), da)
-                wf = pick(window_end, wf0, wf)
-            return (states, da, wf, cov), WindowAdaptationInfo(step_size, acc)
-
-        flags = schedule(num_steps)
-        inputs = (jnp.arange(num_steps),) + tuple(jnp.asarray(flags[k]) for k in ("slow", "window_end", "rm",
-                                                                                     "rm_start"))
-        (states, da, _, cov), info = lax.scan(one, (states, da, wf0, cov), inputs)
-        # (RM)'s average, or (DA)'s when there was no final window
-        step_size = jnp.exp(da.log_step_size_avg) if num_steps else jnp.asarray(initial_step_size, dtype)
-        return (states, parameters(step_size, cov, d)), info
+    def adapt(key, states, num_steps, pooled):
+        flags = _schedule_flags(num_steps, windows, preconditioner is None)
+        return _adapt(spec, logdensity_fn, key, states, flags, target, initial_step_size, preconditioner, pooled)
 
     @functools.partial(jax.jit, static_argnames=("num_steps",))
     def _run(rng_key, position, num_steps):
         key_init, key_run = jax.random.split(rng_key)
-        x = ravel_position(position, check=False)[0]
-        algo = sampler(parameters(jnp.asarray(initial_step_size, x.dtype), None, x.shape[0]))
-        return adapt(key_run, algo.init(position, key_init), num_steps, pooled=False)
+        return adapt(key_run, start(position).init(position, key_init), num_steps, pooled=False)
 
     @functools.partial(jax.jit, static_argnames=("num_steps",))
     def _run_chains(rng_key, positions, num_steps):
         key_init, key_run = jax.random.split(rng_key)
-        first = jax.tree_util.tree_map(lambda a: a[0], positions)
-        x = ravel_position(first, check=False)[0]
-        algo = sampler(parameters(jnp.asarray(initial_step_size, x.dtype), None, x.shape[0]))
+        algo = start(jax.tree_util.tree_map(lambda a: a[0], positions))
         num_chains = jax.tree_util.tree_leaves(positions)[0].shape[0]
         states = jax.vmap(algo.init)(positions, jax.random.split(key_init, num_chains))
         return adapt(key_run, states, num_steps, pooled=True)
@@ -452,12 +544,7 @@ def window_adaptation(
     def run_chains(rng_key: PRNGKey, positions: Any, num_steps: int = 1000):
         """Adapt ``C`` chains together (``positions`` with a leading chain axis): ``((states, parameters), info)``."""
         num_steps = check_int(num_steps, "num_steps", minimum=0)
-        leaves = jax.tree_util.tree_leaves(positions)
-        if not leaves or any(np.ndim(a) < 1 for a in leaves) or (isinstance(positions, (jax.Array, np.ndarray))
-                                                                  and np.ndim(positions) != 2):
-            raise ValueError("positions must have a leading chain axis: shape (C, d), or a pytree of (C, ...) "
-                             f"arrays; got {jax.tree_util.tree_map(np.shape, positions)}.")
-        ravel_position(jax.tree_util.tree_map(lambda a: a[0], positions))
+        _check_chain_positions(positions)
         return _run_chains(rng_key, positions, num_steps)
 
     return WindowAdaptation(run, run_chains, sampler)

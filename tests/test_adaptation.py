@@ -251,12 +251,14 @@ def test_langevin_step_size_gives_the_chosen_variance_bias(sampler):
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(kind="nuts"), "kind"),
+    (dict(kind="nuts"), "algorithm"),
     (dict(target_acceptance_rate=1.5), "target_acceptance_rate"),
     (dict(target_acceptance_rate=0.0), "target_acceptance_rate"),
     (dict(preconditioner="full"), "preconditioner"),
     (dict(kind="gamma", preconditioner="dense"), "preconditioner"),
-    (dict(kind="mala", Q=J2), "Q is for kind='sde'"),
+    (dict(kind="mala", Q=J2), "Q is not an option of algorithm 'mala'"),
+    (dict(kind="rwmh", shape=3.0), "shape is not an option of algorithm 'rwmh'"),
+    (dict(kind=ad.mala_spec(), Q=J2), "AdaptationSpec"),
     (dict(kind="sde", Q=np.eye(2)), "skew"),
     (dict(initial_step_size=-1.0), "initial_step_size"),
     (dict(logdensity_fn=None), "logdensity_fn"),

@@ -1,4 +1,4 @@
-"""The CEnLMC burn-in tuner (cenlmc_jax/ensemble_tuning.py).
+"""The CEnLMC burn-in tuner (cenlmc_jax/ensemble/tuning.py).
 
 What cannot be faked: the tuner's figures are measured by the gradient audit
 (true gradients), and a fresh run with the chosen parameters must reproduce
@@ -11,7 +11,7 @@ import pytest
 
 import cenlmc_jax as cj
 from cenlmc_jax.ensemble import AUDIT_BIAS_THRESHOLD
-from cenlmc_jax.ensemble_tuning import tune_cenlmc
+from cenlmc_jax.ensemble import tune_cenlmc
 
 H = 0.05
 

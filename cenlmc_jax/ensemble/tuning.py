@@ -50,7 +50,8 @@ from jax import lax
 
 from cenlmc_jax._validation import check_callable, check_int, check_key, check_positions, check_positive
 from cenlmc_jax.base import SamplingAlgorithm
-from cenlmc_jax.ensemble import CEnLMCState, cenlmc, cenlmc_init, cenlmc_step, fresh_audit
+from cenlmc_jax.ensemble.audit import fresh_audit
+from cenlmc_jax.ensemble.samplers import CEnLMCState, cenlmc, cenlmc_init, cenlmc_step
 from cenlmc_jax.tuning import chi2_ppf, suggest_cenlmc_params
 from cenlmc_jax.types import ArrayLike, LogDensityFn, PRNGKey
 

@@ -1,0 +1,109 @@
+"""How EnLMC and CEnLMC compute a step: the options bundle, written once.
+
+None of these options changes the algorithm (the law of the chain, up to
+rounding): they choose how the pair force and the gradients are computed, and
+the gradient audit's size. They are one frozen :class:`EnsembleOptions`
+(a NamedTuple: hashable when its members are, a static argument of
+``jax.jit``), which every entry point takes either whole (``options=``) or as
+keywords of its fields:
+
+    cj.cenlmc(logdensity_fn, 0.05, 0.3, 0.5, 0.3, 20, 10.0, grad_capacity=64, method="tiled")
+    cj.cenlmc(logdensity_fn, 0.05, 0.3, 0.5, 0.3, 20, 10.0,
+              options=cj.ensemble.EnsembleOptions(grad_capacity=64, method="tiled"))
+
+The algorithm's own parameters (``step_size``, ``eta``, ``r1``, ``r2``,
+``n_star``, ``m_f``, ``f_star``; EnLMC's ``blowup_factor``, CEnLMC's guard
+``min_ball_neighbours``) stay explicit arguments of each sampler.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+from cenlmc_jax._validation import check_bool, check_callable, check_choice, check_int
+from cenlmc_jax.pairwise import METHODS, STRATEGIES
+
+__all__ = ["EnsembleOptions", "ensemble_options"]
+
+
+class EnsembleOptions(NamedTuple):
+    """How an ensemble step is computed (module docstring); every field has a default.
+
+    grad_capacity: gradient buffer size in ``[1, N]``; None (default): one gradient call per
+       step sized to the next of ``GRAD_BUCKETS`` = 8 fractions of N above the number of
+       particles that need a gradient (:func:`cenlmc_jax.ensemble.buffers.needed_grads`).
+    dense_grad: debugging switch: compute all N gradients, then select (same trajectory, no saving).
+    method, block_size, precision, block_sparse: passed to :func:`cenlmc_jax.pairwise.ensemble_force`
+       (``block_sparse=None``: its ``auto`` rule; True / False force the block-sparse tile
+       skipping on or off).
+    mesh, strategy: a 1-D device mesh: the pair force runs sharded over it
+       (``ensemble_force(..., mesh=mesh, strategy=strategy)``, ``"allgather"`` or ``"ring"``).
+    audit_size: particles audited per step (true gradients at random particles that used the
+       ensemble force; :mod:`cenlmc_jax.ensemble.audit`); 0 switches the audit off; None: the
+       sampler's default (EnLMC 32, CEnLMC :data:`~cenlmc_jax.ensemble.audit.CENLMC_AUDIT_SIZE`).
+    grad_fn: ``x: (d,) -> ∇ log density (d,)`` for the particles that need a true gradient
+       (an adjoint solver, :func:`cenlmc_jax.finite_difference`, an external code); default
+       ``jax.grad(logdensity_fn)``.
+    """
+
+    grad_capacity: int | None = None
+    dense_grad: bool = False
+    method: str = "auto"
+    block_size: int | None = None
+    precision: Any = None
+    mesh: Any = None
+    strategy: str = "allgather"
+    block_sparse: bool | None = None
+    audit_size: int | None = None
+    grad_fn: Callable | None = None
+
+    def checked(self) -> "EnsembleOptions":
+        """The checks that need no ensemble (Python, before tracing); returns self."""
+        if self.grad_capacity is not None:
+            check_int(self.grad_capacity, "grad_capacity", minimum=1)
+        check_bool(self.dense_grad, "dense_grad")
+        check_choice(self.method, "method", METHODS)
+        check_choice(self.strategy, "strategy", STRATEGIES)
+        if self.block_size is not None:
+            check_int(self.block_size, "block_size", minimum=1)
+        if self.block_sparse is not None:
+            check_bool(self.block_sparse, "block_sparse")
+        if self.audit_size is not None:
+            check_int(self.audit_size, "audit_size", minimum=0)
+        if self.grad_fn is not None:
+            check_callable(self.grad_fn, "grad_fn", "x: (d,) -> gradient of the log density (d,)")
+        return self
+
+    def capacity(self, n: int) -> int | None:
+        """The gradient buffer size for ``n`` particles (None: one bucketed call per step)."""
+        if self.grad_capacity is None:
+            return None
+        return check_int(self.grad_capacity, "grad_capacity", minimum=1, maximum=n, why=f"N = {n}")
+
+    def audit(self, n: int, default: int) -> int:
+        """Particles audited per step for ``n`` particles (at most n)."""
+        size = default if self.audit_size is None else self.audit_size
+        return min(check_int(size, "audit_size", minimum=0), n)
+
+    def force_kwargs(self) -> dict:
+        """The keywords of :func:`cenlmc_jax.pairwise.ensemble_force` these options set."""
+        return dict(method=self.method, block_size=self.block_size, precision=self.precision, mesh=self.mesh,
+                    strategy=self.strategy, block_sparse=self.block_sparse)
+
+
+def ensemble_options(options: EnsembleOptions | None = None, **fields: Any) -> EnsembleOptions:
+    """``options`` (default :class:`EnsembleOptions()`) with ``fields`` replaced, checked.
+
+    An unknown keyword is a ``ValueError`` naming it and the known ones (a
+    misspelt option never passes silently).
+    """
+    if options is None:
+        options = EnsembleOptions()
+    elif not isinstance(options, EnsembleOptions):
+        raise ValueError(f"options must be a cenlmc_jax.ensemble.EnsembleOptions or None; got "
+                         f"{type(options).__name__}.")
+    unknown = sorted(set(fields) - set(EnsembleOptions._fields))
+    if unknown:
+        raise ValueError(f"unknown ensemble option(s) {', '.join(unknown)}; the options are "
+                         f"{', '.join(EnsembleOptions._fields)} (cenlmc_jax.ensemble.EnsembleOptions).")
+    return options._replace(**fields).checked()
