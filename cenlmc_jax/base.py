@@ -11,20 +11,24 @@ parameters once, in Python, and bind them; the free functions ``X_init`` /
 ``X_step`` stay the kernels underneath. ``cj.sample`` accepts the object (or
 a bare step function); reusing the same object reuses its compilation.
 
+An info class may name the flags the driver reports (``run_flags``, a tuple
+of :class:`RunFlag`): ``cj.sample`` warns about them and the command line
+reports the run UNRELIABLE, without the driver knowing any sampler.
+
 Step sizes are ``step_size`` everywhere: a float ``> 0`` or, for the recipe
 family, a schedule ``t -> ε_t`` of the step counter (an optax schedule works).
 """
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Union
+from typing import Any, Callable, NamedTuple, Union
 
 import jax.numpy as jnp
 
 from cenlmc_jax._validation import check_positive, is_concrete
 from cenlmc_jax.types import Array
 
-__all__ = ["SamplingAlgorithm", "StepSize", "step_size_at"]
+__all__ = ["SamplingAlgorithm", "StepSize", "RunFlag", "run_flags", "step_size_at"]
 
 StepSize = Union[float, Callable[[Array], Array]]
 
@@ -35,6 +39,28 @@ class SamplingAlgorithm(NamedTuple):
 
     init: Callable
     step: Callable
+
+
+class RunFlag(NamedTuple):
+    """A condition a sampler's info reports for the driver: ``cj.sample`` warns (``RuntimeWarning``), the
+    run goes on (a divergence, ``info.diverged``, is the driver's own and stops it).
+
+    field: the info's boolean field (per step; any particle or chain counts).
+    message: ``(infos, first_step) -> str``: the warning, given the stacked infos of the steps
+      checked and the first flagged step (counted from the run's start).
+    kept_only: checked once per call on the kept steps (after ``burn_in``) when the run ends,
+      instead of chunk by chunk as the run goes.
+    """
+
+    field: str
+    message: Callable[[Any, int], str]
+    kept_only: bool = False
+
+
+def run_flags(info: Any) -> tuple:
+    """The :class:`RunFlag` s that ``info``'s class declares (``run_flags``), or ``()``."""
+    flags = getattr(type(info), "run_flags", ())
+    return tuple(f for f in flags if isinstance(f, RunFlag)) if isinstance(flags, tuple) else ()
 
 
 def step_size_at(step_size: StepSize, step: Array, dtype) -> Array:

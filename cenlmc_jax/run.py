@@ -40,7 +40,7 @@ from jax import lax
 
 from cenlmc_jax import checkpoint as ckpt
 from cenlmc_jax._validation import check_bool, check_callable, check_choice, check_int, check_key
-from cenlmc_jax.base import SamplingAlgorithm
+from cenlmc_jax.base import SamplingAlgorithm, run_flags
 from cenlmc_jax.types import Array, PRNGKey, PyTree, StepFn
 
 __all__ = ["sample", "RunResult", "Moments", "reduce_info", "vmap_chains"]
@@ -297,7 +297,7 @@ def sample(
             raise ValueError("progress=True needs tqdm: pip install tqdm") from exc
         bar = tqdm(total=total, initial=step, unit="step")
 
-    clipped_at, traced_warned = -1, set()
+    flagged_at, traced_warned = {}, set()
     while step < total and not (diverged_at >= 0 and on_divergence == "stop"):
         burning = step < burn_in
         n = min(chunk_size, (burn_in if burning else total) - step)
@@ -320,12 +320,12 @@ def sample(
                 n = first
                 msg += f"; stopped with the state, trace and moments after step {diverged_at - 1}"
             _warn(msg)
-        clipped = _flag_steps(infos, "noise_clipped", step, traced_warned)
-        if clipped is not None and clipped.any() and clipped_at < 0:
-            clipped_at = step + int(np.argmax(clipped))
-            _warn(f"the noise covariance step_size*(2D - step_size*B_hat) was clipped (info.noise_clipped) from "
-                  f"step {clipped_at}: B_hat is too large for this step size, so the chain injects less noise "
-                  f"than the recipe needs; lower step_size or B_hat")
+        for flag in run_flags(infos):
+            if not flag.kept_only and flag.field not in flagged_at:
+                flags = _flag_steps(infos, flag.field, step, traced_warned)
+                if flags is not None and flags.any():
+                    flagged_at[flag.field] = step + int(np.argmax(flags))
+                    _warn(flag.message(infos, flagged_at[flag.field]))
         chunks.append((kept, infos))
         step += n
         if bar is not None:
@@ -340,27 +340,21 @@ def sample(
     kept_all = [k for k, _ in chunks if k is not None]
     trace = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *kept_all) if kept_all else None
     info = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *[i for _, i in chunks]) if chunks else None
-    _warn_biased(info, burn_in, traced_warned)
+    _warn_kept_flags(info, burn_in, traced_warned)
     return RunResult(state, trace, moments, info, step, diverged_at, burn_in, thin)
 
 
-def _warn_biased(info: PyTree, burn_in: int, traced_warned: set) -> None:
-    """One warning when a kept step's ``info.biased`` is set (CEnLMC's gradient audit), with the measured inflation."""
-    if info is not None and isinstance(getattr(info, "biased", None), jax.core.Tracer):
-        _flag_steps(jax.tree_util.tree_map(lambda a: a[burn_in:], info), "biased", burn_in, traced_warned)
+def _warn_kept_flags(info: PyTree, burn_in: int, traced_warned: set) -> None:
+    """One warning per ``kept_only`` :class:`~cenlmc_jax.base.RunFlag` set on a kept step (after ``burn_in``)."""
+    if info is None:
         return
-    flags = _flag_steps(info, "biased") if info is not None else None
-    if flags is None or not flags[burn_in:].any():
-        return
-    biased_at = burn_in + int(np.argmax(flags[burn_in:]))
-    inflation = np.asarray(getattr(info, "audit_variance_inflation", np.full(1, np.nan)), np.float64)[burn_in:]
-    v = float(np.nanmean(inflation)) if np.any(np.isfinite(inflation)) else float("nan")
-    warnings.warn(
-        f"the gradient audit measured that the ensemble force's noise inflates the stationary variance by about "
-        f"{v:.1%} (the sd by about {np.sqrt(max(1 + v, 0.0)) - 1:.1%}; mean of info.audit_variance_inflation over the kept steps), "
-        f"above the audit's threshold from step {biased_at} (info.biased): the moments are biased. Use smaller "
-        "eta, r1, r2 or a larger n_star (or more particles), e.g. from cj.tuning.suggest_cenlmc_params or "
-        "cj.tune_cenlmc, or cj.lmc", RuntimeWarning, stacklevel=3)
+    kept = jax.tree_util.tree_map(lambda a: a[burn_in:], info)
+    for flag in run_flags(info):
+        if not flag.kept_only:
+            continue
+        flags = _flag_steps(kept, flag.field, burn_in, traced_warned)  # None inside a trace: warned at run time
+        if flags is not None and flags.any():
+            warnings.warn(flag.message(kept, burn_in + int(np.argmax(flags))), RuntimeWarning, stacklevel=3)
 
 
 def _resume(path, identity, rng_key, step_fn, initial_state, trace_fn, info_reduce):

@@ -262,6 +262,13 @@ class _BiasInfo(NamedTuple):
     audit_variance_inflation: jax.Array
     diverged: jax.Array
 
+    run_flags = (cj.ensemble.audit.BIASED_FLAG,)  # the hook EnLMC's and CEnLMC's infos provide
+
+
+class _UndeclaredInfo(NamedTuple):
+    biased: jax.Array
+    diverged: jax.Array
+
 
 def _flagged_from(step_flagged, inflation):
     """A step function whose info says ``biased`` from step ``step_flagged`` on (the state counts the steps)."""
@@ -295,6 +302,21 @@ def test_a_bias_flag_during_the_burn_in_only_does_not_warn():
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         cj.sample(jax.random.key(0), step, jnp.zeros((), jnp.int32), 20, burn_in=10, trace_fn=lambda t: t)
+
+
+def test_the_driver_warns_only_of_the_flags_an_info_declares():
+    # the driver knows no sampler: a field named `biased` that no RunFlag declares is the info's own business
+    def step(key, t):
+        del key
+        return t + 1, _UndeclaredInfo(jnp.asarray(True), jnp.zeros((), bool))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        res = cj.sample(jax.random.key(0), step, jnp.zeros((), jnp.int32), 20, trace_fn=lambda t: t)
+    assert bool(np.all(res.info.biased))
+    assert cj.base.run_flags(res.info) == () and cj.base.run_flags(None) == ()
+    assert [f.field for f in cj.base.run_flags(cj.CEnLMCInfo(*[0] * len(cj.CEnLMCInfo._fields)))] == ["biased"]
+    assert [f.field for f in cj.base.run_flags(cj.RecipeInfo(0, 0, 0, 0, 0))] == ["noise_clipped"]
 
 
 def test_the_driver_runs_inside_jit_grad_and_warns_of_a_divergence_at_run_time(tmp_path):

@@ -76,17 +76,19 @@ before the switch biased while making the cost LMC's.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
+from cenlmc_jax.base import RunFlag
 from cenlmc_jax.ensemble.buffers import needed_grads
 from cenlmc_jax.types import Array, PRNGKey
 
 __all__ = [
-    "Audit", "AuditInfo", "fresh_audit", "audit_pick", "audit_figures", "gradients_and_audit", "no_audit",
+    "Audit", "AuditInfo", "BIASED_FLAG", "fresh_audit", "audit_pick", "audit_figures", "gradients_and_audit", "no_audit",
     "AUDIT_EMA_WEIGHT", "AUDIT_UNSTABLE_RATIO", "AUDIT_MIN_STEPS", "CENLMC_AUDIT_SIZE", "AUDIT_BIAS_WEIGHT",
     "AUDIT_BIAS_THRESHOLD", "AUDIT_BIAS_MIN_STEPS",
 ]
@@ -227,3 +229,18 @@ def fresh_audit(dtype) -> Audit:
     """The audit's running state before any step: drift ratio 1, inflation 0, no steps."""
     return Audit(jnp.ones((), dtype), jnp.zeros((), jnp.int32), jnp.zeros((), dtype), jnp.zeros((), jnp.int32))
 
+
+
+def _biased_message(kept: Any, first_step: int) -> str:
+    """``cj.sample``'s warning for ``info.biased``, with the measured inflation over the kept steps."""
+    inflation = np.asarray(getattr(kept, "audit_variance_inflation", np.full(1, np.nan)), np.float64)
+    v = float(np.nanmean(inflation)) if np.any(np.isfinite(inflation)) else float("nan")
+    return (f"the gradient audit measured that the ensemble force's noise inflates the stationary variance by about "
+            f"{v:.1%} (the sd by about {np.sqrt(max(1 + v, 0.0)) - 1:.1%}; mean of info.audit_variance_inflation "
+            f"over the kept steps), above the audit's threshold from step {first_step} (info.biased): the moments "
+            "are biased. Use smaller eta, r1, r2 or a larger n_star (or more particles), e.g. from "
+            "cj.tuning.suggest_cenlmc_params or cj.tune_cenlmc, or cj.lmc")
+
+
+#: The driver's warning for ``info.biased`` (EnLMC's and CEnLMC's infos declare it), once per call on kept steps.
+BIASED_FLAG = RunFlag("biased", _biased_message, kept_only=True)

@@ -106,7 +106,7 @@ from cenlmc_jax._validation import (
     is_concrete,
 )
 from cenlmc_jax.base import SamplingAlgorithm
-from cenlmc_jax.ensemble.audit import CENLMC_AUDIT_SIZE, Audit, fresh_audit, gradients_and_audit
+from cenlmc_jax.ensemble.audit import BIASED_FLAG, CENLMC_AUDIT_SIZE, Audit, fresh_audit, gradients_and_audit
 from cenlmc_jax.ensemble.options import EnsembleOptions, ensemble_options
 from cenlmc_jax.langevin import count_nonfinite, grad_cost, gradient_fn
 from cenlmc_jax.pairwise import ensemble_force
@@ -197,6 +197,8 @@ class EnLMCInfo(NamedTuple):
     num_nonfinite: Array
     diverged: Array
 
+    run_flags = (BIASED_FLAG,)  # cj.sample warns once when a kept step is biased
+
 
 class CEnLMCState(NamedTuple):
     """Ensemble state of CEnLMC.
@@ -280,6 +282,8 @@ class CEnLMCInfo(NamedTuple):
     biased: Array
     num_nonfinite: Array
     diverged: Array
+
+    run_flags = (BIASED_FLAG,)  # cj.sample warns once when a kept step is biased
 
 
 

@@ -53,7 +53,7 @@ import numpy as np
 
 from cenlmc_jax import _linalg as la
 from cenlmc_jax._validation import check_callable, check_positive, is_concrete
-from cenlmc_jax.base import SamplingAlgorithm, StepSize, step_size_at
+from cenlmc_jax.base import RunFlag, SamplingAlgorithm, StepSize, step_size_at
 from cenlmc_jax.gradients import flat_grad_estimator, ravel_position
 from cenlmc_jax.types import Array, ArrayLike, GradEstimator, PRNGKey
 
@@ -86,6 +86,13 @@ class RecipeState(NamedTuple):
     step: Array
 
 
+#: The driver's warning for ``info.noise_clipped`` (the recipe's and SGRHMC's infos declare it).
+NOISE_CLIPPED_FLAG = RunFlag("noise_clipped", lambda infos, step: (
+    f"the noise covariance step_size*(2D - step_size*B_hat) was clipped (info.noise_clipped) from step {step}: "
+    "B_hat is too large for this step size, so the chain injects less noise than the recipe needs; lower "
+    "step_size or B_hat"))
+
+
 class RecipeInfo(NamedTuple):
     """What one recipe step did.
 
@@ -103,6 +110,8 @@ class RecipeInfo(NamedTuple):
     diverged: Array
     step_size: Array
     noise_clipped: Array
+
+    run_flags = (NOISE_CLIPPED_FLAG,)  # cj.sample warns from the first clipped step
 
 
 def check_recipe_inputs(z: Array, D, Q, B_hat, eps: Optional[Array]) -> None:

@@ -40,7 +40,7 @@ from cenlmc_jax import _linalg as la
 from cenlmc_jax._validation import check_bool, check_callable, check_positive, is_concrete
 from cenlmc_jax.base import SamplingAlgorithm, StepSize, step_size_at
 from cenlmc_jax.gradients import flat_grad_estimator, ravel_position
-from cenlmc_jax.sgmcmc.recipe import initial_momentum
+from cenlmc_jax.sgmcmc.recipe import NOISE_CLIPPED_FLAG, initial_momentum
 from cenlmc_jax.types import Array, ArrayLike, GradEstimator, PRNGKey
 
 __all__ = [
@@ -92,6 +92,8 @@ class SGRHMCInfo(NamedTuple):
     noise_clipped: Array
     gamma_norm: Array
     invalid_metric: Array
+
+    run_flags = (NOISE_CLIPPED_FLAG,)  # cj.sample warns from the first clipped step
 
 
 def _inv_metric(inv_metric_fn: la.MatrixLike, theta: Array) -> Array:
