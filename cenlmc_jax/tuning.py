@@ -385,13 +385,11 @@ def suggest_cenlmc_params(
       needed, to the smallest value with ``v <= max_variance_inflation``
       (default 0.02: the sd biased by at most ~1%, below unadjusted
       Langevin's own 1.3% at h = 0.05 and well below the gradient audit's
-      flag, ``v > 0.05``). In d <= 2 the pass-probability rule already meets
-      the budget; in d = 3 the weights ``1/p_j`` are heavier
-      (``E exp(|a+b+u|²/4h)`` grows with d) and the balls emptier, and the
-      budget raises N* (d = 3, h = 0.05: from 5 to 13 at N = 2,000, to 19 at
-      N = 4,000), which lowers the predicted fraction (0.48 -> 0.26 and
-      0.58 -> 0.35; measured on the Darcy problem: 0.28 -> 0.19 and 0.41 -> 0.30,
-      with the measured inflation 0.068 -> 0.016-0.022 and 0.069 -> 0.016-0.021).
+      flag, ``AUDIT_BIAS_THRESHOLD`` of :mod:`cenlmc_jax.ensemble.audit`). In d <= 2 the
+      pass-probability rule already meets the budget; in d = 3 the weights ``1/p_j``
+      are heavier (``E exp(|a+b+u|²/4h)`` grows with d) and the balls emptier, and
+      the budget raises N* and lowers the predicted fraction (the measurements on
+      the Darcy problem: ``benchmarks/results/inverse.md``).
       Clipped to ``[n_star_min, N-1]``; without ``num_particles``,
       ``n_star_default`` (20) and the reasoning says how many particles that needs.
     * η-ball occupancy — the force sums over x-neighbours within η: with
@@ -409,10 +407,8 @@ def suggest_cenlmc_params(
     Unknown ``L``/``mu`` default to 1 (κ = 1): the formulas then assume a
     target of unit scale — standardise the problem, or pass the constants.
 
-    Checked on the spec's measured configuration (2-D standard Gaussian,
-    h = 0.05, N = 4000): gives η ≈ 0.32, R1 ≈ 0.49, R2 ≈ 0.32, N* ≈ 18,
-    M_f ≈ 4.6 against the spec's 0.3, 0.5, 0.3, 20, 10, and predicts an
-    ensemble fraction of 0.62 (measured there: about 0.64).
+    Checked on the configuration of docs/algorithms.md §4 (2-D standard Gaussian,
+    h = 0.05, N = 4000) by ``tests/test_tuning.py``.
     """
     dim = check_int(dim, "dim", minimum=1)
     check_positive(step_size, "step_size")
@@ -424,7 +420,6 @@ def suggest_cenlmc_params(
     ball_min = check_int(ball_min, "ball_min", minimum=1)
     n_star_default = check_int(n_star_default, "n_star_default", minimum=1)
     check_positive(max_variance_inflation, "max_variance_inflation")
-    known_constants = L is not None and mu is not None
     L_ = 1.0 if L is None else float(L)
     mu_ = 1.0 if mu is None else float(mu)
     check_positive(L_, "L")
@@ -435,11 +430,47 @@ def suggest_cenlmc_params(
         num_particles = check_int(num_particles, "num_particles", minimum=2)
     h, d = float(step_size), dim
     kappa = L_ / mu_
-    scale = math.sqrt(h * d)
     notes = []
-    if not known_constants:
+    if L is None or mu is None:
         notes.append("L and/or mu unknown: using L = mu = 1 (a unit-scale, well-conditioned target).")
+    eta, r1, r2 = _suggest_radii(d, h, r1_pass, epsilon, kappa, notes)
+    noise_k = ensemble_noise_constant(d, h, eta, r1, r2)
+    if num_particles is not None:
+        n_star, pass_n, typical, inflation = _suggest_n_star(d, h, num_particles, r1_pass, n_star_pass, n_star_min,
+                                                             max_variance_inflation, mu_, r2, noise_k, notes)
+        ball_mean, pass_ball = _ball_occupancy(d, num_particles, eta, mu_, ball_min, notes)
+    else:
+        n_star, pass_n, typical, inflation, ball_mean, pass_ball = n_star_default, n_star_pass, None, None, None, 1.0
+        needed = 1 + n_star / (ball_volume(d, r2) * (2.0 * math.pi / mu_) ** (-0.5 * d)
+                               * math.exp(-0.5 * chi2_ppf(n_star_pass, d)))
+        notes.append(
+            f"N* = {n_star} (default, num_particles not given); N_i >= N* for {n_star_pass:.0%} of particles "
+            f"needs N >= {math.ceil(needed)}."
+        )
+    m_f_chi = 0.5 * chi2_ppf(m_f_pass, d)
+    m_f = max(n_star**rho, m_f_chi)
+    pass_mf = float(chi2_cdf(2.0 * m_f, d))
+    notes.append(
+        f"M_f = max(N*^rho = {n_star**rho:.3g}, chi2_{d}.ppf({m_f_pass})/2 = {m_f_chi:.3g}) = {m_f:.3g}: "
+        f"a Gaussian has f - f* ~ chi2_d/2, so {pass_mf:.1%} pass."
+    )
+    expo, n_cor = _corollary_n_star(d, h, eta, r1, r2, kappa, mu_, epsilon, rho, notes)
+    frac = r1_pass * pass_mf * pass_n * pass_ball
+    notes.append(f"Predicted stationary ensemble fraction ~ {r1_pass:.2f} x {pass_mf:.3f} x {pass_n:.2f} "
+                 f"x {pass_ball:.2f} (ball not empty) = {frac:.2f}.")
+    return CEnLMCParams(
+        eta=float(eta), r1=float(r1), r2=float(r2), n_star=int(n_star), m_f=float(m_f),
+        expected_ensemble_fraction=float(frac), pass_r1=float(r1_pass), pass_m_f=pass_mf, pass_n_star=float(pass_n),
+        typical_num_neighbours=None if typical is None else float(typical),
+        typical_ball_neighbours=None if ball_mean is None else float(ball_mean), exp_factor=math.exp(expo),
+        n_star_corollary=n_cor, bias_bound=kappa * eta * d, noise_constant=float(noise_k),
+        variance_inflation=None if inflation is None else float(inflation), reasoning="\n".join(notes),
+    )
 
+
+def _suggest_radii(d: int, h: float, r1_pass: float, epsilon: float, kappa: float, notes: list):
+    """``η, R1, R2`` of :func:`suggest_cenlmc_params` (its docstring), with the reasoning appended to ``notes``."""
+    scale = math.sqrt(h * d)
     r1 = math.sqrt(2.0 * h * chi2_ppf(r1_pass, d))
     notes.append(
         f"R1 = sqrt(2h chi2_{d}.ppf({r1_pass})) = {r1:.4g}: sqrt(2h)|xi| <= R1 for {r1_pass:.0%} of particles."
@@ -452,75 +483,69 @@ def suggest_cenlmc_params(
         f"eta = min(sqrt(hd) = {scale:.4g}, eps/(kappa d) = {eta_bias:.4g}) = {eta:.4g}: same order as R1, R2 in the "
         f"worst weight exp((eta+R1+R2)^2/(4h)), and within the finite-difference bias bound."
     )
+    return eta, r1, r2
 
+
+def _suggest_n_star(d, h, num_particles, r1_pass, n_star_pass, n_star_min, max_variance_inflation, mu_, r2, noise_k,
+                    notes: list):
+    """N* from the pass rule and the noise budget: ``(n_star, pass_n, typical N_i, predicted inflation)``."""
     v_r2 = ball_volume(d, r2)
     peak = (2.0 * math.pi / mu_) ** (-0.5 * d)  # proxy N(x*, I/mu): density at the mode
-    q_n = chi2_ppf(n_star_pass, d)
-    noise_k = ensemble_noise_constant(d, h, eta, r1, r2)
-    typical = None
-    inflation = None
-    if num_particles is not None:
-        num_peak = (num_particles - 1) * v_r2 * peak  # R2-neighbours of a particle at the mode
-        n_cal = num_peak * math.exp(-0.5 * q_n)
-        # the noise budget: v(N*) = c · q^{d/2+1} with q = 2 log(num_peak / N*), c the value at q = 1
-        c = predicted_variance_inflation(d, h, noise_k, r1_pass, num_peak, num_peak * math.exp(-0.5), mu=mu_)
-        n_noise = num_peak * math.exp(-0.5 * (max_variance_inflation / c) ** (1.0 / (0.5 * d + 1.0)))
-        n_star = int(min(max(round(n_cal), math.ceil(n_noise), n_star_min), num_particles - 1))
-        # mean density of the proxy under itself: (4π/mu)^{-d/2}
-        typical = (num_particles - 1) * v_r2 * (4.0 * math.pi / mu_) ** (-0.5 * d)
-        pass_n = float(chi2_cdf(2.0 * math.log(max(num_peak / n_star, 1.0)), d))
-        inflation = predicted_variance_inflation(d, h, noise_k, r1_pass, num_peak, n_star, mu=mu_)
-        notes.append(
-            f"N* = {n_star}: with N = {num_particles}, N_i ~ (N-1) V_R2 p(w) (typical {typical:.3g}); "
-            f"N_i >= N* holds for about {pass_n:.0%} of particles under the proxy."
-        )
-        if math.ceil(n_noise) > max(round(n_cal), n_star_min):
-            notes.append(
-                f"N* raised from {max(round(n_cal), n_star_min)} (the {n_star_pass:.0%} pass rule) by the noise "
-                f"budget: the ensemble force's relative squared error is K/N_i with K = {noise_k:.3g}, so its "
-                f"noise would inflate the variance by more than {max_variance_inflation:g}."
-            )
-        notes.append(
-            f"Predicted variance inflation by the ensemble noise: {inflation:.3g} (the sd by ~{math.sqrt(max(1 + inflation, 0.0)) - 1:.2%}; "
-            f"budget {max_variance_inflation:g}; the gradient audit measures it as info.audit_variance_inflation)."
-        )
-        if n_cal < n_star_min:
-            notes.append(
-                f"N is too small for the ensemble to pay off at this step size: N* would be {n_cal:.2g} < "
-                f"{n_star_min}; increase N."
-            )
-    else:
-        n_star = n_star_default
-        needed = 1 + n_star / (v_r2 * peak * math.exp(-0.5 * q_n))
-        pass_n = n_star_pass
-        notes.append(
-            f"N* = {n_star} (default, num_particles not given); N_i >= N* for {n_star_pass:.0%} of particles "
-            f"needs N >= {math.ceil(needed)}."
-        )
-    ball_mean = None
-    pass_ball = 1.0
-    if num_particles is not None:
-        # η-ball occupancy: the force sums over x-neighbours within η (and R2 in w), so an
-        # empty ball gives a force of exactly 0. Mean count under the proxy: (N-1) V_η (4π/μ)^{-d/2}
-        # (the mean density). η stays within the bias bound; the prediction and the
-        # reasoning say when the ball is too empty for the ensemble to be used.
-        density = (4.0 * math.pi / mu_) ** (-0.5 * d)
-        ball_mean = (num_particles - 1) * ball_volume(d, eta) * density
-        pass_ball = 1.0 - math.exp(-ball_mean)  # Poisson: the ball is not empty
-        if ball_mean < ball_min:
-            notes.append(
-                f"N = {num_particles} is too small in d = {d}: the eta-ball holds {ball_mean:.2g} particles on "
-                f"average at eta = {eta:.4g}, so the ensemble is rarely used and CEnLMC is LMC here "
-                f"(the guard sends particles with an empty ball to their gradient); about "
-                f"{1 + ball_min / (ball_volume(d, eta) * density):.3g} particles would hold {ball_min}."
-            )
-    m_f_chi = 0.5 * chi2_ppf(m_f_pass, d)
-    m_f = max(n_star**rho, m_f_chi)
-    pass_mf = float(chi2_cdf(2.0 * m_f, d))
+    num_peak = (num_particles - 1) * v_r2 * peak  # R2-neighbours of a particle at the mode
+    n_cal = num_peak * math.exp(-0.5 * chi2_ppf(n_star_pass, d))
+    # the noise budget: v(N*) = c · q^{d/2+1} with q = 2 log(num_peak / N*), c the value at q = 1
+    c = predicted_variance_inflation(d, h, noise_k, r1_pass, num_peak, num_peak * math.exp(-0.5), mu=mu_)
+    n_noise = num_peak * math.exp(-0.5 * (max_variance_inflation / c) ** (1.0 / (0.5 * d + 1.0)))
+    n_star = int(min(max(round(n_cal), math.ceil(n_noise), n_star_min), num_particles - 1))
+    # mean density of the proxy under itself: (4π/mu)^{-d/2}
+    typical = (num_particles - 1) * v_r2 * (4.0 * math.pi / mu_) ** (-0.5 * d)
+    pass_n = float(chi2_cdf(2.0 * math.log(max(num_peak / n_star, 1.0)), d))
+    inflation = predicted_variance_inflation(d, h, noise_k, r1_pass, num_peak, n_star, mu=mu_)
     notes.append(
-        f"M_f = max(N*^rho = {n_star**rho:.3g}, chi2_{d}.ppf({m_f_pass})/2 = {m_f_chi:.3g}) = {m_f:.3g}: "
-        f"a Gaussian has f - f* ~ chi2_d/2, so {pass_mf:.1%} pass."
+        f"N* = {n_star}: with N = {num_particles}, N_i ~ (N-1) V_R2 p(w) (typical {typical:.3g}); "
+        f"N_i >= N* holds for about {pass_n:.0%} of particles under the proxy."
     )
+    if math.ceil(n_noise) > max(round(n_cal), n_star_min):
+        notes.append(
+            f"N* raised from {max(round(n_cal), n_star_min)} (the {n_star_pass:.0%} pass rule) by the noise "
+            f"budget: the ensemble force's relative squared error is K/N_i with K = {noise_k:.3g}, so its "
+            f"noise would inflate the variance by more than {max_variance_inflation:g}."
+        )
+    notes.append(
+        f"Predicted variance inflation by the ensemble noise: {inflation:.3g} (the sd by "
+        f"~{math.sqrt(max(1 + inflation, 0.0)) - 1:.2%}; budget {max_variance_inflation:g}; the gradient audit "
+        f"measures it as info.audit_variance_inflation)."
+    )
+    if n_cal < n_star_min:
+        notes.append(
+            f"N is too small for the ensemble to pay off at this step size: N* would be {n_cal:.2g} < "
+            f"{n_star_min}; increase N."
+        )
+    return n_star, pass_n, typical, inflation
+
+
+def _ball_occupancy(d, num_particles, eta, mu_, ball_min, notes: list):
+    """Mean η-ball count under the proxy and the chance it is not empty: ``(ball_mean, pass_ball)``.
+
+    The force sums over x-neighbours within η (and R2 in w), so an empty ball gives a force of
+    exactly 0. Mean count: ``(N-1) V_η (4π/μ)^{-d/2}`` (the proxy's mean density); Poisson for the
+    chance of an empty ball. η stays within the bias bound; the reasoning says when the ball is too
+    empty for the ensemble to be used.
+    """
+    density = (4.0 * math.pi / mu_) ** (-0.5 * d)
+    ball_mean = (num_particles - 1) * ball_volume(d, eta) * density
+    if ball_mean < ball_min:
+        notes.append(
+            f"N = {num_particles} is too small in d = {d}: the eta-ball holds {ball_mean:.2g} particles on "
+            f"average at eta = {eta:.4g}, so the ensemble is rarely used and CEnLMC is LMC here "
+            f"(the guard sends particles with an empty ball to their gradient); about "
+            f"{1 + ball_min / (ball_volume(d, eta) * density):.3g} particles would hold {ball_min}."
+        )
+    return ball_mean, 1.0 - math.exp(-ball_mean)
+
+
+def _corollary_n_star(d, h, eta, r1, r2, kappa, mu_, epsilon, rho, notes: list):
+    """Theorem 3.3's factor ``R1(R1+R2)/(2h)`` and Corollary 3.1's N* (an order of magnitude)."""
     expo = r1 * (r1 + r2) / (2.0 * h)
     log_nc = (
         (d * math.log(r1) + math.log(kappa) + 2.0 * math.log(d) - math.log(mu_) - d * math.log(eta)
@@ -531,14 +556,4 @@ def suggest_cenlmc_params(
         f"Theorem 3.3 factor exp(R1(R1+R2)/2h) = exp({expo:.3g}) = {math.exp(expo):.3g}; Corollary 3.1 would ask "
         f"N* ~ {n_cor:.3g} for eps = {epsilon} (order of magnitude only; the bound is loose)."
     )
-    frac = r1_pass * pass_mf * pass_n * pass_ball
-    notes.append(f"Predicted stationary ensemble fraction ~ {r1_pass:.2f} x {pass_mf:.3f} x {pass_n:.2f} "
-                 f"x {pass_ball:.2f} (ball not empty) = {frac:.2f}.")
-    return CEnLMCParams(
-        eta=float(eta), r1=float(r1), r2=float(r2), n_star=int(n_star), m_f=float(m_f),
-        expected_ensemble_fraction=float(frac), pass_r1=float(r1_pass), pass_m_f=pass_mf, pass_n_star=float(pass_n),
-        typical_num_neighbours=None if typical is None else float(typical),
-        typical_ball_neighbours=None if ball_mean is None else float(ball_mean), exp_factor=math.exp(expo),
-        n_star_corollary=n_cor, bias_bound=kappa * eta * d, noise_constant=float(noise_k),
-        variance_inflation=None if inflation is None else float(inflation), reasoning="\n".join(notes),
-    )
+    return expo, n_cor
