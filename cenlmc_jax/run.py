@@ -251,42 +251,17 @@ def sample(
     the warning gives the mean of ``info.audit_variance_inflation`` over the
     kept steps). Neither stops the run.
     """
-    if isinstance(step_fn, SamplingAlgorithm):
-        step_fn = step_fn.step
-    check_callable(step_fn, "step_fn", "(rng_key, state) -> (state, info), or a SamplingAlgorithm")
-    check_key(rng_key, "rng_key")
-    num_steps = check_int(num_steps, "num_steps", minimum=1)
-    thin = check_int(thin, "thin", minimum=1)
-    burn_in = check_int(burn_in, "burn_in", minimum=0)
-    if num_steps % thin:
-        raise ValueError(f"thin must divide num_steps; got thin={thin}, num_steps={num_steps}.")
-    check_choice(mode, "mode", ("trace", "stream"))
-    check_choice(info_reduce, "info_reduce", ("mean", None))
-    check_choice(on_divergence, "on_divergence", ("stop", "warn", "raise"))
-    check_bool(progress, "progress")
-    if chunk_size is None:
-        chunk_size = max(thin, (min(num_steps, 1000) // thin) * thin)
-    chunk_size = check_int(chunk_size, "chunk_size", minimum=1)
-    if chunk_size % thin:
-        raise ValueError(f"thin must divide chunk_size; got thin={thin}, chunk_size={chunk_size}.")
-    check_callable(trace_fn, "trace_fn", "state -> array to record")
-
+    step_fn, num_steps, thin, burn_in, chunk_size = _check_run_args(
+        rng_key, step_fn, num_steps, thin, burn_in, mode, trace_fn, chunk_size, info_reduce, progress, on_divergence)
     moments = _init_moments(trace_fn(initial_state)) if mode == "stream" else None
     state, step, chunks, diverged_at = initial_state, 0, [], -1
     total = burn_in + num_steps
     identity = None
     if checkpoint_path is not None:
-        if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves((rng_key, initial_state))):
-            raise ValueError("checkpoint_path cannot be used inside jax.jit, vmap or grad tracing (a checkpoint "
-                             "needs the values); call cj.sample outside the transformation to checkpoint.")
-        checkpoint_path = ckpt.check_path(checkpoint_path)
-        identity = ckpt.run_identity(rng_key, step_fn, initial_state, trace_fn, burn_in=burn_in,
-                                     num_steps=num_steps, thin=thin, mode=mode)
-        if os.path.exists(checkpoint_path):
-            state, step, moments, chunks, diverged_at = _resume(checkpoint_path, identity, rng_key, step_fn,
-                                                                initial_state, trace_fn, info_reduce)
-            if diverged_at >= 0:
-                _warn(f"the resumed run had diverged at step {diverged_at} (info.diverged); it stopped there")
+        checkpoint_path, identity, resumed = _open_checkpoint(checkpoint_path, rng_key, step_fn, initial_state,
+                                                              trace_fn, burn_in, num_steps, thin, mode, info_reduce)
+        if resumed is not None:
+            state, step, moments, chunks, diverged_at = resumed
     saved = len(chunks)
 
     bar = None
@@ -342,6 +317,49 @@ def sample(
     info = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *[i for _, i in chunks]) if chunks else None
     _warn_kept_flags(info, burn_in, traced_warned)
     return RunResult(state, trace, moments, info, step, diverged_at, burn_in, thin)
+
+
+def _check_run_args(rng_key, step_fn, num_steps, thin, burn_in, mode, trace_fn, chunk_size, info_reduce, progress,
+                    on_divergence):
+    """:func:`sample`'s arguments, checked in Python: ``(step_fn, num_steps, thin, burn_in, chunk_size)``."""
+    if isinstance(step_fn, SamplingAlgorithm):
+        step_fn = step_fn.step
+    check_callable(step_fn, "step_fn", "(rng_key, state) -> (state, info), or a SamplingAlgorithm")
+    check_key(rng_key, "rng_key")
+    num_steps = check_int(num_steps, "num_steps", minimum=1)
+    thin = check_int(thin, "thin", minimum=1)
+    burn_in = check_int(burn_in, "burn_in", minimum=0)
+    if num_steps % thin:
+        raise ValueError(f"thin must divide num_steps; got thin={thin}, num_steps={num_steps}.")
+    check_choice(mode, "mode", ("trace", "stream"))
+    check_choice(info_reduce, "info_reduce", ("mean", None))
+    check_choice(on_divergence, "on_divergence", ("stop", "warn", "raise"))
+    check_bool(progress, "progress")
+    if chunk_size is None:
+        chunk_size = max(thin, (min(num_steps, 1000) // thin) * thin)
+    chunk_size = check_int(chunk_size, "chunk_size", minimum=1)
+    if chunk_size % thin:
+        raise ValueError(f"thin must divide chunk_size; got thin={thin}, chunk_size={chunk_size}.")
+    check_callable(trace_fn, "trace_fn", "state -> array to record")
+    return step_fn, num_steps, thin, burn_in, chunk_size
+
+
+def _open_checkpoint(checkpoint_path, rng_key, step_fn, initial_state, trace_fn, burn_in, num_steps, thin, mode,
+                     info_reduce):
+    """The checked path, the run's identity, and the resumed ``(state, step, moments, chunks, diverged_at)``
+    when the file exists (None otherwise)."""
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves((rng_key, initial_state))):
+        raise ValueError("checkpoint_path cannot be used inside jax.jit, vmap or grad tracing (a checkpoint "
+                         "needs the values); call cj.sample outside the transformation to checkpoint.")
+    checkpoint_path = ckpt.check_path(checkpoint_path)
+    identity = ckpt.run_identity(rng_key, step_fn, initial_state, trace_fn, burn_in=burn_in,
+                                 num_steps=num_steps, thin=thin, mode=mode)
+    if not os.path.exists(checkpoint_path):
+        return checkpoint_path, identity, None
+    resumed = _resume(checkpoint_path, identity, rng_key, step_fn, initial_state, trace_fn, info_reduce)
+    if resumed[-1] >= 0:
+        _warn(f"the resumed run had diverged at step {resumed[-1]} (info.diverged); it stopped there")
+    return checkpoint_path, identity, resumed
 
 
 def _warn_kept_flags(info: PyTree, burn_in: int, traced_warned: set) -> None:
