@@ -22,7 +22,7 @@ stationary variance from per-particle time averages of x² (mean 0 known),
 against the target (1) and against the exact ULA variance 1/(1 - h/2), with
 its standard error (the N per-particle averages taken as independent).
 
-Default configurations: d = 2 with the spec's measured parameters (η = 0.3,
+Default configurations: d = 2 with docs/algorithms.md's measured parameters (η = 0.3,
 R1 = 0.5, R2 = 0.3, M_f = 10, N* = 20·N/4000) and d = 5 with
 ``suggest_cenlmc_params`` and with a forced, more aggressive setting, to show
 what the ensemble does (and costs in accuracy) in 5-D at CPU-sized N.

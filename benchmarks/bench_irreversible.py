@@ -183,7 +183,7 @@ def main():
     )
     json_path, md_path = write_results(
         "irreversible", payload, rows, columns=columns, out_dir=args.out_dir,
-        title="Irreversible Gamma sampler vs random-walk MH (spec 7)", notes=notes,
+        title="Irreversible Gamma sampler vs random-walk MH (docs/algorithms.md §7)", notes=notes,
     )
     print(md_path.read_text())
 

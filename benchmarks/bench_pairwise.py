@@ -38,7 +38,7 @@ from cenlmc_jax.pairwise import default_block_size, ensemble_force  # noqa: E402
 
 
 def make_ensemble(n: int, d: int, seed: int = 0, h: float = 0.05):
-    """An ensemble as after an LMC step on a standard Gaussian (spec section 3)."""
+    """An ensemble as after an LMC step on a standard Gaussian (docs/algorithms.md §3)."""
     k1, k2 = jax.random.split(jax.random.key(seed))
     x_prev = jax.random.normal(k1, (n, d))
     w = x_prev - h * x_prev

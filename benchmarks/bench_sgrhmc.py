@@ -1,4 +1,4 @@
-"""Per-step cost of SGRHMC (spec 6) against plain SGHMC from the recipe (spec 5).
+"""Per-step cost of SGRHMC (docs/algorithms.md §6) against plain SGHMC from the recipe (docs/algorithms.md §5).
 
 All variants run the same problem — U(θ) = |θ|²/2 in d dimensions, stochastic
 gradients ∇U + N(0, I) — one step vmapped over ``--chains`` chains, ``--steps``

@@ -15,7 +15,7 @@ to the size of the matrix: ``eig_tol(d) = 100·d·ε_float32`` (``eigh``'s
 backward error is ``O(d·ε·|A|)``, and float32 rounding is the worst a user's
 matrix carries).
 
-Also here: ``Γ_i(z) = Σ_j ∂_{z_j}(D_ij + s·Q_ij)`` by autodiff (spec 5, 8)
+Also here: ``Γ_i(z) = Σ_j ∂_{z_j}(D_ij + s·Q_ij)`` by autodiff (docs/algorithms.md §5, 8)
 and a symmetric PSD square root with a derivative that stays finite at
 repeated eigenvalues.
 """
@@ -146,7 +146,7 @@ def matvec(m: Array, x: Array) -> Array:
 def gamma_term(
     D: Optional[MatrixLike], Q: Optional[MatrixLike], z: Array, sign: Any = 1.0, *, has_aux: bool = False
 ) -> Any:
-    """``Γ_i(z) = Σ_j ∂_{z_j} (D_ij(z) + sign·Q_ij(z))`` (spec sections 5 and 8), shape (d,).
+    """``Γ_i(z) = Σ_j ∂_{z_j} (D_ij(z) + sign·Q_ij(z))`` (docs/algorithms.md §5 and 8), shape (d,).
 
     Constant matrices have zero divergence and are not differentiated; when
     both are constant (or None) the result is zeros. A callable returning a

@@ -477,7 +477,7 @@ def window_adaptation(
         table in the module docstring) or any :class:`AdaptationSpec` (``sde_spec(Q=...)``, or one
         written for another Metropolis-adjusted sampler).
       logdensity_fn: ``x -> log π(x)`` for one position (an array or a pytree).
-      target_acceptance_rate: ``δ`` of (DA), in (0, 1); default: the spec's (:data:`TARGET_ACCEPTANCE`).
+      target_acceptance_rate: ``δ`` of (DA), in (0, 1); default: docs/algorithms.md's (:data:`TARGET_ACCEPTANCE`).
       initial_step_size: ``ε_0 > 0`` (for "gamma" the initial Gamma scale).
       preconditioner: ``"diagonal"`` (default), ``"dense"`` (not for "gamma")
         or ``None`` (identity; step size only).
@@ -614,7 +614,7 @@ def langevin_step_size(curvature: Any, *, sampler: str = "lmc", bias: float = 0.
 
     ``sampler="lmc"`` (also SGLD: the same Euler step; SGLD's gradient noise
     adds to this): ULA on ``N(0, 1/L)`` has stationary variance
-    ``1 / (L (1 - εL/2))`` (spec 1), so ``ε = 2 bias / ((1 + bias) L)``, below
+    ``1 / (L (1 - εL/2))`` (docs/algorithms.md §1), so ``ε = 2 bias / ((1 + bias) L)``, below
     ULA's stability limit ``2/L``.
     ``sampler="sghmc"`` (``cj.sghmc`` with ``friction = C``, a scalar): the
     variance of ``θ`` from the exact stationary covariance of the Euler

@@ -1,4 +1,4 @@
-"""Gradient estimators for the stochastic-gradient samplers (spec section 6).
+"""Gradient estimators for the stochastic-gradient samplers (docs/algorithms.md §6).
 
 A gradient estimator is a pure function
 
@@ -187,7 +187,7 @@ def minibatch_grad_estimator(
 ) -> GradEstimator:
     """Minibatch estimate of the gradient of ``log π(θ) = log p(θ) + Σ_{i=1}^n log p(x_i | θ)``:
 
-        g̃(θ) = ∇log p(θ) + (n / |B|) Σ_{i∈B} ∇_θ log p(x_i | θ)          (spec 6)
+        g̃(θ) = ∇log p(θ) + (n / |B|) Σ_{i∈B} ∇_θ log p(x_i | θ)          (docs/algorithms.md §6)
 
     Args:
       logprior_fn: ``θ -> log p(θ)`` (scalar).

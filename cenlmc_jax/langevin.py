@@ -1,4 +1,4 @@
-"""Langevin Monte Carlo on an ensemble (spec section 1).
+"""Langevin Monte Carlo on an ensemble (docs/algorithms.md §1).
 
 Ding & Li, *Constrained Ensemble Langevin Monte Carlo*: LMC (the unadjusted
 Langevin algorithm, ULA) is the baseline every ensemble method is measured

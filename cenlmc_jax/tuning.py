@@ -4,7 +4,7 @@
 ``M_f`` test of eq. 3.21) with optax's L-BFGS, started from the best particle.
 
 :func:`suggest_cenlmc_params` proposes ``η, R1, R2, N*, M_f`` for a step size
-``h``, following Theorem 3.3 / Corollary 3.1 of Ding & Li (spec section 4)
+``h``, following Theorem 3.3 / Corollary 3.1 of Ding & Li (docs/algorithms.md §4)
 where they give an order of magnitude, the probabilities of the three
 tests (Theorem 3.5) where they give a number, and a budget on the ensemble
 noise for N*: Theorem 3.3's first term with its constant
@@ -235,7 +235,7 @@ def ensemble_noise_constant(dim: int, step_size: float, eta: float, r1: float, r
     ``|a| <= R1``, ``b`` uniform in the R2-ball (the w-density is locally
     flat), ``u`` uniform in the η-ball; the ``-1`` is ``|E T_j|² = |∇f|²``.
     This is the square of Theorem 3.3's first term,
-    ``(R1/η)^d d exp(R1(R1+R2)/h) / N*`` in order of magnitude (spec section 4;
+    ``(R1/η)^d d exp(R1(R1+R2)/h) / N*`` in order of magnitude (docs/algorithms.md §4;
     the weight bound of Lemma 4.2), with its constant: the expectation is
     computed by Monte Carlo (``num_samples`` draws, a fixed seed: the same
     value on every call; relative error about 1%). ``K`` depends on ``h`` only
@@ -374,7 +374,7 @@ def suggest_cenlmc_params(
       ``exp((η + R1 + R2)²/(4h))`` (proof of Lemma 4.2), so η is taken of
       the same order as R1, R2 unless the finite-difference bias bound
       ``η < ε/(κd)`` of Corollary 3.1 asks for less. (For d = 2 both scales
-      are ``sqrt(2h)``, the spec's measured choice.)
+      are ``sqrt(2h)``, docs/algorithms.md's measured choice.)
     * ``N*`` — with N particles, ``N_i ≈ (N-1) V_{R2} p(w_i)``; under the proxy
       the test ``N_i >= N*`` passes for a fraction ``n_star_pass`` (0.9) of
       particles when ``N* = (N-1) V_{R2} (2π/μ)^{-d/2} exp(-χ²_d.ppf(n_star_pass)/2)``.

@@ -1,4 +1,4 @@
-"""Tests of EnLMC / CEnLMC (spec sections 2-4; Ding & Li, Algorithms 3.1 and 3.2).
+"""Tests of EnLMC / CEnLMC (docs/algorithms.md §2-4; Ding & Li, Algorithms 3.1 and 3.2).
 
 Statistical tests use per-particle time averages: particle i's average of
 g(x_i^m) over the recorded steps is one number, and the N such numbers are
@@ -34,7 +34,7 @@ from cenlmc_jax.ensemble import (
 # alarm has probability 6e-5 per check.
 Z_MAX = 4.0
 H = 0.05
-# The spec's measured configuration (section 4) except N* (see the stationary test).
+# docs/algorithms.md's measured configuration (section 4) except N* (see the stationary test).
 ETA, R1, R2, M_F = 0.3, 0.5, 0.3, 10.0
 
 
@@ -76,7 +76,7 @@ def test_cenlmc_stationary_moments_with_ensemble_force(target):
     covariance equals Σ_LMC + ΔΣ, (3) the mean is 0, all as MCSE z-tests,
     and (4) ΔΣ is a small fraction of Σ at these parameters.
 
-    Parameters: the spec's h = 0.05, η = 0.3, R1 = 0.5, R2 = 0.3, M_f = 10
+    Parameters: docs/algorithms.md's h = 0.05, η = 0.3, R1 = 0.5, R2 = 0.3, M_f = 10
     with N = 1000 (the spec used 4000; this keeps the test fast) and N* = 5
     (what ``suggest_cenlmc_params(2, 0.05, num_particles=1000)`` gives).
     Measured: ensemble fraction 0.64 (standard) / 0.68 (anisotropic),

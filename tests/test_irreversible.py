@@ -1,4 +1,4 @@
-"""Tests of the irreversible jump sampler and its proposals (spec sections 7-8).
+"""Tests of the irreversible jump sampler and its proposals (docs/algorithms.md §7-8).
 
 Statistical checks are z-tests against exact or quadrature moments with a
 Monte-Carlo standard error from the effective sample size
@@ -209,7 +209,7 @@ def test_gamma_backward_density_cancels_through_the_general_formula():
     exact = jnp.sum(jgamma.logpdf(jnp.abs(z_star - z), k, scale=theta), axis=1)
     np.testing.assert_allclose(np.asarray(fwd), np.asarray(exact), rtol=1e-5, atol=1e-5)  # float32 rounding
     assert np.all(np.sign(np.asarray(z_star - z)) == np.asarray(s))  # jumps go along s_i
-    # the pairing f̃(·|y, -s) = g̃(·|y, s) (spec 7) and zero density for jumps against s
+    # the pairing f̃(·|y, -s) = g̃(·|y, s) (docs/algorithms.md §7) and zero density for jumps against s
     np.testing.assert_array_equal(
         np.asarray(jv(prop.log_forward)(z, z_star, -s)), np.asarray(jv(prop.log_backward)(z, z_star, s))
     )

@@ -1,4 +1,4 @@
-"""Tests of lmc_init / lmc_step (spec section 1) against exact formulas."""
+"""Tests of lmc_init / lmc_step (docs/algorithms.md §1) against exact formulas."""
 
 import functools
 

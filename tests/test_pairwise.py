@@ -3,7 +3,7 @@
 Two independent references:
 
 * the float64 NumPy oracle ``ensemble_force_reference_numpy`` (direct
-  differences, the formula of spec sections 2-4 written out), compared with
+  differences, the formula of docs/algorithms.md §2-4 written out), compared with
   an explicit rounding-error bound, not a tuned tolerance (see
   ``assert_matches_oracle``);
 * for the formula itself (``α_d``, signs, the ``1/p_j`` weight), exact
@@ -48,7 +48,7 @@ EPS32 = float(np.finfo(np.float32).eps)
 
 
 def lmc_like_ensemble(seed, n, d, *, h=0.05, scale=1.0, offset=0.0, dtype=np.float32, log_p_shift=0.0):
-    """Particles as after an (En)LMC step on f(x) = |x|²/(2 scale²) (spec section 3).
+    """Particles as after an (En)LMC step on f(x) = |x|²/(2 scale²) (docs/algorithms.md §3).
 
     w = x_prev - h ∇f(x_prev), x = w + sqrt(2h) ξ and the exact Gaussian log density
     log p_j = -(d/2) log(4πh) - |x_j - w_j|²/(4h) (+ log_p_shift, to push the weights
@@ -195,7 +195,7 @@ def test_log_alpha_d_finite_where_alpha_overflows():
 
 
 def test_estimator_unbiased_for_linear_f():
-    """For f(x) = a·x and neighbours iid uniform (q = 1/(2L)^d), spec section 2
+    """For f(x) = a·x and neighbours iid uniform (q = 1/(2L)^d), docs/algorithms.md §2
     gives E[α_d/q · (f_j - f_i)(x_j - x_i)/|x_j - x_i|² 1[ball]] = a exactly
     (E[(a·u)u] = a/d over directions). Query points on a grid with disjoint balls
     give independent estimates: z-test of their mean against a."""

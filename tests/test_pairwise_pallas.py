@@ -2,7 +2,7 @@
 
 The kernel runs in Pallas' interpret mode on CPU.
 
-The oracle (``oracle_with_bound``) sums the spec's formula (section 4, eqs.
+The oracle (``oracle_with_bound``) sums docs/algorithms.md's formula (section 4, eqs.
 3.19-3.21) pair by pair in float64 with direct differences ``x_j - x_i``, on
 the float32-rounded inputs. Every comparison is held to a first-order
 rounding-error bound computed pair by pair from the same data, so that a

@@ -1,4 +1,4 @@
-"""Tests of stochastic-gradient Riemann HMC (spec section 6) and the gSGRHMC metric.
+"""Tests of stochastic-gradient Riemann HMC (docs/algorithms.md §6) and the gSGRHMC metric.
 
 What cannot be faked here: hand-derived Γ_r formulas (diagonal and dense
 metrics), the block SGRHMC step against the generic recipe with the section-6

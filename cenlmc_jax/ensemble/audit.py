@@ -95,7 +95,7 @@ __all__ = [
 
 
 class Audit(NamedTuple):
-    """Running state of the gradient audit (spec: not in the paper; module docstring).
+    """Running state of the gradient audit (beyond the paper; module docstring).
 
     drift_ratio: () exponential moving average (weight :data:`AUDIT_EMA_WEIGHT`
        per audited step) of the median drift ratio ``F_i·∇f_i / |∇f_i|²``; starts at 1.

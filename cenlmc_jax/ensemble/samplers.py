@@ -45,7 +45,7 @@ they are gathered into buffers of ``grad_capacity`` particles and a bounded
 ``ceil(count / grad_capacity)·grad_capacity`` gradients, not ``N``.
 
 Initialisation: nothing is known about how ``x^0`` was drawn, so
-``w = +inf`` and ``log p = -inf`` (spec: ``w^{-1} = +∞``). For CEnLMC the R1
+``w = +inf`` and ``log p = -inf`` (docs/algorithms.md: ``w^{-1} = +∞``). For CEnLMC the R1
 test then fails for everyone and step 0 uses true gradients; EnLMC uses true
 gradients exactly for the particles whose ``log p`` is ``-inf`` (only at step
 0: after a step ``log p = -(d/2) log(4πh) - |ξ|²/2`` is finite whatever

@@ -1,4 +1,4 @@
-"""Irreversible jump sampler, its proposals and the RW-MH baseline (spec sections 7–8; paper 2).
+"""Irreversible jump sampler, its proposals and the RW-MH baseline (docs/algorithms.md §7–8; paper 2).
 
 Ma, Fox, Chen & Wu, *A unifying framework for irreversible MCMC*: the state
 ``z`` is lifted with a direction ``s``; a forward/backward pair ``(f̃, g̃)``
@@ -14,7 +14,7 @@ without detailed balance. The modules:
 * :mod:`~cenlmc_jax.irreversible.proposals` — :func:`coordinatewise_proposal`
   (App. C.2, Algorithm 1), :func:`gamma_proposal` (the irreversible Gamma
   sampler) and :func:`sde_proposal` (an Euler–Maruyama step of the complete
-  recipe with its adjoint, spec 8, eq. 8.1; App. D), :class:`SDEPoint`;
+  recipe with its adjoint, docs/algorithms.md §8, eq. 8.1; App. D), :class:`SDEPoint`;
 * :mod:`~cenlmc_jax.irreversible.rwmh` — Gaussian random-walk MH, the
   reversible baseline: :class:`RWMHState`, :class:`RWMHInfo`,
   :func:`rwmh_init`, :func:`rwmh_step`, :func:`rwmh`;

@@ -1,7 +1,7 @@
 """Pieces the jump sampler, its proposals and the RW-MH baseline share (one floor below them).
 
 * :func:`metropolis`: the accept/reject decision of every step here, accept
-  with probability ``a = min(1, exp(log_ratio))`` (eq. 7.2 of the spec for the
+  with probability ``a = min(1, exp(log_ratio))`` (eq. 7.2 of docs/algorithms.md for the
   jump sampler, ``min(1, π(z*)/π(z))`` for RW-MH); ``u ~ U[0, 1)`` and accept
   iff ``u < a``, so ``a = 0`` never accepts and ``a = 1`` always does.
 * :func:`proposal_trouble`: what counts as numerical trouble (``info.diverged``).

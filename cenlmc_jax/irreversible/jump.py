@@ -1,9 +1,9 @@
-"""The irreversible jump sampler with a direction variable (spec section 7; paper 2, App. C).
+"""The irreversible jump sampler with a direction variable (docs/algorithms.md §7; paper 2, App. C).
 
 Ma, Fox, Chen & Wu, *A unifying framework for irreversible MCMC*. The state
 ``z`` is lifted with a direction ``s`` (the paper's ``z^p``, uniform
 marginal). With a forward proposal density ``f̃(z*|z, s)`` and a backward
-density ``g̃(z|z*, s)`` that satisfy the pairing (spec 7; the identity
+density ``g̃(z|z*, s)`` that satisfy the pairing (docs/algorithms.md §7; the identity
 ``f̃(z, ·|y, -y^p) = g̃(z, ·|y, y^p)`` of paper 2, App. C.3, that makes the
 anti-symmetric kernel ``A`` of eq. (20) integrate to zero, eqs. (21)–(22))
 
@@ -89,7 +89,7 @@ class Proposal(NamedTuple):
       (scalar); ``cache`` is the one at ``position``.
     log_backward: ``(position, z_star, direction[, cache]) -> log g̃(z | z*, s)``
       (scalar); ``cache`` is the one at ``z_star``. The pair must satisfy
-      ``f̃(·|y, -s) = g̃(·|y, s)`` (spec 7) for the chain to leave ``π`` invariant.
+      ``f̃(·|y, -s) = g̃(·|y, s)`` (docs/algorithms.md §7) for the chain to leave ``π`` invariant.
     direction_size: ``None`` for one sign per coordinate (``direction: (d,)``),
       ``1`` for one sign shared by the whole vector (``direction: (1,)``).
     grad_evals: gradients of ``logdensity_fn`` one step needs (Python int).
@@ -232,7 +232,7 @@ def irreversible_mh_step(
     *,
     flip_on_reject: bool = True,
 ) -> tuple[IrreversibleMHState, IrreversibleMHInfo]:
-    """One step of the irreversible jump sampler (spec 7, eq. 7.2).
+    """One step of the irreversible jump sampler (docs/algorithms.md §7, eq. 7.2).
 
     Propose ``z* ~ f̃(·|z, s)``, accept with ``a = min(1, π(z*) g̃(z|z*, s) /
     (π(z) f̃(z*|z, s)))``; accept keeps ``s``, reject flips the whole ``s``.
@@ -246,7 +246,7 @@ def irreversible_mh_step(
       flip_on_reject: keep ``True``. ``False`` never flips ``s``: the chain is
         then NOT ``π``-invariant in general (only where the rejection
         probabilities of ``s`` and ``-s`` agree); it exists to demonstrate that
-        the flip is essential (spec 8).
+        the flip is essential (docs/algorithms.md §8).
 
     With a ``point_fn`` proposal the cache of ``z`` comes from the state (a
     state made by hand without one gets it computed here) and that of ``z*``
@@ -307,7 +307,7 @@ def irreversible_mh_step(
 
 
 def irreversible_mh(logdensity_fn: LogDensityFn, proposal: Proposal, *, flip_on_reject: bool = True) -> SamplingAlgorithm:
-    """The irreversible jump sampler (spec 7) as a sampler object.
+    """The irreversible jump sampler (docs/algorithms.md §7) as a sampler object.
 
     ``init(position, rng_key=None)``: :func:`irreversible_mh_init` with this
     proposal (its checks run at the initial point; the direction is uniform

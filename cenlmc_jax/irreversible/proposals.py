@@ -1,13 +1,13 @@
-"""Proposals for the irreversible jump sampler (spec sections 7–8; paper 2, App. C.2 and D).
+"""Proposals for the irreversible jump sampler (docs/algorithms.md §7–8; paper 2, App. C.2 and D).
 
 A proposal is a :class:`~cenlmc_jax.irreversible.jump.Proposal`: a forward
-density ``f̃(z*|z, s)``, a backward density ``g̃(z|z*, s)`` paired by (spec 7.1)
+density ``f̃(z*|z, s)``, a backward density ``g̃(z|z*, s)`` paired by (docs/algorithms.md §7.1)
 ``f̃(·|y, -s) = g̃(·|y, s)``, and a sampler of ``f̃``; the step
 (:func:`~cenlmc_jax.irreversible.jump.irreversible_mh_step`) uses only the
 general ratio (7.2). Shipped:
 
 * :func:`coordinatewise_proposal` — ``(f̃, g̃)`` built per coordinate from a
-  pair ``(f_i, g_i)`` (spec 7; paper 2, App. C.2, Algorithm 1): start from
+  pair ``(f_i, g_i)`` (docs/algorithms.md §7; paper 2, App. C.2, Algorithm 1): start from
   ``(f̃, g̃) = (1, 1)`` and multiply by ``(f_i, g_i)`` when ``s_i > 0``, by
   ``(g_i, f_i)`` otherwise, so (7.1) holds by construction.
 * :func:`gamma_proposal` — the irreversible Gamma sampler, ``z*_i = z_i + s_i
@@ -16,8 +16,8 @@ general ratio (7.2). Shipped:
   ``g_i`` its mirror image, so ``g̃(z|z*, s) = f̃(z*|z, s)`` and the ratio
   reduces to ``π(z*)/π(z)`` — computed through (7.2) all the same.
 * :func:`sde_proposal` — one Euler–Maruyama step of the complete recipe
-  (spec 5) with the irreversible part ``Q`` signed by the direction; the
-  backward density is the adjoint process (``Q -> -Q``) (spec 8, eq. 8.1 at
+  (docs/algorithms.md §5) with the irreversible part ``Q`` signed by the direction; the
+  backward density is the adjoint process (``Q -> -Q``) (docs/algorithms.md §8, eq. 8.1 at
   :func:`sde_proposal`; paper 2, App. D: ``π(y) P(z, t+dt|y, t) = π(z)
   P†(y, t+dt|z, t)``, eqs. (23)/(28), hence ``P(z_N|z_0)/P†(z_0|z_N) =
   π(z_N)/π(z_0)`` along a path, eq. (30)). ``Q`` couples coordinates, so the
@@ -112,7 +112,7 @@ def coordinatewise_proposal(
     *,
     sample: Optional[Callable[[PRNGKey, Array, Array], Array]] = None,
 ) -> Proposal:
-    """A proposal built per coordinate from a pair ``(f_i, g_i)`` (spec 7; paper 2, App. C.2, Algorithm 1).
+    """A proposal built per coordinate from a pair ``(f_i, g_i)`` (docs/algorithms.md §7; paper 2, App. C.2, Algorithm 1).
 
     ``log_f(x_new, x_old) -> (d,)`` gives ``log f_i(x_new_i | x_old_i)`` for every
     coordinate (``log_g`` likewise); then
@@ -157,7 +157,7 @@ _MAX_EXP_SUM = 8  # integer Gamma shapes up to this are drawn as sums of exponen
 
 
 def gamma_proposal(shape: float, scale: float) -> Proposal:
-    """The irreversible Gamma proposal (spec 7): ``z*_i = z_i + s_i G_i``, ``G_i ~ Gamma(k, θ)``.
+    """The irreversible Gamma proposal (docs/algorithms.md §7): ``z*_i = z_i + s_i G_i``, ``G_i ~ Gamma(k, θ)``.
 
     ``shape = k > 0``, ``scale = θ > 0`` (mean jump ``kθ``). Per coordinate
     ``f_i(x'|x) = Gamma(x' - x; k, θ)`` (a forward jump) and its mirror
@@ -236,7 +236,7 @@ def _check_d_q(D: Any, Q: Any, position: Array) -> None:
 
 
 def sde_proposal(D: Any, Q: Any, logdensity_fn: LogDensityFn, step_size: Any) -> Proposal:
-    """One Euler–Maruyama step of the complete recipe as an irreversible proposal (spec 8).
+    """One Euler–Maruyama step of the complete recipe as an irreversible proposal (docs/algorithms.md §8).
 
     With ``H = -logdensity_fn``, ``ε = step_size`` and a single direction sign
     ``s = direction[0] ∈ {-1, +1}`` (``Q`` couples coordinates, so one sign

@@ -1,4 +1,4 @@
-"""The masked ensemble force of EnLMC and CEnLMC (spec sections 2-4): one entry point.
+"""The masked ensemble force of EnLMC and CEnLMC (docs/algorithms.md §2-4): one entry point.
 
 For particles ``x: (N, d)`` with potential values ``f`` (``-logdensity_fn``),
 proposal log densities ``log p`` and, for CEnLMC, deterministic parts ``w``:
@@ -126,13 +126,13 @@ def ensemble_force(
     strategy: str = "allgather",
     block_sparse: bool | None = None,
 ) -> PairwiseForce:
-    """Pairwise sums of the EnLMC / CEnLMC ensemble force (spec sections 2-4).
+    """Pairwise sums of the EnLMC / CEnLMC ensemble force (docs/algorithms.md §2-4).
 
     Args:
       x: (N, d) particle positions ``x_i^m``.
       f: (N,) potential ``f(x_i) = -logdensity_fn(x_i)`` (any additive constant).
       log_p: (N,) log density of the proposal each particle was drawn from,
-        ``log p_j^m = -(d/2) log(4πh) - |x_j - w_j|²/(4h)`` (spec section 3).
+        ``log p_j^m = -(d/2) log(4πh) - |x_j - w_j|²/(4h)`` (docs/algorithms.md §3).
       eta: ball radius ``η > 0``.
       w: optional (N, d) deterministic parts ``w_j^m`` (CEnLMC); rows may be
         ``+inf`` (the initialisation) or otherwise non-finite.

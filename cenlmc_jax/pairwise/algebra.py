@@ -1,4 +1,4 @@
-"""The algebra of the masked ensemble force, written once (spec sections 2-4).
+"""The algebra of the masked ensemble force, written once (docs/algorithms.md §2-4).
 
 For particles ``x_1..x_N`` (``x: (N, d)``) with potential values ``f_i`` (the
 papers' ``f = -logdensity_fn``), proposal log densities ``log p_j`` and, for
@@ -47,7 +47,7 @@ bounding boxes and the conservative box test) is :mod:`.sparsity`, one floor
 above this module: it imports this one, never the reverse.
 
 The log weights (one overflow rule for every backend). ``exp(log s_j)``
-overflows float32 already at d = 50 with a small η (spec section 2), and the
+overflows float32 already at d = 50 with a small η (docs/algorithms.md §2), and the
 weights of one ensemble may spread over more than the exponent range (EnLMC
 blow-ups, Theorem 3.2). A tile therefore sums ``exp(log s_j - m)`` and carries
 the shift ``m``; the largest weight in scope becomes 1:
@@ -190,7 +190,7 @@ class PairwiseForce(NamedTuple):
 
 
 def log_alpha_d(d: int, eta: ArrayLike, dtype: Any = None) -> Array:
-    """``log α_d = log d - log V_η``, ``V_η = π^{d/2} η^d / Γ(d/2+1)`` (spec section 2).
+    """``log α_d = log d - log V_η``, ``V_η = π^{d/2} η^d / Γ(d/2+1)`` (docs/algorithms.md §2).
 
     Computed with ``gammaln`` so it stays finite for any ``d`` (``α_d`` itself
     overflows float32 already for moderate ``d`` and small ``η``).

@@ -1,6 +1,6 @@
 """The dense references of the ensemble force: all N x N pairs at once.
 
-The pair sums of spec sections 2-4 (see :mod:`.algebra`),
+The pair sums of docs/algorithms.md §2-4 (see :mod:`.algebra`),
 
     force_sum_i = Σ_{j≠i} W_ij (x_j - x_i),
     W_ij = exp(log α_d - log p_j) (f_j - f_i) / |x_j - x_i|² · 1[|x_j - x_i| ≤ η] · 1[|w_j - w_i| ≤ R2],

@@ -1,6 +1,6 @@
 """The ensemble force as one fused Pallas kernel (lowered to Triton on GPU).
 
-The pair sums of spec sections 2-4 (see :mod:`.algebra`),
+The pair sums of docs/algorithms.md §2-4 (see :mod:`.algebra`),
 
     force_sum_i = Σ_{j≠i} W_ij (x_j - x_i),   n_r2_i,   n_ball_i,
 

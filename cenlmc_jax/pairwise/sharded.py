@@ -2,7 +2,7 @@
 
 The ensemble ``x: (N, d)`` is split over a 1-D device mesh along its particle
 axis (``PartitionSpec(axis_name)``): device ``k`` owns ``N/P`` particles and
-computes, for those rows only, the pair sums of spec sections 2-4
+computes, for those rows only, the pair sums of docs/algorithms.md §2-4
 (:mod:`.algebra`)
 
     force_sum_i = Σ_{j≠i} W_ij (x_j - x_i),   n_r2_i,   n_ball_i,

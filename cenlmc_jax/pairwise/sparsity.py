@@ -1,6 +1,6 @@
 """Block sparsity of the masked ensemble force: which tile pairs can add anything.
 
-The pair sums of :mod:`.algebra` (spec sections 2-4),
+The pair sums of :mod:`.algebra` (docs/algorithms.md §2-4),
 
     force_sum_i = Σ_{j≠i} W_ij (x_j - x_i),                       (3.19, 3.21)
 

@@ -1,6 +1,6 @@
 """The row-tiled XLA kernel of the ensemble force: the CPU production path.
 
-Folds the blockwise reduction of :mod:`.algebra` (spec sections 2-4: the
+Folds the blockwise reduction of :mod:`.algebra` (docs/algorithms.md §2-4: the
 pair sums ``force_sum_i = Σ_{j≠i} W_ij (x_j - x_i)``, ``n_r2``, ``n_ball``)
 with XLA loops: ``lax.map`` over blocks of ``B`` rows, and per row block one
 :func:`~.algebra.tile_partial` against all ``N`` columns (or a ``lax.scan`` of

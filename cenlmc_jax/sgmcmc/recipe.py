@@ -1,11 +1,11 @@
-"""The complete recipe for stochastic-gradient MCMC (spec section 5), and SGLD, SGRLD, SGHMC.
+"""The complete recipe for stochastic-gradient MCMC (docs/algorithms.md §5), and SGLD, SGRLD, SGHMC.
 
 Ma, Chen & Fox, *A Complete Recipe for Stochastic Gradient MCMC* (the
 "unifying framework" paper). Any SDE whose stationary density is
 ``π(z) ∝ exp(-H(z))`` can be written
 
     dz = [ (D(z) + Q(z)) ∇log π(z) + Γ(z) ] dt + sqrt(2 D(z)) dW,
-    Γ_i(z) = Σ_j ∂_{z_j} (D_ij(z) + Q_ij(z)),                          (spec 5)
+    Γ_i(z) = Σ_j ∂_{z_j} (D_ij(z) + Q_ij(z)),                          (docs/algorithms.md §5)
 
 with ``D`` symmetric positive semidefinite and ``Q`` skew-symmetric
 (``(D + Q)∇log π = -(D + Q)∇H``). The Euler step with a (stochastic)
@@ -34,7 +34,7 @@ negative eigenvalue is reported in ``info.noise_clipped``.
 
 SGLD, SGRLD and SGHMC (:func:`sgld`, :func:`sgrld`, :func:`sghmc`) only
 choose ``D`` and ``Q`` and return a :class:`~cenlmc_jax.base.SamplingAlgorithm`.
-SGRHMC (spec 6) has its own block step in :mod:`cenlmc_jax.sgmcmc.sgrhmc`.
+SGRHMC (docs/algorithms.md §6) has its own block step in :mod:`cenlmc_jax.sgmcmc.sgrhmc`.
 
 All steps act on one chain (``position: (d,)``, or a pytree such as a dict
 of parameters: it is flattened with ``jax.flatten_util.ravel_pytree`` at the
@@ -205,7 +205,7 @@ def recipe_step(
     Q: la.MatrixLike,
     B_hat: Optional[la.MatrixLike] = None,
 ) -> tuple[RecipeState, RecipeInfo]:
-    """One Euler step of the complete recipe (spec section 5), one chain.
+    """One Euler step of the complete recipe (docs/algorithms.md §5), one chain.
 
         z' = z + ε_t [ (D(z) + Q(z)) g̃(z) + Γ(z) ] + N(0, ε_t (2 D(z) - ε_t B̂(z)))
 
@@ -249,7 +249,7 @@ def complete_recipe(
     *,
     B_hat: Optional[la.MatrixLike] = None,
 ) -> SamplingAlgorithm:
-    """The complete recipe (spec 5) with your own ``D`` and ``Q`` as a sampler object.
+    """The complete recipe (docs/algorithms.md §5) with your own ``D`` and ``Q`` as a sampler object.
 
     ``init(position, rng_key=None)`` checks ``D``, ``Q``, ``B̂`` at the
     initial point; ``step(rng_key, state)`` is :func:`recipe_step`.
@@ -271,7 +271,7 @@ def complete_recipe(
 
 
 def sgld(grad_estimator: GradEstimator, step_size: StepSize, *, B_hat: Optional[la.MatrixLike] = None) -> SamplingAlgorithm:
-    """SGLD (spec 5): ``D = I``, ``Q = 0``: ``θ' = θ + ε g̃(θ) + N(0, ε(2I - εB̂))``.
+    """SGLD (docs/algorithms.md §5): ``D = I``, ``Q = 0``: ``θ' = θ + ε g̃(θ) + N(0, ε(2I - εB̂))``.
 
     ``grad_estimator(rng_key, θ) -> g̃(θ) ≈ ∇log π(θ)``; state position ``θ: (d,)``.
     """
@@ -285,7 +285,7 @@ def sgrld(
     *,
     B_hat: Optional[la.MatrixLike] = None,
 ) -> SamplingAlgorithm:
-    """SGRLD (spec 5): ``D = G(θ)^{-1}``, ``Q = 0``; ``Γ_i = Σ_j ∂_j (G^{-1})_ij`` by autodiff.
+    """SGRLD (docs/algorithms.md §5): ``D = G(θ)^{-1}``, ``Q = 0``; ``Γ_i = Σ_j ∂_j (G^{-1})_ij`` by autodiff.
 
     ``inv_metric_fn``: ``θ -> G(θ)^{-1}`` (a scalar, ``(d,)`` diagonal or
     ``(d, d)``), or a constant of those forms.
@@ -414,7 +414,7 @@ def sghmc_step(
     friction: ArrayLike = 1.0,
     B_hat: Optional[la.MatrixLike] = None,
 ) -> tuple[SGHMCState, RecipeInfo]:
-    """One SGHMC step (spec 5): the recipe on ``z = (θ, r)`` with ``H = U(θ) + ½ rᵀr``,
+    """One SGHMC step (docs/algorithms.md §5): the recipe on ``z = (θ, r)`` with ``H = U(θ) + ½ rᵀr``,
     ``D = [[0, 0], [0, C]]``, ``Q = [[0, -I], [I, 0]]`` (so ``Γ = 0`` and
     ``(D + Q)∇log π(z) = (r, g̃ - C r)``), written block-wise:
 
@@ -464,7 +464,7 @@ def sghmc(
     friction: ArrayLike = 1.0,
     B_hat: Optional[la.MatrixLike] = None,
 ) -> SamplingAlgorithm:
-    """SGHMC (spec 5) as a sampler object: :func:`sghmc_step`,
+    """SGHMC (docs/algorithms.md §5) as a sampler object: :func:`sghmc_step`,
 
         θ' = θ + ε r,   r' = r + ε g̃(θ) - ε C r + N(0, ε(2C - εB̂))
 

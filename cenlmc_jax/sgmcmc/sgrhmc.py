@@ -1,4 +1,4 @@
-"""Stochastic-gradient Riemann HMC (spec section 6) and the paper's gSGRHMC metric.
+"""Stochastic-gradient Riemann HMC (docs/algorithms.md §6) and the paper's gSGRHMC metric.
 
 Ma, Chen & Fox: with ``z = (θ, r)``, ``H = U(θ) + ½ rᵀr`` (``U = -log π``)
 and a position-dependent metric ``G(θ)``, the complete recipe with
@@ -148,7 +148,7 @@ def gamma_r(inv_metric_fn: la.MatrixLike, theta: Array) -> tuple[Array, Array, A
 
 
 def sgrhmc_mean_and_root(theta, r, grad, eps, inv_metric_fn, B_hat, naive: bool):
-    """Deterministic parts of θ', r' (spec 6), the noise root for r, noise_clipped, Γ_r.
+    """Deterministic parts of θ', r' (docs/algorithms.md §6), the noise root for r, noise_clipped, Γ_r.
 
     The root is (d,) for a diagonal covariance, (d, d) otherwise.
     """
@@ -231,7 +231,7 @@ def sgrhmc_step(
     *,
     naive: bool = False,
 ) -> tuple[SGRHMCState, SGRHMCInfo]:
-    """One SGRHMC step (spec section 6, module docstring), one chain.
+    """One SGRHMC step (docs/algorithms.md §6, module docstring), one chain.
 
     Args:
       rng_key: split into ``(key_grad, key_noise)``; ``ξ ~ N(0, I_d)`` from
@@ -321,7 +321,7 @@ def sgrhmc(
 
 
 def gsgrhmc_inv_metric(potential_fn: Callable[[Array], Array], D: float = 1.5, C: float = 0.5) -> Callable:
-    """The paper's gSGRHMC metric (spec 6): ``G(θ)^{-1} = D·sqrt(|U(θ) + C|)·I``, as a (d,) diagonal.
+    """The paper's gSGRHMC metric (docs/algorithms.md §6): ``G(θ)^{-1} = D·sqrt(|U(θ) + C|)·I``, as a (d,) diagonal.
 
     potential_fn: ``θ -> U(θ)`` (scalar; ``-logdensity_fn`` up to a constant;
     the paper uses the minibatch ``Ũ``, here any deterministic potential).
