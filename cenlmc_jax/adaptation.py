@@ -54,19 +54,14 @@ and Welford's estimate pools every chain's draws. This is the warm-up for
 ``cj.vmap_chains`` runs (and the CLI). :meth:`WindowAdaptation.run` adapts
 one chain; ``jax.vmap`` it to adapt every chain on its own.
 
-**Unadjusted samplers** (LMC, SGLD, SGHMC) have no acceptance to aim at; their
-step size comes from the curvature met during warm-up:
-:func:`max_curvature` (power iteration on Hessian-vector products of the
-gradient at warm-up draws) and :func:`langevin_step_size` (the step whose
-discretisation inflates the variance of the stiffest Gaussian direction by a
-chosen ``bias``, exactly for ULA, by the discrete Lyapunov equation for SGHMC).
+**Unadjusted samplers** (LMC, SGLD, SGHMC): :mod:`cenlmc_jax.curvature`, re-exported here
+(:func:`max_curvature`, :func:`langevin_step_size`).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-import math
 from typing import Any, Callable, NamedTuple, Optional
 
 import jax
@@ -79,7 +74,8 @@ from cenlmc_jax._validation import check_callable, check_choice, check_int, chec
 from cenlmc_jax.base import SamplingAlgorithm
 from cenlmc_jax.gradients import ravel_position
 from cenlmc_jax.irreversible import gamma_proposal, irreversible_mh, rwmh, sde_proposal
-from cenlmc_jax.types import Array, GradEstimator, LogDensityFn, PRNGKey
+from cenlmc_jax.curvature import langevin_step_size, max_curvature
+from cenlmc_jax.types import Array, LogDensityFn, PRNGKey
 
 __all__ = [
     "DualAveragingState",
@@ -548,97 +544,3 @@ def window_adaptation(
         return _run_chains(rng_key, positions, num_steps)
 
     return WindowAdaptation(run, run_chains, sampler)
-
-
-# --------------------------------------------------------- unadjusted samplers
-
-
-def max_curvature(
-    grad_estimator: GradEstimator, positions: Array, rng_key: PRNGKey, *, num_iters: int = 30
-) -> Array:
-    """The largest ``|λ|`` of the Hessian of ``log π`` over ``positions: (C, d)``, by power iteration.
-
-    At each position ``x``, ``v ← H v / |H v|`` with ``H v`` the Hessian-vector
-    product ``jax.jvp`` of ``x -> grad_estimator(key, x)`` (one key per
-    position, fixed over the iterations: for a minibatch estimator this is the
-    Hessian of one minibatch, unbiased for the full one). Returns the maximum
-    over positions of ``|vᵀ H v|`` after ``num_iters`` iterations (a lower
-    bound of each ``|λ_max|`` that converges geometrically). For a Gaussian it
-    is ``1 / λ_min(Σ)`` at any point; pass draws from a warm-up (e.g. the
-    states of :func:`window_adaptation`'s ``"mala"`` run) so that the stiffest
-    region the sampler visits is covered.
-    """
-    check_callable(grad_estimator, "grad_estimator", "(rng_key, x) -> gradient of the log density at x")
-    num_iters = check_int(num_iters, "num_iters", minimum=1)
-    positions = jnp.asarray(positions)
-    if positions.ndim != 2:
-        raise ValueError(f"positions must have shape (C, d); got {tuple(positions.shape)}.")
-
-    def at(key, x):
-        def hvp(v):
-            return jax.jvp(lambda y: jnp.asarray(grad_estimator(key, y), x.dtype), (x,), (v,))[1]
-
-        v0 = jnp.ones_like(x) / math.sqrt(x.shape[0])
-
-        def body(_, v):
-            hv = hvp(v)
-            return hv / jnp.maximum(jnp.linalg.norm(hv), jnp.finfo(x.dtype).tiny)
-
-        v = lax.fori_loop(0, num_iters, body, v0)
-        return jnp.abs(v @ hvp(v))
-
-    keys = jax.random.split(rng_key, positions.shape[0])
-    return jnp.max(jax.jit(jax.vmap(at))(keys, positions))
-
-
-def _sghmc_variance_ratio(h: float, friction: float) -> float:
-    """Stationary ``L·Var θ`` of SGHMC's Euler recursion on ``U = L θ²/2`` (``h = ε²L``, friction scaled).
-
-    With ``ε`` and ``L``: ``θ' = θ + ε r``, ``r' = (1 - εC) r - εLθ + sqrt(2Cε) ξ``;
-    in units ``u = sqrt(L) θ`` it depends on ``a = ε sqrt(L)`` and ``c = εC``
-    only. Solved exactly: ``P = A P Aᵀ + N`` (discrete Lyapunov), ``vec P = (I - A⊗A)⁻¹ vec N``.
-    """
-    a = math.sqrt(h)
-    c = friction
-    A = np.array([[1.0, a], [-a, 1.0 - c]])
-    N = np.diag([0.0, 2.0 * c])
-    if np.max(np.abs(np.linalg.eigvals(A))) >= 1.0 - 1e-9:  # unstable (or on the edge): no stationary law
-        return math.inf
-    P = np.linalg.solve(np.eye(4) - np.kron(A, A), N.reshape(-1)).reshape(2, 2)
-    return float(P[0, 0])
-
-
-def langevin_step_size(curvature: Any, *, sampler: str = "lmc", bias: float = 0.05, friction: float = 1.0) -> float:
-    """The step size at which discretisation inflates the stationary variance of the
-    stiffest direction (a Gaussian of precision ``L = curvature``) by ``bias``.
-
-    ``sampler="lmc"`` (also SGLD: the same Euler step; SGLD's gradient noise
-    adds to this): ULA on ``N(0, 1/L)`` has stationary variance
-    ``1 / (L (1 - εL/2))`` (docs/algorithms.md §1), so ``ε = 2 bias / ((1 + bias) L)``, below
-    ULA's stability limit ``2/L``.
-    ``sampler="sghmc"`` (``cj.sghmc`` with ``friction = C``, a scalar): the
-    variance of ``θ`` from the exact stationary covariance of the Euler
-    recursion (:func:`_sghmc_variance_ratio`), solved for ``ε`` by bisection.
-
-    Use it with :func:`max_curvature` at warm-up draws. The bias in directions
-    of smaller curvature is smaller; the step trades that bias against mixing
-    (a smaller ``bias`` means slower mixing in the flat directions).
-    """
-    check_choice(sampler, "sampler", ("lmc", "sgld", "sghmc"))
-    check_positive(curvature, "curvature")
-    check_positive(bias, "bias")
-    check_positive(friction, "friction")
-    L, b = float(curvature), float(bias)
-    if sampler in ("lmc", "sgld"):
-        return 2.0 * b / ((1.0 + b) * L)
-    ratio = lambda eps: _sghmc_variance_ratio(eps * eps * L, eps * friction)
-    lo, hi = 0.0, 1e-3 / (friction + math.sqrt(L))
-    while ratio(hi) < 1.0 + b:  # bracket: double until the bias is reached (or the recursion is unstable)
-        lo, hi = hi, 2.0 * hi
-    for _ in range(100):
-        mid = 0.5 * (lo + hi)
-        if ratio(mid) > 1.0 + b:
-            hi = mid
-        else:
-            lo = mid
-    return lo
