@@ -1,0 +1,294 @@
+"""Mutation check: do the tests see the bugs they are meant to see?
+
+``python benchmarks/mutation_check.py [--only NAME ...] [--out-dir DIR]``
+
+Each entry of :data:`MUTATIONS` is a realistic one-line bug: a file of the
+package, its exact original text (which must occur exactly once), the
+replacement, and the test node ids that must catch it. For each mutation the
+script
+
+1. copies the working tree (tracked files and untracked, non-ignored ones:
+   ``git ls-files -co --exclude-standard``, so uncommitted edits are included)
+   to a fresh temporary directory; the real working tree is never touched;
+2. applies the edit in the copy (asserting the original text occurs once);
+3. runs the listed tests there with pytest (``PYTHONPATH`` = the copy, which
+   shadows the editable install; checked before the first run), reading
+   the per-test outcome from a JUnit XML report;
+4. records the mutation as *caught* when every listed test fails (or errors).
+
+A baseline run of all listed tests on an unmutated copy comes first: they
+must pass, or "caught" would mean nothing. Results go to
+``benchmarks/results/mutations.json`` and ``mutations.md``; the exit status
+is non-zero when the baseline fails or any mutation is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+GAPS = "tests/test_mutation_gaps.py::"
+
+SAMPLERS = "cenlmc_jax/ensemble/samplers.py"
+LINALG = "cenlmc_jax/_linalg.py"
+RECIPE = "cenlmc_jax/sgmcmc/recipe.py"
+PROPOSALS = "cenlmc_jax/irreversible/proposals.py"
+
+T_ENLMC_STEP = GAPS + "test_enlmc_one_step_uses_the_force_as_w_minus_h_force_over_n_minus_1"
+T_ENLMC_STAT = GAPS + "test_enlmc_first_steps_follow_the_exact_lmc_mean_recursion"
+T_CENLMC_HAND = GAPS + "test_cenlmc_one_step_force_normaliser_and_tests_against_numpy_oracle"
+T_CENLMC_REAL = GAPS + "test_cenlmc_one_step_after_a_real_step_against_numpy_oracle"
+T_GAMMA = GAPS + "test_gamma_term_of_every_matrix_form_in_d_and_q_matches_jacfwd_of_the_matrix_field"
+T_RECIPE_STEP = GAPS + "test_recipe_step_with_a_scalar_d_of_z_is_the_hand_written_euler_step"
+T_RECIPE_STAT = GAPS + "test_complete_recipe_with_position_dependent_d_has_the_stationary_second_moment"
+T_SDE_GRID = GAPS + "test_irreversible_sde_sampler_kernel_leaves_pi_times_uniform_direction_invariant_on_a_grid"
+T_SDE_DRAW = GAPS + "test_sde_proposal_draws_from_its_own_forward_density"
+
+#: (name, file, original text, replacement, tests that must catch it, what the bug is)
+MUTATIONS = [
+    dict(name="enlmc_force_sign_flipped", file=SAMPLERS,
+         original="ens = pf.force_sum / jnp.asarray(n - 1, x.dtype)",
+         replacement="ens = -pf.force_sum / jnp.asarray(n - 1, x.dtype)",
+         tests=[T_ENLMC_STEP, T_ENLMC_STAT],
+         what="EnLMC moves along +F instead of -F"),
+    dict(name="enlmc_normaliser_n", file=SAMPLERS,
+         original="ens = pf.force_sum / jnp.asarray(n - 1, x.dtype)",
+         replacement="ens = pf.force_sum / jnp.asarray(n, x.dtype)",
+         tests=[T_ENLMC_STEP],
+         what="EnLMC divides by N instead of N-1"),
+    dict(name="cenlmc_force_sign_flipped", file=SAMPLERS,
+         original="ens = pf.force_sum / jnp.maximum(pf.n_r2, 1).astype(dt)[:, None]",
+         replacement="ens = -pf.force_sum / jnp.maximum(pf.n_r2, 1).astype(dt)[:, None]",
+         tests=[T_CENLMC_HAND, T_CENLMC_REAL],
+         what="CEnLMC moves along +F instead of -F"),
+    dict(name="cenlmc_normaliser_off_by_one", file=SAMPLERS,
+         original="ens = pf.force_sum / jnp.maximum(pf.n_r2, 1).astype(dt)[:, None]",
+         replacement="ens = pf.force_sum / jnp.maximum(pf.n_r2 + 1, 1).astype(dt)[:, None]",
+         tests=[T_CENLMC_HAND, T_CENLMC_REAL],
+         what="CEnLMC divides by N_i + 1 instead of N_i"),
+    dict(name="n_star_test_off_by_one_le", file=SAMPLERS,
+         original="fail_n = pf.n_r2 < jnp.maximum(jnp.asarray(n_star, jnp.int32), 1)",
+         replacement="fail_n = pf.n_r2 <= jnp.maximum(jnp.asarray(n_star, jnp.int32), 1)",
+         tests=[T_CENLMC_HAND],
+         what="N_i = N* counted as a failure (N_i <= N*)"),
+    dict(name="n_star_test_off_by_one_minus", file=SAMPLERS,
+         original="fail_n = pf.n_r2 < jnp.maximum(jnp.asarray(n_star, jnp.int32), 1)",
+         replacement="fail_n = pf.n_r2 < jnp.maximum(jnp.asarray(n_star - 1, jnp.int32), 1)",
+         tests=[T_CENLMC_HAND],
+         what="N_i = N* - 1 passes (threshold N* - 1)"),
+    dict(name="gamma_scalar_form_zeroed", file=LINALG,
+         original="            div = jac\n",
+         replacement="            div = jnp.zeros_like(jac)\n",
+         tests=[T_GAMMA + "[scalar]", T_RECIPE_STEP, T_RECIPE_STAT],
+         what="Γ of a scalar-valued callable c(z)·I is 0"),
+    dict(name="gamma_diagonal_form_zeroed", file=LINALG,
+         original="            div = jnp.diagonal(jac)\n",
+         replacement="            div = jnp.zeros(jac.shape[:1], jac.dtype)\n",
+         tests=[T_GAMMA + "[diagonal]"],
+         what="Γ of a diagonal callable diag(v(z)) is 0"),
+    dict(name="gamma_dense_form_transposed", file=LINALG,
+         original='div = jnp.einsum("ijj->i", jac)',
+         replacement='div = jnp.einsum("jij->i", jac)',
+         tests=[T_GAMMA + "[dense]"],
+         what="dense Γ_i = Σ_j ∂_j M_ji (the transpose's divergence)"),
+    dict(name="recipe_gamma_dropped", file=RECIPE,
+         original="        drift = drift + la.gamma_term(D, Q, z)\n",
+         replacement="        pass  # mutation: Γ dropped\n",
+         tests=[T_RECIPE_STEP, T_RECIPE_STAT],
+         what="the complete recipe's drift without Γ"),
+    dict(name="sde_backward_without_adjoint", file=PROPOSALS,
+         original="return log_density(z, z_star, -direction[0], cached(z_star, cache))",
+         replacement="return log_density(z, z_star, direction[0], cached(z_star, cache))",
+         tests=[T_SDE_GRID],
+         what="SDE proposal's backward density g̃ from the forward process (no Q -> -Q)"),
+    dict(name="sde_sample_direction_flipped", file=PROPOSALS,
+         original="return mean(z, direction[0], point) + jnp.sqrt",
+         replacement="return mean(z, -direction[0], point) + jnp.sqrt",
+         tests=[T_SDE_DRAW],
+         what="SDE proposal draws with -s while its density uses s"),
+]
+
+
+def repo_files() -> list[str]:
+    out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, check=True,
+                         capture_output=True).stdout.decode()
+    return [p for p in out.split("\0") if p and (REPO / p).is_file()]
+
+
+def make_copy(files: list[str], dest: Path) -> None:
+    for rel in files:
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / rel, target)
+
+
+def test_env(copy: Path) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(copy) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # no stale bytecode between copies
+    env.setdefault("JAX_PLATFORMS", "cpu")
+    return env
+
+
+def check_import_shadowing(copy: Path) -> None:
+    out = subprocess.run([sys.executable, "-c", "import cenlmc_jax; print(cenlmc_jax.__file__)"], cwd=copy,
+                         env=test_env(copy), check=True, capture_output=True, text=True).stdout.strip()
+    if not Path(out).resolve().is_relative_to(copy.resolve()):
+        raise SystemExit(f"the copy does not shadow the installed package: cenlmc_jax imported from {out}")
+
+
+def node_key(classname: str, name: str) -> str:
+    """JUnit (classname, name) -> pytest node id (tests/x.py::test[param])."""
+    return classname.replace(".", "/") + ".py::" + name
+
+
+def run_tests(copy: Path, tests: list[str], timeout: float) -> tuple[dict, float, str]:
+    """Run ``tests`` in ``copy``; per-test outcome ('passed', 'failed', 'error', 'skipped', 'missing')."""
+    report = copy / "_mutation_junit.xml"
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               f"--junitxml={report}", *tests], cwd=copy, env=test_env(copy), capture_output=True,
+                              text=True, timeout=timeout)
+        tail = (proc.stdout + proc.stderr)[-3000:]
+    except subprocess.TimeoutExpired as exc:
+        tail = f"timeout after {timeout} s\n" + str(exc.stdout or "")[-2000:]
+    seconds = time.perf_counter() - t0
+    outcomes: dict[str, str] = {}
+    durations: dict[str, float] = {}
+    messages: dict[str, str] = {}
+    if report.exists():
+        for case in ET.parse(report).getroot().iter("testcase"):
+            key = node_key(case.get("classname", ""), case.get("name", ""))
+            kinds = {child.tag: child for child in case}
+            outcome = ("failed" if "failure" in kinds else "error" if "error" in kinds
+                       else "skipped" if "skipped" in kinds else "passed")
+            outcomes[key] = outcome
+            durations[key] = float(case.get("time", "nan"))
+            bad = kinds.get("failure", kinds.get("error"))
+            if bad is not None:  # why it failed: the assertion's first line (a crash would show here too)
+                messages[key] = (bad.get("message") or "").splitlines()[0][:160] if bad.get("message") else ""
+    result = {}
+    for t in tests:
+        hits = {k: v for k, v in outcomes.items() if k == t or k.startswith(t + "[")}
+        if not hits:
+            result[t] = {"outcome": "missing", "seconds": None}
+        else:  # a parametrised id without brackets: failed if any instance failed
+            worst = ("error" if "error" in hits.values() else "failed" if "failed" in hits.values()
+                     else "passed" if "passed" in hits.values() else "skipped")
+            result[t] = {"outcome": worst, "seconds": round(sum(durations[k] for k in hits), 2),
+                         "message": "; ".join(messages[k] for k in hits if k in messages)}
+    return result, seconds, tail
+
+
+def apply_mutation(copy: Path, m: dict) -> None:
+    path = copy / m["file"]
+    text = path.read_text()
+    count = text.count(m["original"])
+    if count != 1:
+        raise SystemExit(f"{m['name']}: the original text occurs {count} times in {m['file']} (need exactly 1): "
+                         f"{m['original']!r}")
+    path.write_text(text.replace(m["original"], m["replacement"]))
+
+
+def markdown(payload: dict) -> str:
+    lines = [
+        "# Mutation check",
+        "",
+        f"Generated by `benchmarks/mutation_check.py` on {payload['machine']['date']} "
+        f"({payload['machine']['platform']}, {payload['machine']['cpu_count']} CPUs, git {payload['git_head'][:10]}"
+        f"{' + uncommitted edits' if payload['dirty'] else ''}).",
+        "",
+        "Each mutation is applied to a temporary copy of the working tree; it is *caught* when every listed test "
+        "fails. Baseline (no mutation): " + ("all listed tests pass" if payload["baseline"]["ok"] else
+                                             "**FAILED**") + f" ({payload['baseline']['seconds']:.0f} s).",
+        "",
+        "| mutation | file | original | replacement | tests (outcome under the mutation) | result | time | why they failed |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    esc = lambda s: s.strip().replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    for m in payload["mutations"]:
+        tests = "<br>".join(f"`{t.split('::')[-1]}`: {r['outcome']}" for t, r in m["tests"].items())
+        why = "<br>".join(esc(r.get("message") or "")[:120] for r in m["tests"].values())
+        lines.append(f"| {m['name']} ({m['what']}) | `{m['file']}` | `{esc(m['original'])}` | "
+                     f"`{esc(m['replacement'])}` | {tests} | {'caught' if m['caught'] else '**MISSED**'} | "
+                     f"{m['seconds']:.0f} s | {why} |")
+    lines += ["", "Baseline timings of the tests (pytest's call time, one process, compile included):", "",
+              "| test | outcome | seconds |", "|---|---|---|"]
+    for t, r in payload["baseline"]["tests"].items():
+        lines.append(f"| `{t}` | {r['outcome']} | {r['seconds']} |")
+    n_caught = sum(m["caught"] for m in payload["mutations"])
+    lines += ["", f"{n_caught} of {len(payload['mutations'])} mutations caught."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", help="run only these mutations (by name)")
+    parser.add_argument("--out-dir", default=str(HERE / "results"))
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per pytest run")
+    args = parser.parse_args()
+    mutations = [m for m in MUTATIONS if not args.only or m["name"] in args.only]
+    if args.only and len(mutations) != len(set(args.only)):
+        raise SystemExit(f"unknown mutation in {args.only}; known: {[m['name'] for m in MUTATIONS]}")
+
+    files = repo_files()
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                                capture_output=True, text=True).stdout.strip())
+    all_tests = list(dict.fromkeys(t for m in mutations for t in m["tests"]))
+    payload = {
+        "machine": {"platform": platform.platform(), "python": platform.python_version(),
+                    "cpu_count": os.cpu_count(), "date": _dt.datetime.now().isoformat(timespec="seconds")},
+        "git_head": head, "dirty": dirty, "mutations": [],
+    }
+    with tempfile.TemporaryDirectory(prefix="cenlmc_mutation_") as tmp:
+        snapshot = Path(tmp) / "snapshot"
+        make_copy(files, snapshot)  # one snapshot: every mutation sees the same tree
+        base = Path(tmp) / "baseline"
+        shutil.copytree(snapshot, base)
+        check_import_shadowing(base)
+        print(f"baseline: {len(all_tests)} tests", flush=True)
+        res, secs, tail = run_tests(base, all_tests, args.timeout)
+        ok = all(r["outcome"] == "passed" for r in res.values())
+        payload["baseline"] = {"ok": ok, "seconds": round(secs, 1), "tests": res}
+        print(f"baseline: {'ok' if ok else 'FAILED'} in {secs:.0f} s", flush=True)
+        if not ok:
+            print(tail)
+        shutil.rmtree(base)
+        for m in mutations:
+            copy = Path(tmp) / m["name"]
+            shutil.copytree(snapshot, copy)
+            apply_mutation(copy, m)
+            res, secs, tail = run_tests(copy, m["tests"], args.timeout)
+            caught = all(r["outcome"] in ("failed", "error") for r in res.values())
+            payload["mutations"].append({**m, "tests": res, "caught": caught, "seconds": round(secs, 1)})
+            print(f"{m['name']}: {'caught' if caught else 'MISSED'} in {secs:.0f} s "
+                  f"({', '.join(r['outcome'] for r in res.values())})", flush=True)
+            if any(r["outcome"] in ("error", "missing") for r in res.values()):
+                print(tail)
+            shutil.rmtree(copy)
+
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "mutations.json").write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+    (out / "mutations.md").write_text(markdown(payload))
+    missed = [m["name"] for m in payload["mutations"] if not m["caught"]]
+    print(f"wrote {out / 'mutations.json'} and {out / 'mutations.md'}; missed: {missed or 'none'}")
+    return 1 if missed or not payload["baseline"]["ok"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
