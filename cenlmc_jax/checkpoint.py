@@ -17,21 +17,38 @@ the previous checkpoint or the new one.
 
 The identity (:func:`run_identity`) records what the result depends on: the
 key, the initial state (shapes, dtypes and a SHA-256 of the values), the step
-function (its code and the values it closes over: a ``SamplingAlgorithm``'s
-parameters, a ``functools.partial``'s arguments), ``trace_fn``, ``burn_in``,
-``num_steps``, ``thin`` and ``mode``. A resume with any of them different is
-refused with a ``ValueError`` naming the file and the field; so is a file that
-is truncated, empty or not a checkpoint.
+function, ``trace_fn``, ``burn_in``, ``num_steps``, ``thin``, ``mode`` and
+``info_reduce``. Functions are fingerprinted all the way down
+(:func:`fingerprint`): their code, closure cells, defaults and the globals a
+user's function reads; bound methods with their ``__self__``, callable
+objects with their ``__dict__``, partials with their arguments, containers,
+NamedTuples and dataclasses field by field, arrays by a hash of their bytes,
+with a guard against cycles. Library code (cenlmc_jax, the standard library,
+installed packages) is named by its import path: its code is versioned. What
+has no process-independent description (a C object such as a NumPy
+``Generator`` or a lock) makes ``checkpoint_path=`` refuse the run up front
+(``ValueError``), never a ``repr`` that could hide a difference.
+
+A resume with any field different is refused with a ``ValueError`` naming
+the file and the field; so is a file that is truncated, empty or not a
+checkpoint, and one whose header disagrees with itself or with its arrays
+(:func:`load`: types and ranges of ``step``, ``num_chunks``, ``diverged_at``,
+``identity``; the chunk files must count ``step`` steps;
+:func:`check_against_run`: the arrays' shapes and dtypes, the kept draws per
+chunk).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import functools
 import hashlib
-import inspect
 import json
 import os
-import re
+import sys
+import sysconfig
+import types
 import zipfile
 from typing import Any, Callable, NamedTuple, Optional
 
@@ -40,11 +57,10 @@ import numpy as np
 
 from cenlmc_jax._validation import is_concrete
 
-__all__ = ["FORMAT", "Checkpoint", "run_identity", "fingerprint", "check_path", "save", "load", "chunk_dir"]
+__all__ = ["FORMAT", "Checkpoint", "Unfingerprintable", "run_identity", "fingerprint", "check_path", "save", "load",
+           "chunk_dir"]
 
 FORMAT = "cenlmc_jax-checkpoint-1"
-_MAX_DEPTH = 6
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
 class Checkpoint(NamedTuple):
@@ -62,68 +78,269 @@ class Checkpoint(NamedTuple):
     chunks: list
 
 
-def _digest(parts: list) -> str:
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(p if isinstance(p, bytes) else str(p).encode())
-        h.update(b"\0")
-    return h.hexdigest()[:24]
+_LIBRARY_ROOTS = ("cenlmc_jax",)
 
 
-def _describe(obj: Any, depth: int, seen: set) -> list:
-    """A process-independent description of ``obj`` (arrays by value, callables by code and closure)."""
-    if depth > _MAX_DEPTH:
-        return ["..."]
-    if isinstance(obj, (jax.Array, np.ndarray, np.generic)):
-        if not is_concrete(obj):
-            return [f"traced {obj.shape} {obj.dtype}"]
+class Unfingerprintable(TypeError):
+    """An object with no process-independent description (raised by :func:`fingerprint`).
+
+    ``where``: the path to it from the fingerprinted object (``"closure 'f' -> global 'rng'"``).
+    """
+
+    def __init__(self, where: str, what: str):
+        super().__init__(f"{where or 'the object'}: {what}")
+        self.where, self.what = where, what
+
+
+@functools.lru_cache(maxsize=None)
+def _library_module(name: str) -> bool:
+    """True for cenlmc_jax, the standard library and installed packages: code versioned outside the run,
+    whose importable functions and classes are described by their qualified name alone."""
+    if not name:
+        return False
+    if name.split(".")[0] in _LIBRARY_ROOTS or name in sys.builtin_module_names:
+        return True
+    module = sys.modules.get(name)
+    path = getattr(module, "__file__", None)
+    if module is None or path is None:
+        return name.split(".")[0] in sys.builtin_module_names or name.startswith("_")
+    path = os.path.realpath(path)
+    roots = {os.path.realpath(p) for k, p in sysconfig.get_paths().items() if k in ("stdlib", "purelib", "platlib")}
+    return any(path.startswith(r + os.sep) for r in roots)
+
+
+def _import_name(obj: Any) -> Optional[str]:
+    """``module.qualname`` when importing that name gives back ``obj`` itself (a stable identity), else None."""
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str) or "<" in qualname:
+        return None
+    target = sys.modules.get(module)
+    for part in qualname.split("."):
+        target = getattr(target, part, None)
+        if target is None:
+            return None
+    return f"{module}.{qualname}" if target is obj else None
+
+
+def _global_names(code: types.CodeType) -> list:
+    names = set(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            names.update(_global_names(c))
+    return sorted(names)
+
+
+class _Describer:
+    """A process-independent description of an object graph: the parts of its hash.
+
+    Everything the value of a computation can depend on is followed all the way
+    down: arrays by a SHA-256 of their bytes, functions by their code (bytecode,
+    constants, names, nested code objects), closure cells, defaults and the
+    globals they read (of user code: library code is versioned, named by its
+    import path), bound methods by ``__self__``, partials by their arguments,
+    containers, NamedTuples and dataclasses by their fields, other objects by
+    their type and ``__dict__`` / ``__slots__`` (and ``__call__`` for a user's
+    callable class). An object met again is a back-reference (cycles end).
+    What has no such description (a C object with no state to read: a lock, a
+    file, a NumPy ``Generator``, a tracer) raises :class:`Unfingerprintable`:
+    never a ``repr`` that would hide a difference.
+    """
+
+    def __init__(self):
+        self.h = hashlib.sha256()
+        self.memo: dict = {}
+        self.keep: list = []  # objects made while describing stay alive: their ids are not reused
+
+    def emit(self, *parts) -> None:
+        for p in parts:
+            self.h.update(p if isinstance(p, bytes) else str(p).encode())
+            self.h.update(b"\0")
+
+    def __call__(self, obj: Any, where: str) -> None:
+        if obj is None or obj is Ellipsis or isinstance(obj, (bool, int, float, complex, str, bytes)):
+            self.emit(type(obj).__name__, repr(obj))
+            return
+        if isinstance(obj, jax.core.Tracer):
+            raise Unfingerprintable(where, "a traced value (its value is not known while tracing)")
+        if isinstance(obj, (jax.Array, np.ndarray, np.generic)):
+            self.array(obj, where)
+            return
+        if id(obj) in self.memo:
+            self.emit("ref", self.memo[id(obj)])
+            return
+        self.memo[id(obj)] = len(self.memo)
+        self.keep.append(obj)
+        self.compound(obj, where)
+
+    def array(self, obj: Any, where: str) -> None:
         if isinstance(obj, jax.Array) and jax.dtypes.issubdtype(obj.dtype, jax.dtypes.prng_key):
+            self.emit("key", str(jax.random.key_impl(obj)))
             obj = jax.random.key_data(obj)
         arr = np.asarray(obj)
-        return [f"array {arr.shape} {arr.dtype}", arr.tobytes()]
-    if obj is None or isinstance(obj, (bool, int, float, complex, str, bytes)):
-        return [repr(obj)]
-    if id(obj) in seen:
-        return ["<cycle>"]
-    seen = seen | {id(obj)}
-    if isinstance(obj, functools.partial):
-        out = ["partial"] + _describe(obj.func, depth + 1, seen)
-        for a in obj.args:
-            out += _describe(a, depth + 1, seen)
-        for k in sorted(obj.keywords):
-            out += [k] + _describe(obj.keywords[k], depth + 1, seen)
-        return out
-    if isinstance(obj, (tuple, list)):
-        out = [type(obj).__name__]
-        for a in obj:
-            out += _describe(a, depth + 1, seen)
-        return out
-    if isinstance(obj, dict):
-        out = ["dict"]
-        for k in sorted(obj, key=repr):
-            out += [repr(k)] + _describe(obj[k], depth + 1, seen)
-        return out
-    if inspect.isfunction(obj):
-        code = obj.__code__
-        out = [f"function {obj.__module__}.{obj.__qualname__}", code.co_code, repr(code.co_names)]
-        out += [_ADDRESS.sub("", repr(c)) for c in code.co_consts if not inspect.iscode(c)]
-        for cell in obj.__closure__ or ():
+        if arr.dtype == object:
+            self.emit("object array", arr.shape)
+            for i, item in enumerate(arr.ravel()):
+                self(item, f"{where}[{i}]")
+            return
+        self.emit("array", arr.shape, arr.dtype.str, hashlib.sha256(np.ascontiguousarray(arr).tobytes()).hexdigest())
+
+    def items(self, pairs, where: str) -> None:
+        for name, value in pairs:
+            self.emit(name)
+            self(value, f"{where}.{name}" if where else str(name))
+
+    def compound(self, obj: Any, where: str) -> None:
+        t = type(obj)
+        name = None if isinstance(obj, (type, types.FunctionType)) else _import_name(obj)
+        if name is not None and _library_module(obj.__module__):
+            self.emit("library object", name)  # jnp.sin, jax.nn.relu, math.exp: by import path
+        elif isinstance(obj, types.ModuleType):
+            self.emit("module", obj.__name__)
+        elif isinstance(obj, type):
+            self.cls(obj, where)
+        elif isinstance(obj, np.dtype):
+            self.emit("dtype", obj.str)
+        elif isinstance(obj, functools.partial):
+            self.emit("partial", f"{t.__module__}.{t.__qualname__}")
+            self(obj.func, f"{where}.func")
+            self.emit(len(obj.args))
+            for i, a in enumerate(obj.args):
+                self(a, f"{where}.args[{i}]")
+            self.items(sorted(obj.keywords.items()), f"{where}.keywords")
+        elif isinstance(obj, types.MethodType):
+            self.emit("method")
+            self(obj.__func__, f"{where}.__func__")
+            self(obj.__self__, f"{where}.__self__")
+        elif isinstance(obj, types.FunctionType):
+            self.function(obj, where)
+        elif isinstance(obj, (types.BuiltinFunctionType, types.BuiltinMethodType)):
+            owner = getattr(obj, "__self__", None)
+            name = _import_name(obj)
+            if name is not None or owner is None or isinstance(owner, types.ModuleType):
+                self.emit("builtin", name or f"{getattr(owner, '__name__', '')}.{obj.__name__}")
+            else:
+                self.emit("builtin method", obj.__name__)
+                self(owner, f"{where}.__self__")
+        elif isinstance(obj, types.CodeType):
+            self.code(obj, where)
+        elif isinstance(obj, np.ufunc):
+            self.emit("ufunc", obj.__name__)
+        elif isinstance(obj, (tuple, list)) and not hasattr(obj, "_fields"):
+            self.emit(f"{t.__module__}.{t.__qualname__}", len(obj))
+            for i, a in enumerate(obj):
+                self(a, f"{where}[{i}]")
+        elif isinstance(obj, tuple):  # a NamedTuple: its type and fields
+            self.cls(t, where)
+            self.items(zip(obj._fields, obj), where)
+        elif (hasattr(obj, "__wrapped__") and _library_module(t.__module__)
+              and not isinstance(getattr(t, "__call__", None), types.FunctionType)):
+            # a library's C wrapper (jax.jit's PjitFunction): the function it wraps, not its caches
+            self.emit("wrapper", f"{t.__module__}.{t.__qualname__}")
+            self(obj.__wrapped__, f"{where} -> __wrapped__")
+        elif isinstance(obj, (dict, types.MappingProxyType)):
+            self.emit(f"{t.__module__}.{t.__qualname__}", len(obj))
+            for k, v in sorted(obj.items(), key=lambda kv: _sort_key(kv[0])):
+                self(k, f"{where} key")
+                self(v, f"{where}[{k!r}]")
+        elif isinstance(obj, (set, frozenset)):
+            subs = sorted(fingerprint(v) for v in obj)  # order-free: by each element's own hash
+            self.emit(t.__name__, *subs)
+        elif isinstance(obj, enum.Enum):
+            self.cls(t, where)
+            self.emit(obj.name)
+        elif dataclasses.is_dataclass(obj):
+            self.cls(t, where)
+            self.items([(f.name, getattr(obj, f.name)) for f in dataclasses.fields(obj)], where)
+        elif isinstance(obj, jax.Device):
+            self.emit("device", obj.platform, obj.id)
+        elif isinstance(obj, jax.sharding.Mesh):
+            self.emit("mesh", repr(obj.axis_names))
+            self(obj.devices, f"{where}.devices")
+        else:
+            self.instance(obj, where)
+
+    def cls(self, c: type, where: str) -> None:
+        name = _import_name(c)
+        if name is not None and _library_module(c.__module__):
+            self.emit("class", name)
+            return
+        # a user's class: its name and the code of its methods (they are part of the run)
+        self.emit("class", f"{c.__module__}.{c.__qualname__}")
+        for k, v in sorted(vars(c).items()):
+            if isinstance(v, (staticmethod, classmethod)):
+                v = v.__func__
+            # methods written by the user (not those generated by namedtuple / dataclass: code from "<string>")
+            if isinstance(v, types.FunctionType) and not v.__code__.co_filename.startswith("<"):
+                self.emit(k)
+                self(v, f"{where}.{k}")
+
+    def function(self, fn: types.FunctionType, where: str) -> None:
+        name = _import_name(fn)
+        library = _library_module(fn.__module__)
+        if name is not None and library:
+            self.emit("function", name)  # a library function by its import path (its code is versioned)
+            return
+        self.emit("function", f"{fn.__module__}.{fn.__qualname__}")
+        self.code(fn.__code__, f"{where} (code)")
+        for var, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+            self.emit("cell", var)
             try:
-                out += _describe(cell.cell_contents, depth + 1, seen)
-            except ValueError:  # an empty cell
-                out.append("<empty>")
-        for d in obj.__defaults__ or ():
-            out += _describe(d, depth + 1, seen)
-        return out
-    if callable(obj) and hasattr(obj, "__wrapped__"):
-        return ["wrapped"] + _describe(obj.__wrapped__, depth + 1, seen)
-    # anything else (a mesh, a jitted function, a user object): its type and an address-free repr
-    return [f"{type(obj).__module__}.{type(obj).__qualname__}", _ADDRESS.sub("", repr(obj))[:200]]
+                value = cell.cell_contents
+            except ValueError:  # an empty cell (a name not assigned yet)
+                self.emit("<empty>")
+                continue
+            self(value, f"{where} -> closure {var!r}")
+        self.emit("defaults")
+        self(fn.__defaults__, f"{where} -> defaults")
+        self(fn.__kwdefaults__, f"{where} -> kwdefaults")
+        if fn.__dict__:
+            self.items(sorted((k, v) for k, v in fn.__dict__.items() if k != "__wrapped__"), where)
+            if "__wrapped__" in fn.__dict__:
+                self.emit("__wrapped__")
+                self(fn.__wrapped__, f"{where} -> __wrapped__")
+        if not library:  # the module-level values a user's function reads (library ones are versioned)
+            g = fn.__globals__
+            for gname in _global_names(fn.__code__):
+                if gname in g and not gname.startswith("__"):
+                    self.emit("global", gname)
+                    self(g[gname], f"{where} -> global {gname!r}")
+
+    def code(self, code: types.CodeType, where: str) -> None:
+        self.emit("code", code.co_name, code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount,
+                  code.co_flags, code.co_code, repr(code.co_names), repr(code.co_varnames),
+                  repr(code.co_freevars), repr(code.co_cellvars))
+        for c in code.co_consts:
+            self(c, f"{where} const")
+
+    def instance(self, obj: Any, where: str) -> None:
+        t = type(obj)
+        state = getattr(obj, "__dict__", None)
+        slots = [s for k in t.__mro__ for s in getattr(k, "__slots__", ()) if isinstance(s, str)]
+        slots = [s for s in slots if s not in ("__dict__", "__weakref__") and hasattr(obj, s)]
+        if not isinstance(state, dict) and not slots:
+            raise Unfingerprintable(where, f"an object of type {t.__module__}.{t.__qualname__} with no state "
+                                           "Python can read (a C object: no stable identity across processes)")
+        self.cls(t, where)
+        if isinstance(state, dict):
+            self.items(sorted(state.items(), key=lambda kv: str(kv[0])), where)
+        self.items([(s, getattr(obj, s)) for s in slots], where)
+
+
+def _sort_key(k: Any) -> str:
+    return f"{type(k).__name__}:{k!r}" if isinstance(k, (str, int, float, bool, bytes, type(None))) else fingerprint(k)
 
 
 def fingerprint(obj: Any) -> str:
-    """A short stable hash of ``obj``'s description (same in every process for the same values and code)."""
-    return _digest(_describe(obj, 0, set()))
+    """A short stable hash of ``obj`` (the same in every process for the same values and code).
+
+    Raises :class:`Unfingerprintable` for what has no process-independent description (see :class:`_Describer`).
+    """
+    d = _Describer()
+    try:
+        d(obj, "")
+    except RecursionError as exc:
+        raise Unfingerprintable("", "nested too deeply to fingerprint") from exc
+    return d.h.hexdigest()[:24]
 
 
 def _state_summary(state: Any) -> str:
@@ -133,17 +350,34 @@ def _state_summary(state: Any) -> str:
 
 
 def run_identity(rng_key, step_fn: Callable, initial_state, trace_fn: Callable, *, burn_in: int, num_steps: int,
-                 thin: int, mode: str) -> dict:
-    """The fields a resumed run must share with the run that wrote the checkpoint."""
+                 thin: int, mode: str, info_reduce: Optional[str] = "mean", path: str = "") -> dict:
+    """The fields a resumed run must share with the run that wrote the checkpoint.
+
+    ``ValueError`` naming ``checkpoint_path`` and the field when one of them
+    cannot be fingerprinted (:class:`Unfingerprintable`): a resume could not
+    tell whether it is the same run, so it is refused before any work.
+    """
+    def fp(field, value, summary=None):
+        try:
+            return (summary or fingerprint)(value)
+        except Unfingerprintable as exc:
+            raise ValueError(
+                f"checkpoint_path {path!r}: {field} cannot be fingerprinted, so a resume could not tell whether "
+                f"it is the same run: {field}{' ' if exc.where else ''}{exc.where}: {exc.what}. Pass it through "
+                "values Python can read (arrays, numbers, functions, partials, NamedTuples, dataclasses, "
+                "objects with a __dict__), or run without checkpoint_path."
+            ) from exc
+
     return {
-        "rng_key": fingerprint(rng_key),
-        "initial_state": _state_summary(initial_state),
-        "step_fn": fingerprint(step_fn),
-        "trace_fn": fingerprint(trace_fn),
+        "rng_key": fp("rng_key", rng_key),
+        "initial_state": fp("initial_state", initial_state, _state_summary),
+        "step_fn": fp("step_fn", step_fn),
+        "trace_fn": fp("trace_fn", trace_fn),
         "burn_in": burn_in,
         "num_steps": num_steps,
         "thin": thin,
         "mode": mode,
+        "info_reduce": info_reduce,
     }
 
 
@@ -216,28 +450,147 @@ def _read_npz(path: str, what: str, checkpoint_path: str) -> dict:
         ) from exc
 
 
-def _numbered(data: dict, prefix: str) -> list:
-    keys = sorted((k for k in data if k.startswith(prefix)), key=lambda k: int(k[len(prefix):]))
-    return [data[k] for k in keys]
+def _numbered(data: dict, prefix: str, path: str, where: str) -> list:
+    """The arrays ``prefix0, prefix1, ...`` of ``data`` in order (``ValueError`` if the numbering has holes)."""
+    keys = [k for k in data if k.startswith(prefix)]
+    numbers = sorted(int(k[len(prefix):]) for k in keys if k[len(prefix):].isdigit())
+    if numbers != list(range(len(keys))):
+        raise _bad(path, where, f"holds the arrays {sorted(keys)}: {prefix}0..{prefix}{len(keys) - 1} expected")
+    return [data[f"{prefix}{i}"] for i in numbers]
+
+
+def _bad(path: str, field: str, what: str) -> ValueError:
+    return ValueError(f"checkpoint_path {path!r}: the header's {field} {what}; the file is damaged or was not "
+                      "written by cenlmc_jax (delete it to start over).")
+
+
+def _header_int(path: str, header: dict, field: str, minimum: int) -> int:
+    value = header.get(field)
+    if type(value) is not int:  # JSON: no bools, no floats, no strings here
+        raise _bad(path, field, f"must be an integer; got {value!r}")
+    if value < minimum:
+        raise _bad(path, field, f"must be >= {minimum}; got {value}")
+    return value
+
+
+def _check_header(path: str, header: Any) -> dict:
+    """Types and ranges of every header field (``ValueError`` naming the file and the field)."""
+    if not isinstance(header, dict):
+        raise _bad(path, "header", f"must be a JSON object; got {type(header).__name__}")
+    if header.get("format") != FORMAT:
+        raise ValueError(f"checkpoint_path {path!r} is not a cenlmc_jax checkpoint (no {FORMAT} header).")
+    identity = header.get("identity")
+    if not isinstance(identity, dict) or not all(
+            isinstance(k, str) and (v is None or isinstance(v, str) or type(v) is int) for k, v in identity.items()):
+        raise _bad(path, "identity", "must be an object of strings and integers")
+    step = _header_int(path, header, "step", 0)
+    num_chunks = _header_int(path, header, "num_chunks", 0)
+    diverged_at = _header_int(path, header, "diverged_at", -1)
+    if (step > 0) != (num_chunks > 0):
+        raise _bad(path, "num_chunks", f"is {num_chunks} for step {step} (every step run is in a chunk file)")
+    if num_chunks > step + 1:
+        raise _bad(path, "num_chunks", f"is {num_chunks}, more than the {step} steps run could fill")
+    if diverged_at > step:
+        raise _bad(path, "diverged_at", f"is {diverged_at}, after the step reached ({step})")
+    return header
+
+
+def _length(path: str, arrays: list, what: str, k: int) -> Optional[int]:
+    """The common leading length of ``arrays`` (chunk ``k``'s infos or kept draws), None without arrays."""
+    lengths = {a.shape[0] if a.ndim else None for a in arrays}
+    if None in lengths or len(lengths) > 1 or (lengths and min(lengths) < 1):
+        raise _bad(path, f"chunk {k}", f"has {what} arrays of leading lengths {sorted(map(str, lengths))}: one "
+                   "length >= 1 expected")
+    return lengths.pop() if lengths else None
 
 
 def load(path: str) -> Checkpoint:
-    """Read a checkpoint written by :func:`save`; ``ValueError`` naming ``path`` if it is not one."""
+    """Read a checkpoint written by :func:`save`; ``ValueError`` naming ``path`` if it is not one.
+
+    Every header field is checked (types, ranges) and against the arrays: the
+    chunks' info arrays must count ``step`` steps (``step + 1`` when the run
+    stopped at its divergence, whose info is kept), every array of a chunk the
+    same number of steps, and the moments three arrays ``(count, mean, m2)``.
+    The run-dependent checks (shapes against this run's state and infos) are
+    :func:`check_against_run`'s.
+    """
     data = _read_npz(path, "the file", path)
     try:
         header = json.loads(bytes(data["header"]).decode())
-        ok = header.get("format") == FORMAT
-    except (KeyError, ValueError, UnicodeDecodeError, AttributeError):
-        ok = False
-    if not ok:
-        raise ValueError(f"checkpoint_path {path!r} is not a cenlmc_jax checkpoint (no {FORMAT} header).")
-    chunks = []
+    except (KeyError, ValueError, UnicodeDecodeError, AttributeError, TypeError):
+        raise ValueError(f"checkpoint_path {path!r} is not a cenlmc_jax checkpoint (no {FORMAT} header).") from None
+    except RecursionError:
+        raise _bad(path, "header", "is nested too deeply to be read") from None
+    header = _check_header(path, header)
+    chunks, total = [], 0
     for k in range(header["num_chunks"]):
         c = _read_npz(os.path.join(chunk_dir(path), f"{k:06d}.npz"), "the chunk file", path)
-        kept = _numbered(c, "kept_") or None
-        chunks.append((kept, _numbered(c, "info_")))
-    moments = _numbered(data, "moments_") or None
-    return Checkpoint(header, _numbered(data, "state_"), None if moments is None else tuple(moments), chunks)
+        kept = _numbered(c, "kept_", path, f"chunk {k}") or None
+        infos = _numbered(c, "info_", path, f"chunk {k}")
+        n = _length(path, infos, "info", k)
+        n_kept = _length(path, kept or [], "kept", k)
+        if n is None and n_kept is None:
+            raise _bad(path, f"chunk {k}", "holds no arrays")
+        total += n if n is not None else n_kept
+        chunks.append((kept, infos))
+    step, diverged_at = header["step"], header["diverged_at"]
+    stopped = diverged_at >= 0 and diverged_at == step and total == step + 1  # the diverging step's info kept
+    if chunks and total != step and not stopped and all(i for _, i in chunks):
+        raise _bad(path, "step", f"is {step}, but the chunk files hold the infos of {total} steps")
+    moments = _numbered(data, "moments_", path, "moments") or None
+    if moments is not None:
+        shapes = [m.shape for m in moments]
+        if len(moments) != 3 or shapes[0] != () or len(shapes[1]) != 1 or shapes[1] != shapes[2]:
+            raise _bad(path, "moments", f"must be (count: (), mean: (d,), m2: (d,)); got shapes {shapes}")
+    state = _numbered(data, "state_", path, "state")
+    return Checkpoint(header, state, None if moments is None else tuple(moments), chunks)
+
+
+def _same_arrays(path: str, field: str, arrays: list, expected: list) -> None:
+    """``arrays`` (one per leaf, leading step axis dropped if ``expected`` says so) match ``expected`` shapes/dtypes."""
+    if len(arrays) != len(expected):
+        raise _bad(path, field, f"holds {len(arrays)} arrays; this run's has {len(expected)}")
+    for i, (a, e) in enumerate(zip(arrays, expected)):
+        if tuple(a.shape) != tuple(e.shape) or np.dtype(a.dtype) != np.dtype(e.dtype):
+            raise _bad(path, field, f"array {i} has shape {tuple(a.shape)}, dtype {a.dtype}; this run's has "
+                       f"shape {tuple(e.shape)}, dtype {np.dtype(e.dtype)}")
+
+
+def check_against_run(path: str, ck: Checkpoint, *, state: list, info: list, kept: list, burn_in: int, total: int,
+                      thin: int, mode: str, trace_dim: Optional[int]) -> None:
+    """The checkpoint of this very run (identity already matched) must fit it: ``ValueError`` naming the field.
+
+    ``state``: this run's state leaves (shape, dtype); ``info`` / ``kept``: one step's info leaves and one
+    kept ``trace_fn`` value (shape, dtype); ``trace_dim``: the moments' ``d`` (stream mode).
+    """
+    step = ck.header["step"]
+    if step > total:
+        raise _bad(path, "step", f"is {step}, beyond this run's {total} steps")
+    _same_arrays(path, "state", ck.state_leaves, state)
+    if (ck.moments is not None) != (mode == "stream"):
+        raise _bad(path, "moments", f"are {'present' if ck.moments is not None else 'absent'} for mode {mode!r}")
+    if ck.moments is not None and ck.moments[1].shape != (trace_dim,):
+        raise _bad(path, "moments", f"have shape {ck.moments[1].shape}; this run's trace has d = {trace_dim}")
+    start = 0
+    for k, (kept_k, info_k) in enumerate(ck.chunks):
+        n = info_k[0].shape[0] if info_k else None
+        if n is None:
+            raise _bad(path, f"chunk {k}", "holds no info arrays")
+        _same_arrays(path, f"chunk {k} info", [a[0] for a in info_k], info)
+        burning = start < burn_in
+        if burning and start + n > burn_in:
+            raise _bad(path, f"chunk {k}", f"runs steps {start}..{start + n - 1} across the end of the burn-in "
+                       f"({burn_in})")
+        last = k == len(ck.chunks) - 1 and ck.header["diverged_at"] == step and start + n == step + 1
+        expect = None if burning or mode != "trace" else (n - (1 if last else 0)) // thin
+        got = None if kept_k is None else kept_k[0].shape[0]
+        if expect is not None and expect == 0 and got is None:
+            pass  # a replay shorter than thin keeps nothing
+        elif got != expect:
+            raise _bad(path, f"chunk {k}", f"holds {got} kept draws for {n} steps; this run keeps {expect}")
+        if kept_k is not None:
+            _same_arrays(path, f"chunk {k} kept", [a[0] for a in kept_k], kept)
+        start += n
 
 
 def check_identity(path: str, stored: dict, current: dict) -> None:

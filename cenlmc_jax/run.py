@@ -230,8 +230,10 @@ def sample(
         existing file resumes from it: same key and arguments give the same
         result as an uninterrupted run; a different run (key, initial state,
         step function or its parameters, ``trace_fn``, ``burn_in``,
-        ``num_steps``, ``thin``, ``mode``) is refused with a ``ValueError``.
-        The folder is checked before any work.
+        ``num_steps``, ``thin``, ``mode``, ``info_reduce``) is refused with a
+        ``ValueError``, and so is a step function that cannot be fingerprinted
+        (:func:`cenlmc_jax.checkpoint.fingerprint`). The folder is checked
+        before any work.
       on_divergence: ``"stop"`` (warn and return the state, trace and moments
         of the last good step: the chunk is replayed up to the diverging step),
         ``"warn"`` (warn and keep going) or ``"raise"`` (``FloatingPointError``).
@@ -259,7 +261,8 @@ def sample(
     identity = None
     if checkpoint_path is not None:
         checkpoint_path, identity, resumed = _open_checkpoint(checkpoint_path, rng_key, step_fn, initial_state,
-                                                              trace_fn, burn_in, num_steps, thin, mode, info_reduce)
+                                                              trace_fn, burn_in, num_steps, thin, mode, info_reduce,
+                                                              on_divergence)
         if resumed is not None:
             state, step, moments, chunks, diverged_at = resumed
     saved = len(chunks)
@@ -345,7 +348,7 @@ def _check_run_args(rng_key, step_fn, num_steps, thin, burn_in, mode, trace_fn, 
 
 
 def _open_checkpoint(checkpoint_path, rng_key, step_fn, initial_state, trace_fn, burn_in, num_steps, thin, mode,
-                     info_reduce):
+                     info_reduce, on_divergence):
     """The checked path, the run's identity, and the resumed ``(state, step, moments, chunks, diverged_at)``
     when the file exists (None otherwise)."""
     if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves((rng_key, initial_state))):
@@ -353,10 +356,12 @@ def _open_checkpoint(checkpoint_path, rng_key, step_fn, initial_state, trace_fn,
                          "needs the values); call cj.sample outside the transformation to checkpoint.")
     checkpoint_path = ckpt.check_path(checkpoint_path)
     identity = ckpt.run_identity(rng_key, step_fn, initial_state, trace_fn, burn_in=burn_in,
-                                 num_steps=num_steps, thin=thin, mode=mode)
+                                 num_steps=num_steps, thin=thin, mode=mode, info_reduce=info_reduce,
+                                 path=checkpoint_path)
     if not os.path.exists(checkpoint_path):
         return checkpoint_path, identity, None
-    resumed = _resume(checkpoint_path, identity, rng_key, step_fn, initial_state, trace_fn, info_reduce)
+    resumed = _resume(checkpoint_path, identity, rng_key, step_fn, initial_state, trace_fn, info_reduce, burn_in,
+                      burn_in + num_steps, thin, mode, on_divergence)
     if resumed[-1] >= 0:
         _warn(f"the resumed run had diverged at step {resumed[-1]} (info.diverged); it stopped there")
     return checkpoint_path, identity, resumed
@@ -375,28 +380,41 @@ def _warn_kept_flags(info: PyTree, burn_in: int, traced_warned: set) -> None:
             warnings.warn(flag.message(kept, burn_in + int(np.argmax(flags))), RuntimeWarning, stacklevel=3)
 
 
-def _resume(path, identity, rng_key, step_fn, initial_state, trace_fn, info_reduce):
-    """Read a checkpoint of this very run: ``(state, step, moments, chunks, diverged_at)``."""
+def _resume(path, identity, rng_key, step_fn, initial_state, trace_fn, info_reduce, burn_in, total, thin, mode,
+            on_divergence):
+    """Read a checkpoint of this very run: ``(state, step, moments, chunks, diverged_at)``.
+
+    After the identity, every array is checked against this run (state leaves, one step's info and
+    trace, kept draws per chunk, moments): ``ValueError`` naming the file and the field.
+    """
     ck = ckpt.load(path)
     ckpt.check_identity(path, ck.header["identity"], identity)
+
+    def reduced_step(key, st):
+        st, info = step_fn(key, st)
+        return st, (reduce_info(info) if info_reduce == "mean" else info)
+
+    state_shape, info_shape = jax.eval_shape(reduced_step, rng_key, initial_state)  # what the run saves
+    kept_shape = jax.eval_shape(trace_fn, initial_state)
+    leaves = jax.tree_util.tree_leaves
+    ckpt.check_against_run(path, ck, state=leaves(state_shape), info=leaves(info_shape), kept=leaves(kept_shape),
+                           burn_in=burn_in, total=total, thin=thin, mode=mode,
+                           trace_dim=leaves(kept_shape)[0].shape[-1] if mode == "stream" else None)
+    step, diverged_at = ck.header["step"], ck.header["diverged_at"]
+    if diverged_at >= 0 and diverged_at == step and on_divergence != "stop":
+        raise ValueError(
+            f"checkpoint_path {path!r}: the run stopped at its divergence at step {diverged_at} "
+            f"(on_divergence='stop'); it cannot go on with on_divergence={on_divergence!r} (its trace ends "
+            "mid-chunk). Resume with on_divergence='stop', or use another path.")
     treedef = jax.tree_util.tree_structure(initial_state)
-    if len(ck.state_leaves) != treedef.num_leaves:
-        raise ValueError(f"checkpoint_path {path!r} holds {len(ck.state_leaves)} state arrays; this run's state has "
-                         f"{treedef.num_leaves}.")
     state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(a) for a in ck.state_leaves])
     moments = None if ck.moments is None else Moments(*map(jnp.asarray, ck.moments))
-
-    def reduced_info(key, st):
-        _, info = step_fn(key, st)
-        return reduce_info(info) if info_reduce == "mean" else info
-
-    info_def = jax.tree_util.tree_structure(jax.eval_shape(reduced_info, rng_key, initial_state))
-    kept_def = jax.tree_util.tree_structure(jax.eval_shape(trace_fn, initial_state))
+    info_def, kept_def = jax.tree_util.tree_structure(info_shape), jax.tree_util.tree_structure(kept_shape)
     chunks = []
     for kept, infos in ck.chunks:
         kept = None if kept is None else jax.tree_util.tree_unflatten(kept_def, [jnp.asarray(a) for a in kept])
         chunks.append((kept, jax.tree_util.tree_unflatten(info_def, [jnp.asarray(a) for a in infos])))
-    return state, ck.header["step"], moments, chunks, ck.header["diverged_at"]
+    return state, step, moments, chunks, diverged_at
 
 
 def _run_chunk(step_fn, rng_key, state, moments, start, n, burning, thin, mode, trace_fn, info_reduce):

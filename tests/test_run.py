@@ -343,3 +343,169 @@ def test_the_driver_runs_inside_jit_grad_and_warns_of_a_divergence_at_run_time(t
     assert int(res.diverged_at) == -1 and bool(np.any(res.info.diverged))
     with pytest.raises(ValueError, match="checkpoint_path cannot be used inside jax.jit"):
         jax.jit(lambda m: streamed_mean(m, checkpoint_path=str(tmp_path / "c.npz")))(1.5)
+
+
+# ---------------------------------------------------------------------------
+# Run identity: what a resume compares is followed all the way down (issue "a resume accepts another run").
+# ---------------------------------------------------------------------------
+
+
+def _gauss(mu):
+    return lambda x: -0.5 * jnp.sum((x - mu) ** 2)
+
+
+class _Target:
+    def __init__(self, mu):
+        self.mu = mu
+
+    def logdensity(self, x):
+        return -0.5 * jnp.sum((x - self.mu) ** 2)
+
+    def __call__(self, x):
+        return self.logdensity(x)
+
+
+_X0 = jax.random.normal(jax.random.key(0), (8, 2))
+# pairs of samplers that differ only where the old fingerprint (depth 6, then repr) could not see
+_HIDDEN = {
+    "grad_estimator_from_logdensity": lambda mu: cj.sgld(cj.grad_estimator_from_logdensity(_gauss(mu)), 0.1),
+    "finite_difference": lambda mu: cj.lmc(_gauss(0.0), 0.1, grad_fn=cj.finite_difference(_gauss(mu))),
+    "bound_method": lambda mu: cj.lmc(_Target(mu).logdensity, 0.1),
+    "callable_object": lambda mu: cj.lmc(_Target(mu), 0.1),
+    "partial_of_a_closure": lambda mu: functools.partial(cj.lmc_step, logdensity_fn=_gauss(mu), step_size=0.1),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_HIDDEN))
+def test_a_resume_sees_differences_deep_in_the_step_function(tmp_path, case):
+    path = str(tmp_path / "run.ckpt")
+    make = _HIDDEN[case]
+    algo = make(0.0)
+    state = (algo.init(_X0[0]) if case == "grad_estimator_from_logdensity" else cj.lmc_init(_X0, _gauss(0.0)))
+    cj.sample(jax.random.key(0), algo, state, 4, checkpoint_path=path)
+    cj.sample(jax.random.key(0), make(0.0), state, 4, checkpoint_path=path)  # the same run, rebuilt: resumes
+    with pytest.raises(ValueError, match="step_fn differs"):
+        cj.sample(jax.random.key(0), make(1.0), state, 4, checkpoint_path=path)
+
+
+def test_the_fingerprint_is_the_same_in_another_process():
+    import subprocess
+    import sys
+
+    code = ("import jax.numpy as jnp, cenlmc_jax as cj; from cenlmc_jax.checkpoint import fingerprint; "
+            "f = lambda x: -0.5 * jnp.sum((x - 1.0) ** 2); "
+            "print(fingerprint(cj.sgld(cj.grad_estimator_from_logdensity(f), 0.1).step), "
+            "fingerprint(cj.irreversible_mh(f, cj.sde_proposal(1.0, 0.0, f, 0.1)).step))")
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "JAX_PLATFORMS": "cpu"}).stdout for _ in range(2)]
+    assert runs[0] == runs[1] and len(runs[0].split()) == 2
+
+
+def test_what_cannot_be_fingerprinted_refuses_checkpointing():
+    rng = np.random.default_rng(0)  # a C object: its state is not readable, so two runs cannot be told apart
+
+    def noisy(x):
+        return -0.5 * jnp.sum(x**2) + 0.0 * float(rng.normal())
+
+    algo = cj.lmc(noisy, 0.1)
+    with pytest.raises(ValueError, match="checkpoint_path.*step_fn cannot be fingerprinted.*rng.*Generator"):
+        cj.sample(jax.random.key(0), algo, STATE, 4, checkpoint_path="/tmp/never-written.ckpt")
+    from cenlmc_jax.checkpoint import Unfingerprintable, fingerprint
+
+    cycle = [1.0]
+    cycle.append(cycle)
+    assert fingerprint(cycle) == fingerprint(cycle) != fingerprint([2.0, cycle])  # cycles end, values count
+    with pytest.raises(Unfingerprintable):
+        fingerprint({"lock": __import__("threading").Lock()})
+
+
+def test_info_reduce_is_part_of_the_run_identity(tmp_path):
+    path = str(tmp_path / "run.ckpt")
+    cj.sample(jax.random.key(0), STEP, STATE, 10, chunk_size=5, checkpoint_path=path)
+    with pytest.raises(ValueError, match="info_reduce differs"):  # before: every step ran, then a crash
+        cj.sample(jax.random.key(0), STEP, STATE, 10, chunk_size=5, checkpoint_path=path, info_reduce=None)
+
+
+# ---------------------------------------------------------------------------
+# Checkpoint headers: every field checked, against the arrays too (issue "a wrong-length trace, no error").
+# ---------------------------------------------------------------------------
+
+
+def _rewrite(path, header=None, drop=None, arrays=None):
+    """Rewrite the checkpoint ``path`` with ``header`` updates (``header(h) -> h``) or without some arrays."""
+    import json
+
+    with np.load(path) as data:
+        content = {k: data[k] for k in data.files}
+    if header is not None:
+        h = header(json.loads(bytes(content["header"]).decode()))
+        content["header"] = np.frombuffer(json.dumps(h).encode() if not isinstance(h, bytes) else h, np.uint8)
+    for k in drop or ():
+        content.pop(k)
+    content.update(arrays or {})
+    with open(path, "wb") as fh:
+        np.savez(fh, **content)
+
+
+def _set(**fields):
+    return lambda h: {**h, **fields}
+
+
+def _chunk(path, k=0):
+    return os.path.join(path + ".chunks", f"{k:06d}.npz")
+
+
+_HEADERS = [
+    (_set(num_chunks=0), "num_chunks"),
+    (_set(num_chunks=-1), "num_chunks"),
+    (_set(num_chunks=1), "step"),  # 2 chunks of 10 steps written: one counts 10 steps, not 20
+    (_set(num_chunks="2"), "num_chunks"),
+    (_set(step=7), "step"),
+    (_set(step=-3), "step"),
+    (_set(step=True), "step"),
+    (_set(step=10**9), "step"),
+    (_set(step=2.5), "step"),
+    (_set(diverged_at=-7), "diverged_at"),
+    (_set(diverged_at=99), "diverged_at"),
+    (_set(identity=[1, 2]), "identity"),
+    (_set(identity=None), "identity"),
+    (lambda h: [h], "header"),
+    (lambda h: {k: v for k, v in h.items() if k != "num_chunks"}, "num_chunks"),
+    (lambda h: {k: v for k, v in h.items() if k != "step"}, "step"),
+    (lambda h: b"[" * 100_000 + b"]" * 100_000, "header"),  # json.loads: RecursionError before
+]
+
+
+@pytest.mark.parametrize("change, field", _HEADERS, ids=[f"{i}-{f}" for i, (_, f) in enumerate(_HEADERS)])
+def test_a_malformed_header_is_a_value_error_naming_the_file_and_the_field(tmp_path, change, field):
+    path = str(tmp_path / "run.ckpt")
+    cj.sample(jax.random.key(0), STEP, STATE, 20, chunk_size=10, checkpoint_path=path)
+    _rewrite(path, header=change)
+    with pytest.raises(ValueError, match=rf"run.ckpt.*{field}"):
+        cj.sample(jax.random.key(0), STEP, STATE, 20, chunk_size=10, checkpoint_path=path)
+
+
+def test_arrays_that_disagree_with_the_header_or_the_run_are_refused(tmp_path):
+    path = str(tmp_path / "run.ckpt")
+    run = functools.partial(cj.sample, jax.random.key(0), STEP, STATE, 20, chunk_size=10, checkpoint_path=path)
+    run()
+    with np.load(_chunk(path, 1)) as data:
+        chunk = {k: data[k] for k in data.files}
+    short = {k: (v[:4] if k.startswith("info_") else v) for k, v in chunk.items()}
+    cases = [
+        (lambda: _rewrite(_chunk(path, 1), arrays=short), "step is 20, but the chunk files hold .* 14 steps"),
+        (lambda: _rewrite(_chunk(path, 1), arrays={"info_0": chunk["info_0"][:4]}), "chunk 1"),  # one of them
+        (lambda: _rewrite(_chunk(path, 1), arrays={"kept_0": chunk["kept_0"][:3]}), "chunk 1"),  # kept != infos
+        (lambda: _rewrite(_chunk(path, 1), drop=["info_0"]), "chunk 1"),  # a hole in the numbering
+        (lambda: _rewrite(path, arrays={"state_0": np.zeros((200, 2), np.float32)}), "state"),
+        (lambda: _rewrite(path, arrays={"moments_0": np.zeros(())}), "moments"),  # moments in a trace run
+    ]
+    for damage, field in cases:
+        run()  # a good checkpoint (resumed: nothing left to run)
+        with np.load(_chunk(path, 1)) as data:
+            assert all(data[k].shape[0] == 10 for k in data.files)
+        damage()
+        with pytest.raises(ValueError, match=rf"run.ckpt.*{field}"):
+            run()
+        os.remove(path)
+        run()  # rewritten from scratch for the next case
