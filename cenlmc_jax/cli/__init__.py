@@ -15,7 +15,10 @@ on a built-in target or on your own model:
   positions, ``(N, d)`` or one point ``(d,)``).
 * ``--config run.toml``: every flag as ``name = value`` (``burn-in`` or
   ``burn_in``); flags on the command line win. The effective configuration
-  is written to ``OUT/config.toml`` and ``OUT/run.json``.
+  is written to ``OUT/config.toml`` and ``OUT/run.json``. A configuration
+  file or run folder never names code to import: one with a ``model`` entry
+  is refused unless ``--model`` is on the command line (that file is used),
+  and ``--resume`` refuses a ``--model`` other than the run's.
 * ``--out DIR`` receives ``draws.npz`` (``--trace``: chains-first draws
   ``(chains or particles, draws, d)``) or ``moments.npz`` (streaming),
   ``summary.csv``, ``run.json`` (configuration, seed, version, steps done,
@@ -23,8 +26,11 @@ on a built-in target or on your own model:
   and ``plots/*.png`` with ``--plots``. ``cenlmc-jax summary DIR`` prints it again.
 * ``--checkpoint PATH`` (default ``DIR/checkpoint.npz`` with ``--out``)
   saves the run every ``--checkpoint-every`` steps; Ctrl-C leaves it there and
-  ``--resume`` (same flags, or just ``--resume --out DIR``) continues to the
-  same result as an uninterrupted run. A finished run removes it.
+  ``--resume`` (same flags, or just ``--resume --out DIR`` plus ``--model`` for
+  a model run) continues to the same result as an uninterrupted run; a flag
+  that changes the result is refused. A finished run removes it. A run
+  stopped before its first checkpoint is started afresh by the same command,
+  or by ``--resume``.
 
 Default step sizes follow the target's curvature ``c`` (``L`` of
 :mod:`cenlmc_jax.targets`, else the inverse of the smallest variance, else the
@@ -44,9 +50,12 @@ particle-steps); CEnLMC's gradient audit flagging a biased ensemble force
 ``ensemble.AUDIT_BIAS_THRESHOLD``); Metropolis acceptance below 5%; unadjusted
 Langevin's known bias (Gaussian targets) above the reported standard error;
 rank-normalised R-hat above 1.1 (with --trace); estimates more than 5 standard
-errors from a known truth. Any of these prints ``UNRELIABLE`` and exits 1
-unless ``--allow-unreliable``. Exit status 2 is a usage error (message and
-usage, no traceback); 130 an interrupted run.
+errors from a known truth; a Langevin step size at or above ``2/c``; no draw
+kept (a divergence before the first recorded step: the outputs that exist
+are written). Any of these prints ``UNRELIABLE`` and exits 1 unless
+``--allow-unreliable``. Exit status 2 is a usage error (message and usage, no
+traceback), paths included: they are checked before any work; 130 an
+interrupted run.
 
 The package: :mod:`~cenlmc_jax.cli.samplers` (the ``--sampler`` choices: the
 library's registry ``cenlmc_jax.SAMPLERS`` and one table of what the command
@@ -65,14 +74,17 @@ import sys
 import time
 
 from cenlmc_jax.cli import jobs, verdict
-from cenlmc_jax.cli.parser import UsageError, build_parser, check_args, config_tokens, subparser
+from cenlmc_jax.cli.parser import (UsageError, build_parser, check_args, config_tokens, read_config,
+                                   refuse_config_model, run_folder_table, subparser)
 from cenlmc_jax.cli.samplers import CHOICES as SAMPLER_CHOICES
 
 __all__ = ["main", "cmd_sample", "build_parser", "UsageError", "SAMPLER_CHOICES"]
 
 
 def cmd_sample(args) -> int:
-    """``cenlmc-jax sample``: check the flags, set up, run, report, write out; the exit status."""
+    """``cenlmc-jax sample``: check the flags, set up, run, report, write out; the exit status.
+
+    A Ctrl-C raises KeyboardInterrupt (:func:`main` catches it: exit status 130)."""
     t_start = time.perf_counter()
     check_args(args)
     setup = jobs.setup(args)
@@ -80,8 +92,6 @@ def cmd_sample(args) -> int:
     record = {"warnings": []}
     verdict.print_header(args, setup, record)
     run = jobs.run_job(args, setup)
-    if run is None:
-        return verdict.EXIT_INTERRUPTED
     table, found = verdict.report(args, setup, run, record)
     files = jobs.write_outputs(args, setup, run, table, found, record, t_start)
     jobs.remove_checkpoint(args.checkpoint)
@@ -91,18 +101,63 @@ def cmd_sample(args) -> int:
 
 
 def _with_config(parser, args, argv: list):
-    """``--config FILE`` (or, with ``--resume --out DIR``, ``DIR/config.toml``) read under the command line."""
-    config = args.config
+    """``--config FILE`` (or, with ``--resume --out DIR``, ``DIR/config.toml``) read under the command line.
+
+    ``args``: the command line alone, whose ``--model`` is the only one ever imported: a file's ``model``
+    entry without it is a usage error (:func:`~cenlmc_jax.cli.parser.refuse_config_model`).
+    """
+    config, run_folder = args.config, False
     if config is None and args.resume and args.out and os.path.isfile(os.path.join(args.out, "config.toml")):
-        config = os.path.join(args.out, "config.toml")
-    if config is not None:
-        args = parser.parse_args([argv[0]] + config_tokens(config, parser) + argv[1:])
-        args.config = config
-    return args
+        config, run_folder = os.path.join(args.out, "config.toml"), True
+    if config is None:
+        return args
+    table = read_config(config)
+    refuse_config_model(table, config, args.model)
+    if run_folder:
+        table = run_folder_table(table)
+    merged = parser.parse_args([argv[0]] + config_tokens(table, config, parser) + argv[1:])
+    merged.config = config
+    return merged
+
+
+def _sample(parser, args, argv: list) -> int:
+    """The ``sample`` command under :func:`~cenlmc_jax.cli.jobs.ctrl_c_recorded`: a Ctrl-C anywhere in it is
+    exit status 130, with what the run left and how to go on."""
+    interrupted, current = [], [args]
+    try:
+        with jobs.ctrl_c_recorded(interrupted):
+            current[0] = _with_config(parser, args, argv)
+            code = cmd_sample(current[0])
+    except KeyboardInterrupt:
+        interrupted.append(True)
+    if not interrupted:
+        return code
+    jobs.say_interrupted(current[0])
+    return verdict.EXIT_INTERRUPTED
+
+
+def _end_interrupted_process(code: int) -> None:
+    """End the process now, without Python's shutdown (why: :func:`main`)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # pragma: no cover - a closed stream
+            pass
+    os._exit(code)
 
 
 def main(argv=None) -> int:
-    """The ``cenlmc-jax`` console script: ``sample`` or ``summary``; the exit status (module docstring)."""
+    """The ``cenlmc-jax`` console script: ``sample`` or ``summary``; the exit status (module docstring).
+
+    ``argv`` None is the command itself (the console script, ``python -m cenlmc_jax.cli``): an interrupted
+    run then ends the process with ``os._exit(130)``. A Ctrl-C stops XLA's compilation or computation
+    where the main thread waits for it, but the work goes on in XLA's own threads; Python's shutdown would
+    then free the XLA client (its devices) under the compiling thread, which crashes with SIGSEGV (jaxlib:
+    ``PjRtClient``'s destructor frees the devices before it joins its compile threads). The checkpoint is
+    written atomically, so nothing is lost by skipping the shutdown. Called with ``argv`` (in-process), it
+    returns 130 instead.
+    """
+    command_line = argv is None
     parser = build_parser(__doc__.splitlines()[0])
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
@@ -110,10 +165,13 @@ def main(argv=None) -> int:
         parser.print_help()
         return verdict.EXIT_USAGE
     try:
-        if args.command == "sample":
-            return cmd_sample(_with_config(parser, args, argv))
-        return verdict.cmd_summary(args)
+        if args.command != "sample":
+            return verdict.cmd_summary(args)
+        code = _sample(parser, args, argv)
     except UsageError as exc:
         subparser(parser, args.command).print_usage(sys.stderr)
         print(f"cenlmc-jax {args.command}: error: {exc}", file=sys.stderr)
         return verdict.EXIT_USAGE
+    if code == verdict.EXIT_INTERRUPTED and command_line:
+        _end_interrupted_process(code)
+    return code

@@ -7,20 +7,26 @@
   :class:`~cenlmc_jax.cli.parser.UsageError` (exit 2).
 * :func:`run_job`: ``cenlmc_jax.sample`` with ``--checkpoint`` every
   ``--checkpoint-every`` steps; the driver's RuntimeWarnings (divergence,
-  clipping) are kept for the report. A Ctrl-C, even one Python swallows
-  (:func:`ctrl_c_recorded`), stops the run with the last chunk's checkpoint
-  and says how to ``--resume``; the run then continues to the result of an
-  uninterrupted one.
+  clipping) are kept for the report; a checkpoint the driver refuses (another
+  run's, damaged) is a usage error.
+* :func:`ctrl_c_recorded` (around the whole command): a Ctrl-C, even one
+  Python swallows, stops the job with the last chunk's checkpoint, and
+  :func:`say_interrupted` says how to go on: ``--resume`` continues to the
+  result of an uninterrupted run; before the first checkpoint, the same
+  command (or ``--resume``) starts afresh.
 * :func:`write_outputs`: ``draws.npz`` or ``moments.npz``, ``summary.csv``,
   ``run.nc`` (ArviZ), ``plots/*.png``, ``run.json`` (configuration, seed,
-  version, timings, the verdict) and the ``--output`` file;
-  :func:`remove_checkpoint` removes a finished run's checkpoint.
+  version, timings, the verdict) and the ``--output`` file; a run that kept
+  no draw (:func:`no_draws`: diverged at once) gets those that exist (no
+  summary, ``run.nc`` or plots). :func:`remove_checkpoint` removes a finished
+  run's checkpoint.
 
 The verdict on the result is :mod:`cenlmc_jax.cli.verdict`'s.
 """
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import importlib.util
 import json
@@ -71,13 +77,21 @@ class Run(NamedTuple):
 # --------------------------------------------------------------------------
 
 
+def _refuse_pickles(flag: str, path: str, exc: Exception) -> None:
+    if "allow_pickle" in str(exc):
+        raise UsageError(f"{flag} {path}: holds pickled Python objects, which can run code and are never loaded; "
+                         "save plain numeric arrays") from exc
+
+
 def load_data(path: str) -> dict:
-    """``--data``: an ``.npz`` (its arrays) or a ``.csv`` with a header row (its columns), by name."""
+    """``--data``: an ``.npz`` (its arrays) or a ``.csv`` with a header row (its columns), by name; data only
+    (an array of pickled objects, which could run code, is refused)."""
     if path.endswith(".npz"):
         try:
             with np.load(path, allow_pickle=False) as f:
                 return {k: f[k] for k in f.files}
         except Exception as exc:
+            _refuse_pickles("--data", path, exc)
             raise UsageError(f"--data {path}: not a readable .npz file ({exc})") from exc
     if path.endswith(".csv"):
         try:
@@ -139,9 +153,15 @@ def load_model(spec: str, data: Optional[dict], dim: int) -> targets_mod.Target:
 
 def load_init(path: str) -> np.ndarray:
     try:
-        init = np.load(path, allow_pickle=False)
+        init = np.load(path, allow_pickle=False)  # data only: a pickle (code) is refused
     except Exception as exc:
+        _refuse_pickles("--init", path, exc)
         raise UsageError(f"--init {path}: not a readable .npy file ({exc})") from exc
+    if not isinstance(init, np.ndarray):  # an .npz archive
+        init.close()
+        raise UsageError(f"--init {path}: an .npz archive; give one array in an .npy file (numpy.save)")
+    if init.dtype.kind not in "biuf":
+        raise UsageError(f"--init {path}: must hold numbers; got dtype {init.dtype}")
     if init.ndim not in (1, 2) or init.size == 0 or not np.all(np.isfinite(init)):
         raise UsageError(f"--init {path}: must hold finite positions of shape (N, d) or (d,); got shape {init.shape}")
     return init.astype(np.float32)
@@ -231,28 +251,54 @@ def start_out_dir(args) -> None:
         write_config(os.path.join(args.out, "config.toml"), effective_config(args))
 
 
+def _in_import(frame) -> bool:
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 @contextlib.contextmanager
 def ctrl_c_recorded(interrupted: list):
-    """Record every Ctrl-C during the run in ``interrupted``, even one Python swallows.
+    """Record every Ctrl-C in ``interrupted`` and stop the job with a KeyboardInterrupt where that is safe.
 
-    A KeyboardInterrupt raised while a garbage-collector callback runs (JAX
-    installs one) is "unraisable": Python prints it and the run goes on. The
-    handler records the signal before raising, and the unraisable hook keeps
-    such an interrupt quiet, so the job still stops with the checkpoint (exit
-    130) once the driver returns. A SIGINT that was ignored when the job
-    started (a background job) stays ignored.
+    * A KeyboardInterrupt raised while a garbage-collector callback runs (JAX
+      installs one) is "unraisable": Python prints it and goes on. The
+      unraisable hook keeps it quiet and delivers the signal again
+      (``_thread.interrupt_main``), so the job stops at once, not at its end.
+    * One that would be raised inside an import is delivered again 50 ms
+      later: an import of one of jaxlib's compiled (nanobind) modules stopped
+      half-way frees the half-made module, and that crashes the interpreter.
+    * A SIGINT that was ignored when the job started (a background job)
+      stays ignored.
+
+    Stopping XLA's compilation or a computation this way is clean, but leaves
+    that work running on XLA's own threads; :func:`cenlmc_jax.cli.main` says
+    why the command then ends without Python's shutdown.
     """
     if threading.current_thread() is not threading.main_thread() or \
             signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         yield
         return
+    active = [True]
+
+    def deliver_again(delay: float) -> None:
+        timer = threading.Timer(delay, lambda: active[0] and _thread.interrupt_main(signal.SIGINT))
+        timer.daemon = True
+        timer.start()
 
     def on_sigint(signum, frame):
         interrupted.append(True)
+        if _in_import(frame):
+            deliver_again(0.05)
+            return
         raise KeyboardInterrupt
 
     def unraisable(info):
-        if not issubclass(info.exc_type, KeyboardInterrupt):
+        if issubclass(info.exc_type, KeyboardInterrupt):
+            deliver_again(0.0)
+        else:
             previous_hook(info)
 
     previous_hook = sys.unraisablehook
@@ -261,42 +307,67 @@ def ctrl_c_recorded(interrupted: list):
     try:
         yield
     finally:
+        active[0] = False
         signal.signal(signal.SIGINT, signal.default_int_handler)
         sys.unraisablehook = previous_hook
 
 
-def _say_interrupted(args) -> None:
-    if args.checkpoint is not None and os.path.exists(args.checkpoint):
-        again = f"cenlmc-jax sample --resume --out {args.out}" if args.out else "the same command with --resume"
-        print(f"\ncenlmc-jax: interrupted; the checkpoint {args.checkpoint} holds the last finished chunk. "
-              f"Continue with: {again}", file=sys.stderr)
+def say_interrupted(args) -> None:
+    """After a Ctrl-C: what the job left and how to go on (``args`` may be unchecked if it came early)."""
+    out, checkpoint = args.out, args.checkpoint
+    if checkpoint is not None and os.path.exists(checkpoint):
+        again = f"cenlmc-jax sample --resume --out {out}" if out else "the same command with --resume"
+        text = f"interrupted; the checkpoint {checkpoint} holds the last finished chunk. Continue with: {again}"
+    elif out is not None and os.path.isfile(os.path.join(out, "run.json")):
+        text = f"interrupted after the run finished; its outputs in {out} are written"
+    elif out is not None and not os.path.isdir(out):
+        text = f"interrupted before the run started: nothing was written to {out}"
+    elif out is not None:
+        text = (f"interrupted before the first checkpoint (every --checkpoint-every steps): nothing to continue; "
+                f"the same command starts afresh in {out}, and so does cenlmc-jax sample --resume --out {out}")
+    elif checkpoint is not None:
+        text = f"interrupted before the first checkpoint ({checkpoint}): the same command starts afresh"
     else:
-        print("\ncenlmc-jax: interrupted before any checkpoint was written (--checkpoint PATH or --out DIR "
-              "make runs resumable)", file=sys.stderr)
+        text = "interrupted before any checkpoint was written (--checkpoint PATH or --out DIR make runs resumable)"
+    print(f"\ncenlmc-jax: {text}", file=sys.stderr)
 
 
-def run_job(args, setup: Setup) -> Optional[Run]:
-    """The driver on the job (checkpointed with ``--checkpoint``); None after a Ctrl-C (the message printed)."""
+def run_job(args, setup: Setup) -> Run:
+    """The driver on the job (checkpointed with ``--checkpoint``); a Ctrl-C raises KeyboardInterrupt."""
     job, keys = setup.job, setup.keys
     chunk = max(args.thin, args.checkpoint_every // args.thin * args.thin) if args.checkpoint else None
     burn_in = args.burn_in - job.warmup_steps  # steps the driver runs unrecorded (a warm-up ran the others)
     t0 = time.perf_counter()
-    interrupted = []
-    try:
-        with warnings.catch_warnings(record=True) as caught, ctrl_c_recorded(interrupted):
-            warnings.simplefilter("always", RuntimeWarning)  # the driver's divergence and clipping reports
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RuntimeWarning)  # the driver's divergence and clipping reports
+        try:
             res = cj.sample(keys[1], job.algorithm, job.state, args.steps, burn_in=burn_in, thin=args.thin,
                             mode="trace" if args.trace else "stream", progress=args.progress, on_divergence="stop",
                             checkpoint_path=args.checkpoint, chunk_size=chunk)
-            jax.block_until_ready(res.state)
-    except KeyboardInterrupt:
-        interrupted.append(True)
-    if interrupted:
-        _say_interrupted(args)
-        return None
+        except ValueError as exc:  # the checkpoint is another run's, or damaged: checked before any step
+            if args.checkpoint is None or "checkpoint_path" not in str(exc):
+                raise
+            flag = "--resume" if args.resume else "--checkpoint"
+            raise UsageError(f"{flag}: {exc}") from exc
+        jax.block_until_ready(res.state)
     elapsed = time.perf_counter() - t0
     messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
     return Run(res, elapsed, messages, burn_in)
+
+
+def no_draws(res: RunResult) -> bool:
+    """The run kept no draw (it diverged before its first recorded step): no estimates at all."""
+    return res.trace is None and (res.moments is None or not float(res.moments.count) > 0)
+
+
+def kept_steps(res: RunResult) -> int:
+    """Recorded (thinned) steps of the run."""
+    if res.trace is not None:
+        return int(jax.tree_util.tree_leaves(res.trace)[0].shape[0])
+    if res.moments is None:
+        return 0
+    rows = int(np.prod(np.shape(res.state.position)[:-1])) or 1
+    return int(round(float(res.moments.count) / rows))
 
 
 def remove_checkpoint(path: Optional[str]) -> None:
@@ -312,18 +383,28 @@ def remove_checkpoint(path: Optional[str]) -> None:
 # --------------------------------------------------------------------------
 
 
-def _save_outputs(args, setup: Setup, run: Run, table: SummaryTable, record: dict) -> list:
+def _infos(res: RunResult) -> dict:
+    return {f"info_{k}": np.asarray(v) for k, v in res.info._asdict().items()} if res.info is not None else {}
+
+
+def _save_outputs(args, setup: Setup, run: Run, table: Optional[SummaryTable], record: dict) -> list:
+    """draws.npz or moments.npz, and with kept draws (``table`` not None) summary.csv, run.nc and the plots."""
     out, files, res = args.out, [], run.result
-    info = {f"info_{k}": np.asarray(v) for k, v in res.info._asdict().items()} if res.info is not None else {}
     final = {"final_position": np.asarray(res.state.position)}
     if res.trace is not None:
         path = os.path.join(out, "draws.npz")
-        np.savez(path, draws=np.asarray(cj.diagnostics.chains_first(res)), **final, **info)
+        np.savez(path, draws=np.asarray(cj.diagnostics.chains_first(res)), **final, **_infos(res))
+    elif res.moments is None:  # a trace run that kept no draw: (chains, 0, d) draws
+        path, pos = os.path.join(out, "draws.npz"), final["final_position"]
+        np.savez(path, draws=np.empty((pos.shape[0], 0) + pos.shape[1:], pos.dtype), **final, **_infos(res))
     else:
         path = os.path.join(out, "moments.npz")
         np.savez(path, mean=np.asarray(res.moments.mean), variance=np.asarray(res.moments.variance),
-                 count=np.asarray(res.moments.count), **final, **info)
+                 count=np.asarray(res.moments.count), **final, **_infos(res))
     files.append(path)
+    if table is None:
+        record["warnings"].append("summary.csv, run.nc and plots not written: no draw was kept")
+        return files
     table.to_csv(os.path.join(out, "summary.csv"))
     files.append(os.path.join(out, "summary.csv"))
     if importlib.util.find_spec("arviz") is not None:
@@ -361,8 +442,8 @@ def _save_plots(args, target, res, burn_in) -> list:
     return written
 
 
-def _write_record(args, setup: Setup, run: Run, table: SummaryTable, problems: list, record: dict, files: list,
-                  t_start: float) -> str:
+def _write_record(args, setup: Setup, run: Run, table: Optional[SummaryTable], problems: list, record: dict,
+                  files: list, t_start: float) -> str:
     """``OUT/run.json``: what was run, how long it took, what was written and the verdict."""
     job, target, res = setup.job, setup.target, run.result
     record.update(
@@ -371,9 +452,10 @@ def _write_record(args, setup: Setup, run: Run, table: SummaryTable, problems: l
         parameters={k: (float(v) if isinstance(v, float) else v) for k, v in job.parameters.items()},
         target=dict(name=target.name, dim=target.dim, curvature=setup.c, curvature_source=setup.c_source),
         steps_done=int(res.num_steps_done) + job.warmup_steps, warmup_steps=job.warmup_steps,
-        diverged_at=int(res.diverged_at),
+        diverged_at=int(res.diverged_at), kept_steps=kept_steps(res),
         timings=dict(sampling_s=run.seconds, total_s=time.perf_counter() - t_start), reliable=not problems,
-        problems=problems, summary_run=table.run, summary_notes=list(table.notes),
+        problems=problems, summary_run=None if table is None else table.run,
+        summary_notes=[] if table is None else list(table.notes),
         files=[os.path.basename(f) if os.path.dirname(f) == args.out else os.path.relpath(f, args.out)
                for f in files] + ["config.toml", "run.json"],
     )
@@ -383,16 +465,21 @@ def _write_record(args, setup: Setup, run: Run, table: SummaryTable, problems: l
     return path
 
 
-def _write_output_file(path: str, res: RunResult, table: SummaryTable) -> None:
-    """``--output FILE``: final positions, moments and infos, to exactly that path."""
+def _write_output_file(path: str, res: RunResult, table: Optional[SummaryTable]) -> None:
+    """``--output FILE``: final positions, moments (nan when no draw was kept) and infos, to exactly that path."""
+    if res.moments is not None:
+        mean, variance = np.asarray(res.moments.mean), np.asarray(res.moments.variance)
+    elif table is not None:
+        mean, variance = np.asarray(table.columns["mean"]), np.asarray(table.columns["sd"]) ** 2
+    else:
+        mean = variance = np.full(np.shape(res.state.position)[-1:], np.nan)
+    if no_draws(res):
+        mean = variance = np.full_like(mean, np.nan)
     with open(path, "wb") as fh:  # a file object: np.savez adds no ".npz" to the name given
-        np.savez(fh, final_position=np.asarray(res.state.position),
-                 mean=np.asarray(res.moments.mean if res.moments is not None else table.columns["mean"]),
-                 variance=np.asarray(res.moments.variance if res.moments is not None else table.columns["sd"] ** 2),
-                 **{f"info_{k}": np.asarray(v) for k, v in res.info._asdict().items()})
+        np.savez(fh, final_position=np.asarray(res.state.position), mean=mean, variance=variance, **_infos(res))
 
 
-def write_outputs(args, setup: Setup, run: Run, table: SummaryTable, problems: list, record: dict,
+def write_outputs(args, setup: Setup, run: Run, table: Optional[SummaryTable], problems: list, record: dict,
                   t_start: float) -> list:
     """Everything ``--out DIR`` and ``--output FILE`` ask for; the paths written."""
     files = []

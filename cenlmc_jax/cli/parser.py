@@ -13,6 +13,13 @@
   them like typed flags and the command line wins; :func:`effective_config`
   and :func:`write_config` write back the configuration a run used
   (``OUT/config.toml``, which ``--config`` reads to rerun it exactly).
+* A configuration file or a run folder never names code to import: its
+  ``model`` entry is not a flag (:func:`config_tokens` drops it) and a file
+  with one is refused unless ``--model`` is on the command line
+  (:func:`refuse_config_model`); ``--resume`` compares the stored ``model``
+  (and every flag that changes the result, :func:`check_same_run`) with the
+  command line's and refuses a different one. Everything else a file can
+  name is data, read without pickle (``--data``, ``--init``, the checkpoint).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 from typing import Any, Optional
 
 import jax
@@ -45,6 +53,10 @@ MAX_SEED = 2**63 - 1
 DEFAULT_PARTICLES = 2000
 #: Flags that are not settings of a run: never read from, nor written to, a configuration file.
 NOT_IN_CONFIG = {"command", "config", "resume", "dir"}
+#: Settings a resumed run may change: where and how it reports, not what it computes.
+RESUME_MAY_CHANGE = {"out", "checkpoint", "checkpoint-every", "output", "plots", "allow-unreliable", "progress"}
+#: The files ``--out DIR`` receives (``--output`` may not be one of them).
+OUT_FILES = ("config.toml", "run.json", "summary.csv", "run.nc", "draws.npz", "moments.npz")
 
 
 class UsageError(Exception):
@@ -181,7 +193,8 @@ def subparser(parser: argparse.ArgumentParser, command: str) -> argparse.Argumen
 # --------------------------------------------------------------------------
 
 
-def _read_toml(path: str) -> dict:
+def read_config(path: str) -> dict:
+    """The table of a TOML configuration file; a usage error when it is missing or not TOML."""
     if tomllib is None:
         raise UsageError("--config needs Python >= 3.11 (tomllib) or the tomli package: pip install tomli")
     if not os.path.isfile(path):
@@ -193,9 +206,37 @@ def _read_toml(path: str) -> dict:
         raise UsageError(f"--config {path}: not valid TOML ({exc})") from exc
 
 
-def config_tokens(path: str, parser: argparse.ArgumentParser) -> list:
-    """The flags of a TOML file, as command-line tokens (so argparse checks them like typed flags)."""
-    table = _read_toml(path)
+def _config_model(table: dict) -> Optional[Any]:
+    return next((v for k, v in table.items() if k.replace("-", "_") == "model"), None)
+
+
+def refuse_config_model(table: dict, path: str, model_on_command_line: Optional[str]) -> None:
+    """A configuration file or run folder never names code to import: a ``model`` entry needs ``--model``.
+
+    ``model_on_command_line``: the ``--model`` of the command line alone (None when it has none). The
+    file's entry is never imported; with ``--model`` given, the command line's file is the one used.
+    """
+    model = _config_model(table)
+    if model is not None and model_on_command_line is None:
+        raise UsageError(f"{path} names a model file (model = {model!r}), and a configuration file or run folder "
+                         "never names code to import: read that file, and if you trust it pass --model "
+                         "PATH.py:FUNCTION explicitly on the command line")
+
+
+def run_folder_table(table: dict) -> dict:
+    """``DIR/config.toml`` as ``--resume --out DIR`` reads it: a checkpoint at the default place of the folder
+    it was written in is dropped, so a moved folder resumes from its own ``DIR/checkpoint.npz``."""
+    table = dict(table)
+    out, checkpoint = table.get("out"), table.get("checkpoint")
+    if isinstance(out, str) and checkpoint == os.path.join(out, "checkpoint.npz"):
+        del table["checkpoint"]
+    return table
+
+
+def config_tokens(table: dict, path: str, parser: argparse.ArgumentParser) -> list:
+    """The flags of a configuration table (:func:`read_config`) as command-line tokens, so argparse checks them
+    like typed flags. Its ``model`` entry is no token: the model comes from the command line only
+    (:func:`refuse_config_model`)."""
     known = {a.dest: a for a in subparser(parser, "sample")._actions if a.option_strings}  # noqa: SLF001
     tokens = []
     for key, value in table.items():
@@ -203,6 +244,8 @@ def config_tokens(path: str, parser: argparse.ArgumentParser) -> list:
         if dest not in known or dest in NOT_IN_CONFIG:
             raise UsageError(f"--config {path}: unknown setting {key!r} (expected flag names such as 'steps', "
                              "'burn-in', 'sampler')")
+        if dest == "model":
+            continue
         flag = "--" + dest.replace("_", "-")
         action = known[dest]
         if isinstance(action, argparse.BooleanOptionalAction):
@@ -230,12 +273,17 @@ def toml_value(v: Any) -> str:
 
 
 def effective_config(args) -> dict:
+    """The settings of a run, by flag name (a checkpoint at the default place of ``--out`` left out)."""
     skip = NOT_IN_CONFIG | {"progress"}
-    return {k.replace("_", "-"): v for k, v in sorted(vars(args).items()) if k not in skip and v is not None}
+    config = {k.replace("_", "-"): v for k, v in sorted(vars(args).items()) if k not in skip and v is not None}
+    if args.out is not None and args.checkpoint == os.path.join(args.out, "checkpoint.npz"):
+        config.pop("checkpoint", None)
+    return config
 
 
 def write_config(path: str, config: dict) -> None:
-    lines = [f"# {PROG} sample: the effective configuration of this run ({PROG} sample --config THIS_FILE)"]
+    lines = [f"# {PROG} sample: the effective configuration of this run ({PROG} sample --config THIS_FILE; "
+             "a model run needs its --model again)"]
     lines += [f"{k} = {toml_value(v)}" for k, v in config.items()]
     with open(path, "w") as fh:
         fh.write("\n".join(lines) + "\n")
@@ -271,8 +319,67 @@ def _check_inputs(args) -> None:
     args.data, args.init = _abs(args.data), _abs(args.init)
 
 
+def _probe_writable(folder: str, flag: str, value: str) -> None:
+    """Create and remove a file in ``folder``: unlike ``os.access``, also right for root and read-only mounts."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".cenlmc-jax-write-test-")
+        os.close(fd)
+        os.remove(tmp)
+    except OSError as exc:
+        raise UsageError(f"{flag} {value}: cannot write in the folder {folder!r} ({exc.strerror or exc})") from None
+
+
+def _check_file_path(flag: str, value: str, out: Optional[str]) -> str:
+    """A file the run writes (``--output``, ``--checkpoint``), made absolute: not a directory, its folder an
+    existing writable directory (or ``out``, the --out directory, checked and created on its own), an existing
+    file readable and writable."""
+    path = os.path.abspath(value)
+    if os.path.isdir(path):
+        raise UsageError(f"{flag} {value}: is a directory; give a file path")
+    folder = os.path.dirname(path)
+    if folder != out:
+        if not os.path.isdir(folder):
+            what = "is not a directory" if os.path.lexists(folder) else "does not exist"
+            raise UsageError(f"{flag} {value}: the folder {folder!r} {what}")
+        _probe_writable(folder, flag, value)
+    if os.path.lexists(path) and not (os.path.isfile(path) and os.access(path, os.R_OK | os.W_OK)):
+        raise UsageError(f"{flag} {value}: exists and is not a readable and writable file")
+    return path
+
+
+def interrupted_leftovers(out: str, checkpoint: Optional[str]) -> bool:
+    """``out`` holds only what a run stopped before its outputs leaves: its config.toml and checkpoint files."""
+    names = set(os.listdir(out))
+    allowed = {"config.toml"}
+    if checkpoint is not None and os.path.dirname(checkpoint) == out:
+        base = os.path.basename(checkpoint)
+        allowed |= {base, base + ".tmp", base + ".chunks"}
+    return "config.toml" in names and names <= allowed
+
+
+def _check_out_dir(args) -> None:
+    """--out: a directory, or one ``os.makedirs`` can create, writable; never over a finished run (a run
+    interrupted before its first checkpoint, which left only its config.toml, is started afresh)."""
+    value = args.out
+    args.out = out = os.path.abspath(value)
+    if os.path.lexists(out) and not os.path.isdir(out):
+        raise UsageError(f"--out {value}: exists and is not a directory")
+    existing = out
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise UsageError(f"--out {value}: {existing!r} is not a directory")
+    _probe_writable(existing, "--out", value)
+    if args.checkpoint is None:
+        args.checkpoint = os.path.join(out, "checkpoint.npz")
+    if not args.resume and os.path.isdir(out) and os.listdir(out) and \
+            not interrupted_leftovers(out, os.path.abspath(args.checkpoint)):
+        raise UsageError(f"--out {value}: the directory is not empty (a finished or interrupted run?); "
+                         "use another directory, remove it, or add --resume to continue an interrupted run")
+
+
 def _check_outputs(args) -> None:
-    """--thin, --plots, --output and --out: what is kept and where it goes (never over a finished run)."""
+    """--thin, --plots and --out: what is kept and where it goes."""
     if args.steps % args.thin:
         raise UsageError(f"--thin must divide --steps; got --thin {args.thin}, --steps {args.steps}")
     if args.thin > 1 and not args.trace:
@@ -284,44 +391,91 @@ def _check_outputs(args) -> None:
             import matplotlib  # noqa: F401
         except ImportError:
             raise UsageError('--plots needs matplotlib: pip install "cenlmc_jax[plots]"') from None
-    if args.output is not None:
-        folder = os.path.dirname(os.path.abspath(args.output))
-        if not os.path.isdir(folder):
-            raise UsageError(f"--output {args.output}: the folder {folder!r} does not exist")
     if args.out is not None:
-        args.out = os.path.abspath(args.out)
-        if os.path.exists(args.out) and not os.path.isdir(args.out):
-            raise UsageError(f"--out {args.out}: exists and is not a directory")
-        if not args.resume and os.path.isdir(args.out) and os.listdir(args.out):
-            raise UsageError(f"--out {args.out}: the directory is not empty (a finished or interrupted run?); "
-                             "use another directory, remove it, or add --resume to continue an interrupted run")
-        if args.checkpoint is None:
-            args.checkpoint = os.path.join(args.out, "checkpoint.npz")
+        _check_out_dir(args)
+
+
+def _flag_text(key: str, value: Any) -> str:
+    if value is None:
+        return f"--{key} unset"
+    if isinstance(value, bool):
+        return f"--{key}" if value else f"--no-{key}"
+    return f"--{key} {value}"
+
+
+def check_same_run(args) -> None:
+    """``--resume --out DIR``: the settings that change the result (all but :data:`RESUME_MAY_CHANGE`, the
+    model's path included) must be those of ``DIR/config.toml`` (a setting it lacks: the default); a usage
+    error names the first that is not."""
+    path = os.path.join(args.out, "config.toml") if args.resume and args.out is not None else None
+    if path is None or not os.path.isfile(path):
+        return
+    stored = {k.replace("_", "-"): v for k, v in read_config(path).items()}
+    current = effective_config(args)
+    defaults = {a.dest.replace("_", "-"): a.default for a in subparser(build_parser(), "sample")._actions}  # noqa: SLF001
+    for key in sorted(set(stored) | set(current)):
+        here, there = current.get(key), stored.get(key, defaults.get(key))  # a setting not written: its default
+        if key in RESUME_MAY_CHANGE or (key == "particles" and here is None):  # particles: from --init later
+            continue
+        if here != there:
+            raise UsageError(f"--resume: {_flag_text(key, here)} is not the interrupted run's {_flag_text(key, there)} "
+                             f"({path}); resume with the run's own flags (--resume --out DIR alone reads them), or "
+                             "start a new run in another --out directory")
+
+
+def _resume_from_the_start(args) -> None:
+    """--resume and no checkpoint: a run folder stopped before its first checkpoint starts afresh (said so)."""
+    out = args.out
+    if out is not None and os.path.isfile(os.path.join(out, "run.json")):
+        raise UsageError(f"--resume: {out} holds a finished run (run.json; a finished run removes its checkpoint): "
+                         f"nothing to resume; cenlmc-jax summary {out} prints it")
+    if out is not None and os.path.isdir(out) and interrupted_leftovers(out, args.checkpoint):
+        print(f"cenlmc-jax: --resume: no checkpoint in {out} yet (the run stopped before its first one): starting "
+              "from the beginning", file=sys.stderr)
+        return
+    raise UsageError(f"--resume: no checkpoint at {args.checkpoint} (nothing to resume; a run stopped before its "
+                     "first checkpoint is run again without --resume)")
 
 
 def _check_checkpoint(args) -> None:
-    """--checkpoint and --resume: a checkpoint is continued only with --resume, and --resume needs one."""
+    """--checkpoint and --resume: a checkpoint is continued only with --resume; --resume needs one, or a run
+    folder stopped before its first one."""
+    if args.checkpoint is None:
+        if args.resume:
+            raise UsageError("--resume needs --out DIR or --checkpoint PATH")
+        return
+    args.checkpoint = _check_file_path("--checkpoint", args.checkpoint, args.out)
+    exists = os.path.exists(args.checkpoint)
+    if exists and not args.resume:
+        raise UsageError(f"--checkpoint {args.checkpoint} exists (an interrupted run): add --resume to continue "
+                         "it, or remove it to start again")
+    if args.resume and not exists:
+        _resume_from_the_start(args)
+
+
+def _check_output_file(args) -> None:
+    """--output: a writable file path that is none of the run's own files."""
+    if args.output is None:
+        return
+    path = _check_file_path("--output", args.output, args.out)
+    own = set()
     if args.checkpoint is not None:
-        args.checkpoint = os.path.abspath(args.checkpoint)
-        folder = os.path.dirname(args.checkpoint)
-        if args.out is None or folder != args.out:
-            if not os.path.isdir(folder):
-                raise UsageError(f"--checkpoint {args.checkpoint}: the folder {folder!r} does not exist")
-        exists = os.path.exists(args.checkpoint)
-        if args.resume and not exists:
-            raise UsageError(f"--resume: no checkpoint at {args.checkpoint} (nothing to resume)")
-        if exists and not args.resume:
-            raise UsageError(f"--checkpoint {args.checkpoint} exists (an interrupted run): add --resume to continue "
-                             "it, or remove it to start again")
-    elif args.resume:
-        raise UsageError("--resume needs --out DIR or --checkpoint PATH")
+        own |= {args.checkpoint, args.checkpoint + ".tmp"}
+    if args.out is not None:
+        own |= {os.path.join(args.out, name) for name in OUT_FILES}
+    if path in own:
+        raise UsageError(f"--output {args.output}: the run writes {path} itself (an --out file or the checkpoint); "
+                         "choose another file")
+    args.output = path
 
 
 def check_args(args) -> None:
     """Flag combinations and paths, before any work (in place: defaults filled, paths made absolute)."""
     _check_inputs(args)
     _check_outputs(args)
+    check_same_run(args)
     _check_checkpoint(args)
+    _check_output_file(args)
     if args.progress is None:
         args.progress = sys.stderr.isatty() and importlib.util.find_spec("tqdm") is not None
     elif args.progress and importlib.util.find_spec("tqdm") is None:

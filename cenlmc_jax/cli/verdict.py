@@ -3,7 +3,10 @@
 The job must not print a wrong answer with exit status 0. :func:`problems`
 checks a finished run for every known reason to distrust it:
 
-* divergence (``info.diverged``: the driver stopped the run);
+* divergence (``info.diverged``: the driver stopped the run), and no draw
+  kept at all (a divergence before the first recorded step: no estimates);
+* a Langevin step size at or above ``2/c`` (:func:`stability_problem`), the
+  stability limit of unadjusted Langevin at the target's curvature ``c``;
 * CEnLMC's ensemble force used by fewer than :data:`ENSEMBLE_MIN_FRACTION` of
   the particle-steps (LMC's work at extra cost);
 * CEnLMC's gradient audit flagging a biased ensemble force (``info.biased``
@@ -25,11 +28,13 @@ The report itself: :func:`print_header` before the run (the sampler, the
 target, the default step-size rule, the tuner's warnings), :func:`report`
 after it (the driver's warnings, timings, gradient savings and audit,
 acceptance, the summary table, the verdict); :func:`cmd_summary` prints a
-finished ``--out`` directory's report again.
+finished ``--out`` directory's report again (a damaged one is a usage error
+naming the file).
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
@@ -39,7 +44,7 @@ import jax
 import numpy as np
 
 from cenlmc_jax import ensemble
-from cenlmc_jax.cli.jobs import Run, Setup
+from cenlmc_jax.cli.jobs import Run, Setup, no_draws
 from cenlmc_jax.cli.parser import UsageError
 from cenlmc_jax.cli.samplers import SPECS
 from cenlmc_jax.summary import SummaryTable, summary
@@ -59,11 +64,28 @@ RELIABLE = ("  reliability checks passed (divergence, ensemble use, ensemble-for
 
 
 def ula_sd(target, h: float) -> Optional[np.ndarray]:
-    """Stationary sd of unadjusted Langevin with step h on a Gaussian target: Σ_h = (P - h P²/2)⁻¹, P = ∇²f."""
+    """Stationary sd of unadjusted Langevin with step h on a Gaussian target: Σ_h = (P - h P²/2)⁻¹, P = ∇²f.
+
+    None when the target is not Gaussian, or when ``h >= 2 / λ_max(P)``: then there is no stationary
+    distribution (the iterates grow without bound; :func:`stability_problem` says so).
+    """
     if target.hessian is None:
         return None
     p = np.asarray(target.hessian, np.float64)
+    if not h * float(np.linalg.eigvalsh(p).max()) < 2.0:
+        return None
     return np.sqrt(np.diag(np.linalg.inv(p - 0.5 * h * p @ p)))
+
+
+def stability_problem(args, job, c: Optional[float]) -> list:
+    """A Langevin step size at or above ``2/c``: beyond unadjusted Langevin's stability limit at curvature ``c``
+    (exact on a Gaussian target, where ``c`` is the largest eigenvalue of the precision)."""
+    h = job.parameters.get("step_size")
+    if not SPECS[args.sampler].langevin or h is None or c is None or not h * c >= 2.0:
+        return []
+    return [f"the step size h={h:.4g} is at or above 2/c = {2.0 / c:.4g}, unadjusted Langevin's stability limit at "
+            f"the target's curvature c = {c:.4g}: the iterates do not settle to a stationary distribution (on a "
+            f"Gaussian target they grow without bound); lower --step-size below {2.0 / c:.4g}"]
 
 
 def _mean_inflation(res, kept: int) -> float:
@@ -97,6 +119,8 @@ def _known_bias_problem(args, target, job, table: SummaryTable) -> list:
         return []
     bias = np.abs(sd_ula - np.sqrt(np.diag(target.cov)))
     se = table.columns["mcse_sd"]
+    if not np.any(np.isfinite(bias - se)):  # no standard error to compare with
+        return []
     worst = int(np.nanargmax(bias - se))
     if not bias[worst] > se[worst]:
         return []
@@ -105,12 +129,18 @@ def _known_bias_problem(args, target, job, table: SummaryTable) -> list:
             "the error bars understate the error; lower --step-size (the bias is proportional to h)"]
 
 
-def problems(args, target, job, res, table: SummaryTable) -> list:
-    """Why the result is not to be trusted (empty: no known reason)."""
+def problems(args, target, job, res, table: Optional[SummaryTable], c: Optional[float] = None) -> list:
+    """Why the result is not to be trusted (empty: no known reason); ``table`` None: no draw was kept;
+    ``c``: the curvature the step size is compared with (:func:`stability_problem`)."""
     out = []
     if res.diverged_at >= 0:
         out.append(f"DIVERGED at step {res.diverged_at} (info.diverged: non-finite or exploding values); the run "
                    "stopped and its estimates are not valid")
+    out += stability_problem(args, job, c)
+    if table is None:
+        out.append(f"no draw was kept: the run stopped after {res.num_steps_done} of the driver's {res.burn_in} "
+                   f"burn-in + {args.steps} steps, before its first recorded step; there are no estimates")
+        return out
     out += _ensemble_problems(args, job, res, table)
     acc = table.run.get("acceptance_rate")
     if acc is not None and not acc >= ACCEPTANCE_MIN:
@@ -178,10 +208,13 @@ def _print_gradients(args, setup: Setup, run: Run, ge: int) -> None:
         print(f"  saved against LMC (N gradients per step): {saved:,} ({saved / full:.1%}, the audit's included)")
 
 
-def _print_run(args, setup: Setup, run: Run, table: SummaryTable) -> None:
+def _print_run(args, setup: Setup, run: Run, table: Optional[SummaryTable]) -> None:
     res, job = run.result, setup.job
     warm = f" after {job.warmup_steps} warm-up steps" if job.warmup_steps else ""
     print(f"  ran {res.num_steps_done} steps{warm} in {run.seconds:.2f} s (compilation included)")
+    if table is None:
+        print("  no estimates: no draw was kept")
+        return
     if "grad_evals" in table.run:
         _print_gradients(args, setup, run, table.run["grad_evals"])
     if "acceptance_rate" in table.run:
@@ -206,31 +239,80 @@ def report(args, setup: Setup, run: Run, record: dict) -> tuple:
     for message in run.warnings:
         print(f"  warning: {message}")
         record["warnings"].append(message)
-    target = setup.target
-    table = summary(run.result, truth=target if target.mean is not None else None, burn_in=run.burn_in)
+    target, table = setup.target, None
+    if not no_draws(run.result):
+        table = summary(run.result, truth=target if target.mean is not None else None, burn_in=run.burn_in)
     _print_run(args, setup, run, table)
-    found = problems(args, target, setup.job, run.result, table)
+    found = problems(args, target, setup.job, run.result, table, c=setup.c)
     print_verdict(args, found)
     return table, found
+
+
+#: The fields of run.json that cmd_summary reads, and their JSON types (None allowed).
+_RECORD_FIELDS = {"description": str, "sampler": str, "target": dict, "seed": int, "steps_done": int,
+                  "version": str, "summary_run": dict, "summary_notes": list, "problems": list, "reliable": bool,
+                  "kept_steps": int}
+
+
+def _read_record(folder: str) -> dict:
+    """A run folder's run.json, its fields checked (a usage error naming the file if it is damaged)."""
+    path = os.path.join(folder, "run.json")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            record = json.load(fh)
+    except (OSError, ValueError) as exc:  # ValueError: JSONDecodeError, UnicodeDecodeError
+        raise UsageError(f"{path}: damaged, not the run.json of cenlmc-jax sample ({type(exc).__name__}: {exc})"
+                         ) from None
+    if not isinstance(record, dict):
+        raise UsageError(f"{path}: damaged, not the run.json of cenlmc-jax sample (a JSON {type(record).__name__}, "
+                         "not an object)")
+    for key, kind in _RECORD_FIELDS.items():
+        value = record.get(key)
+        if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
+            raise UsageError(f"{path}: damaged: {key} should be a JSON {kind.__name__}; got {value!r}")
+    if not all(isinstance(p, str) for p in record.get("problems") or ()):
+        raise UsageError(f"{path}: damaged: problems should be a list of strings")
+    return record
+
+
+def _read_table(folder: str, record: dict) -> Optional[SummaryTable]:
+    """A run folder's summary.csv with run.json's run statistics and notes (None: no draw was kept)."""
+    path = os.path.join(folder, "summary.csv")
+    if not os.path.isfile(path):
+        if record.get("kept_steps") == 0:
+            return None
+        raise UsageError(f"{folder}: no summary.csv (not a finished cenlmc-jax sample --out directory)")
+    try:
+        table = SummaryTable.from_csv(path, run=record.get("summary_run"),
+                                      notes=tuple(str(n) for n in record.get("summary_notes") or ()))
+    except (OSError, ValueError, IndexError, csv.Error) as exc:
+        raise UsageError(f"{path}: damaged, not the summary.csv of cenlmc-jax sample ({type(exc).__name__}: {exc})"
+                         ) from None
+    try:
+        table.format()
+    except Exception as exc:  # columns of the csv and statistics of run.json that do not fit together
+        raise UsageError(f"{path} and {os.path.join(folder, 'run.json')} do not fit together (damaged: "
+                         f"{type(exc).__name__}: {exc})") from None
+    return table
 
 
 def cmd_summary(args) -> int:
     """``cenlmc-jax summary DIR``: a finished run's report and verdict, from its summary.csv and run.json."""
     folder = args.dir
-    csv_path, json_path = os.path.join(folder, "summary.csv"), os.path.join(folder, "run.json")
-    for path in (csv_path, json_path):
-        if not os.path.isfile(path):
-            raise UsageError(f"{folder}: no {os.path.basename(path)} (not a finished cenlmc-jax sample --out "
-                             "directory)")
-    with open(json_path) as fh:
-        record = json.load(fh)
-    table = SummaryTable.from_csv(csv_path, run=record.get("summary_run"), notes=tuple(record.get("summary_notes", ())))
-    print(f"cenlmc-jax: {record.get('description', record.get('sampler'))}")
-    tgt = record.get("target", {})
+    missing = [name for name in ("summary.csv", "run.json") if not os.path.isfile(os.path.join(folder, name))]
+    if "run.json" in missing:
+        raise UsageError(f"{folder}: no {' or '.join(missing)} (not a finished cenlmc-jax sample --out directory)")
+    record = _read_record(folder)
+    table = _read_table(folder, record)
+    print(f"cenlmc-jax: {record.get('description') or record.get('sampler')}")
+    tgt = record.get("target") or {}
     print(f"  target {tgt.get('name')} (d={tgt.get('dim')}), seed {record.get('seed')}, "
           f"{record.get('steps_done')} steps done, {record.get('version')}")
-    print_table(table)
-    for p in record.get("problems", []):
+    if table is None:
+        print("  no estimates: no draw was kept")
+    else:
+        print_table(table)
+    for p in record.get("problems") or ():
         print(f"  UNRELIABLE: {p}")
     if record.get("reliable"):
         print(RELIABLE)
