@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cenlmc_jax._validation import is_concrete
+from cenlmc_jax._validation import check_function, check_output, is_concrete
 from cenlmc_jax.types import Array, ArrayLike
 
 __all__ = [
@@ -101,6 +101,7 @@ def concrete_value(M: Any, z: Array, name: str) -> Any:
     if M is None:
         return None
     if callable(M):
+        check_matrix_fn(M, z, name)
         if not is_concrete(z):
             return None
         try:
@@ -112,10 +113,28 @@ def concrete_value(M: Any, z: Array, name: str) -> Any:
     return M
 
 
+def matrix_what(d: int) -> str:
+    return f"position -> a matrix: a scalar (c·I), a ({d},) diagonal or a ({d}, {d}) matrix"
+
+
+def check_matrix_fn(M: Any, z: Array, name: str) -> None:
+    """A callable matrix, checked abstractly at a point shaped like ``z`` (``jax.eval_shape``; the one
+    output check of :mod:`cenlmc_jax._validation`); constants are left to :func:`check_matrix_shape`."""
+    if callable(M):
+        d = z.shape[-1]
+        check_function(M, name, (z,), what=matrix_what(d), shapes=((), (d,), (d, d)), kind="real")
+
+
 def evaluate(M: MatrixLike, z: Array, name: str = "matrix") -> Array:
     """``M(z)`` for a callable, else ``M``, as an array in ``z``'s dtype: shape (), (d,) or (d, d)."""
-    m = jnp.asarray(M(z) if callable(M) else M, z.dtype)
-    check_matrix_shape(m, name, z.shape[-1])
+    d = z.shape[-1]
+    if callable(M):
+        out = M(z)
+        check_output(out, name, what=matrix_what(d), shapes=((), (d,), (d, d)), kind="real")
+    else:
+        out = M
+    m = jnp.asarray(out, z.dtype)
+    check_matrix_shape(m, name, d)
     return m
 
 

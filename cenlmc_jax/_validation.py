@@ -7,12 +7,22 @@ raises ``ValueError`` of the form
 
 Values that are already tracers (the caller jitted around us) are checked for
 what is known while tracing (shape, dtype) only: their values are not known yet.
+
+The user's functions (log densities, gradients, gradient estimators, the
+recipe's matrices, step-size schedules, proposals) pass one output check,
+:func:`check_output` (structure, shapes and dtype of an output, from static
+information only), called on ``jax.eval_shape`` of the function where it
+enters (:func:`check_function`, at build or ``init`` time) and on the traced
+output inside the steps (free at trace time): a scalar or a ``(1,)`` where a
+``(d,)`` is expected is refused, never broadcast into the drift.
+:func:`check_key` is the one key check of every ``init`` / ``step`` that
+takes a key, of ``cj.sample`` and of ``cj.vmap_chains``.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -33,6 +43,10 @@ __all__ = [
     "check_position",
     "check_vector",
     "check_logdensity",
+    "check_output",
+    "check_function",
+    "check_schedule",
+    "check_start_logdensity",
     "check_state",
     "check_key",
 ]
@@ -192,13 +206,17 @@ def check_positions(positions: Any, name: str = "positions", *, min_particles: i
     return arr
 
 
-def check_position(position: Any, name: str = "position", *, ndim: int | None = None) -> jax.Array:
-    """A single-chain position: a floating array of finite values (``ndim`` dimensions if given)."""
+def check_position(position: Any, name: str = "position", *, ndim: int | None = None,
+                   finite: bool = True) -> jax.Array:
+    """A single-chain position: a floating array of finite values (``ndim`` dimensions if given), ``d >= 1``
+    (``finite=False``: the caller checks the values itself)."""
     arr = _as_float_array(position, name)
     if ndim is not None and arr.ndim != ndim:
         shape = "(d,) (one chain; vmap over chains for many)" if ndim == 1 else f"{ndim} dimensions"
         raise ValueError(f"{name} must have shape {shape}; got shape {tuple(arr.shape)}.")
-    if is_concrete(arr) and not np.isfinite(np.asarray(arr)).all():
+    if arr.ndim >= 1 and arr.shape[-1] == 0:
+        raise ValueError(f"{name} must have d >= 1 dimensions; got shape {tuple(arr.shape)}.")
+    if finite and is_concrete(arr) and not np.isfinite(np.asarray(arr)).all():
         raise ValueError(f"{name} must be finite; got {describe(np.asarray(arr))}.")
     return arr
 
@@ -213,25 +231,110 @@ def check_vector(value: Any, name: str, size: int) -> np.ndarray:
     return arr
 
 
-def check_logdensity(logdensity_fn: Any, example: jax.Array, name: str = "logdensity_fn") -> None:
-    """``logdensity_fn`` must map one point ``example.shape`` to a real scalar.
+def _struct(x: Any) -> str:
+    shape = getattr(x, "shape", None)
+    return type(x).__name__ if shape is None else f"shape {tuple(shape)}, dtype {x.dtype}"
 
-    Checked abstractly with ``jax.eval_shape``: nothing is computed.
+
+def check_output(out: Any, name: str, *, what: str, like: Any = None, shapes: Optional[tuple] = None,
+                 kind: str = "floating") -> None:
+    """The output of a user function, concrete, traced or abstract (``jax.eval_shape``), must have the
+    expected structure, shapes and dtype kind: only static information is read, so this costs nothing
+    inside a trace and raises at trace time, before anything runs.
+
+    like: a pytree (arrays or ``ShapeDtypeStruct``) the output must match leaf by leaf (same
+      structure, same shapes): a gradient is shaped like its position. Exact shapes: a scalar or a
+      ``(1,)`` where ``(d,)`` is expected would be broadcast into the drift silently.
+    shapes: the allowed shapes of a single-array output (``((),)`` a scalar; a matrix form
+      ``((), (d,), (d, d))``).
+    kind: ``"floating"`` (a real float dtype) or ``"real"`` (float, integer or bool: a number cast later).
+    what: the function's signature for the message, e.g. ``"x -> scalar log density"``.
     """
-    check_callable(logdensity_fn, name, "x -> scalar log density")
+    def dtype_ok(leaf):
+        dt = getattr(leaf, "dtype", None)
+        if dt is None:
+            return False
+        if kind == "floating":
+            return jnp.issubdtype(dt, jnp.floating)
+        return (jnp.issubdtype(dt, jnp.floating) or jnp.issubdtype(dt, jnp.integer) or dt == jnp.bool_)
+
+    sig = f" ({name}: {what})"
+    if like is not None:
+        out_leaves, out_def = jax.tree_util.tree_flatten(out)
+        like_leaves, like_def = jax.tree_util.tree_flatten(like)
+        if out_def != like_def:
+            raise ValueError(f"{name} must return a pytree like the position ({like_def}); got {out_def}{sig}.")
+        for o, e in zip(out_leaves, like_leaves):
+            if tuple(getattr(o, "shape", (None,))) != tuple(np.shape(e)):
+                raise ValueError(f"{name} must return shape {tuple(np.shape(e))}, like the position; got "
+                                 f"{_struct(o)} (it would be broadcast silently){sig}.")
+            if not dtype_ok(o):
+                raise ValueError(f"{name} must return a {kind} dtype; got {_struct(o)}{sig}.")
+        return
+    if not hasattr(out, "shape") and isinstance(out, (bool, int, float, list, tuple)):
+        try:  # a Python number or a list of numbers from the user's function (abstractly: nothing runs)
+            out = jax.eval_shape(jnp.asarray, out)
+        except Exception:
+            pass
+    if not hasattr(out, "shape") or (shapes is not None and tuple(out.shape) not in shapes):
+        allowed = " or ".join(str(tuple(sh)) for sh in (shapes or ()))
+        expected = "a scalar (shape ())" if shapes == ((),) else f"shape {allowed}"
+        raise ValueError(f"{name} must return {expected}; got {_struct(out)}{sig}.")
+    if not dtype_ok(out):
+        kind_text = "a floating scalar" if shapes == ((),) and kind == "floating" else f"a {kind} dtype"
+        raise ValueError(f"{name} must return {kind_text}; got {_struct(out)}{sig}.")
+
+
+def check_function(fn: Any, name: str, args: tuple, *, what: str, like: Any = None,
+                   shapes: Optional[tuple] = None, kind: str = "floating") -> Any:
+    """``fn(*args)`` evaluated abstractly (``jax.eval_shape``: nothing is computed) and checked by
+    :func:`check_output`; returns the abstract output. ``args`` may be concrete arrays, tracers or
+    ``ShapeDtypeStruct`` s. An exception inside ``fn`` becomes a ``ValueError`` naming it."""
+    check_callable(fn, name, what)
+    specs = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(np.shape(a), a.dtype)
+                                   if hasattr(a, "dtype") else a, args)
     try:
-        out = jax.eval_shape(logdensity_fn, jax.ShapeDtypeStruct(example.shape, example.dtype))
-    except Exception as exc:  # the user's function failed on a correctly shaped input
-        raise ValueError(
-            f"{name} failed on an input of shape {tuple(example.shape)} and dtype {example.dtype}: {exc}"
-        ) from exc
-    if not hasattr(out, "shape") or out.shape != ():
-        shape = getattr(out, "shape", type(out).__name__)
-        raise ValueError(
-            f"{name} must return a scalar for one point of shape {tuple(example.shape)}; got output shape {shape}."
-        )
-    if not jnp.issubdtype(out.dtype, jnp.floating):
-        raise ValueError(f"{name} must return a floating scalar; got dtype {out.dtype}.")
+        out = jax.eval_shape(fn, *specs)
+    except Exception as exc:  # the user's function failed on correctly shaped inputs
+        shown = ", ".join(_struct(a) for a in jax.tree_util.tree_leaves(specs))
+        raise ValueError(f"{name} ({what}) failed on inputs of {shown}: {type(exc).__name__}: {exc}") from exc
+    check_output(out, name, what=what, like=like, shapes=shapes, kind=kind)
+    return out
+
+
+def check_logdensity(logdensity_fn: Any, example: Any, name: str = "logdensity_fn") -> None:
+    """``logdensity_fn`` must map one point shaped like ``example`` to a real floating scalar
+    (:func:`check_function`: abstract, nothing is computed)."""
+    check_function(logdensity_fn, name, (example,), what="x -> scalar log density", shapes=((),))
+
+
+def check_schedule(step_size: Any, name: str = "step_size") -> None:
+    """A step size: a number > 0, or a schedule ``t -> ε_t`` of the int32 step counter returning a real
+    scalar whose value at ``t = 0`` is > 0 (values at later steps are checked where they are concrete,
+    and a chain frozen by a schedule that reached 0 is reported by the driver)."""
+    if not callable(step_size):
+        check_positive(step_size, name)
+        return
+    t0 = jnp.zeros((), jnp.int32)
+    check_function(step_size, name, (t0,), what="schedule t (int32 step counter) -> step size (scalar)",
+                   shapes=((),), kind="real")
+    with jax.ensure_compile_time_eval():
+        value = step_size(t0)
+    if is_concrete(value):
+        check_positive(value, f"{name}(0) (the schedule's value at the first step)")
+
+
+def check_start_logdensity(values: Any, name: str = "logdensity_fn", where: str = "starting point") -> None:
+    """The log density at the starting points (concrete values only) must be finite at one of them at
+    least: ``-inf`` or NaN at every one leaves the chains nowhere to go (a zero density everywhere, or
+    a log density of the wrong sign or normalisation)."""
+    if not is_concrete(values):
+        return
+    v = np.asarray(values, np.float64).ravel()
+    if v.size and not np.isfinite(v).any():
+        shown = describe(v[0]) if v.size == 1 else f"{describe(v[:4])[:60]} (all {v.size})"
+        raise ValueError(f"{name} is -inf or NaN at every {where} ({shown}): the density is zero or undefined "
+                         "where the chains start; start inside the support of the target.")
 
 
 def check_state(state: Any, cls: type, init_name: str) -> None:

@@ -70,11 +70,21 @@ import numpy as np
 from jax import lax
 
 from cenlmc_jax import _linalg as la
-from cenlmc_jax._validation import check_callable, check_choice, check_int, check_positive
+from cenlmc_jax._validation import (
+    all_concrete,
+    check_callable,
+    check_choice,
+    check_int,
+    check_key,
+    check_logdensity,
+    check_positive,
+    check_start_logdensity,
+)
 from cenlmc_jax.base import SamplingAlgorithm
-from cenlmc_jax.gradients import ravel_position
+from cenlmc_jax.gradients import flat_logdensity, ravel_position
 from cenlmc_jax.irreversible import gamma_proposal, irreversible_mh, rwmh, sde_proposal
 from cenlmc_jax.curvature import langevin_step_size, max_curvature
+from cenlmc_jax.run import check_chain_positions
 from cenlmc_jax.types import Array, LogDensityFn, PRNGKey
 
 __all__ = [
@@ -444,13 +454,21 @@ def _adapt(spec: AdaptationSpec, logdensity_fn, rng_key, states, flags: dict, ta
     return (states, spec.parameters(step_size, cov, d)), info
 
 
-def _check_chain_positions(positions: Any) -> None:
+def _check_chain_positions(positions: Any, logdensity_fn: LogDensityFn) -> None:
+    """Every chain checked, vectorised (:func:`cenlmc_jax.run.check_chain_positions`: finite, one pass naming
+    the bad chains), the shapes once (chain 0), and the log density not -inf/NaN at every chain."""
     leaves = jax.tree_util.tree_leaves(positions)
     if not leaves or any(np.ndim(a) < 1 for a in leaves) or (isinstance(positions, (jax.Array, np.ndarray))
                                                               and np.ndim(positions) != 2):
         raise ValueError("positions must have a leading chain axis: shape (C, d), or a pytree of (C, ...) "
                          f"arrays; got {jax.tree_util.tree_map(np.shape, positions)}.")
-    ravel_position(jax.tree_util.tree_map(lambda a: a[0], positions))
+    positions, num_chains = check_chain_positions(positions)
+    first = jax.tree_util.tree_map(lambda a: a[0], positions)
+    flat, unravel = ravel_position(first)
+    check_logdensity(flat_logdensity(logdensity_fn, unravel), flat)
+    if all_concrete(positions):
+        values = jax.vmap(lambda p: jnp.asarray(logdensity_fn(p), flat.dtype))(positions)
+        check_start_logdensity(values, where=f"one of the {num_chains} chains' starting points")
 
 
 def window_adaptation(
@@ -533,14 +551,16 @@ def window_adaptation(
 
     def run(rng_key: PRNGKey, position: Any, num_steps: int = 1000):
         """Adapt one chain for ``num_steps`` steps: ``((state, parameters), info)``."""
+        check_key(rng_key)
         num_steps = check_int(num_steps, "num_steps", minimum=0)
         ravel_position(position)  # the checks, in Python (skipped for tracers, e.g. under vmap)
         return _run(rng_key, position, num_steps)
 
     def run_chains(rng_key: PRNGKey, positions: Any, num_steps: int = 1000):
         """Adapt ``C`` chains together (``positions`` with a leading chain axis): ``((states, parameters), info)``."""
+        check_key(rng_key)
         num_steps = check_int(num_steps, "num_steps", minimum=0)
-        _check_chain_positions(positions)
+        _check_chain_positions(positions, logdensity_fn)
         return _run_chains(rng_key, positions, num_steps)
 
     return WindowAdaptation(run, run_chains, sampler)

@@ -13,7 +13,13 @@ a bare step function); reusing the same object reuses its compilation.
 
 An info class may name the flags the driver reports (``run_flags``, a tuple
 of :class:`RunFlag`): ``cj.sample`` warns about them and the command line
-reports the run UNRELIABLE, without the driver knowing any sampler.
+reports the run UNRELIABLE, without the driver knowing any sampler. The
+driver also watches the chains: one whose ``state.position`` did not move at
+any step of a chunk is frozen (a step size that reached 0, say) and reported,
+unless the info class declares ``may_stay = True`` (a Metropolis–Hastings
+sampler stays where it is on every rejection); such a sampler reports its
+collapse itself, by an ``every_step`` flag (zero acceptance probability at
+every step of a chunk).
 
 Step sizes are ``step_size`` everywhere: a float ``> 0`` or, for the recipe
 family, a schedule ``t -> ε_t`` of the step counter (an optax schedule works).
@@ -28,7 +34,7 @@ import jax.numpy as jnp
 from cenlmc_jax._validation import check_positive, is_concrete
 from cenlmc_jax.types import Array
 
-__all__ = ["SamplingAlgorithm", "StepSize", "RunFlag", "run_flags", "step_size_at"]
+__all__ = ["SamplingAlgorithm", "StepSize", "RunFlag", "run_flags", "may_stay", "step_size_at"]
 
 StepSize = Union[float, Callable[[Array], Array]]
 
@@ -50,17 +56,29 @@ class RunFlag(NamedTuple):
       checked and the first flagged step (counted from the run's start).
     kept_only: checked once per call on the kept steps (after ``burn_in``) when the run ends,
       instead of chunk by chunk as the run goes.
+    every_step: reported only for a chain or particle whose field is set at *every* step of a
+      chunk (of at least ``cj.run.WATCH_MIN_STEPS`` steps), read before the infos are reduced:
+      a persistent condition (a collapsed acceptance rate), not one bad step. The message is
+      then prefixed with how many chains, and ``first_step`` is the chunk's first step.
+      ``field`` may name a property of the info class (computed from its fields).
     """
 
     field: str
     message: Callable[[Any, int], str]
     kept_only: bool = False
+    every_step: bool = False
 
 
 def run_flags(info: Any) -> tuple:
     """The :class:`RunFlag` s that ``info``'s class declares (``run_flags``), or ``()``."""
     flags = getattr(type(info), "run_flags", ())
     return tuple(f for f in flags if isinstance(f, RunFlag)) if isinstance(flags, tuple) else ()
+
+
+def may_stay(info: Any) -> bool:
+    """True when ``info``'s class declares ``may_stay = True``: a step may legitimately leave the position
+    unchanged (a Metropolis–Hastings rejection), so an unmoved chain is not by itself frozen."""
+    return getattr(type(info), "may_stay", False) is True
 
 
 def step_size_at(step_size: StepSize, step: Array, dtype) -> Array:

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from cenlmc_jax._validation import check_bool, check_callable, check_int, check_position, check_positive
+from cenlmc_jax._validation import check_bool, check_callable, check_int, check_output, check_position, check_positive
 from cenlmc_jax.types import Array, GradEstimator, PyTree
 
 __all__ = [
@@ -94,11 +94,30 @@ def flat_logdensity(logdensity_fn: Callable, unravel: Unravel) -> Callable[[Arra
     return lambda x: logdensity_fn(unravel(x))
 
 
-def flat_grad_estimator(grad_estimator: Callable, unravel: Unravel) -> GradEstimator:
-    """``(key, x: (d,)) -> ravel(grad_estimator(key, unravel(x)))``; the estimator itself when ``unravel`` is None."""
-    if unravel is None:
-        return grad_estimator
-    return lambda rng_key, x: ravel_pytree(grad_estimator(rng_key, unravel(x)))[0]
+GRAD_ESTIMATOR_WHAT = "(rng_key, position) -> estimate of the gradient of the log density, shaped like position"
+
+
+def flat_grad_estimator(grad_estimator: Callable, unravel: Unravel, name: str = "grad_estimator") -> GradEstimator:
+    """``(key, x: (d,)) -> ravel(grad_estimator(key, unravel(x)))`` (the estimator on the flat vector).
+
+    Its output must be shaped like the position, leaf by leaf (checked on static shapes when traced:
+    free; a scalar or a ``(1,)`` would otherwise be broadcast into the drift).
+    """
+    def flat(rng_key, x):
+        position = x if unravel is None else unravel(x)
+        g = grad_estimator(rng_key, position)
+        check_output(g, name, what=GRAD_ESTIMATOR_WHAT, like=position)
+        return g if unravel is None else ravel_pytree(g)[0]
+
+    return flat
+
+
+def _cast_like(g: PyTree, theta: PyTree) -> PyTree:
+    """``g`` leaf by leaf in the dtypes of ``theta`` (a pytree position: a dict of parameters works); a
+    ``g`` of another structure is returned as it is, for the samplers' output check to name."""
+    if jax.tree_util.tree_structure(g) != jax.tree_util.tree_structure(theta):
+        return g
+    return jax.tree_util.tree_map(lambda t, x: jnp.asarray(x, jnp.result_type(t)), theta, g)
 
 
 def grad_estimator_from_grad(grad_fn: Callable[[Array], Array]) -> GradEstimator:
@@ -107,7 +126,7 @@ def grad_estimator_from_grad(grad_fn: Callable[[Array], Array]) -> GradEstimator
 
     def grad_estimator(rng_key, theta):
         del rng_key  # exact gradient: no randomness
-        return jnp.asarray(grad_fn(theta), theta.dtype)
+        return _cast_like(grad_fn(theta), theta)
 
     return grad_estimator
 
@@ -119,7 +138,7 @@ def grad_estimator_from_logdensity(logdensity_fn: Callable[[Array], Array]) -> G
 
     def grad_estimator(rng_key, theta):
         del rng_key
-        return grad(theta).astype(theta.dtype)
+        return _cast_like(grad(theta), theta)
 
     return grad_estimator
 
@@ -136,8 +155,9 @@ def noisy_grad_estimator(grad_fn: Callable[[Array], Array], noise_sd: float) -> 
     check_positive(noise_sd, "noise_sd", allow_zero=True)
 
     def grad_estimator(rng_key, theta):
-        g = jnp.asarray(grad_fn(theta), theta.dtype)
-        return g + jnp.asarray(noise_sd, theta.dtype) * jax.random.normal(rng_key, g.shape, dtype=theta.dtype)
+        g, unravel = ravel_pytree(_cast_like(grad_fn(theta), theta))  # a pytree position: one draw for all leaves
+        noise = jnp.asarray(noise_sd, g.dtype) * jax.random.normal(rng_key, g.shape, dtype=g.dtype)
+        return unravel(g + noise)
 
     return grad_estimator
 

@@ -19,10 +19,13 @@ import jax.numpy as jnp
 
 from cenlmc_jax._validation import (
     check_callable,
+    check_function,
     check_key,
     check_logdensity,
+    check_output,
     check_positions,
     check_positive,
+    check_start_logdensity,
     check_state,
 )
 from cenlmc_jax.base import SamplingAlgorithm
@@ -69,8 +72,17 @@ def grad_cost(grad_fn: Optional[Callable], d: int) -> float:
 
 
 def gradient_fn(logdensity_fn: LogDensityFn, grad_fn: Optional[Callable]) -> Callable:
-    """``grad_fn`` if given (``x: (d,) -> ∇ log density (d,)``), else ``jax.grad(logdensity_fn)``."""
-    return jax.grad(logdensity_fn) if grad_fn is None else grad_fn
+    """``grad_fn`` if given (``x: (d,) -> ∇ log density (d,)``; its output shape is checked when traced),
+    else ``jax.grad(logdensity_fn)``."""
+    if grad_fn is None:
+        return jax.grad(logdensity_fn)
+
+    def checked(x):
+        g = grad_fn(x)
+        check_output(g, "grad_fn", what=GRAD_FN_WHAT, like=x)  # static: free at trace time
+        return g
+
+    return checked
 
 
 def value_and_grad_ensemble(logdensity_fn: LogDensityFn, positions: Array,
@@ -84,7 +96,21 @@ def value_and_grad_ensemble(logdensity_fn: LogDensityFn, positions: Array,
     if grad_fn is None:
         return jax.vmap(jax.value_and_grad(lambda y: jnp.asarray(logdensity_fn(y), y.dtype)))(positions)
     values = jax.vmap(lambda y: jnp.asarray(logdensity_fn(y), y.dtype))(positions)
-    return values, jax.vmap(grad_fn)(positions).astype(positions.dtype)
+    grads = jax.vmap(grad_fn)(positions)
+    # static shapes only (free at trace time): a scalar or (1,) per particle would broadcast into the drift
+    check_output(jax.ShapeDtypeStruct(grads.shape[1:], grads.dtype), "grad_fn", what=GRAD_FN_WHAT,
+                 like=positions[0])
+    return values, grads.astype(positions.dtype)
+
+
+#: The signature of a user's ``grad_fn`` (for the messages).
+GRAD_FN_WHAT = "x: (d,) -> gradient of the log density (d,)"
+
+
+def check_grad_fn(grad_fn: Optional[Callable], example: Array, name: str = "grad_fn") -> None:
+    """A user's ``grad_fn`` maps one point ``(d,)`` to a ``(d,)`` floating gradient (abstractly checked)."""
+    if grad_fn is not None:
+        check_function(grad_fn, name, (example,), what=GRAD_FN_WHAT, like=example)
 
 
 def count_nonfinite(position: Array, logdensity: Array) -> Array:
@@ -97,9 +123,9 @@ def lmc_init(positions: ArrayLike, logdensity_fn: LogDensityFn, *, grad_fn: Opti
     """Start LMC from ``positions: (N, d)``; evaluates the N gradients once (``grad_fn`` if given)."""
     positions = check_positions(positions)
     check_logdensity(logdensity_fn, positions[0])
-    if grad_fn is not None:
-        check_callable(grad_fn, "grad_fn", "x: (d,) -> gradient of the log density (d,)")
+    check_grad_fn(grad_fn, positions[0])
     logdensity, grad = value_and_grad_ensemble(logdensity_fn, positions, grad_fn)
+    check_start_logdensity(logdensity, where="particle of positions")
     return LMCState(positions, logdensity, grad)
 
 
@@ -148,10 +174,11 @@ def lmc(logdensity_fn: LogDensityFn, step_size: float, *, grad_fn: Optional[Call
     check_callable(logdensity_fn, "logdensity_fn", "x -> scalar log density")
     check_positive(step_size, "step_size")
     if grad_fn is not None:
-        check_callable(grad_fn, "grad_fn", "x: (d,) -> gradient of the log density (d,)")
+        check_callable(grad_fn, "grad_fn", GRAD_FN_WHAT)
 
     def init(positions, rng_key=None):
-        del rng_key  # deterministic start
+        if rng_key is not None:
+            check_key(rng_key)  # unused (a deterministic start), but a wrong one is a mistake to report
         return lmc_init(positions, logdensity_fn, grad_fn=grad_fn)
 
     def step(rng_key, state):

@@ -39,8 +39,17 @@ import numpy as np
 from jax import lax
 
 from cenlmc_jax import checkpoint as ckpt
-from cenlmc_jax._validation import check_bool, check_callable, check_choice, check_int, check_key
-from cenlmc_jax.base import SamplingAlgorithm, run_flags
+from cenlmc_jax._validation import (
+    check_bool,
+    check_callable,
+    check_choice,
+    check_int,
+    check_key,
+    check_position,
+    check_start_logdensity,
+    is_concrete,
+)
+from cenlmc_jax.base import SamplingAlgorithm, may_stay, run_flags
 from cenlmc_jax.types import Array, PRNGKey, PyTree, StepFn
 
 __all__ = ["sample", "RunResult", "Moments", "reduce_info", "vmap_chains"]
@@ -124,35 +133,117 @@ def reduce_info(info: PyTree) -> PyTree:
     return jax.tree_util.tree_map(red, info)
 
 
+#: Chunks shorter than this are not judged for frozen chains (momentum samplers start at rest, so
+#: their position moves from the second step; an MH chain may meet a few zero-density proposals in a row).
+WATCH_MIN_STEPS = 10
+
+
+def _num_rows(leaves: list) -> int:
+    """Chains or particles in a position: the shared leading axis when some leaf has ndim >= 2, else 1."""
+    lead = {np.shape(x)[0] if np.ndim(x) else None for x in leaves}
+    if len(lead) == 1 and None not in lead and any(np.ndim(x) >= 2 for x in leaves):
+        return lead.pop()
+    return 1
+
+
+def _moved_rows(old: Any, new: Any) -> Optional[Array]:
+    """Per chain or particle (:func:`_num_rows`): did ``state.position`` change this step? None without one."""
+    po, pn = getattr(old, "position", None), getattr(new, "position", None)
+    if po is None or pn is None:
+        return None
+    lo, ln = jax.tree_util.tree_leaves(po), jax.tree_util.tree_leaves(pn)
+    if not lo:
+        return None
+    rows = _num_rows(lo)
+    moved = [jnp.any(jnp.reshape(a != b, (rows, -1)), axis=1) for a, b in zip(lo, ln)]
+    return functools.reduce(jnp.logical_or, moved)
+
+
+def _watched(info: Any) -> tuple:
+    """The infos' every-step flags (:class:`~cenlmc_jax.base.RunFlag` with ``every_step``), as booleans."""
+    return tuple(jnp.asarray(getattr(info, f.field)).astype(bool) for f in run_flags(info) if f.every_step)
+
+
 @functools.lru_cache(maxsize=64)
 def _chunk_fn(step_fn: StepFn, num_outer: int, thin: int, mode: str, trace_fn: Callable, info_reduce: Optional[str]):
-    """A jitted function running ``num_outer * thin`` steps (cached per configuration)."""
+    """A jitted function running ``num_outer * thin`` steps (cached per configuration).
+
+    Besides the state, moments, kept draws and infos it returns the chunk's *watch*: per chain or
+    particle, whether its position moved at some step (None for states without ``position``; all
+    True for samplers whose infos declare ``may_stay``: MH chains legitimately stay), and for each
+    every-step flag of the infos the number of steps it was set (before ``info_reduce``). The step
+    is traced once (in the scan): the watch needs no trace of its own.
+    """
 
     def one_step(key, carry, t):
-        state = carry
-        state, info = step_fn(jax.random.fold_in(key, t), state)
+        state, moved = carry
+        new_state, info = step_fn(jax.random.fold_in(key, t), state)
+        if moved is not None:  # an MH sampler's rejections keep the position: never "frozen" by itself
+            moved = jnp.ones_like(moved) if may_stay(info) else moved | _moved_rows(state, new_state)
+        flags = _watched(info)  # per step, before the reduction (one value per chain)
         if info_reduce == "mean":
             info = reduce_info(info)
-        return state, info
+        return (new_state, moved), (info, flags)
 
     def run_chunk(key, state, moments, start):
         def outer(carry, j):
-            state, moments = carry
+            state, moments, moved = carry
             steps = start + j * thin + jnp.arange(thin)
-            state, infos = lax.scan(functools.partial(one_step, key), state, steps)
+            (state, moved), (infos, flags) = lax.scan(functools.partial(one_step, key), (state, moved), steps)
             kept = None
             if mode == "trace":
                 kept = trace_fn(state)
             elif mode == "stream":
                 moments = _update_moments(moments, trace_fn(state))
-            return (state, moments), (kept, infos)
+            return (state, moments, moved), (kept, infos, flags)
 
-        (state, moments), (kept, infos) = lax.scan(outer, (state, moments), jnp.arange(num_outer))
+        # the rows of the position, from its shape (no extra trace of the step: it is traced once, in the scan)
+        position = getattr(state, "position", None)
+        leaves = [] if position is None else jax.tree_util.tree_leaves(position)
+        moved = jnp.zeros((_num_rows(leaves),), bool) if leaves else None
+        (state, moments, moved), (kept, infos, flags) = lax.scan(outer, (state, moments, moved),
+                                                                 jnp.arange(num_outer))
         # infos: (num_outer, thin, ...) -> (num_outer * thin, ...)
         infos = jax.tree_util.tree_map(lambda a: a.reshape((num_outer * thin,) + a.shape[2:]), infos)
-        return state, moments, kept, infos
+        counts = tuple(jnp.sum(f, axis=(0, 1), dtype=jnp.int32) for f in flags)
+        return state, moments, kept, infos, (moved, counts)
 
     return jax.jit(run_chunk)
+
+
+def _report_watch(watch: tuple, infos: Any, start: int, n: int, warned: set) -> None:
+    """Warn (once per kind and call of :func:`sample`) of chains frozen for the whole chunk of steps
+    ``start .. start + n - 1``: positions that never moved, or an every-step flag set at every step."""
+    if watch is None or n < WATCH_MIN_STEPS:
+        return
+    moved, counts = watch
+    checks = []
+    if moved is not None:
+        checks.append(("frozen", ~moved, lambda k, total: (
+            f"{k} of {total} chains or particles did not move in steps {start}..{start + n - 1} (the same "
+            "state.position at every step of the chunk): a step size or schedule that reached 0, a zero drift "
+            "with no noise, or positions so large that each step rounds away; the draws are not samples")))
+    flags = [f for f in run_flags(infos) if f.every_step]
+    for flag, count in zip(flags, counts):
+        checks.append((flag.field, count >= n, lambda k, total, flag=flag: (
+            f"{k} of {total} chains: " + flag.message(infos, start) + f" (at every step of {start}..{start + n - 1})")))
+    for name, frozen, message in checks:
+        if name in warned:
+            continue
+        if isinstance(frozen, jax.core.Tracer):
+            jax.debug.callback(functools.partial(_warn_frozen_at_run_time, name, message, warned), frozen)
+            continue
+        frozen = np.asarray(frozen).ravel()
+        if frozen.any():
+            warned.add(name)
+            _warn(message(int(frozen.sum()), frozen.size))
+
+
+def _warn_frozen_at_run_time(name: str, message: Callable, warned: set, frozen) -> None:
+    frozen = np.asarray(frozen).ravel()
+    if frozen.any() and name not in warned:
+        warned.add(name)
+        warnings.warn(message(int(frozen.sum()), frozen.size) + " (inside jax.jit)", RuntimeWarning, stacklevel=2)
 
 
 def _warn(msg: str) -> None:
@@ -280,8 +371,8 @@ def sample(
         burning = step < burn_in
         n = min(chunk_size, (burn_in if burning else total) - step)
         start_state, start_moments = state, moments
-        state, moments, kept, infos = _run_chunk(step_fn, rng_key, state, moments, step, n, burning, thin, mode,
-                                                 trace_fn, info_reduce)
+        state, moments, kept, infos, watches = _run_chunk(step_fn, rng_key, state, moments, step, n, burning, thin,
+                                                          mode, trace_fn, info_reduce)
         flags = _flag_steps(infos, "diverged", step, traced_warned)
         if flags is not None and flags.any() and diverged_at < 0:
             first = int(np.argmax(flags))
@@ -292,14 +383,19 @@ def sample(
                 raise FloatingPointError(msg)
             if on_divergence == "stop":
                 # replay the chunk up to the last good step (same keys, so the same states)
-                state, moments, kept, _ = _run_chunk(step_fn, rng_key, start_state, start_moments, step, first,
-                                                     burning, thin, mode, trace_fn, info_reduce)
+                state, moments, kept, _, _ = _run_chunk(step_fn, rng_key, start_state, start_moments, step, first,
+                                                        burning, thin, mode, trace_fn, info_reduce)
+                watches = []  # the chunk ended at its divergence: not a frozen chain
                 infos = jax.tree_util.tree_map(lambda a: a[: first + 1], infos)  # the diverging step's info too
                 n = first
                 msg += f"; stopped with the state, trace and moments after step {diverged_at - 1}"
             _warn(msg)
+        for w_start, w_n, watch in watches:
+            _report_watch(watch, infos, w_start, w_n, traced_warned)
         for flag in run_flags(infos):
-            if not flag.kept_only and flag.field not in flagged_at:
+            if flag.every_step or flag.kept_only:
+                continue
+            if flag.field not in flagged_at:
                 flags = _flag_steps(infos, flag.field, step, traced_warned)
                 if flags is not None and flags.any():
                     flagged_at[flag.field] = step + int(np.argmax(flags))
@@ -418,51 +514,63 @@ def _resume(path, identity, rng_key, step_fn, initial_state, trace_fn, info_redu
 
 
 def _run_chunk(step_fn, rng_key, state, moments, start, n, burning, thin, mode, trace_fn, info_reduce):
-    """Run ``n`` steps from step ``start``: ``(state, moments, kept or None, infos or None)``.
+    """Run ``n`` steps from step ``start``: ``(state, moments, kept or None, infos or None, watches)``.
 
     A sampling chunk records every ``thin``-th state; a length that is not a
     multiple of ``thin`` (a replay up to a diverging step) records the whole
-    multiples and runs the rest unrecorded.
+    multiples and runs the rest unrecorded. ``watches``: ``(start, n, watch)``
+    per jitted call (:func:`_chunk_fn`).
     """
     if n == 0:
-        return state, moments, None, None
+        return state, moments, None, None, []
     if burning:
         fn = _chunk_fn(step_fn, n, 1, "none", trace_fn, info_reduce)
-        state, _, _, infos = fn(rng_key, state, None, start)
-        return state, moments, None, infos
+        state, _, _, infos, watch = fn(rng_key, state, None, start)
+        return state, moments, None, infos, [(start, n, watch)]
     whole = (n // thin) * thin
-    kept, infos = None, None
+    kept, infos, watches = None, None, []
     if whole:
         fn = _chunk_fn(step_fn, whole // thin, thin, mode, trace_fn, info_reduce)
-        state, moments, kept, infos = fn(rng_key, state, moments, start)
+        state, moments, kept, infos, watch = fn(rng_key, state, moments, start)
         kept = kept if mode == "trace" else None
+        watches.append((start, whole, watch))
     if n > whole:
         fn = _chunk_fn(step_fn, n - whole, 1, "none", trace_fn, info_reduce)
-        state, _, _, rest = fn(rng_key, state, None, start + whole)
+        state, _, _, rest, watch = fn(rng_key, state, None, start + whole)
         infos = rest if infos is None else jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), infos, rest)
-    return state, moments, kept, infos
+        watches.append((start + whole, n - whole, watch))
+    return state, moments, kept, infos, watches
 
 
 def vmap_chains(algorithm: SamplingAlgorithm | StepFn) -> SamplingAlgorithm | StepFn:
     """Turn a single-chain sampler into one over a batch of chains.
 
     Given a :class:`~cenlmc_jax.base.SamplingAlgorithm` ``(init, step)`` for
-    one chain (``position: (d,)``), returns one whose
+    one chain (``position: (d,)`` or a pytree), returns one whose
 
-    * ``init(positions: (C, d), rng_key=None)`` first runs the single-chain
-      ``init`` eagerly on chain 0 (so its input checks run in Python, before
-      any tracing, with real values), then ``vmap``s it over the chains; with
-      a key, chain ``c`` gets ``split(rng_key, C)[c]``;
+    * ``init(positions, rng_key=None)`` takes ``positions: (C, d)`` (or a
+      pytree whose leaves share a leading chain axis ``C``) and checks every
+      chain: the positions finite, all chains at once (vectorised, one NumPy
+      pass naming the bad chains); the single-chain ``init`` ``vmap``-ed over
+      the chains; the log density of the states (when they carry one) not
+      ``-inf``/NaN at every chain; then the single-chain ``init`` once more,
+      eagerly, on one chain whose log density is finite (its checks that need
+      real values: matrices at the point, parameters, shapes, run once).
+      With a key, chain ``c`` gets ``split(rng_key, C)[c]``;
     * ``step(rng_key, states)`` runs chain ``c`` with ``split(rng_key, C)[c]``.
 
     Given a bare step function ``(rng_key, state) -> (state, info)``, returns
     the batched step function. The driver then reduces the per-chain infos per
-    step (means, fractions).
+    step (means, fractions). Keys are checked (:func:`~cenlmc_jax._validation.check_key`).
     """
 
     def step(rng_key, states):
-        num_chains = jax.tree_util.tree_leaves(states)[0].shape[0]
-        return jax.vmap(one_step)(jax.random.split(rng_key, num_chains), states)
+        check_key(rng_key)
+        leaves = jax.tree_util.tree_leaves(states)
+        if not leaves or any(np.ndim(x) < 1 for x in leaves) or len({np.shape(x)[0] for x in leaves}) != 1:
+            raise ValueError("states must be a batch of chain states (every leaf with the leading chain axis C), "
+                             f"from vmap_chains(...).init; got leaf shapes {[np.shape(x) for x in leaves]}.")
+        return jax.vmap(one_step)(jax.random.split(rng_key, np.shape(leaves[0])[0]), states)
 
     if not isinstance(algorithm, SamplingAlgorithm):
         check_callable(algorithm, "algorithm", "SamplingAlgorithm or (rng_key, state) -> (state, info)")
@@ -471,14 +579,51 @@ def vmap_chains(algorithm: SamplingAlgorithm | StepFn) -> SamplingAlgorithm | St
     one_step = algorithm.step
 
     def init(positions, rng_key=None):
-        positions = jnp.asarray(positions)
-        if positions.ndim < 2 or positions.shape[0] < 1:
-            raise ValueError(f"positions must have a leading chain axis, shape (C, d); got shape {tuple(positions.shape)}.")
-        if rng_key is None:
-            algorithm.init(positions[0])  # checks, eagerly
-            return jax.vmap(algorithm.init)(positions)
-        keys = jax.random.split(rng_key, positions.shape[0])
-        algorithm.init(positions[0], keys[0])
-        return jax.vmap(algorithm.init)(positions, keys)
+        if rng_key is not None:
+            check_key(rng_key)
+        positions, num_chains = check_chain_positions(positions)
+        keys = None if rng_key is None else jax.random.split(rng_key, num_chains)
+        args = (positions,) if keys is None else (positions, keys)
+        states = jax.vmap(algorithm.init)(*args)  # traced: the checks that need values are skipped here ...
+        logdensity = getattr(states, "logdensity", None)
+        first = 0
+        if logdensity is not None and is_concrete(logdensity):
+            values = np.asarray(logdensity, np.float64).reshape(num_chains, -1)
+            check_start_logdensity(values, where=f"one of the {num_chains} chains' starting points")
+            first = int(np.argmax(np.isfinite(values).all(axis=1)))
+        one = jax.tree_util.tree_map(lambda a: a[first], args)
+        algorithm.init(*one)  # ... and run on one chain, eagerly, with real values
+        return states
 
     return SamplingAlgorithm(init, step)
+
+
+def check_chain_positions(positions: Any) -> tuple:
+    """``(positions, C)``: an array ``(C, d)`` or a pytree of arrays sharing the leading chain axis ``C >= 1``,
+    finite, checked for all chains at once (``ValueError`` naming ``positions`` and the bad chains)."""
+    is_array = not isinstance(positions, (dict, list, tuple)) or hasattr(positions, "shape")
+    check = functools.partial(check_position, finite=False)  # finiteness: per chain, below
+    if is_array:
+        positions = check(positions, "positions")
+        if positions.ndim < 2 or positions.shape[0] < 1:
+            raise ValueError(f"positions must have a leading chain axis, shape (C, d); got shape "
+                             f"{tuple(positions.shape)}.")
+        leaves = [positions]
+    else:
+        positions = jax.tree_util.tree_map_with_path(
+            lambda path, leaf: check(leaf, "positions" + jax.tree_util.keystr(path)), positions)
+        leaves = jax.tree_util.tree_leaves(positions)
+        sizes = {x.shape[0] if x.ndim else None for x in leaves}
+        if not leaves or None in sizes or len(sizes) != 1 or 0 in sizes:
+            raise ValueError("positions must be an array (C, d) or a pytree whose leaves share a leading chain "
+                             f"axis C >= 1; got leaf shapes {[tuple(x.shape) for x in leaves]}.")
+    num_chains = leaves[0].shape[0]
+    bad = np.zeros(num_chains, bool)
+    for leaf in leaves:
+        if is_concrete(leaf):  # one vectorised pass over all chains
+            bad |= ~np.isfinite(np.asarray(leaf)).reshape(num_chains, -1).all(axis=1)
+    if bad.any():
+        shown = np.flatnonzero(bad)[:10].tolist()
+        raise ValueError(f"positions must be finite; {int(bad.sum())} of {num_chains} chains contain NaN or inf "
+                         f"(chains {shown}{' ...' if bad.sum() > 10 else ''}).")
+    return positions, num_chains

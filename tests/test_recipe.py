@@ -64,7 +64,7 @@ def test_sghmc_from_recipe_is_the_hand_written_update(friction):
         eps = 0.1
         sampler = recipe.sghmc(est, eps, friction=friction)
         theta, r = jnp.array([0.5, -0.7]), jnp.array([1.2, 0.3])
-        state = sampler.init(theta, momentum=r)
+        state = recipe.sghmc_init(theta, momentum=r, friction=friction, step_size=eps)  # a momentum of our own
         key = jax.random.key(5)
         new, _ = sampler.step(key, state)
         # hand-written SGHMC (Chen et al., M = I): θ' = θ + ε r,
@@ -289,6 +289,6 @@ def test_recipe_and_sghmc_init_inside_jit():
     """Issue 8: init inside jit on a concrete closed-over position (the checks run eagerly)."""
     x = jnp.array([0.5, -1.0])
     for init in (lambda: recipe.recipe_init(x, np.eye(2), np.zeros((2, 2)), 0.1),
-                 lambda: recipe.sghmc(_EST, 0.1).init(x, momentum=jnp.ones(2)),
+                 lambda: recipe.sghmc_init(x, momentum=jnp.ones(2), step_size=0.1),
                  lambda: sgrhmc.sgrhmc_init(x, inv_metric_fn=lambda t: jnp.ones(2), step_size=0.1)):
         jax.tree_util.tree_map(np.testing.assert_array_equal, jax.jit(init)(), init())

@@ -509,3 +509,53 @@ def test_arrays_that_disagree_with_the_header_or_the_run_are_refused(tmp_path):
             run()
         os.remove(path)
         run()  # rewritten from scratch for the next case
+
+
+# ---------------------------------------------------------------------------
+# The driver's watch: a chain frozen for a whole chunk is reported (issue "frozen chains, no flag").
+# ---------------------------------------------------------------------------
+
+
+class _PosState(NamedTuple):
+    position: jax.Array
+
+
+class _PlainInfo(NamedTuple):
+    diverged: jax.Array
+
+
+class _StayInfo(NamedTuple):
+    diverged: jax.Array
+
+    may_stay = True  # an MH-like sampler: staying put is a rejection, not a freeze
+
+
+def _moving_except(frozen_rows, info_cls=_PlainInfo):
+    """Rows of a (4, 2) position move by fresh noise every step, except ``frozen_rows``."""
+    mask = jnp.zeros((4, 1), bool).at[jnp.asarray(frozen_rows, jnp.int32)].set(True)
+
+    def step(key, state):
+        moved = state.position + jax.random.normal(key, state.position.shape)
+        return _PosState(jnp.where(mask, state.position, moved)), info_cls(jnp.zeros((), bool))
+
+    return step
+
+
+def test_a_chain_frozen_for_a_whole_chunk_is_reported_once():
+    with pytest.warns(RuntimeWarning, match=r"1 of 4 chains or particles did not move in steps 0\.\.19") as rec:
+        cj.sample(jax.random.key(0), _moving_except([2]), _PosState(jnp.zeros((4, 2))), 60, chunk_size=20)
+    assert sum("did not move" in str(w.message) for w in rec) == 1  # once per call, not per chunk
+
+
+def test_moving_chains_short_chunks_and_mh_samplers_are_not_reported():
+    for step, chunk in [(_moving_except([]), 20), (_moving_except([1]), cj.run.WATCH_MIN_STEPS - 1),
+                        (_moving_except([0, 1, 2, 3], _StayInfo), 20)]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            cj.sample(jax.random.key(0), step, _PosState(jnp.zeros((4, 2))), 2 * chunk, chunk_size=chunk)
+
+
+def test_a_frozen_chain_inside_jit_is_reported_at_run_time():
+    run = jax.jit(lambda s: cj.sample(jax.random.key(0), _moving_except([3]), s, 20).state)
+    with pytest.warns(RuntimeWarning, match=r"1 of 4 chains .*did not move.*inside jax.jit"):
+        jax.block_until_ready(run(_PosState(jnp.zeros((4, 2)))))

@@ -102,13 +102,14 @@ from cenlmc_jax._validation import (
     check_nonnegative,
     check_positions,
     check_positive,
+    check_start_logdensity,
     check_state,
     is_concrete,
 )
 from cenlmc_jax.base import SamplingAlgorithm
 from cenlmc_jax.ensemble.audit import BIASED_FLAG, CENLMC_AUDIT_SIZE, Audit, fresh_audit, gradients_and_audit
 from cenlmc_jax.ensemble.options import EnsembleOptions, ensemble_options
-from cenlmc_jax.langevin import count_nonfinite, grad_cost, gradient_fn
+from cenlmc_jax.langevin import check_grad_fn, count_nonfinite, grad_cost, gradient_fn
 from cenlmc_jax.pairwise import ensemble_force
 from cenlmc_jax.tuning import find_f_star
 from cenlmc_jax.types import Array, ArrayLike, LogDensityFn, PRNGKey
@@ -370,6 +371,7 @@ def _init_common(positions: ArrayLike, logdensity_fn: LogDensityFn):
     check_logdensity(logdensity_fn, x[0])
     # a Python float from logdensity_fn becomes an array of the positions' dtype
     logdensity = _values(logdensity_fn, x)
+    check_start_logdensity(logdensity, where="particle of positions")
     w = jnp.full_like(x, jnp.inf)
     log_p = jnp.full(x.shape[:1], -jnp.inf, dtype=x.dtype)
     return x, logdensity, w, log_p
@@ -649,8 +651,11 @@ def enlmc(
     opts = ensemble_options(options, **option_fields)
 
     def init(positions, rng_key=None):
-        del rng_key  # deterministic start
-        return enlmc_init(positions, logdensity_fn)
+        if rng_key is not None:
+            check_key(rng_key)  # unused (a deterministic start), but a wrong one is a mistake to report
+        state = enlmc_init(positions, logdensity_fn)
+        check_grad_fn(opts.grad_fn, state.position[0], "grad_fn")
+        return state
 
     def step(rng_key, state):
         return enlmc_step(rng_key, state, logdensity_fn, step_size, eta, blowup_factor=blowup_factor, options=opts)
@@ -689,12 +694,14 @@ def cenlmc(
     opts = ensemble_options(options, **option_fields)
 
     def init(positions, rng_key=None):
-        del rng_key  # deterministic start
+        if rng_key is not None:
+            check_key(rng_key)  # unused (a deterministic start), but a wrong one is a mistake to report
         state = cenlmc_init(positions, logdensity_fn, f_star, f_star_tol=f_star_tol, f_star_max_steps=f_star_max_steps)
         n = state.position.shape[0]
         check_cenlmc_params(n, step_size, eta, r1, r2, n_star, m_f)
         _check_min_ball(min_ball_neighbours, n)
         opts.capacity(n)
+        check_grad_fn(opts.grad_fn, state.position[0], "grad_fn")
         return state
 
     def step(rng_key, state):

@@ -59,10 +59,19 @@ from typing import Any, Callable, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from cenlmc_jax._validation import check_bool, check_callable, check_logdensity, is_concrete
+from cenlmc_jax._validation import (
+    check_bool,
+    check_callable,
+    check_key,
+    check_logdensity,
+    check_output,
+    check_start_logdensity,
+    check_state,
+    is_concrete,
+)
 from cenlmc_jax.base import SamplingAlgorithm
 from cenlmc_jax.gradients import flat_logdensity, ravel_position
-from cenlmc_jax.irreversible._common import from_flat, metropolis, proposal_trouble
+from cenlmc_jax.irreversible._common import ZERO_ACCEPTANCE_FLAG, from_flat, metropolis, proposal_trouble
 from cenlmc_jax.types import Array, LogDensityFn, PRNGKey
 
 __all__ = [
@@ -153,6 +162,14 @@ class IrreversibleMHInfo(NamedTuple):
     grad_evals: Array
     diverged: Array
 
+    may_stay = True  # a rejection keeps the position: the driver's frozen-chain check does not apply
+    run_flags = (ZERO_ACCEPTANCE_FLAG,)  # ... a zero acceptance probability at every step of a chunk does
+
+    @property
+    def zero_acceptance(self) -> Array:
+        """The acceptance probability was exactly 0 (no draw could be accepted)."""
+        return jnp.asarray(self.acceptance_rate) == 0
+
 
 # ------------------------------------------------------------------------ helpers
 
@@ -164,6 +181,20 @@ def _direction_shape(proposal: Optional[Proposal], position: Array) -> tuple:
 
 def _select(accepted: Array, new: Any, old: Any) -> Any:
     return jax.tree_util.tree_map(lambda a, b: jnp.where(accepted, a, b), new, old)
+
+
+def _checked_sample(z_star: Any, z: Array) -> Array:
+    """``proposal.sample``'s draw, shaped like the flat position (static check: free when traced)."""
+    check_output(z_star, "proposal.sample", what="(rng_key, position, direction) -> z* shaped like position",
+                 like=z)
+    return jnp.asarray(z_star).astype(z.dtype)
+
+
+def _log_q(log_backward: Any, log_forward: Any) -> Array:
+    """``log g̃ - log f̃``, each a scalar (a (d,) one would turn the accept decision into a per-coordinate one)."""
+    for name, v in (("proposal.log_backward", log_backward), ("proposal.log_forward", log_forward)):
+        check_output(v, name, what="a scalar log proposal density", shapes=((),))
+    return log_backward - log_forward
 
 
 def _check_proposal(proposal: Any) -> None:
@@ -208,6 +239,8 @@ def irreversible_mh_init(
     gradient evaluation, as BlackJAX's MALA init). Vmappable over
     ``(position, rng_key)``, and callable inside ``jit``.
     """
+    if rng_key is not None:
+        check_key(rng_key)
     flat, unravel = ravel_position(position)
     check_logdensity(flat_logdensity(logdensity_fn, unravel), flat)
     if proposal is not None:
@@ -221,6 +254,7 @@ def irreversible_mh_init(
         direction = jax.random.rademacher(rng_key, shape, dtype=flat.dtype)
     position = from_flat(unravel, flat)
     logdensity, cache = _point(proposal, logdensity_fn, position, logdensity_fn)
+    check_start_logdensity(logdensity)
     return IrreversibleMHState(position, direction, jnp.asarray(logdensity, flat.dtype), cache)
 
 
@@ -253,6 +287,8 @@ def irreversible_mh_step(
     is computed once, for ``g̃`` and for the next step.
     Pure and jittable; vmap it over ``(rng_key, state)`` for many chains.
     """
+    check_state(state, IrreversibleMHState, "irreversible_mh_init, or irreversible_mh(...).init")
+    check_key(rng_key)
     check_bool(flip_on_reject, "flip_on_reject")
     _check_proposal(proposal)
     z, unravel = ravel_position(state.position, check=False)
@@ -269,18 +305,20 @@ def irreversible_mh_step(
     flat_fn = flat_logdensity(logdensity_fn, unravel)
     key_proposal, key_accept = jax.random.split(rng_key)
     if getattr(proposal, "point_fn", None) is None:
-        z_star = proposal.sample(key_proposal, z, s).astype(z.dtype)
+        z_star = _checked_sample(proposal.sample(key_proposal, z, s), z)
         logdensity_new = jnp.asarray(flat_fn(z_star), z.dtype)
         cache, cache_new = (), ()
-        log_q = proposal.log_backward(z, z_star, s) - proposal.log_forward(z_star, z, s)
+        log_q = _log_q(proposal.log_backward(z, z_star, s), proposal.log_forward(z_star, z, s))
     else:
         cache = state.cache
         if not jax.tree_util.tree_leaves(cache):  # a state made by hand: no cache yet
             cache = proposal.point_fn(state.position)[1]
-        z_star = proposal.sample(key_proposal, z, s, cache).astype(z.dtype)
+        z_star = _checked_sample(proposal.sample(key_proposal, z, s, cache), z)
         logdensity_new, cache_new = _point(proposal, logdensity_fn, from_flat(unravel, z_star), flat_fn)
+        check_output(logdensity_new, "proposal.point_fn", what="position -> (scalar log density, cache)",
+                     shapes=((),))
         logdensity_new = jnp.asarray(logdensity_new, z.dtype)
-        log_q = proposal.log_backward(z, z_star, s, cache_new) - proposal.log_forward(z_star, z, s, cache)
+        log_q = _log_q(proposal.log_backward(z, z_star, s, cache_new), proposal.log_forward(z_star, z, s, cache))
     log_ratio = logdensity_new - state.logdensity + log_q
     accepted, acceptance_rate = metropolis(key_accept, log_ratio)
     # a NaN proposal density (e.g. ∇log π non-finite) where π(z*) > 0 is trouble too

@@ -29,10 +29,25 @@ import jax.numpy as jnp
 import numpy as np
 
 from cenlmc_jax import _linalg as la
-from cenlmc_jax._validation import check_callable, check_logdensity, check_positive, is_concrete
+from cenlmc_jax._validation import (
+    check_callable,
+    check_key,
+    check_logdensity,
+    check_positive,
+    check_start_logdensity,
+    check_state,
+    is_concrete,
+)
 from cenlmc_jax.base import SamplingAlgorithm
 from cenlmc_jax.gradients import flat_logdensity, ravel_position
-from cenlmc_jax.irreversible._common import from_flat, matrix_value, metropolis, proposal_trouble, spd_factor
+from cenlmc_jax.irreversible._common import (
+    ZERO_ACCEPTANCE_FLAG,
+    from_flat,
+    matrix_value,
+    metropolis,
+    proposal_trouble,
+    spd_factor,
+)
 from cenlmc_jax.types import Array, LogDensityFn, PRNGKey
 
 __all__ = ["RWMHState", "RWMHInfo", "rwmh_init", "rwmh_step", "rwmh"]
@@ -53,6 +68,14 @@ class RWMHInfo(NamedTuple):
     grad_evals: Array
     diverged: Array
 
+    may_stay = True  # a rejection keeps the position: the driver's frozen-chain check does not apply
+    run_flags = (ZERO_ACCEPTANCE_FLAG,)  # ... a zero acceptance probability at every step of a chunk does
+
+    @property
+    def zero_acceptance(self) -> Array:
+        """The acceptance probability was exactly 0 (no draw could be accepted)."""
+        return jnp.asarray(self.acceptance_rate) == 0
+
 
 def _proposal_root(proposal_cov: Any, d: int, dtype) -> Any:
     """The factor ``L`` of ``proposal_cov = L Lᵀ`` (None for the identity), in ``dtype``."""
@@ -71,7 +94,9 @@ def rwmh_init(position: Any, logdensity_fn: LogDensityFn) -> RWMHState:
     flat, unravel = ravel_position(position)
     check_logdensity(flat_logdensity(logdensity_fn, unravel), flat)
     position = from_flat(unravel, flat)
-    return RWMHState(position, jnp.asarray(logdensity_fn(position), flat.dtype))
+    logdensity = jnp.asarray(logdensity_fn(position), flat.dtype)
+    check_start_logdensity(logdensity)
+    return RWMHState(position, logdensity)
 
 
 def rwmh_step(
@@ -94,6 +119,8 @@ def rwmh_step(
     :func:`~cenlmc_jax.irreversible.jump.irreversible_mh_step`. Pure
     and jittable; vmap over ``(rng_key, state)``.
     """
+    check_state(state, RWMHState, "rwmh_init, or rwmh(...).init")
+    check_key(rng_key)
     check_positive(step_size, "step_size")
     z, unravel = ravel_position(state.position, check=False)
     root = _proposal_root(proposal_cov, z.shape[0], z.dtype)
@@ -135,7 +162,8 @@ def rwmh(logdensity_fn: LogDensityFn, step_size: Any, *, proposal_cov: Optional[
             _proposal_root(proposal_cov, np.shape(proposal_cov)[0], jnp.result_type(float))
 
     def init(position, rng_key=None):
-        del rng_key  # deterministic start
+        if rng_key is not None:
+            check_key(rng_key)  # unused (a deterministic start), but a wrong one is a mistake to report
         return rwmh_init(position, logdensity_fn)
 
     def step(rng_key, state):

@@ -52,9 +52,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from cenlmc_jax import _linalg as la
-from cenlmc_jax._validation import check_callable, check_positive, is_concrete
+from cenlmc_jax._validation import (
+    check_callable,
+    check_function,
+    check_key,
+    check_positive,
+    check_schedule,
+    check_state,
+    is_concrete,
+)
 from cenlmc_jax.base import RunFlag, SamplingAlgorithm, StepSize, step_size_at
-from cenlmc_jax.gradients import flat_grad_estimator, ravel_position
+from cenlmc_jax.gradients import GRAD_ESTIMATOR_WHAT, flat_grad_estimator, ravel_position
 from cenlmc_jax.types import Array, ArrayLike, GradEstimator, PRNGKey
 
 __all__ = [
@@ -72,7 +80,12 @@ __all__ = [
     "initial_momentum",
 ]
 
-_GRAD_WHAT = "(rng_key, x) -> estimate of the gradient of the log density at x"
+_GRAD_WHAT = GRAD_ESTIMATOR_WHAT
+
+
+def check_grad_estimator(grad_estimator, position, name: str = "grad_estimator") -> None:
+    """A user's estimator maps ``(key, position)`` to a gradient shaped like ``position`` (abstractly checked)."""
+    check_function(grad_estimator, name, (jax.random.key(0), position), what=_GRAD_WHAT, like=position)
 
 
 class RecipeState(NamedTuple):
@@ -114,28 +127,31 @@ class RecipeInfo(NamedTuple):
     run_flags = (NOISE_CLIPPED_FLAG,)  # cj.sample warns from the first clipped step
 
 
-def check_recipe_inputs(z: Array, D, Q, B_hat, eps: Optional[Array]) -> None:
-    """Everything that can be checked in Python: constant matrices always, callables at a concrete z.
+def check_recipe_inputs(z: Array, D, Q, B_hat, eps: Optional[Array], *, d_name: str = "D") -> None:
+    """Everything that can be checked in Python: constant matrices always, callables at a concrete z
+    (their output shapes at any z, abstractly).
 
     ``D`` symmetric PSD, ``Q`` skew-symmetric, ``B_hat`` of a matrix form, and
-    the noise covariance ``ε(2D - εB̂)`` PSD.
+    the noise covariance ``ε(2D - εB̂)`` PSD. ``d_name``: what the user called
+    ``D`` (SGRLD's ``inv_metric_fn``), for the messages.
     """
     d = z.shape[0]
     vals = {}
-    for name, M in (("D", D), ("Q", Q), ("B_hat", B_hat)):
+    for key, name, M in (("D", d_name, D), ("Q", "Q", Q), ("B_hat", "B_hat", B_hat)):
         m = la.concrete_value(M, z, name)
         if m is None:
             continue
         la.check_matrix_shape(m, name, d)
-        vals[name] = la.constant_dense(m, d)
+        vals[key] = la.constant_dense(m, d)
     if "D" in vals:
-        la.check_symmetric_psd(vals["D"], "D", "the reversible part of the recipe")
+        la.check_symmetric_psd(vals["D"], d_name, "the reversible part of the recipe")
     if "Q" in vals:
         la.check_skew(vals["Q"], "Q", "the irreversible part of the recipe")
     if "D" in vals and "B_hat" in vals and eps is not None and is_concrete(eps):
         e = float(eps)
-        la.check_noise_cov(e, vals["D"], vals["B_hat"], "the noise covariance step_size*(2*D - step_size*B_hat)",
-                           f"step_size={e:g}; B_hat too large for this step size, or D not PSD")
+        la.check_noise_cov(e, vals["D"], vals["B_hat"],
+                           f"the noise covariance step_size*(2*{d_name} - step_size*B_hat)",
+                           f"step_size={e:g}; B_hat too large for this step size, or {d_name} not PSD")
 
 
 def recipe_init(
@@ -144,22 +160,25 @@ def recipe_init(
     Q: Optional[la.MatrixLike] = None,
     step_size: Optional[StepSize] = None,
     B_hat: Optional[la.MatrixLike] = None,
+    *,
+    d_name: str = "D",
 ) -> RecipeState:
     """Start a recipe chain at ``position: (d,)`` with ``step = 0``.
 
     When ``D``, ``Q`` (and ``step_size``, ``B_hat``) are given they are
     checked at the initial point: ``D`` symmetric PSD, ``Q`` skew-symmetric,
-    the noise covariance ``ε_0(2D - ε_0 B̂)`` PSD; ``ValueError`` otherwise.
+    the noise covariance ``ε_0(2D - ε_0 B̂)`` PSD; ``ValueError`` otherwise
+    (``d_name``: the name of ``D`` in the messages).
     """
     z, unravel = ravel_position(position)
     step = jnp.zeros((), jnp.int32)
     with jax.ensure_compile_time_eval():  # checks on concrete values run eagerly, even inside jit
         eps = None if step_size is None else step_size_at(step_size, step, z.dtype)
-        check_recipe_inputs(z, D, Q, B_hat, eps)
+        check_recipe_inputs(z, D, Q, B_hat, eps, d_name=d_name)
     return RecipeState(z if unravel is None else unravel(z), step)
 
 
-def _noise_root(z: Array, eps: Array, D, B_hat) -> tuple[Array, Array]:
+def _noise_root(z: Array, eps: Array, D, B_hat, d_name: str = "D") -> tuple[Array, Array]:
     """Root of the noise covariance ``ε(2D - εB̂)`` in a matrix form, and ``noise_clipped``.
 
     Constant ``D`` (and ``B̂``) are factored once, in NumPy, outside the trace;
@@ -174,25 +193,26 @@ def _noise_root(z: Array, eps: Array, D, B_hat) -> tuple[Array, Array]:
         e = float(eps)  # checked PSD in Python by check_recipe_inputs
         cov = e * (2.0 * la.constant_dense(D, d) - e * la.constant_dense(B_hat, d))
         return jnp.asarray(la.np_psd_sqrt(cov), z.dtype), jnp.asarray(False)
-    two_d = 2.0 * eps * la.to_dense(la.evaluate(D, z, "D"), d)
+    two_d = 2.0 * eps * la.to_dense(la.evaluate(D, z, d_name), d)
     if B_hat is None:
         return la.noise_root(two_d, jnp.max(jnp.abs(two_d)))
     b = eps * eps * la.to_dense(la.evaluate(B_hat, z, "B_hat"), d)
     return la.noise_root(two_d - b, jnp.maximum(jnp.max(jnp.abs(two_d)), jnp.max(jnp.abs(b))))
 
 
-def recipe_mean_and_root(z: Array, grad: Array, eps: Array, D, Q, B_hat) -> tuple[Array, Array, Array]:
+def recipe_mean_and_root(z: Array, grad: Array, eps: Array, D, Q, B_hat,
+                         d_name: str = "D") -> tuple[Array, Array, Array]:
     """Deterministic part ``z + ε[(D+Q) g̃ + Γ]`` and the noise root ``(ε(2D - εB̂))^{1/2}``.
 
     Returns (mean: (d,), root: (), (d,) or (d, d), noise_clipped: bool).
     """
-    drift = la.matvec(la.evaluate(D, z, "D"), grad)
+    drift = la.matvec(la.evaluate(D, z, d_name), grad)
     if callable(Q) or not is_concrete(Q) or np.any(np.asarray(Q)):  # Q = 0 (SGLD, SGRLD) costs nothing
         drift = drift + la.matvec(la.evaluate(Q, z, "Q"), grad)
     if callable(D) or callable(Q):
         drift = drift + la.gamma_term(D, Q, z)
     mean = z + eps * drift
-    root, clipped = _noise_root(z, eps, D, B_hat)
+    root, clipped = _noise_root(z, eps, D, B_hat, d_name)
     return mean, root, clipped
 
 
@@ -204,6 +224,8 @@ def recipe_step(
     D: la.MatrixLike,
     Q: la.MatrixLike,
     B_hat: Optional[la.MatrixLike] = None,
+    *,
+    d_name: str = "D",
 ) -> tuple[RecipeState, RecipeInfo]:
     """One Euler step of the complete recipe (docs/algorithms.md §5), one chain.
 
@@ -221,15 +243,19 @@ def recipe_step(
 
     ``Γ`` is computed by ``jax.jacfwd`` of the callables (constant matrices
     are not differentiated). Constant ``D``, ``Q``, ``B_hat`` are checked on
-    every trace; callables are checked when ``z`` is concrete (eager calls).
+    every trace; callables are checked when ``z`` is concrete (eager calls), their output shapes
+    on every trace, as is the estimator's (shaped like the position). ``d_name``: what the user
+    called ``D``, for the messages (SGRLD's ``inv_metric_fn``).
     """
+    check_state(state, RecipeState, "recipe_init, or the init of complete_recipe / sgld / sgrld")
+    check_key(rng_key)
     check_callable(grad_estimator, "grad_estimator", _GRAD_WHAT)
     z, unravel = ravel_position(state.position, check=False)
     eps = step_size_at(step_size, state.step, z.dtype)
-    check_recipe_inputs(z, D, Q, B_hat, eps)
+    check_recipe_inputs(z, D, Q, B_hat, eps, d_name=d_name)
     key_grad, key_noise = jax.random.split(rng_key)
     grad = jnp.asarray(flat_grad_estimator(grad_estimator, unravel)(key_grad, z), z.dtype)
-    mean, root, clipped = recipe_mean_and_root(z, grad, eps, D, Q, B_hat)
+    mean, root, clipped = recipe_mean_and_root(z, grad, eps, D, Q, B_hat, d_name)
     new_z = mean + la.matvec(root, jax.random.normal(key_noise, z.shape, dtype=z.dtype))
     bad = jnp.sum(~jnp.isfinite(new_z), dtype=jnp.int32)
     info = RecipeInfo(jnp.asarray(1, jnp.int32), bad, bad > 0, eps, clipped)
@@ -248,24 +274,30 @@ def complete_recipe(
     Q: la.MatrixLike,
     *,
     B_hat: Optional[la.MatrixLike] = None,
+    d_name: str = "D",
 ) -> SamplingAlgorithm:
     """The complete recipe (docs/algorithms.md §5) with your own ``D`` and ``Q`` as a sampler object.
 
     ``init(position, rng_key=None)`` checks ``D``, ``Q``, ``B̂`` at the
-    initial point; ``step(rng_key, state)`` is :func:`recipe_step`.
+    initial point and the estimator's output shape; ``step(rng_key, state)`` is :func:`recipe_step`.
+    ``step_size``: a number > 0 or a schedule ``t -> ε_t`` (its output and its value at 0 checked
+    here). ``d_name``: what ``D`` is called in the messages (SGRLD: ``inv_metric_fn``).
     """
     check_callable(grad_estimator, "grad_estimator", _GRAD_WHAT)
-    check_positive(step_size, "step_size")
-    for name, M in (("D", D), ("Q", Q), ("B_hat", B_hat)):
+    check_schedule(step_size, "step_size")
+    for name, M in ((d_name, D), ("Q", Q), ("B_hat", B_hat)):
         if M is not None or name != "B_hat":
             la.check_matrix_form(M, name)
 
     def init(position, rng_key=None):
-        del rng_key  # the recipe's state has no random part
-        return recipe_init(position, D, Q, step_size, B_hat)
+        if rng_key is not None:
+            check_key(rng_key)  # unused (the recipe's state has no random part), but checked
+        state = recipe_init(position, D, Q, step_size, B_hat, d_name=d_name)
+        check_grad_estimator(grad_estimator, state.position)
+        return state
 
     def step(rng_key, state):
-        return recipe_step(rng_key, state, grad_estimator, step_size, D, Q, B_hat)
+        return recipe_step(rng_key, state, grad_estimator, step_size, D, Q, B_hat, d_name=d_name)
 
     return SamplingAlgorithm(init, step)
 
@@ -291,7 +323,7 @@ def sgrld(
     ``(d, d)``), or a constant of those forms.
     """
     la.check_matrix_form(inv_metric_fn, "inv_metric_fn")
-    return complete_recipe(grad_estimator, step_size, inv_metric_fn, 0.0, B_hat=B_hat)
+    return complete_recipe(grad_estimator, step_size, inv_metric_fn, 0.0, B_hat=B_hat, d_name="inv_metric_fn")
 
 
 # ---------------------------------------------------------------------------
@@ -380,7 +412,12 @@ def sghmc_init(
     Momentum ``r = 0``, the given ``momentum``, or ``r ~ N(0, I)`` (its
     stationary law) when ``rng_key`` is given. The friction (symmetric PSD)
     and the noise covariance ``ε_0(2C - ε_0 B̂)`` (PSD) are checked here.
+    This is the function to call for a given momentum: the sampler object's
+    ``init(position, rng_key=None)`` takes the arguments of every sampler's
+    (so that :func:`cenlmc_jax.run.vmap_chains` can pass them) and draws ``r`` from the key.
     """
+    if rng_key is not None:
+        check_key(rng_key)
     theta, unravel = ravel_position(position)
     r = initial_momentum(theta, momentum, rng_key)
     step = jnp.zeros((), jnp.int32)
@@ -413,6 +450,8 @@ def sghmc_step(
     step_size: StepSize,
     friction: ArrayLike = 1.0,
     B_hat: Optional[la.MatrixLike] = None,
+    *,
+    blowup_factor: float = 10.0,
 ) -> tuple[SGHMCState, RecipeInfo]:
     """One SGHMC step (docs/algorithms.md §5): the recipe on ``z = (θ, r)`` with ``H = U(θ) + ½ rᵀr``,
     ``D = [[0, 0], [0, C]]``, ``Q = [[0, -I], [I, 0]]`` (so ``Γ = 0`` and
@@ -431,11 +470,31 @@ def sghmc_step(
       friction: ``C``: a constant scalar, ``(d,)`` diagonal or ``(d, d)`` PSD matrix.
       B_hat: ``None`` (0), or the ``r``-block gradient-noise covariance (any
         matrix form, or a callable of θ).
+      blowup_factor: the divergence bound (> 0; ``inf``: non-finite values only), below.
 
     Scalar and diagonal ``C``, ``B̂`` cost elementwise work only; the noise
     root of a dense one is taken once per trace when constant (NumPy), per
     step otherwise (``info.noise_clipped`` reports a clearly negative eigenvalue).
+
+    Divergence (``info.diverged``): besides non-finite values, a step whose
+    deterministic kick to the momentum, ``ε|g̃(θ) - C r|``, exceeds
+    ``blowup_factor·sqrt(d)``: ``blowup_factor`` times the stationary length of
+    the momentum (``r ~ N(0, I)``, ``|r| ≈ sqrt(d)``). A chain that samples
+    its target (curvature ``L``: ``Var θ = 1/L``, ``Var r = 1``) kicks by about
+    ``ε sqrt((L + c²) d)``, a tenth of the bound or less for ``ε sqrt(L + c²) <= 1``.
+    An unstable step size makes ``r`` grow geometrically and the kick with it,
+    so the run is flagged (and stopped by ``cj.sample``) while its moments are
+    still finite, not at the float overflow: measured on ``N(0, I_4)``, ``C = 1``,
+    from ``θ = 1``: ``ε = 1.5`` is flagged at step 4 (overflow at step 312),
+    ``ε = 2`` at step 2 (159); ``ε = 1``, at the edge of stability (the chain's
+    variance 1300 times the target's), at step 44 (no overflow in 5000 steps);
+    ``ε = 0.1`` is never flagged in 20000 steps. With an exact gradient a kick
+    that large also needs ``|∇log π(θ)| > blowup_factor·sqrt(d)/ε``: a start far
+    outside the target, not an SGHMC step.
     """
+    check_state(state, SGHMCState, "sghmc_init, or sghmc(...).init")
+    check_key(rng_key)
+    check_positive(blowup_factor, "blowup_factor", allow_inf=True)
     check_callable(grad_estimator, "grad_estimator", _GRAD_WHAT)
     if callable(friction):
         raise ValueError(f"friction must be a constant scalar, (d,) or (d, d) PSD matrix; got {friction!r}.")
@@ -449,9 +508,12 @@ def sghmc_step(
     c = jnp.asarray(friction, theta.dtype)
     decay = (1.0 - c * eps) * r if c.ndim <= 1 else r - eps * (c @ r)
     new_theta = theta + eps * r
+    kick = decay + eps * grad - r  # ε(g̃ - C r): the deterministic change of the momentum
     new_r = decay + eps * grad + la.matvec(root, jax.random.normal(key_noise, theta.shape, dtype=theta.dtype))
     bad = jnp.sum(~jnp.isfinite(new_theta), dtype=jnp.int32) + jnp.sum(~jnp.isfinite(new_r), dtype=jnp.int32)
-    info = RecipeInfo(jnp.asarray(1, jnp.int32), bad, bad > 0, eps, clipped)
+    bound = jnp.asarray(blowup_factor, theta.dtype) * jnp.sqrt(jnp.asarray(theta.shape[0], theta.dtype))
+    exploded = ~(jnp.linalg.norm(kick) <= bound)  # NaN counts
+    info = RecipeInfo(jnp.asarray(1, jnp.int32), bad, (bad > 0) | exploded, eps, clipped)
     if unravel is not None:
         new_theta, new_r = unravel(new_theta), unravel(new_r)
     return SGHMCState(new_theta, new_r, state.step + 1), info
@@ -463,6 +525,7 @@ def sghmc(
     *,
     friction: ArrayLike = 1.0,
     B_hat: Optional[la.MatrixLike] = None,
+    blowup_factor: float = 10.0,
 ) -> SamplingAlgorithm:
     """SGHMC (docs/algorithms.md §5) as a sampler object: :func:`sghmc_step`,
 
@@ -470,23 +533,28 @@ def sghmc(
 
     friction: ``C``, a constant scalar, ``(d,)`` diagonal or ``(d, d)`` PSD matrix.
     B_hat: the ``r``-block gradient-noise covariance (any matrix form, or a callable of θ).
-    ``init(position, rng_key=None, *, momentum=None)``: ``r = 0``, the given
-    momentum, or ``r ~ N(0, I)`` (its stationary law) when a key is given.
+    blowup_factor: a step whose kick to the momentum exceeds ``blowup_factor·sqrt(d)`` diverged
+    (:func:`sghmc_step`).
+    ``init(position, rng_key=None)``: ``r ~ N(0, I)`` (its stationary law) drawn from the key,
+    ``r = 0`` without one; for a momentum of your own call :func:`sghmc_init` (``momentum=``).
     The state keeps ``θ`` in ``position`` and ``r`` in ``momentum``
     (:class:`SGHMCState`).
     """
     check_callable(grad_estimator, "grad_estimator", _GRAD_WHAT)
-    check_positive(step_size, "step_size")
+    check_schedule(step_size, "step_size")
+    check_positive(blowup_factor, "blowup_factor", allow_inf=True)
     if callable(friction):
         raise ValueError(f"friction must be a constant scalar, (d,) or (d, d) PSD matrix; got {friction!r}.")
     la.check_matrix_form(friction, "friction")
     if B_hat is not None:
         la.check_matrix_form(B_hat, "B_hat")
 
-    def init(position, rng_key=None, *, momentum=None):
-        return sghmc_init(position, rng_key, momentum=momentum, friction=friction, step_size=step_size, B_hat=B_hat)
+    def init(position, rng_key=None):
+        state = sghmc_init(position, rng_key, friction=friction, step_size=step_size, B_hat=B_hat)
+        check_grad_estimator(grad_estimator, state.position)
+        return state
 
     def step(rng_key, state):
-        return sghmc_step(rng_key, state, grad_estimator, step_size, friction, B_hat)
+        return sghmc_step(rng_key, state, grad_estimator, step_size, friction, B_hat, blowup_factor=blowup_factor)
 
     return SamplingAlgorithm(init, step)

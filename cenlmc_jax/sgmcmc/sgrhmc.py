@@ -37,10 +37,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from cenlmc_jax import _linalg as la
-from cenlmc_jax._validation import check_bool, check_callable, check_positive, is_concrete
+from cenlmc_jax._validation import (
+    check_bool,
+    check_callable,
+    check_key,
+    check_positive,
+    check_schedule,
+    check_state,
+    is_concrete,
+)
 from cenlmc_jax.base import SamplingAlgorithm, StepSize, step_size_at
 from cenlmc_jax.gradients import flat_grad_estimator, ravel_position
-from cenlmc_jax.sgmcmc.recipe import NOISE_CLIPPED_FLAG, initial_momentum
+from cenlmc_jax.sgmcmc.recipe import NOISE_CLIPPED_FLAG, check_grad_estimator, initial_momentum
 from cenlmc_jax.types import Array, ArrayLike, GradEstimator, PRNGKey
 
 __all__ = [
@@ -173,7 +181,10 @@ def sgrhmc_mean_and_root(theta, r, grad, eps, inv_metric_fn, B_hat, naive: bool)
 
 
 def check_sgrhmc_inputs(theta: Array, inv_metric_fn, B_hat, eps: Optional[Array]) -> None:
-    """At a concrete θ: ``G^{-1}(θ)`` symmetric PSD and the noise covariance PSD."""
+    """At a concrete θ: ``G^{-1}(θ)`` symmetric PSD and the noise covariance PSD (the callables' output
+    shapes at any θ, abstractly)."""
+    la.check_matrix_fn(inv_metric_fn, theta, "inv_metric_fn")
+    la.check_matrix_fn(B_hat, theta, "B_hat")
     if not is_concrete(theta):
         return
     d = theta.shape[0]
@@ -207,8 +218,13 @@ def sgrhmc_init(
     rest); ``r ~ N(0, I_d)``, the exact stationary law of ``r``, when
     ``rng_key`` is given; or ``momentum`` as given. With ``inv_metric_fn``
     (and ``step_size``, ``B_hat``) the metric and the noise covariance are
-    checked at the initial point (``ValueError`` if not PSD).
+    checked at the initial point (``ValueError`` if not PSD). This is the
+    function to call for a given momentum: the sampler object's
+    ``init(position, rng_key=None)`` takes the arguments of every sampler's
+    (so that :func:`cenlmc_jax.run.vmap_chains` can pass them).
     """
+    if rng_key is not None:
+        check_key(rng_key)
     theta, unravel = ravel_position(position)
     r = initial_momentum(theta, momentum, rng_key)
     step = jnp.zeros((), jnp.int32)
@@ -249,6 +265,8 @@ def sgrhmc_step(
         ``lambda θ: V * inv_metric_fn(θ)`` for scalar ``V`` and a diagonal metric).
       naive: drop ``Γ_r`` ("naive SGRHMC"; samples the wrong distribution).
     """
+    check_state(state, SGRHMCState, "sgrhmc_init, or sgrhmc(...).init")
+    check_key(rng_key)
     check_callable(grad_estimator, "grad_estimator", _GRAD_WHAT)
     theta, unravel = ravel_position(state.position, check=False)
     r = ravel_position(state.momentum, "momentum", check=False)[0]
@@ -301,18 +319,20 @@ def sgrhmc(
     B_hat: Optional[la.MatrixLike] = None,
     naive: bool = False,
 ) -> SamplingAlgorithm:
-    """SGRHMC as a sampler object: ``init(position, rng_key=None, *, momentum=None)``
-    (checks the metric at the initial point) and ``step(rng_key, state)`` (:func:`sgrhmc_step`)."""
+    """SGRHMC as a sampler object: ``init(position, rng_key=None)`` (checks the metric at the initial
+    point; ``r ~ N(0, I)`` from the key, ``r = 0`` without; for a momentum of your own call
+    :func:`sgrhmc_init`) and ``step(rng_key, state)`` (:func:`sgrhmc_step`)."""
     check_callable(grad_estimator, "grad_estimator", _GRAD_WHAT)
-    check_positive(step_size, "step_size")
+    check_schedule(step_size, "step_size")
     check_bool(naive, "naive")
     la.check_matrix_form(inv_metric_fn, "inv_metric_fn")
     if B_hat is not None:
         la.check_matrix_form(B_hat, "B_hat")
 
-    def init(position, rng_key=None, *, momentum=None):
-        return sgrhmc_init(position, rng_key, momentum=momentum, inv_metric_fn=inv_metric_fn, step_size=step_size,
-                           B_hat=B_hat)
+    def init(position, rng_key=None):
+        state = sgrhmc_init(position, rng_key, inv_metric_fn=inv_metric_fn, step_size=step_size, B_hat=B_hat)
+        check_grad_estimator(grad_estimator, state.position)
+        return state
 
     def step(rng_key, state):
         return sgrhmc_step(rng_key, state, grad_estimator, step_size, inv_metric_fn, B_hat, naive=naive)
