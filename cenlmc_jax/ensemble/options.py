@@ -36,6 +36,9 @@ class EnsembleOptions(NamedTuple):
     method, block_size, precision, block_sparse: passed to :func:`cenlmc_jax.pairwise.ensemble_force`
        (``block_sparse=None``: its ``auto`` rule; True / False force the block-sparse tile
        skipping on or off).
+    interpret: the Pallas kernel's mode (``method="pallas"`` only): None (default) by the
+       platform the step is lowered for (Triton on CUDA/ROCm, interpret mode elsewhere), True /
+       False force it (:func:`cenlmc_jax.pairwise.ensemble_force`).
     mesh, strategy: a 1-D device mesh: the pair force runs sharded over it
        (``ensemble_force(..., mesh=mesh, strategy=strategy)``, ``"allgather"`` or ``"ring"``).
     audit_size: particles audited per step (true gradients at random particles that used the
@@ -56,6 +59,7 @@ class EnsembleOptions(NamedTuple):
     block_sparse: bool | None = None
     audit_size: int | None = None
     grad_fn: Callable | None = None
+    interpret: bool | None = None
 
     def checked(self) -> "EnsembleOptions":
         """The checks that need no ensemble (Python, before tracing); returns self."""
@@ -68,6 +72,8 @@ class EnsembleOptions(NamedTuple):
             check_int(self.block_size, "block_size", minimum=1)
         if self.block_sparse is not None:
             check_bool(self.block_sparse, "block_sparse")
+        if self.interpret is not None:
+            check_bool(self.interpret, "interpret")
         if self.audit_size is not None:
             check_int(self.audit_size, "audit_size", minimum=0)
         if self.grad_fn is not None:
@@ -88,7 +94,7 @@ class EnsembleOptions(NamedTuple):
     def force_kwargs(self) -> dict:
         """The keywords of :func:`cenlmc_jax.pairwise.ensemble_force` these options set."""
         return dict(method=self.method, block_size=self.block_size, precision=self.precision, mesh=self.mesh,
-                    strategy=self.strategy, block_sparse=self.block_sparse)
+                    strategy=self.strategy, block_sparse=self.block_sparse, interpret=self.interpret)
 
 
 def ensemble_options(options: EnsembleOptions | None = None, **fields: Any) -> EnsembleOptions:

@@ -102,11 +102,13 @@ def auto_block_sparse(n: int, d: int) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def _local_partial(method: str, d: int, block_size: int | None, precision: Any):
+def _local_partial(method: str, d: int, block_size: int | None, precision: Any, interpret: bool | None = None,
+                   dtype: str = "float32"):
     """The rows-against-columns partial of a backend, one object per setting (a jit static argument)."""
     if method == "pallas":
         distances = "direct" if d <= DIRECT_MAX_D else "gram"
-        opts = kernel_options(d, distances=distances, precision=precision, gram_precision=precision)
+        opts = kernel_options(d, distances=distances, precision=precision, gram_precision=precision,
+                              interpret=interpret, dtype=dtype)
         return functools.partial(pallas_partial, opts=opts)
     return functools.partial(tiled_partial, block_rows=block_size, precision=precision)
 
@@ -125,6 +127,7 @@ def ensemble_force(
     mesh: Any = None,
     strategy: str = "allgather",
     block_sparse: bool | None = None,
+    interpret: bool | None = None,
 ) -> PairwiseForce:
     """Pairwise sums of the EnLMC / CEnLMC ensemble force (docs/algorithms.md §2-4).
 
@@ -139,7 +142,7 @@ def ensemble_force(
       r2: ``R2 >= 0``, the w-space radius; required with ``w``, forbidden without.
       method: ``"dense"`` (N x N reference), ``"tiled"`` (XLA row tiles,
         ``O(N d + B N)`` memory), ``"pallas"`` (the fused kernel; interpret
-        mode off GPU, not yet timed on a GPU) or ``"auto"`` (dense for
+        mode off GPU (``interpret``), not yet timed on a GPU) or ``"auto"`` (dense for
         ``N <= 64`` when its ``(N, N, d)`` temporary is at most 16 MiB,
         tiled otherwise, block-sparse by :func:`auto_block_sparse`; never
         pallas).
@@ -164,6 +167,13 @@ def ensemble_force(
         (and ``auto``, as tiled) run block-sparse; False: never; None
         (default): ``auto`` decides by :func:`auto_block_sparse`, the named
         methods run dense tiles. Not with ``method="dense"`` or a ``mesh``.
+      interpret: the Pallas kernel's mode (``method="pallas"``, with or
+        without a mesh; the other backends ignore it). None (default): by the
+        platform the program is lowered for, not by ``jax.default_backend()``:
+        the Triton kernel when lowered for CUDA/ROCm (also from a CPU host,
+        ``.lower(lowering_platforms=("cuda",))``), interpret mode otherwise.
+        True: always interpret; False: always Triton
+        (:func:`.pallas.ensemble_force_pallas`).
 
     ``tiled`` and ``pallas`` (and the sharded forms) use the same distances
     (exact differences for ``d <= DIRECT_MAX_D``, the Gram identity above) and
@@ -183,6 +193,8 @@ def ensemble_force(
     if block_size is not None:
         block_size = check_int(block_size, "block_size", minimum=1)
     precision = canonical_precision(precision)
+    if interpret is not None:
+        check_bool(interpret, "interpret")
     n, d = x.shape
     if block_sparse is not None:
         check_bool(block_sparse, "block_sparse")
@@ -194,7 +206,9 @@ def ensemble_force(
         if method == "dense":
             raise ValueError("method must be 'auto', 'tiled' or 'pallas' with a mesh (the dense reference "
                              "has no sharded form); got 'dense'.")
-        local = _local_partial("pallas" if method == "pallas" else "tiled", d, block_size, precision)
+        local = (_local_partial("pallas", d, block_size, precision, interpret, jnp.dtype(x.dtype).name)
+                 if method == "pallas"
+                 else _local_partial("tiled", d, block_size, precision))
         return ensemble_force_sharded(x, f, log_p, eta, partial_fn=local, w=w, r2=r2, mesh=mesh, strategy=strategy)
     if method == "auto":
         dense_bytes = n * n * d * jnp.dtype(x.dtype).itemsize * (1 if w is None else 2)
@@ -208,6 +222,6 @@ def ensemble_force(
     if method == "pallas":
         distances = "direct" if d <= DIRECT_MAX_D else "gram"
         return ensemble_force_pallas(x, f, log_p, eta, w=w, r2=r2, distances=distances, precision=precision,
-                                     gram_precision=precision, block_sparse=sparse)
+                                     gram_precision=precision, block_sparse=sparse, interpret=interpret)
     return ensemble_force_tiled(x, f, log_p, eta, w=w, r2=r2, block_size=block_size, precision=precision,
                                 block_sparse=sparse)

@@ -35,7 +35,15 @@ which add only to ``n_r2``), and the kernel loops over its list, the lists
 and their lengths being two more (whole-array) inputs read with scalar
 loads. The lists have a static length (:func:`sparse_list_len`); a row block
 that needs more makes the call run the dense kernel (exact either way).
-Not yet timed on a GPU (``benchmarks/gpu_check.py``, section ``sparse``).
+Not yet timed on a GPU (``benchmarks/gpu_check.py``, sections ``headline`` and ``sample``).
+
+Tiles and launch (``block_rows``, ``block_cols``, ``num_warps``,
+``num_stages``) default per ``(distances, dtype, d)`` to :data:`KERNEL_DEFAULTS`,
+a frozen table chosen so that the kernel compiled for sm_90 does not spill
+registers (benchmarks/bench_spills.py compiles the TTIR of the CUDA lowering
+with the ``triton`` wheel's ptxas on a CPU; tests/test_pallas_spills.py).
+The kernel's refs are named arguments (as in jax's attention kernel); the
+optional ones (``w`` and the block-sparse lists) are None when absent.
 
 The kernel is written for Pallas' Triton lowering (``compiler_params`` is a
 ``jax.experimental.pallas.triton.CompilerParams``, which selects Triton even
@@ -43,15 +51,18 @@ though jax 0.10 makes Mosaic GPU the default lowering of ``pl.pallas_call``):
 every tile shape is a power of two ≥ 16 (``tl.dot``'s minimum), the lanes of
 ``x̃`` and ``[x̃, 1]`` are padded to such widths, and ``N`` to a multiple of
 the blocks with invalid particles. Off GPU it runs in Pallas' interpret mode
-(slow, for tests; the tests also lower it to Triton IR for CUDA on a CPU-only
-machine). Meant for moderate ``d`` (≤ 256): a ``(block_rows, d_pad)``
+(slow, for tests), chosen by the platform the program is lowered for
+(``interpret=None``, ``lax.platform_dependent``), not by the default backend:
+lowering for CUDA on a CPU-only machine gives the Triton kernel
+(tests/test_lowering.py). Meant for moderate ``d`` (≤ 256): a ``(block_rows, d_pad)``
 accumulator lives in registers; beyond that the XLA path is better.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple
+from types import MappingProxyType
+from typing import Any, Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -85,12 +96,14 @@ from cenlmc_jax.pairwise.sparsity import (
 )
 from cenlmc_jax.types import Array, ArrayLike
 
-__all__ = ["ensemble_force_pallas", "pallas_partial", "KernelOptions", "kernel_options", "sparse_tile_lists",
-           "sparse_list_len", "SPARSE_LIST_BYTES"]
+__all__ = ["ensemble_force_pallas", "pallas_partial", "KernelOptions", "KernelConfig", "KERNEL_DEFAULTS",
+           "default_config", "kernel_options", "sparse_tile_lists", "sparse_list_len", "SPARSE_LIST_BYTES"]
 
 #: Block-sparse: memory of all row blocks' lists of column blocks together;
 #: a row block that needs more entries sends the call to the dense kernel.
-SPARSE_LIST_BYTES = 64 * 2**20
+#: (128 MiB: with the 64 x 32 tiles of :data:`KERNEL_DEFAULTS` at d <= 16 a
+#: list covers as many columns as 64 MiB did with 64 x 64 tiles.)
+SPARSE_LIST_BYTES = 128 * 2**20
 
 
 class KernelOptions(NamedTuple):
@@ -101,7 +114,7 @@ class KernelOptions(NamedTuple):
     distances: str
     precision: Any
     gram_precision: Any
-    interpret: bool
+    interpret: bool | None
     num_warps: int | None
     num_stages: int | None
 
@@ -111,17 +124,71 @@ def _padded_width(d: int) -> int:
     return max(16, pl.next_power_of_2(d))
 
 
-def _default_blocks(d_pad: int, distances: str) -> tuple[int, int]:
-    # A (block_rows, d_pad) accumulator (and, for "gram", the row tile) stay
-    # in registers: keep block_rows * d_pad around 4K-8K floats, as flash
-    # attention does; "direct" holds (block_rows, block_cols) tiles instead.
-    if distances == "direct":
-        return (64, 64) if d_pad <= 64 else (32, 64)
-    if d_pad <= 32:
-        return 128, 64
-    if d_pad <= 64:
-        return 64, 64
-    return 64, 32
+class KernelConfig(NamedTuple):
+    """Tile sizes and Triton launch of the kernel: one row of :data:`KERNEL_DEFAULTS`."""
+
+    block_rows: int
+    block_cols: int
+    num_warps: int
+    num_stages: int
+
+
+#: The defaults of :func:`kernel_options`, per ``(distances, dtype)``: rows
+#: ``(max d, KernelConfig)``, the first whose ``max d`` holds ``d`` applies.
+#: Chosen so that the CEnLMC kernel (w and the R2 count, HIGHEST precision),
+#: its TTIR compiled for sm_90a by the ``triton`` wheel, does not spill:
+#: registers and spill bytes per thread from ptxas -v (comments; the table
+#: is benchmarks/results/spills.md, by benchmarks/bench_spills.py; the
+#: float32 rows at d = 2, 3, 10, 100 are asserted by
+#: tests/test_pallas_spills.py). What decides it:
+#:
+#: * num_warps = 8, not Triton's 4: the per-thread share of each
+#:   (block_rows, block_cols) tile halves; 16 warps cap a thread at 128
+#:   registers (65,536 per SM) and spilled again.
+#: * block_cols = 32 (16 for float64): the K side of the ``W @ [x̃, 1]``
+#:   product, which HIGHEST precision runs as FMAs with its operands in
+#:   registers: 64 -> 32 took d = 2 from 253 to 143 registers, d = 3 from a
+#:   16-byte spill to 166 registers.
+#: * block_rows = 64 at d <= 16, where block-sparse pays: the lists hold
+#:   ``SPARSE_LIST_BYTES`` / 4 entries over all row blocks, so the columns a
+#:   row block's list covers scale with ``block_rows * block_cols``; with
+#:   32-wide column blocks ``SPARSE_LIST_BYTES`` is 128 MiB, which keeps the
+#:   coverage of the earlier 64 x 64 tiles at 64 MiB.
+#: * num_stages = 3 (Triton's default): 1 changed nothing measured.
+#:
+#: Triton's default launch with the earlier tiles spilled everywhere
+#: (0.5-7 KB per thread; spills.md, "before"). Rows marked "not compiled"
+#: are extrapolated (tiles no larger per thread than a measured row's).
+#: float64 at d = 100 still spills 132 bytes per thread at the smallest
+#: tiles ``tl.dot`` takes (16 x 16): the 128-wide float64 row tiles of x̃
+#: and w̃ alone are 32 registers a thread, and 4 or 16 warps spill more.
+KERNEL_DEFAULTS: Mapping[tuple[str, str], tuple[tuple[int, KernelConfig], ...]] = MappingProxyType({
+    ("direct", "float32"): (
+        (16, KernelConfig(64, 32, 8, 3)),     # d = 2: 143 registers, d = 3: 166; no spills (dense and sparse)
+        (1024, KernelConfig(32, 32, 8, 3)),   # not compiled (direct beyond d = 16: only on request)
+    ),
+    ("gram", "float32"): (
+        (16, KernelConfig(64, 32, 8, 3)),     # d = 10: 172 registers, no spills
+        (1024, KernelConfig(32, 32, 8, 3)),   # d = 20, 50, 100, 200: 102, 104, 142, 182 registers, no spills
+    ),
+    ("direct", "float64"): (
+        (16, KernelConfig(32, 16, 8, 3)),     # d = 2: 165 registers, no spills
+        (1024, KernelConfig(16, 16, 8, 3)),   # not compiled
+    ),
+    ("gram", "float64"): (
+        (16, KernelConfig(32, 16, 8, 3)),     # d = 10: 170 registers, no spills
+        (1024, KernelConfig(16, 16, 8, 3)),   # d = 50: 224 registers, no spills; d = 100: 132-byte spill
+    ),
+})
+
+
+def default_config(d: int, distances: str, dtype: Any = jnp.float32) -> KernelConfig:
+    """The :data:`KERNEL_DEFAULTS` row for dimension ``d`` (float64 rows for float64, float32 otherwise)."""
+    key = "float64" if jnp.dtype(dtype) == jnp.float64 else "float32"
+    for max_d, config in KERNEL_DEFAULTS[(distances, key)]:
+        if d <= max_d:
+            return config
+    return KERNEL_DEFAULTS[(distances, key)][-1][1]
 
 
 def _check_block(value: int | None, name: str) -> int | None:
@@ -143,63 +210,76 @@ def kernel_options(
     interpret: bool | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
+    *,
+    dtype: Any = jnp.float32,
 ) -> KernelOptions:
-    """Check the kernel settings and fill in the defaults for dimension ``d``."""
+    """Check the kernel settings and fill in the defaults for dimension ``d`` and ``dtype``.
+
+    Each setting left None comes from :func:`default_config` (the
+    :data:`KERNEL_DEFAULTS` row of ``(distances, dtype, d)``), independently:
+    a ``block_rows`` given alone keeps the row's ``num_warps``.
+    """
     block_rows = _check_block(block_rows, "block_rows")
     block_cols = _check_block(block_cols, "block_cols")
     check_choice(distances, "distances", ("direct", "gram"))
-    if interpret is None:
-        interpret = jax.default_backend() != "gpu"
-    default_rows, default_cols = _default_blocks(_padded_width(d), distances)
+    if interpret is not None:
+        check_bool(interpret, "interpret")
+    if num_warps is not None:
+        num_warps = check_int(num_warps, "num_warps", minimum=1, maximum=32)
+        if num_warps & (num_warps - 1):
+            raise ValueError(f"num_warps must be a power of two in [1, 32]; got {num_warps}.")
+    if num_stages is not None:
+        num_stages = check_int(num_stages, "num_stages", minimum=1)
+    default = default_config(d, distances, dtype)
     return KernelOptions(
-        block_rows or default_rows,
-        block_cols or default_cols,
+        block_rows or default.block_rows,
+        block_cols or default.block_cols,
         distances,
         canonical_precision(precision),
         canonical_precision(gram_precision),
-        bool(interpret),
-        num_warps,
-        num_stages,
+        None if interpret is None else bool(interpret),
+        num_warps or default.num_warps,
+        num_stages or default.num_stages,
     )
 
 
-def _kernel(*refs, spec: TileSpec, dim: int, has_w: bool, block_cols: int, num_col_blocks: int,
-            list_len: int | None = None):
+def _kernel(
+    # rows: this program's block of block_rows particles
+    x_ref, sq_ref, f_ref, thr_ref,            # x̃ ((d_pad, B_r) "direct", (B_r, d_pad) "gram"), |x̃|², f, η²
+    w_ref, sq_w_ref, thr_w_ref,               # w̃, |w̃|², R2² (None without w)
+    # columns: the whole ensemble, loaded block_cols at a time
+    xc_ref, sqc_ref, x1c_ref, fc_ref, log_s_ref,  # x̃, |x̃|², [x̃, 1] (N, d1_pad), f, log α_d - log p
+    wc_ref, sq_wc_ref,                        # w̃, |w̃|² (None without w)
+    # block-sparse: the column blocks of every row block and their counts (None: visit all)
+    tiles_ref, counts_ref,                    # (R K,) int32 lists; (2 R,) n_full, n_count per row block
+    # outputs of the row block
+    sums_ref, m_ref, n_r2_ref, n_ball_ref,    # Σ_j W_ij [x̃_j, 1] (B_r, d1_pad), log-scale m, n_r2, n_ball
+    *, spec: TileSpec, dim: int, block_cols: int, num_col_blocks: int, list_len: int | None = None,
+):
     """One row block against every column block (or, with lists, against its listed ones): fold, store."""
-    n_rows, n_cols = (7, 7) if has_w else (4, 5)
-    n_lists = 0 if list_len is None else 2
-    row_refs, col_refs = refs[:n_rows], refs[n_rows : n_rows + n_cols]
-    list_refs, out_refs = refs[n_rows + n_cols : n_rows + n_cols + n_lists], refs[n_rows + n_cols + n_lists :]
+    has_w = w_ref is not None
 
     def positions(ref, sl):
         # "direct" reads (d, n) one coordinate at a time (a register tile cannot be sliced).
         return tuple(ref[k, sl] for k in range(dim)) if spec.direct else ref[sl, :]
 
     everything = slice(None)
+    rows = Prepared(positions(x_ref, everything), sq_ref[...], f_ref[...], thr_x=thr_ref[...])
     if has_w:
-        x_ref, sq_ref, f_ref, thr_ref, w_ref, sqw_ref, thrw_ref = row_refs
-        rows = Prepared(positions(x_ref, everything), sq_ref[...], f_ref[...], thr_x=thr_ref[...],
-                        w=positions(w_ref, everything), sq_w=sqw_ref[...], thr_w=thrw_ref[...])
-    else:
-        x_ref, sq_ref, f_ref, thr_ref = row_refs
-        rows = Prepared(positions(x_ref, everything), sq_ref[...], f_ref[...], thr_x=thr_ref[...])
-
-    xc_ref, sqc_ref, x1_ref, fc_ref, logs_ref = col_refs[:5]
+        rows = rows._replace(w=positions(w_ref, everything), sq_w=sq_w_ref[...], thr_w=thr_w_ref[...])
 
     def columns(c):
         sl = pl.ds(pl.multiple_of(c * block_cols, block_cols), block_cols)
-        cols = Prepared(positions(xc_ref, sl), sqc_ref[sl], fc_ref[sl], x1=x1_ref[sl, :], log_s=logs_ref[sl])
+        cols = Prepared(positions(xc_ref, sl), sqc_ref[sl], fc_ref[sl], x1=x1c_ref[sl, :], log_s=log_s_ref[sl])
         if has_w:
-            cols = cols._replace(w=positions(col_refs[5], sl), sq_w=col_refs[6][sl])
+            cols = cols._replace(w=positions(wc_ref, sl), sq_w=sq_wc_ref[sl])
         return cols
 
-    sums_ref = out_refs[0]
     acc = empty_partial(sums_ref.shape[0], sums_ref.shape[1], sums_ref.dtype)
     if list_len is None:
         acc = lax.fori_loop(0, num_col_blocks, lambda c, a: tile_update(a, rows, columns(c), spec), acc)
     else:
         # Block-sparse: this row block's list of column blocks, FULL ones first, then COUNT ones.
-        tiles_ref, counts_ref = list_refs
         i = pl.program_id(0)
         n_full, n_count = counts_ref[2 * i], counts_ref[2 * i + 1]
 
@@ -209,7 +289,7 @@ def _kernel(*refs, spec: TileSpec, dim: int, has_w: bool, block_cols: int, num_c
         acc = lax.fori_loop(0, n_full, lambda c, a: tile_update(a, rows, listed(c), spec), acc)
         if has_w:
             acc = lax.fori_loop(n_full, n_full + n_count, lambda c, a: count_update(a, rows, listed(c), spec), acc)
-    for ref, value in zip(out_refs, acc):
+    for ref, value in zip((sums_ref, m_ref, n_r2_ref, n_ball_ref), acc):
         ref[...] = value
 
 
@@ -246,43 +326,60 @@ def pallas_partial(rows: Prepared, cols: Prepared, opts: KernelOptions, tile_lis
         a = lanes(a, d_pad)
         return a.T if spec.direct else a
 
+    # In _kernel's order; None for what this call lacks (no w, no lists): an
+    # empty pytree, passed to the kernel as a None ref (as jax's attention
+    # kernel passes its optional segment ids).
     row_args = [positions(rows.x), rows.sq_x, rows.f, rows.thr_x]
+    row_args += [positions(rows.w), rows.sq_w, rows.thr_w] if has_w else [None] * 3
     col_args = [positions(cols.x), cols.sq_x, lanes(cols.x1, d1_pad), cols.f, cols.log_s]
-    if has_w:
-        row_args += [positions(rows.w), rows.sq_w, rows.thr_w]
-        col_args += [positions(cols.w), cols.sq_w]
+    col_args += [positions(cols.w), cols.sq_w] if has_w else [None] * 2
     row_vec = pl.BlockSpec((br,), lambda i: (i,))
     if spec.direct:
         row_mat = pl.BlockSpec((d_pad, br), lambda i: (0, i))
     else:
         row_mat = pl.BlockSpec((br, d_pad), lambda i: (i, 0))
-    row_specs = [row_mat if a.ndim == 2 else row_vec for a in row_args]
-    col_specs = [_whole(a) for a in col_args]
+    row_specs = [None if a is None else row_mat if a.ndim == 2 else row_vec for a in row_args]
+    col_specs = [None if a is None else _whole(a) for a in col_args]
 
-    list_args, list_len = [], None
+    list_args, list_len = [None, None], None
     if tile_lists is not None:
         lists, n_full, n_count = tile_lists
         list_len = lists.shape[1]
         list_args = [lists.reshape(-1), jnp.stack([n_full, n_count], axis=1).reshape(-1)]
-    kernel = functools.partial(_kernel, spec=spec, dim=d, has_w=has_w, block_cols=bc,
-                               num_col_blocks=n_cols_pad // bc, list_len=list_len)
-    sums, m, n_r2, n_ball = pl.pallas_call(
-        kernel,
-        grid=(n_rows_pad // br,),
-        in_specs=row_specs + col_specs + [_whole(a) for a in list_args],
-        out_specs=(pl.BlockSpec((br, d1_pad), lambda i: (i, 0)), row_vec, row_vec, row_vec),
-        out_shape=(
-            jax.ShapeDtypeStruct((n_rows_pad, d1_pad), dtype),
-            jax.ShapeDtypeStruct((n_rows_pad,), dtype),
-            jax.ShapeDtypeStruct((n_rows_pad,), jnp.int32),
-            jax.ShapeDtypeStruct((n_rows_pad,), jnp.int32),
-        ),
-        # Triton CompilerParams select the Triton lowering (jax 0.10 defaults
-        # to Mosaic GPU, which does not take this whole-array-pointer pattern).
-        compiler_params=pltriton.CompilerParams(num_warps=opts.num_warps, num_stages=opts.num_stages),
-        interpret=opts.interpret,
-        name=f"ensemble_force_{opts.distances}",
-    )(*row_args, *col_args, *list_args)
+    list_specs = [None if a is None else _whole(a) for a in list_args]
+    kernel = functools.partial(_kernel, spec=spec, dim=d, block_cols=bc, num_col_blocks=n_cols_pad // bc,
+                               list_len=list_len)
+
+    def launch(*args, interpret: bool):
+        return pl.pallas_call(
+            kernel,
+            grid=(n_rows_pad // br,),
+            in_specs=row_specs + col_specs + list_specs,
+            out_specs=(pl.BlockSpec((br, d1_pad), lambda i: (i, 0)), row_vec, row_vec, row_vec),
+            out_shape=(
+                jax.ShapeDtypeStruct((n_rows_pad, d1_pad), dtype),
+                jax.ShapeDtypeStruct((n_rows_pad,), dtype),
+                jax.ShapeDtypeStruct((n_rows_pad,), jnp.int32),
+                jax.ShapeDtypeStruct((n_rows_pad,), jnp.int32),
+            ),
+            # Triton CompilerParams select the Triton lowering (jax 0.10 defaults
+            # to Mosaic GPU, which does not take this whole-array-pointer pattern).
+            compiler_params=pltriton.CompilerParams(num_warps=opts.num_warps, num_stages=opts.num_stages),
+            interpret=interpret,
+            name=f"ensemble_force_{opts.distances}",
+        )(*args)
+
+    args = (*row_args, *col_args, *list_args)
+    if opts.interpret is None:
+        # Decided by the platform the program is lowered for, not by the
+        # default backend: both forms are traced, and lowering keeps the one
+        # of its platform (``.lower(lowering_platforms=("cuda",))`` on a CPU
+        # host embeds the Triton kernel; a CPU run interprets).
+        compiled = functools.partial(launch, interpret=False)
+        sums, m, n_r2, n_ball = lax.platform_dependent(
+            *args, cuda=compiled, rocm=compiled, default=functools.partial(launch, interpret=True))
+    else:
+        sums, m, n_r2, n_ball = launch(*args, interpret=opts.interpret)
     return Partial(sums[:n_rows, : d + 1], m[:n_rows], n_r2[:n_rows], n_ball[:n_rows])
 
 
@@ -363,13 +460,22 @@ def ensemble_force_pallas(
         density of the proposal each particle was drawn from.
       eta: ball radius ``η > 0``. w, r2: (N, d) deterministic parts and the
         R2 radius (both or neither).
-      block_rows, block_cols: tile sizes (powers of two ≥ 16); None picks by d.
+      block_rows, block_cols: tile sizes (powers of two ≥ 16).
       distances: ``"direct"`` (exact differences) or ``"gram"`` (module docstring).
       precision: of the force product ``W @ [x̃, 1]``; gram_precision: of the
         Gram product deciding the masks (``"gram"`` only). None: HIGHEST
         (IEEE float32 on GPU); ``"default"`` is TF32 there.
-      interpret: None runs compiled on GPU and in interpret mode elsewhere.
-      num_warps, num_stages: Triton launch parameters (None: Triton's defaults).
+      interpret: None (default): by the platform the program is lowered for
+        (``lax.platform_dependent``): the Triton kernel on CUDA and ROCm,
+        Pallas' interpret mode elsewhere. So ``jax.jit(...).lower(...,
+        lowering_platforms=("cuda",))`` on a CPU host embeds the Triton
+        kernel, and the same call run on CPU interprets. True: interpret
+        everywhere (slow; a debugging aid); False: always the Triton kernel
+        (lowering for CPU then raises).
+      num_warps, num_stages: Triton launch parameters.
+        None picks tiles and launch by ``(distances, dtype, d)`` from
+        :data:`KERNEL_DEFAULTS` (chosen so the compiled kernel does not spill
+        on sm_90; each None filled on its own).
       block_sparse: sort the particles along a Hilbert curve and let each
         row block visit only the column blocks whose bounding boxes (in x,
         and in w for the R2 count) can hold a pair (:func:`sparse_tile_lists`;
@@ -384,7 +490,7 @@ def ensemble_force_pallas(
     x, f, log_p, w = check_pair_inputs(x, f, log_p, eta, w, r2)
     check_bool(block_sparse, "block_sparse")
     opts = kernel_options(x.shape[1], block_rows, block_cols, distances, precision, gram_precision, interpret,
-                          num_warps, num_stages)
+                          num_warps, num_stages, dtype=x.dtype)
     dtype = x.dtype
     return _pallas(x, f, log_p, jnp.asarray(eta, dtype), w, None if r2 is None else jnp.asarray(r2, dtype),
                    opts=opts, block_sparse=bool(block_sparse))
