@@ -449,12 +449,30 @@ def test_the_default_audit_does_not_fire_on_a_healthy_cenlmc_run(target):
 def test_the_bias_flag_fires_where_the_variance_is_measurably_inflated():
     """A deliberately biased setting: R1 passing 95% of the noise draws (0.77; the suggestion passes
     70%), η = R2 = 0.38, N* = 5, on N(0, I_2) with N = 1000. The heavier weights ``1/p_j`` of the
-    particles R1 now admits make the force noisy: the variance is 7-12% above ULA's exact
-    1/(1 - h/2), 5-9 MCSE (measured on 3 seeds). ``cj.sample`` warns once, ``info.biased`` is set on
+    particles R1 now admits make the force noisy. ``cj.sample`` warns once, ``info.biased`` is set on
     the kept steps (from step 200, when the running estimate has its window), the run is not stopped,
-    and the audit's inflation estimate predicts the measured error: the first-order theory (module
-    docstring of ``cenlmc_jax.ensemble``) matched it within 0.94-1.06x on 6 such runs and 0.8-1.3x
-    across the configurations measured; allowed here 0.7-1.4x, beyond 4 MCSE of the run."""
+    the variance is inflated beyond the threshold and beyond the noise, and the audit's inflation
+    estimate predicts the measured error.
+
+    The noise is heavy-tailed, and the statistics are chosen for it. The weights are bounded
+    (``(4πh) exp((η+R1+R2)²/4h) = 8e4``, proof of Lemma 4.2) but a rare neighbour near the bound
+    kicks a particle by thousands of times its drift (measured: h|F| = 243 against h|∇f| = 0.08,
+    equal to the float64 oracle's force), and that one particle's average then carries most of the
+    excess: on 16 runs (12 seeds on jax 0.10, 4 on 0.8) the mean of x² was 8-780% above ULA's exact
+    1/(1 - h/2) while the other particles (all but the top 5) sat 7-10% above it. Two consequences:
+
+    * The sample sd of the per-particle averages is set by the same particle as the excess, so
+      err / (sd/√N) stays small however large the bias: it fell below 4 on 5 of the 12 seeds
+      (1.0-3.9; err 0.15-7.8). The noise a correct chain would have is the bulk's spread: ``se``
+      is taken from the median absolute deviation (1.4826·MAD, the sd of a normal bulk), which
+      under the null hypothesis (no inflation: ULA, light-tailed averages) is close to the sd, and
+      which a few kicked particles do not move (se = 0.0057-0.0070 on all 16 runs).
+    * The excess a kick leaves in the trace decays by (1 - h)² a step on N(0, I), so a kick near the
+      start or end of the kept window counts in the mean of ``audit_variance_inflation`` but only
+      partly in the trace (or the reverse for a kick late in the burn-in: err/v was 0.87-1.16).
+      The prediction passes each step's estimate through that relaxation (exact to first order
+      for a quadratic f: module docstring of ``cenlmc_jax.ensemble.audit``): err/prediction was
+      0.87-1.10 on the 16 runs, a kick dominating or not; allowed 0.7-1.4x, beyond 4 se."""
     tgt = targets.standard_gaussian(2)
     n, burn_in, steps = 1000, 100, 600
     r1 = math.sqrt(2 * H * cj.tuning.chi2_ppf(0.95, 2))
@@ -468,10 +486,18 @@ def test_the_bias_flag_fires_where_the_variance_is_measurably_inflated():
     assert biased[burn_in:].any() and not biased[: AUDIT_BIAS_MIN_STEPS - 1].any()
     per = np.asarray(res.trace, np.float64).mean(axis=0)  # (N,) per-particle averages of mean_k x_k²
     ula = 1.0 / (1.0 - H / 2)
-    err, se = per.mean() / ula - 1.0, per.std(ddof=1) / math.sqrt(n) / ula
+    err = per.mean() / ula - 1.0
+    se = 1.4826 * np.median(np.abs(per - np.median(per))) / math.sqrt(n) / ula  # the bulk's (docstring)
     assert err > AUDIT_BIAS_THRESHOLD and err > 4 * se, (err, se)  # really biased, beyond the noise
-    v = float(np.mean(res.info.audit_variance_inflation[burn_in:]))
-    assert 0.7 * v - 4 * se < err < 1.4 * v + 4 * se, (err, v, se)
+    # the audit's per-step inflation v_t through the chain's relaxation: the excess of the ensemble's
+    # mean x² is ρ·excess + 2h·v_t after step t (ρ = (1-h)²), from 1 - 1/(1-h/2) at the exact draw x^0
+    v = np.asarray(res.info.audit_variance_inflation, np.float64)
+    excess, rho, path = 1.0 - ula, (1.0 - H) ** 2, np.empty(burn_in + steps)
+    for t in range(burn_in + steps):
+        excess = rho * excess + 2 * H * v[t]
+        path[t] = excess
+    predicted = float(path[burn_in:].mean()) / ula
+    assert 0.7 * predicted - 4 * se < err < 1.4 * predicted + 4 * se, (err, predicted, se)
 
 
 def test_a_traced_nan_parameter_is_a_divergence():

@@ -36,6 +36,21 @@ the smallest variance inflation among those reaching ``target_fraction``; if
 none reaches it, the one with the largest fraction. With no acceptable
 candidate the ensemble is switched off (``r1 = 0``: CEnLMC is then LMC) and
 the reasoning says so.
+
+What a trial cannot see. The ensemble force is unbiased but heavy-tailed: its
+weights ``1/p_j`` are bounded (by ``(4πh)^{d/2} exp((η+R1+R2)²/4h)``, proof of
+Lemma 4.2), and a neighbour near the bound now and then kicks a particle by
+tens of times its drift; a trial's steps rarely hold such a kick. So the
+long-run mean of the audited inflation is above the trial's figure (2-D
+banana, h = 0.05, N = 1000: 0.025-0.050 over 300 steps against 0.016-0.028
+in the trials; the factor 2 between ``max_variance_inflation`` and the
+audit's flag is the room for it), and "never diverged" covers the trial's
+steps only: on a target whose curvature is unbounded, a kick can send a
+particle where the step size is unstable, and the gradient steps there
+diverge (the banana, curvature above 2/h for |x1| > ~6: 5 of 10 runs of 300
+steps with the chosen parameters lost a particle; plain LMC from 3 of those
+states, none). The sampler reports it (``info.diverged``; ``cj.sample`` stops
+at the last finite state).
 """
 
 from __future__ import annotations
