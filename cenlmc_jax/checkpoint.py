@@ -96,7 +96,7 @@ class Unfingerprintable(TypeError):
 def _library_module(name: str) -> bool:
     """True for cenlmc_jax, the standard library and installed packages: code versioned outside the run,
     whose importable functions and classes are described by their qualified name alone."""
-    if not name:
+    if not name or name == "__main__":  # a script or a notebook (which has no __file__): the user's code
         return False
     if name.split(".")[0] in _LIBRARY_ROOTS or name in sys.builtin_module_names:
         return True

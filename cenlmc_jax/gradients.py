@@ -77,6 +77,9 @@ def ravel_position(position: Any, name: str = "position", *, check: bool = True)
         if check:
             with jax.ensure_compile_time_eval():
                 position = check_position(position, name, ndim=1)
+        elif np.ndim(position) != 1:  # static, so free inside a step: a batch of chains is not one chain
+            raise ValueError(f"{name} must have shape (d,) (one chain; cj.vmap_chains for many); got shape "
+                             f"{tuple(np.shape(position))}.")
         return jnp.asarray(position), None
     if check:
         with jax.ensure_compile_time_eval():

@@ -559,3 +559,20 @@ def test_a_frozen_chain_inside_jit_is_reported_at_run_time():
     run = jax.jit(lambda s: cj.sample(jax.random.key(0), _moving_except([3]), s, 20).state)
     with pytest.warns(RuntimeWarning, match=r"1 of 4 chains .*did not move.*inside jax.jit"):
         jax.block_until_ready(run(_PosState(jnp.zeros((4, 2)))))
+
+
+def test_a_notebook_function_is_fingerprinted_by_its_code(monkeypatch):
+    # a notebook's __main__ has no __file__: its functions are the user's code, not a library's
+    import sys
+
+    from cenlmc_jax.checkpoint import fingerprint
+
+    main = sys.modules["__main__"]
+    monkeypatch.delattr(main, "__file__", raising=False)
+    prints = []
+    for mu in (0.0, 1.0):
+        f = _gauss(mu)
+        f.__module__, f.__qualname__ = "__main__", "logp"
+        monkeypatch.setattr(main, "logp", f, raising=False)  # importable as __main__.logp, as in a notebook
+        prints.append(fingerprint(f))
+    assert prints[0] != prints[1]
