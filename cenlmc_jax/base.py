@@ -12,8 +12,8 @@ parameters once, in Python, and bind them; the free functions ``X_init`` /
 a bare step function); reusing the same object reuses its compilation.
 
 An info class may name the flags the driver reports (``run_flags``, a tuple
-of :class:`RunFlag`): ``cj.sample`` warns about them and the command line
-reports the run UNRELIABLE, without the driver knowing any sampler. The
+of :class:`RunFlag`): ``cj.sample`` warns about them without knowing any sampler (the
+command line's verdict still checks its own list of fields). The
 driver also watches the chains: one whose ``state.position`` did not move at
 any step of a chunk is frozen (a step size that reached 0, say) and reported,
 unless the info class declares ``may_stay = True`` (a Metropolis–Hastings
