@@ -42,8 +42,9 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -99,7 +100,7 @@ def machine_info() -> dict[str, Any]:
     except (AttributeError, OSError):
         load = None
     return {
-        "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "date_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "platform": platform.platform(),
         "machine": platform.machine(),
         "processor": platform.processor() or _cpu_model(),

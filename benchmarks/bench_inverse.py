@@ -159,7 +159,11 @@ class BlackJAXRunner(Runner):
         self.state, (pos, acc) = self.run(jax.random.fold_in(self.key, self.t), self.state)
         self.t += 1
         self.acc.append(float(np.mean(acc)))
-        return np.asarray(pos, np.float64), self.values_per_step * k * self.members, self.grads_per_step * k * self.members
+        return (
+            np.asarray(pos, np.float64),
+            self.values_per_step * k * self.members,
+            self.grads_per_step * k * self.members,
+        )
 
 
 class AIESRunner(Runner):
@@ -168,7 +172,9 @@ class AIESRunner(Runner):
     def __init__(self, logdensity_fn, x0, key, *, chunk):
         self.key, self.members, self.chunk = key, x0.shape[0], chunk
         kernel = AIES(potential_fn=lambda z: -logdensity_fn(z), moves={AIES.DEMove(): 1.0})
-        self.state0 = kernel.init(jax.random.key_data(jax.random.split(key, self.members)), 0, x0)  # legacy keys, one a walker
+        self.state0 = kernel.init(
+            jax.random.key_data(jax.random.split(key, self.members)), 0, x0
+        )  # legacy keys, one a walker
 
         def run(state):
             def one(state, _):
@@ -214,7 +220,9 @@ class EmceeRunner(Runner):
 
 
 def window_estimates(s1, s2, n_steps, ref_mean, ref_sd):
-    """Estimates over the members' window sums: (err_mean (d,), err_sd (d,), mcse_mean, mcse_sd), all in units of ref sd."""
+    """Estimates over the members' window sums: (err_mean (d,), err_sd (d,), mcse_mean, mcse_sd).
+
+    All in units of the reference sd."""
     m = s1 / n_steps  # (members, d)
     q = s2 / n_steps
     mean = m.mean(axis=0)
@@ -429,8 +437,8 @@ def run_case(label, problem, kind, particles, peers, tol, repeats, seed, quick, 
             r["vs"] = f"LMC N={lmc['N']}"
         if lmc is None:
             continue
-        ratios = sorted(lw / w for lw, w in zip(lmc["walls"], r["walls"]))
-        cratios = sorted(lc / c for lc, c in zip(lmc["cpus"], r["cpus"]))
+        ratios = sorted(lw / w for lw, w in zip(lmc["walls"], r["walls"], strict=True))
+        cratios = sorted(lc / c for lc, c in zip(lmc["cpus"], r["cpus"], strict=True))
         r["wall_ratio"] = statistics.median(ratios)
         r["wall_ratio_range"] = [ratios[0], ratios[-1]]
         r["cpu_ratio"] = statistics.median(cratios)
@@ -511,7 +519,8 @@ def main():
                "CPU / solve saving", "audit: variance inflation (flag)", "error vs ref ± MCSE"]
     notes = [
         f"Tolerance {args.tol}: |mean_k - ref_k| / sd_k and |sd_k / sd_ref_k - 1| for every coordinate, estimated "
-        "from steps (T/2, T] of every member, with 2 MCSE <= tolerance, holding from T* (steps to tol) to 2 T*. Error columns: the largest "
+        "from steps (T/2, T] of every member, with 2 MCSE <= tolerance, holding from T* (steps to tol) to 2 T*. "
+        "Error columns: the largest "
         "over coordinates at T*, ± the largest MCSE (members' window averages as independent).",
         "Model solves in value units: a value 1; a finite-difference gradient 2d; an autodiff gradient its measured "
         "time in values (grad_cost: " + ", ".join(f"{k} {v:.1f}" for k, v in costs.items()) + ").",

@@ -12,11 +12,12 @@ from __future__ import annotations
 import functools
 import resource
 import sys
-from pathlib import Path
 import time
+from pathlib import Path
 
 import jax
 import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import base_parser, write_results  # noqa: E402

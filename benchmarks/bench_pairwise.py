@@ -166,8 +166,23 @@ def main() -> None:
         best = max(d100, key=lambda r: r["frac_sgemm"])
         notes.append(f"d=100: best fraction of SGEMM {best['frac_sgemm']:.0%} at N={best['N']} (stretch goal 60%).")
 
-    columns = ["N", "d", "w", "B", "tiled_ms", "tiled_cpu_ms", "tiled_pairs_per_s", "tiled_temp", "tiled_gflops", "frac_sgemm",
-               "dense_ms", "dense_cpu_ms", "dense_pairs_per_s", "dense_temp", "speedup"]
+    columns = [
+        "N",
+        "d",
+        "w",
+        "B",
+        "tiled_ms",
+        "tiled_cpu_ms",
+        "tiled_pairs_per_s",
+        "tiled_temp",
+        "tiled_gflops",
+        "frac_sgemm",
+        "dense_ms",
+        "dense_cpu_ms",
+        "dense_pairs_per_s",
+        "dense_temp",
+        "speedup",
+    ]
     table = []
     for r in rows:
         t = dict(r)

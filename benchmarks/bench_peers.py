@@ -105,8 +105,8 @@ def paired_timing(run_a, args_a, run_b, args_b, repeats):
             block(fn(*args))
             wall[name].append(time.perf_counter() - t0)
             cpu[name].append(time.process_time() - c0)
-    ratios = [a / b for a, b in zip(wall["a"], wall["b"])]
-    cpu_ratios = [a / b for a, b in zip(cpu["a"], cpu["b"])]
+    ratios = [a / b for a, b in zip(wall["a"], wall["b"], strict=True)]
+    cpu_ratios = [a / b for a, b in zip(cpu["a"], cpu["b"], strict=True)]
     return dict(ratio=statistics.median(ratios), ratio_min=min(ratios), ratio_max=max(ratios),
                 cpu_ratio=statistics.median(cpu_ratios), cpu_ratio_min=min(cpu_ratios),
                 cpu_ratio_max=max(cpu_ratios), cj_s=statistics.median(wall["a"]), bj_s=statistics.median(wall["b"]),

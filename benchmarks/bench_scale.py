@@ -50,7 +50,9 @@ def kernel_rows(args, sgemm):
                 pairs = float(n) * n
                 guess = rate_guess.get((method, d))
                 if guess is not None and pairs / guess > args.max_call_s:
-                    rows.append(dict(kernel=method, N=n, d=d, note=f"skipped: projected {pairs / guess:.0f} s per call"))
+                    rows.append(
+                        dict(kernel=method, N=n, d=d, note=f"skipped: projected {pairs / guess:.0f} s per call")
+                    )
                     continue
                 x, f, log_p, _, eta = make_ensemble(n, d)
                 fn = jax.jit(functools.partial(ensemble_force, eta=eta, method=method))

@@ -130,9 +130,19 @@ def main():
         "per-step time = median / steps.",
         "U = |θ|²/2, gradients ∇U + N(0, I), step size "
         f"{args.step_size}; every variant runs the same chains (diverged_frac should be 0).",
-        "Shared 2-core machine at the time of writing: absolute numbers are noisy; the ratios in one run are the figure.",
+        "Shared 2-core machine at the time of writing: absolute numbers are noisy; "
+        "the ratios in one run are the figure.",
     ]
-    columns = ["variant", "d", "chains", "per_step_ms", "per_chain_step_ns", "ratio_vs_sghmc", "compile_s", "diverged_frac"]
+    columns = [
+        "variant",
+        "d",
+        "chains",
+        "per_step_ms",
+        "per_chain_step_ns",
+        "ratio_vs_sghmc",
+        "compile_s",
+        "diverged_frac",
+    ]
     write_results("sgrhmc", dict(args={k: (str(v) if k == "out_dir" else v) for k, v in vars(args).items()}),
                   rows, columns=columns, out_dir=args.out_dir,
                   title="SGRHMC vs SGHMC (complete recipe): per-step time, vmapped chains", notes=notes)

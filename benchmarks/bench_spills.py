@@ -202,7 +202,9 @@ def after_config(d: int, dtype) -> dict:
 
 
 def kernel_role(kernel: TritonKernel) -> str:
-    """``"list"`` for the block-sparse kernel (two more int32 pointers: the lists and their counts), else ``"dense"``."""
+    """``"list"`` for the block-sparse kernel, else ``"dense"``.
+
+    The block-sparse kernel has two more int32 pointers: the lists and their counts."""
     signature = next(line for line in kernel.ttir.splitlines() if "tt.func" in line)
     return "list" if signature.count("!tt.ptr<i32>") > 2 else "dense"
 
@@ -251,8 +253,24 @@ def main() -> None:
                     for r in measure(d, dtype, config, block_sparse=sparse, memo=memo):
                         rows.append(dict(d=d, dtype=dtype.name, when=when, block_sparse=sparse,
                                          distances="direct" if d <= DIRECT_MAX_D else "gram", **config, **r))
-    columns = ["d", "dtype", "when", "kernel", "block_sparse", "role", "block_rows", "block_cols", "num_warps", "num_stages",
-               "registers", "spill_stores", "spill_loads", "stack_bytes", "shared_bytes", "compile_s"]
+    columns = [
+        "d",
+        "dtype",
+        "when",
+        "kernel",
+        "block_sparse",
+        "role",
+        "block_rows",
+        "block_cols",
+        "num_warps",
+        "num_stages",
+        "registers",
+        "spill_stores",
+        "spill_loads",
+        "stack_bytes",
+        "shared_bytes",
+        "compile_s",
+    ]
     notes = [
         "TTIR taken from the CUDA lowering's Triton custom call, compiled with the standalone triton wheel for "
         "sm_90a; registers per thread and spill bytes per thread from its ptxas -v (no GPU involved).",

@@ -111,7 +111,7 @@ def ensemble(seed: int, n: int, d: int, *, neighbours: float = 40.0, h: float = 
 
     log_p = log_p - jnp.mean(log_p) + log_alpha_d(d, eta, jnp.float32)
     arrays = jax.block_until_ready(jax.device_put((x, f, log_p, w)))
-    return dict(zip(("x", "f", "log_p", "w"), arrays), eta=eta, r2=r2)
+    return dict(zip(("x", "f", "log_p", "w"), arrays, strict=True), eta=eta, r2=r2)
 
 
 def timed(fn, *args, repeats: int = 3) -> dict:
@@ -191,8 +191,9 @@ def section_headline(args, rows, payload):
 
 
 def section_sample(args, rows, payload):
-    import cenlmc_jax as cj
     from scipy.stats import chi2
+
+    import cenlmc_jax as cj
 
     method = "pallas" if payload.get("pallas_probe", {}).get("ok") else "tiled"
     jobs = [(2**20, 2, True), (65536, 100, False)]
@@ -292,9 +293,30 @@ def section_correctness(args, rows, payload):
 
 SECTIONS = dict(probe=section_probe, headline=section_headline, sample=section_sample,
                 correctness=section_correctness)
-COLUMNS = ["section", "method", "N", "d", "w", "probe_ok", "ok", "compile_s", "median_s", "pairs_per_s", "first_chunk_s",
-           "step_s", "goal_s", "meets_goal", "grad_evals", "max_rel_err", "median_row_rel_err", "n_ball_flip_frac",
-           "n_r2_flip_frac", "n_ball_rows_differ", "error", "skipped"]
+COLUMNS = [
+    "section",
+    "method",
+    "N",
+    "d",
+    "w",
+    "probe_ok",
+    "ok",
+    "compile_s",
+    "median_s",
+    "pairs_per_s",
+    "first_chunk_s",
+    "step_s",
+    "goal_s",
+    "meets_goal",
+    "grad_evals",
+    "max_rel_err",
+    "median_row_rel_err",
+    "n_ball_flip_frac",
+    "n_r2_flip_frac",
+    "n_ball_rows_differ",
+    "error",
+    "skipped",
+]
 
 
 def budget_left(args) -> float:

@@ -212,10 +212,12 @@ def markdown(payload: dict) -> str:
         f"{' + uncommitted edits' if payload['dirty'] else ''}).",
         "",
         "Each mutation is applied to a temporary copy of the working tree; it is *caught* when every listed test "
-        "fails. Baseline (no mutation): " + ("all listed tests pass" if payload["baseline"]["ok"] else
-                                             "**FAILED**") + f" ({payload['baseline']['seconds']:.0f} s).",
+        "fails. Baseline (no mutation): "
+        + ("all listed tests pass" if payload["baseline"]["ok"] else "**FAILED**")
+        + f" ({payload['baseline']['seconds']:.0f} s).",
         "",
-        "| mutation | file | original | replacement | tests (outcome under the mutation) | result | time | why they failed |",
+        "| mutation | file | original | replacement | tests (outcome under the mutation) | result | time "
+        "| why they failed |",
         "|---|---|---|---|---|---|---|---|",
     ]
     esc = lambda s: s.strip().replace("|", "\\|").replace("\n", " ")  # noqa: E731

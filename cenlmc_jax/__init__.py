@@ -14,18 +14,28 @@ Paper 1 (Ding & Li): ``lmc``, ``enlmc``, ``cenlmc`` on an ensemble
 baseline. The free functions ``X_init`` / ``X_step`` are the kernels underneath.
 """
 
-from cenlmc_jax import diagnostics, ensemble, gradients, irreversible, pairwise, sgmcmc, targets, tuning
-from cenlmc_jax import problems
-from cenlmc_jax import adaptation
-from cenlmc_jax import checkpoint
-from cenlmc_jax.ensemble import EnsembleOptions, TunedCEnLMC, tune_cenlmc
-from cenlmc_jax.finite_difference import finite_difference
+from cenlmc_jax import (
+    adaptation,
+    checkpoint,
+    diagnostics,
+    ensemble,
+    gradients,
+    irreversible,
+    pairwise,
+    plots,
+    problems,
+    sgmcmc,
+    targets,
+    tuning,
+)
 from cenlmc_jax.base import SamplingAlgorithm, StepSize
 from cenlmc_jax.ensemble import (
     CEnLMCInfo,
     CEnLMCState,
     EnLMCInfo,
     EnLMCState,
+    EnsembleOptions,
+    TunedCEnLMC,
     cenlmc,
     cenlmc_init,
     cenlmc_step,
@@ -33,7 +43,9 @@ from cenlmc_jax.ensemble import (
     enlmc,
     enlmc_init,
     enlmc_step,
+    tune_cenlmc,
 )
+from cenlmc_jax.finite_difference import finite_difference
 from cenlmc_jax.gradients import (
     grad_estimator_from_grad,
     grad_estimator_from_logdensity,
@@ -58,6 +70,7 @@ from cenlmc_jax.irreversible import (
     sde_proposal,
 )
 from cenlmc_jax.langevin import LMCInfo, LMCState, lmc, lmc_init, lmc_step
+from cenlmc_jax.run import Moments, RunResult, sample, vmap_chains
 from cenlmc_jax.sgmcmc.recipe import (
     RecipeInfo,
     RecipeState,
@@ -71,9 +84,6 @@ from cenlmc_jax.sgmcmc.recipe import (
     sgld,
     sgrld,
 )
-from cenlmc_jax.run import Moments, RunResult, sample, vmap_chains
-from cenlmc_jax.summary import SummaryTable, summary, to_arviz
-from cenlmc_jax import plots
 from cenlmc_jax.sgmcmc.sgrhmc import (
     SGRHMCInfo,
     SGRHMCState,
@@ -82,6 +92,7 @@ from cenlmc_jax.sgmcmc.sgrhmc import (
     sgrhmc_init,
     sgrhmc_step,
 )
+from cenlmc_jax.summary import SummaryTable, summary, to_arviz
 
 __version__ = "0.1.0"
 
@@ -100,18 +111,82 @@ SAMPLERS = {
 }
 
 __all__ = [
-    "diagnostics", "ensemble", "gradients", "irreversible", "pairwise", "sgmcmc", "targets", "tuning", "problems",
-    "SamplingAlgorithm", "StepSize", "SAMPLERS", "checkpoint", "tune_cenlmc", "TunedCEnLMC", "EnsembleOptions", "finite_difference",
-    "lmc", "enlmc", "cenlmc", "sgld", "sgrld", "sghmc", "sgrhmc", "complete_recipe", "irreversible_mh", "rwmh",
-    "LMCState", "LMCInfo", "lmc_init", "lmc_step",
-    "EnLMCState", "EnLMCInfo", "enlmc_init", "enlmc_step",
-    "CEnLMCState", "CEnLMCInfo", "cenlmc_init", "cenlmc_step", "coupling_distance",
-    "sample", "RunResult", "Moments", "vmap_chains",
-    "summary", "to_arviz", "SummaryTable", "plots",
-    "RecipeState", "RecipeInfo", "recipe_init", "recipe_step", "SGHMCState",
-    "SGRHMCState", "SGRHMCInfo", "sgrhmc_init", "sgrhmc_step", "gsgrhmc_inv_metric",
-    "grad_estimator_from_grad", "grad_estimator_from_logdensity", "minibatch_grad_estimator", "noisy_grad_estimator",
-    "Proposal", "IrreversibleMHState", "IrreversibleMHInfo", "irreversible_mh_init", "irreversible_mh_step",
-    "coordinatewise_proposal", "gamma_proposal", "sde_proposal", "RWMHState", "RWMHInfo", "rwmh_init", "rwmh_step",
-    "adaptation", "SDEPoint", "sghmc_init", "sghmc_step",
+    "diagnostics",
+    "ensemble",
+    "gradients",
+    "irreversible",
+    "pairwise",
+    "sgmcmc",
+    "targets",
+    "tuning",
+    "problems",
+    "SamplingAlgorithm",
+    "StepSize",
+    "SAMPLERS",
+    "checkpoint",
+    "tune_cenlmc",
+    "TunedCEnLMC",
+    "EnsembleOptions",
+    "finite_difference",
+    "lmc",
+    "enlmc",
+    "cenlmc",
+    "sgld",
+    "sgrld",
+    "sghmc",
+    "sgrhmc",
+    "complete_recipe",
+    "irreversible_mh",
+    "rwmh",
+    "LMCState",
+    "LMCInfo",
+    "lmc_init",
+    "lmc_step",
+    "EnLMCState",
+    "EnLMCInfo",
+    "enlmc_init",
+    "enlmc_step",
+    "CEnLMCState",
+    "CEnLMCInfo",
+    "cenlmc_init",
+    "cenlmc_step",
+    "coupling_distance",
+    "sample",
+    "RunResult",
+    "Moments",
+    "vmap_chains",
+    "summary",
+    "to_arviz",
+    "SummaryTable",
+    "plots",
+    "RecipeState",
+    "RecipeInfo",
+    "recipe_init",
+    "recipe_step",
+    "SGHMCState",
+    "SGRHMCState",
+    "SGRHMCInfo",
+    "sgrhmc_init",
+    "sgrhmc_step",
+    "gsgrhmc_inv_metric",
+    "grad_estimator_from_grad",
+    "grad_estimator_from_logdensity",
+    "minibatch_grad_estimator",
+    "noisy_grad_estimator",
+    "Proposal",
+    "IrreversibleMHState",
+    "IrreversibleMHInfo",
+    "irreversible_mh_init",
+    "irreversible_mh_step",
+    "coordinatewise_proposal",
+    "gamma_proposal",
+    "sde_proposal",
+    "RWMHState",
+    "RWMHInfo",
+    "rwmh_init",
+    "rwmh_step",
+    "adaptation",
+    "SDEPoint",
+    "sghmc_init",
+    "sghmc_step",
 ]

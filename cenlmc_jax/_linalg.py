@@ -22,7 +22,8 @@ repeated eigenvalues.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Union
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -51,7 +52,7 @@ __all__ = [
     "check_noise_cov",
 ]
 
-MatrixLike = Union[ArrayLike, Callable[[Array], ArrayLike]]
+MatrixLike = ArrayLike | Callable[[Array], ArrayLike]
 
 
 def eig_tol(n: int) -> float:
@@ -163,7 +164,7 @@ def matvec(m: Array, x: Array) -> Array:
 
 
 def gamma_term(
-    D: Optional[MatrixLike], Q: Optional[MatrixLike], z: Array, sign: Any = 1.0, *, has_aux: bool = False
+    D: MatrixLike | None, Q: MatrixLike | None, z: Array, sign: Any = 1.0, *, has_aux: bool = False
 ) -> Any:
     """``Γ_i(z) = Σ_j ∂_{z_j} (D_ij(z) + sign·Q_ij(z))`` (docs/algorithms.md §5 and 8), shape (d,).
 
@@ -184,11 +185,11 @@ def gamma_term(
         if not callable(M):
             auxes.append(None)
             continue
-        # jacfwd: d forward passes; jac[..., k] = ∂_{z_k} M(z)
+        # jacfwd: d forward passes; jac[..., k] = ∂_{z_k} M(z) (the lambdas run in this iteration: noqa B023)
         if has_aux:
-            jac, aux = jax.jacfwd(lambda y: _matrix_and_aux(M(y), y.dtype), has_aux=True)(z)
+            jac, aux = jax.jacfwd(lambda y: _matrix_and_aux(M(y), y.dtype), has_aux=True)(z)  # noqa: B023
         else:
-            jac, aux = jax.jacfwd(lambda y: jnp.asarray(M(y), y.dtype))(z), None
+            jac, aux = jax.jacfwd(lambda y: jnp.asarray(M(y), y.dtype))(z), None  # noqa: B023
         auxes.append(aux)
         if jac.ndim == 1:  # scalar c(z)·I: row i's divergence is ∂_i c
             div = jac
@@ -260,7 +261,7 @@ def _finite(m: np.ndarray, name: str) -> None:
 
 
 def check_symmetric_psd(
-    m: Any, name: str, what: str, *, scale: Optional[float] = None, definite: bool = False
+    m: Any, name: str, what: str, *, scale: float | None = None, definite: bool = False
 ) -> None:
     """``ValueError`` unless the concrete ``(n, n)`` matrix ``m`` is symmetric positive semidefinite.
 

@@ -22,7 +22,8 @@ takes a key, of ``cj.sample`` and of ``cj.vmap_chains``.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Optional
+from collections.abc import Iterable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -151,7 +152,11 @@ def check_int(value: Any, name: str, *, minimum: int, maximum: int | None = None
             raise ValueError(f"{name} must be a concrete integer (it sets a shape or a loop length); got a tracer.")
         arr = np.asarray(value) if isinstance(value, (np.ndarray, jax.Array)) else None
         if arr is None or arr.ndim != 0 or not np.issubdtype(arr.dtype, np.integer):
-            kind = type(value).__name__ if arr is None else f"{type(value).__name__} of shape {arr.shape}, dtype {arr.dtype}"
+            kind = (
+                type(value).__name__
+                if arr is None
+                else f"{type(value).__name__} of shape {arr.shape}, dtype {arr.dtype}"
+            )
             raise ValueError(f"{name} must be an integer; got {describe(value)} ({kind}).")
         v = int(arr)
     if v < minimum or (maximum is not None and v > maximum):
@@ -236,7 +241,7 @@ def _struct(x: Any) -> str:
     return type(x).__name__ if shape is None else f"shape {tuple(shape)}, dtype {x.dtype}"
 
 
-def check_output(out: Any, name: str, *, what: str, like: Any = None, shapes: Optional[tuple] = None,
+def check_output(out: Any, name: str, *, what: str, like: Any = None, shapes: tuple | None = None,
                  kind: str = "floating") -> None:
     """The output of a user function, concrete, traced or abstract (``jax.eval_shape``), must have the
     expected structure, shapes and dtype kind: only static information is read, so this costs nothing
@@ -264,7 +269,7 @@ def check_output(out: Any, name: str, *, what: str, like: Any = None, shapes: Op
         like_leaves, like_def = jax.tree_util.tree_flatten(like)
         if out_def != like_def:
             raise ValueError(f"{name} must return a pytree like the position ({like_def}); got {out_def}{sig}.")
-        for o, e in zip(out_leaves, like_leaves):
+        for o, e in zip(out_leaves, like_leaves, strict=True):
             if tuple(getattr(o, "shape", (None,))) != tuple(np.shape(e)):
                 raise ValueError(f"{name} must return shape {tuple(np.shape(e))}, like the position; got "
                                  f"{_struct(o)} (it would be broadcast silently){sig}.")
@@ -286,7 +291,7 @@ def check_output(out: Any, name: str, *, what: str, like: Any = None, shapes: Op
 
 
 def check_function(fn: Any, name: str, args: tuple, *, what: str, like: Any = None,
-                   shapes: Optional[tuple] = None, kind: str = "floating") -> Any:
+                   shapes: tuple | None = None, kind: str = "floating") -> Any:
     """``fn(*args)`` evaluated abstractly (``jax.eval_shape``: nothing is computed) and checked by
     :func:`check_output`; returns the abstract output. ``args`` may be concrete arrays, tracers or
     ``ShapeDtypeStruct`` s. An exception inside ``fn`` becomes a ``ValueError`` naming it."""

@@ -62,7 +62,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -81,9 +82,9 @@ from cenlmc_jax._validation import (
     check_start_logdensity,
 )
 from cenlmc_jax.base import SamplingAlgorithm
+from cenlmc_jax.curvature import langevin_step_size, max_curvature
 from cenlmc_jax.gradients import flat_logdensity, ravel_position
 from cenlmc_jax.irreversible import gamma_proposal, irreversible_mh, rwmh, sde_proposal
-from cenlmc_jax.curvature import langevin_step_size, max_curvature
 from cenlmc_jax.run import check_chain_positions
 from cenlmc_jax.types import Array, LogDensityFn, PRNGKey
 
@@ -282,7 +283,7 @@ class WindowAdaptation(NamedTuple):
     sampler: Callable[[dict], SamplingAlgorithm]
 
 
-def _check_skew_q(Q: Any) -> Optional[np.ndarray]:
+def _check_skew_q(Q: Any) -> np.ndarray | None:
     if Q is None:
         return None
     q = np.asarray(Q, np.float64)
@@ -311,7 +312,7 @@ class AdaptationSpec(NamedTuple):
 
     name: str
     target_acceptance: float
-    parameters: Callable[[Array, Optional[Array], int], dict]
+    parameters: Callable[[Array, Array | None, int], dict]
     build: Callable[[LogDensityFn, dict], SamplingAlgorithm]
     dense: bool = True
 
@@ -332,7 +333,7 @@ def sde_spec(Q: Any = None) -> AdaptationSpec:
     (``Σ = L Lᵀ``; ``Q``: the whitened ``(d, d)`` skew-symmetric ``Q_w``, None for 0); target 0.574."""
     q_white = _check_skew_q(Q)
 
-    def parameters(eps: Array, cov: Optional[Array], d: int) -> dict:
+    def parameters(eps: Array, cov: Array | None, d: int) -> dict:
         D = 1.0 if cov is None else cov
         if q_white is None:  # None, also after jit and vmap: the proposal knows Q = 0 and skips it
             return {"step_size": eps, "D": D, "Q": None}
@@ -412,7 +413,7 @@ def _schedule_flags(num_steps: int, windows: tuple, step_size_only: bool) -> dic
 
 
 def _adapt(spec: AdaptationSpec, logdensity_fn, rng_key, states, flags: dict, target, initial_step_size,
-           preconditioner: Optional[str], pooled: bool):
+           preconditioner: str | None, pooled: bool):
     """One lax.scan over the warm-up; the window boundaries are per-step flags (selects, no cond)."""
     flat = jax.vmap(lambda p: ravel_position(p, check=False)[0]) if pooled else (
         lambda p: ravel_position(p, check=False)[0][None])
@@ -475,11 +476,11 @@ def window_adaptation(
     algorithm: str | AdaptationSpec,
     logdensity_fn: LogDensityFn,
     *,
-    target_acceptance_rate: Optional[float] = None,
+    target_acceptance_rate: float | None = None,
     initial_step_size: float = 1.0,
-    preconditioner: Optional[str] = "diagonal",
+    preconditioner: str | None = "diagonal",
     Q: Any = None,
-    shape: Optional[float] = None,
+    shape: float | None = None,
     initial_buffer: int = 75,
     first_window: int = 25,
     final_buffer: int = 50,

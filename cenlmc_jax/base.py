@@ -27,7 +27,8 @@ family, a schedule ``t -> ε_t`` of the step counter (an optax schedule works).
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Union
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 
@@ -36,7 +37,7 @@ from cenlmc_jax.types import Array
 
 __all__ = ["SamplingAlgorithm", "StepSize", "RunFlag", "run_flags", "may_stay", "step_size_at"]
 
-StepSize = Union[float, Callable[[Array], Array]]
+StepSize = float | Callable[[Array], Array]
 
 
 class SamplingAlgorithm(NamedTuple):

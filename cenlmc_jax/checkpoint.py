@@ -50,7 +50,8 @@ import sys
 import sysconfig
 import types
 import zipfile
-from typing import Any, Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -74,7 +75,7 @@ class Checkpoint(NamedTuple):
 
     header: dict
     state_leaves: list
-    moments: Optional[tuple]
+    moments: tuple | None
     chunks: list
 
 
@@ -92,7 +93,7 @@ class Unfingerprintable(TypeError):
         self.where, self.what = where, what
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _library_module(name: str) -> bool:
     """True for cenlmc_jax, the standard library and installed packages: code versioned outside the run,
     whose importable functions and classes are described by their qualified name alone."""
@@ -109,7 +110,7 @@ def _library_module(name: str) -> bool:
     return any(path.startswith(r + os.sep) for r in roots)
 
 
-def _import_name(obj: Any) -> Optional[str]:
+def _import_name(obj: Any) -> str | None:
     """``module.qualname`` when importing that name gives back ``obj`` itself (a stable identity), else None."""
     module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
     if not isinstance(module, str) or not isinstance(qualname, str) or "<" in qualname:
@@ -231,9 +232,9 @@ class _Describer:
                 self(a, f"{where}[{i}]")
         elif isinstance(obj, tuple):  # a NamedTuple: its type and fields
             self.cls(t, where)
-            self.items(zip(obj._fields, obj), where)
+            self.items(zip(obj._fields, obj, strict=True), where)
         elif (hasattr(obj, "__wrapped__") and _library_module(t.__module__)
-              and not isinstance(getattr(t, "__call__", None), types.FunctionType)):
+              and not isinstance(getattr(t, "__call__", None), types.FunctionType)):  # noqa: B004 (its type, not callable())
             # a library's C wrapper (jax.jit's PjitFunction): the function it wraps, not its caches
             self.emit("wrapper", f"{t.__module__}.{t.__qualname__}")
             self(obj.__wrapped__, f"{where} -> __wrapped__")
@@ -282,7 +283,7 @@ class _Describer:
             return
         self.emit("function", f"{fn.__module__}.{fn.__qualname__}")
         self.code(fn.__code__, f"{where} (code)")
-        for var, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        for var, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=True):
             self.emit("cell", var)
             try:
                 value = cell.cell_contents
@@ -350,7 +351,7 @@ def _state_summary(state: Any) -> str:
 
 
 def run_identity(rng_key, step_fn: Callable, initial_state, trace_fn: Callable, *, burn_in: int, num_steps: int,
-                 thin: int, mode: str, info_reduce: Optional[str] = "mean", path: str = "") -> dict:
+                 thin: int, mode: str, info_reduce: str | None = "mean", path: str = "") -> dict:
     """The fields a resumed run must share with the run that wrote the checkpoint.
 
     ``ValueError`` naming ``checkpoint_path`` and the field when one of them
@@ -495,7 +496,7 @@ def _check_header(path: str, header: Any) -> dict:
     return header
 
 
-def _length(path: str, arrays: list, what: str, k: int) -> Optional[int]:
+def _length(path: str, arrays: list, what: str, k: int) -> int | None:
     """The common leading length of ``arrays`` (chunk ``k``'s infos or kept draws), None without arrays."""
     lengths = {a.shape[0] if a.ndim else None for a in arrays}
     if None in lengths or len(lengths) > 1 or (lengths and min(lengths) < 1):
@@ -550,14 +551,14 @@ def _same_arrays(path: str, field: str, arrays: list, expected: list) -> None:
     """``arrays`` (one per leaf, leading step axis dropped if ``expected`` says so) match ``expected`` shapes/dtypes."""
     if len(arrays) != len(expected):
         raise _bad(path, field, f"holds {len(arrays)} arrays; this run's has {len(expected)}")
-    for i, (a, e) in enumerate(zip(arrays, expected)):
+    for i, (a, e) in enumerate(zip(arrays, expected, strict=True)):
         if tuple(a.shape) != tuple(e.shape) or np.dtype(a.dtype) != np.dtype(e.dtype):
             raise _bad(path, field, f"array {i} has shape {tuple(a.shape)}, dtype {a.dtype}; this run's has "
                        f"shape {tuple(e.shape)}, dtype {np.dtype(e.dtype)}")
 
 
 def check_against_run(path: str, ck: Checkpoint, *, state: list, info: list, kept: list, burn_in: int, total: int,
-                      thin: int, mode: str, trace_dim: Optional[int]) -> None:
+                      thin: int, mode: str, trace_dim: int | None) -> None:
     """The checkpoint of this very run (identity already matched) must fit it: ``ValueError`` naming the field.
 
     ``state``: this run's state leaves (shape, dtype); ``info`` / ``kept``: one step's info leaves and one

@@ -104,7 +104,9 @@ def langevin_step_size(curvature: Any, *, sampler: str = "lmc", bias: float = 0.
     L, b = float(curvature), float(bias)
     if sampler in ("lmc", "sgld"):
         return 2.0 * b / ((1.0 + b) * L)
-    ratio = lambda eps: _sghmc_variance_ratio(eps * eps * L, eps * friction)
+    def ratio(eps):
+        return _sghmc_variance_ratio(eps * eps * L, eps * friction)
+
     lo, hi = 0.0, 1e-3 / (friction + math.sqrt(L))
     while ratio(hi) < 1.0 + b:  # bracket: double until the bias is reached (or the recursion is unstable)
         lo, hi = hi, 2.0 * hi

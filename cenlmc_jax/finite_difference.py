@@ -20,7 +20,7 @@ samplers use to count a step's cost in model evaluations (``info.model_solves``)
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -34,7 +34,7 @@ __all__ = ["FiniteDifferenceGrad", "finite_difference"]
 class FiniteDifferenceGrad:
     """``x: (d,) -> ∇ log π(x) (d,)`` by finite differences (see :func:`finite_difference`)."""
 
-    def __init__(self, logdensity_fn: LogDensityFn, step: Optional[float], scheme: str):
+    def __init__(self, logdensity_fn: LogDensityFn, step: float | None, scheme: str):
         self.logdensity_fn = logdensity_fn
         self.step = step
         self.scheme = scheme
@@ -62,7 +62,7 @@ class FiniteDifferenceGrad:
         return f"finite_difference({self.logdensity_fn!r}, step={self.step!r}, scheme={self.scheme!r})"
 
 
-def finite_difference(logdensity_fn: LogDensityFn, *, step: Optional[float] = None,
+def finite_difference(logdensity_fn: LogDensityFn, *, step: float | None = None,
                       scheme: str = "central") -> Callable[[Array], Array]:
     """A gradient ``x: (d,) -> ∇ log π(x)`` by finite differences of ``logdensity_fn`` (module docstring).
 

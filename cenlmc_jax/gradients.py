@@ -29,7 +29,8 @@ functions to act on that vector. The single-chain samplers
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -50,7 +51,7 @@ __all__ = [
     "flat_grad_estimator",
 ]
 
-Unravel = Optional[Callable[[Array], PyTree]]
+Unravel = Callable[[Array], PyTree] | None
 
 
 # ------------------------------------------------------------------ pytree positions
@@ -172,7 +173,9 @@ def _num_data(data: PyTree) -> int:
     sizes = {np.shape(leaf)[0] if np.ndim(leaf) > 0 else None for leaf in leaves}
     if None in sizes or len(sizes) != 1:
         shapes = [tuple(np.shape(leaf)) for leaf in leaves]
-        raise ValueError(f"every array in data must share the leading axis n (one row per data point); got shapes {shapes}.")
+        raise ValueError(
+            f"every array in data must share the leading axis n (one row per data point); got shapes {shapes}."
+        )
     return sizes.pop()
 
 

@@ -12,7 +12,8 @@ For ``f(x) = |x|²/(2σ²)`` the chain is Gaussian with stationary variance
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -64,14 +65,14 @@ class LMCInfo(NamedTuple):
     diverged: Array
 
 
-def grad_cost(grad_fn: Optional[Callable], d: int) -> float:
+def grad_cost(grad_fn: Callable | None, d: int) -> float:
     """Model solves one gradient costs: ``grad_fn.model_solves(d)`` when it says
     (``cj.gradients.finite_difference``: 2d central, d forward), else 1."""
     cost = getattr(grad_fn, "model_solves", None)
     return 1.0 if cost is None else float(cost(d))
 
 
-def gradient_fn(logdensity_fn: LogDensityFn, grad_fn: Optional[Callable]) -> Callable:
+def gradient_fn(logdensity_fn: LogDensityFn, grad_fn: Callable | None) -> Callable:
     """``grad_fn`` if given (``x: (d,) -> ∇ log density (d,)``; its output shape is checked when traced),
     else ``jax.grad(logdensity_fn)``."""
     if grad_fn is None:
@@ -86,7 +87,7 @@ def gradient_fn(logdensity_fn: LogDensityFn, grad_fn: Optional[Callable]) -> Cal
 
 
 def value_and_grad_ensemble(logdensity_fn: LogDensityFn, positions: Array,
-                            grad_fn: Optional[Callable] = None) -> tuple[Array, Array]:
+                            grad_fn: Callable | None = None) -> tuple[Array, Array]:
     """``logdensity_fn`` and its gradient at every particle: (N,), (N, d).
 
     With ``grad_fn`` the values and the gradients are separate calls (an
@@ -107,7 +108,7 @@ def value_and_grad_ensemble(logdensity_fn: LogDensityFn, positions: Array,
 GRAD_FN_WHAT = "x: (d,) -> gradient of the log density (d,)"
 
 
-def check_grad_fn(grad_fn: Optional[Callable], example: Array, name: str = "grad_fn") -> None:
+def check_grad_fn(grad_fn: Callable | None, example: Array, name: str = "grad_fn") -> None:
     """A user's ``grad_fn`` maps one point ``(d,)`` to a ``(d,)`` floating gradient (abstractly checked)."""
     if grad_fn is not None:
         check_function(grad_fn, name, (example,), what=GRAD_FN_WHAT, like=example)
@@ -119,7 +120,7 @@ def count_nonfinite(position: Array, logdensity: Array) -> Array:
     return jnp.sum(bad, dtype=jnp.int32)
 
 
-def lmc_init(positions: ArrayLike, logdensity_fn: LogDensityFn, *, grad_fn: Optional[Callable] = None) -> LMCState:
+def lmc_init(positions: ArrayLike, logdensity_fn: LogDensityFn, *, grad_fn: Callable | None = None) -> LMCState:
     """Start LMC from ``positions: (N, d)``; evaluates the N gradients once (``grad_fn`` if given)."""
     positions = check_positions(positions)
     check_logdensity(logdensity_fn, positions[0])
@@ -135,7 +136,7 @@ def lmc_step(
     logdensity_fn: LogDensityFn,
     step_size: float,
     *,
-    grad_fn: Optional[Callable] = None,
+    grad_fn: Callable | None = None,
 ) -> tuple[LMCState, LMCInfo]:
     """One unadjusted Langevin step for every particle.
 
@@ -163,7 +164,7 @@ def lmc_step(
     return LMCState(new_x, logdensity, grad), info
 
 
-def lmc(logdensity_fn: LogDensityFn, step_size: float, *, grad_fn: Optional[Callable] = None) -> SamplingAlgorithm:
+def lmc(logdensity_fn: LogDensityFn, step_size: float, *, grad_fn: Callable | None = None) -> SamplingAlgorithm:
     """LMC (ULA) on an ensemble as a sampler object.
 
     ``init(positions, rng_key=None)``: :func:`lmc_init` on ``positions: (N, d)``.

@@ -24,7 +24,8 @@ chains-first array ``(chains, draws, *event)``.
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -63,7 +64,7 @@ def _draws(result_or_draws: Any) -> np.ndarray:
     return x.reshape(x.shape[:2] + (-1,))
 
 
-def _coords(coords: Optional[Sequence[int]], k: int) -> list:
+def _coords(coords: Sequence[int] | None, k: int) -> list:
     if coords is None:
         return list(range(min(k, _MAX_COORDS)))
     coords = [int(c) for c in coords]
@@ -73,7 +74,7 @@ def _coords(coords: Optional[Sequence[int]], k: int) -> list:
     return coords
 
 
-def plot_trace(result_or_draws: Any, *, coords: Optional[Sequence[int]] = None, max_chains: int = 8):
+def plot_trace(result_or_draws: Any, *, coords: Sequence[int] | None = None, max_chains: int = 8):
     """Trace plot: per coordinate, the draws of up to ``max_chains`` chains against
     the draw index (left) and the histogram of all draws (right)."""
     x = _draws(result_or_draws)
@@ -93,7 +94,7 @@ def plot_trace(result_or_draws: Any, *, coords: Optional[Sequence[int]] = None, 
     return fig
 
 
-def plot_rank(result_or_draws: Any, *, coords: Optional[Sequence[int]] = None, max_chains: int = 8, bins: int = 20):
+def plot_rank(result_or_draws: Any, *, coords: Sequence[int] | None = None, max_chains: int = 8, bins: int = 20):
     """Rank plot: the draws of up to ``max_chains`` chains are ranked together, per
     coordinate; each chain's histogram of ranks is drawn on its own baseline,
     with the uniform count (what mixing chains give) dashed."""
@@ -104,7 +105,7 @@ def plot_rank(result_or_draws: Any, *, coords: Optional[Sequence[int]] = None, m
     fig, axes = _figure(1, len(cs), width=3.6, height=3.2)
     edges = np.linspace(0, m * n, bins + 1)
     expected = n / bins
-    for ax, c in zip(axes[0], cs):
+    for ax, c in zip(axes[0], cs, strict=True):
         ranks = np.argsort(np.argsort(x[:, :, c].ravel(), kind="stable"), kind="stable").reshape(m, n)
         for ch in range(m):
             counts, _ = np.histogram(ranks[ch], bins=edges)
@@ -143,8 +144,8 @@ def _reference_marginal(target: Target, c: int, grid: np.ndarray) -> tuple:
     return None, None
 
 
-def plot_marginals(result_or_draws: Any, target: Optional[Target] = None, *,
-                   coords: Optional[Sequence[int]] = None, bins: int = 60):
+def plot_marginals(result_or_draws: Any, target: Target | None = None, *,
+                   coords: Sequence[int] | None = None, bins: int = 60):
     """Marginal histograms of the draws against the target's marginal density:
     exact for a Gaussian target (one with a constant ``hessian``), by trapezoidal
     quadrature of ``exp(logdensity_fn)`` on a grid for d = 1 and d = 2 (the other
@@ -159,7 +160,7 @@ def plot_marginals(result_or_draws: Any, target: Optional[Target] = None, *,
         what = "draws"
     cs = _coords(coords, x.shape[2])
     fig, axes = _figure(1, len(cs), width=3.6, height=3.0)
-    for ax, c in zip(axes[0], cs):
+    for ax, c in zip(axes[0], cs, strict=True):
         v = x[:, :, c].ravel()
         lo, hi = np.quantile(v, [0.0005, 0.9995])
         pad = 0.1 * (hi - lo + 1e-12)
@@ -177,8 +178,8 @@ def plot_marginals(result_or_draws: Any, target: Optional[Target] = None, *,
     return fig
 
 
-def plot_ensemble_pairs(result_or_trace: Any, *, times: Optional[Sequence[int]] = None,
-                        pair: tuple = (0, 1), max_points: int = 2000, target: Optional[Target] = None):
+def plot_ensemble_pairs(result_or_trace: Any, *, times: Sequence[int] | None = None,
+                        pair: tuple = (0, 1), max_points: int = 2000, target: Target | None = None):
     """An ensemble at a few kept draws (``times``: draw indices; default four,
     first to last), in the plane of coordinates ``pair`` (a 1-D ensemble: its
     histogram). ``result_or_trace``: a RunResult of an ensemble or of
@@ -197,7 +198,7 @@ def plot_ensemble_pairs(result_or_trace: Any, *, times: Optional[Sequence[int]] 
     i, j = (0, 0) if one_d else pair
     if not one_d:
         _coords([i, j], x.shape[2])
-    for ax, t in zip(axes[0], times):
+    for ax, t in zip(axes[0], times, strict=True):
         if one_d:
             ax.hist(x[:, t, 0], bins=40, density=True, color="0.5")
             ax.set_xlabel("x[0]")
@@ -218,7 +219,7 @@ def plot_ensemble_pairs(result_or_trace: Any, *, times: Optional[Sequence[int]] 
     return fig
 
 
-def plot_gradient_savings(result: RunResult, *, num_particles: Optional[int] = None, burn_in: int = 0):
+def plot_gradient_savings(result: RunResult, *, num_particles: int | None = None, burn_in: int = 0):
     """Per step, gradient evaluations as a fraction of LMC's ``N`` (one per
     particle) with the cumulative fraction saved, and the ensemble fraction
     (CEnLMC: particles whose gradient the ensemble force replaced)."""
@@ -256,7 +257,7 @@ def plot_gradient_savings(result: RunResult, *, num_particles: Optional[int] = N
     return fig
 
 
-def plot_coupling_distance(distances: Any, *, labels: Optional[Sequence[str]] = None, logy: bool = True):
+def plot_coupling_distance(distances: Any, *, labels: Sequence[str] | None = None, logy: bool = True):
     """Theorem 3.3's coupling distance ``E|x_i^m - z_i^m|`` (CEnLMC ``x`` vs LMC ``z``
     with the same noise; ``cj.coupling_distance``) against the step ``m``.
     ``distances``: one ``(num_steps,)`` array, a list of them, or a dict
@@ -272,7 +273,7 @@ def plot_coupling_distance(distances: Any, *, labels: Optional[Sequence[str]] = 
         raise ValueError(f"labels must name the {len(series)} series; got {len(labels)}.")
     fig, axes = _figure(1, 1, width=5.0, height=3.4)
     ax = axes[0, 0]
-    for lab, d in zip(labels, series):
+    for lab, d in zip(labels, series, strict=True):
         d = np.asarray(d, np.float64).reshape(-1)
         ax.plot(np.arange(1, d.size + 1), d, lw=1.2, label=lab)
     if logy:
@@ -285,14 +286,14 @@ def plot_coupling_distance(distances: Any, *, labels: Optional[Sequence[str]] = 
     return fig
 
 
-def plot_acf(results: dict, *, max_lag: int = 50, coords: Optional[Sequence[int]] = None):
+def plot_acf(results: dict, *, max_lag: int = 50, coords: Sequence[int] | None = None):
     """The multi-chain autocorrelation ``rho_t`` (:func:`cenlmc_jax.diagnostics.autocorrelation`)
     against the lag ``t``, one panel per sampler side by side (shared axes),
     one line per coordinate. ``results``: ``{name: RunResult or chains-first draws}``."""
     if not isinstance(results, dict) or not results:
         raise ValueError("results must be a non-empty dict {sampler name: RunResult or draws}.")
     fig, axes = _figure(1, len(results), width=3.8, height=3.0, sharey=True)
-    for ax, (name, res) in zip(axes[0], results.items()):
+    for ax, (name, res) in zip(axes[0], results.items(), strict=True):
         x = _draws(res)
         lag = min(max_lag, x.shape[1] - 1)
         rho = np.asarray(dg.autocorrelation(x, 0, 1, max_lag=lag), np.float64)

@@ -50,7 +50,8 @@ MALA runs (``cj.irreversible_mh`` with an SDE proposal, ``Q = 0``) with R-hat.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -105,15 +106,15 @@ class InverseProblem(NamedTuple):
     name: str
     dim: int
     logdensity_fn: Callable
-    mean: Optional[np.ndarray]
-    cov: Optional[np.ndarray]
-    f_star: Optional[float]
-    sample: Optional[Callable]
-    data: Optional[dict]
-    L: Optional[float]
-    mu: Optional[float]
-    hessian: Optional[np.ndarray]
-    grad_fn: Optional[Callable]
+    mean: np.ndarray | None
+    cov: np.ndarray | None
+    f_star: float | None
+    sample: Callable | None
+    data: dict | None
+    L: float | None
+    mu: float | None
+    hessian: np.ndarray | None
+    grad_fn: Callable | None
     param_names: tuple
     theta_true: np.ndarray
     theta_map: np.ndarray
@@ -122,8 +123,8 @@ class InverseProblem(NamedTuple):
     forward_fn: Callable
     simulate: Callable
     logposterior_fn: Callable
-    param_mean: Optional[np.ndarray]
-    param_cov: Optional[np.ndarray]
+    param_mean: np.ndarray | None
+    param_cov: np.ndarray | None
     reference: str
 
     def to_params(self, z: Any) -> Any:
@@ -173,9 +174,9 @@ class Reference(NamedTuple):
     cov: np.ndarray
     sd: np.ndarray
     error: float
-    log_z: Optional[float]
-    rhat: Optional[np.ndarray]
-    acceptance_rate: Optional[float]
+    log_z: float | None
+    rhat: np.ndarray | None
+    acceptance_rate: float | None
     method: str
 
 
@@ -249,7 +250,7 @@ def _quadrature(logdensity_fn, dim, half_width, spacing, batch_size):
 
 
 def mala_reference(problem: InverseProblem, rng_key: Any, *, num_chains: int = 32, num_steps: int = 4000,
-                   burn_in: int = 1000, step_size: Optional[float] = None) -> Reference:
+                   burn_in: int = 1000, step_size: float | None = None) -> Reference:
     """Posterior moments of ``z`` by MALA chains started from N(0, I) (the Laplace approximation).
 
     MALA is ``cj.irreversible_mh(logdensity_fn, cj.sde_proposal(1, 0, logdensity_fn, ε))``:

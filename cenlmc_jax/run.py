@@ -31,7 +31,8 @@ from __future__ import annotations
 import functools
 import os
 import warnings
-from typing import Any, Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -91,8 +92,8 @@ class RunResult(NamedTuple):
     """
 
     state: Any
-    trace: Optional[Array]
-    moments: Optional[Moments]
+    trace: Array | None
+    moments: Moments | None
     info: Any
     num_steps_done: int
     diverged_at: int
@@ -146,7 +147,7 @@ def _num_rows(leaves: list) -> int:
     return 1
 
 
-def _moved_rows(old: Any, new: Any) -> Optional[Array]:
+def _moved_rows(old: Any, new: Any) -> Array | None:
     """Per chain or particle (:func:`_num_rows`): did ``state.position`` change this step? None without one."""
     po, pn = getattr(old, "position", None), getattr(new, "position", None)
     if po is None or pn is None:
@@ -155,7 +156,7 @@ def _moved_rows(old: Any, new: Any) -> Optional[Array]:
     if not lo:
         return None
     rows = _num_rows(lo)
-    moved = [jnp.any(jnp.reshape(a != b, (rows, -1)), axis=1) for a, b in zip(lo, ln)]
+    moved = [jnp.any(jnp.reshape(a != b, (rows, -1)), axis=1) for a, b in zip(lo, ln, strict=True)]
     return functools.reduce(jnp.logical_or, moved)
 
 
@@ -165,7 +166,7 @@ def _watched(info: Any) -> tuple:
 
 
 @functools.lru_cache(maxsize=64)
-def _chunk_fn(step_fn: StepFn, num_outer: int, thin: int, mode: str, trace_fn: Callable, info_reduce: Optional[str]):
+def _chunk_fn(step_fn: StepFn, num_outer: int, thin: int, mode: str, trace_fn: Callable, info_reduce: str | None):
     """A jitted function running ``num_outer * thin`` steps (cached per configuration).
 
     Besides the state, moments, kept draws and infos it returns the chunk's *watch*: per chain or
@@ -224,7 +225,7 @@ def _report_watch(watch: tuple, infos: Any, start: int, n: int, warned: set) -> 
             "state.position at every step of the chunk): a step size or schedule that reached 0, a zero drift "
             "with no noise, or positions so large that each step rounds away; the draws are not samples")))
     flags = [f for f in run_flags(infos) if f.every_step]
-    for flag, count in zip(flags, counts):
+    for flag, count in zip(flags, counts, strict=True):
         checks.append((flag.field, count >= n, lambda k, total, flag=flag: (
             f"{k} of {total} chains: " + flag.message(infos, start) + f" (at every step of {start}..{start + n - 1})")))
     for name, frozen, message in checks:
@@ -250,7 +251,7 @@ def _warn(msg: str) -> None:
     warnings.warn(msg, RuntimeWarning, stacklevel=3)
 
 
-def _flag_steps(infos: PyTree, name: str, first_step: int = 0, warned: Optional[set] = None) -> np.ndarray:
+def _flag_steps(infos: PyTree, name: str, first_step: int = 0, warned: set | None = None) -> np.ndarray:
     """Per-step booleans from ``info.<name>`` (any particle or chain), or None without that field.
 
     Inside a trace (``jax.jit``, ``vmap``) the flags have no value yet: then
@@ -290,10 +291,10 @@ def sample(
     burn_in: int = 0,
     mode: str = "trace",
     trace_fn: Callable[[Any], Array] = lambda state: state.position,
-    chunk_size: Optional[int] = None,
-    info_reduce: Optional[str] = "mean",
+    chunk_size: int | None = None,
+    info_reduce: str | None = "mean",
     progress: bool = False,
-    checkpoint_path: Optional[str] = None,
+    checkpoint_path: str | None = None,
     on_divergence: str = "stop",
 ) -> RunResult:
     """Run ``step_fn`` for ``burn_in + num_steps`` steps with ``lax.scan``.
@@ -386,7 +387,7 @@ def sample(
                 state, moments, kept, _, _ = _run_chunk(step_fn, rng_key, start_state, start_moments, step, first,
                                                         burning, thin, mode, trace_fn, info_reduce)
                 watches = []  # the chunk ended at its divergence: not a frozen chain
-                infos = jax.tree_util.tree_map(lambda a: a[: first + 1], infos)  # the diverging step's info too
+                infos = jax.tree_util.tree_map(lambda a, n=first + 1: a[:n], infos)  # the diverging step's info too
                 n = first
                 msg += f"; stopped with the state, trace and moments after step {diverged_at - 1}"
             _warn(msg)

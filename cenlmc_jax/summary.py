@@ -30,7 +30,7 @@ import csv
 import importlib.metadata
 import json
 import warnings
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -89,7 +89,7 @@ class SummaryTable(NamedTuple):
     run: dict
     notes: tuple = ()
 
-    def format(self, max_rows: Optional[int] = 30, footer: bool = True) -> str:
+    def format(self, max_rows: int | None = 30, footer: bool = True) -> str:
         """The table as text (at most ``max_rows`` coordinates; ``None``: all), then the run figures and notes.
 
         Columns that are ``nan`` for every coordinate are left out (the CSV keeps them);
@@ -104,9 +104,13 @@ class SummaryTable(NamedTuple):
         cells = [[_fmt(n, float(self.columns[n][i])) for n in names] for i in rows]
         label_w = max([len(str(self.labels[i])) for i in rows] + [4])
         widths = [max([len(n)] + [len(c[j]) for c in cells]) for j, n in enumerate(names)]
-        lines = [" " * label_w + "  " + "  ".join(n.rjust(w) for n, w in zip(names, widths))]
-        for i, c in zip(rows, cells):
-            lines.append(str(self.labels[i]).rjust(label_w) + "  " + "  ".join(v.rjust(w) for v, w in zip(c, widths)))
+        lines = [" " * label_w + "  " + "  ".join(n.rjust(w) for n, w in zip(names, widths, strict=True))]
+        for i, c in zip(rows, cells, strict=True):
+            lines.append(
+                str(self.labels[i]).rjust(label_w)
+                + "  "
+                + "  ".join(v.rjust(w) for v, w in zip(c, widths, strict=True))
+            )
         if hidden:
             lines.append(f"... {hidden} more coordinates (SummaryTable.format(max_rows=None) shows all)")
         lines += self._footer() if footer else []
@@ -147,7 +151,7 @@ class SummaryTable(NamedTuple):
                 w.writerow([label] + [repr(float(self.columns[n][i])) for n in self.columns])
 
     @classmethod
-    def from_csv(cls, path, run: Optional[dict] = None, notes: tuple = ()) -> "SummaryTable":
+    def from_csv(cls, path, run: dict | None = None, notes: tuple = ()) -> SummaryTable:
         """Read a table written by :meth:`to_csv` (``run`` and ``notes`` are not in the file)."""
         with open(path, newline="") as fh:
             rows = list(csv.reader(fh))
@@ -188,7 +192,7 @@ def _truth_moments(truth: Any, d: int):
     return tuple(out)
 
 
-def _per_step(info: Any, name: str) -> Optional[np.ndarray]:
+def _per_step(info: Any, name: str) -> np.ndarray | None:
     """``info.<name>`` reduced to one value per step (mean over chains/particles), or None."""
     leaf = getattr(info, name, None)
     if leaf is None:
@@ -244,7 +248,7 @@ def _stream_columns(result: RunResult) -> tuple:
                 se_sd = np.sqrt(np.maximum(m4 - var**2, 0.0) / n) / (2.0 * np.sqrt(var))
     cols = {"mean": mean, "sd": sd, "mcse_mean": se_mean, "mcse_sd": se_sd, "ess_bulk": nan, "ess_tail": nan,
             "r_hat": nan}
-    for q, v in zip(QUANTILES, quants):
+    for q, v in zip(QUANTILES, quants, strict=True):
         cols[f"q{100 * q:g}"] = v
     return cols, {"num_chains": n, "num_draws": 1 if n else 0, "stream_count": float(m.count)}
 
@@ -275,12 +279,12 @@ def _diagnostic_columns(x: jax.Array) -> dict:
         "r_hat": dg.potential_scale_reduction(x, 0, 1, rank=True),
     }
     qs = np.quantile(np.asarray(x, np.float64).reshape((-1,) + x.shape[2:]), QUANTILES, axis=0)
-    for q, v in zip(QUANTILES, qs):
+    for q, v in zip(QUANTILES, qs, strict=True):
         cols[f"q{100 * q:g}"] = v
     return {k: np.asarray(v, np.float64).reshape(-1) for k, v in cols.items()}
 
 
-def summary(result_or_draws: Any, truth: Any = None, *, burn_in: int = 0, labels: Optional[list] = None) -> SummaryTable:
+def summary(result_or_draws: Any, truth: Any = None, *, burn_in: int = 0, labels: list | None = None) -> SummaryTable:
     r"""The summary table of a run, or of chains-first draws.
 
     Columns, per coordinate (all with ArviZ's definitions; Vehtari et al. 2021):
@@ -392,16 +396,22 @@ def _jsonable(value: Any) -> Any:
 def to_arviz(
     result: RunResult,
     *,
-    burn_in: Optional[int] = None,
-    thin: Optional[int] = None,
-    sampler: Optional[str] = None,
-    parameters: Optional[dict] = None,
-    seed: Optional[int] = None,
+    burn_in: int | None = None,
+    thin: int | None = None,
+    sampler: str | None = None,
+    parameters: dict | None = None,
+    seed: int | None = None,
     var_name: str = "x",
-    coords: Optional[dict] = None,
-    dims: Optional[dict] = None,
+    coords: dict | None = None,
+    dims: dict | None = None,
 ):
-    """A run as an ``arviz.InferenceData`` (needs ArviZ: ``pip install "cenlmc_jax[arviz]"``).
+    """A run for ArviZ (needs ArviZ: ``pip install "cenlmc_jax[arviz]"``).
+
+    With ArviZ 0.x an ``arviz.InferenceData``; with ArviZ 1.x (Python >= 3.12),
+    which replaced it by xarray's DataTree, an ``xarray.DataTree`` with the same
+    groups (children) and attributes. Both read the same way
+    (``idata.posterior["x"]``, ``idata.sample_stats``, ``idata.posterior.attrs``),
+    both go to ``az.summary`` and both write ``idata.to_netcdf("run.nc")``.
 
     * ``posterior``: ``var_name`` with dims ``(chain, draw, *event)``, where a
       chain is a chain of ``vmap_chains`` or a particle of an ensemble sampler.
@@ -413,7 +423,7 @@ def to_arviz(
       have a chain axis of length 1; with ``info_reduce=None`` they have one
       value per chain.
     * ``warmup_sample_stats``: the same for the ``burn_in`` steps.
-    * attributes (of the InferenceData and of ``posterior``): ``sampler``,
+    * attributes (of the InferenceData or the DataTree root, and of ``posterior``): ``sampler``,
       ``parameters`` (JSON), ``seed``, ``inference_library`` ("cenlmc_jax"),
       ``inference_library_version``, ``num_steps_done``, ``diverged_at``,
       ``mode``.
@@ -482,14 +492,36 @@ def to_arviz(
             note=("streaming run (mode='stream'): no draws were kept; posterior holds the final state (one draw "
                   "per chain or particle); stream_mean and stream_sd are the moments over all kept steps"),
         )
-    kwargs = dict(posterior={var_name: posterior}, coords=coords, dims=dims, attrs=attrs)
+    groups = {"posterior": {var_name: posterior}}
     if stats:
-        kwargs["sample_stats"] = stats
+        groups["sample_stats"] = stats
     if warm:
-        kwargs.update(warmup_sample_stats=warm, save_warmup=True)
+        groups["warmup_sample_stats"] = warm
     with warnings.catch_warnings():
-        # ensembles have more "chains" (particles) than draws: by design here
+        # ensembles have more "chains" (particles) than draws: by design here (0.x: "More chains ...",
+        # 1.x: "Found chain dimension to be longer than draw dimension ...")
         warnings.filterwarnings("ignore", message="More chains", category=UserWarning)
-        idata = az.from_dict(**kwargs)
+        warnings.filterwarnings("ignore", message="Found chain dimension to be longer", category=UserWarning)
+        if _arviz_major(az) >= 1:
+            # ArviZ 1.x: from_dict takes the groups as one mapping and returns an xarray.DataTree;
+            # attrs go per group, "/" being the root (the InferenceData's attrs in 0.x)
+            idata = az.from_dict(groups, coords=coords, dims=dims, save_warmup=True,
+                                 attrs={"/": dict(attrs), "posterior": dict(attrs)})
+        else:
+            kwargs = dict(groups, coords=coords, dims=dims, attrs=dict(attrs))
+            if warm:
+                kwargs["save_warmup"] = True
+            idata = az.from_dict(**kwargs)
     idata.posterior.attrs.update(attrs)
     return idata
+
+
+def _arviz_major(az: Any) -> int:
+    """The major version of the imported ArviZ (0: InferenceData, 1: xarray.DataTree)."""
+    version = str(getattr(az, "__version__", "0"))
+    digits = ""
+    for ch in version:
+        if not ch.isdigit():
+            break
+        digits += ch
+    return int(digits or 0)

@@ -20,7 +20,8 @@ of unadjusted Langevin on it is known exactly.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -54,14 +55,14 @@ class Target(NamedTuple):
     name: str
     dim: int
     logdensity_fn: Callable
-    mean: Optional[np.ndarray]
-    cov: Optional[np.ndarray]
-    f_star: Optional[float]
-    sample: Optional[Callable]
-    data: Optional[dict] = None
-    L: Optional[float] = None
-    mu: Optional[float] = None
-    hessian: Optional[np.ndarray] = None
+    mean: np.ndarray | None
+    cov: np.ndarray | None
+    f_star: float | None
+    sample: Callable | None
+    data: dict | None = None
+    L: float | None = None
+    mu: float | None = None
+    hessian: np.ndarray | None = None
 
 
 def gaussian(mean: Any, cov: Any, name: str = "gaussian") -> Target:
@@ -72,7 +73,9 @@ def gaussian(mean: Any, cov: Any, name: str = "gaussian") -> Target:
     mean = np.asarray(mean, dtype=np.float64)
     cov = np.asarray(cov, dtype=np.float64)
     if mean.ndim != 1 or cov.shape != (mean.size, mean.size):
-        raise ValueError(f"cov must have shape (d, d) = {(mean.size, mean.size)} for mean of shape {mean.shape}; got {cov.shape}.")
+        raise ValueError(
+            f"cov must have shape (d, d) = {(mean.size, mean.size)} for mean of shape {mean.shape}; got {cov.shape}."
+        )
     if not np.allclose(cov, cov.T) or np.linalg.eigvalsh(cov).min() <= 0:
         raise ValueError("cov must be symmetric positive definite; its smallest eigenvalue is "
                          f"{np.linalg.eigvalsh((cov + cov.T) / 2).min():.3g}.")
@@ -274,7 +277,7 @@ TARGETS = {
 }
 
 
-def get_target(name: str, dim: Optional[int] = None) -> Target:
+def get_target(name: str, dim: int | None = None) -> Target:
     """A built-in target by name (see ``TARGETS``), with ``dim`` where it applies."""
     if name not in TARGETS:
         raise ValueError(f"target must be one of {sorted(TARGETS)}; got {name!r}.")

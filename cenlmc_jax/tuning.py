@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -101,7 +101,7 @@ def find_f_star(
     logdensity_fn: LogDensityFn,
     positions: ArrayLike,
     *,
-    tol: Optional[float] = None,
+    tol: float | None = None,
     max_steps: int = 500,
 ) -> FStarResult:
     """``f* = min f = -max logdensity_fn`` by L-BFGS (optax) from the best particle.
@@ -321,13 +321,13 @@ class CEnLMCParams(NamedTuple):
     pass_r1: float
     pass_m_f: float
     pass_n_star: float
-    typical_num_neighbours: Optional[float]
-    typical_ball_neighbours: Optional[float]
+    typical_num_neighbours: float | None
+    typical_ball_neighbours: float | None
     exp_factor: float
     n_star_corollary: float
     bias_bound: float
     noise_constant: float
-    variance_inflation: Optional[float]
+    variance_inflation: float | None
     reasoning: str
 
 
@@ -335,9 +335,9 @@ def suggest_cenlmc_params(
     dim: int,
     step_size: float,
     *,
-    L: Optional[float] = None,
-    mu: Optional[float] = None,
-    num_particles: Optional[int] = None,
+    L: float | None = None,
+    mu: float | None = None,
+    num_particles: int | None = None,
     epsilon: float = 1.0,
     rho: float = 0.5,
     r1_pass: float = 0.7,

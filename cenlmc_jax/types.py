@@ -4,7 +4,8 @@ States and infos are ``NamedTuple``s (plain pytrees), defined beside the
 sampler that owns them; this module only names the array kinds once.
 """
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 

@@ -17,7 +17,6 @@ import pytest
 import cenlmc_jax as cj
 from cenlmc_jax import diagnostics as D
 
-
 # --------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------
@@ -420,6 +419,7 @@ def test_jit_matches_eager():
         zip(
             D.moment_errors(a, np.zeros(2), np.eye(2)),
             jax.jit(D.moment_errors)(a, np.zeros(2), np.eye(2)),
+            strict=True,
         )
     )
     for eager, jitted in pairs:
@@ -517,7 +517,11 @@ BAD_INPUTS = [
     ("sw dims", lambda: D.sliced_wasserstein(jax.random.key(0), _PTS, np.ones((5, 3))), r"x and y"),
     ("sw nproj 0", lambda: D.sliced_wasserstein(jax.random.key(0), _PTS, _PTS, 0), r"num_projections.*0"),
     ("sw nproj float", lambda: D.sliced_wasserstein(jax.random.key(0), _PTS, _PTS, 2.5), r"num_projections.*2.5"),
-    ("sw key batch", lambda: D.sliced_wasserstein(jax.random.split(jax.random.key(0), 2), _PTS, _PTS), r"rng_key.*\(2,\)"),
+    (
+        "sw key batch",
+        lambda: D.sliced_wasserstein(jax.random.split(jax.random.key(0), 2), _PTS, _PTS),
+        r"rng_key.*\(2,\)",
+    ),
     ("sw key dtype", lambda: D.sliced_wasserstein(np.zeros(2, np.float32), _PTS, _PTS), r"rng_key.*float32"),
 ]
 

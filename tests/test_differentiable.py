@@ -149,7 +149,7 @@ def run_ensemble(name, kernel, mu):
     state = algo.init(x0, jax.random.key(1))
     fields = lambda s: (s.position, -s.logdensity, s.log_p, s.w)  # noqa: E731
     res = cj.sample(jax.random.key(2), algo, state, STEPS[name], trace_fn=fields, info_reduce=None)
-    states = [jnp.concatenate([a[None], b[:-1]]) for a, b in zip(fields(state), res.trace)]
+    states = [jnp.concatenate([a[None], b[:-1]]) for a, b in zip(fields(state), res.trace, strict=True)]
     return jnp.mean(res.trace[0][..., 0]), res.info, states
 
 
@@ -318,7 +318,7 @@ def test_reverse_mode_through_ensemble_force_equals_the_dense_kernel(kernel, d, 
         if with_w:  # w only decides masks: no derivative, and no NaN from the w = +inf rows
             assert np.all(np.asarray(got[3]) == 0) and np.all(np.asarray(ref[3]) == 0)
         bounds = gradient_rounding_bound(x, f, log_p, eta, w, r2, c, ref[:3], gram=d > DIRECT_MAX_D)
-        for name, a, b, bound in zip(("x", "f", "log_p"), got, ref, bounds):
+        for name, a, b, bound in zip(("x", "f", "log_p"), got, ref, bounds, strict=True):
             err = np.abs(np.asarray(a) - np.asarray(b))
             err = err.max(axis=1) if err.ndim == 2 else err
             assert np.all(err <= bound), (name, float(np.max(err / bound)))

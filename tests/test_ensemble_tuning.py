@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 import cenlmc_jax as cj
-from cenlmc_jax.ensemble import AUDIT_BIAS_THRESHOLD
-from cenlmc_jax.ensemble import tune_cenlmc
+from cenlmc_jax.ensemble import AUDIT_BIAS_THRESHOLD, tune_cenlmc
 
 H = 0.05
 

@@ -82,8 +82,12 @@ def test_adapters_give_the_log_density_gradient():
     logdensity = lambda th: -0.5 * jnp.sum(th**2) - jnp.sum(th)
     theta = jnp.array([1.0, -2.0])
     expected = -theta - 1.0  # ∇ log p (the BlackJAX sign)
-    np.testing.assert_array_equal(gradients.grad_estimator_from_logdensity(logdensity)(jax.random.key(0), theta), expected)
-    np.testing.assert_array_equal(gradients.grad_estimator_from_grad(lambda th: -th - 1.0)(jax.random.key(0), theta), expected)
+    np.testing.assert_array_equal(
+        gradients.grad_estimator_from_logdensity(logdensity)(jax.random.key(0), theta), expected
+    )
+    np.testing.assert_array_equal(
+        gradients.grad_estimator_from_grad(lambda th: -th - 1.0)(jax.random.key(0), theta), expected
+    )
 
 
 def _posterior_mean_by_importance_sampling(t, num=20000, seed=0):
@@ -143,8 +147,9 @@ def test_float64_preserved_and_same_key_same_result():
 
 def test_single_array_data_is_passed_as_one_argument():
     data = jnp.arange(10.0)
-    est = gradients.minibatch_grad_estimator(lambda th: 0.0 * jnp.sum(th), lambda th, xi: -0.5 * jnp.sum((th - xi) ** 2), data, 10,
-                                             replace=False)
+    est = gradients.minibatch_grad_estimator(
+        lambda th: 0.0 * jnp.sum(th), lambda th, xi: -0.5 * jnp.sum((th - xi) ** 2), data, 10, replace=False
+    )
     # ∇ log p = Σ (x_i - θ) = 45 - 10 θ: exact for the full batch.
     np.testing.assert_allclose(est(jax.random.key(0), jnp.array([1.0])), [45.0 - 10.0], rtol=1e-6)
 

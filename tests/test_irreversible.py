@@ -410,7 +410,9 @@ def test_vmapped_over_1e5_chains():
     assert set(np.unique(d)) == {-1.0, 1.0} and d.dtype == np.float32
     assert np.all(np.abs((d > 0).mean(0) - 0.5) / (0.5 / math.sqrt(n)) < Z_MAX)
     prop = irr.gamma_proposal(GAMMA_SHAPE, 0.5)
-    step = jax.jit(vmap_chains(functools.partial(irr.irreversible_mh_step, logdensity_fn=tgt.logdensity_fn, proposal=prop)))
+    step = jax.jit(
+        vmap_chains(functools.partial(irr.irreversible_mh_step, logdensity_fn=tgt.logdensity_fn, proposal=prop))
+    )
     new, info = step(jax.random.key(2), state)
     assert new.position.shape == (n, 2) and new.direction.shape == (n, 2) and info.is_accepted.shape == (n,)
     assert np.all(np.isfinite(np.asarray(new.position))) and not np.any(np.asarray(info.diverged))
@@ -557,7 +559,7 @@ def test_the_cache_is_the_point_s_drift_after_many_steps(D):
     res = cj.sample(jax.random.key(2), algo, states, 50)
     assert 0.2 < float(np.mean(np.asarray(res.info.is_accepted))) < 0.95  # both branches exercised
     _, fresh = jax.vmap(prop.point_fn)(res.state.position)
-    for got, want in zip(jax.tree_util.tree_leaves(res.state.cache), jax.tree_util.tree_leaves(fresh)):
+    for got, want in zip(jax.tree_util.tree_leaves(res.state.cache), jax.tree_util.tree_leaves(fresh), strict=True):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(res.state.logdensity, jax.vmap(tgt.logdensity_fn)(res.state.position), rtol=1e-5)
 
@@ -598,7 +600,7 @@ def test_proposals_build_inside_jit_with_traced_step_size_and_d():
 
     eager = draw(0.1, jnp.array([1.0, 0.5]))
     for traced in (jax.jit(draw)(0.1, jnp.array([1.0, 0.5])), jax.jit(lambda e: draw(e, np.array([1.0, 0.5])))(0.1)):
-        for a, b in zip(traced, eager):
+        for a, b in zip(traced, eager, strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)  # float32 rounding of fused ops
     gamma = jax.jit(lambda th: irr.gamma_proposal(2.0, th).sample(key, z, jnp.ones(2)))(0.5)
     np.testing.assert_allclose(gamma, irr.gamma_proposal(2.0, 0.5).sample(key, z, jnp.ones(2)), rtol=1e-6)

@@ -31,8 +31,8 @@ import pytest
 import cenlmc_jax as cj
 from cenlmc_jax import _linalg
 from cenlmc_jax.ensemble import cenlmc_step, enlmc_init, enlmc_step
-from cenlmc_jax.ensemble.samplers import CEnLMCState
 from cenlmc_jax.ensemble.audit import fresh_audit
+from cenlmc_jax.ensemble.samplers import CEnLMCState
 
 # |z| below this is accepted: for a correct sampler z ~ N(0, 1), so a false
 # alarm has probability 6e-5 per check.
@@ -287,7 +287,7 @@ def test_gamma_term_of_every_matrix_form_in_d_and_q_matches_jacfwd_of_the_matrix
         gam, (aux_d, aux_q) = _linalg.gamma_term(lambda y: (M(y), jnp.sum(y)), None, z, has_aux=True)
         assert aux_q is None
         out.append((gam, ref))
-        lib, want = (jnp.stack(a) for a in zip(*out))
+        lib, want = (jnp.stack(a) for a in zip(*out, strict=True))
         return lib, want, ref, aux_d
 
     with x64():

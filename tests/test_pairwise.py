@@ -415,7 +415,7 @@ def test_jit_matches_eager_and_traced_radii(method):
     eta, r2 = eta_for_neighbours(x, 20), eta_for_neighbours(w, 40)
     eager = ensemble_force(x, f, log_p, eta, w=w, r2=r2, method=method)
     jitted = jax.jit(functools.partial(ensemble_force, method=method))(x, f, log_p, eta, w=w, r2=r2)
-    for a, b in zip(eager, jitted):
+    for a, b in zip(eager, jitted, strict=True):
         # The eager call runs the same jitted kernel; only the scalar eta/r2
         # (Python float vs traced array) may change constant folding: 1e-6 relative.
         scale = float(np.abs(eager.force_sum).max())

@@ -269,7 +269,9 @@ def test_jit_and_traced_radii():
     traced = jitted(jnp.float32(eta), jnp.float32(r2))
     np.testing.assert_array_equal(np.asarray(traced.n_ball), np.asarray(direct.n_ball))
     # identical programs up to where eta enters: a few ulps of the force
-    np.testing.assert_allclose(traced.force_sum, direct.force_sum, rtol=1e-5, atol=1e-5 * float(jnp.max(jnp.abs(direct.force_sum))))
+    np.testing.assert_allclose(
+        traced.force_sum, direct.force_sum, rtol=1e-5, atol=1e-5 * float(jnp.max(jnp.abs(direct.force_sum)))
+    )
 
 
 @pytest.mark.parametrize(

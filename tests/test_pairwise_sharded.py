@@ -31,7 +31,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from test_pairwise_pallas import EPS32, cenlmc_like_inputs, oracle_with_bound
 
 from cenlmc_jax.pairwise import (

@@ -40,13 +40,13 @@ from cenlmc_jax.pairwise import (
     ensemble_force_tiled,
 )
 from cenlmc_jax.pairwise.algebra import prepare, tile_spec
+from cenlmc_jax.pairwise.pallas import kernel_options, sparse_list_len, sparse_tile_lists
 from cenlmc_jax.pairwise.sparsity import (
     TileBoxes,
     hilbert_key,
     sort_spatially,
     tiles_apart,
 )
-from cenlmc_jax.pairwise.pallas import kernel_options, sparse_list_len, sparse_tile_lists
 from cenlmc_jax.pairwise.tiled import sparse_capacity, sparse_plan
 
 TILE = 16  # rows and columns per tile in these tests

@@ -25,8 +25,14 @@ import pytest
 
 import cenlmc_jax as cj
 from cenlmc_jax.ensemble import AUDIT_BIAS_THRESHOLD, cenlmc_step
-from cenlmc_jax.problems import InverseProblem, darcy_flow, mala_reference, quadrature_moments, sir_epidemic, \
-    sir_epidemic_black_box
+from cenlmc_jax.problems import (
+    InverseProblem,
+    darcy_flow,
+    mala_reference,
+    quadrature_moments,
+    sir_epidemic,
+    sir_epidemic_black_box,
+)
 
 # the benchmark's accuracy claim (benchmarks/bench_inverse.py --tol): |mean error| / sd and |sd / sd_ref - 1|
 BENCH_TOL = 0.05

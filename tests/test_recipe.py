@@ -203,7 +203,9 @@ def test_negative_definite_noise_covariance_raises():
     with pytest.raises(ValueError, match="noise covariance"):
         recipe.recipe_init(z, D=np.eye(2), Q=np.zeros((2, 2)), step_size=0.1, B_hat=50 * np.eye(2))
     with pytest.raises(ValueError, match="noise covariance"):
-        recipe.recipe_step(jax.random.key(0), recipe.recipe_init(z), _EST, 0.1, np.eye(2), np.zeros((2, 2)), 50 * np.eye(2))
+        recipe.recipe_step(
+            jax.random.key(0), recipe.recipe_init(z), _EST, 0.1, np.eye(2), np.zeros((2, 2)), 50 * np.eye(2)
+        )
     with pytest.raises(ValueError, match="noise covariance"):
         recipe.sgld(_EST, 0.1, B_hat=lambda z: 50 * jnp.eye(2)).init(z)
     with pytest.raises(ValueError, match="noise covariance"):

@@ -85,7 +85,7 @@ def start(name, dtype=jnp.float32, seed=0):
 
 
 def leaves_equal(a, b, **tol):
-    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
         if tol:
             np.testing.assert_allclose(np.asarray(x, np.float64), np.asarray(y, np.float64), **tol)
         else:

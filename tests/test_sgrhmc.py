@@ -55,7 +55,9 @@ def _rotated_metric_gamma(theta):
       Γ_1 = ∂_0 S_10 + ∂_1 S_11 = a c s + 2 (a - b) s c + 2 θ_1 c²"""
     t0, t1 = theta
     a, b, c, s = np.exp(t0), 2.0 + t1**2, np.cos(t1), np.sin(t1)
-    return np.array([a * c * c - 2 * t1 * c * s + (a - b) * np.cos(2 * t1), a * c * s + 2 * (a - b) * s * c + 2 * t1 * c * c])
+    return np.array(
+        [a * c * c - 2 * t1 * c * s + (a - b) * np.cos(2 * t1), a * c * s + 2 * (a - b) * s * c + 2 * t1 * c * c]
+    )
 
 
 @pytest.mark.parametrize("theta", [(0.3, -0.4), (-1.0, 1.2), (0.0, 0.0)])
@@ -69,7 +71,9 @@ def test_dense_metric_gamma_2d_matches_analytic(theta):
         # The generic recipe with the section-6 D, Q: Γ = (0, Γ_r).
         D, Q = sgrhmc.sgrhmc_dq(_rotated_metric)
         z = jnp.concatenate([theta, jnp.array([0.1, -0.2])])
-        np.testing.assert_allclose(_linalg.gamma_term(D, Q, z), np.concatenate([[0.0, 0.0], gamma]), rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(
+            _linalg.gamma_term(D, Q, z), np.concatenate([[0.0, 0.0], gamma]), rtol=1e-10, atol=1e-10
+        )
 
 
 def test_gamma_is_finite_for_a_metric_with_repeated_eigenvalues():
@@ -178,7 +182,9 @@ def _run_gsgrhmc(naive, eps, num_chains, num_steps, thin):
 
     # start in the target's θ-marginal and r's stationary law: burn-in only has
     # to absorb the discretisation / naive-bias transient
-    states = jax.vmap(lambda k: sgrhmc.sgrhmc_init(jnp.zeros(1), rng_key=k))(jax.random.split(jax.random.key(1), num_chains))
+    states = jax.vmap(lambda k: sgrhmc.sgrhmc_init(jnp.zeros(1), rng_key=k))(
+        jax.random.split(jax.random.key(1), num_chains)
+    )
     states = states._replace(position=jax.random.normal(jax.random.key(2), (num_chains, 1)))
     res = run.sample(jax.random.key(0), step, states, num_steps, thin=thin, burn_in=int(10 / eps))
     assert res.diverged_at == -1
@@ -215,7 +221,9 @@ def test_one_vmapped_step_over_1e5_chains_has_the_exact_law():
     est = gradients.grad_estimator_from_grad(lambda t: -jax.grad(quadratic_potential)(t))
     states = jax.vmap(lambda _: sgrhmc.sgrhmc_init(jnp.zeros(1)))(jnp.arange(num_chains))
     keys = jax.random.split(jax.random.key(0), num_chains)
-    step = jax.jit(jax.vmap(functools.partial(sgrhmc.sgrhmc_step, grad_estimator=est, step_size=eps, inv_metric_fn=inv)))
+    step = jax.jit(
+        jax.vmap(functools.partial(sgrhmc.sgrhmc_step, grad_estimator=est, step_size=eps, inv_metric_fn=inv))
+    )
     new, info = step(keys, states)
     assert new.position.shape == (num_chains, 1) and new.momentum.shape == (num_chains, 1)
     np.testing.assert_array_equal(new.position, 0.0)

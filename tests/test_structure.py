@@ -84,7 +84,7 @@ def test_import_graph_has_no_cycle():
 
 def test_no_module_imports_another_modules_underscore_names():
     bad = []
-    for name, path in MODULES.items():
+    for _name, path in MODULES.items():
         for target, names, lineno, _ in imports(path):
             bad += [f"{path.name}:{lineno} imports {n} from {target}" for n in names if n.startswith("_")]
     assert not bad, bad

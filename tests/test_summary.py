@@ -1,4 +1,8 @@
-"""cj.summary and cj.to_arviz, checked against ArviZ on the same draws and against the run they describe."""
+"""cj.summary and cj.to_arviz, checked against ArviZ on the same draws and against the run they describe.
+
+They run with ArviZ 0.x (``arviz.InferenceData``; Python 3.11 gets 0.23) and with ArviZ 1.x
+(``xarray.DataTree``; Python >= 3.12): ``cj.to_arviz`` builds the one the installed ArviZ has.
+"""
 
 import json
 import math
@@ -13,6 +17,23 @@ from cenlmc_jax import diagnostics as D
 from cenlmc_jax.summary import SummaryTable
 
 COLUMNS = ("mean", "sd", "mcse_mean", "mcse_sd", "ess_bulk", "ess_tail", "r_hat")
+AZ_MAJOR = int(az.__version__.split(".")[0])
+GROUPS = {"posterior", "sample_stats", "warmup_sample_stats"}
+
+
+def az_summary(data):
+    """``az.summary(data)`` unrounded, with the tail ESS at the 5% and 95% quantiles (cj.summary's and
+    ArviZ 0.x's) on either major version: ArviZ 1.x takes the tail quantiles from ``stats.ci_prob``
+    (1 - 0.89 and 0.89 by default)."""
+    if AZ_MAJOR >= 1:
+        with az.rc_context({"stats.ci_prob": 0.95}):
+            return az.summary(data, round_to="none")
+    return az.summary(data, round_to="none")
+
+
+def groups(idata):
+    """The group names of an InferenceData (ArviZ 0.x) or the children of a DataTree (1.x)."""
+    return set(idata.children) if AZ_MAJOR >= 1 else set(idata.groups())
 
 
 @pytest.fixture(scope="module")
@@ -41,11 +62,11 @@ def test_summary_and_to_arviz_agree_with_arviz_summary(chains_run):
     (the summary computes in float64; measured ~1e-15)."""
     _, res = chains_run
     ours = cj.summary(res)
-    theirs = az.summary(cj.to_arviz(res, thin=2), round_to="none")
+    theirs = az_summary(cj.to_arviz(res, thin=2))
     for col in COLUMNS:
         np.testing.assert_allclose(ours.columns[col], theirs[col].values, rtol=1e-6, err_msg=col)
     # and az.summary on the raw chains-first array gives the same table
-    raw = az.summary(az.convert_to_dataset({"x": np.asarray(D.chains_first(res), np.float64)}), round_to="none")
+    raw = az_summary(az.convert_to_dataset({"x": np.asarray(D.chains_first(res), np.float64)}))
     for col in COLUMNS:
         np.testing.assert_allclose(ours.columns[col], raw[col].values, rtol=1e-6, err_msg=col)
 
@@ -138,15 +159,34 @@ def test_to_arviz_groups_align_with_the_run(ensemble_run, tmp_path):
     assert attrs["sampler"] == "cenlmc" and attrs["seed"] == "1" and attrs["inference_library"] == "cenlmc_jax"
     assert json.loads(attrs["parameters"]) == {"step_size": 0.05, "n_star": 5}
     assert attrs["inference_library_version"] == cj.__version__ and attrs["burn_in"] == 20
-    idata.to_netcdf(tmp_path / "run.nc")
+    assert idata.attrs["sampler"] == "cenlmc" and idata.attrs["burn_in"] == 20  # the root's (InferenceData's)
+    assert groups(idata) == GROUPS
+    idata.to_netcdf(tmp_path / "run.nc")  # what cenlmc-jax sample writes as run.nc
     back = az.from_netcdf(tmp_path / "run.nc")
+    assert groups(back) == GROUPS
     np.testing.assert_array_equal(back.posterior["x"].values, post)
+    np.testing.assert_array_equal(back.sample_stats["grad_evals"].values, ss["grad_evals"].values)
     assert back.posterior.attrs["sampler"] == "cenlmc"
     with pytest.raises(ValueError, match="do not match the run"):
         cj.to_arviz(res, burn_in=7, thin=5)
 
 
-def test_to_arviz_of_a_streaming_run_exports_the_final_state_and_the_moments():
+def test_to_arviz_builds_the_container_of_the_installed_arviz(ensemble_run):
+    """ArviZ 0.x: an InferenceData; ArviZ 1.x: an xarray.DataTree whose children are the same groups."""
+    _, res = ensemble_run
+    idata = cj.to_arviz(res)
+    if AZ_MAJOR >= 1:
+        import xarray as xr
+
+        assert isinstance(idata, xr.DataTree)
+    else:
+        assert isinstance(idata, az.InferenceData)
+    assert groups(idata) == GROUPS
+    assert idata.posterior["x"].dims == ("chain", "draw", "x_dim_0")
+    assert idata.sample_stats["grad_evals"].dims == ("chain", "draw")
+
+
+def test_to_arviz_of_a_streaming_run_exports_the_final_state_and_the_moments(tmp_path):
     t = cj.targets.standard_gaussian(2)
     algo = cj.lmc(t.logdensity_fn, 0.05)
     res = cj.sample(jax.random.key(0), algo, algo.init(jax.random.normal(jax.random.key(1), (300, 2))), 50,
@@ -157,3 +197,7 @@ def test_to_arviz_of_a_streaming_run_exports_the_final_state_and_the_moments():
     assert attrs["mode"] == "stream" and "no draws were kept" in attrs["note"] and attrs["burn_in"] == 10
     np.testing.assert_allclose(attrs["stream_mean"], np.asarray(res.moments.mean))
     assert idata.sample_stats["grad_evals"].shape == (1, 50)
+    idata.to_netcdf(tmp_path / "run.nc")  # array attributes (stream_mean, stream_sd) included
+    back = az.from_netcdf(tmp_path / "run.nc")
+    np.testing.assert_allclose(back.posterior.attrs["stream_mean"], np.asarray(res.moments.mean))
+    assert back.posterior.attrs["mode"] == "stream"

@@ -74,8 +74,16 @@ import sys
 import time
 
 from cenlmc_jax.cli import jobs, verdict
-from cenlmc_jax.cli.parser import (UsageError, build_parser, check_args, config_tokens, read_config,
-                                   refuse_config_model, run_folder_table, subparser)
+from cenlmc_jax.cli.parser import (
+    UsageError,
+    build_parser,
+    check_args,
+    config_tokens,
+    read_config,
+    refuse_config_model,
+    run_folder_table,
+    subparser,
+)
 from cenlmc_jax.cli.samplers import CHOICES as SAMPLER_CHOICES
 
 __all__ = ["main", "cmd_sample", "build_parser", "UsageError", "SAMPLER_CHOICES"]

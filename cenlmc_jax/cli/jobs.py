@@ -38,7 +38,7 @@ import sys
 import threading
 import time
 import warnings
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -127,7 +127,7 @@ def _import_model(spec: str):
     return fn, name
 
 
-def load_model(spec: str, data: Optional[dict], dim: int) -> targets_mod.Target:
+def load_model(spec: str, data: dict | None, dim: int) -> targets_mod.Target:
     """``--model PATH.py:FUNCTION`` (with ``--data``) as a Target of dimension ``dim``, its output checked."""
     fn, name = _import_model(spec)
     if data is None:
@@ -199,7 +199,7 @@ def curvature(target: targets_mod.Target, positions: jax.Array) -> tuple:
 # --------------------------------------------------------------------------
 
 
-def _target(args, data: Optional[dict], init: Optional[np.ndarray]) -> targets_mod.Target:
+def _target(args, data: dict | None, init: np.ndarray | None) -> targets_mod.Target:
     if args.model is not None:
         dim = args.dim if args.dim is not None else (init.shape[-1] if init is not None else None)
         if dim is None:
@@ -370,7 +370,7 @@ def kept_steps(res: RunResult) -> int:
     return int(round(float(res.moments.count) / rows))
 
 
-def remove_checkpoint(path: Optional[str]) -> None:
+def remove_checkpoint(path: str | None) -> None:
     if path is None:
         return
     if os.path.exists(path):
@@ -387,7 +387,7 @@ def _infos(res: RunResult) -> dict:
     return {f"info_{k}": np.asarray(v) for k, v in res.info._asdict().items()} if res.info is not None else {}
 
 
-def _save_outputs(args, setup: Setup, run: Run, table: Optional[SummaryTable], record: dict) -> list:
+def _save_outputs(args, setup: Setup, run: Run, table: SummaryTable | None, record: dict) -> list:
     """draws.npz or moments.npz, and with kept draws (``table`` not None) summary.csv, run.nc and the plots."""
     out, files, res = args.out, [], run.result
     final = {"final_position": np.asarray(res.state.position)}
@@ -442,7 +442,7 @@ def _save_plots(args, target, res, burn_in) -> list:
     return written
 
 
-def _write_record(args, setup: Setup, run: Run, table: Optional[SummaryTable], problems: list, record: dict,
+def _write_record(args, setup: Setup, run: Run, table: SummaryTable | None, problems: list, record: dict,
                   files: list, t_start: float) -> str:
     """``OUT/run.json``: what was run, how long it took, what was written and the verdict."""
     job, target, res = setup.job, setup.target, run.result
@@ -465,7 +465,7 @@ def _write_record(args, setup: Setup, run: Run, table: Optional[SummaryTable], p
     return path
 
 
-def _write_output_file(path: str, res: RunResult, table: Optional[SummaryTable]) -> None:
+def _write_output_file(path: str, res: RunResult, table: SummaryTable | None) -> None:
     """``--output FILE``: final positions, moments (nan when no draw was kept) and infos, to exactly that path."""
     if res.moments is not None:
         mean, variance = np.asarray(res.moments.mean), np.asarray(res.moments.variance)
@@ -479,7 +479,7 @@ def _write_output_file(path: str, res: RunResult, table: Optional[SummaryTable])
         np.savez(fh, final_position=np.asarray(res.state.position), mean=mean, variance=variance, **_infos(res))
 
 
-def write_outputs(args, setup: Setup, run: Run, table: Optional[SummaryTable], problems: list, record: dict,
+def write_outputs(args, setup: Setup, run: Run, table: SummaryTable | None, problems: list, record: dict,
                   t_start: float) -> list:
     """Everything ``--out DIR`` and ``--output FILE`` ask for; the paths written."""
     files = []

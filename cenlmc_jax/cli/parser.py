@@ -32,7 +32,7 @@ import math
 import os
 import sys
 import tempfile
-from typing import Any, Optional
+from typing import Any
 
 import jax
 
@@ -68,7 +68,7 @@ class UsageError(Exception):
 # --------------------------------------------------------------------------
 
 
-def int_type(minimum: int, maximum: Optional[int] = None):
+def int_type(minimum: int, maximum: int | None = None):
     def parse(text: str) -> int:
         try:
             v = int(text)
@@ -127,13 +127,19 @@ def _add_run_length_and_parameters(p: argparse.ArgumentParser) -> None:
     g.add_argument("--particles", type=int_type(2), default=None,
                    help=f"particles or chains (default: {DEFAULT_PARTICLES}, or the rows of --init)")
     g.add_argument("--steps", type=int_type(1), default=1000, help="recorded steps (default: %(default)s)")
-    g.add_argument("--burn-in", type=int_type(0), default=200, help="steps run first, not recorded (default: %(default)s)")
+    g.add_argument(
+        "--burn-in", type=int_type(0), default=200, help="steps run first, not recorded (default: %(default)s)"
+    )
     g.add_argument("--step-size", type=float_type(), default=None,
                    help="h (Langevin), eps (SGRHMC) or proposal scale (MH) (default: from the target's curvature)")
     for name, kind in (("eta", float_type()), ("r1", float_type()), ("r2", float_type()), ("n-star", int_type(1)),
                        ("m-f", float_type())):
-        g.add_argument(f"--{name}", type=kind, default=None,
-                       help=f"{'/'.join(takes(name))}: {name.replace('-', '_')} (default: tuning.suggest_cenlmc_params)")
+        g.add_argument(
+            f"--{name}",
+            type=kind,
+            default=None,
+            help=f"{'/'.join(takes(name))}: {name.replace('-', '_')} (default: tuning.suggest_cenlmc_params)",
+        )
     g.add_argument("--adapt", action=argparse.BooleanOptionalAction, default=True,
                    help=f"{', '.join(takes('adapt'))}: adapt the step size and a diagonal preconditioner during the "
                         "burn-in (cenlmc_jax.adaptation; Stan's windows); off, or with --step-size: the "
@@ -168,7 +174,7 @@ def _add_output(p: argparse.ArgumentParser) -> None:
                    help="exit 0 even when the result fails the reliability checks (they are still printed)")
 
 
-def build_parser(description: Optional[str] = None) -> argparse.ArgumentParser:
+def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     """The ``cenlmc-jax`` parser; ``description``: its ``--help`` headline (the CLI package passes its own)."""
     parser = argparse.ArgumentParser(prog=PROG, description=description)
     parser.add_argument("--version", action="version", version=version_text())
@@ -206,11 +212,11 @@ def read_config(path: str) -> dict:
         raise UsageError(f"--config {path}: not valid TOML ({exc})") from exc
 
 
-def _config_model(table: dict) -> Optional[Any]:
+def _config_model(table: dict) -> Any | None:
     return next((v for k, v in table.items() if k.replace("-", "_") == "model"), None)
 
 
-def refuse_config_model(table: dict, path: str, model_on_command_line: Optional[str]) -> None:
+def refuse_config_model(table: dict, path: str, model_on_command_line: str | None) -> None:
     """A configuration file or run folder never names code to import: a ``model`` entry needs ``--model``.
 
     ``model_on_command_line``: the ``--model`` of the command line alone (None when it has none). The
@@ -294,7 +300,7 @@ def write_config(path: str, config: dict) -> None:
 # --------------------------------------------------------------------------
 
 
-def _abs(path: Optional[str]) -> Optional[str]:
+def _abs(path: str | None) -> str | None:
     return None if path is None else os.path.abspath(path)
 
 
@@ -329,7 +335,7 @@ def _probe_writable(folder: str, flag: str, value: str) -> None:
         raise UsageError(f"{flag} {value}: cannot write in the folder {folder!r} ({exc.strerror or exc})") from None
 
 
-def _check_file_path(flag: str, value: str, out: Optional[str]) -> str:
+def _check_file_path(flag: str, value: str, out: str | None) -> str:
     """A file the run writes (``--output``, ``--checkpoint``), made absolute: not a directory, its folder an
     existing writable directory (or ``out``, the --out directory, checked and created on its own), an existing
     file readable and writable."""
@@ -347,7 +353,7 @@ def _check_file_path(flag: str, value: str, out: Optional[str]) -> str:
     return path
 
 
-def interrupted_leftovers(out: str, checkpoint: Optional[str]) -> bool:
+def interrupted_leftovers(out: str, checkpoint: str | None) -> bool:
     """``out`` holds only what a run stopped before its outputs leaves: its config.toml and checkpoint files."""
     names = set(os.listdir(out))
     allowed = {"config.toml"}

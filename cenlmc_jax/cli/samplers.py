@@ -28,7 +28,8 @@ This module sits below the parser (which takes its choices and help from
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -53,7 +54,7 @@ class Job(NamedTuple):
     description: str
     parameters: dict
     warmup_steps: int = 0
-    suggestion: Optional[tuning.CEnLMCParams] = None
+    suggestion: tuning.CEnLMCParams | None = None
 
 
 class SamplerSpec(NamedTuple):
@@ -63,7 +64,7 @@ class SamplerSpec(NamedTuple):
     build: Callable  # (this spec, args, target, positions, c, keys) -> Job
     step_rule: str
     flags: tuple = ()
-    adapt_kind: Optional[str] = None
+    adapt_kind: str | None = None
     langevin: bool = False
     ensemble: bool = False
     constrained: bool = False

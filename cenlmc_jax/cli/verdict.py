@@ -38,7 +38,6 @@ import csv
 import json
 import math
 import os
-from typing import Optional
 
 import jax
 import numpy as np
@@ -63,7 +62,7 @@ RELIABLE = ("  reliability checks passed (divergence, ensemble use, ensemble-for
 # --------------------------------------------------------------------------
 
 
-def ula_sd(target, h: float) -> Optional[np.ndarray]:
+def ula_sd(target, h: float) -> np.ndarray | None:
     """Stationary sd of unadjusted Langevin with step h on a Gaussian target: Σ_h = (P - h P²/2)⁻¹, P = ∇²f.
 
     None when the target is not Gaussian, or when ``h >= 2 / λ_max(P)``: then there is no stationary
@@ -77,7 +76,7 @@ def ula_sd(target, h: float) -> Optional[np.ndarray]:
     return np.sqrt(np.diag(np.linalg.inv(p - 0.5 * h * p @ p)))
 
 
-def stability_problem(args, job, c: Optional[float]) -> list:
+def stability_problem(args, job, c: float | None) -> list:
     """A Langevin step size at or above ``2/c``: beyond unadjusted Langevin's stability limit at curvature ``c``
     (exact on a Gaussian target, where ``c`` is the largest eigenvalue of the precision)."""
     h = job.parameters.get("step_size")
@@ -129,7 +128,7 @@ def _known_bias_problem(args, target, job, table: SummaryTable) -> list:
             "the error bars understate the error; lower --step-size (the bias is proportional to h)"]
 
 
-def problems(args, target, job, res, table: Optional[SummaryTable], c: Optional[float] = None) -> list:
+def problems(args, target, job, res, table: SummaryTable | None, c: float | None = None) -> list:
     """Why the result is not to be trusted (empty: no known reason); ``table`` None: no draw was kept;
     ``c``: the curvature the step size is compared with (:func:`stability_problem`)."""
     out = []
@@ -208,7 +207,7 @@ def _print_gradients(args, setup: Setup, run: Run, ge: int) -> None:
         print(f"  saved against LMC (N gradients per step): {saved:,} ({saved / full:.1%}, the audit's included)")
 
 
-def _print_run(args, setup: Setup, run: Run, table: Optional[SummaryTable]) -> None:
+def _print_run(args, setup: Setup, run: Run, table: SummaryTable | None) -> None:
     res, job = run.result, setup.job
     warm = f" after {job.warmup_steps} warm-up steps" if job.warmup_steps else ""
     print(f"  ran {res.num_steps_done} steps{warm} in {run.seconds:.2f} s (compilation included)")
@@ -275,7 +274,7 @@ def _read_record(folder: str) -> dict:
     return record
 
 
-def _read_table(folder: str, record: dict) -> Optional[SummaryTable]:
+def _read_table(folder: str, record: dict) -> SummaryTable | None:
     """A run folder's summary.csv with run.json's run statistics and notes (None: no draw was kept)."""
     path = os.path.join(folder, "summary.csv")
     if not os.path.isfile(path):

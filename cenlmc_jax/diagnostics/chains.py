@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -191,8 +190,8 @@ def _ess_by_method(x: Array, method: str) -> Array:
 
 def effective_sample_size(
     samples: ArrayLike,
-    chain_axis: Optional[int] = None,
-    sample_axis: Optional[int] = None,
+    chain_axis: int | None = None,
+    sample_axis: int | None = None,
     *,
     method: str = "identity",
 ) -> Array:
@@ -278,10 +277,10 @@ def _autocorrelation_core(x: Array, max_lag: int) -> Array:
 
 def autocorrelation(
     samples: ArrayLike,
-    chain_axis: Optional[int] = None,
-    sample_axis: Optional[int] = None,
+    chain_axis: int | None = None,
+    sample_axis: int | None = None,
     *,
-    max_lag: Optional[int] = None,
+    max_lag: int | None = None,
 ) -> Array:
     r"""The multi-chain autocorrelation :math:`\hat\rho_t`, per lag and coordinate.
 
@@ -331,8 +330,8 @@ def _rhat_core(x: Array, split: bool, rank: bool = False) -> Array:
 
 def potential_scale_reduction(
     samples: ArrayLike,
-    chain_axis: Optional[int] = None,
-    sample_axis: Optional[int] = None,
+    chain_axis: int | None = None,
+    sample_axis: int | None = None,
     split: bool = True,
     *,
     rank: bool = False,
@@ -416,8 +415,8 @@ def _mcse_core(x: Array, statistic: str = "mean", split: bool = False) -> Array:
 
 def mcse(
     samples: ArrayLike,
-    chain_axis: Optional[int] = None,
-    sample_axis: Optional[int] = None,
+    chain_axis: int | None = None,
+    sample_axis: int | None = None,
     *,
     statistic: str = "mean",
     split: bool = False,

@@ -29,7 +29,6 @@ Wasserstein barycenters of measures. JMIV 51.
 from __future__ import annotations
 
 import functools
-from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -164,7 +163,7 @@ def _mmd_core(x: Array, y: Array, bandwidth: Array, use_median: bool) -> Array:
     return (term_xx + term_yy - 2.0 * term_xy).astype(x.dtype)
 
 
-def mmd(x: ArrayLike, y: ArrayLike, bandwidth: Optional[ArrayLike] = None) -> Array:
+def mmd(x: ArrayLike, y: ArrayLike, bandwidth: ArrayLike | None = None) -> Array:
     r"""Unbiased squared maximum mean discrepancy with a Gaussian kernel.
 
     With :math:`k(a, b) = \exp(-\|a-b\|^2 / (2h^2))`,

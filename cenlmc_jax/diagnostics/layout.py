@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 import operator
 import warnings
-from typing import Any, Optional
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -248,7 +248,7 @@ def checked_chains_first(
     return x, from_array
 
 
-def chains_first(samples: ArrayLike, chain_axis: Optional[int] = None, sample_axis: Optional[int] = None) -> Array:
+def chains_first(samples: ArrayLike, chain_axis: int | None = None, sample_axis: int | None = None) -> Array:
     """The draws as ``(chains, draws, *event)``: from a :class:`RunResult` or an array.
 
     A ``RunResult``'s trace ``(draws, chains, *event)`` is transposed (a

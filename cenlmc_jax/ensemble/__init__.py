@@ -3,7 +3,8 @@
 Modules, along their seams:
 
 * :mod:`~cenlmc_jax.ensemble.samplers`: EnLMC (Algorithm 3.1) and CEnLMC
-  (Algorithm 3.2): states, infos, ``*_init``, ``*_step`` and the sampler objects;
+  (Algorithm 3.2): ``*_init``, ``*_step`` and the sampler objects;
+* :mod:`~cenlmc_jax.ensemble.states`: their states and infos;
 * :mod:`~cenlmc_jax.ensemble.options`: :class:`EnsembleOptions`, how a step is computed;
 * :mod:`~cenlmc_jax.ensemble.buffers`: the true gradients at only the particles that need one;
 * :mod:`~cenlmc_jax.ensemble.audit`: the gradient audit (``info.unstable``, ``info.biased``);

@@ -88,9 +88,21 @@ from cenlmc_jax.ensemble.buffers import needed_grads
 from cenlmc_jax.types import Array, PRNGKey
 
 __all__ = [
-    "Audit", "AuditInfo", "BIASED_FLAG", "fresh_audit", "audit_pick", "audit_figures", "gradients_and_audit", "no_audit",
-    "AUDIT_EMA_WEIGHT", "AUDIT_UNSTABLE_RATIO", "AUDIT_MIN_STEPS", "CENLMC_AUDIT_SIZE", "AUDIT_BIAS_WEIGHT",
-    "AUDIT_BIAS_THRESHOLD", "AUDIT_BIAS_MIN_STEPS",
+    "Audit",
+    "AuditInfo",
+    "BIASED_FLAG",
+    "fresh_audit",
+    "audit_pick",
+    "audit_figures",
+    "gradients_and_audit",
+    "no_audit",
+    "AUDIT_EMA_WEIGHT",
+    "AUDIT_UNSTABLE_RATIO",
+    "AUDIT_MIN_STEPS",
+    "CENLMC_AUDIT_SIZE",
+    "AUDIT_BIAS_WEIGHT",
+    "AUDIT_BIAS_THRESHOLD",
+    "AUDIT_BIAS_MIN_STEPS",
 ]
 
 

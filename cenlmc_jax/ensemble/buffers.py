@@ -8,7 +8,7 @@ and differentiates them alone, so a step costs about ``count`` gradients, not N.
 from __future__ import annotations
 
 import functools
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -23,7 +23,7 @@ __all__ = ["GRAD_BUCKETS", "needed_grads"]
 GRAD_BUCKETS = 8
 
 
-def needed_grads(grad_one: Callable, x: Array, need: Array, capacity: Optional[int], dense: bool):
+def needed_grads(grad_one: Callable, x: Array, need: Array, capacity: int | None, dense: bool):
     """Gradient (``grad_one: (d,) -> (d,)``) at the particles with ``need``; zeros elsewhere.
 
     Returns ``(grad (N, d), num_computed ())``. The flagged indices are

@@ -8,7 +8,7 @@ draw the same ``ξ^m`` at every step; the theorem bounds ``E|x_i^m - z_i^m|``
 from __future__ import annotations
 
 import functools
-from typing import Any, Optional
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -50,7 +50,7 @@ def coupling_distance(
     r2: float,
     n_star: int,
     m_f: float,
-    f_star: Optional[float] = None,
+    f_star: float | None = None,
     *,
     return_info: bool = False,
     **step_kwargs: Any,

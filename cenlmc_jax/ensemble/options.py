@@ -18,7 +18,8 @@ The algorithm's own parameters (``step_size``, ``eta``, ``r1``, ``r2``,
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from cenlmc_jax._validation import check_bool, check_callable, check_choice, check_int
 from cenlmc_jax.pairwise import METHODS, STRATEGIES
@@ -61,7 +62,7 @@ class EnsembleOptions(NamedTuple):
     grad_fn: Callable | None = None
     interpret: bool | None = None
 
-    def checked(self) -> "EnsembleOptions":
+    def checked(self) -> EnsembleOptions:
         """The checks that need no ensemble (Python, before tracing); returns self."""
         if self.grad_capacity is not None:
             check_int(self.grad_capacity, "grad_capacity", minimum=1)

@@ -56,7 +56,9 @@ at the last finite state).
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, NamedTuple, Optional
+import warnings
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -84,6 +86,9 @@ class TunedCEnLMC(NamedTuple):
         its trial (mean fraction; median audit noise error and drift ratio; mean variance inflation).
     trials: one dict per candidate with the same measurements.
     reasoning: a readable account of the choice.
+    grad_evals: the gradients the whole burn-in computed (``info.grad_evals_padded`` summed over
+        every step of every trial: buffers' padding and the audit included), the tuning's cost to set
+        against what the ensemble saves afterwards.
     """
 
     params: dict
@@ -95,6 +100,12 @@ class TunedCEnLMC(NamedTuple):
     variance_inflation: float
     trials: list
     reasoning: str
+    grad_evals: int = 0
+
+
+#: Below this chosen ensemble fraction :func:`tune_cenlmc` warns: the ensemble is (nearly) unused and
+#: CEnLMC is LMC at the price of N values per step more.
+LOW_FRACTION = 0.05
 
 
 def _trial_runner(logdensity_fn, step_size, n_star, m_f, num_steps, audit_size, grad_fn, kwargs):
@@ -106,11 +117,68 @@ def _trial_runner(logdensity_fn, step_size, n_star, m_f, num_steps, audit_size, 
             st, info = cenlmc_step(jax.random.fold_in(key, t), st, logdensity_fn, step_size, eta, r1, r2, n_star,
                                    m_f, audit_size=audit_size, grad_fn=grad_fn, **kwargs)
             return st, (info.ensemble_fraction, info.audit_noise_error, info.audit_drift_ratio,
-                        info.audit_variance_inflation, info.unstable | info.biased, info.diverged)
+                        info.audit_variance_inflation, info.unstable | info.biased, info.diverged,
+                        info.grad_evals_padded)
 
         return lax.scan(body, state, jnp.arange(num_steps))
 
     return run
+
+
+def _check_tuning_args(rng_key, logdensity_fn, positions, step_size, target_fraction, max_noise_error,
+                       max_variance_inflation, steps_per_trial, audit_size, r1_passes, radius_scales):
+    check_key(rng_key)
+    check_callable(logdensity_fn, "logdensity_fn", "x -> scalar log density")
+    x = check_positions(positions, min_particles=2)
+    check_positive(step_size, "step_size")
+    if not 0.0 < float(target_fraction) < 1.0:
+        raise ValueError(f"target_fraction must lie in (0, 1); got {target_fraction!r}.")
+    check_positive(max_noise_error, "max_noise_error")
+    check_positive(max_variance_inflation, "max_variance_inflation")
+    steps_per_trial = check_int(steps_per_trial, "steps_per_trial", minimum=4)
+    audit_size = check_int(audit_size, "audit_size", minimum=1)
+    for p in r1_passes:
+        if not 0.0 < float(p) < 1.0:
+            raise ValueError(f"r1_passes must hold probabilities in (0, 1); got {r1_passes!r}.")
+    for c in radius_scales:
+        check_positive(c, "radius_scales (each)")
+    return x, steps_per_trial, audit_size
+
+
+def _trial_record(outputs, half, **fields) -> dict:
+    """A candidate's measurements over the second half of its trial."""
+    frac, noise, ratio, inflation, flagged, diverged, _ = (np.asarray(a) for a in outputs)
+
+    def tail(a, reduce, empty):
+        a = a[half:]
+        return float(reduce(a)) if np.any(np.isfinite(a)) else empty
+
+    return dict(fields, ensemble_fraction=float(np.mean(frac[half:])), noise_error=tail(noise, np.nanmedian, 0.0),
+                drift_ratio=tail(ratio, np.nanmedian, 1.0), variance_inflation=tail(inflation, np.nanmean, 0.0),
+                unstable=bool(np.any(flagged) or np.any(diverged)))
+
+
+def _choose(trials, base, target_fraction, max_noise_error, max_variance_inflation):
+    """The rule of the module docstring: (best trial's measurements, params, a note)."""
+    ok = [t for t in trials if t["noise_error"] <= max_noise_error and not t["unstable"]
+          and t["variance_inflation"] <= max_variance_inflation]
+    caps = f"variance inflation <= {max_variance_inflation:g} and drift error <= {max_noise_error:g}"
+    if not ok:
+        best = dict(ensemble_fraction=0.0, noise_error=float("nan"), drift_ratio=float("nan"),
+                    variance_inflation=float("nan"))
+        params = dict(eta=base.eta, r1=0.0, r2=base.r2, n_star=base.n_star, m_f=base.m_f)
+        return best, params, (f"no candidate kept {caps} (never flagged); the ensemble is switched off (r1 = 0): "
+                              "CEnLMC is LMC on this target at this N.")
+    reach = [t for t in ok if t["ensemble_fraction"] >= target_fraction]
+    if reach:
+        best = min(reach, key=lambda t: (t["variance_inflation"], -t["ensemble_fraction"]))
+        note = (f"chose the smallest variance inflation among the {len(reach)} candidates reaching the "
+                f"target fraction {target_fraction:.2f} with {caps}.")
+    else:
+        best = max(ok, key=lambda t: t["ensemble_fraction"])
+        note = (f"no candidate reached the target fraction {target_fraction:.2f} with {caps}; chose the "
+                f"largest fraction, {best['ensemble_fraction']:.2f}.")
+    return best, dict(eta=best["eta"], r1=best["r1"], r2=best["r2"], n_star=base.n_star, m_f=base.m_f), note
 
 
 def tune_cenlmc(
@@ -122,14 +190,14 @@ def tune_cenlmc(
     target_fraction: float = 0.6,
     max_noise_error: float = 0.25,
     max_variance_inflation: float = 0.03,
-    f_star: Optional[float] = None,
-    L: Optional[float] = None,
-    mu: Optional[float] = None,
+    f_star: float | None = None,
+    L: float | None = None,
+    mu: float | None = None,
     steps_per_trial: int = 40,
     audit_size: int = 64,
     r1_passes: tuple = (0.7, 0.8, 0.9, 0.95),
     radius_scales: tuple = (1.0, 0.75, 0.5),
-    grad_fn: Optional[Callable] = None,
+    grad_fn: Callable | None = None,
     **cenlmc_kwargs: Any,
 ) -> TunedCEnLMC:
     """Burn in CEnLMC while choosing ``η, R1, R2`` for ``target_fraction`` (module docstring).
@@ -149,85 +217,44 @@ def tune_cenlmc(
       grad_fn, **cenlmc_kwargs: passed to ``cj.cenlmc`` (``method``, ``mesh``, ...).
 
     The burn-in costs ``(len(r1_passes)·len(radius_scales) + 2)·steps_per_trial``
-    steps (560 by default) and ``audit_size`` extra gradients per step.
+    steps (560 by default) and ``audit_size`` extra gradients per step; the gradients it
+    computed are ``TunedCEnLMC.grad_evals``. A chosen fraction below :data:`LOW_FRACTION`
+    (the ensemble unused) is warned about (``UserWarning``), with the reason.
     """
-    check_key(rng_key)
-    check_callable(logdensity_fn, "logdensity_fn", "x -> scalar log density")
-    x = check_positions(positions, min_particles=2)
-    check_positive(step_size, "step_size")
-    if not 0.0 < float(target_fraction) < 1.0:
-        raise ValueError(f"target_fraction must lie in (0, 1); got {target_fraction!r}.")
-    check_positive(max_noise_error, "max_noise_error")
-    check_positive(max_variance_inflation, "max_variance_inflation")
-    steps_per_trial = check_int(steps_per_trial, "steps_per_trial", minimum=4)
-    audit_size = check_int(audit_size, "audit_size", minimum=1)
-    for p in r1_passes:
-        if not 0.0 < float(p) < 1.0:
-            raise ValueError(f"r1_passes must hold probabilities in (0, 1); got {r1_passes!r}.")
-    for c in radius_scales:
-        check_positive(c, "radius_scales (each)")
+    x, steps_per_trial, audit_size = _check_tuning_args(
+        rng_key, logdensity_fn, positions, step_size, target_fraction, max_noise_error, max_variance_inflation,
+        steps_per_trial, audit_size, r1_passes, radius_scales)
     n, d = x.shape
     h = float(step_size)
     base = suggest_cenlmc_params(d, h, L=L, mu=mu, num_particles=n)
-    state = cenlmc_init(x, logdensity_fn, f_star)
     run = _trial_runner(logdensity_fn, h, base.n_star, base.m_f, steps_per_trial, min(audit_size, n), grad_fn,
                         cenlmc_kwargs)
+    grads = 0
+
+    def trial(k, state, eta, r1, r2):
+        nonlocal grads
+        radii = (jnp.asarray(v, x.dtype) for v in (eta, r1, r2))
+        out_state, outputs = run(jax.random.fold_in(rng_key, k), state, *radii)
+        grads += int(np.sum(np.asarray(outputs[-1], np.int64)))
+        return out_state, outputs
+
     # a first burn-in with the suggested values; every candidate then starts from there, so a
     # bad candidate (an unstable ensemble) cannot damage the chain the others are measured on
-    start, _ = run(jax.random.fold_in(rng_key, 0), state, jnp.asarray(base.eta, x.dtype),
-                   jnp.asarray(base.r1, x.dtype), jnp.asarray(base.r2, x.dtype))
+    start, _ = trial(0, cenlmc_init(x, logdensity_fn, f_star), base.eta, base.r1, base.r2)
     start = start._replace(audit=fresh_audit(x.dtype))
     trials = []
-    k = 1
     for scale in radius_scales:
         for p in r1_passes:
-            eta, r2 = base.eta * scale, base.r2 * scale
-            r1 = math.sqrt(2.0 * h * chi2_ppf(float(p), d))
-            _, (frac, noise, ratio, inflation, flagged, diverged) = run(
-                jax.random.fold_in(rng_key, k), start, jnp.asarray(eta, x.dtype), jnp.asarray(r1, x.dtype),
-                jnp.asarray(r2, x.dtype))
-            k += 1
-            half = steps_per_trial // 2
-
-            def tail_stat(a, reduce, empty):
-                a = np.asarray(a)[half:]
-                return float(reduce(a)) if np.any(np.isfinite(a)) else empty
-
-            trials.append(dict(
-                eta=eta, r1=r1, r2=r2, r1_pass=float(p), radius_scale=float(scale),
-                ensemble_fraction=float(np.mean(np.asarray(frac)[half:])),
-                noise_error=tail_stat(noise, np.nanmedian, 0.0),
-                drift_ratio=tail_stat(ratio, np.nanmedian, 1.0),
-                variance_inflation=tail_stat(inflation, np.nanmean, 0.0),
-                unstable=bool(np.any(np.asarray(flagged)) or np.any(np.asarray(diverged))),
-            ))
-    ok = [t for t in trials if t["noise_error"] <= max_noise_error and not t["unstable"]
-          and t["variance_inflation"] <= max_variance_inflation]
+            eta, r2, r1 = base.eta * scale, base.r2 * scale, math.sqrt(2.0 * h * chi2_ppf(float(p), d))
+            _, outputs = trial(len(trials) + 1, start, eta, r1, r2)
+            trials.append(_trial_record(outputs, steps_per_trial // 2, eta=eta, r1=r1, r2=r2, r1_pass=float(p),
+                                        radius_scale=float(scale)))
+    best, params, note = _choose(trials, base, target_fraction, max_noise_error, max_variance_inflation)
     notes = [f"suggested: eta={base.eta:.4g}, R1={base.r1:.4g}, R2={base.r2:.4g}, N*={base.n_star}, "
-             f"M_f={base.m_f:.3g}; {len(trials)} candidates x {steps_per_trial} steps, audit of {audit_size}."]
-    caps = f"variance inflation <= {max_variance_inflation:g} and drift error <= {max_noise_error:g}"
-    if ok:
-        reach = [t for t in ok if t["ensemble_fraction"] >= target_fraction]
-        if reach:
-            best = min(reach, key=lambda t: (t["variance_inflation"], -t["ensemble_fraction"]))
-            notes.append(f"chose the smallest variance inflation among the {len(reach)} candidates reaching the "
-                         f"target fraction {target_fraction:.2f} with {caps}.")
-        else:
-            best = max(ok, key=lambda t: t["ensemble_fraction"])
-            notes.append(f"no candidate reached the target fraction {target_fraction:.2f} with {caps}; chose the "
-                         f"largest fraction, {best['ensemble_fraction']:.2f}.")
-        params = dict(eta=best["eta"], r1=best["r1"], r2=best["r2"], n_star=base.n_star, m_f=base.m_f)
-    else:
-        best = dict(ensemble_fraction=0.0, noise_error=float("nan"), drift_ratio=float("nan"),
-                    variance_inflation=float("nan"))
-        params = dict(eta=base.eta, r1=0.0, r2=base.r2, n_star=base.n_star, m_f=base.m_f)
-        notes.append(f"no candidate kept {caps} (never flagged); the ensemble is switched off (r1 = 0): CEnLMC "
-                     "is LMC on this target at this N.")
+             f"M_f={base.m_f:.3g}; {len(trials)} candidates x {steps_per_trial} steps, audit of {audit_size}.", note]
     # settle the chain with the chosen parameters, then hand it over with a fresh audit
-    state, (*_, diverged) = run(jax.random.fold_in(rng_key, k), start,
-                                jnp.asarray(params["eta"], x.dtype), jnp.asarray(params["r1"], x.dtype),
-                                jnp.asarray(params["r2"], x.dtype))
-    diverged = np.asarray(diverged)
+    state, outputs = trial(len(trials) + 1, start, params["eta"], params["r1"], params["r2"])
+    diverged = np.asarray(outputs[5])
     if diverged.any():  # never hand over non-finite particles: keep the burn-in's state (the trials' start)
         state = start
         notes.append(f"the settling run with the chosen parameters diverged at its step {int(np.argmax(diverged))} "
@@ -236,8 +263,13 @@ def tune_cenlmc(
     state = state._replace(audit=fresh_audit(x.dtype))
     notes.append(f"measured: ensemble fraction {best['ensemble_fraction']:.3f}, variance inflation "
                  f"{best['variance_inflation']:.3g}, drift error {best['noise_error']:.3g} noise lengths, drift ratio "
-                 f"{best['drift_ratio']:.3g}.")
+                 f"{best['drift_ratio']:.3g}; the burn-in computed {grads} gradients.")
+    if best["ensemble_fraction"] < LOW_FRACTION:
+        warnings.warn(f"tune_cenlmc: the chosen ensemble fraction is {best['ensemble_fraction']:.2f} (below "
+                      f"{LOW_FRACTION}): the ensemble is (nearly) unused, so CEnLMC is LMC here and its N values "
+                      f"per step are wasted; use cj.lmc, more particles, or a better-scaled target. {note}",
+                      UserWarning, stacklevel=2)
     algo = cenlmc(logdensity_fn, h, params["eta"], params["r1"], params["r2"], params["n_star"], params["m_f"],
                   f_star=state.f_star if f_star is None else f_star, grad_fn=grad_fn, **cenlmc_kwargs)
     return TunedCEnLMC(params, algo, state, best["ensemble_fraction"], best["noise_error"], best["drift_ratio"],
-                       best["variance_inflation"], trials, "\n".join(notes))
+                       best["variance_inflation"], trials, "\n".join(notes), grads)

@@ -54,7 +54,8 @@ rejection.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -118,11 +119,11 @@ class Proposal(NamedTuple):
     sample: Callable[..., Array]
     log_forward: Callable[..., Array]
     log_backward: Callable[..., Array]
-    direction_size: Optional[int] = None
+    direction_size: int | None = None
     grad_evals: int = 0
     check: Callable[[Array], None] = lambda position: None
-    point_fn: Optional[Callable[[Any], tuple[Array, Any]]] = None
-    logdensity_fn: Optional[Callable] = None
+    point_fn: Callable[[Any], tuple[Array, Any]] | None = None
+    logdensity_fn: Callable | None = None
 
 
 class IrreversibleMHState(NamedTuple):
@@ -174,7 +175,7 @@ class IrreversibleMHInfo(NamedTuple):
 # ------------------------------------------------------------------------ helpers
 
 
-def _direction_shape(proposal: Optional[Proposal], position: Array) -> tuple:
+def _direction_shape(proposal: Proposal | None, position: Array) -> tuple:
     size = getattr(proposal, "direction_size", None)
     return position.shape if size is None else (size,)
 
@@ -205,7 +206,7 @@ def _check_proposal(proposal: Any) -> None:
         )
 
 
-def _point(proposal: Optional[Proposal], logdensity_fn: LogDensityFn, position: Any, flat_fn) -> tuple[Array, Any]:
+def _point(proposal: Proposal | None, logdensity_fn: LogDensityFn, position: Any, flat_fn) -> tuple[Array, Any]:
     """``(log π(position), cache)``: through ``proposal.point_fn`` when it has one."""
     point_fn = getattr(proposal, "point_fn", None)
     if point_fn is None:
@@ -222,9 +223,9 @@ def _point(proposal: Optional[Proposal], logdensity_fn: LogDensityFn, position: 
 def irreversible_mh_init(
     position: Any,
     logdensity_fn: LogDensityFn,
-    rng_key: Optional[PRNGKey] = None,
+    rng_key: PRNGKey | None = None,
     *,
-    proposal: Optional[Proposal] = None,
+    proposal: Proposal | None = None,
 ) -> IrreversibleMHState:
     """Start a chain at ``position: (d,)`` (or a pytree).
 
@@ -344,7 +345,9 @@ def irreversible_mh_step(
 # ------------------------------------------------------------------- sampler object
 
 
-def irreversible_mh(logdensity_fn: LogDensityFn, proposal: Proposal, *, flip_on_reject: bool = True) -> SamplingAlgorithm:
+def irreversible_mh(
+    logdensity_fn: LogDensityFn, proposal: Proposal, *, flip_on_reject: bool = True
+) -> SamplingAlgorithm:
     """The irreversible jump sampler (docs/algorithms.md §7) as a sampler object.
 
     ``init(position, rng_key=None)``: :func:`irreversible_mh_init` with this

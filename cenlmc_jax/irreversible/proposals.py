@@ -37,7 +37,8 @@ vector, ``logdensity_fn`` (through ``point_fn``) the user's form.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -78,10 +79,10 @@ class SDEPoint(NamedTuple):
     """
 
     grad: Array
-    drift_d: Optional[Array] = None
-    drift_q: Optional[Array] = None
-    root: Optional[Array] = None
-    half_logdet: Optional[Array] = None
+    drift_d: Array | None = None
+    drift_q: Array | None = None
+    root: Array | None = None
+    half_logdet: Array | None = None
 
 
 # ------------------------------------------------------------------------ helpers
@@ -107,12 +108,14 @@ def _log_normal(scaled_residual: Array, half_logdet: Array, var_scale: Array) ->
 def coordinatewise_proposal(
     log_f: Callable[[Array, Array], Array],
     log_g: Callable[[Array, Array], Array],
-    sample_f: Optional[Callable[[PRNGKey, Array], Array]] = None,
-    sample_g: Optional[Callable[[PRNGKey, Array], Array]] = None,
+    sample_f: Callable[[PRNGKey, Array], Array] | None = None,
+    sample_g: Callable[[PRNGKey, Array], Array] | None = None,
     *,
-    sample: Optional[Callable[[PRNGKey, Array, Array], Array]] = None,
+    sample: Callable[[PRNGKey, Array, Array], Array] | None = None,
 ) -> Proposal:
-    """A proposal built per coordinate from a pair ``(f_i, g_i)`` (docs/algorithms.md §7; paper 2, App. C.2, Algorithm 1).
+    """A proposal built per coordinate from a pair ``(f_i, g_i)``.
+
+    docs/algorithms.md §7; paper 2, App. C.2, Algorithm 1.
 
     ``log_f(x_new, x_old) -> (d,)`` gives ``log f_i(x_new_i | x_old_i)`` for every
     coordinate (``log_g`` likewise); then

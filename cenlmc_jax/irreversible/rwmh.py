@@ -22,7 +22,7 @@ split into ``(key_proposal, key_accept)``; a non-finite proposal or a NaN /
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -105,7 +105,7 @@ def rwmh_step(
     logdensity_fn: LogDensityFn,
     step_size: Any,
     *,
-    proposal_cov: Optional[Any] = None,
+    proposal_cov: Any | None = None,
 ) -> tuple[RWMHState, RWMHInfo]:
     """One Gaussian random-walk Metropolis–Hastings step (the reversible baseline).
 
@@ -144,7 +144,7 @@ def rwmh_step(
     return new_state, info
 
 
-def rwmh(logdensity_fn: LogDensityFn, step_size: Any, *, proposal_cov: Optional[Any] = None) -> SamplingAlgorithm:
+def rwmh(logdensity_fn: LogDensityFn, step_size: Any, *, proposal_cov: Any | None = None) -> SamplingAlgorithm:
     """Gaussian random-walk MH with proposal ``N(z, step_size² · proposal_cov)`` as a sampler object.
 
     ``proposal_cov``: ``None`` (the identity), a scalar, a ``(d,)`` diagonal or

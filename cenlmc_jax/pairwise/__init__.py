@@ -101,7 +101,7 @@ def auto_block_sparse(n: int, d: int) -> bool:
     return any(d <= max_d and n >= min_n for max_d, min_n in AUTO_SPARSE_RULE)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _local_partial(method: str, d: int, block_size: int | None, precision: Any, interpret: bool | None = None,
                    dtype: str = "float32"):
     """The rows-against-columns partial of a backend, one object per setting (a jit static argument)."""

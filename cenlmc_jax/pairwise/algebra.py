@@ -451,7 +451,7 @@ def pad_particles(p: Prepared, n_pad: int) -> Prepared:
         widths = [(0, n_pad - v.shape[0])] + [(0, 0)] * (v.ndim - 1)
         return jnp.pad(v, widths, constant_values=fill)
 
-    return Prepared(*(pad(name, v) for name, v in zip(p._fields, p)))
+    return Prepared(*(pad(name, v) for name, v in zip(p._fields, p, strict=True)))
 
 
 # --------------------------------------------------------------------------- monoid
@@ -495,7 +495,7 @@ def squared_distances(a_rows: Any, sq_rows: Array, a_cols: Any, sq_cols: Array, 
     """(rows, cols) squared distances and the coincidence mask (module docstring)."""
     if spec.direct:
         d2 = None
-        for r, c in zip(_coordinates(a_rows), _coordinates(a_cols)):
+        for r, c in zip(_coordinates(a_rows), _coordinates(a_cols), strict=True):
             diff = c[None, :] - r[:, None]
             d2 = diff * diff if d2 is None else d2 + diff * diff
         return d2, d2 <= 0

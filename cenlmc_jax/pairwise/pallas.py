@@ -61,8 +61,9 @@ accumulator lives in registers; beyond that the XLA path is better.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -72,8 +73,8 @@ from jax.experimental.pallas import triton as pltriton
 
 from cenlmc_jax._validation import check_bool, check_choice, check_int
 from cenlmc_jax.pairwise.algebra import (
-    Partial,
     PairwiseForce,
+    Partial,
     Prepared,
     TileSpec,
     canonical_precision,
@@ -289,7 +290,7 @@ def _kernel(
         acc = lax.fori_loop(0, n_full, lambda c, a: tile_update(a, rows, listed(c), spec), acc)
         if has_w:
             acc = lax.fori_loop(n_full, n_full + n_count, lambda c, a: count_update(a, rows, listed(c), spec), acc)
-    for ref, value in zip((sums_ref, m_ref, n_r2_ref, n_ball_ref), acc):
+    for ref, value in zip((sums_ref, m_ref, n_r2_ref, n_ball_ref), acc, strict=True):
         ref[...] = value
 
 

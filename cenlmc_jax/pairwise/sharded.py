@@ -48,7 +48,7 @@ sharded like ``x``.
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -59,12 +59,12 @@ from jax.sharding import PartitionSpec as P
 
 from cenlmc_jax._validation import check_callable, check_choice, check_int
 from cenlmc_jax.pairwise.algebra import (
-    Partial,
     PairwiseForce,
+    Partial,
     Prepared,
+    centre_terms,
     check_pair_inputs,
     combine,
-    centre_terms,
     empty_partial,
     finish,
     prepare,

@@ -58,8 +58,8 @@ from jax import lax
 from cenlmc_jax._validation import check_bool, check_choice, check_int, check_positive
 from cenlmc_jax.pairwise.algebra import (
     ColumnWeights,
-    Partial,
     PairwiseForce,
+    Partial,
     Prepared,
     canonical_precision,
     check_pair_inputs,
@@ -76,9 +76,9 @@ from cenlmc_jax.pairwise.sparsity import (
     SKIP,
     TileBoxes,
     sort_spatially,
-    unsort,
     tile_boxes,
     tile_kinds,
+    unsort,
 )
 from cenlmc_jax.types import Array, ArrayLike
 
@@ -358,7 +358,11 @@ def _fold_steps(rows_b, cols_b, pairs, n_pairs, top, group, spec, *, static: boo
         return part.sums, part.n_r2, part.n_ball
 
     def no_tiles(rows, cols):
-        return jnp.zeros((group, br, d + 1), dtype), jnp.zeros((group, br), jnp.int32), jnp.zeros((group, br), jnp.int32)
+        return (
+            jnp.zeros((group, br, d + 1), dtype),
+            jnp.zeros((group, br), jnp.int32),
+            jnp.zeros((group, br), jnp.int32),
+        )
 
     steps = -(-pairs.shape[0] // group)
     inner = max(1, math.isqrt(steps))  # static: steps per chunk
@@ -373,10 +377,10 @@ def _fold_steps(rows_b, cols_b, pairs, n_pairs, top, group, spec, *, static: boo
         live = pos < n_pairs
         r = jnp.where(live, code // n_tiles, 0)  # a dead entry: any row tile, against the empty column tile
         c = jnp.where(live, code % n_tiles, n_tiles)
-        rows, cols = (jax.tree.map(lambda v: v[i], b) for b, i in ((rows_b, r), (cols_b, c)))
+        rows, cols = (jax.tree.map(lambda v, i=i: v[i], b) for b, i in ((rows_b, r), (cols_b, c)))
         parts = lax.cond(s < live_steps, jax.vmap(full_tile), no_tiles, rows, cols) if static else \
             jax.vmap(full_tile)(rows, cols)
-        return tuple(a.at[r].add(v) for a, v in zip(acc, parts))
+        return tuple(a.at[r].add(v) for a, v in zip(acc, parts, strict=True))
 
     zeros = jnp.zeros((n_rows, br), jnp.int32)
     acc = (jnp.zeros((n_rows, br, d + 1), dtype), zeros, zeros)

@@ -45,7 +45,7 @@ over chains (:func:`cenlmc_jax.run.vmap_chains`).
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -127,7 +127,7 @@ class RecipeInfo(NamedTuple):
     run_flags = (NOISE_CLIPPED_FLAG,)  # cj.sample warns from the first clipped step
 
 
-def check_recipe_inputs(z: Array, D, Q, B_hat, eps: Optional[Array], *, d_name: str = "D") -> None:
+def check_recipe_inputs(z: Array, D, Q, B_hat, eps: Array | None, *, d_name: str = "D") -> None:
     """Everything that can be checked in Python: constant matrices always, callables at a concrete z
     (their output shapes at any z, abstractly).
 
@@ -156,10 +156,10 @@ def check_recipe_inputs(z: Array, D, Q, B_hat, eps: Optional[Array], *, d_name: 
 
 def recipe_init(
     position: ArrayLike,
-    D: Optional[la.MatrixLike] = None,
-    Q: Optional[la.MatrixLike] = None,
-    step_size: Optional[StepSize] = None,
-    B_hat: Optional[la.MatrixLike] = None,
+    D: la.MatrixLike | None = None,
+    Q: la.MatrixLike | None = None,
+    step_size: StepSize | None = None,
+    B_hat: la.MatrixLike | None = None,
     *,
     d_name: str = "D",
 ) -> RecipeState:
@@ -223,7 +223,7 @@ def recipe_step(
     step_size: StepSize,
     D: la.MatrixLike,
     Q: la.MatrixLike,
-    B_hat: Optional[la.MatrixLike] = None,
+    B_hat: la.MatrixLike | None = None,
     *,
     d_name: str = "D",
 ) -> tuple[RecipeState, RecipeInfo]:
@@ -273,7 +273,7 @@ def complete_recipe(
     D: la.MatrixLike,
     Q: la.MatrixLike,
     *,
-    B_hat: Optional[la.MatrixLike] = None,
+    B_hat: la.MatrixLike | None = None,
     d_name: str = "D",
 ) -> SamplingAlgorithm:
     """The complete recipe (docs/algorithms.md §5) with your own ``D`` and ``Q`` as a sampler object.
@@ -302,7 +302,9 @@ def complete_recipe(
     return SamplingAlgorithm(init, step)
 
 
-def sgld(grad_estimator: GradEstimator, step_size: StepSize, *, B_hat: Optional[la.MatrixLike] = None) -> SamplingAlgorithm:
+def sgld(
+    grad_estimator: GradEstimator, step_size: StepSize, *, B_hat: la.MatrixLike | None = None
+) -> SamplingAlgorithm:
     """SGLD (docs/algorithms.md §5): ``D = I``, ``Q = 0``: ``θ' = θ + ε g̃(θ) + N(0, ε(2I - εB̂))``.
 
     ``grad_estimator(rng_key, θ) -> g̃(θ) ≈ ∇log π(θ)``; state position ``θ: (d,)``.
@@ -315,7 +317,7 @@ def sgrld(
     step_size: StepSize,
     inv_metric_fn: la.MatrixLike,
     *,
-    B_hat: Optional[la.MatrixLike] = None,
+    B_hat: la.MatrixLike | None = None,
 ) -> SamplingAlgorithm:
     """SGRLD (docs/algorithms.md §5): ``D = G(θ)^{-1}``, ``Q = 0``; ``Γ_i = Σ_j ∂_j (G^{-1})_ij`` by autodiff.
 
@@ -339,7 +341,7 @@ class SGHMCState(NamedTuple):
     step: Array
 
 
-def initial_momentum(theta: Array, momentum: Optional[ArrayLike], rng_key: Optional[PRNGKey]) -> Array:
+def initial_momentum(theta: Array, momentum: ArrayLike | None, rng_key: PRNGKey | None) -> Array:
     """``r = 0``, the given ``momentum``, or ``r ~ N(0, I)`` (its stationary law) when a key is given.
 
     ``theta``: the flat ``(d,)`` position; ``momentum`` may be a pytree like the
@@ -357,7 +359,7 @@ def initial_momentum(theta: Array, momentum: Optional[ArrayLike], rng_key: Optio
     return jnp.zeros_like(theta)
 
 
-def _sghmc_dq(friction: la.MatrixLike, d: int, B_hat: Optional[la.MatrixLike]):
+def _sghmc_dq(friction: la.MatrixLike, d: int, B_hat: la.MatrixLike | None):
     """``D = [[0, 0], [0, C]]``, ``Q = [[0, -I], [I, 0]]`` and ``B̂`` on ``z = (θ, r)``: ``(2d, 2d)`` arrays.
 
     :func:`sghmc_step` is :func:`recipe_step` with these (the tests check it); it
@@ -382,7 +384,7 @@ def _sghmc_dq(friction: la.MatrixLike, d: int, B_hat: Optional[la.MatrixLike]):
     return D, Q, B
 
 
-def _check_sghmc_inputs(theta: Array, friction, B_hat, eps: Optional[Array]) -> None:
+def _check_sghmc_inputs(theta: Array, friction, B_hat, eps: Array | None) -> None:
     """Friction symmetric PSD, ``B̂`` of a matrix form, and ``ε(2C - εB̂)`` PSD, where the values are known."""
     d = theta.shape[0]
     la.check_matrix_shape(friction, "friction", d)
@@ -394,18 +396,23 @@ def _check_sghmc_inputs(theta: Array, friction, B_hat, eps: Optional[Array]) -> 
     la.check_matrix_shape(b, "B_hat", d)
     if eps is not None and is_concrete(eps):
         e = float(eps)
-        la.check_noise_cov(e, c, la.constant_dense(b, d), "the noise covariance step_size*(2*friction - step_size*B_hat)",
-                           f"step_size={e:g}; B_hat too large for this step size")
+        la.check_noise_cov(
+            e,
+            c,
+            la.constant_dense(b, d),
+            "the noise covariance step_size*(2*friction - step_size*B_hat)",
+            f"step_size={e:g}; B_hat too large for this step size",
+        )
 
 
 def sghmc_init(
     position: ArrayLike,
-    rng_key: Optional[PRNGKey] = None,
+    rng_key: PRNGKey | None = None,
     *,
-    momentum: Optional[ArrayLike] = None,
+    momentum: ArrayLike | None = None,
     friction: ArrayLike = 1.0,
-    step_size: Optional[StepSize] = None,
-    B_hat: Optional[la.MatrixLike] = None,
+    step_size: StepSize | None = None,
+    B_hat: la.MatrixLike | None = None,
 ) -> SGHMCState:
     """Start SGHMC at ``θ = position`` (``(d,)`` or a pytree) with ``step = 0``.
 
@@ -449,7 +456,7 @@ def sghmc_step(
     grad_estimator: GradEstimator,
     step_size: StepSize,
     friction: ArrayLike = 1.0,
-    B_hat: Optional[la.MatrixLike] = None,
+    B_hat: la.MatrixLike | None = None,
     *,
     blowup_factor: float = 10.0,
 ) -> tuple[SGHMCState, RecipeInfo]:
@@ -524,7 +531,7 @@ def sghmc(
     step_size: StepSize,
     *,
     friction: ArrayLike = 1.0,
-    B_hat: Optional[la.MatrixLike] = None,
+    B_hat: la.MatrixLike | None = None,
     blowup_factor: float = 10.0,
 ) -> SamplingAlgorithm:
     """SGHMC (docs/algorithms.md §5) as a sampler object: :func:`sghmc_step`,

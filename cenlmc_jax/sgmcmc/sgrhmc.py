@@ -30,7 +30,8 @@ boundary); ``inv_metric_fn`` and ``B_hat`` callables see the flat ``(d,)`` θ.
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -180,7 +181,7 @@ def sgrhmc_mean_and_root(theta, r, grad, eps, inv_metric_fn, B_hat, naive: bool)
     return theta_mean, r_mean, root, clipped, gamma
 
 
-def check_sgrhmc_inputs(theta: Array, inv_metric_fn, B_hat, eps: Optional[Array]) -> None:
+def check_sgrhmc_inputs(theta: Array, inv_metric_fn, B_hat, eps: Array | None) -> None:
     """At a concrete θ: ``G^{-1}(θ)`` symmetric PSD and the noise covariance PSD (the callables' output
     shapes at any θ, abstractly)."""
     la.check_matrix_fn(inv_metric_fn, theta, "inv_metric_fn")
@@ -205,12 +206,12 @@ def check_sgrhmc_inputs(theta: Array, inv_metric_fn, B_hat, eps: Optional[Array]
 
 def sgrhmc_init(
     position: ArrayLike,
-    rng_key: Optional[PRNGKey] = None,
+    rng_key: PRNGKey | None = None,
     *,
-    momentum: Optional[ArrayLike] = None,
-    inv_metric_fn: Optional[la.MatrixLike] = None,
-    step_size: Optional[StepSize] = None,
-    B_hat: Optional[la.MatrixLike] = None,
+    momentum: ArrayLike | None = None,
+    inv_metric_fn: la.MatrixLike | None = None,
+    step_size: StepSize | None = None,
+    B_hat: la.MatrixLike | None = None,
 ) -> SGRHMCState:
     """Start SGRHMC at ``θ = position: (d,)`` (or a pytree; callable inside jit).
 
@@ -243,7 +244,7 @@ def sgrhmc_step(
     grad_estimator: GradEstimator,
     step_size: StepSize,
     inv_metric_fn: la.MatrixLike,
-    B_hat: Optional[la.MatrixLike] = None,
+    B_hat: la.MatrixLike | None = None,
     *,
     naive: bool = False,
 ) -> tuple[SGRHMCState, SGRHMCInfo]:
@@ -316,7 +317,7 @@ def sgrhmc(
     step_size: StepSize,
     inv_metric_fn: la.MatrixLike,
     *,
-    B_hat: Optional[la.MatrixLike] = None,
+    B_hat: la.MatrixLike | None = None,
     naive: bool = False,
 ) -> SamplingAlgorithm:
     """SGRHMC as a sampler object: ``init(position, rng_key=None)`` (checks the metric at the initial
