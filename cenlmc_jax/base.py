@@ -1,4 +1,4 @@
-"""The sampler object every algorithm returns, and the step-size convention.
+"""The sampler object every algorithm returns, what the driver returns, and the step-size convention.
 
 A :class:`SamplingAlgorithm` is a ``NamedTuple`` of two pure functions, in
 the shape BlackJAX users know (``blackjax.base.SamplingAlgorithm``):
@@ -21,6 +21,10 @@ sampler stays where it is on every rejection); such a sampler reports its
 collapse itself, by an ``every_step`` flag (zero acceptance probability at
 every step of a chunk).
 
+:class:`RunResult` (with :class:`Moments`) is what ``cj.sample`` returns; it is defined here, below
+the driver, so that the diagnostics read it without importing the driver (which runs them at the end
+of a run: ``cenlmc_jax.diagnostics.convergence``). ``cenlmc_jax.run`` re-exports both.
+
 Step sizes are ``step_size`` everywhere: a float ``> 0`` or, for the recipe
 family, a schedule ``t -> ε_t`` of the step counter (an optax schedule works).
 """
@@ -35,7 +39,7 @@ import jax.numpy as jnp
 from cenlmc_jax._validation import check_positive, is_concrete
 from cenlmc_jax.types import Array
 
-__all__ = ["SamplingAlgorithm", "StepSize", "RunFlag", "run_flags", "may_stay", "step_size_at"]
+__all__ = ["SamplingAlgorithm", "StepSize", "RunFlag", "run_flags", "may_stay", "step_size_at", "Moments", "RunResult"]
 
 StepSize = float | Callable[[Array], Array]
 
@@ -91,3 +95,48 @@ def step_size_at(step_size: StepSize, step: Array, dtype) -> Array:
     if is_concrete(eps):
         check_positive(eps, f"step_size({int(step)}) (the schedule's value)")
     return jnp.asarray(eps, dtype)
+
+
+class Moments(NamedTuple):
+    """Streaming per-coordinate moments (Chan et al. parallel update).
+
+    count: number of values combined (float, to allow > 2^31 values).
+    mean: (d,) running mean.  m2: (d,) running sum of squared deviations.
+    """
+
+    count: Array
+    mean: Array
+    m2: Array
+
+    @property
+    def variance(self) -> Array:
+        """Population variance ``m2 / count``."""
+        return self.m2 / jnp.maximum(self.count, 1)
+
+    @property
+    def std(self) -> Array:
+        return jnp.sqrt(self.variance)
+
+
+class RunResult(NamedTuple):
+    """What ``cj.sample`` (:func:`cenlmc_jax.run.sample`) returns.
+
+    state: the final state.
+    trace: ``(num_kept, ...)`` stacked ``trace_fn(state)`` (``mode="trace"``), else None.
+    moments: :class:`Moments` (``mode="stream"``), else None.
+    info: the per-step (reduced) infos, leading axis ``num_steps_done``.
+    num_steps_done: steps actually run, burn-in included (fewer than asked if the
+        run stopped on divergence).
+    diverged_at: first step whose ``info.diverged`` was true, or -1.
+    burn_in: the burn-in steps asked for (their infos come first in ``info``).
+    thin: every ``thin``-th state after the burn-in is in ``trace`` / ``moments``.
+    """
+
+    state: Any
+    trace: Array | None
+    moments: Moments | None
+    info: Any
+    num_steps_done: int
+    diverged_at: int
+    burn_in: int = 0
+    thin: int = 1

@@ -32,7 +32,7 @@ import functools
 import os
 import warnings
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -50,55 +50,11 @@ from cenlmc_jax._validation import (
     check_start_logdensity,
     is_concrete,
 )
-from cenlmc_jax.base import SamplingAlgorithm, may_stay, run_flags
+from cenlmc_jax.base import Moments, RunResult, SamplingAlgorithm, may_stay, run_flags
+from cenlmc_jax.diagnostics.convergence import ConvergenceWarning, convergence_problems
 from cenlmc_jax.types import Array, PRNGKey, PyTree, StepFn
 
 __all__ = ["sample", "RunResult", "Moments", "reduce_info", "vmap_chains"]
-
-
-class Moments(NamedTuple):
-    """Streaming per-coordinate moments (Chan et al. parallel update).
-
-    count: number of values combined (float, to allow > 2^31 values).
-    mean: (d,) running mean.  m2: (d,) running sum of squared deviations.
-    """
-
-    count: Array
-    mean: Array
-    m2: Array
-
-    @property
-    def variance(self) -> Array:
-        """Population variance ``m2 / count``."""
-        return self.m2 / jnp.maximum(self.count, 1)
-
-    @property
-    def std(self) -> Array:
-        return jnp.sqrt(self.variance)
-
-
-class RunResult(NamedTuple):
-    """What :func:`sample` returns.
-
-    state: the final state.
-    trace: ``(num_kept, ...)`` stacked ``trace_fn(state)`` (``mode="trace"``), else None.
-    moments: :class:`Moments` (``mode="stream"``), else None.
-    info: the per-step (reduced) infos, leading axis ``num_steps_done``.
-    num_steps_done: steps actually run, burn-in included (fewer than asked if the
-        run stopped on divergence).
-    diverged_at: first step whose ``info.diverged`` was true, or -1.
-    burn_in: the burn-in steps asked for (their infos come first in ``info``).
-    thin: every ``thin``-th state after the burn-in is in ``trace`` / ``moments``.
-    """
-
-    state: Any
-    trace: Array | None
-    moments: Moments | None
-    info: Any
-    num_steps_done: int
-    diverged_at: int
-    burn_in: int = 0
-    thin: int = 1
 
 
 def _init_moments(x: Array) -> Moments:
@@ -296,6 +252,7 @@ def sample(
     progress: bool = False,
     checkpoint_path: str | None = None,
     on_divergence: str = "stop",
+    check_convergence: bool = True,
 ) -> RunResult:
     """Run ``step_fn`` for ``burn_in + num_steps`` steps with ``lax.scan``.
 
@@ -329,6 +286,14 @@ def sample(
       on_divergence: ``"stop"`` (warn and return the state, trace and moments
         of the last good step: the chunk is replayed up to the diverging step),
         ``"warn"`` (warn and keep going) or ``"raise"`` (``FloatingPointError``).
+      check_convergence: at the end of a run that did not diverge, warn
+        (:class:`~cenlmc_jax.diagnostics.convergence.ConvergenceWarning`, one per
+        problem) when a chain or particle never moved, when the rank-normalised
+        split R-hat exceeds 1.01, or when the bulk ESS is below
+        ``min(100 per chain, 400)``
+        (:func:`~cenlmc_jax.diagnostics.convergence.convergence_problems`:
+        R-hat and ESS need ``mode="trace"``; stream mode checks frozen chains
+        only). The first check of a trace shape compiles the diagnostics once.
 
     Inside ``jax.jit`` (e.g. ``jax.jit(jax.grad(loss))`` with ``cj.sample`` in
     ``loss``) the flags are not known while tracing: the run cannot stop or
@@ -346,7 +311,8 @@ def sample(
     kept steps). Neither stops the run.
     """
     step_fn, num_steps, thin, burn_in, chunk_size = _check_run_args(
-        rng_key, step_fn, num_steps, thin, burn_in, mode, trace_fn, chunk_size, info_reduce, progress, on_divergence)
+        rng_key, step_fn, num_steps, thin, burn_in, mode, trace_fn, chunk_size, info_reduce, progress, on_divergence,
+        check_convergence)
     moments = _init_moments(trace_fn(initial_state)) if mode == "stream" else None
     state, step, chunks, diverged_at = initial_state, 0, [], -1
     total = burn_in + num_steps
@@ -416,11 +382,23 @@ def sample(
     trace = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *kept_all) if kept_all else None
     info = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *[i for _, i in chunks]) if chunks else None
     _warn_kept_flags(info, burn_in, traced_warned)
-    return RunResult(state, trace, moments, info, step, diverged_at, burn_in, thin)
+    result = RunResult(state, trace, moments, info, step, diverged_at, burn_in, thin)
+    if check_convergence:
+        _warn_unconverged(result, initial_state, traced_warned)
+    return result
+
+
+def _warn_unconverged(result: RunResult, initial_state: Any, warned: set) -> None:
+    """The end-of-run checks (:func:`~cenlmc_jax.diagnostics.convergence.convergence_problems`), one warning
+    each; the frozen check is skipped when the per-chunk watch already reported frozen chains."""
+    start = None if "frozen" in warned else getattr(initial_state, "position", None)
+    for problem in convergence_problems(result, start):
+        warnings.warn(problem + " (cj.sample(..., check_convergence=False) turns this check off)",
+                      ConvergenceWarning, stacklevel=3)
 
 
 def _check_run_args(rng_key, step_fn, num_steps, thin, burn_in, mode, trace_fn, chunk_size, info_reduce, progress,
-                    on_divergence):
+                    on_divergence, check_convergence=True):
     """:func:`sample`'s arguments, checked in Python: ``(step_fn, num_steps, thin, burn_in, chunk_size)``."""
     if isinstance(step_fn, SamplingAlgorithm):
         step_fn = step_fn.step
@@ -435,6 +413,7 @@ def _check_run_args(rng_key, step_fn, num_steps, thin, burn_in, mode, trace_fn, 
     check_choice(info_reduce, "info_reduce", ("mean", None))
     check_choice(on_divergence, "on_divergence", ("stop", "warn", "raise"))
     check_bool(progress, "progress")
+    check_bool(check_convergence, "check_convergence")
     if chunk_size is None:
         chunk_size = max(thin, (min(num_steps, 1000) // thin) * thin)
     chunk_size = check_int(chunk_size, "chunk_size", minimum=1)

@@ -343,7 +343,8 @@ def run_job(args, setup: Setup) -> Run:
         try:
             res = cj.sample(keys[1], job.algorithm, job.state, args.steps, burn_in=burn_in, thin=args.thin,
                             mode="trace" if args.trace else "stream", progress=args.progress, on_divergence="stop",
-                            checkpoint_path=args.checkpoint, chunk_size=chunk)
+                            checkpoint_path=args.checkpoint, chunk_size=chunk,
+                            check_convergence=False)  # the verdict runs the same checks (verdict.problems)
         except ValueError as exc:  # the checkpoint is another run's, or damaged: checked before any step
             if args.checkpoint is None or "checkpoint_path" not in str(exc):
                 raise

@@ -15,7 +15,11 @@ checks a finished run for every known reason to distrust it:
 * Metropolis acceptance below :data:`ACCEPTANCE_MIN`;
 * unadjusted Langevin's own sd bias, exact on Gaussian targets
   (:func:`ula_sd`), above the reported standard error;
-* rank-normalised R-hat above :data:`RHAT_MAX` (with ``--trace``);
+* the end-of-run convergence checks of ``cj.sample``, the same function
+  (:func:`cenlmc_jax.diagnostics.convergence.convergence_problems`): chains or
+  particles that never moved, the rank-normalised split R-hat above
+  :data:`RHAT_MAX` and the bulk ESS below ``min(100 per chain, 400)`` (R-hat
+  and ESS with ``--trace``: a streaming run keeps no per-chain draws);
 * estimates more than :data:`TRUTH_Z_MAX` standard errors from a known truth.
 
 Each prints an ``UNRELIABLE: ...`` line naming the flags to change, and the
@@ -46,15 +50,16 @@ from cenlmc_jax import ensemble
 from cenlmc_jax.cli.jobs import Run, Setup, no_draws
 from cenlmc_jax.cli.parser import UsageError
 from cenlmc_jax.cli.samplers import SPECS
+from cenlmc_jax.diagnostics import convergence
 from cenlmc_jax.summary import SummaryTable, summary
 
 ENSEMBLE_MIN_FRACTION = 0.05
 ACCEPTANCE_MIN = 0.05
-RHAT_MAX = 1.1
+RHAT_MAX = convergence.RHAT_MAX
 TRUTH_Z_MAX = 5.0
 EXIT_UNRELIABLE, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 RELIABLE = ("  reliability checks passed (divergence, ensemble use, ensemble-force audit, acceptance, known bias, "
-            "R-hat, known truth)")
+            "frozen chains, R-hat, bulk ESS, known truth)")
 
 
 # --------------------------------------------------------------------------
@@ -128,13 +133,27 @@ def _known_bias_problem(args, target, job, table: SummaryTable) -> list:
             "the error bars understate the error; lower --step-size (the bias is proportional to h)"]
 
 
+def divergence_problem(args, job, res, c: float | None) -> str:
+    """What a divergence means and what to change: the step size, the start, the model's scale."""
+    h, parts = job.parameters.get("step_size"), []
+    if h is not None:
+        parts.append(f"h={h:.4g}" + (" from the default rule" if args.step_size is None else ""))
+    if c is not None:
+        parts.append(f"c = {c:.4g} the curvature at the mode")
+    rule = f" ({', '.join(parts)})" if parts else ""
+    return (f"DIVERGED at step {res.diverged_at} (info.diverged: non-finite or exploding values); the run stopped "
+            f"and its estimates are not valid. The step size{rule} is too large where the chains are: lower "
+            "--step-size, start nearer the mode (--init FILE.npy), or rescale a badly scaled model (centre and "
+            "standardise its predictors and parameters: away from the mode its curvature can be orders of "
+            "magnitude above c)")
+
+
 def problems(args, target, job, res, table: SummaryTable | None, c: float | None = None) -> list:
     """Why the result is not to be trusted (empty: no known reason); ``table`` None: no draw was kept;
     ``c``: the curvature the step size is compared with (:func:`stability_problem`)."""
     out = []
     if res.diverged_at >= 0:
-        out.append(f"DIVERGED at step {res.diverged_at} (info.diverged: non-finite or exploding values); the run "
-                   "stopped and its estimates are not valid")
+        out.append(divergence_problem(args, job, res, c))
     out += stability_problem(args, job, c)
     if table is None:
         out.append(f"no draw was kept: the run stopped after {res.num_steps_done} of the driver's {res.burn_in} "
@@ -145,11 +164,7 @@ def problems(args, target, job, res, table: SummaryTable | None, c: float | None
     if acc is not None and not acc >= ACCEPTANCE_MIN:
         out.append(f"mean acceptance rate {acc:.3f} < {ACCEPTANCE_MIN}: the chains barely move; lower --step-size")
     out += _known_bias_problem(args, target, job, table)
-    rhat = table.columns.get("r_hat")
-    if rhat is not None and np.any(rhat > RHAT_MAX):
-        k = int(np.nanargmax(rhat))
-        out.append(f"rank-normalised R-hat of x[{k}] is {rhat[k]:.3f} > {RHAT_MAX}: the chains (particles) have not "
-                   "mixed over the kept draws; run longer (--steps, --burn-in) or with a larger --step-size")
+    out += convergence.convergence_problems(res, getattr(job.state, "position", None), rhat_max=RHAT_MAX)
     for col, what in (("z_mean", "mean"), ("z_sd", "sd")):
         z = table.columns.get(col)
         if z is not None and np.any(np.abs(z) > TRUTH_Z_MAX):

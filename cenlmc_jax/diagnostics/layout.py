@@ -52,7 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from cenlmc_jax._validation import is_concrete
-from cenlmc_jax.run import RunResult
+from cenlmc_jax.base import RunResult
 from cenlmc_jax.types import Array, ArrayLike
 
 __all__ = [
