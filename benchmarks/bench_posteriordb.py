@@ -247,10 +247,10 @@ def run_cell(sampler, post, x0, key, size, cache) -> dict:
 def commit() -> str:
     """HEAD's short hash, and the library files changed in the working tree (other engineers' edits in progress)."""
     git = lambda *a: subprocess.run(["git", *a], capture_output=True, text=True,  # noqa: E731
-                                    cwd=Path(__file__).parent, check=True).stdout.strip()
+                                    cwd=Path(__file__).parent, check=True).stdout.rstrip()
     try:
         dirty = git("status", "--porcelain", "--", "../cenlmc_jax").splitlines()
-        head = git("rev-parse", "--short", "HEAD")
+        head = git("rev-parse", "--short", "HEAD").strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return head + (f" + uncommitted changes in {', '.join(x[3:] for x in dirty)}" if dirty else "")
