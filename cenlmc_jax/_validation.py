@@ -29,6 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from cenlmc_jax._host import fetch
+
 __all__ = [
     "is_concrete",
     "all_concrete",
@@ -204,7 +206,7 @@ def check_positions(positions: Any, name: str = "positions", *, min_particles: i
             f"got shape {tuple(arr.shape)}."
         )
     if is_concrete(arr):  # NumPy, not jnp: inside a jit trace jnp would stage the check
-        finite = np.isfinite(np.asarray(arr))
+        finite = np.isfinite(fetch(arr))  # gathered when sharded over several processes
         if not finite.all():
             bad = int(np.sum(~finite.all(axis=-1)))
             raise ValueError(f"{name} must be finite; {bad} of {arr.shape[0]} particles contain NaN or inf.")
@@ -335,7 +337,7 @@ def check_start_logdensity(values: Any, name: str = "logdensity_fn", where: str 
     a log density of the wrong sign or normalisation)."""
     if not is_concrete(values):
         return
-    v = np.asarray(values, np.float64).ravel()
+    v = np.asarray(fetch(values), np.float64).ravel()  # gathered when sharded over several processes
     if v.size and not np.isfinite(v).any():
         shown = describe(v[0]) if v.size == 1 else f"{describe(v[:4])[:60]} (all {v.size})"
         raise ValueError(f"{name} is -inf or NaN at every {where} ({shown}): the density is zero or undefined "

@@ -56,7 +56,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from cenlmc_jax._validation import is_concrete
+from cenlmc_jax._host import fetch, is_writer
 
 __all__ = ["FORMAT", "Checkpoint", "Unfingerprintable", "run_identity", "fingerprint", "check_path", "save", "load",
            "chunk_dir"]
@@ -177,7 +177,7 @@ class _Describer:
         if isinstance(obj, jax.Array) and jax.dtypes.issubdtype(obj.dtype, jax.dtypes.prng_key):
             self.emit("key", str(jax.random.key_impl(obj)))
             obj = jax.random.key_data(obj)
-        arr = np.asarray(obj)
+        arr = np.asarray(fetch(obj))  # gathered when sharded over several processes
         if arr.dtype == object:
             self.emit("object array", arr.shape)
             for i, item in enumerate(arr.ravel()):
@@ -346,7 +346,7 @@ def fingerprint(obj: Any) -> str:
 
 def _state_summary(state: Any) -> str:
     leaves = jax.tree_util.tree_leaves(state)
-    shapes = ", ".join(f"{np.shape(x)} {np.asarray(x).dtype if is_concrete(x) else x.dtype}" for x in leaves)
+    shapes = ", ".join(f"{np.shape(x)} {x.dtype if hasattr(x, 'dtype') else np.asarray(x).dtype}" for x in leaves)
     return f"{jax.tree_util.tree_structure(state)}: {shapes}; values {fingerprint(leaves)}"
 
 
@@ -413,7 +413,7 @@ def _write_npz(path: str, arrays: dict) -> None:
 
 
 def _leaves(prefix: str, tree: Any) -> dict:
-    return {f"{prefix}{i}": np.asarray(x) for i, x in enumerate(jax.tree_util.tree_leaves(jax.device_get(tree)))}
+    return {f"{prefix}{i}": np.asarray(x) for i, x in enumerate(jax.tree_util.tree_leaves(fetch(tree)))}
 
 
 def save(path: str, *, identity: dict, step: int, state: Any, moments: Any, new_chunks: list, num_chunks: int,
@@ -422,21 +422,25 @@ def save(path: str, *, identity: dict, step: int, state: Any, moments: Any, new_
 
     ``new_chunks``: ``(kept, infos)`` pytrees of the chunks not yet on disk; they
     become files ``num_chunks - len(new_chunks) .. num_chunks - 1``.
+
+    With several processes (``jax.distributed``) every process calls it (the
+    arrays are gathered, a collective) and process 0 alone writes; a resume
+    reads the file on every process, so ``path`` must be on a file system they share.
     """
-    folder = chunk_dir(path)
-    os.makedirs(folder, exist_ok=True)
     first = num_chunks - len(new_chunks)
-    for k, (kept, infos) in enumerate(new_chunks, start=first):
-        arrays = _leaves("info_", infos)
-        if kept is not None:
-            arrays.update(_leaves("kept_", kept))
-        _write_npz(os.path.join(folder, f"{k:06d}.npz"), arrays)
+    chunks = [(_leaves("info_", infos), None if kept is None else _leaves("kept_", kept)) for kept, infos in new_chunks]
     header = dict(format=FORMAT, identity=identity, step=int(step), num_chunks=int(num_chunks),
                   diverged_at=int(diverged_at))
     arrays = {"header": np.frombuffer(json.dumps(header).encode(), np.uint8)}
     arrays.update(_leaves("state_", state))
     if moments is not None:
         arrays.update(_leaves("moments_", tuple(moments)))
+    if not is_writer():
+        return
+    folder = chunk_dir(path)
+    os.makedirs(folder, exist_ok=True)
+    for k, (info_arrays, kept_arrays) in enumerate(chunks, start=first):
+        _write_npz(os.path.join(folder, f"{k:06d}.npz"), {**info_arrays, **(kept_arrays or {})})
     _write_npz(path, arrays)
 
 

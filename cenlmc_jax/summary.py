@@ -36,6 +36,7 @@ import jax
 import numpy as np
 
 from cenlmc_jax import diagnostics as dg
+from cenlmc_jax._host import fetch
 from cenlmc_jax.run import RunResult
 from cenlmc_jax.targets import Target
 
@@ -318,6 +319,7 @@ def summary(result_or_draws: Any, truth: Any = None, *, burn_in: int = 0, labels
     """
     notes = []
     run: dict = {}
+    result_or_draws = fetch(result_or_draws)  # on the host; gathered when sharded over several processes
     if isinstance(result_or_draws, RunResult) and result_or_draws.trace is None:
         if result_or_draws.moments is None:
             raise ValueError("result_or_draws is a RunResult with neither a trace nor moments.")
@@ -447,6 +449,7 @@ def to_arviz(
         raise ImportError('cj.to_arviz needs ArviZ: pip install "cenlmc_jax[arviz]" (or pip install arviz)') from exc
     if not isinstance(result, RunResult):
         raise ValueError(f"result must be a RunResult (what cj.sample returns); got {type(result).__name__}.")
+    result = fetch(result)  # on the host; gathered when sharded over several processes
     thin = result.thin if thin is None else thin
     burn_in = result.burn_in if burn_in is None else burn_in
     if thin < 1 or int(thin) != thin:

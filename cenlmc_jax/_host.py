@@ -1,0 +1,53 @@
+"""Pulling results to the host, on one process or several (``jax.distributed``).
+
+With several processes (one per host, ``jax.distributed.initialize``), a sharded
+array holds only this process's shards: ``np.asarray`` on it raises
+("Fetching value for jax.Array that spans non-addressable devices"). Every
+place that brings a result to the host (the summary, the ArviZ export, the
+checkpoint, the checks of a starting ensemble) goes through :func:`fetch`,
+which all-gathers such arrays first (``multihost_utils.process_allgather``:
+a collective, so every process must call it, in the same order, as SPMD code
+does anyway), and returns NumPy arrays. On one process it is
+``jax.device_get``.
+
+Files and messages come from one process: :func:`is_writer` is True on
+process 0 only, which writes checkpoints and prints progress and warnings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+
+__all__ = ["fetch", "is_writer", "spans_processes"]
+
+
+def spans_processes(x: Any) -> bool:
+    """True for a ``jax.Array`` with shards on another process (not fully addressable here)."""
+    return isinstance(x, jax.Array) and not x.is_fully_addressable
+
+
+def _leaf(x: Any) -> Any:
+    if spans_processes(x):
+        from jax.experimental import multihost_utils  # imported only where several processes run
+
+        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            impl = jax.random.key_impl(x)
+            data = multihost_utils.process_allgather(jax.random.key_data(x), tiled=True)
+            return jax.random.wrap_key_data(np.asarray(data), impl=impl)
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    if isinstance(x, jax.Array) and not jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+        return np.asarray(jax.device_get(x))
+    return x
+
+
+def fetch(tree: Any) -> Any:
+    """``tree`` with every array leaf on the host (NumPy; keys stay keys), gathered across processes."""
+    return jax.tree_util.tree_map(_leaf, tree)
+
+
+def is_writer() -> bool:
+    """True on the one process that writes files and prints (process 0; always True on one process)."""
+    return jax.process_index() == 0
