@@ -13,7 +13,9 @@ diagonals stay cheap); :func:`to_dense` makes it ``(d, d)``. The checks
 (:func:`check_symmetric_psd`, :func:`check_skew`) use one tolerance, relative
 to the size of the matrix: ``eig_tol(d) = 100·d·ε_float32`` (``eigh``'s
 backward error is ``O(d·ε·|A|)``, and float32 rounding is the worst a user's
-matrix carries).
+matrix carries); positive *definiteness* is tested scale-invariantly, on the
+matrix scaled by its diagonal, with ``100·d·ε`` of the matrix's own dtype
+(``_check_definite``).
 
 Also here: ``Γ_i(z) = Σ_j ∂_{z_j}(D_ij + s·Q_ij)`` by autodiff (docs/algorithms.md §5, 8)
 and a symmetric PSD square root with a derivative that stays finite at
@@ -270,6 +272,7 @@ def check_symmetric_psd(
     for ``ε(2D - εB̂)`` the cancellation error is relative to ``|2εD|``, not
     to the (possibly zero) result.
     """
+    eps = _eps_of(m)
     m = np.asarray(m, dtype=np.float64)
     _finite(m, name)
     n = m.shape[0]
@@ -281,16 +284,52 @@ def check_symmetric_psd(
             f"{name} must be symmetric ({what}); max |{name} - {name}ᵀ| = {asym:.4g} (max |{name}| = {size:.4g})."
         )
     lam_min = float(np.linalg.eigvalsh(0.5 * (m + m.T)).min())
-    if definite and lam_min <= eig_tol(n) * scale:
-        raise ValueError(
-            f"{name} must be positive definite ({what}); its smallest eigenvalue is {lam_min:.4g} "
-            f"(scale of the matrix {scale:.4g})."
-        )
+    if definite:
+        _check_definite(0.5 * (m + m.T), name, what, lam_min, eps)
     if lam_min < -eig_tol(n) * scale:
         raise ValueError(
             f"{name} must be positive semidefinite ({what}); its smallest eigenvalue is {lam_min:.4g} "
             f"(scale of the matrix {scale:.4g})."
         )
+
+
+def _eps_of(m: Any) -> float:
+    """Machine epsilon of the dtype ``m`` is used in: the coarser of its own floating dtype (JAX's default
+    float for a list or an integer array) and JAX's default float (float32 unless ``jax_enable_x64``: a float64
+    array is then computed in float32)."""
+    dtype = getattr(m, "dtype", None)
+    default = jnp.result_type(float)
+    if dtype is None or not np.issubdtype(dtype, np.floating):
+        dtype = default
+    return max(float(np.finfo(dtype).eps), float(np.finfo(default).eps))
+
+
+def _check_definite(m: np.ndarray, name: str, what: str, lam_min: float, eps: float) -> None:
+    """Positive definite, tested scale-invariantly: the diagonal positive, and the smallest eigenvalue of the
+    diagonally scaled ``C = S m S`` (``S = diag(m)^{-1/2}``, a correlation matrix: ``C_ii = 1``, ``λ(C) ≤ n``)
+    above ``100·n·ε`` of the dtype the matrix is used in.
+
+    ``m`` is positive definite iff ``C`` is (a congruence), and ``C`` does not change when the coordinates are
+    rescaled, so a diagonal such as ``(34.8, 3.6e-3, 8.9e-4)`` (the adapted variances of a raw-scale
+    regression, condition number 4·10⁴) passes, as it must: its ``C`` is the identity. A test on ``λ_min(m)``
+    relative to ``max|m|`` refused every condition number above ``1/(100·n·ε_float32)`` ≈ 8.4·10⁴/n, even in
+    float64. What stays refused is a ``C`` whose smallest eigenvalue is at rounding level: a Cholesky
+    factorisation in that dtype could fail or lose all digits (``eigh``'s backward error is ``O(n·ε·|C|)``).
+    """
+    diag = np.diag(m)
+    if not np.all(diag > 0):
+        k = int(np.argmin(diag))
+        raise ValueError(f"{name} must be positive definite ({what}); its diagonal entry {name}[{k}, {k}] is "
+                         f"{diag[k]:.4g} (the smallest eigenvalue is {lam_min:.4g}).")
+    root = 1.0 / np.sqrt(diag)
+    corr = root[:, None] * m * root[None, :]
+    corr_min = float(np.linalg.eigvalsh(corr).min())
+    tol = 100.0 * m.shape[0] * eps
+    if not corr_min > tol:
+        raise ValueError(
+            f"{name} must be positive definite ({what}); scaled by its diagonal (diag(m)^-1/2 m diag(m)^-1/2), "
+            f"its smallest eigenvalue is {corr_min:.4g}, at or below the rounding level {tol:.3g} of its dtype "
+            f"(the smallest eigenvalue of {name} itself is {lam_min:.4g}).")
 
 
 def check_skew(m: Any, name: str, what: str) -> None:
