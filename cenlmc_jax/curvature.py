@@ -19,15 +19,15 @@ import numpy as np
 from jax import lax
 
 from cenlmc_jax._validation import check_callable, check_choice, check_int, check_positive
+from cenlmc_jax.grad_modes import check_grad_mode
 from cenlmc_jax.types import Array, GradEstimator, PRNGKey
 
 __all__ = ["max_curvature", "langevin_step_size"]
 
 
-
-
 def max_curvature(
-    grad_estimator: GradEstimator, positions: Array, rng_key: PRNGKey, *, num_iters: int = 30
+    grad_estimator: GradEstimator, positions: Array, rng_key: PRNGKey, *, num_iters: int = 30,
+    grad_mode: str = "auto",
 ) -> Array:
     """The largest ``|λ|`` of the Hessian of ``log π`` over ``positions: (C, d)``, by power iteration.
 
@@ -40,16 +40,32 @@ def max_curvature(
     is ``1 / λ_min(Σ)`` at any point; pass draws from a warm-up (e.g. the
     states of :func:`window_adaptation`'s ``"mala"`` run) so that the stiffest
     region the sampler visits is covered.
+
+    ``grad_mode`` is how ``H v`` is differentiated from the estimator: ``"forward"``
+    (``jax.jvp``: forward-over-whatever the estimator does, e.g.
+    ``grad_estimator_from_logdensity(..., grad_mode=...)``), ``"reverse"``
+    (``jax.vjp``: ``vᵀH = (Hv)ᵀ`` for the symmetric Hessian; for an estimator
+    that only has a reverse rule, a ``jax.custom_vjp`` adjoint), or ``"auto"``
+    (default) = forward: ``H v`` is ONE directional derivative of the
+    gradient whatever d is, so the d-based crossover of
+    :func:`cenlmc_jax.grad_modes.resolve_grad_mode` does not apply here; the
+    gradient's own mode is the estimator's. Both give the same result up to rounding.
     """
     check_callable(grad_estimator, "grad_estimator", "(rng_key, x) -> gradient of the log density at x")
     num_iters = check_int(num_iters, "num_iters", minimum=1)
+    forward = check_grad_mode(grad_mode) != "reverse"
     positions = jnp.asarray(positions)
     if positions.ndim != 2:
         raise ValueError(f"positions must have shape (C, d); got {tuple(positions.shape)}.")
 
     def at(key, x):
+        def g(y):
+            return jnp.asarray(grad_estimator(key, y), x.dtype)
+
         def hvp(v):
-            return jax.jvp(lambda y: jnp.asarray(grad_estimator(key, y), x.dtype), (x,), (v,))[1]
+            if forward:
+                return jax.jvp(g, (x,), (v,))[1]
+            return jax.vjp(g, x)[1](v)[0]
 
         v0 = jnp.ones_like(x) / math.sqrt(x.shape[0])
 

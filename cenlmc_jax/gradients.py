@@ -37,7 +37,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from cenlmc_jax import grad_modes
 from cenlmc_jax._validation import check_bool, check_callable, check_int, check_output, check_position, check_positive
+from cenlmc_jax.grad_modes import check_grad_mode
 from cenlmc_jax.types import Array, GradEstimator, PyTree
 
 __all__ = [
@@ -135,10 +137,17 @@ def grad_estimator_from_grad(grad_fn: Callable[[Array], Array]) -> GradEstimator
     return grad_estimator
 
 
-def grad_estimator_from_logdensity(logdensity_fn: Callable[[Array], Array]) -> GradEstimator:
-    """The full gradient of ``logdensity_fn``: ``(key, θ) -> ∇ logdensity_fn(θ)``."""
+def grad_estimator_from_logdensity(logdensity_fn: Callable[[Array], Array], *,
+                                   grad_mode: str = "auto") -> GradEstimator:
+    """The full gradient of ``logdensity_fn``: ``(key, θ) -> ∇ logdensity_fn(θ)``.
+
+    ``grad_mode``: ``"auto"`` (default), ``"reverse"`` (``jax.grad``) or ``"forward"`` (d vmapped
+    ``jvp`` calls): :func:`cenlmc_jax.grad_modes.grad`; auto is forward for ``d <= FORWARD_MAX_D``
+    (the measured crossover). The same gradient up to rounding; ``θ`` may be a pytree in both.
+    """
     check_callable(logdensity_fn, "logdensity_fn", "theta -> scalar log density")
-    grad = jax.grad(logdensity_fn)
+    check_grad_mode(grad_mode)
+    grad = grad_modes.grad(logdensity_fn, grad_mode)
 
     def grad_estimator(rng_key, theta):
         del rng_key

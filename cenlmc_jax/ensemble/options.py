@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from cenlmc_jax._validation import check_bool, check_callable, check_choice, check_int
+from cenlmc_jax.grad_modes import check_grad_mode
 from cenlmc_jax.pairwise import METHODS, STRATEGIES
 
 __all__ = ["EnsembleOptions", "ensemble_options"]
@@ -47,7 +48,11 @@ class EnsembleOptions(NamedTuple):
        sampler's default (EnLMC 32, CEnLMC :data:`~cenlmc_jax.ensemble.audit.CENLMC_AUDIT_SIZE`).
     grad_fn: ``x: (d,) -> ∇ log density (d,)`` for the particles that need a true gradient
        (an adjoint solver, :func:`cenlmc_jax.finite_difference`, an external code); default
-       ``jax.grad(logdensity_fn)``.
+       the autodiff gradient of ``logdensity_fn`` in ``grad_mode``. A ``grad_fn`` overrides ``grad_mode``.
+    grad_mode: ``"auto"`` (default), ``"reverse"`` or ``"forward"``: how the true gradients (of the
+       particles that need one, and the audit's) are differentiated without ``grad_fn``
+       (:mod:`cenlmc_jax.grad_modes`; auto: forward for ``d <= FORWARD_MAX_D``, measured). The
+       same chain up to rounding either way.
     """
 
     grad_capacity: int | None = None
@@ -61,6 +66,7 @@ class EnsembleOptions(NamedTuple):
     audit_size: int | None = None
     grad_fn: Callable | None = None
     interpret: bool | None = None
+    grad_mode: str = "auto"
 
     def checked(self) -> EnsembleOptions:
         """The checks that need no ensemble (Python, before tracing); returns self."""
@@ -79,6 +85,7 @@ class EnsembleOptions(NamedTuple):
             check_int(self.audit_size, "audit_size", minimum=0)
         if self.grad_fn is not None:
             check_callable(self.grad_fn, "grad_fn", "x: (d,) -> gradient of the log density (d,)")
+        check_grad_mode(self.grad_mode)
         return self
 
     def capacity(self, n: int) -> int | None:

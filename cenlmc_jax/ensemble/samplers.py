@@ -267,7 +267,7 @@ def enlmc_step(
       blowup_factor: kick size, in noise lengths ``sqrt(2hd)``, counted as a blow-up (> 0).
       options: how the step is computed (:class:`~cenlmc_jax.ensemble.options.EnsembleOptions`:
         pair-force backend, gradient buffers, mesh, ``audit_size`` (default 32: EnLMC is unstable,
-        and the audit is what flags it early), ``grad_fn``); its fields may also be given as
+        and the audit is what flags it early), ``grad_fn``, ``grad_mode``); its fields may also be given as
         keywords (``grad_capacity=64``), which replace those of ``options``.
     """
     _check_ensemble_state(state, EnLMCState, "enlmc_init")
@@ -283,7 +283,7 @@ def enlmc_step(
     pf = ensemble_force(x, f, state.log_p, jnp.asarray(eta, x.dtype), **opts.force_kwargs())
     ens = pf.force_sum / jnp.asarray(n - 1, x.dtype)
     need = ~jnp.isfinite(state.log_p)  # no previous step: p_j unknown, use ∇f
-    grad_one = gradient_fn(logdensity_fn, opts.grad_fn)
+    grad_one = gradient_fn(logdensity_fn, opts.grad_fn, opts.grad_mode)
     audit, a, force, padded = gradients_and_audit(rng_key, grad_one, x, need, ens, capacity, opts.dense_grad,
                                                   audit_size, state.audit, h, flag_unstable=True)
     w_new, x_new, log_p_new = _move(rng_key, x, force, h)
@@ -400,7 +400,8 @@ def cenlmc_step(
       options: how the step is computed (:class:`~cenlmc_jax.ensemble.options.EnsembleOptions`:
         pair-force backend, gradient buffers (``grad_capacity``; default one bucketed call a step),
         mesh, ``audit_size`` (default :data:`~cenlmc_jax.ensemble.audit.CENLMC_AUDIT_SIZE`),
-        ``grad_fn``); its fields may also be given as keywords, which replace those of ``options``.
+        ``grad_fn``, ``grad_mode``); its fields may also be given as keywords, which replace those of
+        ``options``.
     """
     _check_ensemble_state(state, CEnLMCState, "cenlmc_init")
     check_key(rng_key)
@@ -428,7 +429,7 @@ def cenlmc_step(
     fail_ball = state.ball_count < min_ball
     need = fail_r1 | fail_mf | fail_n | fail_ball
     ens = pf.force_sum / jnp.maximum(pf.n_r2, 1).astype(dt)[:, None]
-    grad_one = gradient_fn(logdensity_fn, opts.grad_fn)
+    grad_one = gradient_fn(logdensity_fn, opts.grad_fn, opts.grad_mode)
     audit, a, force, padded = gradients_and_audit(rng_key, grad_one, x, need, ens, capacity, opts.dense_grad,
                                                   audit_size, state.audit, h, flag_unstable=False)
     w_new, x_new, log_p_new = _move(rng_key, x, force, h)

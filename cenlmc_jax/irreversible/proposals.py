@@ -48,7 +48,9 @@ from jax.scipy.linalg import solve_triangular
 from jax.scipy.special import gammaln
 
 from cenlmc_jax import _linalg as la
+from cenlmc_jax import grad_modes
 from cenlmc_jax._validation import check_callable, check_positive, is_concrete
+from cenlmc_jax.grad_modes import check_grad_mode
 from cenlmc_jax.irreversible._common import matrix_value, spd_factor
 from cenlmc_jax.irreversible.jump import Proposal
 from cenlmc_jax.types import Array, LogDensityFn, PRNGKey
@@ -238,7 +240,8 @@ def _check_d_q(D: Any, Q: Any, position: Array) -> None:
         la.check_skew(qm, "Q", "the irreversible part of the recipe")
 
 
-def sde_proposal(D: Any, Q: Any, logdensity_fn: LogDensityFn, step_size: Any) -> Proposal:
+def sde_proposal(D: Any, Q: Any, logdensity_fn: LogDensityFn, step_size: Any, *,
+                 grad_mode: str = "auto") -> Proposal:
     """One Euler–Maruyama step of the complete recipe as an irreversible proposal (docs/algorithms.md §8).
 
     With ``H = -logdensity_fn``, ``ε = step_size`` and a single direction sign
@@ -261,8 +264,12 @@ def sde_proposal(D: Any, Q: Any, logdensity_fn: LogDensityFn, step_size: Any) ->
         density, so a singular ``D`` (e.g. SGHMC's) is refused.
       Q: skew-symmetric, in the same forms; ``0`` or ``None`` for none (MALA).
       logdensity_fn: ``z -> log π(z)`` (``z`` an array or the pytree the chain
-        uses); its value and gradient come from one ``jax.value_and_grad``.
+        uses); its value and gradient come from one autodiff pass in ``grad_mode``.
       step_size: ``ε > 0``; may be a tracer.
+      grad_mode: ``"auto"`` (default), ``"reverse"`` (``jax.value_and_grad``, as BlackJAX's MALA)
+        or ``"forward"`` (d vmapped ``jvp`` calls, the value from the primal):
+        :func:`cenlmc_jax.grad_modes.value_and_grad`; auto is forward for
+        ``d <= FORWARD_MAX_D`` (measured). The same chain up to rounding.
 
     Cost. Everything that depends only on constant ``D``, ``Q`` is computed
     here, once: the factor ``L`` of ``D = L Lᵀ`` (``√c``, ``√v`` or Cholesky),
@@ -283,6 +290,7 @@ def sde_proposal(D: Any, Q: Any, logdensity_fn: LogDensityFn, step_size: Any) ->
     """
     check_positive(step_size, "step_size")
     check_callable(logdensity_fn, "logdensity_fn", "z -> scalar log density")
+    check_grad_mode(grad_mode)
     Q = 0.0 if Q is None else Q
     la.check_matrix_form(D, "D")
     la.check_matrix_form(Q, "Q")
@@ -298,7 +306,7 @@ def sde_proposal(D: Any, Q: Any, logdensity_fn: LogDensityFn, step_size: Any) ->
     Qc = None if (q_zero or not q_const) else matrix_value(Q)
     # (L, L⁻¹, ½ log det) of a constant D, once; a scalar's log det is per dimension (d is not known yet)
     factor = spd_factor(Dc, 1 if Dc.ndim == 0 else Dc.shape[0]) if d_const else None
-    value_and_grad = jax.value_and_grad(logdensity_fn)
+    value_and_grad = grad_modes.value_and_grad(logdensity_fn, grad_mode)
 
     def d_factor(z):
         """(L, L⁻¹, ½ log det D) of the constant D, in z's dtype."""
