@@ -39,8 +39,11 @@ What can be checked where:
   ``jax.grad``: nothing (the values are not known while tracing).
 
 Cost: R-hat and ESS are one jitted call per trace shape ``(chains, draws, d)``: XLA compiles it
-the first time a shape is seen (a few seconds on a CPU; see ``benchmarks/results/silent_failures.md``)
-and it runs in milliseconds after that.
+the first time a shape is seen (seconds on a CPU: ``benchmarks/results/silent_failures.md``) and it
+runs in milliseconds to a second after that. An ensemble of more than :data:`MAX_CHECKED_CHAINS`
+particles is checked on that many evenly spaced particles (exchangeable: R-hat is the same
+diagnostic, and the bulk ESS is scaled by ``N / 64``, exact in expectation for independent
+particles); the messages say so.
 """
 
 from __future__ import annotations
@@ -64,6 +67,9 @@ RHAT_MAX = 1.01
 ESS_PER_CHAIN, ESS_FLOOR_MAX = 100, 400
 #: Kept draws per chain that split R-hat and split ESS need (two halves of two draws).
 MIN_DRAWS = 4
+#: At most this many chains (particles) are checked: R-hat over 64 particles sees any that has not mixed as well
+#: as over all of them, and the cost (and the compiled shapes) stay bounded for large ensembles.
+MAX_CHECKED_CHAINS = 64
 
 
 class ConvergenceWarning(UserWarning):
@@ -137,23 +143,30 @@ def _mixing_problems(draws, rhat_max: float, ess_min: float | None, labels: list
     if num_draws < MIN_DRAWS:
         return [f"only {num_draws} kept draw{'s' if num_draws != 1 else ''} per chain: split R-hat and the bulk ESS "
                 f"need at least {MIN_DRAWS}, so convergence cannot be checked; keep more draws (num_steps, thin)"]
+    checked = num_chains
+    if num_chains > MAX_CHECKED_CHAINS:  # an ensemble: evenly spaced particles (exchangeable), ESS scaled up
+        checked = MAX_CHECKED_CHAINS
+        draws = draws[np.linspace(0, num_chains - 1, checked).round().astype(int)]
     rhat, ess = (np.asarray(v, np.float64).reshape(-1) for v in _rhat_and_ess(draws))
+    ess = ess * (num_chains / checked)
+    subset = "" if checked == num_chains else f"; from {checked} evenly spaced of the {num_chains} particles"
     out = []
     bad = np.flatnonzero(rhat > rhat_max)  # a NaN (a coordinate constant in every chain) is not above
     if bad.size:
         k = int(bad[np.argmax(rhat[bad])])
+        chains = f"{num_chains} chain{'s' if num_chains != 1 else ''} or particles x {num_draws} kept draws"
         out.append(f"the rank-normalised split R-hat of {_label(k, event_shape, labels)} is {rhat[k]:.3g} > "
-                   f"{rhat_max:g} ({bad.size} of {rhat.size} coordinates above; {num_chains} chain"
-                   f"{'s' if num_chains != 1 else ''} or particles x {num_draws} kept draws): the chains have not "
-                   "mixed, the estimates depend on where they started; run longer (more steps and burn-in) or "
+                   f"{rhat_max:g} ({bad.size} of {rhat.size} coordinates above; {chains}{subset}): the chains have "
+                   "not mixed, the estimates depend on where they started; run longer (more steps and burn-in) or "
                    "retune the step size")
     floor = ess_floor(num_chains) if ess_min is None else ess_min
     low = np.flatnonzero(ess < floor)
     if low.size:
         k = int(low[np.argmin(ess[low])])
+        scaled = f"{subset}, scaled to all" if subset else ""
         out.append(f"the bulk ESS of {_label(k, event_shape, labels)} is {ess[k]:.3g} < {floor:g} ({low.size} of "
-                   f"{ess.size} coordinates below; the floor is min(100 per chain, 400)): too few effective draws "
-                   "for the R-hat and the standard errors to be trusted; run longer")
+                   f"{ess.size} coordinates below; the floor is min(100 per chain, 400){scaled}): too few effective "
+                   "draws for the R-hat and the standard errors to be trusted; run longer")
     return out
 
 
