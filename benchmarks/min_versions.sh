@@ -2,17 +2,19 @@
 # The lower bounds stated in pyproject.toml, tested: a fresh virtualenv with every direct dependency
 # (and every package of the test extra) pinned at its lower bound, then the fast test tier.
 #
-#   bash benchmarks/min_versions.sh [VENV_DIR]
+#   bash benchmarks/min_versions.sh [VENV_DIR] [PYTEST ARGS...]
 #
 # VENV_DIR defaults to $TMPDIR/cenlmc-min-venv (made afresh). PYTHON picks the interpreter (default
 # python3.11, the lowest requires-python allows). The pins are passed as pip constraints to the
 # ordinary install of ".[test]", so a pin that contradicts pyproject.toml (or a dependency's own
-# requirements) fails the install rather than being skipped. Then `python -m pytest -q -m "not slow"`.
+# requirements) fails the install rather than being skipped. Then the fast tier, `python -m pytest -q -n auto
+# -m "not slow"`, or the pytest arguments given after VENV_DIR.
 # Record a run in benchmarks/results/min_versions.md (the script prints the versions it installed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3.11}"
 VENV="${1:-${TMPDIR:-/tmp}/cenlmc-min-venv}"
+shift || true
 
 # The lower bounds (keep in step with pyproject.toml's dependencies and extras)
 PINS=(
@@ -29,6 +31,8 @@ PINS=(
   "matplotlib==3.8.4"   # cenlmc_jax.plots; the first matplotlib built for numpy 2
   "pytest==7.0.0"
   "pytest-timeout==2.1.0"
+  "pytest-xdist==3.5.0"
+  "lda==3.0.2"
 )
 
 rm -rf "$VENV"
@@ -40,4 +44,4 @@ printf '%s\n' "${PINS[@]}" | sed 's/ *#.*//' > "$CONSTRAINTS"
 python -m pip install -q ".[test]" -c "$CONSTRAINTS"
 echo "== python $(python -c 'import sys; print(sys.version.split()[0])'); installed:"
 python -m pip freeze | grep -i -E '^(jax|jaxlib|optax|numpy|scipy|chex|tqdm|arviz|h5netcdf|h5py|matplotlib|pytest|pytest-timeout|xarray|pandas|ml.dtypes)=='
-python -m pytest -q -m "not slow"
+if [ "$#" -gt 0 ]; then python -m pytest -q "$@"; else python -m pytest -q -n auto -m "not slow"; fi

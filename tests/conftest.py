@@ -16,8 +16,21 @@ pyproject.toml, with the per-test ``timeout`` (pytest-timeout).
 
 import gc
 import os
+import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+# A persistent compilation cache for the test session (and the notebook kernels and CLI processes it
+# starts, which inherit the environment): many tests compile the same program again (the same sampler
+# on the same target in another test, another module after the caches are cleared, every CLI job,
+# whose closures are new), and a cache hit loads it from disk instead. Measured on tests/test_cli.py
+# (benchmarks/results/test_times.md). CENLMC_TEST_COMPILE_CACHE: "off" disables it, a folder keeps it
+# across sessions (faster reruns while developing); unset, a fresh folder per session.
+_cache = os.environ.get("CENLMC_TEST_COMPILE_CACHE", "")
+if _cache != "off" and "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache or tempfile.mkdtemp(prefix="cenlmc-test-xla-")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 import jax  # noqa: E402  (after JAX_PLATFORMS is set)
 import pytest  # noqa: E402

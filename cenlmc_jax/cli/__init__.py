@@ -73,6 +73,8 @@ import os
 import sys
 import time
 
+import jax
+
 from cenlmc_jax.cli import jobs, verdict
 from cenlmc_jax.cli.parser import (
     UsageError,
@@ -132,6 +134,7 @@ def _sample(parser, args, argv: list) -> int:
     """The ``sample`` command under :func:`~cenlmc_jax.cli.jobs.ctrl_c_recorded`: a Ctrl-C anywhere in it is
     exit status 130, with what the run left and how to go on."""
     interrupted, current = [], [args]
+    use_compile_cache(args.compile_cache)
     try:
         with jobs.ctrl_c_recorded(interrupted):
             current[0] = _with_config(parser, args, argv)
@@ -142,6 +145,27 @@ def _sample(parser, args, argv: list) -> int:
         return code
     jobs.say_interrupted(current[0])
     return verdict.EXIT_INTERRUPTED
+
+
+def use_compile_cache(folder: str | None) -> None:
+    """JAX's persistent compilation cache for the job (``--compile-cache``).
+
+    A CLI job builds new closures every time, so nothing of an earlier job's compilation is reused in
+    memory; on disk, a program whose HLO is the same (the same job, or one with other output flags) is
+    loaded instead of compiled (measured on the default job: benchmarks/results/test_times.md). ``None``:
+    the cache JAX is already configured with (``$JAX_COMPILATION_CACHE_DIR``), else
+    ``~/.cache/cenlmc_jax/xla``; ``"off"``: no cache.
+    """
+    if folder == "off" or (folder is None and jax.config.jax_compilation_cache_dir):
+        return
+    folder = folder or os.path.join(os.path.expanduser("~"), ".cache", "cenlmc_jax", "xla")
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--compile-cache {folder}: cannot create it ({exc.strerror}); give another folder "
+                         "or 'off'.") from exc
+    jax.config.update("jax_compilation_cache_dir", folder)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 
 def _end_interrupted_process(code: int) -> None:

@@ -54,7 +54,8 @@ DEFAULT_PARTICLES = 2000
 #: Flags that are not settings of a run: never read from, nor written to, a configuration file.
 NOT_IN_CONFIG = {"command", "config", "resume", "dir"}
 #: Settings a resumed run may change: where and how it reports, not what it computes.
-RESUME_MAY_CHANGE = {"out", "checkpoint", "checkpoint-every", "output", "plots", "allow-unreliable", "progress"}
+RESUME_MAY_CHANGE = {"out", "checkpoint", "checkpoint-every", "output", "plots", "allow-unreliable", "progress",
+                     "compile-cache"}
 #: The files ``--out DIR`` receives (``--output`` may not be one of them).
 OUT_FILES = ("config.toml", "run.json", "summary.csv", "run.nc", "draws.npz", "moments.npz")
 
@@ -170,6 +171,10 @@ def _add_output(p: argparse.ArgumentParser) -> None:
                                                          "--out DIR alone: its config.toml is read)")
     g.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar (default: on when stderr is a terminal and tqdm is installed)")
+    g.add_argument("--compile-cache", metavar="DIR", default=None,
+                   help="keep compiled programs in DIR, so that a rerun of the same job skips most of its "
+                        "compilation ('off': none; default: $JAX_COMPILATION_CACHE_DIR if set, else "
+                        "~/.cache/cenlmc_jax/xla)")
     g.add_argument("--allow-unreliable", action="store_true",
                    help="exit 0 even when the result fails the reliability checks (they are still printed)")
 
@@ -280,7 +285,7 @@ def toml_value(v: Any) -> str:
 
 def effective_config(args) -> dict:
     """The settings of a run, by flag name (a checkpoint at the default place of ``--out`` left out)."""
-    skip = NOT_IN_CONFIG | {"progress"}
+    skip = NOT_IN_CONFIG | {"progress", "compile_cache"}
     config = {k.replace("_", "-"): v for k, v in sorted(vars(args).items()) if k not in skip and v is not None}
     if args.out is not None and args.checkpoint == os.path.join(args.out, "checkpoint.npz"):
         config.pop("checkpoint", None)

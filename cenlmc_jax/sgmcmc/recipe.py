@@ -110,7 +110,8 @@ class RecipeInfo(NamedTuple):
     """What one recipe step did.
 
     grad_evals: calls of ``grad_estimator`` (1; a minibatch call counts once).
-    num_nonfinite: entries of the new position that are NaN/inf.
+    num_nonfinite: chains whose new position is not finite (0 or 1 for one chain; ``vmap_chains`` with
+       ``info_reduce="sum"`` counts chains, as the ensemble samplers' infos count particles).
     diverged: ``num_nonfinite > 0``.
     step_size: ``ε_t`` used.
     noise_clipped: the noise covariance ``ε(2D - εB̂)`` had an eigenvalue
@@ -257,7 +258,7 @@ def recipe_step(
     grad = jnp.asarray(flat_grad_estimator(grad_estimator, unravel)(key_grad, z), z.dtype)
     mean, root, clipped = recipe_mean_and_root(z, grad, eps, D, Q, B_hat, d_name)
     new_z = mean + la.matvec(root, jax.random.normal(key_noise, z.shape, dtype=z.dtype))
-    bad = jnp.sum(~jnp.isfinite(new_z), dtype=jnp.int32)
+    bad = (~jnp.all(jnp.isfinite(new_z))).astype(jnp.int32)  # chains (0 or 1), as the ensembles count particles
     info = RecipeInfo(jnp.asarray(1, jnp.int32), bad, bad > 0, eps, clipped)
     return RecipeState(new_z if unravel is None else unravel(new_z), state.step + 1), info
 
@@ -517,7 +518,7 @@ def sghmc_step(
     new_theta = theta + eps * r
     kick = decay + eps * grad - r  # ε(g̃ - C r): the deterministic change of the momentum
     new_r = decay + eps * grad + la.matvec(root, jax.random.normal(key_noise, theta.shape, dtype=theta.dtype))
-    bad = jnp.sum(~jnp.isfinite(new_theta), dtype=jnp.int32) + jnp.sum(~jnp.isfinite(new_r), dtype=jnp.int32)
+    bad = (~(jnp.all(jnp.isfinite(new_theta)) & jnp.all(jnp.isfinite(new_r)))).astype(jnp.int32)  # chains: 0 or 1
     bound = jnp.asarray(blowup_factor, theta.dtype) * jnp.sqrt(jnp.asarray(theta.shape[0], theta.dtype))
     exploded = ~(jnp.linalg.norm(kick) <= bound)  # NaN counts
     info = RecipeInfo(jnp.asarray(1, jnp.int32), bad, (bad > 0) | exploded, eps, clipped)

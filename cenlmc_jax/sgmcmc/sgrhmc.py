@@ -83,7 +83,8 @@ class SGRHMCInfo(NamedTuple):
     """What one SGRHMC step did.
 
     grad_evals: calls of ``grad_estimator`` (1).
-    num_nonfinite: entries of the new ``θ`` and ``r`` that are NaN/inf (explicit
+    num_nonfinite: 1 when the new ``θ`` or ``r`` holds a NaN/inf, else 0 (chains, as the ensembles
+      count particles; explicit
       Euler can blow up where ``Γ_r`` is singular, e.g. gSGRHMC on the double well).
     diverged: ``num_nonfinite > 0`` or ``invalid_metric``.
     step_size: ``ε_t`` used.
@@ -277,7 +278,7 @@ def sgrhmc_step(
     grad = jnp.asarray(flat_grad_estimator(grad_estimator, unravel)(key_grad, theta), theta.dtype)
     new_theta, r_mean, root, clipped, gamma = sgrhmc_mean_and_root(theta, r, grad, eps, inv_metric_fn, B_hat, naive)
     new_r = r_mean + la.matvec(root, jax.random.normal(key_noise, theta.shape, dtype=theta.dtype))
-    bad = jnp.sum(~jnp.isfinite(new_theta), dtype=jnp.int32) + jnp.sum(~jnp.isfinite(new_r), dtype=jnp.int32)
+    bad = (~(jnp.all(jnp.isfinite(new_theta)) & jnp.all(jnp.isfinite(new_r)))).astype(jnp.int32)  # chains: 0 or 1
     invalid = metric_invalid(inv_metric_fn, theta)
     info = SGRHMCInfo(jnp.asarray(1, jnp.int32), bad, (bad > 0) | invalid, eps, clipped, jnp.linalg.norm(gamma),
                       invalid)
