@@ -297,6 +297,36 @@ def detail_table(rows) -> str:
     return "\n".join(lines) + "\n"
 
 
+def report(rows, args, base_size, samplers, head, wall_s, complete):
+    """Write results/posteriordb.{json,md} for the rows so far (after every posterior: a run stopped keeps them)."""
+    counts = {k: sum(r["status"] == k for r in rows if r["sampler"] != "nuts")
+              for k in ("pass", "flagged", "silently wrong")}
+    notes = [
+        f"Size `{args.size}` ({base_size}; at the small size d > {BIG_D} uses {SMALL_BIG}).",
+        f"Library commit `{head}` (main at the start of the run: the adaptation and "
+        "cj.sample's convergence warnings were being changed by another engineer, so this records that commit).",
+        "Cell: pass / pass* (passed, and warned anyway) / FLAGGED / **SILENTLY WRONG** (module docstring of "
+        "benchmarks/bench_posteriordb.py), then "
+        "`g` = gradient evaluations / NUTS's and `t` = CPU time / NUTS's on the same posterior (whole workflow, "
+        "warm-up and compilation included; RW-MH and the Gamma sampler use no gradients: g -). "
+        "CEnLMC runs only where d <= 5 (n/a elsewhere).",
+        "Pass: every reference quantity's mean within 0.1 ref_sd + 3 MCSE and sd within 10 %. At the small size a "
+        "correct sampler with a bulk ESS near 100 can miss the sd criterion by noise (MCSE of an sd ~ sd/sqrt(2 ESS)"
+        " = 7 %): the detail table gives min ESS and max sd error beside each verdict.",
+        f"Totals over the library's cells (NUTS excluded): {counts}."
+        + ("" if complete else " (INCOMPLETE: the run was stopped; the posteriors listed are those done)"),
+        "Shared 2-core machine, other jobs running: CPU times are noisy (~30 %), one run per cell.",
+    ]
+    payload = {"size": args.size, "sizes": base_size, "small_big": SMALL_BIG, "commit": head, "samplers": samplers,
+               "counts": counts, "total_wall_s": wall_s, "complete": complete}
+    _, md_path = write_results("posteriordb", payload, rows, out_dir=args.out_dir, notes=notes,
+                               title="posteriordb conformance: posterior x sampler at the default workflows",
+                               md_rows=matrix_rows(rows, samplers), columns=["posterior", "d", *samplers])
+    with open(md_path, "a") as f:
+        f.write("\n## Per cell\n\n" + detail_table(rows))
+    return md_path
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=tuple(SIZES), default="small")
@@ -312,7 +342,7 @@ def main():
             parser.error(f"--samplers: {s!r} is not one of {', '.join(SAMPLERS)}")
     names = args.only or sorted(pdb.NAMES, key=lambda n: pdb.load(n).d)  # the cheapest first, diamonds last
     rows, t_start = [], time.perf_counter()
-    base_size = size
+    base_size, head = size, commit()
     for i, name in enumerate(names):
         post = pdb.load(name)
         size = base_size | SMALL_BIG if args.size == "small" and post.d > BIG_D else base_size
@@ -327,31 +357,7 @@ def main():
                   f"grads {row['grad_evals']} cpu {row['cpu_s']:.1f}s rhat {row.get('max_rhat', float('nan')):.3g} "
                   f"failed {row.get('failed', [])[:3]} warn {len(row['warnings'])} err {bool(row['error'])}",
                   flush=True)
-    head = commit()
-    counts = {k: sum(r["status"] == k for r in rows if r["sampler"] != "nuts")
-              for k in ("pass", "flagged", "silently wrong")}
-    notes = [
-        f"Size `{args.size}` ({base_size}; at the small size d > {BIG_D} uses {SMALL_BIG}).",
-        f"Library commit `{head}` (main at the time of the run: the adaptation and "
-        "cj.sample's convergence warnings were being changed by another engineer, so this records that commit).",
-        "Cell: pass / pass* (passed, and warned anyway) / FLAGGED / **SILENTLY WRONG** (module docstring of "
-        "benchmarks/bench_posteriordb.py), then "
-        "`g` = gradient evaluations / NUTS's and `t` = CPU time / NUTS's on the same posterior (whole workflow, "
-        "warm-up and compilation included; RW-MH and the Gamma sampler use no gradients: g -). "
-        "CEnLMC runs only where d <= 5 (n/a elsewhere).",
-        "Pass: every reference quantity's mean within 0.1 ref_sd + 3 MCSE and sd within 10 %. At the small size a "
-        "correct sampler with a bulk ESS near 100 can miss the sd criterion by noise (MCSE of an sd ~ sd/sqrt(2 ESS)"
-        " = 7 %): the detail table gives min ESS and max sd error beside each verdict.",
-        f"Totals over the library's cells (NUTS excluded): {counts}.",
-        "Shared 2-core machine, other jobs running: CPU times are noisy (~30 %), one run per cell.",
-    ]
-    payload = {"size": args.size, "sizes": base_size, "small_big": SMALL_BIG, "commit": head, "samplers": samplers,
-               "counts": counts, "total_wall_s": time.perf_counter() - t_start}
-    _, md_path = write_results("posteriordb", payload, rows, out_dir=args.out_dir, notes=notes,
-                               title="posteriordb conformance: posterior x sampler at the default workflows",
-                               md_rows=matrix_rows(rows, samplers), columns=["posterior", "d", *samplers])
-    with open(md_path, "a") as f:
-        f.write("\n## Per cell\n\n" + detail_table(rows))
+        md_path = report(rows, args, base_size, samplers, head, time.perf_counter() - t_start, i == len(names) - 1)
     print(f"wrote {md_path} ({time.perf_counter() - t_start:.0f} s)")
 
 
