@@ -12,7 +12,11 @@ references by quadrature):
 Samplers, all started from the overdispersed Laplace approximation
 ``z ~ N(0, 2² I)`` (the same draws for every member count):
 
-* ``LMC`` and ``CEnLMC`` on N particles, step ``h = 0.05`` (CEnLMC's
+* ``LMC`` and ``CEnLMC`` on N particles, each with two gradients: autodiff in
+  reverse mode (``grad_mode="reverse"``, ``jax.grad``) and in forward mode
+  (``grad_mode="forward"``, what ``"auto"`` takes at d <= 5: the fastest at these d,
+  benchmarks/results/grad_mode.md); a black box (or ``darcy-fd``) with central (2d values)
+  and forward (d + 1 values) finite differences. Step ``h = 0.05`` (CEnLMC's
   η, R1, R2, N*, M_f from ``suggest_cenlmc_params(d, h, num_particles=N)``,
   f* known, the default gradient audit on: its 8 gradients a step are counted
   with the others, and its variance-inflation estimate and bias flag are
@@ -67,7 +71,11 @@ import statistics  # noqa: E402
 import time  # noqa: E402
 
 import blackjax  # noqa: E402
-import emcee  # noqa: E402
+
+try:  # a peer only (not with --no-peers)
+    import emcee  # noqa: E402
+except ImportError:
+    emcee = None
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
@@ -75,6 +83,7 @@ from _common import base_parser, write_results  # noqa: E402
 from numpyro.infer.ensemble import AIES  # noqa: E402
 
 import cenlmc_jax as cj  # noqa: E402
+from cenlmc_jax import grad_modes  # noqa: E402
 from cenlmc_jax.finite_difference import finite_difference  # noqa: E402
 
 H = 0.05  # LMC / CEnLMC step size in whitened coordinates (ULA's sd bias on a unit Gaussian: 1.3 %)
@@ -111,14 +120,14 @@ class DriverRunner(Runner):
         self.has_fd = has_fd
         self.state0 = algo.init(x0)
         self.reset()
-        cj.sample(jax.random.key(999), algo, self.state0, self.chunk)  # compile the chunk
+        cj.sample(jax.random.key(999), algo, self.state0, self.chunk, check_convergence=False)  # compile
 
     def reset(self):
         self.state, self.t = self.state0, 0
         self.inflation, self.biased = [], False  # CEnLMC's gradient audit, per step
 
     def advance(self, k):
-        res = cj.sample(jax.random.fold_in(self.key, self.t), self.algo, self.state, k)
+        res = cj.sample(jax.random.fold_in(self.key, self.t), self.algo, self.state, k, check_convergence=False)
         trace = np.asarray(jax.block_until_ready(res.trace), np.float64)
         self.state, self.t = res.state, self.t + 1
         info = res.info
@@ -289,11 +298,11 @@ def time_runs(runners, steps, repeats):
 # ------------------------------------------------------------------- costs
 
 
-def autodiff_grad_cost(logdensity_fn, d, n=2000, repeats=5):
-    """Measured time of the vmapped gradient over the vmapped value at n points (an autodiff gradient in values)."""
+def autodiff_grad_cost(logdensity_fn, d, n=2000, repeats=5, grad_mode="reverse"):
+    """Measured time of the vmapped gradient (in ``grad_mode``) over the vmapped value at n points (in values)."""
     x = jax.random.normal(jax.random.key(5), (n, d))
     val = jax.jit(jax.vmap(logdensity_fn))
-    grad = jax.jit(jax.vmap(jax.grad(logdensity_fn)))
+    grad = jax.jit(jax.vmap(grad_modes.grad(logdensity_fn, grad_mode)))
 
     def med(fn):
         jax.block_until_ready(fn(x))
@@ -327,7 +336,20 @@ def fd_logdensity(logdensity_fn, grad_fn):
 # ------------------------------------------------------------------- cases
 
 
-def build_runners(problem, kind, particles, peers, seed, quick):
+def gradient_variants(problem, kind, grad_costs):
+    """The gradients LMC and CEnLMC are run with: {label: (sampler keywords, cost of one gradient in values)}.
+
+    Autodiff: reverse mode (``jax.grad``, the library's default before grad_mode) and forward mode
+    (the fastest at d <= 5, ``grad_mode="auto"``'s choice). Black box / finite difference: central
+    (2d values) and forward (d + 1 values) differences (``cj.finite_difference``)."""
+    d = problem.dim
+    if kind == "autodiff":
+        return {f"{m} AD": (dict(grad_mode=m), grad_costs[m]) for m in ("reverse", "forward")}
+    return {f"{scheme} FD": (dict(grad_fn=finite_difference(problem.logdensity_fn, scheme=scheme)),
+                             2 * d if scheme == "central" else d + 1) for scheme in ("central", "forward")}
+
+
+def build_runners(problem, kind, particles, peers, seed, quick, grad_costs):
     """Every sampler of one (problem, gradient kind) case: {name: (runner, info)}."""
     d = problem.dim
     key = jax.random.key(seed)
@@ -337,15 +359,19 @@ def build_runners(problem, kind, particles, peers, seed, quick):
     runners = {}
     for n in particles:
         x0 = INIT_SD * jax.random.normal(jax.random.fold_in(key, n), (n, d))
-        lmc = cj.lmc(problem.logdensity_fn, H, grad_fn=grad_fn)
-        runners[f"LMC N={n}"] = (DriverRunner(lmc, x0, key, grad_cost_values=None, has_fd=fd),
-                                 dict(sampler="LMC", N=n))
         s = cj.tuning.suggest_cenlmc_params(d, H, num_particles=n)
-        cen = cj.cenlmc(problem.logdensity_fn, H, s.eta, s.r1, s.r2, s.n_star, s.m_f, f_star=problem.f_star,
-                        grad_fn=grad_fn)
         params = dict(eta=round(s.eta, 3), r1=round(s.r1, 3), r2=round(s.r2, 3), n_star=s.n_star, m_f=round(s.m_f, 2))
-        runners[f"CEnLMC N={n}"] = (DriverRunner(cen, x0, key, grad_cost_values=None, has_fd=fd),
-                                    dict(sampler="CEnLMC", N=n, params=params))
+        for label, (kw, cost) in gradient_variants(problem, kind, grad_costs).items():
+            lmc = cj.lmc(problem.logdensity_fn, H, **kw)
+            runners[f"LMC {label} N={n}"] = (DriverRunner(lmc, x0, key, grad_cost_values=None, has_fd=fd),
+                                             dict(sampler="LMC", N=n, variant=label, grad_cost=cost))
+            cen = cj.cenlmc(problem.logdensity_fn, H, s.eta, s.r1, s.r2, s.n_star, s.m_f, f_star=problem.f_star,
+                            **kw)
+            runners[f"CEnLMC {label} N={n}"] = (DriverRunner(cen, x0, key, grad_cost_values=None, has_fd=fd),
+                                                dict(sampler="CEnLMC", N=n, params=params, variant=label,
+                                                     grad_cost=cost))
+    if peers is None:
+        return runners
     chains, walkers = peers
     xc = INIT_SD * jax.random.normal(jax.random.fold_in(key, 1), (chains, d))
     xw = INIT_SD * jax.random.normal(jax.random.fold_in(key, 2), (walkers, d))
@@ -386,10 +412,10 @@ def max_steps_for(info, quick):
     return 4000 if quick else 12000
 
 
-def run_case(label, problem, kind, particles, peers, tol, repeats, seed, quick, grad_cost):
+def run_case(label, problem, kind, particles, peers, tol, repeats, seed, quick, grad_costs):
     print(f"== {label} ({kind}), d={problem.dim}", flush=True)
     ref_mean, ref_sd = np.asarray(problem.mean), np.sqrt(np.diag(problem.cov))
-    runners = build_runners(problem, kind, particles, peers, seed, quick)
+    runners = build_runners(problem, kind, particles, peers, seed, quick, grad_costs)
     records = {}
     counter = problem.data.get("counter")  # the black box counts the points it evaluated
     for name, (runner, info) in runners.items():
@@ -402,7 +428,6 @@ def run_case(label, problem, kind, particles, peers, tol, repeats, seed, quick, 
               f"err_sd={rec['err_sd']:.3f} grads={rec['grads']:.3g} wall={rec['wall_s']:.2f}s", flush=True)
     timed = time_runs({n: r for n, (r, _) in runners.items()}, {n: records[n]["steps"] for n in runners}, repeats)
     d = problem.dim
-    fd_cost = 2 * d
     rows = []
     for name, (runner, info) in runners.items():
         rec = records[name]
@@ -410,9 +435,11 @@ def run_case(label, problem, kind, particles, peers, tol, repeats, seed, quick, 
         n = info["N"]
         # model solves in value units
         grads, values = rec["grads"], rec["values"]
-        per_grad = fd_cost if kind != "autodiff" else grad_cost
+        per_grad = info.get("grad_cost", grad_costs.get("reverse", 2 * d))  # peers: the case's own gradient
         solves = values + grads * per_grad
-        row = dict(problem=label, d=d, gradient=kind, sampler=info["sampler"], N=n, reached=rec["reached"],
+        variant = info.get("variant", {"autodiff": "reverse AD", "black box": "central FD",
+                                       "finite difference": "central FD"}[kind])
+        row = dict(problem=label, d=d, gradient=variant, sampler=info["sampler"], N=n, reached=rec["reached"],
                    steps_to_tol=rec["steps"], confirmed_to=rec["confirmed_to"], values=values, gradients=grads,
                    model_solves=solves, wall_s=statistics.median(walls), cpu_s=statistics.median(cpus),
                    walls=walls, cpus=cpus, err_mean=rec["err_mean"], mcse_mean=rec["mcse_mean"],
@@ -426,17 +453,27 @@ def run_case(label, problem, kind, particles, peers, tol, repeats, seed, quick, 
             row["audit_inflation"] = float(np.nanmean(window))
             row["audit_biased"] = runner.biased
         rows.append(row)
-    by = {(r["sampler"], r["N"]): r for r in rows}
+    compare(rows, particles)
+    return rows
+
+
+def compare(rows, particles):
+    """Ratios against LMC: the same gradient at the same N (``cpu_ratio``...), and the best LMC at the same N
+    (``best_cpu_ratio``: the LMC row of least median CPU time to tolerance; peers: at the largest N)."""
+    lmcs = [r for r in rows if r["sampler"] == "LMC"]
     for r in rows:
-        lmc = by.get(("LMC", r["N"])) if r["sampler"] in ("LMC", "CEnLMC") else None
-        if lmc is None:
-            ref_rows = [by[("LMC", n)] for n in particles if ("LMC", n) in by]
-            lmc = ref_rows[-1] if ref_rows else None
-            r["vs"] = None if lmc is None else f"LMC N={lmc['N']}"
-        else:
-            r["vs"] = f"LMC N={lmc['N']}"
-        if lmc is None:
+        same_n = [m for m in lmcs if m["N"] == r["N"]] if r["sampler"] in ("LMC", "CEnLMC") else \
+            [m for m in lmcs if m["N"] == max(particles)]
+        if not same_n:
             continue
+        same = [m for m in same_n if m["gradient"] == r["gradient"]]
+        best = min(same_n, key=lambda m: m["cpu_s"])
+        r["vs_best"] = f"LMC {best['gradient']} N={best['N']}"
+        cr = sorted(bc / c for bc, c in zip(best["cpus"], r["cpus"], strict=True))
+        r["best_cpu_ratio"], r["best_cpu_ratio_range"] = statistics.median(cr), [cr[0], cr[-1]]
+        r["best_solve_saving"] = best["model_solves"] / r["model_solves"]
+        lmc = same[0] if same else best
+        r["vs"] = f"LMC {lmc['gradient']} N={lmc['N']}"
         ratios = sorted(lw / w for lw, w in zip(lmc["walls"], r["walls"], strict=True))
         cratios = sorted(lc / c for lc, c in zip(lmc["cpus"], r["cpus"], strict=True))
         r["wall_ratio"] = statistics.median(ratios)
@@ -448,7 +485,6 @@ def run_case(label, problem, kind, particles, peers, tol, repeats, seed, quick, 
         if r["sampler"] == "CEnLMC" and r["grad_saving"]:
             r["cpu_over_grad_saving"] = r["cpu_ratio"] / r["grad_saving"]
             r["cpu_over_solve_saving"] = r["cpu_ratio"] / r["solve_saving"]
-    return rows
 
 
 def fmt_row(r):
@@ -456,13 +492,16 @@ def fmt_row(r):
         return "-" if x is None else format(x, spec)
 
     acc = f"mean {r['err_mean']:.3f}±{r['mcse_mean']:.3f}, sd {r['err_sd']:.3f}±{r['mcse_sd']:.3f}"
-    rr = r.get("cpu_ratio_range")
+    rr, br = r.get("cpu_ratio_range"), r.get("best_cpu_ratio_range")
     return {
         "problem": r["problem"], "gradient": r["gradient"], "sampler": r["sampler"], "N": r["N"],
         "steps to tol": (str(r["steps_to_tol"]) if r["reached"] else f">{r['steps_to_tol']} (not reached)"),
         "model solves": f"{r['model_solves']:.3g}", "gradients": f"{r['gradients']:.3g}",
         "wall s": f"{r['wall_s']:.2f}", "CPU s": f"{r['cpu_s']:.2f}",
-        "CPU ratio vs LMC": "-" if rr is None else f"{r['cpu_ratio']:.2f} [{rr[0]:.2f}, {rr[1]:.2f}] ({r['vs']})",
+        "CPU ratio vs LMC, same gradient": "-" if rr is None else
+        f"{r['cpu_ratio']:.2f} [{rr[0]:.2f}, {rr[1]:.2f}] ({r['vs']})",
+        "CPU ratio vs best LMC": "-" if br is None else
+        f"{r['best_cpu_ratio']:.2f} [{br[0]:.2f}, {br[1]:.2f}] ({r['vs_best']})",
         "solve saving": g(r.get("solve_saving"), ".2f"), "grad saving": g(r.get("grad_saving"), ".2f"),
         "CPU / grad saving": g(r.get("cpu_over_grad_saving"), ".2f"),
         "CPU / solve saving": g(r.get("cpu_over_solve_saving"), ".2f"),
@@ -483,13 +522,14 @@ def main():
     p.add_argument("--cpu", type=int, default=None, help="CPU to pin to (default: the last one allowed)")
     p.add_argument("--all-threads", action="store_true", help="do not pin to one CPU / one XLA thread")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-peers", action="store_true", help="LMC and CEnLMC only (no MALA, RMH, emcee, AIES)")
     p.set_defaults(repeats=3)
     args = p.parse_args()
     if not args.all_threads and hasattr(os, "sched_setaffinity"):
         cpu = args.cpu if args.cpu is not None else max(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cpu})
     particles = [500] if args.quick else args.particles
-    peers = (16, 32)
+    peers = None if args.no_peers else (16, 32)
     repeats = 1 if args.quick else args.repeats
     sir_steps = 200 if args.quick else args.sir_rk4_steps
     bb_steps = 100 if args.quick else args.black_box_rk4_steps
@@ -506,28 +546,35 @@ def main():
             problem, kind = cj.problems.darcy_flow(3), "finite difference"
         else:
             raise SystemExit(f"unknown case {case!r}")
-        grad_cost = autodiff_grad_cost(problem.logdensity_fn, problem.dim) if kind == "autodiff" else 2 * problem.dim
-        costs[case] = grad_cost
+        grad_costs = ({m: autodiff_grad_cost(problem.logdensity_fn, problem.dim, grad_mode=m)
+                       for m in ("reverse", "forward")} if kind == "autodiff" else {})
+        costs[case] = grad_costs
         problems_info[case] = dict(name=problem.name, dim=problem.dim, reference=problem.reference,
                                    mean=problem.mean, sd=np.sqrt(np.diag(problem.cov)))
         case_particles = particles if case in ("sir", "darcy") else particles[:2]
         rows += run_case(case, problem, kind, case_particles, peers, args.tol, repeats, args.seed, args.quick,
-                         grad_cost)
+                         grad_costs)
 
     columns = ["problem", "gradient", "sampler", "N", "steps to tol", "model solves", "gradients", "wall s", "CPU s",
-               "grads per member-step", "CPU ratio vs LMC", "solve saving", "grad saving", "CPU / grad saving",
+               "grads per member-step", "CPU ratio vs LMC, same gradient", "CPU ratio vs best LMC",
+               "solve saving", "grad saving", "CPU / grad saving",
                "CPU / solve saving", "audit: variance inflation (flag)", "error vs ref ± MCSE"]
     notes = [
         f"Tolerance {args.tol}: |mean_k - ref_k| / sd_k and |sd_k / sd_ref_k - 1| for every coordinate, estimated "
         "from steps (T/2, T] of every member, with 2 MCSE <= tolerance, holding from T* (steps to tol) to 2 T*. "
         "Error columns: the largest "
         "over coordinates at T*, ± the largest MCSE (members' window averages as independent).",
-        "Model solves in value units: a value 1; a finite-difference gradient 2d; an autodiff gradient its measured "
-        "time in values (grad_cost: " + ", ".join(f"{k} {v:.1f}" for k, v in costs.items()) + ").",
+        "Model solves in value units: a value 1; a finite-difference gradient 2d (central) or d + 1 (forward); an "
+        "autodiff gradient its measured time in values (grad_cost: " + "; ".join(
+            f"{k} " + ", ".join(f"{m} {v:.1f}" for m, v in c.items()) for k, c in costs.items() if c) + ").",
+        "gradient: reverse AD = jax.grad (grad_mode='reverse', the default before grad_mode existed); forward AD = "
+        "grad_mode='forward' (what grad_mode='auto' now takes at d <= 5); central / forward FD = "
+        "cj.finite_difference(scheme=...) (2d / d + 1 values a gradient).",
         f"Wall/CPU s: median of {repeats} reruns of exactly T* steps, round-robin over a problem's samplers, "
         "compilation excluded, one XLA thread pinned to one CPU (process CPU time is the steadier figure on this "
         "shared machine). CPU ratio vs LMC: LMC's CPU time to tolerance over the sampler's, per repeat, median "
-        "[min, max]; peers are compared with LMC at the largest N.",
+        "[min, max]: vs LMC with the same gradient at the same N, and vs the best LMC (least CPU time to "
+        "tolerance among the LMC rows at the same N, any gradient of the case); peers vs LMC at the largest N.",
         "grad saving, solve saving: LMC's gradients / model solves to tolerance over the sampler's. "
         "CPU / grad saving (solve saving): CEnLMC's CPU ratio divided by its gradient (model-solve) saving "
         "(goal: CPU / grad saving >= 0.9). grads per member-step: gradients / (N · T*) (1 for LMC and MALA).",

@@ -48,17 +48,24 @@ def resolve_grad_mode(grad_mode: str, d: int) -> str:
     """``"forward"`` or ``"reverse"`` for a position of flat size ``d``.
 
     ``"auto"`` is forward for ``d <= FORWARD_MAX_D`` = 5, reverse above.
-    Measured (``benchmarks/bench_grad_mode.py``, results/grad_mode.md; CPU,
-    one thread, N particles vmapped, float32) on two model kinds: (a) an ODE
-    model, the SIR epidemic of :mod:`cenlmc_jax.problems` (RK4, 1,000 steps in
-    ``lax.scan``) with its contact rate given d parameters, where forward mode
-    is faster up to d ≈ 10-20 (5-6x at d = 2); (b) cheap closed-form
-    densities (a correlated Gaussian and a logistic regression), where
-    forward mode is faster or even up to d ≈ 5 and slower beyond (about d/3
-    times reverse's cost). The threshold 5 is the smaller of the two
-    crossovers: forward never loses there, and it wins most where the
-    gradient is dear (an ODE solve). Above it an ODE model may still gain
-    from ``grad_mode="forward"``; bench it.
+    Measured (``benchmarks/bench_grad_mode.py``, results/grad_mode.md; CPU
+    time, one pinned thread, float32, N particles vmapped, reverse / forward
+    time per gradient, medians of 3 rounds on a shared machine) on two model kinds:
+
+    * an ODE model, the SIR epidemic of :mod:`cenlmc_jax.problems` (RK4, 1,000
+      steps in ``lax.scan``) with d parameters of its contact rate, N = 500:
+      forward is 6.3x faster at d = 1, 2.9x at d = 2, 1.7x at d = 3, 1.3x at
+      d = 5, and slower from d = 10 (0.76x; 0.19x at d = 50); the library's
+      own SIR problem (d = 2): 3.0x. The crossover lies between 5 and 10.
+    * cheap closed-form densities, N = 2,000: a Gaussian with a dense precision
+      (0.7-0.9x at d = 1-5, i.e. reverse is faster, by 0.01-0.07 ms a call) and a
+      logistic regression on 200 points (0.72-0.95x at d = 1-5).
+
+    So at ``d <= 5`` auto gains 1.3-6x where the gradient is dear (an ODE solve,
+    the case the ensemble samplers exist for) and loses up to 1.4x on the
+    gradient of a closed-form density (whose gradient is rarely the step's
+    cost); pass ``grad_mode="reverse"`` for such a model, ``"forward"`` for an
+    ODE model a little above d = 5 (bench it).
     """
     check_grad_mode(grad_mode)
     if grad_mode != "auto":

@@ -186,7 +186,7 @@ def lmc(logdensity_fn: LogDensityFn, step_size: float, *, grad_fn: Callable | No
     differences, an external code); it overrides ``grad_mode``.
     ``grad_mode``: how the autodiff gradient is taken without ``grad_fn``:
     ``"reverse"`` (``jax.value_and_grad``), ``"forward"`` (d vmapped ``jvp`` calls,
-    the value from the primal: faster at small d, 2-6x on an ODE model), or
+    the value from the primal: 1.3-6x faster on an ODE model at d <= 5), or
     ``"auto"`` (default: forward for ``d <= cenlmc_jax.grad_modes.FORWARD_MAX_D``,
     the measured crossover, :func:`cenlmc_jax.grad_modes.resolve_grad_mode`).
     """
