@@ -48,6 +48,7 @@ particles); the messages say so.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -118,10 +119,28 @@ def _label(k: int, event_shape: tuple, labels: list | None) -> str:
     return "x[" + ", ".join(str(int(i)) for i in index) + "]"
 
 
-@jax.jit
+def _rhat_and_ess_fn(draws):
+    return potential_scale_reduction(draws, rank=True), effective_sample_size(draws, method="bulk")
+
+
+#: XLA options for the check's one program: its compilation, not its run, is what a short run pays (measured:
+#: about half the compile time for twice the run time; benchmarks/results/silent_failures.md).
+_FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+
+
+@functools.lru_cache(maxsize=32)
+def _compiled(shape: tuple, dtype: str):
+    spec = jax.ShapeDtypeStruct(shape, np.dtype(dtype))
+    lowered = jax.jit(_rhat_and_ess_fn).lower(spec)
+    try:
+        return lowered.compile(compiler_options=_FAST_COMPILE)
+    except Exception:  # a backend without these options: its defaults
+        return lowered.compile()
+
+
 def _rhat_and_ess(draws):
     """The rank-normalised split R-hat and the bulk ESS in one compiled call (they share the z-scores)."""
-    return potential_scale_reduction(draws, rank=True), effective_sample_size(draws, method="bulk")
+    return _compiled(tuple(draws.shape), str(draws.dtype))(draws)
 
 
 def _frozen_problem(result: RunResult, initial_position: Any) -> list:
