@@ -31,6 +31,10 @@ Modules (this one only re-exports them)
     (:class:`MomentErrors`).
 :mod:`.distances` (two samples: an ensemble against reference draws)
     :func:`mmd`, :func:`sliced_wasserstein`.
+:mod:`.convergence` (a finished run, checked)
+    :func:`convergence_problems`, :class:`ConvergenceWarning`: frozen chains,
+    R-hat above 1.01, bulk ESS below ``min(100 C, 400)``; what ``cj.sample``
+    warns and the CLI's verdict reports.
 
 References
 ----------
@@ -55,6 +59,7 @@ from cenlmc_jax.diagnostics.chains import (
     mcse,
     potential_scale_reduction,
 )
+from cenlmc_jax.diagnostics.convergence import ConvergenceWarning, convergence_problems
 from cenlmc_jax.diagnostics.distances import mmd, sliced_wasserstein
 from cenlmc_jax.diagnostics.ensemble import MomentErrors, ensemble_mcse, moment_errors, z_score
 from cenlmc_jax.diagnostics.layout import LayoutWarning, chains_first
@@ -73,4 +78,6 @@ __all__ = [
     "mmd",
     "sliced_wasserstein",
     "ESS_METHODS",
+    "ConvergenceWarning",
+    "convergence_problems",
 ]
