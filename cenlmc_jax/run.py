@@ -24,6 +24,12 @@ scalars are kept; per-particle leaves become a sum (integers), a fraction
 
 ``burn_in`` steps run first (their infos are kept, their states are not
 recorded in the trace or moments).
+
+At the end of a run that did not diverge, ``check_convergence=True`` (the
+default) warns, as a ``ConvergenceWarning``, when a chain or particle never
+moved, when the rank-normalised split R-hat exceeds 1.01 or when the bulk ESS
+is below ``min(100 per chain, 400)``: :mod:`cenlmc_jax.diagnostics.convergence`,
+the same function the CLI's verdict runs (R-hat and ESS need the trace).
 """
 
 from __future__ import annotations
