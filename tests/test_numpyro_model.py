@@ -85,7 +85,8 @@ def test_mala_run_matches_the_posteriordb_reference_means(model):
     over 10 quantities is a family-wise false alarm of ~7e-5 for a correct sampler, while a wrong log density
     (e.g. a missing log-Jacobian of tau, which moves tau's mean by ~1 sd) is off by tens of MCSE. Also R-hat
     below 1.01 (rank-normalised split) and the sd within 10 %: 2,000 x 16 draws at ESS >= 1,500 give the sd to
-    ~2-3 % (MCSE of an sd ~ sd / sqrt(2 ESS)). 9 s here (compilation included), on a shared 2-core CPU.
+    ~2-3 % (MCSE of an sd ~ sd / sqrt(2 ESS)). ~15 s of CPU here, most of it compiling the 1,000-step chunk (30-50 s
+    wall on the shared 2-core machine at a load of 7-11).
     """
     post = pdb.load(NAME)
     chains, burn_in, draws = 16, 1000, 2000
