@@ -23,6 +23,7 @@ from cenlmc_jax import (
     irreversible,
     pairwise,
     plots,
+    posteriordb,
     problems,
     sgmcmc,
     targets,
@@ -70,6 +71,7 @@ from cenlmc_jax.irreversible import (
     sde_proposal,
 )
 from cenlmc_jax.langevin import LMCInfo, LMCState, lmc, lmc_init, lmc_step
+from cenlmc_jax.numpyro_model import NumPyroModel, from_numpyro
 from cenlmc_jax.run import Moments, RunResult, sample, vmap_chains
 from cenlmc_jax.sgmcmc.recipe import (
     RecipeInfo,
@@ -120,6 +122,9 @@ __all__ = [
     "targets",
     "tuning",
     "problems",
+    "posteriordb",
+    "from_numpyro",
+    "NumPyroModel",
     "SamplingAlgorithm",
     "StepSize",
     "SAMPLERS",
