@@ -29,7 +29,9 @@ from cenlmc_jax import (
     targets,
     tuning,
 )
+from cenlmc_jax._host import fetch as to_host
 from cenlmc_jax.base import SamplingAlgorithm, StepSize
+from cenlmc_jax.diagnostics.convergence import ConvergenceWarning
 from cenlmc_jax.ensemble import (
     CEnLMCInfo,
     CEnLMCState,
@@ -124,6 +126,8 @@ __all__ = [
     "problems",
     "posteriordb",
     "from_numpyro",
+    "ConvergenceWarning",
+    "to_host",
     "NumPyroModel",
     "SamplingAlgorithm",
     "StepSize",

@@ -11,17 +11,20 @@ does anyway), and returns NumPy arrays. On one process it is
 ``jax.device_get``.
 
 Files and messages come from one process: :func:`is_writer` is True on
-process 0 only, which writes checkpoints and prints progress and warnings.
+process 0 only, which writes checkpoints and prints progress and warnings
+(:func:`warn`). :func:`gather` gathers only what spans processes and leaves
+the rest on the device (the driver's checks of every chunk).
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import jax
 import numpy as np
 
-__all__ = ["fetch", "is_writer", "spans_processes"]
+__all__ = ["fetch", "gather", "is_writer", "spans_processes", "warn"]
 
 
 def spans_processes(x: Any) -> bool:
@@ -46,6 +49,17 @@ def _leaf(x: Any) -> Any:
 def fetch(tree: Any) -> Any:
     """``tree`` with every array leaf on the host (NumPy; keys stay keys), gathered across processes."""
     return jax.tree_util.tree_map(_leaf, tree)
+
+
+def gather(tree: Any) -> Any:
+    """``tree`` with only the arrays that span processes gathered (to NumPy); the rest untouched (on device)."""
+    return jax.tree_util.tree_map(lambda x: _leaf(x) if spans_processes(x) else x, tree)
+
+
+def warn(message: str, category: type = RuntimeWarning, stacklevel: int = 2) -> None:
+    """``warnings.warn`` on the writing process only (one message per run, not one per process)."""
+    if is_writer():
+        warnings.warn(message, category, stacklevel=stacklevel + 1)
 
 
 def is_writer() -> bool:

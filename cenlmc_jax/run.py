@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import functools
 import os
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -46,6 +45,8 @@ import numpy as np
 from jax import lax
 
 from cenlmc_jax import checkpoint as ckpt
+from cenlmc_jax._host import gather, is_writer
+from cenlmc_jax._host import warn as host_warn
 from cenlmc_jax._validation import (
     check_bool,
     check_callable,
@@ -196,7 +197,7 @@ def _report_watch(watch: tuple, infos: Any, start: int, n: int, warned: set) -> 
         if isinstance(frozen, jax.core.Tracer):
             jax.debug.callback(functools.partial(_warn_frozen_at_run_time, name, message, warned), frozen)
             continue
-        frozen = np.asarray(frozen).ravel()
+        frozen = np.asarray(gather(frozen)).ravel()
         if frozen.any():
             warned.add(name)
             _warn(message(int(frozen.sum()), frozen.size))
@@ -206,11 +207,11 @@ def _warn_frozen_at_run_time(name: str, message: Callable, warned: set, frozen) 
     frozen = np.asarray(frozen).ravel()
     if frozen.any() and name not in warned:
         warned.add(name)
-        warnings.warn(message(int(frozen.sum()), frozen.size) + " (inside jax.jit)", RuntimeWarning, stacklevel=2)
+        host_warn(message(int(frozen.sum()), frozen.size) + " (inside jax.jit)", RuntimeWarning, stacklevel=2)
 
 
 def _warn(msg: str) -> None:
-    warnings.warn(msg, RuntimeWarning, stacklevel=3)
+    host_warn(msg, RuntimeWarning, stacklevel=3)
 
 
 def _flag_steps(infos: PyTree, name: str, first_step: int = 0, warned: set | None = None) -> np.ndarray:
@@ -230,7 +231,7 @@ def _flag_steps(infos: PyTree, name: str, first_step: int = 0, warned: set | Non
             jax.debug.callback(functools.partial(_warn_at_run_time, name, first_step, warned),
                                jnp.any(per_step), jnp.argmax(per_step))
         return None
-    flag = np.asarray(flag)
+    flag = np.asarray(gather(flag))
     return flag.reshape(flag.shape[0], -1).astype(bool).any(axis=1) if flag.ndim > 1 else flag.astype(bool)
 
 
@@ -239,7 +240,7 @@ def _warn_at_run_time(name: str, first_step: int, warned: set, any_flag, first) 
         return
     warned.add(name)
     step = first_step + int(np.min(np.where(np.asarray(any_flag), np.asarray(first), np.iinfo(np.int64).max)))
-    warnings.warn(f"info.{name} is set from step {step} (inside jax.jit the run cannot stop there: it ran to the "
+    host_warn(f"info.{name} is set from step {step} (inside jax.jit the run cannot stop there: it ran to the "
                   f"end; see RunResult.info)", RuntimeWarning, stacklevel=2)
 
 
@@ -337,7 +338,7 @@ def sample(
             from tqdm.auto import tqdm
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ValueError("progress=True needs tqdm: pip install tqdm") from exc
-        bar = tqdm(total=total, initial=step, unit="step")
+        bar = tqdm(total=total, initial=step, unit="step", disable=not is_writer())
 
     flagged_at, traced_warned = {}, set()
     while step < total and not (diverged_at >= 0 and on_divergence == "stop"):
@@ -398,9 +399,9 @@ def _warn_unconverged(result: RunResult, initial_state: Any, warned: set) -> Non
     """The end-of-run checks (:func:`~cenlmc_jax.diagnostics.convergence.convergence_problems`), one warning
     each; the frozen check is skipped when the per-chunk watch already reported frozen chains."""
     start = None if "frozen" in warned else getattr(initial_state, "position", None)
-    for problem in convergence_problems(result, start):
-        warnings.warn(problem + " (cj.sample(..., check_convergence=False) turns this check off)",
-                      ConvergenceWarning, stacklevel=3)
+    for problem in convergence_problems(gather(result), gather(start)):
+        host_warn(problem + " (cj.sample(..., check_convergence=False) turns this check off)",
+                  ConvergenceWarning, stacklevel=3)
 
 
 def _check_run_args(rng_key, step_fn, num_steps, thin, burn_in, mode, trace_fn, chunk_size, info_reduce, progress,
@@ -459,7 +460,7 @@ def _warn_kept_flags(info: PyTree, burn_in: int, traced_warned: set) -> None:
             continue
         flags = _flag_steps(kept, flag.field, burn_in, traced_warned)  # None inside a trace: warned at run time
         if flags is not None and flags.any():
-            warnings.warn(flag.message(kept, burn_in + int(np.argmax(flags))), RuntimeWarning, stacklevel=3)
+            host_warn(flag.message(kept, burn_in + int(np.argmax(flags))), RuntimeWarning, stacklevel=3)
 
 
 def _resume(path, identity, rng_key, step_fn, initial_state, trace_fn, info_reduce, burn_in, total, thin, mode,
@@ -607,7 +608,7 @@ def check_chain_positions(positions: Any) -> tuple:
     bad = np.zeros(num_chains, bool)
     for leaf in leaves:
         if is_concrete(leaf):  # one vectorised pass over all chains
-            bad |= ~np.isfinite(np.asarray(leaf)).reshape(num_chains, -1).all(axis=1)
+            bad |= ~np.isfinite(np.asarray(gather(leaf))).reshape(num_chains, -1).all(axis=1)
     if bad.any():
         shown = np.flatnonzero(bad)[:10].tolist()
         raise ValueError(f"positions must be finite; {int(bad.sum())} of {num_chains} chains contain NaN or inf "

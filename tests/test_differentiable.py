@@ -318,7 +318,7 @@ def test_reverse_mode_through_ensemble_force_equals_the_dense_kernel(kernel, d, 
         if with_w:  # w only decides masks: no derivative, and no NaN from the w = +inf rows
             assert np.all(np.asarray(got[3]) == 0) and np.all(np.asarray(ref[3]) == 0)
         bounds = gradient_rounding_bound(x, f, log_p, eta, w, r2, c, ref[:3], gram=d > DIRECT_MAX_D)
-        for name, a, b, bound in zip(("x", "f", "log_p"), got, ref, bounds, strict=True):
+        for name, a, b, bound in zip(("x", "f", "log_p"), got[:3], ref[:3], bounds, strict=True):
             err = np.abs(np.asarray(a) - np.asarray(b))
             err = err.max(axis=1) if err.ndim == 2 else err
             assert np.all(err <= bound), (name, float(np.max(err / bound)))
