@@ -60,11 +60,13 @@ def resolve_grad_mode(grad_mode: str, d: int) -> str:
     * cheap closed-form densities, N = 2,000: a Gaussian with a dense precision
       (0.7-0.9x at d = 1-5, i.e. reverse is faster, by 0.01-0.07 ms a call) and a
       logistic regression on 200 points (0.72-0.95x at d = 1-5).
+    * not in the benchmark, measured once: ``cj.problems.darcy_flow(3)`` (one tridiagonal
+      solve a value, d = 3, N = 2,000): 0.65x (15 ms reverse, 23 ms forward).
 
     So at ``d <= 5`` auto gains 1.3-6x where the gradient is dear (an ODE solve,
     the case the ensemble samplers exist for) and loses up to 1.4x on the
-    gradient of a closed-form density (whose gradient is rarely the step's
-    cost); pass ``grad_mode="reverse"`` for such a model, ``"forward"`` for an
+    gradient of a closed-form density and 1.5x on a linear-solve model; pass
+    ``grad_mode="reverse"`` for such a model, ``"forward"`` for an
     ODE model a little above d = 5 (bench it).
     """
     check_grad_mode(grad_mode)
