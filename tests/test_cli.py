@@ -27,6 +27,7 @@ import time
 
 import numpy as np
 import pytest
+from cli_helpers import run_cli
 
 import cenlmc_jax as cj
 from cenlmc_jax import cli
@@ -35,16 +36,6 @@ from cenlmc_jax.cli.parser import subparser
 from cenlmc_jax.summary import SummaryTable
 
 SMALL = ["--particles", "300", "--steps", "200", "--burn-in", "100"]
-
-
-def run_cli(args, capsys):
-    """(exit status, stdout, stderr) of ``cenlmc-jax ARGS`` run in-process; argparse's own errors exit too."""
-    try:
-        code = cli.main(args)
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def write_model(folder, body):

@@ -26,22 +26,13 @@ import textwrap
 
 import numpy as np
 import pytest
+from cli_helpers import run_cli
 
 from cenlmc_jax import cli
 from cenlmc_jax.cli import jobs, parser, verdict
 from cenlmc_jax.targets import get_target
 
 TINY = ["--sampler", "lmc", "--particles", "50", "--steps", "20", "--burn-in", "0"]
-
-
-def run_cli(args, capsys):
-    """(exit status, stdout, stderr) of ``cenlmc-jax ARGS`` run in-process."""
-    try:
-        code = cli.main([str(a) for a in args])
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def usage_error(code, out, err, *texts):

@@ -11,8 +11,7 @@
 import textwrap
 
 import numpy as np
-
-from cenlmc_jax import cli
+from cli_helpers import run_cli
 
 RAW_REGRESSION = """
     import jax.numpy as jnp
@@ -24,15 +23,6 @@ RAW_REGRESSION = """
         r = (data["y"] - b0 - b1 * data["x"]) / sigma
         return -0.5 * jnp.sum(r**2) - data["y"].shape[0] * log_sigma - jnp.log1p((sigma / 2.5) ** 2) + log_sigma
 """
-
-
-def run_cli(args, capsys):
-    try:
-        code = cli.main([str(a) for a in args])
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def raw_model(tmp_path):
