@@ -143,7 +143,7 @@ def row_rwmh(target, step_size, args, label):
 
 def row_mala(target, step_size, args, label):
     x0 = target.data["theta_map"] + start_points(args.chains, 0.05) if target.data else start_points(args.chains)
-    prop = cj.sde_proposal(1.0, 0.0, target.logdensity_fn, step_size)
+    prop = cj.sde_proposal(1.0, 0.0, target.logdensity_fn, step_size, grad_mode="reverse")  # blackjax.mala: jax.grad
     cj_algo = cj.irreversible_mh(target.logdensity_fn, prop)
     bj_algo = blackjax.mala(target.logdensity_fn, step_size)
     stats = lambda s, i: (i.is_accepted, jnp.mean(i.acceptance_rate), jnp.mean(s.position, 0),

@@ -58,6 +58,9 @@ SLOW = (
     # adapted chains' moments by z-scores (Gaussian; logistic against its reference): 73 s and 53 s
     "tests/test_adaptation.py::test_adapted_chains_have_the_gaussian_moments",
     "tests/test_adaptation.py::test_adapted_chains_on_a_dict_position_have_the_logistic_posterior_moments",
+    # both gradient modes give the same samples (ensembles; MALA): ~35 s each at load 12
+    "tests/test_grad_mode.py::test_ensemble_samplers",
+    "tests/test_grad_mode.py::test_mala_same_samples",
 )
 
 
