@@ -26,9 +26,15 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # whose closures are new), and a cache hit loads it from disk instead. Measured on tests/test_cli.py
 # (benchmarks/results/test_times.md). CENLMC_TEST_COMPILE_CACHE: "off" disables it, a folder keeps it
 # across sessions (faster reruns while developing); unset, a fresh folder per session.
+# One folder per pytest-xdist worker: JAX writes a cache entry without a lock (unless eviction is on), so
+# a worker could read another's half-written entry.
 _cache = os.environ.get("CENLMC_TEST_COMPILE_CACHE", "")
-if _cache != "off" and "JAX_COMPILATION_CACHE_DIR" not in os.environ:
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache or tempfile.mkdtemp(prefix="cenlmc-test-xla-")
+_ours = os.environ.get("CENLMC_TEST_CACHE_SET") == "1"  # set below in the controller, inherited by the workers
+if _cache != "off" and (_ours or "JAX_COMPILATION_CACHE_DIR" not in os.environ):
+    os.environ["CENLMC_TEST_CACHE_SET"] = "1"
+    _worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    _cache = os.path.join(_cache, _worker) if _cache else tempfile.mkdtemp(prefix=f"cenlmc-test-xla-{_worker}-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 

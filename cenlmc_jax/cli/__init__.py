@@ -154,7 +154,9 @@ def use_compile_cache(folder: str | None) -> None:
     memory; on disk, a program whose HLO is the same (the same job, or one with other output flags) is
     loaded instead of compiled (measured on the default job: benchmarks/results/test_times.md). ``None``:
     the cache JAX is already configured with (``$JAX_COMPILATION_CACHE_DIR``), else
-    ``~/.cache/cenlmc_jax/xla``; ``"off"``: no cache.
+    ``~/.cache/cenlmc_jax/xla``; ``"off"``: no cache. JAX writes an entry without a lock (unless the
+    ``filelock`` package is installed and a size limit set), so jobs that run at the same time should
+    each get their own folder (``--compile-cache DIR``).
     """
     if folder == "off" or (folder is None and jax.config.jax_compilation_cache_dir):
         return
