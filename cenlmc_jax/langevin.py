@@ -8,16 +8,33 @@ against. With ``f = -logdensity_fn``,
 
 For ``f(x) = |x|²/(2σ²)`` the chain is Gaussian with stationary variance
 ``σ² / (1 - h/(2σ²))`` per coordinate: the discretisation bias of ULA.
+
+Preconditioned LMC (``inverse_mass_matrix=M``, BlackJAX's name): with ``M``
+symmetric positive definite (a scalar ``c·I``, a ``(d,)`` diagonal or a
+``(d, d)`` matrix, the forms of :mod:`cenlmc_jax._linalg`),
+
+    x^{m+1} = x^m + h M ∇log π(x^m) + sqrt(2h) M^{1/2} ξ^m,
+
+the Euler step of the Langevin diffusion ``dX = M ∇log π dt + sqrt(2) M^{1/2} dW``,
+which keeps π invariant for any constant ``M``. It is LMC in the coordinates
+``y = M^{-1/2} x`` (``M^{1/2}`` the symmetric root): there the step is plain
+LMC on ``y ↦ π(M^{1/2} y)``, whose Hessian is ``M^{1/2} H M^{1/2}``. On
+``π = N(0, Σ)`` the chain is linear, ``x' = A x + sqrt(2h) M^{1/2} ξ`` with
+``A = I - h M Σ⁻¹``, so its stationary covariance ``S`` solves the discrete
+Lyapunov equation ``S = A S Aᵀ + 2h M``; for ``M = Σ``, ``A = (1 - h) I`` and
+``S = Σ / (1 - h/2)``: the isotropic ULA bias, whatever the condition number of ``Σ``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from cenlmc_jax._linalg import check_matrix_form, check_matrix_shape, check_symmetric_psd, np_psd_sqrt, psd_sqrt
 from cenlmc_jax._validation import (
     check_callable,
     check_function,
@@ -28,12 +45,14 @@ from cenlmc_jax._validation import (
     check_positive,
     check_start_logdensity,
     check_state,
+    is_concrete,
 )
 from cenlmc_jax.base import SamplingAlgorithm
 from cenlmc_jax.grad_modes import check_grad_mode, grad, value_and_grad
 from cenlmc_jax.types import Array, ArrayLike, LogDensityFn, PRNGKey
 
-__all__ = ["LMCState", "LMCInfo", "lmc_init", "lmc_step", "lmc", "grad_cost", "gradient_fn", "value_and_grad_ensemble"]
+__all__ = ["LMCState", "LMCInfo", "lmc_init", "lmc_step", "lmc", "grad_cost", "gradient_fn", "value_and_grad_ensemble",
+           "check_inverse_mass_matrix", "mass_root"]
 
 
 class LMCState(NamedTuple):
@@ -125,6 +144,48 @@ def count_nonfinite(position: Array, logdensity: Array) -> Array:
     return jnp.sum(bad, dtype=jnp.int32)
 
 
+MASS_WHAT = "the inverse mass matrix M of x' = x + h M ∇log π(x) + sqrt(2h) M^{1/2} ξ"
+
+
+def check_inverse_mass_matrix(M: Any, d: int | None = None, name: str = "inverse_mass_matrix") -> Any:
+    """``M`` must be a constant symmetric positive definite matrix: a scalar ``c > 0`` (``c·I``), a ``(d,)``
+    diagonal of positive entries or a ``(d, d)`` SPD matrix (:func:`cenlmc_jax._linalg.check_symmetric_psd`
+    with ``definite=True``). ``d``: the dimension, when known. ``None`` passes (no preconditioner); a traced
+    ``M`` passes unchecked (its value is not known). Returns ``M``. ``ValueError`` names ``name``."""
+    if M is None or not is_concrete(M):
+        return M
+    if callable(M):
+        raise ValueError(f"{name} must be a constant matrix (a scalar, a (d,) diagonal or a (d, d) SPD matrix); "
+                         f"got a callable {M!r}: a position-dependent preconditioner needs the Γ term of the "
+                         "complete recipe (cj.sgrld / cj.complete_recipe).")
+    check_matrix_form(M, name)
+    m = np.asarray(M)
+    if d is not None:
+        check_matrix_shape(m, name, d)
+    if m.ndim < 2:
+        if not np.all(m > 0):
+            raise ValueError(f"{name} must be positive ({MASS_WHAT}); got {'a scalar' if m.ndim == 0 else 'a diagonal'}"
+                             f" with smallest entry {float(np.min(m)):.4g}.")
+    else:
+        check_symmetric_psd(M, name, MASS_WHAT, definite=True)
+    return M
+
+
+def mass_root(M: Any) -> Any:
+    """``M^{1/2}``: ``sqrt`` of a scalar or a diagonal, the symmetric root of a dense ``M``
+    (float64 NumPy for a constant, :func:`cenlmc_jax._linalg.psd_sqrt` for a traced one)."""
+    if is_concrete(M):
+        m = np.asarray(M, np.float64)
+        return np_psd_sqrt(m) if m.ndim == 2 else np.sqrt(m)
+    m = jnp.asarray(M)
+    return psd_sqrt(m) if m.ndim == 2 else jnp.sqrt(m)
+
+
+def _rows_times(m: Array, v: Array) -> Array:
+    """``m v_i`` for every row of ``v: (N, d)``: a scalar, a diagonal or a dense ``m``."""
+    return v @ m.T if m.ndim == 2 else v * m
+
+
 def lmc_init(positions: ArrayLike, logdensity_fn: LogDensityFn, *, grad_fn: Callable | None = None,
              grad_mode: str = "auto") -> LMCState:
     """Start LMC from ``positions: (N, d)``; evaluates the N gradients once (``grad_fn`` if given, else
@@ -146,6 +207,7 @@ def lmc_step(
     *,
     grad_fn: Callable | None = None,
     grad_mode: str = "auto",
+    inverse_mass_matrix: Any = None,
 ) -> tuple[LMCState, LMCInfo]:
     """One unadjusted Langevin step for every particle.
 
@@ -154,15 +216,34 @@ def lmc_step(
     ``grad_fn`` when given, else autodiff in ``grad_mode``: ``"auto"``,
     ``"reverse"`` or ``"forward"``, :mod:`cenlmc_jax.grad_modes`) and stored in
     the state for the next step. Both modes give the same chain up to rounding.
+
+    ``inverse_mass_matrix`` (``M``; default None, the identity): the
+    preconditioned step ``x' = x + h M ∇log p(x) + sqrt(2h) M^{1/2} ξ`` (module
+    docstring), ``M`` a scalar, a ``(d,)`` diagonal or a ``(d, d)`` SPD matrix,
+    checked (:func:`check_inverse_mass_matrix`) before tracing; ``M^{1/2}`` is
+    the symmetric root, and ``ξ`` is the same draw as without ``M``.
     """
     check_grad_mode(grad_mode)
     check_state(state, LMCState, "lmc_init")
     check_key(rng_key)
     check_positive(step_size, "step_size")
+    mass = None
+    if inverse_mass_matrix is not None:
+        check_inverse_mass_matrix(inverse_mass_matrix, state.position.shape[-1])
+        mass = (inverse_mass_matrix, mass_root(inverse_mass_matrix))
+    return _lmc_move(rng_key, state, logdensity_fn, step_size, grad_fn, grad_mode, mass)
+
+
+def _lmc_move(rng_key, state, logdensity_fn, step_size, grad_fn, grad_mode, mass):
+    """The step of :func:`lmc_step`, its arguments checked; ``mass``: ``(M, M^{1/2})`` or None."""
     x = state.position
     h = jnp.asarray(step_size, dtype=x.dtype)
     noise = jax.random.normal(rng_key, x.shape, dtype=x.dtype)
-    new_x = x + h * state.logdensity_grad + jnp.sqrt(2.0 * h) * noise
+    drift, kick = state.logdensity_grad, noise
+    if mass is not None:
+        m, root = (jnp.asarray(a, x.dtype) for a in mass)
+        drift, kick = _rows_times(m, drift), _rows_times(root, noise)
+    new_x = x + h * drift + jnp.sqrt(2.0 * h) * kick
     logdensity, g = value_and_grad_ensemble(logdensity_fn, new_x, grad_fn, grad_mode)
     bad = count_nonfinite(new_x, logdensity)
     n, d = x.shape
@@ -176,8 +257,8 @@ def lmc_step(
     return LMCState(new_x, logdensity, g), info
 
 
-def lmc(logdensity_fn: LogDensityFn, step_size: float, *, grad_fn: Callable | None = None,
-        grad_mode: str = "auto") -> SamplingAlgorithm:
+def lmc(logdensity_fn: LogDensityFn, step_size: float, *, inverse_mass_matrix: Any = None,
+        grad_fn: Callable | None = None, grad_mode: str = "auto") -> SamplingAlgorithm:
     """LMC (ULA) on an ensemble as a sampler object.
 
     ``init(positions, rng_key=None)``: :func:`lmc_init` on ``positions: (N, d)``.
@@ -189,19 +270,30 @@ def lmc(logdensity_fn: LogDensityFn, step_size: float, *, grad_fn: Callable | No
     the value from the primal: 1.3-6x faster on an ODE model at d <= 5), or
     ``"auto"`` (default: forward for ``d <= cenlmc_jax.grad_modes.FORWARD_MAX_D``,
     the measured crossover, :func:`cenlmc_jax.grad_modes.resolve_grad_mode`).
+    ``inverse_mass_matrix``: the preconditioner ``M`` of :func:`lmc_step` (a
+    scalar, ``(d,)`` or ``(d, d)`` SPD; checked here, its dimension at ``init``;
+    its root is taken once, here). ``cj.langevin_warmup`` estimates it.
     """
     check_callable(logdensity_fn, "logdensity_fn", "x -> scalar log density")
     check_positive(step_size, "step_size")
     check_grad_mode(grad_mode)
+    check_inverse_mass_matrix(inverse_mass_matrix)
+    mass = None if inverse_mass_matrix is None else (inverse_mass_matrix, mass_root(inverse_mass_matrix))
     if grad_fn is not None:
         check_callable(grad_fn, "grad_fn", GRAD_FN_WHAT)
 
     def init(positions, rng_key=None):
         if rng_key is not None:
             check_key(rng_key)  # unused (a deterministic start), but a wrong one is a mistake to report
-        return lmc_init(positions, logdensity_fn, grad_fn=grad_fn, grad_mode=grad_mode)
+        state = lmc_init(positions, logdensity_fn, grad_fn=grad_fn, grad_mode=grad_mode)
+        check_inverse_mass_matrix(inverse_mass_matrix, state.position.shape[-1])
+        return state
 
     def step(rng_key, state):
-        return lmc_step(rng_key, state, logdensity_fn, step_size, grad_fn=grad_fn, grad_mode=grad_mode)
+        check_state(state, LMCState, "lmc_init")
+        check_key(rng_key)
+        if mass is not None and is_concrete(mass[0]):
+            check_matrix_shape(np.asarray(mass[0]), "inverse_mass_matrix", state.position.shape[-1])
+        return _lmc_move(rng_key, state, logdensity_fn, step_size, grad_fn, grad_mode, mass)
 
     return SamplingAlgorithm(init, step)
