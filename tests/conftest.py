@@ -47,6 +47,15 @@ def _release_compiled_code():
     yield
     jax.clear_caches()
     gc.collect()
+    # float64 switched on globally by one module would change every later test in the worker (float32
+    # tests then pass or fail by the order pytest-xdist happens to give): a module scopes it instead
+    assert not jax.config.jax_enable_x64, "a test module left jax_enable_x64 on: use `with jax.enable_x64(True)`"
+
+
+def pytest_collection_finish(session):
+    if jax.config.jax_enable_x64:
+        raise pytest.UsageError("a test module switched jax_enable_x64 on at import: scope it to its tests "
+                                "(an autouse fixture `with jax.enable_x64(True): yield`)")
 
 
 #: Node-id prefixes (relative to the repository root) of the tests marked ``slow``: the notebooks

@@ -19,7 +19,13 @@ from cenlmc_jax.numpyro_model import from_numpyro
 numpyro = pytest.importorskip("numpyro")
 dist = pytest.importorskip("numpyro.distributions")
 
-jax.config.update("jax_enable_x64", True)
+
+@pytest.fixture(autouse=True, scope="module")
+def _float64():
+    """float64 for this module's tests only (a global ``jax.config.update`` at import would switch it on
+    for every test collected after this file, in every pytest-xdist worker)."""
+    with jax.enable_x64(True):
+        yield
 
 NAME = "eight_schools-eight_schools_noncentered"
 

@@ -24,7 +24,13 @@ import scipy.stats as st
 
 from cenlmc_jax import posteriordb as pdb
 
-jax.config.update("jax_enable_x64", True)
+
+@pytest.fixture(autouse=True, scope="module")
+def _float64():
+    """float64 for this module's tests only (a global ``jax.config.update`` at import would switch it on
+    for every test collected after this file, in every pytest-xdist worker)."""
+    with jax.enable_x64(True):
+        yield
 
 # ------------------------------------------------------------------ the independent transcription (NumPy/scipy)
 
