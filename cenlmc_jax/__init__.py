@@ -74,6 +74,7 @@ from cenlmc_jax.irreversible import (
 )
 from cenlmc_jax.langevin import LMCInfo, LMCState, lmc, lmc_init, lmc_step
 from cenlmc_jax.numpyro_model import NumPyroModel, from_numpyro
+from cenlmc_jax.preconditioning import WhitenedState, Whitening, whitened
 from cenlmc_jax.run import Moments, RunResult, sample, vmap_chains
 from cenlmc_jax.sgmcmc.recipe import (
     RecipeInfo,
@@ -126,6 +127,9 @@ __all__ = [
     "problems",
     "posteriordb",
     "from_numpyro",
+    "whitened",
+    "Whitening",
+    "WhitenedState",
     "ConvergenceWarning",
     "to_host",
     "NumPyroModel",
