@@ -73,6 +73,7 @@ from cenlmc_jax.irreversible import (
     sde_proposal,
 )
 from cenlmc_jax.langevin import LMCInfo, LMCState, lmc, lmc_init, lmc_step
+from cenlmc_jax.langevin_adaptation import LangevinWarmup, LangevinWarmupInfo, langevin_warmup
 from cenlmc_jax.numpyro_model import NumPyroModel, from_numpyro
 from cenlmc_jax.preconditioning import WhitenedState, Whitening, whitened
 from cenlmc_jax.run import Moments, RunResult, sample, vmap_chains
@@ -128,6 +129,9 @@ __all__ = [
     "posteriordb",
     "from_numpyro",
     "whitened",
+    "langevin_warmup",
+    "LangevinWarmup",
+    "LangevinWarmupInfo",
     "Whitening",
     "WhitenedState",
     "ConvergenceWarning",

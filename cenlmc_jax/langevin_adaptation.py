@@ -1,0 +1,377 @@
+"""A warm-up for the unadjusted and ensemble samplers: ``cj.langevin_warmup`` (as ``window_adaptation`` is for MH).
+
+LMC and CEnLMC have no acceptance rate to aim at: their step size comes from the curvature
+(:func:`cenlmc_jax.curvature.langevin_step_size`: the step at which ULA inflates the variance of the
+stiffest Gaussian direction by ``bias``). On a badly scaled posterior that step is tiny and the chain
+does not move in the wide directions (kidiq on the raw scale: condition number ~1e4, ``h = 3e-6``).
+The warm-up estimates a preconditioner ``M`` with which the curvature, measured in the whitened
+coordinates ``y = L⁻¹(x − m)`` (``M = L Lᵀ``), is about 1, and hands over:
+
+* ``sampler="lmc"``: ``cj.lmc(logdensity_fn, h, inverse_mass_matrix=M)``;
+* ``sampler="cenlmc"``: ``cj.whitened(cj.cenlmc, logdensity_fn, h, η, R1, R2, N*, M_f, inverse_mass_matrix=M,
+  mean=m)`` with the parameters of :func:`cenlmc_jax.tuning.suggest_cenlmc_params` for ``d``, ``h``, the
+  whitened curvature and the ensemble size (or, ``tune=True``, of :func:`cenlmc_jax.ensemble.tune_cenlmc`
+  run in ``y``).
+
+Start (``start="laplace"``, the default). A far-out start is where the curvature rule fails first:
+on kidiq from ``Uniform(-2, 2)`` draws, ``log σ ≈ -2`` makes the curvature ~2e8, ``h ~ 5e-10``, and no window
+moves. So the warm-up first finds the mode from the best particle (L-BFGS,
+:func:`cenlmc_jax.tuning.find_f_star`), takes the Hessian there (``jax.jacfwd`` of the gradient: ``d``
+Hessian-vector products) and starts from its Laplace approximation: ``M₀ = H⁻¹`` (eigenvalues of ``H``
+taken in absolute value and floored at ``10⁻¹⁰ λ_max``, so ``M₀`` is SPD even off a strict maximum; for a
+diagonal ``M`` its diagonal) and the ``N`` particles drawn from ``N(mode, M₀)``. When L-BFGS fails or
+``d > LAPLACE_MAX_D``, the warm-up starts from ``positions`` with ``M₀ = I`` and the reasoning says so.
+``start="positions"`` always does (e.g. to keep a multimodal spread); the windows then have to find
+the scale from the ensemble alone, which works from a start whose curvature is not far above the
+posterior's.
+
+Schedule (Stan's windows, :func:`cenlmc_jax.warmup_parts.build_schedule`): an initial buffer, slow
+windows that double in length, a final buffer. Every step is preconditioned LMC on the whole ensemble,
+``x' = x + h M ∇log π(x) + sqrt(2h) M^{1/2} ξ`` (also for ``sampler="cenlmc"``: the warm-up needs the
+ensemble's moments, and the gradient step is the one whose bias is known). During a slow window the
+positions of all ``N`` particles at every step go into one Welford accumulator (over the ensemble and
+over time, Chan et al.'s batch update); at the window's end
+
+    M = n/(n + 5) S + 10⁻³ · 5/(n + 5) I          (Stan's regularisation, n = N × window length),
+    m = the window's mean,
+    c = λ_max(Lᵀ ∇²(−log π) L)  by power iteration at ``curvature_points`` particles (cj.adaptation.max_curvature),
+    h = 2 bias / ((1 + bias) c)                    (cj.adaptation.langevin_step_size),
+
+``S`` the window's sample covariance (dense, or its diagonal). Each window thus starts in coordinates
+whitened by the previous one: a direction the previous estimate made too narrow is wide in ``y``,
+where it does not limit ``h`` (the stiff, well-estimated directions do, with curvature about 1), so the
+ensemble spreads into it within the next window, which is twice as long. After the final buffer the
+curvature is measured once more at the final positions and the larger of the two values sets ``h``.
+A window whose run produced a non-finite particle is run again from its start with ``h`` halved (at most
+``max_retries`` times; the info lists it). ``M`` and ``m`` are then frozen: the sampler that is handed
+over keeps them fixed (cenlmc_jax/preconditioning.py says why refreshing them would bias the ensemble
+estimate).
+
+Cost (``info``): ``grad_evals``, the gradients of the LMC steps (``N`` per step, retries included, and
+``N`` at the start); ``hvp_evals``, the Hessian-vector products of the curvature estimates
+(``curvature_points × (curvature_iters + 1)`` per estimate, each one ``jax.jvp`` of the gradient); and for
+CEnLMC the L-BFGS iterations of ``f*`` and ``tune_cenlmc``'s own gradients when ``tune=True``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from cenlmc_jax._validation import check_bool, check_choice, check_int, check_key, check_positions, check_positive
+from cenlmc_jax.base import SamplingAlgorithm
+from cenlmc_jax.curvature import langevin_step_size, max_curvature
+from cenlmc_jax.ensemble.samplers import cenlmc
+from cenlmc_jax.ensemble.tuning import tune_cenlmc
+from cenlmc_jax.grad_modes import check_grad_mode
+from cenlmc_jax.langevin import _lmc_move, gradient_fn, lmc, lmc_init, mass_root
+from cenlmc_jax.preconditioning import WhitenedState, Whitening, whiten_grad_fn, whiten_logdensity, whitened, whitening
+from cenlmc_jax.tuning import find_f_star, suggest_cenlmc_params
+from cenlmc_jax.types import LogDensityFn, PRNGKey
+from cenlmc_jax.warmup_parts import build_schedule, welford_covariance, welford_init, welford_update
+
+__all__ = ["LangevinWarmup", "LangevinWarmupInfo", "langevin_warmup", "DENSE_MAX_D", "LAPLACE_MAX_D"]
+
+#: ``dense=None`` estimates a dense ``M`` up to this dimension, a diagonal one above it.
+DENSE_MAX_D = 50
+#: ``start="laplace"`` takes the Hessian (``d`` HVPs, a ``(d, d)`` array) up to this dimension.
+LAPLACE_MAX_D = 1000
+
+
+class LangevinWarmupInfo(NamedTuple):
+    """What :func:`langevin_warmup` chose and what it cost.
+
+    step_size: ``h`` handed over (in the whitened coordinates; for LMC the same number).
+    curvature: the whitened curvature ``c`` that set it (``h = 2 bias / ((1 + bias) c)``).
+    bias: the stated discretisation bias (variance inflation of the stiffest direction).
+    condition_number: of ``M`` (the ratio of its extreme eigenvalues), how badly scaled the target was.
+    windows: one dict per segment: ``start, length, slow, step_size, curvature, retries`` (and, after a
+       slow window, ``condition_number`` of the new ``M``).
+    grad_evals: gradients of the LMC steps (``N`` per step and at the start, retries included).
+    hvp_evals: Hessian-vector products of the curvature estimates and of the Laplace start's Hessian.
+    start: ``"laplace"`` or ``"positions"`` (what the warm-up started from), with ``lbfgs_steps`` the
+       iterations of the mode search (each one or more gradients: optax's zoom line search).
+    cenlmc: for ``sampler="cenlmc"``, the chosen ``eta, r1, r2, n_star, m_f, f_star`` and the
+       suggestion's (or tuner's) figures: ``expected_ensemble_fraction``, ``f_star_lbfgs_steps``,
+       ``tune_grad_evals``; None for LMC.
+    reasoning: a readable account of the choices.
+    """
+
+    step_size: float
+    curvature: float
+    bias: float
+    condition_number: float
+    windows: list
+    grad_evals: int
+    hvp_evals: int
+    start: str
+    lbfgs_steps: int
+    cenlmc: dict | None
+    reasoning: str
+
+
+class LangevinWarmup(NamedTuple):
+    """What :func:`langevin_warmup` returns.
+
+    algorithm: the tuned sampler (``cj.lmc(..., inverse_mass_matrix=M)`` or ``cj.whitened(cj.cenlmc, ...)``).
+    state: ``algorithm.init(positions)``: where sampling starts (``cj.sample(key, algorithm, state, ...)``).
+    positions: the ensemble after the warm-up, ``(N, d)``, in the original coordinates.
+    parameters: ``step_size``, ``inverse_mass_matrix`` (``(d,)`` or ``(d, d)``, float64), ``mean`` and,
+       for CEnLMC, ``eta, r1, r2, n_star, m_f, f_star``: enough to rebuild ``algorithm``.
+    info: :class:`LangevinWarmupInfo`.
+    """
+
+    algorithm: SamplingAlgorithm
+    state: Any
+    positions: Any
+    parameters: dict
+    info: LangevinWarmupInfo
+
+
+def _window_runner(logdensity_fn, grad_fn, grad_mode):
+    """A jitted ``(key, state, M, root, h, n) -> (state, welford, diverged)``: ``n`` preconditioned LMC steps
+    (a traced length: one compiled program for every window), the positions of every step accumulated."""
+
+    def run(key, state, m, root, h, n):
+        def body(t, carry):
+            st, wf, bad = carry
+            st, info = _lmc_move(jax.random.fold_in(key, t), st, logdensity_fn, h, grad_fn, grad_mode, (m, root))
+            return st, welford_update(wf, st.position), bad | info.diverged
+
+        x = state.position
+        wf = welford_init(x.shape[1], m.ndim == 2, x.dtype)
+        return lax.fori_loop(0, n, body, (state, wf, jnp.asarray(False)))
+
+    return jax.jit(run)
+
+
+def _curvature_runner(logdensity_fn, grad_fn, grad_mode, iters):
+    """A jitted ``(key, y, L, m) -> λ_max`` of the Hessian of ``−log π`` in ``y`` (:func:`max_curvature` at
+    the points ``y``), with ``L`` and ``m`` traced: one compiled program for every window."""
+
+    def run(key, y, factor, mean):
+        w = Whitening(None, mean, factor, None)  # to_x and grad_to_y only: traced L and m
+        grad_y = gradient_fn(whiten_logdensity(logdensity_fn, w), whiten_grad_fn(grad_fn, w), grad_mode)
+        return max_curvature(lambda k, z: grad_y(z), y, key, num_iters=iters)
+
+    return jax.jit(run)
+
+
+def _curvature(run, key, x, m_mat, mean, points, iters):
+    """``(c, hvps)``: :func:`_curvature_runner`'s ``run`` at ``points`` evenly spaced particles of ``x``."""
+    w = whitening(m_mat, mean)
+    idx = np.linspace(0, x.shape[0] - 1, min(points, x.shape[0])).round().astype(int)
+    dt = x.dtype
+    c = float(run(key, w.to_y(x[idx]), jnp.asarray(w.factor, dt), jnp.asarray(w.mean, dt)))
+    return c, len(idx) * (iters + 1)
+
+
+def _laplace(key, logdensity_fn, grad_fn, grad_mode, x, dense, notes):
+    """``(positions, M₀, mean, lbfgs_steps, hvps)`` of the Laplace start, or None (reasoning in ``notes``)."""
+    n, d = x.shape
+    if d > LAPLACE_MAX_D:
+        notes.append(f"start: the given positions (d = {d} > LAPLACE_MAX_D = {LAPLACE_MAX_D}: no Hessian).")
+        return None
+    res = find_f_star(logdensity_fn, x)
+    steps = int(res.num_steps)
+    mode = res.position
+    if not bool(res.converged):
+        notes.append(f"start: the given positions (L-BFGS from the best particle did not converge in {steps} "
+                     f"iterations: |∇f| = {float(res.grad_norm):.3g}).")
+        return None
+    hess = -np.asarray(jax.jit(jax.jacfwd(gradient_fn(logdensity_fn, grad_fn, grad_mode)))(mode), np.float64)
+    lam, vec = np.linalg.eigh(0.5 * (hess + hess.T))
+    if not np.all(np.isfinite(lam)) or np.max(np.abs(lam)) == 0:
+        notes.append(f"start: the given positions (the Hessian at the mode is not finite or zero; {steps} L-BFGS "
+                     "iterations).")
+        return None
+    clipped = int(np.sum(lam <= 0))
+    lam = np.maximum(np.abs(lam), 1e-10 * np.max(np.abs(lam)))
+    cov = (vec / lam) @ vec.T
+    m0 = cov if dense else np.diag(cov).copy()
+    xi = jax.random.normal(key, x.shape, x.dtype)
+    root = jnp.asarray(mass_root(m0), x.dtype)
+    positions = jnp.asarray(mode, x.dtype) + (xi @ root.T if dense else xi * root)
+    notes.append(f"start: Laplace at the mode found by L-BFGS ({steps} iterations, f* = {float(res.f_star):.6g}); "
+                 f"condition number of H⁻¹ {_condition(cov):.3g}" +
+                 (f"; {clipped} non-positive Hessian eigenvalues taken in absolute value" if clipped else "") + ".")
+    return positions, m0, np.asarray(mode, np.float64), steps, d
+
+
+def _condition(m: np.ndarray) -> float:
+    ev = np.linalg.eigvalsh(m) if m.ndim == 2 else m
+    return float(np.max(ev) / np.min(ev))
+
+
+def _check_args(rng_key, logdensity_fn, positions, sampler, start, num_steps, bias, dense, curvature_points,
+                curvature_iters, max_retries, grad_fn, grad_mode, tune):
+    check_key(rng_key)
+    check_choice(sampler, "sampler", ("lmc", "cenlmc"))
+    check_choice(start, "start", ("laplace", "positions"))
+    x = check_positions(positions, min_particles=2)
+    check_int(num_steps, "num_steps", minimum=20, why="a warm-up needs at least one slow window")
+    check_positive(bias, "bias")
+    if dense is not None:
+        check_bool(dense, "dense")
+    check_int(curvature_points, "curvature_points", minimum=1)
+    check_int(curvature_iters, "curvature_iters", minimum=1)
+    check_int(max_retries, "max_retries", minimum=0)
+    check_grad_mode(grad_mode)
+    check_bool(tune, "tune")
+    return x
+
+
+def langevin_warmup(
+    rng_key: PRNGKey,
+    logdensity_fn: LogDensityFn,
+    positions: Any,
+    *,
+    sampler: str = "lmc",
+    start: str = "laplace",
+    num_steps: int = 1000,
+    bias: float = 0.05,
+    dense: bool | None = None,
+    initial_buffer: int = 75,
+    first_window: int = 25,
+    final_buffer: int = 50,
+    curvature_points: int = 16,
+    curvature_iters: int = 30,
+    max_retries: int = 5,
+    grad_fn: Callable | None = None,
+    grad_mode: str = "auto",
+    f_star: float | None = None,
+    tune: bool = False,
+    **sampler_kwargs: Any,
+) -> LangevinWarmup:
+    """Warm up an ensemble ``positions: (N, d)`` (``N >= 2``) and tune LMC or CEnLMC on it (module docstring).
+
+    Args:
+      rng_key: the warm-up's key. logdensity_fn: ``x: (d,) -> log π(x) + const``.
+      sampler: ``"lmc"`` or ``"cenlmc"``: the sampler handed over.
+      start: ``"laplace"`` (default: the mode's Laplace approximation, module docstring) or ``"positions"``.
+      num_steps: warm-up steps (>= 20), split by Stan's schedule (``initial_buffer``, ``first_window``,
+        ``final_buffer``; shrunk to 15% / 75% / 10% when they do not fit).
+      bias: the discretisation bias asked for: ULA's inflation of the variance of the stiffest whitened
+        direction (0.05: its sd 2.5% too large; the others less).
+      dense: a dense ``M`` (True) or a diagonal one (False); None: dense for ``d <=`` :data:`DENSE_MAX_D`.
+      curvature_points, curvature_iters: particles and power iterations of each curvature estimate.
+      max_retries: reruns of a window that diverged, each with ``h`` halved.
+      grad_fn, grad_mode: the gradient, as for ``cj.lmc`` (a user's ``x: (d,) -> ∇ log π`` is mapped to ``y``
+        where needed).
+      f_star: CEnLMC's ``f* = min f`` (None: L-BFGS in ``y``, its iterations reported).
+      tune: CEnLMC only: choose ``η, R1, R2`` by :func:`cenlmc_jax.ensemble.tune_cenlmc` in ``y`` (560 more
+        steps by default, reported) instead of the suggestion alone.
+      sampler_kwargs: passed to ``cj.cenlmc`` (``min_ball_neighbours``, ``options``, ``audit_size``, ...).
+
+    Returns a :class:`LangevinWarmup`; ``info`` says what was chosen and what it cost.
+    """
+    x = _check_args(rng_key, logdensity_fn, positions, sampler, start, num_steps, bias, dense, curvature_points,
+                    curvature_iters, max_retries, grad_fn, grad_mode, tune)
+    if sampler == "lmc" and (sampler_kwargs or tune or f_star is not None):
+        raise ValueError("sampler='lmc' takes no CEnLMC options (tune, f_star, "
+                         f"{', '.join(sampler_kwargs) or 'sampler keywords'}); use sampler='cenlmc' for them.")
+    n, d = x.shape
+    dense = d <= DENSE_MAX_D if dense is None else dense
+    keys = iter(jax.random.split(rng_key, 64))
+    run = _window_runner(logdensity_fn, grad_fn, grad_mode)
+    curv = _curvature_runner(logdensity_fn, grad_fn, grad_mode, curvature_iters)
+
+    state = lmc_init(x, logdensity_fn, grad_fn=grad_fn, grad_mode=grad_mode)  # checks logdensity_fn, grad_fn
+    notes = []
+    lap = _laplace(next(keys), logdensity_fn, grad_fn, grad_mode, x, dense, notes) if start == "laplace" else None
+    if lap is None:
+        m_mat, mean, lbfgs, hvps = (np.eye(d) if dense else np.ones(d)), np.asarray(jnp.mean(x, 0), np.float64), 0, 0
+        started = "positions"
+        if start == "positions":
+            notes.append("start: the given positions, M = I.")
+    else:
+        x, m_mat, mean, lbfgs, hvps = lap
+        state, started = lmc_init(x, logdensity_fn, grad_fn=grad_fn, grad_mode=grad_mode), "laplace"
+    c, k = _curvature(curv, next(keys), x, m_mat, mean, curvature_points,
+                      curvature_iters)
+    hvps += k
+    h = langevin_step_size(c, bias=bias)
+    grads, windows, begin = n * (2 if lap else 1), [], 0
+    for t, (length, slow, ends) in enumerate(build_schedule(num_steps, initial_buffer, first_window, final_buffer)):
+        root = mass_root(m_mat)
+        for retry in range(max_retries + 1):
+            dt = x.dtype
+            out, wf, bad = run(jax.random.fold_in(rng_key, t * (max_retries + 1) + retry), state,
+                               jnp.asarray(m_mat, dt), jnp.asarray(root, dt), jnp.asarray(h, dt), length)
+            grads += n * length
+            if not bool(bad):
+                break
+            h *= 0.5
+        else:
+            raise RuntimeError(f"langevin_warmup: window {t} (steps {begin}..{begin + length - 1}) diverged "
+                               f"{max_retries + 1} times, the last at h = {2 * h:.3g}: the log density or its "
+                               "gradient is not finite where the chain goes; check the model or the start.")
+        state = out
+        record = dict(start=begin, length=length, slow=slow, step_size=h, curvature=c, retries=retry)
+        begin += length
+        if ends:
+            m_mat = np.asarray(welford_covariance(wf), np.float64)
+            mean = np.asarray(wf.mean, np.float64)
+            c, k = _curvature(curv, next(keys), state.position, m_mat, mean,
+                              curvature_points, curvature_iters)
+            hvps += k
+            h = langevin_step_size(c, bias=bias)
+            record["condition_number"] = _condition(m_mat)
+        windows.append(record)
+    c_end, k = _curvature(curv, next(keys), state.position, m_mat, mean,
+                          curvature_points, curvature_iters)
+    hvps += k
+    c = max(c, c_end)
+    h = min(h, langevin_step_size(c, bias=bias))
+    notes += [f"{len(windows)} segments, {num_steps} steps of preconditioned LMC on {n} particles; "
+             f"{'dense' if dense else 'diagonal'} M with condition number {_condition(m_mat):.3g}; whitened "
+             f"curvature {c:.4g} (at the end {c_end:.4g}) -> h = {h:.4g} for a bias of {bias}."]
+    positions = state.position
+    params = dict(step_size=h, inverse_mass_matrix=m_mat, mean=mean)
+    if sampler == "lmc":
+        algo = lmc(logdensity_fn, h, inverse_mass_matrix=m_mat, grad_fn=grad_fn, grad_mode=grad_mode)
+        out_state, extra = algo.init(positions), None
+    else:
+        algo, out_state, extra = _cenlmc(next(keys), logdensity_fn, positions, h, c, m_mat, mean, f_star, tune,
+                                         grad_fn, grad_mode, sampler_kwargs, notes)
+        params.update({k: extra[k] for k in ("eta", "r1", "r2", "n_star", "m_f", "f_star")})
+    info = LangevinWarmupInfo(h, c, float(bias), _condition(m_mat), windows, grads, hvps, started, lbfgs, extra,
+                              "\n".join(notes))
+    return LangevinWarmup(algo, out_state, positions, params, info)
+
+
+def _cenlmc(key, logdensity_fn, positions, h, c, m_mat, mean, f_star, tune, grad_fn, grad_mode, kwargs, notes):
+    """CEnLMC's parameters in ``y`` (suggested, or tuned), ``f*`` by L-BFGS in ``y`` when not given."""
+    n, d = positions.shape
+    w = whitening(m_mat, mean)
+    log_y, grad_y = whiten_logdensity(logdensity_fn, w), whiten_grad_fn(grad_fn, w)
+    y = w.to_y(positions)
+    lbfgs = 0
+    if f_star is None:
+        res = find_f_star(log_y, y)
+        f_star, lbfgs = float(res.f_star), int(res.num_steps)
+    kwargs = dict(kwargs, grad_mode=grad_mode)
+    if tune:
+        tuned = tune_cenlmc(key, log_y, y, h, L=c, f_star=f_star, grad_fn=grad_y, **kwargs)
+        p, fraction, tune_grads = tuned.params, tuned.ensemble_fraction, tuned.grad_evals
+        inner_state, reasoning = tuned.state, tuned.reasoning
+    else:
+        s = suggest_cenlmc_params(d, h, L=c, num_particles=n)
+        p = dict(eta=s.eta, r1=s.r1, r2=s.r2, n_star=s.n_star, m_f=s.m_f)
+        fraction, tune_grads, inner_state, reasoning = s.expected_ensemble_fraction, 0, None, s.reasoning
+    algo = whitened(cenlmc, logdensity_fn, h, p["eta"], p["r1"], p["r2"], p["n_star"], p["m_f"], f_star=f_star,
+                    inverse_mass_matrix=m_mat, mean=mean, grad_fn=grad_fn, **kwargs)
+    state = algo.init(positions) if inner_state is None else WhitenedState(
+        w.to_x(inner_state.position), inner_state.logdensity, inner_state)
+    notes.append(f"CEnLMC in y ({'tuned' if tune else 'suggested'}): eta={p['eta']:.4g}, R1={p['r1']:.4g}, "
+                 f"R2={p['r2']:.4g}, N*={p['n_star']}, M_f={p['m_f']:.3g}, f*={f_star:.6g}; ensemble fraction "
+                 f"{'measured' if tune else 'expected'} {fraction:.2f}.")
+    extra = dict(p, f_star=f_star, expected_ensemble_fraction=float(fraction), f_star_lbfgs_steps=lbfgs,
+                 tune_grad_evals=int(tune_grads), reasoning=reasoning)
+    return algo, state, extra
+

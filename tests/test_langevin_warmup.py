@@ -1,0 +1,137 @@
+"""``cj.langevin_warmup``: LMC and CEnLMC tuned on badly scaled posteriors.
+
+The posteriordb check is the conformance criterion of issue 18: every reported quantity's mean within
+``0.1·ref_sd + 3·MCSE`` of the reference (10 chains x 1,000 NUTS draws of posteriordb, shipped in
+cenlmc_jax/posteriordb/data) and its sd within 10%. The ``0.1·ref_sd`` is the room for LMC's O(h)
+discretisation bias (the warm-up's ``bias=0.05`` inflates the stiffest whitened variance by 5%, its sd by
+2.5%) and for the reference's own MCSE (ref_sd/sqrt(ESS ~ 4,000) ≈ 0.016 ref_sd); 3·MCSE is this run's
+Monte Carlo error (split-chain MCSE over the particles as chains). The unwarmed LMC from the same start,
+at the curvature rule, is far off (issue 18: R-hat 43, sd 90% off on kidiq); here it is checked that its
+step size is the collapsed one the warm-up replaces.
+"""
+
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import cenlmc_jax as cj
+from cenlmc_jax import posteriordb as pdb
+from cenlmc_jax.diagnostics import mcse
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _float64():
+    """posteriordb's raw-scale models are run in float64 (kidiq's β2 sd is 1e-4 of β1's)."""
+    with jax.enable_x64(True):
+        yield
+
+
+def constrained_draws(post, result):
+    """(chains, draws, k) of the reference's quantities from a (draws, N, d) trace."""
+    draws = jax.vmap(jax.vmap(post.constrain_array))(result.trace)
+    return np.swapaxes(np.asarray(draws, np.float64), 0, 1)
+
+
+def check_against_reference(post, draws):
+    flat = draws.reshape(-1, draws.shape[-1])
+    mean, sd = flat.mean(axis=0), flat.std(axis=0, ddof=1)
+    se = np.asarray(mcse(draws, chain_axis=0, sample_axis=1, split=True))
+    mean_ok = np.abs(mean - post.ref_mean) <= 0.1 * post.ref_sd + 3 * se
+    sd_ok = np.abs(sd / post.ref_sd - 1) <= 0.1
+    assert mean_ok.all() and sd_ok.all(), dict(names=post.names, mean_err=(mean - post.ref_mean) / post.ref_sd,
+                                               mcse=se / post.ref_sd, sd_ratio=sd / post.ref_sd)
+    return (mean - post.ref_mean) / post.ref_sd, sd / post.ref_sd
+
+
+def test_lmc_after_the_warm_up_matches_the_kidiq_reference_on_the_raw_scale():
+    """kidiq (``kid_score ~ N(β1 + β2 mom_iq, σ)``, mom_iq ~ 100 unscaled: condition number ~1e5 of the
+    posterior covariance), started as Stan does (Uniform(-2, 2) on the unconstrained scale). The warm-up
+    reports a condition number of M above 1e4 and a whitened curvature near 1 (a Gaussian-like posterior:
+    the Laplace start is almost exact), and LMC with its M and h matches the reference."""
+    post = pdb.load("kidiq-kidscore_momiq")
+    n = 64
+    x0 = jax.random.uniform(jax.random.key(0), (n, post.d), jnp.float64, -2.0, 2.0)
+    wu = cj.langevin_warmup(jax.random.key(1), post.logdensity_fn, x0, num_steps=300)
+    info = wu.info
+    assert info.start == "laplace" and info.condition_number > 1e4, info.reasoning
+    assert 0.5 < info.curvature < 3.0, info.reasoning  # measured 1.3-1.6
+    assert info.grad_evals == n * (300 + 2) and info.hvp_evals > 0
+    assert wu.parameters["inverse_mass_matrix"].shape == (3, 3) and wu.parameters["step_size"] == info.step_size
+    # the curvature rule without the warm-up: h below 1e-4 at the mode already (1/λ_max(H) ~ 1e-4), and the
+    # warm-up's h is ~1e4 times larger
+    h_plain = cj.adaptation.langevin_step_size(float(np.linalg.eigvalsh(np.linalg.inv(
+        wu.parameters["inverse_mass_matrix"])).max()), bias=0.05)
+    assert info.step_size > 1e3 * h_plain, (info.step_size, h_plain)
+
+    # check_convergence=False: 64 particles x 300 kept draws give a per-chain R-hat of 1.04 (the criterion
+    # asks each chain for ~50 effective draws per half); the MCSE below pools them, which is what is tested
+    res = cj.sample(jax.random.key(2), wu.algorithm, wu.state, 600, thin=2, check_convergence=False)
+    assert res.diverged_at == -1
+    check_against_reference(post, constrained_draws(post, res))
+
+
+def test_cenlmc_warm_up_from_the_given_positions_finds_the_scale_and_the_exact_stationary_law():
+    """CEnLMC on the 2-D Gaussian of tests/test_preconditioning.py (condition number 1e4, mean (3, -1)) with
+    ``start="positions"`` (Uniform(-2, 2): no Laplace step), so the windows alone must find the scale:
+    the curvature at the start is 1e2 (h ≈ 1e-3), the estimated M ends within 25% of Σ in every direction
+    (measured 0.99-1.08), the whitened curvature near 1, and the handed-over whitened CEnLMC uses the
+    ensemble. Its stationary law is then exact: in the handed-over y = L̂⁻¹(x − m̂) the target is
+    N(μ_y, Σ_y), CEnLMC is LMC with force ∇f_y + e, E[e | past] = 0, and its covariance is the Lyapunov
+    solution Σ = A Σ Aᵀ + 2h I + h² C_e, A = I − h Σ_y⁻¹ (C_e measured), as in test_preconditioning.py."""
+    from test_preconditioning import COV, MU, R, logdensity, lyapunov, per_particle
+
+    n = 1000
+    x0 = jax.random.uniform(jax.random.key(0), (n, 2), jnp.float32, -2.0, 2.0)
+    wu = cj.langevin_warmup(jax.random.key(1), logdensity, x0, sampler="cenlmc", start="positions",
+                            num_steps=500, f_star=0.0)
+    assert wu.info.start == "positions" and wu.info.windows[0]["curvature"] == pytest.approx(1e2, rel=1e-3)
+    m_hat, mean_hat, h = (wu.parameters[k] for k in ("inverse_mass_matrix", "mean", "step_size"))
+    ratio = np.linalg.eigvalsh(np.linalg.solve(COV, m_hat))
+    assert np.all((ratio > 0.8) & (ratio < 1.25)), ratio
+    assert 0.7 < wu.info.curvature < 1.5, wu.info.reasoning
+    assert wu.info.cenlmc["expected_ensemble_fraction"] > 0.4, wu.info.reasoning
+
+    burn_in, steps = 30, 300
+    res = cj.sample(jax.random.key(2), wu.algorithm, wu.state, burn_in + steps + 1, check_convergence=False,
+                    trace_fn=lambda s: jnp.concatenate([s.position, s.inner.w], axis=1))
+    assert res.diverged_at == -1
+    frac = float(np.mean(res.info.ensemble_fraction[burn_in:]))
+    assert frac > 0.4, frac  # measured 0.61
+    tr = np.asarray(res.trace, np.float64)[burn_in:]
+    L = cj.langevin.mass_root(m_hat)
+    inv = np.linalg.inv(L)
+    y, w_next = (tr[:-1, :, :2] - mean_hat) @ inv.T, tr[1:, :, 2:]
+    cov_y, mu_y = inv @ COV @ inv.T, inv @ (MU - mean_hat)
+    prec_y = np.linalg.inv(cov_y)
+    e = (y - w_next) / h - (y - mu_y) @ prec_y  # F - ∇f_y(y)
+    e_mean, e_se = per_particle(e)
+    assert np.all(np.abs(e_mean / e_se) < 4.0), (e_mean, e_se)
+    A = np.eye(2) - h * prec_y
+    c_e, _ = per_particle(e[..., :, None] * e[..., None, :])
+    expected = lyapunov(A, 2 * h * np.eye(2) + h**2 * c_e)
+    dy = y - mu_y
+    yy, yy_se = per_particle(dy[..., :, None] * dy[..., None, :])
+    # C_e's own error enters the expected value at h²/(1 - ρ(A)²) ≈ 5h of its size: 2-5% of yy's se here
+    z = (yy - expected) / yy_se
+    assert np.all(np.abs(z) < 4.0), (yy, expected, z)
+    m, m_se = per_particle(y)
+    assert np.all(np.abs((m - mu_y) / m_se) < 4.0), (m, mu_y, m_se)
+    # and in x: both principal variances within 10% (the ULA bias is +5% at bias=0.05)
+    x = tr[:, :, :2].reshape(-1, 2)
+    np.testing.assert_allclose(np.diag(R.T @ np.cov(x.T) @ R), [1e2, 1e-2], rtol=0.1)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(sampler="mala"), "sampler must be one of"),
+    (dict(start="mode"), "start must be one of"),
+    (dict(num_steps=10), "num_steps must be an integer >= 20"),
+    (dict(bias=0.0), "bias must be a finite number > 0"),
+    (dict(dense="yes"), "dense must be True or False"),
+    (dict(tune=True), "sampler='lmc' takes no CEnLMC options"),
+])
+def test_bad_arguments_are_refused_naming_them(kwargs, match):
+    logp = lambda x: -0.5 * jnp.sum(x**2)  # noqa: E731
+    with pytest.raises(ValueError, match=match):
+        cj.langevin_warmup(jax.random.key(0), logp, jnp.zeros((4, 2)), **kwargs)
