@@ -10,8 +10,9 @@ coordinates ``y = L⁻¹(x − m)`` (``M = L Lᵀ``), is about 1, and hands over
 * ``sampler="lmc"``: ``cj.lmc(logdensity_fn, h, inverse_mass_matrix=M)``;
 * ``sampler="cenlmc"``: ``cj.whitened(cj.cenlmc, logdensity_fn, h, η, R1, R2, N*, M_f, inverse_mass_matrix=M,
   mean=m)`` with the parameters of :func:`cenlmc_jax.tuning.suggest_cenlmc_params` for ``d``, ``h``, the
-  whitened curvature and the ensemble size (or, ``tune=True``, of :func:`cenlmc_jax.ensemble.tune_cenlmc`
-  run in ``y``).
+  whitened curvature and the ensemble size. (:func:`cenlmc_jax.ensemble.tune_cenlmc` can be run in ``y``
+  on top: ``cj.tune_cenlmc(key, whiten_logdensity(logdensity_fn, w), w.to_y(positions), h, L=c)`` with
+  ``w = cj.preconditioning.whitening(M, m)``; it is not wired in here.)
 
 Start (``start="laplace"``, the default). A far-out start is where the curvature rule fails first:
 on kidiq from ``Uniform(-2, 2)`` draws, ``log σ ≈ -2`` makes the curvature ~2e8, ``h ~ 5e-10``, and no window
@@ -50,7 +51,7 @@ estimate).
 Cost (``info``): ``grad_evals``, the gradients of the LMC steps (``N`` per step, retries included, and
 ``N`` at the start); ``hvp_evals``, the Hessian-vector products of the curvature estimates
 (``curvature_points × (curvature_iters + 1)`` per estimate, each one ``jax.jvp`` of the gradient); and for
-CEnLMC the L-BFGS iterations of ``f*`` and ``tune_cenlmc``'s own gradients when ``tune=True``.
+CEnLMC the L-BFGS iterations of ``f*``.
 """
 
 from __future__ import annotations
@@ -67,10 +68,9 @@ from cenlmc_jax._validation import check_bool, check_choice, check_int, check_ke
 from cenlmc_jax.base import SamplingAlgorithm
 from cenlmc_jax.curvature import langevin_step_size, max_curvature
 from cenlmc_jax.ensemble.samplers import cenlmc
-from cenlmc_jax.ensemble.tuning import tune_cenlmc
 from cenlmc_jax.grad_modes import check_grad_mode
 from cenlmc_jax.langevin import _lmc_move, gradient_fn, lmc, lmc_init, mass_root
-from cenlmc_jax.preconditioning import WhitenedState, Whitening, whiten_grad_fn, whiten_logdensity, whitened, whitening
+from cenlmc_jax.preconditioning import Whitening, whiten_grad_fn, whiten_logdensity, whitened, whitening
 from cenlmc_jax.tuning import find_f_star, suggest_cenlmc_params
 from cenlmc_jax.types import LogDensityFn, PRNGKey
 from cenlmc_jax.warmup_parts import build_schedule, welford_covariance, welford_init, welford_update
@@ -97,8 +97,7 @@ class LangevinWarmupInfo(NamedTuple):
     start: ``"laplace"`` or ``"positions"`` (what the warm-up started from), with ``lbfgs_steps`` the
        iterations of the mode search (each one or more gradients: optax's zoom line search).
     cenlmc: for ``sampler="cenlmc"``, the chosen ``eta, r1, r2, n_star, m_f, f_star`` and the
-       suggestion's (or tuner's) figures: ``expected_ensemble_fraction``, ``f_star_lbfgs_steps``,
-       ``tune_grad_evals``; None for LMC.
+       suggestion's figures: ``expected_ensemble_fraction``, ``f_star_lbfgs_steps``, ``reasoning``; None for LMC.
     reasoning: a readable account of the choices.
     """
 
@@ -209,7 +208,7 @@ def _condition(m: np.ndarray) -> float:
 
 
 def _check_args(rng_key, logdensity_fn, positions, sampler, start, num_steps, bias, dense, curvature_points,
-                curvature_iters, max_retries, grad_fn, grad_mode, tune):
+                curvature_iters, max_retries, grad_mode):
     check_key(rng_key)
     check_choice(sampler, "sampler", ("lmc", "cenlmc"))
     check_choice(start, "start", ("laplace", "positions"))
@@ -222,7 +221,6 @@ def _check_args(rng_key, logdensity_fn, positions, sampler, start, num_steps, bi
     check_int(curvature_iters, "curvature_iters", minimum=1)
     check_int(max_retries, "max_retries", minimum=0)
     check_grad_mode(grad_mode)
-    check_bool(tune, "tune")
     return x
 
 
@@ -245,7 +243,6 @@ def langevin_warmup(
     grad_fn: Callable | None = None,
     grad_mode: str = "auto",
     f_star: float | None = None,
-    tune: bool = False,
     **sampler_kwargs: Any,
 ) -> LangevinWarmup:
     """Warm up an ensemble ``positions: (N, d)`` (``N >= 2``) and tune LMC or CEnLMC on it (module docstring).
@@ -264,16 +261,14 @@ def langevin_warmup(
       grad_fn, grad_mode: the gradient, as for ``cj.lmc`` (a user's ``x: (d,) -> ∇ log π`` is mapped to ``y``
         where needed).
       f_star: CEnLMC's ``f* = min f`` (None: L-BFGS in ``y``, its iterations reported).
-      tune: CEnLMC only: choose ``η, R1, R2`` by :func:`cenlmc_jax.ensemble.tune_cenlmc` in ``y`` (560 more
-        steps by default, reported) instead of the suggestion alone.
       sampler_kwargs: passed to ``cj.cenlmc`` (``min_ball_neighbours``, ``options``, ``audit_size``, ...).
 
     Returns a :class:`LangevinWarmup`; ``info`` says what was chosen and what it cost.
     """
     x = _check_args(rng_key, logdensity_fn, positions, sampler, start, num_steps, bias, dense, curvature_points,
-                    curvature_iters, max_retries, grad_fn, grad_mode, tune)
-    if sampler == "lmc" and (sampler_kwargs or tune or f_star is not None):
-        raise ValueError("sampler='lmc' takes no CEnLMC options (tune, f_star, "
+                    curvature_iters, max_retries, grad_mode)
+    if sampler == "lmc" and (sampler_kwargs or f_star is not None):
+        raise ValueError("sampler='lmc' takes no CEnLMC options (f_star, "
                          f"{', '.join(sampler_kwargs) or 'sampler keywords'}); use sampler='cenlmc' for them.")
     n, d = x.shape
     dense = d <= DENSE_MAX_D if dense is None else dense
@@ -337,41 +332,29 @@ def langevin_warmup(
         algo = lmc(logdensity_fn, h, inverse_mass_matrix=m_mat, grad_fn=grad_fn, grad_mode=grad_mode)
         out_state, extra = algo.init(positions), None
     else:
-        algo, out_state, extra = _cenlmc(next(keys), logdensity_fn, positions, h, c, m_mat, mean, f_star, tune,
-                                         grad_fn, grad_mode, sampler_kwargs, notes)
+        algo, out_state, extra = _cenlmc(logdensity_fn, positions, h, c, m_mat, mean, f_star, grad_fn, grad_mode,
+                                         sampler_kwargs, notes)
         params.update({k: extra[k] for k in ("eta", "r1", "r2", "n_star", "m_f", "f_star")})
     info = LangevinWarmupInfo(h, c, float(bias), _condition(m_mat), windows, grads, hvps, started, lbfgs, extra,
                               "\n".join(notes))
     return LangevinWarmup(algo, out_state, positions, params, info)
 
 
-def _cenlmc(key, logdensity_fn, positions, h, c, m_mat, mean, f_star, tune, grad_fn, grad_mode, kwargs, notes):
-    """CEnLMC's parameters in ``y`` (suggested, or tuned), ``f*`` by L-BFGS in ``y`` when not given."""
+def _cenlmc(logdensity_fn, positions, h, c, m_mat, mean, f_star, grad_fn, grad_mode, kwargs, notes):
+    """CEnLMC's suggested parameters in ``y``, ``f*`` by L-BFGS in ``y`` when not given."""
     n, d = positions.shape
     w = whitening(m_mat, mean)
-    log_y, grad_y = whiten_logdensity(logdensity_fn, w), whiten_grad_fn(grad_fn, w)
-    y = w.to_y(positions)
     lbfgs = 0
     if f_star is None:
-        res = find_f_star(log_y, y)
+        res = find_f_star(whiten_logdensity(logdensity_fn, w), w.to_y(positions))
         f_star, lbfgs = float(res.f_star), int(res.num_steps)
-    kwargs = dict(kwargs, grad_mode=grad_mode)
-    if tune:
-        tuned = tune_cenlmc(key, log_y, y, h, L=c, f_star=f_star, grad_fn=grad_y, **kwargs)
-        p, fraction, tune_grads = tuned.params, tuned.ensemble_fraction, tuned.grad_evals
-        inner_state, reasoning = tuned.state, tuned.reasoning
-    else:
-        s = suggest_cenlmc_params(d, h, L=c, num_particles=n)
-        p = dict(eta=s.eta, r1=s.r1, r2=s.r2, n_star=s.n_star, m_f=s.m_f)
-        fraction, tune_grads, inner_state, reasoning = s.expected_ensemble_fraction, 0, None, s.reasoning
+    s = suggest_cenlmc_params(d, h, L=c, num_particles=n)
+    p = dict(eta=s.eta, r1=s.r1, r2=s.r2, n_star=s.n_star, m_f=s.m_f)
     algo = whitened(cenlmc, logdensity_fn, h, p["eta"], p["r1"], p["r2"], p["n_star"], p["m_f"], f_star=f_star,
-                    inverse_mass_matrix=m_mat, mean=mean, grad_fn=grad_fn, **kwargs)
-    state = algo.init(positions) if inner_state is None else WhitenedState(
-        w.to_x(inner_state.position), inner_state.logdensity, inner_state)
-    notes.append(f"CEnLMC in y ({'tuned' if tune else 'suggested'}): eta={p['eta']:.4g}, R1={p['r1']:.4g}, "
-                 f"R2={p['r2']:.4g}, N*={p['n_star']}, M_f={p['m_f']:.3g}, f*={f_star:.6g}; ensemble fraction "
-                 f"{'measured' if tune else 'expected'} {fraction:.2f}.")
-    extra = dict(p, f_star=f_star, expected_ensemble_fraction=float(fraction), f_star_lbfgs_steps=lbfgs,
-                 tune_grad_evals=int(tune_grads), reasoning=reasoning)
-    return algo, state, extra
-
+                    inverse_mass_matrix=m_mat, mean=mean, grad_fn=grad_fn, grad_mode=grad_mode, **kwargs)
+    notes.append(f"CEnLMC in y (suggested): eta={p['eta']:.4g}, R1={p['r1']:.4g}, R2={p['r2']:.4g}, "
+                 f"N*={p['n_star']}, M_f={p['m_f']:.3g}, f*={f_star:.6g}; expected ensemble fraction "
+                 f"{s.expected_ensemble_fraction:.2f}.")
+    extra = dict(p, f_star=f_star, expected_ensemble_fraction=float(s.expected_ensemble_fraction),
+                 f_star_lbfgs_steps=lbfgs, reasoning=s.reasoning)
+    return algo, algo.init(positions), extra

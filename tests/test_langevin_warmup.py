@@ -129,7 +129,7 @@ def test_cenlmc_warm_up_from_the_given_positions_finds_the_scale_and_the_exact_s
     (dict(num_steps=10), "num_steps must be an integer >= 20"),
     (dict(bias=0.0), "bias must be a finite number > 0"),
     (dict(dense="yes"), "dense must be True or False"),
-    (dict(tune=True), "sampler='lmc' takes no CEnLMC options"),
+    (dict(f_star=0.0), "sampler='lmc' takes no CEnLMC options"),
 ])
 def test_bad_arguments_are_refused_naming_them(kwargs, match):
     logp = lambda x: -0.5 * jnp.sum(x**2)  # noqa: E731

@@ -84,7 +84,31 @@ def langevin_step(args, c) -> float:
     return args.step_size or min(0.05, math.sqrt(2.0 / args.particles)) / c
 
 
+def _langevin_warmed(args) -> bool:
+    """``cj.langevin_warmup`` over the burn-in: for a ``--model`` given no tuning flag (``--adapt``, on by default)."""
+    flags = (args.step_size, args.eta, args.r1, args.r2, args.n_star, args.m_f)
+    return args.model is not None and args.adapt and args.burn_in >= ADAPT_MIN_STEPS and all(f is None for f in flags)
+
+
+def _warmed(spec, args, target, positions, keys):
+    """LMC or CEnLMC tuned by ``cj.langevin_warmup`` over the burn-in; what it chose goes in the description."""
+    extra = {} if spec.registry == "lmc" or target.f_star is None else dict(f_star=target.f_star)
+    wu = cj.langevin_warmup(keys[2], target.logdensity_fn, positions, sampler=spec.registry, num_steps=args.burn_in,
+                            **extra)
+    i, p = wu.info, wu.parameters
+    desc = (f"{'LMC' if spec.registry == 'lmc' else 'CEnLMC, whitened (y = L^-1 (x - m))'}, h={i.step_size:.4g} "
+            f"(whitened curvature {i.curvature:.3g}, bias {i.bias:g}), preconditioner M of condition number "
+            f"{i.condition_number:.3g} from cj.langevin_warmup over the {args.burn_in} burn-in steps (start: "
+            f"{i.start}; {i.grad_evals:,} gradients, {i.hvp_evals:,} Hessian-vector products)")
+    if i.cenlmc:
+        desc += (f"; in y: eta={p['eta']:.3g}, r1={p['r1']:.3g}, r2={p['r2']:.3g}, n_star={p['n_star']}, "
+                 f"m_f={p['m_f']:.3g} (expected ensemble fraction {i.cenlmc['expected_ensemble_fraction']:.2f})")
+    return Job(wu.algorithm, wu.state, desc, _plain(dict(p, whitened_curvature=i.curvature)), warmup_steps=args.burn_in)
+
+
 def _lmc(spec, args, target, positions, c, keys):
+    if _langevin_warmed(args):
+        return _warmed(spec, args, target, positions, keys)
     h = langevin_step(args, c)
     algo = spec.constructor(target.logdensity_fn, h)
     return Job(algo, algo.init(positions), f"LMC (unadjusted Langevin), h={h:.4g}", dict(step_size=h))
@@ -101,6 +125,8 @@ def cenlmc_params(args, target, h, c):
 
 
 def _cenlmc(spec, args, target, positions, c, keys):
+    if _langevin_warmed(args):
+        return _warmed(spec, args, target, positions, keys)
     h = langevin_step(args, c)
     p, sug = cenlmc_params(args, target, h, c)
     algo = spec.constructor(target.logdensity_fn, h, p["eta"], p["r1"], p["r2"], p["n_star"], p["m_f"],

@@ -88,6 +88,7 @@ def stability_problem(args, job, c: float | None) -> list:
     """A Langevin step size at or above ``2/c``: beyond unadjusted Langevin's stability limit at curvature ``c``
     (exact on a Gaussian target, where ``c`` is the largest eigenvalue of the precision)."""
     h = job.parameters.get("step_size")
+    c = job.parameters.get("whitened_curvature", c)  # preconditioned (cj.langevin_warmup): the limit is in y
     if not SPECS[args.sampler].langevin or h is None or c is None or not h * c >= 2.0:
         return []
     return [f"the step size h={h:.4g} is at or above 2/c = {2.0 / c:.4g}, unadjusted Langevin's stability limit at "

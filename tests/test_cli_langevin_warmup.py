@@ -1,0 +1,56 @@
+"""The CLI's default for ``--sampler lmc`` given a ``--model``: ``cj.langevin_warmup`` over the burn-in.
+
+kidiq on the raw scale (issue 18: the CLI's LMC diverged at step 0 with h = 2.4e-6 from a curvature of
+1.3e4, then crashed), given as a user's model file with no tuning flag: the run must end with exit 0,
+say what the warm-up chose, and match posteriordb's reference for β1 and β2 (on the unconstrained scale
+they are the constrained values): mean within ``0.1·ref_sd + 3·MCSE`` (the summary's own MCSE) and sd
+within 10% (tests/test_langevin_warmup.py says why these tolerances).
+"""
+
+import json
+import textwrap
+
+import numpy as np
+from cli_helpers import run_cli
+
+from cenlmc_jax import posteriordb as pdb
+from cenlmc_jax.summary import SummaryTable
+
+KIDIQ_MODEL = """
+    from cenlmc_jax import posteriordb
+
+    _post = posteriordb.load("kidiq-kidscore_momiq")
+
+    def logp(x):
+        return _post.logdensity_fn(x)
+"""
+
+
+def test_lmc_on_a_raw_scale_model_file_is_warmed_up_and_matches_the_reference(tmp_path, capsys):
+    model = tmp_path / "kidiq.py"
+    model.write_text(textwrap.dedent(KIDIQ_MODEL))
+    out_dir = tmp_path / "run"
+    code, out, err = run_cli(["sample", "--model", f"{model}:logp", "--dim", "3", "--sampler", "lmc",
+                              "--particles", "64", "--burn-in", "200", "--steps", "400",
+                              "--out", str(out_dir)], capsys)
+    assert code == 0, out + err
+    assert "cj.langevin_warmup over the 200 burn-in steps" in out and "condition number" in out, out
+    assert "start: laplace" in out and "gradients" in out, out
+    record = json.loads((out_dir / "run.json").read_text())
+    assert record["warmup_steps"] == 200 and record["reliable"] is True
+    table = SummaryTable.from_csv(out_dir / "summary.csv")
+    post = pdb.load("kidiq-kidscore_momiq")
+    mean, sd, se = (np.asarray(table.columns[k][:2]) for k in ("mean", "sd", "mcse_mean"))
+    assert np.all(np.abs(mean - post.ref_mean[:2]) <= 0.1 * post.ref_sd[:2] + 3 * se), (mean, post.ref_mean)
+    assert np.all(np.abs(sd / post.ref_sd[:2] - 1) <= 0.1), (sd, post.ref_sd)
+
+
+def test_a_tuning_flag_or_no_adapt_keeps_the_curvature_rule(tmp_path, capsys):
+    """With --step-size (or --no-adapt) the warm-up does not run: the user's step is taken as given."""
+    model = tmp_path / "g.py"
+    model.write_text("import jax.numpy as jnp\n\ndef logp(x):\n    return -0.5 * jnp.sum(x ** 2)\n")
+    for flags in (["--step-size", "0.05"], ["--no-adapt"]):
+        code, out, err = run_cli(["sample", "--model", f"{model}:logp", "--dim", "2", "--sampler", "lmc",
+                                  "--particles", "200", "--burn-in", "50", "--steps", "400"] + flags, capsys)
+        assert code == 0, out + err
+        assert "langevin_warmup" not in out, out
