@@ -1,7 +1,8 @@
 """The CLI on a model that does not converge (issue 18): it says what happened and exits non-zero.
 
-* A raw-scale regression (predictor ~100, as kidiq's mom_iq) with the default LMC and no tuning flags
-  diverges at step 0; the CLI crashed in ``summary`` with a traceback (``result_or_draws is a RunResult
+* A raw-scale regression (predictor ~100, as kidiq's mom_iq) with LMC at the curvature rule (``--no-adapt``;
+  by default a ``--model`` is warmed up by cj.langevin_warmup, tests/test_cli_langevin_warmup.py) diverges
+  at step 0; the CLI crashed in ``summary`` with a traceback (``result_or_draws is a RunResult
   with neither a trace nor moments``). It must name the step, advise, and exit 1 without a traceback.
 * The verdict runs the same convergence checks as ``cj.sample``
   (``cenlmc_jax.diagnostics.convergence``): an unmixed ``--trace`` run is UNRELIABLE by its R-hat and ESS,
@@ -35,7 +36,7 @@ def raw_model(tmp_path):
 
 
 def test_default_lmc_on_a_raw_scale_model_says_it_diverged_and_exits_1(tmp_path, capsys):
-    code, out, err = run_cli(["sample", "--sampler", "lmc", "--model", *raw_model(tmp_path), "--out",
+    code, out, err = run_cli(["sample", "--sampler", "lmc", "--no-adapt", "--model", *raw_model(tmp_path), "--out",
                               tmp_path / "run"], capsys)
     assert code == 1, out + err
     assert "Traceback" not in out + err and "neither a trace nor moments" not in out + err
