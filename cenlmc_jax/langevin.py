@@ -52,7 +52,7 @@ from cenlmc_jax.grad_modes import check_grad_mode, grad, value_and_grad
 from cenlmc_jax.types import Array, ArrayLike, LogDensityFn, PRNGKey
 
 __all__ = ["LMCState", "LMCInfo", "lmc_init", "lmc_step", "lmc", "grad_cost", "gradient_fn", "value_and_grad_ensemble",
-           "check_inverse_mass_matrix", "mass_root"]
+           "check_inverse_mass_matrix", "mass_root", "lmc_move"]
 
 
 class LMCState(NamedTuple):
@@ -231,11 +231,12 @@ def lmc_step(
     if inverse_mass_matrix is not None:
         check_inverse_mass_matrix(inverse_mass_matrix, state.position.shape[-1])
         mass = (inverse_mass_matrix, mass_root(inverse_mass_matrix))
-    return _lmc_move(rng_key, state, logdensity_fn, step_size, grad_fn, grad_mode, mass)
+    return lmc_move(rng_key, state, logdensity_fn, step_size, grad_fn, grad_mode, mass)
 
 
-def _lmc_move(rng_key, state, logdensity_fn, step_size, grad_fn, grad_mode, mass):
-    """The step of :func:`lmc_step`, its arguments checked; ``mass``: ``(M, M^{1/2})`` or None."""
+def lmc_move(rng_key, state, logdensity_fn, step_size, grad_fn, grad_mode, mass):
+    """The step of :func:`lmc_step` without its checks (for callers that made them: the sampler object,
+    the warm-up); ``mass``: ``(M, M^{1/2})`` (traced allowed) or None."""
     x = state.position
     h = jnp.asarray(step_size, dtype=x.dtype)
     noise = jax.random.normal(rng_key, x.shape, dtype=x.dtype)
@@ -294,6 +295,6 @@ def lmc(logdensity_fn: LogDensityFn, step_size: float, *, inverse_mass_matrix: A
         check_key(rng_key)
         if mass is not None and is_concrete(mass[0]):
             check_matrix_shape(np.asarray(mass[0]), "inverse_mass_matrix", state.position.shape[-1])
-        return _lmc_move(rng_key, state, logdensity_fn, step_size, grad_fn, grad_mode, mass)
+        return lmc_move(rng_key, state, logdensity_fn, step_size, grad_fn, grad_mode, mass)
 
     return SamplingAlgorithm(init, step)

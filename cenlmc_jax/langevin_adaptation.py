@@ -69,7 +69,7 @@ from cenlmc_jax.base import SamplingAlgorithm
 from cenlmc_jax.curvature import langevin_step_size, max_curvature
 from cenlmc_jax.ensemble.samplers import cenlmc
 from cenlmc_jax.grad_modes import check_grad_mode
-from cenlmc_jax.langevin import _lmc_move, gradient_fn, lmc, lmc_init, mass_root
+from cenlmc_jax.langevin import gradient_fn, lmc, lmc_init, lmc_move, mass_root
 from cenlmc_jax.preconditioning import Whitening, whiten_grad_fn, whiten_logdensity, whitened, whitening
 from cenlmc_jax.tuning import find_f_star, suggest_cenlmc_params
 from cenlmc_jax.types import LogDensityFn, PRNGKey
@@ -139,7 +139,7 @@ def _window_runner(logdensity_fn, grad_fn, grad_mode):
     def run(key, state, m, root, h, n):
         def body(t, carry):
             st, wf, bad = carry
-            st, info = _lmc_move(jax.random.fold_in(key, t), st, logdensity_fn, h, grad_fn, grad_mode, (m, root))
+            st, info = lmc_move(jax.random.fold_in(key, t), st, logdensity_fn, h, grad_fn, grad_mode, (m, root))
             return st, welford_update(wf, st.position), bad | info.diverged
 
         x = state.position
