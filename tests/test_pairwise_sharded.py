@@ -355,3 +355,106 @@ def test_same_cenlmc_step_call_runs_sharded_with_the_same_samples(tmp_path):
     # differ and require the rest to agree to 1e-4.
     diff = np.max(np.abs(out["single/position"] - out["sharded/position"]), axis=1)
     assert np.mean(diff < 1e-4) >= 0.99, np.sort(diff)[-10:]
+
+
+SPARSE_SCRIPT = textwrap.dedent(
+    """
+    import functools, sys
+    import numpy as np
+    import jax
+    sys.path.insert(0, sys.argv[2])
+    from test_pairwise_pallas import cenlmc_like_inputs
+    import cenlmc_jax as cj
+    from cenlmc_jax.pairwise import ensemble_force, make_mesh
+    from cenlmc_jax.pairwise.algebra import column_weights, prepare, tile_spec
+    from cenlmc_jax.pairwise.sparsity import sort_spatially
+    from cenlmc_jax.pairwise.tiled import sparse_capacity, sparse_plan, sparse_tiles
+
+    mesh = make_mesh(4)
+    out = {"num_devices": np.array(len(jax.devices()))}
+
+    def device_plans(tag, x, f, log_p, eta, w, r2):
+        # the tile lists as the sharded call builds them (each device's rows against all sorted columns,
+        # sparse when they hold together at most the single device's capacity) and the single device's list
+        n, d = x.shape
+        p = prepare(*(jax.numpy.asarray(a) for a in (x, f, log_p)), eta, jax.numpy.asarray(w), r2)
+        _, p = sort_spatially(p)
+        spec = tile_spec(d, p.x.dtype)
+        rows = n // 4
+        br, bc = sparse_tiles(rows, n, None, None)
+        capacity = sparse_capacity(n, br, bc)
+        lengths = [int(sparse_plan(jax.tree.map(lambda a: a[k * rows:(k + 1) * rows], p), br, bc, capacity, spec,
+                                   cols=p).n_pairs) for k in range(4)]
+        out[f"{tag}/lengths"] = np.array(lengths)
+        out[f"{tag}/single_length"] = np.array(int(sparse_plan(p, br, bc, capacity, spec).n_pairs))
+        out[f"{tag}/capacity"] = np.array(capacity)
+        out[f"{tag}/shared"] = np.array(bool(column_weights(p, spec).shared))
+        out[f"{tag}/tile_pairs"] = np.array(4 * -(-rows // br) * -(-n // bc))
+
+    for n, d in ((2048, 2), (2000, 2)):  # 2000: 500 rows a device, not a multiple of the 64-row tiles
+        x, f, log_p, _, w, _ = cenlmc_like_inputs(0, n, d)
+        eta = r2 = float(np.sqrt(0.05 * d))  # sqrt(h d), as in benchmarks/bench_sparse.py
+        for tag, kw in (("mesh", dict(mesh=mesh)), ("single", dict(method="tiled")),
+                        ("dense", dict(method="tiled", block_sparse=False))):
+            kw.setdefault("block_sparse", True)
+            r = ensemble_force(x, f, log_p, eta, w=w, r2=r2, **kw)
+            for field in r._fields:
+                out[f"{n}/{tag}/{field}"] = np.asarray(getattr(r, field))
+        device_plans(str(n), x, f, log_p, eta, w, r2)
+    # a CEnLMC run with block-sparse sums on the mesh and on one device, same key
+    tgt = cj.targets.standard_gaussian(2)
+    x0 = jax.random.normal(jax.random.key(0), (1024, 2))
+    for tag, m in (("single", None), ("mesh", mesh)):
+        step = functools.partial(cj.cenlmc_step, logdensity_fn=tgt.logdensity_fn, step_size=0.05, eta=0.3, r1=0.5,
+                                 r2=0.3, n_star=5, m_f=10.0, mesh=m, block_sparse=True, method="tiled")
+        res = cj.sample(jax.random.key(1), step, cj.cenlmc_init(x0, tgt.logdensity_fn, f_star=tgt.f_star), 20,
+                        thin=20, check_convergence=False)
+        out[f"run/{tag}/position"] = np.asarray(res.state.position)
+        out[f"run/{tag}/fraction"] = np.asarray(res.info.ensemble_fraction)
+    st = res.state  # the plans at the run's last state (its steady state): the sparse fold runs there
+    device_plans("run", *(np.asarray(a) for a in (st.position, -st.logdensity, st.log_p)), 0.3, np.asarray(st.w), 0.3)
+    np.savez(sys.argv[1], **out)
+    """
+)
+
+
+def test_block_sparse_on_a_mesh_equals_one_device(tmp_path):
+    """ensemble_force(..., mesh=mesh, block_sparse=True) on 4 forced CPU devices: the global Hilbert sort,
+    then each device's run of rows against all sorted columns with its own tile list. Every device's list
+    fits (the lists hold together a quarter of the tile pairs here, 42% in the run: the sparse fold, not
+    the dense fall-back, ran; with 512 rows a device they are the single device's list cut in 4), and the result is the
+    single-device block-sparse result bit for bit: each row sums the same tiles in the same order. The
+    counts equal the dense tiles' (d <= 3: exact differences); a 20-step CEnLMC run is the same run."""
+    path = tmp_path / "sparse.npz"
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu",
+               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", SPARSE_SCRIPT, str(path), str(ROOT / "tests")], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = np.load(path)
+    assert int(out["num_devices"]) == NUM_DEVICES
+    for tag in ("2048", "2000", "run"):
+        # the lists fit together, within half of all tile pairs: the sparse fold ran, not the dense tiles
+        total = out[f"{tag}/lengths"].sum()
+        assert total <= out[f"{tag}/capacity"] and bool(out[f"{tag}/shared"]), tag
+    for tag in ("2048", "run"):  # 512 and 256 rows a device: the single device's row tiles, cut in 4
+        assert out[f"{tag}/lengths"].sum() == out[f"{tag}/single_length"], tag
+    for n in (2048, 2000):
+        assert np.mean(out[f"{n}/single/n_ball"]) > 5  # pairs are summed (about 10 a row): not vacuous
+        for field in ("force_sum", "n_r2", "n_ball"):
+            np.testing.assert_array_equal(out[f"{n}/mesh/{field}"], out[f"{n}/single/{field}"], err_msg=field)
+        for field in ("n_r2", "n_ball"):
+            np.testing.assert_array_equal(out[f"{n}/mesh/{field}"], out[f"{n}/dense/{field}"], err_msg=field)
+    assert np.mean(out["run/single/fraction"][5:]) > 0.3  # the ensemble force is in use
+    np.testing.assert_array_equal(out["run/mesh/position"], out["run/single/position"])
+
+
+def test_block_sparse_mesh_needs_allgather_and_xla_tiles():
+    x = np.zeros((8, 2), np.float32)
+    z = np.zeros(8, np.float32)
+    for how in (dict(strategy="ring"), dict(method="pallas")):
+        with pytest.raises(ValueError, match="block_sparse=True with a mesh needs method 'auto' or 'tiled'"):
+            ensemble_force(x, z, z, 1.0, mesh=make_mesh(1), block_sparse=True, **how)
+    with pytest.raises(ValueError, match="spatial_sort=True needs strategy 'allgather'"):
+        ensemble_force_sharded(x, z, z, 1.0, partial_fn=tiled_partial, mesh=make_mesh(1), strategy="ring",
+                               spatial_sort=True)

@@ -140,6 +140,8 @@ def _compiled(shape: tuple, dtype: str):
 
 def _rhat_and_ess(draws):
     """The rank-normalised split R-hat and the bulk ESS in one compiled call (they share the z-scores)."""
+    # the program is compiled for one device: draws of a sharded run (on a mesh) come to the host first
+    draws = np.asarray(draws)
     return _compiled(tuple(draws.shape), str(draws.dtype))(draws)
 
 

@@ -3,6 +3,10 @@
 CEnLMC (Algorithm 3.2) needs ``∇f(x_i)`` only at the particles that fail a test
 of (3.21); EnLMC only at step 0. :func:`needed_grads` gathers those particles
 and differentiates them alone, so a step costs about ``count`` gradients, not N.
+
+With a device mesh (``EnsembleOptions.mesh``) each device compacts and
+differentiates the particles it owns (:func:`sharded_needed_grads`), so the
+gradient work per device is about ``1/P`` of the work of one device.
 """
 
 from __future__ import annotations
@@ -13,17 +17,19 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.sharding import PartitionSpec as P
 
+from cenlmc_jax.pairwise.sharded import particle_axis
 from cenlmc_jax.types import Array
 
-__all__ = ["GRAD_BUCKETS", "needed_grads"]
+__all__ = ["GRAD_BUCKETS", "needed_grads", "sharded_needed_grads", "shard_capacity"]
 
 #: With ``grad_capacity=None`` one gradient call per step is sized to the next of
 #: these fractions of N above the number of particles that need a gradient.
 GRAD_BUCKETS = 8
 
 
-def needed_grads(grad_one: Callable, x: Array, need: Array, capacity: int | None, dense: bool):
+def needed_grads(grad_one: Callable, x: Array, need: Array, capacity: int | None, dense: bool, mesh=None):
     """Gradient (``grad_one: (d,) -> (d,)``) at the particles with ``need``; zeros elsewhere.
 
     Returns ``(grad (N, d), num_computed ())``. The flagged indices are
@@ -42,7 +48,12 @@ def needed_grads(grad_one: Callable, x: Array, need: Array, capacity: int | None
     switch / cond become selects and every size is computed. Padding slots
     point to index N: they read some real particle and their result is
     dropped. ``dense=True`` is the debugging reference: every gradient, then a mask.
+
+    ``mesh``: a 1-D device mesh: each device does this for its own particles
+    (:func:`sharded_needed_grads`; with ``dense=True`` XLA splits the vmap itself).
     """
+    if mesh is not None and not dense:
+        return sharded_needed_grads(grad_one, x, need, capacity, mesh)
     n, _ = x.shape
     grad_fn = jax.vmap(grad_one)
     if dense:
@@ -71,3 +82,48 @@ def needed_grads(grad_one: Callable, x: Array, need: Array, capacity: int | None
     grad, _ = lax.scan(buffer, zeros, jnp.arange(num_buffers_max, dtype=jnp.int32))
     return grad, num_buffers * capacity
 
+
+
+def shard_capacity(capacity: int | None, n_local: int, num_devices: int) -> int | None:
+    """The per-device buffer size of a sharded step: ``min(ceil(C / P), N / P)`` (None stays None)."""
+    return None if capacity is None else min(-(-capacity // num_devices), n_local)
+
+
+def sharded_needed_grads(grad_one: Callable, x: Array, need: Array, capacity: int | None, mesh):
+    """:func:`needed_grads` with the particles split over ``mesh``: each device its own (``jax.shard_map``).
+
+    Device ``k`` owns rows ``[k N/P, (k+1) N/P)`` (as the sharded pair force,
+    :mod:`cenlmc_jax.pairwise.sharded`) and compacts and differentiates only
+    the flagged ones among them, with the single-device batching applied to
+    its ``N/P`` rows: ``capacity=None``: one call on the smallest of
+    ``ceil((N/P)·k/8)`` rows that holds its ``count_k``; ``capacity=C``:
+    buffers of ``c = min(ceil(C/P), N/P)`` rows, ``ceil(count_k / c)`` calls.
+    Per device that is ``1/P`` of the gradient shapes of one device, and every
+    flagged particle still gets its gradient: a device holding more than its
+    share of the flagged particles runs a larger bucket or more buffers
+    (there is no overflow that drops a gradient, on one device or several).
+
+    The gradients are those of one device whenever ``grad_one`` at a particle
+    does not depend on the batch it rides in (measured bitwise on CPU for
+    autodiff and explicit gradients). What differs is the padding count: the
+    returned ``num_computed`` is ``Σ_k`` (device k's bucket, or its buffers
+    × c), not one device's figure (it may be larger or smaller). N not a
+    multiple of P: the ensemble is padded per call with particles that need
+    nothing (their rows are cut off again).
+    """
+    axis = particle_axis(mesh)
+    num = int(mesh.shape[axis])
+    n, d = x.shape
+    n_pad = -(-n // num) * num
+    if n_pad != n:
+        x = jnp.concatenate([x, jnp.zeros((n_pad - n, d), x.dtype)])
+        need = jnp.concatenate([need, jnp.zeros((n_pad - n,), bool)])
+    local_capacity = shard_capacity(capacity, n_pad // num, num)
+
+    def per_device(x, need):
+        grad, computed = needed_grads(grad_one, x, need, local_capacity, False)
+        return grad, lax.psum(computed, axis)
+
+    grad, computed = jax.shard_map(per_device, mesh=mesh, in_specs=(P(axis, None), P(axis)),
+                                   out_specs=(P(axis, None), P()), check_vma=False)(x, need)
+    return (grad if n_pad == n else grad[:n]), computed

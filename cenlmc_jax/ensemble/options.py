@@ -42,7 +42,11 @@ class EnsembleOptions(NamedTuple):
        platform the step is lowered for (Triton on CUDA/ROCm, interpret mode elsewhere), True /
        False force it (:func:`cenlmc_jax.pairwise.ensemble_force`).
     mesh, strategy: a 1-D device mesh: the pair force runs sharded over it
-       (``ensemble_force(..., mesh=mesh, strategy=strategy)``, ``"allgather"`` or ``"ring"``).
+       (``ensemble_force(..., mesh=mesh, strategy=strategy)``, ``"allgather"`` or ``"ring"``), and
+       each device computes the true gradients of its own N/P particles, with buffers of
+       ``ceil(grad_capacity / P)`` or the buckets of N/P
+       (:func:`cenlmc_jax.ensemble.buffers.sharded_needed_grads`: the same gradients;
+       ``info.grad_evals_padded`` is then the sum of the per-device buckets).
     audit_size: particles audited per step (true gradients at random particles that used the
        ensemble force; :mod:`cenlmc_jax.ensemble.audit`); 0 switches the audit off; None: the
        sampler's default (EnLMC 32, CEnLMC :data:`~cenlmc_jax.ensemble.audit.CENLMC_AUDIT_SIZE`).

@@ -285,7 +285,7 @@ def enlmc_step(
     need = ~jnp.isfinite(state.log_p)  # no previous step: p_j unknown, use ∇f
     grad_one = gradient_fn(logdensity_fn, opts.grad_fn, opts.grad_mode)
     audit, a, force, padded = gradients_and_audit(rng_key, grad_one, x, need, ens, capacity, opts.dense_grad,
-                                                  audit_size, state.audit, h, flag_unstable=True)
+                                                  audit_size, state.audit, h, flag_unstable=True, mesh=opts.mesh)
     w_new, x_new, log_p_new = _move(rng_key, x, force, h)
     logdensity = _values(logdensity_fn, x_new)
     bad = count_nonfinite(x_new, logdensity)
@@ -431,7 +431,7 @@ def cenlmc_step(
     ens = pf.force_sum / jnp.maximum(pf.n_r2, 1).astype(dt)[:, None]
     grad_one = gradient_fn(logdensity_fn, opts.grad_fn, opts.grad_mode)
     audit, a, force, padded = gradients_and_audit(rng_key, grad_one, x, need, ens, capacity, opts.dense_grad,
-                                                  audit_size, state.audit, h, flag_unstable=False)
+                                                  audit_size, state.audit, h, flag_unstable=False, mesh=opts.mesh)
     w_new, x_new, log_p_new = _move(rng_key, x, force, h)
     logdensity = _values(logdensity_fn, x_new)
     bad = count_nonfinite(x_new, logdensity)

@@ -45,8 +45,8 @@ from cenlmc_jax.pairwise.algebra import (
 )
 from cenlmc_jax.pairwise.dense import ensemble_force_dense, ensemble_force_reference_numpy
 from cenlmc_jax.pairwise.pallas import ensemble_force_pallas, kernel_options, pallas_partial
-from cenlmc_jax.pairwise.sharded import STRATEGIES, ensemble_force_sharded, make_mesh, shard_ensemble
-from cenlmc_jax.pairwise.tiled import default_block_size, ensemble_force_tiled, tiled_partial
+from cenlmc_jax.pairwise.sharded import STRATEGIES, ensemble_force_sharded, make_mesh, particle_axis, shard_ensemble
+from cenlmc_jax.pairwise.tiled import default_block_size, ensemble_force_tiled, sparse_partial, tiled_partial
 from cenlmc_jax.types import ArrayLike
 
 __all__ = [
@@ -103,8 +103,10 @@ def auto_block_sparse(n: int, d: int) -> bool:
 
 @functools.cache
 def _local_partial(method: str, d: int, block_size: int | None, precision: Any, interpret: bool | None = None,
-                   dtype: str = "float32"):
+                   dtype: str = "float32", axis_name: str | None = None):
     """The rows-against-columns partial of a backend, one object per setting (a jit static argument)."""
+    if method == "sparse":  # the block-sparse XLA tiles (block_size: rows per row tile), decided over the mesh
+        return functools.partial(sparse_partial, block_rows=block_size, precision=precision, axis_name=axis_name)
     if method == "pallas":
         distances = "direct" if d <= DIRECT_MAX_D else "gram"
         opts = kernel_options(d, distances=distances, precision=precision, gram_precision=precision,
@@ -166,7 +168,10 @@ def ensemble_force(
         :func:`.pallas.sparse_tile_lists`). True: ``tiled``/``pallas``
         (and ``auto``, as tiled) run block-sparse; False: never; None
         (default): ``auto`` decides by :func:`auto_block_sparse`, the named
-        methods run dense tiles. Not with ``method="dense"`` or a ``mesh``.
+        methods run dense tiles. Not with ``method="dense"``. With a
+        ``mesh``: True (``auto``/``tiled``, ``strategy="allgather"``) sorts
+        the gathered ensemble and gives each device a run of it with its own
+        tile list (:mod:`.sharded`); None and False run the dense tiles there.
       interpret: the Pallas kernel's mode (``method="pallas"``, with or
         without a mesh; the other backends ignore it). None (default): by the
         platform the program is lowered for, not by ``jax.default_backend()``:
@@ -198,18 +203,25 @@ def ensemble_force(
     n, d = x.shape
     if block_sparse is not None:
         check_bool(block_sparse, "block_sparse")
-        if block_sparse and (method == "dense" or mesh is not None):
-            raise ValueError("block_sparse=True needs method 'auto', 'tiled' or 'pallas' and no mesh (the dense "
-                             f"reference and the sharded sums have no block-sparse form); got method {method!r}"
-                             + ("" if mesh is None else " with a mesh") + ".")
+        if block_sparse and method == "dense":
+            raise ValueError("block_sparse=True needs method 'auto', 'tiled' or 'pallas' (the dense reference has "
+                             "no block-sparse form); got method 'dense'.")
+        if block_sparse and mesh is not None and (method == "pallas" or strategy != "allgather"):
+            raise ValueError("block_sparse=True with a mesh needs method 'auto' or 'tiled' and strategy "
+                             f"'allgather' (the sharded block-sparse sums are XLA tiles over the gathered, sorted "
+                             f"ensemble); got method {method!r}, strategy {strategy!r}.")
     if mesh is not None:
         if method == "dense":
             raise ValueError("method must be 'auto', 'tiled' or 'pallas' with a mesh (the dense reference "
                              "has no sharded form); got 'dense'.")
-        local = (_local_partial("pallas", d, block_size, precision, interpret, jnp.dtype(x.dtype).name)
-                 if method == "pallas"
-                 else _local_partial("tiled", d, block_size, precision))
-        return ensemble_force_sharded(x, f, log_p, eta, partial_fn=local, w=w, r2=r2, mesh=mesh, strategy=strategy)
+        sparse = bool(block_sparse)
+        if method == "pallas":
+            local = _local_partial("pallas", d, block_size, precision, interpret, jnp.dtype(x.dtype).name)
+        else:
+            local = (_local_partial("sparse", d, block_size, precision, axis_name=particle_axis(mesh)) if sparse
+                     else _local_partial("tiled", d, block_size, precision))
+        return ensemble_force_sharded(x, f, log_p, eta, partial_fn=local, w=w, r2=r2, mesh=mesh, strategy=strategy,
+                                      spatial_sort=sparse)
     if method == "auto":
         dense_bytes = n * n * d * jnp.dtype(x.dtype).itemsize * (1 if w is None else 2)
         if block_sparse is None:

@@ -86,6 +86,7 @@ __all__ = [
     "ensemble_force_tiled",
     "tiled_partial",
     "block_sparse_partial",
+    "sparse_partial",
     "default_block_size",
     "TILE_TARGET_BYTES",
     "TILE_MAX_BYTES",
@@ -120,12 +121,13 @@ SPARSE_MAX_PAIRS = 2**23
 PLAN_CHUNK = 2**18
 
 
-def sparse_capacity(n: int, block_rows: int, block_cols: int, max_active: float = SPARSE_MAX_ACTIVE) -> int:
-    """Static length of the block-sparse pair lists for ``n`` particles.
+def sparse_capacity(n: int, block_rows: int, block_cols: int, max_active: float = SPARSE_MAX_ACTIVE,
+                    n_cols: int | None = None) -> int:
+    """Static length of the block-sparse pair lists for ``n`` rows (against ``n_cols`` columns, default n).
 
     A fraction ``max_active`` of all tile pairs, at most :data:`SPARSE_MAX_PAIRS`.
     """
-    total = -(-n // block_rows) * -(-n // block_cols)
+    total = -(-n // block_rows) * -(-(n if n_cols is None else n_cols) // block_cols)
     return int(max(1, min(math.ceil(max_active * total), SPARSE_MAX_PAIRS)))
 
 
@@ -239,8 +241,12 @@ def _kinds(row_x, row_w, cols_x, cols_w, thr_x, thr_w, spec):
     return tile_kinds(row_x, cols_x, thr_x, spec, row_w, cols_w, thr_w)
 
 
-def sparse_plan(p: Prepared, block_rows: int, block_cols: int, capacity: int, spec) -> SparsePlan:
+def sparse_plan(p: Prepared, block_rows: int, block_cols: int, capacity: int, spec,
+                cols: Prepared | None = None) -> SparsePlan:
     """Which tile pairs of ``p`` (rows in tiles of ``block_rows``, columns of ``block_cols``) to visit.
+
+    ``cols``: the columns, if not ``p`` itself (a device's rows against the
+    whole ensemble, prepared with the same centre: :mod:`.sharded`).
 
     One ``lax.scan`` over chunks of row tiles (about :data:`PLAN_CHUNK`
     tile pairs each): :func:`~.sparsity.tile_kinds` of the chunk's boxes
@@ -253,7 +259,7 @@ def sparse_plan(p: Prepared, block_rows: int, block_cols: int, capacity: int, sp
     so the tile update adds only their R2 counts.
     """
     row_x, row_w = _boxes(p, block_rows)
-    col_x, col_w = _boxes(p, block_cols)
+    col_x, col_w = _boxes(p if cols is None else cols, block_cols)
     thr_x, thr_w = p.thr_x[0], None if p.thr_w is None else p.thr_w[0]
     n_rt, n_ct = row_x.lo.shape[1], col_x.lo.shape[1]
     chunk = max(1, min(n_rt, PLAN_CHUNK // n_ct))
@@ -287,8 +293,8 @@ def sparse_plan(p: Prepared, block_rows: int, block_cols: int, capacity: int, sp
 
 
 def block_sparse_partial(p: Prepared, plan: SparsePlan, weights: ColumnWeights, *, block_rows: int, block_cols: int,
-                         group: int, spec) -> Partial:
-    """Partial of every particle of ``p`` over all of them, folding only the tile pairs of ``plan``.
+                         group: int, spec, cols: Prepared | None = None) -> Partial:
+    """Partial of every particle of ``p`` over all of them (or over ``cols``), folding only the tile pairs of ``plan``.
 
     ``p``: :func:`~.algebra.prepare` output, best in a spatial order
     (:func:`sort_spatially`; any order is exact, only slower);
@@ -301,13 +307,15 @@ def block_sparse_partial(p: Prepared, plan: SparsePlan, weights: ColumnWeights, 
     ``(group, B, C)`` pass) and scatter-adds them to their row tiles; the
     last step pads with an empty column tile. Temporaries
     ``O(N d + group B C)``. Differentiable in both modes (:func:`_fold_tiles`).
+    With ``cols`` (same centre as ``p``), ``plan`` and ``weights`` are those of ``p`` against ``cols``.
     """
     n, d = p.x.shape
+    c = p if cols is None else cols
     br, bc = block_rows, block_cols
     # Only the fields a tile reads (a step gathers what it is given).
     rows_b = _blocks(Prepared(p.x, p.sq_x, p.f, thr_x=p.thr_x, w=p.w, sq_w=p.sq_w, thr_w=p.thr_w), br)
-    n_tiles = -(-n // bc)
-    cols = Prepared(p.x, p.sq_x, p.f, x1=weights.lift, w=p.w, sq_w=p.sq_w)
+    n_tiles = -(-c.x.shape[0] // bc)
+    cols = Prepared(c.x, c.sq_x, c.f, x1=weights.lift, w=c.w, sq_w=c.sq_w)
     cols_b = _blocks(pad_particles(cols, (n_tiles + 1) * bc), bc)  # tile n_tiles is empty
     acc = _fold_tiles(rows_b, cols_b, plan.pairs, plan.n_pairs, weights.top, group, spec)
     sums, n_r2, n_ball = (a.reshape((-1,) + a.shape[2:])[:n] for a in acc)
@@ -397,6 +405,57 @@ def _fold_steps(rows_b, cols_b, pairs, n_pairs, top, group, spec, *, static: boo
     return lax.fori_loop(0, chunks, chunk, acc)
 
 
+def sparse_tiles(n_rows: int, n_cols: int, block_size: int | None, block_cols: int | None) -> tuple[int, int]:
+    """Row and column tile sizes of a block-sparse sum (defaults :data:`SPARSE_BLOCK_ROWS`, :data:`SPARSE_BLOCK_COLS`),
+    doubled until the int32 pair codes fit (``N`` beyond ~2.9 million)."""
+    br, bc = block_size or SPARSE_BLOCK_ROWS, block_cols or SPARSE_BLOCK_COLS
+    while -(-n_rows // br) * -(-n_cols // bc) >= 2**31:
+        br, bc = 2 * br, 2 * bc
+    return br, bc
+
+
+def sparse_partial(rows: Prepared, cols: Prepared, *, block_rows: int | None = None, block_cols: int | None = None,
+                   group: int | None = None, precision: Any = None, distances: str | None = None,
+                   max_active: float = SPARSE_MAX_ACTIVE, axis_name: str | None = None) -> Partial:
+    """Block-sparse partial of ``rows`` over ``cols`` (one centre): a ``partial_fn`` of :mod:`.sharded`.
+
+    :func:`sparse_plan` of the row tiles of ``rows`` against the column tiles
+    of ``cols`` (each device its own list), folded by
+    :func:`block_sparse_partial`; where the lists overflow or the weights
+    need a shift per row, :func:`tiled_partial` instead (exact either way,
+    as in :func:`ensemble_force_tiled`). Fast when both are in one spatial
+    order (:func:`~.sparsity.sort_spatially` of the whole ensemble, ``rows``
+    a run of it); correct in any order.
+
+    ``axis_name`` (inside ``shard_map``, ``rows`` one device's run of all
+    ``cols``): the decision is the single device's, over the whole ensemble:
+    sparse when the devices' lists hold together at most ``max_active`` of
+    ALL tile pairs (``psum`` of their lengths), each list sized for that
+    total. With ``N/P`` a multiple of the row tile the devices' tiles are the
+    single device's, so they take the same branch and sum the same tiles in
+    the same order. Without ``axis_name``: ``max_active`` of ``rows``' own
+    tile pairs.
+    """
+    n_rows, d = rows.x.shape
+    n_cols = cols.x.shape[0]
+    br, bc = sparse_tiles(n_rows, n_cols, block_rows, block_cols)
+    spec = tile_spec(d, rows.x.dtype, distances=distances, precision=precision)
+    capacity = sparse_capacity(n_rows if axis_name is None else n_cols, br, bc, max_active, n_cols=n_cols)
+    plan = sparse_plan(rows, br, bc, capacity, spec, cols=cols)
+    if axis_name is not None:
+        plan = plan._replace(fits=lax.psum(plan.n_pairs, axis_name) <= capacity)
+    weights = column_weights(cols, spec)
+
+    def sparse():
+        return block_sparse_partial(rows, plan, weights, block_rows=br, block_cols=bc, group=group or SPARSE_GROUP,
+                                    spec=spec, cols=cols)
+
+    def dense():
+        return tiled_partial(rows, cols, precision=precision, distances=distances)
+
+    return lax.cond(plan.fits & weights.shared, sparse, dense)
+
+
 @functools.partial(jax.jit, static_argnames=("block_size", "block_cols", "precision", "distances"))
 def _tiled(x, f, log_p, eta, w, r2, *, block_size, block_cols, precision, distances):
     p = prepare(x, f, log_p, eta, w, r2)
@@ -409,9 +468,7 @@ def _tiled(x, f, log_p, eta, w, r2, *, block_size, block_cols, precision, distan
 def _tiled_sparse(x, f, log_p, eta, w, r2, *, block_size, block_cols, group, precision, distances, max_active):
     n, d = x.shape
     perm, p = sort_spatially(prepare(x, f, log_p, eta, w, r2))
-    br, bc = block_size or SPARSE_BLOCK_ROWS, block_cols or SPARSE_BLOCK_COLS
-    while -(-n // br) * -(-n // bc) >= 2**31:  # the pair codes are int32 (N beyond ~2.9 million)
-        br, bc = 2 * br, 2 * bc
+    br, bc = sparse_tiles(n, n, block_size, block_cols)
     g = group or SPARSE_GROUP
     spec = tile_spec(d, x.dtype, distances=distances, precision=precision)
     capacity = sparse_capacity(n, br, bc, max_active)
