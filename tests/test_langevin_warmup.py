@@ -11,6 +11,8 @@ step size is the collapsed one the warm-up replaces.
 """
 
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -121,6 +123,39 @@ def test_cenlmc_warm_up_from_the_given_positions_finds_the_scale_and_the_exact_s
     # and in x: both principal variances within 10% (the ULA bias is +5% at bias=0.05)
     x = tr[:, :, :2].reshape(-1, 2)
     np.testing.assert_allclose(np.diag(R.T @ np.cov(x.T) @ R), [1e2, 1e-2], rtol=0.1)
+
+
+def test_diagonal_mass_from_the_windows_gives_the_exact_ula_variances():
+    """``dense=False`` on N(0, diag(1e2, 1e-2)) from Uniform(-2, 2) (``start="positions"``): the diagonal M
+    ends within 25% of the variances, and LMC with it has, per coordinate, the exact stationary variance of
+    the linear recursion x' = (1 - h M_i/σ_i²) x + sqrt(2h M_i) ξ: 2h M_i / (1 - (1 - h M_i/σ_i²)²)."""
+    var = np.array([1e2, 1e-2])
+    logp = lambda x: -0.5 * jnp.sum(x**2 / jnp.asarray(var, x.dtype))  # noqa: E731
+    n = 500
+    x0 = jax.random.uniform(jax.random.key(0), (n, 2), jnp.float64, -2.0, 2.0)
+    wu = cj.langevin_warmup(jax.random.key(1), logp, x0, start="positions", dense=False, num_steps=500)
+    m, h = wu.parameters["inverse_mass_matrix"], wu.parameters["step_size"]
+    assert m.shape == (2,) and np.all(np.abs(m / var - 1) < 0.25), m
+    assert wu.info.grad_evals == n * (500 + 1) and wu.info.lbfgs_steps == 0
+    res = cj.sample(jax.random.key(2), wu.algorithm, wu.state, 400, burn_in=50, thin=2, check_convergence=False)
+    per = (np.asarray(res.trace, np.float64) ** 2).mean(axis=0)  # (N, 2) per-particle averages (mean 0 exact)
+    a = 1 - h * m / var
+    exact = 2 * h * m / (1 - a**2)
+    z = (per.mean(axis=0) - exact) / (per.std(axis=0, ddof=1) / math.sqrt(n))
+    assert np.all(np.abs(z) < 4.0), (per.mean(axis=0), exact, z)
+
+
+def test_a_window_that_diverges_is_rerun_with_half_the_step_or_reported():
+    """f = Σ x⁴/4 from |x| ~ 0.01: the curvature at the start (3x² ~ 3e-4) gives h ~ 300, and the first
+    window overflows; it is rerun with h halved until it does not (the window's ``retries``), and with
+    ``max_retries=1`` the warm-up stops with a RuntimeError that says where."""
+    logp = lambda x: -0.25 * jnp.sum(x**4)  # noqa: E731
+    x0 = 0.01 * jax.random.uniform(jax.random.key(0), (32, 2), jnp.float64, -1.0, 1.0)
+    wu = cj.langevin_warmup(jax.random.key(1), logp, x0, start="positions", num_steps=100, max_retries=20)
+    first = wu.info.windows[0]
+    assert first["retries"] > 0 and np.all(np.isfinite(np.asarray(wu.positions))), first
+    with pytest.raises(RuntimeError, match=r"window 0 \(steps 0\.\.\d+\) diverged 2 times"):
+        cj.langevin_warmup(jax.random.key(1), logp, x0, start="positions", num_steps=100, max_retries=1)
 
 
 @pytest.mark.parametrize("kwargs, match", [
