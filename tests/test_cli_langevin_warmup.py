@@ -7,6 +7,7 @@ they are the constrained values): mean within ``0.1·ref_sd + 3·MCSE`` (the sum
 within 10% (tests/test_langevin_warmup.py says why these tolerances).
 """
 
+import argparse
 import json
 import textwrap
 
@@ -14,6 +15,7 @@ import numpy as np
 from cli_helpers import run_cli
 
 from cenlmc_jax import posteriordb as pdb
+from cenlmc_jax.cli import samplers
 from cenlmc_jax.summary import SummaryTable
 
 KIDIQ_MODEL = """
@@ -46,11 +48,16 @@ def test_lmc_on_a_raw_scale_model_file_is_warmed_up_and_matches_the_reference(tm
 
 
 def test_a_tuning_flag_or_no_adapt_keeps_the_curvature_rule(tmp_path, capsys):
-    """With --step-size (or --no-adapt) the warm-up does not run: the user's step is taken as given."""
+    """With --no-adapt (or any tuning flag, or a built-in --target) the warm-up does not run."""
     model = tmp_path / "g.py"
     model.write_text("import jax.numpy as jnp\n\ndef logp(x):\n    return -0.5 * jnp.sum(x ** 2)\n")
-    for flags in (["--step-size", "0.05"], ["--no-adapt"]):
-        code, out, err = run_cli(["sample", "--model", f"{model}:logp", "--dim", "2", "--sampler", "lmc",
-                                  "--particles", "200", "--burn-in", "50", "--steps", "400"] + flags, capsys)
-        assert code == 0, out + err
-        assert "langevin_warmup" not in out, out
+    code, out, err = run_cli(["sample", "--model", f"{model}:logp", "--dim", "2", "--sampler", "lmc",
+                              "--particles", "200", "--burn-in", "50", "--steps", "400", "--no-adapt"], capsys)
+    assert code == 0, out + err
+    assert "langevin_warmup" not in out and "default step size" in out, out
+    flags = dict(model="m.py:logp", adapt=True, burn_in=50, step_size=None, eta=None, r1=None, r2=None, n_star=None,
+                 m_f=None)
+    assert samplers._langevin_warmed(argparse.Namespace(**flags))
+    for change in (dict(step_size=0.1), dict(eta=0.3), dict(n_star=4), dict(adapt=False), dict(model=None),
+                   dict(burn_in=10)):
+        assert not samplers._langevin_warmed(argparse.Namespace(**dict(flags, **change))), change
