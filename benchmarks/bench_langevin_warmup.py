@@ -115,7 +115,9 @@ def main():
                          "normalised split R-hat over 64 evenly spaced particles; pass: every mean within "
                          "0.1 ref_sd + 3 MCSE and every sd within 10%.",
                          "warm-up gradients: N per step (and 2N at the start); HVPs: curvature estimates and the "
-                         "Laplace start's Hessian."])
+                         "Laplace start's Hessian.",
+                         "a 'pass' with R-hat far above 1.01 (garch's 'before' rows) is a pass by a wide MCSE: the "
+                         "particles have not mixed, and cj.sample's convergence check flags such a run."])
 
 
 if __name__ == "__main__":
