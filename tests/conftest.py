@@ -7,11 +7,14 @@ reaches the kernel's limit on mapped regions (``vm.max_map_count``, 65,530 by
 default) about two thirds of the way through, where LLVM aborts the process
 (CI exit 134). Clearing JAX's caches between modules keeps it near 1,100.
 
-Two tiers. CI runs every test (``python -m pytest -q``); the tests listed in
-:data:`SLOW` (notebooks run at their small size, long statistical checks) are
-marked ``slow`` here, by node-id prefix, so that a developer can skip them:
-``python -m pytest -q -m "not slow"``. The marker is registered in
-pyproject.toml, with the per-test ``timeout`` (pytest-timeout).
+Two tiers. ``python -m pytest -q -n auto`` (the README's command, what CI runs
+on every change) runs the fast tier: every test but those listed in
+:data:`SLOW` (the notebooks at their small size, long statistical checks, the
+slow end-to-end CLI and multi-process runs), which are marked ``slow`` here by
+node-id prefix and deselected. ``--full`` (or ``CENLMC_FULL_TESTS=1``, or any
+``-m`` expression such as ``-m slow``) runs them too: ``.ci/full`` does, before
+a release. The marker is registered in pyproject.toml, with the per-test
+``timeout`` (pytest-timeout).
 """
 
 import gc
@@ -76,10 +79,77 @@ SLOW = (
     # both gradient modes give the same samples (ensembles; MALA): ~35 s each at load 12
     "tests/test_grad_mode.py::test_ensemble_samplers",
     "tests/test_grad_mode.py::test_mala_same_samples",
+    # --- Measured in one run of the full suite (-n 2, 2 cores shared at load 6-9, call times in s): a test
+    # over ~30 s there goes to the slow tier when a faster test of the fast tier checks the same property.
+    # jax.grad through cj.sample, against a common-random-numbers finite difference: lmc, cenlmc, sgld,
+    # complete_recipe and rwmh stay in the fast tier (the ensemble, SDE and MH code paths)
+    "tests/test_differentiable.py::test_pathwise_derivative_matches_common_random_numbers_finite_difference[enlmc]",
+    "tests/test_differentiable.py::test_pathwise_derivative_matches_common_random_numbers_finite_difference[cenlmc_",
+    "tests/test_differentiable.py::test_pathwise_derivative_matches_common_random_numbers_finite_difference[irrev",
+    "tests/test_differentiable.py::test_pathwise_derivative_matches_common_random_numbers_finite_difference[sgr",
+    "tests/test_differentiable.py::test_pathwise_derivative_matches_common_random_numbers_finite_difference[sghmc]",
+    "tests/test_differentiable.py::test_pathwise_derivative_through_the_tiled_pair_kernels",  # 58-123 each
+    "tests/test_differentiable.py::test_jacfwd_through_a_cenlmc_run_is_finite_at_n_1000",  # 42
+    "tests/test_differentiable.py::test_reverse_mode_through_ensemble_force_equals_the_dense_kernel[block_sparse",
+    # the CLI end to end: the default job, every sampler but cenlmc/irreversible-mh, the verdicts on the
+    # small jobs and the data/model-file paths stay fast
+    "tests/test_cli.py::test_ctrl_c_leaves_a_resumable_checkpoint_and_resume_gives_the_same_draws",  # 182
+    "tests/test_cli.py::test_model_file_with_data_writes_every_output_and_summary_reprints",  # 136
+    "tests/test_cli.py::test_logistic_cenlmc_defaults_say_unreliable_print_the_tuner_and_exit_1",  # 79
+    "tests/test_cli.py::test_a_biased_cenlmc_run_is_unreliable",  # 69
+    "tests/test_cli.py::test_config_file_sets_flags_the_command_line_wins_and_the_effective_config_reruns",  # 64
+    "tests/test_cli.py::test_every_sampler_runs_from_the_command_line[cenlmc]",  # 55 (the default job is cenlmc)
+    "tests/test_cli.py::test_every_sampler_runs_from_the_command_line[irreversible-mh]",  # 40
+    "tests/test_cli.py::test_enlmc_blow_up_is_reported_by_the_main_job",  # 48
+    "tests/test_cli.py::test_init_file_sets_the_starting_positions",  # 44
+    "tests/test_cli.py::test_metropolis_samplers_adapt_during_the_burn_in",  # 40
+    # ensembles: CEnLMC's stationary moments on the standard Gaussian, the first steps' oracles and the
+    # blow-up flag (test_enlmc_instability_is_flagged_...) stay fast
+    "tests/test_ensemble.py::test_jit_matches_eager_same_key_and_float64_is_preserved",  # 169
+    "tests/test_ensemble.py::test_grad_evals_count_failed_particles_and_compaction_matches_dense",  # 76
+    "tests/test_ensemble.py::test_cenlmc_stationary_moments_with_ensemble_force[anisotropic_gaussian_2d]",  # 63
+    "tests/test_ensemble.py::test_coupling_distance_zero_without_ensemble",  # 51
+    "tests/test_ensemble.py::test_enlmc_blow_up_is_detected_and_reported",  # 47
+    # adaptation: the pooled warm-up on the Gaussian (MALA, RW-MH) and the step-size rules stay fast
+    "tests/test_adaptation.py::test_adaptation_under_vmap_over_chains",  # 79
+    "tests/test_adaptation.py::test_pooled_warmup_reaches_the_target_acceptance[logistic",  # 17-43 each
+    "tests/test_adaptation.py::test_pooled_warmup_reaches_the_target_acceptance[gaussian-gamma]",  # 24
+    "tests/test_adaptation.py::test_pooled_warmup_reaches_the_target_acceptance[gaussian-sde]",  # 22
+    "tests/test_cli_defects.py::test_ctrl_c_in_the_first_compile_exits_130_and_the_folder_reruns_and_resumes",  # 50
+    "tests/test_cli_unconverged.py::test_the_verdict_uses_the_convergence_checks_of_cj_sample",  # 42
+    "tests/test_ensemble_tuning.py::test_an_impossible_error_cap_switches_the_ensemble_off",  # 38
+    # preconditioning: the warm-up against kidiq's reference (41 s alone at load 6-8; the CLI's 45 s) and the
+    # CEnLMC warm-up (28 s); the diagonal-M, whitened-CEnLMC and preconditioned-LMC exact tests stay fast
+    "tests/test_langevin_warmup.py::test_lmc_after_the_warm_up_matches_the_kidiq_reference_on_the_raw_scale",
+    "tests/test_langevin_warmup.py::test_cenlmc_warm_up_from_the_given_positions_finds_the_scale_and_the_exact",
+    "tests/test_cli_langevin_warmup.py::test_lmc_on_a_raw_scale_model_file_is_warmed_up_and_matches_the_reference",
+    # block-sparse on 4 forced devices against one device, bitwise: 136 s alone at load 6-8 (the sharded
+    # gradients' per-device shapes and equality, tests/test_sharded_gradients.py, stay fast)
+    "tests/test_pairwise_sharded.py::test_block_sparse_on_a_mesh_equals_one_device",
 )
 
 
+def pytest_addoption(parser):
+    parser.addoption("--full", action="store_true", default=False,
+                     help="also run the slow tier (tests/conftest.py SLOW: notebooks, long statistical tests)")
+
+
+def _full(config) -> bool:
+    return config.getoption("--full") or os.environ.get("CENLMC_FULL_TESTS") == "1" or bool(config.option.markexpr)
+
+
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.nodeid.startswith(SLOW):
-            item.add_marker(pytest.mark.slow)
+    slow = [item for item in items if item.nodeid.startswith(SLOW)]
+    for item in slow:
+        item.add_marker(pytest.mark.slow)
+    if slow and not _full(config):
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.nodeid.startswith(SLOW)]
+        config._cenlmc_slow_deselected = len(slow)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    n = getattr(config, "_cenlmc_slow_deselected", 0)
+    if n:
+        terminalreporter.write_line(f"{n} tests of the slow tier not run: `python -m pytest -q -n auto --full` "
+                                    "runs them (README, 'Run the tests')")
