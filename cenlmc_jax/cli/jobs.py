@@ -29,6 +29,7 @@ from __future__ import annotations
 import _thread
 import contextlib
 import importlib.util
+import inspect
 import json
 import math
 import os
@@ -61,6 +62,7 @@ class Setup(NamedTuple):
     keys: jax.Array
     c: float
     c_source: str
+    model: object = None  # a NumPyro model's cj.from_numpyro (its constrain and names), else None
 
 
 class Run(NamedTuple):
@@ -110,7 +112,7 @@ def load_data(path: str) -> dict:
 
 
 def _import_model(spec: str):
-    """The function ``FUNCTION`` of ``--model PATH.py:FUNCTION``, and its name."""
+    """The function ``FUNCTION`` of ``--model PATH.py:FUNCTION``, its name and the file's module."""
     path, sep, name = spec.rpartition(":")
     if not sep or not path.endswith(".py") or not name.isidentifier():
         raise UsageError(f"--model must be PATH.py:FUNCTION; got {spec!r}")
@@ -124,12 +126,12 @@ def _import_model(spec: str):
     fn = getattr(module, name, None)
     if not callable(fn):
         raise UsageError(f"--model {spec}: {path} defines no function {name!r}")
-    return fn, name
+    return fn, name, module
 
 
-def load_model(spec: str, data: dict | None, dim: int) -> targets_mod.Target:
+def load_model(spec: str, data: dict | None, dim: int, fn=None) -> targets_mod.Target:
     """``--model PATH.py:FUNCTION`` (with ``--data``) as a Target of dimension ``dim``, its output checked."""
-    fn, name = _import_model(spec)
+    fn, name = (fn, spec.rpartition(":")[2]) if fn is not None else _import_model(spec)[:2]
     if data is None:
         logdensity_fn = fn
     else:
@@ -149,6 +151,66 @@ def load_model(spec: str, data: dict | None, dim: int) -> targets_mod.Target:
                          f"got shape {getattr(out, 'shape', type(out).__name__)}")
     path = spec.rpartition(":")[0]
     return targets_mod.Target(f"{os.path.basename(path)}:{name}", dim, logdensity_fn, None, None, None, None, data)
+
+
+def _imports_numpyro(module) -> bool:
+    return any((getattr(v, "__name__", None) or getattr(v, "__module__", None) or "").split(".")[0] == "numpyro"
+               for v in vars(module).values())
+
+
+def _numpyro_kwargs(data: dict | None) -> dict:
+    """``--data`` as a NumPyro model's keyword arguments: each array by name, a 0-d integer (a plate's size) an int."""
+    return {k: int(v) if np.ndim(v) == 0 and np.issubdtype(np.asarray(v).dtype, np.integer) else v
+            for k, v in (data or {}).items()}
+
+
+def load_numpyro_model(spec: str, fn, module, data: dict | None):
+    """``--model PATH.py:MODEL`` as ``cj.from_numpyro(MODEL, **data)`` when MODEL is a NumPyro model, else None.
+
+    A NumPyro model: the file imports numpyro and ``MODEL(**data)`` binds (``--data``'s arrays by argument name;
+    none without ``--data``: the model's own defaults). A log density ``f(x)`` / ``f(x, data)`` does not bind
+    (``x`` is missing) and goes the log-density way. The model then failing on the data is a usage error.
+    """
+    kwargs = _numpyro_kwargs(data)
+    try:
+        if not _imports_numpyro(module):
+            return None
+        inspect.signature(fn).bind(**kwargs)
+    except (TypeError, ValueError):
+        return None
+    try:
+        return cj.from_numpyro(fn, **kwargs)
+    except Exception as exc:
+        call = f"{spec.rpartition(':')[2]}({', '.join(f'{k}=...' for k in kwargs)})"
+        raise UsageError(f"--model {spec}: read as a NumPyro model (the file imports numpyro), cj.from_numpyro of "
+                         f"{call} failed: {type(exc).__name__}: {exc}") from exc
+
+
+def numpyro_target(spec: str, model) -> targets_mod.Target:
+    """A NumPyro model's unconstrained log density (``cj.from_numpyro``) as a Target."""
+    path, _, name = spec.rpartition(":")
+    return targets_mod.Target(f"{os.path.basename(path)}:{name} (NumPyro, unconstrained)", model.d,
+                              model.logdensity_fn, None, None, None, None)
+
+
+def constrained(model, res: RunResult) -> tuple:
+    """A NumPyro model's run with its trace mapped by ``model.constrain`` (NumPyro's transforms, deterministic
+    sites included), flattened per draw (sites sorted, C order), and the names of those columns."""
+    sites = jax.jit(jax.vmap(jax.vmap(model.constrain)))(res.trace)  # trace: (draws, chains, d)
+    names = []
+    for site in sorted(sites):
+        shape = np.shape(sites[site])[2:]
+        names += [site] if shape == () else [f"{site}[{','.join(map(str, i))}]" for i in np.ndindex(*shape)]
+    flat = jnp.concatenate([jnp.reshape(sites[s], np.shape(sites[s])[:2] + (-1,)) for s in sorted(sites)], axis=-1)
+    return res._replace(trace=flat), names
+
+
+def shown(setup: Setup, res: RunResult) -> tuple:
+    """The run the summary and ``run.nc`` show, and its coordinate names (None: ``x[i]``): a NumPyro model's
+    constrained sites (:func:`constrained`), else the run itself."""
+    if setup.model is None or res.trace is None:
+        return res, None
+    return constrained(setup.model, res)
 
 
 def load_init(path: str) -> np.ndarray:
@@ -199,12 +261,20 @@ def curvature(target: targets_mod.Target, positions: jax.Array) -> tuple:
 # --------------------------------------------------------------------------
 
 
-def _target(args, data: dict | None, init: np.ndarray | None) -> targets_mod.Target:
+def _target(args, data: dict | None, init: np.ndarray | None) -> tuple:
+    """The target, and the NumPyro model it came from (None: a built-in target or a log density)."""
     if args.model is not None:
+        fn, _, module = _import_model(args.model)
+        model = load_numpyro_model(args.model, fn, module, data)
+        if model is not None:
+            if args.dim is not None and args.dim != model.d:
+                raise UsageError(f"--dim {args.dim}: the NumPyro model has d = {model.d} unconstrained coordinates")
+            args.trace = True  # the constrained summary needs the draws
+            return numpyro_target(args.model, model), model
         dim = args.dim if args.dim is not None else (init.shape[-1] if init is not None else None)
         if dim is None:
             raise UsageError("--model needs --dim D or --init FILE.npy to know the dimension")
-        return load_model(args.model, data, dim)
+        return load_model(args.model, data, dim, fn), None
     try:
         target = targets_mod.get_target(args.target, args.dim)
     except (ValueError, TypeError) as exc:
@@ -212,7 +282,7 @@ def _target(args, data: dict | None, init: np.ndarray | None) -> targets_mod.Tar
     if args.dim is not None and target.dim != args.dim:
         raise UsageError(f"--target {args.target} has a fixed dimension {target.dim}; --dim {args.dim} does not "
                          "apply")
-    return target
+    return target, None
 
 
 def _setup(args) -> Setup:
@@ -223,7 +293,7 @@ def _setup(args) -> Setup:
             raise UsageError(f"--particles {args.particles} does not match the {init.shape[0]} rows of --init")
         args.particles = init.shape[0]
     args.particles = args.particles or DEFAULT_PARTICLES
-    target = _target(args, data, init)
+    target, model = _target(args, data, init)
     if init is not None and init.shape[-1] != target.dim:
         raise UsageError(f"--init has points of dimension {init.shape[-1]}; the target has d = {target.dim}")
     if args.n_star is not None and args.n_star > args.particles - 1:
@@ -233,7 +303,7 @@ def _setup(args) -> Setup:
     noise = jax.random.normal(keys[0], (args.particles, target.dim)) * args.init_scale
     positions = noise if init is None else (jnp.asarray(init) if init.ndim == 2 else jnp.asarray(init) + noise)
     c, c_source = curvature(target, positions)
-    return Setup(target, build_job(args.sampler, args, target, positions, c, keys), keys, c, c_source)
+    return Setup(target, build_job(args.sampler, args, target, positions, c, keys), keys, c, c_source, model)
 
 
 def setup(args) -> Setup:
@@ -410,7 +480,7 @@ def _save_outputs(args, setup: Setup, run: Run, table: SummaryTable | None, reco
     files.append(os.path.join(out, "summary.csv"))
     if importlib.util.find_spec("arviz") is not None:
         try:
-            idata = to_arviz(res, burn_in=run.burn_in, thin=args.thin, sampler=args.sampler,
+            idata = to_arviz(shown(setup, res)[0], burn_in=run.burn_in, thin=args.thin, sampler=args.sampler,
                              parameters=setup.job.parameters, seed=args.seed)
             idata.to_netcdf(os.path.join(out, "run.nc"))
             files.append(os.path.join(out, "run.nc"))

@@ -47,7 +47,7 @@ import jax
 import numpy as np
 
 from cenlmc_jax import ensemble
-from cenlmc_jax.cli.jobs import Run, Setup, no_draws
+from cenlmc_jax.cli.jobs import Run, Setup, no_draws, shown
 from cenlmc_jax.cli.parser import UsageError
 from cenlmc_jax.cli.samplers import SPECS
 from cenlmc_jax.diagnostics import convergence
@@ -198,6 +198,9 @@ def print_header(args, setup: Setup, record: dict) -> None:
     print(f"cenlmc-jax: {job.description}")
     print(f"  target {target.name} (d={target.dim}), {args.particles} particles, {args.burn_in} burn-in + "
           f"{args.steps} steps, seed {args.seed}, backend {jax.default_backend()}")
+    if setup.model is not None:
+        print("  NumPyro model (cj.from_numpyro): sampled on the unconstrained scale; the summary shows the "
+              "constrained sites, by name (--trace on)")
     if args.step_size is None and not job.warmup_steps:
         print(f"  default step size = {SPECS[args.sampler].step_rule}, curvature c = {setup.c_source}")
     sug = job.suggestion
@@ -259,7 +262,8 @@ def report(args, setup: Setup, run: Run, record: dict) -> tuple:
         record["warnings"].append(message)
     target, table = setup.target, None
     if not no_draws(run.result):
-        table = summary(run.result, truth=target if target.mean is not None else None, burn_in=run.burn_in)
+        res, labels = shown(setup, run.result)  # a NumPyro model: its constrained sites, by name
+        table = summary(res, truth=target if target.mean is not None else None, burn_in=run.burn_in, labels=labels)
     _print_run(args, setup, run, table)
     found = problems(args, target, setup.job, run.result, table, c=setup.c)
     print_verdict(args, found)
