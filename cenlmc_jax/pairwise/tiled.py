@@ -53,8 +53,10 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
+from cenlmc_jax._host import warn as host_warn
 from cenlmc_jax._validation import check_bool, check_choice, check_int, check_positive
 from cenlmc_jax.pairwise.algebra import (
     ColumnWeights,
@@ -95,6 +97,8 @@ __all__ = [
     "SPARSE_GROUP",
     "SPARSE_MAX_ACTIVE",
     "SPARSE_MAX_PAIRS",
+    "SPARSE_PAIRS_PER_PARTICLE",
+    "SparseFallbackWarning",
     "SparsePlan",
     "sparse_plan",
     "sparse_capacity",
@@ -115,8 +119,14 @@ SPARSE_GROUP = 128
 #: block-sparse call runs the dense tiles instead (decided at run time; both
 #: exact) ...
 SPARSE_MAX_ACTIVE = 0.5
-#: ... and at most this many entries (4 int32 lists of them: 128 MiB).
+#: ... and at most ``max(SPARSE_MAX_PAIRS, SPARSE_PAIRS_PER_PARTICLE · N)`` entries: a floor of 2^23
+#: (4 int32 lists of them: 128 MiB) and beyond it 32 per particle (512 bytes a particle
+#: for the 4 lists), so the cap grows with N. A fixed 2^23 made N = 2^20, d = 2 (17.65 M
+#: listed tile pairs, 16.8 a particle) run the dense tiles: ≥ 5,000 s a step projected
+#: against ~130 s sparse (issue 17). The lists stay below 2^30 entries (int32 offsets).
 SPARSE_MAX_PAIRS = 2**23
+SPARSE_PAIRS_PER_PARTICLE = 32
+_LIST_MAX = 2**30
 #: Tile pairs whose kinds one step of :func:`sparse_plan` decides.
 PLAN_CHUNK = 2**18
 
@@ -125,10 +135,61 @@ def sparse_capacity(n: int, block_rows: int, block_cols: int, max_active: float 
                     n_cols: int | None = None) -> int:
     """Static length of the block-sparse pair lists for ``n`` rows (against ``n_cols`` columns, default n).
 
-    A fraction ``max_active`` of all tile pairs, at most :data:`SPARSE_MAX_PAIRS`.
+    A fraction ``max_active`` of all tile pairs, at most ``max(SPARSE_MAX_PAIRS,
+    SPARSE_PAIRS_PER_PARTICLE · n)`` (memory linear in N, as the number of
+    tile pairs within reach of a localised kernel is).
     """
     total = -(-n // block_rows) * -(-(n if n_cols is None else n_cols) // block_cols)
-    return int(max(1, min(math.ceil(max_active * total), SPARSE_MAX_PAIRS)))
+    cap = min(max(SPARSE_MAX_PAIRS, SPARSE_PAIRS_PER_PARTICLE * n), _LIST_MAX)
+    return int(max(1, min(math.ceil(max_active * total), cap)))
+
+
+class SparseFallbackWarning(RuntimeWarning):
+    """A block-sparse sum ran the dense tiles instead (exact, but it may be much slower): see :func:`dense_instead`."""
+
+
+#: (reason, capacity) pairs already warned about in this process: one warning each, not one per step.
+_WARNED: set = set()
+
+
+def _warn_fallback(fits, shared, n_pairs, *, capacity: int, max_pairs: int) -> None:
+    """Host side of :func:`dense_instead`: warn once per (reason, capacity) if a call did fall back.
+
+    Under ``vmap`` both branches of the ``cond`` run, so the flags (batched)
+    decide, not the branch: nothing is said where every call took the sparse branch.
+    """
+    fits, shared, n_pairs = (np.asarray(a) for a in (fits, shared, n_pairs))
+    if np.all(fits & shared):
+        return
+    kind = "shift" if np.all(fits) else "capacity"
+    if (kind, capacity) in _WARNED:
+        return
+    _WARNED.add((kind, capacity))
+    if kind == "capacity":
+        why = "its memory cap" if capacity >= max_pairs else "max_active of all tile pairs"
+        reason = f"lists {int(np.max(n_pairs)):,} tile pairs, over its capacity of {capacity:,} ({why})"
+    else:
+        reason = "needs a weight shift per row (the weights spread beyond one shared shift)"
+    host_warn(f"block-sparse ensemble force {reason}: the dense tiles ran instead (exact; cost O(N^2) pairs)",
+              SparseFallbackWarning, stacklevel=2)
+
+
+def dense_instead(dense, plan: SparsePlan, weights: ColumnWeights, capacity: int, n: int):
+    """``dense`` (a thunk) that first reports, once per process, why the block-sparse sum fell back to it.
+
+    A ``jax.debug.callback`` inside the dense branch of the ``lax.cond``:
+    it costs nothing where the sparse branch runs (except under ``vmap``,
+    where both run and the flags decide). The warning is a
+    :class:`SparseFallbackWarning`.
+    """
+    max_pairs = min(max(SPARSE_MAX_PAIRS, SPARSE_PAIRS_PER_PARTICLE * n), _LIST_MAX)
+
+    def run():
+        jax.debug.callback(functools.partial(_warn_fallback, capacity=capacity, max_pairs=max_pairs),
+                           plan.fits, weights.shared, plan.n_pairs)
+        return dense()
+
+    return run
 
 
 def default_block_size(n: int, *, itemsize: int = 4, with_w: bool = False) -> int:
@@ -453,7 +514,7 @@ def sparse_partial(rows: Prepared, cols: Prepared, *, block_rows: int | None = N
     def dense():
         return tiled_partial(rows, cols, precision=precision, distances=distances)
 
-    return lax.cond(plan.fits & weights.shared, sparse, dense)
+    return lax.cond(plan.fits & weights.shared, sparse, dense_instead(dense, plan, weights, capacity, n_cols))
 
 
 @functools.partial(jax.jit, static_argnames=("block_size", "block_cols", "precision", "distances"))
@@ -483,7 +544,7 @@ def _tiled_sparse(x, f, log_p, eta, w, r2, *, block_size, block_cols, group, pre
 
     # Exact either way: the dense tiles where the list overflows its capacity
     # (too many active tiles to gain) or the weights need a shift per row.
-    part = lax.cond(plan.fits & weights.shared, sparse, dense)
+    part = lax.cond(plan.fits & weights.shared, sparse, dense_instead(dense, plan, weights, capacity, n))
     out = finish(part, p, n)
     return unsort(out, perm)
 
