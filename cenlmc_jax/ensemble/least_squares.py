@@ -43,7 +43,8 @@ uniform kernel it is ``1/(d+2)`` for both fits (odd moments vanish); it is
 ``0`` when the neighbours lie on a hyperplane through ``x_i``, or when ``A``
 is singular to working precision, and the fit must explain the values,
 ``sqrt((c_i - b_iᵀθ_i)/m_i) / η ≤ max_residual`` (the rms misfit in units of
-a gradient; off by default). A refused particle gets ``grad = 0`` and
+a gradient; off by default), with at least ``2p`` neighbours (so that the
+residual has degrees of freedom: ``p`` neighbours are fitted exactly). A refused particle gets ``grad = 0`` and
 ``ok = False``: its caller takes the true gradient.
 """
 
@@ -75,7 +76,8 @@ __all__ = [
 ]
 
 KERNELS = ("epanechnikov", "uniform")
-#: Default conditioning floor on the gradient block's ``λ_min`` (:func:`solve_moments`): a fifth of a full uniform ball's ``1/(d+2)`` at d = 2.
+#: Default floor on the gradient block's ``λ_min`` (:func:`solve_moments`):
+#: a fifth of a full uniform ball's ``1/(d+2)`` at d = 2.
 DEFAULT_MIN_EIG = 0.05
 
 
@@ -96,7 +98,8 @@ class LSMoments(NamedTuple):
 class LSGradient(NamedTuple):
     """grad: (N, d) ``ĝ`` (0 where refused).  ok: (N,) bool, the tests passed.
 
-    cond: (N,) ``λ_min`` of the gradient block (:func:`solve_moments`).  residual: (N,) ``sqrt(rss/m)/η``.  count: (N,) neighbours used.
+    cond: (N,) ``λ_min`` of the gradient block (:func:`solve_moments`).
+    residual: (N,) ``sqrt(rss/m)/η``.  count: (N,) neighbours used.
     """
 
     grad: Array
@@ -127,7 +130,7 @@ def _features(u: Array, quadratic: bool) -> Array:
     if not quadratic:
         return u
     d = u.shape[-1]
-    quad = [u[..., k] * u[..., l] for k in range(d) for l in range(k, d)]
+    quad = [u[..., k] * u[..., m] for k in range(d) for m in range(k, d)]
     return jnp.concatenate([u, jnp.stack(quad, axis=-1)], axis=-1)
 
 
@@ -179,7 +182,7 @@ def solve_moments(mo: LSMoments, eta: Array, d: int, min_eig: ArrayLike, max_res
     mass = jnp.where(mo.mass > 0, mo.mass, 1)
     scaled = mo.a / mass[:, None, None]
     cond = lax.stop_gradient(_gradient_conditioning(scaled, d))
-    well = (mo.count >= p) & (cond >= jnp.asarray(min_eig, dtype))
+    well = (mo.count >= 2 * p) & (cond >= jnp.asarray(min_eig, dtype))
     eye = jnp.eye(p, dtype=dtype)
     theta = jnp.linalg.solve(jnp.where(well[:, None, None], scaled, eye), (mo.b / mass[:, None])[..., None])[..., 0]
     rss = jnp.maximum(mo.c / mass - jnp.sum(theta * mo.b / mass[:, None], axis=-1), 0)
@@ -276,7 +279,7 @@ def least_squares_gradient(x: ArrayLike, f: ArrayLike, eta: ArrayLike, *, quadra
     Args:
       x: (N, d) particles.  f: (N,) potential values ``f = -log density`` (any constant).
       eta: the ball radius ``η > 0`` (may be traced).
-      quadratic: fit the quadratic term too (exact on quadratic ``f``; needs ``p = d + d(d+1)/2`` neighbours).
+      quadratic: fit the quadratic term too (exact on quadratic ``f``; ``p = d + d(d+1)/2`` unknowns).
       kernel: ``"epanechnikov"`` (default) or ``"uniform"``.
       min_eig: the conditioning floor on ``λ_min(A/m)`` (default :data:`DEFAULT_MIN_EIG`).
       max_residual: the ceiling on the rms misfit over η (default inf: no residual test).

@@ -1,0 +1,142 @@
+"""The local least-squares ensemble gradient (cenlmc_jax.ensemble.least_squares), against exact formulas."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from cenlmc_jax.ensemble.least_squares import least_squares_dense, least_squares_gradient, least_squares_tiled
+
+G = np.array([1.5, -0.7])
+H = np.array([[2.0, 0.5], [0.5, 1.0]])
+
+
+def _x64(a):
+    return jnp.asarray(a, jnp.float64)
+
+
+@pytest.fixture(autouse=True)
+def _enable_x64():
+    with jax.enable_x64(True):
+        yield
+
+
+def _lattice(eta, centre, n=4):
+    """A grid symmetric about ``centre`` with spacing ∝ η (the design scales with η), the centre first."""
+    ticks = np.linspace(-0.9, 0.9, 2 * n + 1) * eta
+    pts = np.array([p for p in itertools.product(ticks, ticks) if np.hypot(*p) > 0])
+    return np.concatenate([centre[None], centre + pts])
+
+
+def test_exact_on_linear_any_design():
+    # any design with an invertible A: the fit reproduces a linear f; tolerance: float64 rounding
+    x = np.random.default_rng(1).normal(size=(200, 2)) * np.array([3.0, 0.2])
+    res = least_squares_gradient(_x64(x), _x64(x @ G + 4.0), 0.9, kernel="uniform", min_eig=1e-4)  # any design
+    assert res.grad.dtype == jnp.float64 and res.ok.mean() > 0.5
+    np.testing.assert_allclose(np.asarray(res.grad)[np.asarray(res.ok)], np.broadcast_to(G, (int(res.ok.sum()), 2)),
+                               atol=1e-11)
+
+
+def test_quadratic_term_exact_on_quadratic():
+    x = np.random.default_rng(2).normal(size=(200, 2))
+    f = x @ G + 0.5 * np.einsum("ni,ij,nj->n", x, H, x)
+    res = least_squares_gradient(_x64(x), _x64(f), 0.9, quadratic=True)
+    ok = np.asarray(res.ok)
+    assert ok.mean() > 0.5
+    np.testing.assert_allclose(np.asarray(res.grad)[ok], (G + x @ H)[ok], atol=1e-10)  # rounding
+
+
+def test_linear_fit_bias_on_quadratic_is_the_closed_form():
+    # random (asymmetric) design: ĝ - g = (η/2) A⁻¹ Σ k u (uᵀHu), computed here in NumPy float64
+    rng = np.random.default_rng(3)
+    eta = 0.7
+    x = rng.normal(size=(60, 2))
+    f = 0.5 * np.einsum("ni,ij,nj->n", x, H, x)
+    res = least_squares_dense(_x64(x), _x64(f), eta)
+    for i in np.flatnonzero(np.asarray(res.ok))[:10]:
+        u = (x - x[i]) / eta
+        r2 = np.sum(u * u, axis=1)
+        k = np.where((r2 <= 1) & (r2 > 0), 1 - r2, 0)
+        a = np.einsum("j,jp,jq->pq", k, u, u)
+        bias = 0.5 * eta * np.linalg.solve(a, np.einsum("j,jp,j->p", k, u, np.einsum("jp,pq,jq->j", u, H, u)))
+        np.testing.assert_allclose(res.grad[i], x[i] @ H + bias, atol=1e-11)
+
+
+def test_linear_fit_symmetric_design():
+    # symmetric design: exact on a quadratic (odd moments vanish); on a cubic f = Σ_k x_k³ the bias is
+    # (η²/6) A⁻¹ Σ k u T[u,u,u], T[u,u,u] = 6 Σ_k u_k³ free of η (the design scales with η): exactly ∝ η²
+    centre = np.array([0.3, -0.2])
+    quad = lambda x: x @ G + 0.5 * np.einsum("ni,ij,nj->n", x, H, x)  # noqa: E731
+    cubic = lambda x: np.sum(x**3, axis=1)  # noqa: E731
+    biases = []
+    for eta in (0.4, 0.2):
+        x = _lattice(eta, centre)
+        res = least_squares_dense(_x64(x), _x64(quad(x)), eta)
+        np.testing.assert_allclose(res.grad[0], G + centre @ H, atol=1e-12)
+        res = least_squares_dense(_x64(x), _x64(cubic(x)), eta)
+        u = (x[1:] - centre) / eta
+        k = 1 - np.sum(u * u, axis=1)
+        k = np.where(k > 0, k, 0)
+        a = np.einsum("j,jp,jq->pq", k, u, u)
+        closed = eta**2 * np.linalg.solve(a, np.einsum("j,jp,j->p", k, u, np.sum(u**3, axis=1)))  # (η²/6) T, T = 6 Σ u³
+        biases.append(np.asarray(res.grad[0]) - 3 * centre**2)
+        np.testing.assert_allclose(biases[-1], closed, rtol=1e-9)
+    np.testing.assert_allclose(biases[0] / biases[1], 4.0, rtol=1e-9)  # O(η²): halving η quarters it
+
+
+def test_tiled_equals_dense():
+    x = np.random.default_rng(4).normal(size=(150, 3)).astype(np.float32)
+    f = np.sum(x**2, axis=1) + np.sin(x[:, 0])
+    for quadratic in (False, True):
+        # a low floor: this compares the two sums, not the test (the 3-D quadratic fit needs many neighbours)
+        d = least_squares_dense(x, f, 1.6, quadratic=quadratic, min_eig=0.005)
+        t = least_squares_tiled(x, f, 1.6, quadratic=quadratic, min_eig=0.005, block_size=32)  # 150 = 4·32 + 22
+        assert t.grad.dtype == jnp.float32
+        np.testing.assert_array_equal(np.asarray(d.count), np.asarray(t.count))
+        same = np.asarray(d.ok & t.ok)
+        assert same.mean() > 0.3 and np.mean(np.asarray(d.ok) == np.asarray(t.ok)) > 0.98  # ties at the floor
+        # float32 summed in another order; a solve with λ_min ≥ 0.05 amplifies rounding by ≤ ~20
+        np.testing.assert_allclose(np.asarray(d.grad)[same], np.asarray(t.grad)[same], rtol=2e-4, atol=2e-4)
+
+
+def test_degenerate_design_refused():
+    # all neighbours of particle 0 on a line through it (2-D): λ_min = 0, refused; elsewhere fine
+    s = np.linspace(-0.5, 0.5, 21)
+    x = np.stack([s, 2 * s], axis=1)
+    res = least_squares_dense(_x64(x), _x64(x @ G), 1.0)
+    assert not np.any(np.asarray(res.ok)) and np.all(np.asarray(res.cond) < 1e-10)
+    assert np.all(np.asarray(res.grad) == 0)
+    x2 = np.concatenate([x, [[0.3, -0.2], [-0.3, 0.25]]])  # two points off the line: rows near them recover
+    res2 = least_squares_dense(_x64(x2), _x64(x2 @ G), 1.0, min_eig=1e-3)  # 2 of ~20 neighbours off the line
+    assert np.all(np.asarray(res2.ok)[[10, 21, 22]])  # the line's middle and the two points see both sides
+    np.testing.assert_allclose(np.asarray(res2.grad)[[10, 21, 22]], np.broadcast_to(G, (3, 2)), atol=1e-12)
+
+
+def test_residual_test_refuses_a_rough_fit():
+    x = np.random.default_rng(5).normal(size=(200, 2))
+    f = np.sin(8 * x[:, 0])  # wavelength 0.8: unresolved by η = 1
+    assert not np.any(np.asarray(least_squares_gradient(x, f, 1.0, max_residual=0.1).ok))
+    assert np.all(np.asarray(least_squares_gradient(x, x @ G, 1.0, max_residual=1e-3).ok)
+                  == np.asarray(least_squares_gradient(x, x @ G, 1.0).ok))  # linear: residual ~ rounding
+
+
+def test_jit_vmap_grad_and_errors():
+    x = np.random.default_rng(6).normal(size=(3, 80, 2)).astype(np.float32)
+    f = np.sum(x**2, axis=-1)
+    batched = jax.vmap(lambda a, b: least_squares_tiled(a, b, 0.9, block_size=32).grad)(x, f)
+    single = least_squares_tiled(x[1], f[1], 0.9, block_size=32).grad
+    np.testing.assert_allclose(batched[1], single, rtol=1e-5, atol=1e-6)
+    jitted = jax.jit(lambda a, b, e: least_squares_gradient(a, b, e).grad)(x[0], f[0], 0.9)
+    np.testing.assert_allclose(jitted, least_squares_gradient(x[0], f[0], 0.9).grad, rtol=1e-6, atol=1e-6)
+    # reverse mode through the fit: d/df of Σ ĝ is finite
+    gf = jax.grad(lambda b: jnp.sum(least_squares_dense(x[0], b, 0.9).grad))(jnp.asarray(f[0]))
+    assert np.all(np.isfinite(np.asarray(gf)))
+    for kwargs, name in (({"eta": 0.0}, "eta"), ({"kernel": "gauss"}, "kernel"), ({"min_eig": -1.0}, "min_eig"),
+                         ({"method": "pallas"}, "method")):
+        args = {"eta": 1.0, **kwargs}
+        with pytest.raises(ValueError, match=name):
+            least_squares_gradient(x[0], f[0], **args)
+    with pytest.raises(ValueError, match="f must"):
+        least_squares_gradient(x[0], f[0][:5], 1.0)
