@@ -165,7 +165,8 @@ def _numpyro_kwargs(data: dict | None) -> dict:
 
 
 def load_numpyro_model(spec: str, fn, module, data: dict | None):
-    """``--model PATH.py:MODEL`` as ``cj.from_numpyro(MODEL, **data)`` when MODEL is a NumPyro model, else None.
+    """``--model PATH.py:MODEL`` as ``cj.from_numpyro(MODEL, **data)`` and those keyword arguments when MODEL is a
+    NumPyro model, else None.
 
     A NumPyro model: the file imports numpyro and ``MODEL(**data)`` binds (``--data``'s arrays by argument name;
     none without ``--data``: the model's own defaults). A log density ``f(x)`` / ``f(x, data)`` does not bind
@@ -179,18 +180,31 @@ def load_numpyro_model(spec: str, fn, module, data: dict | None):
     except (TypeError, ValueError):
         return None
     try:
-        return cj.from_numpyro(fn, **kwargs)
+        return cj.from_numpyro(fn, **kwargs), kwargs
     except Exception as exc:
         call = f"{spec.rpartition(':')[2]}({', '.join(f'{k}=...' for k in kwargs)})"
         raise UsageError(f"--model {spec}: read as a NumPyro model (the file imports numpyro), cj.from_numpyro of "
                          f"{call} failed: {type(exc).__name__}: {exc}") from exc
 
 
-def numpyro_target(spec: str, model) -> targets_mod.Target:
-    """A NumPyro model's unconstrained log density (``cj.from_numpyro``) as a Target."""
+_FROM_NUMPYRO: dict = {}  # (model function, id of its data) -> cj.from_numpyro (a library global: not fingerprinted)
+
+
+def numpyro_target(spec: str, fn, kwargs: dict, model) -> targets_mod.Target:
+    """A NumPyro model's unconstrained log density (``cj.from_numpyro``) as a Target.
+
+    Its ``logdensity_fn`` closes over the user's model function and data only, which a checkpoint fingerprints
+    (``cenlmc_jax.checkpoint``: NumPyro's ``potential_fn`` holds PyTreeDefs, C objects with no stable
+    description); the NumPyroModel is looked up in :data:`_FROM_NUMPYRO`.
+    """
+    _FROM_NUMPYRO[fn, id(kwargs)] = model
+
+    def logdensity_fn(x):
+        return _FROM_NUMPYRO[fn, id(kwargs)].logdensity_fn(x)
+
     path, _, name = spec.rpartition(":")
     return targets_mod.Target(f"{os.path.basename(path)}:{name} (NumPyro, unconstrained)", model.d,
-                              model.logdensity_fn, None, None, None, None)
+                              logdensity_fn, None, None, None, None)
 
 
 def constrained(model, res: RunResult) -> tuple:
@@ -265,12 +279,13 @@ def _target(args, data: dict | None, init: np.ndarray | None) -> tuple:
     """The target, and the NumPyro model it came from (None: a built-in target or a log density)."""
     if args.model is not None:
         fn, _, module = _import_model(args.model)
-        model = load_numpyro_model(args.model, fn, module, data)
-        if model is not None:
+        loaded = load_numpyro_model(args.model, fn, module, data)
+        if loaded is not None:
+            model, kwargs = loaded
             if args.dim is not None and args.dim != model.d:
                 raise UsageError(f"--dim {args.dim}: the NumPyro model has d = {model.d} unconstrained coordinates")
             args.trace = True  # the constrained summary needs the draws
-            return numpyro_target(args.model, model), model
+            return numpyro_target(args.model, fn, kwargs, model), model
         dim = args.dim if args.dim is not None else (init.shape[-1] if init is not None else None)
         if dim is None:
             raise UsageError("--model needs --dim D or --init FILE.npy to know the dimension")
