@@ -73,6 +73,9 @@ __all__ = [
     "least_squares_dense",
     "least_squares_tiled",
     "least_squares_gradient",
+    "ESTIMATORS",
+    "check_estimator",
+    "least_squares_force",
 ]
 
 KERNELS = ("epanechnikov", "uniform")
@@ -296,3 +299,22 @@ def least_squares_gradient(x: ArrayLike, f: ArrayLike, eta: ArrayLike, *, quadra
                                    max_residual=max_residual)
     return least_squares_tiled(x, f, eta, quadratic=quadratic, kernel=kernel, min_eig=min_eig,
                                max_residual=max_residual, block_size=block_size)
+
+
+#: The ``estimator`` choices of :func:`cenlmc_jax.cenlmc_step`: the paper's (default) and the fits here.
+ESTIMATORS = ("paper", "least_squares", "least_squares_quadratic")
+
+
+def check_estimator(estimator: str) -> str:
+    """``estimator`` must be one of :data:`ESTIMATORS` (Python, before tracing)."""
+    return check_choice(estimator, "estimator", ESTIMATORS)
+
+
+def least_squares_force(x: Array, f: Array, eta: ArrayLike, need: Array, estimator: str) -> tuple[Array, Array]:
+    """CEnLMC's ensemble force by the fit (beyond the paper): ``(ĝ, need | ~ok)``.
+
+    A particle the fit refuses (:func:`solve_moments`) joins those that take
+    their true gradient; the paper's R1 / M_f / N* tests stay as they were (``need``).
+    """
+    res = least_squares_gradient(x, f, jnp.asarray(eta, x.dtype), quadratic=estimator == "least_squares_quadratic")
+    return res.grad, need | ~res.ok

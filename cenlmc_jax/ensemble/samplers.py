@@ -105,6 +105,7 @@ from cenlmc_jax._validation import (
 )
 from cenlmc_jax.base import SamplingAlgorithm
 from cenlmc_jax.ensemble.audit import CENLMC_AUDIT_SIZE, fresh_audit, gradients_and_audit
+from cenlmc_jax.ensemble.least_squares import check_estimator, least_squares_force
 from cenlmc_jax.ensemble.options import EnsembleOptions, ensemble_options
 from cenlmc_jax.ensemble.states import CEnLMCInfo, CEnLMCState, EnLMCInfo, EnLMCState
 from cenlmc_jax.langevin import check_grad_fn, count_nonfinite, grad_cost, gradient_fn
@@ -367,6 +368,7 @@ def cenlmc_step(
     f_star: float | None = None,
     *,
     min_ball_neighbours: int | None = None,
+    estimator: str = "paper",
     options: EnsembleOptions | None = None,
     **option_fields: Any,
 ) -> tuple[CEnLMCState, CEnLMCInfo]:
@@ -397,6 +399,9 @@ def cenlmc_step(
         paper"): a particle whose η-ball held fewer than this many
         R2-neighbours at the previous step takes its true gradient. Default 1
         (an empty ball: a force of exactly 0); 0 restores rule (3.21) exactly.
+      estimator: ``"paper"`` (default, eq. 3.19) or, beyond the paper, ``"least_squares"`` /
+        ``"least_squares_quadratic"``: the local fit of :mod:`cenlmc_jax.ensemble.least_squares`
+        (a particle whose fit it refuses takes its true gradient).
       options: how the step is computed (:class:`~cenlmc_jax.ensemble.options.EnsembleOptions`:
         pair-force backend, gradient buffers (``grad_capacity``; default one bucketed call a step),
         mesh, ``audit_size`` (default :data:`~cenlmc_jax.ensemble.audit.CENLMC_AUDIT_SIZE`),
@@ -413,6 +418,7 @@ def cenlmc_step(
     capacity = opts.capacity(n)
     audit_size = opts.audit(n, CENLMC_AUDIT_SIZE)
     min_ball = _check_min_ball(min_ball_neighbours, n)
+    check_estimator(estimator)
 
     dt = x.dtype
     h = jnp.asarray(step_size, dt)
@@ -429,6 +435,8 @@ def cenlmc_step(
     fail_ball = state.ball_count < min_ball
     need = fail_r1 | fail_mf | fail_n | fail_ball
     ens = pf.force_sum / jnp.maximum(pf.n_r2, 1).astype(dt)[:, None]
+    if estimator != "paper":
+        ens, need = least_squares_force(x, f, eta, need, estimator)
     grad_one = gradient_fn(logdensity_fn, opts.grad_fn, opts.grad_mode)
     audit, a, force, padded = gradients_and_audit(rng_key, grad_one, x, need, ens, capacity, opts.dense_grad,
                                                   audit_size, state.audit, h, flag_unstable=False, mesh=opts.mesh)
@@ -511,6 +519,7 @@ def cenlmc(
     f_star_tol: float | None = None,
     f_star_max_steps: int = 500,
     min_ball_neighbours: int | None = None,
+    estimator: str = "paper",
     options: EnsembleOptions | None = None,
     **option_fields: Any,
 ) -> SamplingAlgorithm:
@@ -526,6 +535,7 @@ def cenlmc(
     check_cenlmc_params(None, step_size, eta, r1, r2, n_star, m_f)
     _check_f_star(f_star)
     _check_min_ball(min_ball_neighbours, None)
+    check_estimator(estimator)
     opts = ensemble_options(options, **option_fields)
 
     def init(positions, rng_key=None):
@@ -541,6 +551,6 @@ def cenlmc(
 
     def step(rng_key, state):
         return cenlmc_step(rng_key, state, logdensity_fn, step_size, eta, r1, r2, n_star, m_f,
-                           min_ball_neighbours=min_ball_neighbours, options=opts)
+                           min_ball_neighbours=min_ball_neighbours, estimator=estimator, options=opts)
 
     return SamplingAlgorithm(init, step)
