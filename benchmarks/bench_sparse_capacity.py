@@ -128,7 +128,9 @@ def main():
     if said:
         notes.append(f"the warning: {said[0]}")
     print(rows)
-    write_results("sparse_capacity", dict(rows=rows), rows, out_dir=args.out_dir,
+    columns = ["part", "n", "d", "listed", "old_capacity", "new_capacity", "old_runs", "new_runs", "plan_s",
+               "old_s", "new_s", "old_over_new", "warned", "counts_equal", "force_rel_diff"]
+    write_results("sparse_capacity", dict(rows=rows), rows, out_dir=args.out_dir, columns=columns,
                   title="Block-sparse pair list: capacity from N (issue 17)", notes=notes,
                   command="python benchmarks/bench_sparse_capacity.py" + (" --quick" if args.quick else ""))
 
