@@ -37,6 +37,7 @@ import numpy as np
 
 from cenlmc_jax import diagnostics as dg
 from cenlmc_jax._host import fetch
+from cenlmc_jax.diagnostics.chains import summary_diagnostics
 from cenlmc_jax.run import RunResult
 from cenlmc_jax.targets import Target
 
@@ -273,12 +274,8 @@ def _diagnostic_columns(x: jax.Array) -> dict:
     cols = {
         "mean": np.asarray(x.mean(axis=(0, 1)), np.float64),
         "sd": np.asarray(x.reshape((-1,) + x.shape[2:]).std(axis=0, ddof=1), np.float64),
-        "mcse_mean": dg.mcse(x, 0, 1, split=True),
-        "mcse_sd": dg.mcse(x, 0, 1, statistic="sd", split=True),
-        "ess_bulk": dg.effective_sample_size(x, 0, 1, method="bulk"),
-        "ess_tail": dg.effective_sample_size(x, 0, 1, method="tail"),
-        "r_hat": dg.potential_scale_reduction(x, 0, 1, rank=True),
     }
+    cols.update(summary_diagnostics(np.asarray(x, np.float64)))  # mcse_*, ess_*, r_hat: ranks once, one jit
     qs = np.quantile(np.asarray(x, np.float64).reshape((-1,) + x.shape[2:]), QUANTILES, axis=0)
     for q, v in zip(QUANTILES, qs, strict=True):
         cols[f"q{100 * q:g}"] = v
