@@ -13,6 +13,12 @@ on a built-in target or on your own model:
   ``.npz``, or the columns of a ``.csv`` with a header row, by name. The
   dimension comes from ``--dim`` or from ``--init FILE.npy`` (starting
   positions, ``(N, d)`` or one point ``(d,)``).
+* ``--model PATH.py:MODEL`` with a NumPyro model (the file imports numpyro
+  and ``MODEL(**data)`` binds: ``--data``'s arrays by argument name, a 0-d
+  integer as an int; without ``--data`` the model's own defaults):
+  ``cj.from_numpyro(MODEL, **data)`` gives the unconstrained log density and
+  ``d``; the run keeps its draws (``--trace``) and the summary shows the
+  constrained sites by name (NumPyro's transforms, deterministic sites too).
 * ``--config run.toml``: every flag as ``name = value`` (``burn-in`` or
   ``burn_in``); flags on the command line win. The effective configuration
   is written to ``OUT/config.toml`` and ``OUT/run.json``. A configuration

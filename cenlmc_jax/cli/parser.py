@@ -116,7 +116,9 @@ def _add_what_to_sample(p: argparse.ArgumentParser) -> None:
     g.add_argument("--target", choices=sorted(targets_mod.TARGETS), default=None,
                    help="built-in target (default: gaussian; not with --model)")
     g.add_argument("--model", metavar="PATH.py:FUNCTION",
-                   help="your log density of one point x: (d,); FUNCTION(x, data) with --data")
+                   help="your log density of one point x: (d,), FUNCTION(x, data) with --data; or a NumPyro "
+                        "model (the file imports numpyro and FUNCTION(**data) binds): cj.from_numpyro, sampled "
+                        "unconstrained, summarised by constrained site name")
     g.add_argument("--data", metavar="FILE", help=".npz (arrays) or .csv (columns, header row) passed to the model")
     g.add_argument("--init", metavar="FILE.npy", help="starting positions (N, d), or one point (d,) plus noise")
     g.add_argument("--dim", type=int_type(1), default=None,
