@@ -65,7 +65,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from cenlmc_jax._validation import check_callable, check_int, check_key, check_positions, check_positive
+from cenlmc_jax._validation import check_bool, check_callable, check_int, check_key, check_positions, check_positive
 from cenlmc_jax.base import SamplingAlgorithm
 from cenlmc_jax.ensemble.audit import fresh_audit
 from cenlmc_jax.ensemble.samplers import CEnLMCState, cenlmc, cenlmc_init, cenlmc_step
@@ -106,6 +106,10 @@ class TunedCEnLMC(NamedTuple):
 #: Below this chosen ensemble fraction :func:`tune_cenlmc` warns: the ensemble is (nearly) unused and
 #: CEnLMC is LMC at the price of N values per step more.
 LOW_FRACTION = 0.05
+#: :func:`tune_cenlmc` skips its grid when both the predicted best fraction of any candidate and the first
+#: burn-in's measured fraction are below this: no candidate can use the ensemble (issue 17: 67 s of grid on
+#: a 4-parameter model whose predicted fraction was ~0).
+NEGLIGIBLE_FRACTION = 0.01
 
 
 def _trial_runner(logdensity_fn, step_size, n_star, m_f, num_steps, audit_size, grad_fn, kwargs):
@@ -198,6 +202,7 @@ def tune_cenlmc(
     r1_passes: tuple = (0.7, 0.8, 0.9, 0.95),
     radius_scales: tuple = (1.0, 0.75, 0.5),
     grad_fn: Callable | None = None,
+    skip_hopeless: bool = True,
     **cenlmc_kwargs: Any,
 ) -> TunedCEnLMC:
     """Burn in CEnLMC while choosing ``η, R1, R2`` for ``target_fraction`` (module docstring).
@@ -214,6 +219,8 @@ def tune_cenlmc(
         over the second half of each trial).
       audit_size: audited particles per step during the burn-in.
       r1_passes, radius_scales: the grid (module docstring).
+      skip_hopeless: skip the grid (and the settling run) when it cannot help (:func:`_hopeless`): the
+        suggested parameters are then judged on the first burn-in alone, by the same rule.
       grad_fn, **cenlmc_kwargs: passed to ``cj.cenlmc`` (``method``, ``mesh``, ...).
 
     The burn-in costs ``(len(r1_passes)·len(radius_scales) + 2)·steps_per_trial``
@@ -224,6 +231,7 @@ def tune_cenlmc(
     x, steps_per_trial, audit_size = _check_tuning_args(
         rng_key, logdensity_fn, positions, step_size, target_fraction, max_noise_error, max_variance_inflation,
         steps_per_trial, audit_size, r1_passes, radius_scales)
+    skip_hopeless = check_bool(skip_hopeless, "skip_hopeless")
     n, d = x.shape
     h = float(step_size)
     base = suggest_cenlmc_params(d, h, L=L, mu=mu, num_particles=n)
@@ -240,8 +248,13 @@ def tune_cenlmc(
 
     # a first burn-in with the suggested values; every candidate then starts from there, so a
     # bad candidate (an unstable ensemble) cannot damage the chain the others are measured on
-    start, _ = trial(0, cenlmc_init(x, logdensity_fn, f_star), base.eta, base.r1, base.r2)
+    start, first = trial(0, cenlmc_init(x, logdensity_fn, f_star), base.eta, base.r1, base.r2)
     start = start._replace(audit=fresh_audit(x.dtype))
+    first = _trial_record(first, steps_per_trial // 2, eta=base.eta, r1=base.r1, r2=base.r2,
+                          r1_pass=float(base.pass_r1), radius_scale=1.0)
+    if skip_hopeless and _hopeless(base, first, r1_passes):
+        return _untuned(logdensity_fn, h, base, first, start, f_star, grad_fn, grads, target_fraction,
+                        max_noise_error, max_variance_inflation, steps_per_trial, cenlmc_kwargs)
     trials = []
     for scale in radius_scales:
         for p in r1_passes:
@@ -273,3 +286,35 @@ def tune_cenlmc(
                   f_star=state.f_star if f_star is None else f_star, grad_fn=grad_fn, **cenlmc_kwargs)
     return TunedCEnLMC(params, algo, state, best["ensemble_fraction"], best["noise_error"], best["drift_ratio"],
                        best["variance_inflation"], trials, "\n".join(notes), grads)
+
+
+def _hopeless(base, first: dict, r1_passes: tuple) -> bool:
+    """Whether no candidate of the grid can use the ensemble: both below :data:`NEGLIGIBLE_FRACTION`.
+
+    Predicted: the suggestion's fraction ``pass_r1 · pass_M_f · pass_N* · pass_ball`` with the
+    R1 pass raised to the grid's largest ``p`` (the grid's radius scales are at most 1 and only
+    lower the neighbour counts, so no candidate is predicted above it). Measured: the first
+    burn-in's fraction (second half), with the suggested values.
+    """
+    best_r1 = max(max(float(p) for p in r1_passes), base.pass_r1)
+    predicted = base.expected_ensemble_fraction * best_r1 / max(base.pass_r1, 1e-300)
+    return predicted < NEGLIGIBLE_FRACTION and first["ensemble_fraction"] < NEGLIGIBLE_FRACTION
+
+
+def _untuned(logdensity_fn, h, base, first, start, f_star, grad_fn, grads, target_fraction, max_noise_error,
+             max_variance_inflation, steps_per_trial, cenlmc_kwargs) -> TunedCEnLMC:
+    """:func:`tune_cenlmc`'s result without the grid: :func:`_choose` on the first burn-in alone, its state."""
+    best, params, note = _choose([first], base, target_fraction, max_noise_error, max_variance_inflation)
+    notes = [f"suggested: eta={base.eta:.4g}, R1={base.r1:.4g}, R2={base.r2:.4g}, N*={base.n_star}, "
+             f"M_f={base.m_f:.3g}; grid skipped: the predicted fraction ({base.expected_ensemble_fraction:.3g}) "
+             f"and the first burn-in's ({first['ensemble_fraction']:.3g}) are below {NEGLIGIBLE_FRACTION}, which "
+             f"no candidate can change; {steps_per_trial} steps run.", note,
+             f"measured: ensemble fraction {best['ensemble_fraction']:.3f}; the burn-in computed {grads} gradients."]
+    warnings.warn(f"tune_cenlmc: the ensemble fraction is {best['ensemble_fraction']:.2f} (predicted "
+                  f"{base.expected_ensemble_fraction:.2g}): the ensemble is unused, so CEnLMC is LMC here and its N "
+                  f"values per step are wasted; use cj.lmc, more particles, or a better-scaled target. {note}",
+                  UserWarning, stacklevel=3)
+    algo = cenlmc(logdensity_fn, h, params["eta"], params["r1"], params["r2"], params["n_star"], params["m_f"],
+                  f_star=start.f_star if f_star is None else f_star, grad_fn=grad_fn, **cenlmc_kwargs)
+    return TunedCEnLMC(params, algo, start, best["ensemble_fraction"], best["noise_error"], best["drift_ratio"],
+                       best["variance_inflation"], [], "\n".join(notes), grads)
