@@ -56,3 +56,25 @@ def test_skip_hopeless_must_be_a_bool():
     x = jnp.zeros((16, 4))
     with pytest.raises(ValueError, match="skip_hopeless"):
         cj.tune_cenlmc(jax.random.key(0), gaussian, x, 0.05, skip_hopeless="yes")
+
+
+def test_find_f_star_runs_lbfgs_once_per_start(monkeypatch):
+    # The CLI finds the mode for its curvature probe, then cenlmc_init finds f* from the same positions: one L-BFGS.
+    from cenlmc_jax import tuning as tn
+
+    calls = []
+    run = tn._lbfgs_minimise
+    monkeypatch.setattr(tn, "_lbfgs_minimise", lambda *a: calls.append(1) or run(*a))
+    monkeypatch.setattr(tn, "_LBFGS_MEMO", type(tn._LBFGS_MEMO)())
+
+    def banana(x):
+        return -0.5 * (x[0] ** 2 + 4.0 * (x[1] - x[0] ** 2) ** 2)
+
+    x = jax.random.normal(jax.random.key(3), (32, 2))
+    first = tn.find_f_star(banana, x)
+    state = cj.ensemble.cenlmc_init(x, banana)
+    assert len(calls) == 1
+    assert float(state.f_star) == float(first.f_star) and bool(state.f_star_estimated)
+    again = tn.find_f_star(banana, x + 0.1)  # another start point: its own L-BFGS
+    # the mode has f = 0; stopped at |∇f| <= 3.5e-4 (float32), so f* errs by about |∇f|²/(2μ) < 1e-6
+    assert len(calls) == 2 and float(again.f_star) == pytest.approx(0.0, abs=1e-6)
