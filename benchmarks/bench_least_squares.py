@@ -25,7 +25,15 @@ mean error over the reps that accepted, ``var_i`` the variance; reported:
 over the accepted (probe, rep) pairs, all relative to ``mean_i |∇f(x_i)|²``,
 and ``accept``: the accepted fraction over all N particles and reps.
 
-Run: ``python benchmarks/bench_least_squares.py`` (``--quick``: a smoke run).
+``--chain`` measures instead what each estimator does inside CEnLMC
+(``benchmarks/results/least_squares_chain.{json,md}``): N(0, I_2), h = 0.05,
+the stationary variance against ULA's exact ``1/(1 - h/2)`` (MCSE over the N
+independent per-particle averages, as ``bench_fraction``) and the ensemble
+fraction, for the paper's estimator at the suggested parameters (R1 at pass
+probabilities 0.7 and 0.9) and for the fits with R1, R2 wide and M_f off (the
+fit has no proposal density to protect: only its own tests refuse).
+
+Run: ``python benchmarks/bench_least_squares.py [--chain]`` (``--quick``: a smoke run).
 """
 
 from __future__ import annotations
@@ -85,9 +93,49 @@ def _stats(errs, oks, grad_sq, accept_all):
                 mse=mse / grad_sq, accept=float(accept_all))
 
 
+def chain(args):
+    import cenlmc_jax as cj
+
+    n, steps, burn = (300, 200, 50) if args.quick else (1000, 600, 100)
+    h, d = 0.05, 2
+    tgt = cj.targets.standard_gaussian(d)
+    base = cj.tuning.suggest_cenlmc_params(d, h, num_particles=n)
+    x0 = tgt.sample(jax.random.key(0), n)
+    ula = 1.0 / (1.0 - h / 2)
+    configs = [("paper", base.eta, math.sqrt(2 * h * cj.tuning.chi2_ppf(p, d)), base.r2, base.n_star, base.m_f)
+               for p in (0.7, 0.9)]
+    configs += [(est, eta, 10.0, 100.0, 1, math.inf) for est, eta in
+                (("least_squares", 0.2), ("least_squares", base.eta), ("least_squares", 0.5),
+                 ("least_squares_quadratic", base.eta), ("least_squares_quadratic", 0.5))]
+    rows = []
+    for est, eta, r1, r2, n_star, m_f in configs:
+        algo = cj.cenlmc(tgt.logdensity_fn, h, eta, r1, r2, n_star, m_f, f_star=tgt.f_star, estimator=est)
+        res = cj.sample(jax.random.key(1), algo, algo.init(x0), steps, burn_in=burn,
+                        trace_fn=lambda s: (jnp.mean(s.position**2, axis=-1)), on_divergence="warn")
+        per = np.asarray(res.trace, np.float64).mean(axis=0)
+        var, mcse = per.mean(), per.std(ddof=1) / math.sqrt(n)
+        frac = float(np.mean(np.asarray(res.info.ensemble_fraction)))
+        rows.append(dict(estimator=est, eta=float(eta), r1=float(r1), ensemble_fraction=frac, variance=float(var),
+                         mcse=float(mcse), relative_variance_error=float(var / ula - 1),
+                         z=float((var - ula) / mcse)))
+        print(rows[-1], flush=True)
+    md = [{k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in r.items()} for r in rows]
+    notes = [f"N = {n}, h = {h}, {steps} steps after {burn} burn-in; ULA's exact variance {ula:.4f}.",
+             f"paper: eta = R2 = {base.eta:.3g}, N* = {base.n_star}, M_f = {base.m_f:.3g} (suggest_cenlmc_params), "
+             "R1 at pass probabilities 0.7, 0.9.",
+             "least_squares*: R1 = 10, R2 = 100, N* = 1, M_f = inf: only the fit's conditioning test refuses.",
+             "mcse over the N per-particle time averages (they are correlated only through the estimator)."]
+    write_results("least_squares_chain", dict(n=n, steps=steps, burn_in=burn, h=h), rows, md_rows=md,
+                  title="CEnLMC with the least-squares gradient vs the paper's (N(0, I_2))", notes=notes,
+                  out_dir=args.out_dir)
+
+
 def main():
     parser = base_parser(__doc__.splitlines()[0])
+    parser.add_argument("--chain", action="store_true", help="the estimators inside CEnLMC (module docstring)")
     args = parser.parse_args()
+    if args.chain:
+        return chain(args)
     n, probes, reps = (500, 50, 4) if args.quick else (2000, 100, 16)
     etas = {2: (0.15, 0.25, 0.4, 0.6, 0.9), 3: (0.25, 0.4, 0.6, 0.9, 1.2)}
     rows = []
