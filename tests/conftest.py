@@ -126,6 +126,9 @@ SLOW = (
     # block-sparse on 4 forced devices against one device, bitwise: 136 s alone at load 6-8 (the sharded
     # gradients' per-device shapes and equality, tests/test_sharded_gradients.py, stay fast)
     "tests/test_pairwise_sharded.py::test_block_sparse_on_a_mesh_equals_one_device",
+    # eight schools (NumPyro) through the CLI against the posteriordb reference: 82-142 s at load 9 (the
+    # usage-error test of the same file, and tests/test_numpyro_model.py's cj.from_numpyro checks, stay fast)
+    "tests/test_cli_numpyro.py::test_eight_schools_numpyro_model_through_the_cli_matches_the_reference",
 )
 
 
