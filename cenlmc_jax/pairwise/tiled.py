@@ -171,7 +171,7 @@ def _warn_fallback(fits, shared, n_pairs, *, capacity: int, max_pairs: int) -> N
     else:
         reason = "needs a weight shift per row (the weights spread beyond one shared shift)"
     host_warn(f"block-sparse ensemble force {reason}: the dense tiles ran instead (exact; cost O(N^2) pairs)",
-              SparseFallbackWarning, stacklevel=2)
+              SparseFallbackWarning, stacklevel=1)  # points at this function: the caller is the callback machinery
 
 
 def dense_instead(dense, plan: SparsePlan, weights: ColumnWeights, capacity: int, n: int):
