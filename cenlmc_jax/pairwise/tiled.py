@@ -31,7 +31,9 @@ is visited, whatever its x-boxes. :func:`block_sparse_partial` then folds
 their rows; the outputs are unsorted. The list has a static capacity (a
 fraction ``max_active`` of all tile pairs); when more are active, or when the
 weights need a shift per row (the overflow rule), the dense tiles run
-instead, so the result is always exact: the same counts as the dense tiles
+instead (a :class:`SparseFallbackWarning` says so, once per reason and
+capacity; the capacity grows with N: :func:`sparse_capacity`), so the
+result is always exact: the same counts as the dense tiles
 (a borderline pair, within rounding of a threshold, may fall either way with
 the Gram identity, whose rounding depends on the product's blocking) and
 forces equal to rounding. Measured speed-ups: ``pairwise.AUTO_SPARSE_RULE``.
@@ -587,10 +589,12 @@ def ensemble_force_tiled(
         (:data:`SPARSE_GROUP`). Same counts as the dense tiles (the skipped
         tiles hold no pair within rounding of a mask), forces to rounding.
       max_active: block-sparse only: the capacity of the pair lists as a
-        fraction of all tile pairs (at most :data:`SPARSE_MAX_PAIRS`
-        entries); if more are active, or if the weights spread beyond one
-        shared shift (:func:`~.algebra.max_shared_spread`), the dense tiles
-        run instead, decided at run time: the result is exact either way.
+        fraction of all tile pairs (at most ``max(SPARSE_MAX_PAIRS,
+        SPARSE_PAIRS_PER_PARTICLE · N)`` entries: :func:`sparse_capacity`); if
+        more are active, or if the weights spread beyond one shared shift
+        (:func:`~.algebra.max_shared_spread`), the dense tiles run instead,
+        decided at run time: the result is exact either way, and a
+        :class:`SparseFallbackWarning` says so (once per reason and capacity).
 
     Returns:
       :class:`~.algebra.PairwiseForce` ``(force_sum (N, d), n_r2 (N,), n_ball (N,))``
