@@ -72,15 +72,23 @@ def _estimators(d, n):
     prec, _, log_norm = _target(d)
     prec = jnp.asarray(prec, jnp.float32)
 
+    # one program per estimator: the four in one jitted program hung (XLA:CPU, no CPU used) at d = 3
+    def potential(x):
+        return 0.5 * jnp.einsum("ni,ij,nj->n", x, prec, x)
+
     @jax.jit
+    def paper(x, eta):
+        f = potential(x)
+        pf = ensemble_force(x, f, log_norm - f, eta)
+        return pf.force_sum / (n - 1), pf.n_ball >= 1
+
+    fits = {name: jax.jit(lambda x, eta, kw=kw: tuple(least_squares_gradient(x, potential(x), eta, method="tiled",
+                                                                             **kw)[:2]))
+            for name, kw in (("ls", {}), ("ls-uniform", {"kernel": "uniform"}), ("ls-quadratic", {"quadratic": True}))}
+
     def run(x, eta):
-        f = 0.5 * jnp.einsum("ni,ij,nj->n", x, prec, x)
-        log_p = log_norm - f
-        pf = ensemble_force(x, f, log_p, eta)
-        out = {"paper": (pf.force_sum / (n - 1), pf.n_ball >= 1)}
-        for name, kw in (("ls", {}), ("ls-uniform", {"kernel": "uniform"}), ("ls-quadratic", {"quadratic": True})):
-            r = least_squares_gradient(x, f, eta, method="tiled", **kw)
-            out[name] = (r.grad, r.ok)
+        out = {"paper": paper(x, eta)}
+        out.update({name: fit(x, eta) for name, fit in fits.items()})
         return out, x @ prec
 
     return run
