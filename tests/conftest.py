@@ -147,6 +147,14 @@ SLOW = (
     "tests/test_differentiable.py::test_f_star_may_be_traced",  # 30
     "tests/test_irreversible.py::test_constant_dense_d_precomputed_equals_the_callable_path",  # 28
     "tests/test_ensemble_tuning.py::test_an_unreachable_fraction_takes_the_largest_candidate_within_the_caps",  # 27
+    # block-sparse against the float64 oracle: five sizes of eight (and two Pallas-interpret cases of four)
+    # stay fast, covering d = 1, 2, 5, 10, with and without w, direct and Gram distances
+    "tests/test_pairwise_sparse.py::test_matches_float64_oracle[801-3-True]",  # 33
+    "tests/test_pairwise_sparse.py::test_matches_float64_oracle[500-4-False]",  # 17
+    "tests/test_pairwise_sparse.py::test_matches_float64_oracle[400-7-True]",  # 18
+    "tests/test_pairwise_sparse.py::test_pallas_block_sparse_matches_float64_oracle[200-3-False-direct-1.0]",  # 27
+    "tests/test_pairwise_sparse.py::test_pallas_block_sparse_matches_float64_oracle[300-2-True-direct-4.0]",  # 33
+    "tests/test_plots.py::test_ensemble_pairs_gradient_savings_and_coupling",  # 52; the trace and rank plots
 )
 
 
