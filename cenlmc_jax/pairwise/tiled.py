@@ -186,12 +186,26 @@ def dense_instead(dense, plan: SparsePlan, weights: ColumnWeights, capacity: int
     """
     max_pairs = min(max(SPARSE_MAX_PAIRS, SPARSE_PAIRS_PER_PARTICLE * n), _LIST_MAX)
 
-    def run():
+    def warn():
         jax.debug.callback(functools.partial(_warn_fallback, capacity=capacity, max_pairs=max_pairs),
                            plan.fits, weights.shared, plan.n_pairs)
+
+    def run():
+        # The callback is lowered only for platforms this process has a backend for: a host callback cannot
+        # be lowered for CUDA from a CPU-only host (``.lower(lowering_platforms=("cuda",))``, the CI's
+        # lowering tests); on a GPU host the GPU's branch warns as the CPU's does.
+        here = {p: warn for p in ("cpu", "cuda", "rocm") if _has_backend(p)}
+        jax.lax.platform_dependent(default=lambda: None, **here)
         return dense()
 
     return run
+
+
+def _has_backend(platform: str) -> bool:
+    try:
+        return bool(jax.devices(platform))
+    except RuntimeError:
+        return False
 
 
 def default_block_size(n: int, *, itemsize: int = 4, with_w: bool = False) -> int:
