@@ -181,7 +181,9 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_terminal_summary(terminalreporter, config):
-    n = getattr(config, "_cenlmc_slow_deselected", 0)
-    if n:
-        terminalreporter.write_line(f"{n} tests of the slow tier not run: `python -m pytest -q -n auto --full` "
-                                    "runs them (README, 'Run the tests')")
+    # under pytest-xdist the workers collect (and deselect), so the controller knows no count
+    if not _full(config):
+        n = getattr(config, "_cenlmc_slow_deselected", None)
+        what = f"{n} tests of the slow tier" if n else "the slow tier (tests/conftest.py SLOW)"
+        terminalreporter.write_line(f"{what} not run: `python -m pytest -q -n auto --full` runs it (README, "
+                                    "'Run the tests')")
