@@ -282,10 +282,7 @@ def tune_cenlmc(
                       f"{LOW_FRACTION}): the ensemble is (nearly) unused, so CEnLMC is LMC here and its N values "
                       f"per step are wasted; use cj.lmc, more particles, or a better-scaled target. {note}",
                       UserWarning, stacklevel=2)
-    algo = cenlmc(logdensity_fn, h, params["eta"], params["r1"], params["r2"], params["n_star"], params["m_f"],
-                  f_star=state.f_star if f_star is None else f_star, grad_fn=grad_fn, **cenlmc_kwargs)
-    return TunedCEnLMC(params, algo, state, best["ensemble_fraction"], best["noise_error"], best["drift_ratio"],
-                       best["variance_inflation"], trials, "\n".join(notes), grads)
+    return _tuned(logdensity_fn, h, params, best, state, f_star, grad_fn, trials, notes, grads, cenlmc_kwargs)
 
 
 def _hopeless(base, first: dict, r1_passes: tuple) -> bool:
@@ -314,7 +311,12 @@ def _untuned(logdensity_fn, h, base, first, start, f_star, grad_fn, grads, targe
                   f"{base.expected_ensemble_fraction:.2g}): the ensemble is unused, so CEnLMC is LMC here and its N "
                   f"values per step are wasted; use cj.lmc, more particles, or a better-scaled target. {note}",
                   UserWarning, stacklevel=3)
+    return _tuned(logdensity_fn, h, params, best, start, f_star, grad_fn, [], notes, grads, cenlmc_kwargs)
+
+
+def _tuned(logdensity_fn, h, params, best, state, f_star, grad_fn, trials, notes, grads, cenlmc_kwargs):
+    """The :class:`TunedCEnLMC` of the chosen ``params`` (``best``: their measured trial), with its sampler."""
     algo = cenlmc(logdensity_fn, h, params["eta"], params["r1"], params["r2"], params["n_star"], params["m_f"],
-                  f_star=start.f_star if f_star is None else f_star, grad_fn=grad_fn, **cenlmc_kwargs)
-    return TunedCEnLMC(params, algo, start, best["ensemble_fraction"], best["noise_error"], best["drift_ratio"],
-                       best["variance_inflation"], [], "\n".join(notes), grads)
+                  f_star=state.f_star if f_star is None else f_star, grad_fn=grad_fn, **cenlmc_kwargs)
+    return TunedCEnLMC(params, algo, state, best["ensemble_fraction"], best["noise_error"], best["drift_ratio"],
+                       best["variance_inflation"], trials, "\n".join(notes), grads)
