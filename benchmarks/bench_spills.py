@@ -286,6 +286,12 @@ def main() -> None:
         "relative of this compile, not the same one.",
         "--reuse: a kernel whose TTIR (sha1) and launch match a row of an earlier run with the same toolchain is not "
         "compiled again; its compile_s is that run's.",
+        "float64 at d = 100 (gram, 16 x 16 tiles, the smallest tl.dot takes) still spills 132 bytes per thread: the "
+        "row and column tiles of x~ and w~ padded to 128 lanes in float64 hold ~64 registers a thread before any "
+        "product. Measured alternatives (triton 3.9.0, this script's force_kernels): num_stages 1 or 2 give the same "
+        "TTIR and the same 132 B; num_warps 4: 776 B; 32 x 16 tiles: 436 B (16 warps cap a thread at 128 registers "
+        "and spill more). Spill-free there needs the kernel to loop over d in chunks, not done: at d = 100 the "
+        "library's default for float64 is the XLA path (method='auto'), the Pallas kernel only on request.",
     ]
     write_results("spills", {"toolchain": tools}, rows, columns=columns, out_dir=args.out_dir,
                   title="Registers and spills of the Pallas force kernel on sm_90a (compiled on CPU)", notes=notes)
