@@ -51,9 +51,9 @@ Stan's windows, pooled over the chains), starting from ``1/sqrt(c)`` scales;
 
 The job must not print a wrong answer with exit status 0. After the run it
 checks: divergence; CEnLMC's ensemble force unused (below 5% of
-particle-steps); CEnLMC's gradient audit flagging a biased ensemble force
-(``info.biased`` on a kept step: the measured variance inflation above
-``ensemble.AUDIT_BIAS_THRESHOLD``); Metropolis acceptance below 5%; unadjusted
+particle-steps); every flag the sampler's infos declare for ``cj.sample``'s
+warnings (``run_flags``: CEnLMC's gradient audit measuring a biased force,
+``info.biased``; clipped noise; a collapsed acceptance); Metropolis acceptance below 5%; unadjusted
 Langevin's known bias (Gaussian targets) above the reported standard error;
 rank-normalised R-hat above 1.1 (with --trace); estimates more than 5 standard
 errors from a known truth; a Langevin step size at or above ``2/c``; no draw

@@ -9,9 +9,11 @@ checks a finished run for every known reason to distrust it:
   stability limit of unadjusted Langevin at the target's curvature ``c``;
 * CEnLMC's ensemble force used by fewer than :data:`ENSEMBLE_MIN_FRACTION` of
   the particle-steps (LMC's work at extra cost);
-* CEnLMC's gradient audit flagging a biased ensemble force (``info.biased``
-  on a kept step: the measured variance inflation above
-  ``ensemble.AUDIT_BIAS_THRESHOLD``);
+* every flag the sampler's infos declare (``run_flags``, :class:`cenlmc_jax.base.RunFlag`: the hook
+  ``cj.sample`` warns through, so the verdict names no sampler's fields; :func:`flag_problems`):
+  EnLMC's and CEnLMC's gradient audit measuring a biased force (``biased``), the recipe's and
+  SGRHMC's clipped noise (``noise_clipped``), the Metropolis samplers' collapsed acceptance
+  (``zero_acceptance``), and whatever a sampler declares next;
 * Metropolis acceptance below :data:`ACCEPTANCE_MIN`;
 * unadjusted Langevin's own sd bias, exact on Gaussian targets
   (:func:`ula_sd`), above the reported standard error;
@@ -47,10 +49,12 @@ import jax
 import numpy as np
 
 from cenlmc_jax import ensemble
+from cenlmc_jax.base import RunFlag, run_flags
 from cenlmc_jax.cli.jobs import Run, Setup, no_draws, shown
 from cenlmc_jax.cli.parser import UsageError
 from cenlmc_jax.cli.samplers import SPECS
 from cenlmc_jax.diagnostics import convergence
+from cenlmc_jax.run import WATCH_MIN_STEPS
 from cenlmc_jax.summary import SummaryTable, summary
 
 ENSEMBLE_MIN_FRACTION = 0.05
@@ -61,8 +65,8 @@ ACCEPTANCE_MIN = 0.05
 RHAT_MAX = 1.1
 TRUTH_Z_MAX = 5.0
 EXIT_UNRELIABLE, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
-RELIABLE = ("  reliability checks passed (divergence, ensemble use, ensemble-force audit, acceptance, known bias, "
-            "frozen chains, R-hat, bulk ESS, known truth)")
+RELIABLE = ("  reliability checks passed (divergence, the sampler's flags: ensemble-force audit and the others, "
+            "ensemble use, acceptance, known bias, frozen chains, R-hat, bulk ESS, known truth)")
 
 
 # --------------------------------------------------------------------------
@@ -102,21 +106,78 @@ def _mean_inflation(res, kept: int) -> float:
     return float(np.nanmean(v)) if np.any(np.isfinite(v)) else float("nan")
 
 
-def _ensemble_problems(args, job, res, table: SummaryTable) -> list:
-    out = []
+def _ensemble_problems(args, table: SummaryTable) -> list:
     frac = table.run.get("ensemble_fraction")
     if SPECS[args.sampler].constrained and frac is not None and not frac >= ENSEMBLE_MIN_FRACTION:
-        out.append(f"the ensemble force was used by {frac:.1%} of particle-steps after burn-in (< "
-                   f"{ENSEMBLE_MIN_FRACTION:.0%}): CEnLMC did LMC's work at extra cost; raise --particles or use "
-                   "--sampler lmc")
-    biased = getattr(res.info, "biased", None)
-    kept = args.burn_in - job.warmup_steps  # the driver's burn-in: its infos come first
-    if biased is not None and np.any(np.asarray(biased)[kept:]):
-        v = _mean_inflation(res, kept)
-        out.append(f"the gradient audit measured that the ensemble force's noise inflates the variance by about "
-                   f"{v:.1%} (the sd by about {math.sqrt(max(1 + v, 0.0)) - 1:.1%}), more than "
-                   f"{ensemble.AUDIT_BIAS_THRESHOLD:.0%} (info.biased): the estimates are biased; lower --eta, --r1, "
-                   "--r2, raise --n-star or --particles, or use --sampler lmc")
+        return [f"the ensemble force was used by {frac:.1%} of particle-steps after burn-in (< "
+                f"{ENSEMBLE_MIN_FRACTION:.0%}): CEnLMC did LMC's work at extra cost; raise --particles or use "
+                "--sampler lmc"]
+    return []
+
+
+def _rows(flag: np.ndarray) -> np.ndarray:
+    """Per-step booleans ``(steps, chains or particles)`` (a scalar per step is one row)."""
+    flag = np.asarray(flag).astype(bool)
+    return flag.reshape(flag.shape[0], -1)
+
+
+def _longest_runs(flag: np.ndarray) -> tuple:
+    """Per column of ``flag: (steps, rows)``: the longest stretch of consecutive set steps, and where it starts."""
+    run = np.zeros(flag.shape[1], np.int64)
+    best, start = run.copy(), run.copy()
+    for t, row in enumerate(flag):
+        run = np.where(row, run + 1, 0)
+        longer = run > best
+        best, start = np.where(longer, run, best), np.where(longer, t - run + 1, start)
+    return best, start
+
+
+def _flag_problem(flag: RunFlag, info, burn_in: int) -> str | None:
+    """The driver's warning for ``flag`` on this run's (unreduced, per-step) infos, or None when it is not set.
+
+    The driver's rules (:class:`~cenlmc_jax.base.RunFlag`): ``kept_only`` flags on the steps after
+    ``burn_in``; the others on any step; ``every_step`` flags for a chain set at every step of one
+    of the driver's chunks (of at least ``cj.run.WATCH_MIN_STEPS`` steps). The verdict sees neither
+    the chunks (``--checkpoint-every`` changes them) nor, in infos averaged over the chains
+    (``info_reduce="mean"``, the driver's default and the CLI's), which chain was set: it reports a
+    stretch of ``WATCH_MIN_STEPS`` consecutive steps at each of which the flag is set (on some chain,
+    for averaged infos). That contains every case the driver reports, whatever its chunking.
+    """
+    if flag.kept_only:
+        info, offset = jax.tree_util.tree_map(lambda a: a[burn_in:], info), burn_in
+    else:
+        offset = 0
+    value = getattr(info, flag.field, None)
+    if value is None or np.shape(value)[0] == 0:
+        return None
+    rows = _rows(value)
+    if not flag.every_step:
+        steps = rows.any(axis=1)
+        return flag.message(info, offset + int(np.argmax(steps))) if steps.any() else None
+    longest, starts = _longest_runs(rows)
+    stuck = longest >= WATCH_MIN_STEPS
+    if not stuck.any():
+        return None
+    k = int(np.argmin(np.where(stuck, starts, np.iinfo(np.int64).max)))  # the earliest stretch
+    first, last = offset + int(starts[k]), offset + int(starts[k] + longest[k]) - 1
+    if np.ndim(value) > 1:  # per chain or particle
+        return (f"{int(stuck.sum())} of {stuck.size} chains: " + flag.message(info, first)
+                + f" (at every step of {first}..{last})")
+    return flag.message(info, first) + (f" (at every step of {first}..{last}, on some chain or particle: the infos "
+                                        "are averaged over them, so which is not known)")
+
+
+def flag_problems(args, res) -> list:
+    """One problem per :class:`~cenlmc_jax.base.RunFlag` that the infos' class declares (``run_flags``)
+    and this run set, worded as ``cj.sample``'s warning, plus the sampler's tuning flags on the command line."""
+    if res.info is None:
+        return []
+    tuning_flags = ", ".join(f"--{f}" for f in ("step-size",) + tuple(SPECS[args.sampler].flags))
+    out = []
+    for flag in run_flags(res.info):
+        text = _flag_problem(flag, res.info, res.burn_in)
+        if text is not None:
+            out.append(f"{text} [info.{flag.field}; on the command line: {tuning_flags}]")
     return out
 
 
@@ -159,11 +220,12 @@ def problems(args, target, job, res, table: SummaryTable | None, c: float | None
     if res.diverged_at >= 0:
         out.append(divergence_problem(args, job, res, c))
     out += stability_problem(args, job, c)
+    out += flag_problems(args, res)
     if table is None:
         out.append(f"no draw was kept: the run stopped after {res.num_steps_done} of the driver's {res.burn_in} "
                    f"burn-in + {args.steps} steps, before its first recorded step; there are no estimates")
         return out
-    out += _ensemble_problems(args, job, res, table)
+    out += _ensemble_problems(args, table)
     acc = table.run.get("acceptance_rate")
     if acc is not None and not acc >= ACCEPTANCE_MIN:
         out.append(f"mean acceptance rate {acc:.3f} < {ACCEPTANCE_MIN}: the chains barely move; lower --step-size")

@@ -7,7 +7,7 @@ Modules, along their seams:
 * :mod:`~cenlmc_jax.ensemble.states`: their states and infos;
 * :mod:`~cenlmc_jax.ensemble.options`: :class:`EnsembleOptions`, how a step is computed;
 * :mod:`~cenlmc_jax.ensemble.buffers`: the true gradients at only the particles that need one;
-* :mod:`~cenlmc_jax.ensemble.audit`: the gradient audit (``info.unstable``, ``info.biased``);
+* :mod:`~cenlmc_jax.ensemble.audit`: the gradient audit (EnLMC's ``info.unstable``, ``info.biased``);
 * :mod:`~cenlmc_jax.ensemble.coupling`: the coupling with LMC of Theorem 3.3;
 * :mod:`~cenlmc_jax.ensemble.tuning`: :func:`tune_cenlmc`, a burn-in that picks the radii.
 """

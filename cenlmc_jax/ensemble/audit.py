@@ -20,7 +20,7 @@ drift outwards and the second moment grows, long before any kick explodes.
 The state keeps an exponential moving average of the median ratio
 (:data:`AUDIT_EMA_WEIGHT`); when it falls below :data:`AUDIT_UNSTABLE_RATIO`
 after :data:`AUDIT_MIN_STEPS` audited steps, ``info.unstable`` (and so
-``info.diverged``) is set. CEnLMC never sets it: its tests bound the weights
+``info.diverged``) is set. CEnLMC has no such field: its tests bound the weights
 (``1/p_j <= (4πh)^{d/2} exp((η+R1+R2)²/(4h))``, proof of Lemma 4.2), so its
 force has a finite variance, and a median ratio far below 1 there means a
 noisy but unbiased force (measured: 0.4-0.6 on the 3-D Darcy problem, where
@@ -155,10 +155,11 @@ class AuditInfo(NamedTuple):
     biased: Array
 
     def info_fields(self) -> dict:
-        """These figures under their names in :class:`EnLMCInfo` / :class:`CEnLMCInfo`."""
+        """These figures under their names in :class:`EnLMCInfo` / :class:`CEnLMCInfo` (``unstable`` is
+        EnLMC's alone: its step passes it itself)."""
         return dict(audit_grad_evals=self.grad_evals, audit_drift_ratio=self.drift_ratio, audit_error=self.error,
                     audit_noise_error=self.noise_error, audit_variance_inflation=self.variance_inflation,
-                    unstable=self.unstable, biased=self.biased)
+                    biased=self.biased)
 
 
 def audit_pick(rng_key: PRNGKey, used: Array, size: int) -> tuple[Array, Array, Array]:

@@ -302,6 +302,7 @@ def enlmc_step(
         num_exploded=exploded,
         num_isolated=jnp.sum(~need & (pf.n_ball == 0), dtype=jnp.int32),
         **a.info_fields(),
+        unstable=a.unstable,
         num_nonfinite=bad,
         diverged=((bad + exploded) > 0) | a.unstable | ~_valid_params(x.dtype, h, eta, 0.0, 0.0, 0.0),
     )

@@ -138,15 +138,17 @@ class CEnLMCInfo(NamedTuple):
        ``h|F_i - ∇f(x_i)|`` in units of the Langevin noise length ``sqrt(2hd)``.
     audit_variance_inflation: as in :class:`EnLMCInfo`: this step's estimate of the relative
        stationary variance inflation caused by the ensemble noise (NaN without audit).
-    unstable: always False for CEnLMC (kept for one info shape with EnLMC): its weights are
-       bounded by the tests, so EnLMC's instability cannot occur; a heavy-tailed
-       ensemble force shows as ``biased`` (module docstring, "Gradient audit").
     biased: the running variance-inflation estimate (``state.audit.inflation``) exceeds
        :data:`AUDIT_BIAS_THRESHOLD` after :data:`AUDIT_BIAS_MIN_STEPS` steps: the moments are
        biased beyond the audit's tolerance. Reported (``cj.sample`` warns, the CLI says
        UNRELIABLE), never a divergence: the run goes on.
     num_nonfinite: particles whose new position or log density is NaN/inf.
     diverged: ``num_nonfinite > 0`` (or a traced parameter is NaN / out of range).
+
+    No ``unstable`` field (EnLMC's drift-deficit flag): the tests of (3.21) bound the weights
+    (proof of Lemma 4.2), so EnLMC's instability (Theorem 3.2) cannot occur, and a low audited
+    drift ratio here is a noisy but unbiased force, which ``biased`` measures (the audit's module
+    docstring, "Instability").
     """
 
     grad_evals: Array
@@ -165,7 +167,6 @@ class CEnLMCInfo(NamedTuple):
     audit_error: Array
     audit_noise_error: Array
     audit_variance_inflation: Array
-    unstable: Array
     biased: Array
     num_nonfinite: Array
     diverged: Array

@@ -31,7 +31,7 @@ state (so an unstable candidate cannot damage the chain the others are
 measured on), and the chosen one runs them again to hand over a settled
 chain; all share one compiled program (the radii are traced arguments). The choice: among the
 candidates whose measured variance inflation and drift error are below their
-caps and that were never flagged (unstable, biased or diverged), the one with
+caps and that were never flagged (biased or diverged: a trial's ``unstable``), the one with
 the smallest variance inflation among those reaching ``target_fraction``; if
 none reaches it, the one with the largest fraction. With no acceptable
 candidate the ensemble is switched off (``r1 = 0``: CEnLMC is then LMC) and
@@ -121,7 +121,7 @@ def _trial_runner(logdensity_fn, step_size, n_star, m_f, num_steps, audit_size, 
             st, info = cenlmc_step(jax.random.fold_in(key, t), st, logdensity_fn, step_size, eta, r1, r2, n_star,
                                    m_f, audit_size=audit_size, grad_fn=grad_fn, **kwargs)
             return st, (info.ensemble_fraction, info.audit_noise_error, info.audit_drift_ratio,
-                        info.audit_variance_inflation, info.unstable | info.biased, info.diverged,
+                        info.audit_variance_inflation, info.biased, info.diverged,
                         info.grad_evals_padded)
 
         return lax.scan(body, state, jnp.arange(num_steps))
