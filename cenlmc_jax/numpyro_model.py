@@ -45,6 +45,12 @@ class NumPyroModel(NamedTuple):
       unravel: ``x -> {site: unconstrained array}``, ``jax.flatten_util``'s inverse of the flattening.
       initial_position: ``(d,)``, NumPyro's ``init_to_uniform`` start (uniform on ``(-2, 2)`` on the
         unconstrained scale, as Stan's), drawn with key 0; draw your own starts for several chains.
+      dims: ``{site: (dim name, ...)}`` for the array sites that ``constrain`` returns, one name per axis: the
+        ``numpyro.plate`` a batch axis lies in (``("J",)`` for eight schools' ``theta``), else ArviZ's
+        ``site_dim_i``; what ``cj.to_arviz(result, model=m)`` labels the posterior's axes with.
+
+    ``cj.summary(result, model=m)``, ``cj.to_arviz(result, model=m)`` and the ``cj.plots`` functions with
+    ``model=m`` show the constrained sites under their names (:mod:`cenlmc_jax.named_draws`).
     """
 
     logdensity_fn: Callable[[Any], Any]
@@ -53,6 +59,7 @@ class NumPyroModel(NamedTuple):
     names: tuple
     unravel: Callable[[Any], dict]
     initial_position: Any
+    dims: Any = None
 
 
 def _import_numpyro():
@@ -77,11 +84,36 @@ def _coordinate_names(sites: dict) -> tuple:
     return tuple(names)
 
 
-def _check_continuous(model: Callable, args: tuple, kwargs: dict) -> None:
-    """Refuse a discrete latent site, from one trace of the model (before NumPyro tries to enumerate it)."""
+def _trace(model: Callable, args: tuple, kwargs: dict) -> dict:
     from numpyro import handlers
 
-    model_trace = handlers.trace(handlers.seed(model, jax.random.key(0))).get_trace(*args, **kwargs)
+    return handlers.trace(handlers.seed(model, jax.random.key(0))).get_trace(*args, **kwargs)
+
+
+def _site_dims(model_trace: dict) -> dict:
+    """``{site: dim names}`` of the latent and deterministic array sites: a batch axis inside a plate takes the
+    plate's name (``frame.dim`` counts from the right of the batch shape, i.e. of the shape less the
+    distribution's event dims), any other axis ArviZ's default ``site_dim_i``."""
+    dims = {}
+    for name, site in model_trace.items():
+        kind = site.get("type")
+        if kind not in ("sample", "deterministic") or site.get("is_observed", False):
+            continue
+        shape = np.shape(site["value"])
+        if not shape:
+            continue
+        names = [f"{name}_dim_{i}" for i in range(len(shape))]
+        batch = len(shape) - (getattr(site.get("fn"), "event_dim", 0) if kind == "sample" else 0)
+        for frame in site.get("cond_indep_stack", ()):
+            axis = batch + frame.dim
+            if 0 <= axis < len(shape) and shape[axis] == frame.size:
+                names[axis] = frame.name
+        dims[name] = tuple(names)
+    return dims
+
+
+def _check_continuous(model_trace: dict) -> None:
+    """Refuse a discrete latent site, from one trace of the model (before NumPyro tries to enumerate it)."""
     for name, site in model_trace.items():
         if site.get("type") != "sample" or site.get("is_observed", False):
             continue
@@ -102,6 +134,7 @@ def from_numpyro(model: Callable, *args: Any, **kwargs: Any) -> NumPyroModel:
         m = cj.from_numpyro(eight_schools, J, sigma, y=y)
         algo = cj.vmap_chains(cj.rwmh(m.logdensity_fn, step_size=0.3))
         draws = jax.vmap(jax.vmap(m.constrain))(result.trace)      # {site: (draws, chains, ...)}
+        print(cj.summary(result, model=m))                         # the constrained sites, by name
 
     Raises ``ImportError`` (naming ``pip install numpyro``) without NumPyro, and ``ValueError`` for a
     ``model`` that is not callable, has no latent site, or has a discrete latent site.
@@ -109,7 +142,8 @@ def from_numpyro(model: Callable, *args: Any, **kwargs: Any) -> NumPyroModel:
     initialize_model = _import_numpyro()
     if not callable(model):
         raise ValueError(f"model={model!r}: expected a NumPyro model (a callable with numpyro.sample statements)")
-    _check_continuous(model, args, kwargs)
+    model_trace = _trace(model, args, kwargs)
+    _check_continuous(model_trace)
     info = initialize_model(jax.random.key(0), model, model_args=args, model_kwargs=kwargs or None)
     sites = info.param_info.z
     flat, unravel = ravel_pytree(sites)
@@ -125,4 +159,5 @@ def from_numpyro(model: Callable, *args: Any, **kwargs: Any) -> NumPyroModel:
     def constrain(x):
         return postprocess_fn(unravel(jnp.asarray(x)))
 
-    return NumPyroModel(logdensity_fn, int(flat.size), constrain, _coordinate_names(sites), unravel, flat)
+    return NumPyroModel(logdensity_fn, int(flat.size), constrain, _coordinate_names(sites), unravel, flat,
+                        _site_dims(model_trace))

@@ -19,6 +19,14 @@ as the cell's value, or write it with ``fig.savefig("name.png")``.
 
 Draws are taken as in :mod:`cenlmc_jax.diagnostics`: a ``RunResult`` or a
 chains-first array ``(chains, draws, *event)``.
+
+A model with named, constrained parameters: pass ``model=`` (what
+:func:`cenlmc_jax.from_numpyro` returns) or ``constrain=`` (``x -> {site:
+array}``) to :func:`plot_trace`, :func:`plot_rank`, :func:`plot_marginals`,
+:func:`plot_ensemble_pairs` or :func:`plot_acf`: each draw is mapped by it
+(:mod:`cenlmc_jax.named_draws`), the axes carry the sites' names, and
+``coords`` (``pair``) may name them: ``plot_trace(result, model=m,
+coords=["mu", "tau", "theta[0]"])``.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from cenlmc_jax import diagnostics as dg
+from cenlmc_jax.named_draws import flatten_sites, named_draws, resolve_constrain, site_draws
 from cenlmc_jax.run import RunResult
 from cenlmc_jax.targets import Target
 
@@ -58,50 +67,68 @@ def _figure(nrows: int, ncols: int, width: float = 4.0, height: float = 2.6, **k
     return fig, axes
 
 
-def _draws(result_or_draws: Any) -> np.ndarray:
-    """(chains, draws, k) float64, the event axes flattened."""
-    x = np.asarray(dg.chains_first(result_or_draws), np.float64)
-    return x.reshape(x.shape[:2] + (-1,))
+def _draws(result_or_draws: Any, model: Any = None, constrain: Any = None) -> tuple:
+    """``(x: (chains, draws, k) float64, names)``: the event axes flattened, or each draw constrained
+    (``model`` / ``constrain``) with the sites' names; ``names[c]`` labels column ``c`` (``x[c]`` by default)."""
+    x, names = named_draws(result_or_draws, resolve_constrain(model, constrain))
+    return x, (names if names is not None else _default_names(x.shape[2]))
 
 
-def _coords(coords: Sequence[int] | None, k: int) -> list:
+def _default_names(k: int) -> tuple:
+    return tuple(f"x[{c}]" for c in range(k))
+
+
+def _coords(coords: Sequence | None, names: Sequence[str], what: str = "coords") -> list:
+    """Column indices from ``coords``: indices in ``[0, k)`` or names among ``names`` (default: the first 4)."""
+    k = len(names)
     if coords is None:
         return list(range(min(k, _MAX_COORDS)))
-    coords = [int(c) for c in coords]
-    bad = [c for c in coords if not 0 <= c < k]
-    if bad or not coords:
-        raise ValueError(f"coords must be coordinate indices in [0, {k - 1}]; got {coords}.")
-    return coords
+    out = []
+    for c in coords:
+        if isinstance(c, str):
+            if c not in names:
+                raise ValueError(f"{what}: {c!r} is not a coordinate name; expected one of {list(names)}.")
+            out.append(list(names).index(c))
+        else:
+            out.append(int(c))
+    bad = [c for c in out if not 0 <= c < k]
+    if bad or not out:
+        raise ValueError(f"{what} must be coordinate indices in [0, {k - 1}] or names; got {list(coords)}.")
+    return out
 
 
-def plot_trace(result_or_draws: Any, *, coords: Sequence[int] | None = None, max_chains: int = 8):
+def plot_trace(result_or_draws: Any, *, coords: Sequence | None = None, max_chains: int = 8,
+               model: Any = None, constrain: Any = None):
     """Trace plot: per coordinate, the draws of up to ``max_chains`` chains against
-    the draw index (left) and the histogram of all draws (right)."""
-    x = _draws(result_or_draws)
-    cs = _coords(coords, x.shape[2])
+    the draw index (left) and the histogram of all draws (right). ``model`` /
+    ``constrain``: the constrained values under their names (module docstring)."""
+    x, names = _draws(result_or_draws, model, constrain)
+    cs = _coords(coords, names)
     fig, axes = _figure(len(cs), 2, width=4.5)
     for row, c in enumerate(cs):
         ax_t, ax_h = axes[row]
         for ch in range(min(max_chains, x.shape[0])):
             ax_t.plot(x[ch, :, c], lw=0.6, alpha=0.8)
         ax_t.set_xlabel("draw")
-        ax_t.set_ylabel(f"x[{c}]")
+        ax_t.set_ylabel(names[c])
         ax_h.hist(x[:, :, c].ravel(), bins=60, density=True, color="0.4")
-        ax_h.set_xlabel(f"x[{c}]")
+        ax_h.set_xlabel(names[c])
         ax_h.set_ylabel("density")
     axes[0, 0].set_title(f"trace ({min(max_chains, x.shape[0])} of {x.shape[0]} chains)")
     axes[0, 1].set_title(f"all {x.shape[0] * x.shape[1]:,} draws")
     return fig
 
 
-def plot_rank(result_or_draws: Any, *, coords: Sequence[int] | None = None, max_chains: int = 8, bins: int = 20):
+def plot_rank(result_or_draws: Any, *, coords: Sequence | None = None, max_chains: int = 8, bins: int = 20,
+              model: Any = None, constrain: Any = None):
     """Rank plot: the draws of up to ``max_chains`` chains are ranked together, per
     coordinate; each chain's histogram of ranks is drawn on its own baseline,
-    with the uniform count (what mixing chains give) dashed."""
-    x = _draws(result_or_draws)
+    with the uniform count (what mixing chains give) dashed. ``model`` /
+    ``constrain``: the constrained values under their names (module docstring)."""
+    x, names = _draws(result_or_draws, model, constrain)
     x = x[: min(max_chains, x.shape[0])]
     m, n = x.shape[:2]
-    cs = _coords(coords, x.shape[2])
+    cs = _coords(coords, names)
     fig, axes = _figure(1, len(cs), width=3.6, height=3.2)
     edges = np.linspace(0, m * n, bins + 1)
     expected = n / bins
@@ -113,9 +140,9 @@ def plot_rank(result_or_draws: Any, *, coords: Sequence[int] | None = None, max_
             ax.bar(edges[:-1], counts, width=np.diff(edges), bottom=base, align="edge", edgecolor="white", lw=0.4)
             ax.axhline(base + expected, color="k", ls="--", lw=0.7)
         ax.set_yticks([ch * 2.0 * expected for ch in range(m)], [str(ch) for ch in range(m)])
-        ax.set_xlabel(f"rank of x[{c}] among {m * n:,} draws")
+        ax.set_xlabel(f"rank of {names[c]} among {m * n:,} draws")
         ax.set_ylabel("chain")
-        ax.set_title(f"rank plot x[{c}]")
+        ax.set_title(f"rank plot {names[c]}")
     return fig
 
 
@@ -145,20 +172,27 @@ def _reference_marginal(target: Target, c: int, grid: np.ndarray) -> tuple:
 
 
 def plot_marginals(result_or_draws: Any, target: Target | None = None, *,
-                   coords: Sequence[int] | None = None, bins: int = 60):
+                   coords: Sequence | None = None, bins: int = 60, model: Any = None, constrain: Any = None):
     """Marginal histograms of the draws against the target's marginal density:
     exact for a Gaussian target (one with a constant ``hessian``), by trapezoidal
     quadrature of ``exp(logdensity_fn)`` on a grid for d = 1 and d = 2 (the other
     coordinate integrated over ±8 sd or the plotted range). A streaming run
-    contributes its final ensemble."""
+    contributes its final ensemble. ``model`` / ``constrain``: the constrained
+    values under their names (module docstring); not with ``target``, whose
+    density is of the unconstrained ``x``."""
+    if target is not None and (model is not None or constrain is not None):
+        raise ValueError("target and model/constrain: the target's density is of the unconstrained x, the "
+                         "histograms would be of the constrained values; pass one of them.")
     if isinstance(result_or_draws, RunResult) and result_or_draws.trace is None:
-        pos = np.asarray(result_or_draws.state.position, np.float64)
-        x = pos.reshape(pos.shape[0] if pos.ndim > 1 else 1, 1, -1)
+        pos = np.asarray(result_or_draws.state.position)
+        x, fn = pos.reshape(pos.shape[0] if pos.ndim > 1 else 1, 1, -1), resolve_constrain(model, constrain)
+        x, names = (x.astype(np.float64), _default_names(x.shape[2])) if fn is None else flatten_sites(
+            site_draws(x, fn))
         what = "final ensemble"
     else:
-        x = _draws(result_or_draws)
+        x, names = _draws(result_or_draws, model, constrain)
         what = "draws"
-    cs = _coords(coords, x.shape[2])
+    cs = _coords(coords, names)
     fig, axes = _figure(1, len(cs), width=3.6, height=3.0)
     for ax, c in zip(axes[0], cs, strict=True):
         v = x[:, :, c].ravel()
@@ -170,7 +204,7 @@ def plot_marginals(result_or_draws: Any, target: Target | None = None, *,
             dens, label = _reference_marginal(target, c, grid)
             if dens is not None:
                 ax.plot(grid, dens, color="C3", lw=1.5, label=label)
-        ax.set_xlabel(f"x[{c}]")
+        ax.set_xlabel(names[c])
         ax.set_ylabel("density")
         ax.legend(fontsize="small")
     if target is not None:
@@ -179,13 +213,18 @@ def plot_marginals(result_or_draws: Any, target: Target | None = None, *,
 
 
 def plot_ensemble_pairs(result_or_trace: Any, *, times: Sequence[int] | None = None,
-                        pair: tuple = (0, 1), max_points: int = 2000, target: Target | None = None):
+                        pair: tuple = (0, 1), max_points: int = 2000, target: Target | None = None,
+                        model: Any = None, constrain: Any = None):
     """An ensemble at a few kept draws (``times``: draw indices; default four,
-    first to last), in the plane of coordinates ``pair`` (a 1-D ensemble: its
-    histogram). ``result_or_trace``: a RunResult of an ensemble or of
-    ``vmap_chains`` run with a trace, or chains-first draws. With a Gaussian
-    ``target`` its 1- and 2-sd ellipses are drawn."""
-    x = _draws(result_or_trace)
+    first to last), in the plane of coordinates ``pair`` (indices or names; a
+    1-D ensemble: its histogram). ``result_or_trace``: a RunResult of an
+    ensemble or of ``vmap_chains`` run with a trace, or chains-first draws.
+    With a Gaussian ``target`` its 1- and 2-sd ellipses are drawn. ``model`` /
+    ``constrain``: the constrained values under their names (module
+    docstring); not with ``target``."""
+    if target is not None and (model is not None or constrain is not None):
+        raise ValueError("target and model/constrain: the target's ellipses are of the unconstrained x; pass one.")
+    x, names = _draws(result_or_trace, model, constrain)
     n_draws = x.shape[1]
     if times is None:
         times = sorted({0, n_draws // 3, (2 * n_draws) // 3, n_draws - 1})
@@ -195,13 +234,11 @@ def plot_ensemble_pairs(result_or_trace: Any, *, times: Sequence[int] | None = N
     keep = np.linspace(0, x.shape[0] - 1, min(max_points, x.shape[0])).astype(int)
     fig, axes = _figure(1, len(times), width=3.2, height=3.2, sharex=True, sharey=True)
     one_d = x.shape[2] == 1
-    i, j = (0, 0) if one_d else pair
-    if not one_d:
-        _coords([i, j], x.shape[2])
+    i, j = (0, 0) if one_d else _coords(pair, names, "pair")
     for ax, t in zip(axes[0], times, strict=True):
         if one_d:
             ax.hist(x[:, t, 0], bins=40, density=True, color="0.5")
-            ax.set_xlabel("x[0]")
+            ax.set_xlabel(names[0])
         else:
             ax.scatter(x[keep, t, i], x[keep, t, j], s=3, alpha=0.5, lw=0)
             if target is not None and target.hessian is not None:
@@ -211,8 +248,8 @@ def plot_ensemble_pairs(result_or_trace: Any, *, times: Sequence[int] | None = N
                 for r in (1.0, 2.0):
                     ell = (v @ (np.sqrt(w)[:, None] * np.stack([np.cos(th), np.sin(th)]))) * r
                     ax.plot(target.mean[i] + ell[0], target.mean[j] + ell[1], "k-", lw=0.8)
-            ax.set_xlabel(f"x[{i}]")
-            ax.set_ylabel(f"x[{j}]")
+            ax.set_xlabel(names[i])
+            ax.set_ylabel(names[j])
             ax.set_aspect("equal", adjustable="box")
         ax.set_title(f"draw {t}")
     fig.suptitle(f"ensemble of {x.shape[0]:,} (showing {len(keep):,}) over time")
@@ -286,19 +323,21 @@ def plot_coupling_distance(distances: Any, *, labels: Sequence[str] | None = Non
     return fig
 
 
-def plot_acf(results: dict, *, max_lag: int = 50, coords: Sequence[int] | None = None):
+def plot_acf(results: dict, *, max_lag: int = 50, coords: Sequence | None = None, model: Any = None,
+             constrain: Any = None):
     """The multi-chain autocorrelation ``rho_t`` (:func:`cenlmc_jax.diagnostics.autocorrelation`)
     against the lag ``t``, one panel per sampler side by side (shared axes),
-    one line per coordinate. ``results``: ``{name: RunResult or chains-first draws}``."""
+    one line per coordinate. ``results``: ``{name: RunResult or chains-first draws}``; ``model`` /
+    ``constrain`` (one for all): the constrained values under their names (module docstring)."""
     if not isinstance(results, dict) or not results:
         raise ValueError("results must be a non-empty dict {sampler name: RunResult or draws}.")
     fig, axes = _figure(1, len(results), width=3.8, height=3.0, sharey=True)
     for ax, (name, res) in zip(axes[0], results.items(), strict=True):
-        x = _draws(res)
+        x, names = _draws(res, model, constrain)
         lag = min(max_lag, x.shape[1] - 1)
         rho = np.asarray(dg.autocorrelation(x, 0, 1, max_lag=lag), np.float64)
-        for c in _coords(coords, x.shape[2]):
-            ax.plot(np.arange(lag + 1), rho[:, c], lw=1.2, label=f"x[{c}]")
+        for c in _coords(coords, names):
+            ax.plot(np.arange(lag + 1), rho[:, c], lw=1.2, label=names[c])
         ax.axhline(0.0, color="k", lw=0.6)
         ax.set_xlabel("lag")
         ax.set_title(name)

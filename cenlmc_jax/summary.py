@@ -38,6 +38,7 @@ import numpy as np
 from cenlmc_jax import diagnostics as dg
 from cenlmc_jax._host import fetch
 from cenlmc_jax.diagnostics.chains import summary_diagnostics
+from cenlmc_jax.named_draws import flatten_sites, resolve_constrain, site_draws
 from cenlmc_jax.run import RunResult
 from cenlmc_jax.targets import Target
 
@@ -282,7 +283,8 @@ def _diagnostic_columns(x: jax.Array) -> dict:
     return {k: np.asarray(v, np.float64).reshape(-1) for k, v in cols.items()}
 
 
-def summary(result_or_draws: Any, truth: Any = None, *, burn_in: int = 0, labels: list | None = None) -> SummaryTable:
+def summary(result_or_draws: Any, truth: Any = None, *, burn_in: int = 0, labels: list | None = None,
+            model: Any = None, constrain: Any = None) -> SummaryTable:
     r"""The summary table of a run, or of chains-first draws.
 
     Columns, per coordinate (all with ArviZ's definitions; Vehtari et al. 2021):
@@ -301,6 +303,17 @@ def summary(result_or_draws: Any, truth: Any = None, *, burn_in: int = 0, labels
     For a streaming run (``mode="stream"``) see the module docstring: the
     MCSEs are upper bounds, ESS and R-hat are ``nan``, and a note says so.
 
+    A model with named, constrained parameters (a NumPyro model)::
+
+        m = cj.from_numpyro(eight_schools, J, sigma, y=y)
+        ...                                      # a run on m.logdensity_fn, with a trace
+        print(cj.summary(result, model=m))       # rows mu, tau, theta[0], ..., theta_trans[7]
+
+    shows each draw mapped by ``m.constrain`` (:mod:`cenlmc_jax.named_draws`):
+    the statistics of ``tau`` are of ``exp(x[1])`` draw by draw, deterministic
+    sites included, sites sorted by name, array sites as ``theta[0]``, ...
+    (``labels=m.names`` instead names the unconstrained coordinates).
+
     Args:
       result_or_draws: a :class:`~cenlmc_jax.run.RunResult` (trace or stream
         mode) or draws ``(chains, draws, *event)`` (chains first; see
@@ -309,17 +322,28 @@ def summary(result_or_draws: Any, truth: Any = None, *, burn_in: int = 0, labels
         a dict with ``mean`` and ``sd`` or ``cov``, or an array of means.
       burn_in: steps of a RunResult's info to leave out of the mean
         acceptance rate and ensemble fraction (the draws already exclude them).
-      labels: names of the coordinates (default ``x[0]``, ``x[1]``, ...).
+      labels: names of the coordinates (default ``x[0]``, ``x[1]``, ...; with
+        ``model`` or ``constrain``, the sites' names).
+      model: what :func:`cenlmc_jax.from_numpyro` returns (its ``constrain``
+        is used), or None.
+      constrain: ``x: (d,) -> {site: array}`` (or one array), mapped over the
+        draws before anything is computed; not with ``model``, and not for a
+        streaming run (moments of ``x`` do not give those of ``constrain(x)``).
 
     Returns:
       A :class:`SummaryTable`; ``print`` it.
     """
     notes = []
     run: dict = {}
+    constrain = resolve_constrain(model, constrain)
     result_or_draws = fetch(result_or_draws)  # on the host; gathered when sharded over several processes
+    names = None
     if isinstance(result_or_draws, RunResult) and result_or_draws.trace is None:
         if result_or_draws.moments is None:
             raise ValueError("result_or_draws is a RunResult with neither a trace nor moments.")
+        if constrain is not None:
+            raise ValueError("model/constrain: result_or_draws is a streaming run (moments of the unconstrained x "
+                             "only, which do not give the constrained moments); run with a trace.")
         cols, shape = _stream_columns(result_or_draws)
         notes.append(_STREAM_NOTE)
     else:
@@ -327,7 +351,10 @@ def summary(result_or_draws: Any, truth: Any = None, *, burn_in: int = 0, labels
         if x.shape[1] < 4:
             raise ValueError(f"the draws have {x.shape[1]} draws per chain (shape {tuple(x.shape)}); the summary "
                              "needs at least 4 (split chains of 2 draws).")
-        x = x.reshape(x.shape[:2] + (-1,))
+        if constrain is None:
+            x = x.reshape(x.shape[:2] + (-1,))
+        else:
+            x, names = flatten_sites(site_draws(x, constrain))
         cols, shape = _trace_columns(x)
     run.update(shape)
     if isinstance(result_or_draws, RunResult):
@@ -342,7 +369,7 @@ def summary(result_or_draws: Any, truth: Any = None, *, burn_in: int = 0, labels
             cols["true_sd"] = true_sd
             cols["z_sd"] = (cols["sd"] - true_sd) / cols["mcse_sd"]
     if labels is None:
-        labels = [f"x[{i}]" for i in range(d)]
+        labels = names if names is not None else [f"x[{i}]" for i in range(d)]
     elif len(labels) != d:
         raise ValueError(f"labels must name the {d} coordinates; got {len(labels)} labels.")
     if run.get("divergences"):
@@ -403,6 +430,8 @@ def to_arviz(
     var_name: str = "x",
     coords: dict | None = None,
     dims: dict | None = None,
+    model: Any = None,
+    constrain: Any = None,
 ):
     """A run for ArviZ (needs ArviZ: ``pip install "cenlmc_jax[arviz]"``).
 
@@ -431,6 +460,15 @@ def to_arviz(
     final state as one draw per chain or particle, and the attributes
     ``stream_count``, ``stream_mean``, ``stream_sd`` and a ``note`` say so.
 
+    With ``model`` (what :func:`cenlmc_jax.from_numpyro` returns) or
+    ``constrain``, ``posterior`` holds the constrained values instead, one
+    variable per site with its shape, as ArviZ's ``from_numpyro`` lays them out
+    (``posterior["tau"]``: ``(chain, draw)``, ``posterior["theta"]``: ``(chain,
+    draw, J)``); a NumPyro model's plates name the dims (``model.dims``;
+    ``dims`` given here take precedence), other axes get ArviZ's
+    ``theta_dim_0``. A streaming run's final state is constrained likewise; its
+    ``stream_*`` attributes stay those of the unconstrained ``x``.
+
     Args:
       result: what :func:`cenlmc_jax.sample` returned.
       burn_in: the run's ``burn_in`` (default: ``result.burn_in``, recorded by
@@ -438,7 +476,9 @@ def to_arviz(
       thin: the run's ``thin`` (default: ``result.thin``).
       sampler, parameters, seed: recorded as attributes.
       var_name, coords, dims: passed to ``arviz.from_dict`` (default dims:
-        ArviZ's ``x_dim_0``, ...).
+        ArviZ's ``x_dim_0``, ...); ``var_name`` names the posterior when there
+        are no sites (no ``constrain``, or one returning an array).
+      model, constrain: as for :func:`summary`; one of them, or neither.
     """
     try:
         import arviz as az
@@ -446,6 +486,7 @@ def to_arviz(
         raise ImportError('cj.to_arviz needs ArviZ: pip install "cenlmc_jax[arviz]" (or pip install arviz)') from exc
     if not isinstance(result, RunResult):
         raise ValueError(f"result must be a RunResult (what cj.sample returns); got {type(result).__name__}.")
+    constrain_fn = resolve_constrain(model, constrain)
     result = fetch(result)  # on the host; gathered when sharded over several processes
     thin = result.thin if thin is None else thin
     burn_in = result.burn_in if burn_in is None else burn_in
@@ -492,7 +533,12 @@ def to_arviz(
             note=("streaming run (mode='stream'): no draws were kept; posterior holds the final state (one draw "
                   "per chain or particle); stream_mean and stream_sd are the moments over all kept steps"),
         )
-    groups = {"posterior": {var_name: posterior}}
+    if constrain_fn is None:
+        groups = {"posterior": {var_name: posterior}}
+    else:
+        groups = {"posterior": site_draws(posterior, constrain_fn, var_name)}
+        plates = {k: list(v) for k, v in (getattr(model, "dims", None) or {}).items() if k in groups["posterior"]}
+        dims = {**plates, **(dims or {})} or None
     if stats:
         groups["sample_stats"] = stats
     if warm:
