@@ -51,6 +51,8 @@ except ImportError:  # pragma: no cover - Python 3.10
 PROG = "cenlmc-jax"
 MAX_SEED = 2**63 - 1
 DEFAULT_PARTICLES = 2000
+#: ``--steps`` unset: this, or more for a warmed-up lmc / cenlmc (cenlmc_jax.cli.jobs.default_steps).
+DEFAULT_STEPS = 1000
 #: Flags that are not settings of a run: never read from, nor written to, a configuration file.
 NOT_IN_CONFIG = {"command", "config", "resume", "dir"}
 #: Settings a resumed run may change: where and how it reports, not what it computes.
@@ -129,7 +131,10 @@ def _add_run_length_and_parameters(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("run length and sampler parameters")
     g.add_argument("--particles", type=int_type(2), default=None,
                    help=f"particles or chains (default: {DEFAULT_PARTICLES}, or the rows of --init)")
-    g.add_argument("--steps", type=int_type(1), default=1000, help="recorded steps (default: %(default)s)")
+    g.add_argument("--steps", type=int_type(1), default=None,
+                   help=f"recorded steps (default: {DEFAULT_STEPS}) or, for lmc / cenlmc warmed up by "
+                        "cj.langevin_warmup, more where the warm-up's measured relaxation time asks for more for the "
+                        "R-hat check")
     g.add_argument(
         "--burn-in", type=int_type(0), default=200, help="steps run first, not recorded (default: %(default)s)"
     )
@@ -393,7 +398,7 @@ def _check_out_dir(args) -> None:
 
 def _check_outputs(args) -> None:
     """--thin, --plots and --out: what is kept and where it goes."""
-    if args.steps % args.thin:
+    if args.steps is not None and args.steps % args.thin:  # unset: the job picks a multiple of --thin
         raise UsageError(f"--thin must divide --steps; got --thin {args.thin}, --steps {args.steps}")
     if args.thin > 1 and not args.trace:
         raise UsageError("--thin applies to kept draws: add --trace")

@@ -99,11 +99,14 @@ def _warmed(spec, args, target, positions, keys):
     desc = (f"{'LMC' if spec.registry == 'lmc' else 'CEnLMC, whitened (y = L^-1 (x - m))'}, h={i.step_size:.4g} "
             f"(whitened curvature {i.curvature:.3g}, bias {i.bias:g}), preconditioner M of condition number "
             f"{i.condition_number:.3g} from cj.langevin_warmup over the {args.burn_in} burn-in steps (start: "
-            f"{i.start}; {i.grad_evals:,} gradients, {i.hvp_evals:,} Hessian-vector products)")
+            f"{i.start}; {i.grad_evals:,} gradients, {i.hvp_evals:,} Hessian-vector products; relaxation time "
+            f"{i.relaxation_steps:.3g} steps)")
     if i.cenlmc:
         desc += (f"; in y: eta={p['eta']:.3g}, r1={p['r1']:.3g}, r2={p['r2']:.3g}, n_star={p['n_star']}, "
                  f"m_f={p['m_f']:.3g} (expected ensemble fraction {i.cenlmc['expected_ensemble_fraction']:.2f})")
-    return Job(wu.algorithm, wu.state, desc, _plain(dict(p, whitened_curvature=i.curvature)), warmup_steps=args.burn_in)
+    params = _plain(dict(p, whitened_curvature=i.curvature, whitened_curvature_max=i.curvature_max,
+                         relaxation_steps=i.relaxation_steps))
+    return Job(wu.algorithm, wu.state, desc, params, warmup_steps=args.burn_in)
 
 
 def _lmc(spec, args, target, positions, c, keys):
