@@ -309,3 +309,18 @@ def test_library_samplers_run_the_estimator_and_beat_a_uniform_model():
     # SGRHMC 10.8-12.4 against bounds 15.0-16.2
     bound = 0.5 * (W + truth)
     assert results["sgrld"] < bound and results["sgrhmc"] < bound, (results, truth)
+
+
+
+def test_estimator_runs_under_jit_and_vmap_over_keys():
+    # the estimator (itself a vmap over documents) vmapped over 400 keys in one jitted program (the tests above
+    # use lax.map): the same z-test against the exact expectation over z as
+    # test_gibbs_gradient_estimator_matches_the_exact_expectation_over_z. (The perplexity's jit and its vmap over
+    # documents are in the perplexity tests; a vmap over keys of it compiles in ~6 s CPU more, left out for time.)
+    corpus = _tiny_corpus()
+    est = L.lda_grad_estimator(corpus, 2, TINY_W, HYPERS, batch_size=len(TINY_DOCS), num_burnin=20, num_kept=20)
+    keys = jax.random.split(jax.random.key(9), 400)
+    position = jnp.asarray(TINY_THETA_TILDE.reshape(-1), jnp.float32)
+    g = np.asarray(jax.jit(jax.vmap(est, in_axes=(0, None)))(keys, position), np.float64)
+    z = _zscores(g, _exact_grad(_sorted_docs()))
+    assert np.all(np.abs(z) < Z_BOUND), z  # 6 coordinates, Z_BOUND (Bonferroni, module constant)
