@@ -62,7 +62,7 @@ def run_notebook(path):
 def test_there_are_notebooks():
     names = {p.stem for p in NOTEBOOKS}
     assert {"quickstart", "inverse_problem", "paper2_experiments", "sgmcmc_logistic", "differentiable",
-            "online_lda"} <= names
+            "online_lda", "eight_schools"} <= names
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
