@@ -466,6 +466,8 @@ def main():
         f"{'holds' if holds else 'does not hold'} here (final: "
         + ", ".join(f"{n} {final[n]:.1f}" for n in SAMPLERS) + ").",
     ]
+    notes.append("Documents per second of each sampler, the Gibbs sweeps' share of a step and the JAX estimator "
+                 "against NumPy: lda_speed.md (`python benchmarks/bench_lda.py --speed --topics 20 50`).")
     for n, t in tables.items():
         notes.append(f"Top 7 words, {n}: " + "; ".join(f"topic {k}: {' '.join(w)}" for k, w in t))
     out_dir = Path(args.out_dir)
