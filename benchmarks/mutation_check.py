@@ -55,6 +55,11 @@ T_RECIPE_STEP = GAPS + "test_recipe_step_with_a_scalar_d_of_z_is_the_hand_writte
 T_RECIPE_STAT = GAPS + "test_complete_recipe_with_position_dependent_d_has_the_stationary_second_moment"
 T_SDE_GRID = GAPS + "test_irreversible_sde_sampler_kernel_leaves_pi_times_uniform_direction_invariant_on_a_grid"
 T_SDE_DRAW = GAPS + "test_sde_proposal_draws_from_its_own_forward_density"
+LANGEVIN = "cenlmc_jax/langevin.py"
+VERDICT = "cenlmc_jax/cli/verdict.py"
+T_SCHEDULE = "tests/test_schedules.py::test_a_schedule_gives_the_exact_moment_recursion[lmc]"
+T_FLAGS = "tests/test_cli_run_flags.py::"
+T_FLAGS_TOY = T_FLAGS + "test_every_flag_the_driver_warns_about_is_a_problem_of_the_verdict"
 
 #: (name, file, original text, replacement, tests that must catch it, what the bug is)
 MUTATIONS = [
@@ -118,6 +123,28 @@ MUTATIONS = [
          replacement="return mean(z, -direction[0], point) + jnp.sqrt",
          tests=[T_SDE_DRAW],
          what="SDE proposal draws with -s while its density uses s"),
+    dict(name="lmc_schedule_at_step_0", file=LANGEVIN,
+         original="h = step_size_at(step_size, state.step, x.dtype)",
+         replacement="h = step_size_at(step_size, 0 * state.step, x.dtype)",
+         tests=[T_SCHEDULE],
+         what="LMC evaluates its step-size schedule at t = 0 at every step"),
+    dict(name="verdict_ignores_the_run_flags", file=VERDICT,
+         original="    out += flag_problems(args, res)\n",
+         replacement="    pass  # mutation: the infos' run_flags not read\n",
+         tests=[T_FLAGS + "test_a_flag_the_driver_warns_about_makes_the_job_unreliable[any_step]",
+                T_FLAGS + "test_a_collapsed_acceptance_rate_is_unreliable_by_its_own_flag"],
+         what="the CLI's verdict does not read the infos' run_flags"),
+    dict(name="verdict_kept_only_reads_the_burn_in", file=VERDICT,
+         original="info, offset = jax.tree_util.tree_map(lambda a: a[burn_in:], info), burn_in",
+         replacement="info, offset = info, 0",
+         tests=[T_FLAGS_TOY + "[kept_only_burn_in_does_not_count-None]",
+                T_FLAGS_TOY + "[kept_only_burn_in_does_not_count-mean]"],
+         what="a kept_only flag set during the burn-in counts in the verdict"),
+    dict(name="verdict_every_step_stretch_one_short", file=VERDICT,
+         original="stuck = longest >= WATCH_MIN_STEPS",
+         replacement="stuck = longest >= WATCH_MIN_STEPS - 1",
+         tests=[T_FLAGS_TOY + "[every_step_one_step_short-None]", T_FLAGS_TOY + "[every_step_one_step_short-mean]"],
+         what="an every_step flag reported after WATCH_MIN_STEPS - 1 consecutive steps"),
 ]
 
 

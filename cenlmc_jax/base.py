@@ -12,8 +12,8 @@ parameters once, in Python, and bind them; the free functions ``X_init`` /
 a bare step function); reusing the same object reuses its compilation.
 
 An info class may name the flags the driver reports (``run_flags``, a tuple
-of :class:`RunFlag`): ``cj.sample`` warns about them without knowing any sampler (the
-command line's verdict still checks its own list of fields). The
+of :class:`RunFlag`): ``cj.sample`` warns about them without knowing any sampler, and the
+command line's verdict calls such a run UNRELIABLE (``cenlmc_jax.cli.verdict.flag_problems``). The
 driver also watches the chains: one whose ``state.position`` did not move at
 any step of a chunk is frozen (a step size that reached 0, say) and reported,
 unless the info class declares ``may_stay = True`` (a Metropolis–Hastings
@@ -25,8 +25,9 @@ every step of a chunk).
 the driver, so that the diagnostics read it without importing the driver (which runs them at the end
 of a run: ``cenlmc_jax.diagnostics.convergence``). ``cenlmc_jax.run`` re-exports both.
 
-Step sizes are ``step_size`` everywhere: a float ``> 0`` or, for the recipe
-family, a schedule ``t -> ε_t`` of the step counter (an optax schedule works).
+Step sizes are ``step_size`` everywhere: a float ``> 0`` or, for ``cj.lmc`` and the
+recipe family (``cj.sgld``, ``cj.sghmc``, ...) and SGRHMC, a schedule ``t -> ε_t`` of
+the state's step counter (an optax schedule works).
 """
 
 from __future__ import annotations
@@ -92,8 +93,9 @@ def step_size_at(step_size: StepSize, step: Array, dtype) -> Array:
         check_positive(step_size, "step_size")
         return jnp.asarray(step_size, dtype)
     eps = step_size(step)
-    if is_concrete(eps):
-        check_positive(eps, f"step_size({int(step)}) (the schedule's value)")
+    if is_concrete(eps):  # a constant schedule is concrete at a traced step too
+        at = int(step) if is_concrete(step) else "t"
+        check_positive(eps, f"step_size({at}) (the schedule's value)")
     return jnp.asarray(eps, dtype)
 
 

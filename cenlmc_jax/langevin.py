@@ -9,6 +9,13 @@ against. With ``f = -logdensity_fn``,
 For ``f(x) = |x|²/(2σ²)`` the chain is Gaussian with stationary variance
 ``σ² / (1 - h/(2σ²))`` per coordinate: the discretisation bias of ULA.
 
+A step-size schedule (``step_size`` a callable ``t -> h_t`` of the int32 step
+counter ``state.step``, as the recipe family takes; an optax schedule works)
+gives ``x^{m+1} = x^m - h_m ∇f(x^m) + sqrt(2 h_m) ξ^m``. On
+``f(x) = (x - μ)²/(2σ²)`` the chain stays Gaussian, with the exact recursions
+``E x^{m+1} = (1 - h_m/σ²) E x^m + h_m μ/σ²`` and
+``Var x^{m+1} = (1 - h_m/σ²)² Var x^m + 2 h_m`` (``tests/test_schedules.py``).
+
 Preconditioned LMC (``inverse_mass_matrix=M``, BlackJAX's name): with ``M``
 symmetric positive definite (a scalar ``c·I``, a ``(d,)`` diagonal or a
 ``(d, d)`` matrix, the forms of :mod:`cenlmc_jax._linalg`),
@@ -42,12 +49,12 @@ from cenlmc_jax._validation import (
     check_logdensity,
     check_output,
     check_positions,
-    check_positive,
+    check_schedule,
     check_start_logdensity,
     check_state,
     is_concrete,
 )
-from cenlmc_jax.base import SamplingAlgorithm
+from cenlmc_jax.base import SamplingAlgorithm, StepSize, step_size_at
 from cenlmc_jax.grad_modes import check_grad_mode, grad, value_and_grad
 from cenlmc_jax.types import Array, ArrayLike, LogDensityFn, PRNGKey
 
@@ -61,11 +68,13 @@ class LMCState(NamedTuple):
     position: (N, d) particles.
     logdensity: (N,) ``logdensity_fn`` at each particle.
     logdensity_grad: (N, d) its gradient, reused by the next step.
+    step: () int32, the steps taken (the ``t`` of a step-size schedule ``t -> h_t``).
     """
 
     position: Array
     logdensity: Array
     logdensity_grad: Array
+    step: Array
 
 
 class LMCInfo(NamedTuple):
@@ -76,7 +85,7 @@ class LMCInfo(NamedTuple):
        at :func:`grad_cost` solves each, plus the N values when ``grad_fn`` is given
        (with autodiff the value comes with the gradient).
     num_nonfinite: particles whose new position or log density is NaN/inf.
-    diverged: ``num_nonfinite > 0``.
+    diverged: ``num_nonfinite > 0``, or a step size (traced, or a schedule's value) that is not > 0.
     """
 
     grad_evals: Array
@@ -196,14 +205,14 @@ def lmc_init(positions: ArrayLike, logdensity_fn: LogDensityFn, *, grad_fn: Call
     check_grad_fn(grad_fn, positions[0])
     logdensity, g = value_and_grad_ensemble(logdensity_fn, positions, grad_fn, grad_mode)
     check_start_logdensity(logdensity, where="particle of positions")
-    return LMCState(positions, logdensity, g)
+    return LMCState(positions, logdensity, g, jnp.zeros((), jnp.int32))
 
 
 def lmc_step(
     rng_key: PRNGKey,
     state: LMCState,
     logdensity_fn: LogDensityFn,
-    step_size: float,
+    step_size: StepSize,
     *,
     grad_fn: Callable | None = None,
     grad_mode: str = "auto",
@@ -211,8 +220,9 @@ def lmc_step(
 ) -> tuple[LMCState, LMCInfo]:
     """One unadjusted Langevin step for every particle.
 
-    ``x' = x + h ∇log p(x) + sqrt(2h) ξ`` with ``h = step_size``; pure and
-    jittable. The gradient at ``x'`` is evaluated here (N evaluations, by
+    ``x' = x + h ∇log p(x) + sqrt(2h) ξ`` with ``h = step_size``, a number > 0
+    or a schedule ``t -> h_t`` evaluated at ``state.step`` (module docstring);
+    pure and jittable. The gradient at ``x'`` is evaluated here (N evaluations, by
     ``grad_fn`` when given, else autodiff in ``grad_mode``: ``"auto"``,
     ``"reverse"`` or ``"forward"``, :mod:`cenlmc_jax.grad_modes`) and stored in
     the state for the next step. Both modes give the same chain up to rounding.
@@ -226,7 +236,7 @@ def lmc_step(
     check_grad_mode(grad_mode)
     check_state(state, LMCState, "lmc_init")
     check_key(rng_key)
-    check_positive(step_size, "step_size")
+    check_schedule(step_size, "step_size")
     mass = None
     if inverse_mass_matrix is not None:
         check_inverse_mass_matrix(inverse_mass_matrix, state.position.shape[-1])
@@ -236,9 +246,10 @@ def lmc_step(
 
 def lmc_move(rng_key, state, logdensity_fn, step_size, grad_fn, grad_mode, mass):
     """The step of :func:`lmc_step` without its checks (for callers that made them: the sampler object,
-    the warm-up); ``mass``: ``(M, M^{1/2})`` (traced allowed) or None."""
+    the warm-up); ``step_size``: ``h`` (traced allowed) or a schedule of ``state.step``; ``mass``:
+    ``(M, M^{1/2})`` (traced allowed) or None."""
     x = state.position
-    h = jnp.asarray(step_size, dtype=x.dtype)
+    h = step_size_at(step_size, state.step, x.dtype) if callable(step_size) else jnp.asarray(step_size, x.dtype)
     noise = jax.random.normal(rng_key, x.shape, dtype=x.dtype)
     drift, kick = state.logdensity_grad, noise
     if mass is not None:
@@ -255,15 +266,16 @@ def lmc_move(rng_key, state, logdensity_fn, step_size, grad_fn, grad_mode, mass)
         num_nonfinite=bad,
         diverged=(bad > 0) | ~(h > 0),
     )
-    return LMCState(new_x, logdensity, g), info
+    return LMCState(new_x, logdensity, g, state.step + 1), info
 
 
-def lmc(logdensity_fn: LogDensityFn, step_size: float, *, inverse_mass_matrix: Any = None,
+def lmc(logdensity_fn: LogDensityFn, step_size: StepSize, *, inverse_mass_matrix: Any = None,
         grad_fn: Callable | None = None, grad_mode: str = "auto") -> SamplingAlgorithm:
     """LMC (ULA) on an ensemble as a sampler object.
 
     ``init(positions, rng_key=None)``: :func:`lmc_init` on ``positions: (N, d)``.
-    ``step(rng_key, state)``: :func:`lmc_step` with this ``step_size``.
+    ``step(rng_key, state)``: :func:`lmc_step` with this ``step_size`` (a number > 0 or a
+    schedule ``t -> h_t`` of ``state.step``: its output and its value at 0 checked here).
     ``grad_fn``: ``x: (d,) -> ∇ log density (d,)`` (an adjoint solver, finite
     differences, an external code); it overrides ``grad_mode``.
     ``grad_mode``: how the autodiff gradient is taken without ``grad_fn``:
@@ -276,7 +288,7 @@ def lmc(logdensity_fn: LogDensityFn, step_size: float, *, inverse_mass_matrix: A
     its root is taken once, here). ``cj.langevin_warmup`` estimates it.
     """
     check_callable(logdensity_fn, "logdensity_fn", "x -> scalar log density")
-    check_positive(step_size, "step_size")
+    check_schedule(step_size, "step_size")
     check_grad_mode(grad_mode)
     check_inverse_mass_matrix(inverse_mass_matrix)
     mass = None if inverse_mass_matrix is None else (inverse_mass_matrix, mass_root(inverse_mass_matrix))

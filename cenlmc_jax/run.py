@@ -210,8 +210,30 @@ def _warn_frozen_at_run_time(name: str, message: Callable, warned: set, frozen) 
         host_warn(message(int(frozen.sum()), frozen.size) + " (inside jax.jit)", RuntimeWarning, stacklevel=2)
 
 
-def _warn(msg: str) -> None:
-    host_warn(msg, RuntimeWarning, stacklevel=3)
+def _warn(msg: str, depth: int = 0) -> None:
+    """A RuntimeWarning at the caller of :func:`sample` (``depth``: helpers between ``sample`` and here)."""
+    host_warn(msg, RuntimeWarning, stacklevel=3 + depth)
+
+
+def _progress_bar(total: int, step: int):
+    """:func:`sample`'s ``progress=True`` bar (tqdm), from ``step`` of ``total``."""
+    try:
+        from tqdm.auto import tqdm
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ValueError("progress=True needs tqdm: pip install tqdm") from exc
+    return tqdm(total=total, initial=step, unit="step", disable=not is_writer())
+
+
+def _warn_chunk_flags(infos: Any, step: int, flagged_at: dict, traced_warned: set) -> None:
+    """One warning per chunk-by-chunk :class:`~cenlmc_jax.base.RunFlag` (neither ``every_step`` nor
+    ``kept_only``) at its first flagged step, once per call of :func:`sample` (``flagged_at``: field -> step)."""
+    for flag in run_flags(infos):
+        if flag.every_step or flag.kept_only or flag.field in flagged_at:
+            continue
+        flags = _flag_steps(infos, flag.field, step, traced_warned)
+        if flags is not None and flags.any():
+            flagged_at[flag.field] = step + int(np.argmax(flags))
+            _warn(flag.message(infos, flagged_at[flag.field]), depth=1)
 
 
 def _flag_steps(infos: PyTree, name: str, first_step: int = 0, warned: set | None = None) -> np.ndarray:
@@ -332,14 +354,7 @@ def sample(
             state, step, moments, chunks, diverged_at = resumed
     saved = len(chunks)
 
-    bar = None
-    if progress:
-        try:
-            from tqdm.auto import tqdm
-        except ImportError as exc:  # pragma: no cover - depends on the environment
-            raise ValueError("progress=True needs tqdm: pip install tqdm") from exc
-        bar = tqdm(total=total, initial=step, unit="step", disable=not is_writer())
-
+    bar = _progress_bar(total, step) if progress else None
     flagged_at, traced_warned = {}, set()
     while step < total and not (diverged_at >= 0 and on_divergence == "stop"):
         burning = step < burn_in
@@ -366,14 +381,7 @@ def sample(
             _warn(msg)
         for w_start, w_n, watch in watches:
             _report_watch(watch, infos, w_start, w_n, traced_warned)
-        for flag in run_flags(infos):
-            if flag.every_step or flag.kept_only:
-                continue
-            if flag.field not in flagged_at:
-                flags = _flag_steps(infos, flag.field, step, traced_warned)
-                if flags is not None and flags.any():
-                    flagged_at[flag.field] = step + int(np.argmax(flags))
-                    _warn(flag.message(infos, flagged_at[flag.field]))
+        _warn_chunk_flags(infos, step, flagged_at, traced_warned)
         chunks.append((kept, infos))
         step += n
         if bar is not None:

@@ -78,15 +78,15 @@ def _driver_and_verdict(masks, info_reduce):
 
 CASES = {
     # field: (first, last, chains) -> the first step both must name
-    "nothing set": ({}, {}),
-    "a plain flag in the burn-in counts": ({"odd_name_a": (3, 3, 1)}, {"odd_name_a": 3}),
-    "a plain flag on a kept step": ({"odd_name_a": (45, 50, slice(None))}, {"odd_name_a": 45}),
-    "kept_only: a burn-in step does not count": ({"odd_name_b": (1, 5, 0)}, {}),
-    "kept_only: the first kept step set": ({"odd_name_b": (BURN_IN + 7, BURN_IN + 9, 2)}, {"odd_name_b": BURN_IN + 7}),
-    "every_step: a whole chunk of one chain": ({"odd_name_c": (40, 59, 0)}, {"odd_name_c": 40}),
-    "every_step: one step short of a stretch": ({"odd_name_c": (41, 41 + WATCH_MIN_STEPS - 2, 0)}, {}),
-    "all three at once": ({"odd_name_a": (0, 0, 0), "odd_name_b": (70, 79, 1), "odd_name_c": (20, 39, 2)},
-                          {"odd_name_a": 0, "odd_name_b": 70, "odd_name_c": 20}),
+    "nothing_set": ({}, {}),
+    "plain_in_burn_in_counts": ({"odd_name_a": (3, 3, 1)}, {"odd_name_a": 3}),
+    "plain_on_kept_steps": ({"odd_name_a": (45, 50, slice(None))}, {"odd_name_a": 45}),
+    "kept_only_burn_in_does_not_count": ({"odd_name_b": (1, 5, 0)}, {}),
+    "kept_only_first_kept_step": ({"odd_name_b": (BURN_IN + 7, BURN_IN + 9, 2)}, {"odd_name_b": BURN_IN + 7}),
+    "every_step_whole_chunk": ({"odd_name_c": (40, 59, 0)}, {"odd_name_c": 40}),
+    "every_step_one_step_short": ({"odd_name_c": (41, 41 + WATCH_MIN_STEPS - 2, 0)}, {}),
+    "all_three": ({"odd_name_a": (0, 0, 0), "odd_name_b": (70, 79, 1), "odd_name_c": (20, 39, 2)},
+                  {"odd_name_a": 0, "odd_name_b": 70, "odd_name_c": 20}),
 }
 
 
@@ -144,7 +144,7 @@ def rwmh_flag(monkeypatch):
     return add
 
 
-@pytest.mark.parametrize("kind", ["any step", "kept_only", "every_step"])
+@pytest.mark.parametrize("kind", ["any_step", "kept_only", "every_step"])
 def test_a_flag_the_driver_warns_about_makes_the_job_unreliable(kind, rwmh_flag, capsys):
     if kind == "every_step":  # a property of the info class, set at every step of every chain
         rwmh_flag(RunFlag("always_set", _message("always_set"), every_step=True),

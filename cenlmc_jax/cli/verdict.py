@@ -133,7 +133,7 @@ def _longest_runs(flag: np.ndarray) -> tuple:
 
 
 def _flag_problem(flag: RunFlag, info, burn_in: int) -> str | None:
-    """The driver's warning for ``flag`` on this run's (unreduced, per-step) infos, or None when it is not set.
+    """The driver's warning for ``flag`` on this run's per-step infos, or None when it is not set.
 
     The driver's rules (:class:`~cenlmc_jax.base.RunFlag`): ``kept_only`` flags on the steps after
     ``burn_in``; the others on any step; ``every_step`` flags for a chain set at every step of one
@@ -158,7 +158,7 @@ def _flag_problem(flag: RunFlag, info, burn_in: int) -> str | None:
     stuck = longest >= WATCH_MIN_STEPS
     if not stuck.any():
         return None
-    k = int(np.argmin(np.where(stuck, starts, np.iinfo(np.int64).max)))  # the earliest stretch
+    k = int(np.argmin(np.where(stuck, starts, np.iinfo(np.int64).max)))  # the chain whose stretch starts first
     first, last = offset + int(starts[k]), offset + int(starts[k] + longest[k]) - 1
     if np.ndim(value) > 1:  # per chain or particle
         return (f"{int(stuck.sum())} of {stuck.size} chains: " + flag.message(info, first)

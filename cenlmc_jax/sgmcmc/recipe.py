@@ -110,8 +110,9 @@ class RecipeInfo(NamedTuple):
     """What one recipe step did.
 
     grad_evals: calls of ``grad_estimator`` (1; a minibatch call counts once).
-    num_nonfinite: chains whose new position is not finite (0 or 1 for one chain; ``vmap_chains`` with
-       ``info_reduce="sum"`` counts chains, as the ensemble samplers' infos count particles).
+    num_nonfinite: chains whose new position is not finite (0 or 1 for one chain; under ``vmap_chains``
+       ``cj.sample``'s default ``info_reduce="mean"`` sums integer fields, so it counts chains, as the
+       ensemble samplers' infos count particles).
     diverged: ``num_nonfinite > 0``.
     step_size: ``ε_t`` used.
     noise_clipped: the noise covariance ``ε(2D - εB̂)`` had an eigenvalue
