@@ -50,7 +50,7 @@ def _as_sites(out: Any, var_name: str) -> dict:
             raise ValueError(f"constrain returned a dict with keys {sorted(map(repr, out))}; expected a non-empty "
                              "dict of site names (str) to arrays.")
         return {k: out[k] for k in sorted(out)}
-    if isinstance(out, (jax.Array, np.ndarray)):
+    if isinstance(out, (jax.Array, np.ndarray, jax.ShapeDtypeStruct)):
         return {var_name: out}
     raise ValueError(f"constrain returned a {type(out).__name__}; expected a dict {{site: array}} or one array.")
 
@@ -65,6 +65,7 @@ def site_draws(x: Any, constrain: Callable, var_name: str = "x") -> dict:
                          "(expected (chains, draws, d)).")
     f64 = x.dtype == np.float64
     with jax.enable_x64(True) if f64 else contextlib.nullcontext():  # a float64 run is constrained in float64
+        _as_sites(jax.eval_shape(constrain, x[0, 0]), var_name)  # what it returns, checked on shapes first
         out = jax.jit(jax.vmap(jax.vmap(constrain)))(x)
     sites = _as_sites(out, var_name)
     return {k: np.asarray(v, np.float64) for k, v in sites.items()}
