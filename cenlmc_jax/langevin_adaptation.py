@@ -416,9 +416,9 @@ def _run_windows(run, measure, rng_key, state, m_mat, mean, c, bias, schedule, m
 def _relaxation(x0, later: list, m_mat, mean) -> float:
     """Steps per e-fold of the slowest whitened coordinate: ``−k / log ρ_k``, ``ρ_k`` the largest correlation
     over the ensemble between a whitened coordinate at ``x0`` and ``k`` steps later (``later``: ``(x_k, k)``
-    pairs; the largest of their estimates with ``0.05 <= ρ_k <= 0.95``, where the correlation's error
-    ``(1 − ρ²)/sqrt(N)`` is small against ``ρ`` and ``1 − ρ``; none such: the longest lag's, ``ρ`` clipped to
-    ``[0.02, 0.999]``, a bound).
+    pairs; the largest of their estimates with ``max(0.05, 4/sqrt(N)) <= ρ_k <= 0.95``, where the correlation's
+    error ``(1 − ρ²)/sqrt(N)`` is small against ``ρ`` and ``1 − ρ``; none such: the longest lag's, ``ρ`` clipped
+    to ``[0.02, 0.999]``, a bound).
 
     For ULA on a Gaussian direction of curvature ``λ`` (in ``y``) the lag-``k`` correlation is ``(1 − hλ)^k``,
     so this is ``−1 / log(1 − hλ) ≈ 1 / (hλ)``, and the integrated autocorrelation time is
@@ -433,7 +433,8 @@ def _relaxation(x0, later: list, m_mat, mean) -> float:
         return float(np.max(np.nan_to_num(r, nan=1.0)))
 
     est = [(rho(x1), k) for x1, k in later]
-    good = [-k / math.log(r) for r, k in est if 0.05 <= r <= 0.95]
+    low = max(0.05, 4.0 / math.sqrt(np.shape(x0)[0]))  # 4 sd of a zero correlation above 0
+    good = [-k / math.log(r) for r, k in est if low <= r <= 0.95]
     if good:
         return max(good)
     r, k = max(est, key=lambda e: e[1])

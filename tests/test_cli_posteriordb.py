@@ -91,3 +91,23 @@ def test_cli_lmc_on_garch11_with_no_tuning_flag_matches_the_reference(tmp_path, 
     se = np.asarray(mcse(z, chain_axis=0, sample_axis=1, split=True))
     assert np.all(np.abs(mean - post.ref_mean) <= 0.1 * post.ref_sd + 3 * se), (mean, post.ref_mean, se)
     assert np.all(np.abs(sd / post.ref_sd - 1) <= 0.1), (sd, post.ref_sd)
+
+
+def test_laplace_start_in_float32_where_lbfgs_stops_at_the_rounding_of_the_gradient():
+    """earnings on the raw scale in float32 (the CLI's dtype): f ≈ 1.2e4 at the mode, so |∇f| cannot fall below
+    ~1e-3 and find_f_star (tol sqrt(eps) = 3.5e-4) reports no convergence; the warm-up still starts from the
+    Laplace approximation there (Newton decrement ~1e-9 <= 0.01) instead of from the given positions (where
+    the curvature rule gave h = 7e-13 and nothing moved: R-hat 172). The ensemble is then at the posterior:
+    its mean of beta[1], beta[2] within ``0.1 ref_sd + 3 ref_sd / sqrt(N)`` of the reference (the ensemble's sd
+    is at most ref_sd), where a start from the given N(0, 1) positions is 6 ref_sd away."""
+    import cenlmc_jax as cj
+
+    post = pdb.load("earnings-earn_height")
+    n = 256
+    x0 = jax.random.normal(jax.random.key(0), (n, post.d), jnp.float32)
+    assert not bool(cj.tuning.find_f_star(post.logdensity_fn, x0).converged)
+    wu = cj.langevin_warmup(jax.random.key(1), post.logdensity_fn, x0, num_steps=20)
+    assert wu.info.start == "laplace", wu.info.reasoning
+    mean = np.asarray(wu.positions, np.float64).mean(0)[:2]
+    ref_mean, ref_sd = post.ref_mean[:2], post.ref_sd[:2]
+    assert np.all(np.abs(mean - ref_mean) <= 0.1 * ref_sd + 3 * ref_sd / math.sqrt(n)), (mean, ref_mean)
