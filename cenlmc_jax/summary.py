@@ -419,6 +419,28 @@ def _jsonable(value: Any) -> Any:
     return value if isinstance(value, (int, float, str, bool)) or value is None else repr(value)
 
 
+def _arviz_draws(result: RunResult, thin: int, burn_in: int | None) -> tuple:
+    """:func:`to_arviz`'s ``(posterior (chain, draw, ...), kept draws, burn_in)``, the burn-in checked against the
+    run (a streaming run: its final state as one draw per chain or particle)."""
+    if result.trace is None:
+        if result.moments is None:
+            raise ValueError("result has neither a trace nor moments.")
+        pos = np.asarray(result.state.position)
+        posterior = pos[:, None] if pos.ndim >= 2 else pos[None, None]
+        per_draw = max(posterior.shape[0], 1)
+        num_kept = int(round(float(result.moments.count) / per_draw))
+    else:
+        posterior = np.asarray(dg.chains_first(result))
+        num_kept = posterior.shape[1]
+    inferred = int(result.num_steps_done) - num_kept * thin
+    if burn_in is None:
+        burn_in = max(inferred, 0)
+    elif burn_in < 0 or (result.diverged_at < 0 and burn_in != inferred):
+        raise ValueError(f"burn_in={burn_in} and thin={thin} do not match the run: {result.num_steps_done} steps done, "
+                         f"{num_kept} kept draws (pass the burn_in and thin given to cj.sample).")
+    return posterior, num_kept, burn_in
+
+
 def to_arviz(
     result: RunResult,
     *,
@@ -493,22 +515,7 @@ def to_arviz(
     if thin < 1 or int(thin) != thin:
         raise ValueError(f"thin must be an integer >= 1; got {thin!r}.")
     stream = result.trace is None
-    if stream:
-        if result.moments is None:
-            raise ValueError("result has neither a trace nor moments.")
-        pos = np.asarray(result.state.position)
-        posterior = pos[:, None] if pos.ndim >= 2 else pos[None, None]
-        per_draw = max(posterior.shape[0], 1)
-        num_kept = int(round(float(result.moments.count) / per_draw))
-    else:
-        posterior = np.asarray(dg.chains_first(result))
-        num_kept = posterior.shape[1]
-    inferred = int(result.num_steps_done) - num_kept * thin
-    if burn_in is None:
-        burn_in = max(inferred, 0)
-    elif burn_in < 0 or (result.diverged_at < 0 and burn_in != inferred):
-        raise ValueError(f"burn_in={burn_in} and thin={thin} do not match the run: {result.num_steps_done} steps done, "
-                         f"{num_kept} kept draws (pass the burn_in and thin given to cj.sample).")
+    posterior, num_kept, burn_in = _arviz_draws(result, thin, burn_in)
     stats = warm = {}
     if result.info is not None:
         stats = _sample_stats(result.info, burn_in, burn_in + num_kept * thin, thin)
@@ -533,12 +540,8 @@ def to_arviz(
             note=("streaming run (mode='stream'): no draws were kept; posterior holds the final state (one draw "
                   "per chain or particle); stream_mean and stream_sd are the moments over all kept steps"),
         )
-    if constrain_fn is None:
-        groups = {"posterior": {var_name: posterior}}
-    else:
-        groups = {"posterior": site_draws(posterior, constrain_fn, var_name)}
-        plates = {k: list(v) for k, v in (getattr(model, "dims", None) or {}).items() if k in groups["posterior"]}
-        dims = {**plates, **(dims or {})} or None
+    variables, dims = _posterior(posterior, constrain_fn, model, var_name, dims)
+    groups = {"posterior": variables}
     if stats:
         groups["sample_stats"] = stats
     if warm:
@@ -560,6 +563,16 @@ def to_arviz(
             idata = az.from_dict(**kwargs)
     idata.posterior.attrs.update(attrs)
     return idata
+
+
+def _posterior(posterior: np.ndarray, constrain: Any, model: Any, var_name: str, dims: dict | None) -> tuple:
+    """``(variables, dims)`` of the posterior group: the draws as ``var_name``, or each draw constrained, one
+    variable per site, the model's plates naming their axes (``model.dims``) unless ``dims`` names them."""
+    if constrain is None:
+        return {var_name: posterior}, dims
+    sites = site_draws(posterior, constrain, var_name)
+    plates = {k: list(v) for k, v in (getattr(model, "dims", None) or {}).items() if k in sites}
+    return sites, ({**plates, **(dims or {})} or None)
 
 
 def _arviz_major(az: Any) -> int:
