@@ -386,6 +386,12 @@ def speed_main(args):
         "documents together one token position at a time (the analogue of the JAX vmap), 'numpy loop' is "
         f"token by token ({loop_repeats} repeats). Time / JAX's > 1: JAX is faster by that factor.",
     ]
+    cpu_min = {K: sum(SIZES["full"]["steps"] * BATCH / r["cpu"]["docs_per_s"] for r in d["samplers"].values()) / 60
+               for K, d in per_k.items()}
+    notes.append(f"At these rates the experiment (`--size full`: {SIZES['full']['steps'] * BATCH:,} documents per "
+                 "sampler, four samplers) costs " + ", ".join(f"{m:.0f} min of CPU at K = {K}" for K, m in
+                                                              cpu_min.items())
+                 + " in sampler steps alone (perplexity evaluations and the `lda` package's fit extra).")
     if ag:
         notes.append(
             f"Agreement in expectation (K = {K0}, one fixed minibatch, theta~ fixed): per-topic totals and the "
