@@ -122,10 +122,11 @@ def main():
     parser.add_argument("--sizes", type=int, nargs="+", default=[8192, 16384, 32768, 65536, 131072])
     parser.add_argument("--dims", type=int, nargs="+", default=[1, 2, 3, 5, 10])
     parser.add_argument("--max-call-s", type=float, default=20.0, help="skip where dense tiled is projected slower")
+    parser.add_argument("--name", default="sparse", help="results file stem (e.g. sparse_small for --sizes 512 ...)")
     args = parser.parse_args()
     if args.quick:
         args.sizes, args.dims, args.repeats = [8192], [2, 5], 2
-    else:
+    elif max(args.sizes) > 16384:  # the large calls take seconds each: 3 repeats
         args.repeats = min(args.repeats, 3)
     rows, rate = [], {}
     configs = [(d, n, True) for d in args.dims for n in args.sizes]
@@ -170,11 +171,13 @@ def main():
         "decided differently (n_r2_diff = 2 rows at d = 5, N = 65,536 in the committed run).",
         "Where more than half of the tile pairs are visited (d = 10; d = 5 at N = 16,384), the call runs the dense "
         "tiles after the plan: ratios near 1 there, minus the plan's cost.",
-        "The method='auto' rule drawn from this table: pairwise.AUTO_SPARSE_RULE (d <= 3 from N = 8,192, "
-        "d <= 5 from N = 32,768).",
+        "The method='auto' rule drawn from this table and sparse_small.md (N = 1,024-8,192): "
+        "pairwise.AUTO_SPARSE_RULE (d <= 2 from N = 2,048, d = 3 from 4,096, d = 4 from 8,192, d = 5 from 32,768). "
+        "Before sparse_small.md (issue 17's cliff 'auto leaves block-sparse unused where it is faster') it was d <= 3 "
+        "from N = 8,192: auto ran the dense tiles (the 'tiled' column) in the rows now taken, the sparse column after.",
     ]
     json_path, md_path = write_results(
-        "sparse", {"args": {k: v for k, v in vars(args).items() if k != "out_dir"}}, rows,
+        args.name, {"args": {k: v for k, v in vars(args).items() if k != "out_dir"}}, rows,
         columns=["d", "N", "w", "tiled_ms", "sparse_ms", "speedup", "tiled_cpu_ms", "sparse_cpu_ms", "cpu_speedup",
                  "visited", "ideal", "n_ball_diff", "n_r2_diff", "max_rel_force_diff", "note"],
         out_dir=args.out_dir, title="Block-sparse vs dense tiled ensemble force", notes=notes, md_rows=table,

@@ -290,6 +290,22 @@ def test_auto_takes_block_sparse_by_the_rule():
     assert not pairwise.auto_block_sparse(n // 2, d) and not pairwise.auto_block_sparse(10**6, 6)
 
 
+def test_auto_under_a_mesh_takes_the_same_rule():
+    # with mesh= and strategy "allgather", auto decides block-sparse by the same rule as on one device:
+    # the program equals the forced block-sparse mesh call (bitwise), the counts the dense tiles'
+    from cenlmc_jax.pairwise import make_mesh
+
+    d, n = AUTO_SPARSE_RULE[0]
+    x, f, log_p, w = lmc_like_ensemble(13, n, d)
+    mesh = make_mesh(1)
+    auto = ensemble_force(x, f, log_p, 0.3, w=w, r2=0.3, mesh=mesh)
+    forced = ensemble_force(x, f, log_p, 0.3, w=w, r2=0.3, mesh=mesh, block_sparse=True)
+    dense = ensemble_force(x, f, log_p, 0.3, w=w, r2=0.3, mesh=mesh, block_sparse=False)
+    np.testing.assert_array_equal(np.asarray(auto.force_sum), np.asarray(forced.force_sum))
+    np.testing.assert_array_equal(np.asarray(auto.n_r2), np.asarray(dense.n_r2))
+    np.testing.assert_array_equal(np.asarray(auto.n_ball), np.asarray(dense.n_ball))
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [

@@ -83,17 +83,14 @@ AUTO_DENSE_MAX_N = 64
 AUTO_DENSE_MAX_BYTES = 16 * 2**20
 #: ``method="auto"`` (with ``block_sparse=None``) takes the block-sparse tiled
 #: path where a row ``(max d, min N)`` of this rule holds: ``d <= max d`` and
-#: ``N >= min N``. Measured by benchmarks/bench_sparse.py (results/sparse.md;
-#: 2 shared CPU cores, CEnLMC-shaped ensembles, η = R2 = sqrt(h d), h = 0.05;
-#: median wall-time ratio dense/sparse, calls alternating, 3 repeats; CPU-time
-#: ratio in brackets): d = 1: 4.6-6.2x (4.2-5.8x) at N = 8,192-65,536; d = 2:
-#: 7.0, 6.9, 16.1, 22.3x (5.3, 7.3, 10.6, 14.3x) at N = 8,192-65,536 (without
-#: w 4.3-10.9x); d = 3: 3.5-14.6x (3.2-13.3x); d = 5: 0.8x and 0.6x (0.9x) at
-#: N = 8,192 and 16,384 (the boxes are loose: 78% and 55% of the tile pairs
-#: visited), 2.5x and 3.9x (2.1x, 4.4x) at 32,768 and 65,536; d = 10: every
-#: tile pair is visited, 0.94-1.06x (the plan hands the call to the dense
-#: tiles). d = 4 was not measured; it lies between d = 3 and d = 5.
-AUTO_SPARSE_RULE = ((3, 8192), (5, 32768))
+#: ``N >= min N``. Measured by benchmarks/bench_sparse.py on CEnLMC-shaped
+#: ensembles (η = R2 = sqrt(h d), h = 0.05), median ratio dense/sparse, calls
+#: alternating: results/sparse.md (N = 8,192-65,536; d = 5 pays from 32,768,
+#: d = 10 never) and results/sparse_small.md (N = 1,024-8,192): d = 1 from
+#: N = 2,048 (2.2x), d = 2 from 2,048 (1.1x wall, 1.4x CPU; 2.1x at 4,096),
+#: d = 3 from 4,096 (1.6x; 0.8x at 2,048), d = 4 from 8,192 (1.3x; 0.7-0.8x
+#: below). Measured on 2 shared CPU cores, not on a GPU.
+AUTO_SPARSE_RULE = ((2, 2048), (3, 4096), (4, 8192), (5, 32768))
 
 
 def auto_block_sparse(n: int, d: int) -> bool:
@@ -171,7 +168,8 @@ def ensemble_force(
         methods run dense tiles. Not with ``method="dense"``. With a
         ``mesh``: True (``auto``/``tiled``, ``strategy="allgather"``) sorts
         the gathered ensemble and gives each device a run of it with its own
-        tile list (:mod:`.sharded`); None and False run the dense tiles there.
+        tile list (:mod:`.sharded`); None: ``auto`` with all-gather decides by
+        :func:`auto_block_sparse` as on one device, the rest run dense tiles.
       interpret: the Pallas kernel's mode (``method="pallas"``, with or
         without a mesh; the other backends ignore it). None (default): by the
         platform the program is lowered for, not by ``jax.default_backend()``:
@@ -214,7 +212,9 @@ def ensemble_force(
         if method == "dense":
             raise ValueError("method must be 'auto', 'tiled' or 'pallas' with a mesh (the dense reference "
                              "has no sharded form); got 'dense'.")
-        sparse = bool(block_sparse)
+        # auto under a mesh: the same rule as on one device (the sharded block-sparse sums need all-gather)
+        auto_sparse = block_sparse is None and method == "auto" and strategy == "allgather"
+        sparse = auto_block_sparse(n, d) if auto_sparse else bool(block_sparse)
         if method == "pallas":
             local = _local_partial("pallas", d, block_size, precision, interpret, jnp.dtype(x.dtype).name)
         else:
