@@ -130,8 +130,8 @@ SLOW = (
     # usage-error test of the same file, and tests/test_numpyro_model.py's cj.from_numpyro checks, stay fast)
     "tests/test_cli_numpyro.py::test_eight_schools_numpyro_model_through_the_cli_matches_the_reference",
     # garch11 (raw scale) through the CLI with no tuning flag, LMC, the warm-up's run length (~3,000 steps x
-    # 2,000 particles) against the posteriordb reference: 493 s at load 11 (benchmarks/bench_cli_posteriordb.py;
-    # the default-steps rule and the model files stay fast)
+    # 2,000 particles) against the posteriordb reference: 295 s as a test, 493 s in bench_cli_posteriordb.py,
+    # at load 8-11 (the default-steps rule and the model files stay fast)
     "tests/test_cli_posteriordb.py::test_cli_lmc_on_garch11_with_no_tuning_flag_matches_the_reference",
     # earnings' float32 Laplace start past a stopped L-BFGS: 87 s at load 11 (two 500-iteration L-BFGS runs)
     "tests/test_cli_posteriordb.py::test_laplace_start_in_float32_where_lbfgs_stops_at_the_rounding_of_the_grad",
