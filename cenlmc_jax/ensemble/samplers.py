@@ -90,6 +90,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from cenlmc_jax._steps import bound_step
 from cenlmc_jax._validation import (
     check_callable,
     check_finite_scalar,
@@ -501,9 +502,9 @@ def enlmc(
         check_grad_fn(opts.grad_fn, state.position[0], "grad_fn")
         return state
 
-    def step(rng_key, state):
-        return enlmc_step(rng_key, state, logdensity_fn, step_size, eta, blowup_factor=blowup_factor, options=opts)
-
+    # one function per distinct parameters: a rebuilt sampler reuses cj.sample's compiled run
+    step = bound_step(enlmc_step, logdensity_fn=logdensity_fn, step_size=step_size, eta=eta,
+                     blowup_factor=blowup_factor, options=opts)
     return SamplingAlgorithm(init, step)
 
 
@@ -550,8 +551,9 @@ def cenlmc(
         check_grad_fn(opts.grad_fn, state.position[0], "grad_fn")
         return state
 
-    def step(rng_key, state):
-        return cenlmc_step(rng_key, state, logdensity_fn, step_size, eta, r1, r2, n_star, m_f,
-                           min_ball_neighbours=min_ball_neighbours, estimator=estimator, options=opts)
+    # one function per distinct parameters: a rebuilt sampler reuses cj.sample's compiled run
+    step = bound_step(cenlmc_step, logdensity_fn=logdensity_fn, step_size=step_size, eta=eta, r1=r1, r2=r2,
+                     n_star=n_star, m_f=m_f, min_ball_neighbours=min_ball_neighbours, estimator=estimator,
+                     options=opts)
 
     return SamplingAlgorithm(init, step)
