@@ -21,6 +21,7 @@ Run: ``python benchmarks/bench_cli_posteriordb.py [--only kidiq ...] [--samplers
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -73,10 +74,11 @@ def run_one(model: str, sampler: str, data_dir: Path, work: Path) -> dict:
     out = work / f"{model}_{sampler}"
     cmd = command(model, sampler, data_dir, out)
     t = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-m", "cenlmc_jax.cli"] + cmd[1:], capture_output=True, text=True, cwd=ROOT)
     wall = time.perf_counter() - t
-    row = dict(model=model, sampler=sampler, command=" ".join(["cenlmc-jax"] + cmd[1:]).replace(str(ROOT) + "/", "")
-               .replace(str(data_dir) + "/", ""), exit_code=proc.returncode, wall_s=round(wall, 1))
+    shown = " ".join(["cenlmc-jax"] + cmd[1:]).replace(str(ROOT) + "/", "").replace(str(data_dir) + "/", "")
+    row = dict(model=model, sampler=sampler, command=shown.replace(str(work), "DIR"), exit_code=proc.returncode,
+               wall_s=round(wall, 1))
     record_path = out / "run.json"
     if not record_path.exists():
         return dict(row, cell="error", stderr=proc.stderr[-2000:], stdout=proc.stdout[-2000:])
@@ -95,6 +97,11 @@ def run_one(model: str, sampler: str, data_dir: Path, work: Path) -> dict:
     row["cell"] = ("flagged" if proc.returncode == 1 else "pass" if proc.returncode == 0 and all_pass
                    else "silently wrong" if proc.returncode == 0 else f"exit {proc.returncode}")
     row["summary_run"] = record.get("summary_run") or {}
+    row["steps"] = record["config"].get("steps")
+    if (out / "summary.csv").exists():
+        with open(out / "summary.csv") as fh:
+            table = list(csv.DictReader(fh))
+        row["max_rhat"] = max(float(t["r_hat"]) for t in table if t.get("r_hat"))
     return row
 
 
@@ -106,7 +113,9 @@ def md_rows(rows: list) -> list:
         worst_sd = max((abs(p["sd_err"]) for p in r.get("params", [])), default=float("nan"))
         par = r.get("parameters", {})
         out.append(dict(model=r["model"], sampler=r["sampler"], cell=r["cell"], exit=r["exit_code"],
-                        wall_s=r["wall_s"], failing=", ".join(fails) or "none",
+                        wall_s=r["wall_s"], steps=r.get("steps"), max_rhat=f"{r.get('max_rhat', float('nan')):.3f}",
+                        relaxation=f"{par.get('relaxation_steps', float('nan')):.3g}",
+                        failing=", ".join(fails) or "none",
                         mean_err=f"{worst_mean:.3g}", sd_err=f"{worst_sd:.3g}",
                         h=f"{par.get('step_size', float('nan')):.3g}",
                         curvature=f"{par.get('whitened_curvature', float('nan')):.3g}",
@@ -138,15 +147,18 @@ def main():
             details.append(f"  {r['model']}/{r['sampler']} {p['name']}: mean {p['mean']:.5g} (ref {p['ref_mean']:.5g}, "
                            f"MCSE {p['mcse']:.2g}), sd {p['sd']:.4g} (ref {p['ref_sd']:.4g}): "
                            f"{'pass' if p['passed'] else 'FAIL'}")
-    cols = ["model", "sampler", "cell", "exit", "wall_s", "failing", "mean_err", "sd_err", "h", "curvature",
-            "problems"]
+    cols = ["model", "sampler", "cell", "exit", "wall_s", "steps", "relaxation", "max_rhat", "failing", "mean_err",
+            "sd_err", "h", "curvature", "problems"]
     write_results("cli_posteriordb", dict(models=MODELS, environment=dict(JAX_ENABLE_X64=os.environ.get(
         "JAX_ENABLE_X64"))), rows, columns=cols, md_rows=md_rows(rows), out_dir=args.out_dir,
                   title="cenlmc-jax sample --sampler lmc / cenlmc on raw-scale posteriordb model files, no tuning flag",
                   notes=["pass: exit 0 and every reference quantity's mean within 0.1 ref_sd + 3 MCSE and sd within "
                          "10%; flagged: exit 1 (UNRELIABLE); silently wrong: exit 0 and a quantity fails.",
                          "mean_err = max |mean - ref| / ref_sd; sd_err = max |sd / ref_sd - 1|; h and curvature: "
-                         "the warm-up's step size and whitened curvature (run.json parameters).",
+                         "the warm-up's step size and whitened curvature (run.json parameters); relaxation: its "
+                         "measured steps per e-fold, which set steps (jobs.default_steps: max(1000, 76 relaxation)); "
+                         "max_rhat: the summary's largest rank-normalised split R-hat over all particles (the "
+                         "verdict's check uses 64 of them, threshold 1.1).",
                          "wall_s: the whole command, one run each (import, compilation, warm-up, sampling, "
                          "outputs) on a shared machine.", *details])
 
