@@ -91,7 +91,8 @@ def main():
         f"{args.steps} steps per cj.sample; the sampler rebuilt with identical parameters each round; "
         f"{args.repeats} rounds, variants alternating.",
         "before: the step a fresh closure per build (what the constructors returned); after: "
-        "cenlmc_jax._steps.bound_step (equal parameters, the same step function: cj.sample's compiled chunk is reused).",
+        "cenlmc_jax._steps.bound_step (equal parameters, the same step function: cj.sample's compiled chunk is "
+        "reused).",
         "first_s: the first round (compiles in both); later: the rounds after it. Same draws in both (checked).",
     ]
     write_results("recompile", dict(args={k: v for k, v in vars(args).items() if k != "out_dir"}), rows,

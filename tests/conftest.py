@@ -66,7 +66,11 @@ def pytest_collection_finish(session):
 #: same module also exercises. Seconds: one run per test file, --durations, on the shared 2-core
 #: CPU at a load of 5-7 (so 2-3x an idle machine's); the whole suite took ~77 min there, these ~16.
 SLOW = (
-    "tests/test_notebooks.py::test_notebook_runs_at_small_size",  # 5 notebooks, 516 s (151 the longest)
+    # the notebooks at their small size but the quickstart (65 s at load 1-2, in the fast tier: what a
+    # new user opens first): 5 took 516 s at load 5-7 (151 the longest), eight schools 207 s at load 8-11
+    *(f"tests/test_notebooks.py::test_notebook_runs_at_small_size[{name}.ipynb]" for name in (
+        "differentiable", "eight_schools", "inverse_problem", "online_lda", "paper2_experiments",
+        "sgmcmc_logistic")),
     # CEnLMC's second moment within 4 MCSE of LMC's at N = 2000, d = 5 and 10: 169 s
     "tests/test_ensemble.py::test_guard_keeps_moments_within_mcse_of_lmc_where_the_ball_is_empty",
     # Theorem 3.3's coupling distance along a grid of radii and N: 54 s
