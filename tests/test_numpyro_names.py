@@ -17,8 +17,9 @@ import cenlmc_jax as cj
 from cenlmc_jax import posteriordb as pdb
 from cenlmc_jax.numpyro_model import from_numpyro
 
-numpyro = pytest.importorskip("numpyro")
-dist = pytest.importorskip("numpyro.distributions")
+pytest.importorskip("numpyro")
+from test_numpyro_model import eight_schools  # noqa: E402  (the model of posteriordb's Stan code, written once)
+
 az = pytest.importorskip("arviz")
 pytest.importorskip("matplotlib")
 
@@ -31,15 +32,6 @@ def _float64():
     """float64 for this module's tests only (as tests/test_numpyro_model.py: never jax.config.update at import)."""
     with jax.enable_x64(True):
         yield
-
-
-def eight_schools(J, sigma, y=None):
-    mu = numpyro.sample("mu", dist.Normal(0, 5))
-    tau = numpyro.sample("tau", dist.HalfCauchy(5))
-    with numpyro.plate("J", J):
-        theta_trans = numpyro.sample("theta_trans", dist.Normal(0, 1))
-        theta = numpyro.deterministic("theta", mu + tau * theta_trans)
-        numpyro.sample("obs", dist.Normal(theta, sigma), obs=y)
 
 
 @pytest.fixture(scope="module")
