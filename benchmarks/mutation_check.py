@@ -145,6 +145,16 @@ MUTATIONS = [
          replacement="stuck = longest >= WATCH_MIN_STEPS - 1",
          tests=[T_FLAGS_TOY + "[every_step_one_step_short-None]", T_FLAGS_TOY + "[every_step_one_step_short-mean]"],
          what="an every_step flag reported after WATCH_MIN_STEPS - 1 consecutive steps"),
+    dict(name="bound_step_ignores_parameter_types", file="cenlmc_jax/_steps.py",
+         original="key = tuple((name, type(value), value) for",
+         replacement="key = tuple((name, object, value) for",
+         tests=["tests/test_bound_step.py::test_other_parameters_or_functions_are_other_steps"],
+         what="a step with step_size=1 shares the compiled run of one with step_size=1.0"),
+    dict(name="auto_block_sparse_from_above_the_threshold", file="cenlmc_jax/pairwise/__init__.py",
+         original="return any(d <= max_d and n >= min_n for",
+         replacement="return any(d <= max_d and n > min_n for",
+         tests=["tests/test_pairwise_sparse.py::test_auto_takes_block_sparse_by_the_rule"],
+         what="method='auto' takes block-sparse only above a rule row's N, not from it"),
 ]
 
 
