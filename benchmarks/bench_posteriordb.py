@@ -18,15 +18,19 @@ The workflows (README "Warm-up adaptation" and cenlmc_jax/adaptation.py), with `
 * ``mala``, ``rwmh``, ``gamma`` (the irreversible jump sampler with the Gamma proposal, the CLI's
   ``irreversible-mh``): ``cj.adaptation.window_adaptation(kind, logp).run_chains`` (pooled chains), then
   ``cj.vmap_chains(warmup.sampler(params))`` from the warm-up's states.
-* ``lmc``, ``sgld``, ``sghmc``: the step size of the library's rule, ``langevin_step_size(max_curvature(...),
+* ``lmc`` and ``cenlmc`` (d <= 5 only): ``cj.langevin_warmup(sampler=...)`` over ``warmup`` steps (README "Badly
+  scaled posteriors"; the CLI's default for ``--model``): the Laplace start, Stan's windows of preconditioned LMC,
+  the step size for a bias of 0.05 in the whitened coordinates, and for CEnLMC the suggested parameters in
+  them; then ``wu.algorithm`` from ``wu.state`` for the CLI's default run length, ``max(lmc_draws, 16 tau /
+  (1.1^2 - 1))`` with ``tau`` the warm-up's relaxation time (at most 20,000; ``cenlmc_jax.cli.jobs.default_steps``),
+  thinned to about ``draws`` kept draws per chain. LMC runs the ``C`` chains; CEnLMC the CLI's 2,000 particles
+  (``particles``) from Stan's uniform(-2, 2) starts, each particle counting as a chain. Gradients: the
+  warm-up's (its LMC steps, 2 per Hessian-vector product, 1 per L-BFGS iteration) and the run's.
+* ``sgld``, ``sghmc``: the step size of the library's rule, ``langevin_step_size(max_curvature(...),
   sampler=..., bias=0.05)`` with the curvature taken at the states of the ``mala`` warm-up (as the
   ``max_curvature`` docstring says; that warm-up's gradients and CPU time are counted in these cells too);
-  then the sampler from those states, a burn-in and the draws. SGLD and
-  SGHMC take the full-batch gradient (``cj.grad_estimator_from_logdensity``), SGHMC friction 1. Their cost
-  includes the MALA warm-up and the power iterations.
-* ``cenlmc`` (d <= 5 only): the same step size, N particles started at the ``mala`` warm-up's states (each
-  repeated N / C times, jittered by 0.1 x the adapted sd so that no two coincide), ``cj.tune_cenlmc``'s burn-in
-  (its gradients counted), then ``tuned.algorithm`` from ``tuned.state``; each particle counts as a chain.
+  then the sampler from those states, a burn-in and the draws, with the full-batch gradient
+  (``cj.grad_estimator_from_logdensity``), SGHMC friction 1. No preconditioner: these take none.
 
 CPU time is ``time.process_time`` over the whole workflow, compilation included (every cell compiles its own
 programs: on small runs compilation is a large share, so the CPU ratios are upper bounds for long runs). The
@@ -59,9 +63,10 @@ import cenlmc_jax as cj  # noqa: E402
 from cenlmc_jax import posteriordb as pdb  # noqa: E402
 
 SIZES = {
-    # chains, warm-up steps (MH warm-ups, NUTS warm-up, Langevin burn-in), draws kept, CEnLMC particles, CEnLMC draws
-    "small": dict(chains=8, warmup=500, draws=1000, particles=256, ensemble_draws=500, lmc_draws=2000),
-    "full": dict(chains=16, warmup=1000, draws=5000, particles=1024, ensemble_draws=2000, lmc_draws=10000),
+    # chains, warm-up steps (MH and NUTS warm-ups, cj.langevin_warmup, SG burn-in), draws kept, CEnLMC particles,
+    # the Langevin samplers' least run length
+    "small": dict(chains=8, warmup=500, draws=1000, particles=2000, lmc_draws=2000),
+    "full": dict(chains=16, warmup=1000, draws=5000, particles=2000, lmc_draws=10000),
 }
 #: the small size on a posterior with d > BIG_D (diamonds, d = 26, whose NUTS runs ~1,000 leapfrog steps per
 #: draw) uses these instead, to keep the small run near 15 minutes on the shared 2-core machine
@@ -181,45 +186,53 @@ def langevin_rule(post, x0, key, size, cache, sampler):
     return states, params, h, c, spent
 
 
-def run_unadjusted(name):
+def run_sg(name):
     def run(post, x0, key, size, cache):
         k1, k2 = jax.random.split(key)
-        rule = "lmc" if name == "lmc" else name
-        states, _, h, c, spent = langevin_rule(post, x0, k1, size, cache, rule)
+        states, _, h, c, spent = langevin_rule(post, x0, k1, size, cache, name)
         est = cj.grad_estimator_from_logdensity(post.logdensity_fn)
-        if name == "lmc":
-            algo = cj.lmc(post.logdensity_fn, h)
-            state = algo.init(states.position)
-        else:
-            base = cj.sgld(est, h) if name == "sgld" else cj.sghmc(est, h, friction=1.0)
-            algo = cj.vmap_chains(base)
-            state = algo.init(states.position)
+        algo = cj.vmap_chains(cj.sgld(est, h) if name == "sgld" else cj.sghmc(est, h, friction=1.0))
         n, burn = size["lmc_draws"], size["warmup"]
-        res = cj.sample(k2, algo, state, n, burn_in=burn, chunk_size=min(n, 1000))
+        res = cj.sample(k2, algo, algo.init(states.position), n, burn_in=burn, chunk_size=min(n, 1000))
         draws = np.asarray(res.trace).swapaxes(0, 1)
         grads = spent + x0.shape[0] * (burn + n)
         return draws, grads, {"step_size": h, "curvature": c}
     return run
 
 
-def run_cenlmc(post, x0, key, size, cache):
-    k1, k2, k3, k4 = jax.random.split(key, 4)
-    states, params, h, c, spent = langevin_rule(post, x0, k1, size, cache, "lmc")
-    n, chains = size["particles"], x0.shape[0]
-    scale = jnp.sqrt(jnp.broadcast_to(jnp.asarray(params["D"], jnp.float64), (post.d,)))
-    base = jnp.repeat(states.position, n // chains, axis=0)
-    positions = base + 0.1 * scale * jax.random.normal(k2, base.shape, jnp.float64)
-    tuned = cj.tune_cenlmc(k3, post.logdensity_fn, positions, h)
-    res = cj.sample(k4, tuned.algorithm, tuned.state, size["ensemble_draws"], chunk_size=size["ensemble_draws"])
-    draws = np.asarray(res.trace).swapaxes(0, 1)
-    grads = spent + int(tuned.grad_evals) + int(np.sum(np.asarray(res.info.grad_evals, np.int64)))
-    return draws, grads, {"step_size": h, "curvature": c, "params": {k: float(v) for k, v in tuned.params.items()},
-                          "ensemble_fraction": float(np.mean(res.info.ensemble_fraction))}
+def run_warmed(sampler):
+    """LMC or CEnLMC after ``cj.langevin_warmup`` (module docstring)."""
+    from cenlmc_jax.cli.jobs import MAX_DEFAULT_STEPS, RHAT_TARGET
+
+    def run(post, x0, key, size, cache):
+        k1, k2, k3 = jax.random.split(key, 3)
+        positions = x0 if sampler == "lmc" else starts(k1, size["particles"], post.d)
+        wu = cj.langevin_warmup(k2, post.logdensity_fn, positions, sampler=sampler, num_steps=size["warmup"])
+        i = wu.info
+        tau = i.relaxation_steps
+        steps = size["lmc_draws"]
+        if math.isfinite(tau) and tau > 0:
+            steps = max(steps, min(MAX_DEFAULT_STEPS, math.ceil(16.0 * tau / (RHAT_TARGET**2 - 1.0))))
+        thin = max(1, steps // size["draws"])
+        steps = -(-steps // thin) * thin
+        res = cj.sample(k3, wu.algorithm, wu.state, steps, thin=thin, chunk_size=min(steps, 100 * thin))
+        draws = np.asarray(res.trace).swapaxes(0, 1)
+        run_grads = (int(np.sum(np.asarray(res.info.grad_evals, np.int64))) if sampler == "cenlmc"
+                     else positions.shape[0] * steps)
+        grads = i.grad_evals + 2 * i.hvp_evals + i.lbfgs_steps + run_grads
+        extra = {"step_size": round(i.step_size, 5), "curvature": round(i.curvature, 3),
+                 "condition_number": float(f"{i.condition_number:.3g}"), "relaxation": round(tau, 1), "steps": steps}
+        if sampler == "cenlmc":
+            extra["ensemble_fraction"] = round(float(np.mean(res.info.ensemble_fraction)), 3)
+            extra["expected_ensemble_fraction"] = round(i.cenlmc["expected_ensemble_fraction"], 3)
+            extra["params"] = {k: float(wu.parameters[k]) for k in ("eta", "r1", "r2", "n_star", "m_f")}
+        return draws, grads, extra
+    return run
 
 
 WORKFLOWS = {"nuts": run_nuts, "mala": run_mh("mala"), "rwmh": run_mh("rwmh"), "gamma": run_mh("gamma"),
-             "lmc": run_unadjusted("lmc"), "sgld": run_unadjusted("sgld"), "sghmc": run_unadjusted("sghmc"),
-             "cenlmc": run_cenlmc}
+             "lmc": run_warmed("lmc"), "sgld": run_sg("sgld"), "sghmc": run_sg("sghmc"),
+             "cenlmc": run_warmed("cenlmc")}
 
 
 def run_cell(sampler, post, x0, key, size, cache) -> dict:
@@ -287,8 +300,9 @@ def detail_table(rows) -> str:
     for r in rows:
         w = "; ".join(r["warnings"]) + ("; " + r["error"] if r.get("error") else "")
         det = r["details"]
-        chosen = ", ".join(f"{k}={v}" for k, v in det.items() if k in ("step_size", "curvature", "acceptance",
-                                                                        "ensemble_fraction"))
+        chosen = ", ".join(f"{k}={v}" for k, v in det.items() if k in (
+            "step_size", "curvature", "acceptance", "condition_number", "relaxation", "steps", "ensemble_fraction",
+            "expected_ensemble_fraction"))
         fmt = lambda v, p=3: "-" if v is None else f"{v:.{p}g}"  # noqa: E731
         lines.append(f"| {r['posterior']} | {r['sampler']} | {r['status']} | {r['grad_evals']} | {r['cpu_s']:.1f} | "
                      f"{fmt(r.get('max_rhat'))} | {fmt(r.get('min_ess'))} | {fmt(r.get('max_abs_z'))} | "
@@ -303,8 +317,7 @@ def report(rows, args, base_size, samplers, head, wall_s, complete):
               for k in ("pass", "flagged", "silently wrong")}
     notes = [
         f"Size `{args.size}` ({base_size}; at the small size d > {BIG_D} uses {SMALL_BIG}).",
-        f"Library commit `{head}` (main at the start of the run: the adaptation and "
-        "cj.sample's convergence warnings were being changed by another engineer, so this records that commit).",
+        f"Library commit `{head}` (main at the start of the run).",
         "Cell: pass / pass* (passed, and warned anyway) / FLAGGED / **SILENTLY WRONG** (module docstring of "
         "benchmarks/bench_posteriordb.py), then "
         "`g` = gradient evaluations / NUTS's and `t` = CPU time / NUTS's on the same posterior (whole workflow, "

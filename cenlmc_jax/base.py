@@ -67,12 +67,16 @@ class RunFlag(NamedTuple):
       a persistent condition (a collapsed acceptance rate), not one bad step. The message is
       then prefixed with how many chains, and ``first_step`` is the chunk's first step.
       ``field`` may name a property of the info class (computed from its fields).
+    mean_below: with ``kept_only``, the field is a number per step (not a boolean) and the flag is
+      set when its mean over the kept steps is below this value: a shortfall over the whole run,
+      not one step's (CEnLMC's ensemble fraction). ``first_step`` is then the first kept step.
     """
 
     field: str
     message: Callable[[Any, int], str]
     kept_only: bool = False
     every_step: bool = False
+    mean_below: float | None = None
 
 
 def run_flags(info: Any) -> tuple:

@@ -37,6 +37,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import jax
@@ -466,9 +467,33 @@ def _warn_kept_flags(info: PyTree, burn_in: int, traced_warned: set) -> None:
     for flag in run_flags(info):
         if not flag.kept_only:
             continue
+        if flag.mean_below is not None:
+            _warn_mean_below(flag, kept, burn_in, traced_warned)
+            continue
         flags = _flag_steps(kept, flag.field, burn_in, traced_warned)  # None inside a trace: warned at run time
         if flags is not None and flags.any():
             host_warn(flag.message(kept, burn_in + int(np.argmax(flags))), RuntimeWarning, stacklevel=3)
+
+
+def _warn_mean_below(flag: Any, kept: PyTree, burn_in: int, traced_warned: set) -> None:
+    """The warning of a ``mean_below`` :class:`~cenlmc_jax.base.RunFlag`: the field's mean over the kept steps
+    below the flag's floor (inside a trace: at run time, ``jax.debug.callback``)."""
+    value = getattr(kept, flag.field, None)
+    if value is None or np.shape(value)[0] == 0:
+        return
+    if isinstance(value, jax.core.Tracer):
+        if flag.field not in traced_warned:
+            traced_warned.add(flag.field)
+            jax.debug.callback(functools.partial(_warn_mean_below_at_run_time, flag, burn_in), value)
+        return
+    _warn_mean_below_at_run_time(flag, burn_in, gather(value))
+
+
+def _warn_mean_below_at_run_time(flag: Any, burn_in: int, value) -> None:
+    """``value``: the field on the kept steps; the message reads it as ``infos.<field>``."""
+    value = np.asarray(value, np.float64)
+    if not float(np.mean(value)) >= flag.mean_below:  # NaN (no kept value) does not pass either
+        host_warn(flag.message(SimpleNamespace(**{flag.field: value}), burn_in), RuntimeWarning, stacklevel=3)
 
 
 def _resume(path, identity, rng_key, step_fn, initial_state, trace_fn, info_reduce, burn_in, total, thin, mode,

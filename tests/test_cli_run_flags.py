@@ -3,8 +3,8 @@
 collapsed acceptance rate, left the verdict "reliability checks passed" and the exit status 0).
 
 * A toy sampler declaring flags under names no part of the CLI knows: every flag the driver warns about is a
-  problem of the verdict, at the same first step, for each kind (any step, ``kept_only``, ``every_step``) and
-  chunking; nothing set, nothing reported.
+  problem of the verdict, at the same first step, for each kind (any step, ``kept_only``, ``every_step``, a
+  ``kept_only`` mean below a floor) and chunking; nothing set, nothing reported.
 * The CLI end to end: a flag added to RW-MH's info class at run time (a field the verdict cannot know) makes the
   job print UNRELIABLE and exit 1, and 0 with ``--allow-unreliable``; the real ``zero_acceptance`` flag too.
 """
@@ -34,31 +34,34 @@ def _message(field):
 class ToyState(NamedTuple):
     position: jax.Array  # (CHAINS, 1)
     t: jax.Array
-    masks: jax.Array  # (3, STEPS + BURN_IN, CHAINS): when each of the three fields is set
+    masks: jax.Array  # (4, STEPS + BURN_IN, CHAINS): when each of the four fields is set
 
 
 class ToyInfo(NamedTuple):
     odd_name_a: jax.Array  # (CHAINS,) each
     odd_name_b: jax.Array
     odd_name_c: jax.Array
+    odd_name_d: jax.Array  # a number: 0.0 where "set", 1.0 elsewhere (CEnLMC's ensemble fraction's kind of flag)
     diverged: jax.Array
 
     run_flags = (RunFlag("odd_name_a", _message("odd_name_a")),
                  RunFlag("odd_name_b", _message("odd_name_b"), kept_only=True),
-                 RunFlag("odd_name_c", _message("odd_name_c"), every_step=True))
+                 RunFlag("odd_name_c", _message("odd_name_c"), every_step=True),
+                 RunFlag("odd_name_d", _message("odd_name_d"), kept_only=True, mean_below=0.5))
 
 
 def _toy_step(key, state):
     """A random walk (the chains move: never frozen) whose info sets each field at the steps of its mask (in
     the state: one step function, so one compilation per ``info_reduce`` for all the cases)."""
-    info = ToyInfo(*state.masks[:, state.t], diverged=jnp.zeros((), bool))
+    a, b, c, d = state.masks[:, state.t]
+    info = ToyInfo(a, b, c, 1.0 - d.astype(jnp.float32), diverged=jnp.zeros((), bool))
     moved = state.position + jax.random.normal(key, state.position.shape)
     return ToyState(moved, state.t + 1, state.masks), info
 
 
 def _masks(**set_at):
     """Each field's mask: ``set_at[field] = (first step, last step, chains)``; the others never set."""
-    out = {f: np.zeros((STEPS + BURN_IN, CHAINS), bool) for f in ToyInfo._fields[:3]}
+    out = {f: np.zeros((STEPS + BURN_IN, CHAINS), bool) for f in ToyInfo._fields[:4]}
     for field, (lo, hi, chains) in set_at.items():
         out[field][lo:hi + 1, chains] = True
     return out
@@ -67,7 +70,7 @@ def _masks(**set_at):
 def _driver_and_verdict(masks, info_reduce):
     """(the driver's RuntimeWarnings, the verdict's problems) of one toy run."""
     state = ToyState(jnp.zeros((CHAINS, 1)), jnp.zeros((), jnp.int32),
-                     jnp.asarray(np.stack([masks[f] for f in ToyInfo._fields[:3]])))
+                     jnp.asarray(np.stack([masks[f] for f in ToyInfo._fields[:4]])))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         res = cj.sample(jax.random.key(0), _toy_step, state, STEPS, burn_in=BURN_IN, chunk_size=CHUNK,
@@ -87,6 +90,11 @@ CASES = {
     "every_step_one_step_short": ({"odd_name_c": (41, 41 + WATCH_MIN_STEPS - 2, 0)}, {}),
     "all_three": ({"odd_name_a": (0, 0, 0), "odd_name_b": (70, 79, 1), "odd_name_c": (20, 39, 2)},
                   {"odd_name_a": 0, "odd_name_b": 70, "odd_name_c": 20}),
+    # the mean over the kept steps (and chains) below 0.5: named at the first kept step; the burn-in not counted
+    "mean_below_most_kept_steps": ({"odd_name_d": (BURN_IN + 10, STEPS + BURN_IN - 1, slice(None))},
+                                   {"odd_name_d": BURN_IN}),
+    "mean_below_fewer_than_half_of_the_kept_steps": ({"odd_name_d": (BURN_IN, BURN_IN + 25, slice(None))}, {}),
+    "mean_below_burn_in_does_not_count": ({"odd_name_d": (0, BURN_IN - 1, slice(None))}, {}),
 }
 
 

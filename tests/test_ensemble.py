@@ -446,6 +446,23 @@ def test_the_default_audit_does_not_fire_on_a_healthy_cenlmc_run(target):
     assert int(res.info.grad_evals[1]) < 1000
 
 
+def test_an_unused_ensemble_warns_with_its_fraction():
+    """d = 5, N = 300 at the suggested parameters: the suggestion predicts an empty eta-ball (fraction 0.00),
+    every particle takes its gradient, and cj.sample says so once, with the measured fraction (exactly 0 here:
+    no particle passes N* with ~0 neighbours). The healthy 2-D run above (fraction ~0.6) raises no warning."""
+    tgt = targets.standard_gaussian(5)
+    sug = cj.tuning.suggest_cenlmc_params(5, 0.05, num_particles=300)
+    assert sug.expected_ensemble_fraction < 0.01  # the configuration is the one meant
+    algo = cj.cenlmc(tgt.logdensity_fn, 0.05, sug.eta, sug.r1, sug.r2, sug.n_star, sug.m_f, f_star=tgt.f_star)
+    with pytest.warns(RuntimeWarning) as caught:
+        res = cj.sample(jax.random.key(5), algo, algo.init(tgt.sample(jax.random.key(6), 300)), 40, burn_in=20,
+                        check_convergence=False)
+    msgs = [str(w.message) for w in caught if "ensemble force was used by" in str(w.message)]
+    assert len(msgs) == 1, [str(w.message) for w in caught]
+    assert float(np.mean(res.info.ensemble_fraction[20:])) == 0.0 and "used by 0.0%" in msgs[0]
+    assert "cj.lmc" in msgs[0]
+
+
 def test_the_bias_flag_fires_where_the_variance_is_measurably_inflated():
     """A deliberately biased setting: R1 passing 95% of the noise draws (0.77; the suggestion passes
     70%), η = R2 = 0.38, N* = 5, on N(0, I_2) with N = 1000. The heavier weights ``1/p_j`` of the

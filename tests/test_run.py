@@ -315,7 +315,8 @@ def test_the_driver_warns_only_of_the_flags_an_info_declares():
         res = cj.sample(jax.random.key(0), step, jnp.zeros((), jnp.int32), 20, trace_fn=lambda t: t)
     assert bool(np.all(res.info.biased))
     assert cj.base.run_flags(res.info) == () and cj.base.run_flags(None) == ()
-    assert [f.field for f in cj.base.run_flags(cj.CEnLMCInfo(*[0] * len(cj.CEnLMCInfo._fields)))] == ["biased"]
+    cenlmc_info = cj.CEnLMCInfo(*[0] * len(cj.CEnLMCInfo._fields))
+    assert [f.field for f in cj.base.run_flags(cenlmc_info)] == ["biased", "ensemble_fraction"]
     assert [f.field for f in cj.base.run_flags(cj.RecipeInfo(0, 0, 0, 0, 0))] == ["noise_clipped"]
 
 

@@ -7,11 +7,11 @@ checks a finished run for every known reason to distrust it:
   kept at all (a divergence before the first recorded step: no estimates);
 * a Langevin step size at or above ``2/c`` (:func:`stability_problem`), the
   stability limit of unadjusted Langevin at the target's curvature ``c``;
-* CEnLMC's ensemble force used by fewer than :data:`ENSEMBLE_MIN_FRACTION` of
-  the particle-steps (LMC's work at extra cost);
 * every flag the sampler's infos declare (``run_flags``, :class:`cenlmc_jax.base.RunFlag`: the hook
   ``cj.sample`` warns through, so the verdict names no sampler's fields; :func:`flag_problems`):
-  EnLMC's and CEnLMC's gradient audit measuring a biased force (``biased``), the recipe's and
+  EnLMC's and CEnLMC's gradient audit measuring a biased force (``biased``), CEnLMC's ensemble force
+  used by fewer than ``ENSEMBLE_MIN_FRACTION`` (5%) of the kept particle-steps (``ensemble_fraction``:
+  LMC's work at extra cost), the recipe's and
   SGRHMC's clipped noise (``noise_clipped``), the Metropolis samplers' collapsed acceptance
   (``zero_acceptance``), and whatever a sampler declares next;
 * Metropolis acceptance below :data:`ACCEPTANCE_MIN`;
@@ -57,7 +57,6 @@ from cenlmc_jax.diagnostics import convergence
 from cenlmc_jax.run import WATCH_MIN_STEPS
 from cenlmc_jax.summary import SummaryTable, summary
 
-ENSEMBLE_MIN_FRACTION = 0.05
 ACCEPTANCE_MIN = 0.05
 #: The CLI's R-hat threshold, passed to the shared check (cj.sample warns above 1.01,
 #: convergence.RHAT_MAX). The CLI keeps its documented 1.1 until the 200-particle x 150-draw run of
@@ -106,15 +105,6 @@ def _mean_inflation(res, kept: int) -> float:
     return float(np.nanmean(v)) if np.any(np.isfinite(v)) else float("nan")
 
 
-def _ensemble_problems(args, table: SummaryTable) -> list:
-    frac = table.run.get("ensemble_fraction")
-    if SPECS[args.sampler].constrained and frac is not None and not frac >= ENSEMBLE_MIN_FRACTION:
-        return [f"the ensemble force was used by {frac:.1%} of particle-steps after burn-in (< "
-                f"{ENSEMBLE_MIN_FRACTION:.0%}): CEnLMC did LMC's work at extra cost; raise --particles or use "
-                "--sampler lmc"]
-    return []
-
-
 def _rows(flag: np.ndarray) -> np.ndarray:
     """Per-step booleans ``(steps, chains or particles)`` (a scalar per step is one row)."""
     flag = np.asarray(flag).astype(bool)
@@ -150,6 +140,8 @@ def _flag_problem(flag: RunFlag, info, burn_in: int) -> str | None:
     value = getattr(info, flag.field, None)
     if value is None or np.shape(value)[0] == 0:
         return None
+    if flag.mean_below is not None:  # kept_only: the mean over the kept steps below a floor
+        return None if np.mean(np.asarray(value, np.float64)) >= flag.mean_below else flag.message(info, offset)
     rows = _rows(value)
     if not flag.every_step:
         steps = rows.any(axis=1)
@@ -225,7 +217,6 @@ def problems(args, target, job, res, table: SummaryTable | None, c: float | None
         out.append(f"no draw was kept: the run stopped after {res.num_steps_done} of the driver's {res.burn_in} "
                    f"burn-in + {args.steps} steps, before its first recorded step; there are no estimates")
         return out
-    out += _ensemble_problems(args, table)
     acc = table.run.get("acceptance_rate")
     if acc is not None and not acc >= ACCEPTANCE_MIN:
         out.append(f"mean acceptance rate {acc:.3f} < {ACCEPTANCE_MIN}: the chains barely move; lower --step-size")

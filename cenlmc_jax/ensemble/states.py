@@ -6,10 +6,31 @@ special; :mod:`cenlmc_jax.ensemble.samplers` builds and steps them.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+import numpy as np
+
+from cenlmc_jax.base import RunFlag
 from cenlmc_jax.ensemble.audit import BIASED_FLAG, Audit
 from cenlmc_jax.types import Array
+
+#: CEnLMC's ensemble force used by fewer particle-steps than this (mean of ``info.ensemble_fraction`` over the
+#: kept steps): it did LMC's work at extra cost (the pair sums), and ``cj.sample`` and the CLI say so.
+ENSEMBLE_MIN_FRACTION = 0.05
+
+
+def _unused_message(kept: Any, first_step: int) -> str:
+    frac = float(np.mean(np.asarray(kept.ensemble_fraction, np.float64)))
+    return (f"the ensemble force was used by {frac:.1%} of particle-steps after burn-in "
+            f"(< {ENSEMBLE_MIN_FRACTION:.0%}, mean of info.ensemble_fraction over the kept steps): CEnLMC did "
+            "LMC's work at extra cost. The eta-ball holds too few neighbours at this dimension and number of "
+            "particles (cj.tuning.suggest_cenlmc_params's reasoning says how many would fill it): use more "
+            "particles, or cj.lmc")
+
+
+#: The driver's warning for an unused ensemble (CEnLMC's info declares it), once per call on the kept steps.
+UNUSED_ENSEMBLE_FLAG = RunFlag("ensemble_fraction", _unused_message, kept_only=True,
+                               mean_below=ENSEMBLE_MIN_FRACTION)
 
 __all__ = ["EnLMCState", "EnLMCInfo", "CEnLMCState", "CEnLMCInfo"]
 
@@ -171,4 +192,5 @@ class CEnLMCInfo(NamedTuple):
     num_nonfinite: Array
     diverged: Array
 
-    run_flags = (BIASED_FLAG,)  # cj.sample warns once when a kept step is biased
+    # cj.sample warns once when a kept step is biased, and when the ensemble went unused over the kept steps
+    run_flags = (BIASED_FLAG, UNUSED_ENSEMBLE_FLAG)
