@@ -155,6 +155,12 @@ MUTATIONS = [
          replacement="return any(d <= max_d and n > min_n for",
          tests=["tests/test_pairwise_sparse.py::test_auto_takes_block_sparse_by_the_rule"],
          what="method='auto' takes block-sparse only above a rule row's N, not from it"),
+    dict(name="unused_ensemble_floor_ignored", file="cenlmc_jax/run.py",
+         original="if not float(np.mean(value)) >= flag.mean_below:",
+         replacement="if not float(np.mean(value)) >= 0.0:",
+         tests=["tests/test_ensemble.py::test_an_unused_ensemble_warns_with_its_fraction",
+                T_FLAGS_TOY + "[mean_below_most_kept_steps-None]"],
+         what="cj.sample never warns of an unused ensemble (a mean fraction of 0 passes the floor)"),
 ]
 
 
