@@ -43,6 +43,7 @@ Run: ``python benchmarks/bench_posteriordb.py --size small|full [--only NAME ...
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import subprocess
 import sys
@@ -273,6 +274,12 @@ def fmt_ratio(x):
     return "-" if x is None or not math.isfinite(x) else (f"{x:.2g}" if x < 10 else f"{x:.0f}")
 
 
+def per_ess(r) -> float | None:
+    """Gradients per effective draw of the worst quantity (its bulk ESS), for a run that passed."""
+    ok = r is not None and r["status"] == "pass" and r.get("min_ess") and r["grad_evals"]
+    return r["grad_evals"] / r["min_ess"] if ok else None
+
+
 def matrix_rows(rows, samplers):
     by = {(r["posterior"], r["sampler"]): r for r in rows}
     out = []
@@ -285,11 +292,12 @@ def matrix_rows(rows, samplers):
                 line[s] = "n/a"
                 continue
             g = r["grad_evals"] / nuts["grad_evals"] if nuts and nuts["grad_evals"] and r["grad_evals"] else None
+            e = per_ess(r) / per_ess(nuts) if g is not None and per_ess(r) and per_ess(nuts) else None
             t = r["cpu_s"] / nuts["cpu_s"] if nuts else None
             cell = {"pass": "pass", "flagged": "FLAGGED", "silently wrong": "**SILENTLY WRONG**"}[r["status"]]
             if r["status"] == "pass" and (r["warnings"] or r["error"]):
                 cell = "pass*"  # right, and warned anyway (a conservative warning, e.g. an ESS floor)
-            line[s] = cell if s == "nuts" else f"{cell} (g {fmt_ratio(g)}, t {fmt_ratio(t)})"
+            line[s] = cell if s == "nuts" else f"{cell} (g {fmt_ratio(g)}, e {fmt_ratio(e)}, t {fmt_ratio(t)})"
         out.append(line)
     return out
 
@@ -311,7 +319,7 @@ def detail_table(rows) -> str:
     return "\n".join(lines) + "\n"
 
 
-def report(rows, args, base_size, samplers, head, wall_s, complete):
+def report(rows, args, base_size, samplers, head, wall_s, complete, rerendered_from=None):
     """Write results/posteriordb.{json,md} for the rows so far (after every posterior: a run stopped keeps them)."""
     counts = {k: sum(r["status"] == k for r in rows if r["sampler"] != "nuts")
               for k in ("pass", "flagged", "silently wrong")}
@@ -320,8 +328,9 @@ def report(rows, args, base_size, samplers, head, wall_s, complete):
         f"Library commit `{head}` (main at the start of the run).",
         "Cell: pass / pass* (passed, and warned anyway) / FLAGGED / **SILENTLY WRONG** (module docstring of "
         "benchmarks/bench_posteriordb.py), then "
-        "`g` = gradient evaluations / NUTS's and `t` = CPU time / NUTS's on the same posterior (whole workflow, "
-        "warm-up and compilation included; RW-MH and the Gamma sampler use no gradients: g -). "
+        "`g` = gradient evaluations / NUTS's, `e` = gradients per effective draw (of the quantity with the "
+        "smallest bulk ESS; passed cells only) / NUTS's, and `t` = CPU time / NUTS's on the same posterior (whole "
+        "workflow, warm-up and compilation included; RW-MH and the Gamma sampler use no gradients: g -). "
         "CEnLMC runs only where d <= 5 (n/a elsewhere).",
         "Pass: every reference quantity's mean within 0.1 ref_sd + 3 MCSE and sd within 10 %. At the small size a "
         "correct sampler with a bulk ESS near 100 can miss the sd criterion by noise (MCSE of an sd ~ sd/sqrt(2 ESS)"
@@ -330,6 +339,14 @@ def report(rows, args, base_size, samplers, head, wall_s, complete):
         + ("" if complete else " (INCOMPLETE: the run was stopped; the posteriors listed are those done)"),
         "Shared 2-core machine, other jobs running: CPU times are noisy (~30 %), one run per cell.",
     ]
+    nuts_of = {r["posterior"]: r for r in rows if r["sampler"] == "nuts"}
+    mala = [r for r in rows if r["sampler"] == "mala"]
+    within = sum(1 for r in mala if per_ess(r) and per_ess(nuts_of.get(r["posterior"]))
+                 and per_ess(r) <= 1.5 * per_ess(nuts_of[r["posterior"]]))
+    notes.insert(-1, f"MALA within 1.5x NUTS's gradients per effective draw (e <= 1.5): {within} of {len(mala)} "
+                     "posteriors (issue 18's goal: at least half).")
+    if rerendered_from:
+        notes.append(f"These tables were written again (`--from-json`) from the rows of the run `{rerendered_from}`.")
     payload = {"size": args.size, "sizes": base_size, "small_big": SMALL_BIG, "commit": head, "samplers": samplers,
                "counts": counts, "total_wall_s": wall_s, "complete": complete}
     _, md_path = write_results("posteriordb", payload, rows, out_dir=args.out_dir, notes=notes,
@@ -347,7 +364,16 @@ def main():
     parser.add_argument("--samplers", default=",".join(SAMPLERS))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--from-json", type=Path, default=None,
+                        help="write the tables again from an earlier run's posteriordb.json (no sampling)")
     args = parser.parse_args()
+    if args.from_json is not None:
+        old = json.loads(args.from_json.read_text())
+        args.size = old["size"]
+        md = report(old["rows"], args, old["sizes"], old["samplers"], old["commit"], old["total_wall_s"],
+                    old["complete"], rerendered_from=old.get("command", str(args.from_json)))
+        print(f"wrote {md} from {args.from_json}")
+        return 0
     size = SIZES[args.size]
     samplers = [s for s in args.samplers.split(",") if s]
     for s in samplers:
