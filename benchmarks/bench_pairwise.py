@@ -16,12 +16,26 @@ dense at N = 4096, d = 10. Stretch (issue 5): >= 60% of SGEMM at d = 100.
 
 Run ``python benchmarks/bench_pairwise.py`` (full, a few minutes) or with
 ``--quick``. Writes benchmarks/results/pairwise.{json,md}.
+
+Row-block sweep (issue 17, "block size by d"): ``--blocks 128 256 512 1024``
+times the dense tiled force at the given row-block sizes side by side
+(interleaved repeats: every size once per round, medians over ``--repeats``
+rounds), together with the default before the rule took d
+(``default_block_size(N)``, timed as an explicit block size) and the
+default now (``block_size=None``, i.e. ``default_block_size(N, d=d)``).
+Sizes over the memory cap (:data:`~cenlmc_jax.pairwise.tiled.TILE_MAX_BYTES`)
+are replaced by the largest size under it. Ratios are to the old default
+within the run. Writes benchmarks/results/block_by_d.{json,md} (``--name``)::
+
+    nice -n 10 python benchmarks/bench_pairwise.py --blocks 128 256 512 1024 \
+        --dims 2 10 30 100 --sizes 4096 8192 16384 --repeats 7
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -35,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import base_parser, compiled_memory, fmt_bytes, sgemm_rate, time_call, write_results  # noqa: E402
 
 from cenlmc_jax.pairwise import default_block_size, ensemble_force  # noqa: E402
+from cenlmc_jax.pairwise.tiled import TILE_MAX_BYTES  # noqa: E402
 
 
 def make_ensemble(n: int, d: int, seed: int = 0, h: float = 0.05):
@@ -71,6 +86,103 @@ def dense_temp_bytes(x, f, log_p, eta, w=None, r2=None):
     return compiled_memory(fn, *shapes)
 
 
+def cap_block(n: int, *, itemsize: int = 4, with_w: bool = False) -> int:
+    """Largest multiple of 8 rows whose live (B, n) temporaries stay under TILE_MAX_BYTES (as in default_block_size)."""
+    live = 5 if with_w else 3
+    return max(8, (TILE_MAX_BYTES // (live * n * itemsize)) // 8 * 8)
+
+
+def block_sweep(args, peak: float) -> None:
+    """Time the tiled force at several row-block sizes side by side (interleaved rounds); write args.name."""
+    rows, pairs_rows = [], []
+    for d in args.dims:
+        for n in args.sizes:
+            x, f, log_p, w, eta = make_ensemble(n, d)
+            wv, r2 = (w, eta) if args.with_w else (None, None)
+            cap = cap_block(n, with_w=args.with_w)
+            old = default_block_size(n, with_w=args.with_w)
+            new = default_block_size(n, with_w=args.with_w, d=d)
+            # label -> block_size argument (None: the library's default now)
+            cands = {"old": old, "new": None}
+            for b in args.blocks:
+                b = min(b, cap)
+                if b not in cands.values():
+                    cands[str(b)] = b
+            fns = {k: jax.jit(functools.partial(ensemble_force, eta=eta, r2=r2, method="tiled", block_size=b))
+                   for k, b in cands.items()}
+            for fn in fns.values():  # compile and warm up
+                jax.block_until_ready(fn(x, f, log_p, w=wv))
+            times, cpu = {k: [] for k in fns}, {k: [] for k in fns}
+            keys = list(fns)
+            for r in range(args.repeats):
+                for k in keys[r % len(keys):] + keys[:r % len(keys)]:  # rotated: no size always first
+                    c0, t0 = time.process_time(), time.perf_counter()
+                    jax.block_until_ready(fns[k](x, f, log_p, w=wv))
+                    times[k].append(time.perf_counter() - t0)
+                    cpu[k].append(time.process_time() - c0)
+            med = {k: statistics.median(v) for k, v in times.items()}
+            cmed = {k: statistics.median(v) for k, v in cpu.items()}
+            flops = float(n) * n * ((4 * d + 2) + (2 * d if args.with_w else 0))
+            for k, b in cands.items():
+                rows.append({
+                    "N": n, "d": d, "w": "yes" if args.with_w else "no", "which": k,
+                    "B": new if b is None else b, "ms": med[k] * 1e3, "vs_old": med["old"] / med[k],
+                    "cpu_ms": cmed[k] * 1e3, "cpu_vs_old": cmed["old"] / cmed[k],
+                    "frac_sgemm": flops / med[k] / peak, "times_s": times[k], "cpu_s": cpu[k],
+                })
+            pairs_rows.append({
+                "N": n, "d": d, "w": "yes" if args.with_w else "no", "B_old": old, "B_new": new,
+                "old_ms": med["old"] * 1e3, "new_ms": med["new"] * 1e3, "speedup": med["old"] / med["new"],
+                "old_cpu_ms": cmed["old"] * 1e3, "new_cpu_ms": cmed["new"] * 1e3,
+                "cpu_speedup": cmed["old"] / cmed["new"],
+                "old_frac_sgemm": flops / med["old"] / peak, "new_frac_sgemm": flops / med["new"] / peak,
+            })
+            print(f"N={n:6d} d={d:3d} cap={cap:4d} " + " ".join(
+                f"{k}(B={new if b is None else b})={med[k] * 1e3:.1f}ms x{med['old'] / med[k]:.2f}"
+                f" cpu x{cmed['old'] / cmed[k]:.2f}"
+                for k, b in cands.items()), flush=True)
+
+    notes = [
+        f"float32 SGEMM ({args.sgemm_n}x{args.sgemm_n}, jnp.dot, HIGHEST): {peak / 1e9:.1f} GFLOP/s; "
+        "frac_sgemm counts 4d+2 matmul flops per pair (+2d with w).",
+        f"Each cell: median wall time of {args.repeats} interleaved rounds (every block size once per round), "
+        "after one compiling and one warm-up call; rounds rotate the order. vs_old / speedup = old default's "
+        "time / this time (> 1: faster); cpu_* = process CPU time (both threads), less sensitive to other jobs.",
+        "old = default_block_size(N) (the rule before d was taken); new = block_size=None, the library's "
+        "default now (default_block_size(N, d=d)). Sizes over the memory cap TILE_MAX_BYTES are replaced by "
+        "the largest multiple of 8 under it.",
+        "Shared 2-core machine (other benchmarks running): compare within a row group, not across runs.",
+    ]
+    if any(r["frac_sgemm"] > 1 for r in rows):
+        notes.append("frac_sgemm > 100% in places: the SGEMM reference, timed once before the sweep, ran slower "
+                     "than the kernel's matrix products later (other jobs' load varies): read it as relative only.")
+    fmt = [dict(r, ms=f"{r['ms']:.1f}", vs_old=f"{r['vs_old']:.2f}", frac_sgemm=f"{r['frac_sgemm']:.0%}",
+                cpu_ms=f"{r['cpu_ms']:.1f}", cpu_vs_old=f"{r['cpu_vs_old']:.2f}") for r in rows]
+    before_after = [dict(r, old_ms=f"{r['old_ms']:.1f}", new_ms=f"{r['new_ms']:.1f}", speedup=f"{r['speedup']:.2f}",
+                         old_cpu_ms=f"{r['old_cpu_ms']:.1f}", new_cpu_ms=f"{r['new_cpu_ms']:.1f}",
+                         cpu_speedup=f"{r['cpu_speedup']:.2f}",
+                         old_frac_sgemm=f"{r['old_frac_sgemm']:.0%}", new_frac_sgemm=f"{r['new_frac_sgemm']:.0%}")
+                    for r in pairs_rows]
+    from _common import markdown_table
+
+    json_path, md_path = write_results(
+        args.name,
+        {"sgemm_flops_per_s": peak, "args": {k: v for k, v in vars(args).items() if k != "out_dir"},
+         "before_after": pairs_rows},
+        rows,
+        columns=["N", "d", "w", "which", "B", "ms", "vs_old", "cpu_ms", "cpu_vs_old", "frac_sgemm"],
+        out_dir=args.out_dir,
+        title="Dense tiled force: row-block size by d (issue 17)",
+        notes=notes + ["Before/after (old default vs new default, same run):\n\n"
+                       + markdown_table(before_after, ["N", "d", "w", "B_old", "B_new", "old_ms", "new_ms",
+                                                       "speedup", "old_cpu_ms", "new_cpu_ms", "cpu_speedup",
+                                                       "old_frac_sgemm", "new_frac_sgemm"])
+                       + "\n\nSweep:"],
+        md_rows=fmt,
+    )
+    print(f"wrote {json_path} and {md_path}")
+
+
 def main() -> None:
     parser = base_parser(__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
@@ -81,9 +193,18 @@ def main() -> None:
     parser.add_argument("--with-w", action="store_true", help="also time the CEnLMC variant (w, R2 masks)")
     parser.add_argument("--budget-s", type=float, default=10.0, help="time budget per configuration")
     parser.add_argument("--sgemm-n", type=int, default=4096)
+    parser.add_argument("--blocks", type=int, nargs="+", default=None,
+                        help="row-block sweep: time these block sizes (and the old and new defaults) side by side")
+    parser.add_argument("--name", default=None, help="results name (default pairwise, or block_by_d with --blocks)")
     args = parser.parse_args()
     if args.quick:
         args.sizes, args.dims, args.sgemm_n, args.repeats = [1024, 2048], [2, 10], 1024, 3
+    if args.blocks is not None:
+        args.name = args.name or "block_by_d"
+        sgemm = sgemm_rate(args.sgemm_n, repeats=args.repeats)
+        print(f"SGEMM {args.sgemm_n}: {sgemm['flops_per_s'] / 1e9:.1f} GFLOP/s", flush=True)
+        block_sweep(args, sgemm["flops_per_s"])
+        return
 
     print(f"SGEMM {args.sgemm_n}x{args.sgemm_n} ...", flush=True)
     sgemm = sgemm_rate(args.sgemm_n, repeats=args.repeats)
@@ -104,7 +225,7 @@ def main() -> None:
                 flops = pairs * ((4 * d + 2) + (2 * d if with_w else 0))
                 row = {
                     "N": n, "d": d, "w": "yes" if with_w else "no",
-                    "B": default_block_size(n, with_w=with_w),
+                    "B": default_block_size(n, with_w=with_w, d=d),
                     "tiled_ms": t_tiled.median_s * 1e3,
                     "tiled_cpu_ms": t_tiled.cpu_median_s * 1e3,
                     "tiled_pairs_per_s": pairs / t_tiled.median_s,
@@ -193,7 +314,7 @@ def main() -> None:
             t["speedup"] = f"{r['speedup']:.1f}x"
         table.append(t)
     json_path, md_path = write_results(
-        "pairwise",
+        args.name or "pairwise",
         {"sgemm": sgemm, "args": {k: v for k, v in vars(args).items() if k != "out_dir"}},
         rows,
         columns=columns,

@@ -563,3 +563,64 @@ def test_column_tile_of_heavy_particles_leaves_other_rows(d):
     # bug this guards against gives a relative error of 1
     assert np.all(rel < 1e-3), rel.max()
     assert np.count_nonzero(force[ok]) > 0.5 * ok.sum()
+
+
+# ------------------------------------------------------------- block size by d (issue 17)
+
+
+def test_default_block_size_by_d_values():
+    """The rule of ``default_block_size(n, d=d)``: at least 2 (d + 1) rows, the memory cap first."""
+    for n in (1000, 4096, 8192, 16384):
+        for with_w in (False, True):
+            old = default_block_size(n, with_w=with_w)
+            # d = 2, 10, 30 keep the rule by n alone up to N = 16384 (measured: larger blocks were slower there)
+            for d in (2, 10, 30):
+                assert default_block_size(n, with_w=with_w, d=d) == old
+    # d = 100: the floor 2 (d + 1) = 202 rows, spread evenly (82 blocks of 200 at N = 16384) and rounded to 8
+    assert default_block_size(16384, d=100) == 200
+    assert default_block_size(8192, d=100) == 200
+    assert default_block_size(4096, d=100) == 256  # the cache target already gives more rows
+    assert default_block_size(1000, d=100) == 1000
+    # The memory cap wins over the floor: 64 MiB / (3 (B, n) float32 temporaries) = 341 rows -> 336,
+    # with w (5 temporaries) 204 -> 200; at huge n a handful of rows, whatever d.
+    assert default_block_size(16384, d=1000) == 336
+    assert default_block_size(16384, d=1000, with_w=True) == 200
+    assert default_block_size(10**6, d=100) == default_block_size(10**6) == 5
+    assert default_block_size(10**6, d=1000, with_w=True) == 3
+    for n in (10, 1000, 4096, 16384, 65536, 10**6):
+        for with_w in (False, True):
+            live = 5 if with_w else 3
+            prev = 0
+            for d in (None, 1, 2, 10, 30, 50, 100, 200, 1000):
+                b = default_block_size(n, with_w=with_w, d=d)
+                assert b * n * 4 * live <= 64 * 2**20 or b == 1  # the 64 MiB cap of the docstring
+                assert 1 <= b <= -(-n // 8) * 8 and (b % 8 == 0 or b < 8)
+                assert b >= prev  # more rows for larger d, never fewer
+                prev = b
+
+
+def test_default_block_by_d_matches_oracle_d100(monkeypatch):
+    """The force with the d-aware default equals the float64 oracle at d = 100.
+
+    At a small N every default is one block; the cache target is shrunk so that
+    the rule by N alone would take 32 rows, and the d-aware one takes
+    2 (d + 1) = 202 rows spread over 2 blocks of 136 (15 padded rows): the
+    force is then folded over several, padded blocks of the new size.
+    """
+    from cenlmc_jax.pairwise import tiled
+    from cenlmc_jax.pairwise.algebra import finish, prepare
+
+    n, d = 257, 100
+    monkeypatch.setattr(tiled, "TILE_TARGET_BYTES", n * 4 * 32)
+    assert tiled.default_block_size(n) == 32
+    assert tiled.default_block_size(n, d=d) == 136
+    x, f, log_p, _ = lmc_like_ensemble(3, n, d)
+    eta = eta_for_neighbours(x, 20)
+
+    def run(x, f, log_p):  # a fresh jit: traced with the patched target, not a cached default
+        p = prepare(x, f, log_p, eta)
+        return finish(tiled.tiled_partial(p, p), p, n)
+
+    out = jax.jit(run)(jnp.asarray(x), jnp.asarray(f), jnp.asarray(log_p))
+    ref = assert_matches_oracle(out, x, f, log_p, eta, gram=True)
+    assert ref.n_ball.mean() > 5  # populated balls: the comparison is not of zeros

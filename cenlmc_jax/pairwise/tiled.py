@@ -18,7 +18,10 @@ The default ``B`` (:func:`default_block_size`) keeps one ``(B, N)`` temporary
 near 4 MiB: measured on a 2-core Zen 4 (1 MiB L2 per core, 32 MiB L3), d = 10,
 those blocks were fastest or within noise of it at N = 4096, 8192 and 16384
 (B = 256, 128, 64); smaller blocks pay per-iteration overhead and leave the
-second core idle, larger ones fall out of cache.
+second core idle, larger ones fall out of cache. But at least ``2 (d + 1)``
+rows (issue 17): every row block streams the ``2 (d + 1)`` column numbers
+of the two matrix products, so few rows at large d waste the block on them
+(d = 100, N = 16384: 200 rows instead of 64, 1.1-1.3x faster in two runs).
 
 Block-sparse (``block_sparse=True``; KeOps' block-sparse reduction): the
 particles are sorted along a Hilbert curve of w (of x without w:
@@ -208,26 +211,50 @@ def _has_backend(platform: str) -> bool:
         return False
 
 
-def default_block_size(n: int, *, itemsize: int = 4, with_w: bool = False) -> int:
-    """Row-block size ``B`` for ``n`` columns when ``block_size`` is None.
+def default_block_size(n: int, *, itemsize: int = 4, with_w: bool = False, d: int | None = None) -> int:
+    """Row-block size ``B`` for ``n`` columns of dimension ``d`` when ``block_size`` is None.
 
     ``B`` keeps one ``(B, n)`` temporary near :data:`TILE_TARGET_BYTES` (the
     block's working set then stays in cache) but at least 16 rows (fewer
-    rows per block pay the per-iteration overhead); then the rows are spread
-    evenly over that many blocks (least padding) and B is rounded to a
-    multiple of 8. The memory cap wins over everything: the live ``(B, n)``
-    temporaries (3, or 5 with ``w``) stay under :data:`TILE_MAX_BYTES` (``B``
-    may drop to 1 for huge n).
+    rows per block pay the per-iteration overhead) and, given ``d``, at
+    least ``2 (d + 1)`` rows (:func:`_min_block_rows`): every row block
+    streams all the column data, ``x̃`` for the Gram product and
+    ``c ⊙ [x̃, 1]`` for the force product, ``2 (d + 1)`` numbers a column,
+    and these are then no more than the block's own ``B`` pair values a
+    column. Then the rows are spread evenly over that many blocks (least
+    padding) and B is rounded to a multiple of 8. The memory cap wins over
+    everything: the live ``(B, n)`` temporaries (3, or 5 with ``w``) stay
+    under :data:`TILE_MAX_BYTES` (``B`` may drop to 1 for huge n).
+    ``d=None``: the rule by ``n`` alone (the default before issue 17).
+
+    Measured (issue 17, benchmarks/results/block_by_d.md; float32, 2-core
+    Zen 4 shared with other jobs, medians of 7 interleaved rounds, time by
+    the rule by n alone / time; an earlier run in brackets): d = 100,
+    N = 16384, 64 -> 200 rows: 1.11x (1.28x); d = 150, N = 16384, 64 -> 304:
+    1.25x (1.20x). At d <= 30, N <= 16384 larger blocks were slower (d = 30,
+    N = 16384, 128 rows: 0.64-0.87x of 64) and the floor leaves them as they
+    were; d = 100, N = 8192 (128 -> 200 rows: 0.97x (0.94x)) and d = 50,
+    N = 16384 (64 -> 104: 0.95x (1.26x)) are within the noise. N = 65536
+    (5 rounds, ``--dims 30 10 --sizes 65536 --blocks 16``): d = 10, 16 -> 24
+    rows 1.15x; d = 30, 16 -> 64 rows 1.07x.
     """
     live = 5 if with_w else 3
     b_cache = TILE_TARGET_BYTES // max(1, n * itemsize)
     b_cap = TILE_MAX_BYTES // max(1, live * n * itemsize)
-    b = max(1, min(max(_MIN_BLOCK, b_cache), b_cap))
+    b = max(1, min(max(_min_block_rows(d), b_cache), b_cap))
     # Same number of blocks, least padding: spread n evenly over them.
     b = -(-n // -(-n // b))
     if b >= 8:
         b = -(-b // 8) * 8 if -(-b // 8) * 8 <= b_cap else (b // 8) * 8
     return int(max(1, b))
+
+
+def _min_block_rows(d: int | None) -> int:
+    """The fewest rows a default row block gets (before the memory cap): 16, and ``2 (d + 1)`` given ``d``.
+
+    See :func:`default_block_size` for why and the measurement.
+    """
+    return _MIN_BLOCK if d is None else max(_MIN_BLOCK, 2 * (int(d) + 1))
 
 
 def _remat(fn):
@@ -251,7 +278,7 @@ def tiled_partial(rows: Prepared, cols: Prepared, *, block_rows: int | None = No
     """Partial of ``rows`` over ``cols`` (both from :func:`~.algebra.prepare` with one centre), tile by tile.
 
     ``block_rows``: rows per block, at least 2 (default
-    :func:`default_block_size` of the column count, at most the row count
+    :func:`default_block_size` of the column count and ``d``, at most the row count
     rounded up to 8); ``block_cols``: columns per tile (default: all columns
     in one tile); ``precision`` of both matrix products (None: HIGHEST);
     ``distances``: ``"direct"``, ``"gram"`` or None (by ``DIRECT_MAX_D``).
@@ -262,8 +289,8 @@ def tiled_partial(rows: Prepared, cols: Prepared, *, block_rows: int | None = No
     dtype = rows.x.dtype
     spec = tile_spec(d, dtype, distances=distances, precision=precision)
     # Sized by the column count, but no more rows than there are (sharded: n_rows = N/P).
-    br = block_rows or min(default_block_size(n_cols, itemsize=jnp.dtype(dtype).itemsize, with_w=rows.w is not None),
-                           -(-n_rows // 8) * 8)
+    br = block_rows or min(default_block_size(n_cols, itemsize=jnp.dtype(dtype).itemsize, with_w=rows.w is not None,
+                                              d=d), -(-n_rows // 8) * 8)
     # A one-row block would make the Gram product a matrix-vector product, which
     # XLA rounds differently: a pair at the threshold could then be decided
     # differently than with any other block size.
