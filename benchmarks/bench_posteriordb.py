@@ -319,7 +319,7 @@ def detail_table(rows) -> str:
     return "\n".join(lines) + "\n"
 
 
-def report(rows, args, base_size, samplers, head, wall_s, complete, rerendered_from=None):
+def report(rows, args, base_size, samplers, head, wall_s, complete, rerendered_from=None, run_machine=None):
     """Write results/posteriordb.{json,md} for the rows so far (after every posterior: a run stopped keeps them)."""
     counts = {k: sum(r["status"] == k for r in rows if r["sampler"] != "nuts")
               for k in ("pass", "flagged", "silently wrong")}
@@ -346,10 +346,13 @@ def report(rows, args, base_size, samplers, head, wall_s, complete, rerendered_f
     notes.insert(-1, f"MALA within 1.5x NUTS's gradients per effective draw (e <= 1.5): {within} of {len(mala)} "
                      "posteriors (issue 18's goal: at least half).")
     if rerendered_from:
-        notes.append(f"These tables were written again (`--from-json`) from the rows of the run `{rerendered_from}`.")
+        ended = f" (which ended {run_machine['date_utc']} at load {run_machine['load_average_1_5_15']})" \
+            if run_machine else ""
+        notes.append(f"These tables were written again (`--from-json`, the machine line above is that of the "
+                     f"rewrite) from the rows of the run `{rerendered_from}`{ended}; reproduce with that command.")
     payload = {"size": args.size, "sizes": base_size, "small_big": SMALL_BIG, "commit": head, "samplers": samplers,
                "counts": counts, "total_wall_s": wall_s, "complete": complete}
-    _, md_path = write_results("posteriordb", payload, rows, out_dir=args.out_dir, notes=notes,
+    _, md_path = write_results("posteriordb", payload, rows, out_dir=args.out_dir, notes=notes, command=rerendered_from,
                                title="posteriordb conformance: posterior x sampler at the default workflows",
                                md_rows=matrix_rows(rows, samplers), columns=["posterior", "d", *samplers])
     with open(md_path, "a") as f:
@@ -371,7 +374,8 @@ def main():
         old = json.loads(args.from_json.read_text())
         args.size = old["size"]
         md = report(old["rows"], args, old["sizes"], old["samplers"], old["commit"], old["total_wall_s"],
-                    old["complete"], rerendered_from=old.get("command", str(args.from_json)))
+                    old["complete"], rerendered_from=old.get("command", str(args.from_json)),
+                    run_machine=old.get("machine"))
         print(f"wrote {md} from {args.from_json}")
         return 0
     size = SIZES[args.size]
