@@ -161,6 +161,18 @@ MUTATIONS = [
          tests=["tests/test_ensemble.py::test_an_unused_ensemble_warns_with_its_fraction",
                 T_FLAGS_TOY + "[mean_below_most_kept_steps-None]"],
          what="cj.sample never warns of an unused ensemble (a mean fraction of 0 passes the floor)"),
+    dict(name="drift_bias_ignored", file="cenlmc_jax/ensemble/audit.py",
+         original="& (jnp.abs(running_bias) <= AUDIT_DRIFT_BIAS_THRESHOLD)",
+         replacement="& (jnp.abs(running_bias) >= 0)",
+         tests=["tests/test_audit.py::test_the_running_drift_bias_sets_the_flag_after_its_window",
+                "tests/test_audit.py::test_the_audit_drift_bias_sees_and_predicts_the_fit_bias"],
+         what="the audit never flags a systematic force error (only the noise inflation sets info.biased)"),
+    dict(name="drift_bias_sign", file="cenlmc_jax/ensemble/audit.py",
+         original="along = jnp.sum(jnp.where(ok, jnp.sum(err * grad_f, axis=-1), 0.0))",
+         replacement="along = -jnp.sum(jnp.where(ok, jnp.sum(err * grad_f, axis=-1), 0.0))",
+         tests=["tests/test_audit.py::test_a_scaled_force_gives_the_fraction_times_its_scale",
+                "tests/test_audit.py::test_the_audit_drift_bias_sees_and_predicts_the_fit_bias"],
+         what="the drift bias with its sign flipped (a weak force reported as strong)"),
 ]
 
 

@@ -16,6 +16,7 @@ from cenlmc_jax.ensemble.audit import (
     AUDIT_BIAS_MIN_STEPS,
     AUDIT_BIAS_THRESHOLD,
     AUDIT_BIAS_WEIGHT,
+    AUDIT_DRIFT_BIAS_THRESHOLD,
     AUDIT_EMA_WEIGHT,
     AUDIT_MIN_STEPS,
     AUDIT_UNSTABLE_RATIO,
@@ -48,5 +49,5 @@ __all__ = [
     "coupling_distance", "EnsembleOptions", "ensemble_options", "Audit", "fresh_audit",
     "TunedCEnLMC", "tune_cenlmc", "log_gaussian_step_density", "GRAD_BUCKETS", "ENLMC_AUDIT_SIZE",
     "AUDIT_EMA_WEIGHT", "AUDIT_UNSTABLE_RATIO", "AUDIT_MIN_STEPS", "CENLMC_AUDIT_SIZE", "AUDIT_BIAS_WEIGHT",
-    "AUDIT_BIAS_THRESHOLD", "AUDIT_BIAS_MIN_STEPS",
+    "AUDIT_BIAS_THRESHOLD", "AUDIT_BIAS_MIN_STEPS", "AUDIT_DRIFT_BIAS_THRESHOLD",
 ]

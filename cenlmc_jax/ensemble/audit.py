@@ -63,6 +63,27 @@ exceeds :data:`AUDIT_BIAS_THRESHOLD` = 0.06 after
 The threshold's measurements (healthy and biased runs, the audit simulated on
 recorded runs) are in ``benchmarks/results/audit_threshold.md``.
 
+*Systematic bias.* The inflation above is second order in the force error: it
+sees noise, but a force that is wrong by the same amount at every step (the
+least-squares fit of :mod:`~cenlmc_jax.ensemble.least_squares`, whose error
+is an ``O(η²)`` bias with almost no noise) moves the stationary distribution
+at first order while ``h|e|²`` stays tiny (on N(0, I_3) the fit at 3x the
+suggested η made the variance 17% too large at an audited inflation of
+0.0008). The audit therefore also measures the force's error along the
+gradient,
+
+    info.audit_drift_bias = β = fraction × Σ_audited e_i·∇f(x_i) / Σ_audited |∇f(x_i)|²,
+
+zero in expectation for an unbiased force (``E[e | x] = 0``). A force
+``(1 + b)∇f`` used by a fraction ``φ`` of the particle-steps gives ``β = φ b``,
+and on a Gaussian target Langevin with that drift has its stationary variance
+scaled by ``1/(1 + β)``: off by about ``-β``, relative (the fit shrinks the
+gradient, ``β < 0``, and the variance grows). Elsewhere ``-β`` is a first-order
+guide, and an error orthogonal to ``∇f`` is not seen. ``state.audit.drift_bias``
+keeps its running mean (the inflation's weights) and ``info.biased`` is set
+too when ``|β|`` exceeds :data:`AUDIT_DRIFT_BIAS_THRESHOLD` = 0.06 after
+:data:`AUDIT_BIAS_MIN_STEPS` steps. Measurements: ``benchmarks/results/drift_bias.md``.
+
 ``biased`` is not a divergence: the run goes on, ``cj.sample`` warns once and
 the command-line job reports UNRELIABLE (exit 1). The remedies are smaller
 ``η, R1, R2``, a larger N* or more particles (the suggestion's noise budget,
@@ -103,6 +124,7 @@ __all__ = [
     "AUDIT_BIAS_WEIGHT",
     "AUDIT_BIAS_THRESHOLD",
     "AUDIT_BIAS_MIN_STEPS",
+    "AUDIT_DRIFT_BIAS_THRESHOLD",
 ]
 
 
@@ -117,12 +139,15 @@ class Audit(NamedTuple):
        ``1/AUDIT_BIAS_WEIGHT`` steps the audit ran, then an exponential moving
        average of weight :data:`AUDIT_BIAS_WEIGHT`; starts at 0.
     bias_steps: () int32, steps the audit ran (a step with no ensemble user counts: its inflation is 0).
+    drift_bias: () running mean of the per-step drift-bias estimate ``info.audit_drift_bias``, with
+       the same weights as ``inflation``; starts at 0.
     """
 
     drift_ratio: Array
     steps: Array
     inflation: Array
     bias_steps: Array
+    drift_bias: Array
 
 
 #: Weight of each audited step in the running drift ratio (about 10 steps of memory).
@@ -141,6 +166,9 @@ AUDIT_BIAS_WEIGHT = 0.005
 AUDIT_BIAS_THRESHOLD = 0.06
 #: ... after at least this many steps of audit (the plain-mean window: 1,600 audited particles at 8 a step).
 AUDIT_BIAS_MIN_STEPS = 200
+#: ``info.biased`` is also set when the running drift bias ``|β|`` exceeds this (the variance off by about
+#: as much, relative, as the noise threshold allows; module docstring, "Systematic bias").
+AUDIT_DRIFT_BIAS_THRESHOLD = 0.06
 
 
 class AuditInfo(NamedTuple):
@@ -151,6 +179,7 @@ class AuditInfo(NamedTuple):
     error: Array
     noise_error: Array
     variance_inflation: Array
+    drift_bias: Array
     unstable: Array
     biased: Array
 
@@ -159,7 +188,7 @@ class AuditInfo(NamedTuple):
         EnLMC's alone: its step passes it itself)."""
         return dict(audit_grad_evals=self.grad_evals, audit_drift_ratio=self.drift_ratio, audit_error=self.error,
                     audit_noise_error=self.noise_error, audit_variance_inflation=self.variance_inflation,
-                    biased=self.biased)
+                    audit_drift_bias=self.drift_bias, biased=self.biased)
 
 
 def audit_pick(rng_key: PRNGKey, used: Array, size: int) -> tuple[Array, Array, Array]:
@@ -202,6 +231,10 @@ def audit_figures(grad: Array, idx: Array, ok: Array, force: Array, used: Array,
     used_fraction = jnp.mean(used.astype(dt))
     audited_gap = jnp.sum(jnp.where(ok, noise2 - force2[idx], 0.0)) / jnp.maximum(num_ok, 1).astype(dt)
     inflation = jnp.sum(jnp.where(used, force2, 0.0)) / used.shape[0] + used_fraction * audited_gap
+    # the systematic part (module docstring, "Systematic bias"): the users' force along ∇f, relative to |∇f|²,
+    # as a ratio of sums over the audited (an unbiased force gives 0 in expectation), times their fraction
+    along = jnp.sum(jnp.where(ok, jnp.sum(err * grad_f, axis=-1), 0.0))
+    drift_bias = used_fraction * along / jnp.maximum(jnp.sum(jnp.where(ok, norm2, 0.0)), jnp.finfo(dt).tiny)
     ema = jnp.where(audited, (1 - AUDIT_EMA_WEIGHT) * running.drift_ratio + AUDIT_EMA_WEIGHT * ratio,
                     running.drift_ratio)
     steps = running.steps + audited.astype(jnp.int32)
@@ -209,10 +242,12 @@ def audit_figures(grad: Array, idx: Array, ok: Array, force: Array, used: Array,
     bias_steps = running.bias_steps + 1
     weight = jnp.maximum(1.0 / bias_steps.astype(dt), AUDIT_BIAS_WEIGHT)  # a plain mean, then an EMA
     running_inflation = running.inflation + weight * (inflation - running.inflation)
+    running_bias = running.drift_bias + weight * (drift_bias - running.drift_bias)
     # NaN compares False: a non-finite estimate is flagged too (the run's own checks catch non-finite particles)
-    biased = (bias_steps >= AUDIT_BIAS_MIN_STEPS) & ~(running_inflation <= AUDIT_BIAS_THRESHOLD)
-    info = AuditInfo(num_ok, ratio, error, noise_error, inflation, unstable, biased)
-    return Audit(ema, steps, running_inflation, bias_steps), info
+    within = (running_inflation <= AUDIT_BIAS_THRESHOLD) & (jnp.abs(running_bias) <= AUDIT_DRIFT_BIAS_THRESHOLD)
+    biased = (bias_steps >= AUDIT_BIAS_MIN_STEPS) & ~within
+    info = AuditInfo(num_ok, ratio, error, noise_error, inflation, drift_bias, unstable, biased)
+    return Audit(ema, steps, running_inflation, bias_steps, running_bias), info
 
 
 def gradients_and_audit(rng_key, grad_one, x, need, ens, capacity, dense, audit_size, running, h, flag_unstable,
@@ -237,24 +272,35 @@ def gradients_and_audit(rng_key, grad_one, x, need, ens, capacity, dense, audit_
 def no_audit(running: Audit, dtype) -> tuple[Audit, AuditInfo]:
     """``audit_size=0``: the running state unchanged, NaN figures, no flag."""
     nan, false = jnp.asarray(jnp.nan, dtype), jnp.zeros((), bool)
-    return running, AuditInfo(jnp.zeros((), jnp.int32), nan, nan, nan, nan, false, false)
+    return running, AuditInfo(jnp.zeros((), jnp.int32), nan, nan, nan, nan, nan, false, false)
 
 
 def fresh_audit(dtype) -> Audit:
-    """The audit's running state before any step: drift ratio 1, inflation 0, no steps."""
-    return Audit(jnp.ones((), dtype), jnp.zeros((), jnp.int32), jnp.zeros((), dtype), jnp.zeros((), jnp.int32))
+    """The audit's running state before any step: drift ratio 1, inflation and drift bias 0, no steps."""
+    zero = jnp.zeros((), dtype)
+    return Audit(jnp.ones((), dtype), jnp.zeros((), jnp.int32), zero, jnp.zeros((), jnp.int32), zero)
 
+
+
+def _kept_mean(kept: Any, field: str) -> float:
+    """The mean of an info field over the kept steps (nan when never measured)."""
+    v = np.asarray(getattr(kept, field, np.full(1, np.nan)), np.float64)
+    return float(np.nanmean(v)) if np.any(np.isfinite(v)) else float("nan")
 
 
 def _biased_message(kept: Any, first_step: int) -> str:
-    """``cj.sample``'s warning for ``info.biased``, with the measured inflation over the kept steps."""
-    inflation = np.asarray(getattr(kept, "audit_variance_inflation", np.full(1, np.nan)), np.float64)
-    v = float(np.nanmean(inflation)) if np.any(np.isfinite(inflation)) else float("nan")
-    return (f"the gradient audit measured that the ensemble force's noise inflates the stationary variance by about "
-            f"{v:.1%} (the sd by about {np.sqrt(max(1 + v, 0.0)) - 1:.1%}; mean of info.audit_variance_inflation "
-            f"over the kept steps), above the audit's threshold from step {first_step} (info.biased): the moments "
-            "are biased. Use smaller eta, r1, r2 or a larger n_star (or more particles), e.g. from "
-            "cj.tuning.suggest_cenlmc_params or cj.tune_cenlmc, or cj.lmc")
+    """``cj.sample``'s warning for ``info.biased``, with the measured inflation and drift bias over the kept steps."""
+    v, beta = _kept_mean(kept, "audit_variance_inflation"), _kept_mean(kept, "audit_drift_bias")
+    noise = (f"the ensemble force's noise inflates the stationary variance by about {v:.1%} (the sd by about "
+             f"{np.sqrt(max(1 + v, 0.0)) - 1:.1%}; mean of info.audit_variance_inflation)")
+    drift = (f"the force is systematically {abs(beta):.1%} too {'weak' if beta < 0 else 'strong'} along the gradient, "
+             f"which moves the stationary variance by about {-beta:+.1%} (mean of info.audit_drift_bias)")
+    first, second = (drift, noise) if abs(beta) > AUDIT_DRIFT_BIAS_THRESHOLD and not v > AUDIT_BIAS_THRESHOLD \
+        else (noise, drift)
+    return (f"the gradient audit measured over the kept steps that {first}, and that {second}: above the audit's "
+            f"thresholds from step {first_step} (info.biased), so the moments are biased. Use smaller eta, r1, r2 or a "
+            "larger n_star (or more particles), e.g. from cj.tuning.suggest_cenlmc_params or cj.tune_cenlmc, the "
+            "paper's estimator in place of a least-squares one, or cj.lmc")
 
 
 #: The driver's warning for ``info.biased`` (EnLMC's and CEnLMC's infos declare it), once per call on kept steps.

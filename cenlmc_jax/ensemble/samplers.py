@@ -404,8 +404,9 @@ def cenlmc_step(
         (an empty ball: a force of exactly 0); 0 restores rule (3.21) exactly.
       estimator: ``"paper"`` (default, eq. 3.19) or, beyond the paper, ``"least_squares"`` /
         ``"least_squares_quadratic"``: the local fit of :mod:`cenlmc_jax.ensemble.least_squares`
-        (a particle whose fit it refuses takes its true gradient). The gradient audit does not
-        measure the fit's bias (:data:`LEAST_SQUARES_CAVEAT`; ``cj.cenlmc`` warns of it).
+        (a particle whose fit it refuses takes its true gradient). The audit's variance inflation
+        does not measure the fit's bias; its drift bias sees the part along the gradient
+        (:data:`LEAST_SQUARES_CAVEAT`; ``cj.cenlmc`` warns of it).
       options: how the step is computed (:class:`~cenlmc_jax.ensemble.options.EnsembleOptions`:
         pair-force backend, gradient buffers (``grad_capacity``; default one bucketed call a step),
         mesh, ``audit_size`` (default :data:`~cenlmc_jax.ensemble.audit.CENLMC_AUDIT_SIZE`),
@@ -512,11 +513,12 @@ def enlmc(
 
 #: What ``cj.cenlmc(..., estimator="least_squares" | "least_squares_quadratic")`` warns of (beyond the paper).
 LEAST_SQUARES_CAVEAT = (
-    "the least-squares ensemble gradient is beyond the paper, and the gradient audit does not see its error: the "
-    "audit measures the ensemble force's noise, while the fit's error is an O(eta^2) bias (none on a quadratic "
-    "with the quadratic term) that moves the stationary variance directly. Measured on N(0, I_3) "
-    "(benchmarks/results/frontier.md): variance error 0.4%, 7% and 17% at eta = 1, 2, 3 x the suggested one, "
-    "with an audited inflation below 0.1% on every row. Check the moments against cj.lmc on your problem.")
+    "the least-squares ensemble gradient is beyond the paper, and its error is a systematic O(eta^2) bias (none on a "
+    "quadratic with the quadratic term) that the audit's variance inflation does not see: measured on N(0, I_3) "
+    "(benchmarks/results/frontier.md), variance errors of 0.4%, 7% and 17% at eta = 1, 2, 3 x the suggested one, with "
+    "an audited inflation below 0.1% on every row. The audit's drift bias (info.audit_drift_bias, "
+    "benchmarks/results/drift_bias.md) measures the part along the gradient and sets info.biased above 6%; an error "
+    "across the gradient is not seen. Check the moments against cj.lmc on your problem.")
 
 
 def cenlmc(

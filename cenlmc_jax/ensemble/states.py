@@ -79,10 +79,15 @@ class EnLMCInfo(NamedTuple):
     audit_variance_inflation: this step's estimate of ``v = (fraction of particles using the
        ensemble force) × E[h|F_i - ∇f(x_i)|² / (2d)]``, the relative stationary variance inflation
        the ensemble noise causes (module docstring: |F|² as a control variate; NaN without audit).
+    audit_drift_bias: this step's estimate of the force's systematic error along the gradient,
+       ``β = (fraction using the ensemble force) × Σ (F_i - ∇f_i)·∇f_i / Σ |∇f_i|²`` over the
+       audited particles (0 for an unbiased force; a force ``(1 + b)∇f`` gives ``fraction × b``, and
+       then the stationary variance is off by about ``-β``, relative; NaN without audit).
     unstable: the running drift ratio (``state.audit``) fell below
        :data:`AUDIT_UNSTABLE_RATIO` after :data:`AUDIT_MIN_STEPS` audited steps.
     biased: the running variance-inflation estimate (``state.audit.inflation``) exceeds
-       :data:`AUDIT_BIAS_THRESHOLD` after :data:`AUDIT_BIAS_MIN_STEPS` steps (not a divergence).
+       :data:`AUDIT_BIAS_THRESHOLD`, or the running drift bias's size (``state.audit.drift_bias``)
+       :data:`AUDIT_DRIFT_BIAS_THRESHOLD`, after :data:`AUDIT_BIAS_MIN_STEPS` steps (not a divergence).
     num_nonfinite: particles whose new position or log density is NaN/inf.
     diverged: ``num_nonfinite + num_exploded > 0`` or ``unstable`` (or a traced
        parameter is NaN / out of range).
@@ -100,6 +105,7 @@ class EnLMCInfo(NamedTuple):
     audit_error: Array
     audit_noise_error: Array
     audit_variance_inflation: Array
+    audit_drift_bias: Array
     unstable: Array
     biased: Array
     num_nonfinite: Array
@@ -159,8 +165,11 @@ class CEnLMCInfo(NamedTuple):
        ``h|F_i - ∇f(x_i)|`` in units of the Langevin noise length ``sqrt(2hd)``.
     audit_variance_inflation: as in :class:`EnLMCInfo`: this step's estimate of the relative
        stationary variance inflation caused by the ensemble noise (NaN without audit).
+    audit_drift_bias: as in :class:`EnLMCInfo`: this step's estimate of the force's systematic
+       error along the gradient (the stationary variance is off by about ``-β``, relative).
     biased: the running variance-inflation estimate (``state.audit.inflation``) exceeds
-       :data:`AUDIT_BIAS_THRESHOLD` after :data:`AUDIT_BIAS_MIN_STEPS` steps: the moments are
+       :data:`AUDIT_BIAS_THRESHOLD`, or the running drift bias's size (``state.audit.drift_bias``)
+       :data:`AUDIT_DRIFT_BIAS_THRESHOLD`, after :data:`AUDIT_BIAS_MIN_STEPS` steps: the moments are
        biased beyond the audit's tolerance. Reported (``cj.sample`` warns, the CLI says
        UNRELIABLE), never a divergence: the run goes on.
     num_nonfinite: particles whose new position or log density is NaN/inf.
@@ -188,6 +197,7 @@ class CEnLMCInfo(NamedTuple):
     audit_error: Array
     audit_noise_error: Array
     audit_variance_inflation: Array
+    audit_drift_bias: Array
     biased: Array
     num_nonfinite: Array
     diverged: Array
