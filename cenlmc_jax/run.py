@@ -44,6 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.extend.core import jaxpr_as_fun
 
 from cenlmc_jax import checkpoint as ckpt
 from cenlmc_jax._host import gather, is_writer
@@ -129,40 +130,72 @@ def _watched(info: Any) -> tuple:
     return tuple(jnp.asarray(getattr(info, f.field)).astype(bool) for f in run_flags(info) if f.every_step)
 
 
+def _traced_once(step_fn: StepFn, key: Array, state: Any) -> tuple[Callable, Any]:
+    """``step_fn`` traced once, as a function of ``(key, state)``, and the shape of its ``(state, info)``.
+
+    The chunk runs the step inside a ``lax.cond`` whose other branch returns a blank info: that branch
+    needs the info's shape, and asking ``jax.eval_shape`` for it would trace the step a second time.
+    Here the step is traced once to a jaxpr (values it closes over, tracers of an outer ``grad`` or
+    ``jit`` included, become its constants, so derivatives flow through), and both the shape and the
+    function come from that one trace.
+    """
+    closed, shapes = jax.make_jaxpr(step_fn, return_shape=True)(key, state)
+    out_tree = jax.tree_util.tree_structure(shapes)
+    run = jaxpr_as_fun(closed)
+
+    def traced(k, s):
+        return jax.tree_util.tree_unflatten(out_tree, run(*jax.tree_util.tree_leaves((k, s))))
+
+    return traced, shapes
+
+
 @functools.lru_cache(maxsize=64)
 def _chunk_fn(step_fn: StepFn, num_outer: int, thin: int, mode: str, trace_fn: Callable, info_reduce: str | None):
-    """A jitted function running ``num_outer * thin`` steps (cached per configuration).
+    """A jitted function running up to ``num_outer * thin`` steps (cached per configuration).
+
+    One compilation serves every chunk of a run: the burn-in, the sampling chunks, a shorter last
+    chunk and the replay up to a diverging step. Its traced arguments say how: ``n``, the steps that
+    run (the later ones are skipped by a ``lax.cond``: the state is kept and the step is not
+    computed; their infos are blank and the caller drops them), and ``record``: whether the
+    ``thin``-th states are kept (or streamed into the moments); only outer steps whose ``thin`` steps
+    all ran are (the burn-in passes False, and the caller drops what it returns).
 
     Besides the state, moments, kept draws and infos it returns the chunk's *watch*: per chain or
     particle, whether its position moved at some step (None for states without ``position``; all
     True for samplers whose infos declare ``may_stay``: MH chains legitimately stay), and for each
     every-step flag of the infos the number of steps it was set (before ``info_reduce``). The step
-    is traced once (in the scan): the watch needs no trace of its own.
+    is traced once (:func:`_traced_once`): the watch and the blank infos need no trace of their own.
     """
 
-    def one_step(key, carry, t):
-        state, moved = carry
-        new_state, info = step_fn(jax.random.fold_in(key, t), state)
-        if moved is not None:  # an MH sampler's rejections keep the position: never "frozen" by itself
-            moved = jnp.ones_like(moved) if may_stay(info) else moved | _moved_rows(state, new_state)
-        flags = _watched(info)  # per step, before the reduction (one value per chain)
-        if info_reduce == "mean":
-            info = reduce_info(info)
-        return (new_state, moved), (info, flags)
+    def run_chunk(key, state, moments, start, n, record):
+        step, (_, info_shape) = _traced_once(step_fn, key, state)
+        blank = jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), info_shape)
+        stays = may_stay(blank)  # the info's class declares it: no value needed
 
-    def run_chunk(key, state, moments, start):
+        def one_step(carry, t):
+            state, moved = carry
+            new_state, info = lax.cond(t < start + n, lambda s: step(jax.random.fold_in(key, t), s),
+                                       lambda s: (s, blank), state)
+            if moved is not None:  # an MH sampler's rejections keep the position: never "frozen" by itself
+                moved = jnp.ones_like(moved) if stays else moved | _moved_rows(state, new_state)
+            flags = _watched(info)  # per step, before the reduction (one value per chain); 0 when skipped
+            if info_reduce == "mean":
+                info = reduce_info(info)
+            return (new_state, moved), (info, flags)
+
         def outer(carry, j):
             state, moments, moved = carry
             steps = start + j * thin + jnp.arange(thin)
-            (state, moved), (infos, flags) = lax.scan(functools.partial(one_step, key), (state, moved), steps)
+            (state, moved), (infos, flags) = lax.scan(one_step, (state, moved), steps)
+            keep = record & ((j + 1) * thin <= n)
             kept = None
             if mode == "trace":
                 kept = trace_fn(state)
             elif mode == "stream":
-                moments = _update_moments(moments, trace_fn(state))
+                moments = lax.cond(keep, lambda m: _update_moments(m, trace_fn(state)), lambda m: m, moments)
             return (state, moments, moved), (kept, infos, flags)
 
-        # the rows of the position, from its shape (no extra trace of the step: it is traced once, in the scan)
+        # the rows of the position, from its shape (no extra trace of the step)
         position = getattr(state, "position", None)
         leaves = [] if position is None else jax.tree_util.tree_leaves(position)
         moved = jnp.zeros((_num_rows(leaves),), bool) if leaves else None
@@ -362,7 +395,7 @@ def sample(
         n = min(chunk_size, (burn_in if burning else total) - step)
         start_state, start_moments = state, moments
         state, moments, kept, infos, watches = _run_chunk(step_fn, rng_key, state, moments, step, n, burning, thin,
-                                                          mode, trace_fn, info_reduce)
+                                                          chunk_size, mode, trace_fn, info_reduce)
         flags = _flag_steps(infos, "diverged", step, traced_warned)
         if flags is not None and flags.any() and diverged_at < 0:
             first = int(np.argmax(flags))
@@ -374,7 +407,7 @@ def sample(
             if on_divergence == "stop":
                 # replay the chunk up to the last good step (same keys, so the same states)
                 state, moments, kept, _, _ = _run_chunk(step_fn, rng_key, start_state, start_moments, step, first,
-                                                        burning, thin, mode, trace_fn, info_reduce)
+                                                        burning, thin, chunk_size, mode, trace_fn, info_reduce)
                 watches = []  # the chunk ended at its divergence: not a frozen chain
                 infos = jax.tree_util.tree_map(lambda a, n=first + 1: a[:n], infos)  # the diverging step's info too
                 n = first
@@ -533,33 +566,24 @@ def _resume(path, identity, rng_key, step_fn, initial_state, trace_fn, info_redu
     return state, step, moments, chunks, diverged_at
 
 
-def _run_chunk(step_fn, rng_key, state, moments, start, n, burning, thin, mode, trace_fn, info_reduce):
-    """Run ``n`` steps from step ``start``: ``(state, moments, kept or None, infos or None, watches)``.
+def _run_chunk(step_fn, rng_key, state, moments, start, n, burning, thin, capacity, mode, trace_fn, info_reduce):
+    """Run ``n <= capacity`` steps from step ``start``: ``(state, moments, kept or None, infos or None, watches)``.
 
-    A sampling chunk records every ``thin``-th state; a length that is not a
-    multiple of ``thin`` (a replay up to a diverging step) records the whole
-    multiples and runs the rest unrecorded. ``watches``: ``(start, n, watch)``
-    per jitted call (:func:`_chunk_fn`).
+    Every call of a run uses the same compiled chunk of ``capacity`` steps (:func:`_chunk_fn`). A
+    sampling chunk records every ``thin``-th state; a length that is not a multiple of ``thin`` (a
+    replay up to a diverging step) records the whole multiples and runs the rest unrecorded.
+    ``watches``: ``[(start, n, watch)]``.
     """
     if n == 0:
         return state, moments, None, None, []
-    if burning:
-        fn = _chunk_fn(step_fn, n, 1, "none", trace_fn, info_reduce)
-        state, _, _, infos, watch = fn(rng_key, state, None, start)
-        return state, moments, None, infos, [(start, n, watch)]
-    whole = (n // thin) * thin
-    kept, infos, watches = None, None, []
-    if whole:
-        fn = _chunk_fn(step_fn, whole // thin, thin, mode, trace_fn, info_reduce)
-        state, moments, kept, infos, watch = fn(rng_key, state, moments, start)
-        kept = kept if mode == "trace" else None
-        watches.append((start, whole, watch))
-    if n > whole:
-        fn = _chunk_fn(step_fn, n - whole, 1, "none", trace_fn, info_reduce)
-        state, _, _, rest, watch = fn(rng_key, state, None, start + whole)
-        infos = rest if infos is None else jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), infos, rest)
-        watches.append((start + whole, n - whole, watch))
-    return state, moments, kept, infos, watches
+    fn = _chunk_fn(step_fn, capacity // thin, thin, mode, trace_fn, info_reduce)
+    new_state, new_moments, kept, infos, watch = fn(rng_key, state, moments, start, n, not burning)
+    if n < capacity:  # a shorter chunk: drop the skipped steps' blank infos and the unrecorded rows
+        infos = jax.tree_util.tree_map(lambda a: a[:n], infos)
+        kept = jax.tree_util.tree_map(lambda a: a[: n // thin], kept) if kept is not None and n // thin else None
+    if burning or mode != "trace":
+        kept = None
+    return new_state, moments if burning else new_moments, kept, infos, [(start, n, watch)]
 
 
 def vmap_chains(algorithm: SamplingAlgorithm | StepFn) -> SamplingAlgorithm | StepFn:

@@ -187,7 +187,7 @@ def test_sample_chunk_lowers(method):
     n, d = 8192, 2
     algorithm = cenlmc(n, d, method=method, block_sparse=True)
     chunk = run._chunk_fn(algorithm.step, 2, 1, "trace", lambda s: s.position, "mean")
-    lowered = chunk.trace(KEY, state_shapes(algorithm, n, d), None, 0).lower(lowering_platforms=("cuda",))
+    lowered = chunk.trace(KEY, state_shapes(algorithm, n, d), None, 0, 2, True).lower(lowering_platforms=("cuda",))
     text = lowered.as_text(debug_info=True)
     if method == "pallas":
         assert_triton(text, 2)  # the sparse kernel and its dense fallback, once in the scanned step

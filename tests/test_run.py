@@ -56,6 +56,33 @@ def test_compiles_once_per_configuration():
     cj.sample(jax.random.key(1), step, STATE, 20, chunk_size=5)  # cached: no new trace
 
 
+def test_burn_in_sampling_a_short_chunk_and_a_replay_share_one_compilation():
+    """One compiled chunk serves every call of a run (issue 17, item 6): the burn-in (7 steps), the
+    sampling chunks (10, 10) and the short last one (4); a traced step count skips the rest. The draws
+    are the step's own, step by step (keys fold_in(key, t)), and the burn-in's are not recorded. (The
+    stream run is another program; JAX's trace cache hands it the step's jaxpr without a new trace.)"""
+    chex.clear_trace_counter()
+
+    @chex.assert_max_traces(n=1)
+    def step(key, state):
+        return cj.lmc_step(key, state, TGT.logdensity_fn, 0.1)
+
+    res = cj.sample(jax.random.key(3), step, STATE, 24, thin=2, burn_in=7, chunk_size=10)
+    st = cj.sample(jax.random.key(3), step, STATE, 24, thin=2, burn_in=7, chunk_size=10, mode="stream")
+    assert res.trace.shape == (12, 200, 3) and res.info.grad_evals.shape == (31,) and res.num_steps_done == 31
+    state, kept = STATE, []
+    for t in range(31):  # the same steps one by one, outside the driver
+        state, _ = jax.jit(cj.lmc_step, static_argnums=2)(jax.random.fold_in(jax.random.key(3), t), state,
+                                                           TGT.logdensity_fn, 0.1)
+        if t >= 7 and (t - 7) % 2 == 1:
+            kept.append(state.position)
+    # the same operations per step, in other XLA programs: float32 rounding only
+    np.testing.assert_allclose(res.trace, np.stack(kept), rtol=1e-5, atol=1e-5)
+    flat = np.asarray(res.trace, np.float64).reshape(-1, 3)
+    assert float(st.moments.count) == flat.shape[0]  # the burn-in and the skipped steps streamed nothing
+    np.testing.assert_allclose(st.moments.mean, flat.mean(axis=0), atol=1e-5)
+
+
 def test_checkpoint_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch):
     path = str(tmp_path / "run.ckpt")
     kwargs = dict(thin=2, chunk_size=10, burn_in=5)
