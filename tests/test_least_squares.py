@@ -8,7 +8,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from cenlmc_jax.ensemble.least_squares import least_squares_dense, least_squares_gradient, least_squares_tiled
+from cenlmc_jax.ensemble.least_squares import (
+    least_squares_dense,
+    least_squares_gradient,
+    least_squares_sparse,
+    least_squares_tiled,
+)
 
 G = np.array([1.5, -0.7])
 H = np.array([[2.0, 0.5], [0.5, 1.0]])
@@ -123,6 +128,29 @@ def test_residual_test_refuses_a_rough_fit():
                   == np.asarray(least_squares_gradient(x, x @ G, 1.0).ok))  # linear: residual ~ rounding
 
 
+@pytest.mark.parametrize("d", [1, 2, 3])
+def test_sparse_equals_dense_and_skips_far_tiles(d):
+    """The block-sparse path (Hilbert order, tiles beyond η skipped) against the all-pairs reference: the same
+    neighbour counts and acceptances exactly (a skipped tile holds no pair with k > 0), the gradients to the
+    rounding of sums taken in another order; some tile pairs really are skipped; invalid rows stay invalid."""
+    rng = np.random.default_rng(10 + d)
+    x = rng.normal(size=(300, d))
+    x[7] = np.nan  # an invalid particle: no one's neighbour, refused itself
+    f = np.sum(x**2, axis=1) + np.sin(x[:, 0])
+    eta = 0.6 * math.sqrt(d)
+    ref = least_squares_dense(_x64(x), _x64(f), eta)
+    out, visited = least_squares_sparse(_x64(x), _x64(f), eta, block_size=16, return_visited=True)
+    np.testing.assert_array_equal(np.asarray(ref.count), np.asarray(out.count))
+    np.testing.assert_array_equal(np.asarray(ref.ok), np.asarray(out.ok))
+    assert not bool(out.ok[7]) and int(out.count[7]) == 0
+    assert 0.05 < float(visited) < 0.99  # 19 x 19 tiles of 16: some far ones skipped (0.95 at d = 3), near ones folded
+    assert float(np.mean(np.asarray(ref.ok))) > 0.5
+    # float64 sums in another order, solved with λ_min >= 0.05: rounding times at most ~20
+    np.testing.assert_allclose(np.asarray(out.grad), np.asarray(ref.grad), rtol=1e-10, atol=1e-10)
+    auto = least_squares_gradient(_x64(x), _x64(f), eta)  # auto takes the sparse path at d <= 3, N > 64
+    np.testing.assert_allclose(np.asarray(auto.grad), np.asarray(ref.grad), rtol=1e-10, atol=1e-10)
+
+
 def test_jit_vmap_grad_and_errors():
     x = np.random.default_rng(6).normal(size=(3, 80, 2)).astype(np.float32)
     f = np.sum(x**2, axis=-1)
@@ -131,9 +159,13 @@ def test_jit_vmap_grad_and_errors():
     np.testing.assert_allclose(batched[1], single, rtol=1e-5, atol=1e-6)
     jitted = jax.jit(lambda a, b, e: least_squares_gradient(a, b, e).grad)(x[0], f[0], 0.9)
     np.testing.assert_allclose(jitted, least_squares_gradient(x[0], f[0], 0.9).grad, rtol=1e-6, atol=1e-6)
-    # reverse mode through the fit: d/df of Σ ĝ is finite
+    batched = jax.vmap(lambda a, b: least_squares_sparse(a, b, 0.9, block_size=16).grad)(x, f)
+    np.testing.assert_allclose(batched[1], single, rtol=1e-5, atol=1e-6)  # a cond under vmap: both branches
+    # reverse mode through the fit: d/df of Σ ĝ is finite, and the same through the sparse tiles
     gf = jax.grad(lambda b: jnp.sum(least_squares_dense(x[0], b, 0.9).grad))(jnp.asarray(f[0]))
     assert np.all(np.isfinite(np.asarray(gf)))
+    gs = jax.grad(lambda b: jnp.sum(least_squares_sparse(x[0], b, 0.9, block_size=16).grad))(jnp.asarray(f[0]))
+    np.testing.assert_allclose(gs, gf, rtol=1e-4, atol=1e-4)
     for kwargs, name in (({"eta": 0.0}, "eta"), ({"kernel": "gauss"}, "kernel"), ({"min_eig": -1.0}, "min_eig"),
                          ({"method": "pallas"}, "method")):
         args = {"eta": 1.0, **kwargs}

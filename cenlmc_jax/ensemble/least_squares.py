@@ -19,7 +19,12 @@ equations of the per-particle moments
 columns j: a monoid (identity: zeros, combine: add, :func:`combine_moments`),
 so a row tile folds them over column tiles exactly as the pair force folds its
 :class:`~cenlmc_jax.pairwise.algebra.Partial` (:func:`least_squares_tiled`
-never builds an ``N × N × d`` array; its temporaries are ``B × C × p``).
+never builds an ``N × N × d`` array; its temporaries are ``B × C × p``), and
+:func:`least_squares_sparse` folds only the column tiles within ``η`` of the row
+tile, the particles in the Hilbert order of the pair force's block-sparse plan
+(:func:`~cenlmc_jax.pairwise.sparsity.spatial_order`): the same moments, summed
+in another order. Not carried over from the pair force: its Pallas kernels and
+its sharding over a mesh (the fit runs as XLA tiles on one device).
 
 Kernels ``k(r)``: ``"uniform"`` ``1[r ≤ 1]`` (the paper's ball) and
 ``"epanechnikov"`` ``(1 - r²)₊`` (the default; far pairs, whose curvature
@@ -59,6 +64,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from cenlmc_jax._validation import check_bool, check_choice, check_int, check_nonnegative, check_positive
+from cenlmc_jax.pairwise.sparsity import spatial_order
 from cenlmc_jax.types import Array, ArrayLike
 
 __all__ = [
@@ -72,6 +78,7 @@ __all__ = [
     "solve_moments",
     "least_squares_dense",
     "least_squares_tiled",
+    "least_squares_sparse",
     "least_squares_gradient",
     "ESTIMATORS",
     "check_estimator",
@@ -233,6 +240,57 @@ def _tiled(x, f, eta, min_eig, max_residual, *, kernel, quadratic, block_size):
     return solve_moments(mo, eta, d, min_eig, max_residual)
 
 
+def _tile_boxes(xs: Array, vs: Array) -> tuple[Array, Array]:
+    """Per tile ``(nb, B, d)``: the box ``(lo, hi)`` of its valid rows, ``(nb, d)`` each (``±inf`` if none)."""
+    lo = jnp.min(jnp.where(vs[..., None], xs, jnp.inf), axis=1)
+    hi = jnp.max(jnp.where(vs[..., None], xs, -jnp.inf), axis=1)
+    return lo, hi
+
+
+@functools.partial(jax.jit, static_argnames=("kernel", "quadratic", "block_size"))
+def _sparse(x, f, eta, min_eig, max_residual, *, kernel, quadratic, block_size):
+    """:func:`_tiled` over the tile pairs whose boxes are within ``η``, the particles in Hilbert order.
+
+    The order (:func:`~cenlmc_jax.pairwise.sparsity.spatial_order`) makes a tile of consecutive
+    particles a compact cloud; a column tile whose box is farther than ``η`` from the row tile's
+    box holds no pair with ``k > 0`` and is skipped (a ``lax.cond``), with a margin for rounding,
+    so the moments are the dense ones summed in another order.
+    """
+    n, d = x.shape
+    x, f, valid = _prepare(x, f)
+    perm = spatial_order(x, valid)
+    x, f, valid = x[perm], f[perm], valid[perm]
+    nb = -(-n // block_size)
+    pad = nb * block_size - n
+    xs = jnp.pad(x, ((0, pad), (0, 0))).reshape(nb, block_size, d)
+    fs = jnp.pad(f, (0, pad)).reshape(nb, block_size)
+    vs = jnp.pad(valid, (0, pad)).reshape(nb, block_size)
+    lo, hi = _tile_boxes(xs, vs)
+    p = num_features(d, quadratic)
+    margin = 1 + 16 * (d + 4) * float(jnp.finfo(x.dtype).eps)  # the gap, and |u|² = |δ/η|², each within (d+4)ε
+
+    def row_tile(rows):
+        xr, fr, vr, lo_r, hi_r = rows
+
+        def step(acc, cols):
+            xc, fc, vc, lo_c, hi_c = cols
+            gap = jnp.maximum(jnp.maximum(lo_c - hi_r, lo_r - hi_c), 0)
+            near = jnp.sum(gap * gap) <= eta * eta * margin  # an empty tile's gap is inf: skipped
+            part = lax.cond(near, lambda: tile_moments(xr, fr, vr, xc, fc, vc, eta, kernel=kernel,
+                                                       quadratic=quadratic),
+                            lambda: empty_moments(block_size, p, x.dtype))
+            return combine_moments(acc, part), near
+
+        acc, near = lax.scan(step, empty_moments(block_size, p, x.dtype), (xs, fs, vs, lo, hi))
+        return acc, jnp.sum(near, dtype=jnp.int32)
+
+    mo, visited = lax.map(row_tile, (xs, fs, vs, lo, hi))
+    mo = LSMoments(*(v.reshape((nb * block_size,) + v.shape[2:])[:n] for v in mo))
+    out = solve_moments(mo, eta, d, min_eig, max_residual)
+    back = LSGradient(*(jnp.zeros_like(a).at[perm].set(a) for a in out))
+    return back, jnp.sum(visited) / (nb * nb)
+
+
 def _check(x, f, eta, kernel, quadratic, min_eig, max_residual):
     x = x if isinstance(x, jax.Array) else jnp.asarray(x)
     if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] < 1:
@@ -273,10 +331,33 @@ def least_squares_tiled(x: ArrayLike, f: ArrayLike, eta: ArrayLike, *, quadratic
                   block_size=block_size)
 
 
+def least_squares_sparse(x: ArrayLike, f: ArrayLike, eta: ArrayLike, *, quadratic: bool = False,
+                         kernel: str = "epanechnikov", min_eig: ArrayLike = DEFAULT_MIN_EIG,
+                         max_residual: ArrayLike = math.inf, block_size: int = 32,
+                         return_visited: bool = False):
+    """The estimator by row tiles against the column tiles within ``η`` only (particles in Hilbert order).
+
+    Equal to :func:`least_squares_dense` up to the order of the sums. ``return_visited``: also the
+    fraction of tile pairs folded (the rest were skipped).
+    """
+    x, f, dtype = _check(x, f, eta, kernel, quadratic, min_eig, max_residual)
+    check_bool(return_visited, "return_visited")
+    block_size = min(check_int(block_size, "block_size", minimum=1), x.shape[0])
+    out, visited = _sparse(x, f, *_scalars(dtype, eta, min_eig, max_residual), kernel=kernel, quadratic=quadratic,
+                           block_size=block_size)
+    return (out, visited) if return_visited else out
+
+
+#: ``method="auto"``: dense up to this N, then block-sparse tiles for d <= this, dense tiles above
+#: (benchmarks/results/least_squares_sparse.md)
+LS_DENSE_MAX_N = 64
+LS_SPARSE_MAX_D = 3
+
+
 def least_squares_gradient(x: ArrayLike, f: ArrayLike, eta: ArrayLike, *, quadratic: bool = False,
                            kernel: str = "epanechnikov", min_eig: ArrayLike = DEFAULT_MIN_EIG,
                            max_residual: ArrayLike = math.inf, method: str = "auto",
-                           block_size: int = 128) -> LSGradient:
+                           block_size: int | None = None) -> LSGradient:
     """The local least-squares gradient of ``f`` at every particle (module docstring).
 
     Args:
@@ -286,19 +367,27 @@ def least_squares_gradient(x: ArrayLike, f: ArrayLike, eta: ArrayLike, *, quadra
       kernel: ``"epanechnikov"`` (default) or ``"uniform"``.
       min_eig: the conditioning floor on ``λ_min(A/m)`` (default :data:`DEFAULT_MIN_EIG`).
       max_residual: the ceiling on the rms misfit over η (default inf: no residual test).
-      method: ``"dense"``, ``"tiled"`` or ``"auto"`` (dense for N ≤ 64).
-      block_size: rows (and columns) per tile of ``"tiled"``.
+      method: ``"dense"``, ``"tiled"``, ``"sparse"`` (block-sparse tiles: only the tile pairs within
+        η, the particles in Hilbert order) or ``"auto"`` (dense for N ≤ :data:`LS_DENSE_MAX_N`, then
+        sparse for d ≤ :data:`LS_SPARSE_MAX_D`, tiled above).
+      block_size: rows (and columns) per tile of ``"tiled"`` (default 128) and ``"sparse"`` (default 32:
+        small tiles skip more pairs; benchmarks/results/least_squares_sparse.md).
 
     Returns :class:`LSGradient` in the promoted floating dtype (float64 in, float64 out).
     Jittable and vmappable; ``ValueError`` for a bad argument, before tracing.
     """
-    check_choice(method, "method", ("auto", "dense", "tiled"))
-    n = jnp.shape(x)[0] if jnp.ndim(x) == 2 else 0
-    if method == "dense" or (method == "auto" and 0 < n <= 64):
+    check_choice(method, "method", ("auto", "dense", "tiled", "sparse"))
+    n, d = jnp.shape(x) if jnp.ndim(x) == 2 else (0, 0)
+    if method == "auto":
+        method = "dense" if 0 < n <= LS_DENSE_MAX_N else "sparse" if d <= LS_SPARSE_MAX_D else "tiled"
+    if method == "dense":
         return least_squares_dense(x, f, eta, quadratic=quadratic, kernel=kernel, min_eig=min_eig,
                                    max_residual=max_residual)
+    if method == "sparse":
+        return least_squares_sparse(x, f, eta, quadratic=quadratic, kernel=kernel, min_eig=min_eig,
+                                    max_residual=max_residual, block_size=32 if block_size is None else block_size)
     return least_squares_tiled(x, f, eta, quadratic=quadratic, kernel=kernel, min_eig=min_eig,
-                               max_residual=max_residual, block_size=block_size)
+                               max_residual=max_residual, block_size=128 if block_size is None else block_size)
 
 
 #: The ``estimator`` choices of :func:`cenlmc_jax.cenlmc_step`: the paper's (default) and the fits here.
