@@ -64,7 +64,10 @@ else:
     n, burn, steps = (200, 50, 100) if quick else (2000, 500, 1000)
     tgt = cj.targets.standard_gaussian(2)
     algo = cj.lmc(tgt.logdensity_fn, 0.05)
-x0 = tgt.sample(jax.random.key(0), n) if getattr(tgt, "sample", None) else 0.5 * jax.random.normal(jax.random.key(0), (n, 2))
+if getattr(tgt, "sample", None):
+    x0 = tgt.sample(jax.random.key(0), n)
+else:
+    x0 = 0.5 * jax.random.normal(jax.random.key(0), (n, 2))
 state = algo.init(x0)
 def go():
     t = time.perf_counter()
