@@ -33,13 +33,16 @@ XLA fold by at most ``~N ε`` times the sum of the terms' magnitudes.
 Tiles and padding as in the pair force's kernel: ``block_rows`` and
 ``block_cols`` are powers of two ``≥ 16`` (Triton tiles), ``N`` is padded to a
 multiple of both with invalid particles (no one's neighbour, adding nothing),
-the coordinate axis to a power of two ``≥ 16``. ``d`` is capped
-(:data:`MAX_D`: 8 for the linear fit, 4 for the quadratic, i.e. at most 36 and
-105 sums of ``A``): the accumulators live in registers, and beyond that the XLA
-tiles are the better path. ``interpret=None``: the Triton kernel when the
-program is lowered for CUDA or ROCm, Pallas' interpret mode elsewhere (chosen
-by ``lax.platform_dependent``, not by the default backend); float64 in,
-float64 out (interpret mode on CPU; Triton on CUDA).
+the coordinate axis to a power of two ``≥ 16``. The defaults
+(:data:`TILE_DEFAULTS`, by ``p`` and dtype) keep the compiled kernel from
+spilling registers on sm_90a, except float64 quadratic at ``d = 4``. ``d`` is
+capped (:data:`MAX_D`: 8 for the linear fit, 4 for the quadratic, i.e. at most
+36 and 105 sums of ``A``): the accumulators live in registers, and beyond that
+the XLA tiles are the better path. ``interpret=None``: the Triton kernel when
+the program is lowered for CUDA or ROCm, Pallas' interpret mode elsewhere
+(chosen by ``lax.platform_dependent``, not by the default backend); float64
+in, float64 out (interpret mode on CPU; Triton on CUDA). Not yet run or timed
+on a GPU.
 
 Not here: the block-sparse tile lists of the pair force's kernel (every row
 block visits every column block, ``O(N²)`` work, however small ``η``), and
@@ -83,7 +86,7 @@ from cenlmc_jax.ensemble.least_squares import (
 )
 from cenlmc_jax.types import Array, ArrayLike
 
-__all__ = ["MAX_D", "MomentsOptions", "moments_options", "xla_moments", "least_squares_moments_pallas",
+__all__ = ["MAX_D", "TILE_DEFAULTS", "MomentsOptions", "moments_options", "xla_moments", "least_squares_moments_pallas",
            "least_squares_pallas"]
 
 #: The largest ``d`` of the kernel, per ``quadratic``: ``p(p+1)/2 + p + 3``
@@ -115,13 +118,25 @@ def _check_block(value: int | None, name: str, default: int) -> int:
     return v
 
 
+#: Tiles and launch of the kernel compiled for sm_90a, by the features ``p`` (rows: ``(max p, float32
+#: tiles, float64 tiles, num_warps)``, the first whose ``max p`` holds ``p``). Chosen so that it does not
+#: spill registers: ptxas -v of the CUDA lowering's TTIR compiled by the ``triton`` 3.9 wheel (ptxas 13.4),
+#: as benchmarks/bench_spills.py does for the pair force; registers a thread (spill bytes) in the comments.
+#: The ``p(p+1)/2 + p + 2`` float accumulators hold at least one value each a thread (two registers in
+#: float64), so the many-feature fits take the small tiles and 8 warps; float64 quadratic d = 4 (121
+#: accumulators, 242 registers) cannot fit in 255 and spills.
+TILE_DEFAULTS = (
+    # p <= 4 (d <= 4 linear, d = 1 quadratic), float32 32 x 32: 80-168 registers; float64 32 x 16: 93-252
+    (4, (32, 32), (32, 16), 4),
+    # float32 16 x 16: 60-180 registers; float64: 128-254, except d = 4 quadratic: 255 and a 384-byte
+    # spill (4 warps: 2.2 KB)
+    (math.inf, (16, 16), (16, 16), 8),
+)
+
+
 def moments_options(d: int, dtype, *, kernel: str, quadratic: bool, block_rows: int | None = None,
                     block_cols: int | None = None, interpret: bool | None = None) -> MomentsOptions:
-    """Check the settings (``ValueError`` naming the argument) and fill in the tile defaults.
-
-    Defaults: 32 x 32 tiles in float32, 32 x 16 in float64 (the float64 tile
-    holds as many registers), 4 warps, 3 stages.
-    """
+    """Check the settings (``ValueError`` naming the argument) and fill in the defaults (:data:`TILE_DEFAULTS`)."""
     check_choice(kernel, "kernel", KERNELS)
     quadratic = check_bool(quadratic, "quadratic")
     if d > MAX_D[quadratic]:
@@ -130,9 +145,11 @@ def moments_options(d: int, dtype, *, kernel: str, quadratic: bool, block_rows: 
                          f"live in registers; use least_squares_tiled beyond); got d = {d}.")
     if interpret is not None:
         interpret = check_bool(interpret, "interpret")
-    wide = jnp.dtype(dtype) == jnp.float64
-    return MomentsOptions(kernel, quadratic, _check_block(block_rows, "block_rows", 32),
-                          _check_block(block_cols, "block_cols", 16 if wide else 32), interpret, 4, 3)
+    p = num_features(d, quadratic)
+    _, tiles32, tiles64, warps = next(row for row in TILE_DEFAULTS if p <= row[0])
+    rows, cols = tiles64 if jnp.dtype(dtype) == jnp.float64 else tiles32
+    return MomentsOptions(kernel, quadratic, _check_block(block_rows, "block_rows", rows),
+                          _check_block(block_cols, "block_cols", cols), interpret, warps, 3)
 
 
 def _upper(p: int) -> list[tuple[int, int]]:
