@@ -14,8 +14,19 @@ shifted points are evaluated in ONE vmapped call of ``logdensity_fn``, so a
 model behind ``pure_callback(..., vmap_method="expand_dims")`` sees one
 batched call per gradient.
 
-The returned function carries ``model_solves(d)`` (2d or d + 1), which the
-samplers use to count a step's cost in model evaluations (``info.model_solves``).
+No value is computed twice. The returned object also has
+
+* ``value_and_grad(x)``: ``(log π(x), ∇ log π(x))`` from ONE batched call of
+  ``2d + 1`` (central) or ``d + 1`` (forward) points: LMC's step;
+* ``grad_given_value(x, value)``: the gradient where ``log π(x)`` is already
+  known: ``2d`` (central) or ``d`` (forward) points. CEnLMC knows the value
+  at every particle (its ensemble needs them), so its forward differences
+  cost ``d`` values, not ``d + 1``.
+
+Their costs, ``model_solves(d)`` (a gradient alone: 2d or d + 1) and
+``model_solves_given_value(d)`` (2d or d), are what the samplers count a
+step's cost with (``info.model_solves``). A user's own ``grad_fn`` may carry
+the same four attributes (:func:`cenlmc_jax.langevin.grad_cost`).
 """
 
 from __future__ import annotations
@@ -40,23 +51,47 @@ class FiniteDifferenceGrad:
         self.scheme = scheme
 
     def model_solves(self, d: int) -> int:
-        """Evaluations of ``logdensity_fn`` per gradient: 2d (central) or d + 1 (forward)."""
+        """Evaluations of ``logdensity_fn`` per gradient alone: 2d (central) or d + 1 (forward)."""
         return 2 * d if self.scheme == "central" else d + 1
 
-    def __call__(self, x: Array) -> Array:
-        d = x.shape[-1]
+    def model_solves_given_value(self, d: int) -> int:
+        """Evaluations per gradient when the value at ``x`` is known: 2d (central) or d (forward)."""
+        return 2 * d if self.scheme == "central" else d
+
+    def _shifted(self, x: Array) -> tuple[Array, Array]:
+        """``(δ (d,), the shifted points (2d or d, d))``: ``x + δ_k e_k`` (then ``x - δ_k e_k`` if central)."""
         eps = jnp.finfo(x.dtype).eps
         step = self.step if self.step is not None else (eps ** (1 / 3) if self.scheme == "central" else eps**0.5)
         delta = jnp.asarray(step, x.dtype) * jnp.maximum(1.0, jnp.abs(x))
-        shifts = jnp.eye(d, dtype=x.dtype) * delta  # row k: δ_k e_k
+        shifts = jnp.eye(x.shape[-1], dtype=x.dtype) * delta  # row k: δ_k e_k
+        points = jnp.concatenate([x + shifts, x - shifts]) if self.scheme == "central" else x + shifts
+        return delta, points
+
+    def _values(self, points: Array) -> Array:
+        return jax.vmap(lambda y: jnp.asarray(self.logdensity_fn(y), points.dtype))(points)
+
+    def _differences(self, delta: Array, shifted: Array, value: Array) -> Array:
+        d = delta.shape[-1]
         if self.scheme == "central":
-            points = jnp.concatenate([x + shifts, x - shifts])
-        else:
-            points = jnp.concatenate([x + shifts, x[None, :]])
-        values = jax.vmap(lambda y: jnp.asarray(self.logdensity_fn(y), x.dtype))(points)
-        if self.scheme == "central":
-            return (values[:d] - values[d:]) / (2 * delta)
-        return (values[:d] - values[d]) / delta
+            return (shifted[:d] - shifted[d:]) / (2 * delta)
+        return (shifted - value) / delta
+
+    def value_and_grad(self, x: Array) -> tuple[Array, Array]:
+        """``(log π(x), ∇ log π(x))`` from one batched call (``x`` itself is the last point)."""
+        delta, points = self._shifted(x)
+        values = self._values(jnp.concatenate([points, x[None, :]]))
+        return values[-1], self._differences(delta, values[:-1], values[-1])
+
+    def grad_given_value(self, x: Array, value: Array) -> Array:
+        """The gradient at ``x`` where ``value = log π(x)`` is known (forward differences reuse it)."""
+        delta, points = self._shifted(x)
+        return self._differences(delta, self._values(points), jnp.asarray(value, x.dtype))
+
+    def __call__(self, x: Array) -> Array:
+        if self.scheme == "central":  # 2d points; the value at x is not needed
+            delta, points = self._shifted(x)
+            return self._differences(delta, self._values(points), jnp.zeros((), x.dtype))
+        return self.value_and_grad(x)[1]
 
     def __repr__(self) -> str:
         return f"finite_difference({self.logdensity_fn!r}, step={self.step!r}, scheme={self.scheme!r})"

@@ -59,6 +59,7 @@ from cenlmc_jax.grad_modes import check_grad_mode, grad, value_and_grad
 from cenlmc_jax.types import Array, ArrayLike, LogDensityFn, PRNGKey
 
 __all__ = ["LMCState", "LMCInfo", "lmc_init", "lmc_step", "lmc", "grad_cost", "gradient_fn", "value_and_grad_ensemble",
+           "shares_values", "value_and_grad_cost",
            "check_inverse_mass_matrix", "mass_root", "lmc_move"]
 
 
@@ -81,9 +82,9 @@ class LMCInfo(NamedTuple):
     """What one LMC step did.
 
     grad_evals: gradient evaluations done this step (= N).
-    model_solves: the step's cost in evaluations of the model: the gradients
-       at :func:`grad_cost` solves each, plus the N values when ``grad_fn`` is given
-       (with autodiff the value comes with the gradient).
+    model_solves: the step's cost in evaluations of the model: N with autodiff (the value
+       comes with the gradient); with ``grad_fn``, N × :func:`value_and_grad_cost` (finite
+       differences of ``logdensity_fn``: ``d + 1`` forward, ``2d + 1`` central).
     num_nonfinite: particles whose new position or log density is NaN/inf.
     diverged: ``num_nonfinite > 0``, or a step size (traced, or a schedule's value) that is not > 0.
     """
@@ -94,22 +95,42 @@ class LMCInfo(NamedTuple):
     diverged: Array
 
 
-def grad_cost(grad_fn: Callable | None, d: int) -> float:
+def shares_values(grad_fn: Callable | None, logdensity_fn: LogDensityFn) -> bool:
+    """Whether ``grad_fn`` takes its gradient from values of ``logdensity_fn`` itself and can reuse one.
+
+    True for :func:`cenlmc_jax.finite_difference` of the same function (``grad_fn.logdensity_fn ==
+    logdensity_fn``; whitened wrappers of the same pair compare equal too): then a value the sampler
+    has already is passed to ``grad_fn.grad_given_value(x, value)``, and LMC takes its values and
+    gradients from one ``grad_fn.value_and_grad(x)`` batch. A ``grad_fn`` of another function never
+    gets the sampler's values.
+    """
+    inner = getattr(grad_fn, "logdensity_fn", None)
+    return inner is not None and hasattr(grad_fn, "grad_given_value") and inner == logdensity_fn
+
+
+def grad_cost(grad_fn: Callable | None, d: int, given_value: bool = False) -> float:
     """Model solves one gradient costs: ``grad_fn.model_solves(d)`` when it says
-    (``cj.gradients.finite_difference``: 2d central, d forward), else 1."""
-    cost = getattr(grad_fn, "model_solves", None)
+    (``cj.finite_difference``: 2d central, d + 1 forward), else 1; ``given_value``: the
+    value at the point is known (``grad_fn.model_solves_given_value(d)``: 2d central, d forward)."""
+    cost = getattr(grad_fn, "model_solves_given_value" if given_value else "model_solves", None)
+    if cost is None and given_value:
+        cost = getattr(grad_fn, "model_solves", None)
     return 1.0 if cost is None else float(cost(d))
 
 
-def gradient_fn(logdensity_fn: LogDensityFn, grad_fn: Callable | None, grad_mode: str = "auto") -> Callable:
+def gradient_fn(logdensity_fn: LogDensityFn, grad_fn: Callable | None, grad_mode: str = "auto",
+                given_value: bool = False) -> Callable:
     """``grad_fn`` if given (``x: (d,) -> ∇ log density (d,)``; its output shape is checked when traced),
     else the autodiff gradient of ``logdensity_fn`` in ``grad_mode`` (:mod:`cenlmc_jax.grad_modes`;
-    a ``grad_fn`` overrides the mode)."""
+    a ``grad_fn`` overrides the mode). ``given_value``: the function takes ``(x, log density at x)``
+    and passes the value on where :func:`shares_values` (autodiff and other ``grad_fn`` ignore it)."""
     if grad_fn is None:
-        return grad(logdensity_fn, grad_mode)
+        g = grad(logdensity_fn, grad_mode)
+        return (lambda x, value: g(x)) if given_value else g
+    reuse = given_value and shares_values(grad_fn, logdensity_fn)
 
-    def checked(x):
-        g = grad_fn(x)
+    def checked(x, value=None):
+        g = grad_fn.grad_given_value(x, value) if reuse else grad_fn(x)
         check_output(g, "grad_fn", what=GRAD_FN_WHAT, like=x)  # static: free at trace time
         return g
 
@@ -123,18 +144,28 @@ def value_and_grad_ensemble(logdensity_fn: LogDensityFn, positions: Array,
     Without ``grad_fn`` both come from one autodiff pass per particle in
     ``grad_mode`` (:func:`cenlmc_jax.grad_modes.value_and_grad`: reverse, or
     forward with the value as the primal). With ``grad_fn`` (which overrides
-    ``grad_mode``) the values and the gradients are separate calls (an
-    adjoint solver, finite differences or an external code); a Python float
+    ``grad_mode``): one ``grad_fn.value_and_grad`` batch where :func:`shares_values`
+    (finite differences of ``logdensity_fn``: ``d + 1`` or ``2d + 1`` values), else
+    separate calls (an adjoint solver or an external code); a Python float
     from ``logdensity_fn`` becomes an array of the positions' dtype.
     """
     if grad_fn is None:
         return jax.vmap(value_and_grad(lambda y: jnp.asarray(logdensity_fn(y), y.dtype), grad_mode))(positions)
-    values = jax.vmap(lambda y: jnp.asarray(logdensity_fn(y), y.dtype))(positions)
-    grads = jax.vmap(grad_fn)(positions)
+    if shares_values(grad_fn, logdensity_fn):
+        values, grads = jax.vmap(grad_fn.value_and_grad)(positions)
+    else:
+        values = jax.vmap(lambda y: jnp.asarray(logdensity_fn(y), y.dtype))(positions)
+        grads = jax.vmap(grad_fn)(positions)
     # static shapes only (free at trace time): a scalar or (1,) per particle would broadcast into the drift
     check_output(jax.ShapeDtypeStruct(grads.shape[1:], grads.dtype), "grad_fn", what=GRAD_FN_WHAT,
                  like=positions[0])
-    return values, grads.astype(positions.dtype)
+    return values.astype(positions.dtype), grads.astype(positions.dtype)
+
+
+def value_and_grad_cost(grad_fn: Callable | None, logdensity_fn: LogDensityFn, d: int) -> float:
+    """Model solves of :func:`value_and_grad_ensemble` per particle with a ``grad_fn``: the value and a
+    gradient (``d + 1`` forward, ``2d + 1`` central finite differences of ``logdensity_fn``)."""
+    return 1.0 + grad_cost(grad_fn, d, given_value=shares_values(grad_fn, logdensity_fn))
 
 
 #: The signature of a user's ``grad_fn`` (for the messages).
@@ -259,7 +290,7 @@ def lmc_move(rng_key, state, logdensity_fn, step_size, grad_fn, grad_mode, mass)
     logdensity, g = value_and_grad_ensemble(logdensity_fn, new_x, grad_fn, grad_mode)
     bad = count_nonfinite(new_x, logdensity)
     n, d = x.shape
-    solves = n * grad_cost(grad_fn, d) + (n if grad_fn is not None else 0)
+    solves = n * (value_and_grad_cost(grad_fn, logdensity_fn, d) if grad_fn is not None else 1)
     info = LMCInfo(
         grad_evals=jnp.asarray(n, jnp.int32),
         model_solves=jnp.asarray(solves, x.dtype),

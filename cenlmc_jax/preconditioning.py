@@ -147,9 +147,55 @@ def _wrap_state(w: Whitening, inner: Any) -> WhitenedState:
     return WhitenedState(w.to_x(inner.position), getattr(inner, "logdensity", None), inner)
 
 
+class WhitenedLogdensity:
+    """``y ↦ logdensity_fn(m + L y)`` (the constant ``log |det L|`` left out); equal for the same pair."""
+
+    def __init__(self, logdensity_fn: LogDensityFn, w: Whitening):
+        self.base, self.w = logdensity_fn, w
+
+    def __call__(self, y: Array) -> Array:
+        return self.base(self.w.to_x(y))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, WhitenedLogdensity) and other.base == self.base and other.w is self.w
+
+    def __hash__(self) -> int:
+        return hash((self.base, id(self.w)))
+
+
+class WhitenedGrad:
+    """``y ↦ Lᵀ grad_fn(m + L y)``, keeping what ``grad_fn`` says of its cost and of reusing values.
+
+    A value of the whitened density at ``y`` is the value of the original one at ``x = m + L y``,
+    so a finite-difference ``grad_fn`` still reuses it (:func:`cenlmc_jax.langevin.shares_values`).
+    """
+
+    def __init__(self, grad_fn: Callable, w: Whitening):
+        self.grad_fn, self.w = grad_fn, w
+        for cost in ("model_solves", "model_solves_given_value"):
+            if hasattr(grad_fn, cost):
+                setattr(self, cost, getattr(grad_fn, cost))
+        inner = getattr(grad_fn, "logdensity_fn", None)
+        if inner is not None and hasattr(grad_fn, "grad_given_value"):
+            self.logdensity_fn = WhitenedLogdensity(inner, w)
+
+    def _to_y(self, g: Array, y: Array) -> Array:
+        return self.w.grad_to_y(jnp.asarray(g, y.dtype))
+
+    def __call__(self, y: Array) -> Array:
+        return self._to_y(self.grad_fn(self.w.to_x(y)), y)
+
+    def grad_given_value(self, y: Array, value: Array) -> Array:
+        return self._to_y(self.grad_fn.grad_given_value(self.w.to_x(y), value), y)
+
+    def value_and_grad(self, y: Array) -> tuple[Array, Array]:
+        value, g = self.grad_fn.value_and_grad(self.w.to_x(y))
+        return value, self._to_y(g, y)
+
+
 def whiten_logdensity(logdensity_fn: LogDensityFn, w: Whitening) -> LogDensityFn:
     """``y ↦ logdensity_fn(m + L y)`` (the constant ``log |det L|`` left out)."""
-    return lambda y: logdensity_fn(w.to_x(y))
+    return WhitenedLogdensity(logdensity_fn, w)
 
 
 def whiten_grad_fn(grad_fn: Callable | None, w: Whitening) -> Callable | None:
@@ -157,7 +203,7 @@ def whiten_grad_fn(grad_fn: Callable | None, w: Whitening) -> Callable | None:
     if grad_fn is None:
         return None
     check_callable(grad_fn, "grad_fn", "x: (d,) -> gradient of the log density (d,)")
-    return lambda y: w.grad_to_y(jnp.asarray(grad_fn(w.to_x(y)), y.dtype))
+    return WhitenedGrad(grad_fn, w)
 
 
 def _whiten_kwargs(kwargs: dict, w: Whitening) -> dict:

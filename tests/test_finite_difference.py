@@ -89,3 +89,106 @@ def test_lmc_with_a_finite_difference_gradient_tracks_autodiff():
         # the same noise; gradients differ by ~1e-10 per step, amplified at most (1 + h L)^20
         np.testing.assert_allclose(a.state.position, b.state.position, rtol=1e-7, atol=1e-7)
         assert float(b.info.model_solves[0]) == 50 * (2 * 4 + 1)
+
+
+def point_counter(points):
+    """A NumPy N(1, I) model that counts the points it evaluates (one per row of a batched call)."""
+
+    def numpy_logdensity(x):
+        points.append(int(np.prod(x.shape[:-1])))
+        return (-0.5 * np.sum((np.asarray(x) - 1.0) ** 2, axis=-1)).astype(x.dtype)
+
+    def logdensity(x):
+        return jax.pure_callback(numpy_logdensity, jax.ShapeDtypeStruct((), x.dtype), x, vmap_method="expand_dims")
+
+    return logdensity
+
+
+@pytest.mark.parametrize("scheme", ["central", "forward"])
+def test_value_and_grad_and_grad_given_value_are_the_gradient_with_no_value_twice(scheme):
+    with jax.enable_x64(True):
+        x = jnp.array([0.3, -1.7, 2.5, 0.0], jnp.float64)
+        fd = finite_difference(smooth, scheme=scheme)
+        value, g = fd.value_and_grad(x)
+        # the same points, the same arithmetic: bitwise equal to the value and the plain gradient
+        assert float(value) == float(smooth(x))
+        np.testing.assert_array_equal(g, fd(x))
+        np.testing.assert_array_equal(fd.grad_given_value(x, smooth(x)), fd(x))
+        assert fd.model_solves_given_value(4) == (8 if scheme == "central" else 4)
+        # the forward difference uses the value it is given (a wrong one moves every component by -1/δ);
+        # the central one does not read it
+        off = fd.grad_given_value(x, smooth(x) + 1.0)
+        if scheme == "forward":
+            assert np.all(np.asarray(off - fd(x)) < -1e6)
+        else:
+            np.testing.assert_array_equal(off, fd(x))
+
+
+@pytest.mark.parametrize("scheme", ["central", "forward"])
+def test_the_samplers_evaluate_each_point_once_and_count_what_they_evaluate(scheme):
+    n, d, h = 400, 2, 0.05
+    points = []
+    logdensity = point_counter(points)
+    fd = finite_difference(logdensity, scheme=scheme)
+    x0 = 1.0 + jax.random.normal(jax.random.key(0), (n, d))
+    per_grad = 2 * d if scheme == "central" else d  # the value at the particle is known
+
+    lmc = cj.lmc(logdensity, h, grad_fn=fd)
+    state = lmc.init(x0)
+    points.clear()
+    _, info = jax.jit(lmc.step)(jax.random.key(1), state)
+    jax.block_until_ready(info)
+    assert points == [n * (per_grad + 1)]  # one batched call: the values come with the gradients
+    assert float(info.model_solves) == n * (per_grad + 1)
+
+    cen = cj.cenlmc(logdensity, h, 0.3, 0.5, 0.3, 5, 10.0, f_star=0.0, grad_fn=fd)
+    state = cen.init(x0)
+    step = jax.jit(cen.step)
+    state, _ = step(jax.random.key(1), state)  # step 0: every particle takes a gradient
+    points.clear()
+    state, info = step(jax.random.key(2), state)
+    jax.block_until_ready(state)
+    padded = int(info.grad_evals_padded)
+    assert 0 < padded < n  # the step used the ensemble and some true gradients
+    # the gradients' call (d or 2d points each: the values at the particles are the state's) and the N new values
+    assert sorted(points) == sorted([padded * per_grad, n]), points
+    assert float(info.model_solves) == n + padded * per_grad
+
+
+def test_a_finite_difference_of_another_density_never_gets_the_samplers_values():
+    # grad_fn differentiates log π + 1: its forward difference must not be taken against log π's values
+    with jax.enable_x64(True):
+        shifted = lambda x: smooth(x) + 1.0  # noqa: E731
+        fd = finite_difference(shifted, scheme="forward")
+        assert not cj.langevin.shares_values(fd, smooth) and cj.langevin.shares_values(fd, shifted)
+        x0 = jax.random.normal(jax.random.key(0), (200, 3), jnp.float64)
+        cen = cj.cenlmc(smooth, 0.05, 0.3, 0.5, 0.3, 5, 10.0, grad_fn=fd)
+        state = cen.init(x0)
+        state, info = jax.jit(cen.step)(jax.random.key(1), state)
+        # every particle took a gradient at step 0: d + 1 values each, none reused
+        assert float(info.model_solves) == 200 + int(info.grad_evals_padded) * 4
+        # the samplers' gradient given log π's value is grad_fn's own forward difference, bitwise
+        x = x0[0]
+        grad_one = cj.langevin.gradient_fn(smooth, fd, given_value=True)
+        np.testing.assert_array_equal(grad_one(x, smooth(x)), fd(x))
+
+
+def test_whitened_finite_differences_keep_their_cost_and_reuse_the_value():
+    # y = L⁻¹(x − m): the whitened density's value at y is the model's at x, so the reuse carries over;
+    # before, the wrapper lost model_solves and a whitened run counted 1 solve per gradient
+    n, d = 300, 2
+    points = []
+    logdensity = point_counter(points)
+    fd = finite_difference(logdensity, scheme="forward")
+    algo = cj.whitened(cj.cenlmc, logdensity, 0.05, 0.3, 0.5, 0.3, 5, 10.0, f_star=0.0, grad_fn=fd,
+                       inverse_mass_matrix=jnp.array([4.0, 0.25]), mean=jnp.ones(2))
+    x0 = 1.0 + jax.random.normal(jax.random.key(0), (n, d)) * jnp.array([2.0, 0.5])
+    state = algo.init(x0)
+    step = jax.jit(algo.step)
+    state, _ = step(jax.random.key(1), state)
+    points.clear()
+    state, info = step(jax.random.key(2), state)
+    jax.block_until_ready(state)
+    padded = int(info.grad_evals_padded)
+    assert sorted(points) == sorted([padded * d, n]), points
+    assert float(info.model_solves) == n + padded * d

@@ -167,7 +167,7 @@ def test_jit_vmap_grad_and_errors():
     gs = jax.grad(lambda b: jnp.sum(least_squares_sparse(x[0], b, 0.9, block_size=16).grad))(jnp.asarray(f[0]))
     np.testing.assert_allclose(gs, gf, rtol=1e-4, atol=1e-4)
     for kwargs, name in (({"eta": 0.0}, "eta"), ({"kernel": "gauss"}, "kernel"), ({"min_eig": -1.0}, "min_eig"),
-                         ({"method": "pallas"}, "method")):
+                         ({"method": "gpu"}, "method")):
         args = {"eta": 1.0, **kwargs}
         with pytest.raises(ValueError, match=name):
             least_squares_gradient(x[0], f[0], **args)

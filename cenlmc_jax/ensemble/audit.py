@@ -251,19 +251,20 @@ def audit_figures(grad: Array, idx: Array, ok: Array, force: Array, used: Array,
 
 
 def gradients_and_audit(rng_key, grad_one, x, need, ens, capacity, dense, audit_size, running, h, flag_unstable,
-                        mesh=None):
+                        mesh=None, values=None):
     """The step's one gradient call, for the particles that ``need`` it and the audit's, and the force.
 
     Returns ``(running Audit, AuditInfo, force (N, d), gradients computed ())``: the force is
     ``∇f`` where ``need`` and the ensemble estimate ``ens`` elsewhere (audited particles keep it).
     The audited particles ride in the same call (one call per step for a black-box model).
     ``mesh``: each device computes the gradients of its own particles (:func:`~.buffers.needed_grads`).
+    ``values``: the log density at ``x``, for a ``grad_one(x_i, value_i)`` that reuses it.
     """
     if audit_size == 0:
-        grad, padded = needed_grads(grad_one, x, need, capacity, dense, mesh)
+        grad, padded = needed_grads(grad_one, x, need, capacity, dense, mesh, values)
         return (*no_audit(running, x.dtype), jnp.where(need[:, None], -grad, ens), padded)
     idx, ok, audited = audit_pick(rng_key, ~need, audit_size)
-    grad, padded = needed_grads(grad_one, x, need | audited, capacity, dense, mesh)
+    grad, padded = needed_grads(grad_one, x, need | audited, capacity, dense, mesh, values)
     force = jnp.where(need[:, None], -grad, ens)
     audit, info = audit_figures(grad, idx, ok, force, ~need, running, h, flag_unstable)
     return audit, info, force, padded

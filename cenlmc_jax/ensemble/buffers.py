@@ -29,7 +29,8 @@ __all__ = ["GRAD_BUCKETS", "needed_grads", "sharded_needed_grads", "shard_capaci
 GRAD_BUCKETS = 8
 
 
-def needed_grads(grad_one: Callable, x: Array, need: Array, capacity: int | None, dense: bool, mesh=None):
+def needed_grads(grad_one: Callable, x: Array, need: Array, capacity: int | None, dense: bool, mesh=None,
+                 values: Array | None = None):
     """Gradient (``grad_one: (d,) -> (d,)``) at the particles with ``need``; zeros elsewhere.
 
     Returns ``(grad (N, d), num_computed ())``. The flagged indices are
@@ -51,19 +52,23 @@ def needed_grads(grad_one: Callable, x: Array, need: Array, capacity: int | None
 
     ``mesh``: a 1-D device mesh: each device does this for its own particles
     (:func:`sharded_needed_grads`; with ``dense=True`` XLA splits the vmap itself).
+
+    ``values``: (N,) the log density at ``x``, known already; then ``grad_one`` is
+    ``(x_i (d,), value_i ()) -> (d,)`` (a finite-difference gradient reuses the value).
     """
     if mesh is not None and not dense:
-        return sharded_needed_grads(grad_one, x, need, capacity, mesh)
+        return sharded_needed_grads(grad_one, x, need, capacity, mesh, values)
     n, _ = x.shape
+    rows = (x,) if values is None else (x, values)
     grad_fn = jax.vmap(grad_one)
     if dense:
-        return jnp.where(need[:, None], grad_fn(x), 0.0), jnp.asarray(n, jnp.int32)
+        return jnp.where(need[:, None], grad_fn(*rows), 0.0), jnp.asarray(n, jnp.int32)
     idx = jnp.nonzero(need, size=n, fill_value=n)[0].astype(jnp.int32)
     count = jnp.sum(need, dtype=jnp.int32)
 
     def gradients_at(g, ids):
-        xs = x[jnp.minimum(ids, n - 1)]
-        return g.at[ids].set(grad_fn(xs).astype(g.dtype), mode="drop")
+        at = jnp.minimum(ids, n - 1)
+        return g.at[ids].set(grad_fn(*(r[at] for r in rows)).astype(g.dtype), mode="drop")
 
     zeros = jnp.zeros_like(x)
     if capacity is None:
@@ -89,7 +94,8 @@ def shard_capacity(capacity: int | None, n_local: int, num_devices: int) -> int 
     return None if capacity is None else min(-(-capacity // num_devices), n_local)
 
 
-def sharded_needed_grads(grad_one: Callable, x: Array, need: Array, capacity: int | None, mesh):
+def sharded_needed_grads(grad_one: Callable, x: Array, need: Array, capacity: int | None, mesh,
+                         values: Array | None = None):
     """:func:`needed_grads` with the particles split over ``mesh``: each device its own (``jax.shard_map``).
 
     Device ``k`` owns rows ``[k N/P, (k+1) N/P)`` (as the sharded pair force,
@@ -114,16 +120,19 @@ def sharded_needed_grads(grad_one: Callable, x: Array, need: Array, capacity: in
     axis = particle_axis(mesh)
     num = int(mesh.shape[axis])
     n, d = x.shape
+    plain = values is None
     n_pad = -(-n // num) * num
+    values = jnp.zeros((n,), x.dtype) if values is None else values
     if n_pad != n:
         x = jnp.concatenate([x, jnp.zeros((n_pad - n, d), x.dtype)])
         need = jnp.concatenate([need, jnp.zeros((n_pad - n,), bool)])
+        values = jnp.concatenate([values, jnp.zeros((n_pad - n,), values.dtype)])
     local_capacity = shard_capacity(capacity, n_pad // num, num)
 
-    def per_device(x, need):
-        grad, computed = needed_grads(grad_one, x, need, local_capacity, False)
+    def per_device(x, need, values):
+        grad, computed = needed_grads(grad_one, x, need, local_capacity, False, values=None if plain else values)
         return grad, lax.psum(computed, axis)
 
-    grad, computed = jax.shard_map(per_device, mesh=mesh, in_specs=(P(axis, None), P(axis)),
-                                   out_specs=(P(axis, None), P()), check_vma=False)(x, need)
+    grad, computed = jax.shard_map(per_device, mesh=mesh, in_specs=(P(axis, None), P(axis), P(axis)),
+                                   out_specs=(P(axis, None), P()), check_vma=False)(x, need, values)
     return (grad if n_pad == n else grad[:n]), computed

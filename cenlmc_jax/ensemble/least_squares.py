@@ -57,13 +57,30 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
 
-from cenlmc_jax._validation import check_bool, check_choice, check_int, check_nonnegative, check_positive
+from cenlmc_jax._validation import check_bool, check_choice, check_int
+from cenlmc_jax.ensemble.least_squares_moments import (
+    DEFAULT_MIN_EIG,
+    KERNELS,
+    LSGradient,
+    LSMoments,
+    check_inputs,
+    combine_moments,
+    empty_moments,
+    num_features,
+    prepare,
+    scalars,
+    solve_moments,
+    tile_moments,
+)
+from cenlmc_jax.ensemble.least_squares_pallas import least_squares_pallas
+from cenlmc_jax.pairwise.sharded import particle_axis
 from cenlmc_jax.pairwise.sparsity import spatial_order
 from cenlmc_jax.types import Array, ArrayLike
 
@@ -85,266 +102,135 @@ __all__ = [
     "least_squares_force",
 ]
 
-KERNELS = ("epanechnikov", "uniform")
-#: Default floor on the gradient block's ``λ_min`` (:func:`solve_moments`):
-#: a fifth of a full uniform ball's ``1/(d+2)`` at d = 2.
-DEFAULT_MIN_EIG = 0.05
-
-
-class LSMoments(NamedTuple):
-    """The accumulators of some rows over some columns (a monoid under :func:`combine_moments`).
-
-    a: (n, p, p) ``Σ k φφᵀ``.  b: (n, p) ``Σ k δf φ``.  c: (n,) ``Σ k δf²``.
-    mass: (n,) ``Σ k``.  count: (n,) int32 neighbours with ``k > 0``.
-    """
-
-    a: Array
-    b: Array
-    c: Array
-    mass: Array
-    count: Array
-
-
-class LSGradient(NamedTuple):
-    """grad: (N, d) ``ĝ`` (0 where refused).  ok: (N,) bool, the tests passed.
-
-    cond: (N,) ``λ_min`` of the gradient block (:func:`solve_moments`).
-    residual: (N,) ``sqrt(rss/m)/η``.  count: (N,) neighbours used.
-    """
-
-    grad: Array
-    ok: Array
-    cond: Array
-    residual: Array
-    count: Array
-
-
-def num_features(d: int, quadratic: bool) -> int:
-    """``p = d`` (linear) or ``d + d(d+1)/2`` (quadratic)."""
-    return d + (d * (d + 1) // 2 if quadratic else 0)
-
-
-def empty_moments(n: int, p: int, dtype) -> LSMoments:
-    """The moments over no columns: the identity of :func:`combine_moments`."""
-    z = jnp.zeros((n,), dtype)
-    return LSMoments(jnp.zeros((n, p, p), dtype), jnp.zeros((n, p), dtype), z, z, jnp.zeros((n,), jnp.int32))
-
-
-def combine_moments(s: LSMoments, t: LSMoments) -> LSMoments:
-    """Moments over disjoint column sets add."""
-    return LSMoments(*(u + v for u, v in zip(s, t, strict=True)))
-
-
-def _features(u: Array, quadratic: bool) -> Array:
-    """``φ(u)``: ``u`` and, with ``quadratic``, ``u_k u_l`` for ``k ≤ l`` (last axis)."""
-    if not quadratic:
-        return u
-    d = u.shape[-1]
-    quad = [u[..., k] * u[..., m] for k in range(d) for m in range(k, d)]
-    return jnp.concatenate([u, jnp.stack(quad, axis=-1)], axis=-1)
-
-
-def _kernel(r2: Array, kernel: str) -> Array:
-    """``k`` as a function of ``r² = |u|²`` (0 outside the unit ball)."""
-    inside = r2 <= 1
-    return jnp.where(inside, 1 - r2 if kernel == "epanechnikov" else 1, 0).astype(r2.dtype)
-
-
-def tile_moments(xr: Array, fr: Array, vr: Array, xc: Array, fc: Array, vc: Array, eta: Array, *,
-                 kernel: str, quadratic: bool) -> LSMoments:
-    """The moments of rows ``(B, d)`` against columns ``(C, d)`` (``v*``: validity; temporaries ``B × C × p``)."""
-    u = (xc[None, :, :] - xr[:, None, :]) / eta  # [i, j] = (x_j - x_i)/η
-    r2 = jnp.sum(u * u, axis=-1)
-    use = vr[:, None] & vc[None, :] & (r2 > 0)
-    k = jnp.where(use, _kernel(r2, kernel), 0)
-    df = jnp.where(use, fc[None, :] - fr[:, None], 0)
-    phi = _features(u, quadratic)
-    kphi = k[..., None] * phi
-    hi = lax.Precision.HIGHEST
-    a = jnp.einsum("bcp,bcq->bpq", kphi, phi, precision=hi)
-    b = jnp.einsum("bcp,bc->bp", kphi, df, precision=hi)
-    count = jnp.sum(k > 0, axis=1, dtype=jnp.int32)
-    return LSMoments(a, b, jnp.sum(k * df * df, axis=1), jnp.sum(k, axis=1), count)
-
-
-def _gradient_conditioning(scaled: Array, d: int) -> Array:
-    """``λ_min`` of the gradient block's Schur complement ``S = A_gg - A_gq A_qq⁻¹ A_qg`` of ``A/m``.
-
-    ``S⁻¹ = (A⁻¹)[:d, :d]`` is the block the gradient's error goes through; for
-    the linear fit ``S = A/m``. 0 where ``A/m`` is singular to working precision
-    (smallest eigenvalue below ``100 p ε`` of the largest).
-    """
-    p = scaled.shape[-1]
-    eig = jnp.linalg.eigvalsh(scaled)
-    full = eig[:, 0] > 100 * p * jnp.finfo(scaled.dtype).eps * eig[:, -1]
-    if p == d:
-        return jnp.where(full, eig[:, 0], 0)
-    safe = jnp.where(full[:, None, None], scaled, jnp.eye(p, dtype=scaled.dtype))
-    agq, aqq = safe[:, :d, d:], safe[:, d:, d:]
-    schur = safe[:, :d, :d] - agq @ jnp.linalg.solve(aqq, jnp.swapaxes(agq, 1, 2))
-    return jnp.where(full, jnp.linalg.eigvalsh(schur)[:, 0], 0)
-
-
-def solve_moments(mo: LSMoments, eta: Array, d: int, min_eig: ArrayLike, max_residual: ArrayLike) -> LSGradient:
-    """``θ = A⁻¹b``, ``ĝ = θ[:d]/η`` and the two tests (module docstring)."""
-    dtype = mo.b.dtype
-    p = mo.b.shape[-1]
-    mass = jnp.where(mo.mass > 0, mo.mass, 1)
-    scaled = mo.a / mass[:, None, None]
-    cond = lax.stop_gradient(_gradient_conditioning(scaled, d))
-    well = (mo.count >= 2 * p) & (cond >= jnp.asarray(min_eig, dtype))
-    eye = jnp.eye(p, dtype=dtype)
-    theta = jnp.linalg.solve(jnp.where(well[:, None, None], scaled, eye), (mo.b / mass[:, None])[..., None])[..., 0]
-    rss = jnp.maximum(mo.c / mass - jnp.sum(theta * mo.b / mass[:, None], axis=-1), 0)
-    residual = lax.stop_gradient(jnp.sqrt(rss) / eta)
-    ok = well & (residual <= jnp.asarray(max_residual, dtype))
-    grad = jnp.where(ok[:, None], theta[:, :d] / eta, 0)
-    return LSGradient(grad, ok, jnp.where(mo.count > 0, cond, 0), jnp.where(well, residual, jnp.inf), mo.count)
-
-
-def _prepare(x: Array, f: Array) -> tuple[Array, Array, Array]:
-    valid = jnp.all(jnp.isfinite(x), axis=-1) & jnp.isfinite(f)
-    return jnp.where(valid[:, None], x, 0), jnp.where(valid, f, 0), valid
-
-
 @functools.partial(jax.jit, static_argnames=("kernel", "quadratic"))
 def _dense(x, f, eta, min_eig, max_residual, *, kernel, quadratic):
-    x, f, valid = _prepare(x, f)
+    x, f, valid = prepare(x, f)
     mo = tile_moments(x, f, valid, x, f, valid, eta, kernel=kernel, quadratic=quadratic)
     return solve_moments(mo, eta, x.shape[1], min_eig, max_residual)
 
 
-@functools.partial(jax.jit, static_argnames=("kernel", "quadratic", "block_size"))
-def _tiled(x, f, eta, min_eig, max_residual, *, kernel, quadratic, block_size):
+def _tiles(x: Array, f: Array, valid: Array, block_size: int) -> tuple[Array, ...]:
+    """``(xs (nb, B, d), fs (nb, B), vs (nb, B), lo (nb, d), hi (nb, d))``: tiles of ``block_size`` rows
+    (padding: invalid, no one's neighbour) and each tile's box of valid rows (``±inf`` if none)."""
     n, d = x.shape
-    x, f, valid = _prepare(x, f)
-    nb = -(-n // block_size)
-    pad = nb * block_size - n
-    xs = jnp.pad(x, ((0, pad), (0, 0))).reshape(nb, block_size, d)
-    fs = jnp.pad(f, (0, pad)).reshape(nb, block_size)
-    vs = jnp.pad(valid, (0, pad)).reshape(nb, block_size)  # padding: invalid, no one's neighbour
-    p = num_features(d, quadratic)
-
-    def row_tile(rows):
-        xr, fr, vr = rows
-
-        def step(acc, cols):
-            part = tile_moments(xr, fr, vr, *cols, eta, kernel=kernel, quadratic=quadratic)
-            return combine_moments(acc, part), None
-
-        acc, _ = lax.scan(step, empty_moments(block_size, p, x.dtype), (xs, fs, vs))
-        return acc
-
-    mo = lax.map(row_tile, (xs, fs, vs))
-    mo = LSMoments(*(v.reshape((nb * block_size,) + v.shape[2:])[:n] for v in mo))
-    return solve_moments(mo, eta, d, min_eig, max_residual)
-
-
-def _tile_boxes(xs: Array, vs: Array) -> tuple[Array, Array]:
-    """Per tile ``(nb, B, d)``: the box ``(lo, hi)`` of its valid rows, ``(nb, d)`` each (``±inf`` if none)."""
-    lo = jnp.min(jnp.where(vs[..., None], xs, jnp.inf), axis=1)
-    hi = jnp.max(jnp.where(vs[..., None], xs, -jnp.inf), axis=1)
-    return lo, hi
-
-
-@functools.partial(jax.jit, static_argnames=("kernel", "quadratic", "block_size"))
-def _sparse(x, f, eta, min_eig, max_residual, *, kernel, quadratic, block_size):
-    """:func:`_tiled` over the tile pairs whose boxes are within ``η``, the particles in Hilbert order.
-
-    The order (:func:`~cenlmc_jax.pairwise.sparsity.spatial_order`) makes a tile of consecutive
-    particles a compact cloud; a column tile whose box is farther than ``η`` from the row tile's
-    box holds no pair with ``k > 0`` and is skipped (a ``lax.cond``), with a margin for rounding,
-    so the moments are the dense ones summed in another order.
-    """
-    n, d = x.shape
-    x, f, valid = _prepare(x, f)
-    perm = spatial_order(x, valid)
-    x, f, valid = x[perm], f[perm], valid[perm]
     nb = -(-n // block_size)
     pad = nb * block_size - n
     xs = jnp.pad(x, ((0, pad), (0, 0))).reshape(nb, block_size, d)
     fs = jnp.pad(f, (0, pad)).reshape(nb, block_size)
     vs = jnp.pad(valid, (0, pad)).reshape(nb, block_size)
-    lo, hi = _tile_boxes(xs, vs)
+    lo = jnp.min(jnp.where(vs[..., None], xs, jnp.inf), axis=1)
+    hi = jnp.max(jnp.where(vs[..., None], xs, -jnp.inf), axis=1)
+    return xs, fs, vs, lo, hi
+
+
+def _fold(rows, cols, eta, *, kernel: str, quadratic: bool, skip_far: bool):
+    """The moments of the row tiles against every column tile: ``(LSMoments (nr, B, ...), visited (nr,))``.
+
+    ``skip_far``: a column tile whose box is farther than ``η`` from the row tile's box holds no pair
+    with ``k > 0`` and is skipped (a ``lax.cond``), with a margin for rounding, so the moments are
+    the dense ones summed in another order (the block-sparse plan; useful in a spatial order).
+    """
+    xs = cols[0]
+    block, d = xs.shape[1], xs.shape[2]
     p = num_features(d, quadratic)
-    margin = 1 + 16 * (d + 4) * float(jnp.finfo(x.dtype).eps)  # the gap, and |u|² = |δ/η|², each within (d+4)ε
+    margin = 1 + 16 * (d + 4) * float(jnp.finfo(xs.dtype).eps)  # the gap, and |u|² = |δ/η|², each within (d+4)ε
 
-    def row_tile(rows):
-        xr, fr, vr, lo_r, hi_r = rows
+    def row_tile(row):
+        xr, fr, vr, lo_r, hi_r = row
 
-        def step(acc, cols):
-            xc, fc, vc, lo_c, hi_c = cols
+        def step(acc, col):
+            xc, fc, vc, lo_c, hi_c = col
+            moments = lambda: tile_moments(xr, fr, vr, xc, fc, vc, eta, kernel=kernel, quadratic=quadratic)  # noqa: E731
+            if not skip_far:
+                return combine_moments(acc, moments()), jnp.ones((), bool)
             gap = jnp.maximum(jnp.maximum(lo_c - hi_r, lo_r - hi_c), 0)
             near = jnp.sum(gap * gap) <= eta * eta * margin  # an empty tile's gap is inf: skipped
-            part = lax.cond(near, lambda: tile_moments(xr, fr, vr, xc, fc, vc, eta, kernel=kernel,
-                                                       quadratic=quadratic),
-                            lambda: empty_moments(block_size, p, x.dtype))
+            part = lax.cond(near, moments, lambda: empty_moments(block, p, xs.dtype))
             return combine_moments(acc, part), near
 
-        acc, near = lax.scan(step, empty_moments(block_size, p, x.dtype), (xs, fs, vs, lo, hi))
+        acc, near = lax.scan(step, empty_moments(block, p, xs.dtype), cols)
         return acc, jnp.sum(near, dtype=jnp.int32)
 
-    mo, visited = lax.map(row_tile, (xs, fs, vs, lo, hi))
-    mo = LSMoments(*(v.reshape((nb * block_size,) + v.shape[2:])[:n] for v in mo))
+    return lax.map(row_tile, rows)
+
+
+def _fold_over(tiles, eta, mesh, **kw):
+    """:func:`_fold` of all row tiles, on one device, or split over the 1-D ``mesh`` (``jax.shard_map``).
+
+    With a mesh each device folds its run of row tiles against all the column tiles (replicated:
+    ``(d + 2) N`` numbers, as the pair force's all-gather); the row tiles are padded with invalid
+    ones to a multiple of the device count. The per-row solve after it stays on the rows' device.
+    """
+    if mesh is None:
+        return _fold(tiles, tiles, eta, **kw)
+    axis = particle_axis(mesh)
+    num = int(mesh.shape[axis])
+    nb = tiles[0].shape[0]
+    extra = -(-nb // num) * num - nb
+    fills = (0, 0, False, jnp.inf, -jnp.inf)  # invalid tiles with empty boxes: nothing, skipped
+    rows = tuple(jnp.concatenate([t, jnp.full((extra,) + t.shape[1:], v, t.dtype)])
+                 for t, v in zip(tiles, fills, strict=True))
+    fold = jax.shard_map(lambda r, c: _fold(r, c, eta, **kw), mesh=mesh, in_specs=(P(axis), P()),
+                         out_specs=P(axis), check_vma=False)
+    mo, visited = fold(rows, tiles)
+    return LSMoments(*(v[:nb] for v in mo)), visited[:nb]
+
+
+@functools.partial(jax.jit, static_argnames=("kernel", "quadratic", "block_size", "sparse", "mesh"))
+def _folded(x, f, eta, min_eig, max_residual, *, kernel, quadratic, block_size, sparse, mesh):
+    """Row tiles folding the moments over column tiles; ``sparse``: the particles in Hilbert order
+    (:func:`~cenlmc_jax.pairwise.sparsity.spatial_order`, so that a tile of consecutive particles is a
+    compact cloud) and the far tile pairs skipped. Returns ``(LSGradient, visited fraction)``."""
+    n, d = x.shape
+    x, f, valid = prepare(x, f)
+    if sparse:
+        perm = spatial_order(x, valid)
+        x, f, valid = x[perm], f[perm], valid[perm]
+    tiles = _tiles(x, f, valid, block_size)
+    mo, visited = _fold_over(tiles, eta, mesh, kernel=kernel, quadratic=quadratic, skip_far=sparse)
+    mo = LSMoments(*(v.reshape((-1,) + v.shape[2:])[:n] for v in mo))
     out = solve_moments(mo, eta, d, min_eig, max_residual)
-    back = LSGradient(*(jnp.zeros_like(a).at[perm].set(a) for a in out))
-    return back, jnp.sum(visited) / (nb * nb)
-
-
-def _check(x, f, eta, kernel, quadratic, min_eig, max_residual):
-    x = x if isinstance(x, jax.Array) else jnp.asarray(x)
-    if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] < 1:
-        raise ValueError(f"x must be an array of shape (N, d) with N, d >= 1; got shape {tuple(x.shape)}.")
-    f = f if isinstance(f, jax.Array) else jnp.asarray(f)
-    if f.shape != x.shape[:1]:
-        raise ValueError(f"f must have shape (N,) = ({x.shape[0]},) to match x; got shape {tuple(f.shape)}.")
-    check_positive(eta, "eta")
-    check_choice(kernel, "kernel", KERNELS)
-    check_bool(quadratic, "quadratic")
-    check_nonnegative(min_eig, "min_eig")
-    check_nonnegative(max_residual, "max_residual", allow_inf=True)
-    dtype = jnp.promote_types(jnp.result_type(x.dtype, f.dtype), jnp.float32)
-    if not jnp.issubdtype(dtype, jnp.floating):
-        dtype = jnp.result_type(float)
-    return x.astype(dtype), f.astype(dtype), dtype
-
-
-def _scalars(dtype, eta, min_eig, max_residual):
-    return tuple(jnp.asarray(v, dtype) for v in (eta, min_eig, max_residual))
+    if sparse:
+        out = LSGradient(*(jnp.zeros_like(a).at[perm].set(a) for a in out))
+    nb = tiles[0].shape[0]
+    return out, jnp.sum(visited) / (nb * nb)
 
 
 def least_squares_dense(x: ArrayLike, f: ArrayLike, eta: ArrayLike, *, quadratic: bool = False,
                         kernel: str = "epanechnikov", min_eig: ArrayLike = DEFAULT_MIN_EIG,
                         max_residual: ArrayLike = math.inf) -> LSGradient:
     """The estimator with all ``N × N`` pairs at once (``N × N × p`` temporaries): the reference."""
-    x, f, dtype = _check(x, f, eta, kernel, quadratic, min_eig, max_residual)
-    return _dense(x, f, *_scalars(dtype, eta, min_eig, max_residual), kernel=kernel, quadratic=quadratic)
+    x, f, dtype = check_inputs(x, f, eta, kernel, quadratic, min_eig, max_residual)
+    return _dense(x, f, *scalars(dtype, eta, min_eig, max_residual), kernel=kernel, quadratic=quadratic)
 
 
 def least_squares_tiled(x: ArrayLike, f: ArrayLike, eta: ArrayLike, *, quadratic: bool = False,
                         kernel: str = "epanechnikov", min_eig: ArrayLike = DEFAULT_MIN_EIG,
-                        max_residual: ArrayLike = math.inf, block_size: int = 128) -> LSGradient:
-    """The estimator by row tiles of ``block_size`` folding the moments over column tiles (``O(B² p)`` scratch)."""
-    x, f, dtype = _check(x, f, eta, kernel, quadratic, min_eig, max_residual)
+                        max_residual: ArrayLike = math.inf, block_size: int = 128, mesh=None) -> LSGradient:
+    """The estimator by row tiles of ``block_size`` folding the moments over column tiles (``O(B² p)`` scratch).
+
+    ``mesh``: a 1-D device mesh; each device folds its share of the row tiles (:func:`_fold_over`).
+    """
+    x, f, dtype = check_inputs(x, f, eta, kernel, quadratic, min_eig, max_residual)
     block_size = min(check_int(block_size, "block_size", minimum=1), x.shape[0])
-    return _tiled(x, f, *_scalars(dtype, eta, min_eig, max_residual), kernel=kernel, quadratic=quadratic,
-                  block_size=block_size)
+    return _folded(x, f, *scalars(dtype, eta, min_eig, max_residual), kernel=kernel, quadratic=quadratic,
+                   block_size=block_size, sparse=False, mesh=check_mesh(mesh))[0]
 
 
 def least_squares_sparse(x: ArrayLike, f: ArrayLike, eta: ArrayLike, *, quadratic: bool = False,
                          kernel: str = "epanechnikov", min_eig: ArrayLike = DEFAULT_MIN_EIG,
                          max_residual: ArrayLike = math.inf, block_size: int = 32,
-                         return_visited: bool = False):
+                         return_visited: bool = False, mesh=None):
     """The estimator by row tiles against the column tiles within ``η`` only (particles in Hilbert order).
 
     Equal to :func:`least_squares_dense` up to the order of the sums. ``return_visited``: also the
-    fraction of tile pairs folded (the rest were skipped).
+    fraction of tile pairs folded (the rest were skipped). ``mesh``: as :func:`least_squares_tiled`.
     """
-    x, f, dtype = _check(x, f, eta, kernel, quadratic, min_eig, max_residual)
+    x, f, dtype = check_inputs(x, f, eta, kernel, quadratic, min_eig, max_residual)
     check_bool(return_visited, "return_visited")
     block_size = min(check_int(block_size, "block_size", minimum=1), x.shape[0])
-    out, visited = _sparse(x, f, *_scalars(dtype, eta, min_eig, max_residual), kernel=kernel, quadratic=quadratic,
-                           block_size=block_size)
+    out, visited = _folded(x, f, *scalars(dtype, eta, min_eig, max_residual), kernel=kernel, quadratic=quadratic,
+                           block_size=block_size, sparse=True, mesh=check_mesh(mesh))
     return (out, visited) if return_visited else out
 
 
@@ -354,10 +240,19 @@ LS_DENSE_MAX_N = 64
 LS_SPARSE_MAX_D = 3
 
 
+def check_mesh(mesh):
+    """None, or a device mesh with one particle axis (``ValueError`` otherwise)."""
+    if mesh is not None:
+        if not isinstance(mesh, Mesh):
+            raise ValueError(f"mesh must be a jax.sharding.Mesh with one particle axis, or None; got {mesh!r}.")
+        particle_axis(mesh)
+    return mesh
+
+
 def least_squares_gradient(x: ArrayLike, f: ArrayLike, eta: ArrayLike, *, quadratic: bool = False,
                            kernel: str = "epanechnikov", min_eig: ArrayLike = DEFAULT_MIN_EIG,
                            max_residual: ArrayLike = math.inf, method: str = "auto",
-                           block_size: int | None = None) -> LSGradient:
+                           block_size: int | None = None, mesh=None, interpret: bool | None = None) -> LSGradient:
     """The local least-squares gradient of ``f`` at every particle (module docstring).
 
     Args:
@@ -368,26 +263,39 @@ def least_squares_gradient(x: ArrayLike, f: ArrayLike, eta: ArrayLike, *, quadra
       min_eig: the conditioning floor on ``λ_min(A/m)`` (default :data:`DEFAULT_MIN_EIG`).
       max_residual: the ceiling on the rms misfit over η (default inf: no residual test).
       method: ``"dense"``, ``"tiled"``, ``"sparse"`` (block-sparse tiles: only the tile pairs within
-        η, the particles in Hilbert order) or ``"auto"`` (dense for N ≤ :data:`LS_DENSE_MAX_N`, then
-        sparse for d ≤ :data:`LS_SPARSE_MAX_D`, tiled above).
+        η, the particles in Hilbert order), ``"pallas"`` (one fused kernel, Triton on GPU, interpreted
+        elsewhere: :mod:`.least_squares_pallas`; all pairs, d ≤ its ``MAX_D``) or ``"auto"`` (dense for
+        N ≤ :data:`LS_DENSE_MAX_N`, then sparse for d ≤ :data:`LS_SPARSE_MAX_D`, tiled above).
       block_size: rows (and columns) per tile of ``"tiled"`` (default 128) and ``"sparse"`` (default 32:
         small tiles skip more pairs; benchmarks/results/least_squares_sparse.md).
+      mesh: a 1-D device mesh: the tiled / sparse fold split over its devices by row tiles
+        (``"auto"`` then never takes ``"dense"``; ``"dense"`` and ``"pallas"`` refuse a mesh).
+      interpret: the Pallas kernel's mode (``"pallas"`` only; None: by the platform).
 
     Returns :class:`LSGradient` in the promoted floating dtype (float64 in, float64 out).
     Jittable and vmappable; ``ValueError`` for a bad argument, before tracing.
     """
-    check_choice(method, "method", ("auto", "dense", "tiled", "sparse"))
+    check_choice(method, "method", ("auto", "dense", "tiled", "sparse", "pallas"))
+    mesh = check_mesh(mesh)
     n, d = jnp.shape(x) if jnp.ndim(x) == 2 else (0, 0)
     if method == "auto":
-        method = "dense" if 0 < n <= LS_DENSE_MAX_N else "sparse" if d <= LS_SPARSE_MAX_D else "tiled"
+        small = 0 < n <= LS_DENSE_MAX_N and mesh is None
+        method = "dense" if small else "sparse" if d <= LS_SPARSE_MAX_D else "tiled"
+    if mesh is not None and method in ("dense", "pallas"):
+        raise ValueError(f"mesh is for method 'tiled', 'sparse' or 'auto'; got method={method!r} with a mesh.")
     if method == "dense":
         return least_squares_dense(x, f, eta, quadratic=quadratic, kernel=kernel, min_eig=min_eig,
                                    max_residual=max_residual)
+    if method == "pallas":
+        return least_squares_pallas(x, f, eta, quadratic=quadratic, kernel=kernel, min_eig=min_eig,
+                                    max_residual=max_residual, interpret=interpret)
     if method == "sparse":
         return least_squares_sparse(x, f, eta, quadratic=quadratic, kernel=kernel, min_eig=min_eig,
-                                    max_residual=max_residual, block_size=32 if block_size is None else block_size)
+                                    max_residual=max_residual, block_size=32 if block_size is None else block_size,
+                                    mesh=mesh)
     return least_squares_tiled(x, f, eta, quadratic=quadratic, kernel=kernel, min_eig=min_eig,
-                               max_residual=max_residual, block_size=128 if block_size is None else block_size)
+                               max_residual=max_residual, block_size=128 if block_size is None else block_size,
+                               mesh=mesh)
 
 
 #: The ``estimator`` choices of :func:`cenlmc_jax.cenlmc_step`: the paper's (default) and the fits here.
@@ -399,11 +307,18 @@ def check_estimator(estimator: str) -> str:
     return check_choice(estimator, "estimator", ESTIMATORS)
 
 
-def least_squares_force(x: Array, f: Array, eta: ArrayLike, need: Array, estimator: str) -> tuple[Array, Array]:
+def least_squares_force(x: Array, f: Array, eta: ArrayLike, need: Array, estimator: str, method: str = "auto",
+                        mesh=None, interpret: bool | None = None) -> tuple[Array, Array]:
     """CEnLMC's ensemble force by the fit (beyond the paper): ``(ĝ, need | ~ok)``.
 
     A particle the fit refuses (:func:`solve_moments`) joins those that take
     their true gradient; the paper's R1 / M_f / N* tests stay as they were (``need``).
+    ``method``: the pair force's (``EnsembleOptions.method``): ``"pallas"`` runs the fit's
+    Pallas kernel too (on one device), anything else the fit's ``"auto"``; ``mesh``: the fold
+    split over the mesh's devices, as the pair force.
     """
-    res = least_squares_gradient(x, f, jnp.asarray(eta, x.dtype), quadratic=estimator == "least_squares_quadratic")
+    pallas = method == "pallas" and mesh is None
+    res = least_squares_gradient(x, f, jnp.asarray(eta, x.dtype), quadratic=estimator == "least_squares_quadratic",
+                                 method="pallas" if pallas else "auto", mesh=mesh,
+                                 interpret=interpret if pallas else None)
     return res.grad, need | ~res.ok

@@ -72,15 +72,17 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
 from cenlmc_jax._validation import check_bool, check_choice, check_int
-from cenlmc_jax.ensemble import least_squares
-from cenlmc_jax.ensemble.least_squares import (
+from cenlmc_jax.ensemble.least_squares_moments import (
     DEFAULT_MIN_EIG,
     KERNELS,
     LSGradient,
     LSMoments,
+    check_inputs,
     combine_moments,
     empty_moments,
     num_features,
+    prepare,
+    scalars,
     solve_moments,
     tile_moments,
 )
@@ -332,7 +334,7 @@ def least_squares_moments_pallas(x: ArrayLike, f: ArrayLike, valid: ArrayLike, e
 
 @functools.partial(jax.jit, static_argnames=("opts",))
 def _least_squares(x, f, eta, min_eig, max_residual, *, opts: MomentsOptions):
-    x, f, valid = least_squares._prepare(x, f)
+    x, f, valid = prepare(x, f)
     mo = _moments(x, f, valid, eta, opts)
     return solve_moments(mo, eta, x.shape[1], min_eig, max_residual)
 
@@ -349,9 +351,8 @@ def least_squares_pallas(x: ArrayLike, f: ArrayLike, eta: ArrayLike, *, quadrati
     ``least_squares_dense`` up to the order of the sums. ``d`` at most
     :data:`MAX_D` (``ValueError`` above).
     """
-    # least_squares' private argument checks, reused so that both paths refuse alike (to become
-    # public, or move a floor down, when method="pallas" is wired into least_squares_gradient)
-    x, f, dtype = least_squares._check(x, f, eta, kernel, quadratic, min_eig, max_residual)
+    # the same argument checks as the XLA paths, so that every backend refuses alike
+    x, f, dtype = check_inputs(x, f, eta, kernel, quadratic, min_eig, max_residual)
     opts = moments_options(x.shape[1], dtype, kernel=kernel, quadratic=quadratic, block_rows=block_rows,
                            block_cols=block_cols, interpret=interpret)
-    return _least_squares(x, f, *least_squares._scalars(dtype, eta, min_eig, max_residual), opts=opts)
+    return _least_squares(x, f, *scalars(dtype, eta, min_eig, max_residual), opts=opts)

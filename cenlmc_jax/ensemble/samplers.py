@@ -110,7 +110,7 @@ from cenlmc_jax.ensemble.audit import CENLMC_AUDIT_SIZE, fresh_audit, gradients_
 from cenlmc_jax.ensemble.least_squares import check_estimator, least_squares_force
 from cenlmc_jax.ensemble.options import EnsembleOptions, ensemble_options
 from cenlmc_jax.ensemble.states import CEnLMCInfo, CEnLMCState, EnLMCInfo, EnLMCState
-from cenlmc_jax.langevin import check_grad_fn, count_nonfinite, grad_cost, gradient_fn
+from cenlmc_jax.langevin import check_grad_fn, count_nonfinite, grad_cost, gradient_fn, shares_values
 from cenlmc_jax.pairwise import ensemble_force
 from cenlmc_jax.tuning import find_f_star
 from cenlmc_jax.types import Array, ArrayLike, LogDensityFn, PRNGKey
@@ -286,9 +286,11 @@ def enlmc_step(
     pf = ensemble_force(x, f, state.log_p, jnp.asarray(eta, x.dtype), **opts.force_kwargs())
     ens = pf.force_sum / jnp.asarray(n - 1, x.dtype)
     need = ~jnp.isfinite(state.log_p)  # no previous step: p_j unknown, use ∇f
-    grad_one = gradient_fn(logdensity_fn, opts.grad_fn, opts.grad_mode)
+    grad_one = gradient_fn(logdensity_fn, opts.grad_fn, opts.grad_mode, given_value=True)
+    per_grad = grad_cost(opts.grad_fn, d, given_value=shares_values(opts.grad_fn, logdensity_fn))
     audit, a, force, padded = gradients_and_audit(rng_key, grad_one, x, need, ens, capacity, opts.dense_grad,
-                                                  audit_size, state.audit, h, flag_unstable=True, mesh=opts.mesh)
+                                                  audit_size, state.audit, h, flag_unstable=True, mesh=opts.mesh,
+                                                  values=state.logdensity)
     w_new, x_new, log_p_new = _move(rng_key, x, force, h)
     logdensity = _values(logdensity_fn, x_new)
     bad = count_nonfinite(x_new, logdensity)
@@ -299,7 +301,7 @@ def enlmc_step(
         grad_evals=jnp.sum(need, dtype=jnp.int32),
         grad_evals_padded=jnp.asarray(padded, jnp.int32),
         f_evals=jnp.asarray(n, jnp.int32),
-        model_solves=(n + padded * grad_cost(opts.grad_fn, d)).astype(x.dtype),
+        model_solves=(n + padded * per_grad).astype(x.dtype),
         max_force_norm=jnp.max(ens_norm),
         num_exploded=exploded,
         num_isolated=jnp.sum(~need & (pf.n_ball == 0), dtype=jnp.int32),
@@ -441,10 +443,12 @@ def cenlmc_step(
     need = fail_r1 | fail_mf | fail_n | fail_ball
     ens = pf.force_sum / jnp.maximum(pf.n_r2, 1).astype(dt)[:, None]
     if estimator != "paper":
-        ens, need = least_squares_force(x, f, eta, need, estimator)
-    grad_one = gradient_fn(logdensity_fn, opts.grad_fn, opts.grad_mode)
+        ens, need = least_squares_force(x, f, eta, need, estimator, opts.method, opts.mesh, opts.interpret)
+    grad_one = gradient_fn(logdensity_fn, opts.grad_fn, opts.grad_mode, given_value=True)
+    per_grad = grad_cost(opts.grad_fn, d, given_value=shares_values(opts.grad_fn, logdensity_fn))
     audit, a, force, padded = gradients_and_audit(rng_key, grad_one, x, need, ens, capacity, opts.dense_grad,
-                                                  audit_size, state.audit, h, flag_unstable=False, mesh=opts.mesh)
+                                                  audit_size, state.audit, h, flag_unstable=False, mesh=opts.mesh,
+                                                  values=state.logdensity)
     w_new, x_new, log_p_new = _move(rng_key, x, force, h)
     logdensity = _values(logdensity_fn, x_new)
     bad = count_nonfinite(x_new, logdensity)
@@ -453,7 +457,7 @@ def cenlmc_step(
         grad_evals=num_need,
         grad_evals_padded=jnp.asarray(padded, jnp.int32),
         f_evals=jnp.asarray(n, jnp.int32),
-        model_solves=(n + padded * grad_cost(opts.grad_fn, d)).astype(x.dtype),
+        model_solves=(n + padded * per_grad).astype(x.dtype),
         ensemble_fraction=(n - num_need).astype(dt) / n,
         mean_num_neighbours=jnp.mean(pf.n_r2.astype(dt)),
         mean_ball_neighbours=jnp.mean(pf.n_ball.astype(dt)),

@@ -61,8 +61,9 @@ class EnLMCInfo(NamedTuple):
     grad_evals_padded: gradients computed including buffer padding and the audited particles.
     f_evals: evaluations of ``logdensity_fn`` (N: at the new positions).
     model_solves: the step's cost in model evaluations: ``f_evals`` plus every
-       gradient computed (padding and audit included) at ``grad_fn.model_solves(d)``
-       solves each (1 for autodiff; ``cj.gradients.finite_difference``: 2d or d).
+       gradient computed (padding and audit included) at ``grad_fn.model_solves_given_value(d)``
+       solves each (1 for autodiff; ``cj.finite_difference`` of ``logdensity_fn``: 2d central,
+       d forward, the value at the particle being known).
     max_force_norm: ``max_i |F_i|`` over particles using the ensemble force.
     num_exploded: particles kicked by ``h|F_i| > blowup_factor · sqrt(2hd)``, more
        than ``blowup_factor`` noise lengths (the heavy tail of Theorem 3.2).
