@@ -16,7 +16,7 @@ Samplers, all started from the overdispersed Laplace approximation
   reverse mode (``grad_mode="reverse"``, ``jax.grad``) and in forward mode
   (``grad_mode="forward"``, what ``"auto"`` takes at d <= 5: the fastest at these d,
   benchmarks/results/grad_mode.md); a black box (or ``darcy-fd``) with central (2d values)
-  and forward (d + 1 values) finite differences. Step ``h = 0.05`` (CEnLMC's
+  and forward (d values) finite differences beside the value at the point. Step ``h = 0.05`` (CEnLMC's
   η, R1, R2, N*, M_f from ``suggest_cenlmc_params(d, h, num_particles=N)``,
   f* known, the default gradient audit on: its 8 gradients a step are counted
   with the others, and its variance-inflation estimate and bias flag are
@@ -366,12 +366,14 @@ def gradient_variants(problem, kind, grad_costs):
 
     Autodiff: reverse mode (``jax.grad``, the library's default before grad_mode) and forward mode
     (the fastest at d <= 5, ``grad_mode="auto"``'s choice). Black box / finite difference: central
-    (2d values) and forward (d + 1 values) differences (``cj.finite_difference``)."""
+    and forward differences (``cj.finite_difference``), at 2d and d values a gradient beside the value
+    at the point, which both samplers have (LMC evaluates it in the gradient's batch, CEnLMC at every
+    particle for its ensemble; the black box's own count of points confirms it, ``counted_points``)."""
     d = problem.dim
     if kind == "autodiff":
         return {f"{m} AD": (dict(grad_mode=m), grad_costs[m]) for m in ("reverse", "forward")}
     return {f"{scheme} FD": (dict(grad_fn=finite_difference(problem.logdensity_fn, scheme=scheme)),
-                             2 * d if scheme == "central" else d + 1) for scheme in ("central", "forward")}
+                             2 * d if scheme == "central" else d) for scheme in ("central", "forward")}
 
 
 def build_runners(case, problem, kind, particles, peers, seed, quick, grad_costs, estimators, skipped, caveats):
@@ -649,12 +651,14 @@ def main():
         "from steps (T/2, T] of every member, with 2 MCSE <= tolerance, holding from T* (steps to tol) to 2 T*. "
         "Error columns: the largest "
         "over coordinates at T*, ± the largest MCSE (members' window averages as independent).",
-        "Model solves in value units: a value 1; a finite-difference gradient 2d (central) or d + 1 (forward); an "
+        "Model solves in value units: a value 1; a finite-difference gradient 2d (central) or d (forward) beside "
+        "the value at the point, which LMC evaluates in the gradient's batch and CEnLMC has (d + 1 / 2d + 1 "
+        "values a gradient before cj.finite_difference reused it, stop 24); an "
         "autodiff gradient its measured time in values (grad_cost: " + "; ".join(
             f"{k} " + ", ".join(f"{m} {v:.1f}" for m, v in c.items()) for k, c in costs.items() if c) + ").",
         "gradient: reverse AD = jax.grad (grad_mode='reverse', the default before grad_mode existed); forward AD = "
         "grad_mode='forward' (what grad_mode='auto' now takes at d <= 5); central / forward FD = "
-        "cj.finite_difference(scheme=...) (2d / d + 1 values a gradient).",
+        "cj.finite_difference(scheme=...) (2d / d values a gradient, the value at the point beside it).",
         f"Wall/CPU s: median of {repeats} reruns of exactly T* steps, round-robin over a problem's samplers, "
         "compilation excluded, one XLA thread pinned to one CPU (process CPU time is the steadier figure on this "
         "shared machine). CPU ratio vs LMC: LMC's CPU time to tolerance over the sampler's, per repeat, median "
@@ -664,7 +668,7 @@ def main():
         "CPU / grad saving (solve saving): CEnLMC's CPU ratio divided by its gradient (model-solve) saving "
         "(goal: CPU / grad saving >= 0.9). grads per member-step: gradients / (N · T*) (1 for LMC and MALA).",
         "Black box: the NumPy model's own count of points evaluated is in the JSON (counted_points) beside "
-        "values + 2d · gradients; emcee calls the NumPy log posterior directly (no JAX in its loop).",
+        "values + (2d or d) · gradients; emcee calls the NumPy log posterior directly (no JAX in its loop).",
         f"LMC/CEnLMC: h = {H}, start z ~ N(0, {INIT_SD}² I); CEnLMC parameters from suggest_cenlmc_params "
         "(per row in the JSON; N* from its noise budget, predicted variance inflation <= 0.02), with the default "
         "gradient audit (8 particles a step, its gradients counted in gradients and model solves). MALA 16 chains "
@@ -685,13 +689,12 @@ def main():
         "most CEnLMC can save against that best LMC at equal steps to tolerance, given its measured ensemble "
         "fraction φ = 1 - (grads per member-step, the audit's included), as the bench counts solves per "
         "member-step: cap = (v_L + c_L) / (1 + (1 - φ) c), where c_L is the best LMC's gradient cost in values "
-        "and v_L its values per member-step (1 with a finite-difference gradient: LMC evaluates the value beside "
-        "it, as the black box's own count confirms; 0 with autodiff, the value coming inside the measured "
-        "grad_cost), 1 is CEnLMC's value at every particle each step and c its own gradient's cost (2d central FD, "
-        "d + 1 forward FD, grad_cost for AD). Forward FD on both sides: cap = (d + 2) / (1 + (1 - φ)(d + 1)), "
-        "φ = 1 limit d + 2 (4x at d = 2 SIR, 5x at d = 3 Darcy); a forward FD that reused the particle's value "
-        "f(x) (cj.finite_difference does not) would give (d + 1) / (1 + (1 - φ) d), limit d + 1 (3x, 4x). "
-        "Autodiff, same mode both sides: cap = c / (1 + (1 - φ) c), limit c.",
+        "and v_L its values per member-step (1 with a finite-difference gradient: LMC evaluates the value in "
+        "the gradient's batch, as the black box's own count confirms; 0 with autodiff, the value coming inside "
+        "the measured grad_cost), 1 is CEnLMC's value at every particle each step and c its own gradient's cost "
+        "given that value (2d central FD, d forward FD: cj.finite_difference reuses it; grad_cost for AD). "
+        "Forward FD on both sides: cap = (d + 1) / (1 + (1 - φ) d), φ = 1 limit d + 1 (3x at d = 2 SIR, 4x at "
+        "d = 3 Darcy). Autodiff, same mode both sides: cap = c / (1 + (1 - φ) c), limit c.",
     ]
     for msg, names in caveats.items():
         notes.append(f"cj.cenlmc warned ({len(names)} runs: {', '.join(names)}): {msg}")

@@ -23,8 +23,15 @@ never builds an ``N × N × d`` array; its temporaries are ``B × C × p``), and
 :func:`least_squares_sparse` folds only the column tiles within ``η`` of the row
 tile, the particles in the Hilbert order of the pair force's block-sparse plan
 (:func:`~cenlmc_jax.pairwise.sparsity.spatial_order`): the same moments, summed
-in another order. Not carried over from the pair force: its Pallas kernels and
-its sharding over a mesh (the fit runs as XLA tiles on one device).
+in another order. The other backends of the pair force carry over too:
+``method="pallas"`` folds them in one fused kernel (:mod:`.least_squares_pallas`,
+Triton on GPU; all pairs, no tile list), and ``mesh=`` splits the row tiles
+of the tiled or block-sparse fold over a 1-D device mesh, every device
+folding its rows against all the columns in the single device's order (bit
+for bit the single-device result; tests/test_least_squares_backends.py).
+CEnLMC's step passes its ``EnsembleOptions.method`` (``"pallas"``) and
+``mesh`` on to the fit. The moments and their solve are in
+:mod:`.least_squares_moments`, below every backend.
 
 Kernels ``k(r)``: ``"uniform"`` ``1[r ≤ 1]`` (the paper's ball) and
 ``"epanechnikov"`` ``(1 - r²)₊`` (the default; far pairs, whose curvature
