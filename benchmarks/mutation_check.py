@@ -173,6 +173,24 @@ MUTATIONS = [
          tests=["tests/test_audit.py::test_a_scaled_force_gives_the_fraction_times_its_scale",
                 "tests/test_audit.py::test_the_audit_drift_bias_sees_and_predicts_the_fit_bias"],
          what="the drift bias with its sign flipped (a weak force reported as strong)"),
+    dict(name="fd_value_reused_for_another_density", file="cenlmc_jax/langevin.py",
+         original='return inner is not None and hasattr(grad_fn, "grad_given_value") and inner == logdensity_fn',
+         replacement='return inner is not None and hasattr(grad_fn, "grad_given_value")',
+         tests=["tests/test_finite_difference.py::"
+                "test_a_finite_difference_of_another_density_never_gets_the_samplers_values"],
+         what="a finite difference of another log density is handed the sampler's values"),
+    dict(name="fd_forward_ignores_the_value", file="cenlmc_jax/finite_difference.py",
+         original="return (shifted - value) / delta",
+         replacement="return (shifted - jnp.mean(shifted)) / delta",
+         tests=["tests/test_finite_difference.py::"
+                "test_value_and_grad_and_grad_given_value_are_the_gradient_with_no_value_twice[forward]",
+                "tests/test_finite_difference.py::test_finite_difference_matches_the_exact_gradient[forward-2e-06]"],
+         what="the forward difference taken against the mean of the shifted values, not the point's value"),
+    dict(name="sharded_fit_columns_split", file="cenlmc_jax/ensemble/least_squares.py",
+         original="in_specs=(P(axis), P())",
+         replacement="in_specs=(P(axis), P(axis))",
+         tests=["tests/test_least_squares_backends.py::test_the_sharded_fit_is_the_single_device_fit_bit_for_bit"],
+         what="under a mesh each device fits its rows against only its own columns"),
 ]
 
 
