@@ -40,11 +40,11 @@ import jax.numpy as jnp
 import numpy as np
 from _common import base_parser, time_call, write_results
 
-from cenlmc_jax import targets
 from cenlmc_jax.ensemble import cenlmc_init, cenlmc_step
-from cenlmc_jax.langevin import lmc_init, lmc_step
+from cenlmc_jax.ensemble.lmc import lmc_init, lmc_step
+from cenlmc_jax.ensemble.tuning import suggest_cenlmc_params
+from cenlmc_jax.models import targets
 from cenlmc_jax.pairwise import ensemble_force
-from cenlmc_jax.tuning import suggest_cenlmc_params
 
 
 def expensive_model(base_logdensity, dim, *, model_iters, grad_cost, hidden, seed=0, delta=1e-2):

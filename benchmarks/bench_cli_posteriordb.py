@@ -10,7 +10,7 @@ command line in a subprocess with no tuning flag:
 R-hat / ESS checks of the verdict need them). Everything else is the CLI's default: 2,000 particles, its
 burn-in and steps, and for LMC / CEnLMC with a ``--model`` the warm-up ``cj.langevin_warmup``.
 
-Judged on the reference's quantities (``cenlmc_jax.posteriordb``: 10 x 1,000 NUTS draws of posteriordb): a
+Judged on the reference's quantities (``cenlmc_jax.models.posteriordb``: 10 x 1,000 NUTS draws of posteriordb): a
 parameter passes when its mean is within ``0.1 ref_sd + 3 MCSE`` (split-chain MCSE over the particles as
 chains) and its sd within 10%. A cell is ``pass`` (exit 0, every parameter passes), ``flagged`` (exit 1:
 the CLI said UNRELIABLE) or ``silently wrong`` (exit 0 and some parameter fails). Wall time: one run each,
@@ -34,8 +34,8 @@ import jax
 import numpy as np
 from _common import base_parser, write_results
 
-from cenlmc_jax import posteriordb as pdb
 from cenlmc_jax.diagnostics import mcse
+from cenlmc_jax.models import posteriordb as pdb
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "posteriordb"

@@ -60,7 +60,7 @@ QUICK = [("gaussian", 2, "paper", 1.0), ("gaussian", 3, "least_squares", 3.0)]
 
 
 def _target(name, d):
-    return cj.targets.standard_gaussian(d) if name == "gaussian" else cj.targets.banana()
+    return cj.models.targets.standard_gaussian(d) if name == "gaussian" else cj.models.targets.banana()
 
 
 def _run(key, algo, x0, steps, burn_in):
@@ -106,7 +106,7 @@ def main() -> int:
         if key not in refs:
             refs[key] = _reference(name, tgt, x0, steps, burn_in)
         ref, ref_se, ref_why = refs[key]
-        base = cj.tuning.suggest_cenlmc_params(d, H, num_particles=n)
+        base = cj.ensemble.tuning.suggest_cenlmc_params(d, H, num_particles=n)
         if est == "paper":
             params = dict(eta=base.eta, r1=base.r1, r2=base.r2, n_star=base.n_star, m_f=base.m_f)
         else:

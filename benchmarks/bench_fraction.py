@@ -43,13 +43,13 @@ def main() -> int:
     args = parser.parse_args()
     n, steps, burn_in = (500, 300, 50) if args.quick else (2000, 2000, 200)
     h, d = 0.05, 2
-    tgt = cj.targets.standard_gaussian(d)
-    base = cj.tuning.suggest_cenlmc_params(d, h, num_particles=n)
+    tgt = cj.models.targets.standard_gaussian(d)
+    base = cj.ensemble.tuning.suggest_cenlmc_params(d, h, num_particles=n)
     x0 = tgt.sample(jax.random.key(0), n)
     ula = 1.0 / (1.0 - h / 2)
     rows = []
     for p in args.passes:
-        r1 = math.sqrt(2 * h * cj.tuning.chi2_ppf(p, d))
+        r1 = math.sqrt(2 * h * cj.ensemble.tuning.chi2_ppf(p, d))
         algo = cj.cenlmc(tgt.logdensity_fn, h, base.eta, r1, base.r2, base.n_star, base.m_f, f_star=tgt.f_star)
         t0 = time.perf_counter()
         with warnings.catch_warnings():

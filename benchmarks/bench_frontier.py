@@ -6,7 +6,7 @@ against a larger error of the stationary variance):
 
 * ``paper`` (eq. 3.19, the default): the R1 pass probability ``p``
   (``R1 = sqrt(2h χ²_d.ppf(p))``, as ``bench_fraction``), the other
-  parameters from ``cj.tuning.suggest_cenlmc_params(d, h, num_particles=N)``;
+  parameters from ``cj.ensemble.tuning.suggest_cenlmc_params(d, h, num_particles=N)``;
 * ``least_squares`` / ``least_squares_quadratic``
   (:mod:`cenlmc_jax.ensemble.least_squares`): η as a multiple of the suggested
   η (the fit's bias is O(η²); its acceptance comes from its conditioning test),
@@ -33,9 +33,9 @@ is added in quadrature to the MCSE of the difference; the shared start makes
 that conservative).
 
 Inverse problems (``--targets sir darcy``, issue 17 item 4's other two targets;
-writes ``frontier_inverse.{json,md}`` instead): ``cj.problems.sir_epidemic()``
+writes ``frontier_inverse.{json,md}`` instead): ``cj.models.inverse_problems.sir_epidemic()``
 (d = 2, 1,000 RK4 steps, autodiff gradient, ``grad_mode="auto"``: forward) and
-``cj.problems.darcy_flow(3)`` (d = 3, ``grad_mode="reverse"``: forward mode may
+``cj.models.inverse_problems.darcy_flow(3)`` (d = 3, ``grad_mode="reverse"``: forward mode may
 hang on XLA:CPU, README Known problems), both in their whitened coordinates
 with ``h = 0.05`` (as ``bench_inverse``). Start: N draws from the Gaussian with
 the problem's reference mean and covariance (quadrature), then the burn-in.
@@ -107,7 +107,7 @@ QUICK = {
 
 
 def _target(name, d):
-    return cj.targets.standard_gaussian(d) if name == "gaussian" else cj.targets.banana()
+    return cj.models.targets.standard_gaussian(d) if name == "gaussian" else cj.models.targets.banana()
 
 
 def _step_size(name, tgt, x0):
@@ -185,7 +185,7 @@ def _reference(name, tgt, x0, h, steps, burn_in, copies):
 
 def _algo(est, tgt, d, h, n, setting, base):
     if est == "paper":
-        r1 = math.sqrt(2 * h * cj.tuning.chi2_ppf(setting, d))
+        r1 = math.sqrt(2 * h * cj.ensemble.tuning.chi2_ppf(setting, d))
         params = dict(eta=base.eta, r1=r1, r2=base.r2, n_star=base.n_star, m_f=base.m_f)
     else:
         params = dict(eta=base.eta * setting, **WIDE)
@@ -217,7 +217,7 @@ def main() -> int:
             if n != n_full and name != "gaussian":
                 raise ValueError("the banana's LMC reference is for the full N")  # reduced N on Gaussians only
             x0 = x0_full[:n]
-            base = cj.tuning.suggest_cenlmc_params(d, h, num_particles=n)
+            base = cj.ensemble.tuning.suggest_cenlmc_params(d, h, num_particles=n)
             for setting in settings:
                 algo, params = _algo(est, tgt, d, h, n, setting, base)
                 res, wall, caught = _run(jax.random.key(1), algo, x0, steps, burn_in)
@@ -324,7 +324,7 @@ INVERSE_QUICK = {"sir": dict(paper=(0.9,), least_squares=(1.0,)), "darcy": dict(
 
 
 def _problem(name):
-    return cj.problems.sir_epidemic() if name == "sir" else cj.problems.darcy_flow(3)
+    return cj.models.inverse_problems.sir_epidemic() if name == "sir" else cj.models.inverse_problems.darcy_flow(3)
 
 
 def _run_moments(key, algo, x0, steps, burn_in):
@@ -389,10 +389,10 @@ def main_inverse(args) -> int:
               f"(quadrature {np.round(info_ref['exact_var'], 4).tolist()}; ULA bias "
               f"{info_ref['ula_bias_vs_exact']:+.4f} +- {info_ref['ula_bias_mcse']:.4f})", flush=True)
         for est, settings in plan[name].items():
-            base = cj.tuning.suggest_cenlmc_params(d, h, num_particles=n)
+            base = cj.ensemble.tuning.suggest_cenlmc_params(d, h, num_particles=n)
             for setting in settings:
                 if est == "paper":
-                    params = dict(eta=base.eta, r1=math.sqrt(2 * h * cj.tuning.chi2_ppf(setting, d)), r2=base.r2,
+                    params = dict(eta=base.eta, r1=math.sqrt(2 * h * cj.ensemble.tuning.chi2_ppf(setting, d)), r2=base.r2,
                                   n_star=base.n_star, m_f=base.m_f)
                 else:
                     params = dict(eta=base.eta * setting, **WIDE)

@@ -1,16 +1,16 @@
 """Forward against reverse mode for the gradient of a log density: where ``grad_mode="auto"`` switches.
 
-Times ``jax.vmap(cenlmc_jax.grad_modes.value_and_grad(logdensity_fn, mode))``
+Times ``jax.vmap(cenlmc_jax.gradients.modes.value_and_grad(logdensity_fn, mode))``
 on N particles (the work of one LMC step's gradients), reverse
 (``jax.value_and_grad``) and forward (d vmapped ``jvp``s, the value from the
 primal), at d = 1, 2, 3, 5, 10, 20, 50, on:
 
-* ``sir-d`` (an ODE model): the SIR epidemic of :mod:`cenlmc_jax.problems`
+* ``sir-d`` (an ODE model): the SIR epidemic of :mod:`cenlmc_jax.models.inverse_problems`
   (RK4 with 1,000 steps in ``lax.scan``, 20 log-normal prevalence
   observations) with a time-varying contact rate ``log β(t) = log 0.5 + θ_0 +
   0.3 Σ_{k=1}^{d-1} θ_k cos(π k t / T)`` (piecewise constant over an RK4 step),
   γ = 0.2, a N(0, 1) prior: d parameters, the state stays (S, I). At d = 2
-  the library's own ``cj.problems.sir_epidemic()`` (θ = (log β, log γ)) is timed too (``sir``).
+  the library's own ``cj.models.inverse_problems.sir_epidemic()`` (θ = (log β, log γ)) is timed too (``sir``).
 * ``gaussian`` (closed form): ``-½ xᵀ A x`` with a dense SPD ``A`` (O(d²) a value);
 * ``logistic`` (closed form): a logistic regression on 200 data points (O(200 d) a value).
 
@@ -43,7 +43,7 @@ import numpy as np  # noqa: E402
 from _common import base_parser, write_results  # noqa: E402
 
 import cenlmc_jax as cj  # noqa: E402
-from cenlmc_jax.grad_modes import FORWARD_MAX_D, value_and_grad  # noqa: E402
+from cenlmc_jax.gradients.modes import FORWARD_MAX_D, value_and_grad  # noqa: E402
 
 DIMS = (1, 2, 3, 5, 10, 20, 50)
 SIR_T, SIR_STEPS, SIR_OBS, GAMMA, NOISE_SD = 60.0, 1000, 20, 0.2, 0.25
@@ -156,7 +156,7 @@ def main():
     rows = []
     for model in args.models:
         if model == "sir":
-            prob = cj.problems.sir_epidemic(num_rk4_steps=steps)
+            prob = cj.models.inverse_problems.sir_epidemic(num_rk4_steps=steps)
             rows.append(measure("sir", prob.logdensity_fn, 2, args.ode_particles, repeats))
             print(rows[-1]["model"], rows[-1]["d"], round(rows[-1]["ratio_median"], 2), flush=True)
             continue
@@ -178,8 +178,8 @@ def main():
         "reverse / forward: per round (reverse and forward timed back to back), median [min, max] over rounds; "
         "> 1: forward is faster. faster: forward if every round says so, reverse likewise, else even.",
         "sir-d: the SIR model (RK4, 1,000 steps in lax.scan) with d parameters of its contact rate; sir: "
-        "cj.problems.sir_epidemic() (d = 2); gaussian: dense precision; logistic: 200 data points.",
-        f"grad_mode='auto' takes forward for d <= FORWARD_MAX_D = {FORWARD_MAX_D} (cenlmc_jax/grad_modes.py).",
+        "cj.models.inverse_problems.sir_epidemic() (d = 2); gaussian: dense precision; logistic: 200 data points.",
+        f"grad_mode='auto' takes forward for d <= FORWARD_MAX_D = {FORWARD_MAX_D} (cenlmc_jax/gradients/modes.py).",
         "Shared, noisy machine: read the ratios, not the absolute times.",
     ]
     write_results("grad_mode", dict(forward_max_d=FORWARD_MAX_D, dims=dims, repeats=repeats, sir_rk4_steps=steps),

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import base_parser, write_results  # noqa: E402
 
 import cenlmc_jax as cj  # noqa: E402
-from cenlmc_jax import tuning  # noqa: E402
+from cenlmc_jax.ensemble import tuning  # noqa: E402
 
 TRUE = jnp.log(jnp.array([1.0, 0.4, 1.0, 0.4]))
 

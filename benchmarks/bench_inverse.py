@@ -1,6 +1,6 @@
 """Wall time and model solves to equal accuracy on real inverse problems: CEnLMC, LMC and the peers.
 
-Problems (``cenlmc_jax.problems``, sampled in whitened coordinates ``z``,
+Problems (``cenlmc_jax.models.inverse_problems``, sampled in whitened coordinates ``z``,
 references by quadrature):
 
 * SIR epidemic, d = 2, RK4 with ``--sir-rk4-steps`` (1,000) steps in ``lax.scan``, autodiff gradient;
@@ -88,8 +88,8 @@ from _common import base_parser, write_results  # noqa: E402
 from numpyro.infer.ensemble import AIES  # noqa: E402
 
 import cenlmc_jax as cj  # noqa: E402
-from cenlmc_jax import grad_modes  # noqa: E402
-from cenlmc_jax.finite_difference import finite_difference  # noqa: E402
+from cenlmc_jax.gradients import modes as grad_modes  # noqa: E402
+from cenlmc_jax.gradients.finite_difference import finite_difference  # noqa: E402
 
 #: CEnLMC's ensemble estimators (``cj.cenlmc(..., estimator=...)``) and the sampler label of each
 ESTIMATOR_LABELS = {"paper": "CEnLMC", "least_squares": "CEnLMC (LS)", "least_squares_quadratic": "CEnLMC (LSQ)",
@@ -390,7 +390,7 @@ def build_runners(case, problem, kind, particles, peers, seed, quick, grad_costs
     runners = {}
     for n in particles:
         x0 = INIT_SD * jax.random.normal(jax.random.fold_in(key, n), (n, d))
-        s = cj.tuning.suggest_cenlmc_params(d, H, num_particles=n)
+        s = cj.ensemble.tuning.suggest_cenlmc_params(d, H, num_particles=n)
         params = dict(eta=round(s.eta, 3), r1=round(s.r1, 3), r2=round(s.r2, 3), n_star=s.n_star, m_f=round(s.m_f, 2))
         for label, (kw, cost) in gradient_variants(problem, kind, grad_costs).items():
             lmc = cj.lmc(problem.logdensity_fn, H, **kw)
@@ -624,13 +624,13 @@ def main():
     rows, costs, problems_info, skipped, caveats = [], {}, {}, [], {}
     for case in args.cases:
         if case == "sir":
-            problem, kind = cj.problems.sir_epidemic(num_rk4_steps=sir_steps), "autodiff"
+            problem, kind = cj.models.inverse_problems.sir_epidemic(num_rk4_steps=sir_steps), "autodiff"
         elif case == "sir-black-box":
-            problem, kind = cj.problems.sir_epidemic_black_box(num_rk4_steps=bb_steps), "black box"
+            problem, kind = cj.models.inverse_problems.sir_epidemic_black_box(num_rk4_steps=bb_steps), "black box"
         elif case == "darcy":
-            problem, kind = cj.problems.darcy_flow(3), "autodiff"
+            problem, kind = cj.models.inverse_problems.darcy_flow(3), "autodiff"
         elif case == "darcy-fd":
-            problem, kind = cj.problems.darcy_flow(3), "finite difference"
+            problem, kind = cj.models.inverse_problems.darcy_flow(3), "finite difference"
         else:
             raise SystemExit(f"unknown case {case!r}")
         grad_costs = ({m: autodiff_grad_cost(problem.logdensity_fn, problem.dim, grad_mode=m)

@@ -9,7 +9,7 @@ compiled call, then linear interpolation of log-scale in acceptance), then run
 with many vmapped chains through ``cenlmc_jax.sample``.
 
 Targets: the 1-D double well ``U = θ⁴ - 2θ²`` and the 2-D banana
-(``cenlmc_jax.targets``). Chains start from exact draws (the double well's by
+(``cenlmc_jax.models.targets``). Chains start from exact draws (the double well's by
 inverting its quadrature CDF), so no burn-in is needed.
 
 Reported per (target, sampler): acceptance, lag-1 and lag-5 autocorrelation
@@ -34,7 +34,7 @@ from _common import base_parser, time_call, write_results
 import cenlmc_jax as cj
 from cenlmc_jax import diagnostics as dg
 from cenlmc_jax import irreversible as irr
-from cenlmc_jax import targets
+from cenlmc_jax.models import targets
 from cenlmc_jax.run import vmap_chains
 
 

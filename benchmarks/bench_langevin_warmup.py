@@ -29,8 +29,8 @@ import numpy as np
 from _common import base_parser, write_results
 
 import cenlmc_jax as cj
-from cenlmc_jax import posteriordb as pdb
 from cenlmc_jax.diagnostics import mcse, potential_scale_reduction
+from cenlmc_jax.models import posteriordb as pdb
 
 POSTERIORS = ("kidiq-kidscore_momiq", "garch-garch11", "earnings-earn_height")
 
@@ -55,13 +55,13 @@ def judge(post, res):
 
 
 def before(post, x0, sampler, steps, burn_in, key):
-    mode = cj.tuning.find_f_star(post.logdensity_fn, x0).position
+    mode = cj.ensemble.tuning.find_f_star(post.logdensity_fn, x0).position
     lam = float(np.linalg.eigvalsh(-np.asarray(jax.hessian(post.logdensity_fn)(mode))).max())
     h = cj.adaptation.langevin_step_size(lam, bias=0.05)
     if sampler == "lmc":
         algo = cj.lmc(post.logdensity_fn, h)
     else:
-        p = cj.tuning.suggest_cenlmc_params(post.d, h, L=lam, num_particles=x0.shape[0])
+        p = cj.ensemble.tuning.suggest_cenlmc_params(post.d, h, L=lam, num_particles=x0.shape[0])
         algo = cj.cenlmc(post.logdensity_fn, h, p.eta, p.r1, p.r2, p.n_star, p.m_f)
     res = cj.sample(key, algo, algo.init(x0), steps, burn_in=burn_in, thin=2, check_convergence=False)
     return res, dict(step_size=h, curvature=lam)

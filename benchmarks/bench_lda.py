@@ -3,7 +3,7 @@
 The `lda` package's Reuters corpus (395 documents, 4,258 words; in its wheel, nothing is
 downloaded) is split 80/20 into training and held-out documents (numpy seed 0). Each sampler is
 the library's own (``cj.sgld``, ``cj.sghmc``, ``cj.sgrld``, ``cj.sgrhmc``) running the minibatch
-estimator of ``cenlmc_jax.sgmcmc.lda`` (eq. (31), minibatches of 50 documents, Gibbs sweeps of
+estimator of ``cenlmc_jax.models.lda`` (eq. (31), minibatches of 50 documents, Gibbs sweeps of
 eq. (32)), wrapped in ``mirrored`` (``θ̃ ← |θ̃|`` after each step). Every ``--eval-every`` steps
 the held-out perplexity by document completion is taken at the current sample. The anchor is the
 `lda` package's collapsed Gibbs sampler on the same training documents, its ``topic_word_`` scored
@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import base_parser, write_results  # noqa: E402
 
 import cenlmc_jax as cj  # noqa: E402
-from cenlmc_jax.sgmcmc import lda as L  # noqa: E402
+from cenlmc_jax.models import lda as L  # noqa: E402
 
 SAMPLERS = ("SGLD", "SGHMC", "SGRLD", "SGRHMC")
 #: paper 2 F.2's step sizes; SGRLD's schedule constants are not stated there (it keeps those of
@@ -380,8 +380,8 @@ def speed_main(args):
         "estimator replaced by theta~ -> -theta~), each over the whole step's time in the same repeat, by CPU "
         "time (median [min-max] over repeats; the wall-time median in brackets); rest = 1 - both (minibatch "
         "gather, the scatter onto words, eq. (31), dispatch).",
-        "JAX vs NumPy: the same estimator (benchmarks/lda_numpy.py; tests/test_lda_numpy.py checks it against "
-        "the exact expectation on the tiny corpus, as tests/test_lda.py checks the JAX one), at the same theta~, "
+        "JAX vs NumPy: the same estimator (benchmarks/lda_numpy.py; tests/models/test_lda_numpy.py checks it against "
+        "the exact expectation on the tiny corpus, as tests/models/test_lda.py checks the JAX one), at the same theta~, "
         "corpus, K and sweeps, one call of each per repeat, interleaved; 'numpy vectorised' advances the 50 "
         "documents together one token position at a time (the analogue of the JAX vmap), 'numpy loop' is "
         f"token by token ({loop_repeats} repeats). Time / JAX's > 1: JAX is faster by that factor.",

@@ -112,11 +112,11 @@ def chain(args):
 
     n, steps, burn = (300, 200, 50) if args.quick else (1000, 600, 100)
     h, d = 0.05, 2
-    tgt = cj.targets.standard_gaussian(d)
-    base = cj.tuning.suggest_cenlmc_params(d, h, num_particles=n)
+    tgt = cj.models.targets.standard_gaussian(d)
+    base = cj.ensemble.tuning.suggest_cenlmc_params(d, h, num_particles=n)
     x0 = tgt.sample(jax.random.key(0), n)
     ula = 1.0 / (1.0 - h / 2)
-    configs = [("paper", base.eta, math.sqrt(2 * h * cj.tuning.chi2_ppf(p, d)), base.r2, base.n_star, base.m_f)
+    configs = [("paper", base.eta, math.sqrt(2 * h * cj.ensemble.tuning.chi2_ppf(p, d)), base.r2, base.n_star, base.m_f)
                for p in (0.7, 0.9)]
     configs += [(est, eta, 10.0, 100.0, 1, math.inf) for est, eta in
                 (("least_squares", 0.2), ("least_squares", base.eta), ("least_squares", 0.5),

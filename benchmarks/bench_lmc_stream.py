@@ -26,10 +26,10 @@ import cenlmc_jax as cj  # noqa: E402
 
 
 def run(n, d, steps, mode, chunk):
-    tgt = cj.targets.standard_gaussian(d)
+    tgt = cj.models.targets.standard_gaussian(d)
     x0 = jax.random.normal(jax.random.key(0), (n, d))
-    state = cj.lmc_init(x0, tgt.logdensity_fn)
-    step = functools.partial(cj.lmc_step, logdensity_fn=tgt.logdensity_fn, step_size=0.1)
+    state = cj.ensemble.lmc_init(x0, tgt.logdensity_fn)
+    step = functools.partial(cj.ensemble.lmc_step, logdensity_fn=tgt.logdensity_fn, step_size=0.1)
     t0 = time.perf_counter()
     res = cj.sample(jax.random.key(1), step, state, steps, mode=mode, chunk_size=chunk)
     jax.block_until_ready(res.state)

@@ -57,12 +57,12 @@ else:
     from cenlmc_jax import run as driver
 if case == "sir":
     n, burn, steps = (200, 20, 60) if quick else (2000, 100, 300)
-    tgt = cj.problems.sir_epidemic().as_target()
-    s = cj.tuning.suggest_cenlmc_params(2, 0.05, num_particles=n)
+    tgt = cj.models.inverse_problems.sir_epidemic().as_target()
+    s = cj.ensemble.tuning.suggest_cenlmc_params(2, 0.05, num_particles=n)
     algo = cj.cenlmc(tgt.logdensity_fn, 0.05, s.eta, s.r1, s.r2, s.n_star, s.m_f)
 else:
     n, burn, steps = (200, 50, 100) if quick else (2000, 500, 1000)
-    tgt = cj.targets.standard_gaussian(2)
+    tgt = cj.models.targets.standard_gaussian(2)
     algo = cj.lmc(tgt.logdensity_fn, 0.05)
 if getattr(tgt, "sample", None):
     x0 = tgt.sample(jax.random.key(0), n)

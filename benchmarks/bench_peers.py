@@ -17,7 +17,7 @@ Rows (the table of issue 10):
   sgrhmc      ``sgrhmc_step`` with ``inv_metric_fn = 1`` vs BlackJAX's SGHMC diffusion
               (``alpha = 1``) with the full gradient
   mala        ``irreversible_mh(sde_proposal(1, 0, ...))`` vs ``blackjax.mala``, three step
-              sizes, on a Gaussian and on ``cj.targets.logistic_regression(dim=10)``
+              sizes, on a Gaussian and on ``cj.models.targets.logistic_regression(dim=10)``
   sghmc       ``cj.sghmc`` with ``minibatch_grad_estimator`` vs BlackJAX's SGHMC diffusion
               with ``blackjax.sgmcmc.gradients.grad_estimator`` on the same minibatch
               (same indices from the same key: with replacement, and Floyd's subsets)
@@ -58,7 +58,7 @@ except ImportError:  # an optional peer: say how to get it, and do not fail run_
 
 import cenlmc_jax as cj  # noqa: E402
 from cenlmc_jax import diagnostics as dg  # noqa: E402
-from cenlmc_jax.gradients import floyd_subset  # noqa: E402
+from cenlmc_jax.gradients.estimators import floyd_subset  # noqa: E402
 
 D = 10
 
@@ -143,7 +143,7 @@ def row_rwmh(target, step_size, args, label):
 
 def row_mala(target, step_size, args, label):
     x0 = target.data["theta_map"] + start_points(args.chains, 0.05) if target.data else start_points(args.chains)
-    prop = cj.sde_proposal(1.0, 0.0, target.logdensity_fn, step_size, grad_mode="reverse")  # blackjax.mala: jax.grad
+    prop = cj.irreversible.sde_proposal(1.0, 0.0, target.logdensity_fn, step_size, grad_mode="reverse")  # blackjax.mala: jax.grad
     cj_algo = cj.irreversible_mh(target.logdensity_fn, prop)
     bj_algo = blackjax.mala(target.logdensity_fn, step_size)
     stats = lambda s, i: (i.is_accepted, jnp.mean(i.acceptance_rate), jnp.mean(s.position, 0),
@@ -164,7 +164,7 @@ def row_mala(target, step_size, args, label):
 
 
 def row_lmc_sgld(args):
-    target = cj.targets.standard_gaussian(D)
+    target = cj.models.targets.standard_gaussian(D)
     h = 0.1
     x0 = start_points(args.chains)
     lmc = cj.lmc(target.logdensity_fn, h)
@@ -197,11 +197,11 @@ def row_lmc_sgld(args):
 
 
 def row_sgrhmc(args):
-    target = cj.targets.standard_gaussian(D)
+    target = cj.models.targets.standard_gaussian(D)
     eps = 0.05
     grad = jax.grad(target.logdensity_fn)
-    est = cj.grad_estimator_from_grad(grad)
-    cj_step = lambda k, s: cj.sgrhmc_step(k, s, est, eps, 1.0)
+    est = cj.gradients.grad_estimator_from_grad(grad)
+    cj_step = lambda k, s: cj.sgmcmc.sgrhmc_step(k, s, est, eps, 1.0)
     bj_int = bj_diffusions.sghmc(alpha=1.0)
 
     def bj_step(key, state):
@@ -210,7 +210,7 @@ def row_sgrhmc(args):
         return bj_int(key_noise, x, p, grad(x), eps), None
 
     x0 = start_points(args.chains)
-    sc = jax.vmap(cj.sgrhmc_init)(x0)
+    sc = jax.vmap(cj.sgmcmc.sgrhmc_init)(x0)
     sb = (x0, jnp.zeros_like(x0))
     run_c = scan_runner(cj_step, args.chains, args.steps, lambda s, i: jnp.mean(s.position**2))
     run_b = scan_runner(bj_step, args.chains, args.steps, lambda s, i: jnp.mean(s[0] ** 2))
@@ -223,10 +223,10 @@ def row_sgrhmc(args):
 
 
 def row_sghmc(args, replace):
-    t = cj.targets.logistic_regression(num_data=args.num_data, dim=D)
+    t = cj.models.targets.logistic_regression(num_data=args.num_data, dim=D)
     data = (jnp.asarray(t.data["x"], jnp.float32), jnp.asarray(t.data["y"], jnp.float32))
     n, b, eps = args.num_data, args.batch, 1e-3
-    est = cj.minibatch_grad_estimator(t.data["logprior_fn"], t.data["loglik_fn"], data, b, replace=replace)
+    est = cj.gradients.minibatch_grad_estimator(t.data["logprior_fn"], t.data["loglik_fn"], data, b, replace=replace)
     sghmc = cj.sghmc(est, eps, friction=1.0)
     bj_grad = bj_gradients.grad_estimator(t.data["logprior_fn"], lambda th, xy: t.data["loglik_fn"](th, *xy), n)
     bj_int = bj_diffusions.sghmc(alpha=1.0)
@@ -253,7 +253,7 @@ def row_sghmc(args, replace):
 
 
 def minibatch_rows(args):
-    t = cj.targets.logistic_regression(num_data=args.num_data, dim=D)
+    t = cj.models.targets.logistic_regression(num_data=args.num_data, dim=D)
     data = (jnp.asarray(t.data["x"], jnp.float32), jnp.asarray(t.data["y"], jnp.float32))
     n = args.num_data
     grad_lik = jax.vmap(jax.grad(t.data["loglik_fn"]), in_axes=(None, 0, 0))
@@ -265,8 +265,8 @@ def minibatch_rows(args):
     rows = []
     for b in args.batches:
         variants = {
-            "replace=True (default)": cj.minibatch_grad_estimator(t.data["logprior_fn"], t.data["loglik_fn"], data, b),
-            "replace=False (Floyd)": cj.minibatch_grad_estimator(t.data["logprior_fn"], t.data["loglik_fn"], data, b,
+            "replace=True (default)": cj.gradients.minibatch_grad_estimator(t.data["logprior_fn"], t.data["loglik_fn"], data, b),
+            "replace=False (Floyd)": cj.gradients.minibatch_grad_estimator(t.data["logprior_fn"], t.data["loglik_fn"], data, b,
                                                                  replace=False),
             "choice(replace=False) (before)": old_estimator,
         }
@@ -301,12 +301,12 @@ def pair_rotation(d):
 def q_sweep(args):
     """ESS per gradient of sde_proposal with Q = c·J against MALA (c = 0), each tuned to acceptance 0.574."""
     cases = [  # (name, target, preconditioner, Q scales)
-        ("banana, D = I", cj.targets.banana(), None, args.q_scales),
-        ("correlated gaussian d=2 rho=0.95, D = I", cj.targets.correlated_gaussian(2, 0.95), None,
+        ("banana, D = I", cj.models.targets.banana(), None, args.q_scales),
+        ("correlated gaussian d=2 rho=0.95, D = I", cj.models.targets.correlated_gaussian(2, 0.95), None,
          args.q_scales + [8.0]),
-        ("correlated gaussian d=2 rho=0.95, dense D", cj.targets.correlated_gaussian(2, 0.95), "dense",
+        ("correlated gaussian d=2 rho=0.95, dense D", cj.models.targets.correlated_gaussian(2, 0.95), "dense",
          args.q_scales[:2]),
-        ("logistic regression d=6, diagonal D", cj.targets.logistic_regression(dim=6), "diagonal", args.q_scales),
+        ("logistic regression d=6, diagonal D", cj.models.targets.logistic_regression(dim=6), "diagonal", args.q_scales),
     ]
     rows = []
     for name, target, precond, scales in cases[:args.sweep_cases]:
@@ -393,8 +393,8 @@ def main():
         args.q_scales, args.sweep_chains, args.sweep_warmup, args.sweep_steps = [0.0, 2.0], 64, 200, 300
         args.sweep_seeds, args.sweep_cases = 1, 2
 
-    gauss = cj.targets.standard_gaussian(D)
-    logistic = cj.targets.logistic_regression(dim=D)
+    gauss = cj.models.targets.standard_gaussian(D)
+    logistic = cj.models.targets.logistic_regression(dim=D)
     steps_mala_gauss = [0.3, 0.6, 1.0] if not args.quick else [0.6]
     steps_mala_logit = [0.003, 0.006, 0.012] if not args.quick else [0.006]
     rows = []

@@ -1,6 +1,6 @@
 """posteriordb conformance: every sampler at its documented default workflow, on ten posteriors nobody here wrote.
 
-For each posterior of :mod:`cenlmc_jax.posteriordb` (the model in JAX on Stan's unconstrained scale; reference
+For each posterior of :mod:`cenlmc_jax.models.posteriordb` (the model in JAX on Stan's unconstrained scale; reference
 means and sds from posteriordb's 10 x 1,000 NUTS draws) and each sampler below, one run from the same starts
 (uniform(-2, 2) on the unconstrained scale, Stan's default), judged on the reference's quantities (the
 constrained parameters and the transformed ones it reports):
@@ -11,7 +11,7 @@ constrained parameters and the transformed ones it reports):
   divergence, frozen chains, CEnLMC's audit, the tuner, a new convergence warning), or it raised an error;
 * **silently wrong**: not a pass and nothing said so.
 
-The workflows (README "Warm-up adaptation" and cenlmc_jax/adaptation.py), with ``C`` chains:
+The workflows (README "Warm-up adaptation" and cenlmc_jax/adaptation/window_adaptation.py), with ``C`` chains:
 
 * ``nuts`` (the reference workflow): BlackJAX 1.7.1 ``window_adaptation(blackjax.nuts)``, per chain (vmapped),
   then NUTS; gradients = leapfrog steps (warm-up included).
@@ -30,7 +30,7 @@ The workflows (README "Warm-up adaptation" and cenlmc_jax/adaptation.py), with `
   sampler=..., bias=0.05)`` with the curvature taken at the states of the ``mala`` warm-up (as the
   ``max_curvature`` docstring says; that warm-up's gradients and CPU time are counted in these cells too);
   then the sampler from those states, a burn-in and the draws, with the full-batch gradient
-  (``cj.grad_estimator_from_logdensity``), SGHMC friction 1. No preconditioner: these take none.
+  (``cj.gradients.grad_estimator_from_logdensity``), SGHMC friction 1. No preconditioner: these take none.
 
 CPU time is ``time.process_time`` over the whole workflow, compilation included (every cell compiles its own
 programs: on small runs compilation is a large share, so the CPU ratios are upper bounds for long runs). The
@@ -180,7 +180,7 @@ def langevin_rule(post, x0, key, size, cache, sampler):
         cache["mala_warmup"] = (states, params, time.process_time() - t0)
     states, params, warmup_cpu = cache["mala_warmup"]
     cache["shared_cpu_s"] = warmup_cpu  # the MALA warm-up's CPU time, added to this cell's (run_cell)
-    est = cj.grad_estimator_from_logdensity(post.logdensity_fn)
+    est = cj.gradients.grad_estimator_from_logdensity(post.logdensity_fn)
     c = float(cj.adaptation.max_curvature(est, states.position, k2))
     h = cj.adaptation.langevin_step_size(c, sampler=sampler, bias=0.05)
     spent = x0.shape[0] * size["warmup"] + x0.shape[0] * 2 * 31  # the MALA warm-up; 31 HVPs of 2 gradients each
@@ -191,7 +191,7 @@ def run_sg(name):
     def run(post, x0, key, size, cache):
         k1, k2 = jax.random.split(key)
         states, _, h, c, spent = langevin_rule(post, x0, k1, size, cache, name)
-        est = cj.grad_estimator_from_logdensity(post.logdensity_fn)
+        est = cj.gradients.grad_estimator_from_logdensity(post.logdensity_fn)
         algo = cj.vmap_chains(cj.sgld(est, h) if name == "sgld" else cj.sghmc(est, h, friction=1.0))
         n, burn = size["lmc_draws"], size["warmup"]
         res = cj.sample(k2, algo, algo.init(states.position), n, burn_in=burn, chunk_size=min(n, 1000))

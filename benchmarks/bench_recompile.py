@@ -8,7 +8,7 @@ the step comes from ``cenlmc_jax._steps.bound_step``: the same function object f
 equal parameters, so the second ``cj.sample`` reuses the first one's compiled chunk.
 
 Both variants in one process, on the SIR model (d = 2, RK4 in ``lax.scan``,
-``cj.problems.sir_epidemic``), CEnLMC with N particles, ``--steps`` steps:
+``cj.models.inverse_problems.sir_epidemic``), CEnLMC with N particles, ``--steps`` steps:
 for each of ``--repeats`` rounds, the sampler is built afresh and run once per
 variant (the order alternating), "before" with its step wrapped in a new
 closure (what the constructors returned), "after" as the constructor returns
@@ -40,8 +40,8 @@ import cenlmc_jax as cj  # noqa: E402
 
 def _target(quick: bool):
     if quick:
-        return cj.targets.standard_gaussian(2)
-    return cj.problems.sir_epidemic().as_target()
+        return cj.models.targets.standard_gaussian(2)
+    return cj.models.inverse_problems.sir_epidemic().as_target()
 
 
 def _run(algo, x0, steps):

@@ -88,12 +88,12 @@ def mask_rows(args):
 def cenlmc_rows(args):
     rows = []
     d, h = 10, 0.05
-    tgt = cj.targets.standard_gaussian(d)
+    tgt = cj.models.targets.standard_gaussian(d)
     for n in args.step_sizes:
-        prm = cj.tuning.suggest_cenlmc_params(d, h, num_particles=n)
+        prm = cj.ensemble.tuning.suggest_cenlmc_params(d, h, num_particles=n)
         x0 = jax.random.normal(jax.random.key(0), (n, d))
-        state = cj.cenlmc_init(x0, tgt.logdensity_fn, f_star=tgt.f_star)
-        step = jax.jit(functools.partial(cj.cenlmc_step, logdensity_fn=tgt.logdensity_fn, step_size=h, eta=prm.eta,
+        state = cj.ensemble.cenlmc_init(x0, tgt.logdensity_fn, f_star=tgt.f_star)
+        step = jax.jit(functools.partial(cj.ensemble.cenlmc_step, logdensity_fn=tgt.logdensity_fn, step_size=h, eta=prm.eta,
                                          r1=prm.r1, r2=prm.r2, n_star=prm.n_star, m_f=prm.m_f))
         for t in range(3):  # past the w = +inf start: the ensemble path is live
             state, _ = step(jax.random.key(10 + t), state)

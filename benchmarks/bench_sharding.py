@@ -113,8 +113,8 @@ def cenlmc_rows(n: int, d: int, p: int, repeats: int) -> list[dict]:
     params = dict(logdensity_fn=logdensity, step_size=h, eta=np.sqrt(h * d), r1=0.5, r2=np.sqrt(h * d),
                   n_star=5, m_f=np.inf)
     mesh = make_mesh(p)
-    start = cj.cenlmc_init(x0, logdensity, f_star=f_star)
-    step1 = jax.jit(functools.partial(cj.cenlmc_step, **params))
+    start = cj.ensemble.cenlmc_init(x0, logdensity, f_star=f_star)
+    step1 = jax.jit(functools.partial(cj.ensemble.cenlmc_step, **params))
     steady = start
     for k in range(40):
         steady, _ = step1(jax.random.fold_in(jax.random.key(1), k), steady)
@@ -124,7 +124,7 @@ def cenlmc_rows(n: int, d: int, p: int, repeats: int) -> list[dict]:
         compiled = {}
         for name, (m, old) in variants.items():
             with mock.patch.object(audit_module, "needed_grads", unsplit) if old else contextlib.nullcontext():
-                step = jax.jit(functools.partial(cj.cenlmc_step, **params, mesh=m))
+                step = jax.jit(functools.partial(cj.ensemble.cenlmc_step, **params, mesh=m))
                 compiled[name] = step.lower(jax.random.key(2), state).compile()
         # the variants' calls alternate (a load change on the shared machine hits all of them alike)
         times = {name: [] for name in compiled}
@@ -227,7 +227,7 @@ def main():
         "with dense tiles (block_sparse=None there): the difference is that summation order, the same for both "
         "mesh variants. The MLP's batched products may also round by the batch's rows (XLA's dot blocking: at "
         "N = 1,024 the split step differed by 1 ulp at `start`); elementwise gradients are bit for bit "
-        "(tests/test_sharded_gradients.py).",
+        "(tests/ensemble/test_sharded_gradients.py).",
         f"The {p} forced CPU devices share {os.cpu_count()} cores: the times measure overhead and the work split "
         "(the gradient rows each device runs), not a speed-up.",
     ]

@@ -33,7 +33,7 @@ from _common import base_parser, write_results  # noqa: E402
 import cenlmc_jax as cj  # noqa: E402
 from cenlmc_jax import diagnostics as dg  # noqa: E402
 from cenlmc_jax.diagnostics.chains import summary_diagnostics  # noqa: E402
-from cenlmc_jax.summary import _x64  # noqa: E402
+from cenlmc_jax.diagnostics.summary import _x64  # noqa: E402
 
 KEYS = ("mcse_mean", "mcse_sd", "ess_bulk", "ess_tail", "r_hat")
 

@@ -53,7 +53,7 @@ def _time(fn):
 
 
 def compare(k, n, d, repeats, burn):
-    tgt = cj.targets.standard_gaussian(d)
+    tgt = cj.models.targets.standard_gaussian(d)
     algo = cj.cenlmc(tgt.logdensity_fn, 0.05, 0.3, 0.5, 0.3, 5, 10.0, f_star=tgt.f_star)
     states = _states(algo, k, n, d)
     keys = jax.random.split(jax.random.key(1), k)

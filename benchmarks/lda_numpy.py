@@ -1,6 +1,6 @@
 """The online-LDA minibatch gradient estimator in plain NumPy: the baseline of ``bench_lda.py --speed``.
 
-The same estimator as :func:`cenlmc_jax.sgmcmc.lda.lda_grad_estimator` (paper 2, appendix F.2, after
+The same estimator as :func:`cenlmc_jax.models.lda.lda_grad_estimator` (paper 2, appendix F.2, after
 Patterson & Teh 2013), written again without JAX so that the benchmark can say what JAX's jit and
 vmap buy. On a minibatch ``S̃`` of ``|S̃|`` of the ``|S|`` documents, ``θ_kw = |θ̃_kw| / Σ_w |θ̃_kw|``,
 
@@ -122,7 +122,7 @@ def numpy_grad_estimator(tokens: np.ndarray, mask: np.ndarray, num_topics: int, 
                          vectorised: bool = True) -> Callable[[np.random.Generator, np.ndarray], np.ndarray]:
     """The minibatch estimator of eq. (31): ``(rng, θ̃: (K·W,)) -> g̃: (K·W,)``, float64.
 
-    tokens, mask: the padded corpus ``(D, L)`` (as :class:`cenlmc_jax.sgmcmc.lda.Corpus`, as NumPy
+    tokens, mask: the padded corpus ``(D, L)`` (as :class:`cenlmc_jax.models.lda.Corpus`, as NumPy
     arrays). Draws ``batch_size`` of the ``D`` documents without replacement, runs the Gibbs sweeps
     (:func:`gibbs_counts_vectorised` or, ``vectorised=False``, :func:`gibbs_counts_loop`) and
     returns :func:`grad_from_counts` with ``scale = D / batch_size``.

@@ -28,7 +28,7 @@ PINS=(
   "arviz==0.21.0"       # cj.to_arviz; 0.19-0.20 compute mcse_sd differently (cj.summary follows >= 0.21)
   "h5netcdf==1.8.2"     # run.nc with today's xarray (1.0-1.7 fail: "zlib" filter, Variable.filters)
   "h5py==3.11.0"        # run.nc; the first h5py built for numpy 2
-  "matplotlib==3.8.4"   # cenlmc_jax.plots; the first matplotlib built for numpy 2
+  "matplotlib==3.8.4"   # cenlmc_jax.diagnostics.plots; the first matplotlib built for numpy 2
   "pytest==7.0.0"
   "pytest-timeout==2.1.0"
   "pytest-xdist==3.5.0"

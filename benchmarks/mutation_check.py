@@ -41,7 +41,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 GAPS = "tests/test_mutation_gaps.py::"
 
-SAMPLERS = "cenlmc_jax/ensemble/samplers.py"
+SAMPLERS = "cenlmc_jax/ensemble/cenlmc.py"
 LINALG = "cenlmc_jax/_linalg.py"
 RECIPE = "cenlmc_jax/sgmcmc/recipe.py"
 PROPOSALS = "cenlmc_jax/irreversible/proposals.py"
@@ -55,10 +55,10 @@ T_RECIPE_STEP = GAPS + "test_recipe_step_with_a_scalar_d_of_z_is_the_hand_writte
 T_RECIPE_STAT = GAPS + "test_complete_recipe_with_position_dependent_d_has_the_stationary_second_moment"
 T_SDE_GRID = GAPS + "test_irreversible_sde_sampler_kernel_leaves_pi_times_uniform_direction_invariant_on_a_grid"
 T_SDE_DRAW = GAPS + "test_sde_proposal_draws_from_its_own_forward_density"
-LANGEVIN = "cenlmc_jax/langevin.py"
+LANGEVIN = "cenlmc_jax/ensemble/lmc.py"
 VERDICT = "cenlmc_jax/cli/verdict.py"
 T_SCHEDULE = "tests/test_schedules.py::test_a_schedule_gives_the_exact_moment_recursion[lmc]"
-T_FLAGS = "tests/test_cli_run_flags.py::"
+T_FLAGS = "tests/cli/test_cli_run_flags.py::"
 T_FLAGS_TOY = T_FLAGS + "test_every_flag_the_driver_warns_about_is_a_problem_of_the_verdict"
 
 #: (name, file, original text, replacement, tests that must catch it, what the bug is)
@@ -153,43 +153,43 @@ MUTATIONS = [
     dict(name="auto_block_sparse_from_above_the_threshold", file="cenlmc_jax/pairwise/__init__.py",
          original="return any(d <= max_d and n >= min_n for",
          replacement="return any(d <= max_d and n > min_n for",
-         tests=["tests/test_pairwise_sparse.py::test_auto_takes_block_sparse_by_the_rule"],
+         tests=["tests/pairwise/test_sparse.py::test_auto_takes_block_sparse_by_the_rule"],
          what="method='auto' takes block-sparse only above a rule row's N, not from it"),
     dict(name="unused_ensemble_floor_ignored", file="cenlmc_jax/run.py",
          original="if not float(np.mean(value)) >= flag.mean_below:",
          replacement="if not float(np.mean(value)) >= 0.0:",
-         tests=["tests/test_ensemble.py::test_an_unused_ensemble_warns_with_its_fraction",
+         tests=["tests/ensemble/test_cenlmc.py::test_an_unused_ensemble_warns_with_its_fraction",
                 T_FLAGS_TOY + "[mean_below_most_kept_steps-None]"],
          what="cj.sample never warns of an unused ensemble (a mean fraction of 0 passes the floor)"),
     dict(name="drift_bias_ignored", file="cenlmc_jax/ensemble/audit.py",
          original="& (jnp.abs(running_bias) <= AUDIT_DRIFT_BIAS_THRESHOLD)",
          replacement="& (jnp.abs(running_bias) >= 0)",
-         tests=["tests/test_audit.py::test_the_running_drift_bias_sets_the_flag_after_its_window",
-                "tests/test_audit.py::test_the_audit_drift_bias_sees_and_predicts_the_fit_bias"],
+         tests=["tests/ensemble/test_audit.py::test_the_running_drift_bias_sets_the_flag_after_its_window",
+                "tests/ensemble/test_audit.py::test_the_audit_drift_bias_sees_and_predicts_the_fit_bias"],
          what="the audit never flags a systematic force error (only the noise inflation sets info.biased)"),
     dict(name="drift_bias_sign", file="cenlmc_jax/ensemble/audit.py",
          original="along = jnp.sum(jnp.where(ok, jnp.sum(err * grad_f, axis=-1), 0.0))",
          replacement="along = -jnp.sum(jnp.where(ok, jnp.sum(err * grad_f, axis=-1), 0.0))",
-         tests=["tests/test_audit.py::test_a_scaled_force_gives_the_fraction_times_its_scale",
-                "tests/test_audit.py::test_the_audit_drift_bias_sees_and_predicts_the_fit_bias"],
+         tests=["tests/ensemble/test_audit.py::test_a_scaled_force_gives_the_fraction_times_its_scale",
+                "tests/ensemble/test_audit.py::test_the_audit_drift_bias_sees_and_predicts_the_fit_bias"],
          what="the drift bias with its sign flipped (a weak force reported as strong)"),
-    dict(name="fd_value_reused_for_another_density", file="cenlmc_jax/langevin.py",
+    dict(name="fd_value_reused_for_another_density", file="cenlmc_jax/ensemble/lmc.py",
          original='return inner is not None and hasattr(grad_fn, "grad_given_value") and inner == logdensity_fn',
          replacement='return inner is not None and hasattr(grad_fn, "grad_given_value")',
-         tests=["tests/test_finite_difference.py::"
+         tests=["tests/gradients/test_finite_difference.py::"
                 "test_a_finite_difference_of_another_density_never_gets_the_samplers_values"],
          what="a finite difference of another log density is handed the sampler's values"),
-    dict(name="fd_forward_ignores_the_value", file="cenlmc_jax/finite_difference.py",
+    dict(name="fd_forward_ignores_the_value", file="cenlmc_jax/gradients/finite_difference.py",
          original="return (shifted - value) / delta",
          replacement="return (shifted - jnp.mean(shifted)) / delta",
-         tests=["tests/test_finite_difference.py::"
+         tests=["tests/gradients/test_finite_difference.py::"
                 "test_value_and_grad_and_grad_given_value_are_the_gradient_with_no_value_twice[forward]",
-                "tests/test_finite_difference.py::test_finite_difference_matches_the_exact_gradient[forward-2e-06]"],
+                "tests/gradients/test_finite_difference.py::test_finite_difference_matches_the_exact_gradient[forward-2e-06]"],
          what="the forward difference taken against the mean of the shifted values, not the point's value"),
-    dict(name="sharded_fit_columns_split", file="cenlmc_jax/ensemble/least_squares.py",
+    dict(name="sharded_fit_columns_split", file="cenlmc_jax/ensemble/least_squares/__init__.py",
          original="in_specs=(P(axis), P())",
          replacement="in_specs=(P(axis), P(axis))",
-         tests=["tests/test_least_squares_backends.py::test_the_sharded_fit_is_the_single_device_fit_bit_for_bit"],
+         tests=["tests/ensemble/test_least_squares_backends.py::test_the_sharded_fit_is_the_single_device_fit_bit_for_bit"],
          what="under a mesh each device fits its rows against only its own columns"),
 ]
 

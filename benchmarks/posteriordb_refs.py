@@ -1,4 +1,4 @@
-"""Copy the ten posteriordb posteriors into ``cenlmc_jax/posteriordb/data/`` (run once; the tests never read
+"""Copy the ten posteriordb posteriors into ``cenlmc_jax/models/posteriordb/data/`` (run once; the tests never read
 ``../shared``).
 
 For each posterior folder of ``SOURCE`` (default ``../shared/posteriordb``, relative to the repository root):

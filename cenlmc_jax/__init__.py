@@ -1,209 +1,93 @@
 """cenlmc_jax: ensemble, constrained-ensemble and irreversible Langevin samplers in JAX.
 
 Every sampler is a constructor returning a :class:`SamplingAlgorithm`
-``(init, step)`` (the BlackJAX shape); ``sample`` drives it with ``lax.scan``:
+``(init, step)`` (the BlackJAX shape); :func:`sample` drives it with ``lax.scan``::
 
     algo = cj.cenlmc(logdensity_fn, step_size=0.05, eta=0.3, r1=0.5, r2=0.3, n_star=20, m_f=10.0)
     state = algo.init(positions)                      # positions: (N, d)
     result = cj.sample(key, algo, state, num_steps=1000)
 
-Paper 1 (Ding & Li): ``lmc``, ``enlmc``, ``cenlmc`` on an ensemble
+Paper 1 (Ding & Li): :func:`lmc`, :func:`enlmc`, :func:`cenlmc` on an ensemble
 ``positions: (N, d)``. Paper 2 (Ma, Fox, Chen, Wu): the complete recipe
-(``complete_recipe``; ``sgld``, ``sgrld``, ``sghmc``), ``sgrhmc``, and
-``irreversible_mh`` with Gamma and SDE proposals; ``rwmh`` is the reversible
-baseline. The free functions ``X_init`` / ``X_step`` are the kernels underneath.
+(:func:`complete_recipe`; :func:`sgld`, :func:`sgrld`, :func:`sghmc`),
+:func:`sgrhmc`, and :func:`irreversible_mh` with Gamma and SDE proposals;
+:func:`mala` and :func:`rwmh` are the reversible baselines. The kernels
+underneath (``X_init`` / ``X_step``), their states and infos live in the
+namespaces ``ensemble``, ``irreversible`` and ``sgmcmc``.
 """
 
+import sys as _sys
+
 from cenlmc_jax import (
+    _compat,
     adaptation,
-    checkpoint,
     diagnostics,
     ensemble,
     gradients,
     irreversible,
+    models,
     pairwise,
-    plots,
-    posteriordb,
-    problems,
     sgmcmc,
-    targets,
-    tuning,
 )
 from cenlmc_jax._host import fetch as to_host
-from cenlmc_jax.base import SamplingAlgorithm, StepSize
+from cenlmc_jax.adaptation import langevin_warmup, window_adaptation
+from cenlmc_jax.base import SamplingAlgorithm
 from cenlmc_jax.diagnostics.convergence import ConvergenceWarning
-from cenlmc_jax.ensemble import (
-    CEnLMCInfo,
-    CEnLMCState,
-    EnLMCInfo,
-    EnLMCState,
-    EnsembleOptions,
-    TunedCEnLMC,
-    cenlmc,
-    cenlmc_init,
-    cenlmc_step,
-    coupling_distance,
-    enlmc,
-    enlmc_init,
-    enlmc_step,
-    tune_cenlmc,
-)
-from cenlmc_jax.finite_difference import finite_difference
-from cenlmc_jax.gradients import (
-    grad_estimator_from_grad,
-    grad_estimator_from_logdensity,
-    minibatch_grad_estimator,
-    noisy_grad_estimator,
-)
-from cenlmc_jax.irreversible import (
-    IrreversibleMHInfo,
-    IrreversibleMHState,
-    Proposal,
-    RWMHInfo,
-    RWMHState,
-    SDEPoint,
-    coordinatewise_proposal,
-    gamma_proposal,
-    irreversible_mh,
-    irreversible_mh_init,
-    irreversible_mh_step,
-    rwmh,
-    rwmh_init,
-    rwmh_step,
-    sde_proposal,
-)
-from cenlmc_jax.langevin import LMCInfo, LMCState, lmc, lmc_init, lmc_step
-from cenlmc_jax.langevin_adaptation import LangevinWarmup, LangevinWarmupInfo, langevin_warmup
-from cenlmc_jax.numpyro_model import NumPyroModel, from_numpyro
-from cenlmc_jax.preconditioning import WhitenedState, Whitening, whitened
-from cenlmc_jax.run import Moments, RunResult, sample, vmap_chains
-from cenlmc_jax.sgmcmc.recipe import (
-    RecipeInfo,
-    RecipeState,
-    SGHMCState,
-    complete_recipe,
-    recipe_init,
-    recipe_step,
-    sghmc,
-    sghmc_init,
-    sghmc_step,
-    sgld,
-    sgrld,
-)
-from cenlmc_jax.sgmcmc.sgrhmc import (
-    SGRHMCInfo,
-    SGRHMCState,
-    gsgrhmc_inv_metric,
-    sgrhmc,
-    sgrhmc_init,
-    sgrhmc_step,
-)
-from cenlmc_jax.summary import SummaryTable, summary, to_arviz
+from cenlmc_jax.diagnostics.summary import summary, to_arviz
+from cenlmc_jax.ensemble.cenlmc import cenlmc
+from cenlmc_jax.ensemble.enlmc import enlmc
+from cenlmc_jax.ensemble.lmc import lmc
+from cenlmc_jax.ensemble.options import EnsembleOptions
+from cenlmc_jax.ensemble.tuning import tune_cenlmc
+from cenlmc_jax.ensemble.whitened import whitened
+from cenlmc_jax.gradients.finite_difference import finite_difference
+from cenlmc_jax.irreversible import irreversible_mh, mala, rwmh
+from cenlmc_jax.models.numpyro import from_numpyro
+from cenlmc_jax.run import RunResult, sample, vmap_chains
+from cenlmc_jax.sgmcmc.recipe import complete_recipe, sghmc, sgld, sgrld
+from cenlmc_jax.sgmcmc.sgrhmc import sgrhmc
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 #: Every sampler constructor, by the name users call: ``cj.SAMPLERS["cenlmc"] is cj.cenlmc``.
 SAMPLERS = {
     "lmc": lmc,
     "enlmc": enlmc,
     "cenlmc": cenlmc,
+    "mala": mala,
+    "rwmh": rwmh,
+    "irreversible_mh": irreversible_mh,
     "complete_recipe": complete_recipe,
     "sgld": sgld,
     "sgrld": sgrld,
     "sghmc": sghmc,
     "sgrhmc": sgrhmc,
-    "irreversible_mh": irreversible_mh,
-    "rwmh": rwmh,
 }
 
 __all__ = [
-    "diagnostics",
-    "ensemble",
-    "gradients",
-    "irreversible",
-    "pairwise",
-    "sgmcmc",
-    "targets",
-    "tuning",
-    "problems",
-    "posteriordb",
-    "from_numpyro",
-    "whitened",
-    "langevin_warmup",
-    "LangevinWarmup",
-    "LangevinWarmupInfo",
-    "Whitening",
-    "WhitenedState",
-    "ConvergenceWarning",
-    "to_host",
-    "NumPyroModel",
-    "SamplingAlgorithm",
-    "StepSize",
-    "SAMPLERS",
-    "checkpoint",
-    "tune_cenlmc",
-    "TunedCEnLMC",
-    "EnsembleOptions",
-    "finite_difference",
-    "lmc",
-    "enlmc",
-    "cenlmc",
-    "sgld",
-    "sgrld",
-    "sghmc",
-    "sgrhmc",
-    "complete_recipe",
-    "irreversible_mh",
-    "rwmh",
-    "LMCState",
-    "LMCInfo",
-    "lmc_init",
-    "lmc_step",
-    "EnLMCState",
-    "EnLMCInfo",
-    "enlmc_init",
-    "enlmc_step",
-    "CEnLMCState",
-    "CEnLMCInfo",
-    "cenlmc_init",
-    "cenlmc_step",
-    "coupling_distance",
-    "sample",
-    "RunResult",
-    "Moments",
-    "vmap_chains",
-    "summary",
-    "to_arviz",
-    "SummaryTable",
-    "plots",
-    "RecipeState",
-    "RecipeInfo",
-    "recipe_init",
-    "recipe_step",
-    "SGHMCState",
-    "SGRHMCState",
-    "SGRHMCInfo",
-    "sgrhmc_init",
-    "sgrhmc_step",
-    "gsgrhmc_inv_metric",
-    "grad_estimator_from_grad",
-    "grad_estimator_from_logdensity",
-    "minibatch_grad_estimator",
-    "noisy_grad_estimator",
-    "Proposal",
-    "IrreversibleMHState",
-    "IrreversibleMHInfo",
-    "irreversible_mh_init",
-    "irreversible_mh_step",
-    "coordinatewise_proposal",
-    "gamma_proposal",
-    "sde_proposal",
-    "RWMHState",
-    "RWMHInfo",
-    "rwmh_init",
-    "rwmh_step",
-    "adaptation",
-    "SDEPoint",
-    "sghmc_init",
-    "sghmc_step",
+    # samplers: each returns a SamplingAlgorithm (init, step)
+    "lmc", "enlmc", "cenlmc", "mala", "rwmh", "irreversible_mh",
+    "complete_recipe", "sgld", "sgrld", "sghmc", "sgrhmc", "SAMPLERS", "SamplingAlgorithm",
+    # running
+    "sample", "vmap_chains", "RunResult", "to_host",
+    # warm-ups and tuning
+    "langevin_warmup", "window_adaptation", "tune_cenlmc", "whitened",
+    # inputs
+    "EnsembleOptions", "finite_difference", "from_numpyro",
+    # results
+    "summary", "to_arviz", "ConvergenceWarning",
+    # namespaces
+    "adaptation", "diagnostics", "ensemble", "gradients", "irreversible", "models", "pairwise", "sgmcmc",
 ]
+
+
+def __getattr__(name):
+    return _compat.old_name(name)
+
+
+def __dir__():
+    return sorted(__all__)
+
+
+_sys.modules[__name__].__class__ = _compat.Package
+_sys.meta_path.append(_compat.OldModuleFinder())

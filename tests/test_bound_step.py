@@ -8,7 +8,7 @@ import cenlmc_jax as cj
 from cenlmc_jax import run
 from cenlmc_jax._steps import bound_step
 
-TGT = cj.targets.standard_gaussian(2)
+TGT = cj.models.targets.standard_gaussian(2)
 X0 = jax.random.normal(jax.random.key(0), (16, 2))  # small: the test is about compiling, not sampling
 
 
@@ -44,13 +44,13 @@ def test_other_parameters_or_functions_are_other_steps():
 def test_an_unhashable_parameter_gives_a_fresh_step():
     # an array (or a tracer, under jax.grad) cannot be hashed: a fresh closure, shared with nothing
     h = jnp.asarray(0.05)
-    assert bound_step(cj.cenlmc_step, step_size=h) is not bound_step(cj.cenlmc_step, step_size=h)
+    assert bound_step(cj.ensemble.cenlmc_step, step_size=h) is not bound_step(cj.ensemble.cenlmc_step, step_size=h)
 
     def traced(step_size):
-        a, b = bound_step(cj.enlmc_step, step_size=step_size), bound_step(cj.enlmc_step, step_size=step_size)
+        a, b = bound_step(cj.ensemble.enlmc_step, step_size=step_size), bound_step(cj.ensemble.enlmc_step, step_size=step_size)
         assert a is not b
         return step_size
 
     assert jax.grad(traced)(0.05) == 1.0  # (jax.grad through cj.sample itself: tests/test_differentiable.py)
-    step = bound_step(cj.enlmc_step, step_size=0.05)
+    step = bound_step(cj.ensemble.enlmc_step, step_size=0.05)
     assert step.__name__ == "enlmc_step" and callable(step)  # a plain function (inspect, chex see one)

@@ -38,7 +38,7 @@ def logdensity(x):
     return -0.5 * jnp.sum(x**2)
 
 
-EST = cj.grad_estimator_from_logdensity(logdensity)
+EST = cj.gradients.grad_estimator_from_logdensity(logdensity)
 
 # name -> (build(**overrides) -> SamplingAlgorithm, ensemble?, the name of its user function)
 MAKE = {
@@ -56,12 +56,13 @@ MAKE = {
     "sghmc": (lambda **kw: cj.sghmc(**{"grad_estimator": EST, "step_size": 0.05, "friction": 1.0, **kw}), False,
               "grad_estimator"),
     "sgrhmc": (lambda **kw: cj.sgrhmc(**{"grad_estimator": EST, "step_size": 0.05,
-                                         "inv_metric_fn": cj.gsgrhmc_inv_metric(lambda t: 0.5 * jnp.sum(t**2)),
+                                         "inv_metric_fn": cj.sgmcmc.gsgrhmc_inv_metric(lambda t: 0.5 * jnp.sum(t**2)),
                                          **kw}), False, "grad_estimator"),
     "irreversible_mh": (lambda **kw: cj.irreversible_mh(**{"logdensity_fn": logdensity,
-                                                           "proposal": cj.gamma_proposal(2.0, 0.5), **kw}), False,
+                                                           "proposal": cj.irreversible.gamma_proposal(2.0, 0.5), **kw}), False,
                         "logdensity_fn"),
     "rwmh": (lambda **kw: cj.rwmh(**{"logdensity_fn": logdensity, "step_size": 0.5, **kw}), False, "logdensity_fn"),
+    "mala": (lambda **kw: cj.mala(**{"logdensity_fn": logdensity, "step_size": 0.5, **kw}), False, "logdensity_fn"),
 }
 NAMES = sorted(cj.SAMPLERS)
 ENSEMBLE = {n for n in NAMES if MAKE[n][1]}
@@ -69,7 +70,7 @@ SINGLE = set(NAMES) - ENSEMBLE
 WITH_LOGDENSITY = {n for n in NAMES if MAKE[n][2] == "logdensity_fn"}
 WITH_GRADIENT = {"lmc", "enlmc", "cenlmc"} | {n for n in NAMES if MAKE[n][2] == "grad_estimator"}
 WITH_SCHEDULE = {"complete_recipe", "sgld", "sgrld", "sghmc", "sgrhmc"}
-MH = {"rwmh", "irreversible_mh"}
+MH = {"rwmh", "irreversible_mh", "mala"}
 KEY = jax.random.key(0)
 
 
@@ -92,7 +93,7 @@ def gradient_override(name, fn):
 def function_override(name, logdensity_fn):
     """The user's target function, from a log density (the estimator of it for the gradient samplers)."""
     if MAKE[name][2] == "grad_estimator":
-        return {"grad_estimator": cj.grad_estimator_from_logdensity(logdensity_fn)}
+        return {"grad_estimator": cj.gradients.grad_estimator_from_logdensity(logdensity_fn)}
     return {"logdensity_fn": logdensity_fn}
 
 
@@ -104,7 +105,7 @@ def state_of(name):
 # SGHMC state and dropped its momentum, RW-MH took an irreversible state and dropped its direction)
 FOREIGN = {"lmc": "cenlmc", "enlmc": "cenlmc", "cenlmc": "enlmc", "complete_recipe": "sghmc", "sgld": "sghmc",
            "sgrld": "sgrhmc", "sghmc": "sgrhmc", "sgrhmc": "sghmc", "irreversible_mh": "rwmh",
-           "rwmh": "irreversible_mh"}
+           "rwmh": "irreversible_mh", "mala": "rwmh"}
 
 
 def run(name, algo, x, num_steps=40, chunk_size=20, **kw):
@@ -128,7 +129,7 @@ def schedule_reaching_zero(name):
 def zero_density_proposals(name):
     # a box of half-width 1e-3 and jumps of size ~1: every proposal lands where the density is 0
     box = lambda z: jnp.where(jnp.all(jnp.abs(z) < 1e-3), 0.0, -jnp.inf)  # noqa: E731
-    kw = {"proposal": cj.gamma_proposal(4.0, 1.0)} if name == "irreversible_mh" else {"step_size": 5.0}
+    kw = {"proposal": cj.irreversible.gamma_proposal(4.0, 1.0)} if name == "irreversible_mh" else {"step_size": 5.0}
     return run(name, build(name, logdensity_fn=box, **kw), jnp.zeros(2))
 
 

@@ -34,7 +34,7 @@ WORKER = textwrap.dedent(
 
     mesh = make_mesh()
     assert len(mesh.devices.ravel()) == 4, mesh
-    t = cj.targets.standard_gaussian(2)
+    t = cj.models.targets.standard_gaussian(2)
     x0 = np.asarray(jax.random.normal(jax.random.key(1), (64, 2)))
     algo = cj.cenlmc(t.logdensity_fn, 0.05, 0.6, 0.45, 0.6, 3, 20.0, mesh=mesh)
     state = algo.init(shard_ensemble(x0, mesh))  # the checks of a sharded ensemble pull it to the host

@@ -32,7 +32,7 @@ import cenlmc_jax as cj
 from cenlmc_jax import _linalg
 from cenlmc_jax.ensemble import cenlmc_step, enlmc_init, enlmc_step
 from cenlmc_jax.ensemble.audit import fresh_audit
-from cenlmc_jax.ensemble.samplers import CEnLMCState
+from cenlmc_jax.ensemble.cenlmc import CEnLMCState
 
 # |z| below this is accepted: for a correct sampler z ~ N(0, 1), so a false
 # alarm has probability 6e-5 per check.
@@ -191,7 +191,7 @@ def test_cenlmc_one_step_after_a_real_step_against_numpy_oracle():
     n = 40
     with x64():
         x0 = jnp.asarray([0.8, -0.4]) + 0.1 * jax.random.normal(jax.random.key(4), (n, 2), jnp.float64)
-        state = cj.cenlmc_init(x0, _logdensity, 0.0)
+        state = cj.ensemble.cenlmc_init(x0, _logdensity, 0.0)
         step = jax.jit(lambda k, s: cenlmc_step(k, s, _logdensity, C_H, C_ETA, C_R1, C_R2, C_NSTAR, C_MF))
         state, _ = step(jax.random.key(5), state)  # step 0: w = +inf, everyone takes its gradient
         new, info = step(jax.random.key(6), state)
@@ -455,14 +455,14 @@ def _invariance_error(pi, pieces):
 
 
 def test_irreversible_sde_sampler_kernel_leaves_pi_times_uniform_direction_invariant_on_a_grid():
-    """cj.irreversible_mh with cj.sde_proposal (callable D(z), Q(z) ≠ 0, ε = 0.1) on a banana,
+    """cj.irreversible_mh with cj.irreversible.sde_proposal (callable D(z), Q(z) ≠ 0, ε = 0.1) on a banana,
     restricted to proposals on a 21 x 21 grid: the transition matrix on (grid point, s), built
     from the sampler's own step and the proposal's own density, satisfies πP = π exactly
     (skew detailed balance holds pair by pair whenever g̃(·|y, s) = f̃(·|y, -s), docs/algorithms.md §7, so the
     grid restriction is exact, not an approximation). Tolerance 1e-11 relative: float64
     rounding of sums of 441 terms is ~1e-14. The negative control, the backward density
     taken from the forward process (no adjoint Q -> -Q), breaks it by > 1e-3."""
-    prop = cj.sde_proposal(_sde_D, _sde_Q, _banana_logdensity, SDE_GRID_EPS)
+    prop = cj.irreversible.sde_proposal(_sde_D, _sde_Q, _banana_logdensity, SDE_GRID_EPS)
     pi, pieces = _grid_kernel_pieces(prop)
     for s, (w, a, ok) in pieces.items():
         assert ok.all(), s  # accept -> (y, s), reject -> (x, -s), as the kernel assumes
@@ -481,7 +481,7 @@ def test_sde_proposal_draws_from_its_own_forward_density():
     """The kernel above uses log f̃; the chain uses sample. Exactly (no Monte Carlo): for a
     fixed key the draw is z* = m_s(z) + sqrt(2ε) L(z) ξ with ξ = normal(key), so
     log f̃(z*|z, s) must equal log N(ξ; 0, I) - log det(sqrt(2ε) L(z)), L(z) = sqrt(D(z))."""
-    prop = cj.sde_proposal(_sde_D, _sde_Q, _banana_logdensity, SDE_GRID_EPS)
+    prop = cj.irreversible.sde_proposal(_sde_D, _sde_Q, _banana_logdensity, SDE_GRID_EPS)
 
     def check(z, key, s):
         cache = prop.point_fn(z)[1]

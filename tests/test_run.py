@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 import cenlmc_jax as cj
-from cenlmc_jax import targets
+from cenlmc_jax.models import targets
 
 TGT = targets.standard_gaussian(3)
-STATE = cj.lmc_init(jax.random.normal(jax.random.key(0), (200, 3)), TGT.logdensity_fn)
-STEP = functools.partial(cj.lmc_step, logdensity_fn=TGT.logdensity_fn, step_size=0.1)
+STATE = cj.ensemble.lmc_init(jax.random.normal(jax.random.key(0), (200, 3)), TGT.logdensity_fn)
+STEP = functools.partial(cj.ensemble.lmc_step, logdensity_fn=TGT.logdensity_fn, step_size=0.1)
 
 
 def test_trace_shape_thinning_and_reduced_info():
@@ -50,7 +50,7 @@ def test_stream_moments_equal_moments_of_the_trace():
 def test_compiles_once_per_configuration():
     @chex.assert_max_traces(n=1)
     def step(key, state):
-        return cj.lmc_step(key, state, TGT.logdensity_fn, 0.1)
+        return cj.ensemble.lmc_step(key, state, TGT.logdensity_fn, 0.1)
 
     cj.sample(jax.random.key(0), step, STATE, 20, chunk_size=5)  # 4 chunks, one compilation
     cj.sample(jax.random.key(1), step, STATE, 20, chunk_size=5)  # cached: no new trace
@@ -65,14 +65,14 @@ def test_burn_in_sampling_a_short_chunk_and_a_replay_share_one_compilation():
 
     @chex.assert_max_traces(n=1)
     def step(key, state):
-        return cj.lmc_step(key, state, TGT.logdensity_fn, 0.1)
+        return cj.ensemble.lmc_step(key, state, TGT.logdensity_fn, 0.1)
 
     res = cj.sample(jax.random.key(3), step, STATE, 24, thin=2, burn_in=7, chunk_size=10)
     st = cj.sample(jax.random.key(3), step, STATE, 24, thin=2, burn_in=7, chunk_size=10, mode="stream")
     assert res.trace.shape == (12, 200, 3) and res.info.grad_evals.shape == (31,) and res.num_steps_done == 31
     state, kept = STATE, []
     for t in range(31):  # the same steps one by one, outside the driver
-        state, _ = jax.jit(cj.lmc_step, static_argnums=2)(jax.random.fold_in(jax.random.key(3), t), state,
+        state, _ = jax.jit(cj.ensemble.lmc_step, static_argnums=2)(jax.random.fold_in(jax.random.key(3), t), state,
                                                            TGT.logdensity_fn, 0.1)
         if t >= 7 and (t - 7) % 2 == 1:
             kept.append(state.position)
@@ -136,8 +136,8 @@ def test_gradient_through_the_driver_is_exact():
 
     def streamed_mean(mu):
         logdensity = lambda x: -0.5 * jnp.sum((x - mu) ** 2)  # noqa: E731
-        state = cj.lmc_init(jnp.zeros((64, 1)), logdensity)
-        step = functools.partial(cj.lmc_step, logdensity_fn=logdensity, step_size=h)
+        state = cj.ensemble.lmc_init(jnp.zeros((64, 1)), logdensity)
+        step = functools.partial(cj.ensemble.lmc_step, logdensity_fn=logdensity, step_size=h)
         return cj.sample(jax.random.key(0), step, state, steps, burn_in=burn_in, mode="stream").moments.mean[0]
 
     t = np.arange(burn_in + 1, burn_in + steps + 1)
@@ -167,9 +167,9 @@ def _write_checkpoint(path, key=5, step=STEP, state=STATE, num_steps=20, **kw):
     "change, field",
     [
         (dict(key=6), "rng_key"),
-        (dict(step=functools.partial(cj.lmc_step, logdensity_fn=TGT.logdensity_fn, step_size=0.2)), "step_fn"),
-        (dict(state=cj.lmc_init(jnp.zeros((100, 3)), TGT.logdensity_fn)), "initial_state"),  # another N
-        (dict(state=cj.lmc_init(jnp.ones((200, 3)), TGT.logdensity_fn)), "initial_state"),  # same shape, other values
+        (dict(step=functools.partial(cj.ensemble.lmc_step, logdensity_fn=TGT.logdensity_fn, step_size=0.2)), "step_fn"),
+        (dict(state=cj.ensemble.lmc_init(jnp.zeros((100, 3)), TGT.logdensity_fn)), "initial_state"),  # another N
+        (dict(state=cj.ensemble.lmc_init(jnp.ones((200, 3)), TGT.logdensity_fn)), "initial_state"),  # same shape, other values
         (dict(burn_in=7, num_steps=18), "burn_in"),  # same total, another split
         (dict(thin=1), "thin"),
         (dict(mode="stream"), "mode"),
@@ -246,7 +246,7 @@ def test_trace_checkpoints_write_each_chunk_once(tmp_path, monkeypatch):
 
 def test_divergence_survives_a_resume(tmp_path):
     path = str(tmp_path / "div.ckpt")
-    bad = functools.partial(cj.lmc_step, logdensity_fn=TGT.logdensity_fn, step_size=2.5)
+    bad = functools.partial(cj.ensemble.lmc_step, logdensity_fn=TGT.logdensity_fn, step_size=2.5)
     with pytest.warns(RuntimeWarning, match="diverged"):
         first = cj.sample(jax.random.key(0), bad, STATE, 400, chunk_size=50, checkpoint_path=path)
     with pytest.warns(RuntimeWarning, match="diverged at step"):
@@ -256,7 +256,7 @@ def test_divergence_survives_a_resume(tmp_path):
 
 def test_stop_returns_the_last_good_step_not_the_end_of_the_chunk():
     # LMC at h = 2.5 on N(0, I) is unstable (|1 - h| > 1): it overflows somewhere mid-chunk
-    bad = functools.partial(cj.lmc_step, logdensity_fn=TGT.logdensity_fn, step_size=2.5)
+    bad = functools.partial(cj.ensemble.lmc_step, logdensity_fn=TGT.logdensity_fn, step_size=2.5)
     with pytest.warns(RuntimeWarning, match="stopped with the state"):
         res = cj.sample(jax.random.key(0), bad, STATE, 1000, mode="stream", chunk_size=1000)
     t = res.diverged_at
@@ -271,9 +271,9 @@ def test_stop_returns_the_last_good_step_not_the_end_of_the_chunk():
 
 
 def test_noise_clipping_is_surfaced_as_a_warning():
-    est = cj.grad_estimator_from_grad(lambda th: -th)
+    est = cj.gradients.grad_estimator_from_grad(lambda th: -th)
     algo = cj.sgld(est, 0.1, B_hat=lambda z: 50.0 * jnp.eye(2))  # traced B_hat: cannot be refused up front
-    state = cj.recipe_init(jnp.zeros(2))
+    state = cj.sgmcmc.recipe_init(jnp.zeros(2))
     with pytest.warns(RuntimeWarning, match="noise_clipped"):
         cj.sample(jax.random.key(0), algo, state, 5)
 
@@ -342,9 +342,9 @@ def test_the_driver_warns_only_of_the_flags_an_info_declares():
         res = cj.sample(jax.random.key(0), step, jnp.zeros((), jnp.int32), 20, trace_fn=lambda t: t)
     assert bool(np.all(res.info.biased))
     assert cj.base.run_flags(res.info) == () and cj.base.run_flags(None) == ()
-    cenlmc_info = cj.CEnLMCInfo(*[0] * len(cj.CEnLMCInfo._fields))
+    cenlmc_info = cj.ensemble.CEnLMCInfo(*[0] * len(cj.ensemble.CEnLMCInfo._fields))
     assert [f.field for f in cj.base.run_flags(cenlmc_info)] == ["biased", "ensemble_fraction"]
-    assert [f.field for f in cj.base.run_flags(cj.RecipeInfo(0, 0, 0, 0, 0))] == ["noise_clipped"]
+    assert [f.field for f in cj.base.run_flags(cj.sgmcmc.RecipeInfo(0, 0, 0, 0, 0))] == ["noise_clipped"]
 
 
 def test_the_driver_runs_inside_jit_grad_and_warns_of_a_divergence_at_run_time(tmp_path):
@@ -362,7 +362,7 @@ def test_the_driver_runs_inside_jit_grad_and_warns_of_a_divergence_at_run_time(t
     # float32 arithmetic along 60 steps: rounding far below 1e-5
     np.testing.assert_allclose(float(jax.jit(jax.grad(streamed_mean))(1.5)), exact, rtol=1e-5)
 
-    bad = functools.partial(cj.lmc_step, logdensity_fn=TGT.logdensity_fn, step_size=2.5)  # |1 - h| > 1
+    bad = functools.partial(cj.ensemble.lmc_step, logdensity_fn=TGT.logdensity_fn, step_size=2.5)  # |1 - h| > 1
     with pytest.warns(RuntimeWarning, match="stopped with the state"):
         eager_at = cj.sample(jax.random.key(0), bad, STATE, 1000, mode="stream").diverged_at
     with pytest.warns(RuntimeWarning, match=f"info.diverged is set from step {eager_at} "):
@@ -396,11 +396,11 @@ class _Target:
 _X0 = jax.random.normal(jax.random.key(0), (8, 2))
 # pairs of samplers that differ only where the old fingerprint (depth 6, then repr) could not see
 _HIDDEN = {
-    "grad_estimator_from_logdensity": lambda mu: cj.sgld(cj.grad_estimator_from_logdensity(_gauss(mu)), 0.1),
+    "grad_estimator_from_logdensity": lambda mu: cj.sgld(cj.gradients.grad_estimator_from_logdensity(_gauss(mu)), 0.1),
     "finite_difference": lambda mu: cj.lmc(_gauss(0.0), 0.1, grad_fn=cj.finite_difference(_gauss(mu))),
     "bound_method": lambda mu: cj.lmc(_Target(mu).logdensity, 0.1),
     "callable_object": lambda mu: cj.lmc(_Target(mu), 0.1),
-    "partial_of_a_closure": lambda mu: functools.partial(cj.lmc_step, logdensity_fn=_gauss(mu), step_size=0.1),
+    "partial_of_a_closure": lambda mu: functools.partial(cj.ensemble.lmc_step, logdensity_fn=_gauss(mu), step_size=0.1),
 }
 
 
@@ -409,7 +409,7 @@ def test_a_resume_sees_differences_deep_in_the_step_function(tmp_path, case):
     path = str(tmp_path / "run.ckpt")
     make = _HIDDEN[case]
     algo = make(0.0)
-    state = (algo.init(_X0[0]) if case == "grad_estimator_from_logdensity" else cj.lmc_init(_X0, _gauss(0.0)))
+    state = (algo.init(_X0[0]) if case == "grad_estimator_from_logdensity" else cj.ensemble.lmc_init(_X0, _gauss(0.0)))
     cj.sample(jax.random.key(0), algo, state, 4, checkpoint_path=path)
     cj.sample(jax.random.key(0), make(0.0), state, 4, checkpoint_path=path)  # the same run, rebuilt: resumes
     with pytest.raises(ValueError, match="step_fn differs"):
@@ -422,8 +422,8 @@ def test_the_fingerprint_is_the_same_in_another_process():
 
     code = ("import jax.numpy as jnp, cenlmc_jax as cj; from cenlmc_jax.checkpoint import fingerprint; "
             "f = lambda x: -0.5 * jnp.sum((x - 1.0) ** 2); "
-            "print(fingerprint(cj.sgld(cj.grad_estimator_from_logdensity(f), 0.1).step), "
-            "fingerprint(cj.irreversible_mh(f, cj.sde_proposal(1.0, 0.0, f, 0.1)).step))")
+            "print(fingerprint(cj.sgld(cj.gradients.grad_estimator_from_logdensity(f), 0.1).step), "
+            "fingerprint(cj.irreversible_mh(f, cj.irreversible.sde_proposal(1.0, 0.0, f, 0.1)).step))")
     runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={**os.environ, "JAX_PLATFORMS": "cpu"}).stdout for _ in range(2)]
     assert runs[0] == runs[1] and len(runs[0].split()) == 2

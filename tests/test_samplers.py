@@ -36,7 +36,7 @@ def logdensity(x):
     return -0.5 * jnp.sum(x**2)
 
 
-EST = cj.grad_estimator_from_logdensity(logdensity)
+EST = cj.gradients.grad_estimator_from_logdensity(logdensity)
 
 # name -> (builder(**overrides) -> SamplingAlgorithm, ensemble?)
 BUILDERS = {
@@ -51,15 +51,16 @@ BUILDERS = {
                                        "inv_metric_fn": lambda t: 1.0 + t**2, **kw}), False),
     "sghmc": (lambda **kw: cj.sghmc(**{"grad_estimator": EST, "step_size": 0.05, "friction": 1.0, **kw}), False),
     "sgrhmc": (lambda **kw: cj.sgrhmc(**{"grad_estimator": EST, "step_size": 0.05,
-                                         "inv_metric_fn": cj.gsgrhmc_inv_metric(lambda t: -logdensity(t)), **kw}),
+                                         "inv_metric_fn": cj.sgmcmc.gsgrhmc_inv_metric(lambda t: -logdensity(t)), **kw}),
                False),
     "irreversible_mh_gamma": (lambda **kw: cj.irreversible_mh(**{"logdensity_fn": logdensity,
-                                                                 "proposal": cj.gamma_proposal(2.0, 0.5), **kw}),
+                                                                 "proposal": cj.irreversible.gamma_proposal(2.0, 0.5), **kw}),
                               False),
     "irreversible_mh_sde": (lambda **kw: cj.irreversible_mh(**{"logdensity_fn": logdensity,
-                                                               "proposal": cj.sde_proposal(1.0, J, logdensity, 0.1),
+                                                               "proposal": cj.irreversible.sde_proposal(1.0, J, logdensity, 0.1),
                                                                **kw}), False),
     "rwmh": (lambda **kw: cj.rwmh(**{"logdensity_fn": logdensity, "step_size": 0.5, **kw}), False),
+    "mala": (lambda **kw: cj.mala(**{"logdensity_fn": logdensity, "step_size": 0.3, **kw}), False),
 }
 NAMES = sorted(BUILDERS)
 
@@ -206,6 +207,10 @@ BAD = [
     ("rwmh", dict(logdensity_fn=None), "logdensity_fn"),
     ("rwmh", dict(proposal_cov=np.array([[1.0, 2.0], [2.0, 1.0]])), "proposal_cov"),
     ("rwmh", dict(proposal_cov=0.0), "proposal_cov"),
+    ("mala", dict(step_size=0.0), "step_size"),
+    ("mala", dict(logdensity_fn=None), "logdensity_fn"),
+    ("mala", dict(inverse_mass_matrix=np.array([[1.0, 2.0], [2.0, 1.0]])), "inverse_mass_matrix"),
+    ("mala", dict(inverse_mass_matrix=np.ones(3)), "inverse_mass_matrix"),
 ]
 
 
@@ -237,7 +242,7 @@ def test_sample_takes_the_object_or_its_step_and_gives_the_same_samples():
     algo, state = start("cenlmc")
     a = cj.sample(jax.random.key(1), algo, state, 5)
     b = cj.sample(jax.random.key(1), algo.step, state, 5)
-    c = cj.sample(jax.random.key(1), functools.partial(cj.cenlmc_step, logdensity_fn=logdensity, step_size=0.05,
+    c = cj.sample(jax.random.key(1), functools.partial(cj.ensemble.cenlmc_step, logdensity_fn=logdensity, step_size=0.05,
                                                        eta=0.8, r1=0.5, r2=0.5, n_star=2, m_f=10.0), state, 5)
     leaves_equal(a.trace, b.trace)
     leaves_equal(a.trace, c.trace)

@@ -77,7 +77,7 @@ def max_z(draws, mean, var):
 
 
 def run(name, step_size):
-    est = cj.grad_estimator_from_logdensity(logdensity)
+    est = cj.gradients.grad_estimator_from_logdensity(logdensity)
     x0 = jnp.zeros((N, 2))
     if name == "lmc":
         algo = cj.lmc(logdensity, step_size)
@@ -122,9 +122,9 @@ def test_lmc_schedule_float64_in_float64_out():
 def test_lmc_refuses_a_bad_schedule_by_name(bad, match):
     with pytest.raises(ValueError, match=match):
         cj.lmc(logdensity, bad)
-    state = cj.lmc_init(jnp.zeros((4, 2)), logdensity)
+    state = cj.ensemble.lmc_init(jnp.zeros((4, 2)), logdensity)
     with pytest.raises(ValueError, match=match):
-        cj.lmc_step(jax.random.key(0), state, logdensity, bad)
+        cj.ensemble.lmc_step(jax.random.key(0), state, logdensity, bad)
 
 
 def test_jax_grad_through_cj_sample_with_an_lmc_schedule_is_the_central_difference():

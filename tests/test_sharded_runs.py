@@ -33,7 +33,7 @@ SCRIPT = textwrap.dedent(
     import cenlmc_jax as cj
     from cenlmc_jax.pairwise import make_mesh
 
-    tgt = cj.targets.standard_gaussian(2)
+    tgt = cj.models.targets.standard_gaussian(2)
     x0 = jax.random.normal(jax.random.key(0), (400, 2))
     out = {"num_devices": np.array(len(jax.devices()))}
     for tag, mesh, strategy in (("single", None, "allgather"), ("allgather", make_mesh(4), "allgather"),

@@ -39,7 +39,7 @@ on a built-in target or on your own model:
   or by ``--resume``.
 
 Default step sizes follow the target's curvature ``c`` (``L`` of
-:mod:`cenlmc_jax.targets`, else the inverse of the smallest variance, else the
+:mod:`cenlmc_jax.models.targets`, else the inverse of the smallest variance, else the
 largest Hessian eigenvalue at the mode, by power iteration): Langevin samplers
 use ``h = min(0.05, sqrt(2/N)) / c``, which keeps unadjusted Langevin's sd bias
 (``≈ h c / 4`` relative) below half the standard error of a streamed estimate

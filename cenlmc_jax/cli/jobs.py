@@ -46,8 +46,6 @@ import jax.numpy as jnp
 import numpy as np
 
 import cenlmc_jax as cj
-from cenlmc_jax import plots, tuning
-from cenlmc_jax import targets as targets_mod
 from cenlmc_jax.cli.parser import (
     DEFAULT_PARTICLES,
     DEFAULT_STEPS,
@@ -57,8 +55,11 @@ from cenlmc_jax.cli.parser import (
     write_config,
 )
 from cenlmc_jax.cli.samplers import SPECS, Job, build_job
+from cenlmc_jax.diagnostics import plots
+from cenlmc_jax.diagnostics.summary import SummaryTable, to_arviz
+from cenlmc_jax.ensemble import tuning
+from cenlmc_jax.models import targets as targets_mod
 from cenlmc_jax.run import RunResult
-from cenlmc_jax.summary import SummaryTable, to_arviz
 
 
 class Setup(NamedTuple):
@@ -332,7 +333,7 @@ def _setup(args) -> Setup:
 
 
 #: The R-hat the default run length aims below: the verdict's threshold (``verdict.RHAT_MAX``, which imports
-#: this module; tests/test_cli_posteriordb.py checks that they agree).
+#: this module; tests/cli/test_cli_posteriordb.py checks that they agree).
 RHAT_TARGET = 1.1
 #: The longest run :func:`default_steps` asks for (a longer one would hold 2,000 x 20,000 x d draws with --trace).
 MAX_DEFAULT_STEPS = 20_000

@@ -37,8 +37,8 @@ from typing import Any
 import jax
 
 import cenlmc_jax as cj
-from cenlmc_jax import targets as targets_mod
 from cenlmc_jax.cli.samplers import CHOICES, DEFAULT_SAMPLER, takes
+from cenlmc_jax.models import targets as targets_mod
 
 try:  # Python >= 3.11
     import tomllib

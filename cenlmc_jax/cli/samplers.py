@@ -35,8 +35,9 @@ import jax
 import numpy as np
 
 import cenlmc_jax as cj
-from cenlmc_jax import adaptation, tuning
+from cenlmc_jax import adaptation
 from cenlmc_jax.base import SamplingAlgorithm
+from cenlmc_jax.ensemble import tuning
 
 ADAPT_MIN_STEPS = 20  # the warm-up's schedule needs 20 steps for its windows
 LANGEVIN_RULE = "min(0.05, sqrt(2/N)) / c"
@@ -151,12 +152,12 @@ def _sgrhmc(spec, args, target, positions, c, keys):
     """SGRHMC with the gSGRHMC metric, one chain per 'particle', noisy gradients
     (true gradient + N(0, grad_noise²)) when --grad-noise > 0."""
     eps = args.step_size or 0.05 / math.sqrt(c)
-    est = (cj.noisy_grad_estimator(jax.grad(target.logdensity_fn), args.grad_noise) if args.grad_noise > 0
-           else cj.grad_estimator_from_logdensity(target.logdensity_fn))
+    est = (cj.gradients.noisy_grad_estimator(jax.grad(target.logdensity_fn), args.grad_noise) if args.grad_noise > 0
+           else cj.gradients.grad_estimator_from_logdensity(target.logdensity_fn))
     f_star = target.f_star
     if f_star is None:
         f_star = float(tuning.find_f_star(target.logdensity_fn, positions).f_star)
-    inv_metric = cj.gsgrhmc_inv_metric(lambda x: -target.logdensity_fn(x) - f_star)
+    inv_metric = cj.sgmcmc.gsgrhmc_inv_metric(lambda x: -target.logdensity_fn(x) - f_star)
     algo = cj.vmap_chains(spec.constructor(est, eps, inv_metric))
     return Job(algo, algo.init(positions),
                f"gSGRHMC (metric 1.5 sqrt|U - U* + 0.5|), eps={eps:.4g}, gradient noise sd {args.grad_noise}",
@@ -190,7 +191,7 @@ def _irreversible_mh(spec, args, target, positions, c, keys):
         return _adapted(args, spec.adapt_kind, target, positions, keys, scale, lambda p: (
             f"irreversible MH, Gamma(2, scale) proposal, one chain per particle, scale per coordinate "
             f"{np.round(p['scale'], 4).tolist()}"))
-    algo = cj.vmap_chains(spec.constructor(target.logdensity_fn, cj.gamma_proposal(2.0, scale)))
+    algo = cj.vmap_chains(spec.constructor(target.logdensity_fn, cj.irreversible.gamma_proposal(2.0, scale)))
     return Job(algo, algo.init(positions, keys[2]),
                f"irreversible MH, Gamma(2, {scale:.4g}) proposal, one chain per particle", dict(scale=scale, shape=2.0))
 

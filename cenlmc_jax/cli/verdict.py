@@ -54,13 +54,13 @@ from cenlmc_jax.cli.jobs import Run, Setup, no_draws, shown
 from cenlmc_jax.cli.parser import UsageError
 from cenlmc_jax.cli.samplers import SPECS
 from cenlmc_jax.diagnostics import convergence
+from cenlmc_jax.diagnostics.summary import SummaryTable, summary
 from cenlmc_jax.run import WATCH_MIN_STEPS
-from cenlmc_jax.summary import SummaryTable, summary
 
 ACCEPTANCE_MIN = 0.05
 #: The CLI's R-hat threshold, passed to the shared check (cj.sample warns above 1.01,
 #: convergence.RHAT_MAX). The CLI keeps its documented 1.1 until the 200-particle x 150-draw run of
-#: tests/test_cli.py (R-hat 1.02: ~19 effective draws per particle's half-chain) is long enough for 1.01.
+#: tests/cli/test_cli.py (R-hat 1.02: ~19 effective draws per particle's half-chain) is long enough for 1.01.
 RHAT_MAX = 1.1
 TRUTH_Z_MAX = 5.0
 EXIT_UNRELIABLE, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130

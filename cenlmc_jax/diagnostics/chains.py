@@ -527,7 +527,7 @@ def _summary_core(x: Array, rank_bulk: Array, rank_folded: Array, quantiles: Arr
 def summary_diagnostics(x: np.ndarray) -> dict:
     """``mcse_mean``, ``mcse_sd`` (split), ``ess_bulk``, ``ess_tail`` and rank ``r_hat`` of ``x: (m, n, K)`` float64.
 
-    What :func:`cenlmc_jax.summary` shows, as :func:`mcse` (``split=True``),
+    What :func:`cenlmc_jax.diagnostics.summary` shows, as :func:`mcse` (``split=True``),
     :func:`effective_sample_size` (``"bulk"``, ``"tail"``) and
     :func:`potential_scale_reduction` (``rank=True``) compute them, but with
     the ranks sorted once per coordinate on the host (the split chains' ranks

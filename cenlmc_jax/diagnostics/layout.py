@@ -255,7 +255,7 @@ def chains_first(samples: ArrayLike, chain_axis: int | None = None, sample_axis:
     single-chain ``(draws, d)`` trace gets a chain axis of 1); an array is
     taken chains first unless the axes are given, with the layout check of
     the module docstring. What every chain diagnostic, ``cj.summary``,
-    ``cj.to_arviz`` and ``cenlmc_jax.plots`` use.
+    ``cj.to_arviz`` and ``cenlmc_jax.diagnostics.plots`` use.
     """
     return checked_chains_first(samples, chain_axis, sample_axis, min_draws=1)[0]
 

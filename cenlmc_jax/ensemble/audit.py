@@ -87,7 +87,7 @@ too when ``|β|`` exceeds :data:`AUDIT_DRIFT_BIAS_THRESHOLD` = 0.06 after
 ``biased`` is not a divergence: the run goes on, ``cj.sample`` warns once and
 the command-line job reports UNRELIABLE (exit 1). The remedies are smaller
 ``η, R1, R2``, a larger N* or more particles (the suggestion's noise budget,
-:func:`cenlmc_jax.tuning.suggest_cenlmc_params`; :func:`cenlmc_jax.tune_cenlmc`
+:func:`cenlmc_jax.ensemble.tuning.suggest_cenlmc_params`; :func:`cenlmc_jax.tune_cenlmc`
 caps the measured inflation), or LMC. No automatic fall-back to gradients:
 the flag is about the whole ensemble (an average over steps), not about
 particles, and switching the ensemble off mid-run would leave the draws
@@ -300,7 +300,7 @@ def _biased_message(kept: Any, first_step: int) -> str:
         else (noise, drift)
     return (f"the gradient audit measured over the kept steps that {first}, and that {second}: above the audit's "
             f"thresholds from step {first_step} (info.biased), so the moments are biased. Use smaller eta, r1, r2 or a "
-            "larger n_star (or more particles), e.g. from cj.tuning.suggest_cenlmc_params or cj.tune_cenlmc, the "
+            "larger n_star (or more particles), e.g. from cj.ensemble.tuning.suggest_cenlmc_params or cj.tune_cenlmc, the "
             "paper's estimator in place of a least-squares one, or cj.lmc")
 
 

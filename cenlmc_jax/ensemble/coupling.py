@@ -15,8 +15,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from cenlmc_jax._validation import check_bool, check_int
-from cenlmc_jax.ensemble.samplers import cenlmc_init, cenlmc_step, check_cenlmc_params
-from cenlmc_jax.langevin import lmc_init, lmc_step
+from cenlmc_jax.ensemble.cenlmc import cenlmc_init, cenlmc_step, check_cenlmc_params
+from cenlmc_jax.ensemble.lmc import lmc_init, lmc_step
 from cenlmc_jax.types import ArrayLike, LogDensityFn, PRNGKey
 
 __all__ = ["coupling_distance"]

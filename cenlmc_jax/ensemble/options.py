@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from cenlmc_jax._validation import check_bool, check_callable, check_choice, check_int
-from cenlmc_jax.grad_modes import check_grad_mode
+from cenlmc_jax.gradients.modes import check_grad_mode
 from cenlmc_jax.pairwise import METHODS, STRATEGIES
 
 __all__ = ["EnsembleOptions", "ensemble_options"]
@@ -51,11 +51,11 @@ class EnsembleOptions(NamedTuple):
        ensemble force; :mod:`cenlmc_jax.ensemble.audit`); 0 switches the audit off; None: the
        sampler's default (EnLMC 32, CEnLMC :data:`~cenlmc_jax.ensemble.audit.CENLMC_AUDIT_SIZE`).
     grad_fn: ``x: (d,) -> ∇ log density (d,)`` for the particles that need a true gradient
-       (an adjoint solver, :func:`cenlmc_jax.finite_difference`, an external code); default
+       (an adjoint solver, :func:`cenlmc_jax.gradients.finite_difference`, an external code); default
        the autodiff gradient of ``logdensity_fn`` in ``grad_mode``. A ``grad_fn`` overrides ``grad_mode``.
     grad_mode: ``"auto"`` (default), ``"reverse"`` or ``"forward"``: how the true gradients (of the
        particles that need one, and the audit's) are differentiated without ``grad_fn``
-       (:mod:`cenlmc_jax.grad_modes`; auto: forward for ``d <= FORWARD_MAX_D``, measured). The
+       (:mod:`cenlmc_jax.gradients.modes`; auto: forward for ``d <= FORWARD_MAX_D``, measured). The
        same chain up to rounding either way.
     """
 

@@ -18,6 +18,8 @@ without detailed balance. The modules:
 * :mod:`~cenlmc_jax.irreversible.rwmh` — Gaussian random-walk MH, the
   reversible baseline: :class:`RWMHState`, :class:`RWMHInfo`,
   :func:`rwmh_init`, :func:`rwmh_step`, :func:`rwmh`;
+* :mod:`~cenlmc_jax.irreversible.mala` — :func:`mala`: ``sde_proposal`` with
+  ``Q = 0`` (the reversible MALA chain, preconditioned by ``M``);
 * ``_common`` — the Metropolis decision and the matrix factor they share.
 
 Only re-exports here: every name is ``cenlmc_jax.irreversible.X`` as before,
@@ -36,6 +38,7 @@ from cenlmc_jax.irreversible.jump import (
     irreversible_mh_init,
     irreversible_mh_step,
 )
+from cenlmc_jax.irreversible.mala import mala
 from cenlmc_jax.irreversible.proposals import SDEPoint, coordinatewise_proposal, gamma_proposal, sde_proposal
 from cenlmc_jax.irreversible.rwmh import RWMHInfo, RWMHState, rwmh, rwmh_init, rwmh_step
 
@@ -55,4 +58,5 @@ __all__ = [
     "rwmh_init",
     "rwmh_step",
     "rwmh",
+    "mala",
 ]

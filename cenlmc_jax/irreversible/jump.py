@@ -38,7 +38,7 @@ once, at ``z*``. The shipped proposals (the Gamma and SDE ones) are in
 
 Positions: one chain's ``position`` is a ``(d,)`` array or a pytree (a dict
 of parameters); a pytree is flattened with ``jax.flatten_util.ravel_pytree``
-at the boundary of every step (:func:`cenlmc_jax.gradients.ravel_position`):
+at the boundary of every step (:func:`cenlmc_jax.gradients.estimators.ravel_position`):
 ``logdensity_fn`` sees the pytree, proposals see the flat ``(d,)`` vector,
 and the state keeps the pytree.
 
@@ -71,7 +71,7 @@ from cenlmc_jax._validation import (
     is_concrete,
 )
 from cenlmc_jax.base import SamplingAlgorithm
-from cenlmc_jax.gradients import flat_logdensity, ravel_position
+from cenlmc_jax.gradients.estimators import flat_logdensity, ravel_position
 from cenlmc_jax.irreversible._common import ZERO_ACCEPTANCE_FLAG, from_flat, metropolis, proposal_trouble
 from cenlmc_jax.types import Array, LogDensityFn, PRNGKey
 

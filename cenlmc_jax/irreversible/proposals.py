@@ -48,9 +48,9 @@ from jax.scipy.linalg import solve_triangular
 from jax.scipy.special import gammaln
 
 from cenlmc_jax import _linalg as la
-from cenlmc_jax import grad_modes
 from cenlmc_jax._validation import check_callable, check_positive, is_concrete
-from cenlmc_jax.grad_modes import check_grad_mode
+from cenlmc_jax.gradients import modes as grad_modes
+from cenlmc_jax.gradients.modes import check_grad_mode
 from cenlmc_jax.irreversible._common import matrix_value, spd_factor
 from cenlmc_jax.irreversible.jump import Proposal
 from cenlmc_jax.types import Array, LogDensityFn, PRNGKey
@@ -268,7 +268,7 @@ def sde_proposal(D: Any, Q: Any, logdensity_fn: LogDensityFn, step_size: Any, *,
       step_size: ``ε > 0``; may be a tracer.
       grad_mode: ``"auto"`` (default), ``"reverse"`` (``jax.value_and_grad``, as BlackJAX's MALA)
         or ``"forward"`` (d vmapped ``jvp`` calls, the value from the primal):
-        :func:`cenlmc_jax.grad_modes.value_and_grad`; auto is forward for
+        :func:`cenlmc_jax.gradients.modes.value_and_grad`; auto is forward for
         ``d <= FORWARD_MAX_D`` (measured). The same chain up to rounding.
 
     Cost. Everything that depends only on constant ``D``, ``Q`` is computed

@@ -39,7 +39,7 @@ from cenlmc_jax._validation import (
     is_concrete,
 )
 from cenlmc_jax.base import SamplingAlgorithm
-from cenlmc_jax.gradients import flat_logdensity, ravel_position
+from cenlmc_jax.gradients.estimators import flat_logdensity, ravel_position
 from cenlmc_jax.irreversible._common import (
     ZERO_ACCEPTANCE_FLAG,
     from_flat,

@@ -41,7 +41,7 @@ Tiles and launch (``block_rows``, ``block_cols``, ``num_warps``,
 ``num_stages``) default per ``(distances, dtype, d)`` to :data:`KERNEL_DEFAULTS`,
 a frozen table chosen so that the kernel compiled for sm_90 does not spill
 registers (benchmarks/bench_spills.py compiles the TTIR of the CUDA lowering
-with the ``triton`` wheel's ptxas on a CPU; tests/test_pallas_spills.py).
+with the ``triton`` wheel's ptxas on a CPU; tests/pairwise/test_pallas_spills.py).
 The kernel's refs are named arguments (as in jax's attention kernel); the
 optional ones (``w`` and the block-sparse lists) are None when absent.
 
@@ -54,7 +54,7 @@ the blocks with invalid particles. Off GPU it runs in Pallas' interpret mode
 (slow, for tests), chosen by the platform the program is lowered for
 (``interpret=None``, ``lax.platform_dependent``), not by the default backend:
 lowering for CUDA on a CPU-only machine gives the Triton kernel
-(tests/test_lowering.py). Meant for moderate ``d`` (≤ 256): a ``(block_rows, d_pad)``
+(tests/pairwise/test_lowering.py). Meant for moderate ``d`` (≤ 256): a ``(block_rows, d_pad)``
 accumulator lives in registers; beyond that the XLA path is better.
 """
 
@@ -141,7 +141,7 @@ class KernelConfig(NamedTuple):
 #: registers and spill bytes per thread from ptxas -v (comments; the table
 #: is benchmarks/results/spills.md, by benchmarks/bench_spills.py; the
 #: float32 rows at d = 2, 3, 10, 100 are asserted by
-#: tests/test_pallas_spills.py). What decides it:
+#: tests/pairwise/test_pallas_spills.py). What decides it:
 #:
 #: * num_warps = 8, not Triton's 4: the per-thread share of each
 #:   (block_rows, block_cols) tile halves; 16 warps cap a thread at 128

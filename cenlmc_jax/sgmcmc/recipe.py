@@ -15,7 +15,7 @@ gradient estimate ``g̃ ≈ ∇log π`` is
 
 Gradient estimators return the gradient of the **log density**, as
 BlackJAX's do: ``grad_estimator(rng_key, z) -> g̃(z)``
-(:mod:`cenlmc_jax.gradients` builds them from a ``logdensity_fn``, a
+(:mod:`cenlmc_jax.gradients.estimators` builds them from a ``logdensity_fn``, a
 deterministic gradient, minibatches or added noise).
 
 ``B̂_t`` is the covariance of the gradient noise *as it enters the dynamics*:
@@ -62,7 +62,7 @@ from cenlmc_jax._validation import (
     is_concrete,
 )
 from cenlmc_jax.base import RunFlag, SamplingAlgorithm, StepSize, step_size_at
-from cenlmc_jax.gradients import GRAD_ESTIMATOR_WHAT, flat_grad_estimator, ravel_position
+from cenlmc_jax.gradients.estimators import GRAD_ESTIMATOR_WHAT, flat_grad_estimator, ravel_position
 from cenlmc_jax.types import Array, ArrayLike, GradEstimator, PRNGKey
 
 __all__ = [

@@ -48,7 +48,7 @@ from cenlmc_jax._validation import (
     is_concrete,
 )
 from cenlmc_jax.base import SamplingAlgorithm, StepSize, step_size_at
-from cenlmc_jax.gradients import flat_grad_estimator, ravel_position
+from cenlmc_jax.gradients.estimators import flat_grad_estimator, ravel_position
 from cenlmc_jax.sgmcmc.recipe import NOISE_CLIPPED_FLAG, check_grad_estimator, initial_momentum
 from cenlmc_jax.types import Array, ArrayLike, GradEstimator, PRNGKey
 

@@ -1,4 +1,4 @@
-"""Write the data of the three example models (posteriordb's, shipped in cenlmc_jax.posteriordb) to a folder.
+"""Write the data of the three example models (posteriordb's, shipped in cenlmc_jax.models.posteriordb) to a folder.
 
     python examples/posteriordb/make_data.py OUT_DIR   ->  OUT_DIR/kidiq.csv, earnings.csv, garch11.npz
 """
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cenlmc_jax import posteriordb
+from cenlmc_jax.models import posteriordb
 
 
 def write(out: Path) -> dict:

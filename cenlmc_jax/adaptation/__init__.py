@@ -1,0 +1,47 @@
+"""Warm-ups: how a sampler's step size, metric and start are chosen before sampling.
+
+* :mod:`~cenlmc_jax.adaptation.langevin_warmup`: :func:`langevin_warmup`, the
+  ensemble warm-up (mode and Laplace start, metric, step size) for LMC / CEnLMC;
+* :mod:`~cenlmc_jax.adaptation.window_adaptation`: :func:`window_adaptation`,
+  Stan's windowed adaptation of the single-chain samplers (RW-MH, MALA, SDE and
+  Gamma proposals);
+* :mod:`~cenlmc_jax.adaptation.step_size`: the largest curvature by power
+  iteration and the Langevin step size it allows;
+* :mod:`~cenlmc_jax.adaptation.mass_matrix`: the pieces both share (dual
+  averaging, Welford covariance, the window schedule).
+"""
+
+from cenlmc_jax.adaptation.langevin_warmup import LangevinWarmup, LangevinWarmupInfo, langevin_warmup
+from cenlmc_jax.adaptation.mass_matrix import (
+    DualAveragingState,
+    WelfordState,
+    build_schedule,
+    dual_averaging_init,
+    dual_averaging_update,
+    robbins_monro_update,
+    welford_covariance,
+    welford_init,
+    welford_update,
+)
+from cenlmc_jax.adaptation.step_size import langevin_step_size, max_curvature
+from cenlmc_jax.adaptation.window_adaptation import (
+    ADAPTABLE,
+    TARGET_ACCEPTANCE,
+    AdaptationSpec,
+    WindowAdaptation,
+    WindowAdaptationInfo,
+    collapse_problems,
+    gamma_spec,
+    mala_spec,
+    rwmh_spec,
+    sde_spec,
+    window_adaptation,
+)
+
+__all__ = [
+    "LangevinWarmup", "LangevinWarmupInfo", "langevin_warmup", "langevin_step_size", "max_curvature",
+    "DualAveragingState", "WelfordState", "build_schedule", "dual_averaging_init", "dual_averaging_update",
+    "robbins_monro_update", "welford_covariance", "welford_init", "welford_update",
+    "ADAPTABLE", "TARGET_ACCEPTANCE", "AdaptationSpec", "WindowAdaptation", "WindowAdaptationInfo",
+    "window_adaptation", "collapse_problems", "rwmh_spec", "mala_spec", "sde_spec", "gamma_spec",
+]

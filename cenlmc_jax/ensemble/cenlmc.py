@@ -1,0 +1,447 @@
+"""CEnLMC: constrained ensemble Langevin Monte Carlo (Ding & Li, Algorithm 3.2).
+
+The ensemble estimate ``F_ij`` and the step are EnLMC's (:mod:`cenlmc_jax.ensemble.enlmc`).
+
+CEnLMC (Algorithm 3.2, eq. 3.19-3.21, docs/algorithms.md §4): with
+``N_i = #{j ≠ i : |w_j - w_i| ≤ R2}`` (3.20),
+
+    F_i = ∇f(x_i)                      if |x_i - w_i| > R1  or  f(x_i) > f* + M_f  or  N_i < N*,
+    F_i = 1/N_i Σ_{j≠i} F_ij 1[|w_j - w_i| ≤ R2]   otherwise          (3.19, 3.21)
+
+then the same ``w``, ``x`` update. Only the particles that fail a test get a
+gradient, and only those gradients are computed (:func:`cenlmc_jax.ensemble.buffers.needed_grads`):
+they are gathered into buffers of ``grad_capacity`` particles and a bounded
+``lax.scan`` of ``lax.cond``s runs one vmapped gradient per buffer, so a step costs
+``ceil(count / grad_capacity)·grad_capacity`` gradients, not ``N``.
+
+Initialisation: nothing is known about how ``x^0`` was drawn, so
+``w = +inf`` and ``log p = -inf`` (docs/algorithms.md: ``w^{-1} = +∞``). For CEnLMC the R1
+test then fails for everyone and step 0 uses true gradients; EnLMC uses true
+gradients exactly for the particles whose ``log p`` is ``-inf`` (only at step
+0: after a step ``log p = -(d/2) log(4πh) - |ξ|²/2`` is finite whatever
+happened to ``x``). Rule (3.21) is undefined for ``N_i = 0`` (0/0), so a
+particle with no ``R2``-neighbour always takes its gradient, also when
+``n_star = 0``.
+
+Departure from the paper (the guard, on by default). Rule (3.21) counts
+``R2``-neighbours in ``w``-space, but the force sums over the η-ball in
+``x``-space. When the η-ball is empty (``d`` of 5 or more with too few
+particles), a particle can pass every test and receive a force of exactly 0:
+it diffuses, and the moments are wrong. So a particle whose η-ball held fewer
+than ``min_ball_neighbours`` (default 1: an empty ball) R2-neighbours at the
+previous step takes its true gradient (``info.num_fail_ball``);
+``min_ball_neighbours=0`` restores (3.21) exactly. The previous step's count,
+not the current one: the current count depends on the very draws ``x_j`` the
+estimate averages, and selecting on it biases the force (measured: a 6%
+over-estimate of ``∇f`` on the 2-D Gaussian with the current count); the
+previous count is a function of the past, so the force stays unbiased given
+the past, as in the paper's argument.
+
+Gradient audit (beyond the paper; :mod:`cenlmc_jax.ensemble.audit`): each step
+compares the ensemble force with true gradients at a few random particles that
+used it; ``info.unstable`` flags EnLMC's drift deficit (Theorem 3.2) and
+``info.biased`` a variance inflation beyond
+:data:`~cenlmc_jax.ensemble.audit.AUDIT_BIAS_THRESHOLD`.
+
+How a step is computed (pair-force backend, gradient buffers, sharding, the
+audit's size, a user's gradient) is one :class:`~cenlmc_jax.ensemble.options.EnsembleOptions`.
+
+``r2`` = R2 >= 0, radius in ``w``-space; ``n_star`` = N*, an integer in
+``[0, N-1]``; ``m_f`` = M_f >= 0 (``inf`` switches the test off); ``f_star`` =
+f* = min f. ``r1 = 0`` or ``r2 = 0`` are allowed and switch the ensemble off
+(every particle fails a test almost surely): the sampler is then LMC.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+
+from cenlmc_jax._steps import bound_step
+from cenlmc_jax._validation import (
+    check_callable,
+    check_finite_scalar,
+    check_int,
+    check_key,
+    check_nonnegative,
+    check_positive,
+    is_concrete,
+)
+from cenlmc_jax.base import SamplingAlgorithm
+from cenlmc_jax.ensemble.audit import BIASED_FLAG, CENLMC_AUDIT_SIZE, Audit, fresh_audit, gradients_and_audit
+from cenlmc_jax.ensemble.enlmc import (
+    UNUSED_ENSEMBLE_FLAG,
+    check_ensemble_state,
+    ensemble_move,
+    ensemble_values,
+    init_ensemble,
+    valid_params,
+)
+from cenlmc_jax.ensemble.f_star import find_f_star
+from cenlmc_jax.ensemble.least_squares import check_estimator, least_squares_force
+from cenlmc_jax.ensemble.lmc import check_grad_fn, count_nonfinite, grad_cost, gradient_fn, shares_values
+from cenlmc_jax.ensemble.options import EnsembleOptions, ensemble_options
+from cenlmc_jax.pairwise import ensemble_force
+from cenlmc_jax.types import Array, ArrayLike, LogDensityFn, PRNGKey
+
+__all__ = ["CEnLMCState", "CEnLMCInfo", "cenlmc_init", "cenlmc_step", "cenlmc", "check_cenlmc_params"]
+
+
+class CEnLMCState(NamedTuple):
+    """Ensemble state of CEnLMC.
+
+    position, logdensity, w, log_p: as in :class:`EnLMCState`.
+    f_star: () ``f* = min f = -max logdensity_fn``, used by the M_f test when the
+       step's ``f_star`` argument is None.
+    f_star_estimated: () bool, True when ``f_star`` was found numerically by
+       :func:`cenlmc_jax.ensemble.tuning.find_f_star` in :func:`cenlmc_init`.
+    audit: :class:`Audit` (see :func:`cenlmc_step`).
+    ball_count: (N,) int32, each particle's η-ball R2-neighbour count at the
+       previous step (read by the guard); the int32 maximum ("unknown, do not
+       guard") until a particle has a previous step.
+    """
+
+    position: Array
+    logdensity: Array
+    w: Array
+    log_p: Array
+    f_star: Array
+    f_star_estimated: Array
+    audit: Audit
+    ball_count: Array
+
+
+class CEnLMCInfo(NamedTuple):
+    """What one CEnLMC step did (all scalars).
+
+    grad_evals: gradients needed = particles failing at least one test of (3.21).
+    grad_evals_padded: gradients computed: the buffers holding the ``grad_evals`` particles and
+       the audited ones, ``ceil((grad_evals + audit_grad_evals) / capacity) · capacity`` (the
+       padding overhead; ``N`` with ``dense_grad=True``).
+    f_evals: evaluations of ``logdensity_fn`` (N every step: the algorithm needs f everywhere).
+    model_solves: the step's cost in model evaluations (as :class:`EnLMCInfo`).
+    ensemble_fraction: fraction of particles that used the ensemble force.
+    mean_num_neighbours: mean over particles of ``N_i`` (3.20).
+    mean_ball_neighbours: mean over particles of ``#{j: |x_j-x_i| ≤ η, |w_j-w_i| ≤ R2}``.
+    num_fail_r1: particles with ``|x_i - w_i| > R1`` (or non-finite).
+    num_fail_m_f: particles with ``f(x_i) > f* + M_f`` (or non-finite).
+    num_fail_n_star: particles with ``N_i < max(N*, 1)``. The three counts overlap.
+    num_fail_ball: particles that passed (3.21) but had fewer than
+       ``min_ball_neighbours`` neighbours in their η-ball (the guard), so took the gradient.
+    audit_grad_evals: particles audited (``audit_size``, or fewer when fewer used the ensemble
+       force); their gradients are computed in the step's one gradient call, counted in
+       ``grad_evals_padded`` and ``model_solves``, not in ``grad_evals``.
+    audit_drift_ratio: median over the audited particles of ``F_i·∇f(x_i) / |∇f(x_i)|²``
+       (1 for an exact gradient; NaN when nothing was audited).
+    audit_error: median over the audited particles of ``|F_i - ∇f(x_i)| / |∇f(x_i)|``.
+    audit_noise_error: median over the audited particles of the step's drift error
+       ``h|F_i - ∇f(x_i)|`` in units of the Langevin noise length ``sqrt(2hd)``.
+    audit_variance_inflation: as in :class:`EnLMCInfo`: this step's estimate of the relative
+       stationary variance inflation caused by the ensemble noise (NaN without audit).
+    audit_drift_bias: as in :class:`EnLMCInfo`: this step's estimate of the force's systematic
+       error along the gradient (the stationary variance is off by about ``-β``, relative).
+    biased: the running variance-inflation estimate (``state.audit.inflation``) exceeds
+       :data:`AUDIT_BIAS_THRESHOLD`, or the running drift bias's size (``state.audit.drift_bias``)
+       :data:`AUDIT_DRIFT_BIAS_THRESHOLD`, after :data:`AUDIT_BIAS_MIN_STEPS` steps: the moments are
+       biased beyond the audit's tolerance. Reported (``cj.sample`` warns, the CLI says
+       UNRELIABLE), never a divergence: the run goes on.
+    num_nonfinite: particles whose new position or log density is NaN/inf.
+    diverged: ``num_nonfinite > 0`` (or a traced parameter is NaN / out of range).
+
+    No ``unstable`` field (EnLMC's drift-deficit flag): the tests of (3.21) bound the weights
+    (proof of Lemma 4.2), so EnLMC's instability (Theorem 3.2) cannot occur, and a low audited
+    drift ratio here is a noisy but unbiased force, which ``biased`` measures (the audit's module
+    docstring, "Instability").
+    """
+
+    grad_evals: Array
+    grad_evals_padded: Array
+    f_evals: Array
+    model_solves: Array
+    ensemble_fraction: Array
+    mean_num_neighbours: Array
+    mean_ball_neighbours: Array
+    num_fail_r1: Array
+    num_fail_m_f: Array
+    num_fail_n_star: Array
+    num_fail_ball: Array
+    audit_grad_evals: Array
+    audit_drift_ratio: Array
+    audit_error: Array
+    audit_noise_error: Array
+    audit_variance_inflation: Array
+    audit_drift_bias: Array
+    biased: Array
+    num_nonfinite: Array
+    diverged: Array
+
+    # cj.sample warns once when a kept step is biased, and when the ensemble went unused over the kept steps
+    run_flags = (BIASED_FLAG, UNUSED_ENSEMBLE_FLAG)
+
+
+
+
+# --------------------------------------------------------------------------
+# Input checks (Python, before tracing).
+# --------------------------------------------------------------------------
+
+
+def check_cenlmc_params(n: int | None, step_size, eta, r1, r2, n_star, m_f) -> None:
+    """The scalar parameters of Algorithm 3.2 for an ensemble of ``n`` particles (None: not known yet).
+
+    Traced values pass (their values are checked where they are concrete)."""
+    check_positive(step_size, "step_size")
+    check_positive(eta, "eta")
+    check_nonnegative(r1, "r1")
+    check_nonnegative(r2, "r2")
+    if is_concrete(n_star):
+        why = "" if n is None else f"N* cannot exceed the N-1 = {n - 1} other particles"
+        check_int(n_star, "n_star", minimum=0, maximum=None if n is None else n - 1, why=why)
+    check_nonnegative(m_f, "m_f", allow_inf=True)
+
+
+def _check_min_ball(min_ball_neighbours: int | None, n: int | None) -> int:
+    """The guard's threshold (default 1), in ``[0, N-1]`` when N is known."""
+    if min_ball_neighbours is None:
+        return 1
+    return check_int(min_ball_neighbours, "min_ball_neighbours", minimum=0, maximum=None if n is None else n - 1)
+
+
+def _check_f_star(f_star: Any) -> None:
+    if f_star is not None:
+        check_finite_scalar(f_star, "f_star", "a finite scalar (min f = -max logdensity_fn) or None")
+
+
+# --------------------------------------------------------------------------
+# CEnLMC.
+# --------------------------------------------------------------------------
+
+
+def cenlmc_init(
+    positions: ArrayLike,
+    logdensity_fn: LogDensityFn,
+    f_star: float | None = None,
+    *,
+    f_star_tol: float | None = None,
+    f_star_max_steps: int = 500,
+) -> CEnLMCState:
+    """Start CEnLMC from ``positions: (N, d)``, ``N >= 2``.
+
+    Evaluates ``logdensity_fn`` at every particle and sets ``w = +inf``,
+    ``log p = -inf`` (``w^{-1} = +∞`` of Algorithm 3.2): step 0 uses true
+    gradients for everyone.
+
+    ``f_star`` (``f* = min f = -max logdensity_fn``, in the normalisation of
+    ``logdensity_fn``): if None it is found by
+    :func:`cenlmc_jax.ensemble.tuning.find_f_star` (L-BFGS from the best particle,
+    stopped when ``|∇f| <= f_star_tol``) and ``state.f_star_estimated`` is True.
+    A given ``f_star`` above ``min_i f(x_i)`` cannot be the minimum (often a
+    different normalisation of ``logdensity_fn``): ValueError.
+    """
+    x, logdensity, w, log_p = init_ensemble(positions, logdensity_fn)
+    _check_f_star(f_star)
+    if f_star is None:
+        res = find_f_star(logdensity_fn, x, tol=f_star_tol, max_steps=f_star_max_steps)
+        fs, estimated = jnp.asarray(res.f_star, x.dtype), True
+    else:
+        if is_concrete(f_star) and is_concrete(logdensity):
+            arr = np.asarray(f_star)
+            f_min = float(-jnp.max(logdensity))
+            # a little slack for rounding in the user's value and in logdensity_fn
+            if float(arr) > f_min + 1e-6 * max(1.0, abs(f_min)):
+                raise ValueError(
+                    f"f_star must be min f = -max logdensity_fn; got f_star={float(arr)!r}, but a particle has "
+                    f"f = {f_min!r} < f_star (is logdensity_fn normalised differently?)."
+                )
+        fs, estimated = jnp.asarray(f_star, x.dtype), False
+    return CEnLMCState(x, logdensity, w, log_p, fs, jnp.asarray(estimated), fresh_audit(x.dtype),
+                       jnp.full(x.shape[:1], jnp.iinfo(jnp.int32).max, jnp.int32))
+
+
+def cenlmc_step(
+    rng_key: PRNGKey,
+    state: CEnLMCState,
+    logdensity_fn: LogDensityFn,
+    step_size: float,
+    eta: float,
+    r1: float,
+    r2: float,
+    n_star: int,
+    m_f: float,
+    f_star: float | None = None,
+    *,
+    min_ball_neighbours: int | None = None,
+    estimator: str = "paper",
+    options: EnsembleOptions | None = None,
+    **option_fields: Any,
+) -> tuple[CEnLMCState, CEnLMCInfo]:
+    """One step of CEnLMC (Algorithm 3.2, eq. 3.19-3.21) for every particle; pure and jittable.
+
+    With ``f = -logdensity_fn`` and ``N_i = #{j ≠ i: |w_j - w_i| ≤ R2}`` (3.20):
+    particle i takes the true gradient ``∇f(x_i)`` if ``|x_i - w_i| > R1``,
+    ``f(x_i) > f* + M_f`` or ``N_i < max(N*, 1)``; otherwise
+
+        F_i = 1/N_i Σ_{j≠i} α_d (f_j - f_i)/|x_j - x_i|² 1[|x_j-x_i| ≤ η, |w_j-w_i| ≤ R2] / p_j (x_j - x_i).
+
+    Then ``w_i' = x_i - h F_i``, ``x_i' = w_i' + sqrt(2h) ξ_i`` with
+    ``ξ = jax.random.normal(rng_key, (N, d))`` (the same draw as
+    :func:`cenlmc_jax.lmc_step`), and ``logdensity_fn`` at the N new positions.
+
+    Cost: N values of ``logdensity_fn``, one O(N²) pair sum and gradients
+    only for the ``info.grad_evals`` particles that failed a test (computed in
+    buffers of ``grad_capacity``; ``info.grad_evals_padded`` counts the padding).
+
+    Args:
+      rng_key: typed or legacy key.
+      state: a :class:`CEnLMCState` from :func:`cenlmc_init`.
+      logdensity_fn: ``x: (d,) -> log p(x) + const``.
+      step_size: h > 0.  eta: η > 0.  r1: R1 >= 0.  r2: R2 >= 0.
+      n_star: N*, integer in ``[0, N-1]``.  m_f: M_f >= 0 (inf: no M_f test).
+      f_star: f* = min f; None uses ``state.f_star`` (set by :func:`cenlmc_init`).
+      min_ball_neighbours: the guard (module docstring, "Departure from the
+        paper"): a particle whose η-ball held fewer than this many
+        R2-neighbours at the previous step takes its true gradient. Default 1
+        (an empty ball: a force of exactly 0); 0 restores rule (3.21) exactly.
+      estimator: ``"paper"`` (default, eq. 3.19) or, beyond the paper, ``"least_squares"`` /
+        ``"least_squares_quadratic"``: the local fit of :mod:`cenlmc_jax.ensemble.least_squares`
+        (a particle whose fit it refuses takes its true gradient). The audit's variance inflation
+        does not measure the fit's bias; its drift bias sees the part along the gradient
+        (:data:`LEAST_SQUARES_CAVEAT`; ``cj.cenlmc`` warns of it).
+      options: how the step is computed (:class:`~cenlmc_jax.ensemble.options.EnsembleOptions`:
+        pair-force backend, gradient buffers (``grad_capacity``; default one bucketed call a step),
+        mesh, ``audit_size`` (default :data:`~cenlmc_jax.ensemble.audit.CENLMC_AUDIT_SIZE`),
+        ``grad_fn``, ``grad_mode``); its fields may also be given as keywords, which replace those of
+        ``options``.
+    """
+    check_ensemble_state(state, CEnLMCState, "cenlmc_init")
+    check_key(rng_key)
+    x = state.position
+    n, d = x.shape
+    check_cenlmc_params(n, step_size, eta, r1, r2, n_star, m_f)
+    _check_f_star(f_star)
+    opts = ensemble_options(options, **option_fields)
+    capacity = opts.capacity(n)
+    audit_size = opts.audit(n, CENLMC_AUDIT_SIZE)
+    min_ball = _check_min_ball(min_ball_neighbours, n)
+    check_estimator(estimator)
+
+    dt = x.dtype
+    h = jnp.asarray(step_size, dt)
+    fs = state.f_star if f_star is None else jnp.asarray(f_star, dt)
+    f = -state.logdensity
+    pf = ensemble_force(x, f, state.log_p, jnp.asarray(eta, dt), w=state.w, r2=jnp.asarray(r2, dt),
+                        **opts.force_kwargs())
+    # comparisons written so that NaN/inf fail the test (w = +inf at init gives NaN/inf here)
+    fail_r1 = ~(jnp.linalg.norm(x - state.w, axis=-1) <= jnp.asarray(r1, dt))
+    fail_mf = ~(f <= fs + jnp.asarray(m_f, dt))
+    fail_n = pf.n_r2 < jnp.maximum(jnp.asarray(n_star, jnp.int32), 1)
+    # the guard reads the previous step's η-ball count: a function of the past only, so
+    # selecting on it keeps the ensemble force unbiased given the past (today's count is not)
+    fail_ball = state.ball_count < min_ball
+    need = fail_r1 | fail_mf | fail_n | fail_ball
+    ens = pf.force_sum / jnp.maximum(pf.n_r2, 1).astype(dt)[:, None]
+    if estimator != "paper":
+        ens, need = least_squares_force(x, f, eta, need, estimator, opts.method, opts.mesh, opts.interpret)
+    grad_one = gradient_fn(logdensity_fn, opts.grad_fn, opts.grad_mode, given_value=True)
+    per_grad = grad_cost(opts.grad_fn, d, given_value=shares_values(opts.grad_fn, logdensity_fn))
+    audit, a, force, padded = gradients_and_audit(rng_key, grad_one, x, need, ens, capacity, opts.dense_grad,
+                                                  audit_size, state.audit, h, flag_unstable=False, mesh=opts.mesh,
+                                                  values=state.logdensity)
+    w_new, x_new, log_p_new = ensemble_move(rng_key, x, force, h)
+    logdensity = ensemble_values(logdensity_fn, x_new)
+    bad = count_nonfinite(x_new, logdensity)
+    num_need = jnp.sum(need, dtype=jnp.int32)
+    info = CEnLMCInfo(
+        grad_evals=num_need,
+        grad_evals_padded=jnp.asarray(padded, jnp.int32),
+        f_evals=jnp.asarray(n, jnp.int32),
+        model_solves=(n + padded * per_grad).astype(x.dtype),
+        ensemble_fraction=(n - num_need).astype(dt) / n,
+        mean_num_neighbours=jnp.mean(pf.n_r2.astype(dt)),
+        mean_ball_neighbours=jnp.mean(pf.n_ball.astype(dt)),
+        num_fail_r1=jnp.sum(fail_r1, dtype=jnp.int32),
+        num_fail_m_f=jnp.sum(fail_mf, dtype=jnp.int32),
+        num_fail_n_star=jnp.sum(fail_n, dtype=jnp.int32),
+        num_fail_ball=jnp.sum(fail_ball & ~(fail_r1 | fail_mf | fail_n), dtype=jnp.int32),
+        **a.info_fields(),
+        num_nonfinite=bad,
+        diverged=(bad > 0) | ~valid_params(dt, h, eta, r1, r2, m_f),
+    )
+    # rows without a previous step (w = +inf) have no meaningful count yet: "unknown" does not guard
+    known = jnp.all(jnp.isfinite(state.w), axis=-1)
+    ball_count = jnp.where(known, pf.n_ball, jnp.iinfo(jnp.int32).max)
+    new_state = CEnLMCState(x_new, logdensity, w_new, log_p_new, state.f_star, state.f_star_estimated, audit,
+                            ball_count)
+    return new_state, info
+
+
+
+# --------------------------------------------------------------------------
+# Sampler objects.
+# --------------------------------------------------------------------------
+
+
+#: What ``cj.cenlmc(..., estimator="least_squares" | "least_squares_quadratic")`` warns of (beyond the paper).
+LEAST_SQUARES_CAVEAT = (
+    "the least-squares ensemble gradient is beyond the paper, and its error is a systematic O(eta^2) bias (none on a "
+    "quadratic with the quadratic term) that the audit's variance inflation does not see: measured on N(0, I_3) "
+    "(benchmarks/results/frontier.md), variance errors of 0.4%, 7% and 17% at eta = 1, 2, 3 x the suggested one, with "
+    "an audited inflation below 0.1% on every row. The audit's drift bias (info.audit_drift_bias, "
+    "benchmarks/results/drift_bias.md) measures the part along the gradient and sets info.biased above 6%; an error "
+    "across the gradient is not seen. Check the moments against cj.lmc on your problem.")
+
+
+def cenlmc(
+    logdensity_fn: LogDensityFn,
+    step_size: float,
+    eta: float,
+    r1: float,
+    r2: float,
+    n_star: int,
+    m_f: float,
+    *,
+    f_star: float | None = None,
+    f_star_tol: float | None = None,
+    f_star_max_steps: int = 500,
+    min_ball_neighbours: int | None = None,
+    estimator: str = "paper",
+    options: EnsembleOptions | None = None,
+    **option_fields: Any,
+) -> SamplingAlgorithm:
+    """CEnLMC (Algorithm 3.2) as a sampler object; see :func:`cenlmc_step`.
+
+    ``init(positions, rng_key=None)``: :func:`cenlmc_init` on ``positions: (N, d)``
+    with ``f_star`` (found by L-BFGS when None). ``step(rng_key, state)``:
+    :func:`cenlmc_step` with these parameters (``f*`` read from the state).
+    ``N* <= N - 1`` is checked when the ensemble is known (at ``init``).
+    ``options`` / ``option_fields``: :class:`~cenlmc_jax.ensemble.options.EnsembleOptions`.
+    """
+    check_callable(logdensity_fn, "logdensity_fn", "x -> scalar log density")
+    check_cenlmc_params(None, step_size, eta, r1, r2, n_star, m_f)
+    _check_f_star(f_star)
+    _check_min_ball(min_ball_neighbours, None)
+    check_estimator(estimator)
+    if estimator != "paper":
+        warnings.warn(LEAST_SQUARES_CAVEAT, UserWarning, stacklevel=2)
+    opts = ensemble_options(options, **option_fields)
+
+    def init(positions, rng_key=None):
+        if rng_key is not None:
+            check_key(rng_key)  # unused (a deterministic start), but a wrong one is a mistake to report
+        state = cenlmc_init(positions, logdensity_fn, f_star, f_star_tol=f_star_tol, f_star_max_steps=f_star_max_steps)
+        n = state.position.shape[0]
+        check_cenlmc_params(n, step_size, eta, r1, r2, n_star, m_f)
+        _check_min_ball(min_ball_neighbours, n)
+        opts.capacity(n)
+        check_grad_fn(opts.grad_fn, state.position[0], "grad_fn")
+        return state
+
+    # one function per distinct parameters: a rebuilt sampler reuses cj.sample's compiled run
+    step = bound_step(cenlmc_step, logdensity_fn=logdensity_fn, step_size=step_size, eta=eta, r1=r1, r2=r2,
+                     n_star=n_star, m_f=m_f, min_ball_neighbours=min_ball_neighbours, estimator=estimator,
+                     options=opts)
+
+    return SamplingAlgorithm(init, step)

@@ -1,0 +1,343 @@
+"""Langevin Monte Carlo on an ensemble (docs/algorithms.md §1).
+
+Ding & Li, *Constrained Ensemble Langevin Monte Carlo*: LMC (the unadjusted
+Langevin algorithm, ULA) is the baseline every ensemble method is measured
+against. With ``f = -logdensity_fn``,
+
+    x^{m+1} = x^m - h ∇f(x^m) + sqrt(2h) ξ^m,      ξ^m ~ N(0, I_d).
+
+For ``f(x) = |x|²/(2σ²)`` the chain is Gaussian with stationary variance
+``σ² / (1 - h/(2σ²))`` per coordinate: the discretisation bias of ULA.
+
+A step-size schedule (``step_size`` a callable ``t -> h_t`` of the int32 step
+counter ``state.step``, as the recipe family takes; an optax schedule works)
+gives ``x^{m+1} = x^m - h_m ∇f(x^m) + sqrt(2 h_m) ξ^m``. On
+``f(x) = (x - μ)²/(2σ²)`` the chain stays Gaussian, with the exact recursions
+``E x^{m+1} = (1 - h_m/σ²) E x^m + h_m μ/σ²`` and
+``Var x^{m+1} = (1 - h_m/σ²)² Var x^m + 2 h_m`` (``tests/test_schedules.py``).
+
+Preconditioned LMC (``inverse_mass_matrix=M``, BlackJAX's name): with ``M``
+symmetric positive definite (a scalar ``c·I``, a ``(d,)`` diagonal or a
+``(d, d)`` matrix, the forms of :mod:`cenlmc_jax._linalg`),
+
+    x^{m+1} = x^m + h M ∇log π(x^m) + sqrt(2h) M^{1/2} ξ^m,
+
+the Euler step of the Langevin diffusion ``dX = M ∇log π dt + sqrt(2) M^{1/2} dW``,
+which keeps π invariant for any constant ``M``. It is LMC in the coordinates
+``y = M^{-1/2} x`` (``M^{1/2}`` the symmetric root): there the step is plain
+LMC on ``y ↦ π(M^{1/2} y)``, whose Hessian is ``M^{1/2} H M^{1/2}``. On
+``π = N(0, Σ)`` the chain is linear, ``x' = A x + sqrt(2h) M^{1/2} ξ`` with
+``A = I - h M Σ⁻¹``, so its stationary covariance ``S`` solves the discrete
+Lyapunov equation ``S = A S Aᵀ + 2h M``; for ``M = Σ``, ``A = (1 - h) I`` and
+``S = Σ / (1 - h/2)``: the isotropic ULA bias, whatever the condition number of ``Σ``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from cenlmc_jax._linalg import check_matrix_form, check_matrix_shape, check_symmetric_psd, np_psd_sqrt, psd_sqrt
+from cenlmc_jax._validation import (
+    check_callable,
+    check_function,
+    check_key,
+    check_logdensity,
+    check_output,
+    check_positions,
+    check_schedule,
+    check_start_logdensity,
+    check_state,
+    is_concrete,
+)
+from cenlmc_jax.base import SamplingAlgorithm, StepSize, step_size_at
+from cenlmc_jax.gradients.modes import check_grad_mode, grad, value_and_grad
+from cenlmc_jax.types import Array, ArrayLike, LogDensityFn, PRNGKey
+
+__all__ = ["LMCState", "LMCInfo", "lmc_init", "lmc_step", "lmc", "grad_cost", "gradient_fn", "value_and_grad_ensemble",
+           "shares_values", "value_and_grad_cost",
+           "check_inverse_mass_matrix", "mass_root", "lmc_move"]
+
+
+class LMCState(NamedTuple):
+    """Ensemble state of LMC.
+
+    position: (N, d) particles.
+    logdensity: (N,) ``logdensity_fn`` at each particle.
+    logdensity_grad: (N, d) its gradient, reused by the next step.
+    step: () int32, the steps taken (the ``t`` of a step-size schedule ``t -> h_t``).
+    """
+
+    position: Array
+    logdensity: Array
+    logdensity_grad: Array
+    step: Array
+
+
+class LMCInfo(NamedTuple):
+    """What one LMC step did.
+
+    grad_evals: gradient evaluations done this step (= N).
+    model_solves: the step's cost in evaluations of the model: N with autodiff (the value
+       comes with the gradient); with ``grad_fn``, N × :func:`value_and_grad_cost` (finite
+       differences of ``logdensity_fn``: ``d + 1`` forward, ``2d + 1`` central).
+    num_nonfinite: particles whose new position or log density is NaN/inf.
+    diverged: ``num_nonfinite > 0``, or a step size (traced, or a schedule's value) that is not > 0.
+    """
+
+    grad_evals: Array
+    model_solves: Array
+    num_nonfinite: Array
+    diverged: Array
+
+
+def shares_values(grad_fn: Callable | None, logdensity_fn: LogDensityFn) -> bool:
+    """Whether ``grad_fn`` takes its gradient from values of ``logdensity_fn`` itself and can reuse one.
+
+    True for :func:`cenlmc_jax.gradients.finite_difference` of the same function (``grad_fn.logdensity_fn ==
+    logdensity_fn``; whitened wrappers of the same pair compare equal too): then a value the sampler
+    has already is passed to ``grad_fn.grad_given_value(x, value)``, and LMC takes its values and
+    gradients from one ``grad_fn.value_and_grad(x)`` batch. A ``grad_fn`` of another function never
+    gets the sampler's values.
+    """
+    inner = getattr(grad_fn, "logdensity_fn", None)
+    return inner is not None and hasattr(grad_fn, "grad_given_value") and inner == logdensity_fn
+
+
+def grad_cost(grad_fn: Callable | None, d: int, given_value: bool = False) -> float:
+    """Model solves one gradient costs: ``grad_fn.model_solves(d)`` when it says
+    (``cj.finite_difference``: 2d central, d + 1 forward), else 1; ``given_value``: the
+    value at the point is known (``grad_fn.model_solves_given_value(d)``: 2d central, d forward)."""
+    cost = getattr(grad_fn, "model_solves_given_value" if given_value else "model_solves", None)
+    if cost is None and given_value:
+        cost = getattr(grad_fn, "model_solves", None)
+    return 1.0 if cost is None else float(cost(d))
+
+
+def gradient_fn(logdensity_fn: LogDensityFn, grad_fn: Callable | None, grad_mode: str = "auto",
+                given_value: bool = False) -> Callable:
+    """``grad_fn`` if given (``x: (d,) -> ∇ log density (d,)``; its output shape is checked when traced),
+    else the autodiff gradient of ``logdensity_fn`` in ``grad_mode`` (:mod:`cenlmc_jax.gradients.modes`;
+    a ``grad_fn`` overrides the mode). ``given_value``: the function takes ``(x, log density at x)``
+    and passes the value on where :func:`shares_values` (autodiff and other ``grad_fn`` ignore it)."""
+    if grad_fn is None:
+        g = grad(logdensity_fn, grad_mode)
+        return (lambda x, value: g(x)) if given_value else g
+    reuse = given_value and shares_values(grad_fn, logdensity_fn)
+
+    def checked(x, value=None):
+        g = grad_fn.grad_given_value(x, value) if reuse else grad_fn(x)
+        check_output(g, "grad_fn", what=GRAD_FN_WHAT, like=x)  # static: free at trace time
+        return g
+
+    return checked
+
+
+def value_and_grad_ensemble(logdensity_fn: LogDensityFn, positions: Array,
+                            grad_fn: Callable | None = None, grad_mode: str = "auto") -> tuple[Array, Array]:
+    """``logdensity_fn`` and its gradient at every particle: (N,), (N, d).
+
+    Without ``grad_fn`` both come from one autodiff pass per particle in
+    ``grad_mode`` (:func:`cenlmc_jax.gradients.modes.value_and_grad`: reverse, or
+    forward with the value as the primal). With ``grad_fn`` (which overrides
+    ``grad_mode``): one ``grad_fn.value_and_grad`` batch where :func:`shares_values`
+    (finite differences of ``logdensity_fn``: ``d + 1`` or ``2d + 1`` values), else
+    separate calls (an adjoint solver or an external code); a Python float
+    from ``logdensity_fn`` becomes an array of the positions' dtype.
+    """
+    if grad_fn is None:
+        return jax.vmap(value_and_grad(lambda y: jnp.asarray(logdensity_fn(y), y.dtype), grad_mode))(positions)
+    if shares_values(grad_fn, logdensity_fn):
+        values, grads = jax.vmap(grad_fn.value_and_grad)(positions)
+    else:
+        values = jax.vmap(lambda y: jnp.asarray(logdensity_fn(y), y.dtype))(positions)
+        grads = jax.vmap(grad_fn)(positions)
+    # static shapes only (free at trace time): a scalar or (1,) per particle would broadcast into the drift
+    check_output(jax.ShapeDtypeStruct(grads.shape[1:], grads.dtype), "grad_fn", what=GRAD_FN_WHAT,
+                 like=positions[0])
+    return values.astype(positions.dtype), grads.astype(positions.dtype)
+
+
+def value_and_grad_cost(grad_fn: Callable | None, logdensity_fn: LogDensityFn, d: int) -> float:
+    """Model solves of :func:`value_and_grad_ensemble` per particle with a ``grad_fn``: the value and a
+    gradient (``d + 1`` forward, ``2d + 1`` central finite differences of ``logdensity_fn``)."""
+    return 1.0 + grad_cost(grad_fn, d, given_value=shares_values(grad_fn, logdensity_fn))
+
+
+#: The signature of a user's ``grad_fn`` (for the messages).
+GRAD_FN_WHAT = "x: (d,) -> gradient of the log density (d,)"
+
+
+def check_grad_fn(grad_fn: Callable | None, example: Array, name: str = "grad_fn") -> None:
+    """A user's ``grad_fn`` maps one point ``(d,)`` to a ``(d,)`` floating gradient (abstractly checked)."""
+    if grad_fn is not None:
+        check_function(grad_fn, name, (example,), what=GRAD_FN_WHAT, like=example)
+
+
+def count_nonfinite(position: Array, logdensity: Array) -> Array:
+    """Number of particles whose position or log density is not finite."""
+    bad = ~jnp.all(jnp.isfinite(position), axis=-1) | ~jnp.isfinite(logdensity)
+    return jnp.sum(bad, dtype=jnp.int32)
+
+
+MASS_WHAT = "the inverse mass matrix M of x' = x + h M ∇log π(x) + sqrt(2h) M^{1/2} ξ"
+
+
+def check_inverse_mass_matrix(M: Any, d: int | None = None, name: str = "inverse_mass_matrix") -> Any:
+    """``M`` must be a constant symmetric positive definite matrix: a scalar ``c > 0`` (``c·I``), a ``(d,)``
+    diagonal of positive entries or a ``(d, d)`` SPD matrix (:func:`cenlmc_jax._linalg.check_symmetric_psd`
+    with ``definite=True``). ``d``: the dimension, when known. ``None`` passes (no preconditioner); a traced
+    ``M`` passes unchecked (its value is not known). Returns ``M``. ``ValueError`` names ``name``."""
+    if M is None or not is_concrete(M):
+        return M
+    if callable(M):
+        raise ValueError(f"{name} must be a constant matrix (a scalar, a (d,) diagonal or a (d, d) SPD matrix); "
+                         f"got a callable {M!r}: a position-dependent preconditioner needs the Γ term of the "
+                         "complete recipe (cj.sgrld / cj.complete_recipe).")
+    check_matrix_form(M, name)
+    m = np.asarray(M)
+    if d is not None:
+        check_matrix_shape(m, name, d)
+    if m.ndim < 2:
+        if not np.all(m > 0):
+            raise ValueError(f"{name} must be positive ({MASS_WHAT}); got {'a scalar' if m.ndim == 0 else 'a diagonal'}"
+                             f" with smallest entry {float(np.min(m)):.4g}.")
+    else:
+        check_symmetric_psd(M, name, MASS_WHAT, definite=True)
+    return M
+
+
+def mass_root(M: Any) -> Any:
+    """``M^{1/2}``: ``sqrt`` of a scalar or a diagonal, the symmetric root of a dense ``M``
+    (float64 NumPy for a constant, :func:`cenlmc_jax._linalg.psd_sqrt` for a traced one)."""
+    if is_concrete(M):
+        m = np.asarray(M, np.float64)
+        return np_psd_sqrt(m) if m.ndim == 2 else np.sqrt(m)
+    m = jnp.asarray(M)
+    return psd_sqrt(m) if m.ndim == 2 else jnp.sqrt(m)
+
+
+def _rows_times(m: Array, v: Array) -> Array:
+    """``m v_i`` for every row of ``v: (N, d)``: a scalar, a diagonal or a dense ``m``."""
+    return v @ m.T if m.ndim == 2 else v * m
+
+
+def lmc_init(positions: ArrayLike, logdensity_fn: LogDensityFn, *, grad_fn: Callable | None = None,
+             grad_mode: str = "auto") -> LMCState:
+    """Start LMC from ``positions: (N, d)``; evaluates the N gradients once (``grad_fn`` if given, else
+    autodiff in ``grad_mode``)."""
+    check_grad_mode(grad_mode)
+    positions = check_positions(positions)
+    check_logdensity(logdensity_fn, positions[0])
+    check_grad_fn(grad_fn, positions[0])
+    logdensity, g = value_and_grad_ensemble(logdensity_fn, positions, grad_fn, grad_mode)
+    check_start_logdensity(logdensity, where="particle of positions")
+    return LMCState(positions, logdensity, g, jnp.zeros((), jnp.int32))
+
+
+def lmc_step(
+    rng_key: PRNGKey,
+    state: LMCState,
+    logdensity_fn: LogDensityFn,
+    step_size: StepSize,
+    *,
+    grad_fn: Callable | None = None,
+    grad_mode: str = "auto",
+    inverse_mass_matrix: Any = None,
+) -> tuple[LMCState, LMCInfo]:
+    """One unadjusted Langevin step for every particle.
+
+    ``x' = x + h ∇log p(x) + sqrt(2h) ξ`` with ``h = step_size``, a number > 0
+    or a schedule ``t -> h_t`` evaluated at ``state.step`` (module docstring);
+    pure and jittable. The gradient at ``x'`` is evaluated here (N evaluations, by
+    ``grad_fn`` when given, else autodiff in ``grad_mode``: ``"auto"``,
+    ``"reverse"`` or ``"forward"``, :mod:`cenlmc_jax.gradients.modes`) and stored in
+    the state for the next step. Both modes give the same chain up to rounding.
+
+    ``inverse_mass_matrix`` (``M``; default None, the identity): the
+    preconditioned step ``x' = x + h M ∇log p(x) + sqrt(2h) M^{1/2} ξ`` (module
+    docstring), ``M`` a scalar, a ``(d,)`` diagonal or a ``(d, d)`` SPD matrix,
+    checked (:func:`check_inverse_mass_matrix`) before tracing; ``M^{1/2}`` is
+    the symmetric root, and ``ξ`` is the same draw as without ``M``.
+    """
+    check_grad_mode(grad_mode)
+    check_state(state, LMCState, "lmc_init")
+    check_key(rng_key)
+    check_schedule(step_size, "step_size")
+    mass = None
+    if inverse_mass_matrix is not None:
+        check_inverse_mass_matrix(inverse_mass_matrix, state.position.shape[-1])
+        mass = (inverse_mass_matrix, mass_root(inverse_mass_matrix))
+    return lmc_move(rng_key, state, logdensity_fn, step_size, grad_fn, grad_mode, mass)
+
+
+def lmc_move(rng_key, state, logdensity_fn, step_size, grad_fn, grad_mode, mass):
+    """The step of :func:`lmc_step` without its checks (for callers that made them: the sampler object,
+    the warm-up); ``step_size``: ``h`` (traced allowed) or a schedule of ``state.step``; ``mass``:
+    ``(M, M^{1/2})`` (traced allowed) or None."""
+    x = state.position
+    h = step_size_at(step_size, state.step, x.dtype) if callable(step_size) else jnp.asarray(step_size, x.dtype)
+    noise = jax.random.normal(rng_key, x.shape, dtype=x.dtype)
+    drift, kick = state.logdensity_grad, noise
+    if mass is not None:
+        m, root = (jnp.asarray(a, x.dtype) for a in mass)
+        drift, kick = _rows_times(m, drift), _rows_times(root, noise)
+    new_x = x + h * drift + jnp.sqrt(2.0 * h) * kick
+    logdensity, g = value_and_grad_ensemble(logdensity_fn, new_x, grad_fn, grad_mode)
+    bad = count_nonfinite(new_x, logdensity)
+    n, d = x.shape
+    solves = n * (value_and_grad_cost(grad_fn, logdensity_fn, d) if grad_fn is not None else 1)
+    info = LMCInfo(
+        grad_evals=jnp.asarray(n, jnp.int32),
+        model_solves=jnp.asarray(solves, x.dtype),
+        num_nonfinite=bad,
+        diverged=(bad > 0) | ~(h > 0),
+    )
+    return LMCState(new_x, logdensity, g, state.step + 1), info
+
+
+def lmc(logdensity_fn: LogDensityFn, step_size: StepSize, *, inverse_mass_matrix: Any = None,
+        grad_fn: Callable | None = None, grad_mode: str = "auto") -> SamplingAlgorithm:
+    """LMC (ULA) on an ensemble as a sampler object.
+
+    ``init(positions, rng_key=None)``: :func:`lmc_init` on ``positions: (N, d)``.
+    ``step(rng_key, state)``: :func:`lmc_step` with this ``step_size`` (a number > 0 or a
+    schedule ``t -> h_t`` of ``state.step``: its output and its value at 0 checked here).
+    ``grad_fn``: ``x: (d,) -> ∇ log density (d,)`` (an adjoint solver, finite
+    differences, an external code); it overrides ``grad_mode``.
+    ``grad_mode``: how the autodiff gradient is taken without ``grad_fn``:
+    ``"reverse"`` (``jax.value_and_grad``), ``"forward"`` (d vmapped ``jvp`` calls,
+    the value from the primal: 1.3-6x faster on an ODE model at d <= 5), or
+    ``"auto"`` (default: forward for ``d <= cenlmc_jax.gradients.modes.FORWARD_MAX_D``,
+    the measured crossover, :func:`cenlmc_jax.gradients.modes.resolve_grad_mode`).
+    ``inverse_mass_matrix``: the preconditioner ``M`` of :func:`lmc_step` (a
+    scalar, ``(d,)`` or ``(d, d)`` SPD; checked here, its dimension at ``init``;
+    its root is taken once, here). ``cj.langevin_warmup`` estimates it.
+    """
+    check_callable(logdensity_fn, "logdensity_fn", "x -> scalar log density")
+    check_schedule(step_size, "step_size")
+    check_grad_mode(grad_mode)
+    check_inverse_mass_matrix(inverse_mass_matrix)
+    mass = None if inverse_mass_matrix is None else (inverse_mass_matrix, mass_root(inverse_mass_matrix))
+    if grad_fn is not None:
+        check_callable(grad_fn, "grad_fn", GRAD_FN_WHAT)
+
+    def init(positions, rng_key=None):
+        if rng_key is not None:
+            check_key(rng_key)  # unused (a deterministic start), but a wrong one is a mistake to report
+        state = lmc_init(positions, logdensity_fn, grad_fn=grad_fn, grad_mode=grad_mode)
+        check_inverse_mass_matrix(inverse_mass_matrix, state.position.shape[-1])
+        return state
+
+    def step(rng_key, state):
+        check_state(state, LMCState, "lmc_init")
+        check_key(rng_key)
+        if mass is not None and is_concrete(mass[0]):
+            check_matrix_shape(np.asarray(mass[0]), "inverse_mass_matrix", state.position.shape[-1])
+        return lmc_move(rng_key, state, logdensity_fn, step_size, grad_fn, grad_mode, mass)
+
+    return SamplingAlgorithm(init, step)

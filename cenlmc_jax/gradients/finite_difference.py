@@ -1,0 +1,115 @@
+"""Gradients by finite differences, for models JAX cannot differentiate.
+
+For a black-box log density (a NumPy or SciPy model behind
+``jax.pure_callback``, an external simulator) ``jax.grad`` has nothing to
+differentiate. A finite-difference gradient needs values only:
+
+    central:  ∂_k log π(x) ≈ (log π(x + δ_k e_k) - log π(x - δ_k e_k)) / (2 δ_k)    2d values, error O(δ²)
+    forward:  ∂_k log π(x) ≈ (log π(x + δ_k e_k) - log π(x)) / δ_k                 d + 1 values, error O(δ)
+
+with ``δ_k = step · max(1, |x_k|)`` (a relative step away from 0). The default
+steps balance truncation against rounding of the values: ``ε^{1/3}`` (central)
+and ``ε^{1/2}`` (forward) in the dtype's machine epsilon ``ε``. All the
+shifted points are evaluated in ONE vmapped call of ``logdensity_fn``, so a
+model behind ``pure_callback(..., vmap_method="expand_dims")`` sees one
+batched call per gradient.
+
+No value is computed twice. The returned object also has
+
+* ``value_and_grad(x)``: ``(log π(x), ∇ log π(x))`` from ONE batched call of
+  ``2d + 1`` (central) or ``d + 1`` (forward) points: LMC's step;
+* ``grad_given_value(x, value)``: the gradient where ``log π(x)`` is already
+  known: ``2d`` (central) or ``d`` (forward) points. CEnLMC knows the value
+  at every particle (its ensemble needs them), so its forward differences
+  cost ``d`` values, not ``d + 1``.
+
+Their costs, ``model_solves(d)`` (a gradient alone: 2d or d + 1) and
+``model_solves_given_value(d)`` (2d or d), are what the samplers count a
+step's cost with (``info.model_solves``). A user's own ``grad_fn`` may carry
+the same four attributes (:func:`cenlmc_jax.ensemble.lmc.grad_cost`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+
+from cenlmc_jax._validation import check_callable, check_choice, check_positive
+from cenlmc_jax.types import Array, LogDensityFn
+
+__all__ = ["FiniteDifferenceGrad", "finite_difference"]
+
+
+class FiniteDifferenceGrad:
+    """``x: (d,) -> ∇ log π(x) (d,)`` by finite differences (see :func:`finite_difference`)."""
+
+    def __init__(self, logdensity_fn: LogDensityFn, step: float | None, scheme: str):
+        self.logdensity_fn = logdensity_fn
+        self.step = step
+        self.scheme = scheme
+
+    def model_solves(self, d: int) -> int:
+        """Evaluations of ``logdensity_fn`` per gradient alone: 2d (central) or d + 1 (forward)."""
+        return 2 * d if self.scheme == "central" else d + 1
+
+    def model_solves_given_value(self, d: int) -> int:
+        """Evaluations per gradient when the value at ``x`` is known: 2d (central) or d (forward)."""
+        return 2 * d if self.scheme == "central" else d
+
+    def _shifted(self, x: Array) -> tuple[Array, Array]:
+        """``(δ (d,), the shifted points (2d or d, d))``: ``x + δ_k e_k`` (then ``x - δ_k e_k`` if central)."""
+        eps = jnp.finfo(x.dtype).eps
+        step = self.step if self.step is not None else (eps ** (1 / 3) if self.scheme == "central" else eps**0.5)
+        delta = jnp.asarray(step, x.dtype) * jnp.maximum(1.0, jnp.abs(x))
+        shifts = jnp.eye(x.shape[-1], dtype=x.dtype) * delta  # row k: δ_k e_k
+        points = jnp.concatenate([x + shifts, x - shifts]) if self.scheme == "central" else x + shifts
+        return delta, points
+
+    def _values(self, points: Array) -> Array:
+        return jax.vmap(lambda y: jnp.asarray(self.logdensity_fn(y), points.dtype))(points)
+
+    def _differences(self, delta: Array, shifted: Array, value: Array) -> Array:
+        d = delta.shape[-1]
+        if self.scheme == "central":
+            return (shifted[:d] - shifted[d:]) / (2 * delta)
+        return (shifted - value) / delta
+
+    def value_and_grad(self, x: Array) -> tuple[Array, Array]:
+        """``(log π(x), ∇ log π(x))`` from one batched call (``x`` itself is the last point)."""
+        delta, points = self._shifted(x)
+        values = self._values(jnp.concatenate([points, x[None, :]]))
+        return values[-1], self._differences(delta, values[:-1], values[-1])
+
+    def grad_given_value(self, x: Array, value: Array) -> Array:
+        """The gradient at ``x`` where ``value = log π(x)`` is known (forward differences reuse it)."""
+        delta, points = self._shifted(x)
+        return self._differences(delta, self._values(points), jnp.asarray(value, x.dtype))
+
+    def __call__(self, x: Array) -> Array:
+        if self.scheme == "central":  # 2d points; the value at x is not needed
+            delta, points = self._shifted(x)
+            return self._differences(delta, self._values(points), jnp.zeros((), x.dtype))
+        return self.value_and_grad(x)[1]
+
+    def __repr__(self) -> str:
+        return f"finite_difference({self.logdensity_fn!r}, step={self.step!r}, scheme={self.scheme!r})"
+
+
+def finite_difference(logdensity_fn: LogDensityFn, *, step: float | None = None,
+                      scheme: str = "central") -> Callable[[Array], Array]:
+    """A gradient ``x: (d,) -> ∇ log π(x)`` by finite differences of ``logdensity_fn`` (module docstring).
+
+    Args:
+      logdensity_fn: ``x: (d,) -> scalar``; may be a black box behind ``jax.pure_callback``.
+      step: relative step ``δ_k / max(1, |x_k|)``; None: ``ε^{1/3}`` (central) or ``ε^{1/2}`` (forward).
+      scheme: ``"central"`` (2d values, O(δ²)) or ``"forward"`` (d + 1 values, O(δ)).
+
+    Pass it as ``grad_fn=`` to ``cj.lmc``, ``cj.enlmc`` or ``cj.cenlmc``.
+    """
+    check_callable(logdensity_fn, "logdensity_fn", "x -> scalar log density")
+    check_choice(scheme, "scheme", ("central", "forward"))
+    if step is not None:
+        check_positive(step, "step")
+    return FiniteDifferenceGrad(logdensity_fn, step, scheme)
