@@ -79,9 +79,21 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     (default ``benchmarks/results``).
     """
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--quick", action="store_true", help="small sizes, for a fast smoke run")
-    parser.add_argument("--repeats", type=int, default=5, help="timed runs per configuration (median reported)")
-    parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR, help="directory for the JSON and markdown output")
+    parser.add_argument(
+        "--quick", action="store_true", help="small sizes, for a fast smoke run"
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=5,
+        help="timed runs per configuration (median reported)",
+    )
+    parser.add_argument(
+        "--out-dir",
+        type=Path,
+        default=RESULTS_DIR,
+        help="directory for the JSON and markdown output",
+    )
     return parser
 
 
@@ -169,7 +181,9 @@ def _block(out: Any) -> Any:
     return jax.block_until_ready(out)
 
 
-def time_call(fn: Callable, *args: Any, repeats: int = 5, min_run_s: float = 0.0, **kwargs: Any) -> Timing:
+def time_call(
+    fn: Callable, *args: Any, repeats: int = 5, min_run_s: float = 0.0, **kwargs: Any
+) -> Timing:
     """Time ``fn(*args, **kwargs)``: one untimed-in-stats first call, then ``repeats`` runs.
 
     Every run is blocked with ``jax.block_until_ready`` on all outputs. Pass a
@@ -211,7 +225,9 @@ def time_call(fn: Callable, *args: Any, repeats: int = 5, min_run_s: float = 0.0
 # ----------------------------------------------------------------------- memory
 
 
-def compiled_memory(fn: Callable, *args: Any, static_argnums: Sequence[int] = (), **jit_kwargs: Any) -> dict[str, Any]:
+def compiled_memory(
+    fn: Callable, *args: Any, static_argnums: Sequence[int] = (), **jit_kwargs: Any
+) -> dict[str, Any]:
     """XLA's memory accounting of ``jax.jit(fn)`` compiled for ``args``.
 
     Returns bytes: ``temp_bytes`` (scratch buffers: the figure that tells a
@@ -223,7 +239,11 @@ def compiled_memory(fn: Callable, *args: Any, static_argnums: Sequence[int] = ()
     is run, only compiled). Pass an already-jitted function to reuse its
     static arguments: it is not wrapped twice.
     """
-    jitted = fn if hasattr(fn, "lower") else jax.jit(fn, static_argnums=tuple(static_argnums), **jit_kwargs)
+    jitted = (
+        fn
+        if hasattr(fn, "lower")
+        else jax.jit(fn, static_argnums=tuple(static_argnums), **jit_kwargs)
+    )
     compiled = jitted.lower(*args).compile()
     try:
         ma = compiled.memory_analysis()
@@ -242,14 +262,18 @@ def compiled_memory(fn: Callable, *args: Any, static_argnums: Sequence[int] = ()
         "code_bytes": get("generated_code_size_in_bytes"),
     }
     parts = [out["temp_bytes"], out["argument_bytes"], out["output_bytes"]]
-    out["peak_bytes"] = None if None in parts else sum(parts) - (out["alias_bytes"] or 0)
+    out["peak_bytes"] = (
+        None if None in parts else sum(parts) - (out["alias_bytes"] or 0)
+    )
     return out
 
 
 # ------------------------------------------------------------------------ sgemm
 
 
-def sgemm_rate(n: int = 4096, repeats: int = 5, dtype: Any = jnp.float32) -> dict[str, Any]:
+def sgemm_rate(
+    n: int = 4096, repeats: int = 5, dtype: Any = jnp.float32
+) -> dict[str, Any]:
     """Measured dense matmul rate: ``jnp.dot`` of two ``(n, n)`` matrices, jitted.
 
     Returns ``{"n", "dtype", "flops_per_s", "timing"}`` with flops = 2 n^3 and
@@ -290,7 +314,9 @@ def fmt_rate(x: float | None, unit: str = "/s") -> str:
     return f"{x:.3g}{unit}"
 
 
-def markdown_table(rows: Iterable[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
+def markdown_table(
+    rows: Iterable[dict[str, Any]], columns: Sequence[str] | None = None
+) -> str:
     """A GitHub markdown table of ``rows`` (dicts). Missing cells print ``-``.
 
     ``columns`` fixes the order (default: keys of the first row). Floats are
@@ -308,7 +334,10 @@ def markdown_table(rows: Iterable[dict[str, Any]], columns: Sequence[str] | None
             return f"{v:.4g}"
         return str(v)
 
-    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    lines = [
+        "| " + " | ".join(columns) + " |",
+        "|" + "|".join("---" for _ in columns) + "|",
+    ]
     for r in rows:
         lines.append("| " + " | ".join(cell(r.get(c)) for c in columns) + " |")
     return "\n".join(lines) + "\n"
@@ -357,7 +386,9 @@ def write_results(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     info = machine_info()
-    command = command or "python " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:])
+    command = command or "python " + " ".join(
+        [os.path.relpath(sys.argv[0])] + sys.argv[1:]
+    )
     doc = {"machine": info, "command": command, **payload, "rows": list(rows)}
     json_path = out_dir / f"{name}.json"
     json_path.write_text(json.dumps(_jsonable(doc), indent=2) + "\n")

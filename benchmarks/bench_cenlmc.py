@@ -47,19 +47,27 @@ from cenlmc_jax.models import targets
 from cenlmc_jax.pairwise import ensemble_force
 
 
-def expensive_model(base_logdensity, dim, *, model_iters, grad_cost, hidden, seed=0, delta=1e-2):
+def expensive_model(
+    base_logdensity, dim, *, model_iters, grad_cost, hidden, seed=0, delta=1e-2
+):
     """Wrap ``base_logdensity`` so a value costs 1 model solve and a gradient ``≈ grad_cost`` solves.
 
     Returns ``(logdensity_fn, solves_per_grad)``.
     """
     rng = np.random.default_rng(seed)
-    a = jnp.asarray(0.9 * rng.standard_normal((hidden, hidden)) / math.sqrt(hidden), jnp.float32)
+    a = jnp.asarray(
+        0.9 * rng.standard_normal((hidden, hidden)) / math.sqrt(hidden), jnp.float32
+    )
     b = jnp.asarray(rng.standard_normal((hidden, dim)), jnp.float32)
 
     def solve(x):
         c = b.astype(x.dtype) @ x
-        z = jax.lax.fori_loop(0, model_iters, lambda i, z: jnp.tanh(a.astype(x.dtype) @ z + c),
-                              jnp.zeros((hidden,), x.dtype))
+        z = jax.lax.fori_loop(
+            0,
+            model_iters,
+            lambda i, z: jnp.tanh(a.astype(x.dtype) @ z + c),
+            jnp.zeros((hidden,), x.dtype),
+        )
         return jnp.tanh(jnp.mean(z))
 
     def value(x):
@@ -75,11 +83,15 @@ def expensive_model(base_logdensity, dim, *, model_iters, grad_cost, hidden, see
     def fwd(x):
         return value(x), x
 
-    steps = delta * jnp.arange(1, stencils + 1)  # central differences at these step sizes, averaged
+    steps = delta * jnp.arange(
+        1, stencils + 1
+    )  # central differences at these step sizes, averaged
 
     def bwd(x, g):
         offsets = (steps[:, None, None] * eye[None]).astype(x.dtype)  # (stencils, d, d)
-        pts = jnp.concatenate([x + offsets, x - offsets], axis=0).reshape(-1, dim)  # all 2·d·stencils solves
+        pts = jnp.concatenate([x + offsets, x - offsets], axis=0).reshape(
+            -1, dim
+        )  # all 2·d·stencils solves
         vals = jax.vmap(value)(pts).reshape(2, stencils, dim)
         grads = (vals[0] - vals[1]) / (2 * steps[:, None].astype(x.dtype))
         return (g * jnp.mean(grads, axis=0),)
@@ -134,7 +146,9 @@ def variance_accuracy(kept, burn_kept, h):
     )
 
 
-def bench_config(label, dim, n, h, steps, burn_in, thin, params, model, grad_cost_solves, repeats):
+def bench_config(
+    label, dim, n, h, steps, burn_in, thin, params, model, grad_cost_solves, repeats
+):
     tgt = targets.standard_gaussian(dim)
     logdensity = model
     x0 = tgt.sample(jax.random.key(0), n)
@@ -143,27 +157,60 @@ def bench_config(label, dim, n, h, steps, burn_in, thin, params, model, grad_cos
 
     lmc_state = lmc_init(x0, logdensity)
     lmc = functools.partial(lmc_step, logdensity_fn=logdensity, step_size=h)
-    (_, kept, infos), wall, wall_min, comp = timed_run(lmc, lmc_state, steps, thin, repeats)
+    (_, kept, infos), wall, wall_min, comp = timed_run(
+        lmc, lmc_state, steps, thin, repeats
+    )
     grads = int(np.sum(infos.grad_evals))
-    rows.append(dict(
-        config=label, sampler="LMC", d=dim, N=n, h=h, steps=steps, ensemble_fraction=0.0,
-        grad_evals=grads, grad_evals_padded=grads, model_solves=steps * n + grad_cost_solves * grads,
-        wall_s=round(wall, 3), wall_min_s=round(wall_min, 3), compile_s=round(comp, 2),
-        **variance_accuracy(kept, burn_kept, h),
-    ))
+    rows.append(
+        dict(
+            config=label,
+            sampler="LMC",
+            d=dim,
+            N=n,
+            h=h,
+            steps=steps,
+            ensemble_fraction=0.0,
+            grad_evals=grads,
+            grad_evals_padded=grads,
+            model_solves=steps * n + grad_cost_solves * grads,
+            wall_s=round(wall, 3),
+            wall_min_s=round(wall_min, 3),
+            compile_s=round(comp, 2),
+            **variance_accuracy(kept, burn_kept, h),
+        )
+    )
 
     c_state = cenlmc_init(x0, logdensity, tgt.f_star)
-    cen = functools.partial(cenlmc_step, logdensity_fn=logdensity, step_size=h, **params)
-    (_, kept, infos), wall, wall_min, comp = timed_run(cen, c_state, steps, thin, repeats)
+    cen = functools.partial(
+        cenlmc_step, logdensity_fn=logdensity, step_size=h, **params
+    )
+    (_, kept, infos), wall, wall_min, comp = timed_run(
+        cen, c_state, steps, thin, repeats
+    )
     grads, padded = int(np.sum(infos.grad_evals)), int(np.sum(infos.grad_evals_padded))
     frac = float(np.mean(np.asarray(infos.ensemble_fraction)[burn_in:]))
-    rows.append(dict(
-        config=label, sampler="CEnLMC", d=dim, N=n, h=h, steps=steps, ensemble_fraction=round(frac, 4),
-        grad_evals=grads, grad_evals_padded=padded, model_solves=steps * n + grad_cost_solves * padded,
-        wall_s=round(wall, 3), wall_min_s=round(wall_min, 3), compile_s=round(comp, 2),
-        **variance_accuracy(kept, burn_kept, h),
-        params={k: (round(v, 4) if isinstance(v, float) else v) for k, v in params.items()},
-    ))
+    rows.append(
+        dict(
+            config=label,
+            sampler="CEnLMC",
+            d=dim,
+            N=n,
+            h=h,
+            steps=steps,
+            ensemble_fraction=round(frac, 4),
+            grad_evals=grads,
+            grad_evals_padded=padded,
+            model_solves=steps * n + grad_cost_solves * padded,
+            wall_s=round(wall, 3),
+            wall_min_s=round(wall_min, 3),
+            compile_s=round(comp, 2),
+            **variance_accuracy(kept, burn_kept, h),
+            params={
+                k: (round(v, 4) if isinstance(v, float) else v)
+                for k, v in params.items()
+            },
+        )
+    )
     lm, ce = rows
     ce["grad_saving"] = round(lm["grad_evals"] / max(ce["grad_evals_padded"], 1), 3)
     ce["solve_saving"] = round(lm["model_solves"] / ce["model_solves"], 3)
@@ -183,48 +230,131 @@ def cost_probe(model, dim, n, repeats):
     log_p = jnp.full((n,), -1.0)
     pair = jax.jit(lambda x, f, lp, w: ensemble_force(x, f, lp, 0.3, w=w, r2=0.3))
     tp = time_call(pair, x, f, log_p, x, repeats=repeats, min_run_s=0.05)
-    return dict(d=dim, N=n, value_s=tv.median_s, grad_s=tg.median_s, pair_sum_s=tp.median_s,
-                grad_over_value_time=tg.median_s / tv.median_s)
+    return dict(
+        d=dim,
+        N=n,
+        value_s=tv.median_s,
+        grad_s=tg.median_s,
+        pair_sum_s=tp.median_s,
+        grad_over_value_time=tg.median_s / tv.median_s,
+    )
 
 
 def main():
     p = base_parser(__doc__.splitlines()[0])
     p.add_argument("--particles", type=int, default=2000)
     p.add_argument("--steps", type=int, default=400)
-    p.add_argument("--burn-in", type=int, default=100, help="steps left out of the accuracy estimate")
+    p.add_argument(
+        "--burn-in",
+        type=int,
+        default=100,
+        help="steps left out of the accuracy estimate",
+    )
     p.add_argument("--thin", type=int, default=5)
-    p.add_argument("--model-iters", type=int, default=20, help="fixed-point iterations per model solve")
+    p.add_argument(
+        "--model-iters",
+        type=int,
+        default=20,
+        help="fixed-point iterations per model solve",
+    )
     p.add_argument("--hidden", type=int, default=16, help="model state dimension")
-    p.add_argument("--grad-cost", type=int, default=20, help="model solves per gradient")
+    p.add_argument(
+        "--grad-cost", type=int, default=20, help="model solves per gradient"
+    )
     p.add_argument("--dims", type=int, nargs="+", default=[2, 5])
     p.set_defaults(repeats=3)
     args = p.parse_args()
-    n, steps, burn_in = (500, 100, 40) if args.quick else (args.particles, args.steps, args.burn_in)
+    n, steps, burn_in = (
+        (500, 100, 40) if args.quick else (args.particles, args.steps, args.burn_in)
+    )
     thin = args.thin
 
     rows, probes = [], []
     for dim in args.dims:
-        model, solves = expensive_model(targets.standard_gaussian(dim).logdensity_fn, dim,
-                                        model_iters=args.model_iters, grad_cost=args.grad_cost, hidden=args.hidden)
+        model, solves = expensive_model(
+            targets.standard_gaussian(dim).logdensity_fn,
+            dim,
+            model_iters=args.model_iters,
+            grad_cost=args.grad_cost,
+            hidden=args.hidden,
+        )
         probes.append(cost_probe(model, dim, n, repeats=3))
         configs = []
         if dim == 2:
-            configs.append(("spec", 0.05, dict(eta=0.3, r1=0.5, r2=0.3, n_star=max(1, round(20 * n / 4000)),
-                                               m_f=10.0)))
+            configs.append(
+                (
+                    "spec",
+                    0.05,
+                    dict(
+                        eta=0.3,
+                        r1=0.5,
+                        r2=0.3,
+                        n_star=max(1, round(20 * n / 4000)),
+                        m_f=10.0,
+                    ),
+                )
+            )
         else:
             s = suggest_cenlmc_params(dim, 0.05, num_particles=n)
-            configs.append(("suggested", 0.05, dict(eta=s.eta, r1=s.r1, r2=s.r2, n_star=s.n_star, m_f=s.m_f)))
-            configs.append(("forced", 0.1, dict(eta=0.7, r1=1.1, r2=0.6, n_star=max(1, round(10 * n / 4000)),
-                                                m_f=7.5)))
+            configs.append(
+                (
+                    "suggested",
+                    0.05,
+                    dict(eta=s.eta, r1=s.r1, r2=s.r2, n_star=s.n_star, m_f=s.m_f),
+                )
+            )
+            configs.append(
+                (
+                    "forced",
+                    0.1,
+                    dict(
+                        eta=0.7,
+                        r1=1.1,
+                        r2=0.6,
+                        n_star=max(1, round(10 * n / 4000)),
+                        m_f=7.5,
+                    ),
+                )
+            )
         for label, h, params in configs:
-            print(f"d={dim} {label}: running LMC and CEnLMC, N={n}, {steps} steps ...", flush=True)
-            rows += bench_config(f"{dim}d-{label}", dim, n, h, steps, burn_in, thin, params, model, solves,
-                                 args.repeats)
+            print(
+                f"d={dim} {label}: running LMC and CEnLMC, N={n}, {steps} steps ...",
+                flush=True,
+            )
+            rows += bench_config(
+                f"{dim}d-{label}",
+                dim,
+                n,
+                h,
+                steps,
+                burn_in,
+                thin,
+                params,
+                model,
+                solves,
+                args.repeats,
+            )
             print("   ", rows[-1], flush=True)
 
-    columns = ["config", "sampler", "N", "h", "ensemble_fraction", "grad_evals", "grad_evals_padded",
-               "model_solves", "wall_s", "var_err_vs_target", "var_err_vs_ula", "var_se", "max_z_vs_ula",
-               "grad_saving", "solve_saving", "wall_speedup", "wall_speedup_min"]
+    columns = [
+        "config",
+        "sampler",
+        "N",
+        "h",
+        "ensemble_fraction",
+        "grad_evals",
+        "grad_evals_padded",
+        "model_solves",
+        "wall_s",
+        "var_err_vs_target",
+        "var_err_vs_ula",
+        "var_se",
+        "max_z_vs_ula",
+        "grad_saving",
+        "solve_saving",
+        "wall_speedup",
+        "wall_speedup_min",
+    ]
     probe_txt = "; ".join(
         f"d={q['d']}: value {q['value_s'] * 1e3:.2f} ms, gradient {q['grad_s'] * 1e3:.2f} ms "
         f"(x{q['grad_over_value_time']:.1f}), pair sum {q['pair_sum_s'] * 1e3:.2f} ms for N={q['N']}"

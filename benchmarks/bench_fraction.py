@@ -39,7 +39,9 @@ import cenlmc_jax as cj  # noqa: E402
 
 def main() -> int:
     parser = base_parser(__doc__.splitlines()[0])
-    parser.add_argument("--passes", type=float, nargs="+", default=[0.7, 0.8, 0.9, 0.95, 0.99])
+    parser.add_argument(
+        "--passes", type=float, nargs="+", default=[0.7, 0.8, 0.9, 0.95, 0.99]
+    )
     args = parser.parse_args()
     n, steps, burn_in = (500, 300, 50) if args.quick else (2000, 2000, 200)
     h, d = 0.05, 2
@@ -50,38 +52,86 @@ def main() -> int:
     rows = []
     for p in args.passes:
         r1 = math.sqrt(2 * h * cj.ensemble.tuning.chi2_ppf(p, d))
-        algo = cj.cenlmc(tgt.logdensity_fn, h, base.eta, r1, base.r2, base.n_star, base.m_f, f_star=tgt.f_star)
+        algo = cj.cenlmc(
+            tgt.logdensity_fn,
+            h,
+            base.eta,
+            r1,
+            base.r2,
+            base.n_star,
+            base.m_f,
+            f_star=tgt.f_star,
+        )
         t0 = time.perf_counter()
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # the bias flag is reported in the table
-            res = cj.sample(jax.random.key(1), algo, algo.init(x0), steps, burn_in=burn_in,
-                            trace_fn=lambda s: jnp.mean(s.position**2, axis=-1), on_divergence="warn")
+            warnings.simplefilter(
+                "ignore", RuntimeWarning
+            )  # the bias flag is reported in the table
+            res = cj.sample(
+                jax.random.key(1),
+                algo,
+                algo.init(x0),
+                steps,
+                burn_in=burn_in,
+                trace_fn=lambda s: jnp.mean(s.position**2, axis=-1),
+                on_divergence="warn",
+            )
         wall = time.perf_counter() - t0
         per = np.asarray(res.trace, np.float64).mean(axis=0)
         var, se = per.mean(), per.std(ddof=1) / math.sqrt(n)
         info = res.info
         frac = float(np.mean(info.ensemble_fraction[burn_in:]))
-        rows.append(dict(
-            r1_pass=p, r1=round(r1, 4), ensemble_fraction=round(frac, 3),
-            grad_saving=round(1.0 / max(1e-9, 1.0 - frac), 2),
-            audit_noise_error=round(float(np.nanmedian(np.asarray(info.audit_noise_error[burn_in:]))), 4),
-            audit_drift_ratio=round(float(np.nanmedian(np.asarray(info.audit_drift_ratio[burn_in:]))), 3),
-            audit_variance_inflation=round(float(np.nanmean(np.asarray(info.audit_variance_inflation[burn_in:]))), 4),
-            variance=round(var, 4), variance_error_vs_ula=round(var - ula, 4), mcse=round(se, 4),
-            relative_variance_error=round(var / ula - 1, 4), audit_biased=bool(np.any(info.biased[burn_in:])),
-            z=round((var - ula) / se, 1), diverged_at=res.diverged_at, wall_s=round(wall, 1),
-        ))
+        rows.append(
+            dict(
+                r1_pass=p,
+                r1=round(r1, 4),
+                ensemble_fraction=round(frac, 3),
+                grad_saving=round(1.0 / max(1e-9, 1.0 - frac), 2),
+                audit_noise_error=round(
+                    float(np.nanmedian(np.asarray(info.audit_noise_error[burn_in:]))), 4
+                ),
+                audit_drift_ratio=round(
+                    float(np.nanmedian(np.asarray(info.audit_drift_ratio[burn_in:]))), 3
+                ),
+                audit_variance_inflation=round(
+                    float(
+                        np.nanmean(np.asarray(info.audit_variance_inflation[burn_in:]))
+                    ),
+                    4,
+                ),
+                variance=round(var, 4),
+                variance_error_vs_ula=round(var - ula, 4),
+                mcse=round(se, 4),
+                relative_variance_error=round(var / ula - 1, 4),
+                audit_biased=bool(np.any(info.biased[burn_in:])),
+                z=round((var - ula) / se, 1),
+                diverged_at=res.diverged_at,
+                wall_s=round(wall, 1),
+            )
+        )
         print(rows[-1], flush=True)
-    write_results("fraction", dict(args={k: str(v) for k, v in vars(args).items()}, n=n, steps=steps, h=h,
-                                   ula_variance=ula), rows, out_dir=args.out_dir,
-                  title="CEnLMC: ensemble fraction against accuracy (2-D Gaussian)",
-                  notes=[f"N = {n}, h = {h}, {steps} steps after {burn_in} burn-in, eta = R2 = {base.eta:.3f}, "
-                         f"N* = {base.n_star}, M_f = {base.m_f:.2f}; ULA's exact variance {ula:.4f}.",
-                         "grad_saving: 1 / (1 - fraction), gradients of LMC per gradient of CEnLMC.",
-                         "audit_noise_error: median drift error per step in Langevin noise lengths sqrt(2hd).",
-                         "audit_variance_inflation: the audit's estimate of the relative variance inflation by the "
-                         "ensemble noise (mean over kept steps); compare relative_variance_error = variance / ULA's "
-                         "- 1. audit_biased: info.biased on a kept step (running estimate > 0.06)."])
+    write_results(
+        "fraction",
+        dict(
+            args={k: str(v) for k, v in vars(args).items()},
+            n=n,
+            steps=steps,
+            h=h,
+            ula_variance=ula,
+        ),
+        rows,
+        out_dir=args.out_dir,
+        title="CEnLMC: ensemble fraction against accuracy (2-D Gaussian)",
+        notes=[
+            f"N = {n}, h = {h}, {steps} steps after {burn_in} burn-in, eta = R2 = {base.eta:.3f}, "
+            f"N* = {base.n_star}, M_f = {base.m_f:.2f}; ULA's exact variance {ula:.4f}.",
+            "grad_saving: 1 / (1 - fraction), gradients of LMC per gradient of CEnLMC.",
+            "audit_noise_error: median drift error per step in Langevin noise lengths sqrt(2hd).",
+            "audit_variance_inflation: the audit's estimate of the relative variance inflation by the "
+            "ensemble noise (mean over kept steps); compare relative_variance_error = variance / ULA's "
+            "- 1. audit_biased: info.biased on a kept step (running estimate > 0.06).",
+        ],
+    )
     return 0
 
 

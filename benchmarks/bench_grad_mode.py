@@ -5,14 +5,16 @@ on N particles (the work of one LMC step's gradients), reverse
 (``jax.value_and_grad``) and forward (d vmapped ``jvp``s, the value from the
 primal), at d = 1, 2, 3, 5, 10, 20, 50, on:
 
-* ``sir-d`` (an ODE model): the SIR epidemic of :mod:`cenlmc_jax.models.inverse_problems`
-  (RK4 with 1,000 steps in ``lax.scan``, 20 log-normal prevalence
-  observations) with a time-varying contact rate ``log β(t) = log 0.5 + θ_0 +
-  0.3 Σ_{k=1}^{d-1} θ_k cos(π k t / T)`` (piecewise constant over an RK4 step),
-  γ = 0.2, a N(0, 1) prior: d parameters, the state stays (S, I). At d = 2
-  the library's own ``cj.models.inverse_problems.sir_epidemic()`` (θ = (log β, log γ)) is timed too (``sir``).
+* ``sir-d`` (an ODE model): the SIR epidemic of
+  :mod:`cenlmc_jax.models.inverse_problems` (RK4 with 1,000 steps in ``lax.scan``, 20
+  log-normal prevalence observations) with a time-varying contact rate ``log β(t) = log
+  0.5 + θ_0 + 0.3 Σ_{k=1}^{d-1} θ_k cos(π k t / T)`` (piecewise constant over an RK4
+  step), γ = 0.2, a N(0, 1) prior: d parameters, the state stays (S, I). At d = 2 the
+  library's own ``cj.models.inverse_problems.sir_epidemic()`` (θ = (log β, log γ)) is
+  timed too (``sir``).
 * ``gaussian`` (closed form): ``-½ xᵀ A x`` with a dense SPD ``A`` (O(d²) a value);
-* ``logistic`` (closed form): a logistic regression on 200 data points (O(200 d) a value).
+* ``logistic`` (closed form): a logistic regression on 200 data points (O(200 d) a
+  value).
 
 Each configuration is compiled once; then ``--repeats`` rounds alternate
 reverse and forward (each a loop of calls lasting >= 0.2 s), and the ratio
@@ -30,8 +32,10 @@ import os
 import sys
 
 if "--all-threads" not in sys.argv:  # before JAX starts: one thread, one CPU
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                               " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1").strip()
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "")
+        + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+    ).strip()
 
 import math  # noqa: E402
 import statistics  # noqa: E402
@@ -55,7 +59,9 @@ def sir_d(d, num_steps=SIR_STEPS):
     dt = SIR_T / num_steps
     t = dt * np.arange(num_steps)
     waves = 0.3 * np.cos(np.pi * np.arange(1, d)[None, :] * t[:, None] / SIR_T)
-    basis = np.concatenate([np.ones((num_steps, 1)), waves], axis=1).astype(np.float32)  # (steps, d)
+    basis = np.concatenate([np.ones((num_steps, 1)), waves], axis=1).astype(
+        np.float32
+    )  # (steps, d)
 
     def prevalence(theta):
         log_beta = math.log(0.5) + jnp.asarray(basis, theta.dtype) @ theta  # (steps,)
@@ -72,7 +78,10 @@ def sir_d(d, num_steps=SIR_STEPS):
             a2, b2 = rhs(s + 0.5 * dt * a1, i + 0.5 * dt * b1)
             a3, b3 = rhs(s + 0.5 * dt * a2, i + 0.5 * dt * b2)
             a4, b4 = rhs(s + dt * a3, i + dt * b3)
-            return (s + dt / 6 * (a1 + 2 * a2 + 2 * a3 + a4), i + dt / 6 * (b1 + 2 * b2 + 2 * b3 + b4)), None
+            return (
+                s + dt / 6 * (a1 + 2 * a2 + 2 * a3 + a4),
+                i + dt / 6 * (b1 + 2 * b2 + 2 * b3 + b4),
+            ), None
 
         def observe(y, lbs):
             y, _ = jax.lax.scan(rk4, y, lbs)
@@ -120,7 +129,10 @@ def cpu_per_call(fn, x, min_s=0.2):
 
 def measure(model, logdensity, d, n, repeats):
     x = jnp.asarray(np.random.default_rng(1).normal(0.0, 0.3, (n, d)), jnp.float32)
-    fns = {mode: jax.jit(jax.vmap(value_and_grad(logdensity, mode))) for mode in ("reverse", "forward")}
+    fns = {
+        mode: jax.jit(jax.vmap(value_and_grad(logdensity, mode)))
+        for mode in ("reverse", "forward")
+    }
     compile_s = {}
     for mode, fn in fns.items():
         t0 = time.perf_counter()
@@ -133,11 +145,20 @@ def measure(model, logdensity, d, n, repeats):
         for mode, fn in fns.items():
             times[mode].append(cpu_per_call(fn, x))
     ratios = [r / f for r, f in zip(times["reverse"], times["forward"], strict=True)]
-    return dict(model=model, d=d, N=n, reverse_ms=1e3 * statistics.median(times["reverse"]),
-                forward_ms=1e3 * statistics.median(times["forward"]), ratio_median=statistics.median(ratios),
-                ratio_min=min(ratios), ratio_max=max(ratios), times_s=times, first_call_s=compile_s,
-                max_rel_grad_diff=float(jnp.max(jnp.abs(gr - gf))) / scale,
-                max_abs_value_diff=float(jnp.max(jnp.abs(vr - vf))))
+    return dict(
+        model=model,
+        d=d,
+        N=n,
+        reverse_ms=1e3 * statistics.median(times["reverse"]),
+        forward_ms=1e3 * statistics.median(times["forward"]),
+        ratio_median=statistics.median(ratios),
+        ratio_min=min(ratios),
+        ratio_max=max(ratios),
+        times_s=times,
+        first_call_s=compile_s,
+        max_rel_grad_diff=float(jnp.max(jnp.abs(gr - gf))) / scale,
+        max_abs_value_diff=float(jnp.max(jnp.abs(vr - vf))),
+    )
 
 
 def main():
@@ -145,8 +166,14 @@ def main():
     p.add_argument("--dims", type=int, nargs="+", default=list(DIMS))
     p.add_argument("--ode-particles", type=int, default=500)
     p.add_argument("--closed-form-particles", type=int, default=2000)
-    p.add_argument("--models", nargs="+", default=["sir-d", "sir", "gaussian", "logistic"])
-    p.add_argument("--all-threads", action="store_true", help="do not pin to one CPU / one XLA thread")
+    p.add_argument(
+        "--models", nargs="+", default=["sir-d", "sir", "gaussian", "logistic"]
+    )
+    p.add_argument(
+        "--all-threads",
+        action="store_true",
+        help="do not pin to one CPU / one XLA thread",
+    )
     args = p.parse_args()
     if not args.all_threads and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
@@ -157,21 +184,43 @@ def main():
     for model in args.models:
         if model == "sir":
             prob = cj.models.inverse_problems.sir_epidemic(num_rk4_steps=steps)
-            rows.append(measure("sir", prob.logdensity_fn, 2, args.ode_particles, repeats))
-            print(rows[-1]["model"], rows[-1]["d"], round(rows[-1]["ratio_median"], 2), flush=True)
+            rows.append(
+                measure("sir", prob.logdensity_fn, 2, args.ode_particles, repeats)
+            )
+            print(
+                rows[-1]["model"],
+                rows[-1]["d"],
+                round(rows[-1]["ratio_median"], 2),
+                flush=True,
+            )
             continue
         for d in dims:
             if model == "sir-d":
                 lp, n = sir_d(d, steps), args.ode_particles
             else:
-                lp, n = (gaussian if model == "gaussian" else logistic)(d), args.closed_form_particles
+                lp, n = (
+                    (gaussian if model == "gaussian" else logistic)(d),
+                    args.closed_form_particles,
+                )
             rows.append(measure(model, lp, d, n, repeats))
             print(model, d, round(rows[-1]["ratio_median"], 2), flush=True)
-    md = [dict(model=r["model"], d=r["d"], N=r["N"], **{"reverse ms": f"{r['reverse_ms']:.3g}",
-               "forward ms": f"{r['forward_ms']:.3g}",
-               "reverse / forward": f"{r['ratio_median']:.2f} [{r['ratio_min']:.2f}, {r['ratio_max']:.2f}]",
-               "faster": "forward" if r["ratio_min"] > 1 else ("reverse" if r["ratio_max"] < 1 else "even"),
-               "max grad diff (rel.)": f"{r['max_rel_grad_diff']:.1e}"}) for r in rows]
+    md = [
+        dict(
+            model=r["model"],
+            d=r["d"],
+            N=r["N"],
+            **{
+                "reverse ms": f"{r['reverse_ms']:.3g}",
+                "forward ms": f"{r['forward_ms']:.3g}",
+                "reverse / forward": f"{r['ratio_median']:.2f} [{r['ratio_min']:.2f}, {r['ratio_max']:.2f}]",
+                "faster": "forward"
+                if r["ratio_min"] > 1
+                else ("reverse" if r["ratio_max"] < 1 else "even"),
+                "max grad diff (rel.)": f"{r['max_rel_grad_diff']:.1e}",
+            },
+        )
+        for r in rows
+    ]
     notes = [
         "Time per call of jit(vmap(value_and_grad(logdensity_fn, mode))) on N particles (values and gradients, "
         "as one LMC step needs), process CPU ms, median of the repeats; one XLA thread pinned to one CPU, float32.",
@@ -182,9 +231,17 @@ def main():
         f"grad_mode='auto' takes forward for d <= FORWARD_MAX_D = {FORWARD_MAX_D} (cenlmc_jax/gradients/modes.py).",
         "Shared, noisy machine: read the ratios, not the absolute times.",
     ]
-    write_results("grad_mode", dict(forward_max_d=FORWARD_MAX_D, dims=dims, repeats=repeats, sir_rk4_steps=steps),
-                  rows, out_dir=args.out_dir, title="Forward vs reverse mode: time per gradient", notes=notes,
-                  md_rows=md)
+    write_results(
+        "grad_mode",
+        dict(
+            forward_max_d=FORWARD_MAX_D, dims=dims, repeats=repeats, sir_rk4_steps=steps
+        ),
+        rows,
+        out_dir=args.out_dir,
+        title="Forward vs reverse mode: time per gradient",
+        notes=notes,
+        md_rows=md,
+    )
 
 
 if __name__ == "__main__":

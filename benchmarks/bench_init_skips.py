@@ -11,9 +11,9 @@
   fraction is 0 (the same posterior, 16 particles, h = 2e-5) with the grid
   (``skip_hopeless=False``, before) and without (after), 40 steps a trial.
 
-Calls alternate, ``--repeats`` each, after one warm-up call of each (so no
-compilation is timed); the figures are medians and the median per-repeat ratio.
-``python benchmarks/bench_init_skips.py``. Writes benchmarks/results/init_skips.{json,md}.
+Calls alternate, ``--repeats`` each, after one warm-up call of each (so no compilation
+is timed); the figures are medians and the median per-repeat ratio. ``python
+benchmarks/bench_init_skips.py``. Writes benchmarks/results/init_skips.{json,md}.
 """
 
 from __future__ import annotations
@@ -61,7 +61,9 @@ DATA = lotka_volterra(TRUE) + 0.1 * jax.random.normal(jax.random.key(0), (20, 2)
 
 
 def posterior(theta):
-    return -0.5 * jnp.sum((lotka_volterra(theta) - DATA) ** 2) / 0.01 - 0.5 * jnp.sum((theta - TRUE) ** 2)
+    return -0.5 * jnp.sum((lotka_volterra(theta) - DATA) ** 2) / 0.01 - 0.5 * jnp.sum(
+        (theta - TRUE) ** 2
+    )
 
 
 def init_call(memo: bool):
@@ -80,7 +82,9 @@ def tune_call(skip: bool):
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        out = cj.tune_cenlmc(jax.random.key(2), posterior, x, 2e-5, f_star=F_STAR, skip_hopeless=skip)
+        out = cj.tune_cenlmc(
+            jax.random.key(2), posterior, x, 2e-5, f_star=F_STAR, skip_hopeless=skip
+        )
     jax.block_until_ready(out.state.position)
     return time.perf_counter() - t0
 
@@ -94,24 +98,44 @@ def measure(fn, repeats):
     for _ in range(repeats):
         for v in (False, True):
             times[v].append(fn(v))
-    ratio = statistics.median(b / a for b, a in zip(times[False], times[True], strict=True))
+    ratio = statistics.median(
+        b / a for b, a in zip(times[False], times[True], strict=True)
+    )
     return statistics.median(times[False]), statistics.median(times[True]), ratio
 
 
 def main():
     args = base_parser(__doc__.splitlines()[0]).parse_args()
     rows = []
-    for name, fn in (("cenlmc_init after find_f_star (Lotka-Volterra, d = 4, N = 256)", init_call),
-                     ("tune_cenlmc, predicted fraction 0 (Lotka-Volterra, d = 4, N = 16)", tune_call)):
+    for name, fn in (
+        ("cenlmc_init after find_f_star (Lotka-Volterra, d = 4, N = 256)", init_call),
+        (
+            "tune_cenlmc, predicted fraction 0 (Lotka-Volterra, d = 4, N = 16)",
+            tune_call,
+        ),
+    ):
         before, after, ratio = measure(fn, args.repeats)
-        rows.append(dict(case=name, before_s=round(before, 3), after_s=round(after, 3),
-                         before_over_after=round(ratio, 1)))
+        rows.append(
+            dict(
+                case=name,
+                before_s=round(before, 3),
+                after_s=round(after, 3),
+                before_over_after=round(ratio, 1),
+            )
+        )
         print(rows[-1], flush=True)
-    write_results("init_skips", dict(rows=rows), rows, out_dir=args.out_dir,
-                  title="L-BFGS once per start point; the tuner's grid skipped where hopeless (issue 17)",
-                  notes=[f"medians of {args.repeats} alternating calls after a warm-up of each; before_over_after the "
-                         "median per-repeat ratio. Compilation not timed (the issue's 8.5 s and 67 s include it)."],
-                  command="python benchmarks/bench_init_skips.py")
+    write_results(
+        "init_skips",
+        dict(rows=rows),
+        rows,
+        out_dir=args.out_dir,
+        title="L-BFGS once per start point; the tuner's grid skipped where hopeless (issue 17)",
+        notes=[
+            f"medians of {args.repeats} alternating calls after a warm-up of each; before_over_after the "
+            "median per-repeat ratio. Compilation not timed (the issue's 8.5 s and 67 s include it)."
+        ],
+        command="python benchmarks/bench_init_skips.py",
+    )
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 Problems (``cenlmc_jax.models.inverse_problems``, sampled in whitened coordinates ``z``,
 references by quadrature):
 
-* SIR epidemic, d = 2, RK4 with ``--sir-rk4-steps`` (1,000) steps in ``lax.scan``, autodiff gradient;
+* SIR epidemic, d = 2, RK4 with ``--sir-rk4-steps`` (1,000) steps in ``lax.scan``,
+  autodiff gradient;
 * the same SIR model as a NumPy black box behind ``jax.pure_callback``
   (``--black-box-rk4-steps``, 200), central finite-difference gradient (4 values);
 * 1-D Darcy flow with 3 zone conductivities, d = 3, one tridiagonal solve per
@@ -12,24 +13,25 @@ references by quadrature):
 Samplers, all started from the overdispersed Laplace approximation
 ``z ~ N(0, 2² I)`` (the same draws for every member count):
 
-* ``LMC`` and ``CEnLMC`` on N particles, each with two gradients: autodiff in
-  reverse mode (``grad_mode="reverse"``, ``jax.grad``) and in forward mode
+* ``LMC`` and ``CEnLMC`` on N particles, each with two gradients: autodiff in reverse
+  mode (``grad_mode="reverse"``, ``jax.grad``) and in forward mode
   (``grad_mode="forward"``, what ``"auto"`` takes at d <= 5: the fastest at these d,
-  benchmarks/results/grad_mode.md); a black box (or ``darcy-fd``) with central (2d values)
-  and forward (d values) finite differences beside the value at the point. Step ``h = 0.05`` (CEnLMC's
-  η, R1, R2, N*, M_f from ``suggest_cenlmc_params(d, h, num_particles=N)``,
-  f* known, the default gradient audit on: its 8 gradients a step are counted
-  with the others, and its variance-inflation estimate and bias flag are
+  benchmarks/results/grad_mode.md); a black box (or ``darcy-fd``) with central (2d
+  values) and forward (d values) finite differences beside the value at the point. Step
+  ``h = 0.05`` (CEnLMC's η, R1, R2, N*, M_f from ``suggest_cenlmc_params(d, h,
+  num_particles=N)``, f* known, the default gradient audit on: its 8 gradients a step
+  are counted with the others, and its variance-inflation estimate and bias flag are
   reported), for each N of ``--particles``; CEnLMC once per ensemble estimator of
-  ``--estimators`` (``paper``, eq. 3.19, and ``least_squares``, a local fit beyond the paper whose
-  bias the audit does not see: ``cj.cenlmc`` warns, and the warning is printed and kept in the results);
+  ``--estimators`` (``paper``, eq. 3.19, and ``least_squares``, a local fit beyond the
+  paper whose bias the audit does not see: ``cj.cenlmc`` warns, and the warning is
+  printed and kept in the results);
 * gradient-based peer: BlackJAX MALA (16 chains, ε = 0.8 d^(-1/3)), with the
   autodiff gradient, or the finite-difference one through a ``custom_vjp``;
-* gradient-free peers: BlackJAX random-walk MH (16 chains, σ = 2.38/sqrt(d)),
-  emcee's stretch move (32 walkers, ``vectorize=True``: one model call per
-  half-ensemble), NumPyro's AIES (32 walkers, DE move, a jitted ``lax.scan``; it evaluates
-  the current walkers again at every step: 2 values per walker-step, as the
-  black box's own count confirms).
+* gradient-free peers: BlackJAX random-walk MH (16 chains, σ = 2.38/sqrt(d)), emcee's
+  stretch move (32 walkers, ``vectorize=True``: one model call per half-ensemble),
+  NumPyro's AIES (32 walkers, DE move, a jitted ``lax.scan``; it evaluates the current
+  walkers again at every step: 2 values per walker-step, as the black box's own count
+  confirms).
 
 **Accuracy to tolerance.** After ``T`` steps the estimate of the posterior
 mean and sd uses the draws of steps ``(T/2, T]`` of every member (the first
@@ -44,16 +46,16 @@ comes from the members' window averages taken as independent (exact for
 LMC, MALA and RMH chains; approximate for CEnLMC's weakly coupled particles
 and for the walkers of emcee and AIES).
 
-**Cost to tolerance.** Model solves (value units): a value is 1; a
-finite-difference gradient ``2d`` (counted by ``grad_fn.model_solves``); an
-autodiff gradient costs ``c`` values, ``c`` the measured time ratio of the
-vmapped gradient and the vmapped value at N = 2,000 (``grad_cost`` in the
-JSON). Wall and process CPU time to ``T*``: ``--repeats`` runs of exactly
-``T*`` steps from the same state and keys, taken round-robin over the samplers of a
-problem (so the ratios compare neighbours in time), compilation excluded;
-medians, and the ratio to LMC at the same N per repeat (median [min, max]).
-The solve-saving cap of a CEnLMC row: the saving against the best LMC at equal steps that
-its measured ensemble fraction allows (``solve_cap``; the formula in the results' notes).
+**Cost to tolerance.** Model solves (value units): a value is 1; a finite-difference
+gradient ``2d`` (counted by ``grad_fn.model_solves``); an autodiff gradient costs ``c``
+values, ``c`` the measured time ratio of the vmapped gradient and the vmapped value at N
+= 2,000 (``grad_cost`` in the JSON). Wall and process CPU time to ``T*``: ``--repeats``
+runs of exactly ``T*`` steps from the same state and keys, taken round-robin over the
+samplers of a problem (so the ratios compare neighbours in time), compilation excluded;
+medians, and the ratio to LMC at the same N per repeat (median [min, max]). The
+solve-saving cap of a CEnLMC row: the saving against the best LMC at equal steps that
+its measured ensemble fraction allows (``solve_cap``; the formula in the results'
+notes).
 
 One thread: the script sets ``XLA_FLAGS=--xla_cpu_multi_thread_eigen=false
 intra_op_parallelism_threads=1`` and pins itself to one CPU (``--cpu``)
@@ -67,8 +69,10 @@ import os
 import sys
 
 if "--all-threads" not in sys.argv:  # before JAX starts: one thread, one CPU
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                               " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1").strip()
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "")
+        + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+    ).strip()
 
 import math  # noqa: E402
 import statistics  # noqa: E402
@@ -91,14 +95,21 @@ import cenlmc_jax as cj  # noqa: E402
 from cenlmc_jax.gradients import modes as grad_modes  # noqa: E402
 from cenlmc_jax.gradients.finite_difference import finite_difference  # noqa: E402
 
-#: CEnLMC's ensemble estimators (``cj.cenlmc(..., estimator=...)``) and the sampler label of each
-ESTIMATOR_LABELS = {"paper": "CEnLMC", "least_squares": "CEnLMC (LS)", "least_squares_quadratic": "CEnLMC (LSQ)",
-                    "least_squares_wide": "CEnLMC (LS wide)"}
-#: ``least_squares_wide``: the fit at the suggested η with only its own tests refusing (R1 = 10, R2 = 100,
-#: N* = 1, M_f = inf, as bench_frontier's least-squares rows: fraction 0.95 on SIR at a 1.4% variance error)
+#: CEnLMC's ensemble estimators (``cj.cenlmc(..., estimator=...)``) and the sampler
+#: label of each
+ESTIMATOR_LABELS = {
+    "paper": "CEnLMC",
+    "least_squares": "CEnLMC (LS)",
+    "least_squares_quadratic": "CEnLMC (LSQ)",
+    "least_squares_wide": "CEnLMC (LS wide)",
+}
+#: ``least_squares_wide``: the fit at the suggested η with only its own tests refusing
+#: (R1 = 10, R2 = 100, N* = 1, M_f = inf, as bench_frontier's least-squares rows:
+#: fraction 0.95 on SIR at a 1.4% variance error)
 LS_WIDE = dict(r1=10.0, r2=100.0, n_star=1, m_f=math.inf)
 
-#: (case, gradient label, estimator) -> why the variant is not run (``--no-skip`` runs them)
+#: (case, gradient label, estimator) -> why the variant is not run (``--no-skip`` runs
+#: them)
 _DARCY_FORWARD_HANG = (
     "it hangs: an intermittent deadlock of XLA:CPU (jax 0.10.2) executing forward-mode CEnLMC on the Darcy model "
     "(the README's Known problems). In diagnostic runs of 40 steps (N = 2000, once 500; one XLA thread, once the "
@@ -106,8 +117,12 @@ _DARCY_FORWARD_HANG = (
     "time stops growing and the main thread waits in the device-to-host copy of a chunk's result "
     "(cenlmc_jax/run.py _flag_steps), twice in the first call and once after two good chunks; reverse-mode CEnLMC, "
     "forward-mode LMC and finite-difference CEnLMC on the same model ran. A run to tolerance and its timed reruns take "
-    "tens of 10-step chunks, so the variant would almost surely hang the benchmark.")
-SKIP = {("darcy", "forward AD", est): _DARCY_FORWARD_HANG for est in ("paper", "least_squares")}
+    "tens of 10-step chunks, so the variant would almost surely hang the benchmark."
+)
+SKIP = {
+    ("darcy", "forward AD", est): _DARCY_FORWARD_HANG
+    for est in ("paper", "least_squares")
+}
 
 H = 0.05  # LMC / CEnLMC step size in whitened coordinates (ULA's sd bias on a unit Gaussian: 1.3 %)
 INIT_SD = 2.0  # overdispersed start around the MAP
@@ -119,10 +134,10 @@ INIT_SD = 2.0  # overdispersed start around the MAP
 class Runner:
     """One sampler on one problem: ``advance(k)`` runs k steps and returns the draws and the costs.
 
-    ``members``: particles, chains or walkers. ``advance`` returns
-    ``(draws (k, members, d) float64, values, gradients)`` for those k steps
-    (``values``: model evaluations; ``gradients``: gradient evaluations done).
-    ``reset()`` goes back to the initial state and key, so a rerun repeats the same work.
+    ``members``: particles, chains or walkers. ``advance`` returns ``(draws (k, members,
+    d) float64, values, gradients)`` for those k steps (``values``: model evaluations;
+    ``gradients``: gradient evaluations done). ``reset()`` goes back to the initial
+    state and key, so a rerun repeats the same work.
     """
 
     chunk = 10
@@ -143,25 +158,53 @@ class DriverRunner(Runner):
         self.has_fd = has_fd
         self.state0 = algo.init(x0)
         self.reset()
-        cj.sample(jax.random.key(999), algo, self.state0, self.chunk, check_convergence=False)  # compile
+        cj.sample(
+            jax.random.key(999), algo, self.state0, self.chunk, check_convergence=False
+        )  # compile
 
     def reset(self):
         self.state, self.t = self.state0, 0
-        self.inflation, self.drift, self.biased = [], [], False  # CEnLMC's gradient audit, per step
+        self.inflation, self.drift, self.biased = (
+            [],
+            [],
+            False,
+        )  # CEnLMC's gradient audit, per step
 
     def advance(self, k):
-        res = cj.sample(jax.random.fold_in(self.key, self.t), self.algo, self.state, k, check_convergence=False)
+        res = cj.sample(
+            jax.random.fold_in(self.key, self.t),
+            self.algo,
+            self.state,
+            k,
+            check_convergence=False,
+        )
         trace = np.asarray(jax.block_until_ready(res.trace), np.float64)
         self.state, self.t = res.state, self.t + 1
         info = res.info
-        grads = float(np.sum(info.grad_evals_padded if hasattr(info, "grad_evals_padded") else info.grad_evals))
-        if hasattr(info, "audit_grad_evals"):  # the default audit's gradients are part of the cost
+        grads = float(
+            np.sum(
+                info.grad_evals_padded
+                if hasattr(info, "grad_evals_padded")
+                else info.grad_evals
+            )
+        )
+        if hasattr(
+            info, "audit_grad_evals"
+        ):  # the default audit's gradients are part of the cost
             grads += float(np.sum(info.audit_grad_evals))
-            self.inflation += np.asarray(info.audit_variance_inflation, np.float64).tolist()
-            if hasattr(info, "audit_drift_bias"):  # the audit's systematic error along the gradient
+            self.inflation += np.asarray(
+                info.audit_variance_inflation, np.float64
+            ).tolist()
+            if hasattr(
+                info, "audit_drift_bias"
+            ):  # the audit's systematic error along the gradient
                 self.drift += np.asarray(info.audit_drift_bias, np.float64).tolist()
             self.biased = self.biased or bool(np.any(info.biased))
-        values = float(np.sum(info.f_evals)) if hasattr(info, "f_evals") else (self.members * k if self.has_fd else 0.0)
+        values = (
+            float(np.sum(info.f_evals))
+            if hasattr(info, "f_evals")
+            else (self.members * k if self.has_fd else 0.0)
+        )
         return trace, values, grads
 
 
@@ -176,7 +219,9 @@ class BlackJAXRunner(Runner):
 
         def run(key, state):
             def one(state, t):
-                state, info = step(jax.random.split(jax.random.fold_in(key, t), self.members), state)
+                state, info = step(
+                    jax.random.split(jax.random.fold_in(key, t), self.members), state
+                )
                 return state, (state.position, info.acceptance_rate)
 
             return jax.lax.scan(one, state, jnp.arange(chunk))
@@ -190,7 +235,9 @@ class BlackJAXRunner(Runner):
 
     def advance(self, k):
         assert k == self.chunk
-        self.state, (pos, acc) = self.run(jax.random.fold_in(self.key, self.t), self.state)
+        self.state, (pos, acc) = self.run(
+            jax.random.fold_in(self.key, self.t), self.state
+        )
         self.t += 1
         self.acc.append(float(np.mean(acc)))
         return (
@@ -205,7 +252,9 @@ class AIESRunner(Runner):
 
     def __init__(self, logdensity_fn, x0, key, *, chunk):
         self.key, self.members, self.chunk = key, x0.shape[0], chunk
-        kernel = AIES(potential_fn=lambda z: -logdensity_fn(z), moves={AIES.DEMove(): 1.0})
+        kernel = AIES(
+            potential_fn=lambda z: -logdensity_fn(z), moves={AIES.DEMove(): 1.0}
+        )
         self.state0 = kernel.init(
             jax.random.key_data(jax.random.split(key, self.members)), 0, x0
         )  # legacy keys, one a walker
@@ -227,20 +276,33 @@ class AIESRunner(Runner):
     def advance(self, k):
         assert k == self.chunk
         self.state, z = self.run(self.state)
-        return np.asarray(z, np.float64), 2 * k * self.members, 0.0  # it re-evaluates the current walkers
+        return (
+            np.asarray(z, np.float64),
+            2 * k * self.members,
+            0.0,
+        )  # it re-evaluates the current walkers
 
 
 class EmceeRunner(Runner):
     """emcee's stretch move, ``vectorize=True``: ``log_prob`` gets a (walkers/2, d) batch per call."""
 
     def __init__(self, log_prob_batch, x0, seed, *, chunk):
-        self.x0, self.members, self.chunk, self.seed = np.asarray(x0, np.float64), x0.shape[0], chunk, seed
+        self.x0, self.members, self.chunk, self.seed = (
+            np.asarray(x0, np.float64),
+            x0.shape[0],
+            chunk,
+            seed,
+        )
         self.log_prob_batch = log_prob_batch
         self.reset()
 
     def reset(self):
-        self.sampler = emcee.EnsembleSampler(self.members, self.x0.shape[1], self.log_prob_batch, vectorize=True)
-        self.state = emcee.State(self.x0, random_state=np.random.RandomState(self.seed).get_state())
+        self.sampler = emcee.EnsembleSampler(
+            self.members, self.x0.shape[1], self.log_prob_batch, vectorize=True
+        )
+        self.state = emcee.State(
+            self.x0, random_state=np.random.RandomState(self.seed).get_state()
+        )
 
     def advance(self, k):
         assert k == self.chunk
@@ -266,7 +328,14 @@ def window_estimates(s1, s2, n_steps, ref_mean, ref_sd):
     se_mean = m.std(axis=0, ddof=1) / math.sqrt(k)
     se_var = (q - 2 * mean * m).std(axis=0, ddof=1) / math.sqrt(k)
     se_sd = se_var / (2 * np.maximum(sd, 1e-12))
-    return ((mean - ref_mean) / ref_sd, sd / ref_sd - 1.0, se_mean / ref_sd, se_sd / ref_sd, mean, sd)
+    return (
+        (mean - ref_mean) / ref_sd,
+        sd / ref_sd - 1.0,
+        se_mean / ref_sd,
+        se_sd / ref_sd,
+        mean,
+        sd,
+    )
 
 
 def run_to_tolerance(runner, ref_mean, ref_sd, tol, max_steps, count_fn=lambda: None):
@@ -289,13 +358,31 @@ def run_to_tolerance(runner, ref_mean, ref_sd, tol, max_steps, count_fn=lambda: 
         j = len(s1)
         if j % 2:
             continue
-        em, es, sem, ses, mean, sd = window_estimates(sum(s1[j // 2:]), sum(s2[j // 2:]), t - t // 2, ref_mean, ref_sd)
-        # within tol, and resolved: 2 MCSE <= tol, so that an estimate inside tol is not there by luck
-        ok = bool(np.all(np.abs(em) <= tol) and np.all(np.abs(es) <= tol)
-                  and np.all(2 * sem <= tol) and np.all(2 * ses <= tol))
-        here = dict(steps=t, err_mean=float(np.max(np.abs(em))), err_sd=float(np.max(np.abs(es))),
-                    mcse_mean=float(np.max(sem)), mcse_sd=float(np.max(ses)), mean=mean, sd=sd,
-                    values=values[-1], grads=grads[-1], wall_s=walls[-1], cpu_s=cpus[-1], counted_points=count_fn())
+        em, es, sem, ses, mean, sd = window_estimates(
+            sum(s1[j // 2 :]), sum(s2[j // 2 :]), t - t // 2, ref_mean, ref_sd
+        )
+        # within tol, and resolved: 2 MCSE <= tol, so that an estimate inside tol is not
+        # there by luck
+        ok = bool(
+            np.all(np.abs(em) <= tol)
+            and np.all(np.abs(es) <= tol)
+            and np.all(2 * sem <= tol)
+            and np.all(2 * ses <= tol)
+        )
+        here = dict(
+            steps=t,
+            err_mean=float(np.max(np.abs(em))),
+            err_sd=float(np.max(np.abs(es))),
+            mcse_mean=float(np.max(sem)),
+            mcse_sd=float(np.max(ses)),
+            mean=mean,
+            sd=sd,
+            values=values[-1],
+            grads=grads[-1],
+            wall_s=walls[-1],
+            cpu_s=cpus[-1],
+            counted_points=count_fn(),
+        )
         if not ok:
             first_ok, result = None, None
         elif first_ok is None:
@@ -364,38 +451,75 @@ def fd_logdensity(logdensity_fn, grad_fn):
 def gradient_variants(problem, kind, grad_costs):
     """The gradients LMC and CEnLMC are run with: {label: (sampler keywords, cost of one gradient in values)}.
 
-    Autodiff: reverse mode (``jax.grad``, the library's default before grad_mode) and forward mode
-    (the fastest at d <= 5, ``grad_mode="auto"``'s choice). Black box / finite difference: central
-    and forward differences (``cj.finite_difference``), at 2d and d values a gradient beside the value
-    at the point, which both samplers have (LMC evaluates it in the gradient's batch, CEnLMC at every
+    Autodiff: reverse mode (``jax.grad``, the library's default before grad_mode) and
+    forward mode (the fastest at d <= 5, ``grad_mode="auto"``'s choice). Black box /
+    finite difference: central and forward differences (``cj.finite_difference``), at 2d
+    and d values a gradient beside the value at the point, which both samplers have (LMC
+    evaluates it in the gradient's batch, CEnLMC at every
     particle for its ensemble; the black box's own count of points confirms it, ``counted_points``)."""
     d = problem.dim
     if kind == "autodiff":
-        return {f"{m} AD": (dict(grad_mode=m), grad_costs[m]) for m in ("reverse", "forward")}
-    return {f"{scheme} FD": (dict(grad_fn=finite_difference(problem.logdensity_fn, scheme=scheme)),
-                             2 * d if scheme == "central" else d) for scheme in ("central", "forward")}
+        return {
+            f"{m} AD": (dict(grad_mode=m), grad_costs[m])
+            for m in ("reverse", "forward")
+        }
+    return {
+        f"{scheme} FD": (
+            dict(grad_fn=finite_difference(problem.logdensity_fn, scheme=scheme)),
+            2 * d if scheme == "central" else d,
+        )
+        for scheme in ("central", "forward")
+    }
 
 
-def build_runners(case, problem, kind, particles, peers, seed, quick, grad_costs, estimators, skipped, caveats):
+def build_runners(
+    case,
+    problem,
+    kind,
+    particles,
+    peers,
+    seed,
+    quick,
+    grad_costs,
+    estimators,
+    skipped,
+    caveats,
+):
     """Every sampler of one (problem, gradient kind) case: {name: (runner, info)}.
 
-    CEnLMC runs once per estimator of ``estimators``; a variant in :data:`SKIP` is not built (its
-    reason is printed and appended to ``skipped``); the warnings ``cj.cenlmc`` gives are printed
+    CEnLMC runs once per estimator of ``estimators``; a variant in :data:`SKIP` is not
+    built (its reason is printed and appended to ``skipped``); the warnings
+    ``cj.cenlmc`` gives are printed
     and kept in ``caveats`` ({message: [runner names]})."""
     d = problem.dim
     key = jax.random.key(seed)
-    grad_fn = problem.grad_fn if kind == "black box" else (finite_difference(problem.logdensity_fn)
-                                                           if kind == "finite difference" else None)
+    grad_fn = (
+        problem.grad_fn
+        if kind == "black box"
+        else (
+            finite_difference(problem.logdensity_fn)
+            if kind == "finite difference"
+            else None
+        )
+    )
     fd = grad_fn is not None
     runners = {}
     for n in particles:
         x0 = INIT_SD * jax.random.normal(jax.random.fold_in(key, n), (n, d))
         s = cj.ensemble.tuning.suggest_cenlmc_params(d, H, num_particles=n)
-        params = dict(eta=round(s.eta, 3), r1=round(s.r1, 3), r2=round(s.r2, 3), n_star=s.n_star, m_f=round(s.m_f, 2))
+        params = dict(
+            eta=round(s.eta, 3),
+            r1=round(s.r1, 3),
+            r2=round(s.r2, 3),
+            n_star=s.n_star,
+            m_f=round(s.m_f, 2),
+        )
         for label, (kw, cost) in gradient_variants(problem, kind, grad_costs).items():
             lmc = cj.lmc(problem.logdensity_fn, H, **kw)
-            runners[f"LMC {label} N={n}"] = (DriverRunner(lmc, x0, key, grad_cost_values=None, has_fd=fd),
-                                             dict(sampler="LMC", N=n, variant=label, grad_cost=cost))
+            runners[f"LMC {label} N={n}"] = (
+                DriverRunner(lmc, x0, key, grad_cost_values=None, has_fd=fd),
+                dict(sampler="LMC", N=n, variant=label, grad_cost=cost),
+            )
             for est in estimators:
                 sampler = ESTIMATOR_LABELS[est]
                 name = f"{sampler} {label} N={n}"
@@ -404,43 +528,98 @@ def build_runners(case, problem, kind, particles, peers, seed, quick, grad_costs
                     print(f"   SKIPPED {name}: {why}", flush=True)
                     skipped.append(f"{case}: {name}: {why}")
                     continue
-                with warnings.catch_warnings(record=True) as caught:  # recorded and printed, not hidden
+                with warnings.catch_warnings(
+                    record=True
+                ) as caught:  # recorded and printed, not hidden
                     warnings.simplefilter("always")
                     if est == "least_squares_wide":
-                        cen = cj.cenlmc(problem.logdensity_fn, H, s.eta, LS_WIDE["r1"], LS_WIDE["r2"],
-                                        LS_WIDE["n_star"], LS_WIDE["m_f"], f_star=problem.f_star,
-                                        estimator="least_squares", **kw)
+                        cen = cj.cenlmc(
+                            problem.logdensity_fn,
+                            H,
+                            s.eta,
+                            LS_WIDE["r1"],
+                            LS_WIDE["r2"],
+                            LS_WIDE["n_star"],
+                            LS_WIDE["m_f"],
+                            f_star=problem.f_star,
+                            estimator="least_squares",
+                            **kw,
+                        )
                     else:
-                        cen = cj.cenlmc(problem.logdensity_fn, H, s.eta, s.r1, s.r2, s.n_star, s.m_f,
-                                        f_star=problem.f_star, estimator=est, **kw)
+                        cen = cj.cenlmc(
+                            problem.logdensity_fn,
+                            H,
+                            s.eta,
+                            s.r1,
+                            s.r2,
+                            s.n_star,
+                            s.m_f,
+                            f_star=problem.f_star,
+                            estimator=est,
+                            **kw,
+                        )
                 for w in caught:
                     msg = f"{w.category.__name__}: {w.message}"
                     if msg not in caveats:
-                        print(f"   cj.cenlmc(estimator={est!r}) warns: {msg}", flush=True)
+                        print(
+                            f"   cj.cenlmc(estimator={est!r}) warns: {msg}", flush=True
+                        )
                     caveats.setdefault(msg, []).append(f"{case}: {name}")
-                runners[name] = (DriverRunner(cen, x0, key, grad_cost_values=None, has_fd=fd),
-                                 dict(sampler=sampler, N=n, params=params, variant=label, grad_cost=cost,
-                                      estimator=est, warnings=[f"{w.category.__name__}: {w.message}"
-                                                               for w in caught]))
+                runners[name] = (
+                    DriverRunner(cen, x0, key, grad_cost_values=None, has_fd=fd),
+                    dict(
+                        sampler=sampler,
+                        N=n,
+                        params=params,
+                        variant=label,
+                        grad_cost=cost,
+                        estimator=est,
+                        warnings=[
+                            f"{w.category.__name__}: {w.message}" for w in caught
+                        ],
+                    ),
+                )
     if peers is None:
         return runners
     chains, walkers = peers
     xc = INIT_SD * jax.random.normal(jax.random.fold_in(key, 1), (chains, d))
     xw = INIT_SD * jax.random.normal(jax.random.fold_in(key, 2), (walkers, d))
-    logd_mala = fd_logdensity(problem.logdensity_fn, grad_fn) if fd else problem.logdensity_fn
+    logd_mala = (
+        fd_logdensity(problem.logdensity_fn, grad_fn) if fd else problem.logdensity_fn
+    )
     eps = 0.8 * d ** (-1 / 3)
     mala_chunk = 20 if quick else 50
     runners[f"MALA (BlackJAX) C={chains}"] = (
-        BlackJAXRunner(blackjax.mala(logd_mala, eps), xc, key, values_per_step=1.0 if fd else 0.0,
-                       grads_per_step=1.0, chunk=mala_chunk),
-        dict(sampler="MALA (BlackJAX)", N=chains, params=dict(step_size=round(eps, 3))))
+        BlackJAXRunner(
+            blackjax.mala(logd_mala, eps),
+            xc,
+            key,
+            values_per_step=1.0 if fd else 0.0,
+            grads_per_step=1.0,
+            chunk=mala_chunk,
+        ),
+        dict(sampler="MALA (BlackJAX)", N=chains, params=dict(step_size=round(eps, 3))),
+    )
     sigma = 2.38 / math.sqrt(d)
     runners[f"RMH (BlackJAX) C={chains}"] = (
-        BlackJAXRunner(blackjax.additive_step_random_walk.normal_random_walk(problem.logdensity_fn, sigma), xc, key,
-                       values_per_step=1.0, grads_per_step=0.0, chunk=2 * mala_chunk),
-        dict(sampler="RMH (BlackJAX)", N=chains, params=dict(sigma=round(sigma, 3))))
+        BlackJAXRunner(
+            blackjax.additive_step_random_walk.normal_random_walk(
+                problem.logdensity_fn, sigma
+            ),
+            xc,
+            key,
+            values_per_step=1.0,
+            grads_per_step=0.0,
+            chunk=2 * mala_chunk,
+        ),
+        dict(sampler="RMH (BlackJAX)", N=chains, params=dict(sigma=round(sigma, 3))),
+    )
     if kind == "black box":
-        logpost_numpy, theta_map, chol = problem.data["logposterior_numpy"], problem.theta_map, problem.whitening
+        logpost_numpy, theta_map, chol = (
+            problem.data["logposterior_numpy"],
+            problem.theta_map,
+            problem.whitening,
+        )
 
         def log_prob_batch(z):  # emcee calls the NumPy model itself: no JAX in the loop
             return logpost_numpy(theta_map + np.asarray(z) @ chol.T)
@@ -449,10 +628,15 @@ def build_runners(case, problem, kind, particles, peers, seed, quick, grad_costs
 
         def log_prob_batch(z):
             return np.asarray(batched(jnp.asarray(z, jnp.float32)), np.float64)
-    runners[f"emcee W={walkers}"] = (EmceeRunner(log_prob_batch, xw, seed, chunk=2 * mala_chunk),
-                                     dict(sampler="emcee (stretch)", N=walkers))
-    runners[f"AIES (NumPyro) W={walkers}"] = (AIESRunner(problem.logdensity_fn, xw, key, chunk=2 * mala_chunk),
-                                              dict(sampler="AIES (NumPyro)", N=walkers))
+
+    runners[f"emcee W={walkers}"] = (
+        EmceeRunner(log_prob_batch, xw, seed, chunk=2 * mala_chunk),
+        dict(sampler="emcee (stretch)", N=walkers),
+    )
+    runners[f"AIES (NumPyro) W={walkers}"] = (
+        AIESRunner(problem.logdensity_fn, xw, key, chunk=2 * mala_chunk),
+        dict(sampler="AIES (NumPyro)", N=walkers),
+    )
     return runners
 
 
@@ -464,23 +648,62 @@ def max_steps_for(info, quick):
     return 4000 if quick else 12000
 
 
-def run_case(label, problem, kind, particles, peers, tol, repeats, seed, quick, grad_costs, estimators, skipped,
-             caveats):
+def run_case(
+    label,
+    problem,
+    kind,
+    particles,
+    peers,
+    tol,
+    repeats,
+    seed,
+    quick,
+    grad_costs,
+    estimators,
+    skipped,
+    caveats,
+):
     print(f"== {label} ({kind}), d={problem.dim}", flush=True)
     ref_mean, ref_sd = np.asarray(problem.mean), np.sqrt(np.diag(problem.cov))
-    runners = build_runners(label, problem, kind, particles, peers, seed, quick, grad_costs, estimators, skipped,
-                            caveats)
+    runners = build_runners(
+        label,
+        problem,
+        kind,
+        particles,
+        peers,
+        seed,
+        quick,
+        grad_costs,
+        estimators,
+        skipped,
+        caveats,
+    )
     records = {}
-    counter = problem.data.get("counter")  # the black box counts the points it evaluated
+    counter = problem.data.get(
+        "counter"
+    )  # the black box counts the points it evaluated
     for name, (runner, info) in runners.items():
         if counter is not None:
             counter.reset()
-        rec = run_to_tolerance(runner, ref_mean, ref_sd, tol, max_steps_for(info, quick),
-                               count_fn=(lambda: None) if counter is None else (lambda: counter.points))
+        rec = run_to_tolerance(
+            runner,
+            ref_mean,
+            ref_sd,
+            tol,
+            max_steps_for(info, quick),
+            count_fn=(lambda: None) if counter is None else (lambda: counter.points),
+        )
         records[name] = rec
-        print(f"   {name}: reached={rec['reached']} steps={rec['steps']} err_mean={rec['err_mean']:.3f} "
-              f"err_sd={rec['err_sd']:.3f} grads={rec['grads']:.3g} wall={rec['wall_s']:.2f}s", flush=True)
-    timed = time_runs({n: r for n, (r, _) in runners.items()}, {n: records[n]["steps"] for n in runners}, repeats)
+        print(
+            f"   {name}: reached={rec['reached']} steps={rec['steps']} err_mean={rec['err_mean']:.3f} "
+            f"err_sd={rec['err_sd']:.3f} grads={rec['grads']:.3g} wall={rec['wall_s']:.2f}s",
+            flush=True,
+        )
+    timed = time_runs(
+        {n: r for n, (r, _) in runners.items()},
+        {n: records[n]["steps"] for n in runners},
+        repeats,
+    )
     d = problem.dim
     rows = []
     for name, (runner, info) in runners.items():
@@ -489,26 +712,59 @@ def run_case(label, problem, kind, particles, peers, tol, repeats, seed, quick, 
         n = info["N"]
         # model solves in value units
         grads, values = rec["grads"], rec["values"]
-        per_grad = info.get("grad_cost", grad_costs.get("reverse", 2 * d))  # peers: the case's own gradient
+        per_grad = info.get(
+            "grad_cost", grad_costs.get("reverse", 2 * d)
+        )  # peers: the case's own gradient
         solves = values + grads * per_grad
-        variant = info.get("variant", {"autodiff": "reverse AD", "black box": "central FD",
-                                       "finite difference": "central FD"}[kind])
-        row = dict(problem=label, d=d, gradient=variant, sampler=info["sampler"], N=n, reached=rec["reached"],
-                   steps_to_tol=rec["steps"], confirmed_to=rec["confirmed_to"], values=values, gradients=grads,
-                   model_solves=solves, wall_s=statistics.median(walls), cpu_s=statistics.median(cpus),
-                   walls=walls, cpus=cpus, err_mean=rec["err_mean"], mcse_mean=rec["mcse_mean"],
-                   err_sd=rec["err_sd"], mcse_sd=rec["mcse_sd"], mean=rec["mean"], sd=rec["sd"],
-                   params=info.get("params"), counted_points=rec["counted_points"],
-                   grad_fraction=grads / (n * rec["steps"]), grad_cost=per_grad,
-                   estimator=info.get("estimator"), warnings=info.get("warnings"))
+        variant = info.get(
+            "variant",
+            {
+                "autodiff": "reverse AD",
+                "black box": "central FD",
+                "finite difference": "central FD",
+            }[kind],
+        )
+        row = dict(
+            problem=label,
+            d=d,
+            gradient=variant,
+            sampler=info["sampler"],
+            N=n,
+            reached=rec["reached"],
+            steps_to_tol=rec["steps"],
+            confirmed_to=rec["confirmed_to"],
+            values=values,
+            gradients=grads,
+            model_solves=solves,
+            wall_s=statistics.median(walls),
+            cpu_s=statistics.median(cpus),
+            walls=walls,
+            cpus=cpus,
+            err_mean=rec["err_mean"],
+            mcse_mean=rec["mcse_mean"],
+            err_sd=rec["err_sd"],
+            mcse_sd=rec["mcse_sd"],
+            mean=rec["mean"],
+            sd=rec["sd"],
+            params=info.get("params"),
+            counted_points=rec["counted_points"],
+            grad_fraction=grads / (n * rec["steps"]),
+            grad_cost=per_grad,
+            estimator=info.get("estimator"),
+            warnings=info.get("warnings"),
+        )
         if isinstance(runner, BlackJAXRunner):
             row["acceptance"] = float(np.mean(runner.acc)) if runner.acc else None
-        if getattr(runner, "inflation", None):  # CEnLMC: the audit over the timed run's window (T/2, T]
-            window = runner.inflation[len(runner.inflation) // 2:]
+        if getattr(
+            runner, "inflation", None
+        ):  # CEnLMC: the audit over the timed run's window (T/2, T]
+            window = runner.inflation[len(runner.inflation) // 2 :]
             row["audit_inflation"] = float(np.nanmean(window))
             row["audit_biased"] = runner.biased
             if runner.drift:
-                row["audit_drift_bias"] = float(np.nanmean(runner.drift[len(runner.drift) // 2:]))
+                row["audit_drift_bias"] = float(
+                    np.nanmean(runner.drift[len(runner.drift) // 2 :])
+                )
         rows.append(row)
     compare(rows, particles)
     return rows
@@ -520,15 +776,21 @@ def compare(rows, particles):
     lmcs = [r for r in rows if r["sampler"] == "LMC"]
     for r in rows:
         ours = r["sampler"] == "LMC" or r["sampler"].startswith("CEnLMC")
-        same_n = [m for m in lmcs if m["N"] == r["N"]] if ours else \
-            [m for m in lmcs if m["N"] == max(particles)]
+        same_n = (
+            [m for m in lmcs if m["N"] == r["N"]]
+            if ours
+            else [m for m in lmcs if m["N"] == max(particles)]
+        )
         if not same_n:
             continue
         same = [m for m in same_n if m["gradient"] == r["gradient"]]
         best = min(same_n, key=lambda m: m["cpu_s"])
         r["vs_best"] = f"LMC {best['gradient']} N={best['N']}"
         cr = sorted(bc / c for bc, c in zip(best["cpus"], r["cpus"], strict=True))
-        r["best_cpu_ratio"], r["best_cpu_ratio_range"] = statistics.median(cr), [cr[0], cr[-1]]
+        r["best_cpu_ratio"], r["best_cpu_ratio_range"] = (
+            statistics.median(cr),
+            [cr[0], cr[-1]],
+        )
         r["best_solve_saving"] = best["model_solves"] / r["model_solves"]
         lmc = same[0] if same else best
         r["vs"] = f"LMC {lmc['gradient']} N={lmc['N']}"
@@ -539,7 +801,9 @@ def compare(rows, particles):
         r["cpu_ratio"] = statistics.median(cratios)
         r["cpu_ratio_range"] = [cratios[0], cratios[-1]]
         r["solve_saving"] = lmc["model_solves"] / r["model_solves"]
-        r["grad_saving"] = lmc["gradients"] / r["gradients"] if r["gradients"] > 0 else None
+        r["grad_saving"] = (
+            lmc["gradients"] / r["gradients"] if r["gradients"] > 0 else None
+        )
         if r["sampler"].startswith("CEnLMC") and r["grad_saving"]:
             r["cpu_over_grad_saving"] = r["cpu_ratio"] / r["grad_saving"]
             r["cpu_over_solve_saving"] = r["cpu_ratio"] / r["solve_saving"]
@@ -549,19 +813,24 @@ def compare(rows, particles):
 def solve_cap(r, best):
     """The most model solves CEnLMC row ``r`` can save against LMC row ``best`` at its measured ensemble fraction.
 
-    Per member-step, as the bench counts: LMC ``v_L + c_L`` (``v_L``: values per member-step, 1 with a
-    finite-difference gradient, where LMC evaluates the value beside the gradient, 0 with autodiff, whose
-    value comes with the gradient's measured cost; ``c_L``: its gradient's cost in values), CEnLMC
-    ``v + (1 - φ) c`` (``v`` = 1, a value at every particle each step; ``1 - φ`` its gradients per
-    member-step, the audit's included; ``c`` its gradient's cost). ``cap = (v_L + c_L) / (v + (1 - φ) c)``:
+    Per member-step, as the bench counts: LMC ``v_L + c_L`` (``v_L``: values per
+    member-step, 1 with a finite-difference gradient, where LMC evaluates the value
+    beside the gradient, 0 with autodiff, whose value comes with the gradient's measured
+    cost; ``c_L``: its gradient's cost in values), CEnLMC ``v + (1 - φ) c`` (``v`` = 1,
+    a value at every particle each step; ``1 - φ`` its gradients per member-step, the
+    audit's included; ``c`` its gradient's cost). ``cap = (v_L + c_L) / (v + (1 - φ)
+    c)``:
     the saving at equal steps to tolerance; ``cap_phi1 = (v_L + c_L) / v``, the φ = 1 limit."""
     member_steps = r["N"] * r["steps_to_tol"]
     lmc_steps = best["N"] * best["steps_to_tol"]
     lmc_per_step = (best["values"] + best["gradients"] * best["grad_cost"]) / lmc_steps
     v = r["values"] / member_steps
     phi = 1.0 - r["grad_fraction"]
-    return dict(ensemble_fraction=phi, solve_cap=lmc_per_step / (v + (1 - phi) * r["grad_cost"]),
-                solve_cap_phi1=lmc_per_step / v)
+    return dict(
+        ensemble_fraction=phi,
+        solve_cap=lmc_per_step / (v + (1 - phi) * r["grad_cost"]),
+        solve_cap_phi1=lmc_per_step / v,
+    )
 
 
 def fmt_row(r):
@@ -571,24 +840,44 @@ def fmt_row(r):
     acc = f"mean {r['err_mean']:.3f}±{r['mcse_mean']:.3f}, sd {r['err_sd']:.3f}±{r['mcse_sd']:.3f}"
     rr, br = r.get("cpu_ratio_range"), r.get("best_cpu_ratio_range")
     return {
-        "problem": r["problem"], "gradient": r["gradient"], "sampler": r["sampler"], "N": r["N"],
-        "steps to tol": (str(r["steps_to_tol"]) if r["reached"] else f">{r['steps_to_tol']} (not reached)"),
-        "model solves": f"{r['model_solves']:.3g}", "gradients": f"{r['gradients']:.3g}",
-        "wall s": f"{r['wall_s']:.2f}", "CPU s": f"{r['cpu_s']:.2f}",
-        "CPU ratio vs LMC, same gradient": "-" if rr is None else
-        f"{r['cpu_ratio']:.2f} [{rr[0]:.2f}, {rr[1]:.2f}] ({r['vs']})",
-        "CPU ratio vs best LMC": "-" if br is None else
-        f"{r['best_cpu_ratio']:.2f} [{br[0]:.2f}, {br[1]:.2f}] ({r['vs_best']})",
+        "problem": r["problem"],
+        "gradient": r["gradient"],
+        "sampler": r["sampler"],
+        "N": r["N"],
+        "steps to tol": (
+            str(r["steps_to_tol"])
+            if r["reached"]
+            else f">{r['steps_to_tol']} (not reached)"
+        ),
+        "model solves": f"{r['model_solves']:.3g}",
+        "gradients": f"{r['gradients']:.3g}",
+        "wall s": f"{r['wall_s']:.2f}",
+        "CPU s": f"{r['cpu_s']:.2f}",
+        "CPU ratio vs LMC, same gradient": "-"
+        if rr is None
+        else f"{r['cpu_ratio']:.2f} [{rr[0]:.2f}, {rr[1]:.2f}] ({r['vs']})",
+        "CPU ratio vs best LMC": "-"
+        if br is None
+        else f"{r['best_cpu_ratio']:.2f} [{br[0]:.2f}, {br[1]:.2f}] ({r['vs_best']})",
         "estimator": r.get("estimator") or "-",
-        "solve saving": g(r.get("solve_saving"), ".2f"), "grad saving": g(r.get("grad_saving"), ".2f"),
+        "solve saving": g(r.get("solve_saving"), ".2f"),
+        "grad saving": g(r.get("grad_saving"), ".2f"),
         "solve saving vs best LMC": g(r.get("best_solve_saving"), ".2f"),
-        "solve-saving cap (φ)": ("-" if r.get("solve_cap") is None else f"{r['solve_cap']:.2f} "
-                                 f"(φ {r['ensemble_fraction']:.2f}; φ=1: {r['solve_cap_phi1']:.2f})"),
+        "solve-saving cap (φ)": (
+            "-"
+            if r.get("solve_cap") is None
+            else f"{r['solve_cap']:.2f} "
+            f"(φ {r['ensemble_fraction']:.2f}; φ=1: {r['solve_cap_phi1']:.2f})"
+        ),
         "CPU / grad saving": g(r.get("cpu_over_grad_saving"), ".2f"),
         "CPU / solve saving": g(r.get("cpu_over_solve_saving"), ".2f"),
         "grads per member-step": g(r["grad_fraction"], ".2f"),
-        "audit: variance inflation (flag)": ("-" if r.get("audit_inflation") is None else
-                                             f"{r['audit_inflation']:.3f}" + (" BIASED" if r["audit_biased"] else "")),
+        "audit: variance inflation (flag)": (
+            "-"
+            if r.get("audit_inflation") is None
+            else f"{r['audit_inflation']:.3f}"
+            + (" BIASED" if r["audit_biased"] else "")
+        ),
         "audit: drift bias β": g(r.get("audit_drift_bias"), "+.3f"),
         "error vs ref ± MCSE": acc,
     }
@@ -597,17 +886,46 @@ def fmt_row(r):
 def main():
     p = base_parser(__doc__.splitlines()[0])
     p.add_argument("--particles", type=int, nargs="+", default=[500, 2000, 4000])
-    p.add_argument("--tol", type=float, default=0.05, help="tolerance on |mean error|/sd and |sd/sd_ref - 1|")
+    p.add_argument(
+        "--tol",
+        type=float,
+        default=0.05,
+        help="tolerance on |mean error|/sd and |sd/sd_ref - 1|",
+    )
     p.add_argument("--sir-rk4-steps", type=int, default=1000)
     p.add_argument("--black-box-rk4-steps", type=int, default=200)
-    p.add_argument("--cases", nargs="+", default=["sir", "sir-black-box", "darcy", "darcy-fd"])
-    p.add_argument("--cpu", type=int, default=None, help="CPU to pin to (default: the last one allowed)")
-    p.add_argument("--all-threads", action="store_true", help="do not pin to one CPU / one XLA thread")
+    p.add_argument(
+        "--cases", nargs="+", default=["sir", "sir-black-box", "darcy", "darcy-fd"]
+    )
+    p.add_argument(
+        "--cpu",
+        type=int,
+        default=None,
+        help="CPU to pin to (default: the last one allowed)",
+    )
+    p.add_argument(
+        "--all-threads",
+        action="store_true",
+        help="do not pin to one CPU / one XLA thread",
+    )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--no-peers", action="store_true", help="LMC and CEnLMC only (no MALA, RMH, emcee, AIES)")
-    p.add_argument("--estimators", nargs="+", default=["paper", "least_squares"], choices=list(ESTIMATOR_LABELS),
-                   help="CEnLMC's ensemble estimators: each CEnLMC variant runs once per estimator")
-    p.add_argument("--no-skip", action="store_true", help="run the variants of SKIP too (they hang)")
+    p.add_argument(
+        "--no-peers",
+        action="store_true",
+        help="LMC and CEnLMC only (no MALA, RMH, emcee, AIES)",
+    )
+    p.add_argument(
+        "--estimators",
+        nargs="+",
+        default=["paper", "least_squares"],
+        choices=list(ESTIMATOR_LABELS),
+        help="CEnLMC's ensemble estimators: each CEnLMC variant runs once per estimator",
+    )
+    p.add_argument(
+        "--no-skip",
+        action="store_true",
+        help="run the variants of SKIP too (they hang)",
+    )
     p.set_defaults(repeats=3)
     args = p.parse_args()
     if not args.all_threads and hasattr(os, "sched_setaffinity"):
@@ -624,28 +942,83 @@ def main():
     rows, costs, problems_info, skipped, caveats = [], {}, {}, [], {}
     for case in args.cases:
         if case == "sir":
-            problem, kind = cj.models.inverse_problems.sir_epidemic(num_rk4_steps=sir_steps), "autodiff"
+            problem, kind = (
+                cj.models.inverse_problems.sir_epidemic(num_rk4_steps=sir_steps),
+                "autodiff",
+            )
         elif case == "sir-black-box":
-            problem, kind = cj.models.inverse_problems.sir_epidemic_black_box(num_rk4_steps=bb_steps), "black box"
+            problem, kind = (
+                cj.models.inverse_problems.sir_epidemic_black_box(
+                    num_rk4_steps=bb_steps
+                ),
+                "black box",
+            )
         elif case == "darcy":
             problem, kind = cj.models.inverse_problems.darcy_flow(3), "autodiff"
         elif case == "darcy-fd":
-            problem, kind = cj.models.inverse_problems.darcy_flow(3), "finite difference"
+            problem, kind = (
+                cj.models.inverse_problems.darcy_flow(3),
+                "finite difference",
+            )
         else:
             raise SystemExit(f"unknown case {case!r}")
-        grad_costs = ({m: autodiff_grad_cost(problem.logdensity_fn, problem.dim, grad_mode=m)
-                       for m in ("reverse", "forward")} if kind == "autodiff" else {})
+        grad_costs = (
+            {
+                m: autodiff_grad_cost(problem.logdensity_fn, problem.dim, grad_mode=m)
+                for m in ("reverse", "forward")
+            }
+            if kind == "autodiff"
+            else {}
+        )
         costs[case] = grad_costs
-        problems_info[case] = dict(name=problem.name, dim=problem.dim, reference=problem.reference,
-                                   mean=problem.mean, sd=np.sqrt(np.diag(problem.cov)))
+        problems_info[case] = dict(
+            name=problem.name,
+            dim=problem.dim,
+            reference=problem.reference,
+            mean=problem.mean,
+            sd=np.sqrt(np.diag(problem.cov)),
+        )
         case_particles = particles if case in ("sir", "darcy") else particles[:2]
-        rows += run_case(case, problem, kind, case_particles, peers, args.tol, repeats, args.seed, args.quick,
-                         grad_costs, args.estimators, skipped, caveats)
+        rows += run_case(
+            case,
+            problem,
+            kind,
+            case_particles,
+            peers,
+            args.tol,
+            repeats,
+            args.seed,
+            args.quick,
+            grad_costs,
+            args.estimators,
+            skipped,
+            caveats,
+        )
 
-    columns = ["problem", "gradient", "sampler", "estimator", "N", "steps to tol", "model solves", "gradients",
-               "wall s", "CPU s", "grads per member-step", "CPU ratio vs LMC, same gradient", "CPU ratio vs best LMC",
-               "solve saving", "solve saving vs best LMC", "solve-saving cap (φ)", "grad saving", "CPU / grad saving",
-               "CPU / solve saving", "audit: variance inflation (flag)", "audit: drift bias β", "error vs ref ± MCSE"]
+    columns = [
+        "problem",
+        "gradient",
+        "sampler",
+        "estimator",
+        "N",
+        "steps to tol",
+        "model solves",
+        "gradients",
+        "wall s",
+        "CPU s",
+        "grads per member-step",
+        "CPU ratio vs LMC, same gradient",
+        "CPU ratio vs best LMC",
+        "solve saving",
+        "solve saving vs best LMC",
+        "solve-saving cap (φ)",
+        "grad saving",
+        "CPU / grad saving",
+        "CPU / solve saving",
+        "audit: variance inflation (flag)",
+        "audit: drift bias β",
+        "error vs ref ± MCSE",
+    ]
     notes = [
         f"Tolerance {args.tol}: |mean_k - ref_k| / sd_k and |sd_k / sd_ref_k - 1| for every coordinate, estimated "
         "from steps (T/2, T] of every member, with 2 MCSE <= tolerance, holding from T* (steps to tol) to 2 T*. "
@@ -654,8 +1027,13 @@ def main():
         "Model solves in value units: a value 1; a finite-difference gradient 2d (central) or d (forward) beside "
         "the value at the point, which LMC evaluates in the gradient's batch and CEnLMC has (d + 1 / 2d + 1 "
         "values a gradient before cj.finite_difference reused it, stop 24); an "
-        "autodiff gradient its measured time in values (grad_cost: " + "; ".join(
-            f"{k} " + ", ".join(f"{m} {v:.1f}" for m, v in c.items()) for k, c in costs.items() if c) + ").",
+        "autodiff gradient its measured time in values (grad_cost: "
+        + "; ".join(
+            f"{k} " + ", ".join(f"{m} {v:.1f}" for m, v in c.items())
+            for k, c in costs.items()
+            if c
+        )
+        + ").",
         "gradient: reverse AD = jax.grad (grad_mode='reverse', the default before grad_mode existed); forward AD = "
         "grad_mode='forward' (what grad_mode='auto' now takes at d <= 5); central / forward FD = "
         "cj.finite_difference(scheme=...) (2d / d values a gradient, the value at the point beside it).",
@@ -700,10 +1078,22 @@ def main():
         notes.append(f"cj.cenlmc warned ({len(names)} runs: {', '.join(names)}): {msg}")
     for line in skipped:
         notes.append(f"Not run: {line}")
-    write_results("inverse", dict(args=vars(args), grad_cost=costs, problems=problems_info, skipped=skipped,
-                                  warnings=caveats), rows,
-                  columns=columns, md_rows=[fmt_row(r) for r in rows], out_dir=args.out_dir,
-                  title="Wall time and model solves to equal accuracy on inverse problems", notes=notes)
+    write_results(
+        "inverse",
+        dict(
+            args=vars(args),
+            grad_cost=costs,
+            problems=problems_info,
+            skipped=skipped,
+            warnings=caveats,
+        ),
+        rows,
+        columns=columns,
+        md_rows=[fmt_row(r) for r in rows],
+        out_dir=args.out_dir,
+        title="Wall time and model solves to equal accuracy on inverse problems",
+        notes=notes,
+    )
 
 
 if __name__ == "__main__":

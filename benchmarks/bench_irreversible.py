@@ -50,17 +50,22 @@ def double_well_draws(n: int, seed: int) -> jax.Array:
 def make_sampler(kind: str, logdensity_fn, gamma_shape: float):
     """(init(x0, key), step(key, state, scale)) for one chain; ``scale`` may be a tracer."""
     if kind == "gamma":
+
         def init(x, key):
             return irr.irreversible_mh_init(x, logdensity_fn, key)
 
         def step(key, state, scale):
-            return irr.irreversible_mh_step(key, state, logdensity_fn, irr.gamma_proposal(gamma_shape, scale))
+            return irr.irreversible_mh_step(
+                key, state, logdensity_fn, irr.gamma_proposal(gamma_shape, scale)
+            )
     else:
+
         def init(x, key):
             return irr.rwmh_init(x, logdensity_fn)
 
         def step(key, state, scale):
             return irr.rwmh_step(key, state, logdensity_fn, step_size=scale)
+
     return init, step
 
 
@@ -77,10 +82,14 @@ def tune_to_acceptance(init, step, x0, grid, target_acceptance, num_steps=300, s
 
     def acceptance(scale):
         def one(state, key):
-            state, info = jax.vmap(lambda k, s: step(k, s, scale))(jax.random.split(key, n), state)
+            state, info = jax.vmap(lambda k, s: step(k, s, scale))(
+                jax.random.split(key, n), state
+            )
             return state, jnp.mean(info.is_accepted.astype(jnp.float32))
 
-        _, acc = jax.lax.scan(one, state0, jax.random.split(jax.random.key(seed), num_steps))
+        _, acc = jax.lax.scan(
+            one, state0, jax.random.split(jax.random.key(seed), num_steps)
+        )
         return jnp.mean(acc)
 
     grid = np.asarray(grid, np.float32)
@@ -99,16 +108,25 @@ def lag_acf(trace: np.ndarray, lag: int) -> np.ndarray:
 def main():
     parser = base_parser(__doc__.splitlines()[0])
     parser.add_argument("--chains", type=int, default=2000, help="vmapped chains")
-    parser.add_argument("--steps", type=int, default=2000, help="recorded steps per chain")
-    parser.add_argument("--acceptance", type=float, default=0.5, help="common target acceptance rate")
-    parser.add_argument("--gamma-shape", type=float, default=2.0, help="shape k of the Gamma jumps")
+    parser.add_argument(
+        "--steps", type=int, default=2000, help="recorded steps per chain"
+    )
+    parser.add_argument(
+        "--acceptance", type=float, default=0.5, help="common target acceptance rate"
+    )
+    parser.add_argument(
+        "--gamma-shape", type=float, default=2.0, help="shape k of the Gamma jumps"
+    )
     args = parser.parse_args()
     if args.quick:
         args.chains, args.steps, args.repeats = 200, 400, 2
 
     problems = {
         "double_well_1d": (targets.double_well(), lambda n: double_well_draws(n, 0)),
-        "banana_2d": (targets.banana(), lambda n: targets.banana().sample(jax.random.key(0), n)),
+        "banana_2d": (
+            targets.banana(),
+            lambda n: targets.banana().sample(jax.random.key(0), n),
+        ),
     }
     grids = {"gamma": np.geomspace(0.1, 3.0, 24), "rw": np.geomspace(0.2, 8.0, 24)}
     rows, raw = [], {}
@@ -117,7 +135,9 @@ def main():
         per = {}
         for kind in ("gamma", "rw"):
             init, step = make_sampler(kind, tgt.logdensity_fn, args.gamma_shape)
-            scale, grid_acc = tune_to_acceptance(init, step, x0[: min(500, args.chains)], grids[kind], args.acceptance)
+            scale, grid_acc = tune_to_acceptance(
+                init, step, x0[: min(500, args.chains)], grids[kind], args.acceptance
+            )
             state = jax.vmap(init)(x0, jax.random.split(jax.random.key(1), args.chains))
             one = functools.partial(step, scale=scale)
             step_fn = vmap_chains(one)
@@ -128,7 +148,9 @@ def main():
 
             timing = time_call(run, repeats=args.repeats)
             trace_j, info = run()
-            trace = np.asarray(trace_j, np.float64).transpose(1, 0, 2)  # (chains, draws, d)
+            trace = np.asarray(trace_j, np.float64).transpose(
+                1, 0, 2
+            )  # (chains, draws, d)
             ess = np.asarray(dg.effective_sample_size(trace), np.float64)
             draws = trace.shape[0] * trace.shape[1]
             mom = np.concatenate([trace, trace**2], axis=-1)
@@ -138,7 +160,11 @@ def main():
             row = dict(
                 target=pname,
                 sampler="irreversible Gamma" if kind == "gamma" else "RW-MH",
-                scale=(f"θ={scale:.3g} (k={args.gamma_shape:g})" if kind == "gamma" else f"σ={scale:.3g}"),
+                scale=(
+                    f"θ={scale:.3g} (k={args.gamma_shape:g})"
+                    if kind == "gamma"
+                    else f"σ={scale:.3g}"
+                ),
                 acceptance=float(np.mean(info.is_accepted)),
                 acf1_x0=float(acf1[0]),
                 acf5_x0=float(acf5[0]),
@@ -152,20 +178,47 @@ def main():
             rows.append(row)
             per[kind] = row
             raw[f"{pname}/{kind}"] = dict(
-                scale=scale, tuning_grid=grids[kind], tuning_acceptance=grid_acc, ess=ess,
-                acf1=acf1, acf5=acf5, z_mean_and_second_moment=z, timing=timing.as_dict(),
+                scale=scale,
+                tuning_grid=grids[kind],
+                tuning_acceptance=grid_acc,
+                ess=ess,
+                acf1=acf1,
+                acf5=acf5,
+                z_mean_and_second_moment=z,
+                timing=timing.as_dict(),
             )
         g, r = per["gamma"], per["rw"]
-        rows.append(dict(
-            target=pname, sampler="ratio Gamma / RW-MH", scale="-",
-            acceptance=g["acceptance"] / r["acceptance"],
-            acf5_x0=None, acf1_x0=None, acf5_max_abs=g["acf5_max_abs"] / r["acf5_max_abs"],
-            ess_min=g["ess_min"] / r["ess_min"], ess_per_draw=g["ess_per_draw"] / r["ess_per_draw"],
-            ess_per_s=g["ess_per_s"] / r["ess_per_s"], run_s=g["run_s"] / r["run_s"], max_abs_z=None,
-        ))
+        rows.append(
+            dict(
+                target=pname,
+                sampler="ratio Gamma / RW-MH",
+                scale="-",
+                acceptance=g["acceptance"] / r["acceptance"],
+                acf5_x0=None,
+                acf1_x0=None,
+                acf5_max_abs=g["acf5_max_abs"] / r["acf5_max_abs"],
+                ess_min=g["ess_min"] / r["ess_min"],
+                ess_per_draw=g["ess_per_draw"] / r["ess_per_draw"],
+                ess_per_s=g["ess_per_s"] / r["ess_per_s"],
+                run_s=g["run_s"] / r["run_s"],
+                max_abs_z=None,
+            )
+        )
 
-    columns = ["target", "sampler", "scale", "acceptance", "acf1_x0", "acf5_x0", "acf5_max_abs",
-               "ess_min", "ess_per_draw", "ess_per_s", "run_s", "max_abs_z"]
+    columns = [
+        "target",
+        "sampler",
+        "scale",
+        "acceptance",
+        "acf1_x0",
+        "acf5_x0",
+        "acf5_max_abs",
+        "ess_min",
+        "ess_per_draw",
+        "ess_per_s",
+        "run_s",
+        "max_abs_z",
+    ]
     notes = [
         f"{args.chains} vmapped chains x {args.steps} steps, float32, chains started from exact draws (no burn-in); "
         f"both samplers tuned to acceptance {args.acceptance} by a vectorised grid search (tune_to_acceptance).",
@@ -177,13 +230,24 @@ def main():
         "Wall times on a shared machine are noisy; rerun the command on a quiet machine for speed figures.",
     ]
     payload = dict(
-        config=dict(chains=args.chains, steps=args.steps, acceptance=args.acceptance,
-                    gamma_shape=args.gamma_shape, repeats=args.repeats, quick=args.quick),
+        config=dict(
+            chains=args.chains,
+            steps=args.steps,
+            acceptance=args.acceptance,
+            gamma_shape=args.gamma_shape,
+            repeats=args.repeats,
+            quick=args.quick,
+        ),
         details=raw,
     )
     json_path, md_path = write_results(
-        "irreversible", payload, rows, columns=columns, out_dir=args.out_dir,
-        title="Irreversible Gamma sampler vs random-walk MH (docs/algorithms.md §7)", notes=notes,
+        "irreversible",
+        payload,
+        rows,
+        columns=columns,
+        out_dir=args.out_dir,
+        title="Irreversible Gamma sampler vs random-walk MH (docs/algorithms.md §7)",
+        notes=notes,
     )
     print(md_path.read_text())
 

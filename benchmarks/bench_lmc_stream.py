@@ -29,7 +29,9 @@ def run(n, d, steps, mode, chunk):
     tgt = cj.models.targets.standard_gaussian(d)
     x0 = jax.random.normal(jax.random.key(0), (n, d))
     state = cj.ensemble.lmc_init(x0, tgt.logdensity_fn)
-    step = functools.partial(cj.ensemble.lmc_step, logdensity_fn=tgt.logdensity_fn, step_size=0.1)
+    step = functools.partial(
+        cj.ensemble.lmc_step, logdensity_fn=tgt.logdensity_fn, step_size=0.1
+    )
     t0 = time.perf_counter()
     res = cj.sample(jax.random.key(1), step, state, steps, mode=mode, chunk_size=chunk)
     jax.block_until_ready(res.state)
@@ -38,14 +40,23 @@ def run(n, d, steps, mode, chunk):
     res = cj.sample(jax.random.key(2), step, state, steps, mode=mode, chunk_size=chunk)
     jax.block_until_ready(res.state)
     warm = time.perf_counter() - t0
-    var = np.asarray(res.moments.variance if mode == "stream" else res.trace.var(axis=(0, 1)))
+    var = np.asarray(
+        res.moments.variance if mode == "stream" else res.trace.var(axis=(0, 1))
+    )
     return dict(
-        N=n, d=d, steps=steps, mode=mode, chunk=chunk,
-        wall_s_with_compile=round(first, 3), wall_s=round(warm, 3),
+        N=n,
+        d=d,
+        steps=steps,
+        mode=mode,
+        chunk=chunk,
+        wall_s_with_compile=round(first, 3),
+        wall_s=round(warm, 3),
         particle_steps_per_s=f"{n * steps / warm:.3g}",
         trace_bytes=(n * d * steps * 4 if mode == "trace" else 0),
         max_var_error=float(np.max(np.abs(var - 1 / (1 - 0.05)))),
-        peak_rss_mib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        peak_rss_mib=round(
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1
+        ),
     )
 
 
@@ -55,11 +66,18 @@ def main():
     p.add_argument("--dim", type=int, default=10)
     p.add_argument("--steps", type=int, default=1000)
     args = p.parse_args()
-    n, d, steps = (10_000, 10, 100) if args.quick else (args.particles, args.dim, args.steps)
+    n, d, steps = (
+        (10_000, 10, 100) if args.quick else (args.particles, args.dim, args.steps)
+    )
     rows = [run(n // 10, d, steps, "trace", 250), run(n // 10, d, steps, "stream", 250)]
-    rows.append(run(n, d, steps, "stream", 250))  # peak RSS is cumulative: the big run last
+    rows.append(
+        run(n, d, steps, "stream", 250)
+    )  # peak RSS is cumulative: the big run last
     write_results(
-        "lmc_stream", {"args": {k: str(v) for k, v in vars(args).items()}}, rows, title="Streaming LMC driver",
+        "lmc_stream",
+        {"args": {k: str(v) for k, v in vars(args).items()}},
+        rows,
+        title="Streaming LMC driver",
         out_dir=args.out_dir,
         notes=[
             "wall_s: second call (compiled chunk reused); wall_s_with_compile: first call.",

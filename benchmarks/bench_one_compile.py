@@ -91,48 +91,114 @@ def main():
     parser = base_parser(__doc__.splitlines()[0])
     args = parser.parse_args()
     repeats = 1 if args.quick else args.repeats
-    before = subprocess.run(["git", "show", f"{BEFORE}:cenlmc_jax/run.py"], cwd=REPO, check=True,
-                            capture_output=True, text=True).stdout
+    before = subprocess.run(
+        ["git", "show", f"{BEFORE}:cenlmc_jax/run.py"],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     rows, raw = [], {}
     with tempfile.TemporaryDirectory() as tmp:
         before_path = os.path.join(tmp, "run_before.py")
         Path(before_path).write_text(before)
         for case in ("sir", "gaussian"):
             for r in range(repeats):
-                for variant in (("before", "after") if r % 2 == 0 else ("after", "before")):
-                    out = subprocess.run([sys.executable, "-c", CHILD, variant, case, "1" if args.quick else "0",
-                                          before_path], cwd=REPO, check=False, capture_output=True, text=True)
+                for variant in (
+                    ("before", "after") if r % 2 == 0 else ("after", "before")
+                ):
+                    out = subprocess.run(
+                        [
+                            sys.executable,
+                            "-c",
+                            CHILD,
+                            variant,
+                            case,
+                            "1" if args.quick else "0",
+                            before_path,
+                        ],
+                        cwd=REPO,
+                        check=False,
+                        capture_output=True,
+                        text=True,
+                    )
                     if out.returncode:
-                        raise SystemExit(f"{case} {variant} failed:\n{out.stderr[-3000:]}")
+                        raise SystemExit(
+                            f"{case} {variant} failed:\n{out.stderr[-3000:]}"
+                        )
                     rec = json.loads(out.stdout.strip().splitlines()[-1])
                     raw.setdefault((case, variant), []).append(rec)
-                    print(case, variant, {k: v for k, v in rec.items() if k != "position"}, flush=True)
+                    print(
+                        case,
+                        variant,
+                        {k: v for k, v in rec.items() if k != "position"},
+                        flush=True,
+                    )
     for case in ("sir", "gaussian"):
         b, a = raw[(case, "before")], raw[(case, "after")]
         same = all(x["position"] == b[0]["position"] for x in a + b)
-        med = {v: {k: statistics.median(x[k] for x in raw[(case, v)]) for k in ("first_s", "second_s", "compile_s")}
-               for v in ("before", "after")}
+        med = {
+            v: {
+                k: statistics.median(x[k] for x in raw[(case, v)])
+                for k in ("first_s", "second_s", "compile_s")
+            }
+            for v in ("before", "after")
+        }
         for v, recs in (("before", b), ("after", a)):
-            rows.append(dict(case=case, variant=v, compiles=recs[0]["compiles"], first_s=round(med[v]["first_s"], 2),
-                             compile_s=round(med[v]["compile_s"], 2), second_s=round(med[v]["second_s"], 3),
-                             firsts=[round(x["first_s"], 2) for x in recs], seconds=[round(x["second_s"], 3)
-                                                                                     for x in recs],
-                             same_draws=same))
-        rows.append(dict(case=case, variant="before / after", compiles="-",
-                         first_s=round(med["before"]["first_s"] / med["after"]["first_s"], 2),
-                         compile_s=round(med["before"]["compile_s"] / med["after"]["compile_s"], 2),
-                         second_s=round(med["before"]["second_s"] / med["after"]["second_s"], 2),
-                         firsts="-", seconds="-", same_draws=same))
-    notes = [f"{repeats} rounds per case, each variant in a fresh process, the order alternating; medians.",
-             "compiles: XLA compilations during the first sample call; compile_s: their total time; first_s: the "
-             "first call's wall time (compilation included); second_s: the same call again (compiled).",
-             "same_draws: the final positions (first 64 values) of every run, both variants, are equal.",
-             "Shared 2-core machine: other sessions may have run at the same time; read the ratios."]
-    write_results("one_compile", dict(quick=args.quick, repeats=repeats, before=BEFORE), rows,
-                  columns=["case", "variant", "compiles", "first_s", "compile_s", "second_s", "firsts", "seconds",
-                           "same_draws"],
-                  out_dir=args.out_dir, notes=notes,
-                  title="Burn-in and sampling in one compilation: before and after (issue 17, item 6)")
+            rows.append(
+                dict(
+                    case=case,
+                    variant=v,
+                    compiles=recs[0]["compiles"],
+                    first_s=round(med[v]["first_s"], 2),
+                    compile_s=round(med[v]["compile_s"], 2),
+                    second_s=round(med[v]["second_s"], 3),
+                    firsts=[round(x["first_s"], 2) for x in recs],
+                    seconds=[round(x["second_s"], 3) for x in recs],
+                    same_draws=same,
+                )
+            )
+        rows.append(
+            dict(
+                case=case,
+                variant="before / after",
+                compiles="-",
+                first_s=round(med["before"]["first_s"] / med["after"]["first_s"], 2),
+                compile_s=round(
+                    med["before"]["compile_s"] / med["after"]["compile_s"], 2
+                ),
+                second_s=round(med["before"]["second_s"] / med["after"]["second_s"], 2),
+                firsts="-",
+                seconds="-",
+                same_draws=same,
+            )
+        )
+    notes = [
+        f"{repeats} rounds per case, each variant in a fresh process, the order alternating; medians.",
+        "compiles: XLA compilations during the first sample call; compile_s: their total time; first_s: the "
+        "first call's wall time (compilation included); second_s: the same call again (compiled).",
+        "same_draws: the final positions (first 64 values) of every run, both variants, are equal.",
+        "Shared 2-core machine: other sessions may have run at the same time; read the ratios.",
+    ]
+    write_results(
+        "one_compile",
+        dict(quick=args.quick, repeats=repeats, before=BEFORE),
+        rows,
+        columns=[
+            "case",
+            "variant",
+            "compiles",
+            "first_s",
+            "compile_s",
+            "second_s",
+            "firsts",
+            "seconds",
+            "same_draws",
+        ],
+        out_dir=args.out_dir,
+        notes=notes,
+        title="Burn-in and sampling in one compilation: before and after (issue 17, item 6)",
+    )
 
 
 if __name__ == "__main__":

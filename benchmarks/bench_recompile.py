@@ -8,13 +8,12 @@ the step comes from ``cenlmc_jax._steps.bound_step``: the same function object f
 equal parameters, so the second ``cj.sample`` reuses the first one's compiled chunk.
 
 Both variants in one process, on the SIR model (d = 2, RK4 in ``lax.scan``,
-``cj.models.inverse_problems.sir_epidemic``), CEnLMC with N particles, ``--steps`` steps:
-for each of ``--repeats`` rounds, the sampler is built afresh and run once per
-variant (the order alternating), "before" with its step wrapped in a new
-closure (what the constructors returned), "after" as the constructor returns
-it. A round's time is the wall time of ``cj.sample`` (compilation included);
-the first round of "after" compiles, the later ones reuse. Both give the same
-draws (checked).
+``cj.models.inverse_problems.sir_epidemic``), CEnLMC with N particles, ``--steps``
+steps: for each of ``--repeats`` rounds, the sampler is built afresh and run once per
+variant (the order alternating), "before" with its step wrapped in a new closure (what
+the constructors returned), "after" as the constructor returns it. A round's time is the
+wall time of ``cj.sample`` (compilation included); the first round of "after" compiles,
+the later ones reuse. Both give the same draws (checked).
 
 ``python benchmarks/bench_recompile.py`` (``--quick``: a Gaussian, fewer steps).
 Writes benchmarks/results/recompile.{json,md}.
@@ -46,7 +45,14 @@ def _target(quick: bool):
 
 def _run(algo, x0, steps):
     start = time.perf_counter()
-    res = cj.sample(jax.random.key(1), algo, algo.init(x0), steps, check_convergence=False, on_divergence="warn")
+    res = cj.sample(
+        jax.random.key(1),
+        algo,
+        algo.init(x0),
+        steps,
+        check_convergence=False,
+        on_divergence="warn",
+    )
     jax.block_until_ready(res.state.position)
     return time.perf_counter() - start, np.asarray(res.state.position)
 
@@ -62,7 +68,9 @@ def main():
     x0 = jax.random.normal(jax.random.key(0), (args.particles, tgt.dim))
 
     def build():
-        return cj.cenlmc(tgt.logdensity_fn, 0.05, 0.3, 0.5, 0.3, 5, 10.0, f_star=tgt.f_star)
+        return cj.cenlmc(
+            tgt.logdensity_fn, 0.05, 0.3, 0.5, 0.3, 5, 10.0, f_star=tgt.f_star
+        )
 
     times = {"before": [], "after": []}
     for r in range(args.repeats):
@@ -70,22 +78,41 @@ def main():
         out = {}
         for variant in order:
             algo = build()
-            if variant == "before":  # a fresh closure per build, as the constructors returned
+            if (
+                variant == "before"
+            ):  # a fresh closure per build, as the constructors returned
                 step = algo.step
-                algo = cj.base.SamplingAlgorithm(algo.init, lambda key, state, step=step: step(key, state))
+                algo = cj.base.SamplingAlgorithm(
+                    algo.init, lambda key, state, step=step: step(key, state)
+                )
             seconds, out[variant] = _run(algo, x0, args.steps)
             times[variant].append(seconds)
             print(f"round {r} {variant}: {seconds:.2f} s", flush=True)
-        np.testing.assert_array_equal(out["before"], out["after"])  # the same run either way
+        np.testing.assert_array_equal(
+            out["before"], out["after"]
+        )  # the same run either way
     rows = []
     for variant in ("before", "after"):
         t = times[variant]
-        rows.append(dict(variant=variant, first_s=round(t[0], 3),
-                         later_median_s=round(statistics.median(t[1:]), 3) if len(t) > 1 else None,
-                         later_times_s=[round(x, 3) for x in t[1:]]))
-    ratio = [b / a for b, a in zip(times["before"][1:], times["after"][1:], strict=True)]
-    rows.append(dict(variant="before / after (later rounds)", later_median_s=round(statistics.median(ratio), 1)
-                     if ratio else None))
+        rows.append(
+            dict(
+                variant=variant,
+                first_s=round(t[0], 3),
+                later_median_s=round(statistics.median(t[1:]), 3)
+                if len(t) > 1
+                else None,
+                later_times_s=[round(x, 3) for x in t[1:]],
+            )
+        )
+    ratio = [
+        b / a for b, a in zip(times["before"][1:], times["after"][1:], strict=True)
+    ]
+    rows.append(
+        dict(
+            variant="before / after (later rounds)",
+            later_median_s=round(statistics.median(ratio), 1) if ratio else None,
+        )
+    )
     notes = [
         f"{'Gaussian (quick)' if args.quick else 'SIR (d = 2, RK4 in lax.scan)'}, CEnLMC, N = {args.particles}, "
         f"{args.steps} steps per cj.sample; the sampler rebuilt with identical parameters each round; "
@@ -95,10 +122,16 @@ def main():
         "reused).",
         "first_s: the first round (compiles in both); later: the rounds after it. Same draws in both (checked).",
     ]
-    write_results("recompile", dict(args={k: v for k, v in vars(args).items() if k != "out_dir"}), rows,
-                  out_dir=args.out_dir, notes=notes,
-                  title="A rebuilt cj.cenlmc with the same parameters: compiled again (before) or reused (after)",
-                  command="python benchmarks/bench_recompile.py" + (" --quick" if args.quick else ""))
+    write_results(
+        "recompile",
+        dict(args={k: v for k, v in vars(args).items() if k != "out_dir"}),
+        rows,
+        out_dir=args.out_dir,
+        notes=notes,
+        title="A rebuilt cj.cenlmc with the same parameters: compiled again (before) or reused (after)",
+        command="python benchmarks/bench_recompile.py"
+        + (" --quick" if args.quick else ""),
+    )
 
 
 if __name__ == "__main__":

@@ -51,19 +51,30 @@ def dense_inv_metric(theta):
 
 def build(variant: str, d: int, step_size: float):
     """(single-chain step (key, state) -> (state, info), initial single-chain state)."""
-    est = gradients.noisy_grad_estimator(lambda t: -jax.grad(potential)(t), 1.0)  # ∇log π + N(0, 1)
+    est = gradients.noisy_grad_estimator(
+        lambda t: -jax.grad(potential)(t), 1.0
+    )  # ∇log π + N(0, 1)
     gs = sgrhmc.gsgrhmc_inv_metric(potential, 1.5, 0.5)
     theta0 = jnp.full((d,), 0.5)
     if variant == "sghmc":
         s = cj.sghmc(est, step_size, friction=1.0)
         return s.step, s.init(theta0)
     if variant in ("sgrhmc_diag", "sgrhmc_diag_naive"):
-        step = functools.partial(sgrhmc.sgrhmc_step, grad_estimator=est, step_size=step_size, inv_metric_fn=gs,
-                                 naive=variant.endswith("naive"))
+        step = functools.partial(
+            sgrhmc.sgrhmc_step,
+            grad_estimator=est,
+            step_size=step_size,
+            inv_metric_fn=gs,
+            naive=variant.endswith("naive"),
+        )
         return step, sgrhmc.sgrhmc_init(theta0)
     if variant == "sgrhmc_dense":
-        step = functools.partial(sgrhmc.sgrhmc_step, grad_estimator=est, step_size=step_size,
-                                 inv_metric_fn=dense_inv_metric)
+        step = functools.partial(
+            sgrhmc.sgrhmc_step,
+            grad_estimator=est,
+            step_size=step_size,
+            inv_metric_fn=dense_inv_metric,
+        )
         return step, sgrhmc.sgrhmc_init(theta0)
     if variant == "sgrhmc_recipe":
         D, Q = sgrhmc.sgrhmc_dq(gs)
@@ -71,7 +82,9 @@ def build(variant: str, d: int, step_size: float):
         def grad_h(key, z):  # ∇log π(θ, r) = (∇log π(θ), -r)
             return jnp.concatenate([est(key, z[:d]), -z[d:]])
 
-        step = functools.partial(recipe.recipe_step, grad_estimator=grad_h, step_size=step_size, D=D, Q=Q)
+        step = functools.partial(
+            recipe.recipe_step, grad_estimator=grad_h, step_size=step_size, D=D, Q=Q
+        )
         return step, recipe.recipe_init(jnp.concatenate([theta0, jnp.zeros(d)]))
     raise ValueError(variant)
 
@@ -95,35 +108,52 @@ def main():
     parser = base_parser(__doc__.splitlines()[0])
     parser.add_argument("--chains", type=int, default=10_000)
     parser.add_argument("--dims", type=int, nargs="+", default=[1, 10])
-    parser.add_argument("--steps", type=int, default=100, help="steps per timed (jitted lax.scan) call")
+    parser.add_argument(
+        "--steps", type=int, default=100, help="steps per timed (jitted lax.scan) call"
+    )
     parser.add_argument("--step-size", type=float, default=0.02)
     args = parser.parse_args()
     if args.quick:
         args.chains, args.dims, args.steps, args.repeats = 1000, [1, 4], 20, 3
 
-    variants = ["sghmc", "sgrhmc_diag", "sgrhmc_diag_naive", "sgrhmc_dense", "sgrhmc_recipe"]
+    variants = [
+        "sghmc",
+        "sgrhmc_diag",
+        "sgrhmc_diag_naive",
+        "sgrhmc_dense",
+        "sgrhmc_recipe",
+    ]
     rows = []
     for d in args.dims:
         base = None
         for v in variants:
             single, state0 = build(v, d, args.step_size)
-            states = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (args.chains,) + a.shape), state0)
+            states = jax.tree_util.tree_map(
+                lambda a: jnp.broadcast_to(a, (args.chains,) + a.shape), state0
+            )
             run = make_run(single, args.chains, args.steps)
             t = time_call(run, jax.random.key(0), states, repeats=args.repeats)
             _, div = run(jax.random.key(0), states)
             per_step = t.median_s / args.steps
             if v == "sghmc":
                 base = per_step
-            rows.append(dict(
-                variant=v, d=d, chains=args.chains,
-                per_step_ms=per_step * 1e3,
-                per_chain_step_ns=per_step / args.chains * 1e9,
-                ratio_vs_sghmc=per_step / base,
-                compile_s=t.first_call_s,
-                diverged_frac=float(div),
-                timing=t.as_dict(),
-            ))
-            print(f"d={d:3d} {v:18s} {per_step * 1e3:9.3f} ms/step  x{per_step / base:5.2f} vs sghmc", flush=True)
+            rows.append(
+                dict(
+                    variant=v,
+                    d=d,
+                    chains=args.chains,
+                    per_step_ms=per_step * 1e3,
+                    per_chain_step_ns=per_step / args.chains * 1e9,
+                    ratio_vs_sghmc=per_step / base,
+                    compile_s=t.first_call_s,
+                    diverged_frac=float(div),
+                    timing=t.as_dict(),
+                )
+            )
+            print(
+                f"d={d:3d} {v:18s} {per_step * 1e3:9.3f} ms/step  x{per_step / base:5.2f} vs sghmc",
+                flush=True,
+            )
 
     notes = [
         f"{args.chains} chains vmapped, {args.steps} steps per jitted lax.scan call, median of {args.repeats} calls; "
@@ -143,9 +173,17 @@ def main():
         "compile_s",
         "diverged_frac",
     ]
-    write_results("sgrhmc", dict(args={k: (str(v) if k == "out_dir" else v) for k, v in vars(args).items()}),
-                  rows, columns=columns, out_dir=args.out_dir,
-                  title="SGRHMC vs SGHMC (complete recipe): per-step time, vmapped chains", notes=notes)
+    write_results(
+        "sgrhmc",
+        dict(
+            args={k: (str(v) if k == "out_dir" else v) for k, v in vars(args).items()}
+        ),
+        rows,
+        columns=columns,
+        out_dir=args.out_dir,
+        title="SGRHMC vs SGHMC (complete recipe): per-step time, vmapped chains",
+        notes=notes,
+    )
 
 
 if __name__ == "__main__":

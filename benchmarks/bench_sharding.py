@@ -28,9 +28,10 @@ compiled step's per-device program (the rows of its MLP product), from the
 compiled HLO.
 
 On a CPU the P "devices" share the machine's cores, so this measures overhead
-(collectives, padding, the per-device programs) and the work split, not a
-multi-GPU speed-up: ``ratio`` = time / time of ``single``. Run: ``python benchmarks/bench_sharding.py``
-(``--quick`` for a smoke run). Writes results/sharding.{json,md}.
+(collectives, padding, the per-device programs) and the work split, not a multi-GPU
+speed-up: ``ratio`` = time / time of ``single``. Run: ``python
+benchmarks/bench_sharding.py`` (``--quick`` for a smoke run). Writes
+results/sharding.{json,md}.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def _devices_flag(argv) -> int:
 
 # Must happen before JAX creates its CPU backend (i.e. before importing it).
 os.environ["XLA_FLAGS"] = (
-    os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={_devices_flag(sys.argv)}"
+    os.environ.get("XLA_FLAGS", "")
+    + f" --xla_force_host_platform_device_count={_devices_flag(sys.argv)}"
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -83,7 +85,9 @@ def mlp_target(d: int, seed: int = 0):
     rng = np.random.default_rng(seed)
     w1 = jnp.asarray(rng.normal(size=(WIDTH, d)) / np.sqrt(d), jnp.float32)
     w2 = jnp.asarray(rng.normal(size=(WIDTH, WIDTH)) / np.sqrt(WIDTH), jnp.float32)
-    return lambda x: -0.5 * jnp.sum(x * x) - 0.1 * jnp.sum(jnp.tanh(w2 @ jnp.tanh(w1 @ x)))
+    return lambda x: (
+        -0.5 * jnp.sum(x * x) - 0.1 * jnp.sum(jnp.tanh(w2 @ jnp.tanh(w1 @ x)))
+    )
 
 
 def unsplit(grad_one, x, need, capacity, dense, mesh=None):
@@ -108,25 +112,45 @@ def cenlmc_rows(n: int, d: int, p: int, repeats: int) -> list[dict]:
     """The CEnLMC step rows (module docstring): single, unsplit_P, split_P at the start and steady states."""
     logdensity = mlp_target(d)
     x0 = jax.random.normal(jax.random.key(0), (n, d))
-    f_star = float(-np.max(np.asarray(jax.vmap(logdensity)(x0)))) - 10.0  # below min f; M_f = inf switches it off
+    f_star = (
+        float(-np.max(np.asarray(jax.vmap(logdensity)(x0)))) - 10.0
+    )  # below min f; M_f = inf switches it off
     h = 0.05
-    params = dict(logdensity_fn=logdensity, step_size=h, eta=np.sqrt(h * d), r1=0.5, r2=np.sqrt(h * d),
-                  n_star=5, m_f=np.inf)
+    params = dict(
+        logdensity_fn=logdensity,
+        step_size=h,
+        eta=np.sqrt(h * d),
+        r1=0.5,
+        r2=np.sqrt(h * d),
+        n_star=5,
+        m_f=np.inf,
+    )
     mesh = make_mesh(p)
     start = cj.ensemble.cenlmc_init(x0, logdensity, f_star=f_star)
     step1 = jax.jit(functools.partial(cj.ensemble.cenlmc_step, **params))
     steady = start
     for k in range(40):
         steady, _ = step1(jax.random.fold_in(jax.random.key(1), k), steady)
-    variants = {"single": (None, False), f"unsplit_{p}": (mesh, True), f"split_{p}": (mesh, False)}
+    variants = {
+        "single": (None, False),
+        f"unsplit_{p}": (mesh, True),
+        f"split_{p}": (mesh, False),
+    }
     rows = []
     for state_name, state in (("start", start), ("steady", steady)):
         compiled = {}
         for name, (m, old) in variants.items():
-            with mock.patch.object(audit_module, "needed_grads", unsplit) if old else contextlib.nullcontext():
-                step = jax.jit(functools.partial(cj.ensemble.cenlmc_step, **params, mesh=m))
+            with (
+                mock.patch.object(audit_module, "needed_grads", unsplit)
+                if old
+                else contextlib.nullcontext()
+            ):
+                step = jax.jit(
+                    functools.partial(cj.ensemble.cenlmc_step, **params, mesh=m)
+                )
                 compiled[name] = step.lower(jax.random.key(2), state).compile()
-        # the variants' calls alternate (a load change on the shared machine hits all of them alike)
+        # the variants' calls alternate (a load change on the shared machine hits all of
+        # them alike)
         times = {name: [] for name in compiled}
         for _ in range(repeats):
             for name, fn in compiled.items():
@@ -138,7 +162,9 @@ def cenlmc_rows(n: int, d: int, p: int, repeats: int) -> list[dict]:
             new, info = fn(jax.random.key(2), state)
             pos = np.asarray(new.position)
             ref = pos if ref is None else ref
-            median = float(np.median(times[name][1:]))  # the first call of each is left out
+            median = float(
+                np.median(times[name][1:])
+            )  # the first call of each is left out
             base = median if base is None else base
             rows.append(dict(
                 N=n, d=d, state=state_name, variant=name, median_s=median, ratio=median / base,
@@ -167,10 +193,17 @@ def inputs(n: int, d: int, seed: int = 0, h: float = 0.05):
 
 def main():
     parser = base_parser(__doc__.splitlines()[0])
-    parser.add_argument("--devices", type=int, default=4, help="forced CPU devices (read before JAX starts)")
+    parser.add_argument(
+        "--devices",
+        type=int,
+        default=4,
+        help="forced CPU devices (read before JAX starts)",
+    )
     parser.add_argument("--sizes", default="1024,4096,16384", help="comma-separated N")
     parser.add_argument("--dim", type=int, default=10)
-    parser.add_argument("--cenlmc-n", type=int, default=8192, help="N of the CEnLMC step rows (d = 2)")
+    parser.add_argument(
+        "--cenlmc-n", type=int, default=8192, help="N of the CEnLMC step rows (d = 2)"
+    )
     args = parser.parse_args()
     sizes = [512, 2048] if args.quick else [int(s) for s in args.sizes.split(",")]
     repeats = 2 if args.quick else args.repeats
@@ -182,7 +215,9 @@ def main():
         variants = {
             "single": lambda: ensemble_force(*a, method="tiled", **kw),
             "sharded_1": lambda: ensemble_force(*a, mesh=mesh_1, **kw),
-            f"allgather_{p}": lambda: ensemble_force(*a, mesh=mesh_p, strategy="allgather", **kw),
+            f"allgather_{p}": lambda: ensemble_force(
+                *a, mesh=mesh_p, strategy="allgather", **kw
+            ),
             f"ring_{p}": lambda: ensemble_force(*a, mesh=mesh_p, strategy="ring", **kw),
         }
         base = None
@@ -193,14 +228,22 @@ def main():
             if ref is None:
                 ref = np.asarray(res.force_sum)
                 base = t.median_s
-            diff = float(np.max(np.abs(np.asarray(res.force_sum) - ref)) / max(np.max(np.abs(ref)), 1e-30))
+            diff = float(
+                np.max(np.abs(np.asarray(res.force_sum) - ref))
+                / max(np.max(np.abs(ref)), 1e-30)
+            )
             row = dict(
                 N=n, d=args.dim, variant=name, median_s=t.median_s, first_call_s=t.first_call_s,
                 ratio=t.median_s / base, pairs_per_s=f"{n * n / t.median_s:.3g}", max_rel_diff_vs_single=diff,
             )  # fmt: skip
             rows.append(row)
             print(row, flush=True)
-    step_rows = cenlmc_rows(1024 if args.quick else args.cenlmc_n, 2, p, 3 if args.quick else max(repeats, 11))
+    step_rows = cenlmc_rows(
+        1024 if args.quick else args.cenlmc_n,
+        2,
+        p,
+        3 if args.quick else max(repeats, 11),
+    )
     json_path, md_path = write_results(
         "sharding", {"args": {k: str(v) for k, v in vars(args).items()}, "num_devices": p, "cenlmc_step": step_rows},
         rows,
@@ -231,11 +274,22 @@ def main():
         f"The {p} forced CPU devices share {os.cpu_count()} cores: the times measure overhead and the work split "
         "(the gradient rows each device runs), not a speed-up.",
     ]
-    cols = ["N", "d", "state", "variant", "median_s", "ratio", "grad_evals", "grad_rows_per_device",
-            "max_abs_diff_vs_single"]
+    cols = [
+        "N",
+        "d",
+        "state",
+        "variant",
+        "median_s",
+        "ratio",
+        "grad_evals",
+        "grad_rows_per_device",
+        "max_abs_diff_vs_single",
+    ]
     with open(md_path, "a") as fh:
         fh.write("\n## One CEnLMC step: gradients split over the devices or not\n\n")
-        fh.write("".join(f"- {n}\n" for n in notes) + "\n" + markdown_table(step_rows, cols))
+        fh.write(
+            "".join(f"- {n}\n" for n in notes) + "\n" + markdown_table(step_rows, cols)
+        )
     print(json_path, md_path)
 
 

@@ -62,7 +62,9 @@ def visited_fraction(x, f, log_p, eta, w, r2):
     @jax.jit
     def plan(x, f, log_p, w):
         _, p = sort_spatially(prepare(x, f, log_p, eta, w, r2))
-        return sparse_plan(p, br, bc, sparse_capacity(n, br, bc, 1.0), tile_spec(d, x.dtype)).n_pairs
+        return sparse_plan(
+            p, br, bc, sparse_capacity(n, br, bc, 1.0), tile_spec(d, x.dtype)
+        ).n_pairs
 
     return int(plan(x, f, log_p, w)) / (-(-n // br) * -(-n // bc))
 
@@ -91,9 +93,14 @@ def compare(n, d, with_w, repeats):
     x, f, log_p, w, _ = make_ensemble(n, d)
     eta = r2 = math.sqrt(H * d)
     wv, rv = (w, r2) if with_w else (None, None)
-    tiled = jax.jit(lambda x, f, lp, w: ensemble_force(x, f, lp, eta, w=w, r2=rv, method="tiled"))
-    sparse = jax.jit(lambda x, f, lp, w: ensemble_force(x, f, lp, eta, w=w, r2=rv, method="tiled",
-                                                        block_sparse=True))
+    tiled = jax.jit(
+        lambda x, f, lp, w: ensemble_force(x, f, lp, eta, w=w, r2=rv, method="tiled")
+    )
+    sparse = jax.jit(
+        lambda x, f, lp, w: ensemble_force(
+            x, f, lp, eta, w=w, r2=rv, method="tiled", block_sparse=True
+        )
+    )
     _, _, ref = timed(tiled, x, f, log_p, wv)  # warm-up (compiles)
     _, _, out = timed(sparse, x, f, log_p, wv)
     t_tiled, t_sparse, c_tiled, c_sparse = [], [], [], []
@@ -119,10 +126,21 @@ def compare(n, d, with_w, repeats):
 
 def main():
     parser = base_parser(__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[8192, 16384, 32768, 65536, 131072])
+    parser.add_argument(
+        "--sizes", type=int, nargs="+", default=[8192, 16384, 32768, 65536, 131072]
+    )
     parser.add_argument("--dims", type=int, nargs="+", default=[1, 2, 3, 5, 10])
-    parser.add_argument("--max-call-s", type=float, default=20.0, help="skip where dense tiled is projected slower")
-    parser.add_argument("--name", default="sparse", help="results file stem (e.g. sparse_small for --sizes 512 ...)")
+    parser.add_argument(
+        "--max-call-s",
+        type=float,
+        default=20.0,
+        help="skip where dense tiled is projected slower",
+    )
+    parser.add_argument(
+        "--name",
+        default="sparse",
+        help="results file stem (e.g. sparse_small for --sizes 512 ...)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.sizes, args.dims, args.repeats = [8192], [2, 5], 2
@@ -134,15 +152,27 @@ def main():
     for d, n, with_w in configs:
         key = (d, with_w)
         if key in rate and n * n / rate[key] > args.max_call_s:
-            rows.append(dict(d=d, N=n, w="yes" if with_w else "no",
-                             note=f"skipped: dense tiled projected {n * n / rate[key]:.0f} s per call"))
+            rows.append(
+                dict(
+                    d=d,
+                    N=n,
+                    w="yes" if with_w else "no",
+                    note=f"skipped: dense tiled projected {n * n / rate[key]:.0f} s per call",
+                )
+            )
             print(rows[-1], flush=True)
             continue
         row = compare(n, d, with_w, args.repeats)
         rate[key] = n * n / (row["tiled_ms"] / 1e3)
         rows.append(row)
-        print({k: (float(f"{v:.3g}") if isinstance(v, float) else v) for k, v in row.items() if not k.endswith("_s")},
-              flush=True)
+        print(
+            {
+                k: (float(f"{v:.3g}") if isinstance(v, float) else v)
+                for k, v in row.items()
+                if not k.endswith("_s")
+            },
+            flush=True,
+        )
     table = []
     for r in rows:
         t = dict(r)

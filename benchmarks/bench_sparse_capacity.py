@@ -57,7 +57,9 @@ def listed_pairs(x, f, log_p, w, eta):
     @jax.jit
     def plan(x, f, log_p, w):
         _, p = sort_spatially(prepare(x, f, log_p, eta, w, eta))
-        return tiled.sparse_plan(p, br, bc, 1, tile_spec(d, x.dtype)).n_pairs  # capacity 1: counts, stores 1
+        return tiled.sparse_plan(
+            p, br, bc, 1, tile_spec(d, x.dtype)
+        ).n_pairs  # capacity 1: counts, stores 1
 
     return int(plan(x, f, log_p, w))
 
@@ -65,12 +67,23 @@ def listed_pairs(x, f, log_p, w, eta):
 def compiled_with_capacity(capacity, x, f, log_p, w, eta):
     """``ensemble_force_tiled(block_sparse=True)`` compiled with the pair list's capacity fixed to ``capacity``."""
     raw = tiled._tiled_sparse.__wrapped__
-    fn = functools.partial(raw, block_size=None, block_cols=None, group=None, precision=None, distances=None,
-                           max_active=tiled.SPARSE_MAX_ACTIVE)
+    fn = functools.partial(
+        raw,
+        block_size=None,
+        block_cols=None,
+        group=None,
+        precision=None,
+        distances=None,
+        max_active=tiled.SPARSE_MAX_ACTIVE,
+    )
     original = tiled.sparse_capacity
     tiled.sparse_capacity = lambda *a, **k: capacity
     try:
-        return jax.jit(fn).lower(x, f, log_p, jnp.asarray(eta, x.dtype), w, jnp.asarray(eta, x.dtype)).compile()
+        return (
+            jax.jit(fn)
+            .lower(x, f, log_p, jnp.asarray(eta, x.dtype), w, jnp.asarray(eta, x.dtype))
+            .compile()
+        )
     finally:
         tiled.sparse_capacity = original
 
@@ -86,10 +99,22 @@ def main():
         t0 = time.perf_counter()
         listed = listed_pairs(x, f, log_p, w, eta)
         plan_s = time.perf_counter() - t0
-        new_cap = tiled.sparse_capacity(n, tiled.SPARSE_BLOCK_ROWS, tiled.SPARSE_BLOCK_COLS)
-        rows.append(dict(part="plan", n=n, d=d, listed=listed, old_capacity=OLD_MAX_PAIRS, new_capacity=new_cap,
-                         old_runs="dense" if listed > OLD_MAX_PAIRS else "sparse",
-                         new_runs="dense" if listed > new_cap else "sparse", plan_s=round(plan_s, 1)))
+        new_cap = tiled.sparse_capacity(
+            n, tiled.SPARSE_BLOCK_ROWS, tiled.SPARSE_BLOCK_COLS
+        )
+        rows.append(
+            dict(
+                part="plan",
+                n=n,
+                d=d,
+                listed=listed,
+                old_capacity=OLD_MAX_PAIRS,
+                new_capacity=new_cap,
+                old_runs="dense" if listed > OLD_MAX_PAIRS else "sparse",
+                new_runs="dense" if listed > new_cap else "sparse",
+                plan_s=round(plan_s, 1),
+            )
+        )
         del x, f, log_p, w
     n = 8192 if args.quick else 32768
     x, f, log_p, w, _ = make_ensemble(n, d)
@@ -97,13 +122,19 @@ def main():
     ratio = 17_650_000 / OLD_MAX_PAIRS  # how far the N = 2^20 list exceeds the old cap
     old_cap = int(listed / ratio)
     new_cap = tiled.sparse_capacity(n, tiled.SPARSE_BLOCK_ROWS, tiled.SPARSE_BLOCK_COLS)
-    calls = {name: compiled_with_capacity(cap, x, f, log_p, w, eta) for name, cap in (("old", old_cap),
-                                                                                       ("new", new_cap))}
+    calls = {
+        name: compiled_with_capacity(cap, x, f, log_p, w, eta)
+        for name, cap in (("old", old_cap), ("new", new_cap))
+    }
     a = (x, f, log_p, jnp.asarray(eta, x.dtype), w, jnp.asarray(eta, x.dtype))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         outs = {k: jax.block_until_ready(c(*a)) for k, c in calls.items()}  # warm-up
-    said = [str(c.message) for c in caught if issubclass(c.category, tiled.SparseFallbackWarning)]
+    said = [
+        str(c.message)
+        for c in caught
+        if issubclass(c.category, tiled.SparseFallbackWarning)
+    ]
     times = {k: [] for k in calls}
     for _ in range(args.repeats):
         for k, c in calls.items():
@@ -113,26 +144,67 @@ def main():
     ratios = [o / s for o, s in zip(times["old"], times["new"], strict=True)]
     diff = float(jnp.max(jnp.abs(outs["old"].force_sum - outs["new"].force_sum)))
     scale = float(jnp.max(jnp.abs(outs["new"].force_sum)))
-    counts_equal = bool(np.array_equal(np.asarray(outs["old"].n_ball), np.asarray(outs["new"].n_ball))
-                        and np.array_equal(np.asarray(outs["old"].n_r2), np.asarray(outs["new"].n_r2)))
-    rows.append(dict(part="force", n=n, d=d, listed=listed, old_capacity=old_cap, new_capacity=new_cap,
-                     old_s=round(statistics.median(times["old"]), 3), new_s=round(statistics.median(times["new"]), 3),
-                     old_over_new=round(statistics.median(ratios), 1), warned=len(said),
-                     counts_equal=counts_equal, force_rel_diff=f"{diff / scale:.1e}"))
-    notes.append("plan: the listed tile pairs at N = 2^20 against the old fixed capacity 2^23 and the new one "
-                 "max(2^23, 32 N); 'runs' says which tiles a call would fold.")
-    notes.append(f"force: the cliff scaled down: 'old' has a capacity the list exceeds by {ratio:.2f}x (as at "
-                 "N = 2^20 before), so it runs the dense tiles (and now warns); 'new' the new capacity. old_over_new: "
-                 f"median of {args.repeats} per-repeat time ratios, calls alternating; exact either way "
-                 "(counts equal, forces to float32 rounding).")
+    counts_equal = bool(
+        np.array_equal(np.asarray(outs["old"].n_ball), np.asarray(outs["new"].n_ball))
+        and np.array_equal(np.asarray(outs["old"].n_r2), np.asarray(outs["new"].n_r2))
+    )
+    rows.append(
+        dict(
+            part="force",
+            n=n,
+            d=d,
+            listed=listed,
+            old_capacity=old_cap,
+            new_capacity=new_cap,
+            old_s=round(statistics.median(times["old"]), 3),
+            new_s=round(statistics.median(times["new"]), 3),
+            old_over_new=round(statistics.median(ratios), 1),
+            warned=len(said),
+            counts_equal=counts_equal,
+            force_rel_diff=f"{diff / scale:.1e}",
+        )
+    )
+    notes.append(
+        "plan: the listed tile pairs at N = 2^20 against the old fixed capacity 2^23 and the new one "
+        "max(2^23, 32 N); 'runs' says which tiles a call would fold."
+    )
+    notes.append(
+        f"force: the cliff scaled down: 'old' has a capacity the list exceeds by {ratio:.2f}x (as at "
+        "N = 2^20 before), so it runs the dense tiles (and now warns); 'new' the new capacity. old_over_new: "
+        f"median of {args.repeats} per-repeat time ratios, calls alternating; exact either way "
+        "(counts equal, forces to float32 rounding)."
+    )
     if said:
         notes.append(f"the warning: {said[0]}")
     print(rows)
-    columns = ["part", "n", "d", "listed", "old_capacity", "new_capacity", "old_runs", "new_runs", "plan_s",
-               "old_s", "new_s", "old_over_new", "warned", "counts_equal", "force_rel_diff"]
-    write_results("sparse_capacity", dict(rows=rows), rows, out_dir=args.out_dir, columns=columns,
-                  title="Block-sparse pair list: capacity from N (issue 17)", notes=notes,
-                  command="python benchmarks/bench_sparse_capacity.py" + (" --quick" if args.quick else ""))
+    columns = [
+        "part",
+        "n",
+        "d",
+        "listed",
+        "old_capacity",
+        "new_capacity",
+        "old_runs",
+        "new_runs",
+        "plan_s",
+        "old_s",
+        "new_s",
+        "old_over_new",
+        "warned",
+        "counts_equal",
+        "force_rel_diff",
+    ]
+    write_results(
+        "sparse_capacity",
+        dict(rows=rows),
+        rows,
+        out_dir=args.out_dir,
+        columns=columns,
+        title="Block-sparse pair list: capacity from N (issue 17)",
+        notes=notes,
+        command="python benchmarks/bench_sparse_capacity.py"
+        + (" --quick" if args.quick else ""),
+    )
 
 
 if __name__ == "__main__":

@@ -47,7 +47,9 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, when run from anywhere
+sys.path.insert(
+    0, str(Path(__file__).resolve().parents[1])
+)  # the repository, when run from anywhere
 
 from cenlmc_jax.pairwise import DIRECT_MAX_D, pallas  # noqa: E402
 
@@ -83,8 +85,11 @@ def triton_kernels(lowered) -> list[TritonKernel]:
         for region in op.regions:
             for block in region:
                 for inner in block:
-                    if (inner.name == "stablehlo.custom_call"
-                            and ir.StringAttr(inner.attributes["call_target_name"]).value == TRITON_CALL):
+                    if (
+                        inner.name == "stablehlo.custom_call"
+                        and ir.StringAttr(inner.attributes["call_target_name"]).value
+                        == TRITON_CALL
+                    ):
                         calls.append(inner)
                     walk(inner)
 
@@ -98,13 +103,27 @@ def triton_kernels(lowered) -> list[TritonKernel]:
         with context:
             ttir = str(ir.Module.parse(raw))
         value = lambda key: ir.IntegerAttr(cfg[key]).value  # noqa: E731
-        out.append(TritonKernel(ir.StringAttr(cfg["name"]).value, ttir, value("num_warps"), value("num_stages"),
-                                (value("grid_x"), value("grid_y"), value("grid_z"))))
+        out.append(
+            TritonKernel(
+                ir.StringAttr(cfg["name"]).value,
+                ttir,
+                value("num_warps"),
+                value("num_stages"),
+                (value("grid_x"), value("grid_y"), value("grid_z")),
+            )
+        )
     return out
 
 
-def force_kernels(d: int, dtype=jnp.float32, *, n: int = 8192, with_w: bool = True, block_sparse: bool = False,
-                  **kernel_kw) -> list[TritonKernel]:
+def force_kernels(
+    d: int,
+    dtype=jnp.float32,
+    *,
+    n: int = 8192,
+    with_w: bool = True,
+    block_sparse: bool = False,
+    **kernel_kw,
+) -> list[TritonKernel]:
     """The Triton kernels of ``ensemble_force_pallas`` at ``(n, d)`` lowered for CUDA (distances as the dispatch).
 
     ``kernel_kw``: block_rows, block_cols, num_warps, num_stages (None: the
@@ -116,13 +135,30 @@ def force_kernels(d: int, dtype=jnp.float32, *, n: int = 8192, with_w: bool = Tr
     distances = "direct" if d <= DIRECT_MAX_D else "gram"
 
     def force(x, f, log_p, eta, w, r2):
-        return pallas.ensemble_force_pallas(x, f, log_p, eta, w=w if with_w else None, r2=r2 if with_w else None,
-                                            distances=distances, interpret=False, block_sparse=block_sparse,
-                                            **kernel_kw)
+        return pallas.ensemble_force_pallas(
+            x,
+            f,
+            log_p,
+            eta,
+            w=w if with_w else None,
+            r2=r2 if with_w else None,
+            distances=distances,
+            interpret=False,
+            block_sparse=block_sparse,
+            **kernel_kw,
+        )
 
-    ctx = jax.enable_x64(True) if jnp.dtype(dtype) == jnp.float64 else contextlib.nullcontext()
+    ctx = (
+        jax.enable_x64(True)
+        if jnp.dtype(dtype) == jnp.float64
+        else contextlib.nullcontext()
+    )
     with ctx:
-        lowered = jax.jit(force).trace(mat, vec, vec, scalar, mat, scalar).lower(lowering_platforms=("cuda",))
+        lowered = (
+            jax.jit(force)
+            .trace(mat, vec, vec, scalar, mat, scalar)
+            .lower(lowering_platforms=("cuda",))
+        )
         kernels = triton_kernels(lowered)
     seen, unique = set(), []
     for k in kernels:
@@ -157,10 +193,16 @@ def compile_usage(kernel: TritonKernel, arch: int = ARCH) -> dict:
         with knobs.cache.scope(), knobs.nvidia.scope(), contextlib.redirect_stdout(log):
             knobs.cache.dir = str(Path(tmp) / "cache")
             knobs.nvidia.dump_ptxas_log = True
-            compiled = triton.compile(str(src), target=GPUTarget("cuda", arch, 32),
-                                      options=dict(num_warps=kernel.num_warps, num_stages=kernel.num_stages,
-                                                   # as XLA's Triton compile (FMA contraction on)
-                                                   enable_fp_fusion=True))
+            compiled = triton.compile(
+                str(src),
+                target=GPUTarget("cuda", arch, 32),
+                options=dict(
+                    num_warps=kernel.num_warps,
+                    num_stages=kernel.num_stages,
+                    # as XLA's Triton compile (FMA contraction on)
+                    enable_fp_fusion=True,
+                ),
+            )
         seconds = time.perf_counter() - start
     text = log.getvalue()
     usage = {}
@@ -169,12 +211,23 @@ def compile_usage(kernel: TritonKernel, arch: int = ARCH) -> dict:
         if not found:
             raise RuntimeError(f"no '{key}' in the ptxas log of {kernel.name}:\n{text}")
         usage[key] = int(found[-1])
-    usage.update(compile_s=round(seconds, 1), shared_bytes=int(compiled.metadata.shared),
-                 ttir_sha1=hashlib.sha1(kernel.ttir.encode()).hexdigest()[:12])
+    usage.update(
+        compile_s=round(seconds, 1),
+        shared_bytes=int(compiled.metadata.shared),
+        ttir_sha1=hashlib.sha1(kernel.ttir.encode()).hexdigest()[:12],
+    )
     return usage
 
 
-_MEMO_KEYS = ("registers", "stack_bytes", "spill_stores", "spill_loads", "compile_s", "shared_bytes", "ttir_sha1")
+_MEMO_KEYS = (
+    "registers",
+    "stack_bytes",
+    "spill_stores",
+    "spill_loads",
+    "compile_s",
+    "shared_bytes",
+    "ttir_sha1",
+)
 
 
 def toolchain() -> dict:
@@ -182,7 +235,12 @@ def toolchain() -> dict:
     from triton.backends.nvidia.compiler import get_ptxas
 
     ptxas = get_ptxas(ARCH)
-    return {"triton": triton.__version__, "ptxas": str(ptxas.version), "arch": f"sm_{ARCH}a", "jax": jax.__version__}
+    return {
+        "triton": triton.__version__,
+        "ptxas": str(ptxas.version),
+        "arch": f"sm_{ARCH}a",
+        "jax": jax.__version__,
+    }
 
 
 def before_config(d: int) -> dict:
@@ -196,9 +254,15 @@ def before_config(d: int) -> dict:
 
 
 def after_config(d: int, dtype) -> dict:
-    opts = pallas.kernel_options(d, distances="direct" if d <= DIRECT_MAX_D else "gram", dtype=dtype)
-    return dict(block_rows=opts.block_rows, block_cols=opts.block_cols, num_warps=opts.num_warps,
-                num_stages=opts.num_stages)
+    opts = pallas.kernel_options(
+        d, distances="direct" if d <= DIRECT_MAX_D else "gram", dtype=dtype
+    )
+    return dict(
+        block_rows=opts.block_rows,
+        block_cols=opts.block_cols,
+        num_warps=opts.num_warps,
+        num_stages=opts.num_stages,
+    )
 
 
 def kernel_role(kernel: TritonKernel) -> str:
@@ -209,15 +273,26 @@ def kernel_role(kernel: TritonKernel) -> str:
     return "list" if signature.count("!tt.ptr<i32>") > 2 else "dense"
 
 
-def measure(d: int, dtype, config: dict, *, block_sparse: bool, memo: dict) -> list[dict]:
+def measure(
+    d: int, dtype, config: dict, *, block_sparse: bool, memo: dict
+) -> list[dict]:
     rows = []
     for kernel in force_kernels(d, dtype, block_sparse=block_sparse, **config):
-        assert (kernel.num_warps, kernel.num_stages) == (config["num_warps"], config["num_stages"])
-        key = (hashlib.sha1(kernel.ttir.encode()).hexdigest()[:12], kernel.num_warps, kernel.num_stages)
+        assert (kernel.num_warps, kernel.num_stages) == (
+            config["num_warps"],
+            config["num_stages"],
+        )
+        key = (
+            hashlib.sha1(kernel.ttir.encode()).hexdigest()[:12],
+            kernel.num_warps,
+            kernel.num_stages,
+        )
         if key not in memo:
             memo[key] = compile_usage(kernel)
-            print(f"  d={d} {jnp.dtype(dtype).name} {kernel.name} {config} sparse={block_sparse}: {memo[key]}",
-                  flush=True)
+            print(
+                f"  d={d} {jnp.dtype(dtype).name} {kernel.name} {config} sparse={block_sparse}: {memo[key]}",
+                flush=True,
+            )
         rows.append(dict(kernel=kernel.name, role=kernel_role(kernel), **memo[key]))
     return rows
 
@@ -229,10 +304,16 @@ def main() -> None:
     parser.add_argument("--d", type=int, nargs="+", default=[2, 3, 10, 100])
     parser.add_argument("--dtypes", nargs="+", default=["float32", "float64"])
     parser.add_argument("--only", choices=["before", "after", "both"], default="both")
-    parser.add_argument("--out-dir", default=str(Path(__file__).resolve().parent / "results"))
-    parser.add_argument("--reuse", nargs="*", default=[],
-                        help="earlier spills.json files: a kernel with the same TTIR (sha1) and launch is not "
-                             "compiled again (same input, same toolchain: same ptxas figures)")
+    parser.add_argument(
+        "--out-dir", default=str(Path(__file__).resolve().parent / "results")
+    )
+    parser.add_argument(
+        "--reuse",
+        nargs="*",
+        default=[],
+        help="earlier spills.json files: a kernel with the same TTIR (sha1) and launch is not "
+        "compiled again (same input, same toolchain: same ptxas figures)",
+    )
     args = parser.parse_args()
 
     memo, rows = {}, []
@@ -243,16 +324,29 @@ def main() -> None:
             print(f"not reusing {path}: toolchain {doc.get('toolchain')} != {tools}")
             continue
         for r in doc["rows"]:
-            memo[(r["ttir_sha1"], r["num_warps"], r["num_stages"])] = {k: r[k] for k in _MEMO_KEYS}
+            memo[(r["ttir_sha1"], r["num_warps"], r["num_stages"])] = {
+                k: r[k] for k in _MEMO_KEYS
+            }
     for dtype_name in args.dtypes:
         dtype = jnp.dtype(dtype_name)
         for d in args.d:
-            for when in (["before", "after"] if args.only == "both" else [args.only]):
-                config = before_config(d) if when == "before" else after_config(d, dtype)
-                for sparse in ([False, True] if d <= DIRECT_MAX_D else [False]):
+            for when in ["before", "after"] if args.only == "both" else [args.only]:
+                config = (
+                    before_config(d) if when == "before" else after_config(d, dtype)
+                )
+                for sparse in [False, True] if d <= DIRECT_MAX_D else [False]:
                     for r in measure(d, dtype, config, block_sparse=sparse, memo=memo):
-                        rows.append(dict(d=d, dtype=dtype.name, when=when, block_sparse=sparse,
-                                         distances="direct" if d <= DIRECT_MAX_D else "gram", **config, **r))
+                        rows.append(
+                            dict(
+                                d=d,
+                                dtype=dtype.name,
+                                when=when,
+                                block_sparse=sparse,
+                                distances="direct" if d <= DIRECT_MAX_D else "gram",
+                                **config,
+                                **r,
+                            )
+                        )
     columns = [
         "d",
         "dtype",
@@ -293,8 +387,15 @@ def main() -> None:
         "and spill more). Spill-free there needs the kernel to loop over d in chunks, not done: at d = 100 the "
         "library's default for float64 is the XLA path (method='auto'), the Pallas kernel only on request.",
     ]
-    write_results("spills", {"toolchain": tools}, rows, columns=columns, out_dir=args.out_dir,
-                  title="Registers and spills of the Pallas force kernel on sm_90a (compiled on CPU)", notes=notes)
+    write_results(
+        "spills",
+        {"toolchain": tools},
+        rows,
+        columns=columns,
+        out_dir=args.out_dir,
+        title="Registers and spills of the Pallas force kernel on sm_90a (compiled on CPU)",
+        notes=notes,
+    )
 
 
 if __name__ == "__main__":

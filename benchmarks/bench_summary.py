@@ -43,9 +43,13 @@ def before(x):
     import jax.numpy as jnp
 
     x = jnp.asarray(x)
-    out = (dg.mcse(x, 0, 1, split=True), dg.mcse(x, 0, 1, statistic="sd", split=True),
-           dg.effective_sample_size(x, 0, 1, method="bulk"), dg.effective_sample_size(x, 0, 1, method="tail"),
-           dg.potential_scale_reduction(x, 0, 1, rank=True))
+    out = (
+        dg.mcse(x, 0, 1, split=True),
+        dg.mcse(x, 0, 1, statistic="sd", split=True),
+        dg.effective_sample_size(x, 0, 1, method="bulk"),
+        dg.effective_sample_size(x, 0, 1, method="tail"),
+        dg.potential_scale_reduction(x, 0, 1, rank=True),
+    )
     return {k: np.asarray(v, np.float64) for k, v in zip(KEYS, out, strict=True)}
 
 
@@ -59,7 +63,9 @@ def main():
     args = base_parser(__doc__.splitlines()[0]).parse_args()
     m, n, d = (200, 500, 2) if args.quick else (2000, 1000, 2)
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((m, n, d)).cumsum(axis=1) * 0.05 + rng.standard_normal((m, n, d))
+    x = rng.standard_normal((m, n, d)).cumsum(axis=1) * 0.05 + rng.standard_normal(
+        (m, n, d)
+    )
     fns = {"before": before, "after": summary_diagnostics}
     with _x64():
         first = {k: timed(f, x) for k, f in fns.items()}
@@ -73,21 +79,37 @@ def main():
     old, new = first["before"][0], first["after"][0]
     rel = max(float(np.max(np.abs(new[k] - old[k]) / np.abs(old[k]))) for k in KEYS)
     ratios = [b / a for b, a in zip(warm["before"], warm["after"], strict=True)]
-    rows = [dict(shape=f"{m} x {n} x {d}", before_first_s=round(first["before"][1], 2),
-                 after_first_s=round(first["after"][1], 2), before_warm_s=round(statistics.median(warm["before"]), 2),
-                 after_warm_s=round(statistics.median(warm["after"]), 2),
-                 warm_ratio=round(statistics.median(ratios), 1),
-                 first_ratio=round(first["before"][1] / first["after"][1], 1), summary_warm_s=round(summary_s, 2),
-                 max_rel_diff=f"{rel:.1e}")]
+    rows = [
+        dict(
+            shape=f"{m} x {n} x {d}",
+            before_first_s=round(first["before"][1], 2),
+            after_first_s=round(first["after"][1], 2),
+            before_warm_s=round(statistics.median(warm["before"]), 2),
+            after_warm_s=round(statistics.median(warm["after"]), 2),
+            warm_ratio=round(statistics.median(ratios), 1),
+            first_ratio=round(first["before"][1] / first["after"][1], 1),
+            summary_warm_s=round(summary_s, 2),
+            max_rel_diff=f"{rel:.1e}",
+        )
+    ]
     print(rows)
-    notes = [f"first: compile and run, each variant's first call in this process; warm: medians of {args.repeats} "
-             "alternating calls, warm_ratio the median of the per-repeat ratios before/after.",
-             "max_rel_diff: the largest relative difference of mcse_mean, mcse_sd, ess_bulk, ess_tail, r_hat "
-             "between the two (same formulas, different orders of sums and sorts).",
-             "summary_warm_s: one warm cj.summary call (after), with mean, sd and quantiles."]
-    write_results("summary", dict(rows=rows), rows, out_dir=args.out_dir, notes=notes,
-                  title="cj.summary of a large trace: ranks once, one compilation (issue 17)",
-                  command="python benchmarks/bench_summary.py" + (" --quick" if args.quick else ""))
+    notes = [
+        f"first: compile and run, each variant's first call in this process; warm: medians of {args.repeats} "
+        "alternating calls, warm_ratio the median of the per-repeat ratios before/after.",
+        "max_rel_diff: the largest relative difference of mcse_mean, mcse_sd, ess_bulk, ess_tail, r_hat "
+        "between the two (same formulas, different orders of sums and sorts).",
+        "summary_warm_s: one warm cj.summary call (after), with mean, sd and quantiles.",
+    ]
+    write_results(
+        "summary",
+        dict(rows=rows),
+        rows,
+        out_dir=args.out_dir,
+        notes=notes,
+        title="cj.summary of a large trace: ranks once, one compilation (issue 17)",
+        command="python benchmarks/bench_summary.py"
+        + (" --quick" if args.quick else ""),
+    )
 
 
 if __name__ == "__main__":

@@ -58,10 +58,16 @@ def compare(k, n, d, repeats, burn):
     states = _states(algo, k, n, d)
     keys = jax.random.split(jax.random.key(1), k)
     one = jax.jit(algo.step)
-    # a few steps first: at the start every particle needs a true gradient (no ensemble yet, all buckets full)
+    # a few steps first: at the start every particle needs a true gradient (no ensemble
+    # yet, all buckets full)
     for _ in range(burn):
-        states = jax.tree.map(lambda *a: jnp.stack(a), *[one(keys[i], jax.tree.map(lambda a, i=i: a[i], states))[0]
-                                                        for i in range(k)])
+        states = jax.tree.map(
+            lambda *a: jnp.stack(a),
+            *[
+                one(keys[i], jax.tree.map(lambda a, i=i: a[i], states))[0]
+                for i in range(k)
+            ],
+        )
     vmapped = jax.jit(jax.vmap(algo.step))
     mapped = jax.jit(lambda ks, ss: lax.map(lambda a: algo.step(*a), (ks, ss)))
     split = [jax.tree.map(lambda a, i=i: a[i], states) for i in range(k)]
@@ -70,7 +76,10 @@ def compare(k, n, d, repeats, burn):
         "lax.map": lambda: mapped(keys, states)[0].position,
         "one by one": lambda: [one(keys[i], split[i])[0].position for i in range(k)],
     }
-    outs = {name: np.asarray(jnp.stack(f()) if name == "one by one" else f()) for name, f in variants.items()}
+    outs = {
+        name: np.asarray(jnp.stack(f()) if name == "one by one" else f())
+        for name, f in variants.items()
+    }
     np.testing.assert_allclose(outs["vmap"], outs["lax.map"], rtol=0, atol=1e-5)
     np.testing.assert_allclose(outs["one by one"], outs["lax.map"], rtol=0, atol=1e-5)
     times = {name: [] for name in variants}
@@ -94,7 +103,9 @@ def main():
     parser.add_argument("--ensembles", type=int, default=4)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 8192])
     parser.add_argument("--d", type=int, default=2)
-    parser.add_argument("--burn", type=int, default=20, help="steps before timing (the ensemble forms)")
+    parser.add_argument(
+        "--burn", type=int, default=20, help="steps before timing (the ensemble forms)"
+    )
     args = parser.parse_args()
     if args.quick:
         args.sizes, args.repeats, args.burn = [512], 2, 5
@@ -111,10 +122,16 @@ def main():
         "Why vmap is slower: a cond / switch on a batched predicate runs every branch (the largest gradient bucket, "
         "the dense tiles beside the block-sparse sums). Use lax.map (or a Python loop) over ensembles.",
     ]
-    write_results("vmap_ensembles", dict(args={k: v for k, v in vars(args).items() if k != "out_dir"}), rows,
-                  out_dir=args.out_dir, notes=notes,
-                  title="Several CEnLMC ensembles: jax.vmap against lax.map",
-                  command="python benchmarks/bench_vmap_ensembles.py" + (" --quick" if args.quick else ""))
+    write_results(
+        "vmap_ensembles",
+        dict(args={k: v for k, v in vars(args).items() if k != "out_dir"}),
+        rows,
+        out_dir=args.out_dir,
+        notes=notes,
+        title="Several CEnLMC ensembles: jax.vmap against lax.map",
+        command="python benchmarks/bench_vmap_ensembles.py"
+        + (" --quick" if args.quick else ""),
+    )
 
 
 if __name__ == "__main__":

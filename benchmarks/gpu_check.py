@@ -50,13 +50,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # _common, when run from anywhere
+sys.path.insert(
+    0, str(Path(__file__).resolve().parent)
+)  # _common, when run from anywhere
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository
 
 from _common import machine_info, write_results  # noqa: E402
 
 T0 = time.perf_counter()
-STEP_GOAL_S = {(2**20, 2): 0.100, (65536, 100): 0.010}  # issue 16's goals for one whole CEnLMC step
+STEP_GOAL_S = {
+    (2**20, 2): 0.100,
+    (65536, 100): 0.010,
+}  # issue 16's goals for one whole CEnLMC step
 
 
 def elapsed() -> float:
@@ -68,14 +73,29 @@ def environment() -> dict:
     from importlib import metadata
 
     versions = {}
-    for dist in ("jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin", "jax-cuda13-pjrt",
-                 "numpy", "scipy", "optax", "chex", "triton"):
+    for dist in (
+        "jax",
+        "jaxlib",
+        "jax-cuda12-plugin",
+        "jax-cuda12-pjrt",
+        "jax-cuda13-plugin",
+        "jax-cuda13-pjrt",
+        "numpy",
+        "scipy",
+        "optax",
+        "chex",
+        "triton",
+    ):
         try:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             pass
-    return dict(machine=machine_info(), versions=versions, python=sys.version,
-                devices=[str(d) for d in jax.devices()])
+    return dict(
+        machine=machine_info(),
+        versions=versions,
+        python=sys.version,
+        devices=[str(d) for d in jax.devices()],
+    )
 
 
 def x64():
@@ -125,7 +145,9 @@ def timed(fn, *args, repeats: int = 3) -> dict:
         t = time.perf_counter()
         out = jax.block_until_ready(compiled(*args))
         times.append(time.perf_counter() - t)
-    return dict(compile_s=compile_s, median_s=float(np.median(times)), min_s=float(min(times))), out
+    return dict(
+        compile_s=compile_s, median_s=float(np.median(times)), min_s=float(min(times))
+    ), out
 
 
 def force_fn(how: dict, eta: float, r2: float):
@@ -153,7 +175,9 @@ def section_probe(args, rows, payload):
         same = bool(jnp.all(got.n_ball == ref.n_ball))
         probe = dict(ok=err <= 1e-4 and same, max_rel_err=err, n_ball_equal=same)
         row.update(max_rel_err=err)
-    except Exception as exc:  # a toolchain that cannot build it: recorded, the check goes on
+    except (
+        Exception
+    ) as exc:  # a toolchain that cannot build it: recorded, the check goes on
         probe["error"] = row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
     row["probe_ok"] = probe["ok"]
     payload["pallas_probe"] = probe
@@ -162,9 +186,19 @@ def section_probe(args, rows, payload):
 
 
 def section_headline(args, rows, payload):
-    cases = [((65536, 100), [("tiled", dict(method="tiled")), ("pallas", dict(method="pallas"))]),
-             ((2**20, 2), [("tiled_sparse", dict(method="tiled", block_sparse=True)),
-                           ("pallas_sparse", dict(method="pallas", block_sparse=True))])]
+    cases = [
+        (
+            (65536, 100),
+            [("tiled", dict(method="tiled")), ("pallas", dict(method="pallas"))],
+        ),
+        (
+            (2**20, 2),
+            [
+                ("tiled_sparse", dict(method="tiled", block_sparse=True)),
+                ("pallas_sparse", dict(method="pallas", block_sparse=True)),
+            ],
+        ),
+    ]
     if args.smoke:
         cases = [((512, 100), cases[0][1]), ((2048, 2), cases[1][1])]
     for (n, d), variants in cases:
@@ -177,9 +211,18 @@ def section_headline(args, rows, payload):
                 rows.append(row)
                 continue
             try:
-                t, out = timed(force_fn(how, data["eta"], data["r2"]), data["x"], data["f"], data["log_p"],
-                               data["w"])
-                row.update(t, pairs_per_s=n * n / t["median_s"], mean_n_ball=float(jnp.mean(out.n_ball)))
+                t, out = timed(
+                    force_fn(how, data["eta"], data["r2"]),
+                    data["x"],
+                    data["f"],
+                    data["log_p"],
+                    data["w"],
+                )
+                row.update(
+                    t,
+                    pairs_per_s=n * n / t["median_s"],
+                    mean_n_ball=float(jnp.mean(out.n_ball)),
+                )
                 if ref is None:
                     ref = out
                 else:  # same counts as the first variant: a cheap check that both computed the same thing
@@ -202,23 +245,48 @@ def section_sample(args, rows, payload):
         jobs, steps = [(2048, 2, True), (256, 100, False)], 4
     h = 0.05
     for n, d, sparse in jobs:
-        row = dict(section="sample", method=method + ("_sparse" if sparse else ""), N=n, d=d, steps=steps)
+        row = dict(
+            section="sample",
+            method=method + ("_sparse" if sparse else ""),
+            N=n,
+            d=d,
+            steps=steps,
+        )
         if budget_left(args) < 60:
             row["skipped"] = "budget"
             rows.append(row)
             continue
         try:
-            # about 40 R2- and ball-neighbours per particle, R1 passing ~70%, M_f nearly all (f* = 0)
+            # about 40 R2- and ball-neighbours per particle, R1 passing ~70%, M_f nearly
+            # all (f* = 0)
             q = chi2.ppf(40 / n, d)
-            eta, r2, r1 = math.sqrt(2 * q), math.sqrt(2 * (1 + 2 * h) * q), math.sqrt(2 * h * chi2.ppf(0.7, d))
-            alg = cj.cenlmc(lambda x: -0.5 * jnp.sum(x * x), h, eta, r1, r2, 20, 10.0, f_star=0.0, method=method,
-                            block_sparse=sparse)
+            eta, r2, r1 = (
+                math.sqrt(2 * q),
+                math.sqrt(2 * (1 + 2 * h) * q),
+                math.sqrt(2 * h * chi2.ppf(0.7, d)),
+            )
+            alg = cj.cenlmc(
+                lambda x: -0.5 * jnp.sum(x * x),
+                h,
+                eta,
+                r1,
+                r2,
+                20,
+                10.0,
+                f_star=0.0,
+                method=method,
+                block_sparse=sparse,
+            )
             x0 = jax.device_put(jax.random.normal(jax.random.key(0), (n, d)))
             state = jax.block_until_ready(alg.init(x0))
             key = jax.random.key(1)
-            run = functools.partial(cj.sample, key, alg, mode="stream", chunk_size=steps)
+            run = functools.partial(
+                cj.sample, key, alg, mode="stream", chunk_size=steps
+            )
             t = time.perf_counter()
-            first = run(state, steps)  # compiles the chunk; step 0 takes every true gradient (w = inf)
+            first = run(
+                state, steps
+            )  # compiles the chunk; step 0 takes every true gradient (w = inf)
             jax.block_until_ready(first.state)
             row["first_chunk_s"] = time.perf_counter() - t
             t = time.perf_counter()
@@ -226,9 +294,13 @@ def section_sample(args, rows, payload):
             jax.block_until_ready(again.state)
             step_s = (time.perf_counter() - t) / steps
             goal = STEP_GOAL_S.get((n, d))
-            row.update(step_s=step_s, goal_s=goal, meets_goal=None if goal is None else step_s <= goal,
-                       grad_evals=float(np.mean(np.asarray(again.info.grad_evals))),
-                       diverged_at=int(again.diverged_at))
+            row.update(
+                step_s=step_s,
+                goal_s=goal,
+                meets_goal=None if goal is None else step_s <= goal,
+                grad_evals=float(np.mean(np.asarray(again.info.grad_evals))),
+                diverged_at=int(again.diverged_at),
+            )
         except Exception as exc:
             row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
             traceback.print_exc()
@@ -245,10 +317,14 @@ def compare(result, ref) -> dict:
     nb, nb64 = np.asarray(result.n_ball), np.asarray(ref.n_ball)
     return dict(
         max_rel_err=float(np.max(row_err) / max(np.max(row_norm), 1e-300)),
-        median_row_rel_err=float(np.median(row_err[has] / row_norm[has])) if has.any() else 0.0,
+        median_row_rel_err=float(np.median(row_err[has] / row_norm[has]))
+        if has.any()
+        else 0.0,
         n_ball_flip_frac=float(np.sum(np.abs(nb - nb64)) / max(1, np.sum(nb64))),
-        n_r2_flip_frac=float(np.sum(np.abs(np.asarray(result.n_r2) - np.asarray(ref.n_r2)))
-                             / max(1, np.sum(np.asarray(ref.n_r2)))),
+        n_r2_flip_frac=float(
+            np.sum(np.abs(np.asarray(result.n_r2) - np.asarray(ref.n_r2)))
+            / max(1, np.sum(np.asarray(ref.n_r2)))
+        ),
         mean_n_ball=float(np.mean(nb64)),
         nonfinite_rows=int(np.sum(~np.all(np.isfinite(force), axis=1))),
     )
@@ -257,21 +333,32 @@ def compare(result, ref) -> dict:
 def section_correctness(args, rows, payload):
     from cenlmc_jax import pairwise
 
-    # the float64 dense reference builds (N, N, d) differences on the device: N = 2048 at d = 100 is 3.4 GB
+    # the float64 dense reference builds (N, N, d) differences on the device: N = 2048
+    # at d = 100 is 3.4 GB
     cases = [(4096, 3, True), (4096, 10, True), (2048, 100, False)]
     if args.smoke:
         cases = [(300, 3, True), (200, 100, False)]
-    variants = {"tiled": dict(method="tiled"), "pallas": dict(method="pallas"),
-                "tiled_sparse": dict(method="tiled", block_sparse=True),
-                "pallas_sparse": dict(method="pallas", block_sparse=True)}
+    variants = {
+        "tiled": dict(method="tiled"),
+        "pallas": dict(method="pallas"),
+        "tiled_sparse": dict(method="tiled", block_sparse=True),
+        "pallas_sparse": dict(method="pallas", block_sparse=True),
+    }
     for n, d, with_w in cases:
         data = ensemble(0, n, d)
         kw = dict(w=data["w"], r2=data["r2"]) if with_w else {}
         a = (data["x"], data["f"], data["log_p"], data["eta"])
         with x64():
-            ref = pairwise.ensemble_force(*(jnp.asarray(v, jnp.float64) for v in a[:3]), a[3], method="dense",
-                                          **({"w": jnp.asarray(data["w"], jnp.float64), "r2": data["r2"]}
-                                             if with_w else {}))
+            ref = pairwise.ensemble_force(
+                *(jnp.asarray(v, jnp.float64) for v in a[:3]),
+                a[3],
+                method="dense",
+                **(
+                    {"w": jnp.asarray(data["w"], jnp.float64), "r2": data["r2"]}
+                    if with_w
+                    else {}
+                ),
+            )
             ref = jax.tree.map(np.asarray, ref)
         for name, how in variants.items():
             if "sparse" in name and d > 3:
@@ -280,19 +367,28 @@ def section_correctness(args, rows, payload):
             try:
                 res = jax.block_until_ready(pairwise.ensemble_force(*a, **kw, **how))
                 row.update(compare(res, ref))
-                # ok: float32 sums of ~40 ball terms are good to ~1e-5 of the force scale (d = 100, Gram
-                # distances); a wrong mask or weight moves a row by a whole pair term, ~1e-2 of it; mask
-                # flips only for pairs within rounding of a radius (~1e-4 of the counts at most)
-                row["ok"] = (row["max_rel_err"] <= 1e-3 and row["n_ball_flip_frac"] <= 1e-3
-                             and row["n_r2_flip_frac"] <= 1e-3 and row["nonfinite_rows"] == 0)
+                # ok: float32 sums of ~40 ball terms are good to ~1e-5 of the force
+                # scale (d = 100, Gram distances); a wrong mask or weight moves a row by
+                # a whole pair term, ~1e-2 of it; mask flips only for pairs within
+                # rounding of a radius (~1e-4 of the counts at most)
+                row["ok"] = (
+                    row["max_rel_err"] <= 1e-3
+                    and row["n_ball_flip_frac"] <= 1e-3
+                    and row["n_r2_flip_frac"] <= 1e-3
+                    and row["nonfinite_rows"] == 0
+                )
             except Exception as exc:
                 row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
             rows.append(row)
             print(row, flush=True)
 
 
-SECTIONS = dict(probe=section_probe, headline=section_headline, sample=section_sample,
-                correctness=section_correctness)
+SECTIONS = dict(
+    probe=section_probe,
+    headline=section_headline,
+    sample=section_sample,
+    correctness=section_correctness,
+)
 COLUMNS = [
     "section",
     "method",
@@ -325,25 +421,48 @@ def budget_left(args) -> float:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out-dir", type=Path, default=Path(__file__).resolve().parent / "results" / "gpu")
-    parser.add_argument("--backend", default="gpu", help="the backend this run must find (default gpu)")
-    parser.add_argument("--smoke", action="store_true", help="every shape small: a quick end-to-end run")
-    parser.add_argument("--budget-s", type=float, default=420.0, help="skip the remaining sections after this")
+    parser.add_argument(
+        "--out-dir",
+        type=Path,
+        default=Path(__file__).resolve().parent / "results" / "gpu",
+    )
+    parser.add_argument(
+        "--backend", default="gpu", help="the backend this run must find (default gpu)"
+    )
+    parser.add_argument(
+        "--smoke", action="store_true", help="every shape small: a quick end-to-end run"
+    )
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=420.0,
+        help="skip the remaining sections after this",
+    )
     parser.add_argument("--sections", default=",".join(SECTIONS))
     args = parser.parse_args(argv)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     env = environment()
     backend = jax.default_backend()
     env["requested_backend"] = args.backend
-    (args.out_dir / "env.json").write_text(json.dumps(env, indent=2, default=str) + "\n")
+    (args.out_dir / "env.json").write_text(
+        json.dumps(env, indent=2, default=str) + "\n"
+    )
     print("devices:", env["devices"], "versions:", env["versions"], flush=True)
     if backend != args.backend:
-        print(f"FAIL: jax.default_backend() is {backend!r}, not the requested {args.backend!r} "
-              f"(devices {env['devices']}); nothing was measured.", file=sys.stderr, flush=True)
+        print(
+            f"FAIL: jax.default_backend() is {backend!r}, not the requested {args.backend!r} "
+            f"(devices {env['devices']}); nothing was measured.",
+            file=sys.stderr,
+            flush=True,
+        )
         return 2
 
     rows: list = []
-    payload: dict = {"args": {k: str(v) for k, v in vars(args).items()}, "sections": {}, "versions": env["versions"]}
+    payload: dict = {
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "sections": {},
+        "versions": env["versions"],
+    }
     for name in args.sections.split(","):
         if budget_left(args) <= 0:
             payload["sections"][name] = "skipped: budget spent"
@@ -353,10 +472,16 @@ def main(argv=None) -> int:
             SECTIONS[name](args, rows, payload)
             payload["sections"][name] = f"done in {time.perf_counter() - t:.1f} s"
         except Exception as exc:  # a whole section failed: record it, go on
-            payload["sections"][name] = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
+            payload["sections"][name] = (
+                f"failed: {type(exc).__name__}: {str(exc)[:300]}"
+            )
             traceback.print_exc()
         write_results(
-            "gpu_check", payload, rows, columns=COLUMNS, out_dir=args.out_dir,
+            "gpu_check",
+            payload,
+            rows,
+            columns=COLUMNS,
+            out_dir=args.out_dir,
             title="GPU check: headline figures, CEnLMC jobs, correctness against float64",
             notes=[
                 "compile_s: jax.jit(fn).lower(args).compile(), apart; median_s: 3 blocked calls on device-resident "
@@ -365,8 +490,8 @@ def main(argv=None) -> int:
                 "(no compile) / its steps; goal_s: issue 16's target for the whole step.",
                 "rel_err: |force - float64 dense| / max|float64 force| (max), per row (median); flip_frac: "
                 "sum |n - n_float64| / sum n_float64 (mask decisions that differ).",
-                f"backend {backend}; total wall time {elapsed():.0f} s" + (" (smoke: small shapes)" if args.smoke
-                                                                          else ""),
+                f"backend {backend}; total wall time {elapsed():.0f} s"
+                + (" (smoke: small shapes)" if args.smoke else ""),
             ],
         )
     print(payload["sections"], flush=True)

@@ -46,157 +46,276 @@ LINALG = "cenlmc_jax/_linalg.py"
 RECIPE = "cenlmc_jax/sgmcmc/recipe.py"
 PROPOSALS = "cenlmc_jax/irreversible/proposals.py"
 
-T_ENLMC_STEP = GAPS + "test_enlmc_one_step_uses_the_force_as_w_minus_h_force_over_n_minus_1"
+T_ENLMC_STEP = (
+    GAPS + "test_enlmc_one_step_uses_the_force_as_w_minus_h_force_over_n_minus_1"
+)
 T_ENLMC_STAT = GAPS + "test_enlmc_first_steps_follow_the_exact_lmc_mean_recursion"
-T_CENLMC_HAND = GAPS + "test_cenlmc_one_step_force_normaliser_and_tests_against_numpy_oracle"
+T_CENLMC_HAND = (
+    GAPS + "test_cenlmc_one_step_force_normaliser_and_tests_against_numpy_oracle"
+)
 T_CENLMC_REAL = GAPS + "test_cenlmc_one_step_after_a_real_step_against_numpy_oracle"
-T_GAMMA = GAPS + "test_gamma_term_of_every_matrix_form_in_d_and_q_matches_jacfwd_of_the_matrix_field"
-T_RECIPE_STEP = GAPS + "test_recipe_step_with_a_scalar_d_of_z_is_the_hand_written_euler_step"
-T_RECIPE_STAT = GAPS + "test_complete_recipe_with_position_dependent_d_has_the_stationary_second_moment"
-T_SDE_GRID = GAPS + "test_irreversible_sde_sampler_kernel_leaves_pi_times_uniform_direction_invariant_on_a_grid"
+T_GAMMA = (
+    GAPS
+    + "test_gamma_term_of_every_matrix_form_in_d_and_q_matches_jacfwd_of_the_matrix_field"
+)
+T_RECIPE_STEP = (
+    GAPS + "test_recipe_step_with_a_scalar_d_of_z_is_the_hand_written_euler_step"
+)
+T_RECIPE_STAT = (
+    GAPS
+    + "test_complete_recipe_with_position_dependent_d_has_the_stationary_second_moment"
+)
+T_SDE_GRID = (
+    GAPS
+    + "test_irreversible_sde_sampler_kernel_leaves_pi_times_uniform_direction_invariant_on_a_grid"
+)
 T_SDE_DRAW = GAPS + "test_sde_proposal_draws_from_its_own_forward_density"
 LANGEVIN = "cenlmc_jax/ensemble/lmc.py"
 VERDICT = "cenlmc_jax/cli/verdict.py"
-T_SCHEDULE = "tests/test_schedules.py::test_a_schedule_gives_the_exact_moment_recursion[lmc]"
+T_SCHEDULE = (
+    "tests/test_schedules.py::test_a_schedule_gives_the_exact_moment_recursion[lmc]"
+)
 T_FLAGS = "tests/cli/test_cli_run_flags.py::"
-T_FLAGS_TOY = T_FLAGS + "test_every_flag_the_driver_warns_about_is_a_problem_of_the_verdict"
+T_FLAGS_TOY = (
+    T_FLAGS + "test_every_flag_the_driver_warns_about_is_a_problem_of_the_verdict"
+)
 
 #: (name, file, original text, replacement, tests that must catch it, what the bug is)
 MUTATIONS = [
-    dict(name="enlmc_force_sign_flipped", file=SAMPLERS,
-         original="ens = pf.force_sum / jnp.asarray(n - 1, x.dtype)",
-         replacement="ens = -pf.force_sum / jnp.asarray(n - 1, x.dtype)",
-         tests=[T_ENLMC_STEP, T_ENLMC_STAT],
-         what="EnLMC moves along +F instead of -F"),
-    dict(name="enlmc_normaliser_n", file=SAMPLERS,
-         original="ens = pf.force_sum / jnp.asarray(n - 1, x.dtype)",
-         replacement="ens = pf.force_sum / jnp.asarray(n, x.dtype)",
-         tests=[T_ENLMC_STEP],
-         what="EnLMC divides by N instead of N-1"),
-    dict(name="cenlmc_force_sign_flipped", file=SAMPLERS,
-         original="ens = pf.force_sum / jnp.maximum(pf.n_r2, 1).astype(dt)[:, None]",
-         replacement="ens = -pf.force_sum / jnp.maximum(pf.n_r2, 1).astype(dt)[:, None]",
-         tests=[T_CENLMC_HAND, T_CENLMC_REAL],
-         what="CEnLMC moves along +F instead of -F"),
-    dict(name="cenlmc_normaliser_off_by_one", file=SAMPLERS,
-         original="ens = pf.force_sum / jnp.maximum(pf.n_r2, 1).astype(dt)[:, None]",
-         replacement="ens = pf.force_sum / jnp.maximum(pf.n_r2 + 1, 1).astype(dt)[:, None]",
-         tests=[T_CENLMC_HAND, T_CENLMC_REAL],
-         what="CEnLMC divides by N_i + 1 instead of N_i"),
-    dict(name="n_star_test_off_by_one_le", file=SAMPLERS,
-         original="fail_n = pf.n_r2 < jnp.maximum(jnp.asarray(n_star, jnp.int32), 1)",
-         replacement="fail_n = pf.n_r2 <= jnp.maximum(jnp.asarray(n_star, jnp.int32), 1)",
-         tests=[T_CENLMC_HAND],
-         what="N_i = N* counted as a failure (N_i <= N*)"),
-    dict(name="n_star_test_off_by_one_minus", file=SAMPLERS,
-         original="fail_n = pf.n_r2 < jnp.maximum(jnp.asarray(n_star, jnp.int32), 1)",
-         replacement="fail_n = pf.n_r2 < jnp.maximum(jnp.asarray(n_star - 1, jnp.int32), 1)",
-         tests=[T_CENLMC_HAND],
-         what="N_i = N* - 1 passes (threshold N* - 1)"),
-    dict(name="gamma_scalar_form_zeroed", file=LINALG,
-         original="            div = jac\n",
-         replacement="            div = jnp.zeros_like(jac)\n",
-         tests=[T_GAMMA + "[scalar]", T_RECIPE_STEP, T_RECIPE_STAT],
-         what="Γ of a scalar-valued callable c(z)·I is 0"),
-    dict(name="gamma_diagonal_form_zeroed", file=LINALG,
-         original="            div = jnp.diagonal(jac)\n",
-         replacement="            div = jnp.zeros(jac.shape[:1], jac.dtype)\n",
-         tests=[T_GAMMA + "[diagonal]"],
-         what="Γ of a diagonal callable diag(v(z)) is 0"),
-    dict(name="gamma_dense_form_transposed", file=LINALG,
-         original='div = jnp.einsum("ijj->i", jac)',
-         replacement='div = jnp.einsum("jij->i", jac)',
-         tests=[T_GAMMA + "[dense]"],
-         what="dense Γ_i = Σ_j ∂_j M_ji (the transpose's divergence)"),
-    dict(name="recipe_gamma_dropped", file=RECIPE,
-         original="        drift = drift + la.gamma_term(D, Q, z)\n",
-         replacement="        pass  # mutation: Γ dropped\n",
-         tests=[T_RECIPE_STEP, T_RECIPE_STAT],
-         what="the complete recipe's drift without Γ"),
-    dict(name="sde_backward_without_adjoint", file=PROPOSALS,
-         original="return log_density(z, z_star, -direction[0], cached(z_star, cache))",
-         replacement="return log_density(z, z_star, direction[0], cached(z_star, cache))",
-         tests=[T_SDE_GRID],
-         what="SDE proposal's backward density g̃ from the forward process (no Q -> -Q)"),
-    dict(name="sde_sample_direction_flipped", file=PROPOSALS,
-         original="return mean(z, direction[0], point) + jnp.sqrt",
-         replacement="return mean(z, -direction[0], point) + jnp.sqrt",
-         tests=[T_SDE_DRAW],
-         what="SDE proposal draws with -s while its density uses s"),
-    dict(name="lmc_schedule_at_step_0", file=LANGEVIN,
-         original="h = step_size_at(step_size, state.step, x.dtype)",
-         replacement="h = step_size_at(step_size, 0 * state.step, x.dtype)",
-         tests=[T_SCHEDULE],
-         what="LMC evaluates its step-size schedule at t = 0 at every step"),
-    dict(name="verdict_ignores_the_run_flags", file=VERDICT,
-         original="    out += flag_problems(args, res)\n",
-         replacement="    pass  # mutation: the infos' run_flags not read\n",
-         tests=[T_FLAGS + "test_a_flag_the_driver_warns_about_makes_the_job_unreliable[any_step]",
-                T_FLAGS + "test_a_collapsed_acceptance_rate_is_unreliable_by_its_own_flag"],
-         what="the CLI's verdict does not read the infos' run_flags"),
-    dict(name="verdict_kept_only_reads_the_burn_in", file=VERDICT,
-         original="info, offset = jax.tree_util.tree_map(lambda a: a[burn_in:], info), burn_in",
-         replacement="info, offset = info, 0",
-         tests=[T_FLAGS_TOY + "[kept_only_burn_in_does_not_count-None]",
-                T_FLAGS_TOY + "[kept_only_burn_in_does_not_count-mean]"],
-         what="a kept_only flag set during the burn-in counts in the verdict"),
-    dict(name="verdict_every_step_stretch_one_short", file=VERDICT,
-         original="stuck = longest >= WATCH_MIN_STEPS",
-         replacement="stuck = longest >= WATCH_MIN_STEPS - 1",
-         tests=[T_FLAGS_TOY + "[every_step_one_step_short-None]", T_FLAGS_TOY + "[every_step_one_step_short-mean]"],
-         what="an every_step flag reported after WATCH_MIN_STEPS - 1 consecutive steps"),
-    dict(name="bound_step_ignores_parameter_types", file="cenlmc_jax/_steps.py",
-         original="key = tuple((name, type(value), value) for",
-         replacement="key = tuple((name, object, value) for",
-         tests=["tests/test_bound_step.py::test_other_parameters_or_functions_are_other_steps"],
-         what="a step with step_size=1 shares the compiled run of one with step_size=1.0"),
-    dict(name="auto_block_sparse_from_above_the_threshold", file="cenlmc_jax/pairwise/__init__.py",
-         original="return any(d <= max_d and n >= min_n for",
-         replacement="return any(d <= max_d and n > min_n for",
-         tests=["tests/pairwise/test_sparse.py::test_auto_takes_block_sparse_by_the_rule"],
-         what="method='auto' takes block-sparse only above a rule row's N, not from it"),
-    dict(name="unused_ensemble_floor_ignored", file="cenlmc_jax/run.py",
-         original="if not float(np.mean(value)) >= flag.mean_below:",
-         replacement="if not float(np.mean(value)) >= 0.0:",
-         tests=["tests/ensemble/test_cenlmc.py::test_an_unused_ensemble_warns_with_its_fraction",
-                T_FLAGS_TOY + "[mean_below_most_kept_steps-None]"],
-         what="cj.sample never warns of an unused ensemble (a mean fraction of 0 passes the floor)"),
-    dict(name="drift_bias_ignored", file="cenlmc_jax/ensemble/audit.py",
-         original="& (jnp.abs(running_bias) <= AUDIT_DRIFT_BIAS_THRESHOLD)",
-         replacement="& (jnp.abs(running_bias) >= 0)",
-         tests=["tests/ensemble/test_audit.py::test_the_running_drift_bias_sets_the_flag_after_its_window",
-                "tests/ensemble/test_audit.py::test_the_audit_drift_bias_sees_and_predicts_the_fit_bias"],
-         what="the audit never flags a systematic force error (only the noise inflation sets info.biased)"),
-    dict(name="drift_bias_sign", file="cenlmc_jax/ensemble/audit.py",
-         original="along = jnp.sum(jnp.where(ok, jnp.sum(err * grad_f, axis=-1), 0.0))",
-         replacement="along = -jnp.sum(jnp.where(ok, jnp.sum(err * grad_f, axis=-1), 0.0))",
-         tests=["tests/ensemble/test_audit.py::test_a_scaled_force_gives_the_fraction_times_its_scale",
-                "tests/ensemble/test_audit.py::test_the_audit_drift_bias_sees_and_predicts_the_fit_bias"],
-         what="the drift bias with its sign flipped (a weak force reported as strong)"),
-    dict(name="fd_value_reused_for_another_density", file="cenlmc_jax/ensemble/lmc.py",
-         original='return inner is not None and hasattr(grad_fn, "grad_given_value") and inner == logdensity_fn',
-         replacement='return inner is not None and hasattr(grad_fn, "grad_given_value")',
-         tests=["tests/gradients/test_finite_difference.py::"
-                "test_a_finite_difference_of_another_density_never_gets_the_samplers_values"],
-         what="a finite difference of another log density is handed the sampler's values"),
-    dict(name="fd_forward_ignores_the_value", file="cenlmc_jax/gradients/finite_difference.py",
-         original="return (shifted - value) / delta",
-         replacement="return (shifted - jnp.mean(shifted)) / delta",
-         tests=["tests/gradients/test_finite_difference.py::"
-                "test_value_and_grad_and_grad_given_value_are_the_gradient_with_no_value_twice[forward]",
-                "tests/gradients/test_finite_difference.py::test_finite_difference_matches_the_exact_gradient[forward-2e-06]"],
-         what="the forward difference taken against the mean of the shifted values, not the point's value"),
-    dict(name="sharded_fit_columns_split", file="cenlmc_jax/ensemble/least_squares/__init__.py",
-         original="in_specs=(P(axis), P())",
-         replacement="in_specs=(P(axis), P(axis))",
-         tests=["tests/ensemble/test_least_squares_backends.py::test_the_sharded_fit_is_the_single_device_fit_bit_for_bit"],
-         what="under a mesh each device fits its rows against only its own columns"),
+    dict(
+        name="enlmc_force_sign_flipped",
+        file=SAMPLERS,
+        original="ens = pf.force_sum / jnp.asarray(n - 1, x.dtype)",
+        replacement="ens = -pf.force_sum / jnp.asarray(n - 1, x.dtype)",
+        tests=[T_ENLMC_STEP, T_ENLMC_STAT],
+        what="EnLMC moves along +F instead of -F",
+    ),
+    dict(
+        name="enlmc_normaliser_n",
+        file=SAMPLERS,
+        original="ens = pf.force_sum / jnp.asarray(n - 1, x.dtype)",
+        replacement="ens = pf.force_sum / jnp.asarray(n, x.dtype)",
+        tests=[T_ENLMC_STEP],
+        what="EnLMC divides by N instead of N-1",
+    ),
+    dict(
+        name="cenlmc_force_sign_flipped",
+        file=SAMPLERS,
+        original="ens = pf.force_sum / jnp.maximum(pf.n_r2, 1).astype(dt)[:, None]",
+        replacement="ens = -pf.force_sum / jnp.maximum(pf.n_r2, 1).astype(dt)[:, None]",
+        tests=[T_CENLMC_HAND, T_CENLMC_REAL],
+        what="CEnLMC moves along +F instead of -F",
+    ),
+    dict(
+        name="cenlmc_normaliser_off_by_one",
+        file=SAMPLERS,
+        original="ens = pf.force_sum / jnp.maximum(pf.n_r2, 1).astype(dt)[:, None]",
+        replacement="ens = pf.force_sum / jnp.maximum(pf.n_r2 + 1, 1).astype(dt)[:, None]",
+        tests=[T_CENLMC_HAND, T_CENLMC_REAL],
+        what="CEnLMC divides by N_i + 1 instead of N_i",
+    ),
+    dict(
+        name="n_star_test_off_by_one_le",
+        file=SAMPLERS,
+        original="fail_n = pf.n_r2 < jnp.maximum(jnp.asarray(n_star, jnp.int32), 1)",
+        replacement="fail_n = pf.n_r2 <= jnp.maximum(jnp.asarray(n_star, jnp.int32), 1)",
+        tests=[T_CENLMC_HAND],
+        what="N_i = N* counted as a failure (N_i <= N*)",
+    ),
+    dict(
+        name="n_star_test_off_by_one_minus",
+        file=SAMPLERS,
+        original="fail_n = pf.n_r2 < jnp.maximum(jnp.asarray(n_star, jnp.int32), 1)",
+        replacement="fail_n = pf.n_r2 < jnp.maximum(jnp.asarray(n_star - 1, jnp.int32), 1)",
+        tests=[T_CENLMC_HAND],
+        what="N_i = N* - 1 passes (threshold N* - 1)",
+    ),
+    dict(
+        name="gamma_scalar_form_zeroed",
+        file=LINALG,
+        original="            div = jac\n",
+        replacement="            div = jnp.zeros_like(jac)\n",
+        tests=[T_GAMMA + "[scalar]", T_RECIPE_STEP, T_RECIPE_STAT],
+        what="Γ of a scalar-valued callable c(z)·I is 0",
+    ),
+    dict(
+        name="gamma_diagonal_form_zeroed",
+        file=LINALG,
+        original="            div = jnp.diagonal(jac)\n",
+        replacement="            div = jnp.zeros(jac.shape[:1], jac.dtype)\n",
+        tests=[T_GAMMA + "[diagonal]"],
+        what="Γ of a diagonal callable diag(v(z)) is 0",
+    ),
+    dict(
+        name="gamma_dense_form_transposed",
+        file=LINALG,
+        original='div = jnp.einsum("ijj->i", jac)',
+        replacement='div = jnp.einsum("jij->i", jac)',
+        tests=[T_GAMMA + "[dense]"],
+        what="dense Γ_i = Σ_j ∂_j M_ji (the transpose's divergence)",
+    ),
+    dict(
+        name="recipe_gamma_dropped",
+        file=RECIPE,
+        original="        drift = drift + la.gamma_term(D, Q, z)\n",
+        replacement="        pass  # mutation: Γ dropped\n",
+        tests=[T_RECIPE_STEP, T_RECIPE_STAT],
+        what="the complete recipe's drift without Γ",
+    ),
+    dict(
+        name="sde_backward_without_adjoint",
+        file=PROPOSALS,
+        original="return log_density(z, z_star, -direction[0], cached(z_star, cache))",
+        replacement="return log_density(z, z_star, direction[0], cached(z_star, cache))",
+        tests=[T_SDE_GRID],
+        what="SDE proposal's backward density g̃ from the forward process (no Q -> -Q)",
+    ),
+    dict(
+        name="sde_sample_direction_flipped",
+        file=PROPOSALS,
+        original="return mean(z, direction[0], point) + jnp.sqrt",
+        replacement="return mean(z, -direction[0], point) + jnp.sqrt",
+        tests=[T_SDE_DRAW],
+        what="SDE proposal draws with -s while its density uses s",
+    ),
+    dict(
+        name="lmc_schedule_at_step_0",
+        file=LANGEVIN,
+        original="h = step_size_at(step_size, state.step, x.dtype)",
+        replacement="h = step_size_at(step_size, 0 * state.step, x.dtype)",
+        tests=[T_SCHEDULE],
+        what="LMC evaluates its step-size schedule at t = 0 at every step",
+    ),
+    dict(
+        name="verdict_ignores_the_run_flags",
+        file=VERDICT,
+        original="    out += flag_problems(args, res)\n",
+        replacement="    pass  # mutation: the infos' run_flags not read\n",
+        tests=[
+            T_FLAGS
+            + "test_a_flag_the_driver_warns_about_makes_the_job_unreliable[any_step]",
+            T_FLAGS + "test_a_collapsed_acceptance_rate_is_unreliable_by_its_own_flag",
+        ],
+        what="the CLI's verdict does not read the infos' run_flags",
+    ),
+    dict(
+        name="verdict_kept_only_reads_the_burn_in",
+        file=VERDICT,
+        original="info, offset = jax.tree_util.tree_map(lambda a: a[burn_in:], info), burn_in",
+        replacement="info, offset = info, 0",
+        tests=[
+            T_FLAGS_TOY + "[kept_only_burn_in_does_not_count-None]",
+            T_FLAGS_TOY + "[kept_only_burn_in_does_not_count-mean]",
+        ],
+        what="a kept_only flag set during the burn-in counts in the verdict",
+    ),
+    dict(
+        name="verdict_every_step_stretch_one_short",
+        file=VERDICT,
+        original="stuck = longest >= WATCH_MIN_STEPS",
+        replacement="stuck = longest >= WATCH_MIN_STEPS - 1",
+        tests=[
+            T_FLAGS_TOY + "[every_step_one_step_short-None]",
+            T_FLAGS_TOY + "[every_step_one_step_short-mean]",
+        ],
+        what="an every_step flag reported after WATCH_MIN_STEPS - 1 consecutive steps",
+    ),
+    dict(
+        name="bound_step_ignores_parameter_types",
+        file="cenlmc_jax/_steps.py",
+        original="key = tuple((name, type(value), value) for",
+        replacement="key = tuple((name, object, value) for",
+        tests=[
+            "tests/test_bound_step.py::test_other_parameters_or_functions_are_other_steps"
+        ],
+        what="a step with step_size=1 shares the compiled run of one with step_size=1.0",
+    ),
+    dict(
+        name="auto_block_sparse_from_above_the_threshold",
+        file="cenlmc_jax/pairwise/__init__.py",
+        original="return any(d <= max_d and n >= min_n for",
+        replacement="return any(d <= max_d and n > min_n for",
+        tests=[
+            "tests/pairwise/test_sparse.py::test_auto_takes_block_sparse_by_the_rule"
+        ],
+        what="method='auto' takes block-sparse only above a rule row's N, not from it",
+    ),
+    dict(
+        name="unused_ensemble_floor_ignored",
+        file="cenlmc_jax/run.py",
+        original="if not float(np.mean(value)) >= flag.mean_below:",
+        replacement="if not float(np.mean(value)) >= 0.0:",
+        tests=[
+            "tests/ensemble/test_cenlmc.py::test_an_unused_ensemble_warns_with_its_fraction",
+            T_FLAGS_TOY + "[mean_below_most_kept_steps-None]",
+        ],
+        what="cj.sample never warns of an unused ensemble (a mean fraction of 0 passes the floor)",
+    ),
+    dict(
+        name="drift_bias_ignored",
+        file="cenlmc_jax/ensemble/audit.py",
+        original="& (jnp.abs(running_bias) <= AUDIT_DRIFT_BIAS_THRESHOLD)",
+        replacement="& (jnp.abs(running_bias) >= 0)",
+        tests=[
+            "tests/ensemble/test_audit.py::test_the_running_drift_bias_sets_the_flag_after_its_window",
+            "tests/ensemble/test_audit.py::test_the_audit_drift_bias_sees_and_predicts_the_fit_bias",
+        ],
+        what="the audit never flags a systematic force error (only the noise inflation sets info.biased)",
+    ),
+    dict(
+        name="drift_bias_sign",
+        file="cenlmc_jax/ensemble/audit.py",
+        original="along = jnp.sum(jnp.where(ok, jnp.sum(err * grad_f, axis=-1), 0.0))",
+        replacement="along = -jnp.sum(jnp.where(ok, jnp.sum(err * grad_f, axis=-1), 0.0))",
+        tests=[
+            "tests/ensemble/test_audit.py::test_a_scaled_force_gives_the_fraction_times_its_scale",
+            "tests/ensemble/test_audit.py::test_the_audit_drift_bias_sees_and_predicts_the_fit_bias",
+        ],
+        what="the drift bias with its sign flipped (a weak force reported as strong)",
+    ),
+    dict(
+        name="fd_value_reused_for_another_density",
+        file="cenlmc_jax/ensemble/lmc.py",
+        original='return inner is not None and hasattr(grad_fn, "grad_given_value") and inner == logdensity_fn',
+        replacement='return inner is not None and hasattr(grad_fn, "grad_given_value")',
+        tests=[
+            "tests/gradients/test_finite_difference.py::"
+            "test_a_finite_difference_of_another_density_never_gets_the_samplers_values"
+        ],
+        what="a finite difference of another log density is handed the sampler's values",
+    ),
+    dict(
+        name="fd_forward_ignores_the_value",
+        file="cenlmc_jax/gradients/finite_difference.py",
+        original="return (shifted - value) / delta",
+        replacement="return (shifted - jnp.mean(shifted)) / delta",
+        tests=[
+            "tests/gradients/test_finite_difference.py::"
+            "test_value_and_grad_and_grad_given_value_are_the_gradient_with_no_value_twice[forward]",
+            "tests/gradients/test_finite_difference.py::test_finite_difference_matches_the_exact_gradient[forward-2e-06]",
+        ],
+        what="the forward difference taken against the mean of the shifted values, not the point's value",
+    ),
+    dict(
+        name="sharded_fit_columns_split",
+        file="cenlmc_jax/ensemble/least_squares/__init__.py",
+        original="in_specs=(P(axis), P())",
+        replacement="in_specs=(P(axis), P(axis))",
+        tests=[
+            "tests/ensemble/test_least_squares_backends.py::test_the_sharded_fit_is_the_single_device_fit_bit_for_bit"
+        ],
+        what="under a mesh each device fits its rows against only its own columns",
+    ),
 ]
 
 
 def repo_files() -> list[str]:
-    out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, check=True,
-                         capture_output=True).stdout.decode()
+    out = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+    ).stdout.decode()
     return [p for p in out.split("\0") if p and (REPO / p).is_file()]
 
 
@@ -209,17 +328,27 @@ def make_copy(files: list[str], dest: Path) -> None:
 
 def test_env(copy: Path) -> dict:
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(copy) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = str(copy) + (
+        os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+    )
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # no stale bytecode between copies
     env.setdefault("JAX_PLATFORMS", "cpu")
     return env
 
 
 def check_import_shadowing(copy: Path) -> None:
-    out = subprocess.run([sys.executable, "-c", "import cenlmc_jax; print(cenlmc_jax.__file__)"], cwd=copy,
-                         env=test_env(copy), check=True, capture_output=True, text=True).stdout.strip()
+    out = subprocess.run(
+        [sys.executable, "-c", "import cenlmc_jax; print(cenlmc_jax.__file__)"],
+        cwd=copy,
+        env=test_env(copy),
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     if not Path(out).resolve().is_relative_to(copy.resolve()):
-        raise SystemExit(f"the copy does not shadow the installed package: cenlmc_jax imported from {out}")
+        raise SystemExit(
+            f"the copy does not shadow the installed package: cenlmc_jax imported from {out}"
+        )
 
 
 def node_key(classname: str, name: str) -> str:
@@ -232,9 +361,23 @@ def run_tests(copy: Path, tests: list[str], timeout: float) -> tuple[dict, float
     report = copy / "_mutation_junit.xml"
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                               f"--junitxml={report}", *tests], cwd=copy, env=test_env(copy), capture_output=True,
-                              text=True, timeout=timeout)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                f"--junitxml={report}",
+                *tests,
+            ],
+            cwd=copy,
+            env=test_env(copy),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         tail = (proc.stdout + proc.stderr)[-3000:]
     except subprocess.TimeoutExpired as exc:
         tail = f"timeout after {timeout} s\n" + str(exc.stdout or "")[-2000:]
@@ -246,23 +389,46 @@ def run_tests(copy: Path, tests: list[str], timeout: float) -> tuple[dict, float
         for case in ET.parse(report).getroot().iter("testcase"):
             key = node_key(case.get("classname", ""), case.get("name", ""))
             kinds = {child.tag: child for child in case}
-            outcome = ("failed" if "failure" in kinds else "error" if "error" in kinds
-                       else "skipped" if "skipped" in kinds else "passed")
+            outcome = (
+                "failed"
+                if "failure" in kinds
+                else "error"
+                if "error" in kinds
+                else "skipped"
+                if "skipped" in kinds
+                else "passed"
+            )
             outcomes[key] = outcome
             durations[key] = float(case.get("time", "nan"))
             bad = kinds.get("failure", kinds.get("error"))
-            if bad is not None:  # why it failed: the assertion's first line (a crash would show here too)
-                messages[key] = (bad.get("message") or "").splitlines()[0][:160] if bad.get("message") else ""
+            if (
+                bad is not None
+            ):  # why it failed: the assertion's first line (a crash would show here too)
+                messages[key] = (
+                    (bad.get("message") or "").splitlines()[0][:160]
+                    if bad.get("message")
+                    else ""
+                )
     result = {}
     for t in tests:
         hits = {k: v for k, v in outcomes.items() if k == t or k.startswith(t + "[")}
         if not hits:
             result[t] = {"outcome": "missing", "seconds": None}
         else:  # a parametrised id without brackets: failed if any instance failed
-            worst = ("error" if "error" in hits.values() else "failed" if "failed" in hits.values()
-                     else "passed" if "passed" in hits.values() else "skipped")
-            result[t] = {"outcome": worst, "seconds": round(sum(durations[k] for k in hits), 2),
-                         "message": "; ".join(messages[k] for k in hits if k in messages)}
+            worst = (
+                "error"
+                if "error" in hits.values()
+                else "failed"
+                if "failed" in hits.values()
+                else "passed"
+                if "passed" in hits.values()
+                else "skipped"
+            )
+            result[t] = {
+                "outcome": worst,
+                "seconds": round(sum(durations[k] for k in hits), 2),
+                "message": "; ".join(messages[k] for k in hits if k in messages),
+            }
     return result, seconds, tail
 
 
@@ -271,8 +437,10 @@ def apply_mutation(copy: Path, m: dict) -> None:
     text = path.read_text()
     count = text.count(m["original"])
     if count != 1:
-        raise SystemExit(f"{m['name']}: the original text occurs {count} times in {m['file']} (need exactly 1): "
-                         f"{m['original']!r}")
+        raise SystemExit(
+            f"{m['name']}: the original text occurs {count} times in {m['file']} (need exactly 1): "
+            f"{m['original']!r}"
+        )
     path.write_text(text.replace(m["original"], m["replacement"]))
 
 
@@ -295,13 +463,24 @@ def markdown(payload: dict) -> str:
     ]
     esc = lambda s: s.strip().replace("|", "\\|").replace("\n", " ")  # noqa: E731
     for m in payload["mutations"]:
-        tests = "<br>".join(f"`{t.split('::')[-1]}`: {r['outcome']}" for t, r in m["tests"].items())
-        why = "<br>".join(esc(r.get("message") or "")[:120] for r in m["tests"].values())
-        lines.append(f"| {m['name']} ({m['what']}) | `{m['file']}` | `{esc(m['original'])}` | "
-                     f"`{esc(m['replacement'])}` | {tests} | {'caught' if m['caught'] else '**MISSED**'} | "
-                     f"{m['seconds']:.0f} s | {why} |")
-    lines += ["", "Baseline timings of the tests (pytest's call time, one process, compile included):", "",
-              "| test | outcome | seconds |", "|---|---|---|"]
+        tests = "<br>".join(
+            f"`{t.split('::')[-1]}`: {r['outcome']}" for t, r in m["tests"].items()
+        )
+        why = "<br>".join(
+            esc(r.get("message") or "")[:120] for r in m["tests"].values()
+        )
+        lines.append(
+            f"| {m['name']} ({m['what']}) | `{m['file']}` | `{esc(m['original'])}` | "
+            f"`{esc(m['replacement'])}` | {tests} | {'caught' if m['caught'] else '**MISSED**'} | "
+            f"{m['seconds']:.0f} s | {why} |"
+        )
+    lines += [
+        "",
+        "Baseline timings of the tests (pytest's call time, one process, compile included):",
+        "",
+        "| test | outcome | seconds |",
+        "|---|---|---|",
+    ]
     for t, r in payload["baseline"]["tests"].items():
         lines.append(f"| `{t}` | {r['outcome']} | {r['seconds']} |")
     n_caught = sum(m["caught"] for m in payload["mutations"])
@@ -313,21 +492,39 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", help="run only these mutations (by name)")
     parser.add_argument("--out-dir", default=str(HERE / "results"))
-    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per pytest run")
+    parser.add_argument(
+        "--timeout", type=float, default=1800.0, help="seconds per pytest run"
+    )
     args = parser.parse_args()
     mutations = [m for m in MUTATIONS if not args.only or m["name"] in args.only]
     if args.only and len(mutations) != len(set(args.only)):
-        raise SystemExit(f"unknown mutation in {args.only}; known: {[m['name'] for m in MUTATIONS]}")
+        raise SystemExit(
+            f"unknown mutation in {args.only}; known: {[m['name'] for m in MUTATIONS]}"
+        )
 
     files = repo_files()
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                                capture_output=True, text=True).stdout.strip())
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
+    dirty = bool(
+        subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
     all_tests = list(dict.fromkeys(t for m in mutations for t in m["tests"]))
     payload = {
-        "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                    "cpu_count": os.cpu_count(), "date": _dt.datetime.now().isoformat(timespec="seconds")},
-        "git_head": head, "dirty": dirty, "mutations": [],
+        "machine": {
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "cpu_count": os.cpu_count(),
+            "date": _dt.datetime.now().isoformat(timespec="seconds"),
+        },
+        "git_head": head,
+        "dirty": dirty,
+        "mutations": [],
     }
     with tempfile.TemporaryDirectory(prefix="cenlmc_mutation_") as tmp:
         snapshot = Path(tmp) / "snapshot"
@@ -349,19 +546,28 @@ def main() -> int:
             apply_mutation(copy, m)
             res, secs, tail = run_tests(copy, m["tests"], args.timeout)
             caught = all(r["outcome"] in ("failed", "error") for r in res.values())
-            payload["mutations"].append({**m, "tests": res, "caught": caught, "seconds": round(secs, 1)})
-            print(f"{m['name']}: {'caught' if caught else 'MISSED'} in {secs:.0f} s "
-                  f"({', '.join(r['outcome'] for r in res.values())})", flush=True)
+            payload["mutations"].append(
+                {**m, "tests": res, "caught": caught, "seconds": round(secs, 1)}
+            )
+            print(
+                f"{m['name']}: {'caught' if caught else 'MISSED'} in {secs:.0f} s "
+                f"({', '.join(r['outcome'] for r in res.values())})",
+                flush=True,
+            )
             if any(r["outcome"] in ("error", "missing") for r in res.values()):
                 print(tail)
             shutil.rmtree(copy)
 
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "mutations.json").write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+    (out / "mutations.json").write_text(
+        json.dumps(payload, indent=2, ensure_ascii=False) + "\n"
+    )
     (out / "mutations.md").write_text(markdown(payload))
     missed = [m["name"] for m in payload["mutations"] if not m["caught"]]
-    print(f"wrote {out / 'mutations.json'} and {out / 'mutations.md'}; missed: {missed or 'none'}")
+    print(
+        f"wrote {out / 'mutations.json'} and {out / 'mutations.md'}; missed: {missed or 'none'}"
+    )
     return 1 if missed or not payload["baseline"]["ok"] else 0
 
 

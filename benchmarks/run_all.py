@@ -15,16 +15,16 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SCRIPTS = [
-    "bench_pairwise.py",     # issue 3/5: dense vs tiled force, SGEMM fraction
-    "bench_scale.py",        # issue 5: N up to 10^6, mask flips, cenlmc_step time and memory
-    "bench_sharding.py",     # issue 5: 4 forced CPU devices vs 1
-    "bench_cenlmc.py",       # issue 3: CEnLMC vs LMC with an expensive gradient
-    "bench_lmc_stream.py",   # issue 2: 10^5 particles x 10^3 steps, streaming
-    "bench_irreversible.py", # issue 4: Gamma vs RW-MH ESS
-    "bench_sgrhmc.py",       # issue 4: sgrhmc_step vs SGHMC step
-    "bench_fraction.py",     # issue 12: CEnLMC's ensemble fraction against accuracy
-    "bench_peers.py",        # issue 10: against BlackJAX 1.7.1 (the bench extra); the Q-sweep
-    "bench_inverse.py",      # issue 12: time and model solves to equal accuracy on inverse problems
+    "bench_pairwise.py",  # issue 3/5: dense vs tiled force, SGEMM fraction
+    "bench_scale.py",  # issue 5: N up to 10^6, mask flips, cenlmc_step time and memory
+    "bench_sharding.py",  # issue 5: 4 forced CPU devices vs 1
+    "bench_cenlmc.py",  # issue 3: CEnLMC vs LMC with an expensive gradient
+    "bench_lmc_stream.py",  # issue 2: 10^5 particles x 10^3 steps, streaming
+    "bench_irreversible.py",  # issue 4: Gamma vs RW-MH ESS
+    "bench_sgrhmc.py",  # issue 4: sgrhmc_step vs SGHMC step
+    "bench_fraction.py",  # issue 12: CEnLMC's ensemble fraction against accuracy
+    "bench_peers.py",  # issue 10: against BlackJAX 1.7.1 (the bench extra); the Q-sweep
+    "bench_inverse.py",  # issue 12: time and model solves to equal accuracy on inverse problems
 ]
 
 
@@ -34,10 +34,15 @@ def main() -> int:
         t0 = time.perf_counter()
         print(f"== {script}", flush=True)
         code = subprocess.call([sys.executable, str(HERE / script), *sys.argv[1:]])
-        print(f"== {script}: exit {code} after {time.perf_counter() - t0:.0f} s", flush=True)
+        print(
+            f"== {script}: exit {code} after {time.perf_counter() - t0:.0f} s",
+            flush=True,
+        )
         if code:
             failed.append(script)
-    print("results:", ", ".join(sorted(p.name for p in (HERE / "results").glob("*.md"))))
+    print(
+        "results:", ", ".join(sorted(p.name for p in (HERE / "results").glob("*.md")))
+    )
     if failed:
         print("FAILED:", ", ".join(failed))
     return 1 if failed else 0

@@ -49,7 +49,8 @@ from cenlmc_jax.sgmcmc.sgrhmc import sgrhmc
 
 __version__ = "0.2.0"
 
-#: Every sampler constructor, by the name users call: ``cj.SAMPLERS["cenlmc"] is cj.cenlmc``.
+#: Every sampler constructor, by the name users call: ``cj.SAMPLERS["cenlmc"] is
+#: cj.cenlmc``.
 SAMPLERS = {
     "lmc": lmc,
     "enlmc": enlmc,
@@ -66,18 +67,46 @@ SAMPLERS = {
 
 __all__ = [
     # samplers: each returns a SamplingAlgorithm (init, step)
-    "lmc", "enlmc", "cenlmc", "mala", "rwmh", "irreversible_mh",
-    "complete_recipe", "sgld", "sgrld", "sghmc", "sgrhmc", "SAMPLERS", "SamplingAlgorithm",
+    "lmc",
+    "enlmc",
+    "cenlmc",
+    "mala",
+    "rwmh",
+    "irreversible_mh",
+    "complete_recipe",
+    "sgld",
+    "sgrld",
+    "sghmc",
+    "sgrhmc",
+    "SAMPLERS",
+    "SamplingAlgorithm",
     # running
-    "sample", "vmap_chains", "RunResult", "to_host",
+    "sample",
+    "vmap_chains",
+    "RunResult",
+    "to_host",
     # warm-ups and tuning
-    "langevin_warmup", "window_adaptation", "tune_cenlmc", "whitened",
+    "langevin_warmup",
+    "window_adaptation",
+    "tune_cenlmc",
+    "whitened",
     # inputs
-    "EnsembleOptions", "finite_difference", "from_numpyro",
+    "EnsembleOptions",
+    "finite_difference",
+    "from_numpyro",
     # results
-    "summary", "to_arviz", "ConvergenceWarning",
+    "summary",
+    "to_arviz",
+    "ConvergenceWarning",
     # namespaces
-    "adaptation", "diagnostics", "ensemble", "gradients", "irreversible", "models", "pairwise", "sgmcmc",
+    "adaptation",
+    "diagnostics",
+    "ensemble",
+    "gradients",
+    "irreversible",
+    "models",
+    "pairwise",
+    "sgmcmc",
 ]
 
 

@@ -58,16 +58,28 @@ _PACKAGES = {
     "rwmh_step SDEPoint",
 }
 
-#: Old top-level name -> ``(module, attribute)`` it is now; attribute None: the module itself.
+#: Old top-level name -> ``(module, attribute)`` it is now; attribute None: the module
+#: itself.
 OLD_NAMES: dict[str, tuple[str, str | None]] = {
-    name: (module, name) for module, names in _PACKAGES.items() for name in names.split()
+    name: (module, name)
+    for module, names in _PACKAGES.items()
+    for name in names.split()
 }
-OLD_NAMES.update({old.rsplit(".", 1)[1]: (new, None) for old, new in OLD_MODULES.items() if old.count(".") == 1})
+OLD_NAMES.update(
+    {
+        old.rsplit(".", 1)[1]: (new, None)
+        for old, new in OLD_MODULES.items()
+        if old.count(".") == 1
+    }
+)
 
 
 def _warn(old: str, new: str) -> None:
-    warnings.warn(f"{old} is deprecated since cenlmc_jax 0.2 and goes in 0.3: use {new}", FutureWarning,
-                  stacklevel=3)
+    warnings.warn(
+        f"{old} is deprecated since cenlmc_jax 0.2 and goes in 0.3: use {new}",
+        FutureWarning,
+        stacklevel=3,
+    )
 
 
 def old_name(name: str):
@@ -103,7 +115,8 @@ class OldModuleFinder(importlib.abc.MetaPathFinder):
 
 class Package(types.ModuleType):
     """The top-level package's class: importing an old module path that shares its name with a
-    function of the API (``cenlmc_jax.summary``, ``cenlmc_jax.finite_difference``) must not replace
+    function of the API (``cenlmc_jax.summary``, ``cenlmc_jax.finite_difference``) must
+    not replace
     that function by the module (the import system sets the submodule as an attribute)."""
 
     def __setattr__(self, name, value):

@@ -30,20 +30,29 @@ __all__ = ["fetch", "gather", "is_writer", "spans_processes", "warn"]
 def spans_processes(x: Any) -> bool:
     """True for a ``jax.Array`` with shards on another process (not fully addressable here)."""
     # a tracer (inside jit, grad, vmap) has no shards yet: nothing to gather
-    return isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer) and not x.is_fully_addressable
+    return (
+        isinstance(x, jax.Array)
+        and not isinstance(x, jax.core.Tracer)
+        and not x.is_fully_addressable
+    )
 
 
 def _leaf(x: Any) -> Any:
     if spans_processes(x):
-        from jax.experimental import multihost_utils  # imported only where several processes run
+        from jax.experimental import (
+            multihost_utils,
+        )  # imported only where several processes run
 
         if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
             impl = jax.random.key_impl(x)
             data = multihost_utils.process_allgather(jax.random.key_data(x), tiled=True)
             return jax.random.wrap_key_data(np.asarray(data), impl=impl)
         return np.asarray(multihost_utils.process_allgather(x, tiled=True))
-    if (isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer)
-            and not jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)):
+    if (
+        isinstance(x, jax.Array)
+        and not isinstance(x, jax.core.Tracer)
+        and not jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+    ):
         return np.asarray(jax.device_get(x))
     return x
 

@@ -17,9 +17,9 @@ matrix carries); positive *definiteness* is tested scale-invariantly, on the
 matrix scaled by its diagonal, with ``100·d·ε`` of the matrix's own dtype
 (``_check_definite``).
 
-Also here: ``Γ_i(z) = Σ_j ∂_{z_j}(D_ij + s·Q_ij)`` by autodiff (docs/algorithms.md §5, 8)
-and a symmetric PSD square root with a derivative that stays finite at
-repeated eigenvalues.
+Also here: ``Γ_i(z) = Σ_j ∂_{z_j}(D_ij + s·Q_ij)`` by autodiff (docs/algorithms.md §5,
+8) and a symmetric PSD square root with a derivative that stays finite at repeated
+eigenvalues.
 """
 
 from __future__ import annotations
@@ -83,11 +83,17 @@ def check_matrix_form(M: Any, name: str) -> None:
     if callable(M):
         return
     if M is None or isinstance(M, (str, bytes)):
-        raise ValueError(f"{name} must be a scalar, a (d,) diagonal, a (d, d) matrix or a callable; got {M!r}.")
+        raise ValueError(
+            f"{name} must be a scalar, a (d,) diagonal, a (d, d) matrix or a callable; got {M!r}."
+        )
     if not is_concrete(M):
         return
     m = np.asarray(M)
-    if m.ndim > 2 or (m.ndim == 2 and m.shape[0] != m.shape[1]) or not np.issubdtype(m.dtype, np.number):
+    if (
+        m.ndim > 2
+        or (m.ndim == 2 and m.shape[0] != m.shape[1])
+        or not np.issubdtype(m.dtype, np.number)
+    ):
         raise ValueError(
             f"{name} must be a scalar, a (d,) diagonal, a (d, d) matrix or a callable; got shape {m.shape}, "
             f"dtype {m.dtype}."
@@ -110,7 +116,9 @@ def concrete_value(M: Any, z: Array, name: str) -> Any:
         try:
             M = M(z)
         except Exception as exc:
-            raise ValueError(f"{name} failed on a position of shape {tuple(z.shape)}: {exc}") from exc
+            raise ValueError(
+                f"{name} failed on a position of shape {tuple(z.shape)}: {exc}"
+            ) from exc
     if not all(is_concrete(leaf) for leaf in jax.tree_util.tree_leaves(M)):
         return None
     return M
@@ -125,7 +133,9 @@ def check_matrix_fn(M: Any, z: Array, name: str) -> None:
     output check of :mod:`cenlmc_jax._validation`); constants are left to :func:`check_matrix_shape`."""
     if callable(M):
         d = z.shape[-1]
-        check_function(M, name, (z,), what=matrix_what(d), shapes=((), (d,), (d, d)), kind="real")
+        check_function(
+            M, name, (z,), what=matrix_what(d), shapes=((), (d,), (d, d)), kind="real"
+        )
 
 
 def evaluate(M: MatrixLike, z: Array, name: str = "matrix") -> Array:
@@ -133,7 +143,9 @@ def evaluate(M: MatrixLike, z: Array, name: str = "matrix") -> Array:
     d = z.shape[-1]
     if callable(M):
         out = M(z)
-        check_output(out, name, what=matrix_what(d), shapes=((), (d,), (d, d)), kind="real")
+        check_output(
+            out, name, what=matrix_what(d), shapes=((), (d,), (d, d)), kind="real"
+        )
     else:
         out = M
     m = jnp.asarray(out, z.dtype)
@@ -166,7 +178,12 @@ def matvec(m: Array, x: Array) -> Array:
 
 
 def gamma_term(
-    D: MatrixLike | None, Q: MatrixLike | None, z: Array, sign: Any = 1.0, *, has_aux: bool = False
+    D: MatrixLike | None,
+    Q: MatrixLike | None,
+    z: Array,
+    sign: Any = 1.0,
+    *,
+    has_aux: bool = False,
 ) -> Any:
     """``Γ_i(z) = Σ_j ∂_{z_j} (D_ij(z) + sign·Q_ij(z))`` (docs/algorithms.md §5 and 8), shape (d,).
 
@@ -189,7 +206,10 @@ def gamma_term(
             continue
         # jacfwd: d forward passes; jac[..., k] = ∂_{z_k} M(z) (the lambdas run in this iteration: noqa B023)
         if has_aux:
-            jac, aux = jax.jacfwd(lambda y: _matrix_and_aux(M(y), y.dtype), has_aux=True)(z)  # noqa: B023
+            jac, aux = jax.jacfwd(
+                lambda y: _matrix_and_aux(M(y), y.dtype),  # noqa: B023
+                has_aux=True,
+            )(z)
         else:
             jac, aux = jax.jacfwd(lambda y: jnp.asarray(M(y), y.dtype))(z), None  # noqa: B023
         auxes.append(aux)
@@ -242,8 +262,8 @@ def _psd_sqrt_jvp(primals, tangents):
 def noise_root(cov: Array, scale: Array) -> tuple[Array, Array]:
     """PSD root of a noise covariance and whether it was clearly negative (the traced path).
 
-    ``scale``: size of the terms ``cov`` was computed from (cancellation error is relative to it).
-    Returns ``(root: (n, n), clipped: bool)``.
+    ``scale``: size of the terms ``cov`` was computed from (cancellation error is
+    relative to it). Returns ``(root: (n, n), clipped: bool)``.
     """
     cov = 0.5 * (cov + cov.T)
     w, v = jnp.linalg.eigh(cov)
@@ -259,7 +279,9 @@ def np_psd_sqrt(a: np.ndarray) -> np.ndarray:
 
 def _finite(m: np.ndarray, name: str) -> None:
     if not np.all(np.isfinite(m)):
-        raise ValueError(f"{name} must be finite; got a matrix with NaN or inf entries.")
+        raise ValueError(
+            f"{name} must be finite; got a matrix with NaN or inf entries."
+        )
 
 
 def check_symmetric_psd(
@@ -295,7 +317,8 @@ def check_symmetric_psd(
 
 def _eps_of(m: Any) -> float:
     """Machine epsilon of the dtype ``m`` is used in: the coarser of its own floating dtype (JAX's default
-    float for a list or an integer array) and JAX's default float (float32 unless ``jax_enable_x64``: a float64
+    float for a list or an integer array) and JAX's default float (float32 unless
+    ``jax_enable_x64``: a float64
     array is then computed in float32)."""
     dtype = getattr(m, "dtype", None)
     default = jnp.result_type(float)
@@ -304,23 +327,29 @@ def _eps_of(m: Any) -> float:
     return max(float(np.finfo(dtype).eps), float(np.finfo(default).eps))
 
 
-def _check_definite(m: np.ndarray, name: str, what: str, lam_min: float, eps: float) -> None:
+def _check_definite(
+    m: np.ndarray, name: str, what: str, lam_min: float, eps: float
+) -> None:
     """Positive definite, tested scale-invariantly: the diagonal positive, and the smallest eigenvalue of the
-    diagonally scaled ``C = S m S`` (``S = diag(m)^{-1/2}``, a correlation matrix: ``C_ii = 1``, ``λ(C) ≤ n``)
-    above ``100·n·ε`` of the dtype the matrix is used in.
+    diagonally scaled ``C = S m S`` (``S = diag(m)^{-1/2}``, a correlation matrix:
+    ``C_ii = 1``, ``λ(C) ≤ n``) above ``100·n·ε`` of the dtype the matrix is used in.
 
-    ``m`` is positive definite iff ``C`` is (a congruence), and ``C`` does not change when the coordinates are
-    rescaled, so a diagonal such as ``(34.8, 3.6e-3, 8.9e-4)`` (the adapted variances of a raw-scale
-    regression, condition number 4·10⁴) passes, as it must: its ``C`` is the identity. A test on ``λ_min(m)``
-    relative to ``max|m|`` refused every condition number above ``1/(100·n·ε_float32)`` ≈ 8.4·10⁴/n, even in
-    float64. What stays refused is a ``C`` whose smallest eigenvalue is at rounding level: a Cholesky
-    factorisation in that dtype could fail or lose all digits (``eigh``'s backward error is ``O(n·ε·|C|)``).
+    ``m`` is positive definite iff ``C`` is (a congruence), and ``C`` does not change
+    when the coordinates are rescaled, so a diagonal such as ``(34.8, 3.6e-3, 8.9e-4)``
+    (the adapted variances of a raw-scale regression, condition number 4·10⁴) passes, as
+    it must: its ``C`` is the identity. A test on ``λ_min(m)`` relative to ``max|m|``
+    refused every condition number above ``1/(100·n·ε_float32)`` ≈ 8.4·10⁴/n, even in
+    float64. What stays refused is a ``C`` whose smallest eigenvalue is at rounding
+    level: a Cholesky factorisation in that dtype could fail or lose all digits
+    (``eigh``'s backward error is ``O(n·ε·|C|)``).
     """
     diag = np.diag(m)
     if not np.all(diag > 0):
         k = int(np.argmin(diag))
-        raise ValueError(f"{name} must be positive definite ({what}); its diagonal entry {name}[{k}, {k}] is "
-                         f"{diag[k]:.4g} (the smallest eigenvalue is {lam_min:.4g}).")
+        raise ValueError(
+            f"{name} must be positive definite ({what}); its diagonal entry {name}[{k}, {k}] is "
+            f"{diag[k]:.4g} (the smallest eigenvalue is {lam_min:.4g})."
+        )
     root = 1.0 / np.sqrt(diag)
     corr = root[:, None] * m * root[None, :]
     corr_min = float(np.linalg.eigvalsh(corr).min())
@@ -329,7 +358,8 @@ def _check_definite(m: np.ndarray, name: str, what: str, lam_min: float, eps: fl
         raise ValueError(
             f"{name} must be positive definite ({what}); scaled by its diagonal (diag(m)^-1/2 m diag(m)^-1/2), "
             f"its smallest eigenvalue is {corr_min:.4g}, at or below the rounding level {tol:.3g} of its dtype "
-            f"(the smallest eigenvalue of {name} itself is {lam_min:.4g}).")
+            f"(the smallest eigenvalue of {name} itself is {lam_min:.4g})."
+        )
 
 
 def check_skew(m: Any, name: str, what: str) -> None:
@@ -339,10 +369,14 @@ def check_skew(m: Any, name: str, what: str) -> None:
     size = max(float(np.max(np.abs(m))) if m.size else 0.0, 1.0)
     sym = float(np.max(np.abs(m + m.T)))
     if sym > eig_tol(m.shape[0]) * size:
-        raise ValueError(f"{name} must be skew-symmetric ({what}); max |{name} + {name}ᵀ| = {sym:.4g}.")
+        raise ValueError(
+            f"{name} must be skew-symmetric ({what}); max |{name} + {name}ᵀ| = {sym:.4g}."
+        )
 
 
-def check_noise_cov(eps: float, D: np.ndarray, B: np.ndarray, name: str, what: str) -> np.ndarray:
+def check_noise_cov(
+    eps: float, D: np.ndarray, B: np.ndarray, name: str, what: str
+) -> np.ndarray:
     """``ε(2D - εB̂)`` in float64 (both ``(n, n)``), checked PSD relative to the size of its two terms."""
     two_d = 2.0 * eps * np.asarray(D, np.float64)
     b = eps * eps * np.asarray(B, np.float64)

@@ -23,7 +23,8 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-#: Distinct (step function, parameters) kept; a step evicted is rebuilt (and its run compiled) again.
+#: Distinct (step function, parameters) kept; a step evicted is rebuilt (and its run
+#: compiled) again.
 MAX_SHARED_STEPS = 128
 
 

@@ -67,7 +67,11 @@ def all_concrete(*xs: Any) -> bool:
 
 def describe(value: Any) -> str:
     """A short ``repr`` for error messages (at most 80 characters); 0-d arrays show their value."""
-    if isinstance(value, (np.ndarray, np.generic, jax.Array)) and np.ndim(value) == 0 and is_concrete(value):
+    if (
+        isinstance(value, (np.ndarray, np.generic, jax.Array))
+        and np.ndim(value) == 0
+        and is_concrete(value)
+    ):
         value = np.asarray(value).item()
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
@@ -103,15 +107,23 @@ def _real_scalar(value: Any, name: str) -> float | None:
     try:
         arr = np.asarray(value)
     except Exception as exc:  # an object numpy cannot read
-        raise ValueError(f"{name} must be a real number; got {describe(value)}.") from exc
+        raise ValueError(
+            f"{name} must be a real number; got {describe(value)}."
+        ) from exc
     if arr.ndim != 0:
         raise ValueError(f"{name} must be a scalar; got an array of shape {arr.shape}.")
-    if not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
-        raise ValueError(f"{name} must be a real number; got {describe(value)} of dtype {arr.dtype}.")
+    if not (
+        np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
+    ):
+        raise ValueError(
+            f"{name} must be a real number; got {describe(value)} of dtype {arr.dtype}."
+        )
     return float(arr)
 
 
-def check_positive(value: Any, name: str, *, allow_zero: bool = False, allow_inf: bool = False) -> None:
+def check_positive(
+    value: Any, name: str, *, allow_zero: bool = False, allow_inf: bool = False
+) -> None:
     """A scalar > 0 (``>= 0`` with ``allow_zero``), finite unless ``allow_inf``.
 
     Tracers and callables (step-size schedules) pass: their values are checked
@@ -120,12 +132,18 @@ def check_positive(value: Any, name: str, *, allow_zero: bool = False, allow_inf
     v = _real_scalar(value, name)
     if v is None:
         return
-    ok = not math.isnan(v) and (v >= 0 if allow_zero else v > 0) and (allow_inf or math.isfinite(v))
+    ok = (
+        not math.isnan(v)
+        and (v >= 0 if allow_zero else v > 0)
+        and (allow_inf or math.isfinite(v))
+    )
     if not ok:
         bound = ">= 0" if allow_zero else "> 0"
         kind = "a number" if allow_inf else "a finite number"
         extra = " (inf allowed)" if allow_inf else ""
-        raise ValueError(f"{name} must be {kind} {bound}{extra}; got {describe(value)}.")
+        raise ValueError(
+            f"{name} must be {kind} {bound}{extra}; got {describe(value)}."
+        )
 
 
 def check_nonnegative(value: Any, name: str, *, allow_inf: bool = False) -> None:
@@ -140,18 +158,24 @@ def check_finite_scalar(value: Any, name: str, what: str = "a finite scalar") ->
         raise ValueError(f"{name} must be {what}; got {describe(value)}.")
 
 
-def check_int(value: Any, name: str, *, minimum: int, maximum: int | None = None, why: str = "") -> int:
+def check_int(
+    value: Any, name: str, *, minimum: int, maximum: int | None = None, why: str = ""
+) -> int:
     """An integer in ``[minimum, maximum]``: a Python int, a NumPy integer or a 0-d integer array.
 
     ``why`` (optional) explains the bound in the message.
     """
     if isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{name} must be an integer; got {describe(value)} of type bool.")
+        raise ValueError(
+            f"{name} must be an integer; got {describe(value)} of type bool."
+        )
     if isinstance(value, (int, np.integer)):
         v = int(value)
     else:
         if not is_concrete(value):
-            raise ValueError(f"{name} must be a concrete integer (it sets a shape or a loop length); got a tracer.")
+            raise ValueError(
+                f"{name} must be a concrete integer (it sets a shape or a loop length); got a tracer."
+            )
         arr = np.asarray(value) if isinstance(value, (np.ndarray, jax.Array)) else None
         if arr is None or arr.ndim != 0 or not np.issubdtype(arr.dtype, np.integer):
             kind = (
@@ -159,7 +183,9 @@ def check_int(value: Any, name: str, *, minimum: int, maximum: int | None = None
                 if arr is None
                 else f"{type(value).__name__} of shape {arr.shape}, dtype {arr.dtype}"
             )
-            raise ValueError(f"{name} must be an integer; got {describe(value)} ({kind}).")
+            raise ValueError(
+                f"{name} must be an integer; got {describe(value)} ({kind})."
+            )
         v = int(arr)
     if v < minimum or (maximum is not None and v > maximum):
         bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
@@ -178,21 +204,30 @@ def _as_float_array(value: Any, name: str) -> jax.Array:
     try:
         arr = value if isinstance(value, jax.Array) else jnp.asarray(value)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name} must be a numeric array; got {describe(value)}.") from exc
+        raise ValueError(
+            f"{name} must be a numeric array; got {describe(value)}."
+        ) from exc
     if jnp.issubdtype(arr.dtype, jnp.complexfloating):
         raise ValueError(f"{name} must be real; got dtype {arr.dtype}.")
     if arr.dtype in (jnp.float16, jnp.bfloat16):
-        raise ValueError(f"{name} must be float32 or float64; got dtype {arr.dtype} (too few bits for the noise "
-                         "and weights of these samplers: cast to float32).")
-    if not (jnp.issubdtype(arr.dtype, jnp.floating) or jnp.issubdtype(arr.dtype, jnp.integer)
-            or arr.dtype == jnp.bool_):
+        raise ValueError(
+            f"{name} must be float32 or float64; got dtype {arr.dtype} (too few bits for the noise "
+            "and weights of these samplers: cast to float32)."
+        )
+    if not (
+        jnp.issubdtype(arr.dtype, jnp.floating)
+        or jnp.issubdtype(arr.dtype, jnp.integer)
+        or arr.dtype == jnp.bool_
+    ):
         raise ValueError(f"{name} must be a numeric array; got dtype {arr.dtype}.")
     if not jnp.issubdtype(arr.dtype, jnp.floating):
         arr = arr.astype(jnp.result_type(float))
     return arr
 
 
-def check_positions(positions: Any, name: str = "positions", *, min_particles: int = 1) -> jax.Array:
+def check_positions(
+    positions: Any, name: str = "positions", *, min_particles: int = 1
+) -> jax.Array:
     """An ensemble: a floating ``(N, d)`` array of finite values with ``N >= min_particles``."""
     arr = _as_float_array(positions, name)
     if arr.ndim != 2:
@@ -209,20 +244,35 @@ def check_positions(positions: Any, name: str = "positions", *, min_particles: i
         finite = np.isfinite(fetch(arr))  # gathered when sharded over several processes
         if not finite.all():
             bad = int(np.sum(~finite.all(axis=-1)))
-            raise ValueError(f"{name} must be finite; {bad} of {arr.shape[0]} particles contain NaN or inf.")
+            raise ValueError(
+                f"{name} must be finite; {bad} of {arr.shape[0]} particles contain NaN or inf."
+            )
     return arr
 
 
-def check_position(position: Any, name: str = "position", *, ndim: int | None = None,
-                   finite: bool = True) -> jax.Array:
+def check_position(
+    position: Any,
+    name: str = "position",
+    *,
+    ndim: int | None = None,
+    finite: bool = True,
+) -> jax.Array:
     """A single-chain position: a floating array of finite values (``ndim`` dimensions if given), ``d >= 1``
     (``finite=False``: the caller checks the values itself)."""
     arr = _as_float_array(position, name)
     if ndim is not None and arr.ndim != ndim:
-        shape = "(d,) (one chain; vmap over chains for many)" if ndim == 1 else f"{ndim} dimensions"
-        raise ValueError(f"{name} must have shape {shape}; got shape {tuple(arr.shape)}.")
+        shape = (
+            "(d,) (one chain; vmap over chains for many)"
+            if ndim == 1
+            else f"{ndim} dimensions"
+        )
+        raise ValueError(
+            f"{name} must have shape {shape}; got shape {tuple(arr.shape)}."
+        )
     if arr.ndim >= 1 and arr.shape[-1] == 0:
-        raise ValueError(f"{name} must have d >= 1 dimensions; got shape {tuple(arr.shape)}.")
+        raise ValueError(
+            f"{name} must have d >= 1 dimensions; got shape {tuple(arr.shape)}."
+        )
     if finite and is_concrete(arr) and not np.isfinite(np.asarray(arr)).all():
         raise ValueError(f"{name} must be finite; got {describe(np.asarray(arr))}.")
     return arr
@@ -234,120 +284,187 @@ def check_vector(value: Any, name: str, size: int) -> np.ndarray:
     if arr.ndim == 0:
         arr = np.full((size,), float(arr))
     if arr.shape != (size,):
-        raise ValueError(f"{name} must be a scalar or a ({size},) vector; got shape {arr.shape}.")
+        raise ValueError(
+            f"{name} must be a scalar or a ({size},) vector; got shape {arr.shape}."
+        )
     return arr
 
 
 def _struct(x: Any) -> str:
     shape = getattr(x, "shape", None)
-    return type(x).__name__ if shape is None else f"shape {tuple(shape)}, dtype {x.dtype}"
+    return (
+        type(x).__name__ if shape is None else f"shape {tuple(shape)}, dtype {x.dtype}"
+    )
 
 
-def check_output(out: Any, name: str, *, what: str, like: Any = None, shapes: tuple | None = None,
-                 kind: str = "floating") -> None:
+def check_output(
+    out: Any,
+    name: str,
+    *,
+    what: str,
+    like: Any = None,
+    shapes: tuple | None = None,
+    kind: str = "floating",
+) -> None:
     """The output of a user function, concrete, traced or abstract (``jax.eval_shape``), must have the
-    expected structure, shapes and dtype kind: only static information is read, so this costs nothing
-    inside a trace and raises at trace time, before anything runs.
+    expected structure, shapes and dtype kind: only static information is read, so this
+    costs nothing inside a trace and raises at trace time, before anything runs.
 
-    like: a pytree (arrays or ``ShapeDtypeStruct``) the output must match leaf by leaf (same
-      structure, same shapes): a gradient is shaped like its position. Exact shapes: a scalar or a
-      ``(1,)`` where ``(d,)`` is expected would be broadcast into the drift silently.
-    shapes: the allowed shapes of a single-array output (``((),)`` a scalar; a matrix form
-      ``((), (d,), (d, d))``).
-    kind: ``"floating"`` (a real float dtype) or ``"real"`` (float, integer or bool: a number cast later).
+    like: a pytree (arrays or ``ShapeDtypeStruct``) the output must match leaf by leaf
+      (same structure, same shapes): a gradient is shaped like its position. Exact
+      shapes: a scalar or a ``(1,)`` where ``(d,)`` is expected would be broadcast into
+      the drift silently.
+    shapes: the allowed shapes of a single-array output (``((),)`` a scalar; a matrix
+      form ``((), (d,), (d, d))``).
+    kind: ``"floating"`` (a real float dtype) or ``"real"`` (float, integer or bool: a
+      number cast later).
     what: the function's signature for the message, e.g. ``"x -> scalar log density"``.
     """
+
     def dtype_ok(leaf):
         dt = getattr(leaf, "dtype", None)
         if dt is None:
             return False
         if kind == "floating":
             return jnp.issubdtype(dt, jnp.floating)
-        return (jnp.issubdtype(dt, jnp.floating) or jnp.issubdtype(dt, jnp.integer) or dt == jnp.bool_)
+        return (
+            jnp.issubdtype(dt, jnp.floating)
+            or jnp.issubdtype(dt, jnp.integer)
+            or dt == jnp.bool_
+        )
 
     sig = f" ({name}: {what})"
     if like is not None:
         out_leaves, out_def = jax.tree_util.tree_flatten(out)
         like_leaves, like_def = jax.tree_util.tree_flatten(like)
         if out_def != like_def:
-            raise ValueError(f"{name} must return a pytree like the position ({like_def}); got {out_def}{sig}.")
+            raise ValueError(
+                f"{name} must return a pytree like the position ({like_def}); got {out_def}{sig}."
+            )
         for o, e in zip(out_leaves, like_leaves, strict=True):
             if tuple(getattr(o, "shape", (None,))) != tuple(np.shape(e)):
-                raise ValueError(f"{name} must return shape {tuple(np.shape(e))}, like the position; got "
-                                 f"{_struct(o)} (it would be broadcast silently){sig}.")
+                raise ValueError(
+                    f"{name} must return shape {tuple(np.shape(e))}, like the position; got "
+                    f"{_struct(o)} (it would be broadcast silently){sig}."
+                )
             if not dtype_ok(o):
-                raise ValueError(f"{name} must return a {kind} dtype; got {_struct(o)}{sig}.")
+                raise ValueError(
+                    f"{name} must return a {kind} dtype; got {_struct(o)}{sig}."
+                )
         return
     if not hasattr(out, "shape") and isinstance(out, (bool, int, float, list, tuple)):
         try:  # a Python number or a list of numbers from the user's function (abstractly: nothing runs)
             out = jax.eval_shape(jnp.asarray, out)
         except Exception:
             pass
-    if not hasattr(out, "shape") or (shapes is not None and tuple(out.shape) not in shapes):
+    if not hasattr(out, "shape") or (
+        shapes is not None and tuple(out.shape) not in shapes
+    ):
         allowed = " or ".join(str(tuple(sh)) for sh in (shapes or ()))
         expected = "a scalar (shape ())" if shapes == ((),) else f"shape {allowed}"
         raise ValueError(f"{name} must return {expected}; got {_struct(out)}{sig}.")
     if not dtype_ok(out):
-        kind_text = "a floating scalar" if shapes == ((),) and kind == "floating" else f"a {kind} dtype"
+        kind_text = (
+            "a floating scalar"
+            if shapes == ((),) and kind == "floating"
+            else f"a {kind} dtype"
+        )
         raise ValueError(f"{name} must return {kind_text}; got {_struct(out)}{sig}.")
 
 
-def check_function(fn: Any, name: str, args: tuple, *, what: str, like: Any = None,
-                   shapes: tuple | None = None, kind: str = "floating") -> Any:
+def check_function(
+    fn: Any,
+    name: str,
+    args: tuple,
+    *,
+    what: str,
+    like: Any = None,
+    shapes: tuple | None = None,
+    kind: str = "floating",
+) -> Any:
     """``fn(*args)`` evaluated abstractly (``jax.eval_shape``: nothing is computed) and checked by
-    :func:`check_output`; returns the abstract output. ``args`` may be concrete arrays, tracers or
+    :func:`check_output`; returns the abstract output. ``args`` may be concrete arrays,
+    tracers or
     ``ShapeDtypeStruct`` s. An exception inside ``fn`` becomes a ``ValueError`` naming it."""
     check_callable(fn, name, what)
-    specs = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(np.shape(a), a.dtype)
-                                   if hasattr(a, "dtype") else a, args)
+    specs = jax.tree_util.tree_map(
+        lambda a: (
+            jax.ShapeDtypeStruct(np.shape(a), a.dtype) if hasattr(a, "dtype") else a
+        ),
+        args,
+    )
     try:
         out = jax.eval_shape(fn, *specs)
     except Exception as exc:  # the user's function failed on correctly shaped inputs
         shown = ", ".join(_struct(a) for a in jax.tree_util.tree_leaves(specs))
-        raise ValueError(f"{name} ({what}) failed on inputs of {shown}: {type(exc).__name__}: {exc}") from exc
+        raise ValueError(
+            f"{name} ({what}) failed on inputs of {shown}: {type(exc).__name__}: {exc}"
+        ) from exc
     check_output(out, name, what=what, like=like, shapes=shapes, kind=kind)
     return out
 
 
-def check_logdensity(logdensity_fn: Any, example: Any, name: str = "logdensity_fn") -> None:
+def check_logdensity(
+    logdensity_fn: Any, example: Any, name: str = "logdensity_fn"
+) -> None:
     """``logdensity_fn`` must map one point shaped like ``example`` to a real floating scalar
     (:func:`check_function`: abstract, nothing is computed)."""
-    check_function(logdensity_fn, name, (example,), what="x -> scalar log density", shapes=((),))
+    check_function(
+        logdensity_fn, name, (example,), what="x -> scalar log density", shapes=((),)
+    )
 
 
 def check_schedule(step_size: Any, name: str = "step_size") -> None:
     """A step size: a number > 0, or a schedule ``t -> ε_t`` of the int32 step counter returning a real
-    scalar whose value at ``t = 0`` is > 0 (values at later steps are checked where they are concrete,
+    scalar whose value at ``t = 0`` is > 0 (values at later steps are checked where they
+    are concrete,
     and a chain frozen by a schedule that reached 0 is reported by the driver)."""
     if not callable(step_size):
         check_positive(step_size, name)
         return
     t0 = jnp.zeros((), jnp.int32)
-    check_function(step_size, name, (t0,), what="schedule t (int32 step counter) -> step size (scalar)",
-                   shapes=((),), kind="real")
+    check_function(
+        step_size,
+        name,
+        (t0,),
+        what="schedule t (int32 step counter) -> step size (scalar)",
+        shapes=((),),
+        kind="real",
+    )
     with jax.ensure_compile_time_eval():
         value = step_size(t0)
     if is_concrete(value):
         check_positive(value, f"{name}(0) (the schedule's value at the first step)")
 
 
-def check_start_logdensity(values: Any, name: str = "logdensity_fn", where: str = "starting point") -> None:
+def check_start_logdensity(
+    values: Any, name: str = "logdensity_fn", where: str = "starting point"
+) -> None:
     """The log density at the starting points (concrete values only) must be finite at one of them at
-    least: ``-inf`` or NaN at every one leaves the chains nowhere to go (a zero density everywhere, or
+    least: ``-inf`` or NaN at every one leaves the chains nowhere to go (a zero density
+      everywhere, or
     a log density of the wrong sign or normalisation)."""
     if not is_concrete(values):
         return
-    v = np.asarray(fetch(values), np.float64).ravel()  # gathered when sharded over several processes
+    v = np.asarray(
+        fetch(values), np.float64
+    ).ravel()  # gathered when sharded over several processes
     if v.size and not np.isfinite(v).any():
-        shown = describe(v[0]) if v.size == 1 else f"{describe(v[:4])[:60]} (all {v.size})"
-        raise ValueError(f"{name} is -inf or NaN at every {where} ({shown}): the density is zero or undefined "
-                         "where the chains start; start inside the support of the target.")
+        shown = (
+            describe(v[0]) if v.size == 1 else f"{describe(v[:4])[:60]} (all {v.size})"
+        )
+        raise ValueError(
+            f"{name} is -inf or NaN at every {where} ({shown}): the density is zero or undefined "
+            "where the chains start; start inside the support of the target."
+        )
 
 
 def check_state(state: Any, cls: type, init_name: str) -> None:
     """``state`` must be a ``cls`` (as made by ``init_name``)."""
     if not isinstance(state, cls):
-        raise ValueError(f"state must be a {cls.__name__} (from {init_name}); got {type(state).__name__}.")
+        raise ValueError(
+            f"state must be a {cls.__name__} (from {init_name}); got {type(state).__name__}."
+        )
 
 
 def check_key(rng_key: Any, name: str = "rng_key") -> None:
@@ -356,10 +473,13 @@ def check_key(rng_key: Any, name: str = "rng_key") -> None:
     shape = tuple(getattr(rng_key, "shape", ()))
     if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
         if shape != ():
-            raise ValueError(f"{name} must be a single key (shape ()); got a batch of keys of shape {shape}.")
+            raise ValueError(
+                f"{name} must be a single key (shape ()); got a batch of keys of shape {shape}."
+            )
         return
     if dtype is None or dtype != jnp.uint32 or shape != (2,):
         raise ValueError(
             f"{name} must be a PRNG key: jax.random.key(seed) or jax.random.PRNGKey(seed); got "
-            f"{describe(rng_key)}" + (f" (dtype {dtype}, shape {shape})." if dtype is not None else ".")
+            f"{describe(rng_key)}"
+            + (f" (dtype {dtype}, shape {shape})." if dtype is not None else ".")
         )

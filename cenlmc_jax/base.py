@@ -11,9 +11,10 @@ parameters once, in Python, and bind them; the free functions ``X_init`` /
 ``X_step`` stay the kernels underneath. ``cj.sample`` accepts the object (or
 a bare step function); reusing the same object reuses its compilation.
 
-An info class may name the flags the driver reports (``run_flags``, a tuple
-of :class:`RunFlag`): ``cj.sample`` warns about them without knowing any sampler, and the
-command line's verdict calls such a run UNRELIABLE (``cenlmc_jax.cli.verdict.flag_problems``). The
+An info class may name the flags the driver reports (``run_flags``, a tuple of
+:class:`RunFlag`): ``cj.sample`` warns about them without knowing any sampler, and the
+command line's verdict calls such a run UNRELIABLE
+(``cenlmc_jax.cli.verdict.flag_problems``). The
 driver also watches the chains: one whose ``state.position`` did not move at
 any step of a chunk is frozen (a step size that reached 0, say) and reported,
 unless the info class declares ``may_stay = True`` (a Metropolis–Hastings
@@ -21,8 +22,9 @@ sampler stays where it is on every rejection); such a sampler reports its
 collapse itself, by an ``every_step`` flag (zero acceptance probability at
 every step of a chunk).
 
-:class:`RunResult` (with :class:`Moments`) is what ``cj.sample`` returns; it is defined here, below
-the driver, so that the diagnostics read it without importing the driver (which runs them at the end
+:class:`RunResult` (with :class:`Moments`) is what ``cj.sample`` returns; it is defined
+here, below the driver, so that the diagnostics read it without importing the driver
+(which runs them at the end
 of a run: ``cenlmc_jax.diagnostics.convergence``). ``cenlmc_jax.run`` re-exports both.
 
 Step sizes are ``step_size`` everywhere: a float ``> 0`` or, for ``cj.lmc`` and the
@@ -40,7 +42,16 @@ import jax.numpy as jnp
 from cenlmc_jax._validation import check_positive, is_concrete
 from cenlmc_jax.types import Array
 
-__all__ = ["SamplingAlgorithm", "StepSize", "RunFlag", "run_flags", "may_stay", "step_size_at", "Moments", "RunResult"]
+__all__ = [
+    "SamplingAlgorithm",
+    "StepSize",
+    "RunFlag",
+    "run_flags",
+    "may_stay",
+    "step_size_at",
+    "Moments",
+    "RunResult",
+]
 
 StepSize = float | Callable[[Array], Array]
 
@@ -58,18 +69,20 @@ class RunFlag(NamedTuple):
     run goes on (a divergence, ``info.diverged``, is the driver's own and stops it).
 
     field: the info's boolean field (per step; any particle or chain counts).
-    message: ``(infos, first_step) -> str``: the warning, given the stacked infos of the steps
-      checked and the first flagged step (counted from the run's start).
-    kept_only: checked once per call on the kept steps (after ``burn_in``) when the run ends,
-      instead of chunk by chunk as the run goes.
-    every_step: reported only for a chain or particle whose field is set at *every* step of a
-      chunk (of at least ``cj.run.WATCH_MIN_STEPS`` steps), read before the infos are reduced:
-      a persistent condition (a collapsed acceptance rate), not one bad step. The message is
-      then prefixed with how many chains, and ``first_step`` is the chunk's first step.
-      ``field`` may name a property of the info class (computed from its fields).
-    mean_below: with ``kept_only``, the field is a number per step (not a boolean) and the flag is
-      set when its mean over the kept steps is below this value: a shortfall over the whole run,
-      not one step's (CEnLMC's ensemble fraction). ``first_step`` is then the first kept step.
+    message: ``(infos, first_step) -> str``: the warning, given the stacked infos of the
+      steps checked and the first flagged step (counted from the run's start).
+    kept_only: checked once per call on the kept steps (after ``burn_in``) when the run
+      ends, instead of chunk by chunk as the run goes.
+    every_step: reported only for a chain or particle whose field is set at *every* step
+      of a chunk (of at least ``cj.run.WATCH_MIN_STEPS`` steps), read before the infos
+      are reduced: a persistent condition (a collapsed acceptance rate), not one bad
+      step. The message is then prefixed with how many chains, and ``first_step`` is the
+      chunk's first step. ``field`` may name a property of the info class (computed from
+      its fields).
+    mean_below: with ``kept_only``, the field is a number per step (not a boolean) and
+      the flag is set when its mean over the kept steps is below this value: a shortfall
+      over the whole run, not one step's (CEnLMC's ensemble fraction). ``first_step`` is
+      then the first kept step.
     """
 
     field: str
@@ -82,7 +95,11 @@ class RunFlag(NamedTuple):
 def run_flags(info: Any) -> tuple:
     """The :class:`RunFlag` s that ``info``'s class declares (``run_flags``), or ``()``."""
     flags = getattr(type(info), "run_flags", ())
-    return tuple(f for f in flags if isinstance(f, RunFlag)) if isinstance(flags, tuple) else ()
+    return (
+        tuple(f for f in flags if isinstance(f, RunFlag))
+        if isinstance(flags, tuple)
+        else ()
+    )
 
 
 def may_stay(info: Any) -> bool:
@@ -128,7 +145,8 @@ class RunResult(NamedTuple):
     """What ``cj.sample`` (:func:`cenlmc_jax.run.sample`) returns.
 
     state: the final state.
-    trace: ``(num_kept, ...)`` stacked ``trace_fn(state)`` (``mode="trace"``), else None.
+    trace: ``(num_kept, ...)`` stacked ``trace_fn(state)`` (``mode="trace"``), else
+      None.
     moments: :class:`Moments` (``mode="stream"``), else None.
     info: the per-step (reduced) infos, leading axis ``num_steps_done``.
     num_steps_done: steps actually run, burn-in included (fewer than asked if the

@@ -58,8 +58,17 @@ import numpy as np
 
 from cenlmc_jax._host import fetch, is_writer
 
-__all__ = ["FORMAT", "Checkpoint", "Unfingerprintable", "run_identity", "fingerprint", "check_path", "save", "load",
-           "chunk_dir"]
+__all__ = [
+    "FORMAT",
+    "Checkpoint",
+    "Unfingerprintable",
+    "run_identity",
+    "fingerprint",
+    "check_path",
+    "save",
+    "load",
+    "chunk_dir",
+]
 
 FORMAT = "cenlmc_jax-checkpoint-1"
 
@@ -85,7 +94,8 @@ _LIBRARY_ROOTS = ("cenlmc_jax",)
 class Unfingerprintable(TypeError):
     """An object with no process-independent description (raised by :func:`fingerprint`).
 
-    ``where``: the path to it from the fingerprinted object (``"closure 'f' -> global 'rng'"``).
+    ``where``: the path to it from the fingerprinted object (``"closure 'f' -> global
+    'rng'"``).
     """
 
     def __init__(self, where: str, what: str):
@@ -97,7 +107,9 @@ class Unfingerprintable(TypeError):
 def _library_module(name: str) -> bool:
     """True for cenlmc_jax, the standard library and installed packages: code versioned outside the run,
     whose importable functions and classes are described by their qualified name alone."""
-    if not name or name == "__main__":  # a script or a notebook (which has no __file__): the user's code
+    if (
+        not name or name == "__main__"
+    ):  # a script or a notebook (which has no __file__): the user's code
         return False
     if name.split(".")[0] in _LIBRARY_ROOTS or name in sys.builtin_module_names:
         return True
@@ -106,13 +118,20 @@ def _library_module(name: str) -> bool:
     if module is None or path is None:
         return name.split(".")[0] in sys.builtin_module_names or name.startswith("_")
     path = os.path.realpath(path)
-    roots = {os.path.realpath(p) for k, p in sysconfig.get_paths().items() if k in ("stdlib", "purelib", "platlib")}
+    roots = {
+        os.path.realpath(p)
+        for k, p in sysconfig.get_paths().items()
+        if k in ("stdlib", "purelib", "platlib")
+    }
     return any(path.startswith(r + os.sep) for r in roots)
 
 
 def _import_name(obj: Any) -> str | None:
     """``module.qualname`` when importing that name gives back ``obj`` itself (a stable identity), else None."""
-    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    module, qualname = (
+        getattr(obj, "__module__", None),
+        getattr(obj, "__qualname__", None),
+    )
     if not isinstance(module, str) or not isinstance(qualname, str) or "<" in qualname:
         return None
     target = sys.modules.get(module)
@@ -158,11 +177,17 @@ class _Describer:
             self.h.update(b"\0")
 
     def __call__(self, obj: Any, where: str) -> None:
-        if obj is None or obj is Ellipsis or isinstance(obj, (bool, int, float, complex, str, bytes)):
+        if (
+            obj is None
+            or obj is Ellipsis
+            or isinstance(obj, (bool, int, float, complex, str, bytes))
+        ):
             self.emit(type(obj).__name__, repr(obj))
             return
         if isinstance(obj, jax.core.Tracer):
-            raise Unfingerprintable(where, "a traced value (its value is not known while tracing)")
+            raise Unfingerprintable(
+                where, "a traced value (its value is not known while tracing)"
+            )
         if isinstance(obj, (jax.Array, np.ndarray, np.generic)):
             self.array(obj, where)
             return
@@ -174,7 +199,9 @@ class _Describer:
         self.compound(obj, where)
 
     def array(self, obj: Any, where: str) -> None:
-        if isinstance(obj, jax.Array) and jax.dtypes.issubdtype(obj.dtype, jax.dtypes.prng_key):
+        if isinstance(obj, jax.Array) and jax.dtypes.issubdtype(
+            obj.dtype, jax.dtypes.prng_key
+        ):
             self.emit("key", str(jax.random.key_impl(obj)))
             obj = jax.random.key_data(obj)
         arr = np.asarray(fetch(obj))  # gathered when sharded over several processes
@@ -183,7 +210,12 @@ class _Describer:
             for i, item in enumerate(arr.ravel()):
                 self(item, f"{where}[{i}]")
             return
-        self.emit("array", arr.shape, arr.dtype.str, hashlib.sha256(np.ascontiguousarray(arr).tobytes()).hexdigest())
+        self.emit(
+            "array",
+            arr.shape,
+            arr.dtype.str,
+            hashlib.sha256(np.ascontiguousarray(arr).tobytes()).hexdigest(),
+        )
 
     def items(self, pairs, where: str) -> None:
         for name, value in pairs:
@@ -192,9 +224,13 @@ class _Describer:
 
     def compound(self, obj: Any, where: str) -> None:
         t = type(obj)
-        name = None if isinstance(obj, (type, types.FunctionType)) else _import_name(obj)
+        name = (
+            None if isinstance(obj, (type, types.FunctionType)) else _import_name(obj)
+        )
         if name is not None and _library_module(obj.__module__):
-            self.emit("library object", name)  # jnp.sin, jax.nn.relu, math.exp: by import path
+            self.emit(
+                "library object", name
+            )  # jnp.sin, jax.nn.relu, math.exp: by import path
         elif isinstance(obj, types.ModuleType):
             self.emit("module", obj.__name__)
         elif isinstance(obj, type):
@@ -218,7 +254,10 @@ class _Describer:
             owner = getattr(obj, "__self__", None)
             name = _import_name(obj)
             if name is not None or owner is None or isinstance(owner, types.ModuleType):
-                self.emit("builtin", name or f"{getattr(owner, '__name__', '')}.{obj.__name__}")
+                self.emit(
+                    "builtin",
+                    name or f"{getattr(owner, '__name__', '')}.{obj.__name__}",
+                )
             else:
                 self.emit("builtin method", obj.__name__)
                 self(owner, f"{where}.__self__")
@@ -233,9 +272,14 @@ class _Describer:
         elif isinstance(obj, tuple):  # a NamedTuple: its type and fields
             self.cls(t, where)
             self.items(zip(obj._fields, obj, strict=True), where)
-        elif (hasattr(obj, "__wrapped__") and _library_module(t.__module__)
-              and not isinstance(getattr(t, "__call__", None), types.FunctionType)):  # noqa: B004 (its type, not callable())
-            # a library's C wrapper (jax.jit's PjitFunction): the function it wraps, not its caches
+        elif (
+            hasattr(obj, "__wrapped__")
+            and _library_module(t.__module__)
+            # its type, not callable()
+            and not isinstance(getattr(t, "__call__", None), types.FunctionType)  # noqa: B004
+        ):
+            # a library's C wrapper (jax.jit's PjitFunction): the function it wraps, not
+            # its caches
             self.emit("wrapper", f"{t.__module__}.{t.__qualname__}")
             self(obj.__wrapped__, f"{where} -> __wrapped__")
         elif isinstance(obj, (dict, types.MappingProxyType)):
@@ -244,14 +288,18 @@ class _Describer:
                 self(k, f"{where} key")
                 self(v, f"{where}[{k!r}]")
         elif isinstance(obj, (set, frozenset)):
-            subs = sorted(fingerprint(v) for v in obj)  # order-free: by each element's own hash
+            subs = sorted(
+                fingerprint(v) for v in obj
+            )  # order-free: by each element's own hash
             self.emit(t.__name__, *subs)
         elif isinstance(obj, enum.Enum):
             self.cls(t, where)
             self.emit(obj.name)
         elif dataclasses.is_dataclass(obj):
             self.cls(t, where)
-            self.items([(f.name, getattr(obj, f.name)) for f in dataclasses.fields(obj)], where)
+            self.items(
+                [(f.name, getattr(obj, f.name)) for f in dataclasses.fields(obj)], where
+            )
         elif isinstance(obj, jax.Device):
             self.emit("device", obj.platform, obj.id)
         elif isinstance(obj, jax.sharding.Mesh):
@@ -265,13 +313,17 @@ class _Describer:
         if name is not None and _library_module(c.__module__):
             self.emit("class", name)
             return
-        # a user's class: its name and the code of its methods (they are part of the run)
+        # a user's class: its name and the code of its methods (they are part of the
+        # run)
         self.emit("class", f"{c.__module__}.{c.__qualname__}")
         for k, v in sorted(vars(c).items()):
             if isinstance(v, (staticmethod, classmethod)):
                 v = v.__func__
-            # methods written by the user (not those generated by namedtuple / dataclass: code from "<string>")
-            if isinstance(v, types.FunctionType) and not v.__code__.co_filename.startswith("<"):
+            # methods written by the user (not those generated by namedtuple /
+            # dataclass: code from "<string>")
+            if isinstance(
+                v, types.FunctionType
+            ) and not v.__code__.co_filename.startswith("<"):
                 self.emit(k)
                 self(v, f"{where}.{k}")
 
@@ -279,11 +331,15 @@ class _Describer:
         name = _import_name(fn)
         library = _library_module(fn.__module__)
         if name is not None and library:
-            self.emit("function", name)  # a library function by its import path (its code is versioned)
+            self.emit(
+                "function", name
+            )  # a library function by its import path (its code is versioned)
             return
         self.emit("function", f"{fn.__module__}.{fn.__qualname__}")
         self.code(fn.__code__, f"{where} (code)")
-        for var, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=True):
+        for var, cell in zip(
+            fn.__code__.co_freevars, fn.__closure__ or (), strict=True
+        ):
             self.emit("cell", var)
             try:
                 value = cell.cell_contents
@@ -295,7 +351,10 @@ class _Describer:
         self(fn.__defaults__, f"{where} -> defaults")
         self(fn.__kwdefaults__, f"{where} -> kwdefaults")
         if fn.__dict__:
-            self.items(sorted((k, v) for k, v in fn.__dict__.items() if k != "__wrapped__"), where)
+            self.items(
+                sorted((k, v) for k, v in fn.__dict__.items() if k != "__wrapped__"),
+                where,
+            )
             if "__wrapped__" in fn.__dict__:
                 self.emit("__wrapped__")
                 self(fn.__wrapped__, f"{where} -> __wrapped__")
@@ -307,20 +366,40 @@ class _Describer:
                     self(g[gname], f"{where} -> global {gname!r}")
 
     def code(self, code: types.CodeType, where: str) -> None:
-        self.emit("code", code.co_name, code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount,
-                  code.co_flags, code.co_code, repr(code.co_names), repr(code.co_varnames),
-                  repr(code.co_freevars), repr(code.co_cellvars))
+        self.emit(
+            "code",
+            code.co_name,
+            code.co_argcount,
+            code.co_posonlyargcount,
+            code.co_kwonlyargcount,
+            code.co_flags,
+            code.co_code,
+            repr(code.co_names),
+            repr(code.co_varnames),
+            repr(code.co_freevars),
+            repr(code.co_cellvars),
+        )
         for c in code.co_consts:
             self(c, f"{where} const")
 
     def instance(self, obj: Any, where: str) -> None:
         t = type(obj)
         state = getattr(obj, "__dict__", None)
-        slots = [s for k in t.__mro__ for s in getattr(k, "__slots__", ()) if isinstance(s, str)]
-        slots = [s for s in slots if s not in ("__dict__", "__weakref__") and hasattr(obj, s)]
+        slots = [
+            s
+            for k in t.__mro__
+            for s in getattr(k, "__slots__", ())
+            if isinstance(s, str)
+        ]
+        slots = [
+            s for s in slots if s not in ("__dict__", "__weakref__") and hasattr(obj, s)
+        ]
         if not isinstance(state, dict) and not slots:
-            raise Unfingerprintable(where, f"an object of type {t.__module__}.{t.__qualname__} with no state "
-                                           "Python can read (a C object: no stable identity across processes)")
+            raise Unfingerprintable(
+                where,
+                f"an object of type {t.__module__}.{t.__qualname__} with no state "
+                "Python can read (a C object: no stable identity across processes)",
+            )
         self.cls(t, where)
         if isinstance(state, dict):
             self.items(sorted(state.items(), key=lambda kv: str(kv[0])), where)
@@ -328,13 +407,18 @@ class _Describer:
 
 
 def _sort_key(k: Any) -> str:
-    return f"{type(k).__name__}:{k!r}" if isinstance(k, (str, int, float, bool, bytes, type(None))) else fingerprint(k)
+    return (
+        f"{type(k).__name__}:{k!r}"
+        if isinstance(k, (str, int, float, bool, bytes, type(None)))
+        else fingerprint(k)
+    )
 
 
 def fingerprint(obj: Any) -> str:
     """A short stable hash of ``obj`` (the same in every process for the same values and code).
 
-    Raises :class:`Unfingerprintable` for what has no process-independent description (see :class:`_Describer`).
+    Raises :class:`Unfingerprintable` for what has no process-independent description
+    (see :class:`_Describer`).
     """
     d = _Describer()
     try:
@@ -346,18 +430,35 @@ def fingerprint(obj: Any) -> str:
 
 def _state_summary(state: Any) -> str:
     leaves = jax.tree_util.tree_leaves(state)
-    shapes = ", ".join(f"{np.shape(x)} {x.dtype if hasattr(x, 'dtype') else np.asarray(x).dtype}" for x in leaves)
-    return f"{jax.tree_util.tree_structure(state)}: {shapes}; values {fingerprint(leaves)}"
+    shapes = ", ".join(
+        f"{np.shape(x)} {x.dtype if hasattr(x, 'dtype') else np.asarray(x).dtype}"
+        for x in leaves
+    )
+    return (
+        f"{jax.tree_util.tree_structure(state)}: {shapes}; values {fingerprint(leaves)}"
+    )
 
 
-def run_identity(rng_key, step_fn: Callable, initial_state, trace_fn: Callable, *, burn_in: int, num_steps: int,
-                 thin: int, mode: str, info_reduce: str | None = "mean", path: str = "") -> dict:
+def run_identity(
+    rng_key,
+    step_fn: Callable,
+    initial_state,
+    trace_fn: Callable,
+    *,
+    burn_in: int,
+    num_steps: int,
+    thin: int,
+    mode: str,
+    info_reduce: str | None = "mean",
+    path: str = "",
+) -> dict:
     """The fields a resumed run must share with the run that wrote the checkpoint.
 
     ``ValueError`` naming ``checkpoint_path`` and the field when one of them
     cannot be fingerprinted (:class:`Unfingerprintable`): a resume could not
     tell whether it is the same run, so it is refused before any work.
     """
+
     def fp(field, value, summary=None):
         try:
             return (summary or fingerprint)(value)
@@ -389,17 +490,27 @@ def chunk_dir(path: str) -> str:
 def check_path(path: Any) -> str:
     """``checkpoint_path`` must be a file path whose folder exists and is writable (checked before any work)."""
     if not isinstance(path, (str, os.PathLike)):
-        raise ValueError(f"checkpoint_path must be a file path (str or os.PathLike); got {path!r}.")
+        raise ValueError(
+            f"checkpoint_path must be a file path (str or os.PathLike); got {path!r}."
+        )
     path = os.fspath(path)
     if os.path.isdir(path):
-        raise ValueError(f"checkpoint_path {path!r} is a directory; give a file path inside it.")
+        raise ValueError(
+            f"checkpoint_path {path!r} is a directory; give a file path inside it."
+        )
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
-        raise ValueError(f"checkpoint_path {path!r}: the folder {folder!r} does not exist.")
+        raise ValueError(
+            f"checkpoint_path {path!r}: the folder {folder!r} does not exist."
+        )
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise ValueError(f"checkpoint_path {path!r}: the folder {folder!r} is not writable.")
+        raise ValueError(
+            f"checkpoint_path {path!r}: the folder {folder!r} is not writable."
+        )
     if os.path.exists(path) and not os.access(path, os.R_OK | os.W_OK):
-        raise ValueError(f"checkpoint_path {path!r} exists but cannot be read and written.")
+        raise ValueError(
+            f"checkpoint_path {path!r} exists but cannot be read and written."
+        )
     return path
 
 
@@ -413,11 +524,23 @@ def _write_npz(path: str, arrays: dict) -> None:
 
 
 def _leaves(prefix: str, tree: Any) -> dict:
-    return {f"{prefix}{i}": np.asarray(x) for i, x in enumerate(jax.tree_util.tree_leaves(fetch(tree)))}
+    return {
+        f"{prefix}{i}": np.asarray(x)
+        for i, x in enumerate(jax.tree_util.tree_leaves(fetch(tree)))
+    }
 
 
-def save(path: str, *, identity: dict, step: int, state: Any, moments: Any, new_chunks: list, num_chunks: int,
-         diverged_at: int) -> None:
+def save(
+    path: str,
+    *,
+    identity: dict,
+    step: int,
+    state: Any,
+    moments: Any,
+    new_chunks: list,
+    num_chunks: int,
+    diverged_at: int,
+) -> None:
     """Write the chunks finished since the last save, then the header and carry that count them.
 
     ``new_chunks``: ``(kept, infos)`` pytrees of the chunks not yet on disk; they
@@ -428,9 +551,17 @@ def save(path: str, *, identity: dict, step: int, state: Any, moments: Any, new_
     reads the file on every process, so ``path`` must be on a file system they share.
     """
     first = num_chunks - len(new_chunks)
-    chunks = [(_leaves("info_", infos), None if kept is None else _leaves("kept_", kept)) for kept, infos in new_chunks]
-    header = dict(format=FORMAT, identity=identity, step=int(step), num_chunks=int(num_chunks),
-                  diverged_at=int(diverged_at))
+    chunks = [
+        (_leaves("info_", infos), None if kept is None else _leaves("kept_", kept))
+        for kept, infos in new_chunks
+    ]
+    header = dict(
+        format=FORMAT,
+        identity=identity,
+        step=int(step),
+        num_chunks=int(num_chunks),
+        diverged_at=int(diverged_at),
+    )
     arrays = {"header": np.frombuffer(json.dumps(header).encode(), np.uint8)}
     arrays.update(_leaves("state_", state))
     if moments is not None:
@@ -440,7 +571,9 @@ def save(path: str, *, identity: dict, step: int, state: Any, moments: Any, new_
     folder = chunk_dir(path)
     os.makedirs(folder, exist_ok=True)
     for k, (info_arrays, kept_arrays) in enumerate(chunks, start=first):
-        _write_npz(os.path.join(folder, f"{k:06d}.npz"), {**info_arrays, **(kept_arrays or {})})
+        _write_npz(
+            os.path.join(folder, f"{k:06d}.npz"), {**info_arrays, **(kept_arrays or {})}
+        )
     _write_npz(path, arrays)
 
 
@@ -458,15 +591,21 @@ def _read_npz(path: str, what: str, checkpoint_path: str) -> dict:
 def _numbered(data: dict, prefix: str, path: str, where: str) -> list:
     """The arrays ``prefix0, prefix1, ...`` of ``data`` in order (``ValueError`` if the numbering has holes)."""
     keys = [k for k in data if k.startswith(prefix)]
-    numbers = sorted(int(k[len(prefix):]) for k in keys if k[len(prefix):].isdigit())
+    numbers = sorted(int(k[len(prefix) :]) for k in keys if k[len(prefix) :].isdigit())
     if numbers != list(range(len(keys))):
-        raise _bad(path, where, f"holds the arrays {sorted(keys)}: {prefix}0..{prefix}{len(keys) - 1} expected")
+        raise _bad(
+            path,
+            where,
+            f"holds the arrays {sorted(keys)}: {prefix}0..{prefix}{len(keys) - 1} expected",
+        )
     return [data[f"{prefix}{i}"] for i in numbers]
 
 
 def _bad(path: str, field: str, what: str) -> ValueError:
-    return ValueError(f"checkpoint_path {path!r}: the header's {field} {what}; the file is damaged or was not "
-                      "written by cenlmc_jax (delete it to start over).")
+    return ValueError(
+        f"checkpoint_path {path!r}: the header's {field} {what}; the file is damaged or was not "
+        "written by cenlmc_jax (delete it to start over)."
+    )
 
 
 def _header_int(path: str, header: dict, field: str, minimum: int) -> int:
@@ -481,22 +620,38 @@ def _header_int(path: str, header: dict, field: str, minimum: int) -> int:
 def _check_header(path: str, header: Any) -> dict:
     """Types and ranges of every header field (``ValueError`` naming the file and the field)."""
     if not isinstance(header, dict):
-        raise _bad(path, "header", f"must be a JSON object; got {type(header).__name__}")
+        raise _bad(
+            path, "header", f"must be a JSON object; got {type(header).__name__}"
+        )
     if header.get("format") != FORMAT:
-        raise ValueError(f"checkpoint_path {path!r} is not a cenlmc_jax checkpoint (no {FORMAT} header).")
+        raise ValueError(
+            f"checkpoint_path {path!r} is not a cenlmc_jax checkpoint (no {FORMAT} header)."
+        )
     identity = header.get("identity")
     if not isinstance(identity, dict) or not all(
-            isinstance(k, str) and (v is None or isinstance(v, str) or type(v) is int) for k, v in identity.items()):
+        isinstance(k, str) and (v is None or isinstance(v, str) or type(v) is int)
+        for k, v in identity.items()
+    ):
         raise _bad(path, "identity", "must be an object of strings and integers")
     step = _header_int(path, header, "step", 0)
     num_chunks = _header_int(path, header, "num_chunks", 0)
     diverged_at = _header_int(path, header, "diverged_at", -1)
     if (step > 0) != (num_chunks > 0):
-        raise _bad(path, "num_chunks", f"is {num_chunks} for step {step} (every step run is in a chunk file)")
+        raise _bad(
+            path,
+            "num_chunks",
+            f"is {num_chunks} for step {step} (every step run is in a chunk file)",
+        )
     if num_chunks > step + 1:
-        raise _bad(path, "num_chunks", f"is {num_chunks}, more than the {step} steps run could fill")
+        raise _bad(
+            path,
+            "num_chunks",
+            f"is {num_chunks}, more than the {step} steps run could fill",
+        )
     if diverged_at > step:
-        raise _bad(path, "diverged_at", f"is {diverged_at}, after the step reached ({step})")
+        raise _bad(
+            path, "diverged_at", f"is {diverged_at}, after the step reached ({step})"
+        )
     return header
 
 
@@ -504,8 +659,12 @@ def _length(path: str, arrays: list, what: str, k: int) -> int | None:
     """The common leading length of ``arrays`` (chunk ``k``'s infos or kept draws), None without arrays."""
     lengths = {a.shape[0] if a.ndim else None for a in arrays}
     if None in lengths or len(lengths) > 1 or (lengths and min(lengths) < 1):
-        raise _bad(path, f"chunk {k}", f"has {what} arrays of leading lengths {sorted(map(str, lengths))}: one "
-                   "length >= 1 expected")
+        raise _bad(
+            path,
+            f"chunk {k}",
+            f"has {what} arrays of leading lengths {sorted(map(str, lengths))}: one "
+            "length >= 1 expected",
+        )
     return lengths.pop() if lengths else None
 
 
@@ -523,13 +682,17 @@ def load(path: str) -> Checkpoint:
     try:
         header = json.loads(bytes(data["header"]).decode())
     except (KeyError, ValueError, UnicodeDecodeError, AttributeError, TypeError):
-        raise ValueError(f"checkpoint_path {path!r} is not a cenlmc_jax checkpoint (no {FORMAT} header).") from None
+        raise ValueError(
+            f"checkpoint_path {path!r} is not a cenlmc_jax checkpoint (no {FORMAT} header)."
+        ) from None
     except RecursionError:
         raise _bad(path, "header", "is nested too deeply to be read") from None
     header = _check_header(path, header)
     chunks, total = [], 0
     for k in range(header["num_chunks"]):
-        c = _read_npz(os.path.join(chunk_dir(path), f"{k:06d}.npz"), "the chunk file", path)
+        c = _read_npz(
+            os.path.join(chunk_dir(path), f"{k:06d}.npz"), "the chunk file", path
+        )
         kept = _numbered(c, "kept_", path, f"chunk {k}") or None
         infos = _numbered(c, "info_", path, f"chunk {k}")
         n = _length(path, infos, "info", k)
@@ -539,43 +702,86 @@ def load(path: str) -> Checkpoint:
         total += n if n is not None else n_kept
         chunks.append((kept, infos))
     step, diverged_at = header["step"], header["diverged_at"]
-    stopped = diverged_at >= 0 and diverged_at == step and total == step + 1  # the diverging step's info kept
+    stopped = (
+        diverged_at >= 0 and diverged_at == step and total == step + 1
+    )  # the diverging step's info kept
     if chunks and total != step and not stopped and all(i for _, i in chunks):
-        raise _bad(path, "step", f"is {step}, but the chunk files hold the infos of {total} steps")
+        raise _bad(
+            path,
+            "step",
+            f"is {step}, but the chunk files hold the infos of {total} steps",
+        )
     moments = _numbered(data, "moments_", path, "moments") or None
     if moments is not None:
         shapes = [m.shape for m in moments]
-        if len(moments) != 3 or shapes[0] != () or len(shapes[1]) != 1 or shapes[1] != shapes[2]:
-            raise _bad(path, "moments", f"must be (count: (), mean: (d,), m2: (d,)); got shapes {shapes}")
+        if (
+            len(moments) != 3
+            or shapes[0] != ()
+            or len(shapes[1]) != 1
+            or shapes[1] != shapes[2]
+        ):
+            raise _bad(
+                path,
+                "moments",
+                f"must be (count: (), mean: (d,), m2: (d,)); got shapes {shapes}",
+            )
     state = _numbered(data, "state_", path, "state")
-    return Checkpoint(header, state, None if moments is None else tuple(moments), chunks)
+    return Checkpoint(
+        header, state, None if moments is None else tuple(moments), chunks
+    )
 
 
 def _same_arrays(path: str, field: str, arrays: list, expected: list) -> None:
     """``arrays`` (one per leaf, leading step axis dropped if ``expected`` says so) match ``expected`` shapes/dtypes."""
     if len(arrays) != len(expected):
-        raise _bad(path, field, f"holds {len(arrays)} arrays; this run's has {len(expected)}")
+        raise _bad(
+            path, field, f"holds {len(arrays)} arrays; this run's has {len(expected)}"
+        )
     for i, (a, e) in enumerate(zip(arrays, expected, strict=True)):
         if tuple(a.shape) != tuple(e.shape) or np.dtype(a.dtype) != np.dtype(e.dtype):
-            raise _bad(path, field, f"array {i} has shape {tuple(a.shape)}, dtype {a.dtype}; this run's has "
-                       f"shape {tuple(e.shape)}, dtype {np.dtype(e.dtype)}")
+            raise _bad(
+                path,
+                field,
+                f"array {i} has shape {tuple(a.shape)}, dtype {a.dtype}; this run's has "
+                f"shape {tuple(e.shape)}, dtype {np.dtype(e.dtype)}",
+            )
 
 
-def check_against_run(path: str, ck: Checkpoint, *, state: list, info: list, kept: list, burn_in: int, total: int,
-                      thin: int, mode: str, trace_dim: int | None) -> None:
+def check_against_run(
+    path: str,
+    ck: Checkpoint,
+    *,
+    state: list,
+    info: list,
+    kept: list,
+    burn_in: int,
+    total: int,
+    thin: int,
+    mode: str,
+    trace_dim: int | None,
+) -> None:
     """The checkpoint of this very run (identity already matched) must fit it: ``ValueError`` naming the field.
 
-    ``state``: this run's state leaves (shape, dtype); ``info`` / ``kept``: one step's info leaves and one
-    kept ``trace_fn`` value (shape, dtype); ``trace_dim``: the moments' ``d`` (stream mode).
+    ``state``: this run's state leaves (shape, dtype); ``info`` / ``kept``: one step's
+    info leaves and one kept ``trace_fn`` value (shape, dtype); ``trace_dim``: the
+    moments' ``d`` (stream mode).
     """
     step = ck.header["step"]
     if step > total:
         raise _bad(path, "step", f"is {step}, beyond this run's {total} steps")
     _same_arrays(path, "state", ck.state_leaves, state)
     if (ck.moments is not None) != (mode == "stream"):
-        raise _bad(path, "moments", f"are {'present' if ck.moments is not None else 'absent'} for mode {mode!r}")
+        raise _bad(
+            path,
+            "moments",
+            f"are {'present' if ck.moments is not None else 'absent'} for mode {mode!r}",
+        )
     if ck.moments is not None and ck.moments[1].shape != (trace_dim,):
-        raise _bad(path, "moments", f"have shape {ck.moments[1].shape}; this run's trace has d = {trace_dim}")
+        raise _bad(
+            path,
+            "moments",
+            f"have shape {ck.moments[1].shape}; this run's trace has d = {trace_dim}",
+        )
     start = 0
     for k, (kept_k, info_k) in enumerate(ck.chunks):
         n = info_k[0].shape[0] if info_k else None
@@ -584,15 +790,29 @@ def check_against_run(path: str, ck: Checkpoint, *, state: list, info: list, kep
         _same_arrays(path, f"chunk {k} info", [a[0] for a in info_k], info)
         burning = start < burn_in
         if burning and start + n > burn_in:
-            raise _bad(path, f"chunk {k}", f"runs steps {start}..{start + n - 1} across the end of the burn-in "
-                       f"({burn_in})")
-        last = k == len(ck.chunks) - 1 and ck.header["diverged_at"] == step and start + n == step + 1
-        expect = None if burning or mode != "trace" else (n - (1 if last else 0)) // thin
+            raise _bad(
+                path,
+                f"chunk {k}",
+                f"runs steps {start}..{start + n - 1} across the end of the burn-in "
+                f"({burn_in})",
+            )
+        last = (
+            k == len(ck.chunks) - 1
+            and ck.header["diverged_at"] == step
+            and start + n == step + 1
+        )
+        expect = (
+            None if burning or mode != "trace" else (n - (1 if last else 0)) // thin
+        )
         got = None if kept_k is None else kept_k[0].shape[0]
         if expect is not None and expect == 0 and got is None:
             pass  # a replay shorter than thin keeps nothing
         elif got != expect:
-            raise _bad(path, f"chunk {k}", f"holds {got} kept draws for {n} steps; this run keeps {expect}")
+            raise _bad(
+                path,
+                f"chunk {k}",
+                f"holds {got} kept draws for {n} steps; this run keeps {expect}",
+            )
         if kept_k is not None:
             _same_arrays(path, f"chunk {k} kept", [a[0] for a in kept_k], kept)
         start += n

@@ -68,7 +68,9 @@ __all__ = ["sample", "RunResult", "Moments", "reduce_info", "vmap_chains"]
 
 def _init_moments(x: Array) -> Moments:
     d = x.shape[-1]
-    return Moments(jnp.zeros((), x.dtype), jnp.zeros((d,), x.dtype), jnp.zeros((d,), x.dtype))
+    return Moments(
+        jnp.zeros((), x.dtype), jnp.zeros((d,), x.dtype), jnp.zeros((d,), x.dtype)
+    )
 
 
 def _update_moments(m: Moments, x: Array) -> Moments:
@@ -99,8 +101,9 @@ def reduce_info(info: PyTree) -> PyTree:
     return jax.tree_util.tree_map(red, info)
 
 
-#: Chunks shorter than this are not judged for frozen chains (momentum samplers start at rest, so
-#: their position moves from the second step; an MH chain may meet a few zero-density proposals in a row).
+#: Chunks shorter than this are not judged for frozen chains (momentum samplers start at
+#: rest, so their position moves from the second step; an MH chain may meet a few
+#: zero-density proposals in a row).
 WATCH_MIN_STEPS = 10
 
 
@@ -121,64 +124,98 @@ def _moved_rows(old: Any, new: Any) -> Array | None:
     if not lo:
         return None
     rows = _num_rows(lo)
-    moved = [jnp.any(jnp.reshape(a != b, (rows, -1)), axis=1) for a, b in zip(lo, ln, strict=True)]
+    moved = [
+        jnp.any(jnp.reshape(a != b, (rows, -1)), axis=1)
+        for a, b in zip(lo, ln, strict=True)
+    ]
     return functools.reduce(jnp.logical_or, moved)
 
 
 def _watched(info: Any) -> tuple:
     """The infos' every-step flags (:class:`~cenlmc_jax.base.RunFlag` with ``every_step``), as booleans."""
-    return tuple(jnp.asarray(getattr(info, f.field)).astype(bool) for f in run_flags(info) if f.every_step)
+    return tuple(
+        jnp.asarray(getattr(info, f.field)).astype(bool)
+        for f in run_flags(info)
+        if f.every_step
+    )
 
 
 def _traced_once(step_fn: StepFn, key: Array, state: Any) -> tuple[Callable, Any]:
     """``step_fn`` traced once, as a function of ``(key, state)``, and the shape of its ``(state, info)``.
 
-    The chunk runs the step inside a ``lax.cond`` whose other branch returns a blank info: that branch
-    needs the info's shape, and asking ``jax.eval_shape`` for it would trace the step a second time.
-    Here the step is traced once to a jaxpr (values it closes over, tracers of an outer ``grad`` or
-    ``jit`` included, become its constants, so derivatives flow through), and both the shape and the
-    function come from that one trace.
+    The chunk runs the step inside a ``lax.cond`` whose other branch returns a blank
+    info: that branch needs the info's shape, and asking ``jax.eval_shape`` for it would
+    trace the step a second time. Here the step is traced once to a jaxpr (values it
+    closes over, tracers of an outer ``grad`` or ``jit`` included, become its constants,
+    so derivatives flow through), and both the shape and the function come from that one
+    trace.
     """
     closed, shapes = jax.make_jaxpr(step_fn, return_shape=True)(key, state)
     out_tree = jax.tree_util.tree_structure(shapes)
     run = jaxpr_as_fun(closed)
 
     def traced(k, s):
-        return jax.tree_util.tree_unflatten(out_tree, run(*jax.tree_util.tree_leaves((k, s))))
+        return jax.tree_util.tree_unflatten(
+            out_tree, run(*jax.tree_util.tree_leaves((k, s)))
+        )
 
     return traced, shapes
 
 
 @functools.lru_cache(maxsize=64)
-def _chunk_fn(step_fn: StepFn, num_outer: int, thin: int, mode: str, trace_fn: Callable, info_reduce: str | None):
+def _chunk_fn(
+    step_fn: StepFn,
+    num_outer: int,
+    thin: int,
+    mode: str,
+    trace_fn: Callable,
+    info_reduce: str | None,
+):
     """A jitted function running up to ``num_outer * thin`` steps (cached per configuration).
 
-    One compilation serves every chunk of a run: the burn-in, the sampling chunks, a shorter last
-    chunk and the replay up to a diverging step. Its traced arguments say how: ``n``, the steps that
-    run (the later ones are skipped by a ``lax.cond``: the state is kept and the step is not
-    computed; their infos are blank and the caller drops them), and ``record``: whether the
-    ``thin``-th states are kept (or streamed into the moments); only outer steps whose ``thin`` steps
-    all ran are (the burn-in passes False, and the caller drops what it returns).
+    One compilation serves every chunk of a run: the burn-in, the sampling chunks, a
+    shorter last chunk and the replay up to a diverging step. Its traced arguments say
+    how: ``n``, the steps that run (the later ones are skipped by a ``lax.cond``: the
+    state is kept and the step is not computed; their infos are blank and the caller
+    drops them), and ``record``: whether the ``thin``-th states are kept (or streamed
+    into the moments); only outer steps whose ``thin`` steps all ran are (the burn-in
+    passes False, and the caller drops what it returns).
 
-    Besides the state, moments, kept draws and infos it returns the chunk's *watch*: per chain or
-    particle, whether its position moved at some step (None for states without ``position``; all
-    True for samplers whose infos declare ``may_stay``: MH chains legitimately stay), and for each
-    every-step flag of the infos the number of steps it was set (before ``info_reduce``). The step
-    is traced once (:func:`_traced_once`): the watch and the blank infos need no trace of their own.
+    Besides the state, moments, kept draws and infos it returns the chunk's *watch*: per
+    chain or particle, whether its position moved at some step (None for states without
+    ``position``; all True for samplers whose infos declare ``may_stay``: MH chains
+    legitimately stay), and for each every-step flag of the infos the number of steps it
+    was set (before ``info_reduce``). The step
+    is traced once (:func:`_traced_once`): the watch and the blank infos need no trace
+      of their own.
     """
 
     def run_chunk(key, state, moments, start, n, record):
         step, (_, info_shape) = _traced_once(step_fn, key, state)
-        blank = jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), info_shape)
+        blank = jax.tree_util.tree_map(
+            lambda a: jnp.zeros(a.shape, a.dtype), info_shape
+        )
         stays = may_stay(blank)  # the info's class declares it: no value needed
 
         def one_step(carry, t):
             state, moved = carry
-            new_state, info = lax.cond(t < start + n, lambda s: step(jax.random.fold_in(key, t), s),
-                                       lambda s: (s, blank), state)
-            if moved is not None:  # an MH sampler's rejections keep the position: never "frozen" by itself
-                moved = jnp.ones_like(moved) if stays else moved | _moved_rows(state, new_state)
-            flags = _watched(info)  # per step, before the reduction (one value per chain); 0 when skipped
+            new_state, info = lax.cond(
+                t < start + n,
+                lambda s: step(jax.random.fold_in(key, t), s),
+                lambda s: (s, blank),
+                state,
+            )
+            if (
+                moved is not None
+            ):  # an MH sampler's rejections keep the position: never "frozen" by itself
+                moved = (
+                    jnp.ones_like(moved)
+                    if stays
+                    else moved | _moved_rows(state, new_state)
+                )
+            flags = _watched(
+                info
+            )  # per step, before the reduction (one value per chain); 0 when skipped
             if info_reduce == "mean":
                 info = reduce_info(info)
             return (new_state, moved), (info, flags)
@@ -192,17 +229,25 @@ def _chunk_fn(step_fn: StepFn, num_outer: int, thin: int, mode: str, trace_fn: C
             if mode == "trace":
                 kept = trace_fn(state)
             elif mode == "stream":
-                moments = lax.cond(keep, lambda m: _update_moments(m, trace_fn(state)), lambda m: m, moments)
+                moments = lax.cond(
+                    keep,
+                    lambda m: _update_moments(m, trace_fn(state)),
+                    lambda m: m,
+                    moments,
+                )
             return (state, moments, moved), (kept, infos, flags)
 
         # the rows of the position, from its shape (no extra trace of the step)
         position = getattr(state, "position", None)
         leaves = [] if position is None else jax.tree_util.tree_leaves(position)
         moved = jnp.zeros((_num_rows(leaves),), bool) if leaves else None
-        (state, moments, moved), (kept, infos, flags) = lax.scan(outer, (state, moments, moved),
-                                                                 jnp.arange(num_outer))
+        (state, moments, moved), (kept, infos, flags) = lax.scan(
+            outer, (state, moments, moved), jnp.arange(num_outer)
+        )
         # infos: (num_outer, thin, ...) -> (num_outer * thin, ...)
-        infos = jax.tree_util.tree_map(lambda a: a.reshape((num_outer * thin,) + a.shape[2:]), infos)
+        infos = jax.tree_util.tree_map(
+            lambda a: a.reshape((num_outer * thin,) + a.shape[2:]), infos
+        )
         counts = tuple(jnp.sum(f, axis=(0, 1), dtype=jnp.int32) for f in flags)
         return state, moments, kept, infos, (moved, counts)
 
@@ -217,19 +262,38 @@ def _report_watch(watch: tuple, infos: Any, start: int, n: int, warned: set) -> 
     moved, counts = watch
     checks = []
     if moved is not None:
-        checks.append(("frozen", ~moved, lambda k, total: (
-            f"{k} of {total} chains or particles did not move in steps {start}..{start + n - 1} (the same "
-            "state.position at every step of the chunk): a step size or schedule that reached 0, a zero drift "
-            "with no noise, or positions so large that each step rounds away; the draws are not samples")))
+        checks.append(
+            (
+                "frozen",
+                ~moved,
+                lambda k, total: (
+                    f"{k} of {total} chains or particles did not move in steps {start}..{start + n - 1} (the same "
+                    "state.position at every step of the chunk): a step size or schedule that reached 0, a zero drift "
+                    "with no noise, or positions so large that each step rounds away; the draws are not samples"
+                ),
+            )
+        )
     flags = [f for f in run_flags(infos) if f.every_step]
     for flag, count in zip(flags, counts, strict=True):
-        checks.append((flag.field, count >= n, lambda k, total, flag=flag: (
-            f"{k} of {total} chains: " + flag.message(infos, start) + f" (at every step of {start}..{start + n - 1})")))
+        checks.append(
+            (
+                flag.field,
+                count >= n,
+                lambda k, total, flag=flag: (
+                    f"{k} of {total} chains: "
+                    + flag.message(infos, start)
+                    + f" (at every step of {start}..{start + n - 1})"
+                ),
+            )
+        )
     for name, frozen, message in checks:
         if name in warned:
             continue
         if isinstance(frozen, jax.core.Tracer):
-            jax.debug.callback(functools.partial(_warn_frozen_at_run_time, name, message, warned), frozen)
+            jax.debug.callback(
+                functools.partial(_warn_frozen_at_run_time, name, message, warned),
+                frozen,
+            )
             continue
         frozen = np.asarray(gather(frozen)).ravel()
         if frozen.any():
@@ -241,7 +305,11 @@ def _warn_frozen_at_run_time(name: str, message: Callable, warned: set, frozen) 
     frozen = np.asarray(frozen).ravel()
     if frozen.any() and name not in warned:
         warned.add(name)
-        host_warn(message(int(frozen.sum()), frozen.size) + " (inside jax.jit)", RuntimeWarning, stacklevel=2)
+        host_warn(
+            message(int(frozen.sum()), frozen.size) + " (inside jax.jit)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
 
 def _warn(msg: str, depth: int = 0) -> None:
@@ -258,7 +326,9 @@ def _progress_bar(total: int, step: int):
     return tqdm(total=total, initial=step, unit="step", disable=not is_writer())
 
 
-def _warn_chunk_flags(infos: Any, step: int, flagged_at: dict, traced_warned: set) -> None:
+def _warn_chunk_flags(
+    infos: Any, step: int, flagged_at: dict, traced_warned: set
+) -> None:
     """One warning per chunk-by-chunk :class:`~cenlmc_jax.base.RunFlag` (neither ``every_step`` nor
     ``kept_only``) at its first flagged step, once per call of :func:`sample` (``flagged_at``: field -> step)."""
     for flag in run_flags(infos):
@@ -270,7 +340,9 @@ def _warn_chunk_flags(infos: Any, step: int, flagged_at: dict, traced_warned: se
             _warn(flag.message(infos, flagged_at[flag.field]), depth=1)
 
 
-def _flag_steps(infos: PyTree, name: str, first_step: int = 0, warned: set | None = None) -> np.ndarray:
+def _flag_steps(
+    infos: PyTree, name: str, first_step: int = 0, warned: set | None = None
+) -> np.ndarray:
     """Per-step booleans from ``info.<name>`` (any particle or chain), or None without that field.
 
     Inside a trace (``jax.jit``, ``vmap``) the flags have no value yet: then
@@ -283,21 +355,38 @@ def _flag_steps(infos: PyTree, name: str, first_step: int = 0, warned: set | Non
         return None
     if isinstance(flag, jax.core.Tracer):
         if warned is not None:
-            per_step = jnp.any(jnp.reshape(flag, (flag.shape[0], -1)).astype(bool), axis=1)
-            jax.debug.callback(functools.partial(_warn_at_run_time, name, first_step, warned),
-                               jnp.any(per_step), jnp.argmax(per_step))
+            per_step = jnp.any(
+                jnp.reshape(flag, (flag.shape[0], -1)).astype(bool), axis=1
+            )
+            jax.debug.callback(
+                functools.partial(_warn_at_run_time, name, first_step, warned),
+                jnp.any(per_step),
+                jnp.argmax(per_step),
+            )
         return None
     flag = np.asarray(gather(flag))
-    return flag.reshape(flag.shape[0], -1).astype(bool).any(axis=1) if flag.ndim > 1 else flag.astype(bool)
+    return (
+        flag.reshape(flag.shape[0], -1).astype(bool).any(axis=1)
+        if flag.ndim > 1
+        else flag.astype(bool)
+    )
 
 
 def _warn_at_run_time(name: str, first_step: int, warned: set, any_flag, first) -> None:
     if not np.any(any_flag) or name in warned:
         return
     warned.add(name)
-    step = first_step + int(np.min(np.where(np.asarray(any_flag), np.asarray(first), np.iinfo(np.int64).max)))
-    host_warn(f"info.{name} is set from step {step} (inside jax.jit the run cannot stop there: it ran to the "
-                  f"end; see RunResult.info)", RuntimeWarning, stacklevel=2)
+    step = first_step + int(
+        np.min(
+            np.where(np.asarray(any_flag), np.asarray(first), np.iinfo(np.int64).max)
+        )
+    )
+    host_warn(
+        f"info.{name} is set from step {step} (inside jax.jit the run cannot stop there: it ran to the "
+        f"end; see RunResult.info)",
+        RuntimeWarning,
+        stacklevel=2,
+    )
 
 
 def sample(
@@ -374,16 +463,37 @@ def sample(
     kept steps). Neither stops the run.
     """
     step_fn, num_steps, thin, burn_in, chunk_size = _check_run_args(
-        rng_key, step_fn, num_steps, thin, burn_in, mode, trace_fn, chunk_size, info_reduce, progress, on_divergence,
-        check_convergence)
+        rng_key,
+        step_fn,
+        num_steps,
+        thin,
+        burn_in,
+        mode,
+        trace_fn,
+        chunk_size,
+        info_reduce,
+        progress,
+        on_divergence,
+        check_convergence,
+    )
     moments = _init_moments(trace_fn(initial_state)) if mode == "stream" else None
     state, step, chunks, diverged_at = initial_state, 0, [], -1
     total = burn_in + num_steps
     identity = None
     if checkpoint_path is not None:
-        checkpoint_path, identity, resumed = _open_checkpoint(checkpoint_path, rng_key, step_fn, initial_state,
-                                                              trace_fn, burn_in, num_steps, thin, mode, info_reduce,
-                                                              on_divergence)
+        checkpoint_path, identity, resumed = _open_checkpoint(
+            checkpoint_path,
+            rng_key,
+            step_fn,
+            initial_state,
+            trace_fn,
+            burn_in,
+            num_steps,
+            thin,
+            mode,
+            info_reduce,
+            on_divergence,
+        )
         if resumed is not None:
             state, step, moments, chunks, diverged_at = resumed
     saved = len(chunks)
@@ -394,22 +504,51 @@ def sample(
         burning = step < burn_in
         n = min(chunk_size, (burn_in if burning else total) - step)
         start_state, start_moments = state, moments
-        state, moments, kept, infos, watches = _run_chunk(step_fn, rng_key, state, moments, step, n, burning, thin,
-                                                          chunk_size, mode, trace_fn, info_reduce)
+        state, moments, kept, infos, watches = _run_chunk(
+            step_fn,
+            rng_key,
+            state,
+            moments,
+            step,
+            n,
+            burning,
+            thin,
+            chunk_size,
+            mode,
+            trace_fn,
+            info_reduce,
+        )
         flags = _flag_steps(infos, "diverged", step, traced_warned)
         if flags is not None and flags.any() and diverged_at < 0:
             first = int(np.argmax(flags))
             diverged_at = step + first
-            msg = (f"the sampler diverged (info.diverged: non-finite or exploding values) at step {diverged_at}; "
-                   f"see RunResult.info for the per-step counts")
+            msg = (
+                f"the sampler diverged (info.diverged: non-finite or exploding values) at step {diverged_at}; "
+                f"see RunResult.info for the per-step counts"
+            )
             if on_divergence == "raise":
                 raise FloatingPointError(msg)
             if on_divergence == "stop":
-                # replay the chunk up to the last good step (same keys, so the same states)
-                state, moments, kept, _, _ = _run_chunk(step_fn, rng_key, start_state, start_moments, step, first,
-                                                        burning, thin, chunk_size, mode, trace_fn, info_reduce)
+                # replay the chunk up to the last good step (same keys, so the same
+                # states)
+                state, moments, kept, _, _ = _run_chunk(
+                    step_fn,
+                    rng_key,
+                    start_state,
+                    start_moments,
+                    step,
+                    first,
+                    burning,
+                    thin,
+                    chunk_size,
+                    mode,
+                    trace_fn,
+                    info_reduce,
+                )
                 watches = []  # the chunk ended at its divergence: not a frozen chain
-                infos = jax.tree_util.tree_map(lambda a, n=first + 1: a[:n], infos)  # the diverging step's info too
+                infos = jax.tree_util.tree_map(
+                    lambda a, n=first + 1: a[:n], infos
+                )  # the diverging step's info too
                 n = first
                 msg += f"; stopped with the state, trace and moments after step {diverged_at - 1}"
             _warn(msg)
@@ -421,15 +560,31 @@ def sample(
         if bar is not None:
             bar.update(n)
         if checkpoint_path is not None:
-            ckpt.save(checkpoint_path, identity=identity, step=step, state=state, moments=moments,
-                      new_chunks=chunks[saved:], num_chunks=len(chunks), diverged_at=diverged_at)
+            ckpt.save(
+                checkpoint_path,
+                identity=identity,
+                step=step,
+                state=state,
+                moments=moments,
+                new_chunks=chunks[saved:],
+                num_chunks=len(chunks),
+                diverged_at=diverged_at,
+            )
             saved = len(chunks)
     if bar is not None:
         bar.close()
 
     kept_all = [k for k, _ in chunks if k is not None]
-    trace = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *kept_all) if kept_all else None
-    info = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *[i for _, i in chunks]) if chunks else None
+    trace = (
+        jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *kept_all)
+        if kept_all
+        else None
+    )
+    info = (
+        jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *[i for _, i in chunks])
+        if chunks
+        else None
+    )
     _warn_kept_flags(info, burn_in, traced_warned)
     result = RunResult(state, trace, moments, info, step, diverged_at, burn_in, thin)
     if check_convergence:
@@ -442,22 +597,41 @@ def _warn_unconverged(result: RunResult, initial_state: Any, warned: set) -> Non
     each; the frozen check is skipped when the per-chunk watch already reported frozen chains."""
     start = None if "frozen" in warned else getattr(initial_state, "position", None)
     for problem in convergence_problems(gather(result), gather(start)):
-        host_warn(problem + " (cj.sample(..., check_convergence=False) turns this check off)",
-                  ConvergenceWarning, stacklevel=3)
+        host_warn(
+            problem + " (cj.sample(..., check_convergence=False) turns this check off)",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
 
 
-def _check_run_args(rng_key, step_fn, num_steps, thin, burn_in, mode, trace_fn, chunk_size, info_reduce, progress,
-                    on_divergence, check_convergence=True):
+def _check_run_args(
+    rng_key,
+    step_fn,
+    num_steps,
+    thin,
+    burn_in,
+    mode,
+    trace_fn,
+    chunk_size,
+    info_reduce,
+    progress,
+    on_divergence,
+    check_convergence=True,
+):
     """:func:`sample`'s arguments, checked in Python: ``(step_fn, num_steps, thin, burn_in, chunk_size)``."""
     if isinstance(step_fn, SamplingAlgorithm):
         step_fn = step_fn.step
-    check_callable(step_fn, "step_fn", "(rng_key, state) -> (state, info), or a SamplingAlgorithm")
+    check_callable(
+        step_fn, "step_fn", "(rng_key, state) -> (state, info), or a SamplingAlgorithm"
+    )
     check_key(rng_key, "rng_key")
     num_steps = check_int(num_steps, "num_steps", minimum=1)
     thin = check_int(thin, "thin", minimum=1)
     burn_in = check_int(burn_in, "burn_in", minimum=0)
     if num_steps % thin:
-        raise ValueError(f"thin must divide num_steps; got thin={thin}, num_steps={num_steps}.")
+        raise ValueError(
+            f"thin must divide num_steps; got thin={thin}, num_steps={num_steps}."
+        )
     check_choice(mode, "mode", ("trace", "stream"))
     check_choice(info_reduce, "info_reduce", ("mean", None))
     check_choice(on_divergence, "on_divergence", ("stop", "warn", "raise"))
@@ -467,28 +641,69 @@ def _check_run_args(rng_key, step_fn, num_steps, thin, burn_in, mode, trace_fn, 
         chunk_size = max(thin, (min(num_steps, 1000) // thin) * thin)
     chunk_size = check_int(chunk_size, "chunk_size", minimum=1)
     if chunk_size % thin:
-        raise ValueError(f"thin must divide chunk_size; got thin={thin}, chunk_size={chunk_size}.")
+        raise ValueError(
+            f"thin must divide chunk_size; got thin={thin}, chunk_size={chunk_size}."
+        )
     check_callable(trace_fn, "trace_fn", "state -> array to record")
     return step_fn, num_steps, thin, burn_in, chunk_size
 
 
-def _open_checkpoint(checkpoint_path, rng_key, step_fn, initial_state, trace_fn, burn_in, num_steps, thin, mode,
-                     info_reduce, on_divergence):
+def _open_checkpoint(
+    checkpoint_path,
+    rng_key,
+    step_fn,
+    initial_state,
+    trace_fn,
+    burn_in,
+    num_steps,
+    thin,
+    mode,
+    info_reduce,
+    on_divergence,
+):
     """The checked path, the run's identity, and the resumed ``(state, step, moments, chunks, diverged_at)``
     when the file exists (None otherwise)."""
-    if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves((rng_key, initial_state))):
-        raise ValueError("checkpoint_path cannot be used inside jax.jit, vmap or grad tracing (a checkpoint "
-                         "needs the values); call cj.sample outside the transformation to checkpoint.")
+    if any(
+        isinstance(leaf, jax.core.Tracer)
+        for leaf in jax.tree_util.tree_leaves((rng_key, initial_state))
+    ):
+        raise ValueError(
+            "checkpoint_path cannot be used inside jax.jit, vmap or grad tracing (a checkpoint "
+            "needs the values); call cj.sample outside the transformation to checkpoint."
+        )
     checkpoint_path = ckpt.check_path(checkpoint_path)
-    identity = ckpt.run_identity(rng_key, step_fn, initial_state, trace_fn, burn_in=burn_in,
-                                 num_steps=num_steps, thin=thin, mode=mode, info_reduce=info_reduce,
-                                 path=checkpoint_path)
+    identity = ckpt.run_identity(
+        rng_key,
+        step_fn,
+        initial_state,
+        trace_fn,
+        burn_in=burn_in,
+        num_steps=num_steps,
+        thin=thin,
+        mode=mode,
+        info_reduce=info_reduce,
+        path=checkpoint_path,
+    )
     if not os.path.exists(checkpoint_path):
         return checkpoint_path, identity, None
-    resumed = _resume(checkpoint_path, identity, rng_key, step_fn, initial_state, trace_fn, info_reduce, burn_in,
-                      burn_in + num_steps, thin, mode, on_divergence)
+    resumed = _resume(
+        checkpoint_path,
+        identity,
+        rng_key,
+        step_fn,
+        initial_state,
+        trace_fn,
+        info_reduce,
+        burn_in,
+        burn_in + num_steps,
+        thin,
+        mode,
+        on_divergence,
+    )
     if resumed[-1] >= 0:
-        _warn(f"the resumed run had diverged at step {resumed[-1]} (info.diverged); it stopped there")
+        _warn(
+            f"the resumed run had diverged at step {resumed[-1]} (info.diverged); it stopped there"
+        )
     return checkpoint_path, identity, resumed
 
 
@@ -503,9 +718,15 @@ def _warn_kept_flags(info: PyTree, burn_in: int, traced_warned: set) -> None:
         if flag.mean_below is not None:
             _warn_mean_below(flag, kept, burn_in, traced_warned)
             continue
-        flags = _flag_steps(kept, flag.field, burn_in, traced_warned)  # None inside a trace: warned at run time
+        flags = _flag_steps(
+            kept, flag.field, burn_in, traced_warned
+        )  # None inside a trace: warned at run time
         if flags is not None and flags.any():
-            host_warn(flag.message(kept, burn_in + int(np.argmax(flags))), RuntimeWarning, stacklevel=3)
+            host_warn(
+                flag.message(kept, burn_in + int(np.argmax(flags))),
+                RuntimeWarning,
+                stacklevel=3,
+            )
 
 
 def _warn_mean_below(flag: Any, kept: PyTree, burn_in: int, traced_warned: set) -> None:
@@ -517,7 +738,9 @@ def _warn_mean_below(flag: Any, kept: PyTree, burn_in: int, traced_warned: set) 
     if isinstance(value, jax.core.Tracer):
         if flag.field not in traced_warned:
             traced_warned.add(flag.field)
-            jax.debug.callback(functools.partial(_warn_mean_below_at_run_time, flag, burn_in), value)
+            jax.debug.callback(
+                functools.partial(_warn_mean_below_at_run_time, flag, burn_in), value
+            )
         return
     _warn_mean_below_at_run_time(flag, burn_in, gather(value))
 
@@ -525,16 +748,35 @@ def _warn_mean_below(flag: Any, kept: PyTree, burn_in: int, traced_warned: set) 
 def _warn_mean_below_at_run_time(flag: Any, burn_in: int, value) -> None:
     """``value``: the field on the kept steps; the message reads it as ``infos.<field>``."""
     value = np.asarray(value, np.float64)
-    if not float(np.mean(value)) >= flag.mean_below:  # NaN (no kept value) does not pass either
-        host_warn(flag.message(SimpleNamespace(**{flag.field: value}), burn_in), RuntimeWarning, stacklevel=3)
+    if (
+        not float(np.mean(value)) >= flag.mean_below
+    ):  # NaN (no kept value) does not pass either
+        host_warn(
+            flag.message(SimpleNamespace(**{flag.field: value}), burn_in),
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
-def _resume(path, identity, rng_key, step_fn, initial_state, trace_fn, info_reduce, burn_in, total, thin, mode,
-            on_divergence):
+def _resume(
+    path,
+    identity,
+    rng_key,
+    step_fn,
+    initial_state,
+    trace_fn,
+    info_reduce,
+    burn_in,
+    total,
+    thin,
+    mode,
+    on_divergence,
+):
     """Read a checkpoint of this very run: ``(state, step, moments, chunks, diverged_at)``.
 
-    After the identity, every array is checked against this run (state leaves, one step's info and
-    trace, kept draws per chunk, moments): ``ValueError`` naming the file and the field.
+    After the identity, every array is checked against this run (state leaves, one
+    step's info and trace, kept draws per chunk, moments): ``ValueError`` naming the
+    file and the field.
     """
     ck = ckpt.load(path)
     ckpt.check_identity(path, ck.header["identity"], identity)
@@ -543,47 +785,100 @@ def _resume(path, identity, rng_key, step_fn, initial_state, trace_fn, info_redu
         st, info = step_fn(key, st)
         return st, (reduce_info(info) if info_reduce == "mean" else info)
 
-    state_shape, info_shape = jax.eval_shape(reduced_step, rng_key, initial_state)  # what the run saves
+    state_shape, info_shape = jax.eval_shape(
+        reduced_step, rng_key, initial_state
+    )  # what the run saves
     kept_shape = jax.eval_shape(trace_fn, initial_state)
     leaves = jax.tree_util.tree_leaves
-    ckpt.check_against_run(path, ck, state=leaves(state_shape), info=leaves(info_shape), kept=leaves(kept_shape),
-                           burn_in=burn_in, total=total, thin=thin, mode=mode,
-                           trace_dim=leaves(kept_shape)[0].shape[-1] if mode == "stream" else None)
+    ckpt.check_against_run(
+        path,
+        ck,
+        state=leaves(state_shape),
+        info=leaves(info_shape),
+        kept=leaves(kept_shape),
+        burn_in=burn_in,
+        total=total,
+        thin=thin,
+        mode=mode,
+        trace_dim=leaves(kept_shape)[0].shape[-1] if mode == "stream" else None,
+    )
     step, diverged_at = ck.header["step"], ck.header["diverged_at"]
     if diverged_at >= 0 and diverged_at == step and on_divergence != "stop":
         raise ValueError(
             f"checkpoint_path {path!r}: the run stopped at its divergence at step {diverged_at} "
             f"(on_divergence='stop'); it cannot go on with on_divergence={on_divergence!r} (its trace ends "
-            "mid-chunk). Resume with on_divergence='stop', or use another path.")
+            "mid-chunk). Resume with on_divergence='stop', or use another path."
+        )
     treedef = jax.tree_util.tree_structure(initial_state)
-    state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(a) for a in ck.state_leaves])
+    state = jax.tree_util.tree_unflatten(
+        treedef, [jnp.asarray(a) for a in ck.state_leaves]
+    )
     moments = None if ck.moments is None else Moments(*map(jnp.asarray, ck.moments))
-    info_def, kept_def = jax.tree_util.tree_structure(info_shape), jax.tree_util.tree_structure(kept_shape)
+    info_def, kept_def = (
+        jax.tree_util.tree_structure(info_shape),
+        jax.tree_util.tree_structure(kept_shape),
+    )
     chunks = []
     for kept, infos in ck.chunks:
-        kept = None if kept is None else jax.tree_util.tree_unflatten(kept_def, [jnp.asarray(a) for a in kept])
-        chunks.append((kept, jax.tree_util.tree_unflatten(info_def, [jnp.asarray(a) for a in infos])))
+        kept = (
+            None
+            if kept is None
+            else jax.tree_util.tree_unflatten(kept_def, [jnp.asarray(a) for a in kept])
+        )
+        chunks.append(
+            (
+                kept,
+                jax.tree_util.tree_unflatten(info_def, [jnp.asarray(a) for a in infos]),
+            )
+        )
     return state, step, moments, chunks, diverged_at
 
 
-def _run_chunk(step_fn, rng_key, state, moments, start, n, burning, thin, capacity, mode, trace_fn, info_reduce):
+def _run_chunk(
+    step_fn,
+    rng_key,
+    state,
+    moments,
+    start,
+    n,
+    burning,
+    thin,
+    capacity,
+    mode,
+    trace_fn,
+    info_reduce,
+):
     """Run ``n <= capacity`` steps from step ``start``: ``(state, moments, kept or None, infos or None, watches)``.
 
-    Every call of a run uses the same compiled chunk of ``capacity`` steps (:func:`_chunk_fn`). A
-    sampling chunk records every ``thin``-th state; a length that is not a multiple of ``thin`` (a
-    replay up to a diverging step) records the whole multiples and runs the rest unrecorded.
-    ``watches``: ``[(start, n, watch)]``.
+    Every call of a run uses the same compiled chunk of ``capacity`` steps
+    (:func:`_chunk_fn`). A sampling chunk records every ``thin``-th state; a length that
+    is not a multiple of ``thin`` (a replay up to a diverging step) records the whole
+    multiples and runs the rest unrecorded. ``watches``: ``[(start, n, watch)]``.
     """
     if n == 0:
         return state, moments, None, None, []
     fn = _chunk_fn(step_fn, capacity // thin, thin, mode, trace_fn, info_reduce)
-    new_state, new_moments, kept, infos, watch = fn(rng_key, state, moments, start, n, not burning)
-    if n < capacity:  # a shorter chunk: drop the skipped steps' blank infos and the unrecorded rows
+    new_state, new_moments, kept, infos, watch = fn(
+        rng_key, state, moments, start, n, not burning
+    )
+    if (
+        n < capacity
+    ):  # a shorter chunk: drop the skipped steps' blank infos and the unrecorded rows
         infos = jax.tree_util.tree_map(lambda a: a[:n], infos)
-        kept = jax.tree_util.tree_map(lambda a: a[: n // thin], kept) if kept is not None and n // thin else None
+        kept = (
+            jax.tree_util.tree_map(lambda a: a[: n // thin], kept)
+            if kept is not None and n // thin
+            else None
+        )
     if burning or mode != "trace":
         kept = None
-    return new_state, moments if burning else new_moments, kept, infos, [(start, n, watch)]
+    return (
+        new_state,
+        moments if burning else new_moments,
+        kept,
+        infos,
+        [(start, n, watch)],
+    )
 
 
 def vmap_chains(algorithm: SamplingAlgorithm | StepFn) -> SamplingAlgorithm | StepFn:
@@ -603,21 +898,33 @@ def vmap_chains(algorithm: SamplingAlgorithm | StepFn) -> SamplingAlgorithm | St
       With a key, chain ``c`` gets ``split(rng_key, C)[c]``;
     * ``step(rng_key, states)`` runs chain ``c`` with ``split(rng_key, C)[c]``.
 
-    Given a bare step function ``(rng_key, state) -> (state, info)``, returns
-    the batched step function. The driver then reduces the per-chain infos per
-    step (means, fractions). Keys are checked (:func:`~cenlmc_jax._validation.check_key`).
+    Given a bare step function ``(rng_key, state) -> (state, info)``, returns the
+    batched step function. The driver then reduces the per-chain infos per step (means,
+    fractions). Keys are checked (:func:`~cenlmc_jax._validation.check_key`).
     """
 
     def step(rng_key, states):
         check_key(rng_key)
         leaves = jax.tree_util.tree_leaves(states)
-        if not leaves or any(np.ndim(x) < 1 for x in leaves) or len({np.shape(x)[0] for x in leaves}) != 1:
-            raise ValueError("states must be a batch of chain states (every leaf with the leading chain axis C), "
-                             f"from vmap_chains(...).init; got leaf shapes {[np.shape(x) for x in leaves]}.")
-        return jax.vmap(one_step)(jax.random.split(rng_key, np.shape(leaves[0])[0]), states)
+        if (
+            not leaves
+            or any(np.ndim(x) < 1 for x in leaves)
+            or len({np.shape(x)[0] for x in leaves}) != 1
+        ):
+            raise ValueError(
+                "states must be a batch of chain states (every leaf with the leading chain axis C), "
+                f"from vmap_chains(...).init; got leaf shapes {[np.shape(x) for x in leaves]}."
+            )
+        return jax.vmap(one_step)(
+            jax.random.split(rng_key, np.shape(leaves[0])[0]), states
+        )
 
     if not isinstance(algorithm, SamplingAlgorithm):
-        check_callable(algorithm, "algorithm", "SamplingAlgorithm or (rng_key, state) -> (state, info)")
+        check_callable(
+            algorithm,
+            "algorithm",
+            "SamplingAlgorithm or (rng_key, state) -> (state, info)",
+        )
         one_step = algorithm
         return step
     one_step = algorithm.step
@@ -628,12 +935,16 @@ def vmap_chains(algorithm: SamplingAlgorithm | StepFn) -> SamplingAlgorithm | St
         positions, num_chains = check_chain_positions(positions)
         keys = None if rng_key is None else jax.random.split(rng_key, num_chains)
         args = (positions,) if keys is None else (positions, keys)
-        states = jax.vmap(algorithm.init)(*args)  # traced: the checks that need values are skipped here ...
+        states = jax.vmap(algorithm.init)(
+            *args
+        )  # traced: the checks that need values are skipped here ...
         logdensity = getattr(states, "logdensity", None)
         first = 0
         if logdensity is not None and is_concrete(logdensity):
             values = np.asarray(logdensity, np.float64).reshape(num_chains, -1)
-            check_start_logdensity(values, where=f"one of the {num_chains} chains' starting points")
+            check_start_logdensity(
+                values, where=f"one of the {num_chains} chains' starting points"
+            )
             first = int(np.argmax(np.isfinite(values).all(axis=1)))
         one = jax.tree_util.tree_map(lambda a: a[first], args)
         algorithm.init(*one)  # ... and run on one chain, eagerly, with real values
@@ -645,29 +956,43 @@ def vmap_chains(algorithm: SamplingAlgorithm | StepFn) -> SamplingAlgorithm | St
 def check_chain_positions(positions: Any) -> tuple:
     """``(positions, C)``: an array ``(C, d)`` or a pytree of arrays sharing the leading chain axis ``C >= 1``,
     finite, checked for all chains at once (``ValueError`` naming ``positions`` and the bad chains)."""
-    is_array = not isinstance(positions, (dict, list, tuple)) or hasattr(positions, "shape")
-    check = functools.partial(check_position, finite=False)  # finiteness: per chain, below
+    is_array = not isinstance(positions, (dict, list, tuple)) or hasattr(
+        positions, "shape"
+    )
+    check = functools.partial(
+        check_position, finite=False
+    )  # finiteness: per chain, below
     if is_array:
         positions = check(positions, "positions")
         if positions.ndim < 2 or positions.shape[0] < 1:
-            raise ValueError(f"positions must have a leading chain axis, shape (C, d); got shape "
-                             f"{tuple(positions.shape)}.")
+            raise ValueError(
+                f"positions must have a leading chain axis, shape (C, d); got shape "
+                f"{tuple(positions.shape)}."
+            )
         leaves = [positions]
     else:
         positions = jax.tree_util.tree_map_with_path(
-            lambda path, leaf: check(leaf, "positions" + jax.tree_util.keystr(path)), positions)
+            lambda path, leaf: check(leaf, "positions" + jax.tree_util.keystr(path)),
+            positions,
+        )
         leaves = jax.tree_util.tree_leaves(positions)
         sizes = {x.shape[0] if x.ndim else None for x in leaves}
         if not leaves or None in sizes or len(sizes) != 1 or 0 in sizes:
-            raise ValueError("positions must be an array (C, d) or a pytree whose leaves share a leading chain "
-                             f"axis C >= 1; got leaf shapes {[tuple(x.shape) for x in leaves]}.")
+            raise ValueError(
+                "positions must be an array (C, d) or a pytree whose leaves share a leading chain "
+                f"axis C >= 1; got leaf shapes {[tuple(x.shape) for x in leaves]}."
+            )
     num_chains = leaves[0].shape[0]
     bad = np.zeros(num_chains, bool)
     for leaf in leaves:
         if is_concrete(leaf):  # one vectorised pass over all chains
-            bad |= ~np.isfinite(np.asarray(gather(leaf))).reshape(num_chains, -1).all(axis=1)
+            bad |= ~np.isfinite(np.asarray(gather(leaf))).reshape(num_chains, -1).all(
+                axis=1
+            )
     if bad.any():
         shown = np.flatnonzero(bad)[:10].tolist()
-        raise ValueError(f"positions must be finite; {int(bad.sum())} of {num_chains} chains contain NaN or inf "
-                         f"(chains {shown}{' ...' if bad.sum() > 10 else ''}).")
+        raise ValueError(
+            f"positions must be finite; {int(bad.sum())} of {num_chains} chains contain NaN or inf "
+            f"(chains {shown}{' ...' if bad.sum() > 10 else ''})."
+        )
     return positions, num_chains

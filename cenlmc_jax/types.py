@@ -15,4 +15,6 @@ PRNGKey = jax.Array  # a typed key (jax.random.key) or a legacy uint32[2] PRNGKe
 PyTree = Any
 LogDensityFn = Callable[[Array], Array]  # one particle (d,) -> scalar log p(x) + const
 StepFn = Callable[[PRNGKey, Any], tuple]  # (rng_key, state) -> (state, info)
-GradEstimator = Callable[[PRNGKey, Array], Array]  # (rng_key, x) -> estimate of ∇ log density at x
+GradEstimator = Callable[
+    [PRNGKey, Array], Array
+]  # (rng_key, x) -> estimate of ∇ log density at x

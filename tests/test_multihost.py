@@ -65,11 +65,22 @@ def _run(tmp_path, name, nproc, devices_per_process):
     out.mkdir()
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    env = dict(os.environ, JAX_PLATFORMS="cpu",
-               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices_per_process}")
+    env = dict(
+        os.environ,
+        JAX_PLATFORMS="cpu",
+        XLA_FLAGS=f"--xla_force_host_platform_device_count={devices_per_process}",
+    )
     port = str(_free_port())
-    procs = [subprocess.Popen([sys.executable, str(script), str(i), str(nproc), port, str(out)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(nproc)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(i), str(nproc), port, str(out)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(nproc)
+    ]
     outs = [p.communicate(timeout=600) for p in procs]
     for p, (_, se) in zip(procs, outs, strict=True):
         assert p.returncode == 0, se[-4000:]
@@ -82,10 +93,16 @@ def test_two_processes_summarise_export_checkpoint_and_resume_like_one(tmp_path)
     two, reports = _run(tmp_path, "two", 2, 2)
     a, b = np.load(one / "result.npz"), np.load(two / "result.npz")
     for field in ("trace", "again", "mean", "posterior"):
-        # the same sharded program on the same 4 devices' worth of shards; collectives over gloo instead of
-        # in-process: equal to float32 rounding of a few steps (measured: bitwise)
-        np.testing.assert_allclose(b[field], a[field], rtol=1e-5, atol=1e-6, err_msg=field)
-    assert np.array_equal(a["again"], a["trace"]) and np.array_equal(b["again"], b["trace"])  # read back
-    # process 0 alone wrote the checkpoint (one file and its chunk folder) and the result
+        # the same sharded program on the same 4 devices' worth of shards; collectives
+        # over gloo instead of in-process: equal to float32 rounding of a few steps
+        # (measured: bitwise)
+        np.testing.assert_allclose(
+            b[field], a[field], rtol=1e-5, atol=1e-6, err_msg=field
+        )
+    assert np.array_equal(a["again"], a["trace"]) and np.array_equal(
+        b["again"], b["trace"]
+    )  # read back
+    # process 0 alone wrote the checkpoint (one file and its chunk folder) and the
+    # result
     assert sorted(os.listdir(two)) == sorted(os.listdir(one))
     assert {r["pid"] for r in reports} == {0, 1}

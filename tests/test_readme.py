@@ -8,7 +8,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 def test_quickstart_code_blocks_run():
     text = README.read_text()
-    section = text[text.index("## Quickstart"): text.index("## The samplers")]
+    section = text[text.index("## Quickstart") : text.index("## The samplers")]
     blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
     assert len(blocks) >= 2
     namespace = {}

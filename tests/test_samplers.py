@@ -40,27 +40,98 @@ EST = cj.gradients.grad_estimator_from_logdensity(logdensity)
 
 # name -> (builder(**overrides) -> SamplingAlgorithm, ensemble?)
 BUILDERS = {
-    "lmc": (lambda **kw: cj.lmc(**{"logdensity_fn": logdensity, "step_size": 0.1, **kw}), True),
-    "enlmc": (lambda **kw: cj.enlmc(**{"logdensity_fn": logdensity, "step_size": 0.05, "eta": 0.8, **kw}), True),
-    "cenlmc": (lambda **kw: cj.cenlmc(**{"logdensity_fn": logdensity, "step_size": 0.05, "eta": 0.8, "r1": 0.5,
-                                         "r2": 0.5, "n_star": 2, "m_f": 10.0, "f_star": 0.0, **kw}), True),
-    "complete_recipe": (lambda **kw: cj.complete_recipe(**{"grad_estimator": EST, "step_size": 0.05, "D": np.eye(2),
-                                                           "Q": J, **kw}), False),
-    "sgld": (lambda **kw: cj.sgld(**{"grad_estimator": EST, "step_size": 0.05, **kw}), False),
-    "sgrld": (lambda **kw: cj.sgrld(**{"grad_estimator": EST, "step_size": 0.05,
-                                       "inv_metric_fn": lambda t: 1.0 + t**2, **kw}), False),
-    "sghmc": (lambda **kw: cj.sghmc(**{"grad_estimator": EST, "step_size": 0.05, "friction": 1.0, **kw}), False),
-    "sgrhmc": (lambda **kw: cj.sgrhmc(**{"grad_estimator": EST, "step_size": 0.05,
-                                         "inv_metric_fn": cj.sgmcmc.gsgrhmc_inv_metric(lambda t: -logdensity(t)), **kw}),
-               False),
-    "irreversible_mh_gamma": (lambda **kw: cj.irreversible_mh(**{"logdensity_fn": logdensity,
-                                                                 "proposal": cj.irreversible.gamma_proposal(2.0, 0.5), **kw}),
-                              False),
-    "irreversible_mh_sde": (lambda **kw: cj.irreversible_mh(**{"logdensity_fn": logdensity,
-                                                               "proposal": cj.irreversible.sde_proposal(1.0, J, logdensity, 0.1),
-                                                               **kw}), False),
-    "rwmh": (lambda **kw: cj.rwmh(**{"logdensity_fn": logdensity, "step_size": 0.5, **kw}), False),
-    "mala": (lambda **kw: cj.mala(**{"logdensity_fn": logdensity, "step_size": 0.3, **kw}), False),
+    "lmc": (
+        lambda **kw: cj.lmc(**{"logdensity_fn": logdensity, "step_size": 0.1, **kw}),
+        True,
+    ),
+    "enlmc": (
+        lambda **kw: cj.enlmc(
+            **{"logdensity_fn": logdensity, "step_size": 0.05, "eta": 0.8, **kw}
+        ),
+        True,
+    ),
+    "cenlmc": (
+        lambda **kw: cj.cenlmc(
+            **{
+                "logdensity_fn": logdensity,
+                "step_size": 0.05,
+                "eta": 0.8,
+                "r1": 0.5,
+                "r2": 0.5,
+                "n_star": 2,
+                "m_f": 10.0,
+                "f_star": 0.0,
+                **kw,
+            }
+        ),
+        True,
+    ),
+    "complete_recipe": (
+        lambda **kw: cj.complete_recipe(
+            **{"grad_estimator": EST, "step_size": 0.05, "D": np.eye(2), "Q": J, **kw}
+        ),
+        False,
+    ),
+    "sgld": (
+        lambda **kw: cj.sgld(**{"grad_estimator": EST, "step_size": 0.05, **kw}),
+        False,
+    ),
+    "sgrld": (
+        lambda **kw: cj.sgrld(
+            **{
+                "grad_estimator": EST,
+                "step_size": 0.05,
+                "inv_metric_fn": lambda t: 1.0 + t**2,
+                **kw,
+            }
+        ),
+        False,
+    ),
+    "sghmc": (
+        lambda **kw: cj.sghmc(
+            **{"grad_estimator": EST, "step_size": 0.05, "friction": 1.0, **kw}
+        ),
+        False,
+    ),
+    "sgrhmc": (
+        lambda **kw: cj.sgrhmc(
+            **{
+                "grad_estimator": EST,
+                "step_size": 0.05,
+                "inv_metric_fn": cj.sgmcmc.gsgrhmc_inv_metric(lambda t: -logdensity(t)),
+                **kw,
+            }
+        ),
+        False,
+    ),
+    "irreversible_mh_gamma": (
+        lambda **kw: cj.irreversible_mh(
+            **{
+                "logdensity_fn": logdensity,
+                "proposal": cj.irreversible.gamma_proposal(2.0, 0.5),
+                **kw,
+            }
+        ),
+        False,
+    ),
+    "irreversible_mh_sde": (
+        lambda **kw: cj.irreversible_mh(
+            **{
+                "logdensity_fn": logdensity,
+                "proposal": cj.irreversible.sde_proposal(1.0, J, logdensity, 0.1),
+                **kw,
+            }
+        ),
+        False,
+    ),
+    "rwmh": (
+        lambda **kw: cj.rwmh(**{"logdensity_fn": logdensity, "step_size": 0.5, **kw}),
+        False,
+    ),
+    "mala": (
+        lambda **kw: cj.mala(**{"logdensity_fn": logdensity, "step_size": 0.3, **kw}),
+        False,
+    ),
 }
 NAMES = sorted(BUILDERS)
 
@@ -68,7 +139,9 @@ NAMES = sorted(BUILDERS)
 def test_every_constructor_is_in_the_table():
     # the table above must cover every sampler the package exports
     exported = {name for name in cj.SAMPLERS}
-    covered = {"irreversible_mh" if n.startswith("irreversible_mh") else n for n in BUILDERS}
+    covered = {
+        "irreversible_mh" if n.startswith("irreversible_mh") else n for n in BUILDERS
+    }
     assert exported == covered
     for name, make in cj.SAMPLERS.items():
         assert getattr(cj, name) is make
@@ -86,9 +159,13 @@ def start(name, dtype=jnp.float32, seed=0):
 
 
 def leaves_equal(a, b, **tol):
-    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
+    for x, y in zip(
+        jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True
+    ):
         if tol:
-            np.testing.assert_allclose(np.asarray(x, np.float64), np.asarray(y, np.float64), **tol)
+            np.testing.assert_allclose(
+                np.asarray(x, np.float64), np.asarray(y, np.float64), **tol
+            )
         else:
             np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
@@ -120,8 +197,10 @@ def test_float64_in_float64_out(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_same_key_same_samples_and_typed_equals_legacy_key(name):
     algo, state = start(name)
-    runs = [cj.sample(key, algo, state, 6, thin=2) for key in (jax.random.key(7), jax.random.key(7),
-                                                              jax.random.PRNGKey(7))]
+    runs = [
+        cj.sample(key, algo, state, 6, thin=2)
+        for key in (jax.random.key(7), jax.random.key(7), jax.random.PRNGKey(7))
+    ]
     leaves_equal(runs[0].trace, runs[1].trace)
     leaves_equal(runs[0].trace, runs[2].trace)  # same seed, same bits: same samples
     other = cj.sample(jax.random.key(8), algo, state, 6, thin=2)
@@ -134,10 +213,13 @@ def test_sample_compiles_once_and_reuses_the_object(name):
     algo, state = start(name)
     chex.clear_trace_counter()
     counted = cj.SamplingAlgorithm(algo.init, chex.assert_max_traces(algo.step, n=1))
-    # on_divergence="warn": a stop would replay the chunk up to the diverging step (EnLMC at N = 16
-    # is flagged unstable at once), a shorter program and so one more trace, by design
+    # on_divergence="warn": a stop would replay the chunk up to the diverging step
+    # (EnLMC at N = 16 is flagged unstable at once), a shorter program and so one more
+    # trace, by design
     first = cj.sample(jax.random.key(1), counted, state, 4, on_divergence="warn")
-    second = cj.sample(jax.random.key(2), counted, first.state, 4, on_divergence="warn")  # a second run: no retrace
+    second = cj.sample(
+        jax.random.key(2), counted, first.state, 4, on_divergence="warn"
+    )  # a second run: no retrace
     assert second.num_steps_done == 4
 
 
@@ -158,7 +240,9 @@ def test_vmap_over_ensembles_or_chains_equals_one_by_one(name):
         states = chains.init(x, jax.random.key(6))
         new, _ = jax.jit(chains.step)(jax.random.key(5), states)
         init_keys = jax.random.split(jax.random.key(6), batch)
-        singles = [algo.step(keys[b], algo.init(x[b], init_keys[b]))[0] for b in range(batch)]
+        singles = [
+            algo.step(keys[b], algo.init(x[b], init_keys[b]))[0] for b in range(batch)
+        ]
     for b in range(batch):
         one = jax.tree_util.tree_map(lambda a: a[b], new)
         # vmapped vs unbatched: float32 rounding of the batched kernels
@@ -209,12 +293,18 @@ BAD = [
     ("rwmh", dict(proposal_cov=0.0), "proposal_cov"),
     ("mala", dict(step_size=0.0), "step_size"),
     ("mala", dict(logdensity_fn=None), "logdensity_fn"),
-    ("mala", dict(inverse_mass_matrix=np.array([[1.0, 2.0], [2.0, 1.0]])), "inverse_mass_matrix"),
+    (
+        "mala",
+        dict(inverse_mass_matrix=np.array([[1.0, 2.0], [2.0, 1.0]])),
+        "inverse_mass_matrix",
+    ),
     ("mala", dict(inverse_mass_matrix=np.ones(3)), "inverse_mass_matrix"),
 ]
 
 
-@pytest.mark.parametrize("name, overrides, match", BAD, ids=[f"{n}-{'-'.join(o)}" for n, o, _ in BAD])
+@pytest.mark.parametrize(
+    "name, overrides, match", BAD, ids=[f"{n}-{'-'.join(o)}" for n, o, _ in BAD]
+)
 def test_bad_parameter_raises_value_error_before_tracing(name, overrides, match):
     make, ensemble = BUILDERS[name]
     x = jnp.zeros((16, 2)) if ensemble else jnp.zeros(2)
@@ -223,7 +313,9 @@ def test_bad_parameter_raises_value_error_before_tracing(name, overrides, match)
     with pytest.raises(ValueError, match=match):
         algo = make(**overrides)  # built in Python ...
         state = algo.init(x)  # ... or initialised in Python: either way before any jit
-        algo.step(jax.random.key(0), state)  # (eager: pair-force options are checked by their first use)
+        algo.step(
+            jax.random.key(0), state
+        )  # (eager: pair-force options are checked by their first use)
 
 
 def test_bad_state_and_positions_raise():
@@ -242,8 +334,21 @@ def test_sample_takes_the_object_or_its_step_and_gives_the_same_samples():
     algo, state = start("cenlmc")
     a = cj.sample(jax.random.key(1), algo, state, 5)
     b = cj.sample(jax.random.key(1), algo.step, state, 5)
-    c = cj.sample(jax.random.key(1), functools.partial(cj.ensemble.cenlmc_step, logdensity_fn=logdensity, step_size=0.05,
-                                                       eta=0.8, r1=0.5, r2=0.5, n_star=2, m_f=10.0), state, 5)
+    c = cj.sample(
+        jax.random.key(1),
+        functools.partial(
+            cj.ensemble.cenlmc_step,
+            logdensity_fn=logdensity,
+            step_size=0.05,
+            eta=0.8,
+            r1=0.5,
+            r2=0.5,
+            n_star=2,
+            m_f=10.0,
+        ),
+        state,
+        5,
+    )
     leaves_equal(a.trace, b.trace)
     leaves_equal(a.trace, c.trace)
 
@@ -251,7 +356,9 @@ def test_sample_takes_the_object_or_its_step_and_gives_the_same_samples():
 def test_vmap_chains_checks_one_chain_in_python_before_vmapping():
     # jax.vmap(sampler.init) would trace the checks away (values unknown under vmap);
     # cj.vmap_chains(sampler).init runs chain 0 eagerly first, so the noise check fires
-    noisy = cj.sgrhmc(EST, 0.1, 1.0, B_hat=50.0)  # 0.1 (2 - 0.1 * 50) < 0: not a covariance
+    noisy = cj.sgrhmc(
+        EST, 0.1, 1.0, B_hat=50.0
+    )  # 0.1 (2 - 0.1 * 50) < 0: not a covariance
     with pytest.raises(ValueError, match="noise covariance"):
         cj.vmap_chains(noisy).init(jnp.zeros((4, 1)))
     with pytest.raises(ValueError, match="positions"):

@@ -1,18 +1,21 @@
 """Step-size schedules ``t -> h_t`` in ``cj.lmc`` (new, issue 19: "schedules exist only in the recipe family")
-and in ``cj.sgld`` / ``cj.sghmc``, against the exact law of the chain on a Gaussian target.
+and in ``cj.sgld`` / ``cj.sghmc``, against the exact law of the chain on a Gaussian
+target.
 
-With an exact gradient on ``π = N(μ, diag(σ²))`` (precision ``λ = 1/σ²``) each chain is linear and Gaussian,
-so its mean and variance after every step follow closed recursions in the varying ``h_t``:
+With an exact gradient on ``π = N(μ, diag(σ²))`` (precision ``λ = 1/σ²``) each chain is
+linear and Gaussian, so its mean and variance after every step follow closed recursions
+in the varying ``h_t``:
 
 * LMC and SGLD (``x' = x + h ∇log π(x) + sqrt(2h) ξ``): ``m' = (1 - h λ) m + h λ μ``,
   ``v' = (1 - h λ)² v + 2h``;
-* SGHMC (``θ' = θ + h r``, ``r' = (1 - hC) r - h λ (θ - μ) + sqrt(2Ch) ξ``): with ``A = [[1, h], [-hλ, 1 - hC]]``,
-  ``m' = A m + (0, hλμ)``, ``S' = A S Aᵀ + diag(0, 2Ch)``.
+* SGHMC (``θ' = θ + h r``, ``r' = (1 - hC) r - h λ (θ - μ) + sqrt(2Ch) ξ``): with ``A =
+  [[1, h], [-hλ, 1 - hC]]``, ``m' = A m + (0, hλμ)``, ``S' = A S Aᵀ + diag(0, 2Ch)``.
 
-The empirical moments of many chains after every step are z-tested against them (the draws are exactly
-Gaussian: se of the mean ``sqrt(v/N)``, of the variance ``v sqrt(2/(N-1))``); the same moments are also
-z-tested against the recursion at the constant ``h_0``, which they must fail (a sampler that ignored the
-schedule would pass that one instead).
+The empirical moments of many chains after every step are z-tested against them (the
+draws are exactly
+Gaussian: se of the mean ``sqrt(v/N)``, of the variance ``v sqrt(2/(N-1))``); the same
+moments are also z-tested against the recursion at the constant ``h_0``, which they must
+fail (a sampler that ignored the schedule would pass that one instead).
 """
 
 import jax
@@ -25,13 +28,16 @@ import cenlmc_jax as cj
 MU, VAR = np.array([1.0, -2.0]), np.array([1.0, 4.0])
 LAM = 1.0 / VAR
 N, T, C = 20_000, 20, 1.0  # chains, steps, SGHMC's friction
-#: 80 z-scores per run (T steps x 2 coordinates x mean and variance): at 4.5 each (two-sided p 6.8e-6),
-#: a false alarm somewhere has probability below 80 * 6.8e-6 = 5.4e-4 (Bonferroni).
+#: 80 z-scores per run (T steps x 2 coordinates x mean and variance): at 4.5 each
+#: (two-sided p 6.8e-6), a false alarm somewhere has probability below 80 * 6.8e-6 =
+#: 5.4e-4 (Bonferroni).
 Z_MAX = 4.5
 
 
 def schedule(t):
-    return 0.4 / (1.0 + t / 4.0)  # 0.4 at t = 0, 0.07 at t = 19: a sixfold change over the run
+    return 0.4 / (
+        1.0 + t / 4.0
+    )  # 0.4 at t = 0, 0.07 at t = 19: a sixfold change over the run
 
 
 def logdensity(x):
@@ -97,7 +103,8 @@ def test_a_schedule_gives_the_exact_moment_recursion(name):
     res = run(name, schedule)
     assert res.diverged_at == -1 and int(np.max(np.asarray(res.state.step))) == T
     assert max_z(res.trace, *exact(hs)) < Z_MAX
-    # the same draws against the constant step size h_0: far off (the test sees the schedule)
+    # the same draws against the constant step size h_0: far off (the test sees the
+    # schedule)
     assert max_z(res.trace, *exact(np.full(T, hs[0]))) > 10 * Z_MAX
 
 
@@ -108,17 +115,28 @@ def test_lmc_with_a_constant_schedule_is_lmc_with_the_number_bit_for_bit():
 
 
 def test_lmc_schedule_float64_in_float64_out():
-    with jax.enable_x64(True):  # a log density of its own: no float32 constant from the module's (MU, LAM)
+    with jax.enable_x64(
+        True
+    ):  # a log density of its own: no float32 constant from the module's (MU, LAM)
         algo = cj.lmc(lambda x: -0.5 * jnp.sum(x**2), lambda t: 0.1 / (1.0 + t))
-        state, info = jax.jit(algo.step)(jax.random.key(0), algo.init(jnp.zeros((4, 2), jnp.float64)))
-        assert state.position.dtype == jnp.float64 and int(state.step) == 1 and not bool(info.diverged)
+        state, info = jax.jit(algo.step)(
+            jax.random.key(0), algo.init(jnp.zeros((4, 2), jnp.float64))
+        )
+        assert (
+            state.position.dtype == jnp.float64
+            and int(state.step) == 1
+            and not bool(info.diverged)
+        )
 
 
-@pytest.mark.parametrize("bad, match", [
-    (lambda t: 0.0 * t, r"step_size\(0\)"),  # 0 at the first step
-    (lambda t: jnp.full(2, 0.1), "step_size"),  # not a scalar
-    (-0.1, "step_size"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (lambda t: 0.0 * t, r"step_size\(0\)"),  # 0 at the first step
+        (lambda t: jnp.full(2, 0.1), "step_size"),  # not a scalar
+        (-0.1, "step_size"),
+    ],
+)
 def test_lmc_refuses_a_bad_schedule_by_name(bad, match):
     with pytest.raises(ValueError, match=match):
         cj.lmc(logdensity, bad)
@@ -131,9 +149,16 @@ def test_jax_grad_through_cj_sample_with_an_lmc_schedule_is_the_central_differen
     """The pathwise derivative of a run's last draws in the schedule's scale ``h0`` (same key, so the same
     noise) against a central difference: the LMC map is smooth in ``h0``, so they agree to O(e²) + rounding."""
     with jax.enable_x64(True):
+
         def loss(h0):
             algo = cj.lmc(lambda x: -0.5 * jnp.sum(x**2), lambda t: h0 / (1.0 + t))
-            res = cj.sample(jax.random.key(0), algo, algo.init(jnp.ones((3, 2))), 5, check_convergence=False)
+            res = cj.sample(
+                jax.random.key(0),
+                algo,
+                algo.init(jnp.ones((3, 2))),
+                5,
+                check_convergence=False,
+            )
             return jnp.sum(res.trace[-1])
 
         e = 1e-6

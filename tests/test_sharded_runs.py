@@ -51,23 +51,39 @@ SCRIPT = textwrap.dedent(
 
 def test_allgather_is_the_same_run_and_ring_the_same_distribution(tmp_path):
     path = tmp_path / "runs.npz"
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu",
-               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(path)], env=env, capture_output=True, text=True,
-                          timeout=900)
+    env = dict(
+        os.environ,
+        XLA_FLAGS="--xla_force_host_platform_device_count=4",
+        JAX_PLATFORMS="cpu",
+        PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = np.load(path)
     assert int(out["num_devices"]) == 4
-    assert np.mean(out["single/fraction"][20:]) > 0.3  # the ensemble force is really in use
-    np.testing.assert_array_equal(out["allgather/trace"], out["single/trace"])  # the same run, bit for bit
+    assert (
+        np.mean(out["single/fraction"][20:]) > 0.3
+    )  # the ensemble force is really in use
+    np.testing.assert_array_equal(
+        out["allgather/trace"], out["single/trace"]
+    )  # the same run, bit for bit
 
-    def per_particle(trace):  # (draws, N, 4) -> grand means of (x, x²) and their MCSEs over the N particles
+    def per_particle(
+        trace,
+    ):  # (draws, N, 4) -> grand means of (x, x²) and their MCSEs over the N particles
         per = trace.astype(np.float64).mean(axis=0)
         return per.mean(axis=0), per.std(axis=0, ddof=1) / math.sqrt(per.shape[0])
 
     m_single, se_single = per_particle(out["single/trace"])
     m_ring, se_ring = per_particle(out["ring/trace"])
     z = (m_ring - m_single) / np.hypot(se_single, se_ring)
-    # the runs share their key, which correlates them positively at first: the difference's
-    # variance is below se1² + se2², so this z-test is conservative; 4 sigma: false alarm < 1e-4 per moment
+    # the runs share their key, which correlates them positively at first: the
+    # difference's variance is below se1² + se2², so this z-test is conservative; 4
+    # sigma: false alarm < 1e-4 per moment
     assert np.all(np.abs(z) < 4.0), z

@@ -43,10 +43,16 @@ def imports(path: Path):
             for alias in node.names:
                 if alias.name.startswith("cenlmc_jax"):
                     yield alias.name, [], node.lineno, in_function(node)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("cenlmc_jax"):
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.startswith("cenlmc_jax")
+        ):
             names = [a.name for a in node.names]
             # `from cenlmc_jax import x`: x may be a submodule
-            subs = [f"{node.module}.{n}" for n in names if f"{node.module}.{n}" in MODULES]
+            subs = [
+                f"{node.module}.{n}" for n in names if f"{node.module}.{n}" in MODULES
+            ]
             if subs:
                 for sub in subs:
                     yield sub, [], node.lineno, in_function(node)
@@ -56,7 +62,10 @@ def imports(path: Path):
 
 
 def graph():
-    return {name: {target for target, *_ in imports(path) if target != name} for name, path in MODULES.items()}
+    return {
+        name: {target for target, *_ in imports(path) if target != name}
+        for name, path in MODULES.items()
+    }
 
 
 def test_import_graph_has_no_cycle():
@@ -70,7 +79,7 @@ def test_import_graph_has_no_cycle():
             if nxt not in MODULES:
                 continue
             if state.get(nxt) == "open":
-                cycle = stack[stack.index(nxt):] + [nxt]
+                cycle = stack[stack.index(nxt) :] + [nxt]
                 raise AssertionError("import cycle: " + " -> ".join(cycle))
             if nxt not in state:
                 visit(nxt)
@@ -86,13 +95,21 @@ def test_no_module_imports_another_modules_underscore_names():
     bad = []
     for _name, path in MODULES.items():
         for target, names, lineno, _ in imports(path):
-            bad += [f"{path.name}:{lineno} imports {n} from {target}" for n in names if n.startswith("_")]
+            bad += [
+                f"{path.name}:{lineno} imports {n} from {target}"
+                for n in names
+                if n.startswith("_")
+            ]
     assert not bad, bad
 
 
 def test_no_lazy_imports_of_the_package():
-    bad = [f"{path.name}:{lineno} imports {target} inside a function"
-           for name, path in MODULES.items() for target, _, lineno, inner in imports(path) if inner]
+    bad = [
+        f"{path.name}:{lineno} imports {target} inside a function"
+        for name, path in MODULES.items()
+        for target, _, lineno, inner in imports(path)
+        if inner
+    ]
     assert not bad, bad
 
 
@@ -102,7 +119,12 @@ def test_the_layers_point_down():
     # (_host: pulling results to the host, itself importing nothing of the package)
     floor = ("cenlmc_jax._validation", "cenlmc_jax.types", "cenlmc_jax._host")
     assert not edges["cenlmc_jax._host"] & set(MODULES)
-    for low in ("cenlmc_jax._validation", "cenlmc_jax.types", "cenlmc_jax.base", "cenlmc_jax._linalg"):
+    for low in (
+        "cenlmc_jax._validation",
+        "cenlmc_jax.types",
+        "cenlmc_jax.base",
+        "cenlmc_jax._linalg",
+    ):
         above = {t for t in edges[low] if t not in floor}
         assert not above, (low, above)
     # the pair-force backends import only the floors below them: the algebra and
@@ -111,7 +133,9 @@ def test_the_layers_point_down():
     algebra, sparsity = "cenlmc_jax.pairwise.algebra", "cenlmc_jax.pairwise.sparsity"
     floors = {algebra: set(), sparsity: {algebra}}
     assert set(floors) <= set(MODULES)
-    backends = [n for n in MODULES if n.startswith("cenlmc_jax.pairwise.") and n not in floors]
+    backends = [
+        n for n in MODULES if n.startswith("cenlmc_jax.pairwise.") and n not in floors
+    ]
     assert backends
     for name in backends:
         inside = {t for t in edges[name] if t.startswith("cenlmc_jax.pairwise")}

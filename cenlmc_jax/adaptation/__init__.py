@@ -11,7 +11,11 @@
   averaging, Welford covariance, the window schedule).
 """
 
-from cenlmc_jax.adaptation.langevin_warmup import LangevinWarmup, LangevinWarmupInfo, langevin_warmup
+from cenlmc_jax.adaptation.langevin_warmup import (
+    LangevinWarmup,
+    LangevinWarmupInfo,
+    langevin_warmup,
+)
 from cenlmc_jax.adaptation.mass_matrix import (
     DualAveragingState,
     WelfordState,
@@ -39,9 +43,29 @@ from cenlmc_jax.adaptation.window_adaptation import (
 )
 
 __all__ = [
-    "LangevinWarmup", "LangevinWarmupInfo", "langevin_warmup", "langevin_step_size", "max_curvature",
-    "DualAveragingState", "WelfordState", "build_schedule", "dual_averaging_init", "dual_averaging_update",
-    "robbins_monro_update", "welford_covariance", "welford_init", "welford_update",
-    "ADAPTABLE", "TARGET_ACCEPTANCE", "AdaptationSpec", "WindowAdaptation", "WindowAdaptationInfo",
-    "window_adaptation", "collapse_problems", "rwmh_spec", "mala_spec", "sde_spec", "gamma_spec",
+    "LangevinWarmup",
+    "LangevinWarmupInfo",
+    "langevin_warmup",
+    "langevin_step_size",
+    "max_curvature",
+    "DualAveragingState",
+    "WelfordState",
+    "build_schedule",
+    "dual_averaging_init",
+    "dual_averaging_update",
+    "robbins_monro_update",
+    "welford_covariance",
+    "welford_init",
+    "welford_update",
+    "ADAPTABLE",
+    "TARGET_ACCEPTANCE",
+    "AdaptationSpec",
+    "WindowAdaptation",
+    "WindowAdaptationInfo",
+    "window_adaptation",
+    "collapse_problems",
+    "rwmh_spec",
+    "mala_spec",
+    "sde_spec",
+    "gamma_spec",
 ]

@@ -18,9 +18,17 @@ import jax.numpy as jnp
 from cenlmc_jax.types import Array
 
 __all__ = [
-    "DualAveragingState", "dual_averaging_init", "dual_averaging_update", "restart_dual_averaging",
-    "robbins_monro_update", "WelfordState", "welford_init", "welford_update", "welford_covariance",
-    "pool_welford", "build_schedule",
+    "DualAveragingState",
+    "dual_averaging_init",
+    "dual_averaging_update",
+    "restart_dual_averaging",
+    "robbins_monro_update",
+    "WelfordState",
+    "welford_init",
+    "welford_update",
+    "welford_covariance",
+    "pool_welford",
+    "build_schedule",
 ]
 
 
@@ -72,7 +80,12 @@ def restart_dual_averaging(state: DualAveragingState) -> DualAveragingState:
 
 
 def robbins_monro_update(
-    state: DualAveragingState, acceptance_rate: Array, target: float, *, gain: float = 2.0, power: float = 0.6,
+    state: DualAveragingState,
+    acceptance_rate: Array,
+    target: float,
+    *,
+    gain: float = 2.0,
+    power: float = 0.6,
     t0: float = 10.0,
 ) -> DualAveragingState:
     """One step of the final window's iteration (RM), in the fields of :class:`DualAveragingState`:
@@ -107,7 +120,11 @@ class WelfordState(NamedTuple):
 
 
 def welford_init(d: int, dense: bool, dtype) -> WelfordState:
-    return WelfordState(jnp.zeros((), dtype), jnp.zeros((d,), dtype), jnp.zeros((d, d) if dense else (d,), dtype))
+    return WelfordState(
+        jnp.zeros((), dtype),
+        jnp.zeros((d,), dtype),
+        jnp.zeros((d, d) if dense else (d,), dtype),
+    )
 
 
 def welford_update(state: WelfordState, x: Array) -> WelfordState:
@@ -138,7 +155,10 @@ def welford_covariance(state: WelfordState) -> Array:
 
 
 def build_schedule(
-    num_steps: int, initial_buffer: int = 75, first_window: int = 25, final_buffer: int = 50
+    num_steps: int,
+    initial_buffer: int = 75,
+    first_window: int = 25,
+    final_buffer: int = 50,
 ) -> list[tuple[int, bool, bool]]:
     """Stan's warm-up windows as segments ``(length, slow, ends_window)``.
 
@@ -157,7 +177,9 @@ def build_schedule(
     segments = [(initial_buffer, False, False)] if initial_buffer else []
     start, size, end_slow = initial_buffer, first_window, num_steps - final_buffer
     while start < end_slow:
-        if start + 3 * size > end_slow:  # the next window would not fit: stretch this one
+        if (
+            start + 3 * size > end_slow
+        ):  # the next window would not fit: stretch this one
             size = end_slow - start
         segments.append((size, True, True))
         start += size
@@ -175,5 +197,9 @@ def pool_welford(state: WelfordState, weights: Array) -> WelfordState:
     mean = jnp.sum(n_c[:, None] * state.mean, axis=0) / jnp.maximum(n, 1.0)
     dev = state.mean - mean
     w = weights.reshape((-1,) + (1,) * (state.m2.ndim - 1))
-    cross = jnp.einsum("c,ci,cj->ij", n_c, dev, dev) if state.m2.ndim == 3 else jnp.sum(n_c[:, None] * dev**2, axis=0)
+    cross = (
+        jnp.einsum("c,ci,cj->ij", n_c, dev, dev)
+        if state.m2.ndim == 3
+        else jnp.sum(n_c[:, None] * dev**2, axis=0)
+    )
     return WelfordState(n, mean, jnp.sum(w * state.m2, axis=0) + cross)

@@ -18,7 +18,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from cenlmc_jax._validation import check_callable, check_choice, check_int, check_positive
+from cenlmc_jax._validation import (
+    check_callable,
+    check_choice,
+    check_int,
+    check_positive,
+)
 from cenlmc_jax.gradients.modes import check_grad_mode
 from cenlmc_jax.types import Array, GradEstimator, PRNGKey
 
@@ -26,7 +31,11 @@ __all__ = ["max_curvature", "langevin_step_size"]
 
 
 def max_curvature(
-    grad_estimator: GradEstimator, positions: Array, rng_key: PRNGKey, *, num_iters: int = 30,
+    grad_estimator: GradEstimator,
+    positions: Array,
+    rng_key: PRNGKey,
+    *,
+    num_iters: int = 30,
     grad_mode: str = "auto",
 ) -> Array:
     """The largest ``|λ|`` of the Hessian of ``log π`` over ``positions: (C, d)``, by power iteration.
@@ -51,12 +60,18 @@ def max_curvature(
     :func:`cenlmc_jax.gradients.modes.resolve_grad_mode` does not apply here; the
     gradient's own mode is the estimator's. Both give the same result up to rounding.
     """
-    check_callable(grad_estimator, "grad_estimator", "(rng_key, x) -> gradient of the log density at x")
+    check_callable(
+        grad_estimator,
+        "grad_estimator",
+        "(rng_key, x) -> gradient of the log density at x",
+    )
     num_iters = check_int(num_iters, "num_iters", minimum=1)
     forward = check_grad_mode(grad_mode) != "reverse"
     positions = jnp.asarray(positions)
     if positions.ndim != 2:
-        raise ValueError(f"positions must have shape (C, d); got {tuple(positions.shape)}.")
+        raise ValueError(
+            f"positions must have shape (C, d); got {tuple(positions.shape)}."
+        )
 
     def at(key, x):
         def g(y):
@@ -83,31 +98,34 @@ def max_curvature(
 def _sghmc_variance_ratio(h: float, friction: float) -> float:
     """Stationary ``L·Var θ`` of SGHMC's Euler recursion on ``U = L θ²/2`` (``h = ε²L``, friction scaled).
 
-    With ``ε`` and ``L``: ``θ' = θ + ε r``, ``r' = (1 - εC) r - εLθ + sqrt(2Cε) ξ``;
-    in units ``u = sqrt(L) θ`` it depends on ``a = ε sqrt(L)`` and ``c = εC``
-    only. Solved exactly: ``P = A P Aᵀ + N`` (discrete Lyapunov), ``vec P = (I - A⊗A)⁻¹ vec N``.
+    With ``ε`` and ``L``: ``θ' = θ + ε r``, ``r' = (1 - εC) r - εLθ + sqrt(2Cε) ξ``; in
+    units ``u = sqrt(L) θ`` it depends on ``a = ε sqrt(L)`` and ``c = εC`` only. Solved
+    exactly: ``P = A P Aᵀ + N`` (discrete Lyapunov), ``vec P = (I - A⊗A)⁻¹ vec N``.
     """
     a = math.sqrt(h)
     c = friction
     A = np.array([[1.0, a], [-a, 1.0 - c]])
     N = np.diag([0.0, 2.0 * c])
-    if np.max(np.abs(np.linalg.eigvals(A))) >= 1.0 - 1e-9:  # unstable (or on the edge): no stationary law
+    if (
+        np.max(np.abs(np.linalg.eigvals(A))) >= 1.0 - 1e-9
+    ):  # unstable (or on the edge): no stationary law
         return math.inf
     P = np.linalg.solve(np.eye(4) - np.kron(A, A), N.reshape(-1)).reshape(2, 2)
     return float(P[0, 0])
 
 
-def langevin_step_size(curvature: Any, *, sampler: str = "lmc", bias: float = 0.05, friction: float = 1.0) -> float:
+def langevin_step_size(
+    curvature: Any, *, sampler: str = "lmc", bias: float = 0.05, friction: float = 1.0
+) -> float:
     """The step size at which discretisation inflates the stationary variance of the
     stiffest direction (a Gaussian of precision ``L = curvature``) by ``bias``.
 
-    ``sampler="lmc"`` (also SGLD: the same Euler step; SGLD's gradient noise
-    adds to this): ULA on ``N(0, 1/L)`` has stationary variance
-    ``1 / (L (1 - εL/2))`` (docs/algorithms.md §1), so ``ε = 2 bias / ((1 + bias) L)``, below
-    ULA's stability limit ``2/L``.
-    ``sampler="sghmc"`` (``cj.sghmc`` with ``friction = C``, a scalar): the
-    variance of ``θ`` from the exact stationary covariance of the Euler
-    recursion (:func:`_sghmc_variance_ratio`), solved for ``ε`` by bisection.
+    ``sampler="lmc"`` (also SGLD: the same Euler step; SGLD's gradient noise adds to
+    this): ULA on ``N(0, 1/L)`` has stationary variance ``1 / (L (1 - εL/2))``
+    (docs/algorithms.md §1), so ``ε = 2 bias / ((1 + bias) L)``, below ULA's stability
+    limit ``2/L``. ``sampler="sghmc"`` (``cj.sghmc`` with ``friction = C``, a scalar):
+    the variance of ``θ`` from the exact stationary covariance of the Euler recursion
+    (:func:`_sghmc_variance_ratio`), solved for ``ε`` by bisection.
 
     Use it with :func:`max_curvature` at warm-up draws. The bias in directions
     of smaller curvature is smaller; the step trades that bias against mixing
@@ -120,11 +138,14 @@ def langevin_step_size(curvature: Any, *, sampler: str = "lmc", bias: float = 0.
     L, b = float(curvature), float(bias)
     if sampler in ("lmc", "sgld"):
         return 2.0 * b / ((1.0 + b) * L)
+
     def ratio(eps):
         return _sghmc_variance_ratio(eps * eps * L, eps * friction)
 
     lo, hi = 0.0, 1e-3 / (friction + math.sqrt(L))
-    while ratio(hi) < 1.0 + b:  # bracket: double until the bias is reached (or the recursion is unstable)
+    while (
+        ratio(hi) < 1.0 + b
+    ):  # bracket: double until the bias is reached (or the recursion is unstable)
         lo, hi = hi, 2.0 * hi
     for _ in range(100):
         mid = 0.5 * (lo + hi)

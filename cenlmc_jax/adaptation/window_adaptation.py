@@ -81,8 +81,8 @@ or not finite, when the final window's mean acceptance is below a quarter of
 the target, or when chains did not move in the final window: such
 parameters, or chains, do not sample.
 
-**Unadjusted samplers** (LMC, SGLD, SGHMC): :mod:`cenlmc_jax.adaptation.step_size`, re-exported here
-(:func:`max_curvature`, :func:`langevin_step_size`).
+**Unadjusted samplers** (LMC, SGLD, SGHMC): :mod:`cenlmc_jax.adaptation.step_size`,
+re-exported here (:func:`max_curvature`, :func:`langevin_step_size`).
 """
 
 from __future__ import annotations
@@ -127,8 +127,17 @@ from cenlmc_jax.run import check_chain_positions
 from cenlmc_jax.types import Array, LogDensityFn, PRNGKey
 
 __all__ = [
-    "WindowAdaptationInfo", "WindowAdaptation", "window_adaptation", "collapse_problems", "TARGET_ACCEPTANCE",
-    "AdaptationSpec", "ADAPTABLE", "rwmh_spec", "mala_spec", "sde_spec", "gamma_spec",
+    "WindowAdaptationInfo",
+    "WindowAdaptation",
+    "window_adaptation",
+    "collapse_problems",
+    "TARGET_ACCEPTANCE",
+    "AdaptationSpec",
+    "ADAPTABLE",
+    "rwmh_spec",
+    "mala_spec",
+    "sde_spec",
+    "gamma_spec",
 ]
 
 # ------------------------------------------------------------------- the warm-up
@@ -136,8 +145,9 @@ __all__ = [
 
 class WindowAdaptationInfo(NamedTuple):
     """Per warm-up step: the ``step_size`` used, the (mean over chains) ``acceptance_rate``, the number of
-    chains ``restarted`` at that step (pooled chains stuck for a whole segment; 0 for one chain) and, per
-    chain, whether it ``moved`` since the start of the segment (``(num_steps, C)``; ``(num_steps, 1)`` for one chain).
+    chains ``restarted`` at that step (pooled chains stuck for a whole segment; 0 for
+    one chain) and, per chain, whether it ``moved`` since the start of the segment
+    (``(num_steps, C)``; ``(num_steps, 1)`` for one chain).
     """
 
     step_size: Array
@@ -169,12 +179,15 @@ def _check_skew_q(Q: Any) -> np.ndarray | None:
         return None
     q = np.asarray(Q, np.float64)
     if q.ndim != 2 or q.shape[0] != q.shape[1]:
-        raise ValueError(f"Q must be a (d, d) skew-symmetric matrix; got shape {q.shape}.")
+        raise ValueError(
+            f"Q must be a (d, d) skew-symmetric matrix; got shape {q.shape}."
+        )
     la.check_skew(q, "Q", "the irreversible part of the SDE proposal")
     return q
 
 
-# ------------------------------------------------------------------ what is adapted, per sampler
+# ------------------------------------------------------------------ what is adapted,
+# per sampler
 
 
 class AdaptationSpec(NamedTuple):
@@ -182,13 +195,15 @@ class AdaptationSpec(NamedTuple):
 
     name: for messages.
     target_acceptance: the default ``δ`` of (DA).
-    parameters: ``(ε, Σ or None, d) -> dict``: the sampler's arguments for the step size (or
-      scale) ``ε`` and the preconditioner ``Σ`` (``(d,)`` diagonal or ``(d, d)``; None: identity).
-    build: ``(logdensity_fn, parameters) -> SamplingAlgorithm`` for one chain (buildable inside
-      ``jit``; its info has ``acceptance_rate``).
+    parameters: ``(ε, Σ or None, d) -> dict``: the sampler's arguments for the step size
+      (or scale) ``ε`` and the preconditioner ``Σ`` (``(d,)`` diagonal or ``(d, d)``;
+      None: identity).
+    build: ``(logdensity_fn, parameters) -> SamplingAlgorithm`` for one chain (buildable
+      inside ``jit``; its info has ``acceptance_rate``).
     dense: whether a dense ``Σ`` is meaningful (False for a coordinatewise proposal).
 
-    Any Metropolis-adjusted sampler of this package or the user's can be adapted by writing one.
+    Any Metropolis-adjusted sampler of this package or the user's can be adapted by
+    writing one.
     """
 
     name: str
@@ -201,12 +216,19 @@ class AdaptationSpec(NamedTuple):
 def rwmh_spec() -> AdaptationSpec:
     """RW-MH: ``rwmh(logdensity_fn, ε, proposal_cov=Σ)``; target 0.234 (Roberts, Gelman & Gilks 1997)."""
     return AdaptationSpec(
-        "rwmh", 0.234, lambda eps, cov, d: {"step_size": eps, "proposal_cov": cov},
-        lambda logdensity_fn, p: rwmh(logdensity_fn, p["step_size"], proposal_cov=p["proposal_cov"]))
+        "rwmh",
+        0.234,
+        lambda eps, cov, d: {"step_size": eps, "proposal_cov": cov},
+        lambda logdensity_fn, p: rwmh(
+            logdensity_fn, p["step_size"], proposal_cov=p["proposal_cov"]
+        ),
+    )
 
 
 def _sde_build(logdensity_fn: LogDensityFn, p: dict) -> SamplingAlgorithm:
-    return irreversible_mh(logdensity_fn, sde_proposal(p["D"], p["Q"], logdensity_fn, p["step_size"]))
+    return irreversible_mh(
+        logdensity_fn, sde_proposal(p["D"], p["Q"], logdensity_fn, p["step_size"])
+    )
 
 
 def sde_spec(Q: Any = None) -> AdaptationSpec:
@@ -216,16 +238,24 @@ def sde_spec(Q: Any = None) -> AdaptationSpec:
 
     def parameters(eps: Array, cov: Array | None, d: int) -> dict:
         D = 1.0 if cov is None else cov
-        if q_white is None:  # None, also after jit and vmap: the proposal knows Q = 0 and skips it
+        if (
+            q_white is None
+        ):  # None, also after jit and vmap: the proposal knows Q = 0 and skips it
             return {"step_size": eps, "D": D, "Q": None}
         q = jnp.asarray(q_white, eps.dtype)
         if q.shape[0] != d:
-            raise ValueError(f"Q must have shape ({d}, {d}) for a position of dimension {d}; got {q.shape}.")
+            raise ValueError(
+                f"Q must have shape ({d}, {d}) for a position of dimension {d}; got {q.shape}."
+            )
         if cov is None:
             return {"step_size": eps, "D": D, "Q": q}
         L = jnp.linalg.cholesky(cov) if cov.ndim == 2 else jnp.sqrt(cov)
         LQLt = L @ q @ L.T if cov.ndim == 2 else L[:, None] * q * L[None, :]
-        return {"step_size": eps, "D": D, "Q": 0.5 * (LQLt - LQLt.T)}  # skew to the last bit
+        return {
+            "step_size": eps,
+            "D": D,
+            "Q": 0.5 * (LQLt - LQLt.T),
+        }  # skew to the last bit
 
     return AdaptationSpec("sde", 0.574, parameters, _sde_build)
 
@@ -240,15 +270,26 @@ def gamma_spec(shape: float = 2.0) -> AdaptationSpec:
     optimal-scaling theory: the value the tests and benchmarks use); diagonal ``Σ`` only."""
     check_positive(shape, "shape")
     return AdaptationSpec(
-        "gamma", 0.5,
-        lambda eps, cov, d: {"shape": shape, "scale": eps if cov is None else eps * jnp.sqrt(cov)},
-        lambda logdensity_fn, p: irreversible_mh(logdensity_fn, gamma_proposal(p["shape"], p["scale"])),
-        dense=False)
+        "gamma",
+        0.5,
+        lambda eps, cov, d: {
+            "shape": shape,
+            "scale": eps if cov is None else eps * jnp.sqrt(cov),
+        },
+        lambda logdensity_fn, p: irreversible_mh(
+            logdensity_fn, gamma_proposal(p["shape"], p["scale"])
+        ),
+        dense=False,
+    )
 
 
 #: The samplers :func:`window_adaptation` knows by name, and the options each takes.
 ADAPTABLE: dict[str, Callable[..., AdaptationSpec]] = {
-    "rwmh": rwmh_spec, "mala": mala_spec, "sde": sde_spec, "gamma": gamma_spec}
+    "rwmh": rwmh_spec,
+    "mala": mala_spec,
+    "sde": sde_spec,
+    "gamma": gamma_spec,
+}
 #: Default target acceptance rates by name (see the module docstring).
 TARGET_ACCEPTANCE = {name: make().target_acceptance for name, make in ADAPTABLE.items()}
 KINDS = tuple(ADAPTABLE)
@@ -259,15 +300,19 @@ def _spec(algorithm: Any, options: dict) -> AdaptationSpec:
     given = {k: v for k, v in options.items() if v is not None}
     if isinstance(algorithm, AdaptationSpec):
         if given:
-            raise ValueError(f"{', '.join(sorted(given))} are options of the named samplers; with an "
-                             f"AdaptationSpec, build them into it (e.g. sde_spec(Q=...)).")
+            raise ValueError(
+                f"{', '.join(sorted(given))} are options of the named samplers; with an "
+                f"AdaptationSpec, build them into it (e.g. sde_spec(Q=...))."
+            )
         return algorithm
     check_choice(algorithm, "algorithm", KINDS)
     make = ADAPTABLE[algorithm]
     takes = set(inspect.signature(make).parameters)
     for name in sorted(set(given) - takes):
-        raise ValueError(f"{name} is not an option of algorithm {algorithm!r} (it takes "
-                         f"{', '.join(sorted(takes)) or 'none'}); got {name} given.")
+        raise ValueError(
+            f"{name} is not an option of algorithm {algorithm!r} (it takes "
+            f"{', '.join(sorted(takes)) or 'none'}); got {name} given."
+        )
     return make(**given)
 
 
@@ -281,14 +326,18 @@ def _schedule_flags(num_steps: int, windows: tuple, step_size_only: bool) -> dic
     if step_size_only:  # step size only: dual averaging, then the final window
         last = segments[-1][0] if len(segments) > 1 else 0
         segments = [(n, False, False) for n in (num_steps - last, last) if n]
-    # the final fast window runs (RM); with a single segment there is none: (DA) throughout
+    # the final fast window runs (RM); with a single segment there is none: (DA)
+    # throughout
     final = len(segments) - 1 if len(segments) > 1 and not segments[-1][1] else -1
-    flags = {k: np.zeros(num_steps, bool) for k in ("slow", "window_end", "rm", "rm_start", "segment_end")}
+    flags = {
+        k: np.zeros(num_steps, bool)
+        for k in ("slow", "window_end", "rm", "rm_start", "segment_end")
+    }
     t = 0
     for index, (length, slow, ends_window) in enumerate(segments):
-        flags["slow"][t:t + length] = slow
+        flags["slow"][t : t + length] = slow
         flags["window_end"][t + length - 1] = ends_window
-        flags["rm"][t:t + length] = index == final
+        flags["rm"][t : t + length] = index == final
         flags["rm_start"][t] = index == final
         flags["segment_end"][t + length - 1] = index < len(segments) - 1
         t += length
@@ -299,7 +348,9 @@ def _restart_stuck(key, states, moved: Array):
     """Chains that did not move in the segment take the state of a chain that did (chosen uniformly)."""
     num_chains = moved.shape[0]
     healthy = moved.astype(jnp.float32)
-    donors = jax.random.choice(key, num_chains, (num_chains,), p=healthy / jnp.maximum(jnp.sum(healthy), 1.0))
+    donors = jax.random.choice(
+        key, num_chains, (num_chains,), p=healthy / jnp.maximum(jnp.sum(healthy), 1.0)
+    )
     stuck = ~moved & jnp.any(moved)  # nobody moved: nothing to restart from
 
     def take(a):
@@ -308,16 +359,29 @@ def _restart_stuck(key, states, moved: Array):
     return jax.tree_util.tree_map(take, states), jnp.sum(stuck, dtype=jnp.int32)
 
 
-def _adapt(spec: AdaptationSpec, logdensity_fn, rng_key, states, flags: dict, target, initial_step_size,
-           preconditioner: str | None, pooled: bool):
+def _adapt(
+    spec: AdaptationSpec,
+    logdensity_fn,
+    rng_key,
+    states,
+    flags: dict,
+    target,
+    initial_step_size,
+    preconditioner: str | None,
+    pooled: bool,
+):
     """One lax.scan over the warm-up; the window boundaries are per-step flags (selects, no cond).
 
-    Pooled (``states`` with a leading chain axis): one step size and ``Σ`` for all chains; Welford
-    per chain, pooled at a window end over the chains that moved in it; at the end of every segment
-    but the last, chains that never moved in it restart from a chain that did (module docstring).
+    Pooled (``states`` with a leading chain axis): one step size and ``Σ`` for all
+    chains; Welford per chain, pooled at a window end over the chains that moved in it;
+    at the end of every segment but the last, chains that never moved in it restart from
+    a chain that did (module docstring).
     """
-    flat = jax.vmap(lambda p: ravel_position(p, check=False)[0]) if pooled else (
-        lambda p: ravel_position(p, check=False)[0][None])
+    flat = (
+        jax.vmap(lambda p: ravel_position(p, check=False)[0])
+        if pooled
+        else (lambda p: ravel_position(p, check=False)[0][None])
+    )
     x0 = flat(states.position)
     num_chains, d, dtype = x0.shape[0], x0.shape[1], x0.dtype
     dense = preconditioner == "dense"
@@ -326,7 +390,10 @@ def _adapt(spec: AdaptationSpec, logdensity_fn, rng_key, states, flags: dict, ta
     cov = None
     if preconditioner is not None:
         cov = jnp.eye(d, dtype=dtype) if dense else jnp.ones((d,), dtype)
-    pick = lambda flag, a, b: jax.tree_util.tree_map(lambda u, v: jnp.where(flag, u, v), a, b)  # noqa: E731
+
+    def pick(flag, a, b):
+        return jax.tree_util.tree_map(lambda u, v: jnp.where(flag, u, v), a, b)
+
     num_steps = len(flags["slow"])
 
     def one(carry, inputs):
@@ -338,33 +405,57 @@ def _adapt(spec: AdaptationSpec, logdensity_fn, rng_key, states, flags: dict, ta
         key = jax.random.fold_in(rng_key, t)
         old = flat(states.position)
         if pooled:
-            states, info = jax.vmap(algo.step)(jax.random.split(key, num_chains), states)
+            states, info = jax.vmap(algo.step)(
+                jax.random.split(key, num_chains), states
+            )
         else:
             states, info = algo.step(key, states)
         x = flat(states.position)
         moved = moved | jnp.any(x != old, axis=1)
-        acc = jnp.mean(jnp.where(jnp.isnan(info.acceptance_rate), 0.0, info.acceptance_rate))
-        da = pick(rm, robbins_monro_update(da, acc, target), dual_averaging_update(da, acc, target))
+        acc = jnp.mean(
+            jnp.where(jnp.isnan(info.acceptance_rate), 0.0, info.acceptance_rate)
+        )
+        da = pick(
+            rm,
+            robbins_monro_update(da, acc, target),
+            dual_averaging_update(da, acc, target),
+        )
         wf = pick(slow, jax.vmap(welford_update)(wf, x[:, None, :]), wf)
-        if cov is not None:  # end of a slow window: new Σ, memoryless Welford, (DA) restarted around ε (Stan)
-            weights = jnp.where(jnp.any(moved), moved, True).astype(dtype)  # nobody moved (one chain): all
-            cov = jnp.where(window_end, welford_covariance(pool_welford(wf, weights)), cov)
+        if (
+            cov is not None
+        ):  # end of a slow window: new Σ, memoryless Welford, (DA) restarted around ε (Stan)
+            weights = jnp.where(jnp.any(moved), moved, True).astype(
+                dtype
+            )  # nobody moved (one chain): all
+            cov = jnp.where(
+                window_end, welford_covariance(pool_welford(wf, weights)), cov
+            )
             da = pick(window_end, dual_averaging_init(jnp.exp(da.log_step_size)), da)
             wf = pick(window_end, wf0, wf)
         restarted = jnp.zeros((), jnp.int32)
         if pooled:
-            fresh, restarted = _restart_stuck(jax.random.fold_in(rng_key, num_steps + t), states, moved)
+            fresh, restarted = _restart_stuck(
+                jax.random.fold_in(rng_key, num_steps + t), states, moved
+            )
             states = pick(segment_end, fresh, states)
             restarted = jnp.where(segment_end, restarted, 0)
         moved = jnp.where(segment_end, False, moved)
-        return (states, da, wf, cov, moved), WindowAdaptationInfo(step_size, acc, restarted, moved)
+        return (states, da, wf, cov, moved), WindowAdaptationInfo(
+            step_size, acc, restarted, moved
+        )
 
     inputs = (jnp.arange(num_steps),) + tuple(
-        jnp.asarray(flags[k]) for k in ("slow", "window_end", "rm", "rm_start", "segment_end"))
+        jnp.asarray(flags[k])
+        for k in ("slow", "window_end", "rm", "rm_start", "segment_end")
+    )
     carry = (states, da, wf0, cov, jnp.zeros((num_chains,), bool))
     (states, da, _, cov, _), info = lax.scan(one, carry, inputs)
     # (RM)'s average, or (DA)'s when there was no final window
-    step_size = jnp.exp(da.log_step_size_avg) if num_steps else jnp.asarray(initial_step_size, dtype)
+    step_size = (
+        jnp.exp(da.log_step_size_avg)
+        if num_steps
+        else jnp.asarray(initial_step_size, dtype)
+    )
     return (states, spec.parameters(step_size, cov, d)), info
 
 
@@ -372,20 +463,31 @@ def _check_chain_positions(positions: Any, logdensity_fn: LogDensityFn) -> None:
     """Every chain checked, vectorised (:func:`cenlmc_jax.run.check_chain_positions`: finite, one pass naming
     the bad chains), the shapes once (chain 0), and the log density not -inf/NaN at every chain."""
     leaves = jax.tree_util.tree_leaves(positions)
-    if not leaves or any(np.ndim(a) < 1 for a in leaves) or (isinstance(positions, (jax.Array, np.ndarray))
-                                                              and np.ndim(positions) != 2):
-        raise ValueError("positions must have a leading chain axis: shape (C, d), or a pytree of (C, ...) "
-                         f"arrays; got {jax.tree_util.tree_map(np.shape, positions)}.")
+    if (
+        not leaves
+        or any(np.ndim(a) < 1 for a in leaves)
+        or (isinstance(positions, (jax.Array, np.ndarray)) and np.ndim(positions) != 2)
+    ):
+        raise ValueError(
+            "positions must have a leading chain axis: shape (C, d), or a pytree of (C, ...) "
+            f"arrays; got {jax.tree_util.tree_map(np.shape, positions)}."
+        )
     positions, num_chains = check_chain_positions(positions)
     first = jax.tree_util.tree_map(lambda a: a[0], positions)
     flat, unravel = ravel_position(first)
     check_logdensity(flat_logdensity(logdensity_fn, unravel), flat)
     if all_concrete(positions):
-        values = jax.vmap(lambda p: jnp.asarray(logdensity_fn(p), flat.dtype))(positions)
-        check_start_logdensity(values, where=f"one of the {num_chains} chains' starting points")
+        values = jax.vmap(lambda p: jnp.asarray(logdensity_fn(p), flat.dtype))(
+            positions
+        )
+        check_start_logdensity(
+            values, where=f"one of the {num_chains} chains' starting points"
+        )
 
 
-def collapse_problems(params: dict, info: WindowAdaptationInfo, target: float, final_window: int) -> list:
+def collapse_problems(
+    params: dict, info: WindowAdaptationInfo, target: float, final_window: int
+) -> list:
     """Why adapted ``params`` (with the warm-up's ``info``) do not sample: the module docstring's hand-over
     checks, one sentence each; empty with none, or while tracing (``jit``, ``vmap``)."""
     leaves = jax.tree_util.tree_leaves((params, info))
@@ -396,25 +498,35 @@ def collapse_problems(params: dict, info: WindowAdaptationInfo, target: float, f
     moved = np.asarray(info.moved)[..., -1, :].reshape(-1)
     restarted = int(np.sum(np.asarray(info.restarted)))
     eps = np.asarray(params.get("step_size", params.get("scale")), np.float64)
-    what = (f"adapted step size {float(np.min(eps)):.3g}; final-window mean acceptance {acc:.3g} (target "
-            f"{target:g}); {int((~moved).sum())} of {moved.size} chains did not move in it; {restarted} restarts of "
-            "stuck chains earlier")
+    what = (
+        f"adapted step size {float(np.min(eps)):.3g}; final-window mean acceptance {acc:.3g} (target "
+        f"{target:g}); {int((~moved).sum())} of {moved.size} chains did not move in it; {restarted} restarts of "
+        "stuck chains earlier"
+    )
     out = []
     if not np.all(np.isfinite(eps)) or not np.all(eps > 0):
-        out.append(f"the adapted step size is {eps.ravel()[:4]}: the warm-up collapsed ({what}); these parameters "
-                   "do not sample. Start the chains nearer the posterior's bulk, give a smaller initial_step_size, "
-                   "or rescale the model")
+        out.append(
+            f"the adapted step size is {eps.ravel()[:4]}: the warm-up collapsed ({what}); these parameters "
+            "do not sample. Start the chains nearer the posterior's bulk, give a smaller initial_step_size, "
+            "or rescale the model"
+        )
     elif acc < target / 4:
-        out.append(f"the step-size adaptation did not reach its target ({what}): the chains will mix badly. Run a "
-                   "longer warm-up, start nearer the bulk, or rescale the model")
+        out.append(
+            f"the step-size adaptation did not reach its target ({what}): the chains will mix badly. Run a "
+            "longer warm-up, start nearer the bulk, or rescale the model"
+        )
     elif not moved.all():
-        out.append(f"{int((~moved).sum())} of {moved.size} chains never moved in the warm-up's final window ({what}): "
-                   "they are stuck (or the step size is so small that each step rounds away) and will not sample; "
-                   "start nearer the bulk, or rescale the model")
+        out.append(
+            f"{int((~moved).sum())} of {moved.size} chains never moved in the warm-up's final window ({what}): "
+            "they are stuck (or the step size is so small that each step rounds away) and will not sample; "
+            "start nearer the bulk, or rescale the model"
+        )
     return out
 
 
-def warn_collapsed(params: dict, info: WindowAdaptationInfo, target: float, final_window: int) -> None:
+def warn_collapsed(
+    params: dict, info: WindowAdaptationInfo, target: float, final_window: int
+) -> None:
     """:func:`collapse_problems` as ``RuntimeWarning`` s."""
     for problem in collapse_problems(params, info, target, final_window):
         warnings.warn(problem, RuntimeWarning, stacklevel=3)
@@ -436,42 +548,55 @@ def window_adaptation(
     """Warm-up for ``algorithm`` (module docstring), BlackJAX's ``window_adaptation(algorithm, ...)`` shape.
 
     Args:
-      algorithm: a name of :data:`ADAPTABLE` (``"rwmh"``, ``"mala"``, ``"sde"``, ``"gamma"``;
-        table in the module docstring) or any :class:`AdaptationSpec` (``sde_spec(Q=...)``, or one
-        written for another Metropolis-adjusted sampler).
+      algorithm: a name of :data:`ADAPTABLE` (``"rwmh"``, ``"mala"``, ``"sde"``,
+        ``"gamma"``; table in the module docstring) or any :class:`AdaptationSpec`
+        (``sde_spec(Q=...)``, or one written for another Metropolis-adjusted sampler).
       logdensity_fn: ``x -> log π(x)`` for one position (an array or a pytree).
-      target_acceptance_rate: ``δ`` of (DA), in (0, 1); default: docs/algorithms.md's (:data:`TARGET_ACCEPTANCE`).
+      target_acceptance_rate: ``δ`` of (DA), in (0, 1); default: docs/algorithms.md's
+        (:data:`TARGET_ACCEPTANCE`).
       initial_step_size: ``ε_0 > 0`` (for "gamma" the initial Gamma scale).
       preconditioner: ``"diagonal"`` (default), ``"dense"`` (not for "gamma")
         or ``None`` (identity; step size only).
-      Q: "sde" only (:func:`sde_spec`): a ``(d, d)`` skew-symmetric matrix in whitened coordinates;
-        the sampler uses ``L Q Lᵀ`` with ``Σ = L Lᵀ`` (``L = sqrt(Σ)`` for a
-        diagonal ``Σ``, its Cholesky factor for a dense one): irreversibility of
-        the same strength relative to the target's scales.
+      Q: "sde" only (:func:`sde_spec`): a ``(d, d)`` skew-symmetric matrix in whitened
+        coordinates; the sampler uses ``L Q Lᵀ`` with ``Σ = L Lᵀ`` (``L = sqrt(Σ)`` for
+        a diagonal ``Σ``, its Cholesky factor for a dense one): irreversibility of the
+        same strength relative to the target's scales.
       shape: "gamma" only (:func:`gamma_spec`): the Gamma shape ``k`` (default 2).
-      initial_buffer, first_window, final_buffer: the window sizes (:func:`build_schedule`).
+      initial_buffer, first_window, final_buffer: the window sizes
+        (:func:`build_schedule`).
 
     The CLI's call (one parameter set for all chains)::
 
-        warmup = cj.adaptation.window_adaptation(kind, target.logdensity_fn)
-        (states, params), info = warmup.run_chains(key_warmup, positions, num_steps=burn_in)
-        algo = cj.vmap_chains(warmup.sampler(params))
-        result = cj.sample(key, algo, states, num_steps)
-        # report params, and info.acceptance_rate[-final_buffer:].mean()
+        warmup = cj.adaptation.window_adaptation(kind, target.logdensity_fn) (states,
+        params), info = warmup.run_chains(key_warmup, positions, num_steps=burn_in) algo
+        = cj.vmap_chains(warmup.sampler(params)) result = cj.sample(key, algo, states,
+        num_steps) # report params, and info.acceptance_rate[-final_buffer:].mean()
     """
     spec = _spec(algorithm, {"Q": Q, "shape": shape})
     check_callable(logdensity_fn, "logdensity_fn", "x -> scalar log density")
-    target = spec.target_acceptance if target_acceptance_rate is None else target_acceptance_rate
+    target = (
+        spec.target_acceptance
+        if target_acceptance_rate is None
+        else target_acceptance_rate
+    )
     check_positive(target, "target_acceptance_rate")
     if not 0.0 < float(target) < 1.0:
         raise ValueError(f"target_acceptance_rate must be in (0, 1); got {target}.")
     check_positive(initial_step_size, "initial_step_size")
     check_choice(preconditioner, "preconditioner", (None, "diagonal", "dense"))
     if not spec.dense and preconditioner == "dense":
-        raise ValueError(f"preconditioner must be None or 'diagonal' for algorithm {spec.name!r} (a "
-                         "coordinatewise proposal); got 'dense'.")
-    windows = tuple(check_int(value, name, minimum=0) for name, value in (
-        ("initial_buffer", initial_buffer), ("first_window", first_window), ("final_buffer", final_buffer)))
+        raise ValueError(
+            f"preconditioner must be None or 'diagonal' for algorithm {spec.name!r} (a "
+            "coordinatewise proposal); got 'dense'."
+        )
+    windows = tuple(
+        check_int(value, name, minimum=0)
+        for name, value in (
+            ("initial_buffer", initial_buffer),
+            ("first_window", first_window),
+            ("final_buffer", final_buffer),
+        )
+    )
 
     def sampler(params: dict) -> SamplingAlgorithm:
         """The ready sampler for ``params`` (one chain)."""
@@ -479,20 +604,37 @@ def window_adaptation(
 
     def start(position: Any) -> SamplingAlgorithm:
         x = ravel_position(position, check=False)[0]
-        return sampler(spec.parameters(jnp.asarray(initial_step_size, x.dtype), None, x.shape[0]))
+        return sampler(
+            spec.parameters(jnp.asarray(initial_step_size, x.dtype), None, x.shape[0])
+        )
 
     def final_window(num_steps: int) -> int:
         """Steps of the final window (of the whole warm-up when it has none)."""
-        return int(_schedule_flags(num_steps, windows, preconditioner is None)["rm"].sum()) or num_steps
+        return (
+            int(_schedule_flags(num_steps, windows, preconditioner is None)["rm"].sum())
+            or num_steps
+        )
 
     def adapt(key, states, num_steps, pooled):
         flags = _schedule_flags(num_steps, windows, preconditioner is None)
-        return _adapt(spec, logdensity_fn, key, states, flags, target, initial_step_size, preconditioner, pooled)
+        return _adapt(
+            spec,
+            logdensity_fn,
+            key,
+            states,
+            flags,
+            target,
+            initial_step_size,
+            preconditioner,
+            pooled,
+        )
 
     @functools.partial(jax.jit, static_argnames=("num_steps",))
     def _run(rng_key, position, num_steps):
         key_init, key_run = jax.random.split(rng_key)
-        return adapt(key_run, start(position).init(position, key_init), num_steps, pooled=False)
+        return adapt(
+            key_run, start(position).init(position, key_init), num_steps, pooled=False
+        )
 
     @functools.partial(jax.jit, static_argnames=("num_steps",))
     def _run_chains(rng_key, positions, num_steps):
@@ -506,7 +648,9 @@ def window_adaptation(
         """Adapt one chain for ``num_steps`` steps: ``((state, parameters), info)``."""
         check_key(rng_key)
         num_steps = check_int(num_steps, "num_steps", minimum=0)
-        ravel_position(position)  # the checks, in Python (skipped for tracers, e.g. under vmap)
+        ravel_position(
+            position
+        )  # the checks, in Python (skipped for tracers, e.g. under vmap)
         out = _run(rng_key, position, num_steps)
         warn_collapsed(out[0][1], out[1], target, final_window(num_steps))
         return out

@@ -50,18 +50,16 @@ Stan's windows, pooled over the chains), starting from ``1/sqrt(c)`` scales;
 ``--no-adapt`` keeps those scales.
 
 The job must not print a wrong answer with exit status 0. After the run it
-checks: divergence; CEnLMC's ensemble force unused (below 5% of
-particle-steps); every flag the sampler's infos declare for ``cj.sample``'s
-warnings (``run_flags``: CEnLMC's gradient audit measuring a biased force,
-``info.biased``; clipped noise; a collapsed acceptance); Metropolis acceptance below 5%; unadjusted
-Langevin's known bias (Gaussian targets) above the reported standard error;
-rank-normalised R-hat above 1.1 (with --trace); estimates more than 5 standard
-errors from a known truth; a Langevin step size at or above ``2/c``; no draw
-kept (a divergence before the first recorded step: the outputs that exist
-are written). Any of these prints ``UNRELIABLE`` and exits 1 unless
+checks: divergence; CEnLMC's ensemble force unused (below 5% of particle-steps); every
+flag the sampler's infos declare for ``cj.sample``'s warnings (``run_flags``: CEnLMC's
+gradient audit measuring a biased force, ``info.biased``; clipped noise; a collapsed
+acceptance); Metropolis acceptance below 5%; unadjusted Langevin's known bias (Gaussian
+targets) above the reported standard error; rank-normalised R-hat above 1.1 (with
+--trace); estimates more than 5 standard errors from a known truth; a Langevin step size
+at or above ``2/c``; no draw kept (a divergence before the first recorded step: the
+outputs that exist are written). Any of these prints ``UNRELIABLE`` and exits 1 unless
 ``--allow-unreliable``. Exit status 2 is a usage error (message and usage, no
-traceback), paths included: they are checked before any work; 130 an
-interrupted run.
+traceback), paths included: they are checked before any work; 130 an interrupted run.
 
 The package: :mod:`~cenlmc_jax.cli.samplers` (the ``--sampler`` choices: the
 library's registry ``cenlmc_jax.SAMPLERS`` and one table of what the command
@@ -119,11 +117,17 @@ def cmd_sample(args) -> int:
 def _with_config(parser, args, argv: list):
     """``--config FILE`` (or, with ``--resume --out DIR``, ``DIR/config.toml``) read under the command line.
 
-    ``args``: the command line alone, whose ``--model`` is the only one ever imported: a file's ``model``
-    entry without it is a usage error (:func:`~cenlmc_jax.cli.parser.refuse_config_model`).
+    ``args``: the command line alone, whose ``--model`` is the only one ever imported: a
+    file's ``model`` entry without it is a usage error
+    (:func:`~cenlmc_jax.cli.parser.refuse_config_model`).
     """
     config, run_folder = args.config, False
-    if config is None and args.resume and args.out and os.path.isfile(os.path.join(args.out, "config.toml")):
+    if (
+        config is None
+        and args.resume
+        and args.out
+        and os.path.isfile(os.path.join(args.out, "config.toml"))
+    ):
         config, run_folder = os.path.join(args.out, "config.toml"), True
     if config is None:
         return args
@@ -131,7 +135,9 @@ def _with_config(parser, args, argv: list):
     refuse_config_model(table, config, args.model)
     if run_folder:
         table = run_folder_table(table)
-    merged = parser.parse_args([argv[0]] + config_tokens(table, config, parser) + argv[1:])
+    merged = parser.parse_args(
+        [argv[0]] + config_tokens(table, config, parser) + argv[1:]
+    )
     merged.config = config
     return merged
 
@@ -156,22 +162,27 @@ def _sample(parser, args, argv: list) -> int:
 def use_compile_cache(folder: str | None) -> None:
     """JAX's persistent compilation cache for the job (``--compile-cache``).
 
-    A CLI job builds new closures every time, so nothing of an earlier job's compilation is reused in
-    memory; on disk, a program whose HLO is the same (the same job, or one with other output flags) is
-    loaded instead of compiled (measured on the default job: benchmarks/results/test_times.md). ``None``:
-    the cache JAX is already configured with (``$JAX_COMPILATION_CACHE_DIR``), else
-    ``~/.cache/cenlmc_jax/xla``; ``"off"``: no cache. JAX writes an entry without a lock (unless the
-    ``filelock`` package is installed and a size limit set), so jobs that run at the same time should
-    each get their own folder (``--compile-cache DIR``).
+    A CLI job builds new closures every time, so nothing of an earlier job's compilation
+    is reused in memory; on disk, a program whose HLO is the same (the same job, or one
+    with other output flags) is loaded instead of compiled (measured on the default job:
+    benchmarks/results/test_times.md). ``None``: the cache JAX is already configured
+    with (``$JAX_COMPILATION_CACHE_DIR``), else ``~/.cache/cenlmc_jax/xla``; ``"off"``:
+    no cache. JAX writes an entry without a lock (unless the ``filelock`` package is
+    installed and a size limit set), so jobs that run at the same time should each get
+    their own folder (``--compile-cache DIR``).
     """
     if folder == "off" or (folder is None and jax.config.jax_compilation_cache_dir):
         return
-    folder = folder or os.path.join(os.path.expanduser("~"), ".cache", "cenlmc_jax", "xla")
+    folder = folder or os.path.join(
+        os.path.expanduser("~"), ".cache", "cenlmc_jax", "xla"
+    )
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError as exc:
-        raise UsageError(f"--compile-cache {folder}: cannot create it ({exc.strerror}); give another folder "
-                         "or 'off'.") from exc
+        raise UsageError(
+            f"--compile-cache {folder}: cannot create it ({exc.strerror}); give another folder "
+            "or 'off'."
+        ) from exc
     jax.config.update("jax_compilation_cache_dir", folder)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
@@ -189,13 +200,14 @@ def _end_interrupted_process(code: int) -> None:
 def main(argv=None) -> int:
     """The ``cenlmc-jax`` console script: ``sample`` or ``summary``; the exit status (module docstring).
 
-    ``argv`` None is the command itself (the console script, ``python -m cenlmc_jax.cli``): an interrupted
-    run then ends the process with ``os._exit(130)``. A Ctrl-C stops XLA's compilation or computation
-    where the main thread waits for it, but the work goes on in XLA's own threads; Python's shutdown would
-    then free the XLA client (its devices) under the compiling thread, which crashes with SIGSEGV (jaxlib:
-    ``PjRtClient``'s destructor frees the devices before it joins its compile threads). The checkpoint is
-    written atomically, so nothing is lost by skipping the shutdown. Called with ``argv`` (in-process), it
-    returns 130 instead.
+    ``argv`` None is the command itself (the console script, ``python -m
+    cenlmc_jax.cli``): an interrupted run then ends the process with ``os._exit(130)``.
+    A Ctrl-C stops XLA's compilation or computation where the main thread waits for it,
+    but the work goes on in XLA's own threads; Python's shutdown would then free the XLA
+    client (its devices) under the compiling thread, which crashes with SIGSEGV (jaxlib:
+    ``PjRtClient``'s destructor frees the devices before it joins its compile threads).
+    The checkpoint is written atomically, so nothing is lost by skipping the shutdown.
+    Called with ``argv`` (in-process), it returns 130 instead.
     """
     command_line = argv is None
     parser = build_parser(__doc__.splitlines()[0])

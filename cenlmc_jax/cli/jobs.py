@@ -70,7 +70,9 @@ class Setup(NamedTuple):
     keys: jax.Array
     c: float
     c_source: str
-    model: object = None  # a NumPyro model's cj.from_numpyro (its constrain and names), else None
+    model: object = (
+        None  # a NumPyro model's cj.from_numpyro (its constrain and names), else None
+    )
 
 
 class Run(NamedTuple):
@@ -89,8 +91,10 @@ class Run(NamedTuple):
 
 def _refuse_pickles(flag: str, path: str, exc: Exception) -> None:
     if "allow_pickle" in str(exc):
-        raise UsageError(f"{flag} {path}: holds pickled Python objects, which can run code and are never loaded; "
-                         "save plain numeric arrays") from exc
+        raise UsageError(
+            f"{flag} {path}: holds pickled Python objects, which can run code and are never loaded; "
+            "save plain numeric arrays"
+        ) from exc
 
 
 def load_data(path: str) -> dict:
@@ -102,19 +106,29 @@ def load_data(path: str) -> dict:
                 return {k: f[k] for k in f.files}
         except Exception as exc:
             _refuse_pickles("--data", path, exc)
-            raise UsageError(f"--data {path}: not a readable .npz file ({exc})") from exc
+            raise UsageError(
+                f"--data {path}: not a readable .npz file ({exc})"
+            ) from exc
     if path.endswith(".csv"):
         try:
-            table = np.genfromtxt(path, delimiter=",", names=True, dtype=np.float64, encoding="utf-8")
+            table = np.genfromtxt(
+                path, delimiter=",", names=True, dtype=np.float64, encoding="utf-8"
+            )
         except Exception as exc:
-            raise UsageError(f"--data {path}: not a readable .csv file with a header row ({exc})") from exc
+            raise UsageError(
+                f"--data {path}: not a readable .csv file with a header row ({exc})"
+            ) from exc
         if table.dtype.names is None:
-            raise UsageError(f"--data {path}: the .csv needs a header row naming its columns")
+            raise UsageError(
+                f"--data {path}: the .csv needs a header row naming its columns"
+            )
         table = np.atleast_1d(table)
         data = {name: np.asarray(table[name]) for name in table.dtype.names}
         bad = [k for k, v in data.items() if np.isnan(v).any()]
         if bad:
-            raise UsageError(f"--data {path}: columns {bad} hold empty or non-numeric values")
+            raise UsageError(
+                f"--data {path}: columns {bad} hold empty or non-numeric values"
+            )
         return data
     raise UsageError(f"--data must be an .npz or a .csv file; got {path!r}")
 
@@ -124,13 +138,17 @@ def _import_model(spec: str):
     path, sep, name = spec.rpartition(":")
     if not sep or not path.endswith(".py") or not name.isidentifier():
         raise UsageError(f"--model must be PATH.py:FUNCTION; got {spec!r}")
-    module_name = "cenlmc_user_model_" + "".join(c if c.isalnum() else "_" for c in os.path.abspath(path))
+    module_name = "cenlmc_user_model_" + "".join(
+        c if c.isalnum() else "_" for c in os.path.abspath(path)
+    )
     try:
         loader_spec = importlib.util.spec_from_file_location(module_name, path)
         module = importlib.util.module_from_spec(loader_spec)
         loader_spec.loader.exec_module(module)
     except Exception as exc:
-        raise UsageError(f"--model {spec}: importing {path} failed: {type(exc).__name__}: {exc}") from exc
+        raise UsageError(
+            f"--model {spec}: importing {path} failed: {type(exc).__name__}: {exc}"
+        ) from exc
     fn = getattr(module, name, None)
     if not callable(fn):
         raise UsageError(f"--model {spec}: {path} defines no function {name!r}")
@@ -139,7 +157,9 @@ def _import_model(spec: str):
 
 def load_model(spec: str, data: dict | None, dim: int, fn=None) -> targets_mod.Target:
     """``--model PATH.py:FUNCTION`` (with ``--data``) as a Target of dimension ``dim``, its output checked."""
-    fn, name = (fn, spec.rpartition(":")[2]) if fn is not None else _import_model(spec)[:2]
+    fn, name = (
+        (fn, spec.rpartition(":")[2]) if fn is not None else _import_model(spec)[:2]
+    )
     if data is None:
         logdensity_fn = fn
     else:
@@ -152,33 +172,55 @@ def load_model(spec: str, data: dict | None, dim: int, fn=None) -> targets_mod.T
         out = jax.eval_shape(logdensity_fn, jax.ShapeDtypeStruct((dim,), jnp.float32))
     except Exception as exc:
         call = f"{name}(x, data)" if data is not None else f"{name}(x)"
-        raise UsageError(f"--model {spec}: {call} failed on a point x of shape ({dim},): {type(exc).__name__}: {exc}"
-                         ) from exc
+        raise UsageError(
+            f"--model {spec}: {call} failed on a point x of shape ({dim},): {type(exc).__name__}: {exc}"
+        ) from exc
     if getattr(out, "shape", None) != () or not jnp.issubdtype(out.dtype, jnp.floating):
-        raise UsageError(f"--model {spec}: {name} must return a floating scalar (the log density of one point); "
-                         f"got shape {getattr(out, 'shape', type(out).__name__)}")
+        raise UsageError(
+            f"--model {spec}: {name} must return a floating scalar (the log density of one point); "
+            f"got shape {getattr(out, 'shape', type(out).__name__)}"
+        )
     path = spec.rpartition(":")[0]
-    return targets_mod.Target(f"{os.path.basename(path)}:{name}", dim, logdensity_fn, None, None, None, None, data)
+    return targets_mod.Target(
+        f"{os.path.basename(path)}:{name}",
+        dim,
+        logdensity_fn,
+        None,
+        None,
+        None,
+        None,
+        data,
+    )
 
 
 def _imports_numpyro(module) -> bool:
-    return any((getattr(v, "__name__", None) or getattr(v, "__module__", None) or "").split(".")[0] == "numpyro"
-               for v in vars(module).values())
+    return any(
+        (getattr(v, "__name__", None) or getattr(v, "__module__", None) or "").split(
+            "."
+        )[0]
+        == "numpyro"
+        for v in vars(module).values()
+    )
 
 
 def _numpyro_kwargs(data: dict | None) -> dict:
     """``--data`` as a NumPyro model's keyword arguments: each array by name, a 0-d integer (a plate's size) an int."""
-    return {k: int(v) if np.ndim(v) == 0 and np.issubdtype(np.asarray(v).dtype, np.integer) else v
-            for k, v in (data or {}).items()}
+    return {
+        k: int(v)
+        if np.ndim(v) == 0 and np.issubdtype(np.asarray(v).dtype, np.integer)
+        else v
+        for k, v in (data or {}).items()
+    }
 
 
 def load_numpyro_model(spec: str, fn, module, data: dict | None):
     """``--model PATH.py:MODEL`` as ``cj.from_numpyro(MODEL, **data)`` and those keyword arguments when MODEL is a
     NumPyro model, else None.
 
-    A NumPyro model: the file imports numpyro and ``MODEL(**data)`` binds (``--data``'s arrays by argument name;
-    none without ``--data``: the model's own defaults). A log density ``f(x)`` / ``f(x, data)`` does not bind
-    (``x`` is missing) and goes the log-density way. The model then failing on the data is a usage error.
+    A NumPyro model: the file imports numpyro and ``MODEL(**data)`` binds (``--data``'s
+    arrays by argument name; none without ``--data``: the model's own defaults). A log
+    density ``f(x)`` / ``f(x, data)`` does not bind (``x`` is missing) and goes the
+    log-density way. The model then failing on the data is a usage error.
     """
     kwargs = _numpyro_kwargs(data)
     try:
@@ -191,8 +233,10 @@ def load_numpyro_model(spec: str, fn, module, data: dict | None):
         return cj.from_numpyro(fn, **kwargs), kwargs
     except Exception as exc:
         call = f"{spec.rpartition(':')[2]}({', '.join(f'{k}=...' for k in kwargs)})"
-        raise UsageError(f"--model {spec}: read as a NumPyro model (the file imports numpyro), cj.from_numpyro of "
-                         f"{call} failed: {type(exc).__name__}: {exc}") from exc
+        raise UsageError(
+            f"--model {spec}: read as a NumPyro model (the file imports numpyro), cj.from_numpyro of "
+            f"{call} failed: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 _FROM_NUMPYRO: dict = {}  # (model function, id of its data) -> cj.from_numpyro (a library global: not fingerprinted)
@@ -201,9 +245,10 @@ _FROM_NUMPYRO: dict = {}  # (model function, id of its data) -> cj.from_numpyro 
 def numpyro_target(spec: str, fn, kwargs: dict, model) -> targets_mod.Target:
     """A NumPyro model's unconstrained log density (``cj.from_numpyro``) as a Target.
 
-    Its ``logdensity_fn`` closes over the user's model function and data only, which a checkpoint fingerprints
-    (``cenlmc_jax.checkpoint``: NumPyro's ``potential_fn`` holds PyTreeDefs, C objects with no stable
-    description); the NumPyroModel is looked up in :data:`_FROM_NUMPYRO`.
+    Its ``logdensity_fn`` closes over the user's model function and data only, which a
+    checkpoint fingerprints (``cenlmc_jax.checkpoint``: NumPyro's ``potential_fn`` holds
+    PyTreeDefs, C objects with no stable description); the NumPyroModel is looked up in
+    :data:`_FROM_NUMPYRO`.
     """
     _FROM_NUMPYRO[fn, id(kwargs)] = model
 
@@ -211,19 +256,35 @@ def numpyro_target(spec: str, fn, kwargs: dict, model) -> targets_mod.Target:
         return _FROM_NUMPYRO[fn, id(kwargs)].logdensity_fn(x)
 
     path, _, name = spec.rpartition(":")
-    return targets_mod.Target(f"{os.path.basename(path)}:{name} (NumPyro, unconstrained)", model.d,
-                              logdensity_fn, None, None, None, None)
+    return targets_mod.Target(
+        f"{os.path.basename(path)}:{name} (NumPyro, unconstrained)",
+        model.d,
+        logdensity_fn,
+        None,
+        None,
+        None,
+        None,
+    )
 
 
 def constrained(model, res: RunResult) -> tuple:
     """A NumPyro model's run with its trace mapped by ``model.constrain`` (NumPyro's transforms, deterministic
     sites included), flattened per draw (sites sorted, C order), and the names of those columns."""
-    sites = jax.jit(jax.vmap(jax.vmap(model.constrain)))(res.trace)  # trace: (draws, chains, d)
+    sites = jax.jit(jax.vmap(jax.vmap(model.constrain)))(
+        res.trace
+    )  # trace: (draws, chains, d)
     names = []
     for site in sorted(sites):
         shape = np.shape(sites[site])[2:]
-        names += [site] if shape == () else [f"{site}[{','.join(map(str, i))}]" for i in np.ndindex(*shape)]
-    flat = jnp.concatenate([jnp.reshape(sites[s], np.shape(sites[s])[:2] + (-1,)) for s in sorted(sites)], axis=-1)
+        names += (
+            [site]
+            if shape == ()
+            else [f"{site}[{','.join(map(str, i))}]" for i in np.ndindex(*shape)]
+        )
+    flat = jnp.concatenate(
+        [jnp.reshape(sites[s], np.shape(sites[s])[:2] + (-1,)) for s in sorted(sites)],
+        axis=-1,
+    )
     return res._replace(trace=flat), names
 
 
@@ -237,17 +298,23 @@ def shown(setup: Setup, res: RunResult) -> tuple:
 
 def load_init(path: str) -> np.ndarray:
     try:
-        init = np.load(path, allow_pickle=False)  # data only: a pickle (code) is refused
+        init = np.load(
+            path, allow_pickle=False
+        )  # data only: a pickle (code) is refused
     except Exception as exc:
         _refuse_pickles("--init", path, exc)
         raise UsageError(f"--init {path}: not a readable .npy file ({exc})") from exc
     if not isinstance(init, np.ndarray):  # an .npz archive
         init.close()
-        raise UsageError(f"--init {path}: an .npz archive; give one array in an .npy file (numpy.save)")
+        raise UsageError(
+            f"--init {path}: an .npz archive; give one array in an .npy file (numpy.save)"
+        )
     if init.dtype.kind not in "biuf":
         raise UsageError(f"--init {path}: must hold numbers; got dtype {init.dtype}")
     if init.ndim not in (1, 2) or init.size == 0 or not np.all(np.isfinite(init)):
-        raise UsageError(f"--init {path}: must hold finite positions of shape (N, d) or (d,); got shape {init.shape}")
+        raise UsageError(
+            f"--init {path}: must hold finite positions of shape (N, d) or (d,); got shape {init.shape}"
+        )
     return init.astype(np.float32)
 
 
@@ -266,7 +333,9 @@ def curvature(target: targets_mod.Target, positions: jax.Array) -> tuple:
     hvp = jax.jit(hvp)
     v = jnp.ones_like(mode) / math.sqrt(mode.shape[0])
     lam = float("nan")
-    for _ in range(50):  # power iteration: the largest eigenvalue of a PSD-at-the-mode Hessian
+    for _ in range(
+        50
+    ):  # power iteration: the largest eigenvalue of a PSD-at-the-mode Hessian
         w = hvp(v)
         lam = float(jnp.vdot(v, w))
         norm = float(jnp.linalg.norm(w))
@@ -275,7 +344,10 @@ def curvature(target: targets_mod.Target, positions: jax.Array) -> tuple:
         v = w / norm
     if not (math.isfinite(lam) and lam > 0):
         return 1.0, "1 (no curvature found at the mode: unit scale assumed)"
-    return lam, f"{lam:.4g}, the largest Hessian eigenvalue of -log p at the mode (power iteration)"
+    return (
+        lam,
+        f"{lam:.4g}, the largest Hessian eigenvalue of -log p at the mode (power iteration)",
+    )
 
 
 # --------------------------------------------------------------------------
@@ -291,20 +363,30 @@ def _target(args, data: dict | None, init: np.ndarray | None) -> tuple:
         if loaded is not None:
             model, kwargs = loaded
             if args.dim is not None and args.dim != model.d:
-                raise UsageError(f"--dim {args.dim}: the NumPyro model has d = {model.d} unconstrained coordinates")
+                raise UsageError(
+                    f"--dim {args.dim}: the NumPyro model has d = {model.d} unconstrained coordinates"
+                )
             args.trace = True  # the constrained summary needs the draws
             return numpyro_target(args.model, fn, kwargs, model), model
-        dim = args.dim if args.dim is not None else (init.shape[-1] if init is not None else None)
+        dim = (
+            args.dim
+            if args.dim is not None
+            else (init.shape[-1] if init is not None else None)
+        )
         if dim is None:
-            raise UsageError("--model needs --dim D or --init FILE.npy to know the dimension")
+            raise UsageError(
+                "--model needs --dim D or --init FILE.npy to know the dimension"
+            )
         return load_model(args.model, data, dim, fn), None
     try:
         target = targets_mod.get_target(args.target, args.dim)
     except (ValueError, TypeError) as exc:
         raise UsageError(f"--dim {args.dim} for --target {args.target}: {exc}") from exc
     if args.dim is not None and target.dim != args.dim:
-        raise UsageError(f"--target {args.target} has a fixed dimension {target.dim}; --dim {args.dim} does not "
-                         "apply")
+        raise UsageError(
+            f"--target {args.target} has a fixed dimension {target.dim}; --dim {args.dim} does not "
+            "apply"
+        )
     return target, None
 
 
@@ -313,18 +395,28 @@ def _setup(args) -> Setup:
     init = load_init(args.init) if args.init is not None else None
     if init is not None and init.ndim == 2:
         if args.particles is not None and args.particles != init.shape[0]:
-            raise UsageError(f"--particles {args.particles} does not match the {init.shape[0]} rows of --init")
+            raise UsageError(
+                f"--particles {args.particles} does not match the {init.shape[0]} rows of --init"
+            )
         args.particles = init.shape[0]
     args.particles = args.particles or DEFAULT_PARTICLES
     target, model = _target(args, data, init)
     if init is not None and init.shape[-1] != target.dim:
-        raise UsageError(f"--init has points of dimension {init.shape[-1]}; the target has d = {target.dim}")
+        raise UsageError(
+            f"--init has points of dimension {init.shape[-1]}; the target has d = {target.dim}"
+        )
     if args.n_star is not None and args.n_star > args.particles - 1:
-        raise UsageError(f"--n-star {args.n_star} must be at most N - 1 = {args.particles - 1} (the neighbours a "
-                         "particle can have)")
+        raise UsageError(
+            f"--n-star {args.n_star} must be at most N - 1 = {args.particles - 1} (the neighbours a "
+            "particle can have)"
+        )
     keys = jax.random.split(jax.random.key(args.seed), 3)
     noise = jax.random.normal(keys[0], (args.particles, target.dim)) * args.init_scale
-    positions = noise if init is None else (jnp.asarray(init) if init.ndim == 2 else jnp.asarray(init) + noise)
+    positions = (
+        noise
+        if init is None
+        else (jnp.asarray(init) if init.ndim == 2 else jnp.asarray(init) + noise)
+    )
     c, c_source = curvature(target, positions)
     job = build_job(args.sampler, args, target, positions, c, keys)
     if args.steps is None:
@@ -332,30 +424,38 @@ def _setup(args) -> Setup:
     return Setup(target, job, keys, c, c_source, model)
 
 
-#: The R-hat the default run length aims below: the verdict's threshold (``verdict.RHAT_MAX``, which imports
-#: this module; tests/cli/test_cli_posteriordb.py checks that they agree).
+#: The R-hat the default run length aims below: the verdict's threshold
+#: (``verdict.RHAT_MAX``, which imports this module; tests/cli/test_cli_posteriordb.py
+#: checks that they agree).
 RHAT_TARGET = 1.1
-#: The longest run :func:`default_steps` asks for (a longer one would hold 2,000 x 20,000 x d draws with --trace).
+#: The longest run :func:`default_steps` asks for (a longer one would hold 2,000 x
+#: 20,000 x d draws with --trace).
 MAX_DEFAULT_STEPS = 20_000
 
 
 def default_steps(job: Job, thin: int = 1) -> int:
     """``--steps`` unset: :data:`DEFAULT_STEPS`, or for a job warmed up by ``cj.langevin_warmup`` (its
-    ``relaxation_steps`` ``τ``, steps per e-fold of the slowest whitened coordinate) enough steps that the split
-    R-hat over particles stays below :data:`RHAT_TARGET`; a multiple of ``thin``, at most :data:`MAX_DEFAULT_STEPS`.
+    ``relaxation_steps`` ``τ``, steps per e-fold of the slowest whitened coordinate)
+    enough steps that the split R-hat over particles stays below :data:`RHAT_TARGET`; a
+    multiple of ``thin``, at most :data:`MAX_DEFAULT_STEPS`.
 
-    A run of ``T`` steps has ``T / (2 τ_int)`` effective draws per half-chain, and for stationary chains the
-    split R-hat is about ``sqrt(1 + 1 / ESS_half)`` (Vehtari et al. 2021; cenlmc_jax.diagnostics.convergence).
-    ``τ_int`` is ``2τ`` for a Gaussian direction (an AR(1) of lag-1 correlation ``e^{-1/τ}``), but on a skewed
-    posterior the short-lag e-fold misses the slow tail: on garch11 the warm-up measured ``τ ≈ 40`` and the bulk
-    ESS of the 1,000-step run gave ``τ_int ≈ 160 = 4τ``; ``τ_int = 4τ`` is taken. Asking
-    ``ESS_half >= 2 / (R² − 1)``, twice the value at which R-hat reaches ``R`` (its estimate from 64 particles is
-    noisy), gives ``T = 16τ / (R² − 1)``: ``76τ`` for R = 1.1.
+    A run of ``T`` steps has ``T / (2 τ_int)`` effective draws per half-chain, and for
+    stationary chains the split R-hat is about ``sqrt(1 + 1 / ESS_half)`` (Vehtari et
+    al. 2021; cenlmc_jax.diagnostics.convergence). ``τ_int`` is ``2τ`` for a Gaussian
+    direction (an AR(1) of lag-1 correlation ``e^{-1/τ}``), but on a skewed posterior
+    the short-lag e-fold misses the slow tail: on garch11 the warm-up measured ``τ ≈
+    40`` and the bulk ESS of the 1,000-step run gave ``τ_int ≈ 160 = 4τ``; ``τ_int =
+    4τ`` is taken. Asking ``ESS_half >= 2 / (R² − 1)``, twice the value at which R-hat
+    reaches ``R`` (its estimate from 64 particles is noisy), gives ``T = 16τ / (R² −
+    1)``: ``76τ`` for R = 1.1.
     """
     tau = job.parameters.get("relaxation_steps")
     steps = DEFAULT_STEPS
     if tau is not None and math.isfinite(tau) and tau > 0:
-        steps = max(steps, min(MAX_DEFAULT_STEPS, math.ceil(16.0 * tau / (RHAT_TARGET**2 - 1.0))))
+        steps = max(
+            steps,
+            min(MAX_DEFAULT_STEPS, math.ceil(16.0 * tau / (RHAT_TARGET**2 - 1.0))),
+        )
     return -(-steps // thin) * thin
 
 
@@ -363,7 +463,9 @@ def setup(args) -> Setup:
     """Target, starting positions, keys and the sampler, from the checked flags (``parser.check_args``)."""
     try:
         return _setup(args)
-    except ValueError as exc:  # a sampler or target refused a value: a usage error, not a traceback
+    except (
+        ValueError
+    ) as exc:  # a sampler or target refused a value: a usage error, not a traceback
         raise UsageError(str(exc)) from exc
 
 
@@ -400,14 +502,18 @@ def ctrl_c_recorded(interrupted: list):
     that work running on XLA's own threads; :func:`cenlmc_jax.cli.main` says
     why the command then ends without Python's shutdown.
     """
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
         yield
         return
     active = [True]
 
     def deliver_again(delay: float) -> None:
-        timer = threading.Timer(delay, lambda: active[0] and _thread.interrupt_main(signal.SIGINT))
+        timer = threading.Timer(
+            delay, lambda: active[0] and _thread.interrupt_main(signal.SIGINT)
+        )
         timer.daemon = True
         timer.start()
 
@@ -439,15 +545,21 @@ def say_interrupted(args) -> None:
     """After a Ctrl-C: what the job left and how to go on (``args`` may be unchecked if it came early)."""
     out, checkpoint = args.out, args.checkpoint
     if checkpoint is not None and os.path.exists(checkpoint):
-        again = f"cenlmc-jax sample --resume --out {out}" if out else "the same command with --resume"
+        again = (
+            f"cenlmc-jax sample --resume --out {out}"
+            if out
+            else "the same command with --resume"
+        )
         text = f"interrupted; the checkpoint {checkpoint} holds the last finished chunk. Continue with: {again}"
     elif out is not None and os.path.isfile(os.path.join(out, "run.json")):
         text = f"interrupted after the run finished; its outputs in {out} are written"
     elif out is not None and not os.path.isdir(out):
         text = f"interrupted before the run started: nothing was written to {out}"
     elif out is not None:
-        text = (f"interrupted before the first checkpoint (every --checkpoint-every steps): nothing to continue; "
-                f"the same command starts afresh in {out}, and so does cenlmc-jax sample --resume --out {out}")
+        text = (
+            f"interrupted before the first checkpoint (every --checkpoint-every steps): nothing to continue; "
+            f"the same command starts afresh in {out}, and so does cenlmc-jax sample --resume --out {out}"
+        )
     elif checkpoint is not None:
         text = f"interrupted before the first checkpoint ({checkpoint}): the same command starts afresh"
     else:
@@ -458,16 +570,34 @@ def say_interrupted(args) -> None:
 def run_job(args, setup: Setup) -> Run:
     """The driver on the job (checkpointed with ``--checkpoint``); a Ctrl-C raises KeyboardInterrupt."""
     job, keys = setup.job, setup.keys
-    chunk = max(args.thin, args.checkpoint_every // args.thin * args.thin) if args.checkpoint else None
-    burn_in = args.burn_in - job.warmup_steps  # steps the driver runs unrecorded (a warm-up ran the others)
+    chunk = (
+        max(args.thin, args.checkpoint_every // args.thin * args.thin)
+        if args.checkpoint
+        else None
+    )
+    burn_in = (
+        args.burn_in - job.warmup_steps
+    )  # steps the driver runs unrecorded (a warm-up ran the others)
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", RuntimeWarning)  # the driver's divergence and clipping reports
+        warnings.simplefilter(
+            "always", RuntimeWarning
+        )  # the driver's divergence and clipping reports
         try:
-            res = cj.sample(keys[1], job.algorithm, job.state, args.steps, burn_in=burn_in, thin=args.thin,
-                            mode="trace" if args.trace else "stream", progress=args.progress, on_divergence="stop",
-                            checkpoint_path=args.checkpoint, chunk_size=chunk,
-                            check_convergence=False)  # the verdict runs the same checks (verdict.problems)
+            res = cj.sample(
+                keys[1],
+                job.algorithm,
+                job.state,
+                args.steps,
+                burn_in=burn_in,
+                thin=args.thin,
+                mode="trace" if args.trace else "stream",
+                progress=args.progress,
+                on_divergence="stop",
+                checkpoint_path=args.checkpoint,
+                chunk_size=chunk,
+                check_convergence=False,
+            )  # the verdict runs the same checks (verdict.problems)
         except ValueError as exc:  # the checkpoint is another run's, or damaged: checked before any step
             if args.checkpoint is None or "checkpoint_path" not in str(exc):
                 raise
@@ -475,13 +605,17 @@ def run_job(args, setup: Setup) -> Run:
             raise UsageError(f"{flag}: {exc}") from exc
         jax.block_until_ready(res.state)
     elapsed = time.perf_counter() - t0
-    messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    messages = [
+        str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)
+    ]
     return Run(res, elapsed, messages, burn_in)
 
 
 def no_draws(res: RunResult) -> bool:
     """The run kept no draw (it diverged before its first recorded step): no estimates at all."""
-    return res.trace is None and (res.moments is None or not float(res.moments.count) > 0)
+    return res.trace is None and (
+        res.moments is None or not float(res.moments.count) > 0
+    )
 
 
 def kept_steps(res: RunResult) -> int:
@@ -508,39 +642,73 @@ def remove_checkpoint(path: str | None) -> None:
 
 
 def _infos(res: RunResult) -> dict:
-    return {f"info_{k}": np.asarray(v) for k, v in res.info._asdict().items()} if res.info is not None else {}
+    return (
+        {f"info_{k}": np.asarray(v) for k, v in res.info._asdict().items()}
+        if res.info is not None
+        else {}
+    )
 
 
-def _save_outputs(args, setup: Setup, run: Run, table: SummaryTable | None, record: dict) -> list:
+def _save_outputs(
+    args, setup: Setup, run: Run, table: SummaryTable | None, record: dict
+) -> list:
     """draws.npz or moments.npz, and with kept draws (``table`` not None) summary.csv, run.nc and the plots."""
     out, files, res = args.out, [], run.result
     final = {"final_position": np.asarray(res.state.position)}
     if res.trace is not None:
         path = os.path.join(out, "draws.npz")
-        np.savez(path, draws=np.asarray(cj.diagnostics.chains_first(res)), **final, **_infos(res))
+        np.savez(
+            path,
+            draws=np.asarray(cj.diagnostics.chains_first(res)),
+            **final,
+            **_infos(res),
+        )
     elif res.moments is None:  # a trace run that kept no draw: (chains, 0, d) draws
         path, pos = os.path.join(out, "draws.npz"), final["final_position"]
-        np.savez(path, draws=np.empty((pos.shape[0], 0) + pos.shape[1:], pos.dtype), **final, **_infos(res))
+        np.savez(
+            path,
+            draws=np.empty((pos.shape[0], 0) + pos.shape[1:], pos.dtype),
+            **final,
+            **_infos(res),
+        )
     else:
         path = os.path.join(out, "moments.npz")
-        np.savez(path, mean=np.asarray(res.moments.mean), variance=np.asarray(res.moments.variance),
-                 count=np.asarray(res.moments.count), **final, **_infos(res))
+        np.savez(
+            path,
+            mean=np.asarray(res.moments.mean),
+            variance=np.asarray(res.moments.variance),
+            count=np.asarray(res.moments.count),
+            **final,
+            **_infos(res),
+        )
     files.append(path)
     if table is None:
-        record["warnings"].append("summary.csv, run.nc and plots not written: no draw was kept")
+        record["warnings"].append(
+            "summary.csv, run.nc and plots not written: no draw was kept"
+        )
         return files
     table.to_csv(os.path.join(out, "summary.csv"))
     files.append(os.path.join(out, "summary.csv"))
     if importlib.util.find_spec("arviz") is not None:
         try:
-            idata = to_arviz(shown(setup, res)[0], burn_in=run.burn_in, thin=args.thin, sampler=args.sampler,
-                             parameters=setup.job.parameters, seed=args.seed)
+            idata = to_arviz(
+                shown(setup, res)[0],
+                burn_in=run.burn_in,
+                thin=args.thin,
+                sampler=args.sampler,
+                parameters=setup.job.parameters,
+                seed=args.seed,
+            )
             idata.to_netcdf(os.path.join(out, "run.nc"))
             files.append(os.path.join(out, "run.nc"))
         except Exception as exc:  # a missing netCDF engine must not lose the run
-            record["warnings"].append(f"run.nc not written: {type(exc).__name__}: {exc}")
+            record["warnings"].append(
+                f"run.nc not written: {type(exc).__name__}: {exc}"
+            )
     else:
-        record["warnings"].append('run.nc not written: ArviZ is not installed (pip install "cenlmc_jax[arviz]")')
+        record["warnings"].append(
+            'run.nc not written: ArviZ is not installed (pip install "cenlmc_jax[arviz]")'
+        )
     if args.plots:
         files += _save_plots(args, setup.target, res, run.burn_in)
     return files
@@ -556,7 +724,10 @@ def _save_plots(args, target, res, burn_in) -> list:
         if np.ndim(res.state.position) >= 2:
             figures["ensemble"] = lambda: plots.plot_ensemble_pairs(res, target=target)
     figures["marginals"] = lambda: plots.plot_marginals(res, target)
-    if getattr(res.info, "grad_evals", None) is not None and SPECS[args.sampler].langevin:
+    if (
+        getattr(res.info, "grad_evals", None) is not None
+        and SPECS[args.sampler].langevin
+    ):
         figures["gradients"] = lambda: plots.plot_gradient_savings(res, burn_in=burn_in)
     written = []
     for name, make in figures.items():
@@ -566,22 +737,51 @@ def _save_plots(args, target, res, burn_in) -> list:
     return written
 
 
-def _write_record(args, setup: Setup, run: Run, table: SummaryTable | None, problems: list, record: dict,
-                  files: list, t_start: float) -> str:
+def _write_record(
+    args,
+    setup: Setup,
+    run: Run,
+    table: SummaryTable | None,
+    problems: list,
+    record: dict,
+    files: list,
+    t_start: float,
+) -> str:
     """``OUT/run.json``: what was run, how long it took, what was written and the verdict."""
     job, target, res = setup.job, setup.target, run.result
     record.update(
-        version=version_text(), command=["cenlmc-jax"] + sys.argv[1:], config=effective_config(args),
-        seed=args.seed, sampler=args.sampler, description=job.description,
-        parameters={k: (float(v) if isinstance(v, float) else v) for k, v in job.parameters.items()},
-        target=dict(name=target.name, dim=target.dim, curvature=setup.c, curvature_source=setup.c_source),
-        steps_done=int(res.num_steps_done) + job.warmup_steps, warmup_steps=job.warmup_steps,
-        diverged_at=int(res.diverged_at), kept_steps=kept_steps(res),
-        timings=dict(sampling_s=run.seconds, total_s=time.perf_counter() - t_start), reliable=not problems,
-        problems=problems, summary_run=None if table is None else table.run,
+        version=version_text(),
+        command=["cenlmc-jax"] + sys.argv[1:],
+        config=effective_config(args),
+        seed=args.seed,
+        sampler=args.sampler,
+        description=job.description,
+        parameters={
+            k: (float(v) if isinstance(v, float) else v)
+            for k, v in job.parameters.items()
+        },
+        target=dict(
+            name=target.name,
+            dim=target.dim,
+            curvature=setup.c,
+            curvature_source=setup.c_source,
+        ),
+        steps_done=int(res.num_steps_done) + job.warmup_steps,
+        warmup_steps=job.warmup_steps,
+        diverged_at=int(res.diverged_at),
+        kept_steps=kept_steps(res),
+        timings=dict(sampling_s=run.seconds, total_s=time.perf_counter() - t_start),
+        reliable=not problems,
+        problems=problems,
+        summary_run=None if table is None else table.run,
         summary_notes=[] if table is None else list(table.notes),
-        files=[os.path.basename(f) if os.path.dirname(f) == args.out else os.path.relpath(f, args.out)
-               for f in files] + ["config.toml", "run.json"],
+        files=[
+            os.path.basename(f)
+            if os.path.dirname(f) == args.out
+            else os.path.relpath(f, args.out)
+            for f in files
+        ]
+        + ["config.toml", "run.json"],
     )
     path = os.path.join(args.out, "run.json")
     with open(path, "w") as fh:
@@ -594,22 +794,42 @@ def _write_output_file(path: str, res: RunResult, table: SummaryTable | None) ->
     if res.moments is not None:
         mean, variance = np.asarray(res.moments.mean), np.asarray(res.moments.variance)
     elif table is not None:
-        mean, variance = np.asarray(table.columns["mean"]), np.asarray(table.columns["sd"]) ** 2
+        mean, variance = (
+            np.asarray(table.columns["mean"]),
+            np.asarray(table.columns["sd"]) ** 2,
+        )
     else:
         mean = variance = np.full(np.shape(res.state.position)[-1:], np.nan)
     if no_draws(res):
         mean = variance = np.full_like(mean, np.nan)
-    with open(path, "wb") as fh:  # a file object: np.savez adds no ".npz" to the name given
-        np.savez(fh, final_position=np.asarray(res.state.position), mean=mean, variance=variance, **_infos(res))
+    with open(
+        path, "wb"
+    ) as fh:  # a file object: np.savez adds no ".npz" to the name given
+        np.savez(
+            fh,
+            final_position=np.asarray(res.state.position),
+            mean=mean,
+            variance=variance,
+            **_infos(res),
+        )
 
 
-def write_outputs(args, setup: Setup, run: Run, table: SummaryTable | None, problems: list, record: dict,
-                  t_start: float) -> list:
+def write_outputs(
+    args,
+    setup: Setup,
+    run: Run,
+    table: SummaryTable | None,
+    problems: list,
+    record: dict,
+    t_start: float,
+) -> list:
     """Everything ``--out DIR`` and ``--output FILE`` ask for; the paths written."""
     files = []
     if args.out is not None:
         files = _save_outputs(args, setup, run, table, record)
-        files.append(_write_record(args, setup, run, table, problems, record, files, t_start))
+        files.append(
+            _write_record(args, setup, run, table, problems, record, files, t_start)
+        )
     if args.output:
         _write_output_file(args.output, run.result, table)
         files.append(os.path.abspath(args.output))

@@ -51,15 +51,32 @@ except ImportError:  # pragma: no cover - Python 3.10
 PROG = "cenlmc-jax"
 MAX_SEED = 2**63 - 1
 DEFAULT_PARTICLES = 2000
-#: ``--steps`` unset: this, or more for a warmed-up lmc / cenlmc (cenlmc_jax.cli.jobs.default_steps).
+#: ``--steps`` unset: this, or more for a warmed-up lmc / cenlmc
+#: (cenlmc_jax.cli.jobs.default_steps).
 DEFAULT_STEPS = 1000
-#: Flags that are not settings of a run: never read from, nor written to, a configuration file.
+#: Flags that are not settings of a run: never read from, nor written to, a
+#: configuration file.
 NOT_IN_CONFIG = {"command", "config", "resume", "dir"}
 #: Settings a resumed run may change: where and how it reports, not what it computes.
-RESUME_MAY_CHANGE = {"out", "checkpoint", "checkpoint-every", "output", "plots", "allow-unreliable", "progress",
-                     "compile-cache"}
+RESUME_MAY_CHANGE = {
+    "out",
+    "checkpoint",
+    "checkpoint-every",
+    "output",
+    "plots",
+    "allow-unreliable",
+    "progress",
+    "compile-cache",
+}
 #: The files ``--out DIR`` receives (``--output`` may not be one of them).
-OUT_FILES = ("config.toml", "run.json", "summary.csv", "run.nc", "draws.npz", "moments.npz")
+OUT_FILES = (
+    "config.toml",
+    "run.json",
+    "summary.csv",
+    "run.nc",
+    "draws.npz",
+    "moments.npz",
+)
 
 
 class UsageError(Exception):
@@ -76,7 +93,9 @@ def int_type(minimum: int, maximum: int | None = None):
         try:
             v = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be an integer; got {text!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"must be an integer; got {text!r}"
+            ) from None
         if v < minimum or (maximum is not None and v > maximum):
             bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
             raise argparse.ArgumentTypeError(f"must be an integer {bound}; got {text}")
@@ -90,9 +109,13 @@ def float_type(*, positive: bool = True):
         try:
             v = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a number; got {text!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"must be a number; got {text!r}"
+            ) from None
         if not math.isfinite(v) or (v <= 0 if positive else v < 0):
-            raise argparse.ArgumentTypeError(f"must be a finite number {'> 0' if positive else '>= 0'}; got {text}")
+            raise argparse.ArgumentTypeError(
+                f"must be a finite number {'> 0' if positive else '>= 0'}; got {text}"
+            )
         return v
 
     return parse
@@ -113,77 +136,181 @@ def version_text() -> str:
 
 def _add_what_to_sample(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("what to sample")
-    g.add_argument("--config", metavar="FILE.toml", help="read every flag from a TOML file (command line wins)")
-    g.add_argument("--sampler", choices=CHOICES, default=DEFAULT_SAMPLER, help="(default: %(default)s)")
-    g.add_argument("--target", choices=sorted(targets_mod.TARGETS), default=None,
-                   help="built-in target (default: gaussian; not with --model)")
-    g.add_argument("--model", metavar="PATH.py:FUNCTION",
-                   help="your log density of one point x: (d,), FUNCTION(x, data) with --data; or a NumPyro "
-                        "model (the file imports numpyro and FUNCTION(**data) binds): cj.from_numpyro, sampled "
-                        "unconstrained, summarised by constrained site name")
-    g.add_argument("--data", metavar="FILE", help=".npz (arrays) or .csv (columns, header row) passed to the model")
-    g.add_argument("--init", metavar="FILE.npy", help="starting positions (N, d), or one point (d,) plus noise")
-    g.add_argument("--dim", type=int_type(1), default=None,
-                   help="dimension (targets that take one; required by --model without --init)")
+    g.add_argument(
+        "--config",
+        metavar="FILE.toml",
+        help="read every flag from a TOML file (command line wins)",
+    )
+    g.add_argument(
+        "--sampler",
+        choices=CHOICES,
+        default=DEFAULT_SAMPLER,
+        help="(default: %(default)s)",
+    )
+    g.add_argument(
+        "--target",
+        choices=sorted(targets_mod.TARGETS),
+        default=None,
+        help="built-in target (default: gaussian; not with --model)",
+    )
+    g.add_argument(
+        "--model",
+        metavar="PATH.py:FUNCTION",
+        help="your log density of one point x: (d,), FUNCTION(x, data) with --data; or a NumPyro "
+        "model (the file imports numpyro and FUNCTION(**data) binds): cj.from_numpyro, sampled "
+        "unconstrained, summarised by constrained site name",
+    )
+    g.add_argument(
+        "--data",
+        metavar="FILE",
+        help=".npz (arrays) or .csv (columns, header row) passed to the model",
+    )
+    g.add_argument(
+        "--init",
+        metavar="FILE.npy",
+        help="starting positions (N, d), or one point (d,) plus noise",
+    )
+    g.add_argument(
+        "--dim",
+        type=int_type(1),
+        default=None,
+        help="dimension (targets that take one; required by --model without --init)",
+    )
 
 
 def _add_run_length_and_parameters(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("run length and sampler parameters")
-    g.add_argument("--particles", type=int_type(2), default=None,
-                   help=f"particles or chains (default: {DEFAULT_PARTICLES}, or the rows of --init)")
-    g.add_argument("--steps", type=int_type(1), default=None,
-                   help=f"recorded steps (default: {DEFAULT_STEPS}) or, for lmc / cenlmc warmed up by "
-                        "cj.langevin_warmup, more where the warm-up's measured relaxation time asks for more for the "
-                        "R-hat check")
     g.add_argument(
-        "--burn-in", type=int_type(0), default=200, help="steps run first, not recorded (default: %(default)s)"
+        "--particles",
+        type=int_type(2),
+        default=None,
+        help=f"particles or chains (default: {DEFAULT_PARTICLES}, or the rows of --init)",
     )
-    g.add_argument("--step-size", type=float_type(), default=None,
-                   help="h (Langevin), eps (SGRHMC) or proposal scale (MH) (default: from the target's curvature)")
-    for name, kind in (("eta", float_type()), ("r1", float_type()), ("r2", float_type()), ("n-star", int_type(1)),
-                       ("m-f", float_type())):
+    g.add_argument(
+        "--steps",
+        type=int_type(1),
+        default=None,
+        help=f"recorded steps (default: {DEFAULT_STEPS}) or, for lmc / cenlmc warmed up by "
+        "cj.langevin_warmup, more where the warm-up's measured relaxation time asks for more for the "
+        "R-hat check",
+    )
+    g.add_argument(
+        "--burn-in",
+        type=int_type(0),
+        default=200,
+        help="steps run first, not recorded (default: %(default)s)",
+    )
+    g.add_argument(
+        "--step-size",
+        type=float_type(),
+        default=None,
+        help="h (Langevin), eps (SGRHMC) or proposal scale (MH) (default: from the target's curvature)",
+    )
+    for name, kind in (
+        ("eta", float_type()),
+        ("r1", float_type()),
+        ("r2", float_type()),
+        ("n-star", int_type(1)),
+        ("m-f", float_type()),
+    ):
         g.add_argument(
             f"--{name}",
             type=kind,
             default=None,
             help=f"{'/'.join(takes(name))}: {name.replace('-', '_')} (default: tuning.suggest_cenlmc_params)",
         )
-    g.add_argument("--adapt", action=argparse.BooleanOptionalAction, default=True,
-                   help=f"{', '.join(takes('adapt'))}: adapt the step size and a diagonal preconditioner during the "
-                        "burn-in (cenlmc_jax.adaptation; Stan's windows); off, or with --step-size: the "
-                        "curvature rule (default: on)")
-    g.add_argument("--grad-noise", type=float_type(positive=False), default=0.0,
-                   help=f"{'/'.join(takes('grad-noise'))}: sd of Gaussian noise added to gradients "
-                        "(default: %(default)s)")
-    g.add_argument("--init-scale", type=float_type(), default=1.0,
-                   help="initial particles ~ N(0, scale^2 I), or around a --init point (default: %(default)s)")
-    g.add_argument("--seed", type=int_type(0, MAX_SEED), default=0, help="(default: %(default)s)")
+    g.add_argument(
+        "--adapt",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help=f"{', '.join(takes('adapt'))}: adapt the step size and a diagonal preconditioner during the "
+        "burn-in (cenlmc_jax.adaptation; Stan's windows); off, or with --step-size: the "
+        "curvature rule (default: on)",
+    )
+    g.add_argument(
+        "--grad-noise",
+        type=float_type(positive=False),
+        default=0.0,
+        help=f"{'/'.join(takes('grad-noise'))}: sd of Gaussian noise added to gradients "
+        "(default: %(default)s)",
+    )
+    g.add_argument(
+        "--init-scale",
+        type=float_type(),
+        default=1.0,
+        help="initial particles ~ N(0, scale^2 I), or around a --init point (default: %(default)s)",
+    )
+    g.add_argument(
+        "--seed", type=int_type(0, MAX_SEED), default=0, help="(default: %(default)s)"
+    )
 
 
 def _add_output(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("output")
-    g.add_argument("--out", metavar="DIR", help="write draws or moments, summary.csv, run.json, run.nc, plots here")
-    g.add_argument("--trace", action=argparse.BooleanOptionalAction, default=False,
-                   help="keep the draws (default: stream the moments only, O(N d) memory)")
-    g.add_argument("--thin", type=int_type(1), default=1, help="with --trace: keep every K-th step (default: 1)")
-    g.add_argument("--plots", action=argparse.BooleanOptionalAction, default=False,
-                   help="write OUT/plots/*.png (needs matplotlib and --out)")
-    g.add_argument("--output", metavar="FILE.npz",
-                   help="also write final particles, moments and infos to this exact file")
-    g.add_argument("--checkpoint", metavar="PATH",
-                   help="save the run here as it goes (default with --out: DIR/checkpoint.npz)")
-    g.add_argument("--checkpoint-every", type=int_type(1), default=100,
-                   help="steps between checkpoints (default: %(default)s)")
-    g.add_argument("--resume", action="store_true", help="continue the run in the checkpoint (same flags, or "
-                                                         "--out DIR alone: its config.toml is read)")
-    g.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress bar (default: on when stderr is a terminal and tqdm is installed)")
-    g.add_argument("--compile-cache", metavar="DIR", default=None,
-                   help="keep compiled programs in DIR, so that a rerun of the same job skips most of its "
-                        "compilation ('off': none; default: $JAX_COMPILATION_CACHE_DIR if set, else "
-                        "~/.cache/cenlmc_jax/xla)")
-    g.add_argument("--allow-unreliable", action="store_true",
-                   help="exit 0 even when the result fails the reliability checks (they are still printed)")
+    g.add_argument(
+        "--out",
+        metavar="DIR",
+        help="write draws or moments, summary.csv, run.json, run.nc, plots here",
+    )
+    g.add_argument(
+        "--trace",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="keep the draws (default: stream the moments only, O(N d) memory)",
+    )
+    g.add_argument(
+        "--thin",
+        type=int_type(1),
+        default=1,
+        help="with --trace: keep every K-th step (default: 1)",
+    )
+    g.add_argument(
+        "--plots",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="write OUT/plots/*.png (needs matplotlib and --out)",
+    )
+    g.add_argument(
+        "--output",
+        metavar="FILE.npz",
+        help="also write final particles, moments and infos to this exact file",
+    )
+    g.add_argument(
+        "--checkpoint",
+        metavar="PATH",
+        help="save the run here as it goes (default with --out: DIR/checkpoint.npz)",
+    )
+    g.add_argument(
+        "--checkpoint-every",
+        type=int_type(1),
+        default=100,
+        help="steps between checkpoints (default: %(default)s)",
+    )
+    g.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in the checkpoint (same flags, or "
+        "--out DIR alone: its config.toml is read)",
+    )
+    g.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bar (default: on when stderr is a terminal and tqdm is installed)",
+    )
+    g.add_argument(
+        "--compile-cache",
+        metavar="DIR",
+        default=None,
+        help="keep compiled programs in DIR, so that a rerun of the same job skips most of its "
+        "compilation ('off': none; default: $JAX_COMPILATION_CACHE_DIR if set, else "
+        "~/.cache/cenlmc_jax/xla)",
+    )
+    g.add_argument(
+        "--allow-unreliable",
+        action="store_true",
+        help="exit 0 even when the result fails the reliability checks (they are still printed)",
+    )
 
 
 def build_parser(description: str | None = None) -> argparse.ArgumentParser:
@@ -191,8 +318,11 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description=description)
     parser.add_argument("--version", action="version", version=version_text())
     sub = parser.add_subparsers(dest="command")
-    p = sub.add_parser("sample", help="run a sampler on a built-in target or a model file; print a summary",
-                       description="Run a sampler and print a summary (see the module docstring of cenlmc_jax.cli).")
+    p = sub.add_parser(
+        "sample",
+        help="run a sampler on a built-in target or a model file; print a summary",
+        description="Run a sampler and print a summary (see the module docstring of cenlmc_jax.cli).",
+    )
     _add_what_to_sample(p)
     _add_run_length_and_parameters(p)
     _add_output(p)
@@ -214,7 +344,9 @@ def subparser(parser: argparse.ArgumentParser, command: str) -> argparse.Argumen
 def read_config(path: str) -> dict:
     """The table of a TOML configuration file; a usage error when it is missing or not TOML."""
     if tomllib is None:
-        raise UsageError("--config needs Python >= 3.11 (tomllib) or the tomli package: pip install tomli")
+        raise UsageError(
+            "--config needs Python >= 3.11 (tomllib) or the tomli package: pip install tomli"
+        )
     if not os.path.isfile(path):
         raise UsageError(f"--config {path}: no such file")
     try:
@@ -228,17 +360,22 @@ def _config_model(table: dict) -> Any | None:
     return next((v for k, v in table.items() if k.replace("-", "_") == "model"), None)
 
 
-def refuse_config_model(table: dict, path: str, model_on_command_line: str | None) -> None:
+def refuse_config_model(
+    table: dict, path: str, model_on_command_line: str | None
+) -> None:
     """A configuration file or run folder never names code to import: a ``model`` entry needs ``--model``.
 
-    ``model_on_command_line``: the ``--model`` of the command line alone (None when it has none). The
-    file's entry is never imported; with ``--model`` given, the command line's file is the one used.
+    ``model_on_command_line``: the ``--model`` of the command line alone (None when it
+    has none). The file's entry is never imported; with ``--model`` given, the command
+    line's file is the one used.
     """
     model = _config_model(table)
     if model is not None and model_on_command_line is None:
-        raise UsageError(f"{path} names a model file (model = {model!r}), and a configuration file or run folder "
-                         "never names code to import: read that file, and if you trust it pass --model "
-                         "PATH.py:FUNCTION explicitly on the command line")
+        raise UsageError(
+            f"{path} names a model file (model = {model!r}), and a configuration file or run folder "
+            "never names code to import: read that file, and if you trust it pass --model "
+            "PATH.py:FUNCTION explicitly on the command line"
+        )
 
 
 def run_folder_table(table: dict) -> dict:
@@ -253,31 +390,42 @@ def run_folder_table(table: dict) -> dict:
 
 def config_tokens(table: dict, path: str, parser: argparse.ArgumentParser) -> list:
     """The flags of a configuration table (:func:`read_config`) as command-line tokens, so argparse checks them
-    like typed flags. Its ``model`` entry is no token: the model comes from the command line only
+    like typed flags. Its ``model`` entry is no token: the model comes from the command
+    line only
     (:func:`refuse_config_model`)."""
-    known = {a.dest: a for a in subparser(parser, "sample")._actions if a.option_strings}  # noqa: SLF001
+    known = {
+        a.dest: a for a in subparser(parser, "sample")._actions if a.option_strings
+    }  # noqa: SLF001
     tokens = []
     for key, value in table.items():
         dest = key.replace("-", "_")
         if dest not in known or dest in NOT_IN_CONFIG:
-            raise UsageError(f"--config {path}: unknown setting {key!r} (expected flag names such as 'steps', "
-                             "'burn-in', 'sampler')")
+            raise UsageError(
+                f"--config {path}: unknown setting {key!r} (expected flag names such as 'steps', "
+                "'burn-in', 'sampler')"
+            )
         if dest == "model":
             continue
         flag = "--" + dest.replace("_", "-")
         action = known[dest]
         if isinstance(action, argparse.BooleanOptionalAction):
             if not isinstance(value, bool):
-                raise UsageError(f"--config {path}: {key} must be true or false; got {value!r}")
+                raise UsageError(
+                    f"--config {path}: {key} must be true or false; got {value!r}"
+                )
             tokens.append(flag if value else "--no-" + flag[2:])
         elif action.nargs == 0:  # store_true
             if not isinstance(value, bool):
-                raise UsageError(f"--config {path}: {key} must be true or false; got {value!r}")
+                raise UsageError(
+                    f"--config {path}: {key} must be true or false; got {value!r}"
+                )
             if value:
                 tokens.append(flag)
         else:
             if isinstance(value, (dict, list)):
-                raise UsageError(f"--config {path}: {key} must be a single value; got {value!r}")
+                raise UsageError(
+                    f"--config {path}: {key} must be a single value; got {value!r}"
+                )
             tokens += [flag, repr(value) if isinstance(value, float) else str(value)]
     return tokens
 
@@ -293,15 +441,23 @@ def toml_value(v: Any) -> str:
 def effective_config(args) -> dict:
     """The settings of a run, by flag name (a checkpoint at the default place of ``--out`` left out)."""
     skip = NOT_IN_CONFIG | {"progress", "compile_cache"}
-    config = {k.replace("_", "-"): v for k, v in sorted(vars(args).items()) if k not in skip and v is not None}
-    if args.out is not None and args.checkpoint == os.path.join(args.out, "checkpoint.npz"):
+    config = {
+        k.replace("_", "-"): v
+        for k, v in sorted(vars(args).items())
+        if k not in skip and v is not None
+    }
+    if args.out is not None and args.checkpoint == os.path.join(
+        args.out, "checkpoint.npz"
+    ):
         config.pop("checkpoint", None)
     return config
 
 
 def write_config(path: str, config: dict) -> None:
-    lines = [f"# {PROG} sample: the effective configuration of this run ({PROG} sample --config THIS_FILE; "
-             "a model run needs its --model again)"]
+    lines = [
+        f"# {PROG} sample: the effective configuration of this run ({PROG} sample --config THIS_FILE; "
+        "a model run needs its --model again)"
+    ]
     lines += [f"{k} = {toml_value(v)}" for k, v in config.items()]
     with open(path, "w") as fh:
         fh.write("\n".join(lines) + "\n")
@@ -321,7 +477,9 @@ def _check_inputs(args) -> None:
     if args.model is None:
         args.target = args.target or "gaussian"
         if args.data is not None:
-            raise UsageError("--data is passed to a --model; the built-in targets take none")
+            raise UsageError(
+                "--data is passed to a --model; the built-in targets take none"
+            )
     elif args.target is not None:
         raise UsageError("give --target or --model, not both")
     for name in ("model", "data", "init"):
@@ -344,12 +502,15 @@ def _probe_writable(folder: str, flag: str, value: str) -> None:
         os.close(fd)
         os.remove(tmp)
     except OSError as exc:
-        raise UsageError(f"{flag} {value}: cannot write in the folder {folder!r} ({exc.strerror or exc})") from None
+        raise UsageError(
+            f"{flag} {value}: cannot write in the folder {folder!r} ({exc.strerror or exc})"
+        ) from None
 
 
 def _check_file_path(flag: str, value: str, out: str | None) -> str:
     """A file the run writes (``--output``, ``--checkpoint``), made absolute: not a directory, its folder an
-    existing writable directory (or ``out``, the --out directory, checked and created on its own), an existing
+    existing writable directory (or ``out``, the --out directory, checked and created on
+    its own), an existing
     file readable and writable."""
     path = os.path.abspath(value)
     if os.path.isdir(path):
@@ -360,8 +521,12 @@ def _check_file_path(flag: str, value: str, out: str | None) -> str:
             what = "is not a directory" if os.path.lexists(folder) else "does not exist"
             raise UsageError(f"{flag} {value}: the folder {folder!r} {what}")
         _probe_writable(folder, flag, value)
-    if os.path.lexists(path) and not (os.path.isfile(path) and os.access(path, os.R_OK | os.W_OK)):
-        raise UsageError(f"{flag} {value}: exists and is not a readable and writable file")
+    if os.path.lexists(path) and not (
+        os.path.isfile(path) and os.access(path, os.R_OK | os.W_OK)
+    ):
+        raise UsageError(
+            f"{flag} {value}: exists and is not a readable and writable file"
+        )
     return path
 
 
@@ -390,16 +555,26 @@ def _check_out_dir(args) -> None:
     _probe_writable(existing, "--out", value)
     if args.checkpoint is None:
         args.checkpoint = os.path.join(out, "checkpoint.npz")
-    if not args.resume and os.path.isdir(out) and os.listdir(out) and \
-            not interrupted_leftovers(out, os.path.abspath(args.checkpoint)):
-        raise UsageError(f"--out {value}: the directory is not empty (a finished or interrupted run?); "
-                         "use another directory, remove it, or add --resume to continue an interrupted run")
+    if (
+        not args.resume
+        and os.path.isdir(out)
+        and os.listdir(out)
+        and not interrupted_leftovers(out, os.path.abspath(args.checkpoint))
+    ):
+        raise UsageError(
+            f"--out {value}: the directory is not empty (a finished or interrupted run?); "
+            "use another directory, remove it, or add --resume to continue an interrupted run"
+        )
 
 
 def _check_outputs(args) -> None:
     """--thin, --plots and --out: what is kept and where it goes."""
-    if args.steps is not None and args.steps % args.thin:  # unset: the job picks a multiple of --thin
-        raise UsageError(f"--thin must divide --steps; got --thin {args.thin}, --steps {args.steps}")
+    if (
+        args.steps is not None and args.steps % args.thin
+    ):  # unset: the job picks a multiple of --thin
+        raise UsageError(
+            f"--thin must divide --steps; got --thin {args.thin}, --steps {args.steps}"
+        )
     if args.thin > 1 and not args.trace:
         raise UsageError("--thin applies to kept draws: add --trace")
     if args.plots and args.out is None:
@@ -408,7 +583,9 @@ def _check_outputs(args) -> None:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            raise UsageError('--plots needs matplotlib: pip install "cenlmc_jax[plots]"') from None
+            raise UsageError(
+                '--plots needs matplotlib: pip install "cenlmc_jax[plots]"'
+            ) from None
     if args.out is not None:
         _check_out_dir(args)
 
@@ -423,36 +600,62 @@ def _flag_text(key: str, value: Any) -> str:
 
 def check_same_run(args) -> None:
     """``--resume --out DIR``: the settings that change the result (all but :data:`RESUME_MAY_CHANGE`, the
-    model's path included) must be those of ``DIR/config.toml`` (a setting it lacks: the default); a usage
+    model's path included) must be those of ``DIR/config.toml`` (a setting it lacks: the
+    default); a usage
     error names the first that is not."""
-    path = os.path.join(args.out, "config.toml") if args.resume and args.out is not None else None
+    path = (
+        os.path.join(args.out, "config.toml")
+        if args.resume and args.out is not None
+        else None
+    )
     if path is None or not os.path.isfile(path):
         return
     stored = {k.replace("_", "-"): v for k, v in read_config(path).items()}
     current = effective_config(args)
-    defaults = {a.dest.replace("_", "-"): a.default for a in subparser(build_parser(), "sample")._actions}  # noqa: SLF001
+    defaults = {
+        a.dest.replace("_", "-"): a.default
+        for a in subparser(build_parser(), "sample")._actions
+    }  # noqa: SLF001
     for key in sorted(set(stored) | set(current)):
-        here, there = current.get(key), stored.get(key, defaults.get(key))  # a setting not written: its default
-        if key in RESUME_MAY_CHANGE or (key == "particles" and here is None):  # particles: from --init later
+        here, there = (
+            current.get(key),
+            stored.get(key, defaults.get(key)),
+        )  # a setting not written: its default
+        if key in RESUME_MAY_CHANGE or (
+            key == "particles" and here is None
+        ):  # particles: from --init later
             continue
         if here != there:
-            raise UsageError(f"--resume: {_flag_text(key, here)} is not the interrupted run's {_flag_text(key, there)} "
-                             f"({path}); resume with the run's own flags (--resume --out DIR alone reads them), or "
-                             "start a new run in another --out directory")
+            raise UsageError(
+                f"--resume: {_flag_text(key, here)} is not the interrupted run's {_flag_text(key, there)} "
+                f"({path}); resume with the run's own flags (--resume --out DIR alone reads them), or "
+                "start a new run in another --out directory"
+            )
 
 
 def _resume_from_the_start(args) -> None:
     """--resume and no checkpoint: a run folder stopped before its first checkpoint starts afresh (said so)."""
     out = args.out
     if out is not None and os.path.isfile(os.path.join(out, "run.json")):
-        raise UsageError(f"--resume: {out} holds a finished run (run.json; a finished run removes its checkpoint): "
-                         f"nothing to resume; cenlmc-jax summary {out} prints it")
-    if out is not None and os.path.isdir(out) and interrupted_leftovers(out, args.checkpoint):
-        print(f"cenlmc-jax: --resume: no checkpoint in {out} yet (the run stopped before its first one): starting "
-              "from the beginning", file=sys.stderr)
+        raise UsageError(
+            f"--resume: {out} holds a finished run (run.json; a finished run removes its checkpoint): "
+            f"nothing to resume; cenlmc-jax summary {out} prints it"
+        )
+    if (
+        out is not None
+        and os.path.isdir(out)
+        and interrupted_leftovers(out, args.checkpoint)
+    ):
+        print(
+            f"cenlmc-jax: --resume: no checkpoint in {out} yet (the run stopped before its first one): starting "
+            "from the beginning",
+            file=sys.stderr,
+        )
         return
-    raise UsageError(f"--resume: no checkpoint at {args.checkpoint} (nothing to resume; a run stopped before its "
-                     "first checkpoint is run again without --resume)")
+    raise UsageError(
+        f"--resume: no checkpoint at {args.checkpoint} (nothing to resume; a run stopped before its "
+        "first checkpoint is run again without --resume)"
+    )
 
 
 def _check_checkpoint(args) -> None:
@@ -465,8 +668,10 @@ def _check_checkpoint(args) -> None:
     args.checkpoint = _check_file_path("--checkpoint", args.checkpoint, args.out)
     exists = os.path.exists(args.checkpoint)
     if exists and not args.resume:
-        raise UsageError(f"--checkpoint {args.checkpoint} exists (an interrupted run): add --resume to continue "
-                         "it, or remove it to start again")
+        raise UsageError(
+            f"--checkpoint {args.checkpoint} exists (an interrupted run): add --resume to continue "
+            "it, or remove it to start again"
+        )
     if args.resume and not exists:
         _resume_from_the_start(args)
 
@@ -482,8 +687,10 @@ def _check_output_file(args) -> None:
     if args.out is not None:
         own |= {os.path.join(args.out, name) for name in OUT_FILES}
     if path in own:
-        raise UsageError(f"--output {args.output}: the run writes {path} itself (an --out file or the checkpoint); "
-                         "choose another file")
+        raise UsageError(
+            f"--output {args.output}: the run writes {path} itself (an --out file or the checkpoint); "
+            "choose another file"
+        )
     args.output = path
 
 
@@ -495,6 +702,8 @@ def check_args(args) -> None:
     _check_checkpoint(args)
     _check_output_file(args)
     if args.progress is None:
-        args.progress = sys.stderr.isatty() and importlib.util.find_spec("tqdm") is not None
+        args.progress = (
+            sys.stderr.isatty() and importlib.util.find_spec("tqdm") is not None
+        )
     elif args.progress and importlib.util.find_spec("tqdm") is None:
         raise UsageError('--progress needs tqdm: pip install "cenlmc_jax[progress]"')

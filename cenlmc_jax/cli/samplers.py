@@ -46,8 +46,10 @@ LANGEVIN_RULE = "min(0.05, sqrt(2/N)) / c"
 class Job(NamedTuple):
     """A sampler set up for the CLI: its object, its initial state, a description and its parameters.
 
-    warmup_steps: burn-in steps already spent by a warm-up adaptation (the driver runs the rest).
-    suggestion: CEnLMC's ``tuning.suggest_cenlmc_params`` result (its reasoning is printed), else None.
+    warmup_steps: burn-in steps already spent by a warm-up adaptation (the driver runs
+      the rest).
+    suggestion: CEnLMC's ``tuning.suggest_cenlmc_params`` result (its reasoning is
+      printed), else None.
     """
 
     algorithm: SamplingAlgorithm
@@ -75,8 +77,8 @@ class SamplerSpec(NamedTuple):
         return cj.SAMPLERS[self.registry]
 
 
-# --------------------------------------------------------------------------
-# The builders: (their row of TABLE, flags, target, positions, curvature c, keys) -> Job;
+# -------------------------------------------------------------------------- The
+# builders: (their row of TABLE, flags, target, positions, curvature c, keys) -> Job;
 # each makes its sampler with spec.constructor, the registry's.
 # --------------------------------------------------------------------------
 
@@ -88,25 +90,50 @@ def langevin_step(args, c) -> float:
 def _langevin_warmed(args) -> bool:
     """``cj.langevin_warmup`` over the burn-in: for a ``--model`` given no tuning flag (``--adapt``, on by default)."""
     flags = (args.step_size, args.eta, args.r1, args.r2, args.n_star, args.m_f)
-    return args.model is not None and args.adapt and args.burn_in >= ADAPT_MIN_STEPS and all(f is None for f in flags)
+    return (
+        args.model is not None
+        and args.adapt
+        and args.burn_in >= ADAPT_MIN_STEPS
+        and all(f is None for f in flags)
+    )
 
 
 def _warmed(spec, args, target, positions, keys):
     """LMC or CEnLMC tuned by ``cj.langevin_warmup`` over the burn-in; what it chose goes in the description."""
-    extra = {} if spec.registry == "lmc" or target.f_star is None else dict(f_star=target.f_star)
-    wu = cj.langevin_warmup(keys[2], target.logdensity_fn, positions, sampler=spec.registry, num_steps=args.burn_in,
-                            **extra)
+    extra = (
+        {}
+        if spec.registry == "lmc" or target.f_star is None
+        else dict(f_star=target.f_star)
+    )
+    wu = cj.langevin_warmup(
+        keys[2],
+        target.logdensity_fn,
+        positions,
+        sampler=spec.registry,
+        num_steps=args.burn_in,
+        **extra,
+    )
     i, p = wu.info, wu.parameters
-    desc = (f"{'LMC' if spec.registry == 'lmc' else 'CEnLMC, whitened (y = L^-1 (x - m))'}, h={i.step_size:.4g} "
-            f"(whitened curvature {i.curvature:.3g}, bias {i.bias:g}), preconditioner M of condition number "
-            f"{i.condition_number:.3g} from cj.langevin_warmup over the {args.burn_in} burn-in steps (start: "
-            f"{i.start}; {i.grad_evals:,} gradients, {i.hvp_evals:,} Hessian-vector products; relaxation time "
-            f"{i.relaxation_steps:.3g} steps)")
+    desc = (
+        f"{'LMC' if spec.registry == 'lmc' else 'CEnLMC, whitened (y = L^-1 (x - m))'}, h={i.step_size:.4g} "
+        f"(whitened curvature {i.curvature:.3g}, bias {i.bias:g}), preconditioner M of condition number "
+        f"{i.condition_number:.3g} from cj.langevin_warmup over the {args.burn_in} burn-in steps (start: "
+        f"{i.start}; {i.grad_evals:,} gradients, {i.hvp_evals:,} Hessian-vector products; relaxation time "
+        f"{i.relaxation_steps:.3g} steps)"
+    )
     if i.cenlmc:
-        desc += (f"; in y: eta={p['eta']:.3g}, r1={p['r1']:.3g}, r2={p['r2']:.3g}, n_star={p['n_star']}, "
-                 f"m_f={p['m_f']:.3g} (expected ensemble fraction {i.cenlmc['expected_ensemble_fraction']:.2f})")
-    params = _plain(dict(p, whitened_curvature=i.curvature, whitened_curvature_max=i.curvature_max,
-                         relaxation_steps=i.relaxation_steps))
+        desc += (
+            f"; in y: eta={p['eta']:.3g}, r1={p['r1']:.3g}, r2={p['r2']:.3g}, n_star={p['n_star']}, "
+            f"m_f={p['m_f']:.3g} (expected ensemble fraction {i.cenlmc['expected_ensemble_fraction']:.2f})"
+        )
+    params = _plain(
+        dict(
+            p,
+            whitened_curvature=i.curvature,
+            whitened_curvature_max=i.curvature_max,
+            relaxation_steps=i.relaxation_steps,
+        )
+    )
     return Job(wu.algorithm, wu.state, desc, params, warmup_steps=args.burn_in)
 
 
@@ -115,16 +142,29 @@ def _lmc(spec, args, target, positions, c, keys):
         return _warmed(spec, args, target, positions, keys)
     h = langevin_step(args, c)
     algo = spec.constructor(target.logdensity_fn, h)
-    return Job(algo, algo.init(positions), f"LMC (unadjusted Langevin), h={h:.4g}", dict(step_size=h))
+    return Job(
+        algo,
+        algo.init(positions),
+        f"LMC (unadjusted Langevin), h={h:.4g}",
+        dict(step_size=h),
+    )
 
 
 def cenlmc_params(args, target, h, c):
     """Flags where given, else ``tuning.suggest_cenlmc_params`` for this d, h, N and curvature."""
     mu = target.mu if target.mu is not None else c
-    sug = tuning.suggest_cenlmc_params(target.dim, h, L=max(c, mu), mu=mu, num_particles=args.particles)
+    sug = tuning.suggest_cenlmc_params(
+        target.dim, h, L=max(c, mu), mu=mu, num_particles=args.particles
+    )
     pick = lambda flag, default: default if flag is None else flag  # noqa: E731
-    params = dict(step_size=h, eta=pick(args.eta, sug.eta), r1=pick(args.r1, sug.r1), r2=pick(args.r2, sug.r2),
-                  n_star=pick(args.n_star, sug.n_star), m_f=pick(args.m_f, sug.m_f))
+    params = dict(
+        step_size=h,
+        eta=pick(args.eta, sug.eta),
+        r1=pick(args.r1, sug.r1),
+        r2=pick(args.r2, sug.r2),
+        n_star=pick(args.n_star, sug.n_star),
+        m_f=pick(args.m_f, sug.m_f),
+    )
     return params, sug
 
 
@@ -133,40 +173,72 @@ def _cenlmc(spec, args, target, positions, c, keys):
         return _warmed(spec, args, target, positions, keys)
     h = langevin_step(args, c)
     p, sug = cenlmc_params(args, target, h, c)
-    algo = spec.constructor(target.logdensity_fn, h, p["eta"], p["r1"], p["r2"], p["n_star"], p["m_f"],
-                            f_star=target.f_star)
-    desc = (f"CEnLMC (constrained ensemble Langevin), h={h:.4g}, eta={p['eta']:.3g}, r1={p['r1']:.3g}, "
-            f"r2={p['r2']:.3g}, n_star={p['n_star']}, m_f={p['m_f']:.3g}")
+    algo = spec.constructor(
+        target.logdensity_fn,
+        h,
+        p["eta"],
+        p["r1"],
+        p["r2"],
+        p["n_star"],
+        p["m_f"],
+        f_star=target.f_star,
+    )
+    desc = (
+        f"CEnLMC (constrained ensemble Langevin), h={h:.4g}, eta={p['eta']:.3g}, r1={p['r1']:.3g}, "
+        f"r2={p['r2']:.3g}, n_star={p['n_star']}, m_f={p['m_f']:.3g}"
+    )
     return Job(algo, algo.init(positions), desc, p, suggestion=sug)
 
 
 def _enlmc(spec, args, target, positions, c, keys):
     h = langevin_step(args, c)
-    eta = args.eta if args.eta is not None else cenlmc_params(args, target, h, c)[0]["eta"]
+    eta = (
+        args.eta
+        if args.eta is not None
+        else cenlmc_params(args, target, h, c)[0]["eta"]
+    )
     algo = spec.constructor(target.logdensity_fn, h, eta)
-    return Job(algo, algo.init(positions), f"EnLMC (unconstrained ensemble Langevin; provably unstable), h={h:.4g}, "
-                                           f"eta={eta:.3g}", dict(step_size=h, eta=eta))
+    return Job(
+        algo,
+        algo.init(positions),
+        f"EnLMC (unconstrained ensemble Langevin; provably unstable), h={h:.4g}, "
+        f"eta={eta:.3g}",
+        dict(step_size=h, eta=eta),
+    )
 
 
 def _sgrhmc(spec, args, target, positions, c, keys):
     """SGRHMC with the gSGRHMC metric, one chain per 'particle', noisy gradients
     (true gradient + N(0, grad_noise²)) when --grad-noise > 0."""
     eps = args.step_size or 0.05 / math.sqrt(c)
-    est = (cj.gradients.noisy_grad_estimator(jax.grad(target.logdensity_fn), args.grad_noise) if args.grad_noise > 0
-           else cj.gradients.grad_estimator_from_logdensity(target.logdensity_fn))
+    est = (
+        cj.gradients.noisy_grad_estimator(
+            jax.grad(target.logdensity_fn), args.grad_noise
+        )
+        if args.grad_noise > 0
+        else cj.gradients.grad_estimator_from_logdensity(target.logdensity_fn)
+    )
     f_star = target.f_star
     if f_star is None:
         f_star = float(tuning.find_f_star(target.logdensity_fn, positions).f_star)
-    inv_metric = cj.sgmcmc.gsgrhmc_inv_metric(lambda x: -target.logdensity_fn(x) - f_star)
+    inv_metric = cj.sgmcmc.gsgrhmc_inv_metric(
+        lambda x: -target.logdensity_fn(x) - f_star
+    )
     algo = cj.vmap_chains(spec.constructor(est, eps, inv_metric))
-    return Job(algo, algo.init(positions),
-               f"gSGRHMC (metric 1.5 sqrt|U - U* + 0.5|), eps={eps:.4g}, gradient noise sd {args.grad_noise}",
-               dict(step_size=eps, grad_noise=args.grad_noise, f_star=f_star))
+    return Job(
+        algo,
+        algo.init(positions),
+        f"gSGRHMC (metric 1.5 sqrt|U - U* + 0.5|), eps={eps:.4g}, gradient noise sd {args.grad_noise}",
+        dict(step_size=eps, grad_noise=args.grad_noise, f_star=f_star),
+    )
 
 
 def _plain(params: dict) -> dict:
     """Adapted parameters as JSON-friendly numbers and lists."""
-    return {k: (np.asarray(v).tolist() if np.ndim(v) else float(v)) for k, v in params.items()}
+    return {
+        k: (np.asarray(v).tolist() if np.ndim(v) else float(v))
+        for k, v in params.items()
+    }
 
 
 def _adapt(args) -> bool:
@@ -176,35 +248,76 @@ def _adapt(args) -> bool:
 def _adapted(args, kind, target, positions, keys, initial_step_size, describe):
     """Stan-style warm-up (``cenlmc_jax.adaptation``) over the burn-in: the pooled chains' step
     size by dual averaging and a diagonal preconditioner; a Job that continues from its states."""
-    warm = adaptation.window_adaptation(kind, target.logdensity_fn, initial_step_size=initial_step_size)
+    warm = adaptation.window_adaptation(
+        kind, target.logdensity_fn, initial_step_size=initial_step_size
+    )
     (states, params), info = warm.run_chains(keys[2], positions, args.burn_in)
-    tail = np.asarray(info.acceptance_rate)[-max(1, args.burn_in // 4):]
+    tail = np.asarray(info.acceptance_rate)[-max(1, args.burn_in // 4) :]
     plain = _plain(params)
-    desc = describe(plain) + f"; warm-up adapted over the {args.burn_in} burn-in steps (final acceptance " \
-                             f"{float(tail.mean()):.2f})"
-    return Job(cj.vmap_chains(warm.sampler(params)), states, desc, plain, warmup_steps=args.burn_in)
+    desc = (
+        describe(plain)
+        + f"; warm-up adapted over the {args.burn_in} burn-in steps (final acceptance "
+        f"{float(tail.mean()):.2f})"
+    )
+    return Job(
+        cj.vmap_chains(warm.sampler(params)),
+        states,
+        desc,
+        plain,
+        warmup_steps=args.burn_in,
+    )
 
 
 def _irreversible_mh(spec, args, target, positions, c, keys):
     scale = args.step_size or 0.8 / math.sqrt(c)
     if _adapt(args):
-        return _adapted(args, spec.adapt_kind, target, positions, keys, scale, lambda p: (
-            f"irreversible MH, Gamma(2, scale) proposal, one chain per particle, scale per coordinate "
-            f"{np.round(p['scale'], 4).tolist()}"))
-    algo = cj.vmap_chains(spec.constructor(target.logdensity_fn, cj.irreversible.gamma_proposal(2.0, scale)))
-    return Job(algo, algo.init(positions, keys[2]),
-               f"irreversible MH, Gamma(2, {scale:.4g}) proposal, one chain per particle", dict(scale=scale, shape=2.0))
+        return _adapted(
+            args,
+            spec.adapt_kind,
+            target,
+            positions,
+            keys,
+            scale,
+            lambda p: (
+                f"irreversible MH, Gamma(2, scale) proposal, one chain per particle, scale per coordinate "
+                f"{np.round(p['scale'], 4).tolist()}"
+            ),
+        )
+    algo = cj.vmap_chains(
+        spec.constructor(
+            target.logdensity_fn, cj.irreversible.gamma_proposal(2.0, scale)
+        )
+    )
+    return Job(
+        algo,
+        algo.init(positions, keys[2]),
+        f"irreversible MH, Gamma(2, {scale:.4g}) proposal, one chain per particle",
+        dict(scale=scale, shape=2.0),
+    )
 
 
 def _rwmh(spec, args, target, positions, c, keys):
     h = args.step_size or 2.38 / math.sqrt(target.dim * c)
     if _adapt(args):
-        return _adapted(args, spec.adapt_kind, target, positions, keys, h, lambda p: (
-            f"random-walk MH, N(0, {p['step_size']:.4g}^2 diag({np.round(p['proposal_cov'], 4).tolist()})) "
-            "proposal, one chain per particle"))
+        return _adapted(
+            args,
+            spec.adapt_kind,
+            target,
+            positions,
+            keys,
+            h,
+            lambda p: (
+                f"random-walk MH, N(0, {p['step_size']:.4g}^2 diag({np.round(p['proposal_cov'], 4).tolist()})) "
+                "proposal, one chain per particle"
+            ),
+        )
     algo = cj.vmap_chains(spec.constructor(target.logdensity_fn, h))
-    return Job(algo, algo.init(positions), f"random-walk MH, N(0, {h:.4g}^2) proposal, one chain per particle",
-               dict(step_size=h))
+    return Job(
+        algo,
+        algo.init(positions),
+        f"random-walk MH, N(0, {h:.4g}^2) proposal, one chain per particle",
+        dict(step_size=h),
+    )
 
 
 # --------------------------------------------------------------------------
@@ -213,15 +326,27 @@ def _rwmh(spec, args, target, positions, c, keys):
 
 CENLMC_FLAGS = ("eta", "r1", "r2", "n-star", "m-f")
 
-#: By registry name; the order is the help's ("cenlmc/enlmc: eta", "rwmh, irreversible-mh: adapt ...").
+#: By registry name; the order is the help's ("cenlmc/enlmc: eta", "rwmh,
+#: irreversible-mh: adapt ...").
 TABLE: dict[str, SamplerSpec] = {
-    "cenlmc": SamplerSpec("cenlmc", _cenlmc, LANGEVIN_RULE, flags=CENLMC_FLAGS, langevin=True, ensemble=True,
-                          constrained=True),
-    "enlmc": SamplerSpec("enlmc", _enlmc, LANGEVIN_RULE, flags=("eta",), langevin=True, ensemble=True),
+    "cenlmc": SamplerSpec(
+        "cenlmc",
+        _cenlmc,
+        LANGEVIN_RULE,
+        flags=CENLMC_FLAGS,
+        langevin=True,
+        ensemble=True,
+        constrained=True,
+    ),
+    "enlmc": SamplerSpec(
+        "enlmc", _enlmc, LANGEVIN_RULE, flags=("eta",), langevin=True, ensemble=True
+    ),
     "lmc": SamplerSpec("lmc", _lmc, LANGEVIN_RULE, langevin=True),
     "sgrhmc": SamplerSpec("sgrhmc", _sgrhmc, "0.05 / sqrt(c)", flags=("grad-noise",)),
     "rwmh": SamplerSpec("rwmh", _rwmh, "2.38 / sqrt(d c)", adapt_kind="rwmh"),
-    "irreversible_mh": SamplerSpec("irreversible_mh", _irreversible_mh, "0.8 / sqrt(c)", adapt_kind="gamma"),
+    "irreversible_mh": SamplerSpec(
+        "irreversible_mh", _irreversible_mh, "0.8 / sqrt(c)", adapt_kind="gamma"
+    ),
 }
 
 
@@ -232,8 +357,12 @@ def cli_name(registry_name: str) -> str:
 
 def _specs() -> dict:
     unknown = sorted(set(TABLE) - set(cj.SAMPLERS))
-    if unknown:  # a row for a sampler the library does not have: a bug here, caught at import
-        raise ImportError(f"cenlmc_jax.cli.samplers: {unknown} are not in cenlmc_jax.SAMPLERS")
+    if (
+        unknown
+    ):  # a row for a sampler the library does not have: a bug here, caught at import
+        raise ImportError(
+            f"cenlmc_jax.cli.samplers: {unknown} are not in cenlmc_jax.SAMPLERS"
+        )
     return {cli_name(name): spec for name, spec in TABLE.items()}
 
 

@@ -7,21 +7,22 @@ checks a finished run for every known reason to distrust it:
   kept at all (a divergence before the first recorded step: no estimates);
 * a Langevin step size at or above ``2/c`` (:func:`stability_problem`), the
   stability limit of unadjusted Langevin at the target's curvature ``c``;
-* every flag the sampler's infos declare (``run_flags``, :class:`cenlmc_jax.base.RunFlag`: the hook
-  ``cj.sample`` warns through, so the verdict names no sampler's fields; :func:`flag_problems`):
-  EnLMC's and CEnLMC's gradient audit measuring a biased force (``biased``), CEnLMC's ensemble force
-  used by fewer than ``ENSEMBLE_MIN_FRACTION`` (5%) of the kept particle-steps (``ensemble_fraction``:
-  LMC's work at extra cost), the recipe's and
-  SGRHMC's clipped noise (``noise_clipped``), the Metropolis samplers' collapsed acceptance
+* every flag the sampler's infos declare (``run_flags``,
+  :class:`cenlmc_jax.base.RunFlag`: the hook ``cj.sample`` warns through, so the verdict
+  names no sampler's fields; :func:`flag_problems`): EnLMC's and CEnLMC's gradient audit
+  measuring a biased force (``biased``), CEnLMC's ensemble force used by fewer than
+  ``ENSEMBLE_MIN_FRACTION`` (5%) of the kept particle-steps (``ensemble_fraction``:
+  LMC's work at extra cost), the recipe's and SGRHMC's clipped noise
+  (``noise_clipped``), the Metropolis samplers' collapsed acceptance
   (``zero_acceptance``), and whatever a sampler declares next;
 * Metropolis acceptance below :data:`ACCEPTANCE_MIN`;
 * unadjusted Langevin's own sd bias, exact on Gaussian targets
   (:func:`ula_sd`), above the reported standard error;
 * the end-of-run convergence checks of ``cj.sample``, the same function
-  (:func:`cenlmc_jax.diagnostics.convergence.convergence_problems`): chains or
-  particles that never moved, the rank-normalised split R-hat above
-  :data:`RHAT_MAX` (1.1 here, 1.01 in ``cj.sample``) and the bulk ESS below ``min(100 per chain, 400)`` (R-hat
-  and ESS with ``--trace``: a streaming run keeps no per-chain draws);
+  (:func:`cenlmc_jax.diagnostics.convergence.convergence_problems`): chains or particles
+  that never moved, the rank-normalised split R-hat above :data:`RHAT_MAX` (1.1 here,
+  1.01 in ``cj.sample``) and the bulk ESS below ``min(100 per chain, 400)`` (R-hat and
+  ESS with ``--trace``: a streaming run keeps no per-chain draws);
 * estimates more than :data:`TRUTH_Z_MAX` standard errors from a known truth.
 
 Each prints an ``UNRELIABLE: ...`` line naming the flags to change, and the
@@ -59,13 +60,16 @@ from cenlmc_jax.run import WATCH_MIN_STEPS
 
 ACCEPTANCE_MIN = 0.05
 #: The CLI's R-hat threshold, passed to the shared check (cj.sample warns above 1.01,
-#: convergence.RHAT_MAX). The CLI keeps its documented 1.1 until the 200-particle x 150-draw run of
-#: tests/cli/test_cli.py (R-hat 1.02: ~19 effective draws per particle's half-chain) is long enough for 1.01.
+#: convergence.RHAT_MAX). The CLI keeps its documented 1.1 until the 200-particle x
+#: 150-draw run of tests/cli/test_cli.py (R-hat 1.02: ~19 effective draws per particle's
+#: half-chain) is long enough for 1.01.
 RHAT_MAX = 1.1
 TRUTH_Z_MAX = 5.0
 EXIT_UNRELIABLE, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
-RELIABLE = ("  reliability checks passed (divergence, the sampler's flags: ensemble-force audit and the others, "
-            "ensemble use, acceptance, known bias, frozen chains, R-hat, bulk ESS, known truth)")
+RELIABLE = (
+    "  reliability checks passed (divergence, the sampler's flags: ensemble-force audit and the others, "
+    "ensemble use, acceptance, known bias, frozen chains, R-hat, bulk ESS, known truth)"
+)
 
 
 # --------------------------------------------------------------------------
@@ -76,8 +80,9 @@ RELIABLE = ("  reliability checks passed (divergence, the sampler's flags: ensem
 def ula_sd(target, h: float) -> np.ndarray | None:
     """Stationary sd of unadjusted Langevin with step h on a Gaussian target: Σ_h = (P - h P²/2)⁻¹, P = ∇²f.
 
-    None when the target is not Gaussian, or when ``h >= 2 / λ_max(P)``: then there is no stationary
-    distribution (the iterates grow without bound; :func:`stability_problem` says so).
+    None when the target is not Gaussian, or when ``h >= 2 / λ_max(P)``: then there is
+    no stationary distribution (the iterates grow without bound;
+    :func:`stability_problem` says so).
     """
     if target.hessian is None:
         return None
@@ -91,12 +96,16 @@ def stability_problem(args, job, c: float | None) -> list:
     """A Langevin step size at or above ``2/c``: beyond unadjusted Langevin's stability limit at curvature ``c``
     (exact on a Gaussian target, where ``c`` is the largest eigenvalue of the precision)."""
     h = job.parameters.get("step_size")
-    c = job.parameters.get("whitened_curvature", c)  # preconditioned (cj.langevin_warmup): the limit is in y
+    c = job.parameters.get(
+        "whitened_curvature", c
+    )  # preconditioned (cj.langevin_warmup): the limit is in y
     if not SPECS[args.sampler].langevin or h is None or c is None or not h * c >= 2.0:
         return []
-    return [f"the step size h={h:.4g} is at or above 2/c = {2.0 / c:.4g}, unadjusted Langevin's stability limit at "
-            f"the target's curvature c = {c:.4g}: the iterates do not settle to a stationary distribution (on a "
-            f"Gaussian target they grow without bound); lower --step-size below {2.0 / c:.4g}"]
+    return [
+        f"the step size h={h:.4g} is at or above 2/c = {2.0 / c:.4g}, unadjusted Langevin's stability limit at "
+        f"the target's curvature c = {c:.4g}: the iterates do not settle to a stationary distribution (on a "
+        f"Gaussian target they grow without bound); lower --step-size below {2.0 / c:.4g}"
+    ]
 
 
 def _mean_inflation(res, kept: int) -> float:
@@ -125,13 +134,15 @@ def _longest_runs(flag: np.ndarray) -> tuple:
 def _flag_problem(flag: RunFlag, info, burn_in: int) -> str | None:
     """The driver's warning for ``flag`` on this run's per-step infos, or None when it is not set.
 
-    The driver's rules (:class:`~cenlmc_jax.base.RunFlag`): ``kept_only`` flags on the steps after
-    ``burn_in``; the others on any step; ``every_step`` flags for a chain set at every step of one
-    of the driver's chunks (of at least ``cj.run.WATCH_MIN_STEPS`` steps). The verdict sees neither
-    the chunks (``--checkpoint-every`` changes them) nor, in infos averaged over the chains
-    (``info_reduce="mean"``, the driver's default and the CLI's), which chain was set: it reports a
-    stretch of ``WATCH_MIN_STEPS`` consecutive steps at each of which the flag is set (on some chain,
-    for averaged infos). That contains every case the driver reports, whatever its chunking.
+    The driver's rules (:class:`~cenlmc_jax.base.RunFlag`): ``kept_only`` flags on the
+    steps after ``burn_in``; the others on any step; ``every_step`` flags for a chain
+    set at every step of one of the driver's chunks (of at least
+    ``cj.run.WATCH_MIN_STEPS`` steps). The verdict sees neither the chunks
+    (``--checkpoint-every`` changes them) nor, in infos averaged over the chains
+    (``info_reduce="mean"``, the driver's default and the CLI's), which chain was set:
+    it reports a stretch of ``WATCH_MIN_STEPS`` consecutive steps at each of which the
+    flag is set (on some chain, for averaged infos). That contains every case the driver
+    reports, whatever its chunking.
     """
     if flag.kept_only:
         info, offset = jax.tree_util.tree_map(lambda a: a[burn_in:], info), burn_in
@@ -140,23 +151,38 @@ def _flag_problem(flag: RunFlag, info, burn_in: int) -> str | None:
     value = getattr(info, flag.field, None)
     if value is None or np.shape(value)[0] == 0:
         return None
-    if flag.mean_below is not None:  # kept_only: the mean over the kept steps below a floor
-        return None if np.mean(np.asarray(value, np.float64)) >= flag.mean_below else flag.message(info, offset)
+    if (
+        flag.mean_below is not None
+    ):  # kept_only: the mean over the kept steps below a floor
+        return (
+            None
+            if np.mean(np.asarray(value, np.float64)) >= flag.mean_below
+            else flag.message(info, offset)
+        )
     rows = _rows(value)
     if not flag.every_step:
         steps = rows.any(axis=1)
-        return flag.message(info, offset + int(np.argmax(steps))) if steps.any() else None
+        return (
+            flag.message(info, offset + int(np.argmax(steps))) if steps.any() else None
+        )
     longest, starts = _longest_runs(rows)
     stuck = longest >= WATCH_MIN_STEPS
     if not stuck.any():
         return None
-    k = int(np.argmin(np.where(stuck, starts, np.iinfo(np.int64).max)))  # the chain whose stretch starts first
+    k = int(
+        np.argmin(np.where(stuck, starts, np.iinfo(np.int64).max))
+    )  # the chain whose stretch starts first
     first, last = offset + int(starts[k]), offset + int(starts[k] + longest[k]) - 1
     if np.ndim(value) > 1:  # per chain or particle
-        return (f"{int(stuck.sum())} of {stuck.size} chains: " + flag.message(info, first)
-                + f" (at every step of {first}..{last})")
-    return flag.message(info, first) + (f" (at every step of {first}..{last}, on some chain or particle: the infos "
-                                        "are averaged over them, so which is not known)")
+        return (
+            f"{int(stuck.sum())} of {stuck.size} chains: "
+            + flag.message(info, first)
+            + f" (at every step of {first}..{last})"
+        )
+    return flag.message(info, first) + (
+        f" (at every step of {first}..{last}, on some chain or particle: the infos "
+        "are averaged over them, so which is not known)"
+    )
 
 
 def flag_problems(args, res) -> list:
@@ -164,18 +190,24 @@ def flag_problems(args, res) -> list:
     and this run set, worded as ``cj.sample``'s warning, plus the sampler's tuning flags on the command line."""
     if res.info is None:
         return []
-    tuning_flags = ", ".join(f"--{f}" for f in ("step-size",) + tuple(SPECS[args.sampler].flags))
+    tuning_flags = ", ".join(
+        f"--{f}" for f in ("step-size",) + tuple(SPECS[args.sampler].flags)
+    )
     out = []
     for flag in run_flags(res.info):
         text = _flag_problem(flag, res.info, res.burn_in)
         if text is not None:
-            out.append(f"{text} [info.{flag.field}; on the command line: {tuning_flags}]")
+            out.append(
+                f"{text} [info.{flag.field}; on the command line: {tuning_flags}]"
+            )
     return out
 
 
 def _known_bias_problem(args, target, job, table: SummaryTable) -> list:
     h = job.parameters.get("step_size")
-    sd_ula = ula_sd(target, h) if SPECS[args.sampler].langevin and h is not None else None
+    sd_ula = (
+        ula_sd(target, h) if SPECS[args.sampler].langevin and h is not None else None
+    )
     if sd_ula is None:
         return []
     bias = np.abs(sd_ula - np.sqrt(np.diag(target.cov)))
@@ -185,27 +217,35 @@ def _known_bias_problem(args, target, job, table: SummaryTable) -> list:
     worst = int(np.nanargmax(bias - se))
     if not bias[worst] > se[worst]:
         return []
-    return [f"at h={h:.4g} unadjusted Langevin's own sd of x[{worst}] is off by {bias[worst]:.3g} (exact "
-            f"for this Gaussian target), more than the standard error {se[worst]:.3g} of the estimate: "
-            "the error bars understate the error; lower --step-size (the bias is proportional to h)"]
+    return [
+        f"at h={h:.4g} unadjusted Langevin's own sd of x[{worst}] is off by {bias[worst]:.3g} (exact "
+        f"for this Gaussian target), more than the standard error {se[worst]:.3g} of the estimate: "
+        "the error bars understate the error; lower --step-size (the bias is proportional to h)"
+    ]
 
 
 def divergence_problem(args, job, res, c: float | None) -> str:
     """What a divergence means and what to change: the step size, the start, the model's scale."""
     h, parts = job.parameters.get("step_size"), []
     if h is not None:
-        parts.append(f"h={h:.4g}" + (" from the default rule" if args.step_size is None else ""))
+        parts.append(
+            f"h={h:.4g}" + (" from the default rule" if args.step_size is None else "")
+        )
     if c is not None:
         parts.append(f"c = {c:.4g} the curvature at the mode")
     rule = f" ({', '.join(parts)})" if parts else ""
-    return (f"DIVERGED at step {res.diverged_at} (info.diverged: non-finite or exploding values); the run stopped "
-            f"and its estimates are not valid. The step size{rule} is too large where the chains are: lower "
-            "--step-size, start nearer the mode (--init FILE.npy), or rescale a badly scaled model (centre and "
-            "standardise its predictors and parameters: away from the mode its curvature can be orders of "
-            "magnitude above c)")
+    return (
+        f"DIVERGED at step {res.diverged_at} (info.diverged: non-finite or exploding values); the run stopped "
+        f"and its estimates are not valid. The step size{rule} is too large where the chains are: lower "
+        "--step-size, start nearer the mode (--init FILE.npy), or rescale a badly scaled model (centre and "
+        "standardise its predictors and parameters: away from the mode its curvature can be orders of "
+        "magnitude above c)"
+    )
 
 
-def problems(args, target, job, res, table: SummaryTable | None, c: float | None = None) -> list:
+def problems(
+    args, target, job, res, table: SummaryTable | None, c: float | None = None
+) -> list:
     """Why the result is not to be trusted (empty: no known reason); ``table`` None: no draw was kept;
     ``c``: the curvature the step size is compared with (:func:`stability_problem`)."""
     out = []
@@ -214,20 +254,28 @@ def problems(args, target, job, res, table: SummaryTable | None, c: float | None
     out += stability_problem(args, job, c)
     out += flag_problems(args, res)
     if table is None:
-        out.append(f"no draw was kept: the run stopped after {res.num_steps_done} of the driver's {res.burn_in} "
-                   f"burn-in + {args.steps} steps, before its first recorded step; there are no estimates")
+        out.append(
+            f"no draw was kept: the run stopped after {res.num_steps_done} of the driver's {res.burn_in} "
+            f"burn-in + {args.steps} steps, before its first recorded step; there are no estimates"
+        )
         return out
     acc = table.run.get("acceptance_rate")
     if acc is not None and not acc >= ACCEPTANCE_MIN:
-        out.append(f"mean acceptance rate {acc:.3f} < {ACCEPTANCE_MIN}: the chains barely move; lower --step-size")
+        out.append(
+            f"mean acceptance rate {acc:.3f} < {ACCEPTANCE_MIN}: the chains barely move; lower --step-size"
+        )
     out += _known_bias_problem(args, target, job, table)
-    out += convergence.convergence_problems(res, getattr(job.state, "position", None), rhat_max=RHAT_MAX)
+    out += convergence.convergence_problems(
+        res, getattr(job.state, "position", None), rhat_max=RHAT_MAX
+    )
     for col, what in (("z_mean", "mean"), ("z_sd", "sd")):
         z = table.columns.get(col)
         if z is not None and np.any(np.abs(z) > TRUTH_Z_MAX):
             k = int(np.nanargmax(np.abs(z)))
-            out.append(f"the {what} of x[{k}] is {abs(z[k]):.1f} standard errors from the target's known {what} "
-                       f"(> {TRUTH_Z_MAX:g})")
+            out.append(
+                f"the {what} of x[{k}] is {abs(z[k]):.1f} standard errors from the target's known {what} "
+                f"(> {TRUTH_Z_MAX:g})"
+            )
     return out
 
 
@@ -249,16 +297,24 @@ def print_header(args, setup: Setup, record: dict) -> None:
     """Before the run: the sampler, the target and the run's size, the default step-size rule, the tuner."""
     job, target = setup.job, setup.target
     print(f"cenlmc-jax: {job.description}")
-    print(f"  target {target.name} (d={target.dim}), {args.particles} particles, {args.burn_in} burn-in + "
-          f"{args.steps} steps, seed {args.seed}, backend {jax.default_backend()}")
+    print(
+        f"  target {target.name} (d={target.dim}), {args.particles} particles, {args.burn_in} burn-in + "
+        f"{args.steps} steps, seed {args.seed}, backend {jax.default_backend()}"
+    )
     if setup.model is not None:
-        print("  NumPyro model (cj.from_numpyro): sampled on the unconstrained scale; the summary shows the "
-              "constrained sites, by name (--trace on)")
+        print(
+            "  NumPyro model (cj.from_numpyro): sampled on the unconstrained scale; the summary shows the "
+            "constrained sites, by name (--trace on)"
+        )
     if args.step_size is None and not job.warmup_steps:
-        print(f"  default step size = {SPECS[args.sampler].step_rule}, curvature c = {setup.c_source}")
+        print(
+            f"  default step size = {SPECS[args.sampler].step_rule}, curvature c = {setup.c_source}"
+        )
     sug = job.suggestion
     if sug is not None:
-        print(f"  tuner: predicted ensemble fraction {sug.expected_ensemble_fraction:.2f}")
+        print(
+            f"  tuner: predicted ensemble fraction {sug.expected_ensemble_fraction:.2f}"
+        )
         for line in sug.reasoning.splitlines():
             if "too small" in line or "unknown" in line:
                 print(f"  tuner warning: {line}")
@@ -274,18 +330,24 @@ def _print_gradients(args, setup: Setup, run: Run, ge: int) -> None:
     audit = int(np.sum(np.asarray(audit))) if audit is not None else 0
     if audit:
         v = _mean_inflation(res, run.burn_in)
-        print(f"  gradient audit: {audit:,} more ({audit / full:.1%}); ensemble-noise variance inflation {v:.3f} "
-              f"(the sd off by ~{math.sqrt(max(1 + v, 0.0)) - 1:.1%}; flagged above "
-              f"{ensemble.AUDIT_BIAS_THRESHOLD:g})")
+        print(
+            f"  gradient audit: {audit:,} more ({audit / full:.1%}); ensemble-noise variance inflation {v:.3f} "
+            f"(the sd off by ~{math.sqrt(max(1 + v, 0.0)) - 1:.1%}; flagged above "
+            f"{ensemble.AUDIT_BIAS_THRESHOLD:g})"
+        )
     if SPECS[args.sampler].ensemble:
         saved = full - ge - audit
-        print(f"  saved against LMC (N gradients per step): {saved:,} ({saved / full:.1%}, the audit's included)")
+        print(
+            f"  saved against LMC (N gradients per step): {saved:,} ({saved / full:.1%}, the audit's included)"
+        )
 
 
 def _print_run(args, setup: Setup, run: Run, table: SummaryTable | None) -> None:
     res, job = run.result, setup.job
     warm = f" after {job.warmup_steps} warm-up steps" if job.warmup_steps else ""
-    print(f"  ran {res.num_steps_done} steps{warm} in {run.seconds:.2f} s (compilation included)")
+    print(
+        f"  ran {res.num_steps_done} steps{warm} in {run.seconds:.2f} s (compilation included)"
+    )
     if table is None:
         print("  no estimates: no draw was kept")
         return
@@ -294,8 +356,14 @@ def _print_run(args, setup: Setup, run: Run, table: SummaryTable | None) -> None
     if "acceptance_rate" in table.run:
         print(f"  mean acceptance rate {table.run['acceptance_rate']:.3f}")
     if "ensemble_fraction" in table.run:
-        print(f"  ensemble force used by {table.run['ensemble_fraction']:.1%} of particle-steps after burn-in")
-    print("  estimates over kept steps and particles:" if res.trace is None else "  estimates over the kept draws:")
+        print(
+            f"  ensemble force used by {table.run['ensemble_fraction']:.1%} of particle-steps after burn-in"
+        )
+    print(
+        "  estimates over kept steps and particles:"
+        if res.trace is None
+        else "  estimates over the kept draws:"
+    )
     print_table(table, footer=False)
 
 
@@ -315,8 +383,15 @@ def report(args, setup: Setup, run: Run, record: dict) -> tuple:
         record["warnings"].append(message)
     target, table = setup.target, None
     if not no_draws(run.result):
-        res, labels = shown(setup, run.result)  # a NumPyro model: its constrained sites, by name
-        table = summary(res, truth=target if target.mean is not None else None, burn_in=run.burn_in, labels=labels)
+        res, labels = shown(
+            setup, run.result
+        )  # a NumPyro model: its constrained sites, by name
+        table = summary(
+            res,
+            truth=target if target.mean is not None else None,
+            burn_in=run.burn_in,
+            labels=labels,
+        )
     _print_run(args, setup, run, table)
     found = problems(args, target, setup.job, run.result, table, c=setup.c)
     print_verdict(args, found)
@@ -324,9 +399,19 @@ def report(args, setup: Setup, run: Run, record: dict) -> tuple:
 
 
 #: The fields of run.json that cmd_summary reads, and their JSON types (None allowed).
-_RECORD_FIELDS = {"description": str, "sampler": str, "target": dict, "seed": int, "steps_done": int,
-                  "version": str, "summary_run": dict, "summary_notes": list, "problems": list, "reliable": bool,
-                  "kept_steps": int}
+_RECORD_FIELDS = {
+    "description": str,
+    "sampler": str,
+    "target": dict,
+    "seed": int,
+    "steps_done": int,
+    "version": str,
+    "summary_run": dict,
+    "summary_notes": list,
+    "problems": list,
+    "reliable": bool,
+    "kept_steps": int,
+}
 
 
 def _read_record(folder: str) -> dict:
@@ -335,16 +420,26 @@ def _read_record(folder: str) -> dict:
     try:
         with open(path, encoding="utf-8") as fh:
             record = json.load(fh)
-    except (OSError, ValueError) as exc:  # ValueError: JSONDecodeError, UnicodeDecodeError
-        raise UsageError(f"{path}: damaged, not the run.json of cenlmc-jax sample ({type(exc).__name__}: {exc})"
-                         ) from None
+    except (
+        OSError,
+        ValueError,
+    ) as exc:  # ValueError: JSONDecodeError, UnicodeDecodeError
+        raise UsageError(
+            f"{path}: damaged, not the run.json of cenlmc-jax sample ({type(exc).__name__}: {exc})"
+        ) from None
     if not isinstance(record, dict):
-        raise UsageError(f"{path}: damaged, not the run.json of cenlmc-jax sample (a JSON {type(record).__name__}, "
-                         "not an object)")
+        raise UsageError(
+            f"{path}: damaged, not the run.json of cenlmc-jax sample (a JSON {type(record).__name__}, "
+            "not an object)"
+        )
     for key, kind in _RECORD_FIELDS.items():
         value = record.get(key)
-        if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
-            raise UsageError(f"{path}: damaged: {key} should be a JSON {kind.__name__}; got {value!r}")
+        if value is not None and (
+            not isinstance(value, kind) or (kind is int and isinstance(value, bool))
+        ):
+            raise UsageError(
+                f"{path}: damaged: {key} should be a JSON {kind.__name__}; got {value!r}"
+            )
     if not all(isinstance(p, str) for p in record.get("problems") or ()):
         raise UsageError(f"{path}: damaged: problems should be a list of strings")
     return record
@@ -356,33 +451,51 @@ def _read_table(folder: str, record: dict) -> SummaryTable | None:
     if not os.path.isfile(path):
         if record.get("kept_steps") == 0:
             return None
-        raise UsageError(f"{folder}: no summary.csv (not a finished cenlmc-jax sample --out directory)")
+        raise UsageError(
+            f"{folder}: no summary.csv (not a finished cenlmc-jax sample --out directory)"
+        )
     try:
-        table = SummaryTable.from_csv(path, run=record.get("summary_run"),
-                                      notes=tuple(str(n) for n in record.get("summary_notes") or ()))
+        table = SummaryTable.from_csv(
+            path,
+            run=record.get("summary_run"),
+            notes=tuple(str(n) for n in record.get("summary_notes") or ()),
+        )
     except (OSError, ValueError, IndexError, csv.Error) as exc:
-        raise UsageError(f"{path}: damaged, not the summary.csv of cenlmc-jax sample ({type(exc).__name__}: {exc})"
-                         ) from None
+        raise UsageError(
+            f"{path}: damaged, not the summary.csv of cenlmc-jax sample ({type(exc).__name__}: {exc})"
+        ) from None
     try:
         table.format()
-    except Exception as exc:  # columns of the csv and statistics of run.json that do not fit together
-        raise UsageError(f"{path} and {os.path.join(folder, 'run.json')} do not fit together (damaged: "
-                         f"{type(exc).__name__}: {exc})") from None
+    except (
+        Exception
+    ) as exc:  # columns of the csv and statistics of run.json that do not fit together
+        raise UsageError(
+            f"{path} and {os.path.join(folder, 'run.json')} do not fit together (damaged: "
+            f"{type(exc).__name__}: {exc})"
+        ) from None
     return table
 
 
 def cmd_summary(args) -> int:
     """``cenlmc-jax summary DIR``: a finished run's report and verdict, from its summary.csv and run.json."""
     folder = args.dir
-    missing = [name for name in ("summary.csv", "run.json") if not os.path.isfile(os.path.join(folder, name))]
+    missing = [
+        name
+        for name in ("summary.csv", "run.json")
+        if not os.path.isfile(os.path.join(folder, name))
+    ]
     if "run.json" in missing:
-        raise UsageError(f"{folder}: no {' or '.join(missing)} (not a finished cenlmc-jax sample --out directory)")
+        raise UsageError(
+            f"{folder}: no {' or '.join(missing)} (not a finished cenlmc-jax sample --out directory)"
+        )
     record = _read_record(folder)
     table = _read_table(folder, record)
     print(f"cenlmc-jax: {record.get('description') or record.get('sampler')}")
     tgt = record.get("target") or {}
-    print(f"  target {tgt.get('name')} (d={tgt.get('dim')}), seed {record.get('seed')}, "
-          f"{record.get('steps_done')} steps done, {record.get('version')}")
+    print(
+        f"  target {tgt.get('name')} (d={tgt.get('dim')}), seed {record.get('seed')}, "
+        f"{record.get('steps_done')} steps done, {record.get('version')}"
+    )
     if table is None:
         print("  no estimates: no draw was kept")
     else:

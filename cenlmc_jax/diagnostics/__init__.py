@@ -61,7 +61,12 @@ from cenlmc_jax.diagnostics.chains import (
 )
 from cenlmc_jax.diagnostics.convergence import ConvergenceWarning, convergence_problems
 from cenlmc_jax.diagnostics.distances import mmd, sliced_wasserstein
-from cenlmc_jax.diagnostics.ensemble import MomentErrors, ensemble_mcse, moment_errors, z_score
+from cenlmc_jax.diagnostics.ensemble import (
+    MomentErrors,
+    ensemble_mcse,
+    moment_errors,
+    z_score,
+)
 from cenlmc_jax.diagnostics.layout import LayoutWarning, chains_first
 
 __all__ = [

@@ -98,8 +98,8 @@ def _constant(x: Array) -> Array:
 def _combined_autocorrelation(x: Array) -> Array:
     """Multi-chain autocorrelation ``rho_t`` (steps 1-3 of :func:`effective_sample_size`), shape (n, *E)."""
     m, n = x.shape[0], x.shape[1]
-    acov = _autocovariance(x)                          # (m, n, *E)
-    chain_mean = jnp.mean(x, axis=1)                   # (m, *E)
+    acov = _autocovariance(x)  # (m, n, *E)
+    chain_mean = jnp.mean(x, axis=1)  # (m, *E)
     # Within-chain variance W (ddof = 1) and the pooled variance estimate
     # var_plus = (n - 1)/n W + B/n, with B/n the variance of chain means.
     within = jnp.mean(acov[:, 0], axis=0) * (n / (n - 1.0))
@@ -120,19 +120,21 @@ def _ess_core(x: Array) -> Array:
     num_pairs = len(range(1, n - 3, 2)) + 1
     pairs = rho[: 2 * num_pairs].reshape((num_pairs, 2) + rho.shape[1:])
     rho_even = pairs[:, 0]
-    pair_sum = pairs.sum(axis=1)                       # (K + 1, *E)
+    pair_sum = pairs.sum(axis=1)  # (K + 1, *E)
     # Initial positive sequence: keep pairs up to the first non-positive one
     # (P_0 = 1 + rho_1 is always kept).
     positive = (pair_sum > 0).at[0].set(True)
     keep = jax.lax.cummin(positive.astype(jnp.int32), axis=0)
-    num_kept = jnp.sum(keep, axis=0)                   # (*E)
+    num_kept = jnp.sum(keep, axis=0)  # (*E)
     all_kept = num_kept == num_pairs
     # Initial monotone sequence: running minimum of the pair sums.
     monotone = jax.lax.cummin(pair_sum, axis=0)
     # Stan's refinement: add the even-lag term of the first rejected pair when
     # it is positive. When no pair is rejected the last examined pair is not
     # summed and its even-lag term is added as it is (ArviZ's `_ess` exactly).
-    last = (jnp.arange(num_pairs) == num_pairs - 1).reshape((num_pairs,) + (1,) * (rho.ndim - 1))
+    last = (jnp.arange(num_pairs) == num_pairs - 1).reshape(
+        (num_pairs,) + (1,) * (rho.ndim - 1)
+    )
     summed = (keep * ~(last & all_kept)).astype(dtype)
     first_rejected = jnp.minimum(num_kept, num_pairs - 1)
     extra = jnp.take_along_axis(rho_even, first_rejected[None], axis=0)[0]
@@ -147,7 +149,7 @@ def _ess_core(x: Array) -> Array:
 def _split_chains(x: Array) -> Array:
     """(m, n, *E) -> (2m, n // 2, *E): first and second halves; the middle draw is dropped when n is odd."""
     half = x.shape[1] // 2
-    return jnp.concatenate([x[:, :half], x[:, x.shape[1] - half:]], axis=0)
+    return jnp.concatenate([x[:, :half], x[:, x.shape[1] - half :]], axis=0)
 
 
 def _z_scale(x: Array) -> Array:
@@ -158,10 +160,14 @@ def _z_scale(x: Array) -> Array:
     ``searchsorted`` on the sorted values: ``(#{< v} + #{<= v} + 1) / 2``.
     """
     shape = x.shape
-    flat = x.reshape((shape[0] * shape[1], -1))        # (S, K)
+    flat = x.reshape((shape[0] * shape[1], -1))  # (S, K)
     srt = jnp.sort(flat, axis=0)
-    below = jax.vmap(functools.partial(jnp.searchsorted, side="left"), in_axes=1, out_axes=1)(srt, flat)
-    upto = jax.vmap(functools.partial(jnp.searchsorted, side="right"), in_axes=1, out_axes=1)(srt, flat)
+    below = jax.vmap(
+        functools.partial(jnp.searchsorted, side="left"), in_axes=1, out_axes=1
+    )(srt, flat)
+    upto = jax.vmap(
+        functools.partial(jnp.searchsorted, side="right"), in_axes=1, out_axes=1
+    )(srt, flat)
     rank = (below + upto + 1).astype(x.dtype) / 2.0
     z = ndtri((rank - 0.375) / (flat.shape[0] + 0.25))
     return z.reshape(shape).astype(x.dtype)
@@ -169,7 +175,9 @@ def _z_scale(x: Array) -> Array:
 
 def _ess_tail(x: Array) -> Array:
     """min over q in (0.05, 0.95) of the split ESS of the indicator ``x <= quantile_q``."""
-    q = jnp.quantile(x, jnp.asarray([0.05, 0.95], x.dtype), axis=(0, 1))  # (2, *E), type 7 (ArviZ's)
+    q = jnp.quantile(
+        x, jnp.asarray([0.05, 0.95], x.dtype), axis=(0, 1)
+    )  # (2, *E), type 7 (ArviZ's)
     low = _ess_core(_split_chains((x <= q[0]).astype(x.dtype)))
     high = _ess_core(_split_chains((x <= q[1]).astype(x.dtype)))
     return jnp.where(_constant(x), jnp.nan, jnp.minimum(low, high))
@@ -269,13 +277,17 @@ def effective_sample_size(
     )
     ess = _ess_by_method(x, method)
     if from_array:
-        check_ess(ess, x.shape[0] * x.shape[1], f"effective_sample_size (method={method!r})")
+        check_ess(
+            ess, x.shape[0] * x.shape[1], f"effective_sample_size (method={method!r})"
+        )
     return ess
 
 
 @functools.partial(jax.jit, static_argnames=("max_lag",))
 def _autocorrelation_core(x: Array, max_lag: int) -> Array:
-    return jnp.where(_constant(x), jnp.nan, _combined_autocorrelation(x)[: max_lag + 1]).astype(x.dtype)
+    return jnp.where(
+        _constant(x), jnp.nan, _combined_autocorrelation(x)[: max_lag + 1]
+    ).astype(x.dtype)
 
 
 def autocorrelation(
@@ -294,10 +306,21 @@ def autocorrelation(
     constant coordinates give ``nan``. Same inputs as
     :func:`effective_sample_size`.
     """
-    x, _ = checked_chains_first(samples, chain_axis, sample_axis, min_draws=2, why=" for an autocorrelation")
+    x, _ = checked_chains_first(
+        samples, chain_axis, sample_axis, min_draws=2, why=" for an autocorrelation"
+    )
     n = x.shape[1]
-    max_lag = min(n - 1, 100) if max_lag is None else check_int(max_lag, "max_lag", minimum=0, maximum=n - 1,
-                                                                why=f"the chains have {n} draws")
+    max_lag = (
+        min(n - 1, 100)
+        if max_lag is None
+        else check_int(
+            max_lag,
+            "max_lag",
+            minimum=0,
+            maximum=n - 1,
+            why=f"the chains have {n} draws",
+        )
+    )
     return _autocorrelation_core(x, max_lag)
 
 
@@ -327,7 +350,8 @@ def _rhat_core(x: Array, split: bool, rank: bool = False) -> Array:
         rhat = jnp.maximum(bulk, folded)
     else:
         rhat = _rhat_plain(x)
-    # A constant coordinate has W = B = 0: R-hat is undefined (rounding would give 1.2 or inf).
+    # A constant coordinate has W = B = 0: R-hat is undefined (rounding would give 1.2
+    # or inf).
     return jnp.where(constant, jnp.nan, rhat).astype(x.dtype)
 
 
@@ -490,7 +514,9 @@ def _average_ranks(x: np.ndarray) -> np.ndarray:
 
 
 @jax.jit
-def _summary_core(x: Array, rank_bulk: Array, rank_folded: Array, quantiles: Array) -> dict:
+def _summary_core(
+    x: Array, rank_bulk: Array, rank_folded: Array, quantiles: Array
+) -> dict:
     """The ESS, R-hat and MCSE columns from the draws ``x (m, n, K)`` and host-side ranks and quantiles.
 
     ``rank_bulk``, ``rank_folded``: the average ranks of
@@ -506,9 +532,14 @@ def _summary_core(x: Array, rank_bulk: Array, rank_folded: Array, quantiles: Arr
     sq = (x - jnp.mean(x, axis=(0, 1))) ** 2  # for the sd's MCSE (delta method on s²)
     constant = _constant(x)
     size = rank_bulk.shape[0] * rank_bulk.shape[1] + 0.25
-    z_bulk, z_folded = ndtri((rank_bulk - 0.375) / size), ndtri((rank_folded - 0.375) / size)
+    z_bulk, z_folded = (
+        ndtri((rank_bulk - 0.375) / size),
+        ndtri((rank_folded - 0.375) / size),
+    )
     low, high = ((x <= q).astype(x.dtype) for q in quantiles)
-    stacked = jnp.concatenate([_split_chains(v) for v in (x, sq, low, high)] + [z_bulk], axis=2)
+    stacked = jnp.concatenate(
+        [_split_chains(v) for v in (x, sq, low, high)] + [z_bulk], axis=2
+    )
     ess = _ess_core(stacked).reshape(5, k)
     flat_sd = jnp.std(x.reshape(-1, k), axis=0, ddof=1)
     evar = jnp.mean(sq, axis=(0, 1))
@@ -537,7 +568,9 @@ def summary_diagnostics(x: np.ndarray) -> dict:
     """
     x = np.asarray(x, np.float64)
     half = x.shape[1] // 2
-    split = np.concatenate([x[:, :half], x[:, x.shape[1] - half:]], axis=0)  # as _split_chains
+    split = np.concatenate(
+        [x[:, :half], x[:, x.shape[1] - half :]], axis=0
+    )  # as _split_chains
     folded = np.abs(split - np.median(split, axis=(0, 1)))
     quantiles = np.quantile(x, (0.05, 0.95), axis=(0, 1))
     out = _summary_core(x, _average_ranks(split), _average_ranks(folded), quantiles)

@@ -1,49 +1,53 @@
 """Has a run converged? The end-of-run checks of ``cj.sample`` and of the CLI's verdict (one implementation).
 
-:func:`convergence_problems` reads a finished :class:`~cenlmc_jax.base.RunResult` and returns one
-sentence per reason to distrust its draws (an empty list: none found). ``cj.sample`` warns each as
-a :class:`ConvergenceWarning` (``check_convergence=True``, the default); ``cenlmc-jax sample``
-prints each as an ``UNRELIABLE:`` line and exits non-zero.
+:func:`convergence_problems` reads a finished :class:`~cenlmc_jax.base.RunResult` and
+returns one sentence per reason to distrust its draws (an empty list: none found).
+``cj.sample`` warns each as a :class:`ConvergenceWarning` (``check_convergence=True``,
+the default); ``cenlmc-jax sample`` prints each as an ``UNRELIABLE:`` line and exits
+non-zero.
 
-* **Frozen chains** (:func:`frozen_rows`): a chain or particle whose position at the end of the run
-  equals, in every coordinate and bit for bit, its position at the start. A continuous sampler
-  that moved cannot come back to the same floating-point point; one that never moved has a step
-  size that collapsed (0, or so small that every step rounds away), rejects every proposal, or
-  started where the density or its gradient is not finite. Metropolis samplers are included:
-  the driver's per-chunk watch exempts them (a rejection keeps the position), this check does not.
-* **R-hat**: the rank-normalised split R-hat (Vehtari et al. 2021, eq. 14-16: the larger of the
-  bulk and the folded value), :func:`~cenlmc_jax.diagnostics.potential_scale_reduction` with
-  ``rank=True``, the ``r_hat`` column of ``cj.summary``, above :data:`RHAT_MAX` = 1.01 (their
-  recommended threshold) at any coordinate. The "chains" are the chains of ``cj.vmap_chains`` or the
-  particles of an ensemble; one chain is split into its two halves. A converged run's R-hat is
-  ``sqrt(1 + 1/ESS_c - 1/n)`` with ``ESS_c`` the effective draws of one half-chain of ``n``
-  draws: 1.01 asks every chain (particle) for about 50 effective draws per half, so many short
-  chains that each explored little are flagged even when their pooled average is good. That is
-  the criterion's intent (each chain must have forgotten its start); ``check_convergence=False``
-  turns it off.
+* **Frozen chains** (:func:`frozen_rows`): a chain or particle whose position at the end
+  of the run equals, in every coordinate and bit for bit, its position at the start. A
+  continuous sampler that moved cannot come back to the same floating-point point; one
+  that never moved has a step size that collapsed (0, or so small that every step rounds
+  away), rejects every proposal, or started where the density or its gradient is not
+  finite. Metropolis samplers are included: the driver's per-chunk watch exempts them (a
+  rejection keeps the position), this check does not.
+* **R-hat**: the rank-normalised split R-hat (Vehtari et al. 2021, eq. 14-16: the larger
+  of the bulk and the folded value),
+  :func:`~cenlmc_jax.diagnostics.potential_scale_reduction` with ``rank=True``, the
+  ``r_hat`` column of ``cj.summary``, above :data:`RHAT_MAX` = 1.01 (their recommended
+  threshold) at any coordinate. The "chains" are the chains of ``cj.vmap_chains`` or the
+  particles of an ensemble; one chain is split into its two halves. A converged run's
+  R-hat is ``sqrt(1 + 1/ESS_c - 1/n)`` with ``ESS_c`` the effective draws of one
+  half-chain of ``n`` draws: 1.01 asks every chain (particle) for about 50 effective
+  draws per half, so many short chains that each explored little are flagged even when
+  their pooled average is good. That is the criterion's intent (each chain must have
+  forgotten its start); ``check_convergence=False`` turns it off.
 * **Bulk ESS**: the rank-normalised split ESS (``ess_bulk`` of ``cj.summary``,
   :func:`~cenlmc_jax.diagnostics.effective_sample_size` with ``method="bulk"``) below
-  :func:`ess_floor` ``= min(100 C, 400)`` for ``C`` chains at any coordinate: Stan's 100 per
-  chain, capped at Vehtari et al.'s 400 in all (§4.4: below it the R-hat and the Monte Carlo
-  standard errors are themselves unreliable).
+  :func:`ess_floor` ``= min(100 C, 400)`` for ``C`` chains at any coordinate: Stan's 100
+  per chain, capped at Vehtari et al.'s 400 in all (§4.4: below it the R-hat and the
+  Monte Carlo standard errors are themselves unreliable).
 
 What can be checked where:
 
-* ``mode="trace"``: all three (a trace that is one array; a pytree trace gets the frozen check
-  only). R-hat and ESS need at least 4 kept draws per chain (two halves of two); fewer is
-  reported as a problem of its own.
-* ``mode="stream"``: the frozen check only. The moments pool every chain and step, so the
-  between-chain variance R-hat needs and the autocorrelation ESS needs are gone: run a
-  ``mode="trace"`` pilot (or thin a trace) to check them.
-* A run that diverged: nothing here (the driver reports the divergence). Inside ``jax.jit`` or
-  ``jax.grad``: nothing (the values are not known while tracing).
+* ``mode="trace"``: all three (a trace that is one array; a pytree trace gets the frozen
+  check only). R-hat and ESS need at least 4 kept draws per chain (two halves of two);
+  fewer is reported as a problem of its own.
+* ``mode="stream"``: the frozen check only. The moments pool every chain and step, so
+  the between-chain variance R-hat needs and the autocorrelation ESS needs are gone: run
+  a ``mode="trace"`` pilot (or thin a trace) to check them.
+* A run that diverged: nothing here (the driver reports the divergence). Inside
+  ``jax.jit`` or ``jax.grad``: nothing (the values are not known while tracing).
 
-Cost: R-hat and ESS are one jitted call per trace shape ``(chains, draws, d)``: XLA compiles it
-the first time a shape is seen (seconds on a CPU: ``benchmarks/results/silent_failures.md``) and it
-runs in milliseconds to a second after that. An ensemble of more than :data:`MAX_CHECKED_CHAINS`
-particles is checked on that many evenly spaced particles (exchangeable: R-hat is the same
-diagnostic, and the bulk ESS is scaled by ``N / 64``, exact in expectation for independent
-particles); the messages say so.
+Cost: R-hat and ESS are one jitted call per trace shape ``(chains, draws, d)``: XLA
+compiles it the first time a shape is seen (seconds on a CPU:
+``benchmarks/results/silent_failures.md``) and it runs in milliseconds to a second after
+that. An ensemble of more than :data:`MAX_CHECKED_CHAINS` particles is checked on that
+many evenly spaced particles (exchangeable: R-hat is the same diagnostic, and the bulk
+ESS is scaled by ``N / 64``, exact in expectation for independent particles); the
+messages say so.
 """
 
 from __future__ import annotations
@@ -56,29 +60,41 @@ import numpy as np
 
 from cenlmc_jax._validation import is_concrete
 from cenlmc_jax.base import RunResult
-from cenlmc_jax.diagnostics.chains import effective_sample_size, potential_scale_reduction
+from cenlmc_jax.diagnostics.chains import (
+    effective_sample_size,
+    potential_scale_reduction,
+)
 from cenlmc_jax.diagnostics.layout import chains_first
 
-__all__ = ["ConvergenceWarning", "RHAT_MAX", "ESS_PER_CHAIN", "ESS_FLOOR_MAX", "ess_floor", "frozen_rows",
-           "convergence_problems"]
+__all__ = [
+    "ConvergenceWarning",
+    "RHAT_MAX",
+    "ESS_PER_CHAIN",
+    "ESS_FLOOR_MAX",
+    "ess_floor",
+    "frozen_rows",
+    "convergence_problems",
+]
 
 #: Vehtari et al. (2021)'s threshold for the rank-normalised split R-hat.
 RHAT_MAX = 1.01
-#: Bulk ESS asked per chain (Stan's), and the total above which no more is asked (Vehtari et al., §4.4).
+#: Bulk ESS asked per chain (Stan's), and the total above which no more is asked
+#: (Vehtari et al., §4.4).
 ESS_PER_CHAIN, ESS_FLOOR_MAX = 100, 400
 #: Kept draws per chain that split R-hat and split ESS need (two halves of two draws).
 MIN_DRAWS = 4
-#: At most this many chains (particles) are checked: R-hat over 64 particles sees any that has not mixed as well
-#: as over all of them, and the cost (and the compiled shapes) stay bounded for large ensembles.
+#: At most this many chains (particles) are checked: R-hat over 64 particles sees any
+#: that has not mixed as well as over all of them, and the cost (and the compiled
+#: shapes) stay bounded for large ensembles.
 MAX_CHECKED_CHAINS = 64
 
 
 class ConvergenceWarning(UserWarning):
     """A run whose draws are not to be trusted: frozen chains, R-hat above 1.01, bulk ESS below the floor.
 
-    A ``UserWarning`` (as scikit-learn's ``ConvergenceWarning``): the run itself worked; its length
-    or tuning did not. Silence it with ``warnings.simplefilter("ignore", ConvergenceWarning)`` or
-    ``cj.sample(..., check_convergence=False)``.
+    A ``UserWarning`` (as scikit-learn's ``ConvergenceWarning``): the run itself worked;
+    its length or tuning did not. Silence it with ``warnings.simplefilter("ignore",
+    ConvergenceWarning)`` or ``cj.sample(..., check_convergence=False)``.
     """
 
 
@@ -98,12 +114,20 @@ def _rows(leaves: list) -> int:
 def frozen_rows(initial_position: Any, final_position: Any) -> np.ndarray:
     """Per chain or particle: is its final position bit for bit its initial one? ``(rows,)`` booleans.
 
-    Both positions are arrays or pytrees of the same structure; ``rows`` is their shared leading
-    axis (chains, particles), or 1 for a single chain. NaNs count as moved (a NaN is not equal to itself:
-    a divergence, reported by the driver, not a frozen chain).
+    Both positions are arrays or pytrees of the same structure; ``rows`` is their shared
+    leading axis (chains, particles), or 1 for a single chain. NaNs count as moved (a
+    NaN is not equal to itself: a divergence, reported by the driver, not a frozen
+    chain).
     """
-    start, end = jax.tree_util.tree_leaves(initial_position), jax.tree_util.tree_leaves(final_position)
-    if not start or len(start) != len(end) or any(np.shape(a) != np.shape(b) for a, b in zip(start, end, strict=False)):
+    start, end = (
+        jax.tree_util.tree_leaves(initial_position),
+        jax.tree_util.tree_leaves(final_position),
+    )
+    if (
+        not start
+        or len(start) != len(end)
+        or any(np.shape(a) != np.shape(b) for a, b in zip(start, end, strict=False))
+    ):
         return np.zeros((0,), bool)
     rows = _rows(start)
     same = np.ones((rows,), bool)
@@ -120,12 +144,18 @@ def _label(k: int, event_shape: tuple, labels: list | None) -> str:
 
 
 def _rhat_and_ess_fn(draws):
-    return potential_scale_reduction(draws, rank=True), effective_sample_size(draws, method="bulk")
+    return potential_scale_reduction(draws, rank=True), effective_sample_size(
+        draws, method="bulk"
+    )
 
 
-#: XLA options for the check's one program: its compilation, not its run, is what a short run pays (measured:
-#: about half the compile time for twice the run time; benchmarks/results/silent_failures.md).
-_FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+#: XLA options for the check's one program: its compilation, not its run, is what a
+#: short run pays (measured: about half the compile time for twice the run time;
+#: benchmarks/results/silent_failures.md).
+_FAST_COMPILE = {
+    "xla_backend_optimization_level": 0,
+    "xla_llvm_disable_expensive_passes": True,
+}
 
 
 @functools.lru_cache(maxsize=32)
@@ -140,7 +170,8 @@ def _compiled(shape: tuple, dtype: str):
 
 def _rhat_and_ess(draws):
     """The rank-normalised split R-hat and the bulk ESS in one compiled call (they share the z-scores)."""
-    # the program is compiled for one device: draws of a sharded run (on a mesh) come to the host first
+    # the program is compiled for one device: draws of a sharded run (on a mesh) come to
+    # the host first
     draws = np.asarray(draws)
     return _compiled(tuple(draws.shape), str(draws.dtype))(draws)
 
@@ -153,41 +184,63 @@ def _frozen_problem(result: RunResult, initial_position: Any) -> list:
     if not frozen.any():
         return []
     shown = np.flatnonzero(frozen)[:10].tolist()
-    return [f"{int(frozen.sum())} of {frozen.size} chains or particles never moved (their position at the end of "
-            f"the run is their position at its start: rows {shown}{' ...' if frozen.sum() > 10 else ''}): a step "
-            "size that collapsed (0, or so small that each step rounds away), every proposal rejected, or a start "
-            "where the density or its gradient is not finite; their draws are not samples"]
+    return [
+        f"{int(frozen.sum())} of {frozen.size} chains or particles never moved (their position at the end of "
+        f"the run is their position at its start: rows {shown}{' ...' if frozen.sum() > 10 else ''}): a step "
+        "size that collapsed (0, or so small that each step rounds away), every proposal rejected, or a start "
+        "where the density or its gradient is not finite; their draws are not samples"
+    ]
 
 
-def _mixing_problems(draws, rhat_max: float, ess_min: float | None, labels: list | None) -> list:
-    num_chains, num_draws, event_shape = draws.shape[0], draws.shape[1], tuple(draws.shape[2:])
+def _mixing_problems(
+    draws, rhat_max: float, ess_min: float | None, labels: list | None
+) -> list:
+    num_chains, num_draws, event_shape = (
+        draws.shape[0],
+        draws.shape[1],
+        tuple(draws.shape[2:]),
+    )
     if num_draws < MIN_DRAWS:
-        return [f"only {num_draws} kept draw{'s' if num_draws != 1 else ''} per chain: split R-hat and the bulk ESS "
-                f"need at least {MIN_DRAWS}, so convergence cannot be checked; keep more draws (num_steps, thin)"]
+        return [
+            f"only {num_draws} kept draw{'s' if num_draws != 1 else ''} per chain: split R-hat and the bulk ESS "
+            f"need at least {MIN_DRAWS}, so convergence cannot be checked; keep more draws (num_steps, thin)"
+        ]
     checked = num_chains
-    if num_chains > MAX_CHECKED_CHAINS:  # an ensemble: evenly spaced particles (exchangeable), ESS scaled up
+    if (
+        num_chains > MAX_CHECKED_CHAINS
+    ):  # an ensemble: evenly spaced particles (exchangeable), ESS scaled up
         checked = MAX_CHECKED_CHAINS
         draws = draws[np.linspace(0, num_chains - 1, checked).round().astype(int)]
     rhat, ess = (np.asarray(v, np.float64).reshape(-1) for v in _rhat_and_ess(draws))
     ess = ess * (num_chains / checked)
-    subset = "" if checked == num_chains else f"; from {checked} evenly spaced of the {num_chains} particles"
+    subset = (
+        ""
+        if checked == num_chains
+        else f"; from {checked} evenly spaced of the {num_chains} particles"
+    )
     out = []
-    bad = np.flatnonzero(rhat > rhat_max)  # a NaN (a coordinate constant in every chain) is not above
+    bad = np.flatnonzero(
+        rhat > rhat_max
+    )  # a NaN (a coordinate constant in every chain) is not above
     if bad.size:
         k = int(bad[np.argmax(rhat[bad])])
         chains = f"{num_chains} chain{'s' if num_chains != 1 else ''} or particles x {num_draws} kept draws"
-        out.append(f"the rank-normalised split R-hat of {_label(k, event_shape, labels)} is {rhat[k]:.3g} > "
-                   f"{rhat_max:g} ({bad.size} of {rhat.size} coordinates above; {chains}{subset}): the chains have "
-                   "not mixed, the estimates depend on where they started; run longer (more steps and burn-in) or "
-                   "retune the step size")
+        out.append(
+            f"the rank-normalised split R-hat of {_label(k, event_shape, labels)} is {rhat[k]:.3g} > "
+            f"{rhat_max:g} ({bad.size} of {rhat.size} coordinates above; {chains}{subset}): the chains have "
+            "not mixed, the estimates depend on where they started; run longer (more steps and burn-in) or "
+            "retune the step size"
+        )
     floor = ess_floor(num_chains) if ess_min is None else ess_min
     low = np.flatnonzero(ess < floor)
     if low.size:
         k = int(low[np.argmin(ess[low])])
         scaled = f"{subset}, scaled to all" if subset else ""
-        out.append(f"the bulk ESS of {_label(k, event_shape, labels)} is {ess[k]:.3g} < {floor:g} ({low.size} of "
-                   f"{ess.size} coordinates below; the floor is min(100 per chain, 400){scaled}): too few effective "
-                   "draws for the R-hat and the standard errors to be trusted; run longer")
+        out.append(
+            f"the bulk ESS of {_label(k, event_shape, labels)} is {ess[k]:.3g} < {floor:g} ({low.size} of "
+            f"{ess.size} coordinates below; the floor is min(100 per chain, 400){scaled}): too few effective "
+            "draws for the R-hat and the standard errors to be trusted; run longer"
+        )
     return out
 
 
@@ -203,14 +256,16 @@ def convergence_problems(
 
     Args:
       result: what ``cj.sample`` returned.
-      initial_position: the position the run started from (``initial_state.position``); None skips the
-        frozen check.
+      initial_position: the position the run started from (``initial_state.position``);
+        None skips the frozen check.
       rhat_max: the R-hat threshold (default :data:`RHAT_MAX`).
       ess_min: the bulk ESS floor (default :func:`ess_floor` of the number of chains).
       labels: coordinate names for the messages (default ``x[k]``).
     """
     if not isinstance(result, RunResult):
-        raise ValueError(f"result must be the RunResult of cj.sample; got {type(result).__name__}.")
+        raise ValueError(
+            f"result must be the RunResult of cj.sample; got {type(result).__name__}."
+        )
     leaves = jax.tree_util.tree_leaves((result.state, result.trace, initial_position))
     if result.diverged_at >= 0 or not all(is_concrete(leaf) for leaf in leaves):
         return []

@@ -72,7 +72,6 @@ def _check_points(x: ArrayLike, name: str, min_points: int) -> Array:
     return arr
 
 
-
 def _check_point_pair(x, y, min_points: int):
     """Two point sets ``(n, d)``, ``(m, d)`` with the same ``d``."""
     xa = _check_points(x, "x", min_points)
@@ -213,9 +212,7 @@ def mmd(x: ArrayLike, y: ArrayLike, bandwidth: ArrayLike | None = None) -> Array
         use_median = False
         h = as_float_array(bandwidth, "bandwidth")
         if h.ndim != 0:
-            raise ValueError(
-                f"bandwidth must be a scalar; got shape {tuple(h.shape)}."
-            )
+            raise ValueError(f"bandwidth must be a scalar; got shape {tuple(h.shape)}.")
         check_positive(h, "bandwidth")
         h = h.astype(dtype)
     return _mmd_core(xa.astype(dtype), ya.astype(dtype), h, use_median)
@@ -237,9 +234,7 @@ def _quantile_coupling(n: int, m: int):
     if n == m:
         idx = np.arange(n)
         return np.full(n, 1.0 / n), idx, idx
-    breaks = np.sort(
-        np.concatenate([np.arange(1, n + 1) / n, np.arange(1, m + 1) / m])
-    )
+    breaks = np.sort(np.concatenate([np.arange(1, n + 1) / n, np.arange(1, m + 1) / m]))
     lengths = np.diff(np.concatenate([[0.0], breaks]))
     mids = breaks - 0.5 * lengths
     ix = np.minimum(np.floor(mids * n).astype(np.int64), n - 1)
@@ -255,10 +250,10 @@ def _sliced_wasserstein_core(
     dtype = x.dtype
     directions = jax.random.normal(rng_key, (num_projections, d), dtype=dtype)
     directions = directions / jnp.linalg.norm(directions, axis=1, keepdims=True)
-    xs = jnp.sort(x @ directions.T, axis=0)            # (n, P)
-    ys = jnp.sort(y @ directions.T, axis=0)            # (m, P)
+    xs = jnp.sort(x @ directions.T, axis=0)  # (n, P)
+    ys = jnp.sort(y @ directions.T, axis=0)  # (m, P)
     weights, ix, iy = _quantile_coupling(x.shape[0], y.shape[0])
-    diff = xs[ix] - ys[iy]                             # (K, P)
+    diff = xs[ix] - ys[iy]  # (K, P)
     w2_sq = jnp.asarray(weights, dtype) @ (diff * diff)  # (P,)
     return jnp.sqrt(jnp.mean(w2_sq)).astype(dtype)
 

@@ -175,8 +175,7 @@ def moment_errors(
     x = as_float_array(positions, "positions")
     if x.ndim != 2 or x.shape[0] < 2:
         raise ValueError(
-            f"positions must have shape (N, d) with N >= 2; got shape "
-            f"{tuple(x.shape)}."
+            f"positions must have shape (N, d) with N >= 2; got shape {tuple(x.shape)}."
         )
     d = x.shape[1]
     mu = as_float_array(mean, "mean")
@@ -192,6 +191,4 @@ def moment_errors(
             f"{tuple(x.shape)}; got shape {tuple(sigma.shape)}."
         )
     dtype = common_float_dtype(x, mu, sigma)
-    return _moment_errors_core(
-        x.astype(dtype), mu.astype(dtype), sigma.astype(dtype)
-    )
+    return _moment_errors_core(x.astype(dtype), mu.astype(dtype), sigma.astype(dtype))

@@ -67,9 +67,10 @@ __all__ = [
 # Layout check: lag-1 correlation of chain means along the chain axis has
 # sd 1/sqrt(M) for independent chains; 5 sd is a false alarm of 3e-7.
 _LAYOUT_Z = 5.0
-# ESS check: for iid draws ESS/(MN) - 1 ~ -2 rho_1 with sd 2/sqrt(MN), so 1 + 10/sqrt(MN) is
-# 5 sd; and at least 1.5, since antithetic chains exceed MN a little (the irreversible Gamma
-# sampler on a 2-D Gaussian: 1.05 MN) while a swapped layout gave 1.5-4 MN.
+# ESS check: for iid draws ESS/(MN) - 1 ~ -2 rho_1 with sd 2/sqrt(MN), so 1 +
+# 10/sqrt(MN) is 5 sd; and at least 1.5, since antithetic chains exceed MN a little (the
+# irreversible Gamma sampler on a 2-D Gaussian: 1.05 MN) while a swapped layout gave
+# 1.5-4 MN.
 _ESS_EXCESS_SD = 10.0
 _ESS_EXCESS_MIN = 1.5
 
@@ -93,13 +94,9 @@ def as_float_array(x: ArrayLike, name: str) -> Array:
             f"of type {type(x).__name__}."
         ) from err
     if jnp.issubdtype(arr.dtype, jnp.complexfloating):
-        raise ValueError(
-            f"{name} must be real-valued; got dtype {arr.dtype}."
-        )
+        raise ValueError(f"{name} must be real-valued; got dtype {arr.dtype}.")
     if not jnp.issubdtype(arr.dtype, jnp.floating):
-        if not (
-            jnp.issubdtype(arr.dtype, jnp.integer) or arr.dtype == jnp.bool_
-        ):
+        if not (jnp.issubdtype(arr.dtype, jnp.integer) or arr.dtype == jnp.bool_):
             raise ValueError(
                 f"{name} must have a real numeric dtype; got dtype {arr.dtype}."
             )
@@ -248,7 +245,9 @@ def checked_chains_first(
     return x, from_array
 
 
-def chains_first(samples: ArrayLike, chain_axis: int | None = None, sample_axis: int | None = None) -> Array:
+def chains_first(
+    samples: ArrayLike, chain_axis: int | None = None, sample_axis: int | None = None
+) -> Array:
     """The draws as ``(chains, draws, *event)``: from a :class:`RunResult` or an array.
 
     A ``RunResult``'s trace ``(draws, chains, *event)`` is transposed (a

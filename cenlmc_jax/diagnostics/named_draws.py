@@ -1,16 +1,19 @@
 """Draws under their names: a model's constrained values, for :func:`cenlmc_jax.diagnostics.summary`,
 :func:`cenlmc_jax.to_arviz` and :mod:`cenlmc_jax.diagnostics.plots`.
 
-The samplers move a flat unconstrained point ``x: (d,)``. A model written with named, constrained
-parameters (a NumPyro model through :func:`cenlmc_jax.from_numpyro`, or a hand-written map) has a
-``constrain`` function ``x -> {site: array}`` (e.g. ``tau = exp(x[1])`` for a positive scale, plus any
-deterministic sites). Each draw is mapped by it, ``z_t^{(c)} = constrain(x_t^{(c)})`` for chain ``c`` and
-draw ``t``, and every statistic is computed on ``z``: the mean of ``tau`` is ``mean_t exp(x_t)``, not
-``exp(mean_t x_t)`` (Jensen: they differ), which is why the summaries take the draws, never the moments.
+The samplers move a flat unconstrained point ``x: (d,)``. A model written with named,
+constrained parameters (a NumPyro model through :func:`cenlmc_jax.from_numpyro`, or a
+hand-written map) has a ``constrain`` function ``x -> {site: array}`` (e.g. ``tau =
+exp(x[1])`` for a positive scale, plus any deterministic sites). Each draw is mapped by
+it, ``z_t^{(c)} = constrain(x_t^{(c)})`` for chain ``c`` and draw ``t``, and every
+statistic is computed on ``z``: the mean of ``tau`` is ``mean_t exp(x_t)``, not
+``exp(mean_t x_t)`` (Jensen: they differ), which is why the summaries take the draws,
+never the moments.
 
-Sites are laid out in sorted name order, each flattened in C order; a scalar site is named ``site``, an
-array site ``site[i]`` (``site[i,j]``, ...), 0-based, as ``NumPyroModel.names`` names the unconstrained
-coordinates. ``constrain`` may also return one array, whose coordinates are ``x[i]``.
+Sites are laid out in sorted name order, each flattened in C order; a scalar site is
+named ``site``, an array site ``site[i]`` (``site[i,j]``, ...), 0-based, as
+``NumPyroModel.names`` names the unconstrained coordinates. ``constrain`` may also
+return one array, whose coordinates are ``x[i]``.
 """
 
 from __future__ import annotations
@@ -24,22 +27,34 @@ import numpy as np
 
 from cenlmc_jax import diagnostics as dg
 
-__all__ = ["resolve_constrain", "site_draws", "site_names", "flatten_sites", "named_draws"]
+__all__ = [
+    "resolve_constrain",
+    "site_draws",
+    "site_names",
+    "flatten_sites",
+    "named_draws",
+]
 
 
 def resolve_constrain(model: Any = None, constrain: Any = None) -> Callable | None:
     """The constrain function from ``model`` (anything with a callable ``.constrain``, e.g. what
     :func:`cenlmc_jax.from_numpyro` returns) or ``constrain`` itself; None when neither is given."""
     if model is not None and constrain is not None:
-        raise ValueError("model and constrain: pass one of them (model=m uses m.constrain); got both.")
+        raise ValueError(
+            "model and constrain: pass one of them (model=m uses m.constrain); got both."
+        )
     if model is not None:
         fn = getattr(model, "constrain", None)
         if not callable(fn):
-            raise ValueError(f"model={type(model).__name__}: expected what cj.from_numpyro returns (an object with "
-                             "a callable .constrain: x -> {site: array}).")
+            raise ValueError(
+                f"model={type(model).__name__}: expected what cj.from_numpyro returns (an object with "
+                "a callable .constrain: x -> {site: array})."
+            )
         return fn
     if constrain is not None and not callable(constrain):
-        raise ValueError(f"constrain={constrain!r}: expected a function x: (d,) -> {{site: array}} or an array.")
+        raise ValueError(
+            f"constrain={constrain!r}: expected a function x: (d,) -> {{site: array}} or an array."
+        )
     return constrain
 
 
@@ -47,25 +62,36 @@ def _as_sites(out: Any, var_name: str) -> dict:
     if isinstance(out, dict):
         bad = [k for k in out if not isinstance(k, str)]
         if bad or not out:
-            raise ValueError(f"constrain returned a dict with keys {sorted(map(repr, out))}; expected a non-empty "
-                             "dict of site names (str) to arrays.")
+            raise ValueError(
+                f"constrain returned a dict with keys {sorted(map(repr, out))}; expected a non-empty "
+                "dict of site names (str) to arrays."
+            )
         return {k: out[k] for k in sorted(out)}
     if isinstance(out, (jax.Array, np.ndarray, jax.ShapeDtypeStruct)):
         return {var_name: out}
-    raise ValueError(f"constrain returned a {type(out).__name__}; expected a dict {{site: array}} or one array.")
+    raise ValueError(
+        f"constrain returned a {type(out).__name__}; expected a dict {{site: array}} or one array."
+    )
 
 
 def site_draws(x: Any, constrain: Callable, var_name: str = "x") -> dict:
     """``{site: (chains, draws, *site_shape) float64}`` from chains-first unconstrained draws
-    ``x: (chains, draws, d)`` (:func:`cenlmc_jax.diagnostics.chains_first`), each draw mapped by
+    ``x: (chains, draws, d)`` (:func:`cenlmc_jax.diagnostics.chains_first`), each draw
+    mapped by
     ``constrain`` (jitted, vmapped twice; in float64 for float64 draws)."""
     x = jax.numpy.asarray(x)
     if x.ndim != 3:
-        raise ValueError(f"constrain maps a flat point x: (d,); the draws have shape {tuple(x.shape)} "
-                         "(expected (chains, draws, d)).")
+        raise ValueError(
+            f"constrain maps a flat point x: (d,); the draws have shape {tuple(x.shape)} "
+            "(expected (chains, draws, d))."
+        )
     f64 = x.dtype == np.float64
-    with jax.enable_x64(True) if f64 else contextlib.nullcontext():  # a float64 run is constrained in float64
-        _as_sites(jax.eval_shape(constrain, x[0, 0]), var_name)  # what it returns, checked on shapes first
+    with (
+        jax.enable_x64(True) if f64 else contextlib.nullcontext()
+    ):  # a float64 run is constrained in float64
+        _as_sites(
+            jax.eval_shape(constrain, x[0, 0]), var_name
+        )  # what it returns, checked on shapes first
         out = jax.jit(jax.vmap(jax.vmap(constrain)))(x)
     sites = _as_sites(out, var_name)
     return {k: np.asarray(v, np.float64) for k, v in sites.items()}
@@ -76,7 +102,11 @@ def site_names(sites: dict, lead: int = 2) -> tuple:
     names = []
     for site in sorted(sites):
         shape = np.shape(sites[site])[lead:]
-        names += [site] if shape == () else [f"{site}[{','.join(map(str, i))}]" for i in np.ndindex(*shape)]
+        names += (
+            [site]
+            if shape == ()
+            else [f"{site}[{','.join(map(str, i))}]" for i in np.ndindex(*shape)]
+        )
     return tuple(names)
 
 
@@ -88,7 +118,8 @@ def flatten_sites(sites: dict) -> tuple:
 
 def named_draws(draws: Any, constrain: Callable | None) -> tuple:
     """``(z: (chains, draws, k) float64, names or None)`` from a RunResult or chains-first draws: the
-    constrained draws and their names, or, without ``constrain``, the draws themselves with their event axes
+    constrained draws and their names, or, without ``constrain``, the draws themselves
+    with their event axes
     flattened and no names."""
     x = dg.chains_first(draws)
     if constrain is None:

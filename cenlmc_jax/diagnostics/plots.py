@@ -40,7 +40,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from cenlmc_jax import diagnostics as dg
-from cenlmc_jax.diagnostics.named_draws import flatten_sites, named_draws, resolve_constrain, site_draws
+from cenlmc_jax.diagnostics.named_draws import (
+    flatten_sites,
+    named_draws,
+    resolve_constrain,
+    site_draws,
+)
 from cenlmc_jax.models.targets import Target
 from cenlmc_jax.run import RunResult
 
@@ -61,7 +66,9 @@ def _figure(nrows: int, ncols: int, width: float = 4.0, height: float = 2.6, **k
     try:
         from matplotlib.figure import Figure
     except ImportError as exc:
-        raise ImportError('cenlmc_jax.diagnostics.plots needs matplotlib: pip install "cenlmc_jax[plots]"') from exc
+        raise ImportError(
+            'cenlmc_jax.diagnostics.plots needs matplotlib: pip install "cenlmc_jax[plots]"'
+        ) from exc
     fig = Figure(figsize=(width * ncols, height * nrows), layout="constrained")
     axes = np.atleast_2d(fig.subplots(nrows, ncols, squeeze=False, **kw))
     return fig, axes
@@ -78,7 +85,9 @@ def _default_names(k: int) -> tuple:
     return tuple(f"x[{c}]" for c in range(k))
 
 
-def _coords(coords: Sequence | None, names: Sequence[str], what: str = "coords") -> list:
+def _coords(
+    coords: Sequence | None, names: Sequence[str], what: str = "coords"
+) -> list:
     """Column indices from ``coords``: indices in ``[0, k)`` or names among ``names`` (default: the first 4)."""
     k = len(names)
     if coords is None:
@@ -87,18 +96,28 @@ def _coords(coords: Sequence | None, names: Sequence[str], what: str = "coords")
     for c in coords:
         if isinstance(c, str):
             if c not in names:
-                raise ValueError(f"{what}: {c!r} is not a coordinate name; expected one of {list(names)}.")
+                raise ValueError(
+                    f"{what}: {c!r} is not a coordinate name; expected one of {list(names)}."
+                )
             out.append(list(names).index(c))
         else:
             out.append(int(c))
     bad = [c for c in out if not 0 <= c < k]
     if bad or not out:
-        raise ValueError(f"{what} must be coordinate indices in [0, {k - 1}] or names; got {list(coords)}.")
+        raise ValueError(
+            f"{what} must be coordinate indices in [0, {k - 1}] or names; got {list(coords)}."
+        )
     return out
 
 
-def plot_trace(result_or_draws: Any, *, coords: Sequence | None = None, max_chains: int = 8,
-               model: Any = None, constrain: Any = None):
+def plot_trace(
+    result_or_draws: Any,
+    *,
+    coords: Sequence | None = None,
+    max_chains: int = 8,
+    model: Any = None,
+    constrain: Any = None,
+):
     """Trace plot: per coordinate, the draws of up to ``max_chains`` chains against
     the draw index (left) and the histogram of all draws (right). ``model`` /
     ``constrain``: the constrained values under their names (module docstring)."""
@@ -114,13 +133,22 @@ def plot_trace(result_or_draws: Any, *, coords: Sequence | None = None, max_chai
         ax_h.hist(x[:, :, c].ravel(), bins=60, density=True, color="0.4")
         ax_h.set_xlabel(names[c])
         ax_h.set_ylabel("density")
-    axes[0, 0].set_title(f"trace ({min(max_chains, x.shape[0])} of {x.shape[0]} chains)")
+    axes[0, 0].set_title(
+        f"trace ({min(max_chains, x.shape[0])} of {x.shape[0]} chains)"
+    )
     axes[0, 1].set_title(f"all {x.shape[0] * x.shape[1]:,} draws")
     return fig
 
 
-def plot_rank(result_or_draws: Any, *, coords: Sequence | None = None, max_chains: int = 8, bins: int = 20,
-              model: Any = None, constrain: Any = None):
+def plot_rank(
+    result_or_draws: Any,
+    *,
+    coords: Sequence | None = None,
+    max_chains: int = 8,
+    bins: int = 20,
+    model: Any = None,
+    constrain: Any = None,
+):
     """Rank plot: the draws of up to ``max_chains`` chains are ranked together, per
     coordinate; each chain's histogram of ranks is drawn on its own baseline,
     with the uniform count (what mixing chains give) dashed. ``model`` /
@@ -133,13 +161,25 @@ def plot_rank(result_or_draws: Any, *, coords: Sequence | None = None, max_chain
     edges = np.linspace(0, m * n, bins + 1)
     expected = n / bins
     for ax, c in zip(axes[0], cs, strict=True):
-        ranks = np.argsort(np.argsort(x[:, :, c].ravel(), kind="stable"), kind="stable").reshape(m, n)
+        ranks = np.argsort(
+            np.argsort(x[:, :, c].ravel(), kind="stable"), kind="stable"
+        ).reshape(m, n)
         for ch in range(m):
             counts, _ = np.histogram(ranks[ch], bins=edges)
             base = ch * 2.0 * expected
-            ax.bar(edges[:-1], counts, width=np.diff(edges), bottom=base, align="edge", edgecolor="white", lw=0.4)
+            ax.bar(
+                edges[:-1],
+                counts,
+                width=np.diff(edges),
+                bottom=base,
+                align="edge",
+                edgecolor="white",
+                lw=0.4,
+            )
             ax.axhline(base + expected, color="k", ls="--", lw=0.7)
-        ax.set_yticks([ch * 2.0 * expected for ch in range(m)], [str(ch) for ch in range(m)])
+        ax.set_yticks(
+            [ch * 2.0 * expected for ch in range(m)], [str(ch) for ch in range(m)]
+        )
         ax.set_xlabel(f"rank of {names[c]} among {m * n:,} draws")
         ax.set_ylabel("chain")
         ax.set_title(f"rank plot {names[c]}")
@@ -148,9 +188,15 @@ def plot_rank(result_or_draws: Any, *, coords: Sequence | None = None, max_chain
 
 def _reference_marginal(target: Target, c: int, grid: np.ndarray) -> tuple:
     """(density on grid, label) of coordinate ``c``'s marginal, or (None, None)."""
-    if target.hessian is not None and target.mean is not None and target.cov is not None:
+    if (
+        target.hessian is not None
+        and target.mean is not None
+        and target.cov is not None
+    ):
         m, s = float(target.mean[c]), math.sqrt(float(target.cov[c, c]))
-        return np.exp(-0.5 * ((grid - m) / s) ** 2) / (s * math.sqrt(2 * math.pi)), "exact (Gaussian)"
+        return np.exp(-0.5 * ((grid - m) / s) ** 2) / (
+            s * math.sqrt(2 * math.pi)
+        ), "exact (Gaussian)"
     logp = jax.jit(jax.vmap(target.logdensity_fn))
     if target.dim == 1:
         lp = np.asarray(logp(jnp.asarray(grid[:, None])), np.float64)
@@ -165,14 +211,23 @@ def _reference_marginal(target: Target, c: int, grid: np.ndarray) -> tuple:
             other = np.linspace(grid[0], grid[-1], 801)
         g1, g2 = np.meshgrid(grid, other, indexing="ij")
         pts = np.stack([g1, g2], axis=-1) if c == 0 else np.stack([g2, g1], axis=-1)
-        lp = np.asarray(logp(jnp.asarray(pts.reshape(-1, 2))), np.float64).reshape(g1.shape)
+        lp = np.asarray(logp(jnp.asarray(pts.reshape(-1, 2))), np.float64).reshape(
+            g1.shape
+        )
         dens = np.trapezoid(np.exp(lp - lp.max()), other, axis=1)
         return dens / np.trapezoid(dens, grid), "quadrature"
     return None, None
 
 
-def plot_marginals(result_or_draws: Any, target: Target | None = None, *,
-                   coords: Sequence | None = None, bins: int = 60, model: Any = None, constrain: Any = None):
+def plot_marginals(
+    result_or_draws: Any,
+    target: Target | None = None,
+    *,
+    coords: Sequence | None = None,
+    bins: int = 60,
+    model: Any = None,
+    constrain: Any = None,
+):
     """Marginal histograms of the draws against the target's marginal density:
     exact for a Gaussian target (one with a constant ``hessian``), by trapezoidal
     quadrature of ``exp(logdensity_fn)`` on a grid for d = 1 and d = 2 (the other
@@ -181,13 +236,21 @@ def plot_marginals(result_or_draws: Any, target: Target | None = None, *,
     values under their names (module docstring); not with ``target``, whose
     density is of the unconstrained ``x``."""
     if target is not None and (model is not None or constrain is not None):
-        raise ValueError("target and model/constrain: the target's density is of the unconstrained x, the "
-                         "histograms would be of the constrained values; pass one of them.")
+        raise ValueError(
+            "target and model/constrain: the target's density is of the unconstrained x, the "
+            "histograms would be of the constrained values; pass one of them."
+        )
     if isinstance(result_or_draws, RunResult) and result_or_draws.trace is None:
         pos = np.asarray(result_or_draws.state.position)
-        x, fn = pos.reshape(pos.shape[0] if pos.ndim > 1 else 1, 1, -1), resolve_constrain(model, constrain)
-        x, names = (x.astype(np.float64), _default_names(x.shape[2])) if fn is None else flatten_sites(
-            site_draws(x, fn))
+        x, fn = (
+            pos.reshape(pos.shape[0] if pos.ndim > 1 else 1, 1, -1),
+            resolve_constrain(model, constrain),
+        )
+        x, names = (
+            (x.astype(np.float64), _default_names(x.shape[2]))
+            if fn is None
+            else flatten_sites(site_draws(x, fn))
+        )
         what = "final ensemble"
     else:
         x, names = _draws(result_or_draws, model, constrain)
@@ -199,7 +262,14 @@ def plot_marginals(result_or_draws: Any, target: Target | None = None, *,
         lo, hi = np.quantile(v, [0.0005, 0.9995])
         pad = 0.1 * (hi - lo + 1e-12)
         grid = np.linspace(lo - pad, hi + pad, 400)
-        ax.hist(v, bins=bins, range=(grid[0], grid[-1]), density=True, color="0.7", label=f"{what} ({v.size:,})")
+        ax.hist(
+            v,
+            bins=bins,
+            range=(grid[0], grid[-1]),
+            density=True,
+            color="0.7",
+            label=f"{what} ({v.size:,})",
+        )
         if target is not None:
             dens, label = _reference_marginal(target, c, grid)
             if dens is not None:
@@ -212,9 +282,16 @@ def plot_marginals(result_or_draws: Any, target: Target | None = None, *,
     return fig
 
 
-def plot_ensemble_pairs(result_or_trace: Any, *, times: Sequence[int] | None = None,
-                        pair: tuple = (0, 1), max_points: int = 2000, target: Target | None = None,
-                        model: Any = None, constrain: Any = None):
+def plot_ensemble_pairs(
+    result_or_trace: Any,
+    *,
+    times: Sequence[int] | None = None,
+    pair: tuple = (0, 1),
+    max_points: int = 2000,
+    target: Target | None = None,
+    model: Any = None,
+    constrain: Any = None,
+):
     """An ensemble at a few kept draws (``times``: draw indices; default four,
     first to last), in the plane of coordinates ``pair`` (indices or names; a
     1-D ensemble: its histogram). ``result_or_trace``: a RunResult of an
@@ -223,14 +300,18 @@ def plot_ensemble_pairs(result_or_trace: Any, *, times: Sequence[int] | None = N
     ``constrain``: the constrained values under their names (module
     docstring); not with ``target``."""
     if target is not None and (model is not None or constrain is not None):
-        raise ValueError("target and model/constrain: the target's ellipses are of the unconstrained x; pass one.")
+        raise ValueError(
+            "target and model/constrain: the target's ellipses are of the unconstrained x; pass one."
+        )
     x, names = _draws(result_or_trace, model, constrain)
     n_draws = x.shape[1]
     if times is None:
         times = sorted({0, n_draws // 3, (2 * n_draws) // 3, n_draws - 1})
     times = [int(t) for t in times]
     if any(not 0 <= t < n_draws for t in times):
-        raise ValueError(f"times must be draw indices in [0, {n_draws - 1}]; got {times}.")
+        raise ValueError(
+            f"times must be draw indices in [0, {n_draws - 1}]; got {times}."
+        )
     keep = np.linspace(0, x.shape[0] - 1, min(max_points, x.shape[0])).astype(int)
     fig, axes = _figure(1, len(times), width=3.2, height=3.2, sharex=True, sharey=True)
     one_d = x.shape[2] == 1
@@ -246,8 +327,12 @@ def plot_ensemble_pairs(result_or_trace: Any, *, times: Sequence[int] | None = N
                 w, v = np.linalg.eigh(cov)
                 th = np.linspace(0, 2 * np.pi, 200)
                 for r in (1.0, 2.0):
-                    ell = (v @ (np.sqrt(w)[:, None] * np.stack([np.cos(th), np.sin(th)]))) * r
-                    ax.plot(target.mean[i] + ell[0], target.mean[j] + ell[1], "k-", lw=0.8)
+                    ell = (
+                        v @ (np.sqrt(w)[:, None] * np.stack([np.cos(th), np.sin(th)]))
+                    ) * r
+                    ax.plot(
+                        target.mean[i] + ell[0], target.mean[j] + ell[1], "k-", lw=0.8
+                    )
             ax.set_xlabel(names[i])
             ax.set_ylabel(names[j])
             ax.set_aspect("equal", adjustable="box")
@@ -256,18 +341,24 @@ def plot_ensemble_pairs(result_or_trace: Any, *, times: Sequence[int] | None = N
     return fig
 
 
-def plot_gradient_savings(result: RunResult, *, num_particles: int | None = None, burn_in: int = 0):
+def plot_gradient_savings(
+    result: RunResult, *, num_particles: int | None = None, burn_in: int = 0
+):
     """Per step, gradient evaluations as a fraction of LMC's ``N`` (one per
     particle) with the cumulative fraction saved, and the ensemble fraction
     (CEnLMC: particles whose gradient the ensemble force replaced)."""
     if not isinstance(result, RunResult) or result.info is None:
-        raise ValueError("result must be a RunResult with per-step infos (what cj.sample returns).")
+        raise ValueError(
+            "result must be a RunResult with per-step infos (what cj.sample returns)."
+        )
     ge = getattr(result.info, "grad_evals", None)
     if ge is None:
         raise ValueError("result.info has no grad_evals field: nothing to plot.")
     if num_particles is None:
         pos = getattr(result.state, "position", None)
-        num_particles = int(np.shape(pos)[0]) if pos is not None and np.ndim(pos) >= 2 else 1
+        num_particles = (
+            int(np.shape(pos)[0]) if pos is not None and np.ndim(pos) >= 2 else 1
+        )
     g = np.asarray(ge, np.float64)
     g = g.reshape(g.shape[0], -1).sum(axis=1) / num_particles
     frac = getattr(result.info, "ensemble_fraction", None)
@@ -294,7 +385,9 @@ def plot_gradient_savings(result: RunResult, *, num_particles: int | None = None
     return fig
 
 
-def plot_coupling_distance(distances: Any, *, labels: Sequence[str] | None = None, logy: bool = True):
+def plot_coupling_distance(
+    distances: Any, *, labels: Sequence[str] | None = None, logy: bool = True
+):
     """Theorem 3.3's coupling distance ``E|x_i^m - z_i^m|`` (CEnLMC ``x`` vs LMC ``z``
     with the same noise; ``cj.ensemble.coupling_distance``) against the step ``m``.
     ``distances``: one ``(num_steps,)`` array, a list of them, or a dict
@@ -307,7 +400,9 @@ def plot_coupling_distance(distances: Any, *, labels: Sequence[str] | None = Non
         series = [distances]
     labels = list(labels) if labels is not None else [None] * len(series)
     if len(labels) != len(series):
-        raise ValueError(f"labels must name the {len(series)} series; got {len(labels)}.")
+        raise ValueError(
+            f"labels must name the {len(series)} series; got {len(labels)}."
+        )
     fig, axes = _figure(1, 1, width=5.0, height=3.4)
     ax = axes[0, 0]
     for lab, d in zip(labels, series, strict=True):
@@ -323,14 +418,23 @@ def plot_coupling_distance(distances: Any, *, labels: Sequence[str] | None = Non
     return fig
 
 
-def plot_acf(results: dict, *, max_lag: int = 50, coords: Sequence | None = None, model: Any = None,
-             constrain: Any = None):
+def plot_acf(
+    results: dict,
+    *,
+    max_lag: int = 50,
+    coords: Sequence | None = None,
+    model: Any = None,
+    constrain: Any = None,
+):
     """The multi-chain autocorrelation ``rho_t`` (:func:`cenlmc_jax.diagnostics.autocorrelation`)
-    against the lag ``t``, one panel per sampler side by side (shared axes),
-    one line per coordinate. ``results``: ``{name: RunResult or chains-first draws}``; ``model`` /
+    against the lag ``t``, one panel per sampler side by side (shared axes), one line
+    per coordinate. ``results``: ``{name: RunResult or chains-first draws}``; ``model``
+    /
     ``constrain`` (one for all): the constrained values under their names (module docstring)."""
     if not isinstance(results, dict) or not results:
-        raise ValueError("results must be a non-empty dict {sampler name: RunResult or draws}.")
+        raise ValueError(
+            "results must be a non-empty dict {sampler name: RunResult or draws}."
+        )
     fig, axes = _figure(1, len(results), width=3.8, height=3.0, sharey=True)
     for ax, (name, res) in zip(axes[0], results.items(), strict=True):
         x, names = _draws(res, model, constrain)

@@ -38,7 +38,11 @@ import numpy as np
 from cenlmc_jax import diagnostics as dg
 from cenlmc_jax._host import fetch
 from cenlmc_jax.diagnostics.chains import summary_diagnostics
-from cenlmc_jax.diagnostics.named_draws import flatten_sites, resolve_constrain, site_draws
+from cenlmc_jax.diagnostics.named_draws import (
+    flatten_sites,
+    resolve_constrain,
+    site_draws,
+)
 from cenlmc_jax.models.targets import Target
 from cenlmc_jax.run import RunResult
 
@@ -48,15 +52,19 @@ __all__ = ["SummaryTable", "summary", "to_arviz", "QUANTILES", "STAT_FIELDS"]
 QUANTILES = (0.05, 0.5, 0.95)
 #: Info fields exported per step when a sampler has them.
 STAT_FIELDS = ("diverged", "grad_evals", "acceptance_rate", "ensemble_fraction")
-_STREAM_NOTE = ("streaming run (mode='stream'): moments only. mean and sd are over all kept steps and particles; "
-                "mcse_mean and mcse_sd are upper bounds from the final ensemble (sd/sqrt(N)); quantiles are of "
-                "the final ensemble; no ESS or R-hat without draws (run with a trace for them)")
+_STREAM_NOTE = (
+    "streaming run (mode='stream'): moments only. mean and sd are over all kept steps and particles; "
+    "mcse_mean and mcse_sd are upper bounds from the final ensemble (sd/sqrt(N)); quantiles are of "
+    "the final ensemble; no ESS or R-hat without draws (run with a trace for them)"
+)
 
 
 def _version() -> str:
     try:
         return importlib.metadata.version("cenlmc_jax")
-    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - running from a source tree
+    except (
+        importlib.metadata.PackageNotFoundError
+    ):  # pragma: no cover - running from a source tree
         return "unknown"
 
 
@@ -67,14 +75,22 @@ def _version() -> str:
 
 def _fmt(name: str, value: float) -> str:
     if value is None or not np.isfinite(value):
-        return "nan" if value is None or np.isnan(value) else ("inf" if value > 0 else "-inf")
+        return (
+            "nan"
+            if value is None or np.isnan(value)
+            else ("inf" if value > 0 else "-inf")
+        )
     if name.startswith("ess"):
         return f"{value:.0f}"
     if name == "r_hat":
         return f"{value:.3f}"
     if name.startswith("z"):
         return f"{value:.2f}"
-    return f"{value:.4g}" if abs(value) >= 1e4 or (value != 0 and abs(value) < 1e-3) else f"{value:.4f}"
+    return (
+        f"{value:.4g}"
+        if abs(value) >= 1e4 or (value != 0 and abs(value) < 1e-3)
+        else f"{value:.4f}"
+    )
 
 
 class SummaryTable(NamedTuple):
@@ -97,8 +113,13 @@ class SummaryTable(NamedTuple):
 
         Columns that are ``nan`` for every coordinate are left out (the CSV keeps them);
         ``footer=False`` leaves out the run figures (not the notes)."""
-        # columns with no value at all (a streaming run's ESS and R-hat) are left out of the text
-        names = [n for n in self.columns if not np.all(np.isnan(np.asarray(self.columns[n], np.float64)))]
+        # columns with no value at all (a streaming run's ESS and R-hat) are left out of
+        # the text
+        names = [
+            n
+            for n in self.columns
+            if not np.all(np.isnan(np.asarray(self.columns[n], np.float64)))
+        ]
         rows = list(range(len(self.labels)))
         hidden = 0
         if max_rows is not None and len(rows) > max_rows:
@@ -106,8 +127,14 @@ class SummaryTable(NamedTuple):
             rows = rows[:max_rows]
         cells = [[_fmt(n, float(self.columns[n][i])) for n in names] for i in rows]
         label_w = max([len(str(self.labels[i])) for i in rows] + [4])
-        widths = [max([len(n)] + [len(c[j]) for c in cells]) for j, n in enumerate(names)]
-        lines = [" " * label_w + "  " + "  ".join(n.rjust(w) for n, w in zip(names, widths, strict=True))]
+        widths = [
+            max([len(n)] + [len(c[j]) for c in cells]) for j, n in enumerate(names)
+        ]
+        lines = [
+            " " * label_w
+            + "  "
+            + "  ".join(n.rjust(w) for n, w in zip(names, widths, strict=True))
+        ]
         for i, c in zip(rows, cells, strict=True):
             lines.append(
                 str(self.labels[i]).rjust(label_w)
@@ -115,7 +142,9 @@ class SummaryTable(NamedTuple):
                 + "  ".join(v.rjust(w) for v, w in zip(c, widths, strict=True))
             )
         if hidden:
-            lines.append(f"... {hidden} more coordinates (SummaryTable.format(max_rows=None) shows all)")
+            lines.append(
+                f"... {hidden} more coordinates (SummaryTable.format(max_rows=None) shows all)"
+            )
         lines += self._footer() if footer else []
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
@@ -124,20 +153,33 @@ class SummaryTable(NamedTuple):
         run, lines = self.run, []
         facts = []
         if "stream_count" in run:
-            facts.append(f"moments over {run['stream_count']:,.0f} values (kept steps x particles); final ensemble "
-                         f"of {run.get('num_chains', 0)}")
+            facts.append(
+                f"moments over {run['stream_count']:,.0f} values (kept steps x particles); final ensemble "
+                f"of {run.get('num_chains', 0)}"
+            )
         elif "num_chains" in run:
-            facts.append(f"{run['num_chains']} chains or particles x {run['num_draws']} draws")
+            facts.append(
+                f"{run['num_chains']} chains or particles x {run['num_draws']} draws"
+            )
         if "num_steps_done" in run:
             facts.append(f"{run['num_steps_done']} steps")
         if facts:
             lines.append("; ".join(facts))
         if "divergences" in run:
-            at = f" (first at step {run['diverged_at']})" if run.get("diverged_at", -1) >= 0 else ""
+            at = (
+                f" (first at step {run['diverged_at']})"
+                if run.get("diverged_at", -1) >= 0
+                else ""
+            )
             lines.append(f"divergences: {run['divergences']} steps{at}")
         if "grad_evals" in run:
-            lines.append(f"gradient evaluations: {run['grad_evals']:,} ({run['grad_evals_per_step']:.4g} per step)")
-        for key, text in (("acceptance_rate", "mean acceptance rate"), ("ensemble_fraction", "mean ensemble fraction")):
+            lines.append(
+                f"gradient evaluations: {run['grad_evals']:,} ({run['grad_evals_per_step']:.4g} per step)"
+            )
+        for key, text in (
+            ("acceptance_rate", "mean acceptance rate"),
+            ("ensemble_fraction", "mean ensemble fraction"),
+        ):
             if key in run:
                 lines.append(f"{text}: {run[key]:.3f}")
         return lines
@@ -151,7 +193,9 @@ class SummaryTable(NamedTuple):
             w = csv.writer(fh)
             w.writerow(["name"] + list(self.columns))
             for i, label in enumerate(self.labels):
-                w.writerow([label] + [repr(float(self.columns[n][i])) for n in self.columns])
+                w.writerow(
+                    [label] + [repr(float(self.columns[n][i])) for n in self.columns]
+                )
 
     @classmethod
     def from_csv(cls, path, run: dict | None = None, notes: tuple = ()) -> SummaryTable:
@@ -159,9 +203,13 @@ class SummaryTable(NamedTuple):
         with open(path, newline="") as fh:
             rows = list(csv.reader(fh))
         if not rows or rows[0][:1] != ["name"]:
-            raise ValueError(f"path {str(path)!r} is not a summary table written by SummaryTable.to_csv.")
+            raise ValueError(
+                f"path {str(path)!r} is not a summary table written by SummaryTable.to_csv."
+            )
         header, body = rows[0][1:], rows[1:]
-        columns = {n: np.array([float(r[j + 1]) for r in body]) for j, n in enumerate(header)}
+        columns = {
+            n: np.array([float(r[j + 1]) for r in body]) for j, n in enumerate(header)
+        }
         return cls(tuple(r[0] for r in body), columns, dict(run or {}), tuple(notes))
 
 
@@ -179,7 +227,9 @@ def _truth_moments(truth: Any, d: int):
     elif isinstance(truth, dict):
         unknown = set(truth) - {"mean", "sd", "cov"}
         if unknown:
-            raise ValueError(f"truth must have keys among 'mean', 'sd', 'cov'; got {sorted(truth)}.")
+            raise ValueError(
+                f"truth must have keys among 'mean', 'sd', 'cov'; got {sorted(truth)}."
+            )
         mean, cov, sd = truth.get("mean"), truth.get("cov"), truth.get("sd")
     else:
         mean, cov, sd = truth, None, None
@@ -188,9 +238,15 @@ def _truth_moments(truth: Any, d: int):
     out = []
     for name, v in (("mean", mean), ("sd", sd)):
         if v is not None:
-            v = np.broadcast_to(np.asarray(v, np.float64), (d,)) if np.ndim(v) == 0 else np.asarray(v, np.float64)
+            v = (
+                np.broadcast_to(np.asarray(v, np.float64), (d,))
+                if np.ndim(v) == 0
+                else np.asarray(v, np.float64)
+            )
             if v.shape != (d,):
-                raise ValueError(f"truth's {name} must have shape ({d},) to match the draws; got shape {v.shape}.")
+                raise ValueError(
+                    f"truth's {name} must have shape ({d},) to match the draws; got shape {v.shape}."
+                )
         out.append(v)
     return tuple(out)
 
@@ -205,14 +261,21 @@ def _per_step(info: Any, name: str) -> np.ndarray | None:
 
 
 def _run_figures(result: RunResult, burn_in: int) -> dict:
-    run = {"num_steps_done": int(result.num_steps_done), "diverged_at": int(result.diverged_at)}
+    run = {
+        "num_steps_done": int(result.num_steps_done),
+        "diverged_at": int(result.diverged_at),
+    }
     info = result.info
     if info is None:
         return run
     div = getattr(info, "diverged", None)
     if div is not None:
         d = np.asarray(div)
-        d = d.reshape(d.shape[0], -1).astype(bool).any(axis=1) if d.ndim > 1 else d.astype(bool)
+        d = (
+            d.reshape(d.shape[0], -1).astype(bool).any(axis=1)
+            if d.ndim > 1
+            else d.astype(bool)
+        )
         run["divergences"] = int(np.count_nonzero(d))
     ge = getattr(info, "grad_evals", None)
     if ge is not None:
@@ -249,11 +312,22 @@ def _stream_columns(result: RunResult) -> tuple:
             se_mean = np.sqrt(var * n / (n - 1) / n)
             with np.errstate(divide="ignore", invalid="ignore"):
                 se_sd = np.sqrt(np.maximum(m4 - var**2, 0.0) / n) / (2.0 * np.sqrt(var))
-    cols = {"mean": mean, "sd": sd, "mcse_mean": se_mean, "mcse_sd": se_sd, "ess_bulk": nan, "ess_tail": nan,
-            "r_hat": nan}
+    cols = {
+        "mean": mean,
+        "sd": sd,
+        "mcse_mean": se_mean,
+        "mcse_sd": se_sd,
+        "ess_bulk": nan,
+        "ess_tail": nan,
+        "r_hat": nan,
+    }
     for q, v in zip(QUANTILES, quants, strict=True):
         cols[f"q{100 * q:g}"] = v
-    return cols, {"num_chains": n, "num_draws": 1 if n else 0, "stream_count": float(m.count)}
+    return cols, {
+        "num_chains": n,
+        "num_draws": 1 if n else 0,
+        "stream_count": float(m.count),
+    }
 
 
 def _x64():
@@ -274,17 +348,30 @@ def _trace_columns(x: np.ndarray) -> tuple:
 def _diagnostic_columns(x: jax.Array) -> dict:
     cols = {
         "mean": np.asarray(x.mean(axis=(0, 1)), np.float64),
-        "sd": np.asarray(x.reshape((-1,) + x.shape[2:]).std(axis=0, ddof=1), np.float64),
+        "sd": np.asarray(
+            x.reshape((-1,) + x.shape[2:]).std(axis=0, ddof=1), np.float64
+        ),
     }
-    cols.update(summary_diagnostics(np.asarray(x, np.float64)))  # mcse_*, ess_*, r_hat: ranks once, one jit
-    qs = np.quantile(np.asarray(x, np.float64).reshape((-1,) + x.shape[2:]), QUANTILES, axis=0)
+    cols.update(
+        summary_diagnostics(np.asarray(x, np.float64))
+    )  # mcse_*, ess_*, r_hat: ranks once, one jit
+    qs = np.quantile(
+        np.asarray(x, np.float64).reshape((-1,) + x.shape[2:]), QUANTILES, axis=0
+    )
     for q, v in zip(QUANTILES, qs, strict=True):
         cols[f"q{100 * q:g}"] = v
     return {k: np.asarray(v, np.float64).reshape(-1) for k, v in cols.items()}
 
 
-def summary(result_or_draws: Any, truth: Any = None, *, burn_in: int = 0, labels: list | None = None,
-            model: Any = None, constrain: Any = None) -> SummaryTable:
+def summary(
+    result_or_draws: Any,
+    truth: Any = None,
+    *,
+    burn_in: int = 0,
+    labels: list | None = None,
+    model: Any = None,
+    constrain: Any = None,
+) -> SummaryTable:
     r"""The summary table of a run, or of chains-first draws.
 
     Columns, per coordinate (all with ArviZ's definitions; Vehtari et al. 2021):
@@ -309,10 +396,11 @@ def summary(result_or_draws: Any, truth: Any = None, *, burn_in: int = 0, labels
         ...                                      # a run on m.logdensity_fn, with a trace
         print(cj.summary(result, model=m))       # rows mu, tau, theta[0], ..., theta_trans[7]
 
-    shows each draw mapped by ``m.constrain`` (:mod:`cenlmc_jax.diagnostics.named_draws`):
-    the statistics of ``tau`` are of ``exp(x[1])`` draw by draw, deterministic
-    sites included, sites sorted by name, array sites as ``theta[0]``, ...
-    (``labels=m.names`` instead names the unconstrained coordinates).
+    shows each draw mapped by ``m.constrain``
+    (:mod:`cenlmc_jax.diagnostics.named_draws`): the statistics of ``tau`` are of
+    ``exp(x[1])`` draw by draw, deterministic sites included, sites sorted by name,
+    array sites as ``theta[0]``, ... (``labels=m.names`` instead names the unconstrained
+    coordinates).
 
     Args:
       result_or_draws: a :class:`~cenlmc_jax.run.RunResult` (trace or stream
@@ -336,21 +424,29 @@ def summary(result_or_draws: Any, truth: Any = None, *, burn_in: int = 0, labels
     notes = []
     run: dict = {}
     constrain = resolve_constrain(model, constrain)
-    result_or_draws = fetch(result_or_draws)  # on the host; gathered when sharded over several processes
+    result_or_draws = fetch(
+        result_or_draws
+    )  # on the host; gathered when sharded over several processes
     names = None
     if isinstance(result_or_draws, RunResult) and result_or_draws.trace is None:
         if result_or_draws.moments is None:
-            raise ValueError("result_or_draws is a RunResult with neither a trace nor moments.")
+            raise ValueError(
+                "result_or_draws is a RunResult with neither a trace nor moments."
+            )
         if constrain is not None:
-            raise ValueError("model/constrain: result_or_draws is a streaming run (moments of the unconstrained x "
-                             "only, which do not give the constrained moments); run with a trace.")
+            raise ValueError(
+                "model/constrain: result_or_draws is a streaming run (moments of the unconstrained x "
+                "only, which do not give the constrained moments); run with a trace."
+            )
         cols, shape = _stream_columns(result_or_draws)
         notes.append(_STREAM_NOTE)
     else:
         x = np.asarray(dg.chains_first(result_or_draws))
         if x.shape[1] < 4:
-            raise ValueError(f"the draws have {x.shape[1]} draws per chain (shape {tuple(x.shape)}); the summary "
-                             "needs at least 4 (split chains of 2 draws).")
+            raise ValueError(
+                f"the draws have {x.shape[1]} draws per chain (shape {tuple(x.shape)}); the summary "
+                "needs at least 4 (split chains of 2 draws)."
+            )
         if constrain is None:
             x = x.reshape(x.shape[:2] + (-1,))
         else:
@@ -371,10 +467,14 @@ def summary(result_or_draws: Any, truth: Any = None, *, burn_in: int = 0, labels
     if labels is None:
         labels = names if names is not None else [f"x[{i}]" for i in range(d)]
     elif len(labels) != d:
-        raise ValueError(f"labels must name the {d} coordinates; got {len(labels)} labels.")
+        raise ValueError(
+            f"labels must name the {d} coordinates; got {len(labels)} labels."
+        )
     if run.get("divergences"):
-        notes.append(f"the run diverged ({run['divergences']} steps with info.diverged, the first at step "
-                     f"{run.get('diverged_at')}): the estimates are not valid")
+        notes.append(
+            f"the run diverged ({run['divergences']} steps with info.diverged, the first at step "
+            f"{run.get('diverged_at')}): the estimates are not valid"
+        )
     return SummaryTable(tuple(labels), cols, run, tuple(notes))
 
 
@@ -405,7 +505,9 @@ def _sample_stats(info: Any, start: int, stop: int, thin: int) -> dict:
     for name in STAT_FIELDS:
         leaf = getattr(info, name, None)
         if leaf is not None:
-            out[name] = _blocks(np.asarray(leaf)[start:stop], thin, flag=name == "diverged")
+            out[name] = _blocks(
+                np.asarray(leaf)[start:stop], thin, flag=name == "diverged"
+            )
     return out
 
 
@@ -416,7 +518,11 @@ def _jsonable(value: Any) -> Any:
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
-    return value if isinstance(value, (int, float, str, bool)) or value is None else repr(value)
+    return (
+        value
+        if isinstance(value, (int, float, str, bool)) or value is None
+        else repr(value)
+    )
 
 
 def _arviz_draws(result: RunResult, thin: int, burn_in: int | None) -> tuple:
@@ -436,8 +542,10 @@ def _arviz_draws(result: RunResult, thin: int, burn_in: int | None) -> tuple:
     if burn_in is None:
         burn_in = max(inferred, 0)
     elif burn_in < 0 or (result.diverged_at < 0 and burn_in != inferred):
-        raise ValueError(f"burn_in={burn_in} and thin={thin} do not match the run: {result.num_steps_done} steps done, "
-                         f"{num_kept} kept draws (pass the burn_in and thin given to cj.sample).")
+        raise ValueError(
+            f"burn_in={burn_in} and thin={thin} do not match the run: {result.num_steps_done} steps done, "
+            f"{num_kept} kept draws (pass the burn_in and thin given to cj.sample)."
+        )
     return posterior, num_kept, burn_in
 
 
@@ -473,10 +581,10 @@ def to_arviz(
       have a chain axis of length 1; with ``info_reduce=None`` they have one
       value per chain.
     * ``warmup_sample_stats``: the same for the ``burn_in`` steps.
-    * attributes (of the InferenceData or the DataTree root, and of ``posterior``): ``sampler``,
-      ``parameters`` (JSON), ``seed``, ``inference_library`` ("cenlmc_jax"),
-      ``inference_library_version``, ``num_steps_done``, ``diverged_at``,
-      ``mode``.
+    * attributes (of the InferenceData or the DataTree root, and of ``posterior``):
+      ``sampler``, ``parameters`` (JSON), ``seed``, ``inference_library``
+      ("cenlmc_jax"), ``inference_library_version``, ``num_steps_done``,
+      ``diverged_at``, ``mode``.
 
     A streaming run (``mode="stream"``) has no draws: ``posterior`` holds its
     final state as one draw per chain or particle, and the attributes
@@ -505,9 +613,13 @@ def to_arviz(
     try:
         import arviz as az
     except ImportError as exc:
-        raise ImportError('cj.to_arviz needs ArviZ: pip install "cenlmc_jax[arviz]" (or pip install arviz)') from exc
+        raise ImportError(
+            'cj.to_arviz needs ArviZ: pip install "cenlmc_jax[arviz]" (or pip install arviz)'
+        ) from exc
     if not isinstance(result, RunResult):
-        raise ValueError(f"result must be a RunResult (what cj.sample returns); got {type(result).__name__}.")
+        raise ValueError(
+            f"result must be a RunResult (what cj.sample returns); got {type(result).__name__}."
+        )
     constrain_fn = resolve_constrain(model, constrain)
     result = fetch(result)  # on the host; gathered when sharded over several processes
     thin = result.thin if thin is None else thin
@@ -537,8 +649,10 @@ def to_arviz(
             stream_count=float(result.moments.count),
             stream_mean=np.asarray(result.moments.mean, np.float64),
             stream_sd=np.asarray(result.moments.std, np.float64),
-            note=("streaming run (mode='stream'): no draws were kept; posterior holds the final state (one draw "
-                  "per chain or particle); stream_mean and stream_sd are the moments over all kept steps"),
+            note=(
+                "streaming run (mode='stream'): no draws were kept; posterior holds the final state (one draw "
+                "per chain or particle); stream_mean and stream_sd are the moments over all kept steps"
+            ),
         )
     variables, dims = _posterior(posterior, constrain_fn, model, var_name, dims)
     groups = {"posterior": variables}
@@ -547,15 +661,24 @@ def to_arviz(
     if warm:
         groups["warmup_sample_stats"] = warm
     with warnings.catch_warnings():
-        # ensembles have more "chains" (particles) than draws: by design here (0.x: "More chains ...",
-        # 1.x: "Found chain dimension to be longer than draw dimension ...")
+        # ensembles have more "chains" (particles) than draws: by design here (0.x:
+        # "More chains ...", 1.x: "Found chain dimension to be longer than draw
+        # dimension ...")
         warnings.filterwarnings("ignore", message="More chains", category=UserWarning)
-        warnings.filterwarnings("ignore", message="Found chain dimension to be longer", category=UserWarning)
+        warnings.filterwarnings(
+            "ignore", message="Found chain dimension to be longer", category=UserWarning
+        )
         if _arviz_major(az) >= 1:
-            # ArviZ 1.x: from_dict takes the groups as one mapping and returns an xarray.DataTree;
-            # attrs go per group, "/" being the root (the InferenceData's attrs in 0.x)
-            idata = az.from_dict(groups, coords=coords, dims=dims, save_warmup=True,
-                                 attrs={"/": dict(attrs), "posterior": dict(attrs)})
+            # ArviZ 1.x: from_dict takes the groups as one mapping and returns an
+            # xarray.DataTree; attrs go per group, "/" being the root (the
+            # InferenceData's attrs in 0.x)
+            idata = az.from_dict(
+                groups,
+                coords=coords,
+                dims=dims,
+                save_warmup=True,
+                attrs={"/": dict(attrs), "posterior": dict(attrs)},
+            )
         else:
             kwargs = dict(groups, coords=coords, dims=dims, attrs=dict(attrs))
             if warm:
@@ -565,13 +688,19 @@ def to_arviz(
     return idata
 
 
-def _posterior(posterior: np.ndarray, constrain: Any, model: Any, var_name: str, dims: dict | None) -> tuple:
+def _posterior(
+    posterior: np.ndarray, constrain: Any, model: Any, var_name: str, dims: dict | None
+) -> tuple:
     """``(variables, dims)`` of the posterior group: the draws as ``var_name``, or each draw constrained, one
     variable per site, the model's plates naming their axes (``model.dims``) unless ``dims`` names them."""
     if constrain is None:
         return {var_name: posterior}, dims
     sites = site_draws(posterior, constrain, var_name)
-    plates = {k: list(v) for k, v in (getattr(model, "dims", None) or {}).items() if k in sites}
+    plates = {
+        k: list(v)
+        for k, v in (getattr(model, "dims", None) or {}).items()
+        if k in sites
+    }
     return sites, ({**plates, **(dims or {})} or None)
 
 

@@ -138,9 +138,10 @@ class Audit(NamedTuple):
        ``info.audit_variance_inflation``: the plain mean over the first
        ``1/AUDIT_BIAS_WEIGHT`` steps the audit ran, then an exponential moving
        average of weight :data:`AUDIT_BIAS_WEIGHT`; starts at 0.
-    bias_steps: () int32, steps the audit ran (a step with no ensemble user counts: its inflation is 0).
-    drift_bias: () running mean of the per-step drift-bias estimate ``info.audit_drift_bias``, with
-       the same weights as ``inflation``; starts at 0.
+    bias_steps: () int32, steps the audit ran (a step with no ensemble user counts: its
+      inflation is 0).
+    drift_bias: () running mean of the per-step drift-bias estimate
+       ``info.audit_drift_bias``, with the same weights as ``inflation``; starts at 0.
     """
 
     drift_ratio: Array
@@ -158,16 +159,18 @@ AUDIT_UNSTABLE_RATIO = 0.6
 AUDIT_MIN_STEPS = 5
 #: Particles audited per CEnLMC step by default (module docstring: cost and noise).
 CENLMC_AUDIT_SIZE = 8
-#: Weight of each step in the running variance-inflation estimate (a plain mean over the first 200
-#: steps, then about 200 steps of memory).
+#: Weight of each step in the running variance-inflation estimate (a plain mean over the
+#: first 200 steps, then about 200 steps of memory).
 AUDIT_BIAS_WEIGHT = 0.005
-#: ``info.biased`` is set when the running variance-inflation estimate exceeds this (the sd biased
-#: by about 3%; module docstring, for the measurements behind the number) ...
+#: ``info.biased`` is set when the running variance-inflation estimate exceeds this (the
+#: sd biased by about 3%; module docstring, for the measurements behind the number) ...
 AUDIT_BIAS_THRESHOLD = 0.06
-#: ... after at least this many steps of audit (the plain-mean window: 1,600 audited particles at 8 a step).
+#: ... after at least this many steps of audit (the plain-mean window: 1,600 audited
+#: particles at 8 a step).
 AUDIT_BIAS_MIN_STEPS = 200
-#: ``info.biased`` is also set when the running drift bias ``|β|`` exceeds this (the variance off by about
-#: as much, relative, as the noise threshold allows; module docstring, "Systematic bias").
+#: ``info.biased`` is also set when the running drift bias ``|β|`` exceeds this (the
+#: variance off by about as much, relative, as the noise threshold allows; module
+#: docstring, "Systematic bias").
 AUDIT_DRIFT_BIAS_THRESHOLD = 0.06
 
 
@@ -186,26 +189,46 @@ class AuditInfo(NamedTuple):
     def info_fields(self) -> dict:
         """These figures under their names in :class:`EnLMCInfo` / :class:`CEnLMCInfo` (``unstable`` is
         EnLMC's alone: its step passes it itself)."""
-        return dict(audit_grad_evals=self.grad_evals, audit_drift_ratio=self.drift_ratio, audit_error=self.error,
-                    audit_noise_error=self.noise_error, audit_variance_inflation=self.variance_inflation,
-                    audit_drift_bias=self.drift_bias, biased=self.biased)
+        return dict(
+            audit_grad_evals=self.grad_evals,
+            audit_drift_ratio=self.drift_ratio,
+            audit_error=self.error,
+            audit_noise_error=self.noise_error,
+            audit_variance_inflation=self.variance_inflation,
+            audit_drift_bias=self.drift_bias,
+            biased=self.biased,
+        )
 
 
 def audit_pick(rng_key: PRNGKey, used: Array, size: int) -> tuple[Array, Array, Array]:
     """The audit's particles: ``size`` indices drawn without replacement (Gumbel top-k) among those with
-    ``used``, and which of them are real (with fewer such particles, fewer are audited). Returns
+    ``used``, and which of them are real (with fewer such particles, fewer are audited).
+    Returns
     ``(idx (size,), ok (size,), mask (N,))``, the mask to add them to the step's gradient call."""
-    score = jnp.where(used, jax.random.gumbel(jax.random.fold_in(rng_key, 0x5EED), used.shape), -jnp.inf)
+    score = jnp.where(
+        used,
+        jax.random.gumbel(jax.random.fold_in(rng_key, 0x5EED), used.shape),
+        -jnp.inf,
+    )
     top, idx = lax.top_k(score, size)
     ok = jnp.isfinite(top)
     mask = jnp.zeros(used.shape, bool).at[idx].set(ok, mode="drop")
     return idx, ok, mask
 
 
-def audit_figures(grad: Array, idx: Array, ok: Array, force: Array, used: Array, running: Audit, h: Array,
-           flag_unstable: bool) -> tuple[Audit, AuditInfo]:
+def audit_figures(
+    grad: Array,
+    idx: Array,
+    ok: Array,
+    force: Array,
+    used: Array,
+    running: Audit,
+    h: Array,
+    flag_unstable: bool,
+) -> tuple[Audit, AuditInfo]:
     """The gradient audit's figures at the picked particles (:func:`audit_pick`), whose true gradients
-    ``grad: (N, d)`` (of the log density) the step's gradient call computed with the others.
+    ``grad: (N, d)`` (of the log density) the step's gradient call computed with the
+    others.
 
     Returns ``(new running Audit, AuditInfo)``. ``flag_unstable``: whether
     the running drift ratio may set ``unstable`` (EnLMC only).
@@ -215,7 +238,9 @@ def audit_figures(grad: Array, idx: Array, ok: Array, force: Array, used: Array,
     grad_f = -grad[idx]  # ∇f = -∇ log density
     err = force[idx] - grad_f
     norm2 = jnp.maximum(jnp.sum(grad_f**2, axis=-1), jnp.finfo(dt).tiny)
-    ratio = jnp.nanmedian(jnp.where(ok, jnp.sum(force[idx] * grad_f, axis=-1) / norm2, jnp.nan))
+    ratio = jnp.nanmedian(
+        jnp.where(ok, jnp.sum(force[idx] * grad_f, axis=-1) / norm2, jnp.nan)
+    )
     err2 = jnp.sum(err**2, axis=-1)
     error = jnp.nanmedian(jnp.where(ok, jnp.sqrt(err2 / norm2), jnp.nan))
     # the drift error of one step, h|F - ∇f|, in units of the noise length sqrt(2hd)
@@ -224,47 +249,93 @@ def audit_figures(grad: Array, idx: Array, ok: Array, force: Array, used: Array,
     noise_error = jnp.nanmedian(jnp.where(ok, jnp.sqrt(noise2), jnp.nan))
     audited = jnp.any(ok)
     num_ok = jnp.sum(ok, dtype=jnp.int32)
-    # the step's variance inflation: the users' mean of h|e|²/(2d) times their fraction, estimated with
-    # |F|² as a control variate (module docstring): known at every user, it brings in the whole ensemble's
-    # heavy tail; the audit only samples |e|² - |F|² = -|∇f|² - 2 e·∇f
+    # the step's variance inflation: the users' mean of h|e|²/(2d) times their fraction,
+    # estimated with
+    # |F|² as a control variate (module docstring): known at every user, it brings in
+    # the whole ensemble's heavy tail; the audit only samples |e|² - |F|² = -|∇f|² - 2
+    # e·∇f
     force2 = to_noise * jnp.sum(force**2, axis=-1)
     used_fraction = jnp.mean(used.astype(dt))
-    audited_gap = jnp.sum(jnp.where(ok, noise2 - force2[idx], 0.0)) / jnp.maximum(num_ok, 1).astype(dt)
-    inflation = jnp.sum(jnp.where(used, force2, 0.0)) / used.shape[0] + used_fraction * audited_gap
-    # the systematic part (module docstring, "Systematic bias"): the users' force along ∇f, relative to |∇f|²,
-    # as a ratio of sums over the audited (an unbiased force gives 0 in expectation), times their fraction
+    audited_gap = jnp.sum(jnp.where(ok, noise2 - force2[idx], 0.0)) / jnp.maximum(
+        num_ok, 1
+    ).astype(dt)
+    inflation = (
+        jnp.sum(jnp.where(used, force2, 0.0)) / used.shape[0]
+        + used_fraction * audited_gap
+    )
+    # the systematic part (module docstring, "Systematic bias"): the users' force along
+    # ∇f, relative to |∇f|², as a ratio of sums over the audited (an unbiased force
+    # gives 0 in expectation), times their fraction
     along = jnp.sum(jnp.where(ok, jnp.sum(err * grad_f, axis=-1), 0.0))
-    drift_bias = used_fraction * along / jnp.maximum(jnp.sum(jnp.where(ok, norm2, 0.0)), jnp.finfo(dt).tiny)
-    ema = jnp.where(audited, (1 - AUDIT_EMA_WEIGHT) * running.drift_ratio + AUDIT_EMA_WEIGHT * ratio,
-                    running.drift_ratio)
+    drift_bias = (
+        used_fraction
+        * along
+        / jnp.maximum(jnp.sum(jnp.where(ok, norm2, 0.0)), jnp.finfo(dt).tiny)
+    )
+    ema = jnp.where(
+        audited,
+        (1 - AUDIT_EMA_WEIGHT) * running.drift_ratio + AUDIT_EMA_WEIGHT * ratio,
+        running.drift_ratio,
+    )
     steps = running.steps + audited.astype(jnp.int32)
-    unstable = (steps >= AUDIT_MIN_STEPS) & ~(ema >= AUDIT_UNSTABLE_RATIO) if flag_unstable else jnp.zeros((), bool)
+    unstable = (
+        (steps >= AUDIT_MIN_STEPS) & ~(ema >= AUDIT_UNSTABLE_RATIO)
+        if flag_unstable
+        else jnp.zeros((), bool)
+    )
     bias_steps = running.bias_steps + 1
-    weight = jnp.maximum(1.0 / bias_steps.astype(dt), AUDIT_BIAS_WEIGHT)  # a plain mean, then an EMA
+    weight = jnp.maximum(
+        1.0 / bias_steps.astype(dt), AUDIT_BIAS_WEIGHT
+    )  # a plain mean, then an EMA
     running_inflation = running.inflation + weight * (inflation - running.inflation)
     running_bias = running.drift_bias + weight * (drift_bias - running.drift_bias)
-    # NaN compares False: a non-finite estimate is flagged too (the run's own checks catch non-finite particles)
-    within = (running_inflation <= AUDIT_BIAS_THRESHOLD) & (jnp.abs(running_bias) <= AUDIT_DRIFT_BIAS_THRESHOLD)
+    # NaN compares False: a non-finite estimate is flagged too (the run's own checks
+    # catch non-finite particles)
+    within = (running_inflation <= AUDIT_BIAS_THRESHOLD) & (
+        jnp.abs(running_bias) <= AUDIT_DRIFT_BIAS_THRESHOLD
+    )
     biased = (bias_steps >= AUDIT_BIAS_MIN_STEPS) & ~within
-    info = AuditInfo(num_ok, ratio, error, noise_error, inflation, drift_bias, unstable, biased)
+    info = AuditInfo(
+        num_ok, ratio, error, noise_error, inflation, drift_bias, unstable, biased
+    )
     return Audit(ema, steps, running_inflation, bias_steps, running_bias), info
 
 
-def gradients_and_audit(rng_key, grad_one, x, need, ens, capacity, dense, audit_size, running, h, flag_unstable,
-                        mesh=None, values=None):
+def gradients_and_audit(
+    rng_key,
+    grad_one,
+    x,
+    need,
+    ens,
+    capacity,
+    dense,
+    audit_size,
+    running,
+    h,
+    flag_unstable,
+    mesh=None,
+    values=None,
+):
     """The step's one gradient call, for the particles that ``need`` it and the audit's, and the force.
 
-    Returns ``(running Audit, AuditInfo, force (N, d), gradients computed ())``: the force is
-    ``∇f`` where ``need`` and the ensemble estimate ``ens`` elsewhere (audited particles keep it).
-    The audited particles ride in the same call (one call per step for a black-box model).
-    ``mesh``: each device computes the gradients of its own particles (:func:`~.buffers.needed_grads`).
-    ``values``: the log density at ``x``, for a ``grad_one(x_i, value_i)`` that reuses it.
+    Returns ``(running Audit, AuditInfo, force (N, d), gradients computed ())``: the
+    force is ``∇f`` where ``need`` and the ensemble estimate ``ens`` elsewhere (audited
+    particles keep it). The audited particles ride in the same call (one call per step
+    for a black-box model). ``mesh``: each device computes the gradients of its own
+    particles (:func:`~.buffers.needed_grads`). ``values``: the log density at ``x``,
+    for a ``grad_one(x_i, value_i)`` that reuses it.
     """
     if audit_size == 0:
         grad, padded = needed_grads(grad_one, x, need, capacity, dense, mesh, values)
-        return (*no_audit(running, x.dtype), jnp.where(need[:, None], -grad, ens), padded)
+        return (
+            *no_audit(running, x.dtype),
+            jnp.where(need[:, None], -grad, ens),
+            padded,
+        )
     idx, ok, audited = audit_pick(rng_key, ~need, audit_size)
-    grad, padded = needed_grads(grad_one, x, need | audited, capacity, dense, mesh, values)
+    grad, padded = needed_grads(
+        grad_one, x, need | audited, capacity, dense, mesh, values
+    )
     force = jnp.where(need[:, None], -grad, ens)
     audit, info = audit_figures(grad, idx, ok, force, ~need, running, h, flag_unstable)
     return audit, info, force, padded
@@ -273,14 +344,21 @@ def gradients_and_audit(rng_key, grad_one, x, need, ens, capacity, dense, audit_
 def no_audit(running: Audit, dtype) -> tuple[Audit, AuditInfo]:
     """``audit_size=0``: the running state unchanged, NaN figures, no flag."""
     nan, false = jnp.asarray(jnp.nan, dtype), jnp.zeros((), bool)
-    return running, AuditInfo(jnp.zeros((), jnp.int32), nan, nan, nan, nan, nan, false, false)
+    return running, AuditInfo(
+        jnp.zeros((), jnp.int32), nan, nan, nan, nan, nan, false, false
+    )
 
 
 def fresh_audit(dtype) -> Audit:
     """The audit's running state before any step: drift ratio 1, inflation and drift bias 0, no steps."""
     zero = jnp.zeros((), dtype)
-    return Audit(jnp.ones((), dtype), jnp.zeros((), jnp.int32), zero, jnp.zeros((), jnp.int32), zero)
-
+    return Audit(
+        jnp.ones((), dtype),
+        jnp.zeros((), jnp.int32),
+        zero,
+        jnp.zeros((), jnp.int32),
+        zero,
+    )
 
 
 def _kept_mean(kept: Any, field: str) -> float:
@@ -291,18 +369,31 @@ def _kept_mean(kept: Any, field: str) -> float:
 
 def _biased_message(kept: Any, first_step: int) -> str:
     """``cj.sample``'s warning for ``info.biased``, with the measured inflation and drift bias over the kept steps."""
-    v, beta = _kept_mean(kept, "audit_variance_inflation"), _kept_mean(kept, "audit_drift_bias")
-    noise = (f"the ensemble force's noise inflates the stationary variance by about {v:.1%} (the sd by about "
-             f"{np.sqrt(max(1 + v, 0.0)) - 1:.1%}; mean of info.audit_variance_inflation)")
-    drift = (f"the force is systematically {abs(beta):.1%} too {'weak' if beta < 0 else 'strong'} along the gradient, "
-             f"which moves the stationary variance by about {-beta:+.1%} (mean of info.audit_drift_bias)")
-    first, second = (drift, noise) if abs(beta) > AUDIT_DRIFT_BIAS_THRESHOLD and not v > AUDIT_BIAS_THRESHOLD \
+    v, beta = (
+        _kept_mean(kept, "audit_variance_inflation"),
+        _kept_mean(kept, "audit_drift_bias"),
+    )
+    noise = (
+        f"the ensemble force's noise inflates the stationary variance by about {v:.1%} (the sd by about "
+        f"{np.sqrt(max(1 + v, 0.0)) - 1:.1%}; mean of info.audit_variance_inflation)"
+    )
+    drift = (
+        f"the force is systematically {abs(beta):.1%} too {'weak' if beta < 0 else 'strong'} along the gradient, "
+        f"which moves the stationary variance by about {-beta:+.1%} (mean of info.audit_drift_bias)"
+    )
+    first, second = (
+        (drift, noise)
+        if abs(beta) > AUDIT_DRIFT_BIAS_THRESHOLD and not v > AUDIT_BIAS_THRESHOLD
         else (noise, drift)
-    return (f"the gradient audit measured over the kept steps that {first}, and that {second}: above the audit's "
-            f"thresholds from step {first_step} (info.biased), so the moments are biased. Use smaller eta, r1, r2 or a "
-            "larger n_star (or more particles), e.g. from cj.ensemble.tuning.suggest_cenlmc_params or cj.tune_cenlmc, the "
-            "paper's estimator in place of a least-squares one, or cj.lmc")
+    )
+    return (
+        f"the gradient audit measured over the kept steps that {first}, and that {second}: above the audit's "
+        f"thresholds from step {first_step} (info.biased), so the moments are biased. Use smaller eta, r1, r2 or a "
+        "larger n_star (or more particles), e.g. from cj.ensemble.tuning.suggest_cenlmc_params or cj.tune_cenlmc, the "
+        "paper's estimator in place of a least-squares one, or cj.lmc"
+    )
 
 
-#: The driver's warning for ``info.biased`` (EnLMC's and CEnLMC's infos declare it), once per call on kept steps.
+#: The driver's warning for ``info.biased`` (EnLMC's and CEnLMC's infos declare it),
+#: once per call on kept steps.
 BIASED_FLAG = RunFlag("biased", _biased_message, kept_only=True)

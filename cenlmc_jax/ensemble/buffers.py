@@ -29,8 +29,15 @@ __all__ = ["GRAD_BUCKETS", "needed_grads", "sharded_needed_grads", "shard_capaci
 GRAD_BUCKETS = 8
 
 
-def needed_grads(grad_one: Callable, x: Array, need: Array, capacity: int | None, dense: bool, mesh=None,
-                 values: Array | None = None):
+def needed_grads(
+    grad_one: Callable,
+    x: Array,
+    need: Array,
+    capacity: int | None,
+    dense: bool,
+    mesh=None,
+    values: Array | None = None,
+):
     """Gradient (``grad_one: (d,) -> (d,)``) at the particles with ``need``; zeros elsewhere.
 
     Returns ``(grad (N, d), num_computed ())``. The flagged indices are
@@ -68,25 +75,36 @@ def needed_grads(grad_one: Callable, x: Array, need: Array, capacity: int | None
 
     def gradients_at(g, ids):
         at = jnp.minimum(ids, n - 1)
-        return g.at[ids].set(grad_fn(*(r[at] for r in rows)).astype(g.dtype), mode="drop")
+        return g.at[ids].set(
+            grad_fn(*(r[at] for r in rows)).astype(g.dtype), mode="drop"
+        )
 
     zeros = jnp.zeros_like(x)
     if capacity is None:
         sizes = sorted({-(-n * k // GRAD_BUCKETS) for k in range(1, GRAD_BUCKETS + 1)})
-        branches = [lambda g: g] + [functools.partial(lambda b, g: gradients_at(g, idx[:b]), b) for b in sizes]
-        which = jnp.searchsorted(jnp.asarray([0] + sizes, jnp.int32), count, side="left").astype(jnp.int32)
-        return lax.switch(which, branches, zeros), jnp.asarray([0] + sizes, jnp.int32)[which]
+        branches = [lambda g: g] + [
+            functools.partial(lambda b, g: gradients_at(g, idx[:b]), b) for b in sizes
+        ]
+        which = jnp.searchsorted(
+            jnp.asarray([0] + sizes, jnp.int32), count, side="left"
+        ).astype(jnp.int32)
+        return lax.switch(which, branches, zeros), jnp.asarray([0] + sizes, jnp.int32)[
+            which
+        ]
     num_buffers_max = -(-n // capacity)
-    idx = jnp.concatenate([idx, jnp.full((num_buffers_max * capacity - n,), n, jnp.int32)])
+    idx = jnp.concatenate(
+        [idx, jnp.full((num_buffers_max * capacity - n,), n, jnp.int32)]
+    )
     num_buffers = (count + capacity - 1) // capacity
 
     def buffer(g, b):
         ids = lax.dynamic_slice(idx, (b * capacity,), (capacity,))
-        return lax.cond(b < num_buffers, lambda g: gradients_at(g, ids), lambda g: g, g), None
+        return lax.cond(
+            b < num_buffers, lambda g: gradients_at(g, ids), lambda g: g, g
+        ), None
 
     grad, _ = lax.scan(buffer, zeros, jnp.arange(num_buffers_max, dtype=jnp.int32))
     return grad, num_buffers * capacity
-
 
 
 def shard_capacity(capacity: int | None, n_local: int, num_devices: int) -> int | None:
@@ -94,8 +112,14 @@ def shard_capacity(capacity: int | None, n_local: int, num_devices: int) -> int 
     return None if capacity is None else min(-(-capacity // num_devices), n_local)
 
 
-def sharded_needed_grads(grad_one: Callable, x: Array, need: Array, capacity: int | None, mesh,
-                         values: Array | None = None):
+def sharded_needed_grads(
+    grad_one: Callable,
+    x: Array,
+    need: Array,
+    capacity: int | None,
+    mesh,
+    values: Array | None = None,
+):
     """:func:`needed_grads` with the particles split over ``mesh``: each device its own (``jax.shard_map``).
 
     Device ``k`` owns rows ``[k N/P, (k+1) N/P)`` (as the sharded pair force,
@@ -130,9 +154,16 @@ def sharded_needed_grads(grad_one: Callable, x: Array, need: Array, capacity: in
     local_capacity = shard_capacity(capacity, n_pad // num, num)
 
     def per_device(x, need, values):
-        grad, computed = needed_grads(grad_one, x, need, local_capacity, False, values=None if plain else values)
+        grad, computed = needed_grads(
+            grad_one, x, need, local_capacity, False, values=None if plain else values
+        )
         return grad, lax.psum(computed, axis)
 
-    grad, computed = jax.shard_map(per_device, mesh=mesh, in_specs=(P(axis, None), P(axis), P(axis)),
-                                   out_specs=(P(axis, None), P()), check_vma=False)(x, need, values)
+    grad, computed = jax.shard_map(
+        per_device,
+        mesh=mesh,
+        in_specs=(P(axis, None), P(axis), P(axis)),
+        out_specs=(P(axis, None), P()),
+        check_vma=False,
+    )(x, need, values)
     return (grad if n_pad == n else grad[:n]), computed

@@ -1,6 +1,7 @@
 """CEnLMC: constrained ensemble Langevin Monte Carlo (Ding & Li, Algorithm 3.2).
 
-The ensemble estimate ``F_ij`` and the step are EnLMC's (:mod:`cenlmc_jax.ensemble.enlmc`).
+The ensemble estimate ``F_ij`` and the step are EnLMC's
+(:mod:`cenlmc_jax.ensemble.enlmc`).
 
 CEnLMC (Algorithm 3.2, eq. 3.19-3.21, docs/algorithms.md §4): with
 ``N_i = #{j ≠ i : |w_j - w_i| ≤ R2}`` (3.20),
@@ -8,20 +9,20 @@ CEnLMC (Algorithm 3.2, eq. 3.19-3.21, docs/algorithms.md §4): with
     F_i = ∇f(x_i)                      if |x_i - w_i| > R1  or  f(x_i) > f* + M_f  or  N_i < N*,
     F_i = 1/N_i Σ_{j≠i} F_ij 1[|w_j - w_i| ≤ R2]   otherwise          (3.19, 3.21)
 
-then the same ``w``, ``x`` update. Only the particles that fail a test get a
-gradient, and only those gradients are computed (:func:`cenlmc_jax.ensemble.buffers.needed_grads`):
-they are gathered into buffers of ``grad_capacity`` particles and a bounded
-``lax.scan`` of ``lax.cond``s runs one vmapped gradient per buffer, so a step costs
-``ceil(count / grad_capacity)·grad_capacity`` gradients, not ``N``.
+then the same ``w``, ``x`` update. Only the particles that fail a test get a gradient,
+and only those gradients are computed
+(:func:`cenlmc_jax.ensemble.buffers.needed_grads`): they are gathered into buffers of
+``grad_capacity`` particles and a bounded ``lax.scan`` of ``lax.cond``s runs one vmapped
+gradient per buffer, so a step costs ``ceil(count / grad_capacity)·grad_capacity``
+gradients, not ``N``.
 
-Initialisation: nothing is known about how ``x^0`` was drawn, so
-``w = +inf`` and ``log p = -inf`` (docs/algorithms.md: ``w^{-1} = +∞``). For CEnLMC the R1
-test then fails for everyone and step 0 uses true gradients; EnLMC uses true
-gradients exactly for the particles whose ``log p`` is ``-inf`` (only at step
-0: after a step ``log p = -(d/2) log(4πh) - |ξ|²/2`` is finite whatever
-happened to ``x``). Rule (3.21) is undefined for ``N_i = 0`` (0/0), so a
-particle with no ``R2``-neighbour always takes its gradient, also when
-``n_star = 0``.
+Initialisation: nothing is known about how ``x^0`` was drawn, so ``w = +inf`` and ``log
+p = -inf`` (docs/algorithms.md: ``w^{-1} = +∞``). For CEnLMC the R1 test then fails for
+everyone and step 0 uses true gradients; EnLMC uses true gradients exactly for the
+particles whose ``log p`` is ``-inf`` (only at step 0: after a step ``log p = -(d/2)
+log(4πh) - |ξ|²/2`` is finite whatever happened to ``x``). Rule (3.21) is undefined for
+``N_i = 0`` (0/0), so a particle with no ``R2``-neighbour always takes its gradient,
+also when ``n_star = 0``.
 
 Departure from the paper (the guard, on by default). Rule (3.21) counts
 ``R2``-neighbours in ``w``-space, but the force sums over the η-ball in
@@ -43,8 +44,8 @@ used it; ``info.unstable`` flags EnLMC's drift deficit (Theorem 3.2) and
 ``info.biased`` a variance inflation beyond
 :data:`~cenlmc_jax.ensemble.audit.AUDIT_BIAS_THRESHOLD`.
 
-How a step is computed (pair-force backend, gradient buffers, sharding, the
-audit's size, a user's gradient) is one :class:`~cenlmc_jax.ensemble.options.EnsembleOptions`.
+How a step is computed (pair-force backend, gradient buffers, sharding, the audit's
+size, a user's gradient) is one :class:`~cenlmc_jax.ensemble.options.EnsembleOptions`.
 
 ``r2`` = R2 >= 0, radius in ``w``-space; ``n_star`` = N*, an integer in
 ``[0, N-1]``; ``m_f`` = M_f >= 0 (``inf`` switches the test off); ``f_star`` =
@@ -71,7 +72,13 @@ from cenlmc_jax._validation import (
     is_concrete,
 )
 from cenlmc_jax.base import SamplingAlgorithm
-from cenlmc_jax.ensemble.audit import BIASED_FLAG, CENLMC_AUDIT_SIZE, Audit, fresh_audit, gradients_and_audit
+from cenlmc_jax.ensemble.audit import (
+    BIASED_FLAG,
+    CENLMC_AUDIT_SIZE,
+    Audit,
+    fresh_audit,
+    gradients_and_audit,
+)
 from cenlmc_jax.ensemble.enlmc import (
     UNUSED_ENSEMBLE_FLAG,
     check_ensemble_state,
@@ -82,12 +89,25 @@ from cenlmc_jax.ensemble.enlmc import (
 )
 from cenlmc_jax.ensemble.f_star import find_f_star
 from cenlmc_jax.ensemble.least_squares import check_estimator, least_squares_force
-from cenlmc_jax.ensemble.lmc import check_grad_fn, count_nonfinite, grad_cost, gradient_fn, shares_values
+from cenlmc_jax.ensemble.lmc import (
+    check_grad_fn,
+    count_nonfinite,
+    grad_cost,
+    gradient_fn,
+    shares_values,
+)
 from cenlmc_jax.ensemble.options import EnsembleOptions, ensemble_options
 from cenlmc_jax.pairwise import ensemble_force
 from cenlmc_jax.types import Array, ArrayLike, LogDensityFn, PRNGKey
 
-__all__ = ["CEnLMCState", "CEnLMCInfo", "cenlmc_init", "cenlmc_step", "cenlmc", "check_cenlmc_params"]
+__all__ = [
+    "CEnLMCState",
+    "CEnLMCInfo",
+    "cenlmc_init",
+    "cenlmc_step",
+    "cenlmc",
+    "check_cenlmc_params",
+]
 
 
 class CEnLMCState(NamedTuple):
@@ -118,43 +138,49 @@ class CEnLMCInfo(NamedTuple):
     """What one CEnLMC step did (all scalars).
 
     grad_evals: gradients needed = particles failing at least one test of (3.21).
-    grad_evals_padded: gradients computed: the buffers holding the ``grad_evals`` particles and
-       the audited ones, ``ceil((grad_evals + audit_grad_evals) / capacity) · capacity`` (the
-       padding overhead; ``N`` with ``dense_grad=True``).
-    f_evals: evaluations of ``logdensity_fn`` (N every step: the algorithm needs f everywhere).
+    grad_evals_padded: gradients computed: the buffers holding the ``grad_evals``
+       particles and the audited ones, ``ceil((grad_evals + audit_grad_evals) /
+       capacity) · capacity`` (the padding overhead; ``N`` with ``dense_grad=True``).
+    f_evals: evaluations of ``logdensity_fn`` (N every step: the algorithm needs f
+      everywhere).
     model_solves: the step's cost in model evaluations (as :class:`EnLMCInfo`).
     ensemble_fraction: fraction of particles that used the ensemble force.
     mean_num_neighbours: mean over particles of ``N_i`` (3.20).
-    mean_ball_neighbours: mean over particles of ``#{j: |x_j-x_i| ≤ η, |w_j-w_i| ≤ R2}``.
+    mean_ball_neighbours: mean over particles of ``#{j: |x_j-x_i| ≤ η, |w_j-w_i| ≤
+      R2}``.
     num_fail_r1: particles with ``|x_i - w_i| > R1`` (or non-finite).
     num_fail_m_f: particles with ``f(x_i) > f* + M_f`` (or non-finite).
     num_fail_n_star: particles with ``N_i < max(N*, 1)``. The three counts overlap.
     num_fail_ball: particles that passed (3.21) but had fewer than
-       ``min_ball_neighbours`` neighbours in their η-ball (the guard), so took the gradient.
-    audit_grad_evals: particles audited (``audit_size``, or fewer when fewer used the ensemble
-       force); their gradients are computed in the step's one gradient call, counted in
-       ``grad_evals_padded`` and ``model_solves``, not in ``grad_evals``.
+       ``min_ball_neighbours`` neighbours in their η-ball (the guard), so took the
+       gradient.
+    audit_grad_evals: particles audited (``audit_size``, or fewer when fewer used the
+       ensemble force); their gradients are computed in the step's one gradient call,
+       counted in ``grad_evals_padded`` and ``model_solves``, not in ``grad_evals``.
     audit_drift_ratio: median over the audited particles of ``F_i·∇f(x_i) / |∇f(x_i)|²``
        (1 for an exact gradient; NaN when nothing was audited).
     audit_error: median over the audited particles of ``|F_i - ∇f(x_i)| / |∇f(x_i)|``.
     audit_noise_error: median over the audited particles of the step's drift error
        ``h|F_i - ∇f(x_i)|`` in units of the Langevin noise length ``sqrt(2hd)``.
-    audit_variance_inflation: as in :class:`EnLMCInfo`: this step's estimate of the relative
-       stationary variance inflation caused by the ensemble noise (NaN without audit).
-    audit_drift_bias: as in :class:`EnLMCInfo`: this step's estimate of the force's systematic
-       error along the gradient (the stationary variance is off by about ``-β``, relative).
+    audit_variance_inflation: as in :class:`EnLMCInfo`: this step's estimate of the
+       relative stationary variance inflation caused by the ensemble noise (NaN without
+       audit).
+    audit_drift_bias: as in :class:`EnLMCInfo`: this step's estimate of the force's
+       systematic error along the gradient (the stationary variance is off by about
+       ``-β``, relative).
     biased: the running variance-inflation estimate (``state.audit.inflation``) exceeds
-       :data:`AUDIT_BIAS_THRESHOLD`, or the running drift bias's size (``state.audit.drift_bias``)
-       :data:`AUDIT_DRIFT_BIAS_THRESHOLD`, after :data:`AUDIT_BIAS_MIN_STEPS` steps: the moments are
-       biased beyond the audit's tolerance. Reported (``cj.sample`` warns, the CLI says
-       UNRELIABLE), never a divergence: the run goes on.
+       :data:`AUDIT_BIAS_THRESHOLD`, or the running drift bias's size
+       (``state.audit.drift_bias``) :data:`AUDIT_DRIFT_BIAS_THRESHOLD`, after
+       :data:`AUDIT_BIAS_MIN_STEPS` steps: the moments are biased beyond the audit's
+       tolerance. Reported (``cj.sample`` warns, the CLI says UNRELIABLE), never a
+       divergence: the run goes on.
     num_nonfinite: particles whose new position or log density is NaN/inf.
     diverged: ``num_nonfinite > 0`` (or a traced parameter is NaN / out of range).
 
-    No ``unstable`` field (EnLMC's drift-deficit flag): the tests of (3.21) bound the weights
-    (proof of Lemma 4.2), so EnLMC's instability (Theorem 3.2) cannot occur, and a low audited
-    drift ratio here is a noisy but unbiased force, which ``biased`` measures (the audit's module
-    docstring, "Instability").
+    No ``unstable`` field (EnLMC's drift-deficit flag): the tests of (3.21) bound the
+    weights (proof of Lemma 4.2), so EnLMC's instability (Theorem 3.2) cannot occur, and
+    a low audited drift ratio here is a noisy but unbiased force, which ``biased``
+    measures (the audit's module docstring, "Instability").
     """
 
     grad_evals: Array
@@ -178,10 +204,9 @@ class CEnLMCInfo(NamedTuple):
     num_nonfinite: Array
     diverged: Array
 
-    # cj.sample warns once when a kept step is biased, and when the ensemble went unused over the kept steps
+    # cj.sample warns once when a kept step is biased, and when the ensemble went unused
+    # over the kept steps
     run_flags = (BIASED_FLAG, UNUSED_ENSEMBLE_FLAG)
-
-
 
 
 # --------------------------------------------------------------------------
@@ -199,7 +224,9 @@ def check_cenlmc_params(n: int | None, step_size, eta, r1, r2, n_star, m_f) -> N
     check_nonnegative(r2, "r2")
     if is_concrete(n_star):
         why = "" if n is None else f"N* cannot exceed the N-1 = {n - 1} other particles"
-        check_int(n_star, "n_star", minimum=0, maximum=None if n is None else n - 1, why=why)
+        check_int(
+            n_star, "n_star", minimum=0, maximum=None if n is None else n - 1, why=why
+        )
     check_nonnegative(m_f, "m_f", allow_inf=True)
 
 
@@ -207,12 +234,19 @@ def _check_min_ball(min_ball_neighbours: int | None, n: int | None) -> int:
     """The guard's threshold (default 1), in ``[0, N-1]`` when N is known."""
     if min_ball_neighbours is None:
         return 1
-    return check_int(min_ball_neighbours, "min_ball_neighbours", minimum=0, maximum=None if n is None else n - 1)
+    return check_int(
+        min_ball_neighbours,
+        "min_ball_neighbours",
+        minimum=0,
+        maximum=None if n is None else n - 1,
+    )
 
 
 def _check_f_star(f_star: Any) -> None:
     if f_star is not None:
-        check_finite_scalar(f_star, "f_star", "a finite scalar (min f = -max logdensity_fn) or None")
+        check_finite_scalar(
+            f_star, "f_star", "a finite scalar (min f = -max logdensity_fn) or None"
+        )
 
 
 # --------------------------------------------------------------------------
@@ -257,8 +291,16 @@ def cenlmc_init(
                     f"f = {f_min!r} < f_star (is logdensity_fn normalised differently?)."
                 )
         fs, estimated = jnp.asarray(f_star, x.dtype), False
-    return CEnLMCState(x, logdensity, w, log_p, fs, jnp.asarray(estimated), fresh_audit(x.dtype),
-                       jnp.full(x.shape[:1], jnp.iinfo(jnp.int32).max, jnp.int32))
+    return CEnLMCState(
+        x,
+        logdensity,
+        w,
+        log_p,
+        fs,
+        jnp.asarray(estimated),
+        fresh_audit(x.dtype),
+        jnp.full(x.shape[:1], jnp.iinfo(jnp.int32).max, jnp.int32),
+    )
 
 
 def cenlmc_step(
@@ -284,7 +326,8 @@ def cenlmc_step(
     particle i takes the true gradient ``∇f(x_i)`` if ``|x_i - w_i| > R1``,
     ``f(x_i) > f* + M_f`` or ``N_i < max(N*, 1)``; otherwise
 
-        F_i = 1/N_i Σ_{j≠i} α_d (f_j - f_i)/|x_j - x_i|² 1[|x_j-x_i| ≤ η, |w_j-w_i| ≤ R2] / p_j (x_j - x_i).
+        F_i = 1/N_i Σ_{j≠i} α_d (f_j - f_i)/|x_j - x_i|² 1[|x_j-x_i| ≤ η, |w_j-w_i| ≤
+        R2] / p_j (x_j - x_i).
 
     Then ``w_i' = x_i - h F_i``, ``x_i' = w_i' + sqrt(2h) ξ_i`` with
     ``ξ = jax.random.normal(rng_key, (N, d))`` (the same draw as
@@ -305,16 +348,18 @@ def cenlmc_step(
         paper"): a particle whose η-ball held fewer than this many
         R2-neighbours at the previous step takes its true gradient. Default 1
         (an empty ball: a force of exactly 0); 0 restores rule (3.21) exactly.
-      estimator: ``"paper"`` (default, eq. 3.19) or, beyond the paper, ``"least_squares"`` /
-        ``"least_squares_quadratic"``: the local fit of :mod:`cenlmc_jax.ensemble.least_squares`
-        (a particle whose fit it refuses takes its true gradient). The audit's variance inflation
-        does not measure the fit's bias; its drift bias sees the part along the gradient
+      estimator: ``"paper"`` (default, eq. 3.19) or, beyond the paper,
+        ``"least_squares"`` / ``"least_squares_quadratic"``: the local fit of
+        :mod:`cenlmc_jax.ensemble.least_squares` (a particle whose fit it refuses takes
+        its true gradient). The audit's variance inflation does not measure the fit's
+        bias; its drift bias sees the part along the gradient
         (:data:`LEAST_SQUARES_CAVEAT`; ``cj.cenlmc`` warns of it).
-      options: how the step is computed (:class:`~cenlmc_jax.ensemble.options.EnsembleOptions`:
-        pair-force backend, gradient buffers (``grad_capacity``; default one bucketed call a step),
-        mesh, ``audit_size`` (default :data:`~cenlmc_jax.ensemble.audit.CENLMC_AUDIT_SIZE`),
-        ``grad_fn``, ``grad_mode``); its fields may also be given as keywords, which replace those of
-        ``options``.
+      options: how the step is computed
+        (:class:`~cenlmc_jax.ensemble.options.EnsembleOptions`: pair-force backend,
+        gradient buffers (``grad_capacity``; default one bucketed call a step), mesh,
+        ``audit_size`` (default :data:`~cenlmc_jax.ensemble.audit.CENLMC_AUDIT_SIZE`),
+        ``grad_fn``, ``grad_mode``); its fields may also be given as keywords, which
+        replace those of ``options``.
     """
     check_ensemble_state(state, CEnLMCState, "cenlmc_init")
     check_key(rng_key)
@@ -332,24 +377,51 @@ def cenlmc_step(
     h = jnp.asarray(step_size, dt)
     fs = state.f_star if f_star is None else jnp.asarray(f_star, dt)
     f = -state.logdensity
-    pf = ensemble_force(x, f, state.log_p, jnp.asarray(eta, dt), w=state.w, r2=jnp.asarray(r2, dt),
-                        **opts.force_kwargs())
-    # comparisons written so that NaN/inf fail the test (w = +inf at init gives NaN/inf here)
+    pf = ensemble_force(
+        x,
+        f,
+        state.log_p,
+        jnp.asarray(eta, dt),
+        w=state.w,
+        r2=jnp.asarray(r2, dt),
+        **opts.force_kwargs(),
+    )
+    # comparisons written so that NaN/inf fail the test (w = +inf at init gives NaN/inf
+    # here)
     fail_r1 = ~(jnp.linalg.norm(x - state.w, axis=-1) <= jnp.asarray(r1, dt))
     fail_mf = ~(f <= fs + jnp.asarray(m_f, dt))
     fail_n = pf.n_r2 < jnp.maximum(jnp.asarray(n_star, jnp.int32), 1)
     # the guard reads the previous step's η-ball count: a function of the past only, so
-    # selecting on it keeps the ensemble force unbiased given the past (today's count is not)
+    # selecting on it keeps the ensemble force unbiased given the past (today's count is
+    # not)
     fail_ball = state.ball_count < min_ball
     need = fail_r1 | fail_mf | fail_n | fail_ball
     ens = pf.force_sum / jnp.maximum(pf.n_r2, 1).astype(dt)[:, None]
     if estimator != "paper":
-        ens, need = least_squares_force(x, f, eta, need, estimator, opts.method, opts.mesh, opts.interpret)
-    grad_one = gradient_fn(logdensity_fn, opts.grad_fn, opts.grad_mode, given_value=True)
-    per_grad = grad_cost(opts.grad_fn, d, given_value=shares_values(opts.grad_fn, logdensity_fn))
-    audit, a, force, padded = gradients_and_audit(rng_key, grad_one, x, need, ens, capacity, opts.dense_grad,
-                                                  audit_size, state.audit, h, flag_unstable=False, mesh=opts.mesh,
-                                                  values=state.logdensity)
+        ens, need = least_squares_force(
+            x, f, eta, need, estimator, opts.method, opts.mesh, opts.interpret
+        )
+    grad_one = gradient_fn(
+        logdensity_fn, opts.grad_fn, opts.grad_mode, given_value=True
+    )
+    per_grad = grad_cost(
+        opts.grad_fn, d, given_value=shares_values(opts.grad_fn, logdensity_fn)
+    )
+    audit, a, force, padded = gradients_and_audit(
+        rng_key,
+        grad_one,
+        x,
+        need,
+        ens,
+        capacity,
+        opts.dense_grad,
+        audit_size,
+        state.audit,
+        h,
+        flag_unstable=False,
+        mesh=opts.mesh,
+        values=state.logdensity,
+    )
     w_new, x_new, log_p_new = ensemble_move(rng_key, x, force, h)
     logdensity = ensemble_values(logdensity_fn, x_new)
     bad = count_nonfinite(x_new, logdensity)
@@ -365,18 +437,28 @@ def cenlmc_step(
         num_fail_r1=jnp.sum(fail_r1, dtype=jnp.int32),
         num_fail_m_f=jnp.sum(fail_mf, dtype=jnp.int32),
         num_fail_n_star=jnp.sum(fail_n, dtype=jnp.int32),
-        num_fail_ball=jnp.sum(fail_ball & ~(fail_r1 | fail_mf | fail_n), dtype=jnp.int32),
+        num_fail_ball=jnp.sum(
+            fail_ball & ~(fail_r1 | fail_mf | fail_n), dtype=jnp.int32
+        ),
         **a.info_fields(),
         num_nonfinite=bad,
         diverged=(bad > 0) | ~valid_params(dt, h, eta, r1, r2, m_f),
     )
-    # rows without a previous step (w = +inf) have no meaningful count yet: "unknown" does not guard
+    # rows without a previous step (w = +inf) have no meaningful count yet: "unknown"
+    # does not guard
     known = jnp.all(jnp.isfinite(state.w), axis=-1)
     ball_count = jnp.where(known, pf.n_ball, jnp.iinfo(jnp.int32).max)
-    new_state = CEnLMCState(x_new, logdensity, w_new, log_p_new, state.f_star, state.f_star_estimated, audit,
-                            ball_count)
+    new_state = CEnLMCState(
+        x_new,
+        logdensity,
+        w_new,
+        log_p_new,
+        state.f_star,
+        state.f_star_estimated,
+        audit,
+        ball_count,
+    )
     return new_state, info
-
 
 
 # --------------------------------------------------------------------------
@@ -384,14 +466,16 @@ def cenlmc_step(
 # --------------------------------------------------------------------------
 
 
-#: What ``cj.cenlmc(..., estimator="least_squares" | "least_squares_quadratic")`` warns of (beyond the paper).
+#: What ``cj.cenlmc(..., estimator="least_squares" | "least_squares_quadratic")`` warns
+#: of (beyond the paper).
 LEAST_SQUARES_CAVEAT = (
     "the least-squares ensemble gradient is beyond the paper, and its error is a systematic O(eta^2) bias (none on a "
     "quadratic with the quadratic term) that the audit's variance inflation does not see: measured on N(0, I_3) "
     "(benchmarks/results/frontier.md), variance errors of 0.4%, 7% and 17% at eta = 1, 2, 3 x the suggested one, with "
     "an audited inflation below 0.1% on every row. The audit's drift bias (info.audit_drift_bias, "
     "benchmarks/results/drift_bias.md) measures the part along the gradient and sets info.biased above 6%; an error "
-    "across the gradient is not seen. Check the moments against cj.lmc on your problem.")
+    "across the gradient is not seen. Check the moments against cj.lmc on your problem."
+)
 
 
 def cenlmc(
@@ -413,11 +497,11 @@ def cenlmc(
 ) -> SamplingAlgorithm:
     """CEnLMC (Algorithm 3.2) as a sampler object; see :func:`cenlmc_step`.
 
-    ``init(positions, rng_key=None)``: :func:`cenlmc_init` on ``positions: (N, d)``
-    with ``f_star`` (found by L-BFGS when None). ``step(rng_key, state)``:
-    :func:`cenlmc_step` with these parameters (``f*`` read from the state).
-    ``N* <= N - 1`` is checked when the ensemble is known (at ``init``).
-    ``options`` / ``option_fields``: :class:`~cenlmc_jax.ensemble.options.EnsembleOptions`.
+    ``init(positions, rng_key=None)``: :func:`cenlmc_init` on ``positions: (N, d)`` with
+    ``f_star`` (found by L-BFGS when None). ``step(rng_key, state)``:
+    :func:`cenlmc_step` with these parameters (``f*`` read from the state). ``N* <= N -
+    1`` is checked when the ensemble is known (at ``init``). ``options`` /
+    ``option_fields``: :class:`~cenlmc_jax.ensemble.options.EnsembleOptions`.
     """
     check_callable(logdensity_fn, "logdensity_fn", "x -> scalar log density")
     check_cenlmc_params(None, step_size, eta, r1, r2, n_star, m_f)
@@ -430,8 +514,16 @@ def cenlmc(
 
     def init(positions, rng_key=None):
         if rng_key is not None:
-            check_key(rng_key)  # unused (a deterministic start), but a wrong one is a mistake to report
-        state = cenlmc_init(positions, logdensity_fn, f_star, f_star_tol=f_star_tol, f_star_max_steps=f_star_max_steps)
+            check_key(
+                rng_key
+            )  # unused (a deterministic start), but a wrong one is a mistake to report
+        state = cenlmc_init(
+            positions,
+            logdensity_fn,
+            f_star,
+            f_star_tol=f_star_tol,
+            f_star_max_steps=f_star_max_steps,
+        )
         n = state.position.shape[0]
         check_cenlmc_params(n, step_size, eta, r1, r2, n_star, m_f)
         _check_min_ball(min_ball_neighbours, n)
@@ -439,9 +531,20 @@ def cenlmc(
         check_grad_fn(opts.grad_fn, state.position[0], "grad_fn")
         return state
 
-    # one function per distinct parameters: a rebuilt sampler reuses cj.sample's compiled run
-    step = bound_step(cenlmc_step, logdensity_fn=logdensity_fn, step_size=step_size, eta=eta, r1=r1, r2=r2,
-                     n_star=n_star, m_f=m_f, min_ball_neighbours=min_ball_neighbours, estimator=estimator,
-                     options=opts)
+    # one function per distinct parameters: a rebuilt sampler reuses cj.sample's
+    # compiled run
+    step = bound_step(
+        cenlmc_step,
+        logdensity_fn=logdensity_fn,
+        step_size=step_size,
+        eta=eta,
+        r1=r1,
+        r2=r2,
+        n_star=n_star,
+        m_f=m_f,
+        min_ball_neighbours=min_ball_neighbours,
+        estimator=estimator,
+        options=opts,
+    )
 
     return SamplingAlgorithm(init, step)

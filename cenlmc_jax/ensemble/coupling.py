@@ -22,15 +22,31 @@ from cenlmc_jax.types import ArrayLike, LogDensityFn, PRNGKey
 __all__ = ["coupling_distance"]
 
 
-@functools.partial(jax.jit, static_argnames=("logdensity_fn", "num_steps", "n_star", "step_kwargs"))
-def _coupled_run(rng_key, cstate, lstate, logdensity_fn, num_steps, step_size, eta, r1, r2, n_star, m_f,
-                 step_kwargs):
+@functools.partial(
+    jax.jit, static_argnames=("logdensity_fn", "num_steps", "n_star", "step_kwargs")
+)
+def _coupled_run(
+    rng_key,
+    cstate,
+    lstate,
+    logdensity_fn,
+    num_steps,
+    step_size,
+    eta,
+    r1,
+    r2,
+    n_star,
+    m_f,
+    step_kwargs,
+):
     kwargs = dict(step_kwargs)
 
     def body(carry, t):
         cs, ls = carry
         key = jax.random.fold_in(rng_key, t)  # one key per step, used by both samplers
-        cs, info = cenlmc_step(key, cs, logdensity_fn, step_size, eta, r1, r2, n_star, m_f, **kwargs)
+        cs, info = cenlmc_step(
+            key, cs, logdensity_fn, step_size, eta, r1, r2, n_star, m_f, **kwargs
+        )
         ls, _ = lmc_step(key, ls, logdensity_fn, step_size)
         dist = jnp.mean(jnp.linalg.norm(cs.position - ls.position, axis=-1))
         return (cs, ls), (dist, info)
@@ -72,7 +88,18 @@ def coupling_distance(
     lstate = lmc_init(cstate.position, logdensity_fn)
     # validate the step's parameters once, in Python, before tracing
     check_cenlmc_params(cstate.position.shape[0], step_size, eta, r1, r2, n_star, m_f)
-    dist, infos = _coupled_run(rng_key, cstate, lstate, logdensity_fn, int(num_steps), step_size, eta, r1, r2,
-                               int(n_star), m_f, tuple(sorted(step_kwargs.items())))
+    dist, infos = _coupled_run(
+        rng_key,
+        cstate,
+        lstate,
+        logdensity_fn,
+        int(num_steps),
+        step_size,
+        eta,
+        r1,
+        r2,
+        int(n_star),
+        m_f,
+        tuple(sorted(step_kwargs.items())),
+    )
     return (dist, infos) if return_info else dist
-

@@ -56,38 +56,70 @@ from cenlmc_jax._validation import (
     check_state,
 )
 from cenlmc_jax.base import RunFlag, SamplingAlgorithm
-from cenlmc_jax.ensemble.audit import BIASED_FLAG, Audit, fresh_audit, gradients_and_audit
-from cenlmc_jax.ensemble.lmc import check_grad_fn, count_nonfinite, grad_cost, gradient_fn, shares_values
+from cenlmc_jax.ensemble.audit import (
+    BIASED_FLAG,
+    Audit,
+    fresh_audit,
+    gradients_and_audit,
+)
+from cenlmc_jax.ensemble.lmc import (
+    check_grad_fn,
+    count_nonfinite,
+    grad_cost,
+    gradient_fn,
+    shares_values,
+)
 from cenlmc_jax.ensemble.options import EnsembleOptions, ensemble_options
 from cenlmc_jax.pairwise import ensemble_force
 from cenlmc_jax.types import Array, ArrayLike, LogDensityFn, PRNGKey
 
 __all__ = [
-    "EnLMCState", "EnLMCInfo", "enlmc_init", "enlmc_step", "enlmc", "ENLMC_AUDIT_SIZE",
-    "UNUSED_ENSEMBLE_FLAG", "ENSEMBLE_MIN_FRACTION", "check_ensemble_state", "valid_params",
-    "ensemble_values", "ensemble_move", "init_ensemble", "log_gaussian_step_density",
+    "EnLMCState",
+    "EnLMCInfo",
+    "enlmc_init",
+    "enlmc_step",
+    "enlmc",
+    "ENLMC_AUDIT_SIZE",
+    "UNUSED_ENSEMBLE_FLAG",
+    "ENSEMBLE_MIN_FRACTION",
+    "check_ensemble_state",
+    "valid_params",
+    "ensemble_values",
+    "ensemble_move",
+    "init_ensemble",
+    "log_gaussian_step_density",
 ]
 
-#: Particles audited per EnLMC step by default (EnLMC is unstable, and the audit is what flags it early).
+#: Particles audited per EnLMC step by default (EnLMC is unstable, and the audit is what
+#: flags it early).
 ENLMC_AUDIT_SIZE = 32
 
-#: CEnLMC's ensemble force used by fewer particle-steps than this (mean of ``info.ensemble_fraction`` over the
-#: kept steps): it did LMC's work at extra cost (the pair sums), and ``cj.sample`` and the CLI say so.
+#: CEnLMC's ensemble force used by fewer particle-steps than this (mean of
+#: ``info.ensemble_fraction`` over the kept steps): it did LMC's work at extra cost (the
+#: pair sums), and ``cj.sample`` and the CLI say so.
 ENSEMBLE_MIN_FRACTION = 0.05
 
 
 def _unused_message(kept: Any, first_step: int) -> str:
     frac = float(np.mean(np.asarray(kept.ensemble_fraction, np.float64)))
-    return (f"the ensemble force was used by {frac:.1%} of particle-steps after burn-in "
-            f"(< {ENSEMBLE_MIN_FRACTION:.0%}, mean of info.ensemble_fraction over the kept steps): CEnLMC did "
-            "LMC's work at extra cost. The eta-ball holds too few neighbours at this dimension and number of "
-            "particles (cj.ensemble.tuning.suggest_cenlmc_params's reasoning says how many would fill it): use more "
-            "particles, or cj.lmc")
+    return (
+        f"the ensemble force was used by {frac:.1%} of particle-steps after burn-in "
+        f"(< {ENSEMBLE_MIN_FRACTION:.0%}, mean of info.ensemble_fraction over the kept steps): CEnLMC did "
+        "LMC's work at extra cost. The eta-ball holds too few neighbours at this dimension and number of "
+        "particles (cj.ensemble.tuning.suggest_cenlmc_params's reasoning says how many would fill it): use more "
+        "particles, or cj.lmc"
+    )
 
 
-#: The driver's warning for an unused ensemble (CEnLMC's info declares it), once per call on the kept steps.
-UNUSED_ENSEMBLE_FLAG = RunFlag("ensemble_fraction", _unused_message, kept_only=True,
-                               mean_below=ENSEMBLE_MIN_FRACTION)
+#: The driver's warning for an unused ensemble (CEnLMC's info declares it), once per
+#: call on the kept steps.
+UNUSED_ENSEMBLE_FLAG = RunFlag(
+    "ensemble_fraction",
+    _unused_message,
+    kept_only=True,
+    mean_below=ENSEMBLE_MIN_FRACTION,
+)
+
 
 class EnLMCState(NamedTuple):
     """Ensemble state of EnLMC.
@@ -98,7 +130,8 @@ class EnLMCState(NamedTuple):
        (``+inf`` at initialisation).
     log_p: (N,) ``log p_j = -(d/2) log(4πh) - |x_j - w_j|²/(4h)``, the density
        of ``x_j`` given the past (``-inf`` at initialisation).
-    audit: :class:`Audit`, the running gradient-audit statistic (see :func:`enlmc_step`).
+    audit: :class:`Audit`, the running gradient-audit statistic (see
+      :func:`enlmc_step`).
     """
 
     position: Array
@@ -111,38 +144,43 @@ class EnLMCState(NamedTuple):
 class EnLMCInfo(NamedTuple):
     """What one EnLMC step did (all scalars).
 
-    grad_evals: gradients evaluated = particles without a previous step (N at step 0, then 0).
-    grad_evals_padded: gradients computed including buffer padding and the audited particles.
+    grad_evals: gradients evaluated = particles without a previous step (N at step 0,
+      then 0).
+    grad_evals_padded: gradients computed including buffer padding and the audited
+      particles.
     f_evals: evaluations of ``logdensity_fn`` (N: at the new positions).
-    model_solves: the step's cost in model evaluations: ``f_evals`` plus every
-       gradient computed (padding and audit included) at ``grad_fn.model_solves_given_value(d)``
-       solves each (1 for autodiff; ``cj.finite_difference`` of ``logdensity_fn``: 2d central,
-       d forward, the value at the particle being known).
+    model_solves: the step's cost in model evaluations: ``f_evals`` plus every gradient
+       computed (padding and audit included) at ``grad_fn.model_solves_given_value(d)``
+       solves each (1 for autodiff; ``cj.finite_difference`` of ``logdensity_fn``: 2d
+       central, d forward, the value at the particle being known).
     max_force_norm: ``max_i |F_i|`` over particles using the ensemble force.
     num_exploded: particles kicked by ``h|F_i| > blowup_factor · sqrt(2hd)``, more
        than ``blowup_factor`` noise lengths (the heavy tail of Theorem 3.2).
     num_isolated: particles using the ensemble force with no neighbour in their
        η-ball: their force is exactly 0 (no restoring drift; not counted as divergence).
-    audit_grad_evals: particles audited (``audit_size``, or fewer when fewer used the ensemble
-       force); their gradients are computed in the step's one gradient call, counted in
-       ``grad_evals_padded`` and ``model_solves``, not in ``grad_evals``.
+    audit_grad_evals: particles audited (``audit_size``, or fewer when fewer used the
+       ensemble force); their gradients are computed in the step's one gradient call,
+       counted in ``grad_evals_padded`` and ``model_solves``, not in ``grad_evals``.
     audit_drift_ratio: median over the audited particles of ``F_i·∇f(x_i) / |∇f(x_i)|²``
        (1 for an exact gradient; NaN when nothing was audited).
     audit_error: median over the audited particles of ``|F_i - ∇f(x_i)| / |∇f(x_i)|``.
     audit_noise_error: median over the audited particles of the step's drift error
        ``h|F_i - ∇f(x_i)|`` in units of the Langevin noise length ``sqrt(2hd)``.
-    audit_variance_inflation: this step's estimate of ``v = (fraction of particles using the
-       ensemble force) × E[h|F_i - ∇f(x_i)|² / (2d)]``, the relative stationary variance inflation
-       the ensemble noise causes (module docstring: |F|² as a control variate; NaN without audit).
-    audit_drift_bias: this step's estimate of the force's systematic error along the gradient,
-       ``β = (fraction using the ensemble force) × Σ (F_i - ∇f_i)·∇f_i / Σ |∇f_i|²`` over the
-       audited particles (0 for an unbiased force; a force ``(1 + b)∇f`` gives ``fraction × b``, and
-       then the stationary variance is off by about ``-β``, relative; NaN without audit).
+    audit_variance_inflation: this step's estimate of ``v = (fraction of particles using
+       the ensemble force) × E[h|F_i - ∇f(x_i)|² / (2d)]``, the relative stationary
+       variance inflation the ensemble noise causes (module docstring: |F|² as a control
+       variate; NaN without audit).
+    audit_drift_bias: this step's estimate of the force's systematic error along the
+       gradient, ``β = (fraction using the ensemble force) × Σ (F_i - ∇f_i)·∇f_i / Σ
+       |∇f_i|²`` over the audited particles (0 for an unbiased force; a force ``(1 +
+       b)∇f`` gives ``fraction × b``, and then the stationary variance is off by about
+       ``-β``, relative; NaN without audit).
     unstable: the running drift ratio (``state.audit``) fell below
        :data:`AUDIT_UNSTABLE_RATIO` after :data:`AUDIT_MIN_STEPS` audited steps.
     biased: the running variance-inflation estimate (``state.audit.inflation``) exceeds
-       :data:`AUDIT_BIAS_THRESHOLD`, or the running drift bias's size (``state.audit.drift_bias``)
-       :data:`AUDIT_DRIFT_BIAS_THRESHOLD`, after :data:`AUDIT_BIAS_MIN_STEPS` steps (not a divergence).
+       :data:`AUDIT_BIAS_THRESHOLD`, or the running drift bias's size
+       (``state.audit.drift_bias``) :data:`AUDIT_DRIFT_BIAS_THRESHOLD`, after
+       :data:`AUDIT_BIAS_MIN_STEPS` steps (not a divergence).
     num_nonfinite: particles whose new position or log density is NaN/inf.
     diverged: ``num_nonfinite + num_exploded > 0`` or ``unstable`` (or a traced
        parameter is NaN / out of range).
@@ -177,7 +215,9 @@ class EnLMCInfo(NamedTuple):
 def check_ensemble_state(state: Any, cls: type, init_name: str) -> None:
     check_state(state, cls, init_name)
     if state.position.ndim != 2:
-        raise ValueError(f"state.position must have shape (N, d); got {tuple(state.position.shape)}.")
+        raise ValueError(
+            f"state.position must have shape (N, d); got {tuple(state.position.shape)}."
+        )
 
 
 def check_enlmc_params(step_size, eta, blowup_factor) -> None:
@@ -198,14 +238,14 @@ def log_gaussian_step_density(noise: Array, step_size: Array) -> Array:
     Computed from ξ rather than ``x_j - w_j`` (same value, no cancellation).
     """
     d = noise.shape[-1]
-    return -0.5 * d * jnp.log(4.0 * jnp.pi * step_size) - 0.5 * jnp.sum(noise**2, axis=-1)
-
+    return -0.5 * d * jnp.log(4.0 * jnp.pi * step_size) - 0.5 * jnp.sum(
+        noise**2, axis=-1
+    )
 
 
 def ensemble_values(logdensity_fn: LogDensityFn, x: Array) -> Array:
     """``logdensity_fn`` at every particle, (N,) in x's dtype (a Python float return is fine too)."""
     return jax.vmap(lambda y: jnp.asarray(logdensity_fn(y), y.dtype))(x)
-
 
 
 def ensemble_move(rng_key: PRNGKey, x: Array, force: Array, h: Array):
@@ -225,7 +265,6 @@ def init_ensemble(positions: ArrayLike, logdensity_fn: LogDensityFn):
     w = jnp.full_like(x, jnp.inf)
     log_p = jnp.full(x.shape[:1], -jnp.inf, dtype=x.dtype)
     return x, logdensity, w, log_p
-
 
 
 # --------------------------------------------------------------------------
@@ -256,8 +295,8 @@ def enlmc_step(
 ) -> tuple[EnLMCState, EnLMCInfo]:
     """One step of EnLMC (Algorithm 3.1) for every particle; pure and jittable.
 
-    ``F_i = 1/(N-1) Σ_{j≠i} α_d (f_j - f_i)/|x_j - x_i|² 1[|x_j - x_i| ≤ η] / p_j (x_j - x_i)``
-    (eq. 3.9), ``w_i' = x_i - h F_i``, ``x_i' = w_i' + sqrt(2h) ξ_i`` (3.10).
+    ``F_i = 1/(N-1) Σ_{j≠i} α_d (f_j - f_i)/|x_j - x_i|² 1[|x_j - x_i| ≤ η] / p_j (x_j -
+    x_i)`` (eq. 3.9), ``w_i' = x_i - h F_i``, ``x_i' = w_i' + sqrt(2h) ξ_i`` (3.10).
 
     Unstable by design (Theorem 3.2): a neighbour with a large ``|ξ_j|`` has a
     tiny ``p_j`` and an enormous weight. Blow-ups are reported in the info,
@@ -280,11 +319,13 @@ def enlmc_step(
       state: an :class:`EnLMCState`.
       logdensity_fn: ``x: (d,) -> log p(x) + const``; ``f = -logdensity_fn``.
       step_size: h > 0.  eta: η > 0, the ball radius.
-      blowup_factor: kick size, in noise lengths ``sqrt(2hd)``, counted as a blow-up (> 0).
-      options: how the step is computed (:class:`~cenlmc_jax.ensemble.options.EnsembleOptions`:
-        pair-force backend, gradient buffers, mesh, ``audit_size`` (default 32: EnLMC is unstable,
-        and the audit is what flags it early), ``grad_fn``, ``grad_mode``); its fields may also be given as
-        keywords (``grad_capacity=64``), which replace those of ``options``.
+      blowup_factor: kick size, in noise lengths ``sqrt(2hd)``, counted as a blow-up (>
+        0).
+      options: how the step is computed
+        (:class:`~cenlmc_jax.ensemble.options.EnsembleOptions`: pair-force backend,
+        gradient buffers, mesh, ``audit_size`` (default 32: EnLMC is unstable, and the
+        audit is what flags it early), ``grad_fn``, ``grad_mode``); its fields may also
+        be given as keywords (``grad_capacity=64``), which replace those of ``options``.
     """
     check_ensemble_state(state, EnLMCState, "enlmc_init")
     check_key(rng_key)
@@ -296,14 +337,32 @@ def enlmc_step(
     audit_size = opts.audit(n, ENLMC_AUDIT_SIZE)
     h = jnp.asarray(step_size, x.dtype)
     f = -state.logdensity
-    pf = ensemble_force(x, f, state.log_p, jnp.asarray(eta, x.dtype), **opts.force_kwargs())
+    pf = ensemble_force(
+        x, f, state.log_p, jnp.asarray(eta, x.dtype), **opts.force_kwargs()
+    )
     ens = pf.force_sum / jnp.asarray(n - 1, x.dtype)
     need = ~jnp.isfinite(state.log_p)  # no previous step: p_j unknown, use ∇f
-    grad_one = gradient_fn(logdensity_fn, opts.grad_fn, opts.grad_mode, given_value=True)
-    per_grad = grad_cost(opts.grad_fn, d, given_value=shares_values(opts.grad_fn, logdensity_fn))
-    audit, a, force, padded = gradients_and_audit(rng_key, grad_one, x, need, ens, capacity, opts.dense_grad,
-                                                  audit_size, state.audit, h, flag_unstable=True, mesh=opts.mesh,
-                                                  values=state.logdensity)
+    grad_one = gradient_fn(
+        logdensity_fn, opts.grad_fn, opts.grad_mode, given_value=True
+    )
+    per_grad = grad_cost(
+        opts.grad_fn, d, given_value=shares_values(opts.grad_fn, logdensity_fn)
+    )
+    audit, a, force, padded = gradients_and_audit(
+        rng_key,
+        grad_one,
+        x,
+        need,
+        ens,
+        capacity,
+        opts.dense_grad,
+        audit_size,
+        state.audit,
+        h,
+        flag_unstable=True,
+        mesh=opts.mesh,
+        values=state.logdensity,
+    )
     w_new, x_new, log_p_new = ensemble_move(rng_key, x, force, h)
     logdensity = ensemble_values(logdensity_fn, x_new)
     bad = count_nonfinite(x_new, logdensity)
@@ -321,10 +380,11 @@ def enlmc_step(
         **a.info_fields(),
         unstable=a.unstable,
         num_nonfinite=bad,
-        diverged=((bad + exploded) > 0) | a.unstable | ~valid_params(x.dtype, h, eta, 0.0, 0.0, 0.0),
+        diverged=((bad + exploded) > 0)
+        | a.unstable
+        | ~valid_params(x.dtype, h, eta, 0.0, 0.0, 0.0),
     )
     return EnLMCState(x_new, logdensity, w_new, log_p_new, audit), info
-
 
 
 def enlmc(
@@ -339,8 +399,8 @@ def enlmc(
     """EnLMC (Algorithm 3.1) as a sampler object; see :func:`enlmc_step` (provably unstable).
 
     ``init(positions, rng_key=None)``: :func:`enlmc_init` on ``positions: (N, d)``.
-    ``step(rng_key, state)``: :func:`enlmc_step` with these parameters.
-    ``options`` / ``option_fields``: :class:`~cenlmc_jax.ensemble.options.EnsembleOptions`.
+    ``step(rng_key, state)``: :func:`enlmc_step` with these parameters. ``options`` /
+    ``option_fields``: :class:`~cenlmc_jax.ensemble.options.EnsembleOptions`.
     """
     check_callable(logdensity_fn, "logdensity_fn", "x -> scalar log density")
     check_enlmc_params(step_size, eta, blowup_factor)
@@ -348,12 +408,21 @@ def enlmc(
 
     def init(positions, rng_key=None):
         if rng_key is not None:
-            check_key(rng_key)  # unused (a deterministic start), but a wrong one is a mistake to report
+            check_key(
+                rng_key
+            )  # unused (a deterministic start), but a wrong one is a mistake to report
         state = enlmc_init(positions, logdensity_fn)
         check_grad_fn(opts.grad_fn, state.position[0], "grad_fn")
         return state
 
-    # one function per distinct parameters: a rebuilt sampler reuses cj.sample's compiled run
-    step = bound_step(enlmc_step, logdensity_fn=logdensity_fn, step_size=step_size, eta=eta,
-                     blowup_factor=blowup_factor, options=opts)
+    # one function per distinct parameters: a rebuilt sampler reuses cj.sample's
+    # compiled run
+    step = bound_step(
+        enlmc_step,
+        logdensity_fn=logdensity_fn,
+        step_size=step_size,
+        eta=eta,
+        blowup_factor=blowup_factor,
+        options=opts,
+    )
     return SamplingAlgorithm(init, step)

@@ -18,7 +18,13 @@ import numpy as np
 import optax
 import optax.tree_utils as otu
 
-from cenlmc_jax._validation import check_int, check_logdensity, check_positions, check_positive, is_concrete
+from cenlmc_jax._validation import (
+    check_int,
+    check_logdensity,
+    check_positions,
+    check_positive,
+    is_concrete,
+)
 from cenlmc_jax.types import Array, ArrayLike, LogDensityFn
 
 __all__ = ["FStarResult", "find_f_star"]
@@ -89,7 +95,8 @@ class _returns_array:
         return isinstance(other, _returns_array) and other.fn == self.fn
 
 
-#: The last few L-BFGS results of :func:`find_f_star`, by (function, start point, tol, max_steps).
+#: The last few L-BFGS results of :func:`find_f_star`, by (function, start point, tol,
+#: max_steps).
 _LBFGS_MEMO: collections.OrderedDict = collections.OrderedDict()
 _LBFGS_MEMO_SIZE = 8
 
@@ -105,7 +112,14 @@ def _memo_lbfgs(logdensity_fn, x0, tol, max_steps):
     if not (is_concrete(x0) and is_concrete(tol)):
         return _lbfgs_minimise(logdensity_fn, x0, tol, max_steps)
     start = np.asarray(x0)
-    key = (logdensity_fn, start.dtype.str, start.shape, start.tobytes(), float(tol), max_steps)
+    key = (
+        logdensity_fn,
+        start.dtype.str,
+        start.shape,
+        start.tobytes(),
+        float(tol),
+        max_steps,
+    )
     if key not in _LBFGS_MEMO:
         _LBFGS_MEMO[key] = _lbfgs_minimise(logdensity_fn, x0, tol, max_steps)
         while len(_LBFGS_MEMO) > _LBFGS_MEMO_SIZE:
@@ -145,11 +159,15 @@ def find_f_star(
     if tol is None:
         tol = math.sqrt(float(jnp.finfo(x.dtype).eps))
     check_positive(tol, "tol")
-    logdensity_fn = _returns_array(logdensity_fn)  # a Python float return would break optax
+    logdensity_fn = _returns_array(
+        logdensity_fn
+    )  # a Python float return would break optax
     logdensity = jax.vmap(logdensity_fn)(x)
     best = jnp.argmax(jnp.where(jnp.isfinite(logdensity), logdensity, -jnp.inf))
     x0, f0 = x[best], -logdensity[best]
-    xo, fo, gnorm, count = _memo_lbfgs(logdensity_fn, x0, jnp.asarray(tol, x.dtype), max_steps)
+    xo, fo, gnorm, count = _memo_lbfgs(
+        logdensity_fn, x0, jnp.asarray(tol, x.dtype), max_steps
+    )
     ok = jnp.isfinite(fo) & (fo <= f0)
     return FStarResult(
         f_star=jnp.where(ok, fo, f0),

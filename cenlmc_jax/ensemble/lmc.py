@@ -41,7 +41,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cenlmc_jax._linalg import check_matrix_form, check_matrix_shape, check_symmetric_psd, np_psd_sqrt, psd_sqrt
+from cenlmc_jax._linalg import (
+    check_matrix_form,
+    check_matrix_shape,
+    check_symmetric_psd,
+    np_psd_sqrt,
+    psd_sqrt,
+)
 from cenlmc_jax._validation import (
     check_callable,
     check_function,
@@ -58,9 +64,21 @@ from cenlmc_jax.base import SamplingAlgorithm, StepSize, step_size_at
 from cenlmc_jax.gradients.modes import check_grad_mode, grad, value_and_grad
 from cenlmc_jax.types import Array, ArrayLike, LogDensityFn, PRNGKey
 
-__all__ = ["LMCState", "LMCInfo", "lmc_init", "lmc_step", "lmc", "grad_cost", "gradient_fn", "value_and_grad_ensemble",
-           "shares_values", "value_and_grad_cost",
-           "check_inverse_mass_matrix", "mass_root", "lmc_move"]
+__all__ = [
+    "LMCState",
+    "LMCInfo",
+    "lmc_init",
+    "lmc_step",
+    "lmc",
+    "grad_cost",
+    "gradient_fn",
+    "value_and_grad_ensemble",
+    "shares_values",
+    "value_and_grad_cost",
+    "check_inverse_mass_matrix",
+    "mass_root",
+    "lmc_move",
+]
 
 
 class LMCState(NamedTuple):
@@ -82,11 +100,12 @@ class LMCInfo(NamedTuple):
     """What one LMC step did.
 
     grad_evals: gradient evaluations done this step (= N).
-    model_solves: the step's cost in evaluations of the model: N with autodiff (the value
-       comes with the gradient); with ``grad_fn``, N × :func:`value_and_grad_cost` (finite
-       differences of ``logdensity_fn``: ``d + 1`` forward, ``2d + 1`` central).
+    model_solves: the step's cost in evaluations of the model: N with autodiff (the
+       value comes with the gradient); with ``grad_fn``, N × :func:`value_and_grad_cost`
+       (finite differences of ``logdensity_fn``: ``d + 1`` forward, ``2d + 1`` central).
     num_nonfinite: particles whose new position or log density is NaN/inf.
-    diverged: ``num_nonfinite > 0``, or a step size (traced, or a schedule's value) that is not > 0.
+    diverged: ``num_nonfinite > 0``, or a step size (traced, or a schedule's value) that
+      is not > 0.
     """
 
     grad_evals: Array
@@ -98,31 +117,43 @@ class LMCInfo(NamedTuple):
 def shares_values(grad_fn: Callable | None, logdensity_fn: LogDensityFn) -> bool:
     """Whether ``grad_fn`` takes its gradient from values of ``logdensity_fn`` itself and can reuse one.
 
-    True for :func:`cenlmc_jax.gradients.finite_difference` of the same function (``grad_fn.logdensity_fn ==
-    logdensity_fn``; whitened wrappers of the same pair compare equal too): then a value the sampler
-    has already is passed to ``grad_fn.grad_given_value(x, value)``, and LMC takes its values and
-    gradients from one ``grad_fn.value_and_grad(x)`` batch. A ``grad_fn`` of another function never
+    True for :func:`cenlmc_jax.gradients.finite_difference` of the same function
+    (``grad_fn.logdensity_fn == logdensity_fn``; whitened wrappers of the same pair
+    compare equal too): then a value the sampler has already is passed to
+    ``grad_fn.grad_given_value(x, value)``, and LMC takes its values and gradients from
+    one ``grad_fn.value_and_grad(x)`` batch. A ``grad_fn`` of another function never
     gets the sampler's values.
     """
     inner = getattr(grad_fn, "logdensity_fn", None)
-    return inner is not None and hasattr(grad_fn, "grad_given_value") and inner == logdensity_fn
+    return (
+        inner is not None
+        and hasattr(grad_fn, "grad_given_value")
+        and inner == logdensity_fn
+    )
 
 
 def grad_cost(grad_fn: Callable | None, d: int, given_value: bool = False) -> float:
     """Model solves one gradient costs: ``grad_fn.model_solves(d)`` when it says
     (``cj.finite_difference``: 2d central, d + 1 forward), else 1; ``given_value``: the
     value at the point is known (``grad_fn.model_solves_given_value(d)``: 2d central, d forward)."""
-    cost = getattr(grad_fn, "model_solves_given_value" if given_value else "model_solves", None)
+    cost = getattr(
+        grad_fn, "model_solves_given_value" if given_value else "model_solves", None
+    )
     if cost is None and given_value:
         cost = getattr(grad_fn, "model_solves", None)
     return 1.0 if cost is None else float(cost(d))
 
 
-def gradient_fn(logdensity_fn: LogDensityFn, grad_fn: Callable | None, grad_mode: str = "auto",
-                given_value: bool = False) -> Callable:
+def gradient_fn(
+    logdensity_fn: LogDensityFn,
+    grad_fn: Callable | None,
+    grad_mode: str = "auto",
+    given_value: bool = False,
+) -> Callable:
     """``grad_fn`` if given (``x: (d,) -> ∇ log density (d,)``; its output shape is checked when traced),
-    else the autodiff gradient of ``logdensity_fn`` in ``grad_mode`` (:mod:`cenlmc_jax.gradients.modes`;
-    a ``grad_fn`` overrides the mode). ``given_value``: the function takes ``(x, log density at x)``
+    else the autodiff gradient of ``logdensity_fn`` in ``grad_mode``
+    (:mod:`cenlmc_jax.gradients.modes`; a ``grad_fn`` overrides the mode).
+    ``given_value``: the function takes ``(x, log density at x)``
     and passes the value on where :func:`shares_values` (autodiff and other ``grad_fn`` ignore it)."""
     if grad_fn is None:
         g = grad(logdensity_fn, grad_mode)
@@ -131,14 +162,20 @@ def gradient_fn(logdensity_fn: LogDensityFn, grad_fn: Callable | None, grad_mode
 
     def checked(x, value=None):
         g = grad_fn.grad_given_value(x, value) if reuse else grad_fn(x)
-        check_output(g, "grad_fn", what=GRAD_FN_WHAT, like=x)  # static: free at trace time
+        check_output(
+            g, "grad_fn", what=GRAD_FN_WHAT, like=x
+        )  # static: free at trace time
         return g
 
     return checked
 
 
-def value_and_grad_ensemble(logdensity_fn: LogDensityFn, positions: Array,
-                            grad_fn: Callable | None = None, grad_mode: str = "auto") -> tuple[Array, Array]:
+def value_and_grad_ensemble(
+    logdensity_fn: LogDensityFn,
+    positions: Array,
+    grad_fn: Callable | None = None,
+    grad_mode: str = "auto",
+) -> tuple[Array, Array]:
     """``logdensity_fn`` and its gradient at every particle: (N,), (N, d).
 
     Without ``grad_fn`` both come from one autodiff pass per particle in
@@ -150,29 +187,42 @@ def value_and_grad_ensemble(logdensity_fn: LogDensityFn, positions: Array,
     from ``logdensity_fn`` becomes an array of the positions' dtype.
     """
     if grad_fn is None:
-        return jax.vmap(value_and_grad(lambda y: jnp.asarray(logdensity_fn(y), y.dtype), grad_mode))(positions)
+        return jax.vmap(
+            value_and_grad(lambda y: jnp.asarray(logdensity_fn(y), y.dtype), grad_mode)
+        )(positions)
     if shares_values(grad_fn, logdensity_fn):
         values, grads = jax.vmap(grad_fn.value_and_grad)(positions)
     else:
         values = jax.vmap(lambda y: jnp.asarray(logdensity_fn(y), y.dtype))(positions)
         grads = jax.vmap(grad_fn)(positions)
-    # static shapes only (free at trace time): a scalar or (1,) per particle would broadcast into the drift
-    check_output(jax.ShapeDtypeStruct(grads.shape[1:], grads.dtype), "grad_fn", what=GRAD_FN_WHAT,
-                 like=positions[0])
+    # static shapes only (free at trace time): a scalar or (1,) per particle would
+    # broadcast into the drift
+    check_output(
+        jax.ShapeDtypeStruct(grads.shape[1:], grads.dtype),
+        "grad_fn",
+        what=GRAD_FN_WHAT,
+        like=positions[0],
+    )
     return values.astype(positions.dtype), grads.astype(positions.dtype)
 
 
-def value_and_grad_cost(grad_fn: Callable | None, logdensity_fn: LogDensityFn, d: int) -> float:
+def value_and_grad_cost(
+    grad_fn: Callable | None, logdensity_fn: LogDensityFn, d: int
+) -> float:
     """Model solves of :func:`value_and_grad_ensemble` per particle with a ``grad_fn``: the value and a
     gradient (``d + 1`` forward, ``2d + 1`` central finite differences of ``logdensity_fn``)."""
-    return 1.0 + grad_cost(grad_fn, d, given_value=shares_values(grad_fn, logdensity_fn))
+    return 1.0 + grad_cost(
+        grad_fn, d, given_value=shares_values(grad_fn, logdensity_fn)
+    )
 
 
 #: The signature of a user's ``grad_fn`` (for the messages).
 GRAD_FN_WHAT = "x: (d,) -> gradient of the log density (d,)"
 
 
-def check_grad_fn(grad_fn: Callable | None, example: Array, name: str = "grad_fn") -> None:
+def check_grad_fn(
+    grad_fn: Callable | None, example: Array, name: str = "grad_fn"
+) -> None:
     """A user's ``grad_fn`` maps one point ``(d,)`` to a ``(d,)`` floating gradient (abstractly checked)."""
     if grad_fn is not None:
         check_function(grad_fn, name, (example,), what=GRAD_FN_WHAT, like=example)
@@ -187,25 +237,32 @@ def count_nonfinite(position: Array, logdensity: Array) -> Array:
 MASS_WHAT = "the inverse mass matrix M of x' = x + h M ∇log π(x) + sqrt(2h) M^{1/2} ξ"
 
 
-def check_inverse_mass_matrix(M: Any, d: int | None = None, name: str = "inverse_mass_matrix") -> Any:
+def check_inverse_mass_matrix(
+    M: Any, d: int | None = None, name: str = "inverse_mass_matrix"
+) -> Any:
     """``M`` must be a constant symmetric positive definite matrix: a scalar ``c > 0`` (``c·I``), a ``(d,)``
-    diagonal of positive entries or a ``(d, d)`` SPD matrix (:func:`cenlmc_jax._linalg.check_symmetric_psd`
-    with ``definite=True``). ``d``: the dimension, when known. ``None`` passes (no preconditioner); a traced
+    diagonal of positive entries or a ``(d, d)`` SPD matrix
+    (:func:`cenlmc_jax._linalg.check_symmetric_psd` with ``definite=True``). ``d``: the
+    dimension, when known. ``None`` passes (no preconditioner); a traced
     ``M`` passes unchecked (its value is not known). Returns ``M``. ``ValueError`` names ``name``."""
     if M is None or not is_concrete(M):
         return M
     if callable(M):
-        raise ValueError(f"{name} must be a constant matrix (a scalar, a (d,) diagonal or a (d, d) SPD matrix); "
-                         f"got a callable {M!r}: a position-dependent preconditioner needs the Γ term of the "
-                         "complete recipe (cj.sgrld / cj.complete_recipe).")
+        raise ValueError(
+            f"{name} must be a constant matrix (a scalar, a (d,) diagonal or a (d, d) SPD matrix); "
+            f"got a callable {M!r}: a position-dependent preconditioner needs the Γ term of the "
+            "complete recipe (cj.sgrld / cj.complete_recipe)."
+        )
     check_matrix_form(M, name)
     m = np.asarray(M)
     if d is not None:
         check_matrix_shape(m, name, d)
     if m.ndim < 2:
         if not np.all(m > 0):
-            raise ValueError(f"{name} must be positive ({MASS_WHAT}); got {'a scalar' if m.ndim == 0 else 'a diagonal'}"
-                             f" with smallest entry {float(np.min(m)):.4g}.")
+            raise ValueError(
+                f"{name} must be positive ({MASS_WHAT}); got {'a scalar' if m.ndim == 0 else 'a diagonal'}"
+                f" with smallest entry {float(np.min(m)):.4g}."
+            )
     else:
         check_symmetric_psd(M, name, MASS_WHAT, definite=True)
     return M
@@ -226,15 +283,22 @@ def _rows_times(m: Array, v: Array) -> Array:
     return v @ m.T if m.ndim == 2 else v * m
 
 
-def lmc_init(positions: ArrayLike, logdensity_fn: LogDensityFn, *, grad_fn: Callable | None = None,
-             grad_mode: str = "auto") -> LMCState:
+def lmc_init(
+    positions: ArrayLike,
+    logdensity_fn: LogDensityFn,
+    *,
+    grad_fn: Callable | None = None,
+    grad_mode: str = "auto",
+) -> LMCState:
     """Start LMC from ``positions: (N, d)``; evaluates the N gradients once (``grad_fn`` if given, else
     autodiff in ``grad_mode``)."""
     check_grad_mode(grad_mode)
     positions = check_positions(positions)
     check_logdensity(logdensity_fn, positions[0])
     check_grad_fn(grad_fn, positions[0])
-    logdensity, g = value_and_grad_ensemble(logdensity_fn, positions, grad_fn, grad_mode)
+    logdensity, g = value_and_grad_ensemble(
+        logdensity_fn, positions, grad_fn, grad_mode
+    )
     check_start_logdensity(logdensity, where="particle of positions")
     return LMCState(positions, logdensity, g, jnp.zeros((), jnp.int32))
 
@@ -277,10 +341,15 @@ def lmc_step(
 
 def lmc_move(rng_key, state, logdensity_fn, step_size, grad_fn, grad_mode, mass):
     """The step of :func:`lmc_step` without its checks (for callers that made them: the sampler object,
-    the warm-up); ``step_size``: ``h`` (traced allowed) or a schedule of ``state.step``; ``mass``:
+    the warm-up); ``step_size``: ``h`` (traced allowed) or a schedule of ``state.step``;
+    ``mass``:
     ``(M, M^{1/2})`` (traced allowed) or None."""
     x = state.position
-    h = step_size_at(step_size, state.step, x.dtype) if callable(step_size) else jnp.asarray(step_size, x.dtype)
+    h = (
+        step_size_at(step_size, state.step, x.dtype)
+        if callable(step_size)
+        else jnp.asarray(step_size, x.dtype)
+    )
     noise = jax.random.normal(rng_key, x.shape, dtype=x.dtype)
     drift, kick = state.logdensity_grad, noise
     if mass is not None:
@@ -290,7 +359,9 @@ def lmc_move(rng_key, state, logdensity_fn, step_size, grad_fn, grad_mode, mass)
     logdensity, g = value_and_grad_ensemble(logdensity_fn, new_x, grad_fn, grad_mode)
     bad = count_nonfinite(new_x, logdensity)
     n, d = x.shape
-    solves = n * (value_and_grad_cost(grad_fn, logdensity_fn, d) if grad_fn is not None else 1)
+    solves = n * (
+        value_and_grad_cost(grad_fn, logdensity_fn, d) if grad_fn is not None else 1
+    )
     info = LMCInfo(
         grad_evals=jnp.asarray(n, jnp.int32),
         model_solves=jnp.asarray(solves, x.dtype),
@@ -300,17 +371,23 @@ def lmc_move(rng_key, state, logdensity_fn, step_size, grad_fn, grad_mode, mass)
     return LMCState(new_x, logdensity, g, state.step + 1), info
 
 
-def lmc(logdensity_fn: LogDensityFn, step_size: StepSize, *, inverse_mass_matrix: Any = None,
-        grad_fn: Callable | None = None, grad_mode: str = "auto") -> SamplingAlgorithm:
+def lmc(
+    logdensity_fn: LogDensityFn,
+    step_size: StepSize,
+    *,
+    inverse_mass_matrix: Any = None,
+    grad_fn: Callable | None = None,
+    grad_mode: str = "auto",
+) -> SamplingAlgorithm:
     """LMC (ULA) on an ensemble as a sampler object.
 
     ``init(positions, rng_key=None)``: :func:`lmc_init` on ``positions: (N, d)``.
-    ``step(rng_key, state)``: :func:`lmc_step` with this ``step_size`` (a number > 0 or a
-    schedule ``t -> h_t`` of ``state.step``: its output and its value at 0 checked here).
-    ``grad_fn``: ``x: (d,) -> ∇ log density (d,)`` (an adjoint solver, finite
-    differences, an external code); it overrides ``grad_mode``.
-    ``grad_mode``: how the autodiff gradient is taken without ``grad_fn``:
-    ``"reverse"`` (``jax.value_and_grad``), ``"forward"`` (d vmapped ``jvp`` calls,
+    ``step(rng_key, state)``: :func:`lmc_step` with this ``step_size`` (a number > 0 or
+    a schedule ``t -> h_t`` of ``state.step``: its output and its value at 0 checked
+    here). ``grad_fn``: ``x: (d,) -> ∇ log density (d,)`` (an adjoint solver, finite
+    differences, an external code); it overrides ``grad_mode``. ``grad_mode``: how the
+    autodiff gradient is taken without ``grad_fn``: ``"reverse"``
+    (``jax.value_and_grad``), ``"forward"`` (d vmapped ``jvp`` calls,
     the value from the primal: 1.3-6x faster on an ODE model at d <= 5), or
     ``"auto"`` (default: forward for ``d <= cenlmc_jax.gradients.modes.FORWARD_MAX_D``,
     the measured crossover, :func:`cenlmc_jax.gradients.modes.resolve_grad_mode`).
@@ -322,13 +399,19 @@ def lmc(logdensity_fn: LogDensityFn, step_size: StepSize, *, inverse_mass_matrix
     check_schedule(step_size, "step_size")
     check_grad_mode(grad_mode)
     check_inverse_mass_matrix(inverse_mass_matrix)
-    mass = None if inverse_mass_matrix is None else (inverse_mass_matrix, mass_root(inverse_mass_matrix))
+    mass = (
+        None
+        if inverse_mass_matrix is None
+        else (inverse_mass_matrix, mass_root(inverse_mass_matrix))
+    )
     if grad_fn is not None:
         check_callable(grad_fn, "grad_fn", GRAD_FN_WHAT)
 
     def init(positions, rng_key=None):
         if rng_key is not None:
-            check_key(rng_key)  # unused (a deterministic start), but a wrong one is a mistake to report
+            check_key(
+                rng_key
+            )  # unused (a deterministic start), but a wrong one is a mistake to report
         state = lmc_init(positions, logdensity_fn, grad_fn=grad_fn, grad_mode=grad_mode)
         check_inverse_mass_matrix(inverse_mass_matrix, state.position.shape[-1])
         return state
@@ -337,7 +420,11 @@ def lmc(logdensity_fn: LogDensityFn, step_size: StepSize, *, inverse_mass_matrix
         check_state(state, LMCState, "lmc_init")
         check_key(rng_key)
         if mass is not None and is_concrete(mass[0]):
-            check_matrix_shape(np.asarray(mass[0]), "inverse_mass_matrix", state.position.shape[-1])
-        return lmc_move(rng_key, state, logdensity_fn, step_size, grad_fn, grad_mode, mass)
+            check_matrix_shape(
+                np.asarray(mass[0]), "inverse_mass_matrix", state.position.shape[-1]
+            )
+        return lmc_move(
+            rng_key, state, logdensity_fn, step_size, grad_fn, grad_mode, mass
+        )
 
     return SamplingAlgorithm(init, step)

@@ -7,8 +7,8 @@ the gradient audit's size. They are one frozen :class:`EnsembleOptions`
 ``jax.jit``), which every entry point takes either whole (``options=``) or as
 keywords of its fields:
 
-    cj.cenlmc(logdensity_fn, 0.05, 0.3, 0.5, 0.3, 20, 10.0, grad_capacity=64, method="tiled")
-    cj.cenlmc(logdensity_fn, 0.05, 0.3, 0.5, 0.3, 20, 10.0,
+    cj.cenlmc(logdensity_fn, 0.05, 0.3, 0.5, 0.3, 20, 10.0, grad_capacity=64,
+    method="tiled") cj.cenlmc(logdensity_fn, 0.05, 0.3, 0.5, 0.3, 20, 10.0,
               options=cj.ensemble.EnsembleOptions(grad_capacity=64, method="tiled"))
 
 The algorithm's own parameters (``step_size``, ``eta``, ``r1``, ``r2``,
@@ -31,32 +31,36 @@ __all__ = ["EnsembleOptions", "ensemble_options"]
 class EnsembleOptions(NamedTuple):
     """How an ensemble step is computed (module docstring); every field has a default.
 
-    grad_capacity: gradient buffer size in ``[1, N]``; None (default): one gradient call per
-       step sized to the next of ``GRAD_BUCKETS`` = 8 fractions of N above the number of
-       particles that need a gradient (:func:`cenlmc_jax.ensemble.buffers.needed_grads`).
-    dense_grad: debugging switch: compute all N gradients, then select (same trajectory, no saving).
-    method, block_size, precision, block_sparse: passed to :func:`cenlmc_jax.pairwise.ensemble_force`
-       (``block_sparse=None``: its ``auto`` rule; True / False force the block-sparse tile
-       skipping on or off).
-    interpret: the Pallas kernel's mode (``method="pallas"`` only): None (default) by the
-       platform the step is lowered for (Triton on CUDA/ROCm, interpret mode elsewhere), True /
-       False force it (:func:`cenlmc_jax.pairwise.ensemble_force`).
+    grad_capacity: gradient buffer size in ``[1, N]``; None (default): one gradient call
+       per step sized to the next of ``GRAD_BUCKETS`` = 8 fractions of N above the
+       number of particles that need a gradient
+       (:func:`cenlmc_jax.ensemble.buffers.needed_grads`).
+    dense_grad: debugging switch: compute all N gradients, then select (same trajectory,
+      no saving).
+    method, block_size, precision, block_sparse: passed to
+       :func:`cenlmc_jax.pairwise.ensemble_force` (``block_sparse=None``: its ``auto``
+       rule; True / False force the block-sparse tile skipping on or off).
+    interpret: the Pallas kernel's mode (``method="pallas"`` only): None (default) by
+       the platform the step is lowered for (Triton on CUDA/ROCm, interpret mode
+       elsewhere), True / False force it (:func:`cenlmc_jax.pairwise.ensemble_force`).
     mesh, strategy: a 1-D device mesh: the pair force runs sharded over it
-       (``ensemble_force(..., mesh=mesh, strategy=strategy)``, ``"allgather"`` or ``"ring"``), and
-       each device computes the true gradients of its own N/P particles, with buffers of
-       ``ceil(grad_capacity / P)`` or the buckets of N/P
+       (``ensemble_force(..., mesh=mesh, strategy=strategy)``, ``"allgather"`` or
+       ``"ring"``), and each device computes the true gradients of its own N/P
+       particles, with buffers of ``ceil(grad_capacity / P)`` or the buckets of N/P
        (:func:`cenlmc_jax.ensemble.buffers.sharded_needed_grads`: the same gradients;
        ``info.grad_evals_padded`` is then the sum of the per-device buckets).
-    audit_size: particles audited per step (true gradients at random particles that used the
-       ensemble force; :mod:`cenlmc_jax.ensemble.audit`); 0 switches the audit off; None: the
-       sampler's default (EnLMC 32, CEnLMC :data:`~cenlmc_jax.ensemble.audit.CENLMC_AUDIT_SIZE`).
-    grad_fn: ``x: (d,) -> ∇ log density (d,)`` for the particles that need a true gradient
-       (an adjoint solver, :func:`cenlmc_jax.gradients.finite_difference`, an external code); default
-       the autodiff gradient of ``logdensity_fn`` in ``grad_mode``. A ``grad_fn`` overrides ``grad_mode``.
-    grad_mode: ``"auto"`` (default), ``"reverse"`` or ``"forward"``: how the true gradients (of the
-       particles that need one, and the audit's) are differentiated without ``grad_fn``
-       (:mod:`cenlmc_jax.gradients.modes`; auto: forward for ``d <= FORWARD_MAX_D``, measured). The
-       same chain up to rounding either way.
+    audit_size: particles audited per step (true gradients at random particles that used
+       the ensemble force; :mod:`cenlmc_jax.ensemble.audit`); 0 switches the audit off;
+       None: the sampler's default (EnLMC 32, CEnLMC
+       :data:`~cenlmc_jax.ensemble.audit.CENLMC_AUDIT_SIZE`).
+    grad_fn: ``x: (d,) -> ∇ log density (d,)`` for the particles that need a true
+       gradient (an adjoint solver, :func:`cenlmc_jax.gradients.finite_difference`, an
+       external code); default the autodiff gradient of ``logdensity_fn`` in
+       ``grad_mode``. A ``grad_fn`` overrides ``grad_mode``.
+    grad_mode: ``"auto"`` (default), ``"reverse"`` or ``"forward"``: how the true
+       gradients (of the particles that need one, and the audit's) are differentiated
+       without ``grad_fn`` (:mod:`cenlmc_jax.gradients.modes`; auto: forward for ``d <=
+       FORWARD_MAX_D``, measured). The same chain up to rounding either way.
     """
 
     grad_capacity: int | None = None
@@ -88,7 +92,9 @@ class EnsembleOptions(NamedTuple):
         if self.audit_size is not None:
             check_int(self.audit_size, "audit_size", minimum=0)
         if self.grad_fn is not None:
-            check_callable(self.grad_fn, "grad_fn", "x: (d,) -> gradient of the log density (d,)")
+            check_callable(
+                self.grad_fn, "grad_fn", "x: (d,) -> gradient of the log density (d,)"
+            )
         check_grad_mode(self.grad_mode)
         return self
 
@@ -96,7 +102,9 @@ class EnsembleOptions(NamedTuple):
         """The gradient buffer size for ``n`` particles (None: one bucketed call per step)."""
         if self.grad_capacity is None:
             return None
-        return check_int(self.grad_capacity, "grad_capacity", minimum=1, maximum=n, why=f"N = {n}")
+        return check_int(
+            self.grad_capacity, "grad_capacity", minimum=1, maximum=n, why=f"N = {n}"
+        )
 
     def audit(self, n: int, default: int) -> int:
         """Particles audited per step for ``n`` particles (at most n)."""
@@ -105,11 +113,20 @@ class EnsembleOptions(NamedTuple):
 
     def force_kwargs(self) -> dict:
         """The keywords of :func:`cenlmc_jax.pairwise.ensemble_force` these options set."""
-        return dict(method=self.method, block_size=self.block_size, precision=self.precision, mesh=self.mesh,
-                    strategy=self.strategy, block_sparse=self.block_sparse, interpret=self.interpret)
+        return dict(
+            method=self.method,
+            block_size=self.block_size,
+            precision=self.precision,
+            mesh=self.mesh,
+            strategy=self.strategy,
+            block_sparse=self.block_sparse,
+            interpret=self.interpret,
+        )
 
 
-def ensemble_options(options: EnsembleOptions | None = None, **fields: Any) -> EnsembleOptions:
+def ensemble_options(
+    options: EnsembleOptions | None = None, **fields: Any
+) -> EnsembleOptions:
     """``options`` (default :class:`EnsembleOptions()`) with ``fields`` replaced, checked.
 
     An unknown keyword is a ``ValueError`` naming it and the known ones (a
@@ -118,10 +135,14 @@ def ensemble_options(options: EnsembleOptions | None = None, **fields: Any) -> E
     if options is None:
         options = EnsembleOptions()
     elif not isinstance(options, EnsembleOptions):
-        raise ValueError(f"options must be a cenlmc_jax.ensemble.EnsembleOptions or None; got "
-                         f"{type(options).__name__}.")
+        raise ValueError(
+            f"options must be a cenlmc_jax.ensemble.EnsembleOptions or None; got "
+            f"{type(options).__name__}."
+        )
     unknown = sorted(set(fields) - set(EnsembleOptions._fields))
     if unknown:
-        raise ValueError(f"unknown ensemble option(s) {', '.join(unknown)}; the options are "
-                         f"{', '.join(EnsembleOptions._fields)} (cenlmc_jax.ensemble.EnsembleOptions).")
+        raise ValueError(
+            f"unknown ensemble option(s) {', '.join(unknown)}; the options are "
+            f"{', '.join(EnsembleOptions._fields)} (cenlmc_jax.ensemble.EnsembleOptions)."
+        )
     return options._replace(**fields).checked()

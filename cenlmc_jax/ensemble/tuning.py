@@ -29,22 +29,20 @@ on the user's own target, measuring what matters during a burn-in:
   (measured: 0.04-0.05 both on a healthy run and on one whose sd is 16% too
   large), which is why the variance inflation is the main criterion.
 
-Two knobs are searched on a small grid, all from the suggested values:
-``R1`` through the pass probability of the R1 test (``R1 = sqrt(2h
-χ²_d.ppf(p))``, p in ``r1_passes``: the R1 test caps the fraction near p, so
-p = 0.7, the suggestion, caps it near 0.63), and ``η, R2`` scaled together by
-``radius_scales`` (smaller radii: a more local, less biased estimate, fewer
-neighbours). A first ``steps_per_trial`` steps burn in with the suggested
-values; each candidate then runs ``steps_per_trial`` steps from that same
-state (so an unstable candidate cannot damage the chain the others are
-measured on), and the chosen one runs them again to hand over a settled
-chain; all share one compiled program (the radii are traced arguments). The choice: among the
-candidates whose measured variance inflation and drift error are below their
-caps and that were never flagged (biased or diverged: a trial's ``unstable``), the one with
-the smallest variance inflation among those reaching ``target_fraction``; if
-none reaches it, the one with the largest fraction. With no acceptable
-candidate the ensemble is switched off (``r1 = 0``: CEnLMC is then LMC) and
-the reasoning says so.
+Two knobs are searched on a small grid, all from the suggested values: ``R1`` through
+the pass probability of the R1 test (``R1 = sqrt(2h χ²_d.ppf(p))``, p in ``r1_passes``:
+the R1 test caps the fraction near p, so p = 0.7, the suggestion, caps it near 0.63),
+and ``η, R2`` scaled together by ``radius_scales`` (smaller radii: a more local, less
+biased estimate, fewer neighbours). A first ``steps_per_trial`` steps burn in with the
+suggested values; each candidate then runs ``steps_per_trial`` steps from that same
+state (so an unstable candidate cannot damage the chain the others are measured on), and
+the chosen one runs them again to hand over a settled chain; all share one compiled
+program (the radii are traced arguments). The choice: among the candidates whose
+measured variance inflation and drift error are below their caps and that were never
+flagged (biased or diverged: a trial's ``unstable``), the one with the smallest variance
+inflation among those reaching ``target_fraction``; if none reaches it, the one with the
+largest fraction. With no acceptable candidate the ensemble is switched off (``r1 = 0``:
+CEnLMC is then LMC) and the reasoning says so.
 
 What a trial cannot see. The ensemble force is unbiased but heavy-tailed: its
 weights ``1/p_j`` are bounded (by ``(4πh)^{d/2} exp((η+R1+R2)²/4h)``, proof of
@@ -74,15 +72,33 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from cenlmc_jax._validation import check_bool, check_callable, check_int, check_key, check_positions, check_positive
+from cenlmc_jax._validation import (
+    check_bool,
+    check_callable,
+    check_int,
+    check_key,
+    check_positions,
+    check_positive,
+)
 from cenlmc_jax.base import SamplingAlgorithm
 from cenlmc_jax.ensemble.audit import fresh_audit
 from cenlmc_jax.ensemble.cenlmc import CEnLMCState, cenlmc, cenlmc_init, cenlmc_step
 from cenlmc_jax.ensemble.f_star import FStarResult, find_f_star
 from cenlmc_jax.types import ArrayLike, LogDensityFn, PRNGKey
 
-__all__ = ["CEnLMCParams", "suggest_cenlmc_params", "ensemble_noise_constant", "predicted_variance_inflation",
-           "ball_volume", "chi2_cdf", "chi2_ppf", "TunedCEnLMC", "tune_cenlmc", "FStarResult", "find_f_star"]
+__all__ = [
+    "CEnLMCParams",
+    "suggest_cenlmc_params",
+    "ensemble_noise_constant",
+    "predicted_variance_inflation",
+    "ball_volume",
+    "chi2_cdf",
+    "chi2_ppf",
+    "TunedCEnLMC",
+    "tune_cenlmc",
+    "FStarResult",
+    "find_f_star",
+]
 
 
 # --------------------------------------------------------------------------
@@ -148,18 +164,31 @@ def chi2_ppf(q: float, dof: int) -> float:
 
 def ball_volume(dim: int, radius: float) -> float:
     """Volume ``π^{d/2} r^d / Γ(d/2 + 1)`` of the d-ball of radius r."""
-    return math.exp(0.5 * dim * math.log(math.pi) + dim * math.log(radius) - math.lgamma(0.5 * dim + 1.0))
+    return math.exp(
+        0.5 * dim * math.log(math.pi)
+        + dim * math.log(radius)
+        - math.lgamma(0.5 * dim + 1.0)
+    )
 
 
-def _uniform_ball(rng: np.random.Generator, num: int, dim: int, radius: float) -> np.ndarray:
+def _uniform_ball(
+    rng: np.random.Generator, num: int, dim: int, radius: float
+) -> np.ndarray:
     """``num`` points uniform in the d-ball of the given radius, (num, dim)."""
     v = rng.standard_normal((num, dim))
     v /= np.linalg.norm(v, axis=1, keepdims=True)
     return v * (radius * rng.random(num) ** (1.0 / dim))[:, None]
 
 
-def ensemble_noise_constant(dim: int, step_size: float, eta: float, r1: float, r2: float, *,
-                            num_samples: int = 1 << 15) -> float:
+def ensemble_noise_constant(
+    dim: int,
+    step_size: float,
+    eta: float,
+    r1: float,
+    r2: float,
+    *,
+    num_samples: int = 1 << 15,
+) -> float:
     """``K = N_i · E|F_i - ∇f(x_i)|² / |∇f(x_i)|²``, the ensemble force's relative noise (Theorem 3.3's 1st term).
 
     For ``f`` linear across the η-ball, each of the ``N_i`` R2-neighbours j
@@ -193,16 +222,43 @@ def ensemble_noise_constant(dim: int, step_size: float, eta: float, r1: float, r
     a = np.empty((0, dim))
     while a.shape[0] < num_samples:  # ξ ~ N(0, I) given sqrt(2h)|ξ| <= R1, by rejection
         xi = rng.standard_normal((num_samples, dim))
-        a = np.concatenate([a, math.sqrt(2.0 * h) * xi[math.sqrt(2.0 * h) * np.linalg.norm(xi, axis=1) <= r1]])
+        a = np.concatenate(
+            [
+                a,
+                math.sqrt(2.0 * h)
+                * xi[math.sqrt(2.0 * h) * np.linalg.norm(xi, axis=1) <= r1],
+            ]
+        )
     a = a[:num_samples]
-    y = a + _uniform_ball(rng, num_samples, dim, r2) + _uniform_ball(rng, num_samples, dim, eta)
-    log_mean = float(np.logaddexp.reduce(np.sum(y**2, axis=1) / (4.0 * h))) - math.log(num_samples)
-    return math.exp(math.log(dim) - math.log(ball_volume(dim, eta)) + 0.5 * dim * math.log(4.0 * math.pi * h)
-                    + log_mean) - 1.0
+    y = (
+        a
+        + _uniform_ball(rng, num_samples, dim, r2)
+        + _uniform_ball(rng, num_samples, dim, eta)
+    )
+    log_mean = float(np.logaddexp.reduce(np.sum(y**2, axis=1) / (4.0 * h))) - math.log(
+        num_samples
+    )
+    return (
+        math.exp(
+            math.log(dim)
+            - math.log(ball_volume(dim, eta))
+            + 0.5 * dim * math.log(4.0 * math.pi * h)
+            + log_mean
+        )
+        - 1.0
+    )
 
 
-def predicted_variance_inflation(dim: int, step_size: float, noise_constant: float, pass_r1: float,
-                                 num_peak: float, n_star: float, *, mu: float = 1.0) -> float:
+def predicted_variance_inflation(
+    dim: int,
+    step_size: float,
+    noise_constant: float,
+    pass_r1: float,
+    num_peak: float,
+    n_star: float,
+    *,
+    mu: float = 1.0,
+) -> float:
     """Relative stationary variance inflation by the ensemble noise, for a Gaussian proxy ``N(x*, I/μ)``.
 
     LMC with force ``∇f + e`` (``E[e | x] = 0``, independent across steps) has
@@ -226,8 +282,14 @@ def predicted_variance_inflation(dim: int, step_size: float, noise_constant: flo
         return 0.0
     q = 2.0 * math.log(num_peak / max(n_star, 1e-300))
     half = 0.5 * dim
-    return (pass_r1 * step_size * noise_constant * mu * q ** (half + 1.0)
-            / (2.0 * dim * num_peak * (half + 1.0) * 2.0**half * math.gamma(half)))
+    return (
+        pass_r1
+        * step_size
+        * noise_constant
+        * mu
+        * q ** (half + 1.0)
+        / (2.0 * dim * num_peak * (half + 1.0) * 2.0**half * math.gamma(half))
+    )
 
 
 class CEnLMCParams(NamedTuple):
@@ -245,11 +307,12 @@ class CEnLMCParams(NamedTuple):
     exp_factor: ``exp(R1 (R1 + R2) / (2h))`` of Theorem 3.3.
     n_star_corollary: N* of Corollary 3.1 for accuracy ``epsilon`` (order of magnitude).
     bias_bound: ``κ η d``, the finite-difference term of Theorem 3.3.
-    noise_constant: ``K`` of :func:`ensemble_noise_constant` for these η, R1, R2 (relative
-        squared error of the ensemble force times the number of R2-neighbours).
+    noise_constant: ``K`` of :func:`ensemble_noise_constant` for these η, R1, R2
+        (relative squared error of the ensemble force times the number of
+        R2-neighbours).
     variance_inflation: predicted relative inflation of the stationary variance by the
-        ensemble noise, :func:`predicted_variance_inflation` (None without ``num_particles``);
-        kept at most ``max_variance_inflation`` by the choice of N*.
+        ensemble noise, :func:`predicted_variance_inflation` (None without
+        ``num_particles``); kept at most ``max_variance_inflation`` by the choice of N*.
     reasoning: a readable account of every choice.
     """
 
@@ -354,7 +417,12 @@ def suggest_cenlmc_params(
     dim = check_int(dim, "dim", minimum=1)
     check_positive(step_size, "step_size")
     check_positive(epsilon, "epsilon")
-    for name, value in (("rho", rho), ("r1_pass", r1_pass), ("n_star_pass", n_star_pass), ("m_f_pass", m_f_pass)):
+    for name, value in (
+        ("rho", rho),
+        ("r1_pass", r1_pass),
+        ("n_star_pass", n_star_pass),
+        ("m_f_pass", m_f_pass),
+    ):
         if not (0.0 < float(value) < 1.0):
             raise ValueError(f"{name} must lie in (0, 1); got {value!r}.")
     n_star_min = check_int(n_star_min, "n_star_min", minimum=1)
@@ -366,24 +434,51 @@ def suggest_cenlmc_params(
     check_positive(L_, "L")
     check_positive(mu_, "mu")
     if mu_ > L_:
-        raise ValueError(f"mu must be <= L (strong convexity below smoothness); got mu={mu_}, L={L_}.")
+        raise ValueError(
+            f"mu must be <= L (strong convexity below smoothness); got mu={mu_}, L={L_}."
+        )
     if num_particles is not None:
         num_particles = check_int(num_particles, "num_particles", minimum=2)
     h, d = float(step_size), dim
     kappa = L_ / mu_
     notes = []
     if L is None or mu is None:
-        notes.append("L and/or mu unknown: using L = mu = 1 (a unit-scale, well-conditioned target).")
+        notes.append(
+            "L and/or mu unknown: using L = mu = 1 (a unit-scale, well-conditioned target)."
+        )
     eta, r1, r2 = _suggest_radii(d, h, r1_pass, epsilon, kappa, notes)
     noise_k = ensemble_noise_constant(d, h, eta, r1, r2)
     if num_particles is not None:
-        n_star, pass_n, typical, inflation = _suggest_n_star(d, h, num_particles, r1_pass, n_star_pass, n_star_min,
-                                                             max_variance_inflation, mu_, r2, noise_k, notes)
-        ball_mean, pass_ball = _ball_occupancy(d, num_particles, eta, mu_, ball_min, notes)
+        n_star, pass_n, typical, inflation = _suggest_n_star(
+            d,
+            h,
+            num_particles,
+            r1_pass,
+            n_star_pass,
+            n_star_min,
+            max_variance_inflation,
+            mu_,
+            r2,
+            noise_k,
+            notes,
+        )
+        ball_mean, pass_ball = _ball_occupancy(
+            d, num_particles, eta, mu_, ball_min, notes
+        )
     else:
-        n_star, pass_n, typical, inflation, ball_mean, pass_ball = n_star_default, n_star_pass, None, None, None, 1.0
-        needed = 1 + n_star / (ball_volume(d, r2) * (2.0 * math.pi / mu_) ** (-0.5 * d)
-                               * math.exp(-0.5 * chi2_ppf(n_star_pass, d)))
+        n_star, pass_n, typical, inflation, ball_mean, pass_ball = (
+            n_star_default,
+            n_star_pass,
+            None,
+            None,
+            None,
+            1.0,
+        )
+        needed = 1 + n_star / (
+            ball_volume(d, r2)
+            * (2.0 * math.pi / mu_) ** (-0.5 * d)
+            * math.exp(-0.5 * chi2_ppf(n_star_pass, d))
+        )
         notes.append(
             f"N* = {n_star} (default, num_particles not given); N_i >= N* for {n_star_pass:.0%} of particles "
             f"needs N >= {math.ceil(needed)}."
@@ -397,19 +492,34 @@ def suggest_cenlmc_params(
     )
     expo, n_cor = _corollary_n_star(d, h, eta, r1, r2, kappa, mu_, epsilon, rho, notes)
     frac = r1_pass * pass_mf * pass_n * pass_ball
-    notes.append(f"Predicted stationary ensemble fraction ~ {r1_pass:.2f} x {pass_mf:.3f} x {pass_n:.2f} "
-                 f"x {pass_ball:.2f} (ball not empty) = {frac:.2f}.")
+    notes.append(
+        f"Predicted stationary ensemble fraction ~ {r1_pass:.2f} x {pass_mf:.3f} x {pass_n:.2f} "
+        f"x {pass_ball:.2f} (ball not empty) = {frac:.2f}."
+    )
     return CEnLMCParams(
-        eta=float(eta), r1=float(r1), r2=float(r2), n_star=int(n_star), m_f=float(m_f),
-        expected_ensemble_fraction=float(frac), pass_r1=float(r1_pass), pass_m_f=pass_mf, pass_n_star=float(pass_n),
+        eta=float(eta),
+        r1=float(r1),
+        r2=float(r2),
+        n_star=int(n_star),
+        m_f=float(m_f),
+        expected_ensemble_fraction=float(frac),
+        pass_r1=float(r1_pass),
+        pass_m_f=pass_mf,
+        pass_n_star=float(pass_n),
         typical_num_neighbours=None if typical is None else float(typical),
-        typical_ball_neighbours=None if ball_mean is None else float(ball_mean), exp_factor=math.exp(expo),
-        n_star_corollary=n_cor, bias_bound=kappa * eta * d, noise_constant=float(noise_k),
-        variance_inflation=None if inflation is None else float(inflation), reasoning="\n".join(notes),
+        typical_ball_neighbours=None if ball_mean is None else float(ball_mean),
+        exp_factor=math.exp(expo),
+        n_star_corollary=n_cor,
+        bias_bound=kappa * eta * d,
+        noise_constant=float(noise_k),
+        variance_inflation=None if inflation is None else float(inflation),
+        reasoning="\n".join(notes),
     )
 
 
-def _suggest_radii(d: int, h: float, r1_pass: float, epsilon: float, kappa: float, notes: list):
+def _suggest_radii(
+    d: int, h: float, r1_pass: float, epsilon: float, kappa: float, notes: list
+):
     """``η, R1, R2`` of :func:`suggest_cenlmc_params` (its docstring), with the reasoning appended to ``notes``."""
     scale = math.sqrt(h * d)
     r1 = math.sqrt(2.0 * h * chi2_ppf(r1_pass, d))
@@ -417,7 +527,9 @@ def _suggest_radii(d: int, h: float, r1_pass: float, epsilon: float, kappa: floa
         f"R1 = sqrt(2h chi2_{d}.ppf({r1_pass})) = {r1:.4g}: sqrt(2h)|xi| <= R1 for {r1_pass:.0%} of particles."
     )
     r2 = min(scale, r1)
-    notes.append(f"R2 = min(sqrt(hd), R1) = {r2:.4g}: w-neighbours within 1/sqrt(2) of the noise length sqrt(2hd).")
+    notes.append(
+        f"R2 = min(sqrt(hd), R1) = {r2:.4g}: w-neighbours within 1/sqrt(2) of the noise length sqrt(2hd)."
+    )
     eta_bias = epsilon / (kappa * d)
     eta = min(scale, eta_bias)
     notes.append(
@@ -427,21 +539,43 @@ def _suggest_radii(d: int, h: float, r1_pass: float, epsilon: float, kappa: floa
     return eta, r1, r2
 
 
-def _suggest_n_star(d, h, num_particles, r1_pass, n_star_pass, n_star_min, max_variance_inflation, mu_, r2, noise_k,
-                    notes: list):
+def _suggest_n_star(
+    d,
+    h,
+    num_particles,
+    r1_pass,
+    n_star_pass,
+    n_star_min,
+    max_variance_inflation,
+    mu_,
+    r2,
+    noise_k,
+    notes: list,
+):
     """N* from the pass rule and the noise budget: ``(n_star, pass_n, typical N_i, predicted inflation)``."""
     v_r2 = ball_volume(d, r2)
     peak = (2.0 * math.pi / mu_) ** (-0.5 * d)  # proxy N(x*, I/mu): density at the mode
-    num_peak = (num_particles - 1) * v_r2 * peak  # R2-neighbours of a particle at the mode
+    num_peak = (
+        (num_particles - 1) * v_r2 * peak
+    )  # R2-neighbours of a particle at the mode
     n_cal = num_peak * math.exp(-0.5 * chi2_ppf(n_star_pass, d))
-    # the noise budget: v(N*) = c · q^{d/2+1} with q = 2 log(num_peak / N*), c the value at q = 1
-    c = predicted_variance_inflation(d, h, noise_k, r1_pass, num_peak, num_peak * math.exp(-0.5), mu=mu_)
-    n_noise = num_peak * math.exp(-0.5 * (max_variance_inflation / c) ** (1.0 / (0.5 * d + 1.0)))
-    n_star = int(min(max(round(n_cal), math.ceil(n_noise), n_star_min), num_particles - 1))
+    # the noise budget: v(N*) = c · q^{d/2+1} with q = 2 log(num_peak / N*), c the value
+    # at q = 1
+    c = predicted_variance_inflation(
+        d, h, noise_k, r1_pass, num_peak, num_peak * math.exp(-0.5), mu=mu_
+    )
+    n_noise = num_peak * math.exp(
+        -0.5 * (max_variance_inflation / c) ** (1.0 / (0.5 * d + 1.0))
+    )
+    n_star = int(
+        min(max(round(n_cal), math.ceil(n_noise), n_star_min), num_particles - 1)
+    )
     # mean density of the proxy under itself: (4π/mu)^{-d/2}
     typical = (num_particles - 1) * v_r2 * (4.0 * math.pi / mu_) ** (-0.5 * d)
     pass_n = float(chi2_cdf(2.0 * math.log(max(num_peak / n_star, 1.0)), d))
-    inflation = predicted_variance_inflation(d, h, noise_k, r1_pass, num_peak, n_star, mu=mu_)
+    inflation = predicted_variance_inflation(
+        d, h, noise_k, r1_pass, num_peak, n_star, mu=mu_
+    )
     notes.append(
         f"N* = {n_star}: with N = {num_particles}, N_i ~ (N-1) V_R2 p(w) (typical {typical:.3g}); "
         f"N_i >= N* holds for about {pass_n:.0%} of particles under the proxy."
@@ -468,10 +602,10 @@ def _suggest_n_star(d, h, num_particles, r1_pass, n_star_pass, n_star_min, max_v
 def _ball_occupancy(d, num_particles, eta, mu_, ball_min, notes: list):
     """Mean η-ball count under the proxy and the chance it is not empty: ``(ball_mean, pass_ball)``.
 
-    The force sums over x-neighbours within η (and R2 in w), so an empty ball gives a force of
-    exactly 0. Mean count: ``(N-1) V_η (4π/μ)^{-d/2}`` (the proxy's mean density); Poisson for the
-    chance of an empty ball. η stays within the bias bound; the reasoning says when the ball is too
-    empty for the ensemble to be used.
+    The force sums over x-neighbours within η (and R2 in w), so an empty ball gives a
+    force of exactly 0. Mean count: ``(N-1) V_η (4π/μ)^{-d/2}`` (the proxy's mean
+    density); Poisson for the chance of an empty ball. η stays within the bias bound;
+    the reasoning says when the ball is too empty for the ensemble to be used.
     """
     density = (4.0 * math.pi / mu_) ** (-0.5 * d)
     ball_mean = (num_particles - 1) * ball_volume(d, eta) * density
@@ -489,9 +623,14 @@ def _corollary_n_star(d, h, eta, r1, r2, kappa, mu_, epsilon, rho, notes: list):
     """Theorem 3.3's factor ``R1(R1+R2)/(2h)`` and Corollary 3.1's N* (an order of magnitude)."""
     expo = r1 * (r1 + r2) / (2.0 * h)
     log_nc = (
-        (d * math.log(r1) + math.log(kappa) + 2.0 * math.log(d) - math.log(mu_) - d * math.log(eta)
-         - 2.0 * math.log(epsilon) + expo) / (1.0 - rho)
-    )
+        d * math.log(r1)
+        + math.log(kappa)
+        + 2.0 * math.log(d)
+        - math.log(mu_)
+        - d * math.log(eta)
+        - 2.0 * math.log(epsilon)
+        + expo
+    ) / (1.0 - rho)
     n_cor = math.exp(min(log_nc, 700.0))
     notes.append(
         f"Theorem 3.3 factor exp(R1(R1+R2)/2h) = exp({expo:.3g}) = {math.exp(expo):.3g}; Corollary 3.1 would ask "
@@ -504,20 +643,23 @@ def _corollary_n_star(d, h, eta, r1, r2, kappa, mu_, epsilon, rho, notes: list):
 # The burn-in tuner.
 # --------------------------------------------------------------------------
 
+
 class TunedCEnLMC(NamedTuple):
     """What :func:`tune_cenlmc` returns.
 
     params: dict ``eta, r1, r2, n_star, m_f`` (ready for ``cj.cenlmc``).
-    algorithm: ``cj.cenlmc(...)`` with those parameters (its default audit: the ``biased`` flag stays on).
+    algorithm: ``cj.cenlmc(...)`` with those parameters (its default audit: the
+      ``biased`` flag stays on).
     state: the chain's state after the burn-in, the last ``steps_per_trial`` steps
         of which ran with the chosen parameters (continue sampling from it).
-    ensemble_fraction, noise_error, drift_ratio, variance_inflation: measured for the choice in
-        its trial (mean fraction; median audit noise error and drift ratio; mean variance inflation).
+    ensemble_fraction, noise_error, drift_ratio, variance_inflation: measured for the
+        choice in its trial (mean fraction; median audit noise error and drift ratio;
+        mean variance inflation).
     trials: one dict per candidate with the same measurements.
     reasoning: a readable account of the choice.
-    grad_evals: the gradients the whole burn-in computed (``info.grad_evals_padded`` summed over
-        every step of every trial: buffers' padding and the audit included), the tuning's cost to set
-        against what the ensemble saves afterwards.
+    grad_evals: the gradients the whole burn-in computed (``info.grad_evals_padded``
+        summed over every step of every trial: buffers' padding and the audit included),
+        the tuning's cost to set against what the ensemble saves afterwards.
     """
 
     params: dict
@@ -532,47 +674,83 @@ class TunedCEnLMC(NamedTuple):
     grad_evals: int = 0
 
 
-#: Below this chosen ensemble fraction :func:`tune_cenlmc` warns: the ensemble is (nearly) unused and
-#: CEnLMC is LMC at the price of N values per step more.
+#: Below this chosen ensemble fraction :func:`tune_cenlmc` warns: the ensemble is
+#: (nearly) unused and CEnLMC is LMC at the price of N values per step more.
 LOW_FRACTION = 0.05
-#: :func:`tune_cenlmc` skips its grid when both the predicted best fraction of any candidate and the first
-#: burn-in's measured fraction are below this: no candidate can use the ensemble (issue 17: 67 s of grid on
-#: a 4-parameter model whose predicted fraction was ~0).
+#: :func:`tune_cenlmc` skips its grid when both the predicted best fraction of any
+#: candidate and the first burn-in's measured fraction are below this: no candidate can
+#: use the ensemble (issue 17: 67 s of grid on a 4-parameter model whose predicted
+#: fraction was ~0).
 NEGLIGIBLE_FRACTION = 0.01
 
 
-def _trial_runner(logdensity_fn, step_size, n_star, m_f, num_steps, audit_size, grad_fn, kwargs):
+def _trial_runner(
+    logdensity_fn, step_size, n_star, m_f, num_steps, audit_size, grad_fn, kwargs
+):
     """One compiled program running ``num_steps`` CEnLMC steps with traced ``eta, r1, r2``."""
 
     @jax.jit
     def run(key, state, eta, r1, r2):
         def body(st, t):
-            st, info = cenlmc_step(jax.random.fold_in(key, t), st, logdensity_fn, step_size, eta, r1, r2, n_star,
-                                   m_f, audit_size=audit_size, grad_fn=grad_fn, **kwargs)
-            return st, (info.ensemble_fraction, info.audit_noise_error, info.audit_drift_ratio,
-                        info.audit_variance_inflation, info.biased, info.diverged,
-                        info.grad_evals_padded)
+            st, info = cenlmc_step(
+                jax.random.fold_in(key, t),
+                st,
+                logdensity_fn,
+                step_size,
+                eta,
+                r1,
+                r2,
+                n_star,
+                m_f,
+                audit_size=audit_size,
+                grad_fn=grad_fn,
+                **kwargs,
+            )
+            return st, (
+                info.ensemble_fraction,
+                info.audit_noise_error,
+                info.audit_drift_ratio,
+                info.audit_variance_inflation,
+                info.biased,
+                info.diverged,
+                info.grad_evals_padded,
+            )
 
         return lax.scan(body, state, jnp.arange(num_steps))
 
     return run
 
 
-def _check_tuning_args(rng_key, logdensity_fn, positions, step_size, target_fraction, max_noise_error,
-                       max_variance_inflation, steps_per_trial, audit_size, r1_passes, radius_scales):
+def _check_tuning_args(
+    rng_key,
+    logdensity_fn,
+    positions,
+    step_size,
+    target_fraction,
+    max_noise_error,
+    max_variance_inflation,
+    steps_per_trial,
+    audit_size,
+    r1_passes,
+    radius_scales,
+):
     check_key(rng_key)
     check_callable(logdensity_fn, "logdensity_fn", "x -> scalar log density")
     x = check_positions(positions, min_particles=2)
     check_positive(step_size, "step_size")
     if not 0.0 < float(target_fraction) < 1.0:
-        raise ValueError(f"target_fraction must lie in (0, 1); got {target_fraction!r}.")
+        raise ValueError(
+            f"target_fraction must lie in (0, 1); got {target_fraction!r}."
+        )
     check_positive(max_noise_error, "max_noise_error")
     check_positive(max_variance_inflation, "max_variance_inflation")
     steps_per_trial = check_int(steps_per_trial, "steps_per_trial", minimum=4)
     audit_size = check_int(audit_size, "audit_size", minimum=1)
     for p in r1_passes:
         if not 0.0 < float(p) < 1.0:
-            raise ValueError(f"r1_passes must hold probabilities in (0, 1); got {r1_passes!r}.")
+            raise ValueError(
+                f"r1_passes must hold probabilities in (0, 1); got {r1_passes!r}."
+            )
     for c in radius_scales:
         check_positive(c, "radius_scales (each)")
     return x, steps_per_trial, audit_size
@@ -580,38 +758,78 @@ def _check_tuning_args(rng_key, logdensity_fn, positions, step_size, target_frac
 
 def _trial_record(outputs, half, **fields) -> dict:
     """A candidate's measurements over the second half of its trial."""
-    frac, noise, ratio, inflation, flagged, diverged, _ = (np.asarray(a) for a in outputs)
+    frac, noise, ratio, inflation, flagged, diverged, _ = (
+        np.asarray(a) for a in outputs
+    )
 
     def tail(a, reduce, empty):
         a = a[half:]
         return float(reduce(a)) if np.any(np.isfinite(a)) else empty
 
-    return dict(fields, ensemble_fraction=float(np.mean(frac[half:])), noise_error=tail(noise, np.nanmedian, 0.0),
-                drift_ratio=tail(ratio, np.nanmedian, 1.0), variance_inflation=tail(inflation, np.nanmean, 0.0),
-                unstable=bool(np.any(flagged) or np.any(diverged)))
+    return dict(
+        fields,
+        ensemble_fraction=float(np.mean(frac[half:])),
+        noise_error=tail(noise, np.nanmedian, 0.0),
+        drift_ratio=tail(ratio, np.nanmedian, 1.0),
+        variance_inflation=tail(inflation, np.nanmean, 0.0),
+        unstable=bool(np.any(flagged) or np.any(diverged)),
+    )
 
 
 def _choose(trials, base, target_fraction, max_noise_error, max_variance_inflation):
     """The rule of the module docstring: (best trial's measurements, params, a note)."""
-    ok = [t for t in trials if t["noise_error"] <= max_noise_error and not t["unstable"]
-          and t["variance_inflation"] <= max_variance_inflation]
+    ok = [
+        t
+        for t in trials
+        if t["noise_error"] <= max_noise_error
+        and not t["unstable"]
+        and t["variance_inflation"] <= max_variance_inflation
+    ]
     caps = f"variance inflation <= {max_variance_inflation:g} and drift error <= {max_noise_error:g}"
     if not ok:
-        best = dict(ensemble_fraction=0.0, noise_error=float("nan"), drift_ratio=float("nan"),
-                    variance_inflation=float("nan"))
-        params = dict(eta=base.eta, r1=0.0, r2=base.r2, n_star=base.n_star, m_f=base.m_f)
-        return best, params, (f"no candidate kept {caps} (never flagged); the ensemble is switched off (r1 = 0): "
-                              "CEnLMC is LMC on this target at this N.")
+        best = dict(
+            ensemble_fraction=0.0,
+            noise_error=float("nan"),
+            drift_ratio=float("nan"),
+            variance_inflation=float("nan"),
+        )
+        params = dict(
+            eta=base.eta, r1=0.0, r2=base.r2, n_star=base.n_star, m_f=base.m_f
+        )
+        return (
+            best,
+            params,
+            (
+                f"no candidate kept {caps} (never flagged); the ensemble is switched off (r1 = 0): "
+                "CEnLMC is LMC on this target at this N."
+            ),
+        )
     reach = [t for t in ok if t["ensemble_fraction"] >= target_fraction]
     if reach:
-        best = min(reach, key=lambda t: (t["variance_inflation"], -t["ensemble_fraction"]))
-        note = (f"chose the smallest variance inflation among the {len(reach)} candidates reaching the "
-                f"target fraction {target_fraction:.2f} with {caps}.")
+        best = min(
+            reach, key=lambda t: (t["variance_inflation"], -t["ensemble_fraction"])
+        )
+        note = (
+            f"chose the smallest variance inflation among the {len(reach)} candidates reaching the "
+            f"target fraction {target_fraction:.2f} with {caps}."
+        )
     else:
         best = max(ok, key=lambda t: t["ensemble_fraction"])
-        note = (f"no candidate reached the target fraction {target_fraction:.2f} with {caps}; chose the "
-                f"largest fraction, {best['ensemble_fraction']:.2f}.")
-    return best, dict(eta=best["eta"], r1=best["r1"], r2=best["r2"], n_star=base.n_star, m_f=base.m_f), note
+        note = (
+            f"no candidate reached the target fraction {target_fraction:.2f} with {caps}; chose the "
+            f"largest fraction, {best['ensemble_fraction']:.2f}."
+        )
+    return (
+        best,
+        dict(
+            eta=best["eta"],
+            r1=best["r1"],
+            r2=best["r2"],
+            n_star=base.n_star,
+            m_f=base.m_f,
+        ),
+        note,
+    )
 
 
 def tune_cenlmc(
@@ -637,35 +855,57 @@ def tune_cenlmc(
     """Burn in CEnLMC while choosing ``η, R1, R2`` for ``target_fraction`` (module docstring).
 
     Args:
-      rng_key: key of the burn-in. logdensity_fn, positions ``(N, d)``, step_size: as for ``cj.cenlmc``.
+      rng_key: key of the burn-in. logdensity_fn, positions ``(N, d)``, step_size: as
+        for ``cj.cenlmc``.
       target_fraction: the ensemble fraction asked for, in (0, 1).
       max_noise_error: the largest acceptable median drift error per step, in
         noise lengths ``sqrt(2hd)`` (measured by the gradient audit).
       max_variance_inflation: the largest acceptable relative variance inflation by the
-        ensemble noise (the audit's mean ``info.audit_variance_inflation`` over a trial's second half).
+        ensemble noise (the audit's mean ``info.audit_variance_inflation`` over a
+        trial's second half).
       f_star, L, mu: as for ``cj.cenlmc`` / ``suggest_cenlmc_params``.
       steps_per_trial: steps per candidate (the fraction and error are measured
         over the second half of each trial).
       audit_size: audited particles per step during the burn-in.
       r1_passes, radius_scales: the grid (module docstring).
-      skip_hopeless: skip the grid (and the settling run) when it cannot help (:func:`_hopeless`): the
-        suggested parameters are then judged on the first burn-in alone, by the same rule.
+      skip_hopeless: skip the grid (and the settling run) when it cannot help
+        (:func:`_hopeless`): the suggested parameters are then judged on the first
+        burn-in alone, by the same rule.
       grad_fn, **cenlmc_kwargs: passed to ``cj.cenlmc`` (``method``, ``mesh``, ...).
 
-    The burn-in costs ``(len(r1_passes)·len(radius_scales) + 2)·steps_per_trial``
-    steps (560 by default) and ``audit_size`` extra gradients per step; the gradients it
-    computed are ``TunedCEnLMC.grad_evals``. A chosen fraction below :data:`LOW_FRACTION`
-    (the ensemble unused) is warned about (``UserWarning``), with the reason.
+    The burn-in costs ``(len(r1_passes)·len(radius_scales) + 2)·steps_per_trial`` steps
+    (560 by default) and ``audit_size`` extra gradients per step; the gradients it
+    computed are ``TunedCEnLMC.grad_evals``. A chosen fraction below
+    :data:`LOW_FRACTION` (the ensemble unused) is warned about (``UserWarning``), with
+    the reason.
     """
     x, steps_per_trial, audit_size = _check_tuning_args(
-        rng_key, logdensity_fn, positions, step_size, target_fraction, max_noise_error, max_variance_inflation,
-        steps_per_trial, audit_size, r1_passes, radius_scales)
+        rng_key,
+        logdensity_fn,
+        positions,
+        step_size,
+        target_fraction,
+        max_noise_error,
+        max_variance_inflation,
+        steps_per_trial,
+        audit_size,
+        r1_passes,
+        radius_scales,
+    )
     skip_hopeless = check_bool(skip_hopeless, "skip_hopeless")
     n, d = x.shape
     h = float(step_size)
     base = suggest_cenlmc_params(d, h, L=L, mu=mu, num_particles=n)
-    run = _trial_runner(logdensity_fn, h, base.n_star, base.m_f, steps_per_trial, min(audit_size, n), grad_fn,
-                        cenlmc_kwargs)
+    run = _trial_runner(
+        logdensity_fn,
+        h,
+        base.n_star,
+        base.m_f,
+        steps_per_trial,
+        min(audit_size, n),
+        grad_fn,
+        cenlmc_kwargs,
+    )
     grads = 0
 
     def trial(k, state, eta, r1, r2):
@@ -675,77 +915,207 @@ def tune_cenlmc(
         grads += int(np.sum(np.asarray(outputs[-1], np.int64)))
         return out_state, outputs
 
-    # a first burn-in with the suggested values; every candidate then starts from there, so a
-    # bad candidate (an unstable ensemble) cannot damage the chain the others are measured on
-    start, first = trial(0, cenlmc_init(x, logdensity_fn, f_star), base.eta, base.r1, base.r2)
+    # a first burn-in with the suggested values; every candidate then starts from there,
+    # so a bad candidate (an unstable ensemble) cannot damage the chain the others are
+    # measured on
+    start, first = trial(
+        0, cenlmc_init(x, logdensity_fn, f_star), base.eta, base.r1, base.r2
+    )
     start = start._replace(audit=fresh_audit(x.dtype))
-    first = _trial_record(first, steps_per_trial // 2, eta=base.eta, r1=base.r1, r2=base.r2,
-                          r1_pass=float(base.pass_r1), radius_scale=1.0)
+    first = _trial_record(
+        first,
+        steps_per_trial // 2,
+        eta=base.eta,
+        r1=base.r1,
+        r2=base.r2,
+        r1_pass=float(base.pass_r1),
+        radius_scale=1.0,
+    )
     if skip_hopeless and _hopeless(base, first, r1_passes):
-        return _untuned(logdensity_fn, h, base, first, start, f_star, grad_fn, grads, target_fraction,
-                        max_noise_error, max_variance_inflation, steps_per_trial, cenlmc_kwargs)
+        return _untuned(
+            logdensity_fn,
+            h,
+            base,
+            first,
+            start,
+            f_star,
+            grad_fn,
+            grads,
+            target_fraction,
+            max_noise_error,
+            max_variance_inflation,
+            steps_per_trial,
+            cenlmc_kwargs,
+        )
     trials = []
     for scale in radius_scales:
         for p in r1_passes:
-            eta, r2, r1 = base.eta * scale, base.r2 * scale, math.sqrt(2.0 * h * chi2_ppf(float(p), d))
+            eta, r2, r1 = (
+                base.eta * scale,
+                base.r2 * scale,
+                math.sqrt(2.0 * h * chi2_ppf(float(p), d)),
+            )
             _, outputs = trial(len(trials) + 1, start, eta, r1, r2)
-            trials.append(_trial_record(outputs, steps_per_trial // 2, eta=eta, r1=r1, r2=r2, r1_pass=float(p),
-                                        radius_scale=float(scale)))
-    best, params, note = _choose(trials, base, target_fraction, max_noise_error, max_variance_inflation)
-    notes = [f"suggested: eta={base.eta:.4g}, R1={base.r1:.4g}, R2={base.r2:.4g}, N*={base.n_star}, "
-             f"M_f={base.m_f:.3g}; {len(trials)} candidates x {steps_per_trial} steps, audit of {audit_size}.", note]
+            trials.append(
+                _trial_record(
+                    outputs,
+                    steps_per_trial // 2,
+                    eta=eta,
+                    r1=r1,
+                    r2=r2,
+                    r1_pass=float(p),
+                    radius_scale=float(scale),
+                )
+            )
+    best, params, note = _choose(
+        trials, base, target_fraction, max_noise_error, max_variance_inflation
+    )
+    notes = [
+        f"suggested: eta={base.eta:.4g}, R1={base.r1:.4g}, R2={base.r2:.4g}, N*={base.n_star}, "
+        f"M_f={base.m_f:.3g}; {len(trials)} candidates x {steps_per_trial} steps, audit of {audit_size}.",
+        note,
+    ]
     # settle the chain with the chosen parameters, then hand it over with a fresh audit
-    state, outputs = trial(len(trials) + 1, start, params["eta"], params["r1"], params["r2"])
+    state, outputs = trial(
+        len(trials) + 1, start, params["eta"], params["r1"], params["r2"]
+    )
     diverged = np.asarray(outputs[5])
     if diverged.any():  # never hand over non-finite particles: keep the burn-in's state (the trials' start)
         state = start
-        notes.append(f"the settling run with the chosen parameters diverged at its step {int(np.argmax(diverged))} "
-                     "(a particle left the region where the step size is stable); the state handed over is the "
-                     "first burn-in's, before the trials.")
+        notes.append(
+            f"the settling run with the chosen parameters diverged at its step {int(np.argmax(diverged))} "
+            "(a particle left the region where the step size is stable); the state handed over is the "
+            "first burn-in's, before the trials."
+        )
     state = state._replace(audit=fresh_audit(x.dtype))
-    notes.append(f"measured: ensemble fraction {best['ensemble_fraction']:.3f}, variance inflation "
-                 f"{best['variance_inflation']:.3g}, drift error {best['noise_error']:.3g} noise lengths, drift ratio "
-                 f"{best['drift_ratio']:.3g}; the burn-in computed {grads} gradients.")
+    notes.append(
+        f"measured: ensemble fraction {best['ensemble_fraction']:.3f}, variance inflation "
+        f"{best['variance_inflation']:.3g}, drift error {best['noise_error']:.3g} noise lengths, drift ratio "
+        f"{best['drift_ratio']:.3g}; the burn-in computed {grads} gradients."
+    )
     if best["ensemble_fraction"] < LOW_FRACTION:
-        warnings.warn(f"tune_cenlmc: the chosen ensemble fraction is {best['ensemble_fraction']:.2f} (below "
-                      f"{LOW_FRACTION}): the ensemble is (nearly) unused, so CEnLMC is LMC here and its N values "
-                      f"per step are wasted; use cj.lmc, more particles, or a better-scaled target. {note}",
-                      UserWarning, stacklevel=2)
-    return _tuned(logdensity_fn, h, params, best, state, f_star, grad_fn, trials, notes, grads, cenlmc_kwargs)
+        warnings.warn(
+            f"tune_cenlmc: the chosen ensemble fraction is {best['ensemble_fraction']:.2f} (below "
+            f"{LOW_FRACTION}): the ensemble is (nearly) unused, so CEnLMC is LMC here and its N values "
+            f"per step are wasted; use cj.lmc, more particles, or a better-scaled target. {note}",
+            UserWarning,
+            stacklevel=2,
+        )
+    return _tuned(
+        logdensity_fn,
+        h,
+        params,
+        best,
+        state,
+        f_star,
+        grad_fn,
+        trials,
+        notes,
+        grads,
+        cenlmc_kwargs,
+    )
 
 
 def _hopeless(base, first: dict, r1_passes: tuple) -> bool:
     """Whether no candidate of the grid can use the ensemble: both below :data:`NEGLIGIBLE_FRACTION`.
 
-    Predicted: the suggestion's fraction ``pass_r1 · pass_M_f · pass_N* · pass_ball`` with the
-    R1 pass raised to the grid's largest ``p`` (the grid's radius scales are at most 1 and only
-    lower the neighbour counts, so no candidate is predicted above it). Measured: the first
-    burn-in's fraction (second half), with the suggested values.
+    Predicted: the suggestion's fraction ``pass_r1 · pass_M_f · pass_N* · pass_ball``
+    with the R1 pass raised to the grid's largest ``p`` (the grid's radius scales are at
+    most 1 and only lower the neighbour counts, so no candidate is predicted above it).
+    Measured: the first burn-in's fraction (second half), with the suggested values.
     """
     best_r1 = max(max(float(p) for p in r1_passes), base.pass_r1)
     predicted = base.expected_ensemble_fraction * best_r1 / max(base.pass_r1, 1e-300)
-    return predicted < NEGLIGIBLE_FRACTION and first["ensemble_fraction"] < NEGLIGIBLE_FRACTION
+    return (
+        predicted < NEGLIGIBLE_FRACTION
+        and first["ensemble_fraction"] < NEGLIGIBLE_FRACTION
+    )
 
 
-def _untuned(logdensity_fn, h, base, first, start, f_star, grad_fn, grads, target_fraction, max_noise_error,
-             max_variance_inflation, steps_per_trial, cenlmc_kwargs) -> TunedCEnLMC:
+def _untuned(
+    logdensity_fn,
+    h,
+    base,
+    first,
+    start,
+    f_star,
+    grad_fn,
+    grads,
+    target_fraction,
+    max_noise_error,
+    max_variance_inflation,
+    steps_per_trial,
+    cenlmc_kwargs,
+) -> TunedCEnLMC:
     """:func:`tune_cenlmc`'s result without the grid: :func:`_choose` on the first burn-in alone, its state."""
-    best, params, note = _choose([first], base, target_fraction, max_noise_error, max_variance_inflation)
-    notes = [f"suggested: eta={base.eta:.4g}, R1={base.r1:.4g}, R2={base.r2:.4g}, N*={base.n_star}, "
-             f"M_f={base.m_f:.3g}; grid skipped: the predicted fraction ({base.expected_ensemble_fraction:.3g}) "
-             f"and the first burn-in's ({first['ensemble_fraction']:.3g}) are below {NEGLIGIBLE_FRACTION}, which "
-             f"no candidate can change; {steps_per_trial} steps run.", note,
-             f"measured: ensemble fraction {best['ensemble_fraction']:.3f}; the burn-in computed {grads} gradients."]
-    warnings.warn(f"tune_cenlmc: the ensemble fraction is {best['ensemble_fraction']:.2f} (predicted "
-                  f"{base.expected_ensemble_fraction:.2g}): the ensemble is unused, so CEnLMC is LMC here and its N "
-                  f"values per step are wasted; use cj.lmc, more particles, or a better-scaled target. {note}",
-                  UserWarning, stacklevel=3)
-    return _tuned(logdensity_fn, h, params, best, start, f_star, grad_fn, [], notes, grads, cenlmc_kwargs)
+    best, params, note = _choose(
+        [first], base, target_fraction, max_noise_error, max_variance_inflation
+    )
+    notes = [
+        f"suggested: eta={base.eta:.4g}, R1={base.r1:.4g}, R2={base.r2:.4g}, N*={base.n_star}, "
+        f"M_f={base.m_f:.3g}; grid skipped: the predicted fraction ({base.expected_ensemble_fraction:.3g}) "
+        f"and the first burn-in's ({first['ensemble_fraction']:.3g}) are below {NEGLIGIBLE_FRACTION}, which "
+        f"no candidate can change; {steps_per_trial} steps run.",
+        note,
+        f"measured: ensemble fraction {best['ensemble_fraction']:.3f}; the burn-in computed {grads} gradients.",
+    ]
+    warnings.warn(
+        f"tune_cenlmc: the ensemble fraction is {best['ensemble_fraction']:.2f} (predicted "
+        f"{base.expected_ensemble_fraction:.2g}): the ensemble is unused, so CEnLMC is LMC here and its N "
+        f"values per step are wasted; use cj.lmc, more particles, or a better-scaled target. {note}",
+        UserWarning,
+        stacklevel=3,
+    )
+    return _tuned(
+        logdensity_fn,
+        h,
+        params,
+        best,
+        start,
+        f_star,
+        grad_fn,
+        [],
+        notes,
+        grads,
+        cenlmc_kwargs,
+    )
 
 
-def _tuned(logdensity_fn, h, params, best, state, f_star, grad_fn, trials, notes, grads, cenlmc_kwargs):
+def _tuned(
+    logdensity_fn,
+    h,
+    params,
+    best,
+    state,
+    f_star,
+    grad_fn,
+    trials,
+    notes,
+    grads,
+    cenlmc_kwargs,
+):
     """The :class:`TunedCEnLMC` of the chosen ``params`` (``best``: their measured trial), with its sampler."""
-    algo = cenlmc(logdensity_fn, h, params["eta"], params["r1"], params["r2"], params["n_star"], params["m_f"],
-                  f_star=state.f_star if f_star is None else f_star, grad_fn=grad_fn, **cenlmc_kwargs)
-    return TunedCEnLMC(params, algo, state, best["ensemble_fraction"], best["noise_error"], best["drift_ratio"],
-                       best["variance_inflation"], trials, "\n".join(notes), grads)
+    algo = cenlmc(
+        logdensity_fn,
+        h,
+        params["eta"],
+        params["r1"],
+        params["r2"],
+        params["n_star"],
+        params["m_f"],
+        f_star=state.f_star if f_star is None else f_star,
+        grad_fn=grad_fn,
+        **cenlmc_kwargs,
+    )
+    return TunedCEnLMC(
+        params,
+        algo,
+        state,
+        best["ensemble_fraction"],
+        best["noise_error"],
+        best["drift_ratio"],
+        best["variance_inflation"],
+        trials,
+        "\n".join(notes),
+        grads,
+    )

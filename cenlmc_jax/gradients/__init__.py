@@ -18,10 +18,20 @@ from cenlmc_jax.gradients.estimators import (
     noisy_grad_estimator,
     ravel_position,
 )
-from cenlmc_jax.gradients.finite_difference import FiniteDifferenceGrad, finite_difference
+from cenlmc_jax.gradients.finite_difference import (
+    FiniteDifferenceGrad,
+    finite_difference,
+)
 
 __all__ = [
-    "grad_estimator_from_grad", "grad_estimator_from_logdensity", "noisy_grad_estimator",
-    "minibatch_grad_estimator", "floyd_subset", "ravel_position", "flat_logdensity", "flat_grad_estimator",
-    "FiniteDifferenceGrad", "finite_difference",
+    "grad_estimator_from_grad",
+    "grad_estimator_from_logdensity",
+    "noisy_grad_estimator",
+    "minibatch_grad_estimator",
+    "floyd_subset",
+    "ravel_position",
+    "flat_logdensity",
+    "flat_grad_estimator",
+    "FiniteDifferenceGrad",
+    "finite_difference",
 ]

@@ -13,7 +13,8 @@ returns to Python between steps.
 
 - :func:`grad_estimator_from_grad`: a deterministic ``grad_fn(θ) = ∇log π(θ)``.
 - :func:`grad_estimator_from_logdensity`: ``∇ logdensity_fn`` (full gradient).
-- :func:`noisy_grad_estimator`: ``∇log π + N(0, noise_sd² I)`` (paper 2's synthetic experiment).
+- :func:`noisy_grad_estimator`: ``∇log π + N(0, noise_sd² I)`` (paper 2's synthetic
+  experiment).
 - :func:`minibatch_grad_estimator`:
   ``g̃(θ) = ∇log prior(θ) + (n/|B|) Σ_{i∈B} ∇log lik(x_i | θ)``; the subset
   ``B`` is drawn with replacement (default, O(|B|)) or without, by Floyd's
@@ -37,7 +38,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from cenlmc_jax._validation import check_bool, check_callable, check_int, check_output, check_position, check_positive
+from cenlmc_jax._validation import (
+    check_bool,
+    check_callable,
+    check_int,
+    check_output,
+    check_position,
+    check_positive,
+)
 from cenlmc_jax.gradients import modes as grad_modes
 from cenlmc_jax.gradients.modes import check_grad_mode
 from cenlmc_jax.types import Array, GradEstimator, PyTree
@@ -59,7 +67,9 @@ Unravel = Callable[[Array], PyTree] | None
 # ------------------------------------------------------------------ pytree positions
 
 
-def ravel_position(position: Any, name: str = "position", *, check: bool = True) -> tuple[Array, Unravel]:
+def ravel_position(
+    position: Any, name: str = "position", *, check: bool = True
+) -> tuple[Array, Unravel]:
     """A single-chain position as a flat ``(d,)`` vector, and how to rebuild it.
 
     A bare array must have shape ``(d,)``: it is returned as it is, with
@@ -73,27 +83,42 @@ def ravel_position(position: Any, name: str = "position", *, check: bool = True)
     concrete arrays (``jax.ensure_compile_time_eval``), so a sampler can be
     initialised inside a jitted function.
     """
-    plain_list = isinstance(position, (list, tuple)) and not hasattr(position, "_fields") and all(
-        isinstance(v, (int, float, np.generic)) for v in position)  # [0.0, 1.0]: a vector, as before
-    if plain_list or isinstance(position, (jax.Array, np.ndarray, np.generic, float, int)) \
-            or not jax.tree_util.tree_leaves(position):
+    plain_list = (
+        isinstance(position, (list, tuple))
+        and not hasattr(position, "_fields")
+        and all(isinstance(v, (int, float, np.generic)) for v in position)
+    )  # [0.0, 1.0]: a vector, as before
+    if (
+        plain_list
+        or isinstance(position, (jax.Array, np.ndarray, np.generic, float, int))
+        or not jax.tree_util.tree_leaves(position)
+    ):
         if check:
             with jax.ensure_compile_time_eval():
                 position = check_position(position, name, ndim=1)
-        elif np.ndim(position) != 1:  # static, so free inside a step: a batch of chains is not one chain
-            raise ValueError(f"{name} must have shape (d,) (one chain; cj.vmap_chains for many); got shape "
-                             f"{tuple(np.shape(position))}.")
+        elif (
+            np.ndim(position) != 1
+        ):  # static, so free inside a step: a batch of chains is not one chain
+            raise ValueError(
+                f"{name} must have shape (d,) (one chain; cj.vmap_chains for many); got shape "
+                f"{tuple(np.shape(position))}."
+            )
         return jnp.asarray(position), None
     if check:
         with jax.ensure_compile_time_eval():
             position = jax.tree_util.tree_map_with_path(
-                lambda path, leaf: check_position(leaf, name + jax.tree_util.keystr(path)), position
+                lambda path, leaf: check_position(
+                    leaf, name + jax.tree_util.keystr(path)
+                ),
+                position,
             )
     flat, unravel = ravel_pytree(position)
     return flat, unravel
 
 
-def flat_logdensity(logdensity_fn: Callable, unravel: Unravel) -> Callable[[Array], Array]:
+def flat_logdensity(
+    logdensity_fn: Callable, unravel: Unravel
+) -> Callable[[Array], Array]:
     """``x: (d,) -> logdensity_fn(unravel(x))``; ``logdensity_fn`` itself when ``unravel`` is None."""
     if unravel is None:
         return logdensity_fn
@@ -103,12 +128,16 @@ def flat_logdensity(logdensity_fn: Callable, unravel: Unravel) -> Callable[[Arra
 GRAD_ESTIMATOR_WHAT = "(rng_key, position) -> estimate of the gradient of the log density, shaped like position"
 
 
-def flat_grad_estimator(grad_estimator: Callable, unravel: Unravel, name: str = "grad_estimator") -> GradEstimator:
+def flat_grad_estimator(
+    grad_estimator: Callable, unravel: Unravel, name: str = "grad_estimator"
+) -> GradEstimator:
     """``(key, x: (d,)) -> ravel(grad_estimator(key, unravel(x)))`` (the estimator on the flat vector).
 
-    Its output must be shaped like the position, leaf by leaf (checked on static shapes when traced:
-    free; a scalar or a ``(1,)`` would otherwise be broadcast into the drift).
+    Its output must be shaped like the position, leaf by leaf (checked on static shapes
+    when traced: free; a scalar or a ``(1,)`` would otherwise be broadcast into the
+    drift).
     """
+
     def flat(rng_key, x):
         position = x if unravel is None else unravel(x)
         g = grad_estimator(rng_key, position)
@@ -123,7 +152,9 @@ def _cast_like(g: PyTree, theta: PyTree) -> PyTree:
     ``g`` of another structure is returned as it is, for the samplers' output check to name."""
     if jax.tree_util.tree_structure(g) != jax.tree_util.tree_structure(theta):
         return g
-    return jax.tree_util.tree_map(lambda t, x: jnp.asarray(x, jnp.result_type(t)), theta, g)
+    return jax.tree_util.tree_map(
+        lambda t, x: jnp.asarray(x, jnp.result_type(t)), theta, g
+    )
 
 
 def grad_estimator_from_grad(grad_fn: Callable[[Array], Array]) -> GradEstimator:
@@ -137,13 +168,15 @@ def grad_estimator_from_grad(grad_fn: Callable[[Array], Array]) -> GradEstimator
     return grad_estimator
 
 
-def grad_estimator_from_logdensity(logdensity_fn: Callable[[Array], Array], *,
-                                   grad_mode: str = "auto") -> GradEstimator:
+def grad_estimator_from_logdensity(
+    logdensity_fn: Callable[[Array], Array], *, grad_mode: str = "auto"
+) -> GradEstimator:
     """The full gradient of ``logdensity_fn``: ``(key, θ) -> ∇ logdensity_fn(θ)``.
 
-    ``grad_mode``: ``"auto"`` (default), ``"reverse"`` (``jax.grad``) or ``"forward"`` (d vmapped
-    ``jvp`` calls): :func:`cenlmc_jax.gradients.modes.grad`; auto is forward for ``d <= FORWARD_MAX_D``
-    (the measured crossover). The same gradient up to rounding; ``θ`` may be a pytree in both.
+    ``grad_mode``: ``"auto"`` (default), ``"reverse"`` (``jax.grad``) or ``"forward"``
+    (d vmapped ``jvp`` calls): :func:`cenlmc_jax.gradients.modes.grad`; auto is forward
+    for ``d <= FORWARD_MAX_D`` (the measured crossover). The same gradient up to
+    rounding; ``θ`` may be a pytree in both.
     """
     check_callable(logdensity_fn, "logdensity_fn", "theta -> scalar log density")
     check_grad_mode(grad_mode)
@@ -156,7 +189,9 @@ def grad_estimator_from_logdensity(logdensity_fn: Callable[[Array], Array], *,
     return grad_estimator
 
 
-def noisy_grad_estimator(grad_fn: Callable[[Array], Array], noise_sd: float) -> GradEstimator:
+def noisy_grad_estimator(
+    grad_fn: Callable[[Array], Array], noise_sd: float
+) -> GradEstimator:
     """``g̃(θ) = grad_fn(θ) + noise_sd · ν``, ``ν ~ N(0, I_d)`` drawn in ``θ.dtype``.
 
     The stochastic gradient of paper 2's synthetic experiment (true gradient
@@ -168,8 +203,12 @@ def noisy_grad_estimator(grad_fn: Callable[[Array], Array], noise_sd: float) -> 
     check_positive(noise_sd, "noise_sd", allow_zero=True)
 
     def grad_estimator(rng_key, theta):
-        g, unravel = ravel_pytree(_cast_like(grad_fn(theta), theta))  # a pytree position: one draw for all leaves
-        noise = jnp.asarray(noise_sd, g.dtype) * jax.random.normal(rng_key, g.shape, dtype=g.dtype)
+        g, unravel = ravel_pytree(
+            _cast_like(grad_fn(theta), theta)
+        )  # a pytree position: one draw for all leaves
+        noise = jnp.asarray(noise_sd, g.dtype) * jax.random.normal(
+            rng_key, g.shape, dtype=g.dtype
+        )
         return unravel(g + noise)
 
     return grad_estimator
@@ -178,7 +217,9 @@ def noisy_grad_estimator(grad_fn: Callable[[Array], Array], noise_sd: float) -> 
 def _num_data(data: PyTree) -> int:
     leaves = jax.tree_util.tree_leaves(data)
     if not leaves:
-        raise ValueError("data must be an array or a pytree of arrays with a leading axis n; got no arrays.")
+        raise ValueError(
+            "data must be an array or a pytree of arrays with a leading axis n; got no arrays."
+        )
     sizes = {np.shape(leaf)[0] if np.ndim(leaf) > 0 else None for leaf in leaves}
     if None in sizes or len(sizes) != 1:
         shapes = [tuple(np.shape(leaf)) for leaf in leaves]
@@ -202,11 +243,15 @@ def floyd_subset(rng_key: Array, n: int, size: int) -> Array:
     if size == n:
         return jnp.arange(n, dtype=jnp.int32)
     js = jnp.arange(n - size, n, dtype=jnp.int32)
-    draws = jax.random.randint(rng_key, (size,), 0, js + 1, dtype=jnp.int32)  # t_i ~ U{0, ..., j_i}
+    draws = jax.random.randint(
+        rng_key, (size,), 0, js + 1, dtype=jnp.int32
+    )  # t_i ~ U{0, ..., j_i}
 
     def add(i, chosen):
         t = draws[i]
-        pick = jnp.where(jnp.any(chosen == t), js[i], t)  # j itself is never in the set yet
+        pick = jnp.where(
+            jnp.any(chosen == t), js[i], t
+        )  # j itself is never in the set yet
         return chosen.at[i].set(pick)
 
     return jax.lax.fori_loop(0, size, add, jnp.full((size,), -1, jnp.int32))
@@ -247,13 +292,15 @@ def minibatch_grad_estimator(
         nothing at the usual ``|B| ≪ n``. Take ``False`` when ``|B|`` is a good
         fraction of ``n``, or ``|B| = n`` for the exact full gradient.
 
-    Returns ``grad_estimator(rng_key, θ) -> (d,)`` (a pytree like ``θ`` if ``θ`` is one), unbiased for ``∇log π(θ)``:
-    each index is in ``B`` with probability ``|B|/n`` (expected count ``|B|/n``
-    with replacement). With ``batch_size = n`` and ``replace=False`` it is the
-    exact full gradient.
+    Returns ``grad_estimator(rng_key, θ) -> (d,)`` (a pytree like ``θ`` if ``θ`` is
+    one), unbiased for ``∇log π(θ)``: each index is in ``B`` with probability ``|B|/n``
+    (expected count ``|B|/n`` with replacement). With ``batch_size = n`` and
+    ``replace=False`` it is the exact full gradient.
     """
     check_callable(logprior_fn, "logprior_fn", "theta -> scalar log prior")
-    check_callable(loglik_fn, "loglik_fn", "(theta, *data_point) -> scalar log likelihood")
+    check_callable(
+        loglik_fn, "loglik_fn", "(theta, *data_point) -> scalar log likelihood"
+    )
     check_bool(replace, "replace")
     n = _num_data(data)
     batch_size = check_int(batch_size, "batch_size", minimum=1, maximum=n)
@@ -277,6 +324,8 @@ def minibatch_grad_estimator(
             idx = floyd_subset(rng_key, n, batch_size)
         batch = jax.tree_util.tree_map(lambda a: jnp.take(a, idx, axis=0), data)
         # leaf by leaf, so that θ may be a pytree (a dict of parameters)
-        return jax.tree_util.tree_map(lambda t, g: g.astype(t.dtype), theta, grad(theta, batch))
+        return jax.tree_util.tree_map(
+            lambda t, g: g.astype(t.dtype), theta, grad(theta, batch)
+        )
 
     return grad_estimator

@@ -61,14 +61,24 @@ class FiniteDifferenceGrad:
     def _shifted(self, x: Array) -> tuple[Array, Array]:
         """``(δ (d,), the shifted points (2d or d, d))``: ``x + δ_k e_k`` (then ``x - δ_k e_k`` if central)."""
         eps = jnp.finfo(x.dtype).eps
-        step = self.step if self.step is not None else (eps ** (1 / 3) if self.scheme == "central" else eps**0.5)
+        step = (
+            self.step
+            if self.step is not None
+            else (eps ** (1 / 3) if self.scheme == "central" else eps**0.5)
+        )
         delta = jnp.asarray(step, x.dtype) * jnp.maximum(1.0, jnp.abs(x))
         shifts = jnp.eye(x.shape[-1], dtype=x.dtype) * delta  # row k: δ_k e_k
-        points = jnp.concatenate([x + shifts, x - shifts]) if self.scheme == "central" else x + shifts
+        points = (
+            jnp.concatenate([x + shifts, x - shifts])
+            if self.scheme == "central"
+            else x + shifts
+        )
         return delta, points
 
     def _values(self, points: Array) -> Array:
-        return jax.vmap(lambda y: jnp.asarray(self.logdensity_fn(y), points.dtype))(points)
+        return jax.vmap(lambda y: jnp.asarray(self.logdensity_fn(y), points.dtype))(
+            points
+        )
 
     def _differences(self, delta: Array, shifted: Array, value: Array) -> Array:
         d = delta.shape[-1]
@@ -85,25 +95,32 @@ class FiniteDifferenceGrad:
     def grad_given_value(self, x: Array, value: Array) -> Array:
         """The gradient at ``x`` where ``value = log π(x)`` is known (forward differences reuse it)."""
         delta, points = self._shifted(x)
-        return self._differences(delta, self._values(points), jnp.asarray(value, x.dtype))
+        return self._differences(
+            delta, self._values(points), jnp.asarray(value, x.dtype)
+        )
 
     def __call__(self, x: Array) -> Array:
         if self.scheme == "central":  # 2d points; the value at x is not needed
             delta, points = self._shifted(x)
-            return self._differences(delta, self._values(points), jnp.zeros((), x.dtype))
+            return self._differences(
+                delta, self._values(points), jnp.zeros((), x.dtype)
+            )
         return self.value_and_grad(x)[1]
 
     def __repr__(self) -> str:
         return f"finite_difference({self.logdensity_fn!r}, step={self.step!r}, scheme={self.scheme!r})"
 
 
-def finite_difference(logdensity_fn: LogDensityFn, *, step: float | None = None,
-                      scheme: str = "central") -> Callable[[Array], Array]:
+def finite_difference(
+    logdensity_fn: LogDensityFn, *, step: float | None = None, scheme: str = "central"
+) -> Callable[[Array], Array]:
     """A gradient ``x: (d,) -> ∇ log π(x)`` by finite differences of ``logdensity_fn`` (module docstring).
 
     Args:
-      logdensity_fn: ``x: (d,) -> scalar``; may be a black box behind ``jax.pure_callback``.
-      step: relative step ``δ_k / max(1, |x_k|)``; None: ``ε^{1/3}`` (central) or ``ε^{1/2}`` (forward).
+      logdensity_fn: ``x: (d,) -> scalar``; may be a black box behind
+        ``jax.pure_callback``.
+      step: relative step ``δ_k / max(1, |x_k|)``; None: ``ε^{1/3}`` (central) or
+        ``ε^{1/2}`` (forward).
       scheme: ``"central"`` (2d values, O(δ²)) or ``"forward"`` (d + 1 values, O(δ)).
 
     Pass it as ``grad_fn=`` to ``cj.lmc``, ``cj.enlmc`` or ``cj.cenlmc``.

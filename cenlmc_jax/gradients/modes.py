@@ -11,8 +11,9 @@
   ``∂_k log π = jvp(e_k)``, the value the primal output; about ``d·c`` values'
   work (``c`` ≈ 1.5-3), no stored trajectory (:func:`_forward_value_and_grad`
   says why the d ``jvp`` calls are not one ``jax.jacfwd``);
-* ``"auto"``: forward when ``d <= FORWARD_MAX_D``, else reverse (:func:`resolve_grad_mode`);
-  reverse also where the log density has no forward rule (a ``jax.custom_vjp`` adjoint).
+* ``"auto"``: forward when ``d <= FORWARD_MAX_D``, else reverse
+  (:func:`resolve_grad_mode`); reverse also where the log density has no forward rule (a
+  ``jax.custom_vjp`` adjoint).
 
 Both give the same gradient up to rounding (they are the same chain rule,
 summed in another order). d is the flat size of the position (a pytree is
@@ -31,11 +32,19 @@ from jax.flatten_util import ravel_pytree
 
 from cenlmc_jax._validation import check_choice
 
-__all__ = ["GRAD_MODES", "FORWARD_MAX_D", "check_grad_mode", "resolve_grad_mode", "value_and_grad", "grad"]
+__all__ = [
+    "GRAD_MODES",
+    "FORWARD_MAX_D",
+    "check_grad_mode",
+    "resolve_grad_mode",
+    "value_and_grad",
+    "grad",
+]
 
 GRAD_MODES = ("auto", "reverse", "forward")
 
-#: ``grad_mode="auto"`` takes forward mode for ``d <= FORWARD_MAX_D`` (see :func:`resolve_grad_mode`).
+#: ``grad_mode="auto"`` takes forward mode for ``d <= FORWARD_MAX_D`` (see
+#: :func:`resolve_grad_mode`).
 FORWARD_MAX_D = 5
 
 
@@ -52,16 +61,17 @@ def resolve_grad_mode(grad_mode: str, d: int) -> str:
     time, one pinned thread, float32, N particles vmapped, reverse / forward
     time per gradient, medians of 3 rounds on a shared machine) on two model kinds:
 
-    * an ODE model, the SIR epidemic of :mod:`cenlmc_jax.models.inverse_problems` (RK4, 1,000
-      steps in ``lax.scan``) with d parameters of its contact rate, N = 500:
-      forward is 6.3x faster at d = 1, 2.9x at d = 2, 1.7x at d = 3, 1.3x at
-      d = 5, and slower from d = 10 (0.76x; 0.19x at d = 50); the library's
-      own SIR problem (d = 2): 3.0x. The crossover lies between 5 and 10.
+    * an ODE model, the SIR epidemic of :mod:`cenlmc_jax.models.inverse_problems` (RK4,
+      1,000 steps in ``lax.scan``) with d parameters of its contact rate, N = 500:
+      forward is 6.3x faster at d = 1, 2.9x at d = 2, 1.7x at d = 3, 1.3x at d = 5, and
+      slower from d = 10 (0.76x; 0.19x at d = 50); the library's own SIR problem (d =
+      2): 3.0x. The crossover lies between 5 and 10.
     * cheap closed-form densities, N = 2,000: a Gaussian with a dense precision
       (0.7-0.9x at d = 1-5, i.e. reverse is faster, by 0.01-0.07 ms a call) and a
       logistic regression on 200 points (0.72-0.95x at d = 1-5).
-    * not in the benchmark, measured once: ``cj.models.inverse_problems.darcy_flow(3)`` (one tridiagonal
-      solve a value, d = 3, N = 2,000): 0.65x (15 ms reverse, 23 ms forward).
+    * not in the benchmark, measured once: ``cj.models.inverse_problems.darcy_flow(3)``
+      (one tridiagonal solve a value, d = 3, N = 2,000): 0.65x (15 ms reverse, 23 ms
+      forward).
 
     So at ``d <= 5`` auto gains 1.3-6x where the gradient is dear (an ODE solve,
     the case the ensemble samplers exist for) and loses up to 1.4x on the
@@ -82,19 +92,23 @@ def _flat_size(x: Any) -> int:
 def _forward_value_and_grad(fn: Callable, x: Any) -> tuple[Any, Any]:
     """``(fn(x), ∇fn(x))`` by d ``jvp``s along the basis vectors ``e_k``, the value the first one's primal.
 
-    The d ``jvp``s are separate calls, not one ``vmap`` over the basis (``jax.jacfwd``): on XLA
-    CPU (jaxlib 0.10.2) the vmapped form, vmapped again over particles, is miscompiled for
-    some shapes (the YNNPACK reduce fusion of the ``(N, d, d)`` tangent product: wrong
-    gradients, e.g. at d = 3, N = 16,000 and d = 5, N = 8,000, correct with
-    ``XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=-reduce``; tests/gradients/test_modes.py holds
-    this form to reverse mode there). Separate ``jvp``s build no such array. Each computes
+    The d ``jvp``s are separate calls, not one ``vmap`` over the basis (``jax.jacfwd``):
+    on XLA CPU (jaxlib 0.10.2) the vmapped form, vmapped again over particles, is
+    miscompiled for some shapes (the YNNPACK reduce fusion of the ``(N, d, d)`` tangent
+    product: wrong gradients, e.g. at d = 3, N = 16,000 and d = 5, N = 8,000, correct
+    with ``XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=-reduce``;
+    tests/gradients/test_modes.py holds this form to reverse mode there). Separate
+    ``jvp``s build no such array. Each computes
     the primal too: XLA merges the repeats of straight-line code; inside a ``lax.scan``
-    (an ODE solve) they stay, which costs 15-60 % over the vmapped form at d = 2-5 and still
-    beats reverse mode there (benchmarks/results/grad_mode.md).
+    (an ODE solve) they stay, which costs 15-60 % over the vmapped form at d = 2-5 and
+    still beats reverse mode there (benchmarks/results/grad_mode.md).
     """
     flat, unravel = ravel_pytree(x)
     basis = jnp.eye(flat.shape[0], dtype=flat.dtype)
-    outs = [jax.jvp(lambda y: fn(unravel(y)), (flat,), (basis[k],)) for k in range(flat.shape[0])]
+    outs = [
+        jax.jvp(lambda y: fn(unravel(y)), (flat,), (basis[k],))
+        for k in range(flat.shape[0])
+    ]
     tangents = jnp.stack([jnp.asarray(t, flat.dtype) for _, t in outs])
     return outs[0][0], unravel(tangents)
 
@@ -102,14 +116,22 @@ def _forward_value_and_grad(fn: Callable, x: Any) -> tuple[Any, Any]:
 def _has_forward_rule(fn: Callable, x: Any) -> bool:
     """Whether ``fn`` can be differentiated in forward mode at ``x``'s shapes (abstractly: no work).
 
-    A ``jax.custom_vjp`` function (an adjoint solver, a model behind ``pure_callback`` with a
-    hand-written vjp) has no forward rule: ``jax.jvp`` raises a ``TypeError`` while tracing.
+    A ``jax.custom_vjp`` function (an adjoint solver, a model behind ``pure_callback``
+    with a hand-written vjp) has no forward rule: ``jax.jvp`` raises a ``TypeError``
+    while tracing.
     """
-    def batched_jvp(x):  # vmapped: a plain staged jvp of a custom_vjp raises only when lowered
-        flat, unravel = ravel_pytree(x)
-        return jax.vmap(lambda v: jax.jvp(lambda z: fn(unravel(z)), (flat,), (v,)))(flat[None])
 
-    shapes = jax.tree_util.tree_map(lambda leaf: jax.ShapeDtypeStruct(jnp.shape(leaf), jnp.result_type(leaf)), x)
+    def batched_jvp(
+        x,
+    ):  # vmapped: a plain staged jvp of a custom_vjp raises only when lowered
+        flat, unravel = ravel_pytree(x)
+        return jax.vmap(lambda v: jax.jvp(lambda z: fn(unravel(z)), (flat,), (v,)))(
+            flat[None]
+        )
+
+    shapes = jax.tree_util.tree_map(
+        lambda leaf: jax.ShapeDtypeStruct(jnp.shape(leaf), jnp.result_type(leaf)), x
+    )
     try:  # on shapes only: nothing enters the caller's computation
         jax.eval_shape(batched_jvp, shapes)
     except TypeError:
@@ -120,10 +142,10 @@ def _has_forward_rule(fn: Callable, x: Any) -> bool:
 def value_and_grad(fn: Callable, grad_mode: str = "auto") -> Callable:
     """``x -> (fn(x), ∇fn(x))`` in ``grad_mode`` (module docstring); ``x`` an array or a pytree.
 
-    ``fn`` returns a scalar. ``"reverse"`` is ``jax.value_and_grad(fn)``; the
-    gradient has the structure of ``x`` in both modes. ``"auto"`` falls back to
-    reverse mode where ``fn`` has no forward rule (a ``jax.custom_vjp`` function;
-    checked abstractly at trace time); an explicit ``"forward"`` raises JAX's error there.
+    ``fn`` returns a scalar. ``"reverse"`` is ``jax.value_and_grad(fn)``; the gradient
+    has the structure of ``x`` in both modes. ``"auto"`` falls back to reverse mode
+    where ``fn`` has no forward rule (a ``jax.custom_vjp`` function; checked abstractly
+    at trace time); an explicit ``"forward"`` raises JAX's error there.
     """
     check_grad_mode(grad_mode)
     reverse = jax.value_and_grad(fn)

@@ -39,7 +39,12 @@ from cenlmc_jax.irreversible.jump import (
     irreversible_mh_step,
 )
 from cenlmc_jax.irreversible.mala import mala
-from cenlmc_jax.irreversible.proposals import SDEPoint, coordinatewise_proposal, gamma_proposal, sde_proposal
+from cenlmc_jax.irreversible.proposals import (
+    SDEPoint,
+    coordinatewise_proposal,
+    gamma_proposal,
+    sde_proposal,
+)
 from cenlmc_jax.irreversible.rwmh import RWMHInfo, RWMHState, rwmh, rwmh_init, rwmh_step
 
 __all__ = [

@@ -26,17 +26,30 @@ from cenlmc_jax._validation import is_concrete
 from cenlmc_jax.base import RunFlag
 from cenlmc_jax.types import Array, PRNGKey
 
-__all__ = ["metropolis", "proposal_trouble", "from_flat", "matrix_value", "spd_factor", "ZERO_ACCEPTANCE_FLAG"]
+__all__ = [
+    "metropolis",
+    "proposal_trouble",
+    "from_flat",
+    "matrix_value",
+    "spd_factor",
+    "ZERO_ACCEPTANCE_FLAG",
+]
 
-#: The driver's warning for a collapsed acceptance rate (RW-MH's and the jump sampler's infos declare it,
-#: with ``may_stay = True``: a rejection leaves the position where it was, so an unmoved chain is not
-#: frozen by itself). Raised for a chain whose acceptance probability was exactly 0 at every step of a
-#: chunk: no draw could have been accepted, so the chain is stuck with certainty, not by bad luck
-#: (a zero-density proposal, or a log ratio below the float's exp underflow, at every step).
-ZERO_ACCEPTANCE_FLAG = RunFlag("zero_acceptance", lambda infos, step: (
-    "the acceptance probability collapsed to 0 (info.acceptance_rate; every proposal went where the density "
-    "is 0, or was so improbable that exp underflows): the chain is stuck; lower the step size, or start "
-    "inside the support of the target"), every_step=True)
+#: The driver's warning for a collapsed acceptance rate (RW-MH's and the jump sampler's
+#: infos declare it, with ``may_stay = True``: a rejection leaves the position where it
+#: was, so an unmoved chain is not frozen by itself). Raised for a chain whose
+#: acceptance probability was exactly 0 at every step of a chunk: no draw could have
+#: been accepted, so the chain is stuck with certainty, not by bad luck (a zero-density
+#: proposal, or a log ratio below the float's exp underflow, at every step).
+ZERO_ACCEPTANCE_FLAG = RunFlag(
+    "zero_acceptance",
+    lambda infos, step: (
+        "the acceptance probability collapsed to 0 (info.acceptance_rate; every proposal went where the density "
+        "is 0, or was so improbable that exp underflows): the chain is stuck; lower the step size, or start "
+        "inside the support of the target"
+    ),
+    every_step=True,
+)
 
 
 def metropolis(rng_key: PRNGKey, log_ratio: Array) -> tuple[Array, Array]:
@@ -51,7 +64,11 @@ def metropolis(rng_key: PRNGKey, log_ratio: Array) -> tuple[Array, Array]:
 
 def proposal_trouble(z_star: Array, logdensity_new: Array) -> Array:
     """Non-finite proposal, or a NaN / +inf log density there (``-inf`` is a legal zero density)."""
-    return ~jnp.all(jnp.isfinite(z_star)) | jnp.isnan(logdensity_new) | (logdensity_new == jnp.inf)
+    return (
+        ~jnp.all(jnp.isfinite(z_star))
+        | jnp.isnan(logdensity_new)
+        | (logdensity_new == jnp.inf)
+    )
 
 
 def from_flat(unravel, flat: Array) -> Any:
@@ -79,5 +96,9 @@ def spd_factor(m: Any, d: int) -> tuple[Any, Any, Any]:
         root = xp.sqrt(m)
         return root, 1.0 / root, 0.5 * xp.sum(xp.log(m))
     chol = xp.linalg.cholesky(m)
-    inv = np.linalg.inv(chol) if xp is np else solve_triangular(chol, jnp.eye(d, dtype=chol.dtype), lower=True)
+    inv = (
+        np.linalg.inv(chol)
+        if xp is np
+        else solve_triangular(chol, jnp.eye(d, dtype=chol.dtype), lower=True)
+    )
     return chol, inv, xp.sum(xp.log(xp.diagonal(chol)))

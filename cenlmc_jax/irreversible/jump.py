@@ -42,14 +42,13 @@ at the boundary of every step (:func:`cenlmc_jax.gradients.estimators.ravel_posi
 ``logdensity_fn`` sees the pytree, proposals see the flat ``(d,)`` vector,
 and the state keeps the pytree.
 
-Conventions: ``position: (d,)`` or a pytree (one chain; vmap for many), ``logdensity_fn(z)
-= log π(z) + const = -H(z)``. The direction has the dtype of the position
-(so ``s * jump`` needs no cast). ``rng_key`` is split once,
-``key_proposal, key_accept = jax.random.split(rng_key)``: ``key_proposal`` goes
-to ``proposal.sample``. Inside a run, numerical trouble (a non-finite proposal,
-a NaN or +inf log density) is a rejection and is reported in
-``info.diverged``; ``-inf`` (zero density) at a finite ``z*`` is an ordinary
-rejection.
+Conventions: ``position: (d,)`` or a pytree (one chain; vmap for many),
+``logdensity_fn(z) = log π(z) + const = -H(z)``. The direction has the dtype of the
+position (so ``s * jump`` needs no cast). ``rng_key`` is split once, ``key_proposal,
+key_accept = jax.random.split(rng_key)``: ``key_proposal`` goes to ``proposal.sample``.
+Inside a run, numerical trouble (a non-finite proposal, a NaN or +inf log density) is a
+rejection and is reported in ``info.diverged``; ``-inf`` (zero density) at a finite
+``z*`` is an ordinary rejection.
 """
 
 from __future__ import annotations
@@ -72,7 +71,12 @@ from cenlmc_jax._validation import (
 )
 from cenlmc_jax.base import SamplingAlgorithm
 from cenlmc_jax.gradients.estimators import flat_logdensity, ravel_position
-from cenlmc_jax.irreversible._common import ZERO_ACCEPTANCE_FLAG, from_flat, metropolis, proposal_trouble
+from cenlmc_jax.irreversible._common import (
+    ZERO_ACCEPTANCE_FLAG,
+    from_flat,
+    metropolis,
+    proposal_trouble,
+)
 from cenlmc_jax.types import Array, LogDensityFn, PRNGKey
 
 __all__ = [
@@ -98,8 +102,8 @@ class Proposal(NamedTuple):
     log_forward: ``(z_star, position, direction[, cache]) -> log f̃(z* | z, s)``
       (scalar); ``cache`` is the one at ``position``.
     log_backward: ``(position, z_star, direction[, cache]) -> log g̃(z | z*, s)``
-      (scalar); ``cache`` is the one at ``z_star``. The pair must satisfy
-      ``f̃(·|y, -s) = g̃(·|y, s)`` (docs/algorithms.md §7) for the chain to leave ``π`` invariant.
+      (scalar); ``cache`` is the one at ``z_star``. The pair must satisfy ``f̃(·|y, -s)
+      = g̃(·|y, s)`` (docs/algorithms.md §7) for the chain to leave ``π`` invariant.
     direction_size: ``None`` for one sign per coordinate (``direction: (d,)``),
       ``1`` for one sign shared by the whole vector (``direction: (1,)``).
     grad_evals: gradients of ``logdensity_fn`` one step needs (Python int).
@@ -133,8 +137,8 @@ class IrreversibleMHState(NamedTuple):
     direction: (d,) or (1,) signs in {-1, +1}, dtype of ``position``
       (see :attr:`Proposal.direction_size`).
     logdensity: scalar ``logdensity_fn(position)``.
-    cache: the proposal's per-point values at ``position`` (``()`` for a
-      proposal without ``point_fn``; an :class:`~cenlmc_jax.irreversible.proposals.SDEPoint` for
+    cache: the proposal's per-point values at ``position`` (``()`` for a proposal
+      without ``point_fn``; an :class:`~cenlmc_jax.irreversible.proposals.SDEPoint` for
       :func:`~cenlmc_jax.irreversible.proposals.sde_proposal`).
     """
 
@@ -164,7 +168,9 @@ class IrreversibleMHInfo(NamedTuple):
     diverged: Array
 
     may_stay = True  # a rejection keeps the position: the driver's frozen-chain check does not apply
-    run_flags = (ZERO_ACCEPTANCE_FLAG,)  # ... a zero acceptance probability at every step of a chunk does
+    run_flags = (
+        ZERO_ACCEPTANCE_FLAG,
+    )  # ... a zero acceptance probability at every step of a chunk does
 
     @property
     def zero_acceptance(self) -> Array:
@@ -186,27 +192,39 @@ def _select(accepted: Array, new: Any, old: Any) -> Any:
 
 def _checked_sample(z_star: Any, z: Array) -> Array:
     """``proposal.sample``'s draw, shaped like the flat position (static check: free when traced)."""
-    check_output(z_star, "proposal.sample", what="(rng_key, position, direction) -> z* shaped like position",
-                 like=z)
+    check_output(
+        z_star,
+        "proposal.sample",
+        what="(rng_key, position, direction) -> z* shaped like position",
+        like=z,
+    )
     return jnp.asarray(z_star).astype(z.dtype)
 
 
 def _log_q(log_backward: Any, log_forward: Any) -> Array:
     """``log g̃ - log f̃``, each a scalar (a (d,) one would turn the accept decision into a per-coordinate one)."""
-    for name, v in (("proposal.log_backward", log_backward), ("proposal.log_forward", log_forward)):
+    for name, v in (
+        ("proposal.log_backward", log_backward),
+        ("proposal.log_forward", log_forward),
+    ):
         check_output(v, name, what="a scalar log proposal density", shapes=((),))
     return log_backward - log_forward
 
 
 def _check_proposal(proposal: Any) -> None:
-    if not all(callable(getattr(proposal, f, None)) for f in ("sample", "log_forward", "log_backward")):
+    if not all(
+        callable(getattr(proposal, f, None))
+        for f in ("sample", "log_forward", "log_backward")
+    ):
         raise ValueError(
             "proposal must be a Proposal (sample, log_forward, log_backward callables), e.g. "
             f"gamma_proposal(...) or sde_proposal(...); got {type(proposal).__name__}."
         )
 
 
-def _point(proposal: Proposal | None, logdensity_fn: LogDensityFn, position: Any, flat_fn) -> tuple[Array, Any]:
+def _point(
+    proposal: Proposal | None, logdensity_fn: LogDensityFn, position: Any, flat_fn
+) -> tuple[Array, Any]:
     """``(log π(position), cache)``: through ``proposal.point_fn`` when it has one."""
     point_fn = getattr(proposal, "point_fn", None)
     if point_fn is None:
@@ -256,7 +274,9 @@ def irreversible_mh_init(
     position = from_flat(unravel, flat)
     logdensity, cache = _point(proposal, logdensity_fn, position, logdensity_fn)
     check_start_logdensity(logdensity)
-    return IrreversibleMHState(position, direction, jnp.asarray(logdensity, flat.dtype), cache)
+    return IrreversibleMHState(
+        position, direction, jnp.asarray(logdensity, flat.dtype), cache
+    )
 
 
 def irreversible_mh_step(
@@ -276,7 +296,8 @@ def irreversible_mh_step(
       rng_key: split into ``(key_proposal, key_accept)``.
       state: :class:`IrreversibleMHState` of one chain.
       logdensity_fn: ``z -> log π(z) + const``.
-      proposal: a :class:`Proposal` (e.g. :func:`~cenlmc_jax.irreversible.proposals.gamma_proposal`,
+      proposal: a :class:`Proposal` (e.g.
+        :func:`~cenlmc_jax.irreversible.proposals.gamma_proposal`,
         :func:`~cenlmc_jax.irreversible.proposals.sde_proposal`).
       flip_on_reject: keep ``True``. ``False`` never flips ``s``: the chain is
         then NOT ``π``-invariant in general (only where the rejection
@@ -288,7 +309,9 @@ def irreversible_mh_step(
     is computed once, for ``g̃`` and for the next step.
     Pure and jittable; vmap it over ``(rng_key, state)`` for many chains.
     """
-    check_state(state, IrreversibleMHState, "irreversible_mh_init, or irreversible_mh(...).init")
+    check_state(
+        state, IrreversibleMHState, "irreversible_mh_init, or irreversible_mh(...).init"
+    )
     check_key(rng_key)
     check_bool(flip_on_reject, "flip_on_reject")
     _check_proposal(proposal)
@@ -309,21 +332,34 @@ def irreversible_mh_step(
         z_star = _checked_sample(proposal.sample(key_proposal, z, s), z)
         logdensity_new = jnp.asarray(flat_fn(z_star), z.dtype)
         cache, cache_new = (), ()
-        log_q = _log_q(proposal.log_backward(z, z_star, s), proposal.log_forward(z_star, z, s))
+        log_q = _log_q(
+            proposal.log_backward(z, z_star, s), proposal.log_forward(z_star, z, s)
+        )
     else:
         cache = state.cache
         if not jax.tree_util.tree_leaves(cache):  # a state made by hand: no cache yet
             cache = proposal.point_fn(state.position)[1]
         z_star = _checked_sample(proposal.sample(key_proposal, z, s, cache), z)
-        logdensity_new, cache_new = _point(proposal, logdensity_fn, from_flat(unravel, z_star), flat_fn)
-        check_output(logdensity_new, "proposal.point_fn", what="position -> (scalar log density, cache)",
-                     shapes=((),))
+        logdensity_new, cache_new = _point(
+            proposal, logdensity_fn, from_flat(unravel, z_star), flat_fn
+        )
+        check_output(
+            logdensity_new,
+            "proposal.point_fn",
+            what="position -> (scalar log density, cache)",
+            shapes=((),),
+        )
         logdensity_new = jnp.asarray(logdensity_new, z.dtype)
-        log_q = _log_q(proposal.log_backward(z, z_star, s, cache_new), proposal.log_forward(z_star, z, s, cache))
+        log_q = _log_q(
+            proposal.log_backward(z, z_star, s, cache_new),
+            proposal.log_forward(z_star, z, s, cache),
+        )
     log_ratio = logdensity_new - state.logdensity + log_q
     accepted, acceptance_rate = metropolis(key_accept, log_ratio)
     # a NaN proposal density (e.g. ∇log π non-finite) where π(z*) > 0 is trouble too
-    diverged = proposal_trouble(z_star, logdensity_new) | ((logdensity_new > -jnp.inf) & jnp.isnan(log_ratio))
+    diverged = proposal_trouble(z_star, logdensity_new) | (
+        (logdensity_new > -jnp.inf) & jnp.isnan(log_ratio)
+    )
     accepted = accepted & ~diverged
     flipped = ~accepted if flip_on_reject else jnp.zeros((), bool)
     new_state = IrreversibleMHState(
@@ -350,10 +386,11 @@ def irreversible_mh(
 ) -> SamplingAlgorithm:
     """The irreversible jump sampler (docs/algorithms.md §7) as a sampler object.
 
-    ``init(position, rng_key=None)``: :func:`irreversible_mh_init` with this
-    proposal (its checks run at the initial point; the direction is uniform
-    with a key, all ``+1`` without). ``step(rng_key, state)``: :func:`irreversible_mh_step`.
-    MALA is ``irreversible_mh(logdensity_fn, sde_proposal(1.0, 0.0, logdensity_fn, step_size))``.
+    ``init(position, rng_key=None)``: :func:`irreversible_mh_init` with this proposal
+    (its checks run at the initial point; the direction is uniform with a key, all
+    ``+1`` without). ``step(rng_key, state)``: :func:`irreversible_mh_step`. MALA is
+    ``irreversible_mh(logdensity_fn, sde_proposal(1.0, 0.0, logdensity_fn,
+    step_size))``.
     """
     check_callable(logdensity_fn, "logdensity_fn", "z -> scalar log density")
     _check_proposal(proposal)
@@ -363,8 +400,8 @@ def irreversible_mh(
         return irreversible_mh_init(position, logdensity_fn, rng_key, proposal=proposal)
 
     def step(rng_key, state):
-        return irreversible_mh_step(rng_key, state, logdensity_fn, proposal, flip_on_reject=flip_on_reject)
+        return irreversible_mh_step(
+            rng_key, state, logdensity_fn, proposal, flip_on_reject=flip_on_reject
+        )
 
     return SamplingAlgorithm(init, step)
-
-

@@ -5,14 +5,13 @@ Euler–Maruyama step of the preconditioned Langevin diffusion,
 
     z* = z + ε M ∇log π(z) + sqrt(2ε) M^{1/2} ξ,    ξ ~ N(0, I),
 
-accepted with probability ``min(1, π(z*) q(z | z*) / (π(z) q(z* | z)))``, ``q``
-the Gaussian density of that step. It is paper 2's SDE proposal (eq. 8.1) with
-``D = M`` and ``Q = 0`` inside the jump sampler (:mod:`~cenlmc_jax.irreversible.jump`):
-with ``Q = 0`` the forward and backward proposals coincide, so the direction
-variable never matters and the chain is the reversible MALA chain (with
-``M = I``, BlackJAX's ``mala``: the same draws from the same key). The state
-and info are the jump sampler's (:class:`~cenlmc_jax.irreversible.jump.IrreversibleMHState`,
-``info.acceptance_rate``).
+accepted with probability ``min(1, π(z*) q(z | z*) / (π(z) q(z* | z)))``, ``q`` the
+Gaussian density of that step. It is paper 2's SDE proposal (eq. 8.1) with ``D = M`` and
+``Q = 0`` inside the jump sampler (:mod:`~cenlmc_jax.irreversible.jump`): with ``Q = 0``
+the forward and backward proposals coincide, so the direction variable never matters and
+the chain is the reversible MALA chain (with ``M = I``, BlackJAX's ``mala``: the same
+draws from the same key). The state and info are the jump sampler's
+(:class:`~cenlmc_jax.irreversible.jump.IrreversibleMHState`, ``info.acceptance_rate``).
 """
 
 from __future__ import annotations
@@ -56,7 +55,10 @@ def mala(
     check_callable(logdensity_fn, "logdensity_fn", "z -> scalar log density")
     check_inverse_mass_matrix(inverse_mass_matrix)
     D = 1.0 if inverse_mass_matrix is None else inverse_mass_matrix
-    inner = irreversible_mh(logdensity_fn, sde_proposal(D, None, logdensity_fn, step_size, grad_mode=grad_mode))
+    inner = irreversible_mh(
+        logdensity_fn,
+        sde_proposal(D, None, logdensity_fn, step_size, grad_mode=grad_mode),
+    )
 
     def init(position, rng_key=None):
         if inverse_mass_matrix is not None and hasattr(position, "shape"):

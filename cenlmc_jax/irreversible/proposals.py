@@ -1,15 +1,15 @@
 """Proposals for the irreversible jump sampler (docs/algorithms.md §7–8; paper 2, App. C.2 and D).
 
-A proposal is a :class:`~cenlmc_jax.irreversible.jump.Proposal`: a forward
-density ``f̃(z*|z, s)``, a backward density ``g̃(z|z*, s)`` paired by (docs/algorithms.md §7.1)
+A proposal is a :class:`~cenlmc_jax.irreversible.jump.Proposal`: a forward density
+``f̃(z*|z, s)``, a backward density ``g̃(z|z*, s)`` paired by (docs/algorithms.md §7.1)
 ``f̃(·|y, -s) = g̃(·|y, s)``, and a sampler of ``f̃``; the step
-(:func:`~cenlmc_jax.irreversible.jump.irreversible_mh_step`) uses only the
-general ratio (7.2). Shipped:
+(:func:`~cenlmc_jax.irreversible.jump.irreversible_mh_step`) uses only the general ratio
+(7.2). Shipped:
 
-* :func:`coordinatewise_proposal` — ``(f̃, g̃)`` built per coordinate from a
-  pair ``(f_i, g_i)`` (docs/algorithms.md §7; paper 2, App. C.2, Algorithm 1): start from
-  ``(f̃, g̃) = (1, 1)`` and multiply by ``(f_i, g_i)`` when ``s_i > 0``, by
-  ``(g_i, f_i)`` otherwise, so (7.1) holds by construction.
+* :func:`coordinatewise_proposal` — ``(f̃, g̃)`` built per coordinate from a pair
+  ``(f_i, g_i)`` (docs/algorithms.md §7; paper 2, App. C.2, Algorithm 1): start from
+  ``(f̃, g̃) = (1, 1)`` and multiply by ``(f_i, g_i)`` when ``s_i > 0``, by ``(g_i,
+  f_i)`` otherwise, so (7.1) holds by construction.
 * :func:`gamma_proposal` — the irreversible Gamma sampler, ``z*_i = z_i + s_i
   Gamma(k, θ)``, one direction per coordinate, ``s ∈ {-1,+1}^d``, built by
   :func:`coordinatewise_proposal`. Here ``f_i`` is a positive Gamma jump and
@@ -17,17 +17,16 @@ general ratio (7.2). Shipped:
   reduces to ``π(z*)/π(z)`` — computed through (7.2) all the same.
 * :func:`sde_proposal` — one Euler–Maruyama step of the complete recipe
   (docs/algorithms.md §5) with the irreversible part ``Q`` signed by the direction; the
-  backward density is the adjoint process (``Q -> -Q``) (docs/algorithms.md §8, eq. 8.1 at
-  :func:`sde_proposal`; paper 2, App. D: ``π(y) P(z, t+dt|y, t) = π(z)
-  P†(y, t+dt|z, t)``, eqs. (23)/(28), hence ``P(z_N|z_0)/P†(z_0|z_N) =
-  π(z_N)/π(z_0)`` along a path, eq. (30)). ``Q`` couples coordinates, so the
-  direction is ONE sign ``s`` shared by the whole vector, stored as a length-1
-  vector ``direction: (1,)`` so that every state of the sampler has the same
-  fields. With ``Q = 0`` it is MALA (preconditioned by ``D``). Everything that
-  depends only on constant ``D`` and ``Q`` (the Cholesky factor of ``D``, its
-  inverse and log-determinant) is computed once, when the proposal is built;
-  what depends on the point (:class:`SDEPoint`: ``∇log π`` and the drift
-  pieces) is the proposal's ``point_fn``, kept in the chain's state.
+  backward density is the adjoint process (``Q -> -Q``) (docs/algorithms.md §8, eq. 8.1
+  at :func:`sde_proposal`; paper 2, App. D: ``π(y) P(z, t+dt|y, t) = π(z) P†(y, t+dt|z,
+  t)``, eqs. (23)/(28), hence ``P(z_N|z_0)/P†(z_0|z_N) = π(z_N)/π(z_0)`` along a path,
+  eq. (30)). ``Q`` couples coordinates, so the direction is ONE sign ``s`` shared by the
+  whole vector, stored as a length-1 vector ``direction: (1,)`` so that every state of
+  the sampler has the same fields. With ``Q = 0`` it is MALA (preconditioned by ``D``).
+  Everything that depends only on constant ``D`` and ``Q`` (the Cholesky factor of
+  ``D``, its inverse and log-determinant) is computed once, when the proposal is built;
+  what depends on the point (:class:`SDEPoint`: ``∇log π`` and the drift pieces) is the
+  proposal's ``point_fn``, kept in the chain's state.
 
 Positions inside a proposal are flat ``(d,)`` vectors (the step ravels a
 pytree position); the matrices ``D``, ``Q`` and their callables see the flat
@@ -70,7 +69,8 @@ class SDEPoint(NamedTuple):
     drift_d: (d,) ``D(z)∇log π(z) + Γ_D(z)`` for a callable ``D``; None for a
       constant ``D`` (then ``D∇log π`` is formed from ``grad`` when used: a
       product by a scalar or a diagonal, or one ``O(d²)`` matrix-vector product).
-    drift_q: (d,) ``Q(z)∇log π(z) + Γ_Q(z)`` for a callable ``Q``; None for a constant one.
+    drift_q: (d,) ``Q(z)∇log π(z) + Γ_Q(z)`` for a callable ``Q``; None for a constant
+      one.
     root: the factor ``L(z)`` of ``D(z) = L Lᵀ`` (scalar, (d,) or lower (d, d))
       for a callable ``D``; None for a constant ``D`` (its factor is the proposal's).
     half_logdet: ``½ log det D(z)`` for a callable ``D``; None otherwise.
@@ -133,7 +133,9 @@ def coordinatewise_proposal(
     """
     if sample is None:
         if sample_f is None or sample_g is None:
-            raise ValueError("coordinatewise_proposal needs sample_f and sample_g, or sample=.")
+            raise ValueError(
+                "coordinatewise_proposal needs sample_f and sample_g, or sample=."
+            )
 
         def sample(rng_key, z, s):
             kf, kg = jax.random.split(rng_key)
@@ -145,7 +147,9 @@ def coordinatewise_proposal(
     def log_backward(z, z_star, s):
         return jnp.sum(jnp.where(s > 0, log_g(z, z_star), log_f(z, z_star)))
 
-    return Proposal(sample, log_forward, log_backward, direction_size=None, grad_evals=0)
+    return Proposal(
+        sample, log_forward, log_backward, direction_size=None, grad_evals=0
+    )
 
 
 def _gamma_logpdf(x: Array, shape: float, scale: float) -> Array:
@@ -153,7 +157,9 @@ def _gamma_logpdf(x: Array, shape: float, scale: float) -> Array:
     k = jnp.asarray(shape, x.dtype)
     theta = jnp.asarray(scale, x.dtype)
     positive = x > 0
-    safe = jnp.where(positive, x, 1.0)  # keeps log and its gradient finite off the support
+    safe = jnp.where(
+        positive, x, 1.0
+    )  # keeps log and its gradient finite off the support
     logp = (k - 1) * jnp.log(safe) - safe / theta - gammaln(k) - k * jnp.log(theta)
     return jnp.where(positive, logp, -jnp.inf)
 
@@ -180,7 +186,9 @@ def gamma_proposal(shape: float, scale: float) -> Proposal:
     if np.ndim(scale) == 0:
         check_positive(scale, "scale")
     elif np.ndim(scale) != 1:
-        raise ValueError(f"scale must be a scalar or a (d,) vector; got shape {np.shape(scale)}.")
+        raise ValueError(
+            f"scale must be a scalar or a (d,) vector; got shape {np.shape(scale)}."
+        )
     elif is_concrete(scale):
         v = np.asarray(scale, np.float64)
         if not np.all(np.isfinite(v) & (v > 0)):
@@ -192,15 +200,24 @@ def gamma_proposal(shape: float, scale: float) -> Proposal:
     def log_g(x_new, x_old):
         return _gamma_logpdf(x_old - x_new, shape, scale)
 
-    small_int = is_concrete(shape) and float(shape).is_integer() and 1 <= float(shape) <= _MAX_EXP_SUM
+    small_int = (
+        is_concrete(shape)
+        and float(shape).is_integer()
+        and 1 <= float(shape) <= _MAX_EXP_SUM
+    )
 
     def sample(rng_key, z, s):
         if small_int:
             # Gamma(k, 1) with integer k is a sum of k Exp(1): exact, and several times
             # cheaper than the rejection sampler of jax.random.gamma under vmap.
-            jump = jnp.sum(jax.random.exponential(rng_key, (int(shape),) + z.shape, dtype=z.dtype), axis=0)
+            jump = jnp.sum(
+                jax.random.exponential(rng_key, (int(shape),) + z.shape, dtype=z.dtype),
+                axis=0,
+            )
         else:
-            jump = jax.random.gamma(rng_key, jnp.asarray(shape, z.dtype), z.shape, dtype=z.dtype)
+            jump = jax.random.gamma(
+                rng_key, jnp.asarray(shape, z.dtype), z.shape, dtype=z.dtype
+            )
         return z + s * (jnp.asarray(scale, z.dtype) * jump)  # θ scales Gamma(k, 1)
 
     return coordinatewise_proposal(log_f, log_g, sample=sample)
@@ -218,8 +235,12 @@ def _eval_matrix(M: Any, z: Array, name: str) -> np.ndarray:
         try:
             with jax.ensure_compile_time_eval():
                 m = M(z)
-        except Exception as exc:  # the user's callable failed on a correctly shaped point
-            raise ValueError(f"{name} failed at a position of shape {tuple(z.shape)}: {exc}") from exc
+        except (
+            Exception
+        ) as exc:  # the user's callable failed on a correctly shaped point
+            raise ValueError(
+                f"{name} failed at a position of shape {tuple(z.shape)}: {exc}"
+            ) from exc
         if not is_concrete(m):
             return None
     elif not is_concrete(M):
@@ -235,13 +256,24 @@ def _check_d_q(D: Any, Q: Any, position: Array) -> None:
     """``D(z)`` symmetric positive definite and ``Q(z)`` skew-symmetric at a concrete ``z`` (NumPy only)."""
     dm, qm = _eval_matrix(D, position, "D"), _eval_matrix(Q, position, "Q")
     if dm is not None:
-        la.check_symmetric_psd(dm, "D", "the Gaussian proposal N(., 2 step_size D) needs a density", definite=True)
+        la.check_symmetric_psd(
+            dm,
+            "D",
+            "the Gaussian proposal N(., 2 step_size D) needs a density",
+            definite=True,
+        )
     if qm is not None:
         la.check_skew(qm, "Q", "the irreversible part of the recipe")
 
 
-def sde_proposal(D: Any, Q: Any, logdensity_fn: LogDensityFn, step_size: Any, *,
-                 grad_mode: str = "auto") -> Proposal:
+def sde_proposal(
+    D: Any,
+    Q: Any,
+    logdensity_fn: LogDensityFn,
+    step_size: Any,
+    *,
+    grad_mode: str = "auto",
+) -> Proposal:
     """One Euler–Maruyama step of the complete recipe as an irreversible proposal (docs/algorithms.md §8).
 
     With ``H = -logdensity_fn``, ``ε = step_size`` and a single direction sign
@@ -266,9 +298,9 @@ def sde_proposal(D: Any, Q: Any, logdensity_fn: LogDensityFn, step_size: Any, *,
       logdensity_fn: ``z -> log π(z)`` (``z`` an array or the pytree the chain
         uses); its value and gradient come from one autodiff pass in ``grad_mode``.
       step_size: ``ε > 0``; may be a tracer.
-      grad_mode: ``"auto"`` (default), ``"reverse"`` (``jax.value_and_grad``, as BlackJAX's MALA)
-        or ``"forward"`` (d vmapped ``jvp`` calls, the value from the primal):
-        :func:`cenlmc_jax.gradients.modes.value_and_grad`; auto is forward for
+      grad_mode: ``"auto"`` (default), ``"reverse"`` (``jax.value_and_grad``, as
+        BlackJAX's MALA) or ``"forward"`` (d vmapped ``jvp`` calls, the value from the
+        primal): :func:`cenlmc_jax.gradients.modes.value_and_grad`; auto is forward for
         ``d <= FORWARD_MAX_D`` (measured). The same chain up to rounding.
 
     Cost. Everything that depends only on constant ``D``, ``Q`` is computed
@@ -296,22 +328,34 @@ def sde_proposal(D: Any, Q: Any, logdensity_fn: LogDensityFn, step_size: Any, *,
     la.check_matrix_form(Q, "Q")
     sizes = {np.shape(M)[0] for M in (D, Q) if not callable(M) and np.ndim(M) > 0}
     if len(sizes) > 1:
-        raise ValueError(f"D and Q must have the same size; got shapes {np.shape(D)} and {np.shape(Q)}.")
-    # constants with known values: checked now, at a dummy point of the right size (callables: at init)
-    _check_d_q(None if callable(D) else D, None if callable(Q) else Q, np.zeros((sizes.pop() if sizes else 1,)))
+        raise ValueError(
+            f"D and Q must have the same size; got shapes {np.shape(D)} and {np.shape(Q)}."
+        )
+    # constants with known values: checked now, at a dummy point of the right size
+    # (callables: at init)
+    _check_d_q(
+        None if callable(D) else D,
+        None if callable(Q) else Q,
+        np.zeros((sizes.pop() if sizes else 1,)),
+    )
 
     d_const, q_const = not callable(D), not callable(Q)
     q_zero = q_const and is_concrete(Q) and not np.any(np.asarray(Q))
     Dc = matrix_value(D) if d_const else None
     Qc = None if (q_zero or not q_const) else matrix_value(Q)
-    # (L, L⁻¹, ½ log det) of a constant D, once; a scalar's log det is per dimension (d is not known yet)
+    # (L, L⁻¹, ½ log det) of a constant D, once; a scalar's log det is per dimension (d
+    # is not known yet)
     factor = spd_factor(Dc, 1 if Dc.ndim == 0 else Dc.shape[0]) if d_const else None
     value_and_grad = grad_modes.value_and_grad(logdensity_fn, grad_mode)
 
     def d_factor(z):
         """(L, L⁻¹, ½ log det D) of the constant D, in z's dtype."""
         root, inv, half = factor
-        return _as(root, z.dtype), _as(inv, z.dtype), _as(half, z.dtype) * (z.shape[0] if Dc.ndim == 0 else 1)
+        return (
+            _as(root, z.dtype),
+            _as(inv, z.dtype),
+            _as(half, z.dtype) * (z.shape[0] if Dc.ndim == 0 else 1),
+        )
 
     def point_at(z, grad):
         """SDEPoint at a flat z with ∇log π(z) = grad."""
@@ -321,7 +365,9 @@ def sde_proposal(D: Any, Q: Any, logdensity_fn: LogDensityFn, step_size: Any, *,
             drift_d = la.matvec(dz, grad) + la.gamma_term(D, None, z)
             root, _, half = spd_factor(dz, z.shape[0])
         if not q_const:
-            drift_q = la.matvec(la.evaluate(Q, z, "Q"), grad) + la.gamma_term(None, Q, z)
+            drift_q = la.matvec(la.evaluate(Q, z, "Q"), grad) + la.gamma_term(
+                None, Q, z
+            )
         return SDEPoint(grad, drift_d, drift_q, root, half)
 
     def point_fn(position):
@@ -359,7 +405,9 @@ def sde_proposal(D: Any, Q: Any, logdensity_fn: LogDensityFn, step_size: Any, *,
         point = cached(z, cache)
         root = d_factor(z)[0] if d_const else point.root
         xi = jax.random.normal(rng_key, z.shape, dtype=z.dtype)
-        return mean(z, direction[0], point) + jnp.sqrt(2.0 * jnp.asarray(step_size, z.dtype)) * la.matvec(root, xi)
+        return mean(z, direction[0], point) + jnp.sqrt(
+            2.0 * jnp.asarray(step_size, z.dtype)
+        ) * la.matvec(root, xi)
 
     def log_forward(z_star, z, direction, cache=None):
         return log_density(z_star, z, direction[0], cached(z, cache))
@@ -370,5 +418,13 @@ def sde_proposal(D: Any, Q: Any, logdensity_fn: LogDensityFn, step_size: Any, *,
     def check(position):
         _check_d_q(D, Q, position)
 
-    return Proposal(sample, log_forward, log_backward, direction_size=1, grad_evals=1, check=check,
-                    point_fn=point_fn, logdensity_fn=logdensity_fn)
+    return Proposal(
+        sample,
+        log_forward,
+        log_backward,
+        direction_size=1,
+        grad_evals=1,
+        check=check,
+        point_fn=point_fn,
+        logdensity_fn=logdensity_fn,
+    )

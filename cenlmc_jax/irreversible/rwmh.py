@@ -69,7 +69,9 @@ class RWMHInfo(NamedTuple):
     diverged: Array
 
     may_stay = True  # a rejection keeps the position: the driver's frozen-chain check does not apply
-    run_flags = (ZERO_ACCEPTANCE_FLAG,)  # ... a zero acceptance probability at every step of a chunk does
+    run_flags = (
+        ZERO_ACCEPTANCE_FLAG,
+    )  # ... a zero acceptance probability at every step of a chunk does
 
     @property
     def zero_acceptance(self) -> Array:
@@ -84,8 +86,12 @@ def _proposal_root(proposal_cov: Any, d: int, dtype) -> Any:
     m = matrix_value(proposal_cov)
     la.check_matrix_shape(m, "proposal_cov", d)
     if isinstance(m, np.ndarray):
-        la.check_symmetric_psd(la.constant_dense(m, d), "proposal_cov", "the random-walk proposal covariance",
-                               definite=True)
+        la.check_symmetric_psd(
+            la.constant_dense(m, d),
+            "proposal_cov",
+            "the random-walk proposal covariance",
+            definite=True,
+        )
     return jnp.asarray(spd_factor(m, d)[0], dtype)
 
 
@@ -126,9 +132,15 @@ def rwmh_step(
     root = _proposal_root(proposal_cov, z.shape[0], z.dtype)
     key_proposal, key_accept = jax.random.split(rng_key)
     xi = jax.random.normal(key_proposal, z.shape, dtype=z.dtype)
-    z_star = z + jnp.asarray(step_size, z.dtype) * (xi if root is None else la.matvec(root, xi))
-    logdensity_new = jnp.asarray(flat_logdensity(logdensity_fn, unravel)(z_star), z.dtype)
-    accepted, acceptance_rate = metropolis(key_accept, logdensity_new - state.logdensity)
+    z_star = z + jnp.asarray(step_size, z.dtype) * (
+        xi if root is None else la.matvec(root, xi)
+    )
+    logdensity_new = jnp.asarray(
+        flat_logdensity(logdensity_fn, unravel)(z_star), z.dtype
+    )
+    accepted, acceptance_rate = metropolis(
+        key_accept, logdensity_new - state.logdensity
+    )
     diverged = proposal_trouble(z_star, logdensity_new)
     accepted = accepted & ~diverged
     new_state = RWMHState(
@@ -144,29 +156,39 @@ def rwmh_step(
     return new_state, info
 
 
-def rwmh(logdensity_fn: LogDensityFn, step_size: Any, *, proposal_cov: Any | None = None) -> SamplingAlgorithm:
+def rwmh(
+    logdensity_fn: LogDensityFn, step_size: Any, *, proposal_cov: Any | None = None
+) -> SamplingAlgorithm:
     """Gaussian random-walk MH with proposal ``N(z, step_size² · proposal_cov)`` as a sampler object.
 
-    ``proposal_cov``: ``None`` (the identity), a scalar, a ``(d,)`` diagonal or
-    a ``(d, d)`` SPD matrix (checked here when constant; its factor is taken once per trace).
+    ``proposal_cov``: ``None`` (the identity), a scalar, a ``(d,)`` diagonal or a ``(d,
+    d)`` SPD matrix (checked here when constant; its factor is taken once per trace).
     """
     check_callable(logdensity_fn, "logdensity_fn", "z -> scalar log density")
     check_positive(step_size, "step_size")
     if proposal_cov is not None:
         if callable(proposal_cov):
-            raise ValueError(f"proposal_cov must be a constant scalar, (d,) or (d, d) matrix; got {proposal_cov!r}.")
+            raise ValueError(
+                f"proposal_cov must be a constant scalar, (d,) or (d, d) matrix; got {proposal_cov!r}."
+            )
         la.check_matrix_form(proposal_cov, "proposal_cov")
         if np.ndim(proposal_cov) == 0:
             check_positive(proposal_cov, "proposal_cov")
         elif is_concrete(proposal_cov):
-            _proposal_root(proposal_cov, np.shape(proposal_cov)[0], jnp.result_type(float))
+            _proposal_root(
+                proposal_cov, np.shape(proposal_cov)[0], jnp.result_type(float)
+            )
 
     def init(position, rng_key=None):
         if rng_key is not None:
-            check_key(rng_key)  # unused (a deterministic start), but a wrong one is a mistake to report
+            check_key(
+                rng_key
+            )  # unused (a deterministic start), but a wrong one is a mistake to report
         return rwmh_init(position, logdensity_fn)
 
     def step(rng_key, state):
-        return rwmh_step(rng_key, state, logdensity_fn, step_size, proposal_cov=proposal_cov)
+        return rwmh_step(
+            rng_key, state, logdensity_fn, step_size, proposal_cov=proposal_cov
+        )
 
     return SamplingAlgorithm(init, step)

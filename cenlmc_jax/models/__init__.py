@@ -14,4 +14,11 @@
 from cenlmc_jax.models import inverse_problems, lda, posteriordb, targets
 from cenlmc_jax.models.numpyro import NumPyroModel, from_numpyro
 
-__all__ = ["targets", "inverse_problems", "posteriordb", "lda", "NumPyroModel", "from_numpyro"]
+__all__ = [
+    "targets",
+    "inverse_problems",
+    "posteriordb",
+    "lda",
+    "NumPyroModel",
+    "from_numpyro",
+]

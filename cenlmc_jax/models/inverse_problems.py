@@ -131,14 +131,18 @@ class InverseProblem(NamedTuple):
         """``θ = θ_MAP + C z`` for ``z: (..., d)`` (keeps ``z``'s array type and dtype)."""
         xp = jnp if isinstance(z, jax.Array) else np
         z = xp.asarray(z)
-        return xp.asarray(self.theta_map, z.dtype) + z @ xp.asarray(self.whitening.T, z.dtype)
+        return xp.asarray(self.theta_map, z.dtype) + z @ xp.asarray(
+            self.whitening.T, z.dtype
+        )
 
     def from_params(self, theta: Any) -> Any:
         """``z = C⁻¹ (θ - θ_MAP)`` for ``theta: (..., d)``."""
         xp = jnp if isinstance(theta, jax.Array) else np
         theta = xp.asarray(theta)
         inv = np.linalg.inv(self.whitening)
-        return (theta - xp.asarray(self.theta_map, theta.dtype)) @ xp.asarray(inv.T, theta.dtype)
+        return (theta - xp.asarray(self.theta_map, theta.dtype)) @ xp.asarray(
+            inv.T, theta.dtype
+        )
 
     def as_target(self) -> Target:
         """The :class:`~cenlmc_jax.models.targets.Target` in whitened coordinates."""
@@ -183,8 +187,14 @@ class Reference(NamedTuple):
 # ----------------------------------------------------------------- references
 
 
-def quadrature_moments(logdensity_fn: Callable, dim: int, *, half_width: float = 7.0,
-                       spacing: float = 0.1, batch_size: int = 8192) -> Reference:
+def quadrature_moments(
+    logdensity_fn: Callable,
+    dim: int,
+    *,
+    half_width: float = 7.0,
+    spacing: float = 0.1,
+    batch_size: int = 8192,
+) -> Reference:
     """Mean and covariance of ``exp(logdensity_fn)`` by trapezoidal quadrature, float64.
 
     Nodes ``z_k ∈ {-a, -a + Δ, ..., a}^d`` (``a = half_width``, ``Δ = spacing``);
@@ -202,18 +212,31 @@ def quadrature_moments(logdensity_fn: Callable, dim: int, *, half_width: float =
 
 
 def _quadrature(logdensity_fn, dim, half_width, spacing, batch_size):
-    dim = check_int(dim, "dim", minimum=1, maximum=3, why=" (a tensor grid in more dimensions is too large)")
+    dim = check_int(
+        dim,
+        "dim",
+        minimum=1,
+        maximum=3,
+        why=" (a tensor grid in more dimensions is too large)",
+    )
     check_positive(half_width, "half_width")
     check_positive(spacing, "spacing")
     m = int(round(half_width / spacing))
     axis = np.linspace(-m * spacing, m * spacing, 2 * m + 1)
     with jax.enable_x64(True):
-        grid = np.stack(np.meshgrid(*([axis] * dim), indexing="ij"), axis=-1).reshape(-1, dim)
-        logp = jax.lax.map(lambda z: jnp.asarray(logdensity_fn(z), jnp.float64), jnp.asarray(grid, jnp.float64),
-                           batch_size=batch_size)
+        grid = np.stack(np.meshgrid(*([axis] * dim), indexing="ij"), axis=-1).reshape(
+            -1, dim
+        )
+        logp = jax.lax.map(
+            lambda z: jnp.asarray(logdensity_fn(z), jnp.float64),
+            jnp.asarray(grid, jnp.float64),
+            batch_size=batch_size,
+        )
         logp = np.asarray(logp, np.float64).reshape((2 * m + 1,) * dim)
     if not np.all(np.isfinite(logp)):
-        raise ValueError(f"logdensity_fn is not finite on the quadrature grid ({np.sum(~np.isfinite(logp))} nodes).")
+        raise ValueError(
+            f"logdensity_fn is not finite on the quadrature grid ({np.sum(~np.isfinite(logp))} nodes)."
+        )
     top = logp.max()
     on_edge = np.zeros(logp.shape, bool)
     for k in range(dim):
@@ -232,7 +255,9 @@ def _quadrature(logdensity_fn, dim, half_width, spacing, batch_size):
             w = w * w1.reshape(shape)
         p = (w * np.exp(lp - top)).reshape(-1)
         total = p.sum()
-        pts = np.stack(np.meshgrid(*([ax] * dim), indexing="ij"), axis=-1).reshape(-1, dim)
+        pts = np.stack(np.meshgrid(*([ax] * dim), indexing="ij"), axis=-1).reshape(
+            -1, dim
+        )
         mean = p @ pts / total
         c = pts - mean
         cov = (c * p[:, None]).T @ c / total
@@ -243,27 +268,40 @@ def _quadrature(logdensity_fn, dim, half_width, spacing, batch_size):
     coarse = logp[(slice(None, None, 2),) * dim]
     mean2, cov2, _ = moments(coarse, axis[::2], 2 * spacing)
     error = float(max(np.max(np.abs(mean - mean2)), np.max(np.abs(cov - cov2))))
-    method = (f"trapezoidal quadrature on a {2 * m + 1}^{dim} grid over [-{half_width:g}, {half_width:g}]^{dim} "
-              f"(spacing {spacing:g}), float64; moment change at twice the spacing {error:.1e}, "
-              f"boundary density / mode {boundary:.1e}")
-    return Reference(mean, cov, np.sqrt(np.diag(cov)), error, float(log_z), None, None, method), boundary
+    method = (
+        f"trapezoidal quadrature on a {2 * m + 1}^{dim} grid over [-{half_width:g}, {half_width:g}]^{dim} "
+        f"(spacing {spacing:g}), float64; moment change at twice the spacing {error:.1e}, "
+        f"boundary density / mode {boundary:.1e}"
+    )
+    return Reference(
+        mean, cov, np.sqrt(np.diag(cov)), error, float(log_z), None, None, method
+    ), boundary
 
 
-def mala_reference(problem: InverseProblem, rng_key: Any, *, num_chains: int = 32, num_steps: int = 4000,
-                   burn_in: int = 1000, step_size: float | None = None) -> Reference:
+def mala_reference(
+    problem: InverseProblem,
+    rng_key: Any,
+    *,
+    num_chains: int = 32,
+    num_steps: int = 4000,
+    burn_in: int = 1000,
+    step_size: float | None = None,
+) -> Reference:
     """Posterior moments of ``z`` by MALA chains started from N(0, I) (the Laplace approximation).
 
-    MALA is ``cj.irreversible_mh(logdensity_fn, cj.irreversible.sde_proposal(1, 0, logdensity_fn, ε))``:
-    proposal ``z* = z + ε ∇log π(z) + sqrt(2ε) ξ`` with the Metropolis–Hastings
-    correction, so the chains have no discretisation bias. ``ε`` defaults to
-    ``0.6 d^{-1/3}`` (a unit-scale target: acceptance about 0.7). Returns the
-    pooled mean and covariance of ``num_chains × num_steps`` draws after
-    ``burn_in``, ``error`` = the largest MCSE of the means and sds, and the
-    split R-hat per coordinate (check ``rhat < 1.01``). Runs in the dtype of
-    the default float (enable x64 for a float64 reference).
+    MALA is ``cj.irreversible_mh(logdensity_fn, cj.irreversible.sde_proposal(1, 0,
+    logdensity_fn, ε))``: proposal ``z* = z + ε ∇log π(z) + sqrt(2ε) ξ`` with the
+    Metropolis–Hastings correction, so the chains have no discretisation bias. ``ε``
+    defaults to ``0.6 d^{-1/3}`` (a unit-scale target: acceptance about 0.7). Returns
+    the pooled mean and covariance of ``num_chains × num_steps`` draws after
+    ``burn_in``, ``error`` = the largest MCSE of the means and sds, and the split R-hat
+    per coordinate (check ``rhat < 1.01``). Runs in the dtype of the default float
+    (enable x64 for a float64 reference).
     """
     if not isinstance(problem, InverseProblem):
-        raise ValueError(f"problem must be an InverseProblem; got {type(problem).__name__}.")
+        raise ValueError(
+            f"problem must be an InverseProblem; got {type(problem).__name__}."
+        )
     check_key(rng_key, "rng_key")
     num_chains = check_int(num_chains, "num_chains", minimum=2)
     num_steps = check_int(num_steps, "num_steps", minimum=4)
@@ -272,18 +310,30 @@ def mala_reference(problem: InverseProblem, rng_key: Any, *, num_chains: int = 3
     eps = 0.6 * d ** (-1.0 / 3.0) if step_size is None else step_size
     check_positive(eps, "step_size")
     k0, k1 = jax.random.split(rng_key)
-    algo = vmap_chains(irreversible_mh(problem.logdensity_fn, sde_proposal(1.0, 0.0, problem.logdensity_fn, eps)))
+    algo = vmap_chains(
+        irreversible_mh(
+            problem.logdensity_fn, sde_proposal(1.0, 0.0, problem.logdensity_fn, eps)
+        )
+    )
     state = algo.init(jax.random.normal(k0, (num_chains, d)))
-    res = sample(k1, algo, state, burn_in + num_steps)  # one chunk length: one compilation
-    draws = np.asarray(res.trace, np.float64)[burn_in:].transpose(1, 0, 2)  # (chains, draws, d)
+    res = sample(
+        k1, algo, state, burn_in + num_steps
+    )  # one chunk length: one compilation
+    draws = np.asarray(res.trace, np.float64)[burn_in:].transpose(
+        1, 0, 2
+    )  # (chains, draws, d)
     flat = draws.reshape(-1, d)
     mean, cov = flat.mean(axis=0), np.cov(flat, rowvar=False).reshape(d, d)
-    err = max(float(np.max(diagnostics.mcse(draws, statistic="mean"))),
-              float(np.max(diagnostics.mcse(draws, statistic="sd"))))
+    err = max(
+        float(np.max(diagnostics.mcse(draws, statistic="mean"))),
+        float(np.max(diagnostics.mcse(draws, statistic="sd"))),
+    )
     rhat = np.asarray(diagnostics.potential_scale_reduction(draws))
     acc = float(np.mean(np.asarray(res.info.acceptance_rate)[burn_in:]))
-    method = (f"MALA, {num_chains} chains x {num_steps} draws after {burn_in} burn-in, step {eps:.3g}, "
-              f"acceptance {acc:.2f}, max R-hat {rhat.max():.4f}, max MCSE {err:.1e}")
+    method = (
+        f"MALA, {num_chains} chains x {num_steps} draws after {burn_in} burn-in, step {eps:.3g}, "
+        f"acceptance {acc:.2f}, max R-hat {rhat.max():.4f}, max MCSE {err:.1e}"
+    )
     return Reference(mean, cov, np.sqrt(np.diag(cov)), err, None, rhat, acc, method)
 
 
@@ -297,26 +347,49 @@ def _newton_map(logpost64: Callable, theta0: np.ndarray, max_steps: int = 100):
     """
     with jax.enable_x64(True):
         value = jax.jit(logpost64)
-        derivatives = jax.jit(lambda t: (logpost64(t), jax.grad(logpost64)(t), -jax.hessian(logpost64)(t)))
+        derivatives = jax.jit(
+            lambda t: (logpost64(t), jax.grad(logpost64)(t), -jax.hessian(logpost64)(t))
+        )
         theta = np.asarray(theta0, np.float64)
         for _ in range(max_steps):
             f0, g, h = (np.asarray(v, np.float64) for v in derivatives(theta))
             eig = np.linalg.eigvalsh(h)
-            shift = 0.0 if eig.min() > 0 else 1e-3 - eig.min()  # a descent direction away from the mode
+            shift = (
+                0.0 if eig.min() > 0 else 1e-3 - eig.min()
+            )  # a descent direction away from the mode
             direction = np.linalg.solve(h + shift * np.eye(theta.size), g)
-            # converged: a tiny gradient, or a Newton decrement gᵀH⁻¹g (twice the predicted gain) at float64
-            # rounding of the value
-            if np.max(np.abs(g)) < 1e-9 or (shift == 0.0 and g @ direction < 1e-14 * max(1.0, abs(float(f0)))):
+            # converged: a tiny gradient, or a Newton decrement gᵀH⁻¹g (twice the
+            # predicted gain) at float64 rounding of the value
+            if np.max(np.abs(g)) < 1e-9 or (
+                shift == 0.0 and g @ direction < 1e-14 * max(1.0, abs(float(f0)))
+            ):
                 return theta, h, float(f0)
             t = 1.0
-            while not float(value(theta + t * direction)) >= f0 and t > 1e-8:  # NaN backtracks too
+            while (
+                not float(value(theta + t * direction)) >= f0 and t > 1e-8
+            ):  # NaN backtracks too
                 t *= 0.5
             theta = theta + t * direction
-    raise RuntimeError(f"Newton's method did not find the posterior mode (gradient {np.max(np.abs(g)):.2e}).")
+    raise RuntimeError(
+        f"Newton's method did not find the posterior mode (gradient {np.max(np.abs(g)):.2e})."
+    )
 
 
-def _assemble(name, param_names, logpost, forward_fn, simulate, theta_true, observations, data, *,
-              quadrature_spacing, quadrature_half_width, grad_fn=None, logpost_for_sampling=None):
+def _assemble(
+    name,
+    param_names,
+    logpost,
+    forward_fn,
+    simulate,
+    theta_true,
+    observations,
+    data,
+    *,
+    quadrature_spacing,
+    quadrature_half_width,
+    grad_fn=None,
+    logpost_for_sampling=None,
+):
     """MAP, whitening, the z-space log density and the quadrature reference (d <= 3)."""
     d = len(param_names)
     theta_map, neg_hess, lp_map = _newton_map(logpost, theta_true)
@@ -327,15 +400,21 @@ def _assemble(name, param_names, logpost, forward_fn, simulate, theta_true, obse
         theta = jnp.asarray(theta_map, z.dtype) + jnp.asarray(chol, z.dtype) @ z
         return lp_fn(theta)
 
-    def shifted(z):  # log π(z) - log π(0): the mode of the whitened posterior has value 0
+    def shifted(
+        z,
+    ):  # log π(z) - log π(0): the mode of the whitened posterior has value 0
         theta = jnp.asarray(theta_map, z.dtype) + jnp.asarray(chol, z.dtype) @ z
         return logpost(theta) - jnp.asarray(lp_map, z.dtype)
 
     data = dict(data)
     ref = None
     if d <= 3:
-        ref, boundary = _quadrature(shifted, d, quadrature_half_width, quadrature_spacing, 8192)
-        data.update(quadrature_error=ref.error, boundary_density=boundary, log_z=ref.log_z)
+        ref, boundary = _quadrature(
+            shifted, d, quadrature_half_width, quadrature_spacing, 8192
+        )
+        data.update(
+            quadrature_error=ref.error, boundary_density=boundary, log_z=ref.log_z
+        )
         log_norm = lp_map + ref.log_z  # log ∫ exp(logpost(θ_MAP + C z)) dz
         reference = ref.method
     else:
@@ -348,13 +427,29 @@ def _assemble(name, param_names, logpost, forward_fn, simulate, theta_true, obse
     param_mean = None if ref is None else theta_map + chol @ ref.mean
     param_cov = None if ref is None else chol @ ref.cov @ chol.T
     return InverseProblem(
-        name=name, dim=d, logdensity_fn=logdensity_fn,
-        mean=None if ref is None else ref.mean, cov=None if ref is None else ref.cov,
-        f_star=float(log_norm - lp_map), sample=None, data=data, L=None, mu=None, hessian=None,
-        grad_fn=grad_fn, param_names=tuple(param_names), theta_true=np.asarray(theta_true, np.float64),
-        theta_map=theta_map, whitening=chol, observations=np.asarray(observations, np.float64),
-        forward_fn=forward_fn, simulate=simulate, logposterior_fn=logpost, param_mean=param_mean,
-        param_cov=param_cov, reference=reference,
+        name=name,
+        dim=d,
+        logdensity_fn=logdensity_fn,
+        mean=None if ref is None else ref.mean,
+        cov=None if ref is None else ref.cov,
+        f_star=float(log_norm - lp_map),
+        sample=None,
+        data=data,
+        L=None,
+        mu=None,
+        hessian=None,
+        grad_fn=grad_fn,
+        param_names=tuple(param_names),
+        theta_true=np.asarray(theta_true, np.float64),
+        theta_map=theta_map,
+        whitening=chol,
+        observations=np.asarray(observations, np.float64),
+        forward_fn=forward_fn,
+        simulate=simulate,
+        logposterior_fn=logpost,
+        param_mean=param_mean,
+        param_cov=param_cov,
+        reference=reference,
     )
 
 
@@ -371,8 +466,10 @@ def _sir_settings(num_rk4_steps, num_observations, noise_sd):
     num_rk4_steps = check_int(num_rk4_steps, "num_rk4_steps", minimum=1)
     num_observations = check_int(num_observations, "num_observations", minimum=1)
     if num_rk4_steps % num_observations:
-        raise ValueError(f"num_rk4_steps must be a multiple of num_observations ({num_observations}); "
-                         f"got {num_rk4_steps}.")
+        raise ValueError(
+            f"num_rk4_steps must be a multiple of num_observations ({num_observations}); "
+            f"got {num_rk4_steps}."
+        )
     check_positive(noise_sd, "noise_sd")
     return num_rk4_steps, num_observations, num_rk4_steps // num_observations
 
@@ -392,13 +489,19 @@ def _sir_prevalence(theta, num_observations, steps_per_obs, dt):
         a2, b2 = rhs(s + 0.5 * dt * a1, i + 0.5 * dt * b1)
         a3, b3 = rhs(s + 0.5 * dt * a2, i + 0.5 * dt * b2)
         a4, b4 = rhs(s + dt * a3, i + dt * b3)
-        return (s + dt / 6 * (a1 + 2 * a2 + 2 * a3 + a4), i + dt / 6 * (b1 + 2 * b2 + 2 * b3 + b4)), None
+        return (
+            s + dt / 6 * (a1 + 2 * a2 + 2 * a3 + a4),
+            i + dt / 6 * (b1 + 2 * b2 + 2 * b3 + b4),
+        ), None
 
     def observe(y, _):
         y, _ = jax.lax.scan(rk4, y, None, length=steps_per_obs)
         return y, y[1]
 
-    y0 = (jnp.asarray(1.0 - SIR_INITIAL_INFECTED, theta.dtype), jnp.asarray(SIR_INITIAL_INFECTED, theta.dtype))
+    y0 = (
+        jnp.asarray(1.0 - SIR_INITIAL_INFECTED, theta.dtype),
+        jnp.asarray(SIR_INITIAL_INFECTED, theta.dtype),
+    )
     _, prevalence = jax.lax.scan(observe, y0, None, length=num_observations)
     return prevalence
 
@@ -421,23 +524,31 @@ def _sir_prevalence_numpy(theta, num_observations, steps_per_obs, dt):
             a2, b2 = rhs(s + 0.5 * dt * a1, i + 0.5 * dt * b1)
             a3, b3 = rhs(s + 0.5 * dt * a2, i + 0.5 * dt * b2)
             a4, b4 = rhs(s + dt * a3, i + dt * b3)
-            s, i = s + dt / 6 * (a1 + 2 * a2 + 2 * a3 + a4), i + dt / 6 * (b1 + 2 * b2 + 2 * b3 + b4)
+            s, i = (
+                s + dt / 6 * (a1 + 2 * a2 + 2 * a3 + a4),
+                i + dt / 6 * (b1 + 2 * b2 + 2 * b3 + b4),
+            )
         out.append(i)
     return np.stack(out, axis=-1)
 
 
 def _sir_parts(num_rk4_steps, num_observations, noise_sd, seed):
-    num_rk4_steps, num_observations, per_obs = _sir_settings(num_rk4_steps, num_observations, noise_sd)
+    num_rk4_steps, num_observations, per_obs = _sir_settings(
+        num_rk4_steps, num_observations, noise_sd
+    )
     dt = SIR_HORIZON / num_rk4_steps
     times = SIR_HORIZON * np.arange(1, num_observations + 1) / num_observations
     theta_true = np.log(np.asarray(SIR_TRUE))
     rng = np.random.default_rng(seed)
     clean = _sir_prevalence_numpy(theta_true, num_observations, per_obs, dt)
-    y = clean * np.exp(noise_sd * rng.standard_normal(num_observations))  # log-normal noise
+    y = clean * np.exp(
+        noise_sd * rng.standard_normal(num_observations)
+    )  # log-normal noise
     log_y = np.log(y)
     prior_mean = np.asarray(SIR_PRIOR_MEAN)
-    log_c = -0.5 * num_observations * math.log(2 * math.pi * noise_sd**2) - 2 * (0.5 * math.log(2 * math.pi)
-                                                                                + math.log(SIR_PRIOR_SD))
+    log_c = -0.5 * num_observations * math.log(2 * math.pi * noise_sd**2) - 2 * (
+        0.5 * math.log(2 * math.pi) + math.log(SIR_PRIOR_SD)
+    )
 
     def forward_fn(theta):
         return _sir_prevalence(theta, num_observations, per_obs, dt)
@@ -449,7 +560,9 @@ def _sir_parts(num_rk4_steps, num_observations, noise_sd, seed):
 
     def logpost_numpy(theta):
         theta = np.asarray(theta, np.float64)
-        r = (log_y - np.log(_sir_prevalence_numpy(theta, num_observations, per_obs, dt))) / noise_sd
+        r = (
+            log_y - np.log(_sir_prevalence_numpy(theta, num_observations, per_obs, dt))
+        ) / noise_sd
         p = (theta - prior_mean) / SIR_PRIOR_SD
         return -0.5 * np.sum(r**2, axis=-1) - 0.5 * np.sum(p**2, axis=-1) + log_c
 
@@ -458,14 +571,40 @@ def _sir_parts(num_rk4_steps, num_observations, noise_sd, seed):
         noise = jax.random.normal(rng_key, (num_observations,), theta.dtype)
         return forward_fn(theta) * jnp.exp(noise_sd * noise)
 
-    data = dict(times=times, observations=y, noise_sd=noise_sd, num_rk4_steps=num_rk4_steps, rk4_step=dt,
-                horizon=SIR_HORIZON, initial_infected=SIR_INITIAL_INFECTED, prior_mean=prior_mean,
-                prior_sd=SIR_PRIOR_SD, seed=seed, logposterior_numpy=logpost_numpy)
-    return logpost, forward_fn, simulate, theta_true, y, data, logpost_numpy, (num_observations, per_obs, dt)
+    data = dict(
+        times=times,
+        observations=y,
+        noise_sd=noise_sd,
+        num_rk4_steps=num_rk4_steps,
+        rk4_step=dt,
+        horizon=SIR_HORIZON,
+        initial_infected=SIR_INITIAL_INFECTED,
+        prior_mean=prior_mean,
+        prior_sd=SIR_PRIOR_SD,
+        seed=seed,
+        logposterior_numpy=logpost_numpy,
+    )
+    return (
+        logpost,
+        forward_fn,
+        simulate,
+        theta_true,
+        y,
+        data,
+        logpost_numpy,
+        (num_observations, per_obs, dt),
+    )
 
 
-def sir_epidemic(*, num_rk4_steps: int = 1000, num_observations: int = 20, noise_sd: float = 0.25, seed: int = 0,
-                 quadrature_spacing: float = 0.1, quadrature_half_width: float = 7.0) -> InverseProblem:
+def sir_epidemic(
+    *,
+    num_rk4_steps: int = 1000,
+    num_observations: int = 20,
+    noise_sd: float = 0.25,
+    seed: int = 0,
+    quadrature_spacing: float = 0.1,
+    quadrature_half_width: float = 7.0,
+) -> InverseProblem:
     """Calibrate an SIR epidemic to noisy prevalence data: d = 2, ``θ = (log β, log γ)``.
 
     Model (population fractions, ``R = 1 - S - I``): ``S' = -β S I``,
@@ -480,15 +619,33 @@ def sir_epidemic(*, num_rk4_steps: int = 1000, num_observations: int = 20, noise
     data and the settings, and ``logposterior_numpy`` (the NumPy twin used
     by :func:`sir_epidemic_black_box`).
     """
-    logpost, forward_fn, simulate, theta_true, y, data, _, _ = _sir_parts(num_rk4_steps, num_observations,
-                                                                         noise_sd, seed)
-    return _assemble("sir_epidemic", ("log_beta", "log_gamma"), logpost, forward_fn, simulate, theta_true, y, data,
-                     quadrature_spacing=quadrature_spacing, quadrature_half_width=quadrature_half_width)
+    logpost, forward_fn, simulate, theta_true, y, data, _, _ = _sir_parts(
+        num_rk4_steps, num_observations, noise_sd, seed
+    )
+    return _assemble(
+        "sir_epidemic",
+        ("log_beta", "log_gamma"),
+        logpost,
+        forward_fn,
+        simulate,
+        theta_true,
+        y,
+        data,
+        quadrature_spacing=quadrature_spacing,
+        quadrature_half_width=quadrature_half_width,
+    )
 
 
-def sir_epidemic_black_box(*, num_rk4_steps: int = 1000, num_observations: int = 20, noise_sd: float = 0.25,
-                           seed: int = 0, quadrature_spacing: float = 0.1, quadrature_half_width: float = 7.0,
-                           fd_scheme: str = "central") -> InverseProblem:
+def sir_epidemic_black_box(
+    *,
+    num_rk4_steps: int = 1000,
+    num_observations: int = 20,
+    noise_sd: float = 0.25,
+    seed: int = 0,
+    quadrature_spacing: float = 0.1,
+    quadrature_half_width: float = 7.0,
+    fd_scheme: str = "central",
+) -> InverseProblem:
     """:func:`sir_epidemic` with the model as a NumPy black box behind ``jax.pure_callback``.
 
     ``logdensity_fn(z)`` whitens in JAX and calls the NumPy log posterior
@@ -502,8 +659,9 @@ def sir_epidemic_black_box(*, num_rk4_steps: int = 1000, num_observations: int =
     (the NumPy RK4 repeats it operation for operation; the log densities agree
     to rounding). ``forward_fn`` is the NumPy forward model.
     """
-    logpost, _, simulate, theta_true, y, data, logpost_numpy, (n_obs, per_obs, dt) = _sir_parts(
-        num_rk4_steps, num_observations, noise_sd, seed)
+    logpost, _, simulate, theta_true, y, data, logpost_numpy, (n_obs, per_obs, dt) = (
+        _sir_parts(num_rk4_steps, num_observations, noise_sd, seed)
+    )
     counter = ModelCounter()
 
     def numpy_logpost(theta):
@@ -513,17 +671,33 @@ def sir_epidemic_black_box(*, num_rk4_steps: int = 1000, num_observations: int =
         return np.asarray(logpost_numpy(theta), theta.dtype)
 
     def black_box(theta):
-        return jax.pure_callback(numpy_logpost, jax.ShapeDtypeStruct(theta.shape[:-1], theta.dtype), theta,
-                                 vmap_method="expand_dims")
+        return jax.pure_callback(
+            numpy_logpost,
+            jax.ShapeDtypeStruct(theta.shape[:-1], theta.dtype),
+            theta,
+            vmap_method="expand_dims",
+        )
 
     def forward_numpy(theta):
         return _sir_prevalence_numpy(theta, n_obs, per_obs, dt)
 
     data = dict(data, counter=counter)
-    problem = _assemble("sir_epidemic_black_box", ("log_beta", "log_gamma"), logpost, forward_numpy, simulate,
-                        theta_true, y, data, quadrature_spacing=quadrature_spacing,
-                        quadrature_half_width=quadrature_half_width, logpost_for_sampling=black_box)
-    return problem._replace(grad_fn=finite_difference(problem.logdensity_fn, scheme=fd_scheme))
+    problem = _assemble(
+        "sir_epidemic_black_box",
+        ("log_beta", "log_gamma"),
+        logpost,
+        forward_numpy,
+        simulate,
+        theta_true,
+        y,
+        data,
+        quadrature_spacing=quadrature_spacing,
+        quadrature_half_width=quadrature_half_width,
+        logpost_for_sampling=black_box,
+    )
+    return problem._replace(
+        grad_fn=finite_difference(problem.logdensity_fn, scheme=fd_scheme)
+    )
 
 
 # ---------------------------------------------------------------- Darcy flow
@@ -533,22 +707,37 @@ def _darcy_operator(theta, num_nodes):
     """Tridiagonal finite-volume matrix of ``-(k u')'`` with ``log k`` = θ on equal zones: (dl, diag, du)."""
     n, d = num_nodes, theta.shape[-1]
     ds = 1.0 / (n + 1)
-    faces = (np.arange(n + 1) + 0.5) * ds  # the n + 1 cell faces between nodes (and walls)
+    faces = (
+        np.arange(n + 1) + 0.5
+    ) * ds  # the n + 1 cell faces between nodes (and walls)
     zone = np.minimum((faces * d).astype(np.int32), d - 1)
     k = jnp.exp(theta[zone]) / ds**2
     zero = jnp.zeros((1,), theta.dtype)
-    return jnp.concatenate([zero, -k[1:n]]), k[:n] + k[1:], jnp.concatenate([-k[1:n], zero])
+    return (
+        jnp.concatenate([zero, -k[1:n]]),
+        k[:n] + k[1:],
+        jnp.concatenate([-k[1:n], zero]),
+    )
 
 
 def _darcy_solve(theta, num_nodes, obs_idx):
     dl, diag, du = _darcy_operator(theta, num_nodes)
-    u = jax.lax.linalg.tridiagonal_solve(dl, diag, du, jnp.ones((num_nodes, 1), theta.dtype))[:, 0]
+    u = jax.lax.linalg.tridiagonal_solve(
+        dl, diag, du, jnp.ones((num_nodes, 1), theta.dtype)
+    )[:, 0]
     return u[np.asarray(obs_idx, np.int32)]
 
 
-def darcy_flow(num_coefficients: int = 3, *, num_nodes: int = 99, num_observations: int = 12,
-               noise_sd: float = 0.002, seed: int = 0, quadrature_spacing: float = 0.2,
-               quadrature_half_width: float = 7.0) -> InverseProblem:
+def darcy_flow(
+    num_coefficients: int = 3,
+    *,
+    num_nodes: int = 99,
+    num_observations: int = 12,
+    noise_sd: float = 0.002,
+    seed: int = 0,
+    quadrature_spacing: float = 0.2,
+    quadrature_half_width: float = 7.0,
+) -> InverseProblem:
     """Recover a piecewise-constant conductivity from pressures: 1-D Darcy flow, d = ``num_coefficients``.
 
     ``-(k(s) u'(s))' = 1`` on ``(0, 1)``, ``u(0) = u(1) = 0``,
@@ -565,18 +754,31 @@ def darcy_flow(num_coefficients: int = 3, *, num_nodes: int = 99, num_observatio
     """
     d = check_int(num_coefficients, "num_coefficients", minimum=1)
     num_nodes = check_int(num_nodes, "num_nodes", minimum=max(2, d))
-    num_observations = check_int(num_observations, "num_observations", minimum=1, maximum=num_nodes)
+    num_observations = check_int(
+        num_observations, "num_observations", minimum=1, maximum=num_nodes
+    )
     check_positive(noise_sd, "noise_sd")
-    obs_idx = np.unique(np.round(np.linspace(0, num_nodes - 1, num_observations + 2)[1:-1]).astype(np.int32))
+    obs_idx = np.unique(
+        np.round(np.linspace(0, num_nodes - 1, num_observations + 2)[1:-1]).astype(
+            np.int32
+        )
+    )
     if obs_idx.size != num_observations:
-        raise ValueError(f"num_observations must leave distinct nodes; got {num_observations} of {num_nodes}.")
+        raise ValueError(
+            f"num_observations must leave distinct nodes; got {num_observations} of {num_nodes}."
+        )
     rng = np.random.default_rng(seed)
     theta_true = 0.5 * rng.standard_normal(d)
     with jax.enable_x64(True):
-        clean = np.asarray(jax.jit(_darcy_solve, static_argnums=(1, 2))(jnp.asarray(theta_true), num_nodes,
-                                                                         tuple(obs_idx)))
+        clean = np.asarray(
+            jax.jit(_darcy_solve, static_argnums=(1, 2))(
+                jnp.asarray(theta_true), num_nodes, tuple(obs_idx)
+            )
+        )
     y = clean + noise_sd * rng.standard_normal(num_observations)
-    log_c = -0.5 * num_observations * math.log(2 * math.pi * noise_sd**2) - 0.5 * d * math.log(2 * math.pi)
+    log_c = -0.5 * num_observations * math.log(
+        2 * math.pi * noise_sd**2
+    ) - 0.5 * d * math.log(2 * math.pi)
 
     def forward_fn(theta):
         return _darcy_solve(jnp.asarray(theta), num_nodes, obs_idx)
@@ -587,13 +789,30 @@ def darcy_flow(num_coefficients: int = 3, *, num_nodes: int = 99, num_observatio
 
     def simulate(rng_key, theta):
         theta = jnp.asarray(theta)
-        return forward_fn(theta) + noise_sd * jax.random.normal(rng_key, (num_observations,), theta.dtype)
+        return forward_fn(theta) + noise_sd * jax.random.normal(
+            rng_key, (num_observations,), theta.dtype
+        )
 
-    data = dict(nodes=(np.arange(num_nodes) + 1) / (num_nodes + 1), observed_nodes=obs_idx, observations=y,
-                noise_sd=noise_sd, seed=seed)
+    data = dict(
+        nodes=(np.arange(num_nodes) + 1) / (num_nodes + 1),
+        observed_nodes=obs_idx,
+        observations=y,
+        noise_sd=noise_sd,
+        seed=seed,
+    )
     names = tuple(f"log_k{j}" for j in range(d))
-    return _assemble(f"darcy_flow_{d}d", names, logpost, forward_fn, simulate, theta_true, y, data,
-                     quadrature_spacing=quadrature_spacing, quadrature_half_width=quadrature_half_width)
+    return _assemble(
+        f"darcy_flow_{d}d",
+        names,
+        logpost,
+        forward_fn,
+        simulate,
+        theta_true,
+        y,
+        data,
+        quadrature_spacing=quadrature_spacing,
+        quadrature_half_width=quadrature_half_width,
+    )
 
 
 #: The problems by name, with their defaults: ``PROBLEMS["sir"]()``.

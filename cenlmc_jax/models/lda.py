@@ -49,10 +49,10 @@ recipe is ``θ̃ ⊙ g̃ + Γ``, ``Γ_i = ∂_i θ̃_i = 1``:
 
     θ̃' = θ̃ + ε (α - θ̃ + (|S|/|S̃|) Σ_d E[n_dkw - θ_kw n_dk·]) + N(0, 2 ε θ̃),
 
-Patterson & Teh's expanded-mean SGRLD update with their ``ε`` twice the library's (theirs:
-``ε/2`` drift, ``ε`` noise variance). Note that the likelihood depends on
-``θ̃`` only through ``θ``: the posterior of each row's scale ``θ̃_k·`` is its
-prior ``Gamma(Wα, 1)``, so ``θ̃`` is small (``Wα = 0.43`` at ``W = 4,258``).
+Patterson & Teh's expanded-mean SGRLD update with their ``ε`` twice the library's
+(theirs: ``ε/2`` drift, ``ε`` noise variance). Note that the likelihood depends on
+``θ̃`` only through ``θ``: the posterior of each row's scale ``θ̃_k·`` is its prior
+``Gamma(Wα, 1)``, so ``θ̃`` is small (``Wα = 0.43`` at ``W = 4,258``).
 
 **Running the library's samplers** (:func:`coordinatewise`): the samplers'
 ``D``, ``Q``, friction and metric are scalar or elementwise diagonal here, so
@@ -63,10 +63,10 @@ coordinates. It is needed because the library checks constant matrices as
 dense float64 ``(d, d)`` arrays at ``init`` and on every trace (54 GiB at
 ``d = K·W = 85,160``).
 
-**Mirroring** (Patterson & Teh take the absolute value of the updated
-``θ̃``, its mirror image at the boundary 0): after every step of any of the four samplers ``θ̃ ← |θ̃|``
-(:func:`mirrored`, a wrapper of the sampler object; the inner step is the
-library's, unchanged). For SGHMC / SGRHMC the momentum of a coordinate that
+**Mirroring** (Patterson & Teh take the absolute value of the updated ``θ̃``, its mirror
+image at the boundary 0): after every step of any of the four samplers ``θ̃ ← |θ̃|``
+(:func:`mirrored`, a wrapper of the sampler object; the inner step is the library's,
+unchanged). For SGHMC / SGRHMC the momentum of a coordinate that
 crossed 0 is negated with it: the reflection of Hamiltonian dynamics at a
 wall (Neal 2011, §5.1), so a reflected coordinate moves away from the wall.
 The estimator evaluates ``1/θ̃`` at ``max(θ̃, tiny)`` (the dtype's smallest
@@ -85,7 +85,8 @@ each held-out document's tokens are split in two halves with a fixed seed
 draws and ``η̂_dk = mean over kept sweeps of (γ + n_dk) / (Kγ + N_d)`` (the
 posterior mean of ``η_d`` given each draw); the second half is scored,
 
-    perplexity = exp( - Σ_d Σ_{j ∈ second half} log Σ_k η̂_dk θ_{k x_j} / #(second-half tokens) ).
+    perplexity = exp( - Σ_d Σ_{j ∈ second half} log Σ_k η̂_dk θ_{k x_j} / #(second-half
+    tokens) ).
 """
 
 from __future__ import annotations
@@ -127,7 +128,8 @@ class Corpus(NamedTuple):
     """Documents as padded token arrays.
 
     tokens: (D, L) int32 word ids; padding positions hold 0.
-    mask: (D, L) bool, True at the document's real tokens (the first ``length`` positions).
+    mask: (D, L) bool, True at the document's real tokens (the first ``length``
+      positions).
     """
 
     tokens: Array
@@ -156,11 +158,15 @@ def corpus_from_counts(counts: np.ndarray, max_len: int | None = None) -> Corpus
     """
     counts = np.asarray(counts)
     if counts.ndim != 2 or np.any(counts < 0):
-        raise ValueError(f"counts must be a (D, W) array of non-negative counts; got shape {counts.shape}.")
+        raise ValueError(
+            f"counts must be a (D, W) array of non-negative counts; got shape {counts.shape}."
+        )
     lengths = counts.sum(axis=1).astype(int)
     L = int(lengths.max()) if max_len is None else int(max_len)
     if lengths.max() > L:
-        raise ValueError(f"a document has {lengths.max()} tokens, more than max_len={L}.")
+        raise ValueError(
+            f"a document has {lengths.max()} tokens, more than max_len={L}."
+        )
     tokens = np.zeros((counts.shape[0], max(L, 1)), np.int32)
     for d, row in enumerate(counts):
         words = np.repeat(np.arange(counts.shape[1]), row)
@@ -171,7 +177,8 @@ def corpus_from_counts(counts: np.ndarray, max_len: int | None = None) -> Corpus
 
 def split_halves(corpus: Corpus, seed: int = 0) -> tuple[Corpus, Corpus]:
     """Document completion's split: each document's tokens in a random order (``numpy`` generator
-    ``seed``); the first ``n // 2`` are observed, the other ``n - n // 2`` scored. Returns
+    ``seed``); the first ``n // 2`` are observed, the other ``n - n // 2`` scored.
+    Returns
     ``(observed, scored)``, each padded to its own longest half."""
     rng = np.random.default_rng(seed)
     tokens, mask = np.asarray(corpus.tokens), np.asarray(corpus.mask)
@@ -207,7 +214,8 @@ def topic_word(theta_tilde: Array) -> Array:
 def gibbs_conditional(n_minus: Array, theta_col: Array, gamma: float) -> Array:
     """Eq. (32): ``p(z_j = k | z_{\\j}) = (γ + n^{\\j}_k) θ_{k x_j} / Σ_k (...)``.
 
-    n_minus: (K,) the document's topic counts without token ``j``; theta_col: (K,) ``θ_{k x_j}``.
+    n_minus: (K,) the document's topic counts without token ``j``; theta_col: (K,)
+      ``θ_{k x_j}``.
     """
     p = (gamma + n_minus) * theta_col
     return p / jnp.sum(p)
@@ -216,8 +224,9 @@ def gibbs_conditional(n_minus: Array, theta_col: Array, gamma: float) -> Array:
 def _sweep(n_k: Array, z: Array, tok_theta: Array, mask: Array, u: Array, gamma: float):
     """One Gibbs sweep over the tokens in order: a scan carrying the topic counts ``n_k: (K,)``.
 
-    z: (L,) the assignments before the sweep; tok_theta: (L, K) ``θ_{k x_j}``; u: (L,) uniforms
-    (inverse-CDF draws). Padding positions keep their (unused) assignment and count nothing.
+    z: (L,) the assignments before the sweep; tok_theta: (L, K) ``θ_{k x_j}``; u: (L,)
+    uniforms (inverse-CDF draws). Padding positions keep their (unused) assignment and
+    count nothing.
     """
     K = n_k.shape[0]
 
@@ -226,7 +235,9 @@ def _sweep(n_k: Array, z: Array, tok_theta: Array, mask: Array, u: Array, gamma:
         mf = m.astype(n_k.dtype)
         n_minus = n_k - jax.nn.one_hot(z_j, K, dtype=n_k.dtype) * mf
         c = jnp.cumsum((gamma + n_minus) * col)  # unnormalised CDF of eq. (32)
-        k = jnp.minimum(jnp.sum(c <= u_j * c[-1]), K - 1).astype(z_j.dtype)  # skips zero-mass topics
+        k = jnp.minimum(jnp.sum(c <= u_j * c[-1]), K - 1).astype(
+            z_j.dtype
+        )  # skips zero-mass topics
         k = jnp.where(m, k, z_j)
         return n_minus + jax.nn.one_hot(k, K, dtype=n_k.dtype) * mf, k
 
@@ -234,13 +245,20 @@ def _sweep(n_k: Array, z: Array, tok_theta: Array, mask: Array, u: Array, gamma:
 
 
 def expected_topic_indicators(
-    rng_key: Array, theta: Array, tokens: Array, mask: Array, gamma: float, num_burnin: int, num_kept: int
+    rng_key: Array,
+    theta: Array,
+    tokens: Array,
+    mask: Array,
+    gamma: float,
+    num_burnin: int,
+    num_kept: int,
 ) -> tuple[Array, Array]:
     """Gibbs estimate of ``E[1{z_j = k}]`` for one document, ``θ: (K, W)`` fixed (eq. (32)).
 
-    tokens, mask: (L,). Returns ``(indicators: (L, K), eta: (K,))``: the mean over the ``num_kept``
-    sweeps after ``num_burnin`` of the indicators (0 at padding) and of ``(γ + n_k)/(Kγ + N)``
-    (the posterior mean of the document's topic proportions given the draw).
+    tokens, mask: (L,). Returns ``(indicators: (L, K), eta: (K,))``: the mean over the
+    ``num_kept`` sweeps after ``num_burnin`` of the indicators (0 at padding) and of
+    ``(γ + n_k)/(Kγ + N)`` (the posterior mean of the document's topic proportions given
+    the draw).
     """
     K = theta.shape[0]
     dtype = theta.dtype
@@ -268,17 +286,27 @@ def expected_topic_indicators(
 
 
 def expected_word_topic_counts(
-    rng_key: Array, theta: Array, docs: Corpus, gamma: float, num_burnin: int, num_kept: int
+    rng_key: Array,
+    theta: Array,
+    docs: Corpus,
+    gamma: float,
+    num_burnin: int,
+    num_kept: int,
 ) -> Array:
     """``Σ_{d ∈ docs} E[n_dkw]``: (K, W), the documents' Gibbs indicators (vmapped) scattered onto words."""
     keys = jax.random.split(rng_key, docs.tokens.shape[0])
-    ind, _ = jax.vmap(expected_topic_indicators, in_axes=(0, None, 0, 0, None, None, None))(
-        keys, theta, docs.tokens, docs.mask, gamma, num_burnin, num_kept)
+    ind, _ = jax.vmap(
+        expected_topic_indicators, in_axes=(0, None, 0, 0, None, None, None)
+    )(keys, theta, docs.tokens, docs.mask, gamma, num_burnin, num_kept)
     K = theta.shape[0]
-    return jnp.zeros_like(theta).at[:, docs.tokens.reshape(-1)].add(ind.reshape(-1, K).T)
+    return (
+        jnp.zeros_like(theta).at[:, docs.tokens.reshape(-1)].add(ind.reshape(-1, K).T)
+    )
 
 
-def grad_from_counts(theta_tilde: Array, counts: Array, alpha: float, scale: float) -> Array:
+def grad_from_counts(
+    theta_tilde: Array, counts: Array, alpha: float, scale: float
+) -> Array:
     """Eq. (31) given the expected counts ``counts_kw = Σ_{d ∈ S̃} E[n_dkw]``: (K, W) -> (K, W),
 
         (α - 1)/θ̃_kw - 1 + scale · (counts_kw / θ̃_kw - counts_k· / θ̃_k·),     scale = |S| / |S̃|,
@@ -304,15 +332,17 @@ def lda_grad_estimator(
     """The minibatch estimator of eq. (31): ``(rng_key, θ̃: (K·W,)) -> g̃: (K·W,)``.
 
     Draws ``|S̃| = batch_size`` of the ``|S| = D`` documents without replacement, runs
-    ``num_burnin + num_kept`` Gibbs sweeps of eq. (32) in each (vmapped over the minibatch),
-    and returns :func:`grad_from_counts` with ``scale = D / batch_size``. Jittable; the corpus is
-    closed over (on the device once).
+    ``num_burnin + num_kept`` Gibbs sweeps of eq. (32) in each (vmapped over the
+    minibatch), and returns :func:`grad_from_counts` with ``scale = D / batch_size``.
+    Jittable; the corpus is closed over (on the device once).
     """
     D = int(corpus.tokens.shape[0])
     if not 1 <= batch_size <= D:
         raise ValueError(f"batch_size must be in [1, {D}]; got {batch_size}.")
     if num_burnin < 0 or num_kept < 1:
-        raise ValueError(f"need num_burnin >= 0 and num_kept >= 1; got {num_burnin}, {num_kept}.")
+        raise ValueError(
+            f"need num_burnin >= 0 and num_kept >= 1; got {num_burnin}, {num_kept}."
+        )
     K, W = int(num_topics), int(num_words)
     scale = D / batch_size
 
@@ -321,8 +351,14 @@ def lda_grad_estimator(
         key_batch, key_gibbs = jax.random.split(rng_key)
         idx = floyd_subset(key_batch, D, batch_size)
         batch = Corpus(corpus.tokens[idx], corpus.mask[idx])
-        counts = expected_word_topic_counts(key_gibbs, topic_word(theta_tilde), batch, hypers.gamma,
-                                            num_burnin, num_kept)
+        counts = expected_word_topic_counts(
+            key_gibbs,
+            topic_word(theta_tilde),
+            batch,
+            hypers.gamma,
+            num_burnin,
+            num_kept,
+        )
         return grad_from_counts(theta_tilde, counts, hypers.alpha, scale).reshape(-1)
 
     return grad_estimator
@@ -344,22 +380,25 @@ def paper_schedule(a: float, b: float, c: float):
     return schedule
 
 
-def coordinatewise(make_sampler: Callable[[GradEstimator], SamplingAlgorithm],
-                   grad_estimator: GradEstimator) -> SamplingAlgorithm:
+def coordinatewise(
+    make_sampler: Callable[[GradEstimator], SamplingAlgorithm],
+    grad_estimator: GradEstimator,
+) -> SamplingAlgorithm:
     """A library sampler run as ``d`` one-dimensional chains that share one gradient estimate per step.
 
-    ``make_sampler(g̃_est) -> SamplingAlgorithm`` builds the library's sampler for an estimator
-    (``lambda est: cj.sgrld(est, schedule, inv_metric)``, say). The returned sampler takes the
-    flat ``θ̃: (d,)``; its state is the library's state with a leading coordinate axis
-    (``position: (d, 1)``). Each step calls ``grad_estimator`` once on the whole ``θ̃`` and runs
-    the library's step, unchanged, ``vmap``-ed over the coordinates, coordinate ``i`` given
-    ``g̃_i`` and its own key (``split(key, d)``).
+    ``make_sampler(g̃_est) -> SamplingAlgorithm`` builds the library's sampler for an
+    estimator (``lambda est: cj.sgrld(est, schedule, inv_metric)``, say). The returned
+    sampler takes the flat ``θ̃: (d,)``; its state is the library's state with a leading
+    coordinate axis (``position: (d, 1)``). Each step calls ``grad_estimator`` once on
+    the whole ``θ̃`` and runs the library's step, unchanged, ``vmap``-ed over the
+    coordinates, coordinate ``i`` given ``g̃_i`` and its own key (``split(key, d)``).
 
     This is the same Markov chain as the library's step on ``(d,)``: with a scalar or an
-    elementwise diagonal ``D``, ``Q``, friction and metric (all four samplers here; ``G^{-1} =
-    diag(θ̃)``), the coordinates of one step are coupled only through ``g̃``, and the noise is
-    independent across coordinates. It exists because the library's samplers check their
-    constant matrices as dense float64 ``(d, d)`` arrays (``_linalg.constant_dense``) at ``init``
+    elementwise diagonal ``D``, ``Q``, friction and metric (all four samplers here;
+    ``G^{-1} = diag(θ̃)``), the coordinates of one step are coupled only through ``g̃``,
+    and the noise is independent across coordinates. It exists because the library's
+    samplers check their constant matrices as dense float64 ``(d, d)`` arrays
+    (``_linalg.constant_dense``) at ``init``
     and on every trace: 54 GiB at ``d = K·W = 85,160``; at ``d = 1`` they cost nothing.
     """
 
@@ -379,7 +418,9 @@ def coordinatewise(make_sampler: Callable[[GradEstimator], SamplingAlgorithm],
         def one(key, s, g_i):
             return make_sampler(lambda _key, _p: g_i).step(key, s)
 
-        return jax.vmap(one)(jax.random.split(key_steps, theta.shape[0]), state, g[:, None])
+        return jax.vmap(one)(
+            jax.random.split(key_steps, theta.shape[0]), state, g[:, None]
+        )
 
     return SamplingAlgorithm(init, step)
 
@@ -387,9 +428,9 @@ def coordinatewise(make_sampler: Callable[[GradEstimator], SamplingAlgorithm],
 def mirrored(algorithm: SamplingAlgorithm) -> SamplingAlgorithm:
     """The sampler with ``θ̃ ← |θ̃|`` after each of its steps (and at ``init``): Patterson & Teh's mirroring.
 
-    A state with a ``momentum`` (SGHMC, SGRHMC) has the momentum of each coordinate that crossed
-    0 negated (reflection at the wall). The inner ``init`` and ``step`` are the library's (or
-    :func:`coordinatewise`'s); infos pass through.
+    A state with a ``momentum`` (SGHMC, SGRHMC) has the momentum of each coordinate that
+    crossed 0 negated (reflection at the wall). The inner ``init`` and ``step`` are the
+    library's (or :func:`coordinatewise`'s); infos pass through.
     """
 
     def init(position, rng_key=None):
@@ -406,7 +447,9 @@ def mirrored(algorithm: SamplingAlgorithm) -> SamplingAlgorithm:
     return SamplingAlgorithm(init, step)
 
 
-def init_theta(rng_key: Array, num_topics: int, num_words: int, dtype=jnp.float32) -> Array:
+def init_theta(
+    rng_key: Array, num_topics: int, num_words: int, dtype=jnp.float32
+) -> Array:
     """A starting ``θ̃: (K·W,)`` with entries ``Gamma(1, 1)`` (every topic near uniform over words)."""
     return jax.random.gamma(rng_key, 1.0, (num_topics * num_words,), dtype)
 
@@ -417,17 +460,26 @@ def init_theta(rng_key: Array, num_topics: int, num_words: int, dtype=jnp.float3
 
 
 def completion_log_probs(
-    rng_key: Array, theta: Array, observed: Corpus, scored: Corpus, gamma: float, num_burnin: int, num_kept: int
+    rng_key: Array,
+    theta: Array,
+    observed: Corpus,
+    scored: Corpus,
+    gamma: float,
+    num_burnin: int,
+    num_kept: int,
 ) -> tuple[Array, Array]:
     """Per document: ``Σ_{j scored} log Σ_k η̂_dk θ_{k x_j}`` and the number of scored tokens.
 
-    ``η̂_d`` from Gibbs on the observed half with ``θ: (K, W)`` fixed (:func:`expected_topic_indicators`).
-    Returns ``(log_probs: (D,), counts: (D,))``.
+    ``η̂_d`` from Gibbs on the observed half with ``θ: (K, W)`` fixed
+    (:func:`expected_topic_indicators`). Returns ``(log_probs: (D,), counts: (D,))``.
     """
     keys = jax.random.split(rng_key, observed.tokens.shape[0])
-    _, eta = jax.vmap(expected_topic_indicators, in_axes=(0, None, 0, 0, None, None, None))(
-        keys, theta, observed.tokens, observed.mask, gamma, num_burnin, num_kept)
-    p = jnp.einsum("dk,kdl->dl", eta, theta[:, scored.tokens])  # (D, L2): p(x_j) under η̂_d
+    _, eta = jax.vmap(
+        expected_topic_indicators, in_axes=(0, None, 0, 0, None, None, None)
+    )(keys, theta, observed.tokens, observed.mask, gamma, num_burnin, num_kept)
+    p = jnp.einsum(
+        "dk,kdl->dl", eta, theta[:, scored.tokens]
+    )  # (D, L2): p(x_j) under η̂_d
     logp = jnp.where(scored.mask, jnp.log(jnp.where(scored.mask, p, 1.0)), 0.0)
     return jnp.sum(logp, axis=1), jnp.sum(scored.mask, axis=1)
 
@@ -443,8 +495,11 @@ def completion_perplexity(
 ) -> Array:
     """Held-out perplexity ``exp(-Σ log p(w) / #words)`` over the scored halves (module docstring).
 
-    theta: (K, W) topic-word distributions (rows sum to 1), fixed. Jittable, the sweep counts static
-    (``jax.jit(completion_perplexity, static_argnums=(5, 6))``; ``gamma`` may be traced).
+    theta: (K, W) topic-word distributions (rows sum to 1), fixed. Jittable, the sweep
+    counts static (``jax.jit(completion_perplexity, static_argnums=(5, 6))``; ``gamma``
+    may be traced).
     """
-    logp, n = completion_log_probs(rng_key, theta, observed, scored, gamma, num_burnin, num_kept)
+    logp, n = completion_log_probs(
+        rng_key, theta, observed, scored, gamma, num_burnin, num_kept
+    )
     return jnp.exp(-jnp.sum(logp) / jnp.sum(n))

@@ -1,20 +1,24 @@
 """NumPyro models in: ``cj.from_numpyro(model, *args, **kwargs)``.
 
-A NumPyro model is a Python function of its data with ``numpyro.sample`` statements. Every sampler here
-takes a log density of one flat point ``x: (d,)`` on an unconstrained space; this module gets it from
-NumPyro's own machinery, without re-implementing any transform:
+A NumPyro model is a Python function of its data with ``numpyro.sample`` statements.
+Every sampler here takes a log density of one flat point ``x: (d,)`` on an unconstrained
+space; this module gets it from NumPyro's own machinery, without re-implementing any
+transform:
 
-* ``numpyro.infer.util.initialize_model(key, model, model_args=args, model_kwargs=kwargs)`` traces the model
-  once and returns NumPyro's ``potential_fn`` (the negative log joint of the latent sites on the
-  unconstrained scale, each site's bijection to its support and its log-Jacobian included: for a
-  ``HalfCauchy`` scale ``tau = exp(u)``, ``+u``) and ``postprocess_fn`` (unconstrained -> constrained,
+* ``numpyro.infer.util.initialize_model(key, model, model_args=args,
+  model_kwargs=kwargs)`` traces the model once and returns NumPyro's ``potential_fn``
+  (the negative log joint of the latent sites on the unconstrained scale, each site's
+  bijection to its support and its log-Jacobian included: for a ``HalfCauchy`` scale
+  ``tau = exp(u)``, ``+u``) and ``postprocess_fn`` (unconstrained -> constrained,
   ``numpyro.deterministic`` sites included);
-* the unconstrained latent sites are a dict ``{site: array}``; ``jax.flatten_util.ravel_pytree`` flattens
-  it to ``x`` at the boundary (sites in sorted name order, each in C order), and ``unravel`` maps back.
+* the unconstrained latent sites are a dict ``{site: array}``;
+  ``jax.flatten_util.ravel_pytree`` flattens it to ``x`` at the boundary (sites in
+  sorted name order, each in C order), and ``unravel`` maps back.
 
-So ``logdensity_fn(x) = -potential_fn(unravel(x))``, ``constrain(x) = postprocess_fn(unravel(x))``. Only
-continuous latent sites are supported (a discrete latent site is refused with a ``ValueError``: the
-samplers here need gradients). NumPyro is an optional dependency (``pip install numpyro``).
+So ``logdensity_fn(x) = -potential_fn(unravel(x))``, ``constrain(x) =
+postprocess_fn(unravel(x))``. Only continuous latent sites are supported (a discrete
+latent site is refused with a ``ValueError``: the samplers here need gradients). NumPyro
+is an optional dependency (``pip install numpyro``).
 """
 
 from __future__ import annotations
@@ -34,23 +38,28 @@ class NumPyroModel(NamedTuple):
     """A NumPyro model seen as a flat unconstrained log density.
 
     Fields:
-      logdensity_fn: ``x: (d,) -> scalar``, ``-potential_fn`` of NumPyro (log joint up to a constant, on the
-        unconstrained scale); the result has ``x``'s dtype.
+      logdensity_fn: ``x: (d,) -> scalar``, ``-potential_fn`` of NumPyro (log joint up
+        to a constant, on the unconstrained scale); the result has ``x``'s dtype.
       d: the number of unconstrained coordinates.
-      constrain: ``x: (d,) -> {site: array}``, the latent sites on their support and the deterministic sites
-        (``jax.vmap`` it over draws).
-      names: the name of each coordinate of ``x``: the site's name for a scalar site, ``site[i]`` (``site[i,j]``)
-        for an array site, 0-based and in C order; the coordinate is the site's *unconstrained* value
-        (e.g. ``log tau`` for a positive ``tau``).
-      unravel: ``x -> {site: unconstrained array}``, ``jax.flatten_util``'s inverse of the flattening.
-      initial_position: ``(d,)``, NumPyro's ``init_to_uniform`` start (uniform on ``(-2, 2)`` on the
-        unconstrained scale, as Stan's), drawn with key 0; draw your own starts for several chains.
-      dims: ``{site: (dim name, ...)}`` for the array sites that ``constrain`` returns, one name per axis: the
-        ``numpyro.plate`` a batch axis lies in (``("J",)`` for eight schools' ``theta``), else ArviZ's
-        ``site_dim_i``; what ``cj.to_arviz(result, model=m)`` labels the posterior's axes with.
+      constrain: ``x: (d,) -> {site: array}``, the latent sites on their support and the
+        deterministic sites (``jax.vmap`` it over draws).
+      names: the name of each coordinate of ``x``: the site's name for a scalar site,
+        ``site[i]`` (``site[i,j]``) for an array site, 0-based and in C order; the
+        coordinate is the site's *unconstrained* value (e.g. ``log tau`` for a positive
+        ``tau``).
+      unravel: ``x -> {site: unconstrained array}``, ``jax.flatten_util``'s inverse of
+        the flattening.
+      initial_position: ``(d,)``, NumPyro's ``init_to_uniform`` start (uniform on ``(-2,
+        2)`` on the unconstrained scale, as Stan's), drawn with key 0; draw your own
+        starts for several chains.
+      dims: ``{site: (dim name, ...)}`` for the array sites that ``constrain`` returns,
+        one name per axis: the ``numpyro.plate`` a batch axis lies in (``("J",)`` for
+        eight schools' ``theta``), else ArviZ's ``site_dim_i``; what
+        ``cj.to_arviz(result, model=m)`` labels the posterior's axes with.
 
-    ``cj.summary(result, model=m)``, ``cj.to_arviz(result, model=m)`` and the ``cj.diagnostics.plots`` functions with
-    ``model=m`` show the constrained sites under their names (:mod:`cenlmc_jax.diagnostics.named_draws`).
+    ``cj.summary(result, model=m)``, ``cj.to_arviz(result, model=m)`` and the
+    ``cj.diagnostics.plots`` functions with ``model=m`` show the constrained sites under
+    their names (:mod:`cenlmc_jax.diagnostics.named_draws`).
     """
 
     logdensity_fn: Callable[[Any], Any]
@@ -80,19 +89,24 @@ def _coordinate_names(sites: dict) -> tuple:
         if shape == ():
             names.append(site)
         else:
-            names += [f"{site}[{','.join(map(str, idx))}]" for idx in np.ndindex(*shape)]
+            names += [
+                f"{site}[{','.join(map(str, idx))}]" for idx in np.ndindex(*shape)
+            ]
     return tuple(names)
 
 
 def _trace(model: Callable, args: tuple, kwargs: dict) -> dict:
     from numpyro import handlers
 
-    return handlers.trace(handlers.seed(model, jax.random.key(0))).get_trace(*args, **kwargs)
+    return handlers.trace(handlers.seed(model, jax.random.key(0))).get_trace(
+        *args, **kwargs
+    )
 
 
 def _site_dims(model_trace: dict) -> dict:
     """``{site: dim names}`` of the latent and deterministic array sites: a batch axis inside a plate takes the
-    plate's name (``frame.dim`` counts from the right of the batch shape, i.e. of the shape less the
+    plate's name (``frame.dim`` counts from the right of the batch shape, i.e. of the
+    shape less the
     distribution's event dims), any other axis ArviZ's default ``site_dim_i``."""
     dims = {}
     for name, site in model_trace.items():
@@ -103,7 +117,9 @@ def _site_dims(model_trace: dict) -> dict:
         if not shape:
             continue
         names = [f"{name}_dim_{i}" for i in range(len(shape))]
-        batch = len(shape) - (getattr(site.get("fn"), "event_dim", 0) if kind == "sample" else 0)
+        batch = len(shape) - (
+            getattr(site.get("fn"), "event_dim", 0) if kind == "sample" else 0
+        )
         for frame in site.get("cond_indep_stack", ()):
             axis = batch + frame.dim
             if 0 <= axis < len(shape) and shape[axis] == frame.size:
@@ -136,20 +152,27 @@ def from_numpyro(model: Callable, *args: Any, **kwargs: Any) -> NumPyroModel:
         draws = jax.vmap(jax.vmap(m.constrain))(result.trace)      # {site: (draws, chains, ...)}
         print(cj.summary(result, model=m))                         # the constrained sites, by name
 
-    Raises ``ImportError`` (naming ``pip install numpyro``) without NumPyro, and ``ValueError`` for a
-    ``model`` that is not callable, has no latent site, or has a discrete latent site.
+    Raises ``ImportError`` (naming ``pip install numpyro``) without NumPyro, and
+    ``ValueError`` for a ``model`` that is not callable, has no latent site, or has a
+    discrete latent site.
     """
     initialize_model = _import_numpyro()
     if not callable(model):
-        raise ValueError(f"model={model!r}: expected a NumPyro model (a callable with numpyro.sample statements)")
+        raise ValueError(
+            f"model={model!r}: expected a NumPyro model (a callable with numpyro.sample statements)"
+        )
     model_trace = _trace(model, args, kwargs)
     _check_continuous(model_trace)
-    info = initialize_model(jax.random.key(0), model, model_args=args, model_kwargs=kwargs or None)
+    info = initialize_model(
+        jax.random.key(0), model, model_args=args, model_kwargs=kwargs or None
+    )
     sites = info.param_info.z
     flat, unravel = ravel_pytree(sites)
     if flat.size == 0:
-        raise ValueError(f"model={getattr(model, '__name__', model)!r}: expected at least one latent sample site, "
-                         "found none (every site is observed)")
+        raise ValueError(
+            f"model={getattr(model, '__name__', model)!r}: expected at least one latent sample site, "
+            "found none (every site is observed)"
+        )
     potential_fn, postprocess_fn = info.potential_fn, info.postprocess_fn
 
     def logdensity_fn(x):
@@ -159,5 +182,12 @@ def from_numpyro(model: Callable, *args: Any, **kwargs: Any) -> NumPyroModel:
     def constrain(x):
         return postprocess_fn(unravel(jnp.asarray(x)))
 
-    return NumPyroModel(logdensity_fn, int(flat.size), constrain, _coordinate_names(sites), unravel, flat,
-                        _site_dims(model_trace))
+    return NumPyroModel(
+        logdensity_fn,
+        int(flat.size),
+        constrain,
+        _coordinate_names(sites),
+        unravel,
+        flat,
+        _site_dims(model_trace),
+    )

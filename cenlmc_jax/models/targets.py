@@ -77,8 +77,10 @@ def gaussian(mean: Any, cov: Any, name: str = "gaussian") -> Target:
             f"cov must have shape (d, d) = {(mean.size, mean.size)} for mean of shape {mean.shape}; got {cov.shape}."
         )
     if not np.allclose(cov, cov.T) or np.linalg.eigvalsh(cov).min() <= 0:
-        raise ValueError("cov must be symmetric positive definite; its smallest eigenvalue is "
-                         f"{np.linalg.eigvalsh((cov + cov.T) / 2).min():.3g}.")
+        raise ValueError(
+            "cov must be symmetric positive definite; its smallest eigenvalue is "
+            f"{np.linalg.eigvalsh((cov + cov.T) / 2).min():.3g}."
+        )
     d = mean.size
     chol = np.linalg.cholesky(cov)
     prec = np.linalg.inv(cov)
@@ -93,8 +95,18 @@ def gaussian(mean: Any, cov: Any, name: str = "gaussian") -> Target:
         return jnp.asarray(mean, z.dtype) + z @ jnp.asarray(chol.T, z.dtype)
 
     eig = np.linalg.eigvalsh(prec)
-    return Target(name, d, logdensity_fn, mean, cov, float(-log_norm), sample,
-                  L=float(eig.max()), mu=float(eig.min()), hessian=prec)
+    return Target(
+        name,
+        d,
+        logdensity_fn,
+        mean,
+        cov,
+        float(-log_norm),
+        sample,
+        L=float(eig.max()),
+        mu=float(eig.min()),
+        hessian=prec,
+    )
 
 
 def standard_gaussian(dim: int = 2) -> Target:
@@ -107,15 +119,23 @@ def anisotropic_gaussian(scales: Any = (1.0, 0.5)) -> Target:
     """N(0, diag(scales²)): coordinates with different scales."""
     scales = np.asarray(scales, dtype=np.float64)
     if scales.ndim != 1 or np.any(scales <= 0):
-        raise ValueError(f"scales must be a 1-D array of positive numbers; got {scales}.")
-    return gaussian(np.zeros(scales.size), np.diag(scales**2), name=f"anisotropic_gaussian_{scales.size}d")
+        raise ValueError(
+            f"scales must be a 1-D array of positive numbers; got {scales}."
+        )
+    return gaussian(
+        np.zeros(scales.size),
+        np.diag(scales**2),
+        name=f"anisotropic_gaussian_{scales.size}d",
+    )
 
 
 def correlated_gaussian(dim: int = 2, rho: float = 0.9) -> Target:
     """N(0, Σ) with unit variances and equal correlation ``rho`` (``-1/(d-1) < rho < 1``)."""
     dim = check_int(dim, "dim", minimum=2)
     if not (-1.0 / (dim - 1) < rho < 1.0):
-        raise ValueError(f"rho must lie in (-1/(dim-1), 1) = ({-1.0 / (dim - 1):.3g}, 1); got {rho}.")
+        raise ValueError(
+            f"rho must lie in (-1/(dim-1), 1) = ({-1.0 / (dim - 1):.3g}, 1); got {rho}."
+        )
     cov = np.full((dim, dim), rho) + (1 - rho) * np.eye(dim)
     return gaussian(np.zeros(dim), cov, name=f"correlated_gaussian_{dim}d_rho{rho:g}")
 
@@ -144,7 +164,9 @@ def banana(a: float = 1.0, b: float = 0.5) -> Target:
     return Target("banana", 2, logdensity_fn, np.zeros(2), cov, -log_norm, sample)
 
 
-def gaussian_mixture(means: Any = ((-2.0, 0.0), (2.0, 0.0)), weights: Any = None, sd: float = 1.0) -> Target:
+def gaussian_mixture(
+    means: Any = ((-2.0, 0.0), (2.0, 0.0)), weights: Any = None, sd: float = 1.0
+) -> Target:
     """Mixture ``Σ_k w_k N(μ_k, sd² I)``.
 
     Exact mean ``Σ w_k μ_k`` and covariance ``sd² I + Σ w_k μ_k μ_kᵀ - mean meanᵀ``.
@@ -156,9 +178,19 @@ def gaussian_mixture(means: Any = ((-2.0, 0.0), (2.0, 0.0)), weights: Any = None
     """
     means = np.atleast_2d(np.asarray(means, dtype=np.float64))
     k, d = means.shape
-    weights = np.full(k, 1.0 / k) if weights is None else np.asarray(weights, dtype=np.float64)
-    if weights.shape != (k,) or np.any(weights <= 0) or not np.isclose(weights.sum(), 1.0):
-        raise ValueError(f"weights must be {k} positive numbers summing to 1; got {weights}.")
+    weights = (
+        np.full(k, 1.0 / k)
+        if weights is None
+        else np.asarray(weights, dtype=np.float64)
+    )
+    if (
+        weights.shape != (k,)
+        or np.any(weights <= 0)
+        or not np.isclose(weights.sum(), 1.0)
+    ):
+        raise ValueError(
+            f"weights must be {k} positive numbers summing to 1; got {weights}."
+        )
     check_positive(sd, "sd")
     log_w = np.log(weights)
     log_c = -0.5 * d * math.log(2 * math.pi * sd**2)
@@ -172,7 +204,9 @@ def gaussian_mixture(means: Any = ((-2.0, 0.0), (2.0, 0.0)), weights: Any = None
         a = log_w - 0.5 * sq / sd**2
         r = np.exp(a - a.max())
         r /= r.sum()
-        return log_c + a.max() + np.log(np.sum(np.exp(a - a.max()))), -(r @ (x - means)) / sd**2
+        return log_c + a.max() + np.log(np.sum(np.exp(a - a.max()))), -(
+            r @ (x - means)
+        ) / sd**2
 
     best = -np.inf
     for mu in means:  # the modes lie near the component means
@@ -192,8 +226,17 @@ def gaussian_mixture(means: Any = ((-2.0, 0.0), (2.0, 0.0)), weights: Any = None
         comp = jax.random.choice(k1, k, (n,), p=jnp.asarray(weights))
         return jnp.asarray(means)[comp] + sd * jax.random.normal(k2, (n, d))
 
-    return Target(f"gaussian_mixture_{k}x{d}d", d, logdensity_fn, mean, cov, float(-best), sample,
-                  L=1.0 / sd**2, mu=1.0 / sd**2 if k == 1 else None)
+    return Target(
+        f"gaussian_mixture_{k}x{d}d",
+        d,
+        logdensity_fn,
+        mean,
+        cov,
+        float(-best),
+        sample,
+        L=1.0 / sd**2,
+        mu=1.0 / sd**2 if k == 1 else None,
+    )
 
 
 def double_well(scale: float = 1.0) -> Target:
@@ -215,10 +258,20 @@ def double_well(scale: float = 1.0) -> Target:
         t = x[0]
         return -scale * (t**4 - 2 * t**2) - log_z
 
-    return Target("double_well", 1, logdensity_fn, np.zeros(1), np.array([[var]]), float(u.min() + log_z), None)
+    return Target(
+        "double_well",
+        1,
+        logdensity_fn,
+        np.zeros(1),
+        np.array([[var]]),
+        float(u.min() + log_z),
+        None,
+    )
 
 
-def logistic_regression(num_data: int = 200, dim: int = 5, prior_scale: float = 1.0, seed: int = 0) -> Target:
+def logistic_regression(
+    num_data: int = 200, dim: int = 5, prior_scale: float = 1.0, seed: int = 0
+) -> Target:
     """Bayesian logistic regression on synthetic data from a fixed seed.
 
     ``x_i ~ N(0, I_d)``, ``θ_true ~ N(0, I_d)``, ``y_i ~ Bernoulli(σ(x_iᵀθ_true))``,
@@ -243,7 +296,9 @@ def logistic_regression(num_data: int = 200, dim: int = 5, prior_scale: float = 
         return yi * z - jnp.logaddexp(0.0, z)
 
     def logprior_fn(theta):
-        return -0.5 * jnp.sum(theta**2) / prior_scale**2 - 0.5 * theta.size * math.log(2 * math.pi * prior_scale**2)
+        return -0.5 * jnp.sum(theta**2) / prior_scale**2 - 0.5 * theta.size * math.log(
+            2 * math.pi * prior_scale**2
+        )
 
     def logdensity_fn(theta):
         xs, ys = jnp.asarray(x, theta.dtype), jnp.asarray(y, theta.dtype)
@@ -258,12 +313,32 @@ def logistic_regression(num_data: int = 200, dim: int = 5, prior_scale: float = 
         if np.max(np.abs(grad)) < 1e-10:
             break
     z = x @ theta
-    log_post = (np.sum(y * z - np.logaddexp(0, z)) - 0.5 * theta @ theta / prior_scale**2
-                - 0.5 * dim * math.log(2 * math.pi * prior_scale**2))
-    data = dict(x=x, y=y, theta_true=theta_true, theta_map=theta, loglik_fn=loglik_fn, logprior_fn=logprior_fn)
+    log_post = (
+        np.sum(y * z - np.logaddexp(0, z))
+        - 0.5 * theta @ theta / prior_scale**2
+        - 0.5 * dim * math.log(2 * math.pi * prior_scale**2)
+    )
+    data = dict(
+        x=x,
+        y=y,
+        theta_true=theta_true,
+        theta_map=theta,
+        loglik_fn=loglik_fn,
+        logprior_fn=logprior_fn,
+    )
     lam_max = float(np.linalg.eigvalsh(x.T @ x).max())
-    return Target(f"logistic_regression_{dim}d", dim, logdensity_fn, None, None, float(-log_post), None, data,
-                  L=lam_max / 4 + 1 / prior_scale**2, mu=1 / prior_scale**2)
+    return Target(
+        f"logistic_regression_{dim}d",
+        dim,
+        logdensity_fn,
+        None,
+        None,
+        float(-log_post),
+        None,
+        data,
+        L=lam_max / 4 + 1 / prior_scale**2,
+        mu=1 / prior_scale**2,
+    )
 
 
 TARGETS = {

@@ -43,10 +43,28 @@ from cenlmc_jax.pairwise.algebra import (
     coincident_rtol,
     log_alpha_d,
 )
-from cenlmc_jax.pairwise.dense import ensemble_force_dense, ensemble_force_reference_numpy
-from cenlmc_jax.pairwise.pallas import ensemble_force_pallas, kernel_options, pallas_partial
-from cenlmc_jax.pairwise.sharded import STRATEGIES, ensemble_force_sharded, make_mesh, particle_axis, shard_ensemble
-from cenlmc_jax.pairwise.tiled import default_block_size, ensemble_force_tiled, sparse_partial, tiled_partial
+from cenlmc_jax.pairwise.dense import (
+    ensemble_force_dense,
+    ensemble_force_reference_numpy,
+)
+from cenlmc_jax.pairwise.pallas import (
+    ensemble_force_pallas,
+    kernel_options,
+    pallas_partial,
+)
+from cenlmc_jax.pairwise.sharded import (
+    STRATEGIES,
+    ensemble_force_sharded,
+    make_mesh,
+    particle_axis,
+    shard_ensemble,
+)
+from cenlmc_jax.pairwise.tiled import (
+    default_block_size,
+    ensemble_force_tiled,
+    sparse_partial,
+    tiled_partial,
+)
 from cenlmc_jax.types import ArrayLike
 
 __all__ = [
@@ -99,15 +117,35 @@ def auto_block_sparse(n: int, d: int) -> bool:
 
 
 @functools.cache
-def _local_partial(method: str, d: int, block_size: int | None, precision: Any, interpret: bool | None = None,
-                   dtype: str = "float32", axis_name: str | None = None):
+def _local_partial(
+    method: str,
+    d: int,
+    block_size: int | None,
+    precision: Any,
+    interpret: bool | None = None,
+    dtype: str = "float32",
+    axis_name: str | None = None,
+):
     """The rows-against-columns partial of a backend, one object per setting (a jit static argument)."""
-    if method == "sparse":  # the block-sparse XLA tiles (block_size: rows per row tile), decided over the mesh
-        return functools.partial(sparse_partial, block_rows=block_size, precision=precision, axis_name=axis_name)
+    if (
+        method == "sparse"
+    ):  # the block-sparse XLA tiles (block_size: rows per row tile), decided over the mesh
+        return functools.partial(
+            sparse_partial,
+            block_rows=block_size,
+            precision=precision,
+            axis_name=axis_name,
+        )
     if method == "pallas":
         distances = "direct" if d <= DIRECT_MAX_D else "gram"
-        opts = kernel_options(d, distances=distances, precision=precision, gram_precision=precision,
-                              interpret=interpret, dtype=dtype)
+        opts = kernel_options(
+            d,
+            distances=distances,
+            precision=precision,
+            gram_precision=precision,
+            interpret=interpret,
+            dtype=dtype,
+        )
         return functools.partial(pallas_partial, opts=opts)
     return functools.partial(tiled_partial, block_rows=block_size, precision=precision)
 
@@ -202,26 +240,56 @@ def ensemble_force(
     if block_sparse is not None:
         check_bool(block_sparse, "block_sparse")
         if block_sparse and method == "dense":
-            raise ValueError("block_sparse=True needs method 'auto', 'tiled' or 'pallas' (the dense reference has "
-                             "no block-sparse form); got method 'dense'.")
-        if block_sparse and mesh is not None and (method == "pallas" or strategy != "allgather"):
-            raise ValueError("block_sparse=True with a mesh needs method 'auto' or 'tiled' and strategy "
-                             f"'allgather' (the sharded block-sparse sums are XLA tiles over the gathered, sorted "
-                             f"ensemble); got method {method!r}, strategy {strategy!r}.")
+            raise ValueError(
+                "block_sparse=True needs method 'auto', 'tiled' or 'pallas' (the dense reference has "
+                "no block-sparse form); got method 'dense'."
+            )
+        if (
+            block_sparse
+            and mesh is not None
+            and (method == "pallas" or strategy != "allgather")
+        ):
+            raise ValueError(
+                "block_sparse=True with a mesh needs method 'auto' or 'tiled' and strategy "
+                f"'allgather' (the sharded block-sparse sums are XLA tiles over the gathered, sorted "
+                f"ensemble); got method {method!r}, strategy {strategy!r}."
+            )
     if mesh is not None:
         if method == "dense":
-            raise ValueError("method must be 'auto', 'tiled' or 'pallas' with a mesh (the dense reference "
-                             "has no sharded form); got 'dense'.")
-        # auto under a mesh: the same rule as on one device (the sharded block-sparse sums need all-gather)
-        auto_sparse = block_sparse is None and method == "auto" and strategy == "allgather"
+            raise ValueError(
+                "method must be 'auto', 'tiled' or 'pallas' with a mesh (the dense reference "
+                "has no sharded form); got 'dense'."
+            )
+        # auto under a mesh: the same rule as on one device (the sharded block-sparse
+        # sums need all-gather)
+        auto_sparse = (
+            block_sparse is None and method == "auto" and strategy == "allgather"
+        )
         sparse = auto_block_sparse(n, d) if auto_sparse else bool(block_sparse)
         if method == "pallas":
-            local = _local_partial("pallas", d, block_size, precision, interpret, jnp.dtype(x.dtype).name)
+            local = _local_partial(
+                "pallas", d, block_size, precision, interpret, jnp.dtype(x.dtype).name
+            )
         else:
-            local = (_local_partial("sparse", d, block_size, precision, axis_name=particle_axis(mesh)) if sparse
-                     else _local_partial("tiled", d, block_size, precision))
-        return ensemble_force_sharded(x, f, log_p, eta, partial_fn=local, w=w, r2=r2, mesh=mesh, strategy=strategy,
-                                      spatial_sort=sparse)
+            local = (
+                _local_partial(
+                    "sparse", d, block_size, precision, axis_name=particle_axis(mesh)
+                )
+                if sparse
+                else _local_partial("tiled", d, block_size, precision)
+            )
+        return ensemble_force_sharded(
+            x,
+            f,
+            log_p,
+            eta,
+            partial_fn=local,
+            w=w,
+            r2=r2,
+            mesh=mesh,
+            strategy=strategy,
+            spatial_sort=sparse,
+        )
     if method == "auto":
         dense_bytes = n * n * d * jnp.dtype(x.dtype).itemsize * (1 if w is None else 2)
         if block_sparse is None:
@@ -233,7 +301,27 @@ def ensemble_force(
         return ensemble_force_dense(x, f, log_p, eta, w=w, r2=r2, precision=precision)
     if method == "pallas":
         distances = "direct" if d <= DIRECT_MAX_D else "gram"
-        return ensemble_force_pallas(x, f, log_p, eta, w=w, r2=r2, distances=distances, precision=precision,
-                                     gram_precision=precision, block_sparse=sparse, interpret=interpret)
-    return ensemble_force_tiled(x, f, log_p, eta, w=w, r2=r2, block_size=block_size, precision=precision,
-                                block_sparse=sparse)
+        return ensemble_force_pallas(
+            x,
+            f,
+            log_p,
+            eta,
+            w=w,
+            r2=r2,
+            distances=distances,
+            precision=precision,
+            gram_precision=precision,
+            block_sparse=sparse,
+            interpret=interpret,
+        )
+    return ensemble_force_tiled(
+        x,
+        f,
+        log_p,
+        eta,
+        w=w,
+        r2=r2,
+        block_size=block_size,
+        precision=precision,
+        block_sparse=sparse,
+    )

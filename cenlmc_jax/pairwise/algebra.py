@@ -198,14 +198,20 @@ def log_alpha_d(d: int, eta: ArrayLike, dtype: Any = None) -> Array:
     dtype = jnp.result_type(float) if dtype is None else dtype
     eta = jnp.asarray(eta, dtype)
     half = jnp.asarray(d / 2.0, dtype)
-    log_v = half * jnp.log(jnp.asarray(jnp.pi, dtype)) + d * jnp.log(eta) - gammaln(half + 1)
+    log_v = (
+        half * jnp.log(jnp.asarray(jnp.pi, dtype))
+        + d * jnp.log(eta)
+        - gammaln(half + 1)
+    )
     return jnp.log(jnp.asarray(d, dtype)) - log_v
 
 
 # ----------------------------------------------------------------------------- checks
 
 
-def check_pair_inputs(x, f, log_p, eta, w=None, r2=None) -> tuple[Array, Array, Array, Array | None]:
+def check_pair_inputs(
+    x, f, log_p, eta, w=None, r2=None
+) -> tuple[Array, Array, Array, Array | None]:
     """The checks every pair-force entry point runs, in Python before tracing.
 
     ``x: (N, d)``, ``f, log_p: (N,)``, ``eta > 0``, ``w: (N, d)`` and
@@ -215,14 +221,18 @@ def check_pair_inputs(x, f, log_p, eta, w=None, r2=None) -> tuple[Array, Array, 
     """
     x = x if isinstance(x, jax.Array) else jnp.asarray(x)
     if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] < 1:
-        raise ValueError(f"x must be an array of shape (N, d) with N, d >= 1; got shape {tuple(x.shape)}.")
+        raise ValueError(
+            f"x must be an array of shape (N, d) with N, d >= 1; got shape {tuple(x.shape)}."
+        )
     n = x.shape[0]
     f = f if isinstance(f, jax.Array) else jnp.asarray(f)
     log_p = log_p if isinstance(log_p, jax.Array) else jnp.asarray(log_p)
     for name, v in (("f", f), ("log_p", log_p)):
         if v.shape != (n,):
-            raise ValueError(f"{name} must have shape (N,) = ({n},) to match x of shape {tuple(x.shape)}; "
-                             f"got shape {tuple(v.shape)}.")
+            raise ValueError(
+                f"{name} must have shape (N,) = ({n},) to match x of shape {tuple(x.shape)}; "
+                f"got shape {tuple(v.shape)}."
+            )
     check_positive(eta, "eta")
     if (w is None) != (r2 is None):
         raise ValueError(
@@ -234,11 +244,17 @@ def check_pair_inputs(x, f, log_p, eta, w=None, r2=None) -> tuple[Array, Array, 
     if w is not None:
         w = w if isinstance(w, jax.Array) else jnp.asarray(w)
         if w.shape != x.shape:
-            raise ValueError(f"w must have the shape of x, {tuple(x.shape)}; got shape {tuple(w.shape)}.")
+            raise ValueError(
+                f"w must have the shape of x, {tuple(x.shape)}; got shape {tuple(w.shape)}."
+            )
         check_nonnegative(r2, "r2")
     arrays = [x, f, log_p] + ([] if w is None else [w])
     dtype = jnp.result_type(*(a.dtype for a in arrays))
-    dtype = jnp.promote_types(dtype, jnp.float32) if jnp.issubdtype(dtype, jnp.floating) else jnp.result_type(float)
+    dtype = (
+        jnp.promote_types(dtype, jnp.float32)
+        if jnp.issubdtype(dtype, jnp.floating)
+        else jnp.result_type(float)
+    )
     x, f, log_p = (a.astype(dtype) for a in (x, f, log_p))
     return x, f, log_p, None if w is None else w.astype(dtype)
 
@@ -307,18 +323,31 @@ class TileSpec(NamedTuple):
     max_spread: float
 
 
-def tile_spec(d: int, dtype: Any, *, distances: str | None = None, precision: Any = None,
-              gram_precision: Any = None) -> TileSpec:
+def tile_spec(
+    d: int,
+    dtype: Any,
+    *,
+    distances: str | None = None,
+    precision: Any = None,
+    gram_precision: Any = None,
+) -> TileSpec:
     """The :class:`TileSpec` for dimension ``d``.
 
     ``distances``: ``"direct"``, ``"gram"`` or None (direct for ``d <= DIRECT_MAX_D``).
     ``gram_precision`` defaults to ``precision``, which defaults to HIGHEST.
     """
     precision = canonical_precision(precision)
-    gram_precision = precision if gram_precision is None else canonical_precision(gram_precision)
+    gram_precision = (
+        precision if gram_precision is None else canonical_precision(gram_precision)
+    )
     direct = d <= DIRECT_MAX_D if distances is None else distances == "direct"
-    return TileSpec(direct, coincident_rtol(d, dtype, gram_precision), gram_precision, precision,
-                    max_shared_spread(dtype))
+    return TileSpec(
+        direct,
+        coincident_rtol(d, dtype, gram_precision),
+        gram_precision,
+        precision,
+        max_shared_spread(dtype),
+    )
 
 
 # ------------------------------------------------------------------------ operands
@@ -372,7 +401,9 @@ def far_point(dtype: Any) -> float:
 
 def far_rows(n: int, d: int, dtype: Any) -> Array:
     """(n, d) copies of the far point ``F e_1``."""
-    return jnp.broadcast_to(jnp.where(jnp.arange(d) == 0, far_point(dtype), 0).astype(dtype), (n, d))
+    return jnp.broadcast_to(
+        jnp.where(jnp.arange(d) == 0, far_point(dtype), 0).astype(dtype), (n, d)
+    )
 
 
 # Values of an invalid (padding) particle, per Prepared field: finite, so that
@@ -382,8 +413,15 @@ _INVALID = dict(f=0, x1=0, log_s=NEG, thr_x=0, thr_w=0, valid=False, valid_w=Fal
 
 def validity(x: Array, f: Array, log_p: Array, w: Array | None) -> tuple[Array, Array]:
     """(valid, valid_w): rows with all inputs finite, rows with a finite ``w``."""
-    valid_w = jnp.ones(x.shape[:1], bool) if w is None else jnp.all(jnp.isfinite(w), axis=-1)
-    valid = jnp.all(jnp.isfinite(x), axis=-1) & jnp.isfinite(f) & jnp.isfinite(log_p) & valid_w
+    valid_w = (
+        jnp.ones(x.shape[:1], bool) if w is None else jnp.all(jnp.isfinite(w), axis=-1)
+    )
+    valid = (
+        jnp.all(jnp.isfinite(x), axis=-1)
+        & jnp.isfinite(f)
+        & jnp.isfinite(log_p)
+        & valid_w
+    )
     return valid, valid_w
 
 
@@ -401,8 +439,17 @@ def centre_terms(v: Array, ok: Array, count: Array) -> Array:
     return jnp.sum(jnp.where(ok[:, None], v / count, 0), axis=0)
 
 
-def prepare(x: Array, f: Array, log_p: Array, eta: ArrayLike, w: Array | None = None, r2: ArrayLike | None = None,
-            *, centre_x: Array | None = None, centre_w: Array | None = None) -> Prepared:
+def prepare(
+    x: Array,
+    f: Array,
+    log_p: Array,
+    eta: ArrayLike,
+    w: Array | None = None,
+    r2: ArrayLike | None = None,
+    *,
+    centre_x: Array | None = None,
+    centre_w: Array | None = None,
+) -> Prepared:
     """Centre and flag the per-particle inputs (``x, w: (n, d)``, ``f, log_p: (n,)``; O(n d)).
 
     The centre defaults to the mean of the valid particles (of the finite
@@ -424,7 +471,9 @@ def prepare(x: Array, f: Array, log_p: Array, eta: ArrayLike, w: Array | None = 
         x=xc,
         sq_x=sq_x,
         f=jnp.where(valid, f, 0),
-        x1=jnp.where(valid[:, None], jnp.concatenate([xc, jnp.ones((n, 1), dtype)], axis=1), 0),
+        x1=jnp.where(
+            valid[:, None], jnp.concatenate([xc, jnp.ones((n, 1), dtype)], axis=1), 0
+        ),
         log_s=jnp.where(valid, log_alpha_d(d, eta, dtype) - log_p, NEG),
         thr_x=jnp.full((n,), eta * eta),
         valid=valid,
@@ -446,7 +495,9 @@ def pad_particles(p: Prepared, n_pad: int) -> Prepared:
         if v is None:
             return None
         if name in ("x", "w"):
-            return jnp.concatenate([v, far_rows(n_pad - v.shape[0], v.shape[1], v.dtype)])
+            return jnp.concatenate(
+                [v, far_rows(n_pad - v.shape[0], v.shape[1], v.dtype)]
+            )
         fill = far * far if name in ("sq_x", "sq_w") else _INVALID[name]
         widths = [(0, n_pad - v.shape[0])] + [(0, 0)] * (v.ndim - 1)
         return jnp.pad(v, widths, constant_values=fill)
@@ -476,7 +527,9 @@ class Partial(NamedTuple):
 def empty_partial(n: int, width: int, dtype: Any) -> Partial:
     """The partial over no columns: the identity of :func:`combine`."""
     zeros = jnp.zeros((n,), jnp.int32)
-    return Partial(jnp.zeros((n, width), dtype), jnp.full((n,), NEG, dtype), zeros, zeros)
+    return Partial(
+        jnp.zeros((n, width), dtype), jnp.full((n,), NEG, dtype), zeros, zeros
+    )
 
 
 def combine(a: Partial, b: Partial) -> Partial:
@@ -488,10 +541,16 @@ def combine(a: Partial, b: Partial) -> Partial:
 
 def _coordinates(a: Any) -> list:
     """The coordinate vectors of a tile's positions."""
-    return list(a) if isinstance(a, (tuple, list)) else [a[:, k] for k in range(a.shape[1])]
+    return (
+        list(a)
+        if isinstance(a, (tuple, list))
+        else [a[:, k] for k in range(a.shape[1])]
+    )
 
 
-def squared_distances(a_rows: Any, sq_rows: Array, a_cols: Any, sq_cols: Array, spec: TileSpec) -> tuple[Array, Array]:
+def squared_distances(
+    a_rows: Any, sq_rows: Array, a_cols: Any, sq_cols: Array, spec: TileSpec
+) -> tuple[Array, Array]:
     """(rows, cols) squared distances and the coincidence mask (module docstring)."""
     if spec.direct:
         d2 = None
@@ -500,7 +559,9 @@ def squared_distances(a_rows: Any, sq_rows: Array, a_cols: Any, sq_cols: Array, 
             d2 = diff * diff if d2 is None else d2 + diff * diff
         return d2, d2 <= 0
     t = sq_rows[:, None] + sq_cols[None, :]
-    gram = lax.dot_general(a_rows, a_cols, (((1,), (1,)), ((), ())), precision=spec.gram_precision)
+    gram = lax.dot_general(
+        a_rows, a_cols, (((1,), (1,)), ((), ())), precision=spec.gram_precision
+    )
     d2 = t - 2 * gram
     return d2, d2 <= spec.kappa * t
 
@@ -529,11 +590,18 @@ def column_weights(cols: Prepared, spec: TileSpec) -> ColumnWeights:
     """The :class:`ColumnWeights` of a column tile (O(C d); computed once when the columns are fixed)."""
     top = jnp.max(cols.log_s)
     low = jnp.min(jnp.where(cols.log_s > NEG, cols.log_s, top))
-    return ColumnWeights(top - low <= spec.max_spread, top, jnp.exp(cols.log_s - top)[:, None] * cols.x1)
+    return ColumnWeights(
+        top - low <= spec.max_spread, top, jnp.exp(cols.log_s - top)[:, None] * cols.x1
+    )
 
 
-def tile_partial_with(rows: Prepared, cols: Prepared, weights: ColumnWeights, spec: TileSpec,
-                      one_shift: bool) -> Partial:
+def tile_partial_with(
+    rows: Prepared,
+    cols: Prepared,
+    weights: ColumnWeights,
+    spec: TileSpec,
+    one_shift: bool,
+) -> Partial:
     """:func:`tile_partial` with the rule's decision made: the tile's shared shift, or a shift per row.
 
     For a caller that folds many row tiles against one column set and
@@ -547,7 +615,9 @@ def tile_partial_with(rows: Prepared, cols: Prepared, weights: ColumnWeights, sp
     if rows.w is None:
         n_r2 = jnp.zeros(rows.f.shape, jnp.int32)
     else:
-        dw2, w_coincident = squared_distances(rows.w, rows.sq_w, cols.w, cols.sq_w, spec)
+        dw2, w_coincident = squared_distances(
+            rows.w, rows.sq_w, cols.w, cols.sq_w, spec
+        )
         in_r2 = (dw2 <= rows.thr_w[:, None]) | w_coincident
         near, use = near & in_r2, use & in_r2
         n_r2 = _count(in_r2, dtype)
@@ -560,12 +630,16 @@ def tile_partial_with(rows: Prepared, cols: Prepared, weights: ColumnWeights, sp
     else:  # an exp per pair
         log_s = jnp.where(g != 0, cols.log_s[None, :], NEG)
         m = jnp.max(log_s, axis=1)
-        sums = jnp.dot(g * jnp.exp(log_s - m[:, None]), cols.x1, precision=spec.precision)
+        sums = jnp.dot(
+            g * jnp.exp(log_s - m[:, None]), cols.x1, precision=spec.precision
+        )
     m = jnp.where(jnp.max(jnp.abs(sums), axis=1) == 0, NEG, m)  # took nothing: no shift
     return Partial(sums, m, n_r2, _count(near, dtype))
 
 
-def tile_partial(rows: Prepared, cols: Prepared, spec: TileSpec, weights: ColumnWeights | None = None) -> Partial:
+def tile_partial(
+    rows: Prepared, cols: Prepared, spec: TileSpec, weights: ColumnWeights | None = None
+) -> Partial:
     """The partial of one tile: ``rows`` (B particles) against ``cols`` (C particles).
 
     Pure ``jnp``/``lax`` on arrays: the XLA backend maps and scans it, the
@@ -580,12 +654,16 @@ def tile_partial(rows: Prepared, cols: Prepared, spec: TileSpec, weights: Column
     return lax.cond(weights.shared, one_shift, row_shifts, rows, cols, weights)
 
 
-def tile_update(acc: Partial, rows: Prepared, cols: Prepared, spec: TileSpec) -> Partial:
+def tile_update(
+    acc: Partial, rows: Prepared, cols: Prepared, spec: TileSpec
+) -> Partial:
     """One fold step: ``combine(acc, tile_partial(rows, cols, spec))``."""
     return combine(acc, tile_partial(rows, cols, spec))
 
 
-def count_update(acc: Partial, rows: Prepared, cols: Prepared, spec: TileSpec) -> Partial:
+def count_update(
+    acc: Partial, rows: Prepared, cols: Prepared, spec: TileSpec
+) -> Partial:
     """A fold step over a tile whose x-boxes are apart (:func:`~.sparsity.tile_kinds` ``COUNT``): only ``n_r2`` grows.
 
     No pair of such a tile is within η, so it adds nothing to the sums or to
@@ -609,7 +687,9 @@ def finish(p: Partial, rows: Prepared, n_total: int) -> PairwiseForce:
     diagonal, counted as coincident, is subtracted from the counts.
     """
     d = rows.x.shape[1]
-    total = p.sums[:, :d] - p.sums[:, d : d + 1] * rows.x  # 0 on invalid rows (no pair used), dropped below
+    total = (
+        p.sums[:, :d] - p.sums[:, d : d + 1] * rows.x
+    )  # 0 on invalid rows (no pair used), dropped below
     half = jnp.exp(0.5 * p.m)[:, None]
     force = jnp.where((total == 0) | ~rows.valid[:, None], 0, total * half * half)
     n_ball = jnp.where(rows.valid, p.n_ball - 1, 0)

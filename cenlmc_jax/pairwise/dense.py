@@ -2,8 +2,8 @@
 
 The pair sums of docs/algorithms.md §2-4 (see :mod:`.algebra`),
 
-    force_sum_i = Σ_{j≠i} W_ij (x_j - x_i),
-    W_ij = exp(log α_d - log p_j) (f_j - f_i) / |x_j - x_i|² · 1[|x_j - x_i| ≤ η] · 1[|w_j - w_i| ≤ R2],
+    force_sum_i = Σ_{j≠i} W_ij (x_j - x_i), W_ij = exp(log α_d - log p_j) (f_j - f_i) /
+    |x_j - x_i|² · 1[|x_j - x_i| ≤ η] · 1[|w_j - w_i| ≤ R2],
 
 written out directly, without the blockwise reduction:
 
@@ -29,7 +29,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cenlmc_jax.pairwise.algebra import PairwiseForce, canonical_precision, check_pair_inputs, log_alpha_d, validity
+from cenlmc_jax.pairwise.algebra import (
+    PairwiseForce,
+    canonical_precision,
+    check_pair_inputs,
+    log_alpha_d,
+    validity,
+)
 from cenlmc_jax.types import ArrayLike
 
 __all__ = ["ensemble_force_dense", "ensemble_force_reference_numpy"]
@@ -54,7 +60,11 @@ def _dense(x, f, log_p, eta, w, r2, *, precision):
     else:
         w0 = jnp.where(valid_w[:, None], w, 0)
         dw = w0[None, :, :] - w0[:, None, :]
-        in_r2 = (jnp.sum(dw * dw, axis=-1) <= jnp.asarray(r2, dtype) ** 2) & valid_w[:, None] & valid_w[None, :]
+        in_r2 = (
+            (jnp.sum(dw * dw, axis=-1) <= jnp.asarray(r2, dtype) ** 2)
+            & valid_w[:, None]
+            & valid_w[None, :]
+        )
         in_r2 = in_r2 & offdiag
         n_r2 = jnp.sum(in_r2, axis=1, dtype=jnp.int32)
         pair = pair & in_r2
@@ -87,8 +97,15 @@ def ensemble_force_dense(
     """
     x, f, log_p, w = check_pair_inputs(x, f, log_p, eta, w, r2)
     dtype = x.dtype
-    return _dense(x, f, log_p, jnp.asarray(eta, dtype), w, None if r2 is None else jnp.asarray(r2, dtype),
-                  precision=canonical_precision(precision))
+    return _dense(
+        x,
+        f,
+        log_p,
+        jnp.asarray(eta, dtype),
+        w,
+        None if r2 is None else jnp.asarray(r2, dtype),
+        precision=canonical_precision(precision),
+    )
 
 
 def ensemble_force_reference_numpy(
@@ -113,10 +130,14 @@ def ensemble_force_reference_numpy(
     log_p = np.asarray(log_p, np.float64)
     n, d = x.shape
     if f.shape != (n,) or log_p.shape != (n,):
-        raise ValueError(f"f and log_p must have shape ({n},); got {f.shape} and {log_p.shape}.")
+        raise ValueError(
+            f"f and log_p must have shape ({n},); got {f.shape} and {log_p.shape}."
+        )
     if not eta > 0:
         raise ValueError(f"eta must be > 0; got {eta!r}.")
-    log_alpha = math.log(d) - (0.5 * d * math.log(math.pi) + d * math.log(eta) - math.lgamma(0.5 * d + 1))
+    log_alpha = math.log(d) - (
+        0.5 * d * math.log(math.pi) + d * math.log(eta) - math.lgamma(0.5 * d + 1)
+    )
     offdiag = ~np.eye(n, dtype=bool)
     if w is not None:
         if r2 is None or not r2 >= 0:
@@ -125,7 +146,9 @@ def ensemble_force_reference_numpy(
         valid_w = np.all(np.isfinite(w), axis=1)
     else:
         valid_w = np.ones(n, bool)
-    valid = np.all(np.isfinite(x), axis=1) & np.isfinite(f) & np.isfinite(log_p) & valid_w
+    valid = (
+        np.all(np.isfinite(x), axis=1) & np.isfinite(f) & np.isfinite(log_p) & valid_w
+    )
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         x0 = np.where(valid[:, None], x, 0.0)
         dx = x0[None, :, :] - x0[:, None, :]
@@ -134,7 +157,12 @@ def ensemble_force_reference_numpy(
         if w is not None:
             w0 = np.where(valid_w[:, None], w, 0.0)
             dw = w0[None, :, :] - w0[:, None, :]
-            in_r2 = (np.sum(dw * dw, axis=-1) <= float(r2) ** 2) & valid_w[:, None] & valid_w[None, :] & offdiag
+            in_r2 = (
+                (np.sum(dw * dw, axis=-1) <= float(r2) ** 2)
+                & valid_w[:, None]
+                & valid_w[None, :]
+                & offdiag
+            )
             n_r2 = in_r2.sum(axis=1).astype(np.int32)
             pair &= in_r2
         else:
@@ -143,6 +171,8 @@ def ensemble_force_reference_numpy(
         f0 = np.where(valid, f, 0.0)
         cw = np.exp(np.where(valid, log_alpha - log_p, 0.0))
         use = ball & (d2 > 0)
-        weight = np.where(use, cw[None, :] * (f0[None, :] - f0[:, None]) / np.where(use, d2, 1.0), 0.0)
+        weight = np.where(
+            use, cw[None, :] * (f0[None, :] - f0[:, None]) / np.where(use, d2, 1.0), 0.0
+        )
         force = np.einsum("ij,ijk->ik", weight, dx)
     return PairwiseForce(force, n_r2, ball.sum(axis=1).astype(np.int32))

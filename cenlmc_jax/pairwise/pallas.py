@@ -27,15 +27,14 @@ Distances of a tile (``distances=``):
 
 The force is one more tile product, ``W @ [x̃, 1]`` at ``precision``.
 
-Block-sparse (``block_sparse=True``): the particles are sorted along a
-Hilbert curve, each row block gets the list of column blocks whose bounding
-boxes (x, and w for the R2 count) can hold a pair (:func:`sparse_tile_lists`:
-``FULL`` blocks first, then ``COUNT`` blocks, whose x-boxes are apart and
-which add only to ``n_r2``), and the kernel loops over its list, the lists
-and their lengths being two more (whole-array) inputs read with scalar
-loads. The lists have a static length (:func:`sparse_list_len`); a row block
-that needs more makes the call run the dense kernel (exact either way).
-Not yet timed on a GPU (``benchmarks/gpu_check.py``, sections ``headline`` and ``sample``).
+Block-sparse (``block_sparse=True``): the particles are sorted along a Hilbert curve,
+each row block gets the list of column blocks whose bounding boxes (x, and w for the R2
+count) can hold a pair (:func:`sparse_tile_lists`: ``FULL`` blocks first, then ``COUNT``
+blocks, whose x-boxes are apart and which add only to ``n_r2``), and the kernel loops
+over its list, the lists and their lengths being two more (whole-array) inputs read with
+scalar loads. The lists have a static length (:func:`sparse_list_len`); a row block that
+needs more makes the call run the dense kernel (exact either way). Not yet timed on a
+GPU (``benchmarks/gpu_check.py``, sections ``headline`` and ``sample``).
 
 Tiles and launch (``block_rows``, ``block_cols``, ``num_warps``,
 ``num_stages``) default per ``(distances, dtype, d)`` to :data:`KERNEL_DEFAULTS`,
@@ -46,16 +45,15 @@ The kernel's refs are named arguments (as in jax's attention kernel); the
 optional ones (``w`` and the block-sparse lists) are None when absent.
 
 The kernel is written for Pallas' Triton lowering (``compiler_params`` is a
-``jax.experimental.pallas.triton.CompilerParams``, which selects Triton even
-though jax 0.10 makes Mosaic GPU the default lowering of ``pl.pallas_call``):
-every tile shape is a power of two ≥ 16 (``tl.dot``'s minimum), the lanes of
-``x̃`` and ``[x̃, 1]`` are padded to such widths, and ``N`` to a multiple of
-the blocks with invalid particles. Off GPU it runs in Pallas' interpret mode
-(slow, for tests), chosen by the platform the program is lowered for
-(``interpret=None``, ``lax.platform_dependent``), not by the default backend:
-lowering for CUDA on a CPU-only machine gives the Triton kernel
-(tests/pairwise/test_lowering.py). Meant for moderate ``d`` (≤ 256): a ``(block_rows, d_pad)``
-accumulator lives in registers; beyond that the XLA path is better.
+``jax.experimental.pallas.triton.CompilerParams``, which selects Triton even though jax
+0.10 makes Mosaic GPU the default lowering of ``pl.pallas_call``): every tile shape is a
+power of two ≥ 16 (``tl.dot``'s minimum), the lanes of ``x̃`` and ``[x̃, 1]`` are padded
+to such widths, and ``N`` to a multiple of the blocks with invalid particles. Off GPU it
+runs in Pallas' interpret mode (slow, for tests), chosen by the platform the program is
+lowered for (``interpret=None``, ``lax.platform_dependent``), not by the default
+backend: lowering for CUDA on a CPU-only machine gives the Triton kernel
+(tests/pairwise/test_lowering.py). Meant for moderate ``d`` (≤ 256): a ``(block_rows,
+d_pad)`` accumulator lives in registers; beyond that the XLA path is better.
 """
 
 from __future__ import annotations
@@ -97,8 +95,18 @@ from cenlmc_jax.pairwise.sparsity import (
 )
 from cenlmc_jax.types import Array, ArrayLike
 
-__all__ = ["ensemble_force_pallas", "pallas_partial", "KernelOptions", "KernelConfig", "KERNEL_DEFAULTS",
-           "default_config", "kernel_options", "sparse_tile_lists", "sparse_list_len", "SPARSE_LIST_BYTES"]
+__all__ = [
+    "ensemble_force_pallas",
+    "pallas_partial",
+    "KernelOptions",
+    "KernelConfig",
+    "KERNEL_DEFAULTS",
+    "default_config",
+    "kernel_options",
+    "sparse_tile_lists",
+    "sparse_list_len",
+    "SPARSE_LIST_BYTES",
+]
 
 #: Block-sparse: memory of all row blocks' lists of column blocks together;
 #: a row block that needs more entries sends the call to the dense kernel.
@@ -163,24 +171,40 @@ class KernelConfig(NamedTuple):
 #: float64 at d = 100 still spills 132 bytes per thread at the smallest
 #: tiles ``tl.dot`` takes (16 x 16): the 128-wide float64 row tiles of x̃
 #: and w̃ alone are 32 registers a thread, and 4 or 16 warps spill more.
-KERNEL_DEFAULTS: Mapping[tuple[str, str], tuple[tuple[int, KernelConfig], ...]] = MappingProxyType({
-    ("direct", "float32"): (
-        (16, KernelConfig(64, 32, 8, 3)),     # d = 2: 143 registers, d = 3: 166; no spills (dense and sparse)
-        (1024, KernelConfig(32, 32, 8, 3)),   # not compiled (direct beyond d = 16: only on request)
-    ),
-    ("gram", "float32"): (
-        (16, KernelConfig(64, 32, 8, 3)),     # d = 10: 172 registers, no spills
-        (1024, KernelConfig(32, 32, 8, 3)),   # d = 20, 50, 100, 200: 102, 104, 142, 182 registers, no spills
-    ),
-    ("direct", "float64"): (
-        (16, KernelConfig(32, 16, 8, 3)),     # d = 2: 165 registers, no spills
-        (1024, KernelConfig(16, 16, 8, 3)),   # not compiled
-    ),
-    ("gram", "float64"): (
-        (16, KernelConfig(32, 16, 8, 3)),     # d = 10: 170 registers, no spills
-        (1024, KernelConfig(16, 16, 8, 3)),   # d = 50: 224 registers, no spills; d = 100: 132-byte spill
-    ),
-})
+KERNEL_DEFAULTS: Mapping[tuple[str, str], tuple[tuple[int, KernelConfig], ...]] = (
+    MappingProxyType(
+        {
+            ("direct", "float32"): (
+                (
+                    16,
+                    KernelConfig(64, 32, 8, 3),
+                ),  # d = 2: 143 registers, d = 3: 166; no spills (dense and sparse)
+                (
+                    1024,
+                    KernelConfig(32, 32, 8, 3),
+                ),  # not compiled (direct beyond d = 16: only on request)
+            ),
+            ("gram", "float32"): (
+                (16, KernelConfig(64, 32, 8, 3)),  # d = 10: 172 registers, no spills
+                (
+                    1024,
+                    KernelConfig(32, 32, 8, 3),
+                ),  # d = 20, 50, 100, 200: 102, 104, 142, 182 registers, no spills
+            ),
+            ("direct", "float64"): (
+                (16, KernelConfig(32, 16, 8, 3)),  # d = 2: 165 registers, no spills
+                (1024, KernelConfig(16, 16, 8, 3)),  # not compiled
+            ),
+            ("gram", "float64"): (
+                (16, KernelConfig(32, 16, 8, 3)),  # d = 10: 170 registers, no spills
+                (
+                    1024,
+                    KernelConfig(16, 16, 8, 3),
+                ),  # d = 50: 224 registers, no spills; d = 100: 132-byte spill
+            ),
+        }
+    )
+)
 
 
 def default_config(d: int, distances: str, dtype: Any = jnp.float32) -> KernelConfig:
@@ -197,7 +221,9 @@ def _check_block(value: int | None, name: str) -> int | None:
         return None
     v = check_int(value, name, minimum=16)
     if v & (v - 1):
-        raise ValueError(f"{name} must be a power of two >= 16 (a Triton tile size); got {v}.")
+        raise ValueError(
+            f"{name} must be a power of two >= 16 (a Triton tile size); got {v}."
+        )
     return v
 
 
@@ -228,7 +254,9 @@ def kernel_options(
     if num_warps is not None:
         num_warps = check_int(num_warps, "num_warps", minimum=1, maximum=32)
         if num_warps & (num_warps - 1):
-            raise ValueError(f"num_warps must be a power of two in [1, 32]; got {num_warps}.")
+            raise ValueError(
+                f"num_warps must be a power of two in [1, 32]; got {num_warps}."
+            )
     if num_stages is not None:
         num_stages = check_int(num_stages, "num_stages", minimum=1)
     default = default_config(d, distances, dtype)
@@ -246,50 +274,91 @@ def kernel_options(
 
 def _kernel(
     # rows: this program's block of block_rows particles
-    x_ref, sq_ref, f_ref, thr_ref,            # x̃ ((d_pad, B_r) "direct", (B_r, d_pad) "gram"), |x̃|², f, η²
-    w_ref, sq_w_ref, thr_w_ref,               # w̃, |w̃|², R2² (None without w)
+    x_ref,
+    sq_ref,
+    f_ref,
+    thr_ref,  # x̃ ((d_pad, B_r) "direct", (B_r, d_pad) "gram"), |x̃|², f, η²
+    w_ref,
+    sq_w_ref,
+    thr_w_ref,  # w̃, |w̃|², R2² (None without w)
     # columns: the whole ensemble, loaded block_cols at a time
-    xc_ref, sqc_ref, x1c_ref, fc_ref, log_s_ref,  # x̃, |x̃|², [x̃, 1] (N, d1_pad), f, log α_d - log p
-    wc_ref, sq_wc_ref,                        # w̃, |w̃|² (None without w)
-    # block-sparse: the column blocks of every row block and their counts (None: visit all)
-    tiles_ref, counts_ref,                    # (R K,) int32 lists; (2 R,) n_full, n_count per row block
+    xc_ref,
+    sqc_ref,
+    x1c_ref,
+    fc_ref,
+    log_s_ref,  # x̃, |x̃|², [x̃, 1] (N, d1_pad), f, log α_d - log p
+    wc_ref,
+    sq_wc_ref,  # w̃, |w̃|² (None without w)
+    # block-sparse: the column blocks of every row block and their counts (None: visit
+    # all)
+    tiles_ref,
+    counts_ref,  # (R K,) int32 lists; (2 R,) n_full, n_count per row block
     # outputs of the row block
-    sums_ref, m_ref, n_r2_ref, n_ball_ref,    # Σ_j W_ij [x̃_j, 1] (B_r, d1_pad), log-scale m, n_r2, n_ball
-    *, spec: TileSpec, dim: int, block_cols: int, num_col_blocks: int, list_len: int | None = None,
+    sums_ref,
+    m_ref,
+    n_r2_ref,
+    n_ball_ref,  # Σ_j W_ij [x̃_j, 1] (B_r, d1_pad), log-scale m, n_r2, n_ball
+    *,
+    spec: TileSpec,
+    dim: int,
+    block_cols: int,
+    num_col_blocks: int,
+    list_len: int | None = None,
 ):
     """One row block against every column block (or, with lists, against its listed ones): fold, store."""
     has_w = w_ref is not None
 
     def positions(ref, sl):
-        # "direct" reads (d, n) one coordinate at a time (a register tile cannot be sliced).
+        # "direct" reads (d, n) one coordinate at a time (a register tile cannot be
+        # sliced).
         return tuple(ref[k, sl] for k in range(dim)) if spec.direct else ref[sl, :]
 
     everything = slice(None)
-    rows = Prepared(positions(x_ref, everything), sq_ref[...], f_ref[...], thr_x=thr_ref[...])
+    rows = Prepared(
+        positions(x_ref, everything), sq_ref[...], f_ref[...], thr_x=thr_ref[...]
+    )
     if has_w:
-        rows = rows._replace(w=positions(w_ref, everything), sq_w=sq_w_ref[...], thr_w=thr_w_ref[...])
+        rows = rows._replace(
+            w=positions(w_ref, everything), sq_w=sq_w_ref[...], thr_w=thr_w_ref[...]
+        )
 
     def columns(c):
         sl = pl.ds(pl.multiple_of(c * block_cols, block_cols), block_cols)
-        cols = Prepared(positions(xc_ref, sl), sqc_ref[sl], fc_ref[sl], x1=x1c_ref[sl, :], log_s=log_s_ref[sl])
+        cols = Prepared(
+            positions(xc_ref, sl),
+            sqc_ref[sl],
+            fc_ref[sl],
+            x1=x1c_ref[sl, :],
+            log_s=log_s_ref[sl],
+        )
         if has_w:
             cols = cols._replace(w=positions(wc_ref, sl), sq_w=sq_wc_ref[sl])
         return cols
 
     acc = empty_partial(sums_ref.shape[0], sums_ref.shape[1], sums_ref.dtype)
     if list_len is None:
-        acc = lax.fori_loop(0, num_col_blocks, lambda c, a: tile_update(a, rows, columns(c), spec), acc)
+        acc = lax.fori_loop(
+            0, num_col_blocks, lambda c, a: tile_update(a, rows, columns(c), spec), acc
+        )
     else:
-        # Block-sparse: this row block's list of column blocks, FULL ones first, then COUNT ones.
+        # Block-sparse: this row block's list of column blocks, FULL ones first, then
+        # COUNT ones.
         i = pl.program_id(0)
         n_full, n_count = counts_ref[2 * i], counts_ref[2 * i + 1]
 
         def listed(c):
             return columns(tiles_ref[i * list_len + c])
 
-        acc = lax.fori_loop(0, n_full, lambda c, a: tile_update(a, rows, listed(c), spec), acc)
+        acc = lax.fori_loop(
+            0, n_full, lambda c, a: tile_update(a, rows, listed(c), spec), acc
+        )
         if has_w:
-            acc = lax.fori_loop(n_full, n_full + n_count, lambda c, a: count_update(a, rows, listed(c), spec), acc)
+            acc = lax.fori_loop(
+                n_full,
+                n_full + n_count,
+                lambda c, a: count_update(a, rows, listed(c), spec),
+                acc,
+            )
     for ref, value in zip((sums_ref, m_ref, n_r2_ref, n_ball_ref), acc, strict=True):
         ref[...] = value
 
@@ -300,7 +369,9 @@ def _whole(a) -> pl.BlockSpec:
     return pl.BlockSpec(a.shape, lambda i: zeros)
 
 
-def pallas_partial(rows: Prepared, cols: Prepared, opts: KernelOptions, tile_lists: tuple | None = None) -> Partial:
+def pallas_partial(
+    rows: Prepared, cols: Prepared, opts: KernelOptions, tile_lists: tuple | None = None
+) -> Partial:
     """Partial of ``rows`` over ``cols`` (both from :func:`~.algebra.prepare` with one centre): one launch.
 
     ``tile_lists``: None (every row block against every column block) or
@@ -312,8 +383,13 @@ def pallas_partial(rows: Prepared, cols: Prepared, opts: KernelOptions, tile_lis
     n_cols = cols.x.shape[0]
     dtype = rows.x.dtype
     has_w = rows.w is not None
-    spec = tile_spec(d, dtype, distances=opts.distances, precision=opts.precision,
-                     gram_precision=opts.gram_precision)
+    spec = tile_spec(
+        d,
+        dtype,
+        distances=opts.distances,
+        precision=opts.precision,
+        gram_precision=opts.gram_precision,
+    )
     br, bc = opts.block_rows, opts.block_cols
     rows = pad_particles(rows, -(-n_rows // br) * br)
     cols = pad_particles(cols, -(-n_cols // bc) * bc)
@@ -323,7 +399,9 @@ def pallas_partial(rows: Prepared, cols: Prepared, opts: KernelOptions, tile_lis
     def lanes(a, width):
         return jnp.pad(a, ((0, 0), (0, width - a.shape[1])))
 
-    def positions(a):  # "direct": (d_pad, n), one coordinate per row; "gram": (n, d_pad)
+    def positions(
+        a,
+    ):  # "direct": (d_pad, n), one coordinate per row; "gram": (n, d_pad)
         a = lanes(a, d_pad)
         return a.T if spec.direct else a
 
@@ -332,31 +410,53 @@ def pallas_partial(rows: Prepared, cols: Prepared, opts: KernelOptions, tile_lis
     # kernel passes its optional segment ids).
     row_args = [positions(rows.x), rows.sq_x, rows.f, rows.thr_x]
     row_args += [positions(rows.w), rows.sq_w, rows.thr_w] if has_w else [None] * 3
-    col_args = [positions(cols.x), cols.sq_x, lanes(cols.x1, d1_pad), cols.f, cols.log_s]
+    col_args = [
+        positions(cols.x),
+        cols.sq_x,
+        lanes(cols.x1, d1_pad),
+        cols.f,
+        cols.log_s,
+    ]
     col_args += [positions(cols.w), cols.sq_w] if has_w else [None] * 2
     row_vec = pl.BlockSpec((br,), lambda i: (i,))
     if spec.direct:
         row_mat = pl.BlockSpec((d_pad, br), lambda i: (0, i))
     else:
         row_mat = pl.BlockSpec((br, d_pad), lambda i: (i, 0))
-    row_specs = [None if a is None else row_mat if a.ndim == 2 else row_vec for a in row_args]
+    row_specs = [
+        None if a is None else row_mat if a.ndim == 2 else row_vec for a in row_args
+    ]
     col_specs = [None if a is None else _whole(a) for a in col_args]
 
     list_args, list_len = [None, None], None
     if tile_lists is not None:
         lists, n_full, n_count = tile_lists
         list_len = lists.shape[1]
-        list_args = [lists.reshape(-1), jnp.stack([n_full, n_count], axis=1).reshape(-1)]
+        list_args = [
+            lists.reshape(-1),
+            jnp.stack([n_full, n_count], axis=1).reshape(-1),
+        ]
     list_specs = [None if a is None else _whole(a) for a in list_args]
-    kernel = functools.partial(_kernel, spec=spec, dim=d, block_cols=bc, num_col_blocks=n_cols_pad // bc,
-                               list_len=list_len)
+    kernel = functools.partial(
+        _kernel,
+        spec=spec,
+        dim=d,
+        block_cols=bc,
+        num_col_blocks=n_cols_pad // bc,
+        list_len=list_len,
+    )
 
     def launch(*args, interpret: bool):
         return pl.pallas_call(
             kernel,
             grid=(n_rows_pad // br,),
             in_specs=row_specs + col_specs + list_specs,
-            out_specs=(pl.BlockSpec((br, d1_pad), lambda i: (i, 0)), row_vec, row_vec, row_vec),
+            out_specs=(
+                pl.BlockSpec((br, d1_pad), lambda i: (i, 0)),
+                row_vec,
+                row_vec,
+                row_vec,
+            ),
             out_shape=(
                 jax.ShapeDtypeStruct((n_rows_pad, d1_pad), dtype),
                 jax.ShapeDtypeStruct((n_rows_pad,), dtype),
@@ -365,7 +465,9 @@ def pallas_partial(rows: Prepared, cols: Prepared, opts: KernelOptions, tile_lis
             ),
             # Triton CompilerParams select the Triton lowering (jax 0.10 defaults
             # to Mosaic GPU, which does not take this whole-array-pointer pattern).
-            compiler_params=pltriton.CompilerParams(num_warps=opts.num_warps, num_stages=opts.num_stages),
+            compiler_params=pltriton.CompilerParams(
+                num_warps=opts.num_warps, num_stages=opts.num_stages
+            ),
             interpret=interpret,
             name=f"ensemble_force_{opts.distances}",
         )(*args)
@@ -378,7 +480,11 @@ def pallas_partial(rows: Prepared, cols: Prepared, opts: KernelOptions, tile_lis
         # host embeds the Triton kernel; a CPU run interprets).
         compiled = functools.partial(launch, interpret=False)
         sums, m, n_r2, n_ball = lax.platform_dependent(
-            *args, cuda=compiled, rocm=compiled, default=functools.partial(launch, interpret=True))
+            *args,
+            cuda=compiled,
+            rocm=compiled,
+            default=functools.partial(launch, interpret=True),
+        )
     else:
         sums, m, n_r2, n_ball = launch(*args, interpret=opts.interpret)
     return Partial(sums[:n_rows, : d + 1], m[:n_rows], n_r2[:n_rows], n_ball[:n_rows])
@@ -390,7 +496,9 @@ def sparse_list_len(n: int, opts: KernelOptions) -> int:
     return int(max(1, min(n_cb, SPARSE_LIST_BYTES // (4 * n_rb))))
 
 
-def sparse_tile_lists(p: Prepared, opts: KernelOptions, list_len: int) -> tuple[tuple[Array, Array, Array], Array]:
+def sparse_tile_lists(
+    p: Prepared, opts: KernelOptions, list_len: int
+) -> tuple[tuple[Array, Array, Array], Array]:
     """Per row block of ``p``, the column blocks the block-sparse kernel visits, and whether all lists fit.
 
     Returns ``((lists (R, K) int32, n_full (R,), n_count (R,)), fits)``:
@@ -400,12 +508,19 @@ def sparse_tile_lists(p: Prepared, opts: KernelOptions, list_len: int) -> tuple[
     ``O((N/B_r)(N/B_c) d)`` work, ``lax.map`` over the row blocks.
     """
     n, d = p.x.shape
-    spec = tile_spec(d, p.x.dtype, distances=opts.distances, precision=opts.precision,
-                     gram_precision=opts.gram_precision)
+    spec = tile_spec(
+        d,
+        p.x.dtype,
+        distances=opts.distances,
+        precision=opts.precision,
+        gram_precision=opts.gram_precision,
+    )
 
     def boxes(size):
         q = pad_particles(p, -(-n // size) * size)
-        return tile_boxes(q.x, q.sq_x, size), None if q.w is None else tile_boxes(q.w, q.sq_w, size)
+        return tile_boxes(q.x, q.sq_x, size), None if q.w is None else tile_boxes(
+            q.w, q.sq_w, size
+        )
 
     (row_x, row_w), (col_x, col_w) = boxes(opts.block_rows), boxes(opts.block_cols)
     thr_x, thr_w = p.thr_x[0], None if p.thr_w is None else p.thr_w[0]
@@ -417,21 +532,35 @@ def sparse_tile_lists(p: Prepared, opts: KernelOptions, list_len: int) -> tuple[
         return tile_list(kinds, list_len, n_cb - 1)
 
     per_row = (jnp.moveaxis(row_x.lo, 1, 0), jnp.moveaxis(row_x.hi, 1, 0), row_x.sq)
-    per_row_w = None if row_w is None else (jnp.moveaxis(row_w.lo, 1, 0), jnp.moveaxis(row_w.hi, 1, 0), row_w.sq)
-    lists, n_full, n_count = lax.map(lambda a: one((TileBoxes(*a[0]), None if a[1] is None else TileBoxes(*a[1]))),
-                                     (per_row, per_row_w), batch_size=8)
+    per_row_w = (
+        None
+        if row_w is None
+        else (jnp.moveaxis(row_w.lo, 1, 0), jnp.moveaxis(row_w.hi, 1, 0), row_w.sq)
+    )
+    lists, n_full, n_count = lax.map(
+        lambda a: one((TileBoxes(*a[0]), None if a[1] is None else TileBoxes(*a[1]))),
+        (per_row, per_row_w),
+        batch_size=8,
+    )
     return (lists, n_full, n_count), jnp.all(n_full + n_count <= list_len)
 
 
 @functools.partial(jax.jit, static_argnames=("opts", "block_sparse"))
-def _pallas(x, f, log_p, eta, w, r2, *, opts: KernelOptions, block_sparse: bool = False):
+def _pallas(
+    x, f, log_p, eta, w, r2, *, opts: KernelOptions, block_sparse: bool = False
+):
     p = prepare(x, f, log_p, eta, w, r2)
     if not block_sparse:
         return finish(pallas_partial(p, p, opts), p, x.shape[0])
     perm, p = sort_spatially(p)
     tile_lists, fits = sparse_tile_lists(p, opts, sparse_list_len(x.shape[0], opts))
-    # A row block with more listed blocks than the list holds: the dense kernel (exact either way).
-    part = lax.cond(fits, lambda: pallas_partial(p, p, opts, tile_lists), lambda: pallas_partial(p, p, opts))
+    # A row block with more listed blocks than the list holds: the dense kernel (exact
+    # either way).
+    part = lax.cond(
+        fits,
+        lambda: pallas_partial(p, p, opts, tile_lists),
+        lambda: pallas_partial(p, p, opts),
+    )
     out = finish(part, p, x.shape[0])
     return unsort(out, perm)
 
@@ -490,8 +619,26 @@ def ensemble_force_pallas(
     """
     x, f, log_p, w = check_pair_inputs(x, f, log_p, eta, w, r2)
     check_bool(block_sparse, "block_sparse")
-    opts = kernel_options(x.shape[1], block_rows, block_cols, distances, precision, gram_precision, interpret,
-                          num_warps, num_stages, dtype=x.dtype)
+    opts = kernel_options(
+        x.shape[1],
+        block_rows,
+        block_cols,
+        distances,
+        precision,
+        gram_precision,
+        interpret,
+        num_warps,
+        num_stages,
+        dtype=x.dtype,
+    )
     dtype = x.dtype
-    return _pallas(x, f, log_p, jnp.asarray(eta, dtype), w, None if r2 is None else jnp.asarray(r2, dtype),
-                   opts=opts, block_sparse=bool(block_sparse))
+    return _pallas(
+        x,
+        f,
+        log_p,
+        jnp.asarray(eta, dtype),
+        w,
+        None if r2 is None else jnp.asarray(r2, dtype),
+        opts=opts,
+        block_sparse=bool(block_sparse),
+    )

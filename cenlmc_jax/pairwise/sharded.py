@@ -89,14 +89,22 @@ from cenlmc_jax.pairwise.algebra import (
 from cenlmc_jax.pairwise.sparsity import sort_spatially, unsort
 from cenlmc_jax.types import Array, ArrayLike
 
-__all__ = ["make_mesh", "shard_ensemble", "ensemble_force_sharded", "particle_axis", "STRATEGIES"]
+__all__ = [
+    "make_mesh",
+    "shard_ensemble",
+    "ensemble_force_sharded",
+    "particle_axis",
+    "STRATEGIES",
+]
 
 STRATEGIES = ("allgather", "ring")
 
 PartialFn = Callable[[Prepared, Prepared], Partial]
 
 
-def make_mesh(num_devices: int | None = None, axis_name: str = "particles", *, devices=None) -> Mesh:
+def make_mesh(
+    num_devices: int | None = None, axis_name: str = "particles", *, devices=None
+) -> Mesh:
     """A 1-D mesh over the first ``num_devices`` devices (default: all of them)."""
     devices = list(jax.devices() if devices is None else devices)
     if num_devices is None:
@@ -109,15 +117,21 @@ def particle_axis(mesh: Mesh, axis_name: str | None = None) -> str:
     """The particle axis of ``mesh``: ``axis_name`` if given (checked), else the mesh's only axis."""
     if axis_name is None:
         if len(mesh.axis_names) != 1:
-            raise ValueError(f"axis_name must name the particle axis of a mesh with axes {tuple(mesh.shape)}; "
-                             "got None.")
+            raise ValueError(
+                f"axis_name must name the particle axis of a mesh with axes {tuple(mesh.shape)}; "
+                "got None."
+            )
         return mesh.axis_names[0]
     if axis_name not in mesh.shape:
-        raise ValueError(f"axis_name {axis_name!r} is not an axis of the mesh; its axes are {tuple(mesh.shape)}.")
+        raise ValueError(
+            f"axis_name {axis_name!r} is not an axis of the mesh; its axes are {tuple(mesh.shape)}."
+        )
     return axis_name
 
 
-def shard_ensemble(positions: ArrayLike, mesh: Mesh, axis_name: str = "particles") -> Array:
+def shard_ensemble(
+    positions: ArrayLike, mesh: Mesh, axis_name: str = "particles"
+) -> Array:
     """Place an array with leading particle axis (``(N, ...)``) split over ``mesh``.
 
     Any per-particle array (positions ``(N, d)``, log densities ``(N,)``, a
@@ -172,11 +186,15 @@ def ensemble_force_sharded(
     """
     x, f, log_p, w = check_pair_inputs(x, f, log_p, eta, w, r2)
     check_choice(strategy, "strategy", STRATEGIES)
-    check_callable(partial_fn, "partial_fn", "(rows: Prepared, cols: Prepared) -> Partial")
+    check_callable(
+        partial_fn, "partial_fn", "(rows: Prepared, cols: Prepared) -> Partial"
+    )
     check_bool(spatial_sort, "spatial_sort")
     if spatial_sort and strategy != "allgather":
-        raise ValueError(f"spatial_sort=True needs strategy 'allgather' (a ring never holds the whole ensemble to "
-                         f"sort); got strategy {strategy!r}.")
+        raise ValueError(
+            f"spatial_sort=True needs strategy 'allgather' (a ring never holds the whole ensemble to "
+            f"sort); got strategy {strategy!r}."
+        )
     mesh = make_mesh() if mesh is None else mesh
     dtype = x.dtype
     return _sharded(
@@ -186,8 +204,24 @@ def ensemble_force_sharded(
     )  # fmt: skip
 
 
-@functools.partial(jax.jit, static_argnames=("partial_fn", "mesh", "axis_name", "strategy", "spatial_sort"))
-def _sharded(x, f, log_p, eta, w, r2, *, partial_fn, mesh, axis_name, strategy, spatial_sort=False):
+@functools.partial(
+    jax.jit,
+    static_argnames=("partial_fn", "mesh", "axis_name", "strategy", "spatial_sort"),
+)
+def _sharded(
+    x,
+    f,
+    log_p,
+    eta,
+    w,
+    r2,
+    *,
+    partial_fn,
+    mesh,
+    axis_name,
+    strategy,
+    spatial_sort=False,
+):
     n, d = x.shape
     num = int(mesh.shape[axis_name])
     n_pad = -(-n // num) * num
@@ -205,16 +239,24 @@ def _sharded(x, f, log_p, eta, w, r2, *, partial_fn, mesh, axis_name, strategy, 
         if strategy == "allgather":
             # Every device prepares the whole gathered ensemble, as one device
             # would (same centre, same operands), and takes its rows from it.
-            gathered = jax.tree.map(lambda a: lax.all_gather(a, ax, tiled=True), (x, f, log_p, w))
+            gathered = jax.tree.map(
+                lambda a: lax.all_gather(a, ax, tiled=True), (x, f, log_p, w)
+            )
             everyone = prepare(*gathered[:3], eta, gathered[3], r2)
             if spatial_sort:
                 perm, everyone = sort_spatially(everyone)
             start = lax.axis_index(ax) * x.shape[0]
-            mine = jax.tree.map(lambda a: lax.dynamic_slice_in_dim(a, start, x.shape[0]), everyone)
+            mine = jax.tree.map(
+                lambda a: lax.dynamic_slice_in_dim(a, start, x.shape[0]), everyone
+            )
             out = finish(partial_fn(mine, everyone), mine, n)
             if spatial_sort:
-                # the rows of a run of the sorted order: gather them all, unsort, keep this device's
-                out = unsort(PairwiseForce(*(lax.all_gather(a, ax, tiled=True) for a in out)), perm)
+                # the rows of a run of the sorted order: gather them all, unsort, keep
+                # this device's
+                out = unsort(
+                    PairwiseForce(*(lax.all_gather(a, ax, tiled=True) for a in out)),
+                    perm,
+                )
                 out = [lax.dynamic_slice_in_dim(a, start, x.shape[0]) for a in out]
             return tuple(out)
         # Ring: centre on the GLOBAL mean of the valid particles: every device
@@ -226,8 +268,16 @@ def _sharded(x, f, log_p, eta, w, r2, *, partial_fn, mesh, axis_name, strategy, 
             count = jnp.maximum(lax.psum(jnp.sum(ok, dtype=v.dtype), ax), 1)
             return lax.psum(centre_terms(v, ok, count), ax)
 
-        mine = prepare(x, f, log_p, eta, w, r2, centre_x=centre(x, valid),
-                       centre_w=None if w is None else centre(w, valid_w))
+        mine = prepare(
+            x,
+            f,
+            log_p,
+            eta,
+            w,
+            r2,
+            centre_x=centre(x, valid),
+            centre_w=None if w is None else centre(w, valid_w),
+        )
         # Block k visits device k, k+1, ...; the send of the next block
         # does not depend on this step's compute and can overlap it.
         perm = [(k, (k + 1) % num) for k in range(num)]
@@ -243,7 +293,14 @@ def _sharded(x, f, log_p, eta, w, r2, *, partial_fn, mesh, axis_name, strategy, 
         return tuple(finish(part, mine, n))
 
     row = P(ax)
-    in_specs = (P(ax, None), row, row, None if w is None else P(ax, None), P(), None if r2 is None else P())
+    in_specs = (
+        P(ax, None),
+        row,
+        row,
+        None if w is None else P(ax, None),
+        P(),
+        None if r2 is None else P(),
+    )
     out = jax.shard_map(
         per_device, mesh=mesh, in_specs=in_specs, out_specs=(P(ax, None), row, row), check_vma=False,
     )(x, f, log_p, w, eta, r2)  # fmt: skip

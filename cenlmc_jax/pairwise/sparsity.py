@@ -179,8 +179,11 @@ def tile_boxes(v: Array, sq: Array, size: int) -> TileBoxes:
     n, d = v.shape
     far = jnp.all(v == far_rows(1, d, v.dtype), axis=1).reshape(n // size, size)
     v = v.T.reshape(d, n // size, size)
-    return TileBoxes(jnp.min(jnp.where(far, jnp.inf, v), axis=2), jnp.max(jnp.where(far, -jnp.inf, v), axis=2),
-                     jnp.max(jnp.where(far, 0, sq.reshape(n // size, size)), axis=1))
+    return TileBoxes(
+        jnp.min(jnp.where(far, jnp.inf, v), axis=2),
+        jnp.max(jnp.where(far, -jnp.inf, v), axis=2),
+        jnp.max(jnp.where(far, 0, sq.reshape(n // size, size)), axis=1),
+    )
 
 
 def box_gap2(a: TileBoxes, b: TileBoxes) -> Array:
@@ -216,8 +219,15 @@ def tiles_apart(a: TileBoxes, b: TileBoxes, thr: Array, spec: TileSpec) -> Array
     return gap2 > thr
 
 
-def tile_kinds(rows_x: TileBoxes, cols_x: TileBoxes, thr_x: Array, spec: TileSpec, rows_w: TileBoxes | None = None,
-               cols_w: TileBoxes | None = None, thr_w: Array | None = None) -> Array:
+def tile_kinds(
+    rows_x: TileBoxes,
+    cols_x: TileBoxes,
+    thr_x: Array,
+    spec: TileSpec,
+    rows_w: TileBoxes | None = None,
+    cols_w: TileBoxes | None = None,
+    thr_w: Array | None = None,
+) -> Array:
     """What a row tile needs of each column tile: int32 ``FULL``, ``COUNT`` or ``SKIP`` (broadcast shapes).
 
     ``FULL`` where a pair may pass both masks (the whole :func:`~.algebra.tile_update`);
@@ -242,6 +252,14 @@ def tile_list(kinds: Array, capacity: int, fill: int) -> tuple[Array, Array, Arr
     """
     full, count = kinds == FULL, kinds == COUNT
     n_full = jnp.sum(full, dtype=jnp.int32)
-    pos = jnp.where(full, jnp.cumsum(full) - 1, jnp.where(count, n_full + jnp.cumsum(count) - 1, capacity))
-    lst = jnp.full((capacity,), fill, jnp.int32).at[pos].set(jnp.arange(kinds.shape[0], dtype=jnp.int32), mode="drop")
+    pos = jnp.where(
+        full,
+        jnp.cumsum(full) - 1,
+        jnp.where(count, n_full + jnp.cumsum(count) - 1, capacity),
+    )
+    lst = (
+        jnp.full((capacity,), fill, jnp.int32)
+        .at[pos]
+        .set(jnp.arange(kinds.shape[0], dtype=jnp.int32), mode="drop")
+    )
     return lst, n_full, jnp.sum(count, dtype=jnp.int32)

@@ -124,11 +124,12 @@ SPARSE_GROUP = 128
 #: block-sparse call runs the dense tiles instead (decided at run time; both
 #: exact) ...
 SPARSE_MAX_ACTIVE = 0.5
-#: ... and at most ``max(SPARSE_MAX_PAIRS, SPARSE_PAIRS_PER_PARTICLE · N)`` entries: a floor of 2^23
-#: (4 int32 lists of them: 128 MiB) and beyond it 32 per particle (512 bytes a particle
-#: for the 4 lists), so the cap grows with N. A fixed 2^23 made N = 2^20, d = 2 (17.65 M
-#: listed tile pairs, 16.8 a particle) run the dense tiles: ≥ 5,000 s a step projected
-#: against ~130 s sparse (issue 17). The lists stay below 2^30 entries (int32 offsets).
+#: ... and at most ``max(SPARSE_MAX_PAIRS, SPARSE_PAIRS_PER_PARTICLE · N)`` entries: a
+#: floor of 2^23 (4 int32 lists of them: 128 MiB) and beyond it 32 per particle (512
+#: bytes a particle for the 4 lists), so the cap grows with N. A fixed 2^23 made N =
+#: 2^20, d = 2 (17.65 M listed tile pairs, 16.8 a particle) run the dense tiles: ≥ 5,000
+#: s a step projected against ~130 s sparse (issue 17). The lists stay below 2^30
+#: entries (int32 offsets).
 SPARSE_MAX_PAIRS = 2**23
 SPARSE_PAIRS_PER_PARTICLE = 32
 _LIST_MAX = 2**30
@@ -136,8 +137,13 @@ _LIST_MAX = 2**30
 PLAN_CHUNK = 2**18
 
 
-def sparse_capacity(n: int, block_rows: int, block_cols: int, max_active: float = SPARSE_MAX_ACTIVE,
-                    n_cols: int | None = None) -> int:
+def sparse_capacity(
+    n: int,
+    block_rows: int,
+    block_cols: int,
+    max_active: float = SPARSE_MAX_ACTIVE,
+    n_cols: int | None = None,
+) -> int:
     """Static length of the block-sparse pair lists for ``n`` rows (against ``n_cols`` columns, default n).
 
     A fraction ``max_active`` of all tile pairs, at most ``max(SPARSE_MAX_PAIRS,
@@ -153,7 +159,8 @@ class SparseFallbackWarning(RuntimeWarning):
     """A block-sparse sum ran the dense tiles instead (exact, but it may be much slower): see :func:`dense_instead`."""
 
 
-#: (reason, capacity) pairs already warned about in this process: one warning each, not one per step.
+#: (reason, capacity) pairs already warned about in this process: one warning each, not
+#: one per step.
 _WARNED: set = set()
 
 
@@ -171,15 +178,26 @@ def _warn_fallback(fits, shared, n_pairs, *, capacity: int, max_pairs: int) -> N
         return
     _WARNED.add((kind, capacity))
     if kind == "capacity":
-        why = "its memory cap" if capacity >= max_pairs else "max_active of all tile pairs"
+        why = (
+            "its memory cap"
+            if capacity >= max_pairs
+            else "max_active of all tile pairs"
+        )
         reason = f"lists {int(np.max(n_pairs)):,} tile pairs, over its capacity of {capacity:,} ({why})"
     else:
-        reason = "needs a weight shift per row (the weights spread beyond one shared shift)"
-    host_warn(f"block-sparse ensemble force {reason}: the dense tiles ran instead (exact; cost O(N^2) pairs)",
-              SparseFallbackWarning, stacklevel=1)  # points at this function: the caller is the callback machinery
+        reason = (
+            "needs a weight shift per row (the weights spread beyond one shared shift)"
+        )
+    host_warn(
+        f"block-sparse ensemble force {reason}: the dense tiles ran instead (exact; cost O(N^2) pairs)",
+        SparseFallbackWarning,
+        stacklevel=1,
+    )  # points at this function: the caller is the callback machinery
 
 
-def dense_instead(dense, plan: SparsePlan, weights: ColumnWeights, capacity: int, n: int):
+def dense_instead(
+    dense, plan: SparsePlan, weights: ColumnWeights, capacity: int, n: int
+):
     """``dense`` (a thunk) that first reports, once per process, why the block-sparse sum fell back to it.
 
     A ``jax.debug.callback`` inside the dense branch of the ``lax.cond``:
@@ -190,13 +208,18 @@ def dense_instead(dense, plan: SparsePlan, weights: ColumnWeights, capacity: int
     max_pairs = min(max(SPARSE_MAX_PAIRS, SPARSE_PAIRS_PER_PARTICLE * n), _LIST_MAX)
 
     def warn():
-        jax.debug.callback(functools.partial(_warn_fallback, capacity=capacity, max_pairs=max_pairs),
-                           plan.fits, weights.shared, plan.n_pairs)
+        jax.debug.callback(
+            functools.partial(_warn_fallback, capacity=capacity, max_pairs=max_pairs),
+            plan.fits,
+            weights.shared,
+            plan.n_pairs,
+        )
 
     def run():
-        # The callback is lowered only for platforms this process has a backend for: a host callback cannot
-        # be lowered for CUDA from a CPU-only host (``.lower(lowering_platforms=("cuda",))``, the CI's
-        # lowering tests); on a GPU host the GPU's branch warns as the CPU's does.
+        # The callback is lowered only for platforms this process has a backend for: a
+        # host callback cannot be lowered for CUDA from a CPU-only host
+        # (``.lower(lowering_platforms=("cuda",))``, the CI's lowering tests); on a GPU
+        # host the GPU's branch warns as the CPU's does.
         here = {p: warn for p in ("cpu", "cuda", "rocm") if _has_backend(p)}
         jax.lax.platform_dependent(default=lambda: None, **here)
         return dense()
@@ -211,7 +234,9 @@ def _has_backend(platform: str) -> bool:
         return False
 
 
-def default_block_size(n: int, *, itemsize: int = 4, with_w: bool = False, d: int | None = None) -> int:
+def default_block_size(
+    n: int, *, itemsize: int = 4, with_w: bool = False, d: int | None = None
+) -> int:
     """Row-block size ``B`` for ``n`` columns of dimension ``d`` when ``block_size`` is None.
 
     ``B`` keeps one ``(B, n)`` temporary near :data:`TILE_TARGET_BYTES` (the
@@ -270,11 +295,21 @@ def _remat(fn):
 def _blocks(p: Prepared, size: int) -> Prepared:
     """Pad ``p`` to a multiple of ``size`` particles and give every field a leading block axis."""
     n_pad = -(-p.sq_x.shape[0] // size) * size
-    return jax.tree.map(lambda v: v.reshape((n_pad // size, size) + v.shape[1:]), pad_particles(p, n_pad))
+    return jax.tree.map(
+        lambda v: v.reshape((n_pad // size, size) + v.shape[1:]),
+        pad_particles(p, n_pad),
+    )
 
 
-def tiled_partial(rows: Prepared, cols: Prepared, *, block_rows: int | None = None, block_cols: int | None = None,
-                  precision: Any = None, distances: str | None = None) -> Partial:
+def tiled_partial(
+    rows: Prepared,
+    cols: Prepared,
+    *,
+    block_rows: int | None = None,
+    block_cols: int | None = None,
+    precision: Any = None,
+    distances: str | None = None,
+) -> Partial:
     """Partial of ``rows`` over ``cols`` (both from :func:`~.algebra.prepare` with one centre), tile by tile.
 
     ``block_rows``: rows per block, at least 2 (default
@@ -288,9 +323,14 @@ def tiled_partial(rows: Prepared, cols: Prepared, *, block_rows: int | None = No
     n_cols = cols.x.shape[0]
     dtype = rows.x.dtype
     spec = tile_spec(d, dtype, distances=distances, precision=precision)
-    # Sized by the column count, but no more rows than there are (sharded: n_rows = N/P).
-    br = block_rows or min(default_block_size(n_cols, itemsize=jnp.dtype(dtype).itemsize, with_w=rows.w is not None,
-                                              d=d), -(-n_rows // 8) * 8)
+    # Sized by the column count, but no more rows than there are (sharded: n_rows =
+    # N/P).
+    br = block_rows or min(
+        default_block_size(
+            n_cols, itemsize=jnp.dtype(dtype).itemsize, with_w=rows.w is not None, d=d
+        ),
+        -(-n_rows // 8) * 8,
+    )
     # A one-row block would make the Gram product a matrix-vector product, which
     # XLA rounds differently: a pair at the threshold could then be decided
     # differently than with any other block size.
@@ -303,18 +343,31 @@ def tiled_partial(rows: Prepared, cols: Prepared, *, block_rows: int | None = No
         # the coordinate vectors rather than a strided slice per block).
         weights = column_weights(cols, spec)
         if spec.direct:
-            cols = cols._replace(x=tuple(cols.x.T), w=None if cols.w is None else tuple(cols.w.T))
+            cols = cols._replace(
+                x=tuple(cols.x.T), w=None if cols.w is None else tuple(cols.w.T)
+            )
 
         def rows_against_cols(one_shift):
-            return lax.map(_remat(lambda r: tile_partial_with(r, cols, weights, spec, one_shift)), row_blocks)
+            return lax.map(
+                _remat(lambda r: tile_partial_with(r, cols, weights, spec, one_shift)),
+                row_blocks,
+            )
 
-        out = lax.cond(weights.shared, lambda: rows_against_cols(True), lambda: rows_against_cols(False))
+        out = lax.cond(
+            weights.shared,
+            lambda: rows_against_cols(True),
+            lambda: rows_against_cols(False),
+        )
     else:
         col_blocks = _blocks(cols, bc)
         empty = empty_partial(br, d + 1, dtype)
 
         def fold_columns(r):
-            return lax.scan(_remat(lambda acc, c: (tile_update(acc, r, c, spec), None)), empty, col_blocks)[0]
+            return lax.scan(
+                _remat(lambda acc, c: (tile_update(acc, r, c, spec), None)),
+                empty,
+                col_blocks,
+            )[0]
 
         out = lax.map(fold_columns, row_blocks)
     return jax.tree.map(lambda v: v.reshape((-1,) + v.shape[2:])[:n_rows], out)
@@ -323,7 +376,9 @@ def tiled_partial(rows: Prepared, cols: Prepared, *, block_rows: int | None = No
 def _boxes(p: Prepared, size: int) -> tuple[TileBoxes, TileBoxes | None]:
     """x- and w-boxes of the tiles of ``size`` consecutive particles (``p`` padded to a multiple of ``size``)."""
     p = pad_particles(p, -(-p.sq_x.shape[0] // size) * size)
-    return tile_boxes(p.x, p.sq_x, size), None if p.w is None else tile_boxes(p.w, p.sq_w, size)
+    return tile_boxes(p.x, p.sq_x, size), None if p.w is None else tile_boxes(
+        p.w, p.sq_w, size
+    )
 
 
 class SparsePlan(NamedTuple):
@@ -345,8 +400,14 @@ def _kinds(row_x, row_w, cols_x, cols_w, thr_x, thr_w, spec):
     return tile_kinds(row_x, cols_x, thr_x, spec, row_w, cols_w, thr_w)
 
 
-def sparse_plan(p: Prepared, block_rows: int, block_cols: int, capacity: int, spec,
-                cols: Prepared | None = None) -> SparsePlan:
+def sparse_plan(
+    p: Prepared,
+    block_rows: int,
+    block_cols: int,
+    capacity: int,
+    spec,
+    cols: Prepared | None = None,
+) -> SparsePlan:
     """Which tile pairs of ``p`` (rows in tiles of ``block_rows``, columns of ``block_cols``) to visit.
 
     ``cols``: the columns, if not ``p`` itself (a device's rows against the
@@ -370,7 +431,9 @@ def sparse_plan(p: Prepared, block_rows: int, block_cols: int, capacity: int, sp
     n_chunks = -(-n_rt // chunk)
     size = chunk * n_ct
 
-    def split(boxes):  # lo, hi (n_chunks, d, chunk, 1), sq (n_chunks, chunk, 1): empty boxes pad the last chunk
+    def split(
+        boxes,
+    ):  # lo, hi (n_chunks, d, chunk, 1), sq (n_chunks, chunk, 1): empty boxes pad the last chunk
         if boxes is None:
             return None
         pad = n_chunks * chunk - n_rt
@@ -379,14 +442,20 @@ def sparse_plan(p: Prepared, block_rows: int, block_cols: int, capacity: int, sp
             v = jnp.pad(v, [(0, 0)] * (v.ndim - 1) + [(0, pad)], constant_values=fill)
             return jnp.moveaxis(v.reshape(v.shape[:-1] + (n_chunks, chunk, 1)), -3, 0)
 
-        return TileBoxes(cut(boxes.lo, jnp.inf), cut(boxes.hi, -jnp.inf), cut(boxes.sq, 0))
+        return TileBoxes(
+            cut(boxes.lo, jnp.inf), cut(boxes.hi, -jnp.inf), cut(boxes.sq, 0)
+        )
 
     def step(carry, args):
         pairs, count = carry
         first, rx, rw = args
         visit = _kinds(rx, rw, col_x, col_w, thr_x, thr_w, spec).reshape(-1) != SKIP
         pos = jnp.where(visit, jnp.cumsum(visit) - 1, size)
-        codes = jnp.zeros((size,), jnp.int32).at[pos].set(first + jnp.arange(size, dtype=jnp.int32), mode="drop")
+        codes = (
+            jnp.zeros((size,), jnp.int32)
+            .at[pos]
+            .set(first + jnp.arange(size, dtype=jnp.int32), mode="drop")
+        )
         pairs = lax.dynamic_update_slice(pairs, codes, (jnp.minimum(count, capacity),))
         return (pairs, count + jnp.sum(visit, dtype=jnp.int32)), None
 
@@ -396,8 +465,17 @@ def sparse_plan(p: Prepared, block_rows: int, block_cols: int, capacity: int, sp
     return SparsePlan(pairs, count, count <= capacity)
 
 
-def block_sparse_partial(p: Prepared, plan: SparsePlan, weights: ColumnWeights, *, block_rows: int, block_cols: int,
-                         group: int, spec, cols: Prepared | None = None) -> Partial:
+def block_sparse_partial(
+    p: Prepared,
+    plan: SparsePlan,
+    weights: ColumnWeights,
+    *,
+    block_rows: int,
+    block_cols: int,
+    group: int,
+    spec,
+    cols: Prepared | None = None,
+) -> Partial:
     """Partial of every particle of ``p`` over all of them (or over ``cols``), folding only the tile pairs of ``plan``.
 
     ``p``: :func:`~.algebra.prepare` output, best in a spatial order
@@ -407,28 +485,41 @@ def block_sparse_partial(p: Prepared, plan: SparsePlan, weights: ColumnWeights, 
     (one shift for every tile: the sums of the tiles then simply add).
 
     Each step gathers ``group`` tile pairs of the list, computes their
-    :func:`~.algebra.tile_partial_with` side by side (``vmap``: one
-    ``(group, B, C)`` pass) and scatter-adds them to their row tiles; the
-    last step pads with an empty column tile. Temporaries
-    ``O(N d + group B C)``. Differentiable in both modes (:func:`_fold_tiles`).
-    With ``cols`` (same centre as ``p``), ``plan`` and ``weights`` are those of ``p`` against ``cols``.
+    :func:`~.algebra.tile_partial_with` side by side (``vmap``: one ``(group, B, C)``
+    pass) and scatter-adds them to their row tiles; the last step pads with an empty
+    column tile. Temporaries ``O(N d + group B C)``. Differentiable in both modes
+    (:func:`_fold_tiles`). With ``cols`` (same centre as ``p``), ``plan`` and
+    ``weights`` are those of ``p`` against ``cols``.
     """
     n, d = p.x.shape
     c = p if cols is None else cols
     br, bc = block_rows, block_cols
     # Only the fields a tile reads (a step gathers what it is given).
-    rows_b = _blocks(Prepared(p.x, p.sq_x, p.f, thr_x=p.thr_x, w=p.w, sq_w=p.sq_w, thr_w=p.thr_w), br)
+    rows_b = _blocks(
+        Prepared(p.x, p.sq_x, p.f, thr_x=p.thr_x, w=p.w, sq_w=p.sq_w, thr_w=p.thr_w), br
+    )
     n_tiles = -(-c.x.shape[0] // bc)
     cols = Prepared(c.x, c.sq_x, c.f, x1=weights.lift, w=c.w, sq_w=c.sq_w)
-    cols_b = _blocks(pad_particles(cols, (n_tiles + 1) * bc), bc)  # tile n_tiles is empty
-    acc = _fold_tiles(rows_b, cols_b, plan.pairs, plan.n_pairs, weights.top, group, spec)
+    cols_b = _blocks(
+        pad_particles(cols, (n_tiles + 1) * bc), bc
+    )  # tile n_tiles is empty
+    acc = _fold_tiles(
+        rows_b, cols_b, plan.pairs, plan.n_pairs, weights.top, group, spec
+    )
     sums, n_r2, n_ball = (a.reshape((-1,) + a.shape[2:])[:n] for a in acc)
     return Partial(sums, jnp.full((n,), weights.top, p.x.dtype), n_r2, n_ball)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(5, 6))
-def _fold_tiles(rows_b: Prepared, cols_b: Prepared, pairs: Array, n_pairs: Array, top: Array, group: int,
-                spec) -> tuple[Array, Array, Array]:
+def _fold_tiles(
+    rows_b: Prepared,
+    cols_b: Prepared,
+    pairs: Array,
+    n_pairs: Array,
+    top: Array,
+    group: int,
+    spec,
+) -> tuple[Array, Array, Array]:
     """The sums ``(R, B, d+1)`` and counts ``(R, B)`` of the row tiles over the listed tile pairs.
 
     ``rows_b``, ``cols_b``: the tiles (leading tile axis; the last column
@@ -444,7 +535,11 @@ def _fold_tiles(rows_b: Prepared, cols_b: Prepared, pairs: Array, n_pairs: Array
 
 @_fold_tiles.defjvp
 def _fold_tiles_jvp(group, spec, primals, tangents):
-    return jax.jvp(functools.partial(_fold_steps, group=group, spec=spec, static=True), primals, tangents)
+    return jax.jvp(
+        functools.partial(_fold_steps, group=group, spec=spec, static=True),
+        primals,
+        tangents,
+    )
 
 
 def _fold_steps(rows_b, cols_b, pairs, n_pairs, top, group, spec, *, static: bool):
@@ -481,17 +576,26 @@ def _fold_steps(rows_b, cols_b, pairs, n_pairs, top, group, spec, *, static: boo
     chunks = -(-steps // inner)
     live_steps = -(-n_pairs // group)
     # A step may read past the end of the list.
-    codes = jnp.concatenate([pairs, jnp.zeros((chunks * inner * group - pairs.shape[0],), jnp.int32)])
+    codes = jnp.concatenate(
+        [pairs, jnp.zeros((chunks * inner * group - pairs.shape[0],), jnp.int32)]
+    )
 
     def step(s, acc):
         pos = s * group + jnp.arange(group)
         code = lax.dynamic_slice(codes, (s * group,), (group,))
         live = pos < n_pairs
-        r = jnp.where(live, code // n_tiles, 0)  # a dead entry: any row tile, against the empty column tile
+        r = jnp.where(
+            live, code // n_tiles, 0
+        )  # a dead entry: any row tile, against the empty column tile
         c = jnp.where(live, code % n_tiles, n_tiles)
-        rows, cols = (jax.tree.map(lambda v, i=i: v[i], b) for b, i in ((rows_b, r), (cols_b, c)))
-        parts = lax.cond(s < live_steps, jax.vmap(full_tile), no_tiles, rows, cols) if static else \
-            jax.vmap(full_tile)(rows, cols)
+        rows, cols = (
+            jax.tree.map(lambda v, i=i: v[i], b) for b, i in ((rows_b, r), (cols_b, c))
+        )
+        parts = (
+            lax.cond(s < live_steps, jax.vmap(full_tile), no_tiles, rows, cols)
+            if static
+            else jax.vmap(full_tile)(rows, cols)
+        )
         return tuple(a.at[r].add(v) for a, v in zip(acc, parts, strict=True))
 
     zeros = jnp.zeros((n_rows, br), jnp.int32)
@@ -502,14 +606,18 @@ def _fold_steps(rows_b, cols_b, pairs, n_pairs, top, group, spec, *, static: boo
     @_remat  # outside the cond: the loop's constants are then hoisted, not kept per chunk
     def chunk(k, acc):
         def run(acc):
-            return lax.fori_loop(0, inner, lambda j, acc: _remat(step)(k * inner + j, acc), acc)
+            return lax.fori_loop(
+                0, inner, lambda j, acc: _remat(step)(k * inner + j, acc), acc
+            )
 
         return lax.cond(k * inner < live_steps, run, lambda acc: acc, acc)
 
     return lax.fori_loop(0, chunks, chunk, acc)
 
 
-def sparse_tiles(n_rows: int, n_cols: int, block_size: int | None, block_cols: int | None) -> tuple[int, int]:
+def sparse_tiles(
+    n_rows: int, n_cols: int, block_size: int | None, block_cols: int | None
+) -> tuple[int, int]:
     """Row and column tile sizes of a block-sparse sum (defaults :data:`SPARSE_BLOCK_ROWS`, :data:`SPARSE_BLOCK_COLS`),
     doubled until the int32 pair codes fit (``N`` beyond ~2.9 million)."""
     br, bc = block_size or SPARSE_BLOCK_ROWS, block_cols or SPARSE_BLOCK_COLS
@@ -518,9 +626,18 @@ def sparse_tiles(n_rows: int, n_cols: int, block_size: int | None, block_cols: i
     return br, bc
 
 
-def sparse_partial(rows: Prepared, cols: Prepared, *, block_rows: int | None = None, block_cols: int | None = None,
-                   group: int | None = None, precision: Any = None, distances: str | None = None,
-                   max_active: float = SPARSE_MAX_ACTIVE, axis_name: str | None = None) -> Partial:
+def sparse_partial(
+    rows: Prepared,
+    cols: Prepared,
+    *,
+    block_rows: int | None = None,
+    block_cols: int | None = None,
+    group: int | None = None,
+    precision: Any = None,
+    distances: str | None = None,
+    max_active: float = SPARSE_MAX_ACTIVE,
+    axis_name: str | None = None,
+) -> Partial:
     """Block-sparse partial of ``rows`` over ``cols`` (one centre): a ``partial_fn`` of :mod:`.sharded`.
 
     :func:`sparse_plan` of the row tiles of ``rows`` against the column tiles
@@ -544,32 +661,78 @@ def sparse_partial(rows: Prepared, cols: Prepared, *, block_rows: int | None = N
     n_cols = cols.x.shape[0]
     br, bc = sparse_tiles(n_rows, n_cols, block_rows, block_cols)
     spec = tile_spec(d, rows.x.dtype, distances=distances, precision=precision)
-    capacity = sparse_capacity(n_rows if axis_name is None else n_cols, br, bc, max_active, n_cols=n_cols)
+    capacity = sparse_capacity(
+        n_rows if axis_name is None else n_cols, br, bc, max_active, n_cols=n_cols
+    )
     plan = sparse_plan(rows, br, bc, capacity, spec, cols=cols)
     if axis_name is not None:
         plan = plan._replace(fits=lax.psum(plan.n_pairs, axis_name) <= capacity)
     weights = column_weights(cols, spec)
 
     def sparse():
-        return block_sparse_partial(rows, plan, weights, block_rows=br, block_cols=bc, group=group or SPARSE_GROUP,
-                                    spec=spec, cols=cols)
+        return block_sparse_partial(
+            rows,
+            plan,
+            weights,
+            block_rows=br,
+            block_cols=bc,
+            group=group or SPARSE_GROUP,
+            spec=spec,
+            cols=cols,
+        )
 
     def dense():
         return tiled_partial(rows, cols, precision=precision, distances=distances)
 
-    return lax.cond(plan.fits & weights.shared, sparse, dense_instead(dense, plan, weights, capacity, n_cols))
+    return lax.cond(
+        plan.fits & weights.shared,
+        sparse,
+        dense_instead(dense, plan, weights, capacity, n_cols),
+    )
 
 
-@functools.partial(jax.jit, static_argnames=("block_size", "block_cols", "precision", "distances"))
+@functools.partial(
+    jax.jit, static_argnames=("block_size", "block_cols", "precision", "distances")
+)
 def _tiled(x, f, log_p, eta, w, r2, *, block_size, block_cols, precision, distances):
     p = prepare(x, f, log_p, eta, w, r2)
-    part = tiled_partial(p, p, block_rows=block_size, block_cols=block_cols, precision=precision, distances=distances)
+    part = tiled_partial(
+        p,
+        p,
+        block_rows=block_size,
+        block_cols=block_cols,
+        precision=precision,
+        distances=distances,
+    )
     return finish(part, p, x.shape[0])
 
 
-@functools.partial(jax.jit, static_argnames=("block_size", "block_cols", "group", "precision", "distances",
-                                             "max_active"))
-def _tiled_sparse(x, f, log_p, eta, w, r2, *, block_size, block_cols, group, precision, distances, max_active):
+@functools.partial(
+    jax.jit,
+    static_argnames=(
+        "block_size",
+        "block_cols",
+        "group",
+        "precision",
+        "distances",
+        "max_active",
+    ),
+)
+def _tiled_sparse(
+    x,
+    f,
+    log_p,
+    eta,
+    w,
+    r2,
+    *,
+    block_size,
+    block_cols,
+    group,
+    precision,
+    distances,
+    max_active,
+):
     n, d = x.shape
     perm, p = sort_spatially(prepare(x, f, log_p, eta, w, r2))
     br, bc = sparse_tiles(n, n, block_size, block_cols)
@@ -580,14 +743,20 @@ def _tiled_sparse(x, f, log_p, eta, w, r2, *, block_size, block_cols, group, pre
     weights = column_weights(p, spec)
 
     def sparse():
-        return block_sparse_partial(p, plan, weights, block_rows=br, block_cols=bc, group=g, spec=spec)
+        return block_sparse_partial(
+            p, plan, weights, block_rows=br, block_cols=bc, group=g, spec=spec
+        )
 
     def dense():
         return tiled_partial(p, p, precision=precision, distances=distances)
 
     # Exact either way: the dense tiles where the list overflows its capacity
     # (too many active tiles to gain) or the weights need a shift per row.
-    part = lax.cond(plan.fits & weights.shared, sparse, dense_instead(dense, plan, weights, capacity, n))
+    part = lax.cond(
+        plan.fits & weights.shared,
+        sparse,
+        dense_instead(dense, plan, weights, capacity, n),
+    )
     out = finish(part, p, n)
     return unsort(out, perm)
 

@@ -16,9 +16,25 @@ from cenlmc_jax.sgmcmc.recipe import (
     sghmc_init,
     sghmc_step,
 )
-from cenlmc_jax.sgmcmc.sgrhmc import SGRHMCInfo, SGRHMCState, gsgrhmc_inv_metric, sgrhmc_init, sgrhmc_step
+from cenlmc_jax.sgmcmc.sgrhmc import (
+    SGRHMCInfo,
+    SGRHMCState,
+    gsgrhmc_inv_metric,
+    sgrhmc_init,
+    sgrhmc_step,
+)
 
 __all__ = [
-    "RecipeState", "RecipeInfo", "recipe_init", "recipe_step", "SGHMCState", "sghmc_init", "sghmc_step",
-    "SGRHMCState", "SGRHMCInfo", "sgrhmc_init", "sgrhmc_step", "gsgrhmc_inv_metric",
+    "RecipeState",
+    "RecipeInfo",
+    "recipe_init",
+    "recipe_step",
+    "SGHMCState",
+    "sghmc_init",
+    "sghmc_step",
+    "SGRHMCState",
+    "SGRHMCInfo",
+    "sgrhmc_init",
+    "sgrhmc_step",
+    "gsgrhmc_inv_metric",
 ]

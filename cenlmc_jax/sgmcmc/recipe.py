@@ -32,9 +32,9 @@ checking, whenever the values are concrete, that none is clearly negative
 (``ValueError``). Inside a traced run the check cannot raise; a clearly
 negative eigenvalue is reported in ``info.noise_clipped``.
 
-SGLD, SGRLD and SGHMC (:func:`sgld`, :func:`sgrld`, :func:`sghmc`) only
-choose ``D`` and ``Q`` and return a :class:`~cenlmc_jax.base.SamplingAlgorithm`.
-SGRHMC (docs/algorithms.md §6) has its own block step in :mod:`cenlmc_jax.sgmcmc.sgrhmc`.
+SGLD, SGRLD and SGHMC (:func:`sgld`, :func:`sgrld`, :func:`sghmc`) only choose ``D`` and
+``Q`` and return a :class:`~cenlmc_jax.base.SamplingAlgorithm`. SGRHMC
+(docs/algorithms.md §6) has its own block step in :mod:`cenlmc_jax.sgmcmc.sgrhmc`.
 
 All steps act on one chain (``position: (d,)``, or a pytree such as a dict
 of parameters: it is flattened with ``jax.flatten_util.ravel_pytree`` at the
@@ -62,7 +62,11 @@ from cenlmc_jax._validation import (
     is_concrete,
 )
 from cenlmc_jax.base import RunFlag, SamplingAlgorithm, StepSize, step_size_at
-from cenlmc_jax.gradients.estimators import GRAD_ESTIMATOR_WHAT, flat_grad_estimator, ravel_position
+from cenlmc_jax.gradients.estimators import (
+    GRAD_ESTIMATOR_WHAT,
+    flat_grad_estimator,
+    ravel_position,
+)
 from cenlmc_jax.types import Array, ArrayLike, GradEstimator, PRNGKey
 
 __all__ = [
@@ -83,9 +87,17 @@ __all__ = [
 _GRAD_WHAT = GRAD_ESTIMATOR_WHAT
 
 
-def check_grad_estimator(grad_estimator, position, name: str = "grad_estimator") -> None:
+def check_grad_estimator(
+    grad_estimator, position, name: str = "grad_estimator"
+) -> None:
     """A user's estimator maps ``(key, position)`` to a gradient shaped like ``position`` (abstractly checked)."""
-    check_function(grad_estimator, name, (jax.random.key(0), position), what=_GRAD_WHAT, like=position)
+    check_function(
+        grad_estimator,
+        name,
+        (jax.random.key(0), position),
+        what=_GRAD_WHAT,
+        like=position,
+    )
 
 
 class RecipeState(NamedTuple):
@@ -99,20 +111,25 @@ class RecipeState(NamedTuple):
     step: Array
 
 
-#: The driver's warning for ``info.noise_clipped`` (the recipe's and SGRHMC's infos declare it).
-NOISE_CLIPPED_FLAG = RunFlag("noise_clipped", lambda infos, step: (
-    f"the noise covariance step_size*(2D - step_size*B_hat) was clipped (info.noise_clipped) from step {step}: "
-    "B_hat is too large for this step size, so the chain injects less noise than the recipe needs; lower "
-    "step_size or B_hat"))
+#: The driver's warning for ``info.noise_clipped`` (the recipe's and SGRHMC's infos
+#: declare it).
+NOISE_CLIPPED_FLAG = RunFlag(
+    "noise_clipped",
+    lambda infos, step: (
+        f"the noise covariance step_size*(2D - step_size*B_hat) was clipped (info.noise_clipped) from step {step}: "
+        "B_hat is too large for this step size, so the chain injects less noise than the recipe needs; lower "
+        "step_size or B_hat"
+    ),
+)
 
 
 class RecipeInfo(NamedTuple):
     """What one recipe step did.
 
     grad_evals: calls of ``grad_estimator`` (1; a minibatch call counts once).
-    num_nonfinite: chains whose new position is not finite (0 or 1 for one chain; under ``vmap_chains``
-       ``cj.sample``'s default ``info_reduce="mean"`` sums integer fields, so it counts chains, as the
-       ensemble samplers' infos count particles).
+    num_nonfinite: chains whose new position is not finite (0 or 1 for one chain; under
+       ``vmap_chains`` ``cj.sample``'s default ``info_reduce="mean"`` sums integer
+       fields, so it counts chains, as the ensemble samplers' infos count particles).
     diverged: ``num_nonfinite > 0``.
     step_size: ``ε_t`` used.
     noise_clipped: the noise covariance ``ε(2D - εB̂)`` had an eigenvalue
@@ -129,7 +146,9 @@ class RecipeInfo(NamedTuple):
     run_flags = (NOISE_CLIPPED_FLAG,)  # cj.sample warns from the first clipped step
 
 
-def check_recipe_inputs(z: Array, D, Q, B_hat, eps: Array | None, *, d_name: str = "D") -> None:
+def check_recipe_inputs(
+    z: Array, D, Q, B_hat, eps: Array | None, *, d_name: str = "D"
+) -> None:
     """Everything that can be checked in Python: constant matrices always, callables at a concrete z
     (their output shapes at any z, abstractly).
 
@@ -151,9 +170,13 @@ def check_recipe_inputs(z: Array, D, Q, B_hat, eps: Array | None, *, d_name: str
         la.check_skew(vals["Q"], "Q", "the irreversible part of the recipe")
     if "D" in vals and "B_hat" in vals and eps is not None and is_concrete(eps):
         e = float(eps)
-        la.check_noise_cov(e, vals["D"], vals["B_hat"],
-                           f"the noise covariance step_size*(2*{d_name} - step_size*B_hat)",
-                           f"step_size={e:g}; B_hat too large for this step size, or {d_name} not PSD")
+        la.check_noise_cov(
+            e,
+            vals["D"],
+            vals["B_hat"],
+            f"the noise covariance step_size*(2*{d_name} - step_size*B_hat)",
+            f"step_size={e:g}; B_hat too large for this step size, or {d_name} not PSD",
+        )
 
 
 def recipe_init(
@@ -174,13 +197,17 @@ def recipe_init(
     """
     z, unravel = ravel_position(position)
     step = jnp.zeros((), jnp.int32)
-    with jax.ensure_compile_time_eval():  # checks on concrete values run eagerly, even inside jit
+    with (
+        jax.ensure_compile_time_eval()
+    ):  # checks on concrete values run eagerly, even inside jit
         eps = None if step_size is None else step_size_at(step_size, step, z.dtype)
         check_recipe_inputs(z, D, Q, B_hat, eps, d_name=d_name)
     return RecipeState(z if unravel is None else unravel(z), step)
 
 
-def _noise_root(z: Array, eps: Array, D, B_hat, d_name: str = "D") -> tuple[Array, Array]:
+def _noise_root(
+    z: Array, eps: Array, D, B_hat, d_name: str = "D"
+) -> tuple[Array, Array]:
     """Root of the noise covariance ``ε(2D - εB̂)`` in a matrix form, and ``noise_clipped``.
 
     Constant ``D`` (and ``B̂``) are factored once, in NumPy, outside the trace;
@@ -189,7 +216,11 @@ def _noise_root(z: Array, eps: Array, D, B_hat, d_name: str = "D") -> tuple[Arra
     d = z.shape[0]
     if la.is_constant(D) and B_hat is None:
         two_d = 2.0 * np.asarray(D, np.float64)
-        base = np.sqrt(np.clip(two_d, 0, None)) if two_d.ndim <= 1 else la.np_psd_sqrt(two_d)
+        base = (
+            np.sqrt(np.clip(two_d, 0, None))
+            if two_d.ndim <= 1
+            else la.np_psd_sqrt(two_d)
+        )
         return jnp.sqrt(eps) * jnp.asarray(base, z.dtype), jnp.asarray(False)
     if la.is_constant(D) and la.is_constant(B_hat) and is_concrete(eps):
         e = float(eps)  # checked PSD in Python by check_recipe_inputs
@@ -199,17 +230,22 @@ def _noise_root(z: Array, eps: Array, D, B_hat, d_name: str = "D") -> tuple[Arra
     if B_hat is None:
         return la.noise_root(two_d, jnp.max(jnp.abs(two_d)))
     b = eps * eps * la.to_dense(la.evaluate(B_hat, z, "B_hat"), d)
-    return la.noise_root(two_d - b, jnp.maximum(jnp.max(jnp.abs(two_d)), jnp.max(jnp.abs(b))))
+    return la.noise_root(
+        two_d - b, jnp.maximum(jnp.max(jnp.abs(two_d)), jnp.max(jnp.abs(b)))
+    )
 
 
-def recipe_mean_and_root(z: Array, grad: Array, eps: Array, D, Q, B_hat,
-                         d_name: str = "D") -> tuple[Array, Array, Array]:
+def recipe_mean_and_root(
+    z: Array, grad: Array, eps: Array, D, Q, B_hat, d_name: str = "D"
+) -> tuple[Array, Array, Array]:
     """Deterministic part ``z + ε[(D+Q) g̃ + Γ]`` and the noise root ``(ε(2D - εB̂))^{1/2}``.
 
     Returns (mean: (d,), root: (), (d,) or (d, d), noise_clipped: bool).
     """
     drift = la.matvec(la.evaluate(D, z, d_name), grad)
-    if callable(Q) or not is_concrete(Q) or np.any(np.asarray(Q)):  # Q = 0 (SGLD, SGRLD) costs nothing
+    if (
+        callable(Q) or not is_concrete(Q) or np.any(np.asarray(Q))
+    ):  # Q = 0 (SGLD, SGRLD) costs nothing
         drift = drift + la.matvec(la.evaluate(Q, z, "Q"), grad)
     if callable(D) or callable(Q):
         drift = drift + la.gamma_term(D, Q, z)
@@ -243,25 +279,33 @@ def recipe_step(
       D: symmetric PSD; Q: skew-symmetric; B_hat: ``None`` (0) or PSD-compatible
         noise covariance: each a scalar, ``(d,)``, ``(d, d)`` or a callable of ``z``.
 
-    ``Γ`` is computed by ``jax.jacfwd`` of the callables (constant matrices
-    are not differentiated). Constant ``D``, ``Q``, ``B_hat`` are checked on
-    every trace; callables are checked when ``z`` is concrete (eager calls), their output shapes
-    on every trace, as is the estimator's (shaped like the position). ``d_name``: what the user
-    called ``D``, for the messages (SGRLD's ``inv_metric_fn``).
+    ``Γ`` is computed by ``jax.jacfwd`` of the callables (constant matrices are not
+    differentiated). Constant ``D``, ``Q``, ``B_hat`` are checked on every trace;
+    callables are checked when ``z`` is concrete (eager calls), their output shapes on
+    every trace, as is the estimator's (shaped like the position). ``d_name``: what the
+    user called ``D``, for the messages (SGRLD's ``inv_metric_fn``).
     """
-    check_state(state, RecipeState, "recipe_init, or the init of complete_recipe / sgld / sgrld")
+    check_state(
+        state, RecipeState, "recipe_init, or the init of complete_recipe / sgld / sgrld"
+    )
     check_key(rng_key)
     check_callable(grad_estimator, "grad_estimator", _GRAD_WHAT)
     z, unravel = ravel_position(state.position, check=False)
     eps = step_size_at(step_size, state.step, z.dtype)
     check_recipe_inputs(z, D, Q, B_hat, eps, d_name=d_name)
     key_grad, key_noise = jax.random.split(rng_key)
-    grad = jnp.asarray(flat_grad_estimator(grad_estimator, unravel)(key_grad, z), z.dtype)
+    grad = jnp.asarray(
+        flat_grad_estimator(grad_estimator, unravel)(key_grad, z), z.dtype
+    )
     mean, root, clipped = recipe_mean_and_root(z, grad, eps, D, Q, B_hat, d_name)
     new_z = mean + la.matvec(root, jax.random.normal(key_noise, z.shape, dtype=z.dtype))
-    bad = (~jnp.all(jnp.isfinite(new_z))).astype(jnp.int32)  # chains (0 or 1), as the ensembles count particles
+    bad = (~jnp.all(jnp.isfinite(new_z))).astype(
+        jnp.int32
+    )  # chains (0 or 1), as the ensembles count particles
     info = RecipeInfo(jnp.asarray(1, jnp.int32), bad, bad > 0, eps, clipped)
-    return RecipeState(new_z if unravel is None else unravel(new_z), state.step + 1), info
+    return RecipeState(
+        new_z if unravel is None else unravel(new_z), state.step + 1
+    ), info
 
 
 # ---------------------------------------------------------------------------
@@ -280,10 +324,11 @@ def complete_recipe(
 ) -> SamplingAlgorithm:
     """The complete recipe (docs/algorithms.md §5) with your own ``D`` and ``Q`` as a sampler object.
 
-    ``init(position, rng_key=None)`` checks ``D``, ``Q``, ``B̂`` at the
-    initial point and the estimator's output shape; ``step(rng_key, state)`` is :func:`recipe_step`.
-    ``step_size``: a number > 0 or a schedule ``t -> ε_t`` (its output and its value at 0 checked
-    here). ``d_name``: what ``D`` is called in the messages (SGRLD: ``inv_metric_fn``).
+    ``init(position, rng_key=None)`` checks ``D``, ``Q``, ``B̂`` at the initial point
+    and the estimator's output shape; ``step(rng_key, state)`` is :func:`recipe_step`.
+    ``step_size``: a number > 0 or a schedule ``t -> ε_t`` (its output and its value at
+    0 checked here). ``d_name``: what ``D`` is called in the messages (SGRLD:
+    ``inv_metric_fn``).
     """
     check_callable(grad_estimator, "grad_estimator", _GRAD_WHAT)
     check_schedule(step_size, "step_size")
@@ -293,19 +338,26 @@ def complete_recipe(
 
     def init(position, rng_key=None):
         if rng_key is not None:
-            check_key(rng_key)  # unused (the recipe's state has no random part), but checked
+            check_key(
+                rng_key
+            )  # unused (the recipe's state has no random part), but checked
         state = recipe_init(position, D, Q, step_size, B_hat, d_name=d_name)
         check_grad_estimator(grad_estimator, state.position)
         return state
 
     def step(rng_key, state):
-        return recipe_step(rng_key, state, grad_estimator, step_size, D, Q, B_hat, d_name=d_name)
+        return recipe_step(
+            rng_key, state, grad_estimator, step_size, D, Q, B_hat, d_name=d_name
+        )
 
     return SamplingAlgorithm(init, step)
 
 
 def sgld(
-    grad_estimator: GradEstimator, step_size: StepSize, *, B_hat: la.MatrixLike | None = None
+    grad_estimator: GradEstimator,
+    step_size: StepSize,
+    *,
+    B_hat: la.MatrixLike | None = None,
 ) -> SamplingAlgorithm:
     """SGLD (docs/algorithms.md §5): ``D = I``, ``Q = 0``: ``θ' = θ + ε g̃(θ) + N(0, ε(2I - εB̂))``.
 
@@ -327,7 +379,14 @@ def sgrld(
     ``(d, d)``), or a constant of those forms.
     """
     la.check_matrix_form(inv_metric_fn, "inv_metric_fn")
-    return complete_recipe(grad_estimator, step_size, inv_metric_fn, 0.0, B_hat=B_hat, d_name="inv_metric_fn")
+    return complete_recipe(
+        grad_estimator,
+        step_size,
+        inv_metric_fn,
+        0.0,
+        B_hat=B_hat,
+        d_name="inv_metric_fn",
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -343,18 +402,24 @@ class SGHMCState(NamedTuple):
     step: Array
 
 
-def initial_momentum(theta: Array, momentum: ArrayLike | None, rng_key: PRNGKey | None) -> Array:
+def initial_momentum(
+    theta: Array, momentum: ArrayLike | None, rng_key: PRNGKey | None
+) -> Array:
     """``r = 0``, the given ``momentum``, or ``r ~ N(0, I)`` (its stationary law) when a key is given.
 
     ``theta``: the flat ``(d,)`` position; ``momentum`` may be a pytree like the
     position (it is flattened the same way). Returns the flat ``r: (d,)``.
     """
     if momentum is not None and rng_key is not None:
-        raise ValueError("give either momentum or rng_key (to draw r ~ N(0, I)), not both.")
+        raise ValueError(
+            "give either momentum or rng_key (to draw r ~ N(0, I)), not both."
+        )
     if momentum is not None:
         r = ravel_position(momentum, "momentum")[0].astype(theta.dtype)
         if r.shape != theta.shape:
-            raise ValueError(f"momentum must have the shape of position {tuple(theta.shape)}; got {tuple(r.shape)}.")
+            raise ValueError(
+                f"momentum must have the shape of position {tuple(theta.shape)}; got {tuple(r.shape)}."
+            )
         return r
     if rng_key is not None:
         return jax.random.normal(rng_key, theta.shape, dtype=theta.dtype)
@@ -376,9 +441,13 @@ def _sghmc_dq(friction: la.MatrixLike, d: int, B_hat: la.MatrixLike | None):
     if B_hat is None:
         return D, Q, None
     if callable(B_hat):
+
         def B(z):
             full = jnp.zeros((2 * d, 2 * d), z.dtype)
-            return full.at[d:, d:].set(la.to_dense(la.evaluate(B_hat, z[:d], "B_hat"), d))
+            return full.at[d:, d:].set(
+                la.to_dense(la.evaluate(B_hat, z[:d], "B_hat"), d)
+            )
+
         return D, Q, B
     la.check_matrix_shape(B_hat, "B_hat", d)
     B = np.zeros((2 * d, 2 * d))
@@ -422,15 +491,17 @@ def sghmc_init(
     stationary law) when ``rng_key`` is given. The friction (symmetric PSD)
     and the noise covariance ``ε_0(2C - ε_0 B̂)`` (PSD) are checked here.
     This is the function to call for a given momentum: the sampler object's
-    ``init(position, rng_key=None)`` takes the arguments of every sampler's
-    (so that :func:`cenlmc_jax.run.vmap_chains` can pass them) and draws ``r`` from the key.
+    ``init(position, rng_key=None)`` takes the arguments of every sampler's (so that
+    :func:`cenlmc_jax.run.vmap_chains` can pass them) and draws ``r`` from the key.
     """
     if rng_key is not None:
         check_key(rng_key)
     theta, unravel = ravel_position(position)
     r = initial_momentum(theta, momentum, rng_key)
     step = jnp.zeros((), jnp.int32)
-    with jax.ensure_compile_time_eval():  # checks on concrete values run eagerly, even inside jit
+    with (
+        jax.ensure_compile_time_eval()
+    ):  # checks on concrete values run eagerly, even inside jit
         eps = None if step_size is None else step_size_at(step_size, step, theta.dtype)
         _check_sghmc_inputs(theta, friction, B_hat, eps)
     if unravel is None:
@@ -445,9 +516,13 @@ def _sghmc_noise_root(theta: Array, eps: Array, friction, B_hat) -> tuple[Array,
     if c.ndim <= 1 and (b is None or b.ndim <= 1):
         two_c = 2.0 * jnp.asarray(c, theta.dtype)
         if b is None:
-            return jnp.sqrt(eps * two_c), jnp.asarray(False)  # the order of BlackJAX's sghmc diffusion
+            return jnp.sqrt(eps * two_c), jnp.asarray(
+                False
+            )  # the order of BlackJAX's sghmc diffusion
         cov = eps * (two_c - eps * b)
-        tol = la.eig_tol(1) * jnp.max(jnp.maximum(jnp.abs(eps * two_c), jnp.abs(eps * eps * b)))
+        tol = la.eig_tol(1) * jnp.max(
+            jnp.maximum(jnp.abs(eps * two_c), jnp.abs(eps * eps * b))
+        )
         return jnp.sqrt(jnp.clip(cov, 0.0)), jnp.any(cov < -tol)
     return _noise_root(theta, eps, friction, B_hat)
 
@@ -506,23 +581,39 @@ def sghmc_step(
     check_positive(blowup_factor, "blowup_factor", allow_inf=True)
     check_callable(grad_estimator, "grad_estimator", _GRAD_WHAT)
     if callable(friction):
-        raise ValueError(f"friction must be a constant scalar, (d,) or (d, d) PSD matrix; got {friction!r}.")
+        raise ValueError(
+            f"friction must be a constant scalar, (d,) or (d, d) PSD matrix; got {friction!r}."
+        )
     theta, unravel = ravel_position(state.position, check=False)
     r = ravel_position(state.momentum, "momentum", check=False)[0]
     eps = step_size_at(step_size, state.step, theta.dtype)
     _check_sghmc_inputs(theta, friction, B_hat, eps)
     key_grad, key_noise = jax.random.split(rng_key)
-    grad = jnp.asarray(flat_grad_estimator(grad_estimator, unravel)(key_grad, theta), theta.dtype)
+    grad = jnp.asarray(
+        flat_grad_estimator(grad_estimator, unravel)(key_grad, theta), theta.dtype
+    )
     root, clipped = _sghmc_noise_root(theta, eps, friction, B_hat)
     c = jnp.asarray(friction, theta.dtype)
     decay = (1.0 - c * eps) * r if c.ndim <= 1 else r - eps * (c @ r)
     new_theta = theta + eps * r
-    kick = decay + eps * grad - r  # ε(g̃ - C r): the deterministic change of the momentum
-    new_r = decay + eps * grad + la.matvec(root, jax.random.normal(key_noise, theta.shape, dtype=theta.dtype))
-    bad = (~(jnp.all(jnp.isfinite(new_theta)) & jnp.all(jnp.isfinite(new_r)))).astype(jnp.int32)  # chains: 0 or 1
-    bound = jnp.asarray(blowup_factor, theta.dtype) * jnp.sqrt(jnp.asarray(theta.shape[0], theta.dtype))
+    kick = (
+        decay + eps * grad - r
+    )  # ε(g̃ - C r): the deterministic change of the momentum
+    new_r = (
+        decay
+        + eps * grad
+        + la.matvec(root, jax.random.normal(key_noise, theta.shape, dtype=theta.dtype))
+    )
+    bad = (~(jnp.all(jnp.isfinite(new_theta)) & jnp.all(jnp.isfinite(new_r)))).astype(
+        jnp.int32
+    )  # chains: 0 or 1
+    bound = jnp.asarray(blowup_factor, theta.dtype) * jnp.sqrt(
+        jnp.asarray(theta.shape[0], theta.dtype)
+    )
     exploded = ~(jnp.linalg.norm(kick) <= bound)  # NaN counts
-    info = RecipeInfo(jnp.asarray(1, jnp.int32), bad, (bad > 0) | exploded, eps, clipped)
+    info = RecipeInfo(
+        jnp.asarray(1, jnp.int32), bad, (bad > 0) | exploded, eps, clipped
+    )
     if unravel is not None:
         new_theta, new_r = unravel(new_theta), unravel(new_r)
     return SGHMCState(new_theta, new_r, state.step + 1), info
@@ -541,29 +632,41 @@ def sghmc(
         θ' = θ + ε r,   r' = r + ε g̃(θ) - ε C r + N(0, ε(2C - εB̂))
 
     friction: ``C``, a constant scalar, ``(d,)`` diagonal or ``(d, d)`` PSD matrix.
-    B_hat: the ``r``-block gradient-noise covariance (any matrix form, or a callable of θ).
-    blowup_factor: a step whose kick to the momentum exceeds ``blowup_factor·sqrt(d)`` diverged
-    (:func:`sghmc_step`).
-    ``init(position, rng_key=None)``: ``r ~ N(0, I)`` (its stationary law) drawn from the key,
-    ``r = 0`` without one; for a momentum of your own call :func:`sghmc_init` (``momentum=``).
-    The state keeps ``θ`` in ``position`` and ``r`` in ``momentum``
-    (:class:`SGHMCState`).
+    B_hat: the ``r``-block gradient-noise covariance (any matrix form, or a callable of
+      θ).
+    blowup_factor: a step whose kick to the momentum exceeds ``blowup_factor·sqrt(d)``
+    diverged (:func:`sghmc_step`). ``init(position, rng_key=None)``: ``r ~ N(0, I)``
+    (its stationary law) drawn from the key, ``r = 0`` without one; for a momentum of
+    your own call :func:`sghmc_init` (``momentum=``). The state keeps ``θ`` in
+    ``position`` and ``r`` in ``momentum`` (:class:`SGHMCState`).
     """
     check_callable(grad_estimator, "grad_estimator", _GRAD_WHAT)
     check_schedule(step_size, "step_size")
     check_positive(blowup_factor, "blowup_factor", allow_inf=True)
     if callable(friction):
-        raise ValueError(f"friction must be a constant scalar, (d,) or (d, d) PSD matrix; got {friction!r}.")
+        raise ValueError(
+            f"friction must be a constant scalar, (d,) or (d, d) PSD matrix; got {friction!r}."
+        )
     la.check_matrix_form(friction, "friction")
     if B_hat is not None:
         la.check_matrix_form(B_hat, "B_hat")
 
     def init(position, rng_key=None):
-        state = sghmc_init(position, rng_key, friction=friction, step_size=step_size, B_hat=B_hat)
+        state = sghmc_init(
+            position, rng_key, friction=friction, step_size=step_size, B_hat=B_hat
+        )
         check_grad_estimator(grad_estimator, state.position)
         return state
 
     def step(rng_key, state):
-        return sghmc_step(rng_key, state, grad_estimator, step_size, friction, B_hat, blowup_factor=blowup_factor)
+        return sghmc_step(
+            rng_key,
+            state,
+            grad_estimator,
+            step_size,
+            friction,
+            B_hat,
+            blowup_factor=blowup_factor,
+        )
 
     return SamplingAlgorithm(init, step)

@@ -49,7 +49,11 @@ from cenlmc_jax._validation import (
 )
 from cenlmc_jax.base import SamplingAlgorithm, StepSize, step_size_at
 from cenlmc_jax.gradients.estimators import flat_grad_estimator, ravel_position
-from cenlmc_jax.sgmcmc.recipe import NOISE_CLIPPED_FLAG, check_grad_estimator, initial_momentum
+from cenlmc_jax.sgmcmc.recipe import (
+    NOISE_CLIPPED_FLAG,
+    check_grad_estimator,
+    initial_momentum,
+)
 from cenlmc_jax.types import Array, ArrayLike, GradEstimator, PRNGKey
 
 __all__ = [
@@ -69,7 +73,8 @@ _GRAD_WHAT = "(rng_key, theta) -> estimate of the gradient of the log density at
 class SGRHMCState(NamedTuple):
     """State of an SGRHMC chain.
 
-    position: (d,) the parameter ``θ`` (what :func:`cenlmc_jax.run.sample` traces by default), or a pytree.
+    position: (d,) the parameter ``θ`` (what :func:`cenlmc_jax.run.sample` traces by
+      default), or a pytree.
     momentum: the momentum ``r``, shaped like ``θ``.
     step: int32 step counter (drives a step-size schedule).
     """
@@ -83,9 +88,9 @@ class SGRHMCInfo(NamedTuple):
     """What one SGRHMC step did.
 
     grad_evals: calls of ``grad_estimator`` (1).
-    num_nonfinite: 1 when the new ``θ`` or ``r`` holds a NaN/inf, else 0 (chains, as the ensembles
-      count particles; explicit
-      Euler can blow up where ``Γ_r`` is singular, e.g. gSGRHMC on the double well).
+    num_nonfinite: 1 when the new ``θ`` or ``r`` holds a NaN/inf, else 0 (chains, as the
+      ensembles count particles; explicit Euler can blow up where ``Γ_r`` is singular,
+      e.g. gSGRHMC on the double well).
     diverged: ``num_nonfinite > 0`` or ``invalid_metric``.
     step_size: ``ε_t`` used.
     noise_clipped: ``ε(2G^{-1} - εB̂)`` had a clearly negative eigenvalue (clipped).
@@ -137,13 +142,12 @@ def metric_invalid(inv_metric_fn: la.MatrixLike, theta: Array) -> Array:
 def gamma_r(inv_metric_fn: la.MatrixLike, theta: Array) -> tuple[Array, Array, Array]:
     """``Γ_r,i = Σ_j ∂_{θ_j} (G^{-1/2})_ij``, with ``G^{-1/2}`` and ``G^{-1}`` at ``θ``.
 
-    The recipe's one ``Γ`` (:func:`cenlmc_jax._linalg.gamma_term`) of the
-    section-6 ``D``, ``Q`` (:func:`sgrhmc_dq`) is ``(0, Γ_r)``: neither matrix
-    depends on ``r``, so the one block whose derivative enters is ``Q``'s
-    ``G^{-1/2}(θ)`` (``r`` rows, ``θ`` columns). So ``Γ_r`` is ``gamma_term`` of ``G^{-1/2}`` as a
-    ``d``-dimensional matrix of ``θ`` (forward mode; the roots come out of the
-    same pass). For a diagonal metric only ``∂_{θ_i} (G^{-1/2})_i`` survives;
-    a constant metric gives 0.
+    The recipe's one ``Γ`` (:func:`cenlmc_jax._linalg.gamma_term`) of the section-6
+    ``D``, ``Q`` (:func:`sgrhmc_dq`) is ``(0, Γ_r)``: neither matrix depends on ``r``,
+    so the one block whose derivative enters is ``Q``'s ``G^{-1/2}(θ)`` (``r`` rows,
+    ``θ`` columns). So ``Γ_r`` is ``gamma_term`` of ``G^{-1/2}`` as a ``d``-dimensional
+    matrix of ``θ`` (forward mode; the roots come out of the same pass). For a diagonal
+    metric only ``∂_{θ_i} (G^{-1/2})_i`` survives; a constant metric gives 0.
     """
     if not callable(inv_metric_fn):
         half, g = _sqrt_inv_metric(inv_metric_fn, theta)
@@ -175,10 +179,18 @@ def sgrhmc_mean_and_root(theta, r, grad, eps, inv_metric_fn, B_hat, naive: bool)
         two_g, eb = 2.0 * eps * g, eps * eps * b
         cov = two_g - eb
         tol = la.eig_tol(1) * jnp.maximum(jnp.abs(two_g), jnp.abs(eb))
-        return theta_mean, r_mean, jnp.sqrt(jnp.clip(cov, 0.0)), jnp.any(cov < -tol), gamma
+        return (
+            theta_mean,
+            r_mean,
+            jnp.sqrt(jnp.clip(cov, 0.0)),
+            jnp.any(cov < -tol),
+            gamma,
+        )
     d = theta.shape[0]
     two_g, eb = 2.0 * eps * la.to_dense(g, d), eps * eps * la.to_dense(b, d)
-    root, clipped = la.noise_root(two_g - eb, jnp.maximum(jnp.max(jnp.abs(two_g)), jnp.max(jnp.abs(eb))))
+    root, clipped = la.noise_root(
+        two_g - eb, jnp.maximum(jnp.max(jnp.abs(two_g)), jnp.max(jnp.abs(eb)))
+    )
     return theta_mean, r_mean, root, clipped, gamma
 
 
@@ -194,15 +206,22 @@ def check_sgrhmc_inputs(theta: Array, inv_metric_fn, B_hat, eps: Array | None) -
     if not is_concrete(g):
         return
     gm = la.constant_dense(g, d)
-    la.check_symmetric_psd(gm, "inv_metric_fn(position)", "G(theta)^-1, the metric's inverse")
+    la.check_symmetric_psd(
+        gm, "inv_metric_fn(position)", "G(theta)^-1, the metric's inverse"
+    )
     if B_hat is None or eps is None or not is_concrete(eps):
         return
     b = la.evaluate(B_hat, theta, "B_hat")
     if not is_concrete(b):
         return
     e = float(eps)
-    la.check_noise_cov(e, gm, la.constant_dense(b, d), "the noise covariance step_size*(2*G^-1 - step_size*B_hat)",
-                       f"step_size={e:g}; B_hat too large for this step size")
+    la.check_noise_cov(
+        e,
+        gm,
+        la.constant_dense(b, d),
+        "the noise covariance step_size*(2*G^-1 - step_size*B_hat)",
+        f"step_size={e:g}; B_hat too large for this step size",
+    )
 
 
 def sgrhmc_init(
@@ -231,8 +250,14 @@ def sgrhmc_init(
     r = initial_momentum(theta, momentum, rng_key)
     step = jnp.zeros((), jnp.int32)
     if inv_metric_fn is not None:
-        with jax.ensure_compile_time_eval():  # checks on concrete values run eagerly, even inside jit
-            eps = None if step_size is None else step_size_at(step_size, step, theta.dtype)
+        with (
+            jax.ensure_compile_time_eval()
+        ):  # checks on concrete values run eagerly, even inside jit
+            eps = (
+                None
+                if step_size is None
+                else step_size_at(step_size, step, theta.dtype)
+            )
             check_sgrhmc_inputs(theta, inv_metric_fn, B_hat, eps)
     if unravel is None:
         return SGRHMCState(theta, r, step)
@@ -275,13 +300,28 @@ def sgrhmc_step(
     eps = step_size_at(step_size, state.step, theta.dtype)
     check_sgrhmc_inputs(theta, inv_metric_fn, B_hat, eps)
     key_grad, key_noise = jax.random.split(rng_key)
-    grad = jnp.asarray(flat_grad_estimator(grad_estimator, unravel)(key_grad, theta), theta.dtype)
-    new_theta, r_mean, root, clipped, gamma = sgrhmc_mean_and_root(theta, r, grad, eps, inv_metric_fn, B_hat, naive)
-    new_r = r_mean + la.matvec(root, jax.random.normal(key_noise, theta.shape, dtype=theta.dtype))
-    bad = (~(jnp.all(jnp.isfinite(new_theta)) & jnp.all(jnp.isfinite(new_r)))).astype(jnp.int32)  # chains: 0 or 1
+    grad = jnp.asarray(
+        flat_grad_estimator(grad_estimator, unravel)(key_grad, theta), theta.dtype
+    )
+    new_theta, r_mean, root, clipped, gamma = sgrhmc_mean_and_root(
+        theta, r, grad, eps, inv_metric_fn, B_hat, naive
+    )
+    new_r = r_mean + la.matvec(
+        root, jax.random.normal(key_noise, theta.shape, dtype=theta.dtype)
+    )
+    bad = (~(jnp.all(jnp.isfinite(new_theta)) & jnp.all(jnp.isfinite(new_r)))).astype(
+        jnp.int32
+    )  # chains: 0 or 1
     invalid = metric_invalid(inv_metric_fn, theta)
-    info = SGRHMCInfo(jnp.asarray(1, jnp.int32), bad, (bad > 0) | invalid, eps, clipped, jnp.linalg.norm(gamma),
-                      invalid)
+    info = SGRHMCInfo(
+        jnp.asarray(1, jnp.int32),
+        bad,
+        (bad > 0) | invalid,
+        eps,
+        clipped,
+        jnp.linalg.norm(gamma),
+        invalid,
+    )
     if unravel is not None:
         new_theta, new_r = unravel(new_theta), unravel(new_r)
     return SGRHMCState(new_theta, new_r, state.step + 1), info
@@ -322,7 +362,8 @@ def sgrhmc(
     naive: bool = False,
 ) -> SamplingAlgorithm:
     """SGRHMC as a sampler object: ``init(position, rng_key=None)`` (checks the metric at the initial
-    point; ``r ~ N(0, I)`` from the key, ``r = 0`` without; for a momentum of your own call
+    point; ``r ~ N(0, I)`` from the key, ``r = 0`` without; for a momentum of your own
+    call
     :func:`sgrhmc_init`) and ``step(rng_key, state)`` (:func:`sgrhmc_step`)."""
     check_callable(grad_estimator, "grad_estimator", _GRAD_WHAT)
     check_schedule(step_size, "step_size")
@@ -332,17 +373,27 @@ def sgrhmc(
         la.check_matrix_form(B_hat, "B_hat")
 
     def init(position, rng_key=None):
-        state = sgrhmc_init(position, rng_key, inv_metric_fn=inv_metric_fn, step_size=step_size, B_hat=B_hat)
+        state = sgrhmc_init(
+            position,
+            rng_key,
+            inv_metric_fn=inv_metric_fn,
+            step_size=step_size,
+            B_hat=B_hat,
+        )
         check_grad_estimator(grad_estimator, state.position)
         return state
 
     def step(rng_key, state):
-        return sgrhmc_step(rng_key, state, grad_estimator, step_size, inv_metric_fn, B_hat, naive=naive)
+        return sgrhmc_step(
+            rng_key, state, grad_estimator, step_size, inv_metric_fn, B_hat, naive=naive
+        )
 
     return SamplingAlgorithm(init, step)
 
 
-def gsgrhmc_inv_metric(potential_fn: Callable[[Array], Array], D: float = 1.5, C: float = 0.5) -> Callable:
+def gsgrhmc_inv_metric(
+    potential_fn: Callable[[Array], Array], D: float = 1.5, C: float = 0.5
+) -> Callable:
     """The paper's gSGRHMC metric (docs/algorithms.md §6): ``G(θ)^{-1} = D·sqrt(|U(θ) + C|)·I``, as a (d,) diagonal.
 
     potential_fn: ``θ -> U(θ)`` (scalar; ``-logdensity_fn`` up to a constant;

@@ -2,10 +2,11 @@
 
     earn ~ N(beta[1] + beta[2] height, sigma),  flat priors,  sigma > 0  (earnings in dollars).
 
-x = (beta[1], beta[2], log sigma); the log density carries the Jacobian of sigma = exp(x[2]) (+ x[2]).
-Run (data from make_data.py: columns earn, height):
+x = (beta[1], beta[2], log sigma); the log density carries the Jacobian of sigma =
+exp(x[2]) (+ x[2]). Run (data from make_data.py: columns earn, height):
 
-    cenlmc-jax sample --model examples/posteriordb/earnings.py:logp --data earnings.csv --dim 3 --sampler lmc --trace
+    cenlmc-jax sample --model examples/posteriordb/earnings.py:logp --data earnings.csv
+    --dim 3 --sampler lmc --trace
 """
 
 import jax.numpy as jnp

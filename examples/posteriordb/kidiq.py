@@ -2,10 +2,11 @@
 
     kid_score ~ N(beta[1] + beta[2] mom_iq, sigma),  sigma ~ Cauchy(0, 2.5) on sigma > 0,  flat beta.
 
-x = (beta[1], beta[2], log sigma); the log density carries the Jacobian of sigma = exp(x[2]) (+ x[2]).
-Run (data from make_data.py: columns kid_score, mom_iq):
+x = (beta[1], beta[2], log sigma); the log density carries the Jacobian of sigma =
+exp(x[2]) (+ x[2]). Run (data from make_data.py: columns kid_score, mom_iq):
 
-    cenlmc-jax sample --model examples/posteriordb/kidiq.py:logp --data kidiq.csv --dim 3 --sampler lmc --trace
+    cenlmc-jax sample --model examples/posteriordb/kidiq.py:logp --data kidiq.csv --dim
+    3 --sampler lmc --trace
 """
 
 import jax.numpy as jnp

@@ -1,6 +1,6 @@
 """Write the data of the three example models (posteriordb's, shipped in cenlmc_jax.models.posteriordb) to a folder.
 
-    python examples/posteriordb/make_data.py OUT_DIR   ->  OUT_DIR/kidiq.csv, earnings.csv, garch11.npz
+python examples/posteriordb/make_data.py OUT_DIR   ->  OUT_DIR/kidiq.csv, earnings.csv, garch11.npz
 """
 
 import sys
@@ -15,16 +15,28 @@ def write(out: Path) -> dict:
     """The three data files in ``out``, by model name."""
     out.mkdir(parents=True, exist_ok=True)
     files = {}
-    for model, name, cols in (("kidiq", "kidiq-kidscore_momiq", ("kid_score", "mom_iq")),
-                              ("earnings", "earnings-earn_height", ("earn", "height"))):
+    for model, name, cols in (
+        ("kidiq", "kidiq-kidscore_momiq", ("kid_score", "mom_iq")),
+        ("earnings", "earnings-earn_height", ("earn", "height")),
+    ):
         data = posteriordb.load_data(name)
         path = out / f"{model}.csv"
-        np.savetxt(path, np.stack([data[c] for c in cols], axis=1), delimiter=",", header=",".join(cols),
-                   comments="", fmt="%.17g")
+        np.savetxt(
+            path,
+            np.stack([data[c] for c in cols], axis=1),
+            delimiter=",",
+            header=",".join(cols),
+            comments="",
+            fmt="%.17g",
+        )
         files[model] = path
     data = posteriordb.load_data("garch-garch11")
     files["garch11"] = out / "garch11.npz"
-    np.savez(files["garch11"], y=np.asarray(data["y"], np.float64), sigma1=np.asarray(data["sigma1"], np.float64))
+    np.savez(
+        files["garch11"],
+        y=np.asarray(data["y"], np.float64),
+        sigma1=np.asarray(data["sigma1"], np.float64),
+    )
     return files
 
 

@@ -4,17 +4,20 @@ Issue 8's findings, each with the test that failed before the fix:
 
 * logistic + CEnLMC printed a wrong sd with exit 0, tuner warning discarded
   -> test_logistic_cenlmc_defaults_say_unreliable_print_the_tuner_and_exit_1
-* default step size ignored the target's scale (anisotropic sd 0.35 vs 0.25; logistic sd 3.5-4.4 vs 0.2)
-  -> test_anisotropic_default_step_size_follows_the_scale,
+* default step size ignored the target's scale (anisotropic sd 0.35 vs 0.25; logistic sd
+  3.5-4.4 vs 0.2) -> test_anisotropic_default_step_size_follows_the_scale,
      test_logistic_lmc_default_step_size_from_curvature_matches_laplace
-* known ULA bias above the standard error / acceptance below 5% passed silently
-  -> test_known_ula_bias_above_the_standard_error_is_unreliable, test_low_acceptance_is_unreliable
+* known ULA bias above the standard error / acceptance below 5% passed silently ->
+  test_known_ula_bias_above_the_standard_error_is_unreliable,
+  test_low_acceptance_is_unreliable
 * --grad-noise -1 or nan silently 0 -> test_grad_noise_negative_or_nan_is_a_usage_error
-* --dim ignored by fixed-dimension targets -> test_dim_on_a_fixed_dimension_target_is_a_usage_error
+* --dim ignored by fixed-dimension targets ->
+  test_dim_on_a_fixed_dimension_target_is_a_usage_error
 * --n-star > N-1 silently clamped -> test_n_star_above_n_minus_1_is_a_usage_error
 * --output x.txt wrote x.txt.npz -> test_output_writes_exactly_the_path_it_reports
 * --seed 2**70 overflowed -> test_seed_out_of_range_is_a_usage_error
-* bad values printed a traceback with exit 1 -> test_bad_values_are_usage_errors_without_traceback
+* bad values printed a traceback with exit 1 ->
+  test_bad_values_are_usage_errors_without_traceback
 """
 
 import json
@@ -58,36 +61,71 @@ GAUSS_MODEL = """
 
 
 def test_sample_default_runs_and_prints_a_summary(capsys):
-    code, out, _ = run_cli(["sample", "--particles", "400", "--steps", "200", "--burn-in", "100"], capsys)
+    code, out, _ = run_cli(
+        ["sample", "--particles", "400", "--steps", "200", "--burn-in", "100"], capsys
+    )
     assert code == 0, out
     assert out.startswith("cenlmc-jax: CEnLMC (constrained ensemble Langevin)")
-    assert "gradient evaluations" in out and "saved against LMC" in out and "ensemble force used by" in out
+    assert (
+        "gradient evaluations" in out
+        and "saved against LMC" in out
+        and "ensemble force used by" in out
+    )
     assert "mean" in out and "true_mean" in out and "z_mean" in out
     assert "reliability checks passed" in out and "ensemble-force audit" in out
-    # the audit ran (on by default: its gradients and measured inflation are printed) and flagged nothing
-    assert "gradient audit: " in out and "warning: the gradient audit" not in out and "UNRELIABLE" not in out
+    # the audit ran (on by default: its gradients and measured inflation are printed)
+    # and flagged nothing
+    assert (
+        "gradient audit: " in out
+        and "warning: the gradient audit" not in out
+        and "UNRELIABLE" not in out
+    )
 
 
 def test_sampler_choices_are_the_registrys_and_every_flag_named_in_the_table_exists():
     """The --sampler choices are cj.SAMPLERS names (dashes for underscores), each built from the registry's
     constructor; the flags the table says a sampler reads are the parser's."""
     assert set(cli.SAMPLER_CHOICES) <= {name.replace("_", "-") for name in cj.SAMPLERS}
-    assert "irreversible-mh" in cli.SAMPLER_CHOICES and "sgld" not in cli.SAMPLER_CHOICES
+    assert (
+        "irreversible-mh" in cli.SAMPLER_CHOICES and "sgld" not in cli.SAMPLER_CHOICES
+    )
     for name, spec in samplers.SPECS.items():
-        assert spec.constructor is cj.SAMPLERS[spec.registry] and samplers.cli_name(spec.registry) == name
+        assert (
+            spec.constructor is cj.SAMPLERS[spec.registry]
+            and samplers.cli_name(spec.registry) == name
+        )
     parser = cli.build_parser()
     sample = subparser(parser, "sample")
     known = {opt for action in sample._actions for opt in action.option_strings}
-    assert all(f"--{flag}" in known for spec in samplers.SPECS.values() for flag in spec.flags)
+    assert all(
+        f"--{flag}" in known for spec in samplers.SPECS.values() for flag in spec.flags
+    )
     assert sample._option_string_actions["--sampler"].choices == cli.SAMPLER_CHOICES
-    assert samplers.takes("eta") == ["cenlmc", "enlmc"] and samplers.takes("adapt") == ["rwmh", "irreversible-mh"]
+    assert samplers.takes("eta") == ["cenlmc", "enlmc"] and samplers.takes("adapt") == [
+        "rwmh",
+        "irreversible-mh",
+    ]
 
 
 @pytest.mark.parametrize("sampler", sorted(set(cli.SAMPLER_CHOICES) - {"enlmc"}))
 def test_every_sampler_runs_from_the_command_line(sampler, tmp_path, capsys):
     path = tmp_path / "out.npz"
-    code, out, _ = run_cli(["sample", "--sampler", sampler, "--particles", "400", "--steps", "100",
-                            "--burn-in", "50", "--output", str(path)], capsys)
+    code, out, _ = run_cli(
+        [
+            "sample",
+            "--sampler",
+            sampler,
+            "--particles",
+            "400",
+            "--steps",
+            "100",
+            "--burn-in",
+            "50",
+            "--output",
+            str(path),
+        ],
+        capsys,
+    )
     assert code == 0, out
     data = np.load(path)
     assert data["final_position"].shape[0] == 400 and np.all(np.isfinite(data["mean"]))
@@ -95,8 +133,20 @@ def test_every_sampler_runs_from_the_command_line(sampler, tmp_path, capsys):
 
 def test_enlmc_blow_up_is_reported_by_the_main_job(capsys):
     """EnLMC is provably unstable (Theorem 3.2): the job must say so and exit 1."""
-    code, out, _ = run_cli(["sample", "--sampler", "enlmc", "--dim", "1", "--particles", "400", "--steps", "300"],
-                           capsys)
+    code, out, _ = run_cli(
+        [
+            "sample",
+            "--sampler",
+            "enlmc",
+            "--dim",
+            "1",
+            "--particles",
+            "400",
+            "--steps",
+            "300",
+        ],
+        capsys,
+    )
     assert code == 1
     assert "DIVERGED at step" in out and "warning: the sampler diverged" in out
 
@@ -107,7 +157,17 @@ def test_enlmc_blow_up_is_reported_by_the_main_job(capsys):
 
 
 def test_logistic_cenlmc_defaults_say_unreliable_print_the_tuner_and_exit_1(capsys):
-    args = ["sample", "--target", "logistic", "--particles", "300", "--steps", "100", "--burn-in", "100"]
+    args = [
+        "sample",
+        "--target",
+        "logistic",
+        "--particles",
+        "300",
+        "--steps",
+        "100",
+        "--burn-in",
+        "100",
+    ]
     code, out, _ = run_cli(args, capsys)
     assert code == 1, out
     assert "tuner: predicted ensemble fraction 0.00" in out
@@ -115,14 +175,33 @@ def test_logistic_cenlmc_defaults_say_unreliable_print_the_tuner_and_exit_1(caps
     assert "UNRELIABLE: the ensemble force was used by 0.0%" in out
 
 
-def test_logistic_lmc_default_step_size_from_curvature_matches_laplace(tmp_path, capsys):
+def test_logistic_lmc_default_step_size_from_curvature_matches_laplace(
+    tmp_path, capsys
+):
     """The default h = min(0.05, sqrt(2/N))/L with L of the target. The posterior of a
     logistic regression on 200 points is close to Gaussian: its sd agrees with the
     Laplace sd (inverse Hessian at the MAP) to a few percent (measured 2% on a long
-    run); 15% bounds that plus the run's error (sd bound ~3% with 600 particles, ULA bias < 1%).
+    run); 15% bounds that plus the run's error (sd bound ~3% with 600 particles, ULA
+    bias < 1%).
     Before: sd 3.5-4.4 against 0.2."""
-    code, out, _ = run_cli(["sample", "--target", "logistic", "--sampler", "lmc", "--particles", "600",
-                            "--steps", "300", "--burn-in", "300", "--out", str(tmp_path / "run")], capsys)
+    code, out, _ = run_cli(
+        [
+            "sample",
+            "--target",
+            "logistic",
+            "--sampler",
+            "lmc",
+            "--particles",
+            "600",
+            "--steps",
+            "300",
+            "--burn-in",
+            "300",
+            "--out",
+            str(tmp_path / "run"),
+        ],
+        capsys,
+    )
     assert code == 0, out
     table = SummaryTable.from_csv(tmp_path / "run" / "summary.csv")
     from cenlmc_jax.models import targets
@@ -136,11 +215,29 @@ def test_logistic_lmc_default_step_size_from_curvature_matches_laplace(tmp_path,
 
 def test_anisotropic_default_step_size_follows_the_scale(tmp_path, capsys):
     """Before: h = 0.05 whatever the scale gave sd 0.35 for a coordinate of sd 0.25."""
-    code, out, _ = run_cli(["sample", "--target", "anisotropic", "--sampler", "lmc", "--particles", "1000",
-                            "--steps", "300", "--burn-in", "200", "--out", str(tmp_path / "run")], capsys)
+    code, out, _ = run_cli(
+        [
+            "sample",
+            "--target",
+            "anisotropic",
+            "--sampler",
+            "lmc",
+            "--particles",
+            "1000",
+            "--steps",
+            "300",
+            "--burn-in",
+            "200",
+            "--out",
+            str(tmp_path / "run"),
+        ],
+        capsys,
+    )
     assert code == 0, out
     table = SummaryTable.from_csv(tmp_path / "run" / "summary.csv")
-    assert np.all(np.abs(table.columns["z_sd"]) < 5), table.columns["z_sd"]  # the CLI's own truth check
+    assert np.all(np.abs(table.columns["z_sd"]) < 5), table.columns[
+        "z_sd"
+    ]  # the CLI's own truth check
     # sd bound with N = 1000 is ~2.2% of the sd; 8% is ~4 of those
     np.testing.assert_allclose(table.columns["sd"], [1.0, 0.25], rtol=0.08)
 
@@ -148,52 +245,116 @@ def test_anisotropic_default_step_size_follows_the_scale(tmp_path, capsys):
 def test_metropolis_samplers_adapt_during_the_burn_in(tmp_path, capsys):
     """rwmh: dual averaging drives the pooled acceptance to 0.234 and the diagonal
     preconditioner learns the scales (1, 0.25) of the anisotropic target."""
-    code, out, _ = run_cli(["sample", "--sampler", "rwmh", "--target", "anisotropic", "--particles", "300",
-                            "--steps", "300", "--burn-in", "200", "--out", str(tmp_path / "run")], capsys)
+    code, out, _ = run_cli(
+        [
+            "sample",
+            "--sampler",
+            "rwmh",
+            "--target",
+            "anisotropic",
+            "--particles",
+            "300",
+            "--steps",
+            "300",
+            "--burn-in",
+            "200",
+            "--out",
+            str(tmp_path / "run"),
+        ],
+        capsys,
+    )
     assert code == 0, out
-    assert "warm-up adapted over the 200 burn-in steps" in out and "after 200 warm-up steps" in out
+    assert (
+        "warm-up adapted over the 200 burn-in steps" in out
+        and "after 200 warm-up steps" in out
+    )
     record = json.loads((tmp_path / "run" / "run.json").read_text())
     assert record["steps_done"] == 500 and record["warmup_steps"] == 200
-    # Welford variances of 300 chains x ~100 slow-window draws: a few percent; 30% is generous
-    np.testing.assert_allclose(record["parameters"]["proposal_cov"], [1.0, 0.0625], rtol=0.3)
-    # acceptance after warm-up: dual averaging's target 0.234, mean over 300 chains x 300 steps (sd < 0.01)
+    # Welford variances of 300 chains x ~100 slow-window draws: a few percent; 30% is
+    # generous
+    np.testing.assert_allclose(
+        record["parameters"]["proposal_cov"], [1.0, 0.0625], rtol=0.3
+    )
+    # acceptance after warm-up: dual averaging's target 0.234, mean over 300 chains x
+    # 300 steps (sd < 0.01)
     assert abs(record["summary_run"]["acceptance_rate"] - 0.234) < 0.05
-    code, out, _ = run_cli(["sample", "--sampler", "rwmh", "--no-adapt"] + SMALL, capsys)
-    assert code == 0 and "default step size = 2.38 / sqrt(d c)" in out and "warm-up" not in out
+    code, out, _ = run_cli(
+        ["sample", "--sampler", "rwmh", "--no-adapt"] + SMALL, capsys
+    )
+    assert (
+        code == 0
+        and "default step size = 2.38 / sqrt(d c)" in out
+        and "warm-up" not in out
+    )
 
 
 def test_known_ula_bias_above_the_standard_error_is_unreliable(capsys):
-    # h = 0.5 on N(0, I): ULA's stationary sd is 1/sqrt(1 - h/2) = 1.155, 0.155 off; the sd bound is ~0.03
-    code, out, _ = run_cli(["sample", "--sampler", "lmc", "--step-size", "0.5"] + SMALL, capsys)
+    # h = 0.5 on N(0, I): ULA's stationary sd is 1/sqrt(1 - h/2) = 1.155, 0.155 off; the
+    # sd bound is ~0.03
+    code, out, _ = run_cli(
+        ["sample", "--sampler", "lmc", "--step-size", "0.5"] + SMALL, capsys
+    )
     assert code == 1
     assert "unadjusted Langevin's own sd" in out and "lower --step-size" in out
-    code, out, _ = run_cli(["sample", "--sampler", "lmc", "--step-size", "0.5", "--allow-unreliable"] + SMALL, capsys)
+    code, out, _ = run_cli(
+        ["sample", "--sampler", "lmc", "--step-size", "0.5", "--allow-unreliable"]
+        + SMALL,
+        capsys,
+    )
     assert code == 0 and "UNRELIABLE" in out and "--allow-unreliable" in out
 
 
 def test_a_biased_cenlmc_run_is_unreliable(capsys):
     """R1 passing 95% of the noise draws, η = R2 = 0.38, N* = 5 at N = 1000: the ensemble force's noise
-    inflates the variance by ~10% (the same setting in test_ensemble: 7-12% against ULA's exact value).
-    The audit flags it (info.biased), the driver's warning is printed, the job says UNRELIABLE naming
+    inflates the variance by ~10% (the same setting in test_ensemble: 7-12% against
+    ULA's exact value). The audit flags it (info.biased), the driver's warning is
+    printed, the job says UNRELIABLE naming
     the measured inflation and the flags to change, and exits 1; the default run (first test) exits 0."""
-    code, out, _ = run_cli(["sample", "--particles", "1000", "--steps", "300", "--burn-in", "100", "--r1", "0.77",
-                            "--eta", "0.38", "--r2", "0.38", "--n-star", "5"], capsys)
+    code, out, _ = run_cli(
+        [
+            "sample",
+            "--particles",
+            "1000",
+            "--steps",
+            "300",
+            "--burn-in",
+            "100",
+            "--r1",
+            "0.77",
+            "--eta",
+            "0.38",
+            "--r2",
+            "0.38",
+            "--n-star",
+            "5",
+        ],
+        capsys,
+    )
     assert code == 1, out
     assert "warning: the gradient audit measured" in out
-    lines = [line for line in out.splitlines() if "UNRELIABLE: the gradient audit" in line]
-    assert len(lines) == 1 and "--n-star" in lines[0] and "(info.biased)" in lines[0], out
+    lines = [
+        line for line in out.splitlines() if "UNRELIABLE: the gradient audit" in line
+    ]
+    assert len(lines) == 1 and "--n-star" in lines[0] and "(info.biased)" in lines[0], (
+        out
+    )
 
 
 def test_low_acceptance_is_unreliable(capsys):
-    # a random-walk proposal of sd 100 on N(0, I) in 2-D is accepted with probability ~1e-4
-    code, out, _ = run_cli(["sample", "--sampler", "rwmh", "--step-size", "100"] + SMALL, capsys)
+    # a random-walk proposal of sd 100 on N(0, I) in 2-D is accepted with probability
+    # ~1e-4
+    code, out, _ = run_cli(
+        ["sample", "--sampler", "rwmh", "--step-size", "100"] + SMALL, capsys
+    )
     assert code == 1
     assert "UNRELIABLE: mean acceptance rate" in out
 
 
 @pytest.mark.parametrize("value", ["-1", "nan", "inf"])
 def test_grad_noise_negative_or_nan_is_a_usage_error(value, capsys):
-    code, _, err = run_cli(["sample", "--sampler", "sgrhmc", f"--grad-noise={value}"], capsys)
+    code, _, err = run_cli(
+        ["sample", "--sampler", "sgrhmc", f"--grad-noise={value}"], capsys
+    )
     assert code == 2
     assert "--grad-noise: must be a finite number >= 0" in err
 
@@ -212,7 +373,9 @@ def test_n_star_above_n_minus_1_is_a_usage_error(capsys):
 
 def test_output_writes_exactly_the_path_it_reports(tmp_path, capsys):
     path = tmp_path / "x.txt"
-    code, out, _ = run_cli(["sample", "--sampler", "lmc", "--output", str(path)] + SMALL, capsys)
+    code, out, _ = run_cli(
+        ["sample", "--sampler", "lmc", "--output", str(path)] + SMALL, capsys
+    )
     assert code == 0
     assert path.is_file() and not (tmp_path / "x.txt.npz").exists()
     assert f"wrote {path}" in out
@@ -226,16 +389,19 @@ def test_seed_out_of_range_is_a_usage_error(seed, capsys):
     assert "--seed" in err
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--target", "correlated", "--dim", "1"], "dim"),
-    (["--particles", "0"], "--particles: must be an integer >= 2"),
-    (["--step-size", "-0.1"], "--step-size: must be a finite number > 0"),
-    (["--steps", "100", "--thin", "3", "--trace"], "--thin must divide --steps"),
-    (["--target", "gaussian", "--model", "m.py:f"], "not both"),
-    (["--model", "nowhere.py:logp", "--dim", "2"], "no such file"),
-    (["--checkpoint", "/no/such/folder/ck.npz"], "does not exist"),
-    (["--plots"], "--out"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--target", "correlated", "--dim", "1"], "dim"),
+        (["--particles", "0"], "--particles: must be an integer >= 2"),
+        (["--step-size", "-0.1"], "--step-size: must be a finite number > 0"),
+        (["--steps", "100", "--thin", "3", "--trace"], "--thin must divide --steps"),
+        (["--target", "gaussian", "--model", "m.py:f"], "not both"),
+        (["--model", "nowhere.py:logp", "--dim", "2"], "no such file"),
+        (["--checkpoint", "/no/such/folder/ck.npz"], "does not exist"),
+        (["--plots"], "--out"),
+    ],
+)
 def test_bad_values_are_usage_errors_without_traceback(args, message, capsys):
     code, out, err = run_cli(["sample"] + args, capsys)
     assert code == 2, out
@@ -245,8 +411,15 @@ def test_bad_values_are_usage_errors_without_traceback(args, message, capsys):
 def test_help_shows_defaults_and_version(capsys):
     code, out, _ = run_cli(["sample", "--help"], capsys)
     assert code == 0
-    for text in ("(default: cenlmc)", "(default: 1000)", "(default: 200)", "(default: 0)", "--allow-unreliable",
-                 "--model PATH.py:FUNCTION", "--resume"):
+    for text in (
+        "(default: cenlmc)",
+        "(default: 1000)",
+        "(default: 200)",
+        "(default: 0)",
+        "--allow-unreliable",
+        "--model PATH.py:FUNCTION",
+        "--resume",
+    ):
         assert text in out, text
     code, out, _ = run_cli(["--version"], capsys)
     assert code == 0 and out.startswith("cenlmc-jax ")
@@ -257,7 +430,9 @@ def test_help_shows_defaults_and_version(capsys):
 # --------------------------------------------------------------------------
 
 
-def test_model_file_with_data_writes_every_output_and_summary_reprints(tmp_path, capsys):
+def test_model_file_with_data_writes_every_output_and_summary_reprints(
+    tmp_path, capsys
+):
     """The issue's 'done when': a user-written model with --data --trace --plots --out."""
     model = write_model(tmp_path, GAUSS_MODEL)
     mu, sigma = np.array([1.0, -2.0]), np.array([1.0, 1.0])
@@ -265,14 +440,47 @@ def test_model_file_with_data_writes_every_output_and_summary_reprints(tmp_path,
     out_dir = tmp_path / "run"
     # h = 0.05 (c = 1): an autocorrelation time of ~40 steps, so 1500 steps mix each
     # particle well enough for the CLI's R-hat check (< 1.1)
-    code, out, err = run_cli(["sample", "--model", f"{model}:logp", "--data", str(tmp_path / "d.npz"), "--dim", "2",
-                              "--trace", "--thin", "10", "--plots", "--out", str(out_dir), "--particles", "200",
-                              "--steps", "1500", "--burn-in", "200"], capsys)
+    code, out, err = run_cli(
+        [
+            "sample",
+            "--model",
+            f"{model}:logp",
+            "--data",
+            str(tmp_path / "d.npz"),
+            "--dim",
+            "2",
+            "--trace",
+            "--thin",
+            "10",
+            "--plots",
+            "--out",
+            str(out_dir),
+            "--particles",
+            "200",
+            "--steps",
+            "1500",
+            "--burn-in",
+            "200",
+        ],
+        capsys,
+    )
     assert code == 0, out + err
-    for name in ("draws.npz", "summary.csv", "run.json", "run.nc", "config.toml", "plots/trace.png",
-                 "plots/rank.png", "plots/marginals.png", "plots/ensemble.png", "plots/gradients.png"):
+    for name in (
+        "draws.npz",
+        "summary.csv",
+        "run.json",
+        "run.nc",
+        "config.toml",
+        "plots/trace.png",
+        "plots/rank.png",
+        "plots/marginals.png",
+        "plots/ensemble.png",
+        "plots/gradients.png",
+    ):
         assert (out_dir / name).is_file(), name
-    assert not (out_dir / "checkpoint.npz").exists()  # a finished run removes its checkpoint
+    assert not (
+        out_dir / "checkpoint.npz"
+    ).exists()  # a finished run removes its checkpoint
     draws = np.load(out_dir / "draws.npz")["draws"]
     assert draws.shape == (200, 150, 2)  # chains first: (particles, steps // thin, d)
     table = SummaryTable.from_csv(out_dir / "summary.csv")
@@ -281,25 +489,57 @@ def test_model_file_with_data_writes_every_output_and_summary_reprints(tmp_path,
     z = (table.columns["mean"] - mu) / table.columns["mcse_mean"]
     assert np.all(np.abs(z) < 5), z
     record = json.loads((out_dir / "run.json").read_text())
-    assert record["seed"] == 0 and record["steps_done"] == 1700 and record["diverged_at"] == -1
-    assert record["config"]["model"].endswith("my_model.py:logp") and record["reliable"] is True
-    assert "sampling_s" in record["timings"] and record["version"].startswith("cenlmc-jax ")
+    assert (
+        record["seed"] == 0
+        and record["steps_done"] == 1700
+        and record["diverged_at"] == -1
+    )
+    assert (
+        record["config"]["model"].endswith("my_model.py:logp")
+        and record["reliable"] is True
+    )
+    assert "sampling_s" in record["timings"] and record["version"].startswith(
+        "cenlmc-jax "
+    )
     code, out, _ = run_cli(["summary", str(out_dir)], capsys)
     assert code == 0
-    assert "ess_bulk" in out and "r_hat" in out and "x[1]" in out and "my_model.py:logp" in out
+    assert (
+        "ess_bulk" in out
+        and "r_hat" in out
+        and "x[1]" in out
+        and "my_model.py:logp" in out
+    )
 
 
 def test_csv_data_columns_reach_the_model(tmp_path, capsys):
-    model = write_model(tmp_path, """
+    model = write_model(
+        tmp_path,
+        """
         import jax.numpy as jnp
 
         def logp(x, data):
             return -0.5 * jnp.sum((x - jnp.mean(data["y"])) ** 2)
-    """)
+    """,
+    )
     (tmp_path / "d.csv").write_text("y,z\n2.0,0\n4.0,1\n")
     out_dir = tmp_path / "run"
-    code, out, _ = run_cli(["sample", "--model", f"{model}:logp", "--data", str(tmp_path / "d.csv"), "--dim", "1",
-                            "--sampler", "lmc", "--out", str(out_dir)] + SMALL, capsys)
+    code, out, _ = run_cli(
+        [
+            "sample",
+            "--model",
+            f"{model}:logp",
+            "--data",
+            str(tmp_path / "d.csv"),
+            "--dim",
+            "1",
+            "--sampler",
+            "lmc",
+            "--out",
+            str(out_dir),
+        ]
+        + SMALL,
+        capsys,
+    )
     assert code == 0, out
     table = SummaryTable.from_csv(out_dir / "summary.csv")
     # target N(3, 1): mean within 5 (bounding) standard errors
@@ -310,43 +550,90 @@ def test_model_needs_a_dimension_and_a_working_function(tmp_path, capsys):
     model = write_model(tmp_path, GAUSS_MODEL)
     code, _, err = run_cli(["sample", "--model", f"{model}:logp"], capsys)
     assert code == 2 and "--dim D or --init" in err
-    code, _, err = run_cli(["sample", "--model", f"{model}:missing", "--dim", "2"], capsys)
+    code, _, err = run_cli(
+        ["sample", "--model", f"{model}:missing", "--dim", "2"], capsys
+    )
     assert code == 2 and "no function 'missing'" in err
-    code, _, err = run_cli(["sample", "--model", f"{model}:logp", "--dim", "2"], capsys)  # needs data
+    code, _, err = run_cli(
+        ["sample", "--model", f"{model}:logp", "--dim", "2"], capsys
+    )  # needs data
     assert code == 2 and "failed on a point" in err
 
 
 def test_init_file_sets_the_starting_positions(tmp_path, capsys):
     init = np.random.default_rng(0).normal(size=(64, 2)).astype(np.float32) + 3.0
     np.save(tmp_path / "init.npy", init)
-    code, out, _ = run_cli(["sample", "--sampler", "rwmh", "--init", str(tmp_path / "init.npy"), "--steps", "10",
-                            "--burn-in", "0", "--trace", "--out", str(tmp_path / "run"), "--allow-unreliable"],
-                           capsys)
+    code, out, _ = run_cli(
+        [
+            "sample",
+            "--sampler",
+            "rwmh",
+            "--init",
+            str(tmp_path / "init.npy"),
+            "--steps",
+            "10",
+            "--burn-in",
+            "0",
+            "--trace",
+            "--out",
+            str(tmp_path / "run"),
+            "--allow-unreliable",
+        ],
+        capsys,
+    )
     assert code == 0, out
     assert "64 particles" in out
     draws = np.load(tmp_path / "run" / "draws.npz")["draws"]
-    assert draws.shape == (64, 10, 2) and abs(draws[:, 0].mean() - 3.0) < 1.0  # started near +3, 1 step in
-    code, _, err = run_cli(["sample", "--init", str(tmp_path / "init.npy"), "--particles", "10"], capsys)
+    assert (
+        draws.shape == (64, 10, 2) and abs(draws[:, 0].mean() - 3.0) < 1.0
+    )  # started near +3, 1 step in
+    code, _, err = run_cli(
+        ["sample", "--init", str(tmp_path / "init.npy"), "--particles", "10"], capsys
+    )
     assert code == 2 and "does not match" in err
 
 
-def test_config_file_sets_flags_the_command_line_wins_and_the_effective_config_reruns(tmp_path, capsys):
+def test_config_file_sets_flags_the_command_line_wins_and_the_effective_config_reruns(
+    tmp_path, capsys
+):
     # 60 steps are too few to mix (R-hat check): allow-unreliable, from the file too
-    (tmp_path / "run.toml").write_text('sampler = "lmc"\nsteps = 80\nburn-in = 20\nparticles = 100\ntrace = true\n'
-                                       'allow-unreliable = true\n')
-    code, out, _ = run_cli(["sample", "--config", str(tmp_path / "run.toml"), "--steps", "60",
-                            "--out", str(tmp_path / "a")], capsys)
+    (tmp_path / "run.toml").write_text(
+        'sampler = "lmc"\nsteps = 80\nburn-in = 20\nparticles = 100\ntrace = true\n'
+        "allow-unreliable = true\n"
+    )
+    code, out, _ = run_cli(
+        [
+            "sample",
+            "--config",
+            str(tmp_path / "run.toml"),
+            "--steps",
+            "60",
+            "--out",
+            str(tmp_path / "a"),
+        ],
+        capsys,
+    )
     assert code == 0, out
     record = json.loads((tmp_path / "a" / "run.json").read_text())
     assert record["config"]["steps"] == 60 and record["config"]["sampler"] == "lmc"
     assert record["config"]["particles"] == 100 and record["config"]["trace"] is True
     assert record["config"]["allow-unreliable"] is True
     # the written config.toml reproduces the run exactly
-    code, out, _ = run_cli(["sample", "--config", str(tmp_path / "a" / "config.toml"), "--out", str(tmp_path / "b")],
-                           capsys)
+    code, out, _ = run_cli(
+        [
+            "sample",
+            "--config",
+            str(tmp_path / "a" / "config.toml"),
+            "--out",
+            str(tmp_path / "b"),
+        ],
+        capsys,
+    )
     assert code == 0, out
-    np.testing.assert_array_equal(np.load(tmp_path / "a" / "draws.npz")["draws"],
-                                  np.load(tmp_path / "b" / "draws.npz")["draws"])
+    np.testing.assert_array_equal(
+        np.load(tmp_path / "a" / "draws.npz")["draws"],
+        np.load(tmp_path / "b" / "draws.npz")["draws"],
+    )
 
 
 def test_config_file_errors_are_usage_errors(tmp_path, capsys):
@@ -372,23 +659,50 @@ def test_out_dir_is_never_overwritten_and_summary_needs_a_run(tmp_path, capsys):
 # --------------------------------------------------------------------------
 
 
-# The child puts SIGINT's handler back before running the CLI: a test run started in the background
-# ("pytest &") ignores SIGINT, children inherit that, and the Ctrl-C test would then see a run that cannot
-# be interrupted. (Done in the child's Python, not with preexec_fn, which forks a multithreaded process.)
-_CLI_CHILD = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-              "sys.argv[0] = 'cenlmc-jax'; runpy.run_module('cenlmc_jax.cli', run_name='__main__')")
+# The child puts SIGINT's handler back before running the CLI: a test run started in the
+# background ("pytest &") ignores SIGINT, children inherit that, and the Ctrl-C test
+# would then see a run that cannot be interrupted. (Done in the child's Python, not with
+# preexec_fn, which forks a multithreaded process.)
+_CLI_CHILD = (
+    "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "sys.argv[0] = 'cenlmc-jax'; runpy.run_module('cenlmc_jax.cli', run_name='__main__')"
+)
 
 
 def _cli_process(args, **kw):
     env = dict(os.environ, PYTHONUNBUFFERED="1", JAX_PLATFORMS="cpu")
-    return subprocess.Popen([sys.executable, "-c", _CLI_CHILD] + args, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-c", _CLI_CHILD] + args,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        **kw,
+    )
 
 
 def test_ctrl_c_leaves_a_resumable_checkpoint_and_resume_gives_the_same_draws(tmp_path):
-    # --allow-unreliable: at h = 0.05 ULA's known sd bias (1.3%) exceeds the trace's MCSE; not this test's subject
-    args = ["sample", "--sampler", "lmc", "--particles", "200", "--steps", "6000", "--burn-in", "100", "--trace",
-            "--thin", "10", "--checkpoint-every", "100", "--seed", "3", "--allow-unreliable"]
+    # --allow-unreliable: at h = 0.05 ULA's known sd bias (1.3%) exceeds the trace's
+    # MCSE; not this test's subject
+    args = [
+        "sample",
+        "--sampler",
+        "lmc",
+        "--particles",
+        "200",
+        "--steps",
+        "6000",
+        "--burn-in",
+        "100",
+        "--trace",
+        "--thin",
+        "10",
+        "--checkpoint-every",
+        "100",
+        "--seed",
+        "3",
+        "--allow-unreliable",
+    ]
     stopped, whole = tmp_path / "stopped", tmp_path / "whole"
     proc = _cli_process(args + ["--out", str(stopped)])
     ckpt = stopped / "checkpoint.npz"
@@ -409,7 +723,9 @@ def test_ctrl_c_leaves_a_resumable_checkpoint_and_resume_gives_the_same_draws(tm
     out, err = full.communicate(timeout=300)
     assert full.returncode == 0, (out, err)
     # same key of step t (fold_in) and the same carried state: identical draws
-    np.testing.assert_array_equal(np.load(stopped / "draws.npz")["draws"], np.load(whole / "draws.npz")["draws"])
+    np.testing.assert_array_equal(
+        np.load(stopped / "draws.npz")["draws"], np.load(whole / "draws.npz")["draws"]
+    )
     assert json.loads((stopped / "run.json").read_text())["steps_done"] == 6100
 
 
@@ -418,5 +734,7 @@ def test_a_checkpoint_is_not_overwritten_without_resume(tmp_path, capsys):
     ck.write_bytes(b"")
     code, _, err = run_cli(["sample", "--checkpoint", str(ck)], capsys)
     assert code == 2 and "add --resume" in err
-    code, _, err = run_cli(["sample", "--resume", "--checkpoint", str(tmp_path / "none.npz")], capsys)
+    code, _, err = run_cli(
+        ["sample", "--resume", "--checkpoint", str(tmp_path / "none.npz")], capsys
+    )
     assert code == 2 and "nothing to resume" in err

@@ -1,14 +1,17 @@
 """Issue 18's silent failures: each with the mechanism it had, fixed, and a test that failed before.
 
-* ``cj.sample`` warns (:class:`ConvergenceWarning`) when a chain never moved, when the rank-normalised split
-  R-hat is above 1.01, and when the bulk ESS is below ``min(100 C, 400)``; ``check_convergence=False``
-  is silent; a healthy run (exact i.i.d. draws) is silent.
-* The pooled warm-up (``run_chains``) restarts chains stuck in a tail; its hand-over warns on a collapse.
-* The positive-definite check is scale-invariant: the adapted diagonal of a raw-scale regression passes.
+* ``cj.sample`` warns (:class:`ConvergenceWarning`) when a chain never moved, when the
+  rank-normalised split R-hat is above 1.01, and when the bulk ESS is below ``min(100 C,
+  400)``; ``check_convergence=False`` is silent; a healthy run (exact i.i.d. draws) is
+  silent.
+* The pooled warm-up (``run_chains``) restarts chains stuck in a tail; its hand-over
+  warns on a collapse.
+* The positive-definite check is scale-invariant: the adapted diagonal of a raw-scale
+  regression passes.
 
-What cannot be faked: i.i.d. draws have R-hat 1 and an ESS equal to the draws (their false-alarm
-probability is stated beside each test); a chain that never moved is one whose position is bit for bit
-its start; the stuck chains' positions are read directly.
+What cannot be faked: i.i.d. draws have R-hat 1 and an ESS equal to the draws (their
+false-alarm probability is stated beside each test); a chain that never moved is one
+whose position is bit for bit its start; the stuck chains' positions are read directly.
 """
 
 import warnings
@@ -22,7 +25,12 @@ import pytest
 import cenlmc_jax as cj
 from cenlmc_jax import _linalg as la
 from cenlmc_jax import adaptation as ad
-from cenlmc_jax.diagnostics.convergence import ConvergenceWarning, convergence_problems, ess_floor, frozen_rows
+from cenlmc_jax.diagnostics.convergence import (
+    ConvergenceWarning,
+    convergence_problems,
+    ess_floor,
+    frozen_rows,
+)
 from cenlmc_jax.irreversible import sde_proposal
 
 
@@ -32,7 +40,9 @@ class Position(NamedTuple):
 
 def iid_step(key, state):
     """A 'sampler' of exact N(0, 1) draws, every chain: the healthy control (R-hat 1, ESS = the draws)."""
-    return Position(jax.random.normal(key, state.position.shape, state.position.dtype)), ()
+    return Position(
+        jax.random.normal(key, state.position.shape, state.position.dtype)
+    ), ()
 
 
 def quartic(x):
@@ -40,27 +50,35 @@ def quartic(x):
 
 
 def convergence_messages(caught):
-    return [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
+    return [
+        str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)
+    ]
 
 
 def test_iid_draws_raise_no_warning_and_check_convergence_false_is_silent():
-    # 4 chains x 1000 i.i.d. draws in d = 3: R-hat - 1 has sd ~ 1e-3 and the bulk ESS ~ 4000 (floor 400):
-    # a false alarm needs a 10-sd excursion
+    # 4 chains x 1000 i.i.d. draws in d = 3: R-hat - 1 has sd ~ 1e-3 and the bulk ESS ~
+    # 4000 (floor 400): a false alarm needs a 10-sd excursion
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         res = cj.sample(jax.random.key(0), iid_step, Position(jnp.zeros((4, 3))), 1000)
     assert res.trace.shape == (1000, 4, 3)
-    stuck = Position(jnp.zeros((4, 3)))  # never moves: the driver's own watch says so (RuntimeWarning), not the check
+    stuck = Position(
+        jnp.zeros((4, 3))
+    )  # never moves: the driver's own watch says so (RuntimeWarning), not the check
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
         warnings.simplefilter("ignore", RuntimeWarning)
-        cj.sample(jax.random.key(0), lambda k, s: (s, ()), stuck, 20, check_convergence=False)
+        cj.sample(
+            jax.random.key(0), lambda k, s: (s, ()), stuck, 20, check_convergence=False
+        )
 
 
 def test_chains_that_have_not_mixed_warn_with_the_summarys_rhat():
-    # LMC on N(0, diag(1, 1e4)) with h = 0.01 (set by the stiff direction, as a curvature rule does): the wide
-    # direction relaxes over ~1e6 steps; 4 particles started at +-300 there are still apart after 300 steps.
-    # This is the issue's max_curvature failure (c = 30,856, h = 1.6e-6, R-hat 36) in miniature: silent before.
+    # LMC on N(0, diag(1, 1e4)) with h = 0.01 (set by the stiff direction, as a
+    # curvature rule does): the wide direction relaxes over ~1e6 steps; 4 particles
+    # started at +-300 there are still apart after 300 steps. This is the issue's
+    # max_curvature failure (c = 30,856, h = 1.6e-6, R-hat 36) in miniature: silent
+    # before.
     var = jnp.array([1.0, 1e4])
     algo = cj.lmc(lambda x: -0.5 * jnp.sum(x**2 / var), 0.01)
     x0 = jnp.array([[0.0, -300.0], [0.0, -100.0], [0.0, 100.0], [0.0, 300.0]])
@@ -79,33 +97,69 @@ def test_chains_that_have_not_mixed_warn_with_the_summarys_rhat():
 
 def test_a_metropolis_chain_that_never_moves_is_reported_in_both_modes():
     """The driver's per-chunk watch exempts MH samplers (a rejection keeps the position); 3 of 16 chains never
-    moving on gp_pois_regr went unflagged (mean acceptance 0.61). Here chain 0 starts where every proposal of
+    moving on gp_pois_regr went unflagged (mean acceptance 0.61). Here chain 0 starts
+    where every proposal of
     MALA's step size 0.5 is rejected (log density -x^4/4 at x = 30: the drift proposes |x| ~ 1e4)."""
-    mala = ad.window_adaptation("mala", quartic).sampler({"step_size": 0.5, "D": 1.0, "Q": None})
+    mala = ad.window_adaptation("mala", quartic).sampler(
+        {"step_size": 0.5, "D": 1.0, "Q": None}
+    )
     algo = cj.vmap_chains(mala)
     x0 = jnp.zeros((16, 2)).at[0].set(30.0)
     for mode in ("trace", "stream"):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            cj.sample(jax.random.key(2), algo, algo.init(x0), 400, mode=mode, check_convergence=True)
+            cj.sample(
+                jax.random.key(2),
+                algo,
+                algo.init(x0),
+                400,
+                mode=mode,
+                check_convergence=True,
+            )
         frozen = [m for m in convergence_messages(caught) if "never moved" in m]
-        assert len(frozen) == 1 and "1 of 16 chains" in frozen[0] and "rows [0]" in frozen[0], (mode, frozen)
+        assert (
+            len(frozen) == 1
+            and "1 of 16 chains" in frozen[0]
+            and "rows [0]" in frozen[0]
+        ), (mode, frozen)
         rhat = [m for m in convergence_messages(caught) if "R-hat" in m]
-        assert bool(rhat) == (mode == "trace"), (mode, rhat)  # stream mode has no per-chain draws for R-hat
+        assert bool(rhat) == (mode == "trace"), (
+            mode,
+            rhat,
+        )  # stream mode has no per-chain draws for R-hat
 
 
 def test_the_pieces():
     assert [ess_floor(c) for c in (1, 2, 4, 16, 10_000)] == [100, 200, 400, 400, 400]
     start = {"a": jnp.zeros((3, 2)), "b": jnp.ones((3,))}
-    end = {"a": jnp.zeros((3, 2)).at[1, 0].set(1.0), "b": jnp.ones((3,)).at[2].set(jnp.nan)}
-    np.testing.assert_array_equal(frozen_rows(start, end), [True, False, False])  # NaN: moved (diverged)
-    np.testing.assert_array_equal(frozen_rows(jnp.zeros(3), jnp.zeros(3)), [True])  # one chain
-    res = cj.sample(jax.random.key(0), iid_step, Position(jnp.zeros((2, 1))), 3, check_convergence=False)
+    end = {
+        "a": jnp.zeros((3, 2)).at[1, 0].set(1.0),
+        "b": jnp.ones((3,)).at[2].set(jnp.nan),
+    }
+    np.testing.assert_array_equal(
+        frozen_rows(start, end), [True, False, False]
+    )  # NaN: moved (diverged)
+    np.testing.assert_array_equal(
+        frozen_rows(jnp.zeros(3), jnp.zeros(3)), [True]
+    )  # one chain
+    res = cj.sample(
+        jax.random.key(0),
+        iid_step,
+        Position(jnp.zeros((2, 1))),
+        3,
+        check_convergence=False,
+    )
     assert "only 3 kept draws" in convergence_problems(res)[0]
     with pytest.raises(ValueError, match="result must be the RunResult"):
         convergence_problems(np.zeros((2, 10)))
     with pytest.raises(ValueError, match="check_convergence"):
-        cj.sample(jax.random.key(0), iid_step, Position(jnp.zeros((2, 1))), 3, check_convergence="yes")
+        cj.sample(
+            jax.random.key(0),
+            iid_step,
+            Position(jnp.zeros((2, 1))),
+            3,
+            check_convergence="yes",
+        )
 
 
 # ------------------------------------------------------------ the pooled warm-up
@@ -113,19 +167,24 @@ def test_the_pieces():
 
 def test_pooled_warmup_restarts_chains_stuck_in_a_tail():
     """Eight schools' mechanism: 2 of 16 chains start where the bulk's step size rejects every proposal
-    (x = 6 on exp(-x^4/4): curvature 108 there, ~1 in the bulk). Pooled, before: they never moved in 400
-    warm-up steps (their points inflated Welford's variance and (DA) shrank the step size for everyone).
-    Now they restart from moving chains at the end of the first segment, and the step size is the one a
+    (x = 6 on exp(-x^4/4): curvature 108 there, ~1 in the bulk). Pooled, before: they
+    never moved in 400 warm-up steps (their points inflated Welford's variance and (DA)
+    shrank the step size for everyone). Now they restart from moving chains at the end
+    of the first segment, and the step size is the one a
     warm-up from good starts finds (within 1.5x: the measured spread over seeds of a 400-step warm-up is 10%)."""
     x0 = 0.3 * jax.random.normal(jax.random.key(3), (16, 3))
     far = x0.at[:2].set(6.0)
     warm = ad.window_adaptation("mala", quartic)
     with warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)  # the hand-over is healthy: no collapse warning
+        warnings.simplefilter(
+            "error", RuntimeWarning
+        )  # the hand-over is healthy: no collapse warning
         (states, params), info = warm.run_chains(jax.random.key(4), far, 400)
         (_, good), _ = warm.run_chains(jax.random.key(4), x0, 400)
     pos = np.asarray(states.position)
-    assert np.all(np.abs(pos[:2]) < 3.0), pos[:2]  # out of the tail (|x| < 3 has density e^-20 of the mode)
+    assert np.all(np.abs(pos[:2]) < 3.0), pos[
+        :2
+    ]  # out of the tail (|x| < 3 has density e^-20 of the mode)
     assert int(np.sum(info.restarted)) >= 2 and bool(np.all(info.moved[-1]))
     ratio = float(params["step_size"]) / float(good["step_size"])
     assert 1 / 1.5 < ratio < 1.5, (params["step_size"], good["step_size"])
@@ -135,7 +194,8 @@ def test_pooled_warmup_restarts_chains_stuck_in_a_tail():
 @pytest.mark.parametrize("x64", [False, True])
 def test_a_collapsed_warmup_warns_with_what_happened(x64):
     """A density that is -inf off the start: every proposal that moves is rejected, so (DA) drives the step
-    size down until proposals round to the start itself (accepted, but no chain moves). Silent before; now
+    size down until proposals round to the start itself (accepted, but no chain moves).
+    Silent before; now
     the hand-over warns with the step size, the acceptance and the chains that never moved."""
     with jax.enable_x64(x64):
         dtype = jnp.float64 if x64 else jnp.float32
@@ -148,10 +208,15 @@ def test_a_collapsed_warmup_warns_with_what_happened(x64):
         assert "adapted step size" in text and "4 of 4 chains never moved" in text, text
 
 
-# ------------------------------------------------------------ positive definite, scale-invariant
+# ------------------------------------------------------------ positive definite,
+# scale-invariant
 
 
-KIDIQ_DIAGONAL = [34.8, 3.6e-3, 8.9e-4]  # window_adaptation's diagonal on the raw kidiq posterior (issue 18)
+KIDIQ_DIAGONAL = [
+    34.8,
+    3.6e-3,
+    8.9e-4,
+]  # window_adaptation's diagonal on the raw kidiq posterior (issue 18)
 
 
 @pytest.mark.parametrize("x64", [False, True])
@@ -159,23 +224,39 @@ def test_the_adapted_diagonal_of_a_raw_scale_regression_is_positive_definite(x64
     with jax.enable_x64(x64):
         dtype = jnp.float64 if x64 else jnp.float32
         D = jnp.asarray(KIDIQ_DIAGONAL, dtype)
-        la.check_symmetric_psd(jnp.diag(D), "D", "test", definite=True)  # refused before: cond 3.9e4 > 8.4e4/3
+        la.check_symmetric_psd(
+            jnp.diag(D), "D", "test", definite=True
+        )  # refused before: cond 3.9e4 > 8.4e4/3
         logp = lambda x: -0.5 * jnp.sum(x**2 / D)  # noqa: E731
         warm = ad.window_adaptation("mala", logp)
-        sampler = warm.sampler({"step_size": jnp.asarray(0.5, dtype), "D": D, "Q": None})
+        sampler = warm.sampler(
+            {"step_size": jnp.asarray(0.5, dtype), "D": D, "Q": None}
+        )
         state = sampler.init(jnp.zeros(3, dtype), jax.random.key(0))
         state, info = sampler.step(jax.random.key(1), state)
-        assert state.position.dtype == dtype and np.isfinite(float(info.acceptance_rate))
-        sde_proposal(jnp.diag(D) * 1e6, None, logp, 0.1)  # any scale: the test is on diag(D)^-1/2 D diag(D)^-1/2
+        assert state.position.dtype == dtype and np.isfinite(
+            float(info.acceptance_rate)
+        )
+        sde_proposal(
+            jnp.diag(D) * 1e6, None, logp, 0.1
+        )  # any scale: the test is on diag(D)^-1/2 D diag(D)^-1/2
 
 
 def test_what_stays_refused_is_singular_at_the_dtypes_rounding():
-    for bad in (np.diag([1.0, -1.0]), np.diag([1.0, 0.0]), np.array([[1.0, 1.0], [1.0, 1.0]]) * 1e-3):
+    for bad in (
+        np.diag([1.0, -1.0]),
+        np.diag([1.0, 0.0]),
+        np.array([[1.0, 1.0], [1.0, 1.0]]) * 1e-3,
+    ):
         with pytest.raises(ValueError, match="positive definite"):
             la.check_symmetric_psd(bad, "D", "test", definite=True)
-    # correlation 1 - 1e-9: definite in exact arithmetic, not at float32's rounding, fine in float64
-    m = np.array([[1.0, 1.0 - 1e-9], [1.0 - 1e-9, 1.0]]) * np.array([[1e3], [1e-3]]) ** 0.5 * \
-        np.array([[1e3, 1e-3]]) ** 0.5
+    # correlation 1 - 1e-9: definite in exact arithmetic, not at float32's rounding,
+    # fine in float64
+    m = (
+        np.array([[1.0, 1.0 - 1e-9], [1.0 - 1e-9, 1.0]])
+        * np.array([[1e3], [1e-3]]) ** 0.5
+        * np.array([[1e3, 1e-3]]) ** 0.5
+    )
     with pytest.raises(ValueError, match="rounding level"):
         la.check_symmetric_psd(m.astype(np.float32), "D", "test", definite=True)
     with jax.enable_x64(True):

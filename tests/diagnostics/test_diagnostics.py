@@ -27,7 +27,9 @@ def ar1(phi, num_chains, num_samples, num_coords, seed):
     rng = np.random.default_rng(seed)
     x = np.empty((num_chains, num_samples, num_coords))
     x[:, 0] = rng.standard_normal((num_chains, num_coords))
-    noise = np.sqrt(1.0 - phi**2) * rng.standard_normal((num_chains, num_samples, num_coords))
+    noise = np.sqrt(1.0 - phi**2) * rng.standard_normal(
+        (num_chains, num_samples, num_coords)
+    )
     for t in range(1, num_samples):
         x[:, t] = phi * x[:, t - 1] + noise[:, t]
     return x.astype(np.float32)
@@ -102,7 +104,9 @@ def test_ess_ar1_matches_theory(phi, tol_coord, tol_mean):
     assert ess.shape == (num_coords,)
     rel = ess / ar1_ess(phi, num_chains * num_samples) - 1.0
     assert np.all(np.abs(rel) < tol_coord), rel  # ~5 sd of one estimate (see ESS_CASES)
-    assert abs(rel.mean()) < tol_mean, rel.mean()  # ~5 sd of a 16-coordinate mean + bias
+    assert abs(rel.mean()) < tol_mean, (
+        rel.mean()
+    )  # ~5 sd of a 16-coordinate mean + bias
 
 
 def test_ess_iid_close_to_number_of_draws():
@@ -132,7 +136,8 @@ def test_ess_single_chain_and_event_shape_and_axes():
     np.testing.assert_allclose(ess_t, ess, rtol=1e-5)  # float32 round-off only
     one = np.asarray(D.effective_sample_size(x[:1]))
     assert one.shape == (2, 3) and np.all(np.isfinite(one))
-    # One chain of 1000 draws, tau = 3 -> ESS ~ 333; rel sd ~ sqrt(2*21/1000) ~ 0.2, 2.5 sd.
+    # One chain of 1000 draws, tau = 3 -> ESS ~ 333; rel sd ~ sqrt(2*21/1000) ~ 0.2, 2.5
+    # sd.
     np.testing.assert_allclose(one, ar1_ess(0.5, 1000), rtol=0.5)
 
 
@@ -145,8 +150,8 @@ def test_rhat_well_mixed_close_to_one():
     x = ar1(0.5, 4, 4000, 16, seed=0)
     rhat = np.asarray(D.potential_scale_reduction(x))
     assert rhat.shape == (16,)
-    # 8 half-chains of 2000, tau = 3: R-hat - 1 ~ (tau * chi2_7/7 - 1) / (2 * 2000) ~ 5e-4,
-    # and exceeding 0.01 would need chi2_7/7 > 13.7 (essentially impossible).
+    # 8 half-chains of 2000, tau = 3: R-hat - 1 ~ (tau * chi2_7/7 - 1) / (2 * 2000) ~
+    # 5e-4, and exceeding 0.01 would need chi2_7/7 > 13.7 (essentially impossible).
     assert np.all(np.abs(rhat - 1.0) < 0.01), rhat
     rhat_nosplit = np.asarray(D.potential_scale_reduction(x, split=False))
     # Same bound for 4 chains of 4000 (needs chi2_3/3 > 27).
@@ -156,7 +161,8 @@ def test_rhat_well_mixed_close_to_one():
 def test_rhat_slow_chain_bound():
     x = ar1(0.9, 4, 4000, 16, seed=0)
     rhat = np.asarray(D.potential_scale_reduction(x))
-    # tau = 19: R-hat - 1 ~ 19 * chi2_7/7 / 4000 ~ 0.005; > 0.03 needs chi2_7/7 > 6.5 (p ~ 1e-7).
+    # tau = 19: R-hat - 1 ~ 19 * chi2_7/7 / 4000 ~ 0.005; > 0.03 needs chi2_7/7 > 6.5 (p
+    # ~ 1e-7).
     assert np.all(np.abs(rhat - 1.0) < 0.03), rhat
 
 
@@ -176,14 +182,17 @@ def test_split_rhat_detects_within_chain_trend():
     split = np.asarray(D.potential_scale_reduction(x, split=True))
     nosplit = np.asarray(D.potential_scale_reduction(x, split=False))
     # Every chain drifts identically: between-chain spread is noise only (|R-1| ~ 1e-3),
-    # but half-chain means differ by 1.5 -> split R-hat ~ sqrt(1 + 0.75^2*8/7 / (1 + 1.5^2/12)) ~ 1.24.
+    # but half-chain means differ by 1.5 -> split R-hat ~ sqrt(1 + 0.75^2*8/7 / (1 +
+    # 1.5^2/12)) ~ 1.24.
     assert np.all(np.abs(nosplit - 1.0) < 0.01), nosplit
     assert np.all(split > 1.1), split
 
 
 def test_rhat_odd_number_of_draws_drops_middle():
     x = ar1(0.5, 2, 101, 3, seed=0)
-    expected = D.potential_scale_reduction(np.concatenate([x[:, :50], x[:, 51:]], axis=1))
+    expected = D.potential_scale_reduction(
+        np.concatenate([x[:, :50], x[:, 51:]], axis=1)
+    )
     got = D.potential_scale_reduction(x)
     np.testing.assert_allclose(got, expected, rtol=1e-6)  # identical computation
 
@@ -210,7 +219,9 @@ def test_mcse_formula():
     x = ar1(0.9, 4, 2000, 200, seed=1)
     ess = np.asarray(D.effective_sample_size(x))
     sd = x.reshape(-1, 200).std(axis=0, ddof=1)
-    np.testing.assert_allclose(D.mcse(x), sd / np.sqrt(ess), rtol=1e-5)  # float32 round-off
+    np.testing.assert_allclose(
+        D.mcse(x), sd / np.sqrt(ess), rtol=1e-5
+    )  # float32 round-off
 
 
 def test_ensemble_mcse_iid():
@@ -306,7 +317,9 @@ def test_mmd_matches_bruteforce():
     h = numpy_median_bandwidth(x[::2], y[::2])
     # float32 kernel sums vs float64 numpy.
     np.testing.assert_allclose(D.mmd(x, y), numpy_mmd(x, y, h), rtol=1e-3, atol=1e-6)
-    np.testing.assert_allclose(D.mmd(x, y, 0.7), numpy_mmd(x, y, 0.7), rtol=1e-3, atol=1e-6)
+    np.testing.assert_allclose(
+        D.mmd(x, y, 0.7), numpy_mmd(x, y, 0.7), rtol=1e-3, atol=1e-6
+    )
 
 
 def test_mmd_same_vs_shifted_gaussians():
@@ -317,11 +330,13 @@ def test_mmd_same_vs_shifted_gaussians():
     shifted = float(D.mmd(x, y + np.array([1.0, 0.0]), bandwidth=1.0))
     # Null: degenerate U-statistic, fluctuations O(1/n) ~ 7e-4 here; 0.005 is ~7 sd.
     assert abs(same) < 0.005, same
-    # Closed form for N(0,I_2) vs N(mu,I_2), h = 1: 2 c (1 - exp(-|mu|^2 / (2 (h^2 + 2)))),
-    # c = (h^2 / (h^2 + 2))^(d/2) = 1/3 -> 0.1023.  Non-degenerate: sd ~ 0.011; 0.05 is ~4.5 sd.
+    # Closed form for N(0,I_2) vs N(mu,I_2), h = 1: 2 c (1 - exp(-|mu|^2 / (2 (h^2 +
+    # 2)))), c = (h^2 / (h^2 + 2))^(d/2) = 1/3 -> 0.1023.  Non-degenerate: sd ~ 0.011;
+    # 0.05 is ~4.5 sd.
     expected = 2.0 / 3.0 * (1.0 - np.exp(-1.0 / 6.0))
     assert abs(shifted - expected) < 0.05, shifted
-    # Median-heuristic bandwidth: same qualitative separation (null ~1e-3, shifted ~0.1).
+    # Median-heuristic bandwidth: same qualitative separation (null ~1e-3, shifted
+    # ~0.1).
     assert abs(float(D.mmd(x, y))) < 0.005
     assert float(D.mmd(x, y + np.array([1.0, 0.0]))) > 0.05
 
@@ -350,7 +365,8 @@ def test_sliced_wasserstein_1d_shift():
     # sample means, sd sqrt(1/2000 + 1/3000) ~ 0.03: 0.15 is ~5 sd.
     assert abs(sw - 1.5) < 0.15, sw
     same = float(D.sliced_wasserstein(key, x, y - 1.5))
-    # Same law: empirical W2 ~ 0.05 (tail quantile noise); 0.2 is far below the 1.5 signal.
+    # Same law: empirical W2 ~ 0.05 (tail quantile noise); 0.2 is far below the 1.5
+    # signal.
     assert same < 0.2, same
 
 
@@ -364,7 +380,9 @@ def test_sliced_wasserstein_exact_unequal_sizes():
     yr = np.sort(np.repeat(y, 2))
     expected = np.sqrt(np.mean((xr - yr) ** 2))
     got = float(D.sliced_wasserstein(jax.random.key(1), x, y, num_projections=4))
-    np.testing.assert_allclose(got, expected, rtol=1e-5)  # exact up to float32 round-off
+    np.testing.assert_allclose(
+        got, expected, rtol=1e-5
+    )  # exact up to float32 round-off
     xs, ys = np.sort(x), np.sort(rng.standard_normal(40))
     got_eq = float(D.sliced_wasserstein(jax.random.key(1), x, ys))
     np.testing.assert_allclose(got_eq, np.sqrt(np.mean((xs - ys) ** 2)), rtol=1e-5)
@@ -485,48 +503,138 @@ def test_integer_input_promoted_to_float():
 # Validation
 # --------------------------------------------------------------------------
 
-_GOOD = np.zeros((2, 10, 3), np.float32) + np.arange(10, dtype=np.float32)[None, :, None]
+_GOOD = (
+    np.zeros((2, 10, 3), np.float32) + np.arange(10, dtype=np.float32)[None, :, None]
+)
 _PTS = np.ones((5, 2), np.float32)
 
 BAD_INPUTS = [
-    ("ess 1-D", lambda: D.effective_sample_size(np.ones(10)), r"samples.*shape \(10,\)"),
-    ("ess 3 draws", lambda: D.effective_sample_size(np.ones((2, 3))), r"samples.*3 draws.*at least 4"),
-    ("ess same axes", lambda: D.effective_sample_size(_GOOD, 1, 1), r"chain_axis.*sample_axis.*distinct"),
-    ("ess axis range", lambda: D.effective_sample_size(_GOOD, 0, 5), r"sample_axis.*=5.*ndim=3"),
+    (
+        "ess 1-D",
+        lambda: D.effective_sample_size(np.ones(10)),
+        r"samples.*shape \(10,\)",
+    ),
+    (
+        "ess 3 draws",
+        lambda: D.effective_sample_size(np.ones((2, 3))),
+        r"samples.*3 draws.*at least 4",
+    ),
+    (
+        "ess same axes",
+        lambda: D.effective_sample_size(_GOOD, 1, 1),
+        r"chain_axis.*sample_axis.*distinct",
+    ),
+    (
+        "ess axis range",
+        lambda: D.effective_sample_size(_GOOD, 0, 5),
+        r"sample_axis.*=5.*ndim=3",
+    ),
     ("ess axis type", lambda: D.effective_sample_size(_GOOD, 0.0, 1), r"chain_axis"),
-    ("ess complex", lambda: D.effective_sample_size(_GOOD.astype(np.complex64)), r"samples.*real"),
-    ("ess method", lambda: D.effective_sample_size(_GOOD, method="rank"), r"method must be one of"),
-    ("mcse statistic", lambda: D.mcse(_GOOD, statistic="median"), r"statistic must be one of"),
-    ("rhat rank type", lambda: D.potential_scale_reduction(_GOOD, rank=1), r"rank must be True or False"),
-    ("acf max_lag", lambda: D.autocorrelation(_GOOD, max_lag=10), r"max_lag.*\[0, 9\].*10 draws"),
-    ("rhat 3 draws", lambda: D.potential_scale_reduction(np.ones((4, 3))), r"samples.*3 draws.*split R-hat"),
-    ("rhat 1 chain", lambda: D.potential_scale_reduction(_GOOD[:1], split=False), r"samples.*1 chain"),
-    ("rhat split type", lambda: D.potential_scale_reduction(_GOOD, split="yes"), r"split must be True or False"),
+    (
+        "ess complex",
+        lambda: D.effective_sample_size(_GOOD.astype(np.complex64)),
+        r"samples.*real",
+    ),
+    (
+        "ess method",
+        lambda: D.effective_sample_size(_GOOD, method="rank"),
+        r"method must be one of",
+    ),
+    (
+        "mcse statistic",
+        lambda: D.mcse(_GOOD, statistic="median"),
+        r"statistic must be one of",
+    ),
+    (
+        "rhat rank type",
+        lambda: D.potential_scale_reduction(_GOOD, rank=1),
+        r"rank must be True or False",
+    ),
+    (
+        "acf max_lag",
+        lambda: D.autocorrelation(_GOOD, max_lag=10),
+        r"max_lag.*\[0, 9\].*10 draws",
+    ),
+    (
+        "rhat 3 draws",
+        lambda: D.potential_scale_reduction(np.ones((4, 3))),
+        r"samples.*3 draws.*split R-hat",
+    ),
+    (
+        "rhat 1 chain",
+        lambda: D.potential_scale_reduction(_GOOD[:1], split=False),
+        r"samples.*1 chain",
+    ),
+    (
+        "rhat split type",
+        lambda: D.potential_scale_reduction(_GOOD, split="yes"),
+        r"split must be True or False",
+    ),
     ("mcse 2 draws", lambda: D.mcse(np.ones((4, 2, 3))), r"samples.*2 draws"),
-    ("ens 1 particle", lambda: D.ensemble_mcse(np.ones((1, 3))), r"positions.*N >= 2.*\(1, 3\)"),
+    (
+        "ens 1 particle",
+        lambda: D.ensemble_mcse(np.ones((1, 3))),
+        r"positions.*N >= 2.*\(1, 3\)",
+    ),
     ("ens scalar", lambda: D.ensemble_mcse(1.0), r"positions"),
-    ("z shapes", lambda: D.z_score(np.ones(3), np.ones(4), 1.0), r"estimate.*\(3,\).*truth.*\(4,\)"),
-    ("mom positions", lambda: D.moment_errors(np.ones(5), np.zeros(1), np.eye(1)), r"positions.*\(5,\)"),
-    ("mom mean", lambda: D.moment_errors(_PTS, np.zeros(3), np.eye(2)), r"mean.*\(2,\).*\(3,\)"),
-    ("mom cov", lambda: D.moment_errors(_PTS, np.zeros(2), np.eye(3)), r"cov.*\(2, 2\).*\(3, 3\)"),
+    (
+        "z shapes",
+        lambda: D.z_score(np.ones(3), np.ones(4), 1.0),
+        r"estimate.*\(3,\).*truth.*\(4,\)",
+    ),
+    (
+        "mom positions",
+        lambda: D.moment_errors(np.ones(5), np.zeros(1), np.eye(1)),
+        r"positions.*\(5,\)",
+    ),
+    (
+        "mom mean",
+        lambda: D.moment_errors(_PTS, np.zeros(3), np.eye(2)),
+        r"mean.*\(2,\).*\(3,\)",
+    ),
+    (
+        "mom cov",
+        lambda: D.moment_errors(_PTS, np.zeros(2), np.eye(3)),
+        r"cov.*\(2, 2\).*\(3, 3\)",
+    ),
     ("mmd dims", lambda: D.mmd(_PTS, np.ones((5, 3))), r"x and y.*d=2.*d=3"),
     ("mmd 1 point", lambda: D.mmd(np.ones((1, 2)), _PTS), r"x has 1 point"),
     ("mmd 3-D", lambda: D.mmd(np.ones((2, 2, 2)), _PTS), r"x.*\(2, 2, 2\)"),
     ("mmd bw neg", lambda: D.mmd(_PTS, _PTS, -1.0), r"bandwidth.*> 0.*-1.0"),
     ("mmd bw shape", lambda: D.mmd(_PTS, _PTS, np.ones(2)), r"bandwidth.*scalar"),
-    ("sw dims", lambda: D.sliced_wasserstein(jax.random.key(0), _PTS, np.ones((5, 3))), r"x and y"),
-    ("sw nproj 0", lambda: D.sliced_wasserstein(jax.random.key(0), _PTS, _PTS, 0), r"num_projections.*0"),
-    ("sw nproj float", lambda: D.sliced_wasserstein(jax.random.key(0), _PTS, _PTS, 2.5), r"num_projections.*2.5"),
+    (
+        "sw dims",
+        lambda: D.sliced_wasserstein(jax.random.key(0), _PTS, np.ones((5, 3))),
+        r"x and y",
+    ),
+    (
+        "sw nproj 0",
+        lambda: D.sliced_wasserstein(jax.random.key(0), _PTS, _PTS, 0),
+        r"num_projections.*0",
+    ),
+    (
+        "sw nproj float",
+        lambda: D.sliced_wasserstein(jax.random.key(0), _PTS, _PTS, 2.5),
+        r"num_projections.*2.5",
+    ),
     (
         "sw key batch",
-        lambda: D.sliced_wasserstein(jax.random.split(jax.random.key(0), 2), _PTS, _PTS),
+        lambda: D.sliced_wasserstein(
+            jax.random.split(jax.random.key(0), 2), _PTS, _PTS
+        ),
         r"rng_key.*\(2,\)",
     ),
-    ("sw key dtype", lambda: D.sliced_wasserstein(np.zeros(2, np.float32), _PTS, _PTS), r"rng_key.*float32"),
+    (
+        "sw key dtype",
+        lambda: D.sliced_wasserstein(np.zeros(2, np.float32), _PTS, _PTS),
+        r"rng_key.*float32",
+    ),
 ]
 
 
-@pytest.mark.parametrize("name, call, pattern", BAD_INPUTS, ids=[c[0] for c in BAD_INPUTS])
+@pytest.mark.parametrize(
+    "name, call, pattern", BAD_INPUTS, ids=[c[0] for c in BAD_INPUTS]
+)
 def test_bad_inputs_raise_value_error(name, call, pattern):
     with pytest.raises(ValueError, match=pattern):
         call()
@@ -566,14 +674,30 @@ def test_ess_rhat_mcse_match_arviz_on_the_same_chains(num_draws):
     with x64():
         xj = jnp.asarray(x)
         for method in D.ESS_METHODS:
-            np.testing.assert_allclose(np.asarray(D.effective_sample_size(xj, method=method)),
-                                       az.ess(ds, method=method)["x"].values, rtol=1e-9, err_msg=method)
-        for ours, theirs in (({"rank": True}, "rank"), ({}, "split"), ({"split": False}, "identity")):
-            np.testing.assert_allclose(np.asarray(D.potential_scale_reduction(xj, **ours)),
-                                       az.rhat(ds, method=theirs)["x"].values, rtol=1e-9, err_msg=theirs)
+            np.testing.assert_allclose(
+                np.asarray(D.effective_sample_size(xj, method=method)),
+                az.ess(ds, method=method)["x"].values,
+                rtol=1e-9,
+                err_msg=method,
+            )
+        for ours, theirs in (
+            ({"rank": True}, "rank"),
+            ({}, "split"),
+            ({"split": False}, "identity"),
+        ):
+            np.testing.assert_allclose(
+                np.asarray(D.potential_scale_reduction(xj, **ours)),
+                az.rhat(ds, method=theirs)["x"].values,
+                rtol=1e-9,
+                err_msg=theirs,
+            )
         for statistic in ("mean", "sd"):
-            np.testing.assert_allclose(np.asarray(D.mcse(xj, statistic=statistic, split=True)),
-                                       az.mcse(ds, method=statistic)["x"].values, rtol=1e-9, err_msg=statistic)
+            np.testing.assert_allclose(
+                np.asarray(D.mcse(xj, statistic=statistic, split=True)),
+                az.mcse(ds, method=statistic)["x"].values,
+                rtol=1e-9,
+                err_msg=statistic,
+            )
 
 
 def test_rank_normalised_rhat_sees_a_scale_difference_plain_rhat_misses():
@@ -584,8 +708,8 @@ def test_rank_normalised_rhat_sees_a_scale_difference_plain_rhat_misses():
     x[0] *= 3.0
     plain = float(D.potential_scale_reduction(x)[0])
     ranked = float(D.potential_scale_reduction(x, rank=True)[0])
-    # plain: between-chain spread of means is noise only (|R-1| ~ 1e-3); ranked, folded: the
-    # wide chain's |x - median| are ~3x larger: R-hat ~ 1.1 or more
+    # plain: between-chain spread of means is noise only (|R-1| ~ 1e-3); ranked, folded:
+    # the wide chain's |x - median| are ~3x larger: R-hat ~ 1.1 or more
     assert abs(plain - 1.0) < 0.01, plain
     assert ranked > 1.05, ranked
 
@@ -594,8 +718,11 @@ def test_autocorrelation_of_ar1_is_phi_to_the_lag():
     x = ar1(0.8, 8, 4000, 2, seed=1)
     rho = np.asarray(D.autocorrelation(x, max_lag=10))
     assert rho.shape == (11, 2) and np.all(rho[0] == 1.0)
-    # rho_t estimates have sd ~ sqrt((1 + phi^2)/(1 - phi^2) / 32000) ~ 0.01 for small t; 0.05 is 5 sd
-    np.testing.assert_allclose(rho, (0.8 ** np.arange(11))[:, None] * np.ones((1, 2)), atol=0.05)
+    # rho_t estimates have sd ~ sqrt((1 + phi^2)/(1 - phi^2) / 32000) ~ 0.01 for small
+    # t; 0.05 is 5 sd
+    np.testing.assert_allclose(
+        rho, (0.8 ** np.arange(11))[:, None] * np.ones((1, 2)), atol=0.05
+    )
 
 
 # --------------------------------------------------------------------------
@@ -607,7 +734,12 @@ def test_autocorrelation_of_ar1_is_phi_to_the_lag():
 def rwmh_run():
     t = cj.models.targets.standard_gaussian(2)
     algo = cj.vmap_chains(cj.rwmh(t.logdensity_fn, 0.5))
-    return cj.sample(jax.random.key(1), algo, algo.init(jax.random.normal(jax.random.key(0), (4, 2))), 2000)
+    return cj.sample(
+        jax.random.key(1),
+        algo,
+        algo.init(jax.random.normal(jax.random.key(0), (4, 2))),
+        2000,
+    )
 
 
 def layout_warnings(fn, *args, **kwargs):
@@ -619,7 +751,12 @@ def layout_warnings(fn, *args, **kwargs):
 
 def test_a_run_result_is_taken_directly_chains_first(rwmh_run):
     chains = np.swapaxes(np.asarray(rwmh_run.trace), 0, 1)  # (4 chains, 2000 draws, 2)
-    for fn in (D.effective_sample_size, D.mcse, D.potential_scale_reduction, D.autocorrelation):
+    for fn in (
+        D.effective_sample_size,
+        D.mcse,
+        D.potential_scale_reduction,
+        D.autocorrelation,
+    ):
         got, warned = layout_warnings(fn, rwmh_run)
         np.testing.assert_array_equal(np.asarray(got), np.asarray(fn(chains)))
         assert not warned, fn.__name__
@@ -630,36 +767,50 @@ def test_the_drivers_trace_passed_as_chains_first_warns(rwmh_run):
     """The issue's report: cj.sample's (draws, chains, d) trace passed straight in gave an
     ESS above the number of draws, silently. Now both symptoms warn."""
     ess, warned = layout_warnings(D.effective_sample_size, rwmh_run.trace)
-    assert np.all(np.asarray(ess) > 8000)  # the wrong answer itself (4 chains x 2000 draws)
+    assert np.all(
+        np.asarray(ess) > 8000
+    )  # the wrong answer itself (4 chains x 2000 draws)
     text = " ".join(str(w.message) for w in warned)
     assert "chain means are autocorrelated along the chain axis" in text
     assert "exceeds the 8000 draws" in text and "pass the RunResult itself" in text
     _, warned = layout_warnings(D.potential_scale_reduction, rwmh_run.trace)
     assert warned  # R-hat sees the same swapped layout
     # stating the axes is a decision: no layout guess, and the right numbers
-    ess, warned = layout_warnings(D.effective_sample_size, rwmh_run.trace, chain_axis=1, sample_axis=0)
+    ess, warned = layout_warnings(
+        D.effective_sample_size, rwmh_run.trace, chain_axis=1, sample_axis=0
+    )
     assert not warned
-    np.testing.assert_array_equal(np.asarray(ess), np.asarray(D.effective_sample_size(rwmh_run)))
+    np.testing.assert_array_equal(
+        np.asarray(ess), np.asarray(D.effective_sample_size(rwmh_run))
+    )
 
 
 def test_independent_chains_in_the_right_layout_do_not_warn():
-    # 200 chains of 300 draws (more chains than a layout heuristic on shapes would accept)
+    # 200 chains of 300 draws (more chains than a layout heuristic on shapes would
+    # accept)
     x = ar1(0.5, 200, 300, 3, seed=2)
     _, warned = layout_warnings(D.effective_sample_size, x)
     assert not warned
-    # mildly antithetic chains (phi = -0.05: ESS = 1.1 MN) are not mistaken for a swapped layout
-    ess, warned = layout_warnings(D.effective_sample_size, ar1(-0.05, 4, 4000, 2, seed=3))
+    # mildly antithetic chains (phi = -0.05: ESS = 1.1 MN) are not mistaken for a
+    # swapped layout
+    ess, warned = layout_warnings(
+        D.effective_sample_size, ar1(-0.05, 4, 4000, 2, seed=3)
+    )
     assert np.all(np.asarray(ess) > 16000) and not warned
 
 
 def test_a_streaming_result_is_refused_with_a_message():
     t = cj.models.targets.standard_gaussian(2)
     algo = cj.lmc(t.logdensity_fn, 0.1)
-    res = cj.sample(jax.random.key(0), algo, algo.init(jnp.zeros((50, 2))), 20, mode="stream")
+    res = cj.sample(
+        jax.random.key(0), algo, algo.init(jnp.zeros((50, 2))), 20, mode="stream"
+    )
     with pytest.raises(ValueError, match="mode='stream' keeps moments only"):
         D.effective_sample_size(res)
     with pytest.raises(ValueError, match="a RunResult's layout is known"):
-        D.effective_sample_size(res._replace(trace=jnp.zeros((20, 50, 2))), chain_axis=0)
+        D.effective_sample_size(
+            res._replace(trace=jnp.zeros((20, 50, 2))), chain_axis=0
+        )
 
 
 @pytest.mark.parametrize("value", [0.1, 3.0, 0.0, -7.25])
@@ -671,7 +822,9 @@ def test_constant_chains_give_nan_as_documented(value):
         assert np.all(np.isnan(np.asarray(fn(x)))), (fn.__name__, fn(x))
     assert np.all(np.isnan(np.asarray(D.potential_scale_reduction(x, rank=True))))
     for method in D.ESS_METHODS:
-        assert np.all(np.isnan(np.asarray(D.effective_sample_size(x, method=method)))), method
+        assert np.all(
+            np.isnan(np.asarray(D.effective_sample_size(x, method=method)))
+        ), method
     # chains that are each constant but differ have not mixed at all: R-hat is +inf
     y = np.concatenate([np.zeros((2, 100, 1)), np.ones((2, 100, 1))]).astype(np.float32)
     assert np.isinf(float(D.potential_scale_reduction(y, split=False)[0]))

@@ -1,7 +1,8 @@
 """cj.summary and cj.to_arviz, checked against ArviZ on the same draws and against the run they describe.
 
-They run with ArviZ 0.x (``arviz.InferenceData``; Python 3.11 gets 0.23) and with ArviZ 1.x
-(``xarray.DataTree``; Python >= 3.12): ``cj.to_arviz`` builds the one the installed ArviZ has.
+They run with ArviZ 0.x (``arviz.InferenceData``; Python 3.11 gets 0.23) and with ArviZ
+1.x (``xarray.DataTree``; Python >= 3.12): ``cj.to_arviz`` builds the one the installed
+ArviZ has.
 """
 
 import json
@@ -23,7 +24,8 @@ GROUPS = {"posterior", "sample_stats", "warmup_sample_stats"}
 
 def az_summary(data):
     """``az.summary(data)`` unrounded, with the tail ESS at the 5% and 95% quantiles (cj.summary's and
-    ArviZ 0.x's) on either major version: ArviZ 1.x takes the tail quantiles from ``stats.ci_prob``
+    ArviZ 0.x's) on either major version: ArviZ 1.x takes the tail quantiles from
+    ``stats.ci_prob``
     (1 - 0.89 and 0.89 by default)."""
     if AZ_MAJOR >= 1:
         with az.rc_context({"stats.ci_prob": 0.95}):
@@ -41,8 +43,14 @@ def chains_run():
     """RW-MH on the 2-D banana: 6 chains, burn-in 50, thin 2 (a trace and per-step infos)."""
     t = cj.models.targets.banana()
     algo = cj.vmap_chains(cj.rwmh(t.logdensity_fn, 1.0))
-    res = cj.sample(jax.random.key(3), algo, algo.init(jax.random.normal(jax.random.key(2), (6, 2))), 800,
-                    burn_in=50, thin=2)
+    res = cj.sample(
+        jax.random.key(3),
+        algo,
+        algo.init(jax.random.normal(jax.random.key(2), (6, 2))),
+        800,
+        burn_in=50,
+        thin=2,
+    )
     return t, res
 
 
@@ -51,8 +59,14 @@ def ensemble_run():
     """CEnLMC on N(0, I_2), 400 particles, burn-in 20, thin 5."""
     t = cj.models.targets.standard_gaussian(2)
     algo = cj.cenlmc(t.logdensity_fn, 0.05, 0.32, 0.49, 0.32, 5, 4.6, f_star=t.f_star)
-    res = cj.sample(jax.random.key(1), algo, algo.init(jax.random.normal(jax.random.key(0), (400, 2))), 100,
-                    burn_in=20, thin=5)
+    res = cj.sample(
+        jax.random.key(1),
+        algo,
+        algo.init(jax.random.normal(jax.random.key(0), (400, 2))),
+        100,
+        burn_in=20,
+        thin=5,
+    )
     return t, res
 
 
@@ -64,19 +78,29 @@ def test_summary_and_to_arviz_agree_with_arviz_summary(chains_run):
     ours = cj.summary(res)
     theirs = az_summary(cj.to_arviz(res, thin=2))
     for col in COLUMNS:
-        np.testing.assert_allclose(ours.columns[col], theirs[col].values, rtol=1e-6, err_msg=col)
+        np.testing.assert_allclose(
+            ours.columns[col], theirs[col].values, rtol=1e-6, err_msg=col
+        )
     # and az.summary on the raw chains-first array gives the same table
-    raw = az_summary(az.convert_to_dataset({"x": np.asarray(D.chains_first(res), np.float64)}))
+    raw = az_summary(
+        az.convert_to_dataset({"x": np.asarray(D.chains_first(res), np.float64)})
+    )
     for col in COLUMNS:
-        np.testing.assert_allclose(ours.columns[col], raw[col].values, rtol=1e-6, err_msg=col)
+        np.testing.assert_allclose(
+            ours.columns[col], raw[col].values, rtol=1e-6, err_msg=col
+        )
 
 
 def test_summary_of_an_array_is_chains_first_and_quantiles_are_type_7(chains_run):
     _, res = chains_run
     x = np.asarray(D.chains_first(res), np.float64)
     table = cj.summary(x)
-    np.testing.assert_allclose(table.columns["q5"], np.quantile(x.reshape(-1, 2), 0.05, axis=0), rtol=1e-12)
-    np.testing.assert_allclose(table.columns["q50"], np.median(x.reshape(-1, 2), axis=0), rtol=1e-12)
+    np.testing.assert_allclose(
+        table.columns["q5"], np.quantile(x.reshape(-1, 2), 0.05, axis=0), rtol=1e-12
+    )
+    np.testing.assert_allclose(
+        table.columns["q50"], np.median(x.reshape(-1, 2), axis=0), rtol=1e-12
+    )
     assert table.run == {"num_chains": 6, "num_draws": 400}
 
 
@@ -84,17 +108,40 @@ def test_summary_reports_the_run_and_z_scores_against_the_truth(chains_run):
     t, res = chains_run
     table = cj.summary(res, truth=t, burn_in=50)
     run = table.run
-    assert run["num_chains"] == 6 and run["num_draws"] == 400 and run["num_steps_done"] == 850
+    assert (
+        run["num_chains"] == 6
+        and run["num_draws"] == 400
+        and run["num_steps_done"] == 850
+    )
     assert run["divergences"] == 0 and run["grad_evals"] == 0
     acc = np.asarray(res.info.acceptance_rate)[50:].mean()
     assert run["acceptance_rate"] == pytest.approx(float(acc), rel=1e-6)
-    np.testing.assert_allclose(table.columns["z_mean"], (table.columns["mean"] - t.mean) / table.columns["mcse_mean"])
+    np.testing.assert_allclose(
+        table.columns["z_mean"],
+        (table.columns["mean"] - t.mean) / table.columns["mcse_mean"],
+    )
     np.testing.assert_allclose(table.columns["true_sd"], np.sqrt(np.diag(t.cov)))
-    # a correct sampler: z-scores of a 2-coordinate check stay within 5 (false alarm < 1e-5)
-    assert np.all(np.abs(table.columns["z_mean"]) < 5) and np.all(np.abs(table.columns["z_sd"]) < 5)
+    # a correct sampler: z-scores of a 2-coordinate check stay within 5 (false alarm <
+    # 1e-5)
+    assert np.all(np.abs(table.columns["z_mean"]) < 5) and np.all(
+        np.abs(table.columns["z_sd"]) < 5
+    )
     text = str(table)
-    for word in ("mean", "sd", "mcse_mean", "ess_bulk", "ess_tail", "r_hat", "q5", "q95", "z_mean", "x[1]",
-                 "divergences: 0", "gradient evaluations", "mean acceptance rate"):
+    for word in (
+        "mean",
+        "sd",
+        "mcse_mean",
+        "ess_bulk",
+        "ess_tail",
+        "r_hat",
+        "q5",
+        "q95",
+        "z_mean",
+        "x[1]",
+        "divergences: 0",
+        "gradient evaluations",
+        "mean acceptance rate",
+    ):
         assert word in text, word
 
 
@@ -105,7 +152,9 @@ def test_summary_csv_round_trip(chains_run, tmp_path):
     back = SummaryTable.from_csv(tmp_path / "s.csv", run=table.run)
     assert back.labels == table.labels and list(back.columns) == list(table.columns)
     for col in table.columns:
-        np.testing.assert_array_equal(back.columns[col], table.columns[col])  # repr() round-trips floats
+        np.testing.assert_array_equal(
+            back.columns[col], table.columns[col]
+        )  # repr() round-trips floats
     assert str(back) == str(table)
 
 
@@ -120,13 +169,19 @@ def test_streaming_summary_says_what_it_has_and_its_errors_are_upper_bounds():
     trace = cj.sample(jax.random.key(5), algo, state, 300, burn_in=50)
     s, tr = cj.summary(stream, truth=t, burn_in=50), cj.summary(trace, truth=t)
     assert any("streaming run" in n for n in s.notes)
-    assert np.all(np.isnan(s.columns["ess_bulk"])) and np.all(np.isnan(s.columns["r_hat"]))
+    assert np.all(np.isnan(s.columns["ess_bulk"])) and np.all(
+        np.isnan(s.columns["r_hat"])
+    )
     assert "ess_bulk" not in str(s) and "streaming run" in str(s)
-    np.testing.assert_allclose(s.columns["mean"], tr.columns["mean"], rtol=1e-4)  # same draws, float32 sums
+    np.testing.assert_allclose(
+        s.columns["mean"], tr.columns["mean"], rtol=1e-4
+    )  # same draws, float32 sums
     assert np.all(s.columns["mcse_mean"] >= tr.columns["mcse_mean"])
     assert np.all(s.columns["mcse_sd"] >= tr.columns["mcse_sd"])
     final = np.asarray(stream.state.position, np.float64)
-    np.testing.assert_allclose(s.columns["mcse_mean"], final.std(axis=0, ddof=1) / math.sqrt(200), rtol=1e-6)
+    np.testing.assert_allclose(
+        s.columns["mcse_mean"], final.std(axis=0, ddof=1) / math.sqrt(200), rtol=1e-6
+    )
 
 
 def test_summary_rejects_bad_truth_and_labels(chains_run):
@@ -137,35 +192,62 @@ def test_summary_rejects_bad_truth_and_labels(chains_run):
         cj.summary(res, truth={"median": 0.0})
     with pytest.raises(ValueError, match="labels must name the 2"):
         cj.summary(res, labels=["a"])
-    table = cj.summary(res, truth={"mean": 0.0, "sd": [1.0, 1.5]}, labels=["alpha", "beta"])
+    table = cj.summary(
+        res, truth={"mean": 0.0, "sd": [1.0, 1.5]}, labels=["alpha", "beta"]
+    )
     assert table.labels == ("alpha", "beta") and "z_sd" in table.columns
 
 
 def test_to_arviz_groups_align_with_the_run(ensemble_run, tmp_path):
     t, res = ensemble_run
-    idata = cj.to_arviz(res, thin=5, sampler="cenlmc", parameters={"step_size": 0.05, "n_star": 5}, seed=1)
+    idata = cj.to_arviz(
+        res,
+        thin=5,
+        sampler="cenlmc",
+        parameters={"step_size": 0.05, "n_star": 5},
+        seed=1,
+    )
     post = idata.posterior["x"].values
-    np.testing.assert_array_equal(post, np.asarray(D.chains_first(res)))  # chain = particle
+    np.testing.assert_array_equal(
+        post, np.asarray(D.chains_first(res))
+    )  # chain = particle
     assert post.shape == (400, 20, 2)
     ss = idata.sample_stats
     g = np.asarray(res.info.grad_evals)
     # each kept draw's stats sum the 5 steps that led to it, after the 20 burn-in steps
-    np.testing.assert_array_equal(ss["grad_evals"].values[0], g[20:].reshape(20, 5).sum(axis=1))
-    np.testing.assert_allclose(ss["ensemble_fraction"].values[0],
-                               np.asarray(res.info.ensemble_fraction)[20:].reshape(20, 5).mean(axis=1), rtol=1e-6)
+    np.testing.assert_array_equal(
+        ss["grad_evals"].values[0], g[20:].reshape(20, 5).sum(axis=1)
+    )
+    np.testing.assert_allclose(
+        ss["ensemble_fraction"].values[0],
+        np.asarray(res.info.ensemble_fraction)[20:].reshape(20, 5).mean(axis=1),
+        rtol=1e-6,
+    )
     assert ss["diverged"].dtype == bool and not ss["diverged"].values.any()
-    np.testing.assert_array_equal(idata.warmup_sample_stats["grad_evals"].values[0], g[:20])
+    np.testing.assert_array_equal(
+        idata.warmup_sample_stats["grad_evals"].values[0], g[:20]
+    )
     attrs = idata.posterior.attrs
-    assert attrs["sampler"] == "cenlmc" and attrs["seed"] == "1" and attrs["inference_library"] == "cenlmc_jax"
+    assert (
+        attrs["sampler"] == "cenlmc"
+        and attrs["seed"] == "1"
+        and attrs["inference_library"] == "cenlmc_jax"
+    )
     assert json.loads(attrs["parameters"]) == {"step_size": 0.05, "n_star": 5}
-    assert attrs["inference_library_version"] == cj.__version__ and attrs["burn_in"] == 20
-    assert idata.attrs["sampler"] == "cenlmc" and idata.attrs["burn_in"] == 20  # the root's (InferenceData's)
+    assert (
+        attrs["inference_library_version"] == cj.__version__ and attrs["burn_in"] == 20
+    )
+    assert (
+        idata.attrs["sampler"] == "cenlmc" and idata.attrs["burn_in"] == 20
+    )  # the root's (InferenceData's)
     assert groups(idata) == GROUPS
     idata.to_netcdf(tmp_path / "run.nc")  # what cenlmc-jax sample writes as run.nc
     back = az.from_netcdf(tmp_path / "run.nc")
     assert groups(back) == GROUPS
     np.testing.assert_array_equal(back.posterior["x"].values, post)
-    np.testing.assert_array_equal(back.sample_stats["grad_evals"].values, ss["grad_evals"].values)
+    np.testing.assert_array_equal(
+        back.sample_stats["grad_evals"].values, ss["grad_evals"].values
+    )
     assert back.posterior.attrs["sampler"] == "cenlmc"
     with pytest.raises(ValueError, match="do not match the run"):
         cj.to_arviz(res, burn_in=7, thin=5)
@@ -189,15 +271,31 @@ def test_to_arviz_builds_the_container_of_the_installed_arviz(ensemble_run):
 def test_to_arviz_of_a_streaming_run_exports_the_final_state_and_the_moments(tmp_path):
     t = cj.models.targets.standard_gaussian(2)
     algo = cj.lmc(t.logdensity_fn, 0.05)
-    res = cj.sample(jax.random.key(0), algo, algo.init(jax.random.normal(jax.random.key(1), (300, 2))), 50,
-                    burn_in=10, mode="stream")
+    res = cj.sample(
+        jax.random.key(0),
+        algo,
+        algo.init(jax.random.normal(jax.random.key(1), (300, 2))),
+        50,
+        burn_in=10,
+        mode="stream",
+    )
     idata = cj.to_arviz(res)
-    np.testing.assert_array_equal(idata.posterior["x"].values[:, 0], np.asarray(res.state.position))
+    np.testing.assert_array_equal(
+        idata.posterior["x"].values[:, 0], np.asarray(res.state.position)
+    )
     attrs = idata.posterior.attrs
-    assert attrs["mode"] == "stream" and "no draws were kept" in attrs["note"] and attrs["burn_in"] == 10
+    assert (
+        attrs["mode"] == "stream"
+        and "no draws were kept" in attrs["note"]
+        and attrs["burn_in"] == 10
+    )
     np.testing.assert_allclose(attrs["stream_mean"], np.asarray(res.moments.mean))
     assert idata.sample_stats["grad_evals"].shape == (1, 50)
-    idata.to_netcdf(tmp_path / "run.nc")  # array attributes (stream_mean, stream_sd) included
+    idata.to_netcdf(
+        tmp_path / "run.nc"
+    )  # array attributes (stream_mean, stream_sd) included
     back = az.from_netcdf(tmp_path / "run.nc")
-    np.testing.assert_allclose(back.posterior.attrs["stream_mean"], np.asarray(res.moments.mean))
+    np.testing.assert_allclose(
+        back.posterior.attrs["stream_mean"], np.asarray(res.moments.mean)
+    )
     assert back.posterior.attrs["mode"] == "stream"

@@ -23,7 +23,9 @@ from cenlmc_jax.diagnostics.summary import _x64
 
 def draws(seed, m, n):
     rng = np.random.default_rng(seed)
-    x = rng.standard_normal((m, n, 3)).cumsum(axis=1) * 0.1 + rng.standard_normal((m, n, 3))
+    x = rng.standard_normal((m, n, 3)).cumsum(axis=1) * 0.1 + rng.standard_normal(
+        (m, n, 3)
+    )
     x[..., 1] = np.round(x[..., 1], 1)  # many ties
     x[..., 2] = 0.5  # constant
     return x

@@ -1,7 +1,8 @@
 """The gradient audit's drift bias (cenlmc_jax.ensemble.audit, "Systematic bias"), against exact values.
 
-The figures are ratios of sums over the audited particles, so a force whose error is known exactly
-gives a known β to rounding; the running mean and the flag are checked step by step.
+The figures are ratios of sums over the audited particles, so a force whose error is
+known exactly gives a known β to rounding; the running mean and the flag are checked
+step by step.
 """
 
 import math
@@ -46,9 +47,13 @@ def _case(error_fn, seed=0, size=4):
 def test_a_scaled_force_gives_the_fraction_times_its_scale(b, _x64):
     """F = (1 + b)∇f at the users (fraction 0.6): β = 0.6 b exactly, whichever users are audited."""
     grad, idx, ok, force, used = _case(lambda g: b * g)
-    _, info = audit_figures(grad, idx, ok, force, used, fresh_audit(jnp.float64), jnp.float64(H), False)
+    _, info = audit_figures(
+        grad, idx, ok, force, used, fresh_audit(jnp.float64), jnp.float64(H), False
+    )
     assert int(info.grad_evals) == 4
-    np.testing.assert_allclose(float(info.drift_bias), 0.6 * b, rtol=1e-12)  # a ratio of sums: rounding only
+    np.testing.assert_allclose(
+        float(info.drift_bias), 0.6 * b, rtol=1e-12
+    )  # a ratio of sums: rounding only
 
 
 def test_an_error_across_the_gradient_is_not_seen(_x64):
@@ -56,7 +61,9 @@ def test_an_error_across_the_gradient_is_not_seen(_x64):
     blind spot); the variance inflation does see it (h|e|²/(2d) > 0)."""
     turn = jnp.array([[0.0, -1.0], [1.0, 0.0]])
     grad, idx, ok, force, used = _case(lambda g: 0.3 * g @ turn.T)
-    _, info = audit_figures(grad, idx, ok, force, used, fresh_audit(jnp.float64), jnp.float64(H), False)
+    _, info = audit_figures(
+        grad, idx, ok, force, used, fresh_audit(jnp.float64), jnp.float64(H), False
+    )
     assert abs(float(info.drift_bias)) < 1e-14
     assert float(info.variance_inflation) > 0
 
@@ -66,8 +73,14 @@ def test_no_user_no_bias_and_no_nan(_x64):
     grad = jax.random.normal(jax.random.key(2), (N, D), jnp.float64)
     used = jnp.zeros(N, bool)
     idx, ok, _ = audit_pick(jax.random.key(3), used, 4)
-    _, info = audit_figures(grad, idx, ok, -grad, used, fresh_audit(jnp.float64), jnp.float64(H), False)
-    assert int(info.grad_evals) == 0 and float(info.drift_bias) == 0.0 and float(info.variance_inflation) == 0.0
+    _, info = audit_figures(
+        grad, idx, ok, -grad, used, fresh_audit(jnp.float64), jnp.float64(H), False
+    )
+    assert (
+        int(info.grad_evals) == 0
+        and float(info.drift_bias) == 0.0
+        and float(info.variance_inflation) == 0.0
+    )
 
 
 @pytest.mark.parametrize("b, flagged", [(-0.12, True), (-0.09, False)])
@@ -77,7 +90,11 @@ def test_the_running_drift_bias_sets_the_flag_after_its_window(b, flagged, _x64)
     inflation stays far below its own threshold (h b²|∇f|²/(2d) ~ 1e-4 exactly; the estimate, with |F|² as
     a control variate over 4 of the 6 users, 1.4e-3: a tenth of the threshold is the margin)."""
     grad, idx, ok, force, used = _case(lambda g: b * g)
-    step = jax.jit(lambda run: audit_figures(grad, idx, ok, force, used, run, jnp.float64(H), False))
+    step = jax.jit(
+        lambda run: audit_figures(
+            grad, idx, ok, force, used, run, jnp.float64(H), False
+        )
+    )
     run, flags = fresh_audit(jnp.float64), []
     for _ in range(AUDIT_BIAS_MIN_STEPS + 5):
         run, info = step(run)
@@ -90,17 +107,27 @@ def test_the_running_drift_bias_sets_the_flag_after_its_window(b, flagged, _x64)
 
 def test_the_warning_names_the_drift_when_it_is_the_cause():
     """cj.sample's message for a drift-biased run leads with the drift: its size, direction and the variance shift."""
-    kept = type("Kept", (), dict(audit_variance_inflation=np.full(5, 0.001), audit_drift_bias=np.full(5, -0.15)))
+    kept = type(
+        "Kept",
+        (),
+        dict(
+            audit_variance_inflation=np.full(5, 0.001),
+            audit_drift_bias=np.full(5, -0.15),
+        ),
+    )
     msg = BIASED_FLAG.message(kept, 200)
     assert msg.index("15.0% too weak along the gradient") < msg.index("noise inflates")
     assert "+15.0%" in msg and "step 200" in msg
 
 
-@pytest.mark.filterwarnings("ignore::cenlmc_jax.ConvergenceWarning")  # R-hat 1.08: the biased variance still grows
+@pytest.mark.filterwarnings(
+    "ignore::cenlmc_jax.ConvergenceWarning"
+)  # R-hat 1.08: the biased variance still grows
 def test_the_audit_drift_bias_sees_and_predicts_the_fit_bias():
     """The linear fit at 3x the suggested eta on N(0, I_3) (frontier.md's row: variance 17% too large at an audited
-    inflation of 0.0008): the audit's drift bias beta flags the run (cj.sample warns, info.biased), and -beta + v
-    predicts the measured variance error. N = 500, 100 burn-in + 200 kept steps from exact draws (a 300-step run of
+    inflation of 0.0008): the audit's drift bias beta flags the run (cj.sample warns,
+    info.biased), and -beta + v predicts the measured variance error. N = 500, 100
+    burn-in + 200 kept steps from exact draws (a 300-step run of
     bench_drift_bias: error 0.130 +- 0.010 against the prediction 0.154)."""
     d, h, n = 3, 0.05, 500
     tgt = cj.models.targets.standard_gaussian(d)
@@ -108,17 +135,38 @@ def test_the_audit_drift_bias_sees_and_predicts_the_fit_bias():
     eta = 3 * cj.ensemble.tuning.suggest_cenlmc_params(d, h, num_particles=n).eta
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # the fit's caveat, tested above
-        algo = cj.cenlmc(tgt.logdensity_fn, h, eta, 10.0, 100.0, 1, math.inf, f_star=tgt.f_star,
-                         estimator="least_squares")
+        algo = cj.cenlmc(
+            tgt.logdensity_fn,
+            h,
+            eta,
+            10.0,
+            100.0,
+            1,
+            math.inf,
+            f_star=tgt.f_star,
+            estimator="least_squares",
+        )
     with pytest.warns(RuntimeWarning, match="too weak along the gradient"):
-        res = cj.sample(jax.random.key(1), algo, algo.init(x0), 200, burn_in=100, trace_fn=lambda s: s.position**2)
+        res = cj.sample(
+            jax.random.key(1),
+            algo,
+            algo.init(x0),
+            200,
+            burn_in=100,
+            trace_fn=lambda s: s.position**2,
+        )
     kept = slice(100, None)
     assert bool(np.any(np.asarray(res.info.biased)[kept]))
     v = float(np.mean(np.asarray(res.info.audit_variance_inflation, np.float64)[kept]))
     beta = float(np.mean(np.asarray(res.info.audit_drift_bias, np.float64)[kept]))
-    rel = (np.asarray(res.trace, np.float64).mean(axis=0) * (1 - h / 2)).mean(axis=1) - 1  # vs ULA's 1/(1 - h/2)
+    rel = (np.asarray(res.trace, np.float64).mean(axis=0) * (1 - h / 2)).mean(
+        axis=1
+    ) - 1  # vs ULA's 1/(1 - h/2)
     err, se = float(rel.mean()), float(rel.std(ddof=1) / math.sqrt(n))
-    assert err > 5 * se and err - v > 5 * se  # the bias is real, and the noise inflation alone misses it
-    # -beta is first order: the variance scales by 1/(1 + beta) for a uniform shrinkage (+2% at beta = -0.15), and
-    # the fit's shrinkage varies over the particles; 30% of the prediction plus 3 MCSE covers both
+    assert (
+        err > 5 * se and err - v > 5 * se
+    )  # the bias is real, and the noise inflation alone misses it
+    # -beta is first order: the variance scales by 1/(1 + beta) for a uniform shrinkage
+    # (+2% at beta = -0.15), and the fit's shrinkage varies over the particles; 30% of
+    # the prediction plus 3 MCSE covers both
     assert abs(err - (v - beta)) < 0.3 * abs(v - beta) + 3 * se, (err, se, v, beta)

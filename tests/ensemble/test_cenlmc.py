@@ -35,7 +35,8 @@ from cenlmc_jax.models import targets
 # alarm has probability 6e-5 per check.
 Z_MAX = 4.0
 H = 0.05
-# docs/algorithms.md's measured configuration (section 4) except N* (see the stationary test).
+# docs/algorithms.md's measured configuration (section 4) except N* (see the stationary
+# test).
 ETA, R1, R2, M_F = 0.3, 0.5, 0.3, 10.0
 
 
@@ -56,8 +57,11 @@ def _per_particle(values):
 # --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("target", [targets.standard_gaussian(2), targets.anisotropic_gaussian((1.0, 0.5))],
-                         ids=lambda t: t.name)
+@pytest.mark.parametrize(
+    "target",
+    [targets.standard_gaussian(2), targets.anisotropic_gaussian((1.0, 0.5))],
+    ids=lambda t: t.name,
+)
 def test_cenlmc_stationary_moments_with_ensemble_force(target):
     """Stationary mean and covariance of CEnLMC on Gaussians, with >= 40% ensemble use.
 
@@ -84,12 +88,28 @@ def test_cenlmc_stationary_moments_with_ensemble_force(target):
     inflation ΔΣ/Σ 2.1-2.3% / 3.4-7.7%, covariance z-scores below 0.4.
     """
     n, steps, burn_in = 1000, 300, 60
-    x0 = target.sample(jax.random.key(100), n)  # exact draws: burn-in only for the O(h) bias (e^-6 left)
+    x0 = target.sample(
+        jax.random.key(100), n
+    )  # exact draws: burn-in only for the O(h) bias (e^-6 left)
     state = cenlmc_init(x0, target.logdensity_fn, target.f_star)
-    step = functools.partial(cenlmc_step, logdensity_fn=target.logdensity_fn, step_size=H, eta=ETA, r1=R1, r2=R2,
-                             n_star=5, m_f=M_F)
-    res = cj.sample(jax.random.key(0), step, state, steps + 1, burn_in=burn_in,
-                    trace_fn=lambda s: jnp.concatenate([s.position, s.w], axis=1))
+    step = functools.partial(
+        cenlmc_step,
+        logdensity_fn=target.logdensity_fn,
+        step_size=H,
+        eta=ETA,
+        r1=R1,
+        r2=R2,
+        n_star=5,
+        m_f=M_F,
+    )
+    res = cj.sample(
+        jax.random.key(0),
+        step,
+        state,
+        steps + 1,
+        burn_in=burn_in,
+        trace_fn=lambda s: jnp.concatenate([s.position, s.w], axis=1),
+    )
     assert res.diverged_at == -1
     d = target.dim
     tr = np.asarray(res.trace, np.float64)
@@ -99,7 +119,9 @@ def test_cenlmc_stationary_moments_with_ensemble_force(target):
     e = force - x @ prec  # ∇f(x) = P x for these centred Gaussians
 
     frac = float(np.mean(res.info.ensemble_fraction[burn_in:]))
-    assert frac >= 0.4, frac  # the point of the test: most particle-steps use the ensemble force
+    assert frac >= 0.4, (
+        frac
+    )  # the point of the test: most particle-steps use the ensemble force
 
     # (1) unbiased ensemble force: E[e] = 0 and E[e xᵀ] = 0 (E[e | x] = 0; the second
     # catches a force off by a factor, e = c ∇f, whose mean vanishes by symmetry)
@@ -111,10 +133,14 @@ def test_cenlmc_stationary_moments_with_ensemble_force(target):
     # (2) covariance = exact ULA covariance + inflation from the measured gradient noise
     A = np.eye(d) - H * prec
     sigma_lmc = _lyapunov(A, 2 * H * np.eye(d))
-    np.testing.assert_allclose(np.diag(sigma_lmc), np.diag(target.cov) / (1 - H / (2 * np.diag(target.cov))))
+    np.testing.assert_allclose(
+        np.diag(sigma_lmc), np.diag(target.cov) / (1 - H / (2 * np.diag(target.cov)))
+    )
     c_e, c_e_se = _per_particle(e[..., :, None] * e[..., None, :])
     infl = _lyapunov(A, H**2 * c_e)
-    infl_se = np.abs(_lyapunov(A, H**2 * c_e_se))  # linear in C_e; entrywise-diagonal A here
+    infl_se = np.abs(
+        _lyapunov(A, H**2 * c_e_se)
+    )  # linear in C_e; entrywise-diagonal A here
     xx, xx_se = _per_particle(x[..., :, None] * x[..., None, :])  # mean 0 exactly
     z = (xx - sigma_lmc - infl) / np.sqrt(xx_se**2 + infl_se**2)
     assert np.all(np.abs(z) < Z_MAX), (xx, sigma_lmc, infl, z)
@@ -139,39 +165,69 @@ def test_coupling_distance_zero_without_ensemble():
     two trajectories coincide (up to float rounding): the noise is drawn identically."""
     tgt = targets.standard_gaussian(2)
     x0 = tgt.sample(jax.random.key(3), 200)
-    dist, infos = coupling_distance(jax.random.key(4), x0, tgt.logdensity_fn, 20, H, ETA, 0.0, R2, 5, M_F,
-                                    tgt.f_star, return_info=True)
+    dist, infos = coupling_distance(
+        jax.random.key(4),
+        x0,
+        tgt.logdensity_fn,
+        20,
+        H,
+        ETA,
+        0.0,
+        R2,
+        5,
+        M_F,
+        tgt.f_star,
+        return_info=True,
+    )
     assert dist.shape == (20,)
     assert np.all(np.asarray(infos.grad_evals) == 200)
-    # identical operations in two different XLA programs (measured: exactly 0); the bound
-    # allows float32 rounding differences of O(1) positions should fusion ever differ
+    # identical operations in two different XLA programs (measured: exactly 0); the
+    # bound allows float32 rounding differences of O(1) positions should fusion ever
+    # differ
     assert float(jnp.max(dist)) < 1e-5, dist
 
 
 def test_coupling_distance_shrinks_with_smaller_radii_and_more_particles():
     """E|x^m - z^m| (Theorem 3.3) decreases along a grid that shrinks η, R1, R2 or grows N
-    (with N* ∝ N, so the ensemble fraction stays comparable and each estimate averages more
-    neighbours; Theorem 3.3's sqrt(1/N*) term). Compared: the average distance over the
-    last half of 60 steps. Shrinking the radii also lowers the ensemble fraction (fewer
+    (with N* ∝ N, so the ensemble fraction stays comparable and each estimate averages
+    more neighbours; Theorem 3.3's sqrt(1/N*) term). Compared: the average distance over
+    the last half of 60 steps. Shrinking the radii also lowers the ensemble fraction
+    (fewer
     particles pass R1, fewer w-neighbours): that is part of how the bound shrinks."""
     tgt = targets.standard_gaussian(2)
 
     def late_distance(n, eta, r1, r2, n_star):
         x0 = tgt.sample(jax.random.key(5), n)
-        # Theorem 3.3 is about Algorithm 3.2 itself: rule (3.21) exactly, without the guard
-        dist, infos = coupling_distance(jax.random.key(6), x0, tgt.logdensity_fn, 60, H, eta, r1, r2, n_star,
-                                        M_F, tgt.f_star, return_info=True, min_ball_neighbours=0)
+        # Theorem 3.3 is about Algorithm 3.2 itself: rule (3.21) exactly, without the
+        # guard
+        dist, infos = coupling_distance(
+            jax.random.key(6),
+            x0,
+            tgt.logdensity_fn,
+            60,
+            H,
+            eta,
+            r1,
+            r2,
+            n_star,
+            M_F,
+            tgt.f_star,
+            return_info=True,
+            min_ball_neighbours=0,
+        )
         return float(jnp.mean(dist[30:])), float(jnp.mean(infos.ensemble_fraction[30:]))
 
     base = late_distance(500, 0.3, 0.5, 0.3, 5)
     small = late_distance(500, 0.2, 0.35, 0.2, 5)
     smaller = late_distance(500, 0.1, 0.2, 0.1, 5)
     assert base[1] > 0.3, base  # the baseline really uses the ensemble
-    # measured 0.144 > 0.091 > 0.005 (the ensemble fraction falls too: 0.57, 0.25, 0.006)
+    # measured 0.144 > 0.091 > 0.005 (the ensemble fraction falls too: 0.57, 0.25,
+    # 0.006)
     assert base[0] > small[0] > smaller[0], (base, small, smaller)
     fewer = late_distance(250, 0.3, 0.5, 0.3, 3)
     more = late_distance(1000, 0.3, 0.5, 0.3, 10)
-    # measured 0.187 > 0.144 > 0.108 at a near-constant fraction 0.53-0.57: the 1/sqrt(N*) term
+    # measured 0.187 > 0.144 > 0.108 at a near-constant fraction 0.53-0.57: the
+    # 1/sqrt(N*) term
     assert fewer[0] > base[0] > more[0], (fewer, base, more)
     assert more[1] > 0.5 * base[1], (more, base)
 
@@ -193,22 +249,45 @@ def test_enlmc_blow_up_is_detected_and_reported():
     x0 = jax.random.normal(jax.random.key(7), (n, 1))
     logdensity = targets.standard_gaussian(1).logdensity_fn
     step = functools.partial(enlmc_step, logdensity_fn=logdensity, step_size=H, eta=ETA)
-    with pytest.warns(RuntimeWarning, match="diverged"):  # "warn": run all steps to see the growth
-        res = cj.sample(jax.random.key(8), step, enlmc_init(x0, logdensity), steps, on_divergence="warn")
+    with pytest.warns(
+        RuntimeWarning, match="diverged"
+    ):  # "warn": run all steps to see the growth
+        res = cj.sample(
+            jax.random.key(8),
+            step,
+            enlmc_init(x0, logdensity),
+            steps,
+            on_divergence="warn",
+        )
     assert res.diverged_at >= 0
     info = res.info
     assert int(np.sum(info.num_exploded)) > 0
-    assert int(info.grad_evals[0]) == n and int(np.sum(info.grad_evals[1:])) == 0  # gradients at step 0 only
+    assert (
+        int(info.grad_evals[0]) == n and int(np.sum(info.grad_evals[1:])) == 0
+    )  # gradients at step 0 only
     m2 = np.mean(np.asarray(res.trace, np.float64) ** 2, axis=(1, 2))
     # ULA from N(0,1) keeps E x² within [1, 1.026]; 2 is far outside the sampling noise
     # of a 500-particle average (sd of the mean ≈ sqrt(2/500) = 0.06)
     assert m2[-1] > 2.0, m2[-1]
 
-    cstep = functools.partial(cenlmc_step, logdensity_fn=logdensity, step_size=H, eta=ETA, r1=R1, r2=R2,
-                              n_star=5, m_f=M_F)
+    cstep = functools.partial(
+        cenlmc_step,
+        logdensity_fn=logdensity,
+        step_size=H,
+        eta=ETA,
+        r1=R1,
+        r2=R2,
+        n_star=5,
+        m_f=M_F,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # CEnLMC must not diverge
-        cres = cj.sample(jax.random.key(8), cstep, cenlmc_init(x0, logdensity, 0.5 * math.log(2 * math.pi)), steps)
+        cres = cj.sample(
+            jax.random.key(8),
+            cstep,
+            cenlmc_init(x0, logdensity, 0.5 * math.log(2 * math.pi)),
+            steps,
+        )
     assert cres.diverged_at == -1
     assert float(np.mean(cres.info.ensemble_fraction[50:])) > 0.3
     cm2 = float(np.mean(np.asarray(cres.trace[100:], np.float64) ** 2))
@@ -221,20 +300,46 @@ def test_enlmc_first_step_uses_gradients_then_only_values():
     x0 = tgt.sample(jax.random.key(9), 100)
     state = enlmc_init(x0, tgt.logdensity_fn)
     assert np.all(np.isinf(state.w)) and np.all(np.isneginf(state.log_p))
-    step = jax.jit(functools.partial(enlmc_step, logdensity_fn=tgt.logdensity_fn, step_size=H, eta=ETA,
-                                     grad_capacity=30))
+    step = jax.jit(
+        functools.partial(
+            enlmc_step,
+            logdensity_fn=tgt.logdensity_fn,
+            step_size=H,
+            eta=ETA,
+            grad_capacity=30,
+        )
+    )
     state, info = step(jax.random.key(10), state)
-    assert int(info.grad_evals) == 100 and int(info.grad_evals_padded) == 120 and int(info.f_evals) == 100
+    assert (
+        int(info.grad_evals) == 100
+        and int(info.grad_evals_padded) == 120
+        and int(info.f_evals) == 100
+    )
     # after a step, log p = -(d/2) log(4πh) - |x - w|²/(4h) exactly
     d2 = jnp.sum((state.position - state.w) ** 2, axis=1)
-    np.testing.assert_allclose(state.log_p, -np.log(4 * np.pi * H) - d2 / (4 * H), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        state.log_p, -np.log(4 * np.pi * H) - d2 / (4 * H), rtol=1e-5, atol=1e-5
+    )
     state, info = step(jax.random.key(11), state)
-    assert int(info.grad_evals) == 0  # values only: every particle has a previous step now
-    # the only gradients are the audit's (32 for EnLMC), in buffers of grad_capacity = 30
+    assert (
+        int(info.grad_evals) == 0
+    )  # values only: every particle has a previous step now
+    # the only gradients are the audit's (32 for EnLMC), in buffers of grad_capacity =
+    # 30
     assert int(info.audit_grad_evals) == 32 and int(info.grad_evals_padded) == 60
-    state, info = jax.jit(functools.partial(enlmc_step, logdensity_fn=tgt.logdensity_fn, step_size=H, eta=ETA,
-                                            grad_capacity=30, audit_size=0))(jax.random.key(12), state)
-    assert int(info.grad_evals) == 0 and int(info.grad_evals_padded) == 0  # no audit: no gradient at all
+    state, info = jax.jit(
+        functools.partial(
+            enlmc_step,
+            logdensity_fn=tgt.logdensity_fn,
+            step_size=H,
+            eta=ETA,
+            grad_capacity=30,
+            audit_size=0,
+        )
+    )(jax.random.key(12), state)
+    assert (
+        int(info.grad_evals) == 0 and int(info.grad_evals_padded) == 0
+    )  # no audit: no gradient at all
 
 
 # --------------------------------------------------------------------------
@@ -253,7 +358,9 @@ def _counting_gaussian(counter):
         return logdensity(x), x
 
     def bwd(x, g):
-        jax.debug.callback(lambda xs: counter.append(np.asarray(xs).reshape(-1, 2).shape[0]), x)
+        jax.debug.callback(
+            lambda xs: counter.append(np.asarray(xs).reshape(-1, 2).shape[0]), x
+        )
         return (-g * x,)
 
     logdensity.defvjp(fwd, bwd)
@@ -275,8 +382,8 @@ def _expected_flags(state, r1, r2, n_star, m_f):
 
 def test_grad_evals_count_failed_particles_and_compaction_matches_dense():
     """Step by step: info.grad_evals = #particles failing a test of (3.21) (recomputed
-    independently), the gradient is evaluated on exactly grad_evals_padded =
-    ceil((count + audited)/capacity)·capacity rows (counted by a host callback inside the
+    independently), the gradient is evaluated on exactly grad_evals_padded = ceil((count
+    + audited)/capacity)·capacity rows (counted by a host callback inside the
     gradient), and the compacted path gives the dense where-path's trajectory."""
     counter = []
     logdensity = _counting_gaussian(counter)
@@ -284,8 +391,16 @@ def test_grad_evals_count_failed_particles_and_compaction_matches_dense():
     x0 = jax.random.normal(jax.random.key(12), (n, 2))
     state = cenlmc_init(x0, logdensity, 0.0 + math.log(2 * math.pi))
     # min_ball_neighbours=0: rule (3.21) exactly, as _expected_flags recomputes it
-    kw = dict(logdensity_fn=logdensity, step_size=H, eta=ETA, r1=R1, r2=R2, n_star=n_star, m_f=M_F,
-              min_ball_neighbours=0)
+    kw = dict(
+        logdensity_fn=logdensity,
+        step_size=H,
+        eta=ETA,
+        r1=R1,
+        r2=R2,
+        n_star=n_star,
+        m_f=M_F,
+        min_ball_neighbours=0,
+    )
     step = jax.jit(functools.partial(cenlmc_step, grad_capacity=cap, **kw))
     dense = jax.jit(functools.partial(cenlmc_step, dense_grad=True, **kw))
     dstate = state
@@ -297,18 +412,26 @@ def test_grad_evals_count_failed_particles_and_compaction_matches_dense():
         state, info = step(key, state)
         jax.block_until_ready(state)
         assert int(info.grad_evals) == int(flags.sum()), t
-        # the buffers hold the failing particles and the audited ones (8 by default; none at step 0: no
-        # particle used the ensemble force), in the step's one gradient call
+        # the buffers hold the failing particles and the audited ones (8 by default;
+        # none at step 0: no particle used the ensemble force), in the step's one
+        # gradient call
         assert int(info.audit_grad_evals) == (0 if t == 0 else CENLMC_AUDIT_SIZE)
-        assert int(info.grad_evals_padded) == -(-(int(flags.sum()) + int(info.audit_grad_evals)) // cap) * cap
+        assert (
+            int(info.grad_evals_padded)
+            == -(-(int(flags.sum()) + int(info.audit_grad_evals)) // cap) * cap
+        )
         assert sum(counter) == int(info.grad_evals_padded), (t, sum(counter))
         assert float(info.mean_num_neighbours) == pytest.approx(np.mean(n_i), rel=1e-6)
         dstate, dinfo = dense(key, dstate)
         assert int(dinfo.grad_evals) == int(info.grad_evals)
         # same arithmetic per particle; only the gather/scatter differs
-        np.testing.assert_allclose(state.position, dstate.position, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(
+            state.position, dstate.position, rtol=1e-6, atol=1e-6
+        )
         used.append(float(info.ensemble_fraction))
-    assert used[0] == 0.0 and max(used[1:]) > 0.3  # step 0: true gradients (w = +inf); then real savings
+    assert (
+        used[0] == 0.0 and max(used[1:]) > 0.3
+    )  # step 0: true gradients (w = +inf); then real savings
 
 
 # --------------------------------------------------------------------------
@@ -361,19 +484,45 @@ def test_init_bad_positions(positions, match):
 
 def test_other_bad_input():
     with pytest.raises(ValueError, match="f_star must be min f"):
-        cenlmc_init(_X0, _TGT.logdensity_fn, _TGT.f_star + 5.0)  # above every particle's f
+        cenlmc_init(
+            _X0, _TGT.logdensity_fn, _TGT.f_star + 5.0
+        )  # above every particle's f
     with pytest.raises(ValueError, match="eta"):
-        enlmc_step(jax.random.key(0), enlmc_init(_X0, _TGT.logdensity_fn), _TGT.logdensity_fn, H, -1.0)
+        enlmc_step(
+            jax.random.key(0),
+            enlmc_init(_X0, _TGT.logdensity_fn),
+            _TGT.logdensity_fn,
+            H,
+            -1.0,
+        )
     with pytest.raises(ValueError, match="state must be a CEnLMCState"):
-        cenlmc_step(jax.random.key(0), enlmc_init(_X0, _TGT.logdensity_fn), _TGT.logdensity_fn, **_OK)
+        cenlmc_step(
+            jax.random.key(0),
+            enlmc_init(_X0, _TGT.logdensity_fn),
+            _TGT.logdensity_fn,
+            **_OK,
+        )
     with pytest.raises(ValueError, match="num_steps"):
-        coupling_distance(jax.random.key(0), _X0, _TGT.logdensity_fn, 0, H, ETA, R1, R2, 5, M_F, _TGT.f_star)
+        coupling_distance(
+            jax.random.key(0),
+            _X0,
+            _TGT.logdensity_fn,
+            0,
+            H,
+            ETA,
+            R1,
+            R2,
+            5,
+            M_F,
+            _TGT.f_star,
+        )
 
 
 def test_f_star_found_when_not_given():
     state = cenlmc_init(_X0, _TGT.logdensity_fn)
     assert bool(state.f_star_estimated) and not bool(_STATE.f_star_estimated)
-    # float32 L-BFGS: |∇f| <= 3.5e-4 gives f - f* <= 6e-8; plus float32 rounding of f ≈ 1.8
+    # float32 L-BFGS: |∇f| <= 3.5e-4 gives f - f* <= 6e-8; plus float32 rounding of f ≈
+    # 1.8
     assert abs(float(state.f_star) - _TGT.f_star) < 1e-5
 
 
@@ -383,10 +532,18 @@ def test_jit_matches_eager_same_key_and_float64_is_preserved():
         assert x0.dtype == jnp.float64
         s_eager = s_jit = cenlmc_init(x0, _TGT.logdensity_fn, _TGT.f_star)
         e_eager = e_jit = enlmc_init(x0, _TGT.logdensity_fn)
-        cstep = jax.jit(functools.partial(cenlmc_step, logdensity_fn=_TGT.logdensity_fn, **_OK))
-        estep = jax.jit(functools.partial(enlmc_step, logdensity_fn=_TGT.logdensity_fn, step_size=H, eta=ETA))
+        cstep = jax.jit(
+            functools.partial(cenlmc_step, logdensity_fn=_TGT.logdensity_fn, **_OK)
+        )
+        estep = jax.jit(
+            functools.partial(
+                enlmc_step, logdensity_fn=_TGT.logdensity_fn, step_size=H, eta=ETA
+            )
+        )
         for t in range(2):
-            key = jax.random.PRNGKey(t) if t % 2 else jax.random.key(t)  # both key kinds
+            key = (
+                jax.random.PRNGKey(t) if t % 2 else jax.random.key(t)
+            )  # both key kinds
             s_eager, ci = cenlmc_step(key, s_eager, _TGT.logdensity_fn, **_OK)
             s_jit, cj_info = cstep(key, s_jit)
             e_eager, _ = enlmc_step(key, e_eager, _TGT.logdensity_fn, H, ETA)
@@ -397,9 +554,15 @@ def test_jit_matches_eager_same_key_and_float64_is_preserved():
                 assert leaf.dtype == jnp.float64
         assert s_jit.f_star.dtype == jnp.float64
         # same float64 operations, compiled differently: agreement to rounding
-        np.testing.assert_allclose(s_eager.position, s_jit.position, rtol=1e-12, atol=1e-12)
-        np.testing.assert_allclose(e_eager.position, e_jit.position, rtol=1e-12, atol=1e-12)
-        assert float(ci.ensemble_fraction) > 0.0  # the ensemble path ran (N = 60, N* = 5)
+        np.testing.assert_allclose(
+            s_eager.position, s_jit.position, rtol=1e-12, atol=1e-12
+        )
+        np.testing.assert_allclose(
+            e_eager.position, e_jit.position, rtol=1e-12, atol=1e-12
+        )
+        assert (
+            float(ci.ensemble_fraction) > 0.0
+        )  # the ensemble path ran (N = 60, N* = 5)
 
 
 # --------------------------------------------------------------------------
@@ -410,129 +573,194 @@ def test_jit_matches_eager_same_key_and_float64_is_preserved():
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_enlmc_instability_is_flagged_before_the_second_moment_doubles(seed):
     """d = 1, f = x²/2, N = 2000, h = 0.05, η = 0.3 (the issue's setting): E x² passes 2 (twice the
-    target's 1) around step 17-19; the audit's running drift ratio (the typical ensemble force is
+    target's 1) around step 17-19; the audit's running drift ratio (the typical ensemble
+    force is
     about half of ∇f) must flag it no later than that."""
     logdensity = targets.standard_gaussian(1).logdensity_fn
     x0 = jax.random.normal(jax.random.key(seed), (2000, 1))
     algo = cj.enlmc(logdensity, 0.05, 0.3)
     with pytest.warns(RuntimeWarning, match="diverged"):
-        res = cj.sample(jax.random.key(100 + seed), algo, algo.init(x0), 200, on_divergence="warn")
+        res = cj.sample(
+            jax.random.key(100 + seed), algo, algo.init(x0), 200, on_divergence="warn"
+        )
     m2 = np.mean(np.asarray(res.trace, np.float64) ** 2, axis=(1, 2))
     assert np.any(m2 > 2.0)
     doubled = int(np.argmax(m2 > 2.0))
     assert 0 <= res.diverged_at <= doubled, (res.diverged_at, doubled)
-    assert bool(res.info.unstable[res.diverged_at:].any())
+    assert bool(res.info.unstable[res.diverged_at :].any())
     assert int(res.info.audit_grad_evals[1]) == 32  # the default audit size for EnLMC
 
 
-@pytest.mark.parametrize("target", [targets.standard_gaussian(2), targets.anisotropic_gaussian((1.0, 0.5))],
-                         ids=lambda t: t.name)
+@pytest.mark.parametrize(
+    "target",
+    [targets.standard_gaussian(2), targets.anisotropic_gaussian((1.0, 0.5))],
+    ids=lambda t: t.name,
+)
 def test_the_default_audit_does_not_fire_on_a_healthy_cenlmc_run(target):
     """The test configuration (N = 1000, N* = 5): the audit is on by default (8 particles a step) and
-    neither flag fires. Its variance inflation, measured with every particle's gradient, is 0.018
-    (standard) and 0.037-0.044 (anisotropic, the noisiest healthy run measured) against the flag's 0.05;
+    neither flag fires. Its variance inflation, measured with every particle's gradient,
+    is 0.018 (standard) and 0.037-0.044 (anisotropic, the noisiest healthy run measured)
+    against the flag's 0.05;
     the stationary test above checks that inflation against the measured covariance."""
     x0 = jax.random.normal(jax.random.key(3), (1000, 2))
     algo = cj.cenlmc(target.logdensity_fn, H, ETA, R1, R2, 5, M_F, f_star=target.f_star)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         res = cj.sample(jax.random.key(4), algo, algo.init(x0), 600, mode="stream")
-    assert res.diverged_at == -1 and not bool(np.any(res.info.biased)) and "unstable" not in res.info._fields
+    assert (
+        res.diverged_at == -1
+        and not bool(np.any(res.info.biased))
+        and "unstable" not in res.info._fields
+    )
     assert int(res.info.audit_grad_evals[1]) == CENLMC_AUDIT_SIZE == 8  # on by default
     assert int(res.state.audit.bias_steps) == 600  # the running estimate saw every step
     assert float(res.state.audit.inflation) < AUDIT_BIAS_THRESHOLD
-    # the paper's force is unbiased on a quadratic f: its running drift bias measured 0.0004 (standard, seed 4),
-    # a third of the flag's 0.06 leaves room for the anisotropic target's noisier force
+    # the paper's force is unbiased on a quadratic f: its running drift bias measured
+    # 0.0004 (standard, seed 4), a third of the flag's 0.06 leaves room for the
+    # anisotropic target's noisier force
     assert abs(float(res.state.audit.drift_bias)) < AUDIT_DRIFT_BIAS_THRESHOLD / 3
     ratio = np.asarray(res.info.audit_drift_ratio[1:])
-    # the constrained ensemble force is close to ∇f: median drift ratio 0.84-0.91 measured on 3 seeds
+    # the constrained ensemble force is close to ∇f: median drift ratio 0.84-0.91
+    # measured on 3 seeds
     assert 0.7 < float(np.nanmedian(ratio)) < 1.1
     assert int(res.info.grad_evals[1]) < 1000
 
 
 def test_an_unused_ensemble_warns_with_its_fraction():
     """d = 5, N = 300 at the suggested parameters: the suggestion predicts an empty eta-ball (fraction 0.00),
-    every particle takes its gradient, and cj.sample says so once, with the measured fraction (exactly 0 here:
+    every particle takes its gradient, and cj.sample says so once, with the measured
+    fraction (exactly 0 here:
     no particle passes N* with ~0 neighbours). The healthy 2-D run above (fraction ~0.6) raises no warning."""
     tgt = targets.standard_gaussian(5)
     sug = cj.ensemble.tuning.suggest_cenlmc_params(5, 0.05, num_particles=300)
     assert sug.expected_ensemble_fraction < 0.01  # the configuration is the one meant
-    algo = cj.cenlmc(tgt.logdensity_fn, 0.05, sug.eta, sug.r1, sug.r2, sug.n_star, sug.m_f, f_star=tgt.f_star)
+    algo = cj.cenlmc(
+        tgt.logdensity_fn,
+        0.05,
+        sug.eta,
+        sug.r1,
+        sug.r2,
+        sug.n_star,
+        sug.m_f,
+        f_star=tgt.f_star,
+    )
     with pytest.warns(RuntimeWarning) as caught:
-        res = cj.sample(jax.random.key(5), algo, algo.init(tgt.sample(jax.random.key(6), 300)), 40, burn_in=20,
-                        check_convergence=False)
-    msgs = [str(w.message) for w in caught if "ensemble force was used by" in str(w.message)]
+        res = cj.sample(
+            jax.random.key(5),
+            algo,
+            algo.init(tgt.sample(jax.random.key(6), 300)),
+            40,
+            burn_in=20,
+            check_convergence=False,
+        )
+    msgs = [
+        str(w.message) for w in caught if "ensemble force was used by" in str(w.message)
+    ]
     assert len(msgs) == 1, [str(w.message) for w in caught]
-    assert float(np.mean(res.info.ensemble_fraction[20:])) == 0.0 and "used by 0.0%" in msgs[0]
+    assert (
+        float(np.mean(res.info.ensemble_fraction[20:])) == 0.0
+        and "used by 0.0%" in msgs[0]
+    )
     assert "cj.lmc" in msgs[0]
 
 
 def test_the_bias_flag_fires_where_the_variance_is_measurably_inflated():
     """A deliberately biased setting: R1 passing 95% of the noise draws (0.77; the suggestion passes
-    70%), η = R2 = 0.38, N* = 5, on N(0, I_2) with N = 1000. The heavier weights ``1/p_j`` of the
-    particles R1 now admits make the force noisy. ``cj.sample`` warns once, ``info.biased`` is set on
-    the kept steps (from step 200, when the running estimate has its window), the run is not stopped,
-    the variance is inflated beyond the threshold and beyond the noise, and the audit's inflation
-    estimate predicts the measured error.
+    70%), η = R2 = 0.38, N* = 5, on N(0, I_2) with N = 1000. The heavier weights
+    ``1/p_j`` of the particles R1 now admits make the force noisy. ``cj.sample`` warns
+    once, ``info.biased`` is set on the kept steps (from step 200, when the running
+    estimate has its window), the run is not stopped, the variance is inflated beyond
+    the threshold and beyond the noise, and the audit's inflation estimate predicts the
+    measured error.
 
-    The noise is heavy-tailed, and the statistics are chosen for it. The weights are bounded
-    (``(4πh) exp((η+R1+R2)²/4h) = 8e4``, proof of Lemma 4.2) but a rare neighbour near the bound
-    kicks a particle by thousands of times its drift (measured: h|F| = 243 against h|∇f| = 0.08,
-    equal to the float64 oracle's force), and that one particle's average then carries most of the
-    excess: on 16 runs (12 seeds on jax 0.10, 4 on 0.8) the mean of x² was 8-780% above ULA's exact
-    1/(1 - h/2) while the other particles (all but the top 5) sat 7-10% above it. Two consequences:
+    The noise is heavy-tailed, and the statistics are chosen for it. The weights are
+    bounded (``(4πh) exp((η+R1+R2)²/4h) = 8e4``, proof of Lemma 4.2) but a rare
+    neighbour near the bound kicks a particle by thousands of times its drift (measured:
+    h|F| = 243 against h|∇f| = 0.08, equal to the float64 oracle's force), and that one
+    particle's average then carries most of the
+    excess: on 16 runs (12 seeds on jax 0.10, 4 on 0.8) the mean of x² was 8-780% above
+    ULA's exact 1/(1 - h/2) while the other particles (all but the top 5) sat 7-10%
+    above it. Two consequences:
 
-    * The sample sd of the per-particle averages is set by the same particle as the excess, so
-      err / (sd/√N) stays small however large the bias: it fell below 4 on 5 of the 12 seeds
-      (1.0-3.9; err 0.15-7.8). The noise a correct chain would have is the bulk's spread: ``se``
-      is taken from the median absolute deviation (1.4826·MAD, the sd of a normal bulk), which
-      under the null hypothesis (no inflation: ULA, light-tailed averages) is close to the sd, and
-      which a few kicked particles do not move (se = 0.0057-0.0070 on all 16 runs).
-    * The excess a kick leaves in the trace decays by (1 - h)² a step on N(0, I), so a kick near the
-      start or end of the kept window counts in the mean of ``audit_variance_inflation`` but only
-      partly in the trace (or the reverse for a kick late in the burn-in: err/v was 0.87-1.16).
-      The prediction passes each step's estimate through that relaxation (exact to first order
-      for a quadratic f: module docstring of ``cenlmc_jax.ensemble.audit``): err/prediction was
+    * The sample sd of the per-particle averages is set by the same particle as the
+      excess, so err / (sd/√N) stays small however large the bias: it fell below 4 on 5
+      of the 12 seeds (1.0-3.9; err 0.15-7.8). The noise a correct chain would have is
+      the bulk's spread: ``se`` is taken from the median absolute deviation (1.4826·MAD,
+      the sd of a normal bulk), which under the null hypothesis (no inflation: ULA,
+      light-tailed averages) is close to the sd, and which a few kicked particles do not
+      move (se = 0.0057-0.0070 on all 16 runs).
+    * The excess a kick leaves in the trace decays by (1 - h)² a step on N(0, I), so a
+      kick near the start or end of the kept window counts in the mean of
+      ``audit_variance_inflation`` but only partly in the trace (or the reverse for a
+      kick late in the burn-in: err/v was 0.87-1.16). The prediction passes each step's
+      estimate through that relaxation (exact to first order for a quadratic f: module
+      docstring of ``cenlmc_jax.ensemble.audit``): err/prediction was
       0.87-1.10 on the 16 runs, a kick dominating or not; allowed 0.7-1.4x, beyond 4 se."""
     tgt = targets.standard_gaussian(2)
     n, burn_in, steps = 1000, 100, 600
     r1 = math.sqrt(2 * H * cj.ensemble.tuning.chi2_ppf(0.95, 2))
     algo = cj.cenlmc(tgt.logdensity_fn, H, 0.38, r1, 0.38, 5, M_F, f_star=tgt.f_star)
     with pytest.warns(RuntimeWarning, match="gradient audit") as caught:
-        res = cj.sample(jax.random.key(1), algo, algo.init(tgt.sample(jax.random.key(0), n)), steps,
-                        burn_in=burn_in, trace_fn=lambda s: jnp.mean(s.position**2, axis=-1))
+        res = cj.sample(
+            jax.random.key(1),
+            algo,
+            algo.init(tgt.sample(jax.random.key(0), n)),
+            steps,
+            burn_in=burn_in,
+            trace_fn=lambda s: jnp.mean(s.position**2, axis=-1),
+        )
     assert sum("gradient audit" in str(w.message) for w in caught) == 1  # once per call
-    assert res.diverged_at == -1 and res.num_steps_done == burn_in + steps  # reported, not stopped
+    assert (
+        res.diverged_at == -1 and res.num_steps_done == burn_in + steps
+    )  # reported, not stopped
     biased = np.asarray(res.info.biased)
     assert biased[burn_in:].any() and not biased[: AUDIT_BIAS_MIN_STEPS - 1].any()
-    per = np.asarray(res.trace, np.float64).mean(axis=0)  # (N,) per-particle averages of mean_k x_k²
+    per = np.asarray(res.trace, np.float64).mean(
+        axis=0
+    )  # (N,) per-particle averages of mean_k x_k²
     ula = 1.0 / (1.0 - H / 2)
     err = per.mean() / ula - 1.0
-    se = 1.4826 * np.median(np.abs(per - np.median(per))) / math.sqrt(n) / ula  # the bulk's (docstring)
-    assert err > AUDIT_BIAS_THRESHOLD and err > 4 * se, (err, se)  # really biased, beyond the noise
-    # the audit's per-step inflation v_t through the chain's relaxation: the excess of the ensemble's
-    # mean x² is ρ·excess + 2h·v_t after step t (ρ = (1-h)²), from 1 - 1/(1-h/2) at the exact draw x^0
+    se = (
+        1.4826 * np.median(np.abs(per - np.median(per))) / math.sqrt(n) / ula
+    )  # the bulk's (docstring)
+    assert err > AUDIT_BIAS_THRESHOLD and err > 4 * se, (
+        err,
+        se,
+    )  # really biased, beyond the noise
+    # the audit's per-step inflation v_t through the chain's relaxation: the excess of
+    # the ensemble's mean x² is ρ·excess + 2h·v_t after step t (ρ = (1-h)²), from 1 -
+    # 1/(1-h/2) at the exact draw x^0
     v = np.asarray(res.info.audit_variance_inflation, np.float64)
     excess, rho, path = 1.0 - ula, (1.0 - H) ** 2, np.empty(burn_in + steps)
     for t in range(burn_in + steps):
         excess = rho * excess + 2 * H * v[t]
         path[t] = excess
     predicted = float(path[burn_in:].mean()) / ula
-    assert 0.7 * predicted - 4 * se < err < 1.4 * predicted + 4 * se, (err, predicted, se)
+    assert 0.7 * predicted - 4 * se < err < 1.4 * predicted + 4 * se, (
+        err,
+        predicted,
+        se,
+    )
 
 
 def test_a_traced_nan_parameter_is_a_divergence():
     tgt = targets.standard_gaussian(2)
-    state = cenlmc_init(tgt.sample(jax.random.key(0), 50), tgt.logdensity_fn, tgt.f_star)
+    state = cenlmc_init(
+        tgt.sample(jax.random.key(0), 50), tgt.logdensity_fn, tgt.f_star
+    )
 
     @jax.jit
     def step(eta):
-        return cenlmc_step(jax.random.key(1), state, tgt.logdensity_fn, H, eta, R1, R2, 5, M_F)[1]
+        return cenlmc_step(
+            jax.random.key(1), state, tgt.logdensity_fn, H, eta, R1, R2, 5, M_F
+        )[1]
 
     assert not bool(step(ETA).diverged)
     assert bool(step(jnp.nan).diverged) and bool(step(-1.0).diverged)
     estate = enlmc_init(tgt.sample(jax.random.key(0), 50), tgt.logdensity_fn)
-    einfo = jax.jit(lambda e: enlmc_step(jax.random.key(1), estate, tgt.logdensity_fn, H, e)[1])(jnp.nan)
+    einfo = jax.jit(
+        lambda e: enlmc_step(jax.random.key(1), estate, tgt.logdensity_fn, H, e)[1]
+    )(jnp.nan)
     assert bool(einfo.diverged)
 
 
@@ -540,8 +768,12 @@ def test_odd_inputs_are_refused_or_handled():
     tgt = targets.standard_gaussian(2)
     algo = cj.cenlmc(tgt.logdensity_fn, H, ETA, R1, R2, 5, M_F, f_star=tgt.f_star)
     x = tgt.sample(jax.random.key(0), 20)
-    for bad, match in [(x.astype(jnp.float16), "float32 or float64"), (x.astype(jnp.bfloat16), "float32 or float64"),
-                       (x * 1j, "real"), ("positions", "numeric")]:
+    for bad, match in [
+        (x.astype(jnp.float16), "float32 or float64"),
+        (x.astype(jnp.bfloat16), "float32 or float64"),
+        (x * 1j, "real"),
+        ("positions", "numeric"),
+    ]:
         with pytest.raises(ValueError, match=match):
             algo.init(bad)
     # a log density returning a Python float (a flat target) works, f* found or given
@@ -556,8 +788,8 @@ def test_odd_inputs_are_refused_or_handled():
         cj.cenlmc(tgt.logdensity_fn, None, ETA, R1, R2, 5, M_F)
 
 
-# --------------------------------------------------------------------------
-# The guard: never silently wrong where the η-ball is empty (issue "CEnLMC where it pays").
+# -------------------------------------------------------------------------- The guard:
+# never silently wrong where the η-ball is empty (issue "CEnLMC where it pays").
 # --------------------------------------------------------------------------
 
 
@@ -565,33 +797,63 @@ def _second_moment_z(algo, dim, n, steps, burn_in):
     """z-score of the mean of x² against LMC's exact ULA value 1/(1 - h/2) on N(0, I_d),
     with the standard error over the N independent per-particle time averages."""
     tgt = targets.standard_gaussian(dim)
-    res = cj.sample(jax.random.key(1), algo, algo.init(tgt.sample(jax.random.key(0), n)), steps, burn_in=burn_in,
-                    trace_fn=lambda s: jnp.mean(s.position**2, axis=-1))
-    per = np.asarray(res.trace, np.float64).mean(axis=0)  # (N,) per-particle averages of mean_k x_k²
+    res = cj.sample(
+        jax.random.key(1),
+        algo,
+        algo.init(tgt.sample(jax.random.key(0), n)),
+        steps,
+        burn_in=burn_in,
+        trace_fn=lambda s: jnp.mean(s.position**2, axis=-1),
+    )
+    per = np.asarray(res.trace, np.float64).mean(
+        axis=0
+    )  # (N,) per-particle averages of mean_k x_k²
     return (per.mean() - 1.0 / (1.0 - H / 2)) / (per.std(ddof=1) / math.sqrt(n)), res
 
 
 @pytest.mark.parametrize("dim", [5, 10])
 def test_guard_keeps_moments_within_mcse_of_lmc_where_the_ball_is_empty(dim):
     """With the suggested parameters at N = 2000, the η-ball is empty in d = 5 and 10 (predicted
-    0.006 and 0 neighbours). Rule (3.21) alone lets particles pass every test and take a force of
-    exactly 0 (measured in d = 5: variance 1.093 against ULA's 1.026); the guard sends them to
+    0.006 and 0 neighbours). Rule (3.21) alone lets particles pass every test and take a
+    force of exactly 0 (measured in d = 5: variance 1.093 against ULA's 1.026); the
+    guard sends them to
     their gradient, so the second moment is LMC's within 4 MCSE (a false alarm < 1e-4)."""
     p = cj.ensemble.tuning.suggest_cenlmc_params(dim, H, num_particles=2000)
-    assert p.typical_ball_neighbours < 1 and "too small" in p.reasoning  # the tuner says so
-    make = functools.partial(cj.cenlmc, targets.standard_gaussian(dim).logdensity_fn, H, p.eta, p.r1, p.r2,
-                             p.n_star, p.m_f, f_star=0.5 * dim * math.log(2 * math.pi))
+    assert (
+        p.typical_ball_neighbours < 1 and "too small" in p.reasoning
+    )  # the tuner says so
+    make = functools.partial(
+        cj.cenlmc,
+        targets.standard_gaussian(dim).logdensity_fn,
+        H,
+        p.eta,
+        p.r1,
+        p.r2,
+        p.n_star,
+        p.m_f,
+        f_star=0.5 * dim * math.log(2 * math.pi),
+    )
     z, res = _second_moment_z(make(), dim, 2000, 300, 60)
     assert abs(z) < 4.0, z
     if dim == 5:
-        # with N* = 1 many particles pass (3.21) with an empty ball: the paper's rule alone
-        # diffuses them (measured: mean x² = 146 against 1.026); with the guard the run is LMC's
-        loose = functools.partial(make.func, *make.args[:5], 1, p.m_f, f_star=make.keywords["f_star"])
+        # with N* = 1 many particles pass (3.21) with an empty ball: the paper's rule
+        # alone diffuses them (measured: mean x² = 146 against 1.026); with the guard
+        # the run is LMC's
+        loose = functools.partial(
+            make.func, *make.args[:5], 1, p.m_f, f_star=make.keywords["f_star"]
+        )
         z_guard, _ = _second_moment_z(loose(), dim, 2000, 300, 60)
         assert abs(z_guard) < 4.0, z_guard
-        _, res_paper = _second_moment_z(loose(min_ball_neighbours=0), dim, 2000, 300, 60)
-        assert float(np.mean(res_paper.info.ensemble_fraction[60:])) > 0.1  # empty-ball particles passed
-        assert float(np.mean(res_paper.trace)) > 2.0  # far outside the guarded run's 4-MCSE band (< 0.02)
-        # a systematic error (a zero force) is caught by the default audit too: measured inflation 36
-        # (the paper's rule) against 3e-6 (guarded; the ensemble is almost never used)
+        _, res_paper = _second_moment_z(
+            loose(min_ball_neighbours=0), dim, 2000, 300, 60
+        )
+        assert (
+            float(np.mean(res_paper.info.ensemble_fraction[60:])) > 0.1
+        )  # empty-ball particles passed
+        assert (
+            float(np.mean(res_paper.trace)) > 2.0
+        )  # far outside the guarded run's 4-MCSE band (< 0.02)
+        # a systematic error (a zero force) is caught by the default audit too: measured
+        # inflation 36 (the paper's rule) against 3e-6 (guarded; the ensemble is almost
+        # never used)
         assert bool(np.any(res_paper.info.biased)) and not bool(np.any(res.info.biased))

@@ -22,10 +22,14 @@ def _per_particle_means(trace, fn):
     return np.asarray(fn(trace)).mean(axis=0)
 
 
-def _run_lmc(target, step_size, key, n=2000, steps=2000, burn_in=300, thin=2, dtype=jnp.float32):
+def _run_lmc(
+    target, step_size, key, n=2000, steps=2000, burn_in=300, thin=2, dtype=jnp.float32
+):
     x0 = jax.random.normal(jax.random.key(100), (n, target.dim), dtype=dtype)
     state = cj.ensemble.lmc_init(x0, target.logdensity_fn)
-    step = functools.partial(cj.ensemble.lmc_step, logdensity_fn=target.logdensity_fn, step_size=step_size)
+    step = functools.partial(
+        cj.ensemble.lmc_step, logdensity_fn=target.logdensity_fn, step_size=step_size
+    )
     return cj.sample(key, step, state, steps, thin=thin, burn_in=burn_in)
 
 
@@ -33,7 +37,9 @@ def _run_lmc(target, step_size, key, n=2000, steps=2000, burn_in=300, thin=2, dt
 def test_lmc_stationary_variance_is_the_exact_ula_variance(h):
     """ULA on f = x²/2 has stationary variance 1/(1 - h/2) per coordinate."""
     res = _run_lmc(targets.standard_gaussian(2), h, jax.random.key(0))
-    per = _per_particle_means(res.trace, lambda t: t**2)  # (N, d), mean 0 is known exactly
+    per = _per_particle_means(
+        res.trace, lambda t: t**2
+    )  # (N, d), mean 0 is known exactly
     est, se = per.mean(axis=0), per.std(axis=0, ddof=1) / np.sqrt(per.shape[0])
     exact = 1.0 / (1.0 - h / 2.0)
     assert np.all(np.abs(est - exact) / se < Z_MAX), (est, exact, se)
@@ -54,11 +60,15 @@ def test_lmc_mean_and_covariance_on_correlated_gaussian():
     m = _per_particle_means(trace, lambda t: t)
     z_mean = m.mean(axis=0) / (m.std(axis=0, ddof=1) / np.sqrt(m.shape[0]))
     assert np.all(np.abs(z_mean) < Z_MAX), z_mean
-    c = _per_particle_means(trace, lambda t: t[..., :, None] * t[..., None, :])  # mean is 0 exactly
+    c = _per_particle_means(
+        trace, lambda t: t[..., :, None] * t[..., None, :]
+    )  # mean is 0 exactly
     z_cov = (c.mean(axis=0) - sigma_h) / (c.std(axis=0, ddof=1) / np.sqrt(c.shape[0]))
     assert np.all(np.abs(z_cov) < Z_MAX), z_cov
     # ...and the exact ULA covariance differs from Σ by more than the test resolves
-    assert np.max(np.abs(sigma_h - tgt.cov)) > 5 * np.max(c.std(axis=0, ddof=1) / np.sqrt(c.shape[0]))
+    assert np.max(np.abs(sigma_h - tgt.cov)) > 5 * np.max(
+        c.std(axis=0, ddof=1) / np.sqrt(c.shape[0])
+    )
 
 
 def test_same_key_same_samples_and_typed_and_legacy_keys():
@@ -77,8 +87,12 @@ def test_jit_and_no_jit_agree():
     tgt = targets.correlated_gaussian(2, 0.5)
     x0 = jax.random.normal(jax.random.key(3), (64, 2))
     state = cj.ensemble.lmc_init(x0, tgt.logdensity_fn)
-    eager, info_e = cj.ensemble.lmc_step(jax.random.key(1), state, tgt.logdensity_fn, 0.1)
-    jitted, info_j = jax.jit(cj.ensemble.lmc_step, static_argnums=(2,))(jax.random.key(1), state, tgt.logdensity_fn, 0.1)
+    eager, info_e = cj.ensemble.lmc_step(
+        jax.random.key(1), state, tgt.logdensity_fn, 0.1
+    )
+    jitted, info_j = jax.jit(cj.ensemble.lmc_step, static_argnums=(2,))(
+        jax.random.key(1), state, tgt.logdensity_fn, 0.1
+    )
     # same operations, possibly fused differently by XLA: float32 rounding only
     np.testing.assert_allclose(eager.position, jitted.position, rtol=1e-6, atol=1e-6)
     assert int(info_e.grad_evals) == int(info_j.grad_evals) == 64
@@ -92,16 +106,23 @@ def test_float64_in_float64_out():
         new, _ = cj.ensemble.lmc_step(jax.random.key(0), state, tgt.logdensity_fn, 0.1)
         assert new.position.dtype == jnp.float64
         assert new.logdensity.dtype == jnp.float64
-        step = functools.partial(cj.ensemble.lmc_step, logdensity_fn=tgt.logdensity_fn, step_size=0.1)
+        step = functools.partial(
+            cj.ensemble.lmc_step, logdensity_fn=tgt.logdensity_fn, step_size=0.1
+        )
         res = cj.sample(jax.random.key(0), step, state, 4, mode="stream")
-        assert res.state.position.dtype == jnp.float64 and res.moments.mean.dtype == jnp.float64
+        assert (
+            res.state.position.dtype == jnp.float64
+            and res.moments.mean.dtype == jnp.float64
+        )
 
 
 def test_info_reports_divergence():
     """h = 5 on f = x²/2 multiplies x by (1 - h) = -4 each step: overflow to inf."""
     tgt = targets.standard_gaussian(1)
     state = cj.ensemble.lmc_init(jnp.ones((8, 1)), tgt.logdensity_fn)
-    step = functools.partial(cj.ensemble.lmc_step, logdensity_fn=tgt.logdensity_fn, step_size=5.0)
+    step = functools.partial(
+        cj.ensemble.lmc_step, logdensity_fn=tgt.logdensity_fn, step_size=5.0
+    )
     with pytest.warns(RuntimeWarning, match="diverged"):
         res = cj.sample(jax.random.key(0), step, state, 200, chunk_size=50)
     assert 0 < res.diverged_at < 200
@@ -120,7 +141,9 @@ def test_info_reports_divergence():
 )
 def test_bad_positions_raise(positions, match):
     with pytest.raises(ValueError, match=match):
-        cj.ensemble.lmc_init(positions, targets.standard_gaussian(positions.shape[-1]).logdensity_fn)
+        cj.ensemble.lmc_init(
+            positions, targets.standard_gaussian(positions.shape[-1]).logdensity_fn
+        )
 
 
 def test_non_scalar_logdensity_raises():

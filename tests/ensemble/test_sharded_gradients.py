@@ -40,7 +40,10 @@ P = 4
 N = 400
 N_ODD = 403  # the direct test of the buffers: not a multiple of P, so the ensemble is padded
 CAPACITIES = {"buckets": None, "cap64": 64}
-DIRECT = {"buckets": None, "cap10": 10}  # the buffers alone: 10 / 4 -> buffers of 3 rows
+DIRECT = {
+    "buckets": None,
+    "cap10": 10,
+}  # the buffers alone: 10 / 4 -> buffers of 3 rows
 
 SCRIPT = textwrap.dedent(
     """
@@ -111,11 +114,28 @@ SCRIPT = textwrap.dedent(
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     path = tmp_path_factory.mktemp("sharded_gradients") / "out.npz"
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={P}", JAX_PLATFORMS="cpu",
-               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(path), str(N), str(N_ODD), repr(CAPACITIES),
-                           repr(DIRECT)],
-                          env=env, capture_output=True, text=True, timeout=600)
+    env = dict(
+        os.environ,
+        XLA_FLAGS=f"--xla_force_host_platform_device_count={P}",
+        JAX_PLATFORMS="cpu",
+        PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            SCRIPT,
+            str(path),
+            str(N),
+            str(N_ODD),
+            repr(CAPACITIES),
+            repr(DIRECT),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = dict(np.load(path))
     assert int(out["num_devices"]) == P
@@ -139,23 +159,36 @@ def test_per_device_gradient_shapes_are_a_quarter(run):
 def test_allgather_run_is_the_single_device_run(run, cap_name):
     single, mesh = f"{cap_name}/single", f"{cap_name}/mesh"
     fraction = run[f"{single}/info/ensemble_fraction"]
-    assert fraction[0] == 0 and np.mean(fraction[5:]) > 0.3  # step 0 all gradients, then the ensemble
+    assert (
+        fraction[0] == 0 and np.mean(fraction[5:]) > 0.3
+    )  # step 0 all gradients, then the ensemble
     np.testing.assert_array_equal(run[f"{mesh}/position"], run[f"{single}/position"])
     fields = {k.rsplit("/", 1)[1] for k in run if k.startswith(f"{single}/info/")}
-    differ = {"grad_evals_padded", "model_solves"}  # the padding count: per-device buckets, summed
+    differ = {
+        "grad_evals_padded",
+        "model_solves",
+    }  # the padding count: per-device buckets, summed
     rounded = "audit_variance_inflation"  # a float32 sum over the sharded particles (also before issue 16)
     for field in sorted(fields - differ - {rounded}):
-        np.testing.assert_array_equal(run[f"{mesh}/info/{field}"], run[f"{single}/info/{field}"], err_msg=field)
-    # The same N non-negative terms h|F_i|²/(2d) (users only; N ≤ all particles' mean S) summed in
-    # another order (per device, then across): |Δ| <= 2 (N-1) ε32 S to first order, plus the last
-    # operations' rounding (a few ε32 |inflation|); 1.5x for the first-order neglect
+        np.testing.assert_array_equal(
+            run[f"{mesh}/info/{field}"], run[f"{single}/info/{field}"], err_msg=field
+        )
+    # The same N non-negative terms h|F_i|²/(2d) (users only; N ≤ all particles' mean S)
+    # summed in another order (per device, then across): |Δ| <= 2 (N-1) ε32 S to first
+    # order, plus the last operations' rounding (a few ε32 |inflation|); 1.5x for the
+    # first-order neglect
     inflation, s = run[f"{single}/info/{rounded}"], run[f"{single}/force_mean_sq"]
     bound = 1.5 * (2 * (N - 1) * 2**-24 * s + 4 * 2**-24 * np.abs(inflation))
     assert np.all(np.abs(run[f"{mesh}/info/{rounded}"] - inflation) <= bound)
     computed = run[f"{single}/info/grad_evals"] + run[f"{single}/info/audit_grad_evals"]
     padded = run[f"{mesh}/info/grad_evals_padded"]
-    # every needed gradient is computed; padding below one bucket (N/P/8 rows) or buffer (16) per device
-    pad = (N // P // GRAD_BUCKETS) + 1 if CAPACITIES[cap_name] is None else math.ceil(64 / P)
+    # every needed gradient is computed; padding below one bucket (N/P/8 rows) or buffer
+    # (16) per device
+    pad = (
+        (N // P // GRAD_BUCKETS) + 1
+        if CAPACITIES[cap_name] is None
+        else math.ceil(64 / P)
+    )
     assert np.all(padded >= computed) and np.all(padded < computed + P * pad)
     # step 0: everyone needs a gradient
     assert padded[0] == _computed_formula(np.ones(N, bool), CAPACITIES[cap_name], P)
@@ -188,7 +221,9 @@ def test_sharded_buffers_equal_one_device(run, cap_name):
     np.testing.assert_array_equal(run[f"{mesh}/vjp"], run[f"{single}/vjp"])
     assert int(run[f"{mesh}/computed"]) == _computed_formula(need, capacity, P)
     assert int(run[f"{single}/computed"]) == _computed_formula(need, capacity, 1)
-    # device 0 holds 90+ flagged rows of its 101: over twice an even share of them, and more than
-    # its buffer holds (several buffers run there)
+    # device 0 holds 90+ flagged rows of its 101: over twice an even share of them, and
+    # more than its buffer holds (several buffers run there)
     crowded = need[: math.ceil(N_ODD / P)].sum()
-    assert crowded > 2 * need.sum() / P and (capacity is None or crowded > math.ceil(capacity / P))
+    assert crowded > 2 * need.sum() / P and (
+        capacity is None or crowded > math.ceil(capacity / P)
+    )

@@ -33,16 +33,31 @@ def tuned(monkeypatch, skip):
     monkeypatch.setattr(tuning, "_trial_runner", counting)
     x = jax.random.normal(jax.random.key(1), (16, 4))
     with pytest.warns(UserWarning, match="ensemble"):
-        out = cj.tune_cenlmc(jax.random.key(2), gaussian, x, 0.05, f_star=0.0, steps_per_trial=8, audit_size=4,
-                             skip_hopeless=skip)
+        out = cj.tune_cenlmc(
+            jax.random.key(2),
+            gaussian,
+            x,
+            0.05,
+            f_star=0.0,
+            steps_per_trial=8,
+            audit_size=4,
+            skip_hopeless=skip,
+        )
     return out, len(calls)
 
 
 def test_grid_skipped_when_hopeless_and_the_choice_unchanged(monkeypatch):
-    assert cj.ensemble.tuning.suggest_cenlmc_params(4, 0.05, num_particles=16).expected_ensemble_fraction == 0.0
+    assert (
+        cj.ensemble.tuning.suggest_cenlmc_params(
+            4, 0.05, num_particles=16
+        ).expected_ensemble_fraction
+        == 0.0
+    )
     skipped, n_skipped = tuned(monkeypatch, True)
     full, n_full = tuned(monkeypatch, False)
-    assert n_skipped == 1 and n_full == 1 + 12 + 1  # first burn-in; 4 r1_passes x 3 radius_scales; settling
+    assert (
+        n_skipped == 1 and n_full == 1 + 12 + 1
+    )  # first burn-in; 4 r1_passes x 3 radius_scales; settling
     assert skipped.trials == [] and len(full.trials) == 12
     assert skipped.ensemble_fraction == full.ensemble_fraction == 0.0
     assert skipped.params.keys() == full.params.keys()
@@ -59,7 +74,8 @@ def test_skip_hopeless_must_be_a_bool():
 
 
 def test_find_f_star_runs_lbfgs_once_per_start(monkeypatch):
-    # The CLI finds the mode for its curvature probe, then cenlmc_init finds f* from the same positions: one L-BFGS.
+    # The CLI finds the mode for its curvature probe, then cenlmc_init finds f* from the
+    # same positions: one L-BFGS.
     from cenlmc_jax.ensemble import tuning as tn
 
     calls = []
@@ -76,5 +92,6 @@ def test_find_f_star_runs_lbfgs_once_per_start(monkeypatch):
     assert len(calls) == 1
     assert float(state.f_star) == float(first.f_star) and bool(state.f_star_estimated)
     again = tn.find_f_star(banana, x + 0.1)  # another start point: its own L-BFGS
-    # the mode has f = 0; stopped at |∇f| <= 3.5e-4 (float32), so f* errs by about |∇f|²/(2μ) < 1e-6
+    # the mode has f = 0; stopped at |∇f| <= 3.5e-4 (float32), so f* errs by about
+    # |∇f|²/(2μ) < 1e-6
     assert len(calls) == 2 and float(again.f_star) == pytest.approx(0.0, abs=1e-6)

@@ -23,8 +23,9 @@ def smooth(x):
 
 @pytest.mark.parametrize("scheme, rtol", [("central", 1e-8), ("forward", 2e-6)])
 def test_finite_difference_matches_the_exact_gradient(scheme, rtol):
-    # float64: central δ = ε^(1/3) ≈ 6e-6 gives truncation δ²|f'''| ~ 1e-10 and rounding ε/δ ~ 4e-11;
-    # forward δ = ε^(1/2) ≈ 1.5e-8 gives δ|f''| and ε/δ ~ 1.5e-8, both times |x|-scaled steps
+    # float64: central δ = ε^(1/3) ≈ 6e-6 gives truncation δ²|f'''| ~ 1e-10 and rounding
+    # ε/δ ~ 4e-11; forward δ = ε^(1/2) ≈ 1.5e-8 gives δ|f''| and ε/δ ~ 1.5e-8, both
+    # times |x|-scaled steps
     with jax.enable_x64(True):
         x = jnp.array([0.3, -1.7, 2.5, 0.0], jnp.float64)
         fd = finite_difference(smooth, scheme=scheme)
@@ -49,7 +50,12 @@ def black_box(calls, mean=1.0):
         return (-0.5 * np.sum((np.asarray(x) - mean) ** 2, axis=-1)).astype(x.dtype)
 
     def logdensity(x):
-        return jax.pure_callback(numpy_logdensity, jax.ShapeDtypeStruct((), x.dtype), x, vmap_method="expand_dims")
+        return jax.pure_callback(
+            numpy_logdensity,
+            jax.ShapeDtypeStruct((), x.dtype),
+            x,
+            vmap_method="expand_dims",
+        )
 
     return logdensity
 
@@ -59,24 +65,32 @@ def test_black_box_model_through_cenlmc_and_the_driver():
     logdensity = black_box(calls)
     fd = finite_difference(logdensity)
     n, d, h = 1000, 2, 0.05
-    algo = cj.cenlmc(logdensity, h, 0.3, 0.5, 0.3, 5, 10.0, f_star=0.0, grad_fn=fd)  # f* = min(-log π) = 0
+    algo = cj.cenlmc(
+        logdensity, h, 0.3, 0.5, 0.3, 5, 10.0, f_star=0.0, grad_fn=fd
+    )  # f* = min(-log π) = 0
     x0 = 1.0 + jax.random.normal(jax.random.key(0), (n, d))
     state = algo.init(x0)
     calls.clear()
     step = jax.jit(algo.step)
-    state, info = step(jax.random.key(1), state)  # step 0: everyone takes a gradient (w = +inf)
+    state, info = step(
+        jax.random.key(1), state
+    )  # step 0: everyone takes a gradient (w = +inf)
     jax.block_until_ready(state)
-    # one batched call for the N new values and one for all the gradients' shifted points
+    # one batched call for the N new values and one for all the gradients' shifted
+    # points
     assert len(calls) == 2, calls
     assert float(info.model_solves) == n + int(info.grad_evals_padded) * 2 * d
-    res = cj.sample(jax.random.key(2), algo, state, 300, burn_in=50,
-                    trace_fn=lambda s: s.position)
+    res = cj.sample(
+        jax.random.key(2), algo, state, 300, burn_in=50, trace_fn=lambda s: s.position
+    )
     assert res.diverged_at == -1
     frac = float(np.mean(res.info.ensemble_fraction[50:]))
     assert frac > 0.4  # the ensemble replaces most gradients on the black box too
     per = np.asarray(res.trace, np.float64).mean(axis=0)  # (N, d) per-particle averages
     z = (per.mean(axis=0) - 1.0) / (per.std(axis=0, ddof=1) / math.sqrt(n))
-    assert np.all(np.abs(z) < 4.0), z  # the mean is exact (1) for ULA on a Gaussian; 4 MCSE
+    assert np.all(np.abs(z) < 4.0), (
+        z
+    )  # the mean is exact (1) for ULA on a Gaussian; 4 MCSE
 
 
 def test_lmc_with_a_finite_difference_gradient_tracks_autodiff():
@@ -86,8 +100,11 @@ def test_lmc_with_a_finite_difference_gradient_tracks_autodiff():
         fd = cj.lmc(smooth, 0.05, grad_fn=finite_difference(smooth))
         a = cj.sample(jax.random.key(1), exact, exact.init(x0), 20, mode="stream")
         b = cj.sample(jax.random.key(1), fd, fd.init(x0), 20, mode="stream")
-        # the same noise; gradients differ by ~1e-10 per step, amplified at most (1 + h L)^20
-        np.testing.assert_allclose(a.state.position, b.state.position, rtol=1e-7, atol=1e-7)
+        # the same noise; gradients differ by ~1e-10 per step, amplified at most (1 + h
+        # L)^20
+        np.testing.assert_allclose(
+            a.state.position, b.state.position, rtol=1e-7, atol=1e-7
+        )
         assert float(b.info.model_solves[0]) == 50 * (2 * 4 + 1)
 
 
@@ -99,24 +116,32 @@ def point_counter(points):
         return (-0.5 * np.sum((np.asarray(x) - 1.0) ** 2, axis=-1)).astype(x.dtype)
 
     def logdensity(x):
-        return jax.pure_callback(numpy_logdensity, jax.ShapeDtypeStruct((), x.dtype), x, vmap_method="expand_dims")
+        return jax.pure_callback(
+            numpy_logdensity,
+            jax.ShapeDtypeStruct((), x.dtype),
+            x,
+            vmap_method="expand_dims",
+        )
 
     return logdensity
 
 
 @pytest.mark.parametrize("scheme", ["central", "forward"])
-def test_value_and_grad_and_grad_given_value_are_the_gradient_with_no_value_twice(scheme):
+def test_value_and_grad_and_grad_given_value_are_the_gradient_with_no_value_twice(
+    scheme,
+):
     with jax.enable_x64(True):
         x = jnp.array([0.3, -1.7, 2.5, 0.0], jnp.float64)
         fd = finite_difference(smooth, scheme=scheme)
         value, g = fd.value_and_grad(x)
-        # the same points, the same arithmetic: bitwise equal to the value and the plain gradient
+        # the same points, the same arithmetic: bitwise equal to the value and the plain
+        # gradient
         assert float(value) == float(smooth(x))
         np.testing.assert_array_equal(g, fd(x))
         np.testing.assert_array_equal(fd.grad_given_value(x, smooth(x)), fd(x))
         assert fd.model_solves_given_value(4) == (8 if scheme == "central" else 4)
-        # the forward difference uses the value it is given (a wrong one moves every component by -1/δ);
-        # the central one does not read it
+        # the forward difference uses the value it is given (a wrong one moves every
+        # component by -1/δ); the central one does not read it
         off = fd.grad_given_value(x, smooth(x) + 1.0)
         if scheme == "forward":
             assert np.all(np.asarray(off - fd(x)) < -1e6)
@@ -138,7 +163,9 @@ def test_the_samplers_evaluate_each_point_once_and_count_what_they_evaluate(sche
     points.clear()
     _, info = jax.jit(lmc.step)(jax.random.key(1), state)
     jax.block_until_ready(info)
-    assert points == [n * (per_grad + 1)]  # one batched call: the values come with the gradients
+    assert points == [
+        n * (per_grad + 1)
+    ]  # one batched call: the values come with the gradients
     assert float(info.model_solves) == n * (per_grad + 1)
 
     cen = cj.cenlmc(logdensity, h, 0.3, 0.5, 0.3, 5, 10.0, f_star=0.0, grad_fn=fd)
@@ -150,38 +177,56 @@ def test_the_samplers_evaluate_each_point_once_and_count_what_they_evaluate(sche
     jax.block_until_ready(state)
     padded = int(info.grad_evals_padded)
     assert 0 < padded < n  # the step used the ensemble and some true gradients
-    # the gradients' call (d or 2d points each: the values at the particles are the state's) and the N new values
+    # the gradients' call (d or 2d points each: the values at the particles are the
+    # state's) and the N new values
     assert sorted(points) == sorted([padded * per_grad, n]), points
     assert float(info.model_solves) == n + padded * per_grad
 
 
 def test_a_finite_difference_of_another_density_never_gets_the_samplers_values():
-    # grad_fn differentiates log π + 1: its forward difference must not be taken against log π's values
+    # grad_fn differentiates log π + 1: its forward difference must not be taken against
+    # log π's values
     with jax.enable_x64(True):
         shifted = lambda x: smooth(x) + 1.0  # noqa: E731
         fd = finite_difference(shifted, scheme="forward")
-        assert not cj.langevin.shares_values(fd, smooth) and cj.langevin.shares_values(fd, shifted)
+        assert not cj.langevin.shares_values(fd, smooth) and cj.langevin.shares_values(
+            fd, shifted
+        )
         x0 = jax.random.normal(jax.random.key(0), (200, 3), jnp.float64)
         cen = cj.cenlmc(smooth, 0.05, 0.3, 0.5, 0.3, 5, 10.0, grad_fn=fd)
         state = cen.init(x0)
         state, info = jax.jit(cen.step)(jax.random.key(1), state)
         # every particle took a gradient at step 0: d + 1 values each, none reused
         assert float(info.model_solves) == 200 + int(info.grad_evals_padded) * 4
-        # the samplers' gradient given log π's value is grad_fn's own forward difference, bitwise
+        # the samplers' gradient given log π's value is grad_fn's own forward
+        # difference, bitwise
         x = x0[0]
         grad_one = cj.langevin.gradient_fn(smooth, fd, given_value=True)
         np.testing.assert_array_equal(grad_one(x, smooth(x)), fd(x))
 
 
 def test_whitened_finite_differences_keep_their_cost_and_reuse_the_value():
-    # y = L⁻¹(x − m): the whitened density's value at y is the model's at x, so the reuse carries over;
-    # before, the wrapper lost model_solves and a whitened run counted 1 solve per gradient
+    # y = L⁻¹(x − m): the whitened density's value at y is the model's at x, so the
+    # reuse carries over; before, the wrapper lost model_solves and a whitened run
+    # counted 1 solve per gradient
     n, d = 300, 2
     points = []
     logdensity = point_counter(points)
     fd = finite_difference(logdensity, scheme="forward")
-    algo = cj.whitened(cj.cenlmc, logdensity, 0.05, 0.3, 0.5, 0.3, 5, 10.0, f_star=0.0, grad_fn=fd,
-                       inverse_mass_matrix=jnp.array([4.0, 0.25]), mean=jnp.ones(2))
+    algo = cj.whitened(
+        cj.cenlmc,
+        logdensity,
+        0.05,
+        0.3,
+        0.5,
+        0.3,
+        5,
+        10.0,
+        f_star=0.0,
+        grad_fn=fd,
+        inverse_mass_matrix=jnp.array([4.0, 0.25]),
+        mean=jnp.ones(2),
+    )
     x0 = 1.0 + jax.random.normal(jax.random.key(0), (n, d)) * jnp.array([2.0, 0.5])
     state = algo.init(x0)
     step = jax.jit(algo.step)

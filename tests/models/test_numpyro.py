@@ -1,7 +1,8 @@
 """cj.from_numpyro (cenlmc_jax.models.numpyro): a NumPyro model's unconstrained log density, through NumPyro's own
-initialize_model / potential_fn, checked on eight schools (non-centred) against the posteriordb transcription
-(cenlmc_jax.models.posteriordb, itself checked against scipy in tests/models/test_posteriordb.py) and by a sampler run
-against posteriordb's reference means.
+initialize_model / potential_fn, checked on eight schools (non-centred) against the
+posteriordb transcription (cenlmc_jax.models.posteriordb, itself checked against scipy
+in tests/models/test_posteriordb.py) and by a sampler run against posteriordb's
+reference means.
 """
 
 import builtins
@@ -26,6 +27,7 @@ def _float64():
     for every test collected after this file, in every pytest-xdist worker)."""
     with jax.enable_x64(True):
         yield
+
 
 NAME = "eight_schools-eight_schools_noncentered"
 
@@ -54,22 +56,34 @@ def to_posteriordb(m, x):
 def test_names_d_and_flattening(model):
     assert model.d == 10
     assert model.names == ("mu", "tau") + tuple(f"theta_trans[{i}]" for i in range(8))
-    assert model.initial_position.shape == (10,) and model.initial_position.dtype == jnp.float64
+    assert (
+        model.initial_position.shape == (10,)
+        and model.initial_position.dtype == jnp.float64
+    )
     x = jnp.arange(10.0) / 10
     z = model.unravel(x)
-    assert float(z["tau"]) == pytest.approx(0.1)  # the unconstrained (log) tau is coordinate 1
+    assert float(z["tau"]) == pytest.approx(
+        0.1
+    )  # the unconstrained (log) tau is coordinate 1
     c = model.constrain(x)
-    np.testing.assert_allclose(c["tau"], np.exp(0.1), rtol=1e-12)  # HalfCauchy's support: tau = exp(u)
-    np.testing.assert_allclose(c["theta"], 0.0 + np.exp(0.1) * np.arange(2, 10) / 10, rtol=1e-12)
+    np.testing.assert_allclose(
+        c["tau"], np.exp(0.1), rtol=1e-12
+    )  # HalfCauchy's support: tau = exp(u)
+    np.testing.assert_allclose(
+        c["theta"], 0.0 + np.exp(0.1) * np.arange(2, 10) / 10, rtol=1e-12
+    )
 
 
 def test_log_density_equals_the_posteriordb_one_up_to_a_constant(model):
-    # NumPyro's HalfCauchy(5) is 2x Stan's Cauchy(0, 5) on tau > 0 (log 2), otherwise the same terms and the same
-    # log-Jacobian u of tau = exp(u): the difference is one constant at every point, to float64 round-off.
+    # NumPyro's HalfCauchy(5) is 2x Stan's Cauchy(0, 5) on tau > 0 (log 2), otherwise
+    # the same terms and the same log-Jacobian u of tau = exp(u): the difference is one
+    # constant at every point, to float64 round-off.
     post = pdb.load(NAME)
     points = jax.random.uniform(jax.random.key(0), (6, 10), jnp.float64, -2.0, 2.0)
     ours = jax.jit(jax.vmap(model.logdensity_fn))(points)
-    theirs = jax.jit(jax.vmap(lambda x: post.logdensity_fn(to_posteriordb(model, x))))(points)
+    theirs = jax.jit(jax.vmap(lambda x: post.logdensity_fn(to_posteriordb(model, x))))(
+        points
+    )
     diff = np.asarray(ours - theirs)
     assert np.all(np.isfinite(diff))
     np.testing.assert_allclose(diff - diff[0], 0.0, atol=1e-10)
@@ -83,32 +97,57 @@ def test_log_density_equals_the_posteriordb_one_up_to_a_constant(model):
 def test_mala_run_matches_the_posteriordb_reference_means(model):
     """16 chains of MALA (cj.irreversible_mh with an SDE proposal, Q = 0), 1,000 burn-in + 2,000 draws each.
 
-    A fixed, hand-set sampler (step 0.3, D = diag(9, 1, ..., 1): mu's posterior sd is ~3.3, the others' ~1 on the
-    unconstrained scale), not an adaptation: the test is about the log density and ``constrain``, and must not
-    depend on the adaptation being worked on elsewhere. Starts: uniform(-2, 2) (Stan's). Tolerance, per reported
-    quantity (theta[1..8], mu, tau): |mean - ref| <= 4.5 sqrt(MCSE_run² + MCSE_ref²), MCSE_run = sd / sqrt(ESS)
-    from the run's own bulk ESS (cj.diagnostics; ~1,500-3,000 here), MCSE_ref from posteriordb's ESS. 4.5 sigma
-    over 10 quantities is a family-wise false alarm of ~7e-5 for a correct sampler, while a wrong log density
-    (e.g. a missing log-Jacobian of tau, which moves tau's mean by ~1 sd) is off by tens of MCSE. Also R-hat
-    below 1.01 (rank-normalised split) and the sd within 10 %: 2,000 x 16 draws at ESS >= 1,500 give the sd to
-    ~2-3 % (MCSE of an sd ~ sd / sqrt(2 ESS)). ~15 s of CPU here, most of it compiling the 1,000-step chunk (30-50 s
-    wall on the shared 2-core machine at a load of 7-11).
+    A fixed, hand-set sampler (step 0.3, D = diag(9, 1, ..., 1): mu's posterior sd is
+    ~3.3, the others' ~1 on the unconstrained scale), not an adaptation: the test is
+    about the log density and ``constrain``, and must not depend on the adaptation being
+    worked on elsewhere. Starts: uniform(-2, 2) (Stan's). Tolerance, per reported
+    quantity (theta[1..8], mu, tau): |mean - ref| <= 4.5 sqrt(MCSE_run² + MCSE_ref²),
+    MCSE_run = sd / sqrt(ESS) from the run's own bulk ESS (cj.diagnostics; ~1,500-3,000
+    here), MCSE_ref from posteriordb's ESS. 4.5 sigma over 10 quantities is a
+    family-wise false alarm of ~7e-5 for a correct sampler, while a wrong log density
+    (e.g. a missing log-Jacobian of tau, which moves tau's mean by ~1 sd) is off by tens
+    of MCSE. Also R-hat below 1.01 (rank-normalised split) and the sd within 10 %: 2,000
+    x 16 draws at ESS >= 1,500 give the sd to ~2-3 % (MCSE of an sd ~ sd / sqrt(2 ESS)).
+    ~15 s of CPU here, most of it compiling the 1,000-step chunk (30-50 s wall on the
+    shared 2-core machine at a load of 7-11).
     """
     post = pdb.load(NAME)
     chains, burn_in, draws = 16, 1000, 2000
     D = jnp.array([9.0] + [1.0] * 9)
-    algo = cj.vmap_chains(cj.irreversible_mh(model.logdensity_fn, cj.irreversible.sde_proposal(D, 0.0, model.logdensity_fn, 0.3)))
-    x0 = jax.random.uniform(jax.random.key(1), (chains, model.d), jnp.float64, -2.0, 2.0)
+    algo = cj.vmap_chains(
+        cj.irreversible_mh(
+            model.logdensity_fn,
+            cj.irreversible.sde_proposal(D, 0.0, model.logdensity_fn, 0.3),
+        )
+    )
+    x0 = jax.random.uniform(
+        jax.random.key(1), (chains, model.d), jnp.float64, -2.0, 2.0
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        # burn-in kept in the trace and dropped here: one compiled chunk of 1,000 steps serves all three chunks
-        result = cj.sample(jax.random.key(2), algo, algo.init(x0), burn_in + draws, chunk_size=1000)
-    # no divergence and no frozen chain (convergence warnings over the whole trace, burn-in included, may come)
-    assert not [w for w in caught if "diverg" in str(w.message) or "did not move" in str(w.message)]
+        # burn-in kept in the trace and dropped here: one compiled chunk of 1,000 steps
+        # serves all three chunks
+        result = cj.sample(
+            jax.random.key(2), algo, algo.init(x0), burn_in + draws, chunk_size=1000
+        )
+    # no divergence and no frozen chain (convergence warnings over the whole trace,
+    # burn-in included, may come)
+    assert not [
+        w
+        for w in caught
+        if "diverg" in str(w.message) or "did not move" in str(w.message)
+    ]
     trace = result.trace[burn_in:]
-    c = jax.jit(jax.vmap(jax.vmap(model.constrain)))(trace)  # sites: (draws, chains, ...)
-    cols = {f"theta[{i + 1}]": c["theta"][..., i] for i in range(8)} | {"mu": c["mu"], "tau": c["tau"]}
-    q = np.stack([np.asarray(cols[n]) for n in post.names], axis=-1).swapaxes(0, 1)  # (chains, draws, 10)
+    c = jax.jit(jax.vmap(jax.vmap(model.constrain)))(
+        trace
+    )  # sites: (draws, chains, ...)
+    cols = {f"theta[{i + 1}]": c["theta"][..., i] for i in range(8)} | {
+        "mu": c["mu"],
+        "tau": c["tau"],
+    }
+    q = np.stack([np.asarray(cols[n]) for n in post.names], axis=-1).swapaxes(
+        0, 1
+    )  # (chains, draws, 10)
     ess = np.asarray(cj.diagnostics.effective_sample_size(q, method="bulk"))
     rhat = np.asarray(cj.diagnostics.potential_scale_reduction(q))
     sd = q.reshape(-1, 10).std(axis=0, ddof=1)

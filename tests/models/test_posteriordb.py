@@ -1,15 +1,18 @@
 """The posteriordb models (cenlmc_jax.models.posteriordb) against an independent transcription of each Stan model.
 
-The reference here is written separately from the library's JAX code: NumPy loops as the Stan code reads
-(``for (t in ...)``), scipy.stats densities, and Stan's constraining transforms with their log-Jacobians
-written out by hand (lower bound: ``exp``, Jacobian ``u``; interval ``(a, b)``: ``a + (b - a) logistic(u)``,
-Jacobian ``log(b - a) + log l + log(1 - l)``). Each model is compared at three unconstrained points: the
-reference's posterior mean (mapped to the unconstrained scale by the inverse transforms written here) and
-two points around it. Log densities are defined up to a constant, so the check is on differences between
-points, to ``1e-9`` relative to the largest |log density| (float64 round-off of sums over <= 5,000 terms is
-~1e-13 relative; a wrong term, prior or Jacobian changes the difference by O(1)). Nothing here reads
-``../shared``: the data and reference moments are the package's own copies. No sampler runs here (the
-samplers are checked against the references by benchmarks/bench_posteriordb.py and tests/models/test_numpyro.py).
+The reference here is written separately from the library's JAX code: NumPy loops as the
+Stan code reads (``for (t in ...)``), scipy.stats densities, and Stan's constraining
+transforms with their log-Jacobians written out by hand (lower bound: ``exp``, Jacobian
+``u``; interval ``(a, b)``: ``a + (b - a) logistic(u)``, Jacobian ``log(b - a) + log l +
+log(1 - l)``). Each model is compared at three unconstrained points: the reference's
+posterior mean (mapped to the unconstrained scale by the inverse transforms written
+here) and two points around it. Log densities are defined up to a constant, so the check
+is on differences between points, to ``1e-9`` relative to the largest |log density|
+(float64 round-off of sums over <= 5,000 terms is ~1e-13 relative; a wrong term, prior
+or Jacobian changes the difference by O(1)). Nothing here reads ``../shared``: the data
+and reference moments are the package's own copies. No sampler runs here (the samplers
+are checked against the references by benchmarks/bench_posteriordb.py and
+tests/models/test_numpyro.py).
 """
 
 import math
@@ -32,7 +35,9 @@ def _float64():
     with jax.enable_x64(True):
         yield
 
-# ------------------------------------------------------------------ the independent transcription (NumPy/scipy)
+
+# ------------------------------------------------------------------ the independent
+# transcription (NumPy/scipy)
 
 
 def logistic(u):
@@ -58,24 +63,37 @@ def lp_arma(data, p):
     err[0] = y[0] - (mu + phi * mu)
     for t in range(1, T):
         err[t] = y[t] - (mu + phi * y[t - 1] + theta * err[t - 1])
-    lp = st.norm.logpdf(mu, 0, 10) + st.norm.logpdf(phi, 0, 2) + st.norm.logpdf(theta, 0, 2)
+    lp = (
+        st.norm.logpdf(mu, 0, 10)
+        + st.norm.logpdf(phi, 0, 2)
+        + st.norm.logpdf(theta, 0, 2)
+    )
     return lp + st.cauchy.logpdf(sigma, 0, 2.5) + st.norm.logpdf(err, 0, sigma).sum()
 
 
 def lp_diamonds(data, p):
     X, Y = data["X"].astype(float), data["Y"].astype(float)
     Xc = X[:, 1:] - X[:, 1:].mean(axis=0)
-    lp = st.norm.logpdf(p["b"], 0, 1).sum() + st.t.logpdf(p["Intercept"], 3, 8, 10) + st.t.logpdf(p["sigma"], 3, 0, 10)
+    lp = (
+        st.norm.logpdf(p["b"], 0, 1).sum()
+        + st.t.logpdf(p["Intercept"], 3, 8, 10)
+        + st.t.logpdf(p["sigma"], 3, 0, 10)
+    )
     return lp + st.norm.logpdf(Y, p["Intercept"] + Xc @ p["b"], p["sigma"]).sum()
 
 
 def lp_earnings(data, p):
-    return st.norm.logpdf(data["earn"], p["beta"][0] + p["beta"][1] * data["height"], p["sigma"]).sum()
+    return st.norm.logpdf(
+        data["earn"], p["beta"][0] + p["beta"][1] * data["height"], p["sigma"]
+    ).sum()
 
 
 def lp_eight_schools(data, p):
     theta = p["theta_trans"] * p["tau"] + p["mu"]
-    lp = st.norm.logpdf(p["theta_trans"], 0, 1).sum() + st.norm.logpdf(data["y"], theta, data["sigma"]).sum()
+    lp = (
+        st.norm.logpdf(p["theta_trans"], 0, 1).sum()
+        + st.norm.logpdf(data["y"], theta, data["sigma"]).sum()
+    )
     return lp + st.norm.logpdf(p["mu"], 0, 5) + st.cauchy.logpdf(p["tau"], 0, 5)
 
 
@@ -84,28 +102,48 @@ def lp_garch(data, p):
     sigma = np.zeros(T)
     sigma[0] = float(data["sigma1"])
     for t in range(1, T):
-        sigma[t] = math.sqrt(p["alpha0"] + p["alpha1"] * (y[t - 1] - p["mu"]) ** 2 + p["beta1"] * sigma[t - 1] ** 2)
+        sigma[t] = math.sqrt(
+            p["alpha0"]
+            + p["alpha1"] * (y[t - 1] - p["mu"]) ** 2
+            + p["beta1"] * sigma[t - 1] ** 2
+        )
     return st.norm.logpdf(y, p["mu"], sigma).sum()
 
 
 def lp_gp(data, p):
     x, k, N = data["x"].astype(float), data["k"], int(data["N"])
-    cov = np.array([[p["alpha"] ** 2 * math.exp(-((x[i] - x[j]) ** 2) / (2 * p["rho"] ** 2)) for j in range(N)]
-                    for i in range(N)]) + 1e-10 * np.eye(N)
+    cov = np.array(
+        [
+            [
+                p["alpha"] ** 2 * math.exp(-((x[i] - x[j]) ** 2) / (2 * p["rho"] ** 2))
+                for j in range(N)
+            ]
+            for i in range(N)
+        ]
+    ) + 1e-10 * np.eye(N)
     f = scipy.linalg.cholesky(cov, lower=True) @ p["f_tilde"]
     lp = st.gamma.logpdf(p["rho"], 25, scale=1 / 4) + st.norm.logpdf(p["alpha"], 0, 2)
-    return lp + st.norm.logpdf(p["f_tilde"], 0, 1).sum() + st.poisson.logpmf(k, np.exp(f)).sum()
+    return (
+        lp
+        + st.norm.logpdf(p["f_tilde"], 0, 1).sum()
+        + st.poisson.logpmf(k, np.exp(f)).sum()
+    )
 
 
 def lp_kidiq(data, p):
     mean = p["beta"][0] + p["beta"][1] * data["mom_iq"]
-    return st.cauchy.logpdf(p["sigma"], 0, 2.5) + st.norm.logpdf(data["kid_score"], mean, p["sigma"]).sum()
+    return (
+        st.cauchy.logpdf(p["sigma"], 0, 2.5)
+        + st.norm.logpdf(data["kid_score"], mean, p["sigma"]).sum()
+    )
 
 
 def lp_mesquite(data, p):
     b = p["beta"]
     mean = b[0] + b[6] * data["group"]
-    for j, col in enumerate(("diam1", "diam2", "canopy_height", "total_height", "density")):
+    for j, col in enumerate(
+        ("diam1", "diam2", "canopy_height", "total_height", "density")
+    ):
         mean = mean + b[j + 1] * np.log(data[col])
     return st.norm.logpdf(np.log(data["weight"]), mean, p["sigma"]).sum()
 
@@ -118,15 +156,36 @@ def lp_blr(data, p):
 # Stan's parameters block of each model, in order: (name, size (0: scalar), transform)
 POSITIVE, FREE, UNIT, GARCH_BETA = "positive", "free", "unit", "upper 1 - alpha1"
 MODELS = {
-    "arK-arK": (lp_ark, [("alpha", 0, FREE), ("beta", 5, FREE), ("sigma", 0, POSITIVE)]),
-    "arma-arma11": (lp_arma, [("mu", 0, FREE), ("phi", 0, FREE), ("theta", 0, FREE), ("sigma", 0, POSITIVE)]),
-    "diamonds-diamonds": (lp_diamonds, [("b", 24, FREE), ("Intercept", 0, FREE), ("sigma", 0, POSITIVE)]),
+    "arK-arK": (
+        lp_ark,
+        [("alpha", 0, FREE), ("beta", 5, FREE), ("sigma", 0, POSITIVE)],
+    ),
+    "arma-arma11": (
+        lp_arma,
+        [("mu", 0, FREE), ("phi", 0, FREE), ("theta", 0, FREE), ("sigma", 0, POSITIVE)],
+    ),
+    "diamonds-diamonds": (
+        lp_diamonds,
+        [("b", 24, FREE), ("Intercept", 0, FREE), ("sigma", 0, POSITIVE)],
+    ),
     "earnings-earn_height": (lp_earnings, [("beta", 2, FREE), ("sigma", 0, POSITIVE)]),
     "eight_schools-eight_schools_noncentered": (
-        lp_eight_schools, [("theta_trans", 8, FREE), ("mu", 0, FREE), ("tau", 0, POSITIVE)]),
-    "garch-garch11": (lp_garch, [("mu", 0, FREE), ("alpha0", 0, POSITIVE), ("alpha1", 0, UNIT),
-                                 ("beta1", 0, GARCH_BETA)]),
-    "gp_pois_regr-gp_pois_regr": (lp_gp, [("rho", 0, POSITIVE), ("alpha", 0, POSITIVE), ("f_tilde", 11, FREE)]),
+        lp_eight_schools,
+        [("theta_trans", 8, FREE), ("mu", 0, FREE), ("tau", 0, POSITIVE)],
+    ),
+    "garch-garch11": (
+        lp_garch,
+        [
+            ("mu", 0, FREE),
+            ("alpha0", 0, POSITIVE),
+            ("alpha1", 0, UNIT),
+            ("beta1", 0, GARCH_BETA),
+        ],
+    ),
+    "gp_pois_regr-gp_pois_regr": (
+        lp_gp,
+        [("rho", 0, POSITIVE), ("alpha", 0, POSITIVE), ("f_tilde", 11, FREE)],
+    ),
     "kidiq-kidscore_momiq": (lp_kidiq, [("beta", 2, FREE), ("sigma", 0, POSITIVE)]),
     "mesquite-logmesquite": (lp_mesquite, [("beta", 7, FREE), ("sigma", 0, POSITIVE)]),
     "sblrc-blr": (lp_blr, [("beta", 5, FREE), ("sigma", 0, POSITIVE)]),
@@ -138,7 +197,7 @@ def constrain_by_hand(spec, u):
     out, log_j, i = {}, 0.0, 0
     for name, size, kind in spec:
         n = max(size, 1)
-        v = np.asarray(u[i: i + n], float)
+        v = np.asarray(u[i : i + n], float)
         i += n
         if kind == POSITIVE:
             c, log_j = np.exp(v), log_j + v.sum()
@@ -148,7 +207,10 @@ def constrain_by_hand(spec, u):
         elif kind == GARCH_BETA:
             ub = 1.0 - out["alpha1"]
             lg = np.array([logistic(a) for a in v])
-            c, log_j = ub * lg, log_j + np.sum(math.log(ub) + np.log(lg) + np.log1p(-lg))
+            c, log_j = (
+                ub * lg,
+                log_j + np.sum(math.log(ub) + np.log(lg) + np.log1p(-lg)),
+            )
         else:
             c = v
         out[name] = c if size else float(c[0])
@@ -183,12 +245,17 @@ def reference_centre(name, post):
         p["theta_trans"] = np.zeros(8)
     if name.startswith("gp_pois"):
         x = pdb.load_data(name)["x"].astype(float)
-        cov = p["alpha"] ** 2 * np.exp(-((x[:, None] - x[None, :]) ** 2) / (2 * p["rho"] ** 2)) + 1e-10 * np.eye(11)
-        p["f_tilde"] = scipy.linalg.solve_triangular(np.linalg.cholesky(cov), p["f"], lower=True)
+        cov = p["alpha"] ** 2 * np.exp(
+            -((x[:, None] - x[None, :]) ** 2) / (2 * p["rho"] ** 2)
+        ) + 1e-10 * np.eye(11)
+        p["f_tilde"] = scipy.linalg.solve_triangular(
+            np.linalg.cholesky(cov), p["f"], lower=True
+        )
     return p
 
 
-# ------------------------------------------------------------------------------------------------------ tests
+# ------------------------------------------------------------------------------------------------------
+# tests
 
 
 def test_names_cover_the_ten_posteriors_and_the_reference_table_loads():
@@ -197,8 +264,16 @@ def test_names_cover_the_ten_posteriors_and_the_reference_table_loads():
         post = pdb.load(name)
         ref = pdb.reference(name)
         assert ref["num_draws"] == 10_000
-        assert post.names == tuple(ref["names"]) and len(post.unconstrained_names) == post.d
-        assert post.ref_mean.shape == post.ref_sd.shape == post.ref_ess.shape == (len(post.names),)
+        assert (
+            post.names == tuple(ref["names"])
+            and len(post.unconstrained_names) == post.d
+        )
+        assert (
+            post.ref_mean.shape
+            == post.ref_sd.shape
+            == post.ref_ess.shape
+            == (len(post.names),)
+        )
         assert np.all(post.ref_sd > 0) and np.all(post.ref_ess > 1_000)
         assert post.d == sum(max(size, 1) for _, size, _ in MODELS[name][1])
 
@@ -212,7 +287,9 @@ def test_log_density_equals_the_independent_transcription_up_to_a_constant(name)
     rng = np.random.default_rng(0)
     points = [centre] + [centre + 0.3 * rng.standard_normal(post.d) for _ in range(2)]
     ours, theirs = [], []
-    logdensity = jax.jit(post.logdensity_fn)  # one compilation for the three points (eager ops are slow here)
+    logdensity = jax.jit(
+        post.logdensity_fn
+    )  # one compilation for the three points (eager ops are slow here)
     for u in points:
         p, log_j = constrain_by_hand(spec, u)
         theirs.append(lp_ref(data, p) + log_j)
@@ -220,7 +297,9 @@ def test_log_density_equals_the_independent_transcription_up_to_a_constant(name)
     ours, theirs = np.array(ours), np.array(theirs)
     assert np.all(np.isfinite(ours))
     scale = np.max(np.abs(theirs))
-    np.testing.assert_allclose(ours - ours[0], theirs - theirs[0], rtol=0, atol=1e-9 * scale + 1e-9)
+    np.testing.assert_allclose(
+        ours - ours[0], theirs - theirs[0], rtol=0, atol=1e-9 * scale + 1e-9
+    )
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -228,9 +307,15 @@ def test_gradients_are_finite_and_constrain_matches_the_hand_transforms(name):
     _, spec = MODELS[name]
     post = pdb.load(name)
     rng = np.random.default_rng(1)
-    u = unconstrain_by_hand(spec, reference_centre(name, post)) + 0.3 * rng.standard_normal(post.d)
+    u = unconstrain_by_hand(
+        spec, reference_centre(name, post)
+    ) + 0.3 * rng.standard_normal(post.d)
     g = jax.jit(jax.grad(post.logdensity_fn))(jnp.asarray(u))
-    assert g.shape == (post.d,) and g.dtype == jnp.float64 and bool(jnp.all(jnp.isfinite(g)))
+    assert (
+        g.shape == (post.d,)
+        and g.dtype == jnp.float64
+        and bool(jnp.all(jnp.isfinite(g)))
+    )
     p, _ = constrain_by_hand(spec, u)
     c = jax.jit(post.constrain)(jnp.asarray(u))
     assert set(c) == set(post.names)  # (jit returns a dict's keys sorted)
@@ -239,21 +324,37 @@ def test_gradients_are_finite_and_constrain_matches_the_hand_transforms(name):
         if base in p:  # a Stan parameter (not a transformed one such as theta or f)
             want = p[base] if not idx else p[base][int(idx[:-1]) - 1]
             np.testing.assert_allclose(float(v), want, rtol=1e-12)
-    np.testing.assert_allclose(jax.jit(post.constrain_array)(jnp.asarray(u)), [float(c[n]) for n in post.names])
+    np.testing.assert_allclose(
+        jax.jit(post.constrain_array)(jnp.asarray(u)), [float(c[n]) for n in post.names]
+    )
 
 
 def test_hand_computed_values():
-    # eight schools at x = 0: theta_trans = 0, mu = 0, tau = e^0 = 1 (log-Jacobian 0), theta = 0
+    # eight schools at x = 0: theta_trans = 0, mu = 0, tau = e^0 = 1 (log-Jacobian 0),
+    # theta = 0
     post = pdb.load("eight_schools-eight_schools_noncentered")
-    y, s = np.array([28, 8, -3, 7, -1, 1, 18, 12.0]), np.array([15, 10, 16, 11, 9, 11, 10, 18.0])
-    want = (8 * -0.5 * math.log(2 * math.pi) + np.sum(-0.5 * (y / s) ** 2 - np.log(s) - 0.5 * math.log(2 * math.pi))
-            + (-0.5 * math.log(2 * math.pi) - math.log(5)) + -math.log(math.pi * 5 * (1 + 1 / 25)))
-    np.testing.assert_allclose(float(post.logdensity_fn(jnp.zeros(10))), want, rtol=1e-12)
+    y, s = (
+        np.array([28, 8, -3, 7, -1, 1, 18, 12.0]),
+        np.array([15, 10, 16, 11, 9, 11, 10, 18.0]),
+    )
+    want = (
+        8 * -0.5 * math.log(2 * math.pi)
+        + np.sum(-0.5 * (y / s) ** 2 - np.log(s) - 0.5 * math.log(2 * math.pi))
+        + (-0.5 * math.log(2 * math.pi) - math.log(5))
+        + -math.log(math.pi * 5 * (1 + 1 / 25))
+    )
+    np.testing.assert_allclose(
+        float(post.logdensity_fn(jnp.zeros(10))), want, rtol=1e-12
+    )
     c = post.constrain(jnp.array([1.0] * 8 + [2.0, math.log(3.0)]))
-    assert float(c["tau"]) == pytest.approx(3.0) and float(c["theta[1]"]) == pytest.approx(2.0 + 3.0)
+    assert float(c["tau"]) == pytest.approx(3.0) and float(
+        c["theta[1]"]
+    ) == pytest.approx(2.0 + 3.0)
     # garch at x = 0: alpha0 = 1, alpha1 = 1/2, beta1 = (1 - 1/2)/2 = 1/4
     c = pdb.load("garch-garch11").constrain(jnp.zeros(4))
-    assert [float(c[k]) for k in ("mu", "alpha0", "alpha1", "beta1")] == pytest.approx([0.0, 1.0, 0.5, 0.25])
+    assert [float(c[k]) for k in ("mu", "alpha0", "alpha1", "beta1")] == pytest.approx(
+        [0.0, 1.0, 0.5, 0.25]
+    )
 
 
 def test_float32_in_float32_out_and_bad_names_are_refused():

@@ -62,12 +62,21 @@ def pair_shapes(n: int, d: int):
 
 
 def lower_text(fn, *shapes, platform: str = "cuda") -> str:
-    return jax.jit(fn).trace(*shapes).lower(lowering_platforms=(platform,)).as_text(debug_info=True)
+    return (
+        jax.jit(fn)
+        .trace(*shapes)
+        .lower(lowering_platforms=(platform,))
+        .as_text(debug_info=True)
+    )
 
 
 def assert_triton(text: str, count: int | None = None):
-    assert TRITON_CALL in text, "no Triton custom call: the Pallas kernel was not lowered for CUDA"
-    assert INTERPRETED not in text, "the Pallas interpreter is embedded in a CUDA lowering"
+    assert TRITON_CALL in text, (
+        "no Triton custom call: the Pallas kernel was not lowered for CUDA"
+    )
+    assert INTERPRETED not in text, (
+        "the Pallas interpreter is embedded in a CUDA lowering"
+    )
     if count is not None:
         assert text.count(TRITON_CALL) == count
 
@@ -83,17 +92,21 @@ FORCES = [
     ("tiled_sparse", 8192, 2, dict(method="auto"), None),
     ("pallas", 1000, 10, dict(method="pallas"), 1),
     ("pallas_gram", 1000, 100, dict(method="pallas"), 1),
-    # the sparse kernel and, in the other branch of a cond, the dense one (a list that overflows)
+    # the sparse kernel and, in the other branch of a cond, the dense one (a list that
+    # overflows)
     ("pallas_sparse", 8192, 2, dict(method="pallas", block_sparse=True), 2),
 ]
 
 
 def test_matrix_covers_auto():
-    # the auto rule picks the dense reference, tiles and block-sparse tiles at these shapes
+    # the auto rule picks the dense reference, tiles and block-sparse tiles at these
+    # shapes
     assert not auto_block_sparse(1000, 10) and auto_block_sparse(8192, 2)
 
 
-@pytest.mark.parametrize("name, n, d, kwargs, calls", FORCES, ids=[c[0] for c in FORCES])
+@pytest.mark.parametrize(
+    "name, n, d, kwargs, calls", FORCES, ids=[c[0] for c in FORCES]
+)
 def test_force_lowers(name, n, d, kwargs, calls):
     def force(x, f, log_p, eta, w, r2):
         return ensemble_force(x, f, log_p, eta, w=w, r2=r2, **kwargs)
@@ -116,31 +129,50 @@ def test_interpret_follows_the_platform():
         return ensemble_force_pallas(x, f, log_p, eta, w=w, r2=r2, interpret=interpret)
 
     # None: decided by the lowering platform, not by jax.default_backend() (cpu here)
-    assert_triton(lower_text(functools.partial(force, None), *shapes, platform="cuda"), 1)
+    assert_triton(
+        lower_text(functools.partial(force, None), *shapes, platform="cuda"), 1
+    )
     cpu = lower_text(functools.partial(force, None), *shapes, platform="cpu")
     assert INTERPRETED in cpu and TRITON_CALL not in cpu
     # True: the interpreter everywhere, also in a CUDA lowering (a debugging aid)
-    cuda_interpreted = lower_text(functools.partial(force, True), *shapes, platform="cuda")
+    cuda_interpreted = lower_text(
+        functools.partial(force, True), *shapes, platform="cuda"
+    )
     assert INTERPRETED in cuda_interpreted and TRITON_CALL not in cuda_interpreted
     # False: always Triton, which the CPU cannot lower
-    assert_triton(lower_text(functools.partial(force, False), *shapes, platform="cuda"), 1)
+    assert_triton(
+        lower_text(functools.partial(force, False), *shapes, platform="cuda"), 1
+    )
     with pytest.raises(ValueError, match="interpret mode"):
         lower_text(functools.partial(force, False), *shapes, platform="cpu")
     with pytest.raises(ValueError, match="interpret"):
-        ensemble_force(*(jnp.zeros(s.shape) for s in shapes[:3]), 1.0, method="pallas", interpret="yes")
+        ensemble_force(
+            *(jnp.zeros(s.shape) for s in shapes[:3]),
+            1.0,
+            method="pallas",
+            interpret="yes",
+        )
 
 
-@pytest.mark.parametrize("method, strategy", [("tiled", "allgather"), ("tiled", "ring"), ("pallas", "allgather")])
+@pytest.mark.parametrize(
+    "method, strategy",
+    [("tiled", "allgather"), ("tiled", "ring"), ("pallas", "allgather")],
+)
 def test_sharded_force_lowers(method, strategy):
     # An abstract 8-device mesh: lowering needs no devices, only the mesh's shape.
     mesh = jax.sharding.AbstractMesh((8,), ("particles",))
     n, d = 1024, 10
 
     def force(x, f, log_p, eta, w, r2):
-        return ensemble_force(x, f, log_p, eta, w=w, r2=r2, method=method, mesh=mesh, strategy=strategy)
+        return ensemble_force(
+            x, f, log_p, eta, w=w, r2=r2, method=method, mesh=mesh, strategy=strategy
+        )
 
     text = lower_text(force, *pair_shapes(n, d))
-    assert 'sdy.mesh @mesh = <["particles"=8]>' in text and "sdy.manual_computation" in text
+    assert (
+        'sdy.mesh @mesh = <["particles"=8]>' in text
+        and "sdy.manual_computation" in text
+    )
     assert f"tensor<{n // 8}x{d}xf32>" in text  # each device's own rows
     assert ("all_gather" if strategy == "allgather" else "collective_permute") in text
     if method == "pallas":
@@ -172,7 +204,9 @@ def test_steps_lower(program):
     if program == "lmc":
         algorithm = cj.lmc(gaussian, 0.05)
     else:
-        algorithm = cenlmc(n, d, method="pallas" if program == "cenlmc_pallas" else "auto")
+        algorithm = cenlmc(
+            n, d, method="pallas" if program == "cenlmc_pallas" else "auto"
+        )
     text = lower_text(algorithm.step, KEY, state_shapes(algorithm, n, d))
     if program == "cenlmc_pallas":
         assert_triton(text, 1)
@@ -187,10 +221,14 @@ def test_sample_chunk_lowers(method):
     n, d = 8192, 2
     algorithm = cenlmc(n, d, method=method, block_sparse=True)
     chunk = run._chunk_fn(algorithm.step, 2, 1, "trace", lambda s: s.position, "mean")
-    lowered = chunk.trace(KEY, state_shapes(algorithm, n, d), None, 0, 2, True).lower(lowering_platforms=("cuda",))
+    lowered = chunk.trace(KEY, state_shapes(algorithm, n, d), None, 0, 2, True).lower(
+        lowering_platforms=("cuda",)
+    )
     text = lowered.as_text(debug_info=True)
     if method == "pallas":
-        assert_triton(text, 2)  # the sparse kernel and its dense fallback, once in the scanned step
+        assert_triton(
+            text, 2
+        )  # the sparse kernel and its dense fallback, once in the scanned step
     else:
         assert_xla_only(text)
 
@@ -208,4 +246,6 @@ def test_gpu_check_refuses_another_backend(tmp_path):
 
     assert jax.default_backend() == "cpu"
     assert gpu_check.main(["--smoke", "--out-dir", str(tmp_path)]) == 2
-    assert (tmp_path / "env.json").exists() and not (tmp_path / "gpu_check.json").exists()
+    assert (tmp_path / "env.json").exists() and not (
+        tmp_path / "gpu_check.json"
+    ).exists()

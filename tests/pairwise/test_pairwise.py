@@ -47,7 +47,9 @@ EPS32 = float(np.finfo(np.float32).eps)
 # ----------------------------------------------------------------------------- data
 
 
-def lmc_like_ensemble(seed, n, d, *, h=0.05, scale=1.0, offset=0.0, dtype=np.float32, log_p_shift=0.0):
+def lmc_like_ensemble(
+    seed, n, d, *, h=0.05, scale=1.0, offset=0.0, dtype=np.float32, log_p_shift=0.0
+):
     """Particles as after an (En)LMC step on f(x) = |x|²/(2 scale²) (docs/algorithms.md §3).
 
     w = x_prev - h ∇f(x_prev), x = w + sqrt(2h) ξ and the exact Gaussian log density
@@ -59,7 +61,11 @@ def lmc_like_ensemble(seed, n, d, *, h=0.05, scale=1.0, offset=0.0, dtype=np.flo
     w = x_prev - h * (x_prev - offset) / scale**2
     x = w + math.sqrt(2 * h) * rng.normal(size=(n, d))
     f = 0.5 * np.sum((x - offset) ** 2, axis=1) / scale**2
-    log_p = -(d / 2) * math.log(4 * math.pi * h) - np.sum((x - w) ** 2, axis=1) / (4 * h) + log_p_shift
+    log_p = (
+        -(d / 2) * math.log(4 * math.pi * h)
+        - np.sum((x - w) ** 2, axis=1) / (4 * h)
+        + log_p_shift
+    )
     return tuple(a.astype(dtype) for a in (x, f, log_p, w))
 
 
@@ -73,7 +79,9 @@ def eta_for_neighbours(x, k):
 # ---------------------------------------------------------------------- oracle check
 
 
-def assert_matches_oracle(out, x, f, log_p, eta, *, w=None, r2=None, gram, eps=EPS32, max_ambiguous_rows=0.05):
+def assert_matches_oracle(
+    out, x, f, log_p, eta, *, w=None, r2=None, gram, eps=EPS32, max_ambiguous_rows=0.05
+):
     """``out`` equals the float64 oracle up to an explicit rounding-error bound.
 
     Per pair (i, j) in the oracle's ball, with term T_ij = W_ij (x_j - x_i),
@@ -96,14 +104,27 @@ def assert_matches_oracle(out, x, f, log_p, eta, *, w=None, r2=None, gram, eps=E
     force = np.asarray(out.force_sum, np.float64)
     n_ball = np.asarray(out.n_ball)
     n_r2 = np.asarray(out.n_r2)
-    assert out.force_sum.shape == (n, d) and out.n_ball.shape == (n,) and out.n_r2.shape == (n,)
+    assert (
+        out.force_sum.shape == (n, d)
+        and out.n_ball.shape == (n,)
+        and out.n_r2.shape == (n,)
+    )
     assert out.n_ball.dtype == jnp.int32 and out.n_r2.dtype == jnp.int32
     assert np.all(np.isfinite(force))
 
     f64 = np.asarray(f, np.float64)
     lp64 = np.asarray(log_p, np.float64)
-    valid_w = np.ones(n, bool) if w is None else np.all(np.isfinite(np.asarray(w, np.float64)), axis=1)
-    valid = np.all(np.isfinite(x64), axis=1) & np.isfinite(f64) & np.isfinite(lp64) & valid_w
+    valid_w = (
+        np.ones(n, bool)
+        if w is None
+        else np.all(np.isfinite(np.asarray(w, np.float64)), axis=1)
+    )
+    valid = (
+        np.all(np.isfinite(x64), axis=1)
+        & np.isfinite(f64)
+        & np.isfinite(lp64)
+        & valid_w
+    )
     xc = np.where(valid[:, None], x64 - x64[valid].mean(axis=0), 0.0)
     sq = np.sum(xc**2, axis=1)
     t = sq[:, None] + sq[None, :]
@@ -114,7 +135,9 @@ def assert_matches_oracle(out, x, f, log_p, eta, *, w=None, r2=None, gram, eps=E
     ambiguous = pair & (np.abs(d2 - eta**2) <= band)
     # Force only: with the Gram identity such a pair may be dropped as coincident
     # (it is still counted as a neighbour, like in the oracle).
-    coincident = pair & (d2 <= 2 * (2 * d + 4) * eps * t) if gram else np.zeros_like(pair)
+    coincident = (
+        pair & (d2 <= 2 * (2 * d + 4) * eps * t) if gram else np.zeros_like(pair)
+    )
     in_r2 = pair.copy()
     amb_w = np.zeros_like(pair)
     if w is not None:
@@ -123,23 +146,41 @@ def assert_matches_oracle(out, x, f, log_p, eta, *, w=None, r2=None, gram, eps=E
         sqw = np.sum(wc**2, axis=1)
         dw2 = np.sum((wc[None, :, :] - wc[:, None, :]) ** 2, axis=-1)
         pw = valid_w[:, None] & valid_w[None, :] & ~np.eye(n, dtype=bool)
-        bandw = ((2 * d + 4) * (sqw[:, None] + sqw[None, :]) if gram else 4 * (d + 1) * dw2) * eps + 2 * eps * r2**2
+        bandw = (
+            (2 * d + 4) * (sqw[:, None] + sqw[None, :]) if gram else 4 * (d + 1) * dw2
+        ) * eps + 2 * eps * r2**2
         amb_w = pw & (np.abs(dw2 - r2**2) <= bandw)
         in_r2 = pw & (dw2 <= r2**2)
     ball = pair & in_r2 & (d2 <= eta**2)
 
-    log_alpha = math.log(d) - (0.5 * d * math.log(math.pi) + d * math.log(eta) - math.lgamma(0.5 * d + 1))
+    log_alpha = math.log(d) - (
+        0.5 * d * math.log(math.pi) + d * math.log(eta) - math.lgamma(0.5 * d + 1)
+    )
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        # g and |T_ij| for every valid pair (ambiguous pairs may sit just outside the ball).
-        g = np.where(pair & (d2 > 0), (f64[None, :] - f64[:, None]) / np.where(d2 > 0, d2, 1), 0.0)
+        # g and |T_ij| for every valid pair (ambiguous pairs may sit just outside the
+        # ball).
+        g = np.where(
+            pair & (d2 > 0),
+            (f64[None, :] - f64[:, None]) / np.where(d2 > 0, d2, 1),
+            0.0,
+        )
         weight = np.exp(np.where(valid, log_alpha - lp64, 0.0))[None, :] * g
         term = np.abs(weight) * np.sqrt(d2)  # |T_ij|
-        L = abs(log_alpha) + np.abs(lp64)[None, :] + np.abs(np.log(np.where(g != 0, np.abs(g), 1))) + 4
+        L = (
+            abs(log_alpha)
+            + np.abs(lp64)[None, :]
+            + np.abs(np.log(np.where(g != 0, np.abs(g), 1)))
+            + 4
+        )
         D = (2 * d + 4) * t / np.where(d2 > 0, d2, 1) if gram else 2 * (d + 1)
-        X = (np.sqrt(sq)[:, None] + np.sqrt(sq)[None, :]) / np.where(d2 > 0, np.sqrt(d2), 1)
+        X = (np.sqrt(sq)[:, None] + np.sqrt(sq)[None, :]) / np.where(
+            d2 > 0, np.sqrt(d2), 1
+        )
         per_pair = np.where(ball, term * (L + D + X), 0.0)
     amb_pairs = (ambiguous | amb_w) & pair
-    allowance = 4 * math.sqrt(n) * eps * per_pair.sum(axis=1) + np.where(amb_pairs | coincident, term, 0).sum(axis=1)
+    allowance = 4 * math.sqrt(n) * eps * per_pair.sum(axis=1) + np.where(
+        amb_pairs | coincident, term, 0
+    ).sum(axis=1)
     allowance += 1e-30  # rows with no term at all must be exactly 0 (up to denormals)
     err = np.max(np.abs(force - ref.force_sum), axis=1)
     bad = err > allowance
@@ -153,7 +194,9 @@ def assert_matches_oracle(out, x, f, log_p, eta, *, w=None, r2=None, gram, eps=E
     clean = n_amb == 0
     np.testing.assert_array_equal(n_ball[clean], ref.n_ball[clean])
     # Non-vacuous: most rows are decided without any near-threshold pair.
-    assert clean.mean() >= 1 - max_ambiguous_rows, f"only {clean.mean():.2%} rows without ambiguous pairs"
+    assert clean.mean() >= 1 - max_ambiguous_rows, (
+        f"only {clean.mean():.2%} rows without ambiguous pairs"
+    )
     return ref
 
 
@@ -164,7 +207,9 @@ METHODS = [("dense", None), ("tiled", 64), ("tiled", None), ("tiled_cols", 64)]
 
 def force(method, block, x, f, log_p, eta, **kw):
     if method == "tiled_cols":
-        return ensemble_force_tiled(x, f, log_p, eta, block_size=block, block_cols=48, **kw)
+        return ensemble_force_tiled(
+            x, f, log_p, eta, block_size=block, block_cols=48, **kw
+        )
     return ensemble_force(x, f, log_p, eta, method=method, block_size=block, **kw)
 
 
@@ -176,22 +221,33 @@ def uses_gram(method, d):
 
 
 @pytest.mark.parametrize(
-    "d, volume", [(1, lambda e: 2 * e), (2, lambda e: math.pi * e**2), (3, lambda e: 4 / 3 * math.pi * e**3)]
+    "d, volume",
+    [
+        (1, lambda e: 2 * e),
+        (2, lambda e: math.pi * e**2),
+        (3, lambda e: 4 / 3 * math.pi * e**3),
+    ],
 )
 def test_log_alpha_d_known_ball_volumes(d, volume):
     # α_d = d / V_η with the textbook volumes of the interval, disc and ball.
     for eta in (0.1, 1.0, 2.5):
         with jax.enable_x64(True):
             got = float(log_alpha_d(d, eta, jnp.float64))
-        assert got == pytest.approx(math.log(d / volume(eta)), rel=1e-12, abs=1e-12)  # float64 rounding
+        assert got == pytest.approx(
+            math.log(d / volume(eta)), rel=1e-12, abs=1e-12
+        )  # float64 rounding
 
 
 def test_log_alpha_d_finite_where_alpha_overflows():
     # d = 50, η = 0.1: α_d ≈ e^148 overflows float32; its log must not.
     la = log_alpha_d(50, 0.1, jnp.float32)
-    expected = math.log(50) - (25 * math.log(math.pi) + 50 * math.log(0.1) - math.lgamma(26))
+    expected = math.log(50) - (
+        25 * math.log(math.pi) + 50 * math.log(0.1) - math.lgamma(26)
+    )
     assert np.isfinite(float(la))
-    assert float(la) == pytest.approx(expected, rel=1e-5)  # float32 of a value ~148: a few ulp
+    assert float(la) == pytest.approx(
+        expected, rel=1e-5
+    )  # float32 of a value ~148: a few ulp
 
 
 def test_estimator_unbiased_for_linear_f():
@@ -202,19 +258,26 @@ def test_estimator_unbiased_for_linear_f():
     d, L, eta, n_rand = 2, 1.0, 0.15, 4000
     a = np.array([1.5, -0.7])
     rng = np.random.default_rng(0)
-    grid1 = np.arange(-0.8, 0.81, 0.4)  # spacing 0.4 > 2η: disjoint balls, all inside the box
+    grid1 = np.arange(
+        -0.8, 0.81, 0.4
+    )  # spacing 0.4 > 2η: disjoint balls, all inside the box
     queries = np.stack(np.meshgrid(grid1, grid1), -1).reshape(-1, d)
     pts = rng.uniform(-L, L, size=(n_rand, d))
     x = np.concatenate([queries, pts]).astype(np.float32)
     f = (x @ a).astype(np.float32)
     log_p = np.full(len(x), -d * math.log(2 * L), np.float32)
     out = ensemble_force(x, f, log_p, eta)
-    est = np.asarray(out.force_sum[: len(queries)], np.float64) / n_rand  # only the random points contribute
+    est = (
+        np.asarray(out.force_sum[: len(queries)], np.float64) / n_rand
+    )  # only the random points contribute
     assert np.all(np.asarray(out.n_ball[: len(queries)]) > 0)
     mean = est.mean(axis=0)
     se = est.std(axis=0, ddof=1) / math.sqrt(len(queries))
     z = (mean - a) / se
-    assert np.all(np.abs(z) < 4), (mean, se)  # 4 standard errors: two-sided p ≈ 6e-5 per coordinate
+    assert np.all(np.abs(z) < 4), (
+        mean,
+        se,
+    )  # 4 standard errors: two-sided p ≈ 6e-5 per coordinate
 
 
 # ------------------------------------------------------------------------ vs oracle
@@ -237,12 +300,16 @@ def test_matches_float64_oracle_random(method, block, n, d, with_w):
     kw = dict(w=w, r2=eta_for_neighbours(w, 40)) if with_w else {}
     out = force(method, block, x, f, log_p, eta, **kw)
     ref = assert_matches_oracle(out, x, f, log_p, eta, gram=uses_gram(method, d), **kw)
-    assert ref.n_ball.mean() > 5  # the balls are populated: the comparison is not of zeros
+    assert (
+        ref.n_ball.mean() > 5
+    )  # the balls are populated: the comparison is not of zeros
     if with_w:
         assert 0 < ref.n_r2.mean() < n - 1  # the R2 mask does something
 
 
-@pytest.mark.parametrize("method, block", [("dense", None), ("tiled", 48), ("tiled_cols", 48)])
+@pytest.mark.parametrize(
+    "method, block", [("dense", None), ("tiled", 48), ("tiled_cols", 48)]
+)
 def test_d50_weights_beyond_float32_range(method, block):
     """d = 50 with log α_d - log p_j around 80 ± 15: exp of the weight alone
     overflows float32 (> e^88.7) for some j, while f differences ~1e-16 keep
@@ -254,7 +321,9 @@ def test_d50_weights_beyond_float32_range(method, block):
     eta = eta_for_neighbours(x, 15)
     la = float(log_alpha_d(d, eta, jnp.float32))
     lw = la - log_p.astype(np.float64)
-    log_p = (log_p + (lw.mean() - 80.0)).astype(np.float32)  # centre the log-weights at 80
+    log_p = (log_p + (lw.mean() - 80.0)).astype(
+        np.float32
+    )  # centre the log-weights at 80
     lw = la - log_p.astype(np.float64)
     assert lw.max() > 89  # exp(lw) is inf in float32 for some particles
     out = force(method, block, x, f, log_p, eta)
@@ -286,7 +355,9 @@ def test_two_far_clusters(method, block):
     x = x + np.where(np.arange(n)[:, None] < n // 2, shift, -shift).astype(np.float32)
     eta = eta_for_neighbours(x, 20)
     out = force(method, block, x, f, log_p, eta)
-    ref = assert_matches_oracle(out, x, f, log_p, eta, gram=uses_gram(method, d), max_ambiguous_rows=0.2)
+    ref = assert_matches_oracle(
+        out, x, f, log_p, eta, gram=uses_gram(method, d), max_ambiguous_rows=0.2
+    )
     assert ref.n_ball.mean() > 5
 
 
@@ -300,10 +371,18 @@ def test_isolated_and_all_masked_rows(method, block, d):
     x, f, log_p, w = lmc_like_ensemble(4, n, d)
     eta, r2 = eta_for_neighbours(x, 15), eta_for_neighbours(w, 40)
     x[0] = 50.0  # far from everyone: no η-neighbour
-    w[1] = -50.0  # far from everyone in w-space: no R2-neighbour, so all of its pairs are masked
+    w[
+        1
+    ] = (
+        -50.0
+    )  # far from everyone in w-space: no R2-neighbour, so all of its pairs are masked
     out = force(method, block, x, f, log_p, eta, w=w, r2=r2)
     assert int(out.n_ball[0]) == 0 and np.all(np.asarray(out.force_sum[0]) == 0)
-    assert int(out.n_r2[1]) == 0 and int(out.n_ball[1]) == 0 and np.all(np.asarray(out.force_sum[1]) == 0)
+    assert (
+        int(out.n_r2[1]) == 0
+        and int(out.n_ball[1]) == 0
+        and np.all(np.asarray(out.force_sum[1]) == 0)
+    )
     assert_matches_oracle(out, x, f, log_p, eta, w=w, r2=r2, gram=uses_gram(method, d))
 
 
@@ -324,14 +403,23 @@ def test_nonfinite_rows_are_ignored(method, block, d):
     good = np.setdiff1d(np.arange(n), bad)
     out = force(method, block, x, f, log_p, eta, w=w, r2=r2)
     assert np.all(np.isfinite(np.asarray(out.force_sum)))
-    assert np.all(np.asarray(out.force_sum[bad]) == 0) and np.all(np.asarray(out.n_ball[bad]) == 0)
+    assert np.all(np.asarray(out.force_sum[bad]) == 0) and np.all(
+        np.asarray(out.n_ball[bad]) == 0
+    )
     assert np.all(np.asarray(out.n_r2[np.array([3, 40])]) == 0)
-    # n_r2 lives in w-space only: rows 7, 11, 19 have a finite w and keep their w-neighbours.
+    # n_r2 lives in w-space only: rows 7, 11, 19 have a finite w and keep their
+    # w-neighbours.
     sub = force(method, block, x[good], f[good], log_p[good], eta, w=w[good], r2=r2)
     np.testing.assert_array_equal(np.asarray(out.n_ball[good]), np.asarray(sub.n_ball))
     scale = np.abs(np.asarray(sub.force_sum)).max()
-    # Same centred inputs, same pairs; only the matmul blocking over N differs: float32 rounding.
-    np.testing.assert_allclose(np.asarray(out.force_sum[good]), np.asarray(sub.force_sum), rtol=0, atol=1e-5 * scale)
+    # Same centred inputs, same pairs; only the matmul blocking over N differs: float32
+    # rounding.
+    np.testing.assert_allclose(
+        np.asarray(out.force_sum[good]),
+        np.asarray(sub.force_sum),
+        rtol=0,
+        atol=1e-5 * scale,
+    )
     assert_matches_oracle(out, x, f, log_p, eta, w=w, r2=r2, gram=uses_gram(method, d))
 
 
@@ -365,14 +453,17 @@ def test_coincident_particles(method, block, d):
 
 
 def test_huge_r2_equals_no_w():
-    # Every pair within R2: the w mask is all ones, so force and n_ball are those without w.
+    # Every pair within R2: the w mask is all ones, so force and n_ball are those
+    # without w.
     x, f, log_p, w = lmc_like_ensemble(8, 200, 5)
     eta = eta_for_neighbours(x, 20)
     a = ensemble_force(x, f, log_p, eta, w=w, r2=1e3, method="tiled")
     b = ensemble_force(x, f, log_p, eta, method="tiled")
     np.testing.assert_array_equal(np.asarray(a.n_r2), np.full(200, 199))
     np.testing.assert_array_equal(np.asarray(a.n_ball), np.asarray(b.n_ball))
-    np.testing.assert_array_equal(np.asarray(a.force_sum), np.asarray(b.force_sum))  # same float ops
+    np.testing.assert_array_equal(
+        np.asarray(a.force_sum), np.asarray(b.force_sum)
+    )  # same float ops
 
 
 def test_no_w_gives_n_minus_one():
@@ -389,13 +480,22 @@ def test_no_w_gives_n_minus_one():
 def test_block_size_does_not_matter(d):
     x, f, log_p, w = lmc_like_ensemble(10, 203, d)
     eta, r2 = eta_for_neighbours(x, 20), eta_for_neighbours(w, 40)
-    outs = [ensemble_force(x, f, log_p, eta, w=w, r2=r2, method="tiled", block_size=b) for b in (1, 7, 203, 300)]
+    outs = [
+        ensemble_force(x, f, log_p, eta, w=w, r2=r2, method="tiled", block_size=b)
+        for b in (1, 7, 203, 300)
+    ]
     for o in outs[1:]:
         np.testing.assert_array_equal(np.asarray(o.n_ball), np.asarray(outs[0].n_ball))
         np.testing.assert_array_equal(np.asarray(o.n_r2), np.asarray(outs[0].n_r2))
         scale = np.abs(np.asarray(outs[0].force_sum)).max()
-        # Rows are computed independently; only the matmul kernel's blocking may change rounding.
-        np.testing.assert_allclose(np.asarray(o.force_sum), np.asarray(outs[0].force_sum), rtol=0, atol=1e-5 * scale)
+        # Rows are computed independently; only the matmul kernel's blocking may change
+        # rounding.
+        np.testing.assert_allclose(
+            np.asarray(o.force_sum),
+            np.asarray(outs[0].force_sum),
+            rtol=0,
+            atol=1e-5 * scale,
+        )
 
 
 def test_default_block_size_respects_budget():
@@ -404,7 +504,9 @@ def test_default_block_size_respects_budget():
             b = default_block_size(n, with_w=with_w)
             assert 1 <= b <= -(-n // 8) * 8 and (b % 8 == 0 or b < 8)
             live = 5 if with_w else 3
-            assert b * n * 4 * live <= 64 * 2**20 or b == 1  # the 64 MiB cap of the docstring
+            assert (
+                b * n * 4 * live <= 64 * 2**20 or b == 1
+            )  # the 64 MiB cap of the docstring
             if n <= 10**5:
                 assert b >= 16 or b >= n  # small enough N: never starved blocks
 
@@ -414,12 +516,16 @@ def test_jit_matches_eager_and_traced_radii(method):
     x, f, log_p, w = lmc_like_ensemble(11, 130, 4)
     eta, r2 = eta_for_neighbours(x, 20), eta_for_neighbours(w, 40)
     eager = ensemble_force(x, f, log_p, eta, w=w, r2=r2, method=method)
-    jitted = jax.jit(functools.partial(ensemble_force, method=method))(x, f, log_p, eta, w=w, r2=r2)
+    jitted = jax.jit(functools.partial(ensemble_force, method=method))(
+        x, f, log_p, eta, w=w, r2=r2
+    )
     for a, b in zip(eager, jitted, strict=True):
         # The eager call runs the same jitted kernel; only the scalar eta/r2
         # (Python float vs traced array) may change constant folding: 1e-6 relative.
         scale = float(np.abs(eager.force_sum).max())
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-6 * scale)
+        np.testing.assert_allclose(
+            np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-6 * scale
+        )
 
 
 def test_auto_picks_dense_for_small_and_tiled_for_large():
@@ -446,7 +552,9 @@ def test_float64_in_float64_out(method, d):
         assert out.force_sum.dtype == jnp.float64
         # The float64 bound is 2^29 times tighter than the float32 one.
         eps64 = float(np.finfo(np.float64).eps)
-        assert_matches_oracle(out, x, f, log_p, eta, w=w, r2=r2, gram=uses_gram(method, d), eps=eps64)
+        assert_matches_oracle(
+            out, x, f, log_p, eta, w=w, r2=r2, gram=uses_gram(method, d), eps=eps64
+        )
 
 
 # --------------------------------------------------------------------- bad inputs
@@ -478,14 +586,31 @@ def _ok():
 )
 def test_bad_input_raises_value_error(change, match):
     x, f, log_p, w = _ok()
-    args = dict(x=x, f=f, log_p=log_p, eta=0.5, w=None, r2=None, method="auto", block_size=None, precision=None)
+    args = dict(
+        x=x,
+        f=f,
+        log_p=log_p,
+        eta=0.5,
+        w=None,
+        r2=None,
+        method="auto",
+        block_size=None,
+        precision=None,
+    )
     args.update(change)
     if isinstance(args["w"], str):
         args["w"] = w
     with pytest.raises(ValueError, match=match):
         ensemble_force(
-            args["x"], args["f"], args["log_p"], args["eta"], w=args["w"], r2=args["r2"],
-            method=args["method"], block_size=args["block_size"], precision=args["precision"],
+            args["x"],
+            args["f"],
+            args["log_p"],
+            args["eta"],
+            w=args["w"],
+            r2=args["r2"],
+            method=args["method"],
+            block_size=args["block_size"],
+            precision=args["precision"],
         )
 
 
@@ -551,7 +676,9 @@ def test_column_tile_of_heavy_particles_leaves_other_rows(d):
     sees = near[:, :tile].any(axis=1)
     assert sees.sum() >= 3 and (~sees).sum() > 60
     spread = float(log_p[tile:].max() - log_p[tile:].min())
-    assert spread < max_shared_spread(np.float32) < 140  # the other tiles share a shift too
+    assert (
+        spread < max_shared_spread(np.float32) < 140
+    )  # the other tiles share a shift too
     res = ensemble_force_tiled(x, f, log_p, eta, block_size=16, block_cols=tile)
     ref = ensemble_force_reference_numpy(x, f, log_p, eta)
     force = np.asarray(res.force_sum, np.float64)
@@ -565,7 +692,8 @@ def test_column_tile_of_heavy_particles_leaves_other_rows(d):
     assert np.count_nonzero(force[ok]) > 0.5 * ok.sum()
 
 
-# ------------------------------------------------------------- block size by d (issue 17)
+# ------------------------------------------------------------- block size by d (issue
+# 17)
 
 
 def test_default_block_size_by_d_values():
@@ -573,16 +701,21 @@ def test_default_block_size_by_d_values():
     for n in (1000, 4096, 8192, 16384):
         for with_w in (False, True):
             old = default_block_size(n, with_w=with_w)
-            # d = 2, 10, 30 keep the rule by n alone up to N = 16384 (measured: larger blocks were slower there)
+            # d = 2, 10, 30 keep the rule by n alone up to N = 16384 (measured: larger
+            # blocks were slower there)
             for d in (2, 10, 30):
                 assert default_block_size(n, with_w=with_w, d=d) == old
-    # d = 100: the floor 2 (d + 1) = 202 rows, spread evenly (82 blocks of 200 at N = 16384) and rounded to 8
+    # d = 100: the floor 2 (d + 1) = 202 rows, spread evenly (82 blocks of 200 at N =
+    # 16384) and rounded to 8
     assert default_block_size(16384, d=100) == 200
     assert default_block_size(8192, d=100) == 200
-    assert default_block_size(4096, d=100) == 256  # the cache target already gives more rows
+    assert (
+        default_block_size(4096, d=100) == 256
+    )  # the cache target already gives more rows
     assert default_block_size(1000, d=100) == 1000
-    # The memory cap wins over the floor: 64 MiB / (3 (B, n) float32 temporaries) = 341 rows -> 336,
-    # with w (5 temporaries) 204 -> 200; at huge n a handful of rows, whatever d.
+    # The memory cap wins over the floor: 64 MiB / (3 (B, n) float32 temporaries) = 341
+    # rows -> 336, with w (5 temporaries) 204 -> 200; at huge n a handful of rows,
+    # whatever d.
     assert default_block_size(16384, d=1000) == 336
     assert default_block_size(16384, d=1000, with_w=True) == 200
     assert default_block_size(10**6, d=100) == default_block_size(10**6) == 5
@@ -593,7 +726,9 @@ def test_default_block_size_by_d_values():
             prev = 0
             for d in (None, 1, 2, 10, 30, 50, 100, 200, 1000):
                 b = default_block_size(n, with_w=with_w, d=d)
-                assert b * n * 4 * live <= 64 * 2**20 or b == 1  # the 64 MiB cap of the docstring
+                assert (
+                    b * n * 4 * live <= 64 * 2**20 or b == 1
+                )  # the 64 MiB cap of the docstring
                 assert 1 <= b <= -(-n // 8) * 8 and (b % 8 == 0 or b < 8)
                 assert b >= prev  # more rows for larger d, never fewer
                 prev = b
@@ -617,7 +752,9 @@ def test_default_block_by_d_matches_oracle_d100(monkeypatch):
     x, f, log_p, _ = lmc_like_ensemble(3, n, d)
     eta = eta_for_neighbours(x, 20)
 
-    def run(x, f, log_p):  # a fresh jit: traced with the patched target, not a cached default
+    def run(
+        x, f, log_p
+    ):  # a fresh jit: traced with the patched target, not a cached default
         p = prepare(x, f, log_p, eta)
         return finish(tiled.tiled_partial(p, p), p, n)
 

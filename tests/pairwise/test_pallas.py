@@ -34,7 +34,12 @@ import numpy as np
 import pytest
 from scipy.special import gammaln
 
-from cenlmc_jax.pairwise import coincident_rtol, ensemble_force, ensemble_force_pallas, ensemble_force_reference_numpy
+from cenlmc_jax.pairwise import (
+    coincident_rtol,
+    ensemble_force,
+    ensemble_force_pallas,
+    ensemble_force_reference_numpy,
+)
 
 EPS32 = 2.0**-24  # unit roundoff of float32
 EPS64 = 2.0**-53
@@ -50,7 +55,9 @@ def cenlmc_like_inputs(seed: int, n: int, d: int, h: float = 0.05, dtype=np.floa
     x = rng.normal(size=(n, d))
     w = x - math.sqrt(2 * h) * rng.normal(size=(n, d))
     f = 0.5 * np.sum(x * x, axis=1)
-    log_p = -0.5 * d * math.log(4 * math.pi * h) - np.sum((x - w) ** 2, axis=1) / (4 * h)
+    log_p = -0.5 * d * math.log(4 * math.pi * h) - np.sum((x - w) ** 2, axis=1) / (
+        4 * h
+    )
     iu = np.triu_indices(n, 1)
     dist_x = np.sqrt(np.sum((x[:, None] - x[None]) ** 2, -1))[iu]
     dist_w = np.sqrt(np.sum((w[:, None] - w[None]) ** 2, -1))[iu]
@@ -60,7 +67,9 @@ def cenlmc_like_inputs(seed: int, n: int, d: int, h: float = 0.05, dtype=np.floa
     return cast(x), cast(f), cast(log_p), eta, cast(w), r2
 
 
-def oracle_with_bound(x, f, log_p, eta, w=None, r2=None, *, eps=EPS32, gram=False, coincident_rtol=0.0):
+def oracle_with_bound(
+    x, f, log_p, eta, w=None, r2=None, *, eps=EPS32, gram=False, coincident_rtol=0.0
+):
     """Float64 force, counts, and the rounding-error bound of a float computation.
 
     Returns dict with ``force (N, d)``, ``n_r2``, ``n_ball`` (int arrays),
@@ -73,8 +82,12 @@ def oracle_with_bound(x, f, log_p, eta, w=None, r2=None, *, eps=EPS32, gram=Fals
     log_p = np.asarray(log_p, np.float64)
     n, d = x.shape
     valid_w = np.ones(n, bool) if w is None else np.all(np.isfinite(w), axis=1)
-    valid = np.all(np.isfinite(x), axis=1) & np.isfinite(f) & np.isfinite(log_p) & valid_w
-    log_alpha = math.log(d) - (0.5 * d * math.log(math.pi) + d * math.log(eta) - gammaln(0.5 * d + 1))
+    valid = (
+        np.all(np.isfinite(x), axis=1) & np.isfinite(f) & np.isfinite(log_p) & valid_w
+    )
+    log_alpha = math.log(d) - (
+        0.5 * d * math.log(math.pi) + d * math.log(eta) - gammaln(0.5 * d + 1)
+    )
     f = np.where(valid, f, 0.0)
     log_s = np.where(valid, log_alpha - log_p, 0.0)
     centre = x[valid].mean(axis=0)
@@ -84,7 +97,12 @@ def oracle_with_bound(x, f, log_p, eta, w=None, r2=None, *, eps=EPS32, gram=Fals
         w = np.asarray(w, np.float64)
         wc = np.where(valid_w[:, None], w - w[valid_w].mean(axis=0), 0.0)
         size_w = np.sum(wc * wc, axis=1)
-    big_l = np.abs(log_alpha) + abs(math.log(eta)) + np.abs(np.where(valid, log_p, 0)) + np.max(np.abs(log_s))
+    big_l = (
+        np.abs(log_alpha)
+        + abs(math.log(eta))
+        + np.abs(np.where(valid, log_p, 0))
+        + np.max(np.abs(log_s))
+    )
 
     out = {k: np.zeros(n) for k in ("bound", "ambiguous")}
     force = np.zeros((n, d))
@@ -100,7 +118,9 @@ def oracle_with_bound(x, f, log_p, eta, w=None, r2=None, *, eps=EPS32, gram=Fals
             dist2_w = np.sum((wc - wc[i]) ** 2, axis=1)
             near_w = others & valid_w & valid_w[i] & (dist2_w <= r2 * r2)
             n_r2[i] = near_w.sum()
-            tol_w = r2 * r2 * eps * (d + 16) + 8 * eps * r2 * (np.sqrt(size_w) + math.sqrt(size_w[i]))
+            tol_w = r2 * r2 * eps * (d + 16) + 8 * eps * r2 * (
+                np.sqrt(size_w) + math.sqrt(size_w[i])
+            )
             if gram:
                 tol_w = tol_w + (w.shape[1] + 2) * eps * (size_w + size_w[i])
             amb_w = others & valid_w & valid_w[i] & (np.abs(dist2_w - r2 * r2) <= tol_w)
@@ -127,7 +147,9 @@ def oracle_with_bound(x, f, log_p, eta, w=None, r2=None, *, eps=EPS32, gram=Fals
         rel = eps * (n + d + 16 + 2 * big_l + 8 * a / np.where(r > 0, r, np.inf))
         if gram:
             rel = rel + (d + 2) * eps * (size + size[i]) / safe
-        err = term * rel + eps * np.exp(log_s) * (np.abs(f) + abs(f[i])) * r / safe * use
+        err = (
+            term * rel + eps * np.exp(log_s) * (np.abs(f) + abs(f[i])) * r / safe * use
+        )
         if gram:
             err = err + eps * np.abs(weight) * a  # x_i Σ W_ij cancellation in W @ X
         amb = others & valid & (np.abs(dist2 - eta * eta) <= tol_x) & (near_w | amb_w)
@@ -154,7 +176,9 @@ def assert_matches(result, ref, *, label=""):
     for name in ("n_r2", "n_ball"):
         got = np.asarray(getattr(result, name))
         assert got.dtype == np.int32, name
-        assert np.all(np.abs(got - ref[name]) <= ref["ambiguous"]), f"{label}: {name} differs beyond ambiguous pairs"
+        assert np.all(np.abs(got - ref[name]) <= ref["ambiguous"]), (
+            f"{label}: {name} differs beyond ambiguous pairs"
+        )
 
 
 # (n, d, with w) -- n deliberately not a multiple of any block size.
@@ -167,12 +191,16 @@ def test_direct_matches_float64_oracle(n, d, with_w):
     kw = dict(w=w, r2=r2) if with_w else {}
     result = ensemble_force_pallas(x, f, log_p, eta, block_rows=32, block_cols=16, **kw)
     ref = oracle_with_bound(x, f, log_p, eta, **kw)
-    assert ref["n_ball"].mean() > 2  # the masks select something: the test is not vacuous
+    assert (
+        ref["n_ball"].mean() > 2
+    )  # the masks select something: the test is not vacuous
     assert_matches(result, ref, label=f"direct n={n} d={d}")
     # this oracle and dense.py's agree: two float64 sums of the same terms
     # in a different order, equal to ~1e-13 of the sum of |terms|
     other = ensemble_force_reference_numpy(x, f, log_p, eta, **kw)
-    np.testing.assert_allclose(other.force_sum, ref["force"], rtol=0, atol=1e-10 * np.max(np.abs(ref["force"])))
+    np.testing.assert_allclose(
+        other.force_sum, ref["force"], rtol=0, atol=1e-10 * np.max(np.abs(ref["force"]))
+    )
     np.testing.assert_array_equal(other.n_ball, ref["n_ball"])
     np.testing.assert_array_equal(other.n_r2, ref["n_r2"])
 
@@ -181,8 +209,18 @@ def test_direct_matches_float64_oracle(n, d, with_w):
 def test_gram_matches_float64_oracle(n, d, with_w):
     x, f, log_p, eta, w, r2 = cenlmc_like_inputs(1, n, d)
     kw = dict(w=w, r2=r2) if with_w else {}
-    result = ensemble_force_pallas(x, f, log_p, eta, distances="gram", block_rows=16, block_cols=32, **kw)
-    ref = oracle_with_bound(x, f, log_p, eta, gram=True, coincident_rtol=coincident_rtol(d, np.float32), **kw)
+    result = ensemble_force_pallas(
+        x, f, log_p, eta, distances="gram", block_rows=16, block_cols=32, **kw
+    )
+    ref = oracle_with_bound(
+        x,
+        f,
+        log_p,
+        eta,
+        gram=True,
+        coincident_rtol=coincident_rtol(d, np.float32),
+        **kw,
+    )
     assert_matches(result, ref, label=f"gram n={n} d={d}")
 
 
@@ -202,7 +240,12 @@ def test_nonfinite_rows_and_coincident_pairs():
     f[5] = np.inf
     log_p[7] = np.nan
     w[9, 1] = np.inf  # as at CEnLMC's first step, where w = +inf
-    x[12], f[12], log_p[12], w[12] = x[11], f[11], log_p[11], w[11]  # an exact duplicate
+    x[12], f[12], log_p[12], w[12] = (
+        x[11],
+        f[11],
+        log_p[11],
+        w[11],
+    )  # an exact duplicate
     result = ensemble_force_pallas(x, f, log_p, eta, w=w, r2=r2)
     ref = oracle_with_bound(x, f, log_p, eta, w=w, r2=r2)
     assert_matches(result, ref, label="non-finite")
@@ -264,13 +307,22 @@ def test_float64_in_float64_out():
 def test_jit_and_traced_radii():
     # eta and r2 may be traced (tuned inside a jitted loop): same numbers.
     x, f, log_p, eta, w, r2 = cenlmc_like_inputs(0, 333, 3)
-    direct = ensemble_force_pallas(x, f, log_p, eta, w=w, r2=r2, block_rows=32, block_cols=16)
-    jitted = jax.jit(lambda e, r: ensemble_force_pallas(x, f, log_p, e, w=w, r2=r, block_rows=32, block_cols=16))
+    direct = ensemble_force_pallas(
+        x, f, log_p, eta, w=w, r2=r2, block_rows=32, block_cols=16
+    )
+    jitted = jax.jit(
+        lambda e, r: ensemble_force_pallas(
+            x, f, log_p, e, w=w, r2=r, block_rows=32, block_cols=16
+        )
+    )
     traced = jitted(jnp.float32(eta), jnp.float32(r2))
     np.testing.assert_array_equal(np.asarray(traced.n_ball), np.asarray(direct.n_ball))
     # identical programs up to where eta enters: a few ulps of the force
     np.testing.assert_allclose(
-        traced.force_sum, direct.force_sum, rtol=1e-5, atol=1e-5 * float(jnp.max(jnp.abs(direct.force_sum)))
+        traced.force_sum,
+        direct.force_sum,
+        rtol=1e-5,
+        atol=1e-5 * float(jnp.max(jnp.abs(direct.force_sum))),
     )
 
 
@@ -315,9 +367,16 @@ def test_kernel_lowers_to_triton_for_cuda(distances, monkeypatch):
     vec, mat, scalar = s((n,), jnp.float32), s((n, d), jnp.float32), s((), jnp.float32)
 
     def force(x, f, lp, eta, w, r2):
-        return ensemble_force_pallas(x, f, lp, eta, w=w, r2=r2, distances=distances, interpret=False)
+        return ensemble_force_pallas(
+            x, f, lp, eta, w=w, r2=r2, distances=distances, interpret=False
+        )
 
-    text = jax.jit(force).trace(mat, vec, vec, scalar, mat, scalar).lower(lowering_platforms=("cuda",)).as_text()
+    text = (
+        jax.jit(force)
+        .trace(mat, vec, vec, scalar, mat, scalar)
+        .lower(lowering_platforms=("cuda",))
+        .as_text()
+    )
     assert "__gpu$xla.gpu.triton" in text
 
 

@@ -30,8 +30,10 @@ import jax.numpy as jnp
 import pytest
 
 pytest.importorskip(
-    "triton", reason="the spill check compiles the kernel's Triton IR with the optional `triton` wheel "
-    "(pip install triton): without it nothing here can compile for a GPU")
+    "triton",
+    reason="the spill check compiles the kernel's Triton IR with the optional `triton` wheel "
+    "(pip install triton): without it nothing here can compile for a GPU",
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import bench_spills  # noqa: E402
@@ -42,7 +44,11 @@ _USAGE: dict = {}  # one compile per distinct kernel (the sparse program also ho
 
 
 def usage(kernel: bench_spills.TritonKernel) -> dict:
-    key = (hashlib.sha1(kernel.ttir.encode()).hexdigest(), kernel.num_warps, kernel.num_stages)
+    key = (
+        hashlib.sha1(kernel.ttir.encode()).hexdigest(),
+        kernel.num_warps,
+        kernel.num_stages,
+    )
     if key not in _USAGE:
         _USAGE[key] = bench_spills.compile_usage(kernel)
     return _USAGE[key]
@@ -55,19 +61,41 @@ def usage(kernel: bench_spills.TritonKernel) -> dict:
 SPILL_BOUND = {("float64", 100): 256}
 
 
-@pytest.mark.parametrize("dtype, d, block_sparse", [
-    ("float32", 2, False), ("float32", 3, False), ("float32", 10, False), ("float32", 100, False),
-    ("float32", 2, True), ("float32", 3, True), ("float64", 2, False), ("float64", 100, False),
-])
+@pytest.mark.parametrize(
+    "dtype, d, block_sparse",
+    [
+        ("float32", 2, False),
+        ("float32", 3, False),
+        ("float32", 10, False),
+        ("float32", 100, False),
+        ("float32", 2, True),
+        ("float32", 3, True),
+        ("float64", 2, False),
+        ("float64", 100, False),
+    ],
+)
 def test_default_kernel_does_not_spill(dtype, d, block_sparse):
     distances = "direct" if d <= DIRECT_MAX_D else "gram"
     opts = pallas.kernel_options(d, distances=distances, dtype=jnp.dtype(dtype))
     kernels = bench_spills.force_kernels(d, jnp.dtype(dtype), block_sparse=block_sparse)
-    assert len(kernels) == (2 if block_sparse else 1)  # the list kernel and its dense fallback
+    assert len(kernels) == (
+        2 if block_sparse else 1
+    )  # the list kernel and its dense fallback
     for kernel in kernels:
         # the table reaches the custom call XLA compiles
-        assert (kernel.num_warps, kernel.num_stages) == (opts.num_warps, opts.num_stages)
+        assert (kernel.num_warps, kernel.num_stages) == (
+            opts.num_warps,
+            opts.num_stages,
+        )
         got = usage(kernel)
         bound = SPILL_BOUND.get((dtype, d), 0)
-        assert got["spill_stores"] <= bound and got["spill_loads"] <= bound, (dtype, d, block_sparse, opts, got)
-        assert got["registers"] <= 255, got  # ptxas's cap per thread: above it there is nothing but spilling
+        assert got["spill_stores"] <= bound and got["spill_loads"] <= bound, (
+            dtype,
+            d,
+            block_sparse,
+            opts,
+            got,
+        )
+        assert got["registers"] <= 255, (
+            got
+        )  # ptxas's cap per thread: above it there is nothing but spilling

@@ -121,17 +121,27 @@ SCRIPT = textwrap.dedent(
 @pytest.fixture(scope="module")
 def sharded_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sharding")
-    inputs = {"cases": np.array(CASES, dtype=object), "honour": np.array(HONOUR, dtype=object)}
-    ensembles = {name: (seed, n, d, with_w) for name, (seed, n, d, with_w, _, _) in CASES.items()}
+    inputs = {
+        "cases": np.array(CASES, dtype=object),
+        "honour": np.array(HONOUR, dtype=object),
+    }
+    ensembles = {
+        name: (seed, n, d, with_w) for name, (seed, n, d, with_w, _, _) in CASES.items()
+    }
     ensembles["honour_d5_w"] = HONOUR_CASE + (True,)
     for name, (seed, n, d, with_w) in ensembles.items():
         x, f, log_p, eta, w, r2 = cenlmc_like_inputs(seed, n, d)
-        inputs.update({f"{name}/x": x, f"{name}/f": f, f"{name}/log_p": log_p, f"{name}/eta": eta})
+        inputs.update(
+            {f"{name}/x": x, f"{name}/f": f, f"{name}/log_p": log_p, f"{name}/eta": eta}
+        )
         if with_w:
             inputs.update({f"{name}/w": w, f"{name}/r2": r2})
     np.savez(tmp / "in.npz", **inputs)
     env = dict(os.environ)
-    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={NUM_DEVICES}").strip()
+    env["XLA_FLAGS"] = (
+        env.get("XLA_FLAGS", "")
+        + f" --xla_force_host_platform_device_count={NUM_DEVICES}"
+    ).strip()
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     proc = subprocess.run(
@@ -139,19 +149,28 @@ def sharded_run(tmp_path_factory):
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return dict(np.load(tmp / "out.npz")), dict(np.load(tmp / "in.npz", allow_pickle=True))
+    return dict(np.load(tmp / "out.npz")), dict(
+        np.load(tmp / "in.npz", allow_pickle=True)
+    )
 
 
 def _reference(inputs, name, gram=None):
     """Oracle and bound; ``gram`` (default: as the case's local computation) picks the bound."""
     seed, n, d, with_w, strategy, local = CASES[name]
     kw = dict(w=inputs[name + "/w"], r2=float(inputs[name + "/r2"])) if with_w else {}
-    args = (inputs[name + "/x"], inputs[name + "/f"], inputs[name + "/log_p"], float(inputs[name + "/eta"]))
+    args = (
+        inputs[name + "/x"],
+        inputs[name + "/f"],
+        inputs[name + "/log_p"],
+        float(inputs[name + "/eta"]),
+    )
     if gram is None:
         # both local computations use the Gram identity for d > DIRECT_MAX_D
         # and exact differences below: each case is held to its own bound
         gram = d > DIRECT_MAX_D
-    return oracle_with_bound(*args, gram=gram, coincident_rtol=coincident_rtol(d, np.float32), **kw)
+    return oracle_with_bound(
+        *args, gram=gram, coincident_rtol=coincident_rtol(d, np.float32), **kw
+    )
 
 
 def test_runs_on_four_devices(sharded_run):
@@ -183,7 +202,9 @@ def test_sharded_equals_single_device(sharded_run, name):
     out, inputs = sharded_run
     ref = _reference(inputs, name)
     d = CASES[name][2]
-    bound_tiled = _reference(inputs, name, gram=d > DIRECT_MAX_D)["bound"]  # method="tiled"
+    bound_tiled = _reference(inputs, name, gram=d > DIRECT_MAX_D)[
+        "bound"
+    ]  # method="tiled"
     a = out[f"{name}/sharded/force_sum"].astype(np.float64)
     b = out[f"{name}/tiled/force_sum"].astype(np.float64)
     assert np.all(np.max(np.abs(a - b), axis=1) <= ref["bound"] + bound_tiled)
@@ -201,8 +222,15 @@ def test_result_stays_sharded_when_n_divides(sharded_run):
 def test_jitted_call_on_sharded_inputs(sharded_run):
     out, inputs = sharded_run
     name = "even_allgather_d3_w"
-    args = (inputs[name + "/x"], inputs[name + "/f"], inputs[name + "/log_p"], float(inputs[name + "/eta"]))
-    ref = oracle_with_bound(*args, gram=True, coincident_rtol=coincident_rtol(3, np.float32))
+    args = (
+        inputs[name + "/x"],
+        inputs[name + "/f"],
+        inputs[name + "/log_p"],
+        float(inputs[name + "/eta"]),
+    )
+    ref = oracle_with_bound(
+        *args, gram=True, coincident_rtol=coincident_rtol(3, np.float32)
+    )
     err = np.max(np.abs(out["jit/force_sum"].astype(np.float64) - ref["force"]), axis=1)
     assert np.all(err <= ref["bound"])
 
@@ -221,9 +249,15 @@ def _floor_band_terms(x, f, log_p, eta, w, r2, kappa, eps=EPS32):
     dw2 = np.sum((wc[None] - wc[:, None]) ** 2, axis=-1)
     pair = (d2 <= eta * eta) & (dw2 <= r2 * r2) & ~np.eye(n, dtype=bool)
     band = pair & (np.abs(d2 - kappa * t) <= 2 * (2 * d + 4) * eps * t)
-    log_alpha = math.log(d) - (0.5 * d * math.log(math.pi) + d * math.log(eta) - math.lgamma(0.5 * d + 1))
+    log_alpha = math.log(d) - (
+        0.5 * d * math.log(math.pi) + d * math.log(eta) - math.lgamma(0.5 * d + 1)
+    )
     with np.errstate(divide="ignore", invalid="ignore"):
-        term = np.exp(log_alpha - log_p)[None, :] * np.abs(f[None, :] - f[:, None]) / np.sqrt(d2)
+        term = (
+            np.exp(log_alpha - log_p)[None, :]
+            * np.abs(f[None, :] - f[:, None])
+            / np.sqrt(d2)
+        )
     return np.where(band, term, 0.0).sum(axis=1)
 
 
@@ -240,23 +274,50 @@ def test_mesh_honours_method_and_precision(sharded_run):
     name = "honour_d5_w"
     seed, n, d = HONOUR_CASE
     x, f, log_p = inputs[name + "/x"], inputs[name + "/f"], inputs[name + "/log_p"]
-    eta, w, r2 = float(inputs[name + "/eta"]), inputs[name + "/w"], float(inputs[name + "/r2"])
-    assert [bool(out[f"{name}/{tag}/pallas_call"]) for tag in HONOUR] == [True, False, False]
+    eta, w, r2 = (
+        float(inputs[name + "/eta"]),
+        inputs[name + "/w"],
+        float(inputs[name + "/r2"]),
+    )
+    assert [bool(out[f"{name}/{tag}/pallas_call"]) for tag in HONOUR] == [
+        True,
+        False,
+        False,
+    ]
 
     highest = ensemble_force(x, f, log_p, eta, w=w, r2=r2, method="tiled")
-    default = ensemble_force(x, f, log_p, eta, w=w, r2=r2, method="tiled", precision="default")
-    ref = oracle_with_bound(x, f, log_p, eta, w=w, r2=r2, gram=True, coincident_rtol=coincident_rtol(d, np.float32))
-    band = _floor_band_terms(x, f, log_p, eta, w, r2, coincident_rtol(d, np.float32, "default"))
+    default = ensemble_force(
+        x, f, log_p, eta, w=w, r2=r2, method="tiled", precision="default"
+    )
+    ref = oracle_with_bound(
+        x,
+        f,
+        log_p,
+        eta,
+        w=w,
+        r2=r2,
+        gram=True,
+        coincident_rtol=coincident_rtol(d, np.float32),
+    )
+    band = _floor_band_terms(
+        x, f, log_p, eta, w, r2, coincident_rtol(d, np.float32, "default")
+    )
     allowed = 2 * ref["bound"] + band
     single = np.asarray(default.force_sum, np.float64)
     for tag in ("pallas_default", "tiled_default"):
         got = out[f"{name}/{tag}/force_sum"].astype(np.float64)
         assert np.all(np.max(np.abs(got - single), axis=1) <= allowed), tag
         for field in ("n_r2", "n_ball"):
-            diff = np.abs(out[f"{name}/{tag}/{field}"] - np.asarray(getattr(default, field)))
+            diff = np.abs(
+                out[f"{name}/{tag}/{field}"] - np.asarray(getattr(default, field))
+            )
             assert np.all(diff <= ref["ambiguous"]), (tag, field)
-    # Non-vacuous: at "default" most rows lose pairs, far beyond what the comparison allows.
-    moved = np.max(np.abs(single - np.asarray(highest.force_sum, np.float64)), axis=1) > allowed
+    # Non-vacuous: at "default" most rows lose pairs, far beyond what the comparison
+    # allows.
+    moved = (
+        np.max(np.abs(single - np.asarray(highest.force_sum, np.float64)), axis=1)
+        > allowed
+    )
     has = ref["n_ball"] > 0
     assert moved[has].mean() > 0.5, moved[has].mean()
     # And "auto" with a mesh is the XLA path at HIGHEST: within the bound of the oracle.
@@ -271,19 +332,25 @@ def test_bad_arguments_raise():
         ensemble_force(x, z, z, 1.0, mesh=make_mesh(1), strategy="tree")
     with pytest.raises(ValueError, match="method must be one of"):
         ensemble_force(x, z, z, 1.0, mesh=make_mesh(1), method="cuda")
-    with pytest.raises(ValueError, match="method must be 'auto', 'tiled' or 'pallas' with a mesh"):
+    with pytest.raises(
+        ValueError, match="method must be 'auto', 'tiled' or 'pallas' with a mesh"
+    ):
         ensemble_force(x, z, z, 1.0, mesh=make_mesh(1), method="dense")
     with pytest.raises(ValueError, match="partial_fn must be a callable"):
         ensemble_force_sharded(x, z, z, 1.0, partial_fn=None, mesh=make_mesh(1))
     with pytest.raises(ValueError, match="axis_name 'rows' is not an axis"):
-        ensemble_force_sharded(x, z, z, 1.0, partial_fn=tiled_partial, mesh=make_mesh(1), axis_name="rows")
+        ensemble_force_sharded(
+            x, z, z, 1.0, partial_fn=tiled_partial, mesh=make_mesh(1), axis_name="rows"
+        )
     with pytest.raises(ValueError, match="num_devices must be an integer"):
         make_mesh(10**6)
     with pytest.raises(ValueError, match="leading particle axis"):
         shard_ensemble(np.zeros(()), make_mesh(1))
 
 
-@pytest.mark.parametrize("d", [2, 3])  # exact-difference and Gram branches of the XLA tiles
+@pytest.mark.parametrize(
+    "d", [2, 3]
+)  # exact-difference and Gram branches of the XLA tiles
 def test_one_device_xla_tiles_nonfinite_rows_and_huge_weight(d):
     # The local XLA tile loop, run in this process on a 1-device mesh: rows
     # with NaN/inf inputs contribute nothing, and one particle with a weight
@@ -298,7 +365,9 @@ def test_one_device_xla_tiles_nonfinite_rows_and_huge_weight(d):
     heavy = int(np.argmax(np.where(np.isfinite(near.sum(1)), near.sum(1), -1)))
     log_p[heavy] = -150.0
     local = functools.partial(tiled_partial, block_rows=32, block_cols=48)
-    res = ensemble_force_sharded(x, f, log_p, eta, partial_fn=local, w=w, r2=r2, mesh=make_mesh(1))
+    res = ensemble_force_sharded(
+        x, f, log_p, eta, partial_fn=local, w=w, r2=r2, mesh=make_mesh(1)
+    )
     ref = oracle_with_bound(
         x, f, log_p, eta, w=w, r2=r2, gram=d > DIRECT_MAX_D, coincident_rtol=coincident_rtol(d, np.float32)
     )  # fmt: skip
@@ -307,10 +376,14 @@ def test_one_device_xla_tiles_nonfinite_rows_and_huge_weight(d):
     huge = np.max(np.abs(ref["force"]), axis=1) > np.finfo(np.float32).max
     assert huge.sum() >= 1 and np.all(np.isinf(force[huge]).any(axis=1))
     ok = ~huge
-    assert np.all(np.max(np.abs(force[ok] - ref["force"][ok]), axis=1) <= ref["bound"][ok])
+    assert np.all(
+        np.max(np.abs(force[ok] - ref["force"][ok]), axis=1) <= ref["bound"][ok]
+    )
     assert np.all(force[[3, 5, 9]] == 0)
     for field in ("n_r2", "n_ball"):
-        assert np.all(np.abs(np.asarray(getattr(res, field)) - ref[field]) <= ref["ambiguous"]), field
+        assert np.all(
+            np.abs(np.asarray(getattr(res, field)) - ref[field]) <= ref["ambiguous"]
+        ), field
 
 
 CENLMC_SCRIPT = textwrap.dedent(
@@ -340,14 +413,25 @@ CENLMC_SCRIPT = textwrap.dedent(
 def test_same_cenlmc_step_call_runs_sharded_with_the_same_samples(tmp_path):
     """cenlmc_step(..., mesh=mesh) on 4 forced CPU devices vs the plain call, same key."""
     path = tmp_path / "cenlmc.npz"
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu",
-               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-c", CENLMC_SCRIPT, str(path)], env=env, capture_output=True,
-                          text=True, timeout=600)
+    env = dict(
+        os.environ,
+        XLA_FLAGS="--xla_force_host_platform_device_count=4",
+        JAX_PLATFORMS="cpu",
+        PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", CENLMC_SCRIPT, str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = np.load(path)
     assert int(out["num_devices"]) == NUM_DEVICES
-    assert np.mean(out["single/fraction"][10:]) > 0.2  # the ensemble force is really in use
+    assert (
+        np.mean(out["single/fraction"][10:]) > 0.2
+    )  # the ensemble force is really in use
     # The all-gather prepares and sums each row as one device does (measured
     # identical here); should XLA ever order a sum differently (~1e-6 relative
     # per step), a particle whose constraint test sits within that of its
@@ -420,31 +504,52 @@ SPARSE_SCRIPT = textwrap.dedent(
 
 def test_block_sparse_on_a_mesh_equals_one_device(tmp_path):
     """ensemble_force(..., mesh=mesh, block_sparse=True) on 4 forced CPU devices: the global Hilbert sort,
-    then each device's run of rows against all sorted columns with its own tile list. Every device's list
-    fits (the lists hold together a quarter of the tile pairs here, 42% in the run: the sparse fold, not
-    the dense fall-back, ran; with 512 rows a device they are the single device's list cut in 4), and the result is the
-    single-device block-sparse result bit for bit: each row sums the same tiles in the same order. The
+    then each device's run of rows against all sorted columns with its own tile list.
+    Every device's list fits (the lists hold together a quarter of the tile pairs here,
+    42% in the run: the sparse fold, not the dense fall-back, ran; with 512 rows a
+    device they are the single device's list cut in 4), and the result is the
+    single-device block-sparse result bit for bit: each row sums the same tiles in the
+    same order. The
     counts equal the dense tiles' (d <= 3: exact differences); a 20-step CEnLMC run is the same run."""
     path = tmp_path / "sparse.npz"
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu",
-               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-c", SPARSE_SCRIPT, str(path), str(ROOT / "tests")], env=env,
-                          capture_output=True, text=True, timeout=600)
+    env = dict(
+        os.environ,
+        XLA_FLAGS="--xla_force_host_platform_device_count=4",
+        JAX_PLATFORMS="cpu",
+        PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", SPARSE_SCRIPT, str(path), str(ROOT / "tests")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = np.load(path)
     assert int(out["num_devices"]) == NUM_DEVICES
     for tag in ("2048", "2000", "run"):
-        # the lists fit together, within half of all tile pairs: the sparse fold ran, not the dense tiles
+        # the lists fit together, within half of all tile pairs: the sparse fold ran,
+        # not the dense tiles
         total = out[f"{tag}/lengths"].sum()
         assert total <= out[f"{tag}/capacity"] and bool(out[f"{tag}/shared"]), tag
-    for tag in ("2048", "run"):  # 512 and 256 rows a device: the single device's row tiles, cut in 4
+    for tag in (
+        "2048",
+        "run",
+    ):  # 512 and 256 rows a device: the single device's row tiles, cut in 4
         assert out[f"{tag}/lengths"].sum() == out[f"{tag}/single_length"], tag
     for n in (2048, 2000):
-        assert np.mean(out[f"{n}/single/n_ball"]) > 5  # pairs are summed (about 10 a row): not vacuous
+        assert (
+            np.mean(out[f"{n}/single/n_ball"]) > 5
+        )  # pairs are summed (about 10 a row): not vacuous
         for field in ("force_sum", "n_r2", "n_ball"):
-            np.testing.assert_array_equal(out[f"{n}/mesh/{field}"], out[f"{n}/single/{field}"], err_msg=field)
+            np.testing.assert_array_equal(
+                out[f"{n}/mesh/{field}"], out[f"{n}/single/{field}"], err_msg=field
+            )
         for field in ("n_r2", "n_ball"):
-            np.testing.assert_array_equal(out[f"{n}/mesh/{field}"], out[f"{n}/dense/{field}"], err_msg=field)
+            np.testing.assert_array_equal(
+                out[f"{n}/mesh/{field}"], out[f"{n}/dense/{field}"], err_msg=field
+            )
     assert np.mean(out["run/single/fraction"][5:]) > 0.3  # the ensemble force is in use
     np.testing.assert_array_equal(out["run/mesh/position"], out["run/single/position"])
 
@@ -453,8 +558,21 @@ def test_block_sparse_mesh_needs_allgather_and_xla_tiles():
     x = np.zeros((8, 2), np.float32)
     z = np.zeros(8, np.float32)
     for how in (dict(strategy="ring"), dict(method="pallas")):
-        with pytest.raises(ValueError, match="block_sparse=True with a mesh needs method 'auto' or 'tiled'"):
+        with pytest.raises(
+            ValueError,
+            match="block_sparse=True with a mesh needs method 'auto' or 'tiled'",
+        ):
             ensemble_force(x, z, z, 1.0, mesh=make_mesh(1), block_sparse=True, **how)
-    with pytest.raises(ValueError, match="spatial_sort=True needs strategy 'allgather'"):
-        ensemble_force_sharded(x, z, z, 1.0, partial_fn=tiled_partial, mesh=make_mesh(1), strategy="ring",
-                               spatial_sort=True)
+    with pytest.raises(
+        ValueError, match="spatial_sort=True needs strategy 'allgather'"
+    ):
+        ensemble_force_sharded(
+            x,
+            z,
+            z,
+            1.0,
+            partial_fn=tiled_partial,
+            mesh=make_mesh(1),
+            strategy="ring",
+            spatial_sort=True,
+        )

@@ -42,22 +42,40 @@ def ensemble(seed=8, n=500, d=2):
 
 
 def force(x, f, log_p, w, eta, r2, max_active):
-    return ensemble_force_tiled(x, f, log_p, eta, w=w, r2=r2, block_sparse=True, block_size=TILE, block_cols=TILE,
-                                group=8, max_active=max_active)
+    return ensemble_force_tiled(
+        x,
+        f,
+        log_p,
+        eta,
+        w=w,
+        r2=r2,
+        block_sparse=True,
+        block_size=TILE,
+        block_cols=TILE,
+        group=8,
+        max_active=max_active,
+    )
 
 
 def fallbacks(fn):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         out = jax.block_until_ready(fn())
-    return out, [str(c.message) for c in caught if issubclass(c.category, SparseFallbackWarning)]
+    return out, [
+        str(c.message) for c in caught if issubclass(c.category, SparseFallbackWarning)
+    ]
 
 
 def test_capacity_grows_with_n():
-    # The case: N = 2^20, d = 2, default tiles (64 x 32) lists 17.65 M tile pairs; the old fixed cap
-    # of 2^23 = 8.39 M made it run dense. Below 2^23 / 32 = 262,144 particles the cap is unchanged.
-    assert sparse_capacity(2**20, 64, 32) == SPARSE_PAIRS_PER_PARTICLE * 2**20 > 17_650_000
-    assert sparse_capacity(2**17, 64, 32) == 2**17 // 64 * 2**17 // 32 // 2  # half the tile pairs, below 2^23
+    # The case: N = 2^20, d = 2, default tiles (64 x 32) lists 17.65 M tile
+    # pairs; the old fixed cap of 2^23 = 8.39 M made it run dense. Below 2^23 / 32 =
+    # 262,144 particles the cap is unchanged.
+    assert (
+        sparse_capacity(2**20, 64, 32) == SPARSE_PAIRS_PER_PARTICLE * 2**20 > 17_650_000
+    )
+    assert (
+        sparse_capacity(2**17, 64, 32) == 2**17 // 64 * 2**17 // 32 // 2
+    )  # half the tile pairs, below 2^23
     assert sparse_capacity(2**18, 64, 32) == SPARSE_MAX_PAIRS  # the floor binds at 2^18
     assert sparse_capacity(2**26, 64, 32) <= 2**30  # int32 offsets
 
@@ -72,24 +90,32 @@ def test_sparse_branch_says_nothing_and_matches_the_oracle():
 def test_fallback_over_max_active_is_reported_once_and_exact():
     x, f, log_p, w, eta, r2 = ensemble()
     out, said = fallbacks(lambda: force(x, f, log_p, w, eta, r2, 0.01))
-    assert len(said) == 1 and "max_active" in said[0] and "dense tiles ran" in said[0], said
+    assert (
+        len(said) == 1 and "max_active" in said[0] and "dense tiles ran" in said[0]
+    ), said
     assert_matches_oracle(out, x, f, log_p, eta, w=w, r2=r2, gram=False)
     _, again = fallbacks(lambda: force(x, f, log_p, w, eta, r2, 0.01))
     assert again == []  # once per process, not once per step
 
 
 def test_fallback_over_the_memory_cap_is_reported(monkeypatch):
-    # A memory cap below the list (the N = 2^20 cliff, scaled down): reported as the memory cap.
+    # A memory cap below the list (the N = 2^20 cliff, scaled down): reported as the
+    # memory cap.
     monkeypatch.setattr(tiled, "SPARSE_MAX_PAIRS", 4)
     monkeypatch.setattr(tiled, "SPARSE_PAIRS_PER_PARTICLE", 0)
-    x, f, log_p, w, eta, r2 = ensemble(n=496)  # a shape of its own: traced with the patched caps
+    x, f, log_p, w, eta, r2 = ensemble(
+        n=496
+    )  # a shape of its own: traced with the patched caps
     out, said = fallbacks(lambda: force(x, f, log_p, w, eta, r2, 1.0))
-    assert len(said) == 1 and "memory cap" in said[0] and "capacity of 4 " in said[0], said
+    assert len(said) == 1 and "memory cap" in said[0] and "capacity of 4 " in said[0], (
+        said
+    )
     assert_matches_oracle(out, x, f, log_p, eta, w=w, r2=r2, gram=False)
 
 
 def test_vmap_reports_only_a_real_fallback():
-    # Under vmap both branches of the cond run: the flags, not the branch, decide the warning.
+    # Under vmap both branches of the cond run: the flags, not the branch, decide the
+    # warning.
     x, f, log_p, w, eta, r2 = ensemble(n=480)
     xs, fs, ls, ws = (jnp.stack([a, a]) for a in (x, f, log_p, w))
 
@@ -98,13 +124,16 @@ def test_vmap_reports_only_a_real_fallback():
 
     out, said = fallbacks(lambda: batched(1.0))
     assert said == []
-    assert_matches_oracle(jax.tree.map(lambda a: a[0], out), x, f, log_p, eta, w=w, r2=r2, gram=False)
+    assert_matches_oracle(
+        jax.tree.map(lambda a: a[0], out), x, f, log_p, eta, w=w, r2=r2, gram=False
+    )
     _, said = fallbacks(lambda: batched(0.01))
     assert len(said) == 1
 
 
 def test_grad_through_a_fallback():
-    # The callback sits in the dense branch; reverse mode through it still works and equals the sparse branch's.
+    # The callback sits in the dense branch; reverse mode through it still works and
+    # equals the sparse branch's.
     x, f, log_p, w, eta, r2 = ensemble(n=464)
 
     def loss(x, max_active):
@@ -112,6 +141,11 @@ def test_grad_through_a_fallback():
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SparseFallbackWarning)
-        g_dense, g_sparse = jax.grad(loss)(jnp.asarray(x), 0.01), jax.grad(loss)(jnp.asarray(x), 1.0)
+        g_dense, g_sparse = (
+            jax.grad(loss)(jnp.asarray(x), 0.01),
+            jax.grad(loss)(jnp.asarray(x), 1.0),
+        )
     scale = float(jnp.max(jnp.abs(g_sparse)))
-    assert float(jnp.max(jnp.abs(g_dense - g_sparse))) <= 1e-3 * scale  # float32 sums in two orders
+    assert (
+        float(jnp.max(jnp.abs(g_dense - g_sparse))) <= 1e-3 * scale
+    )  # float32 sums in two orders

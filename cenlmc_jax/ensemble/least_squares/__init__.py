@@ -56,8 +56,8 @@ uniform kernel it is ``1/(d+2)`` for both fits (odd moments vanish); it is
 is singular to working precision, and the fit must explain the values,
 ``sqrt((c_i - b_iᵀθ_i)/m_i) / η ≤ max_residual`` (the rms misfit in units of
 a gradient; off by default), with at least ``2p`` neighbours (so that the
-residual has degrees of freedom: ``p`` neighbours are fitted exactly). A refused particle gets ``grad = 0`` and
-``ok = False``: its caller takes the true gradient.
+residual has degrees of freedom: ``p`` neighbours are fitted exactly). A refused
+particle gets ``grad = 0`` and ``ok = False``: its caller takes the true gradient.
 """
 
 from __future__ import annotations
@@ -109,6 +109,7 @@ __all__ = [
     "least_squares_force",
 ]
 
+
 @functools.partial(jax.jit, static_argnames=("kernel", "quadratic"))
 def _dense(x, f, eta, min_eig, max_residual, *, kernel, quadratic):
     x, f, valid = prepare(x, f)
@@ -133,25 +134,35 @@ def _tiles(x: Array, f: Array, valid: Array, block_size: int) -> tuple[Array, ..
 def _fold(rows, cols, eta, *, kernel: str, quadratic: bool, skip_far: bool):
     """The moments of the row tiles against every column tile: ``(LSMoments (nr, B, ...), visited (nr,))``.
 
-    ``skip_far``: a column tile whose box is farther than ``η`` from the row tile's box holds no pair
-    with ``k > 0`` and is skipped (a ``lax.cond``), with a margin for rounding, so the moments are
-    the dense ones summed in another order (the block-sparse plan; useful in a spatial order).
+    ``skip_far``: a column tile whose box is farther than ``η`` from the row tile's box
+    holds no pair with ``k > 0`` and is skipped (a ``lax.cond``), with a margin for
+    rounding, so the moments are the dense ones summed in another order (the
+    block-sparse plan; useful in a spatial order).
     """
     xs = cols[0]
     block, d = xs.shape[1], xs.shape[2]
     p = num_features(d, quadratic)
-    margin = 1 + 16 * (d + 4) * float(jnp.finfo(xs.dtype).eps)  # the gap, and |u|² = |δ/η|², each within (d+4)ε
+    margin = 1 + 16 * (d + 4) * float(
+        jnp.finfo(xs.dtype).eps
+    )  # the gap, and |u|² = |δ/η|², each within (d+4)ε
 
     def row_tile(row):
         xr, fr, vr, lo_r, hi_r = row
 
         def step(acc, col):
             xc, fc, vc, lo_c, hi_c = col
-            moments = lambda: tile_moments(xr, fr, vr, xc, fc, vc, eta, kernel=kernel, quadratic=quadratic)  # noqa: E731
+
+            def moments():
+                return tile_moments(
+                    xr, fr, vr, xc, fc, vc, eta, kernel=kernel, quadratic=quadratic
+                )
+
             if not skip_far:
                 return combine_moments(acc, moments()), jnp.ones((), bool)
             gap = jnp.maximum(jnp.maximum(lo_c - hi_r, lo_r - hi_c), 0)
-            near = jnp.sum(gap * gap) <= eta * eta * margin  # an empty tile's gap is inf: skipped
+            near = (
+                jnp.sum(gap * gap) <= eta * eta * margin
+            )  # an empty tile's gap is inf: skipped
             part = lax.cond(near, moments, lambda: empty_moments(block, p, xs.dtype))
             return combine_moments(acc, part), near
 
@@ -164,9 +175,10 @@ def _fold(rows, cols, eta, *, kernel: str, quadratic: bool, skip_far: bool):
 def _fold_over(tiles, eta, mesh, **kw):
     """:func:`_fold` of all row tiles, on one device, or split over the 1-D ``mesh`` (``jax.shard_map``).
 
-    With a mesh each device folds its run of row tiles against all the column tiles (replicated:
-    ``(d + 2) N`` numbers, as the pair force's all-gather); the row tiles are padded with invalid
-    ones to a multiple of the device count. The per-row solve after it stays on the rows' device.
+    With a mesh each device folds its run of row tiles against all the column tiles
+    (replicated: ``(d + 2) N`` numbers, as the pair force's all-gather); the row tiles
+    are padded with invalid ones to a multiple of the device count. The per-row solve
+    after it stays on the rows' device.
     """
     if mesh is None:
         return _fold(tiles, tiles, eta, **kw)
@@ -174,19 +186,37 @@ def _fold_over(tiles, eta, mesh, **kw):
     num = int(mesh.shape[axis])
     nb = tiles[0].shape[0]
     extra = -(-nb // num) * num - nb
-    fills = (0, 0, False, jnp.inf, -jnp.inf)  # invalid tiles with empty boxes: nothing, skipped
-    rows = tuple(jnp.concatenate([t, jnp.full((extra,) + t.shape[1:], v, t.dtype)])
-                 for t, v in zip(tiles, fills, strict=True))
-    fold = jax.shard_map(lambda r, c: _fold(r, c, eta, **kw), mesh=mesh, in_specs=(P(axis), P()),
-                         out_specs=P(axis), check_vma=False)
+    fills = (
+        0,
+        0,
+        False,
+        jnp.inf,
+        -jnp.inf,
+    )  # invalid tiles with empty boxes: nothing, skipped
+    rows = tuple(
+        jnp.concatenate([t, jnp.full((extra,) + t.shape[1:], v, t.dtype)])
+        for t, v in zip(tiles, fills, strict=True)
+    )
+    fold = jax.shard_map(
+        lambda r, c: _fold(r, c, eta, **kw),
+        mesh=mesh,
+        in_specs=(P(axis), P()),
+        out_specs=P(axis),
+        check_vma=False,
+    )
     mo, visited = fold(rows, tiles)
     return LSMoments(*(v[:nb] for v in mo)), visited[:nb]
 
 
-@functools.partial(jax.jit, static_argnames=("kernel", "quadratic", "block_size", "sparse", "mesh"))
-def _folded(x, f, eta, min_eig, max_residual, *, kernel, quadratic, block_size, sparse, mesh):
+@functools.partial(
+    jax.jit, static_argnames=("kernel", "quadratic", "block_size", "sparse", "mesh")
+)
+def _folded(
+    x, f, eta, min_eig, max_residual, *, kernel, quadratic, block_size, sparse, mesh
+):
     """Row tiles folding the moments over column tiles; ``sparse``: the particles in Hilbert order
-    (:func:`~cenlmc_jax.pairwise.sparsity.spatial_order`, so that a tile of consecutive particles is a
+    (:func:`~cenlmc_jax.pairwise.sparsity.spatial_order`, so that a tile of consecutive
+    particles is a
     compact cloud) and the far tile pairs skipped. Returns ``(LSGradient, visited fraction)``."""
     n, d = x.shape
     x, f, valid = prepare(x, f)
@@ -194,7 +224,9 @@ def _folded(x, f, eta, min_eig, max_residual, *, kernel, quadratic, block_size, 
         perm = spatial_order(x, valid)
         x, f, valid = x[perm], f[perm], valid[perm]
     tiles = _tiles(x, f, valid, block_size)
-    mo, visited = _fold_over(tiles, eta, mesh, kernel=kernel, quadratic=quadratic, skip_far=sparse)
+    mo, visited = _fold_over(
+        tiles, eta, mesh, kernel=kernel, quadratic=quadratic, skip_far=sparse
+    )
     mo = LSMoments(*(v.reshape((-1,) + v.shape[2:])[:n] for v in mo))
     out = solve_moments(mo, eta, d, min_eig, max_residual)
     if sparse:
@@ -203,46 +235,95 @@ def _folded(x, f, eta, min_eig, max_residual, *, kernel, quadratic, block_size, 
     return out, jnp.sum(visited) / (nb * nb)
 
 
-def least_squares_dense(x: ArrayLike, f: ArrayLike, eta: ArrayLike, *, quadratic: bool = False,
-                        kernel: str = "epanechnikov", min_eig: ArrayLike = DEFAULT_MIN_EIG,
-                        max_residual: ArrayLike = math.inf) -> LSGradient:
+def least_squares_dense(
+    x: ArrayLike,
+    f: ArrayLike,
+    eta: ArrayLike,
+    *,
+    quadratic: bool = False,
+    kernel: str = "epanechnikov",
+    min_eig: ArrayLike = DEFAULT_MIN_EIG,
+    max_residual: ArrayLike = math.inf,
+) -> LSGradient:
     """The estimator with all ``N × N`` pairs at once (``N × N × p`` temporaries): the reference."""
     x, f, dtype = check_inputs(x, f, eta, kernel, quadratic, min_eig, max_residual)
-    return _dense(x, f, *scalars(dtype, eta, min_eig, max_residual), kernel=kernel, quadratic=quadratic)
+    return _dense(
+        x,
+        f,
+        *scalars(dtype, eta, min_eig, max_residual),
+        kernel=kernel,
+        quadratic=quadratic,
+    )
 
 
-def least_squares_tiled(x: ArrayLike, f: ArrayLike, eta: ArrayLike, *, quadratic: bool = False,
-                        kernel: str = "epanechnikov", min_eig: ArrayLike = DEFAULT_MIN_EIG,
-                        max_residual: ArrayLike = math.inf, block_size: int = 128, mesh=None) -> LSGradient:
+def least_squares_tiled(
+    x: ArrayLike,
+    f: ArrayLike,
+    eta: ArrayLike,
+    *,
+    quadratic: bool = False,
+    kernel: str = "epanechnikov",
+    min_eig: ArrayLike = DEFAULT_MIN_EIG,
+    max_residual: ArrayLike = math.inf,
+    block_size: int = 128,
+    mesh=None,
+) -> LSGradient:
     """The estimator by row tiles of ``block_size`` folding the moments over column tiles (``O(B² p)`` scratch).
 
-    ``mesh``: a 1-D device mesh; each device folds its share of the row tiles (:func:`_fold_over`).
+    ``mesh``: a 1-D device mesh; each device folds its share of the row tiles
+    (:func:`_fold_over`).
     """
     x, f, dtype = check_inputs(x, f, eta, kernel, quadratic, min_eig, max_residual)
     block_size = min(check_int(block_size, "block_size", minimum=1), x.shape[0])
-    return _folded(x, f, *scalars(dtype, eta, min_eig, max_residual), kernel=kernel, quadratic=quadratic,
-                   block_size=block_size, sparse=False, mesh=check_mesh(mesh))[0]
+    return _folded(
+        x,
+        f,
+        *scalars(dtype, eta, min_eig, max_residual),
+        kernel=kernel,
+        quadratic=quadratic,
+        block_size=block_size,
+        sparse=False,
+        mesh=check_mesh(mesh),
+    )[0]
 
 
-def least_squares_sparse(x: ArrayLike, f: ArrayLike, eta: ArrayLike, *, quadratic: bool = False,
-                         kernel: str = "epanechnikov", min_eig: ArrayLike = DEFAULT_MIN_EIG,
-                         max_residual: ArrayLike = math.inf, block_size: int = 32,
-                         return_visited: bool = False, mesh=None):
+def least_squares_sparse(
+    x: ArrayLike,
+    f: ArrayLike,
+    eta: ArrayLike,
+    *,
+    quadratic: bool = False,
+    kernel: str = "epanechnikov",
+    min_eig: ArrayLike = DEFAULT_MIN_EIG,
+    max_residual: ArrayLike = math.inf,
+    block_size: int = 32,
+    return_visited: bool = False,
+    mesh=None,
+):
     """The estimator by row tiles against the column tiles within ``η`` only (particles in Hilbert order).
 
-    Equal to :func:`least_squares_dense` up to the order of the sums. ``return_visited``: also the
-    fraction of tile pairs folded (the rest were skipped). ``mesh``: as :func:`least_squares_tiled`.
+    Equal to :func:`least_squares_dense` up to the order of the sums.
+    ``return_visited``: also the fraction of tile pairs folded (the rest were skipped).
+    ``mesh``: as :func:`least_squares_tiled`.
     """
     x, f, dtype = check_inputs(x, f, eta, kernel, quadratic, min_eig, max_residual)
     check_bool(return_visited, "return_visited")
     block_size = min(check_int(block_size, "block_size", minimum=1), x.shape[0])
-    out, visited = _folded(x, f, *scalars(dtype, eta, min_eig, max_residual), kernel=kernel, quadratic=quadratic,
-                           block_size=block_size, sparse=True, mesh=check_mesh(mesh))
+    out, visited = _folded(
+        x,
+        f,
+        *scalars(dtype, eta, min_eig, max_residual),
+        kernel=kernel,
+        quadratic=quadratic,
+        block_size=block_size,
+        sparse=True,
+        mesh=check_mesh(mesh),
+    )
     return (out, visited) if return_visited else out
 
 
-#: ``method="auto"``: dense up to this N, then block-sparse tiles for d <= this, dense tiles above
-#: (benchmarks/results/least_squares_sparse.md)
+#: ``method="auto"``: dense up to this N, then block-sparse tiles for d <= this, dense
+#: tiles above (benchmarks/results/least_squares_sparse.md)
 LS_DENSE_MAX_N = 64
 LS_SPARSE_MAX_D = 3
 
@@ -251,36 +332,54 @@ def check_mesh(mesh):
     """None, or a device mesh with one particle axis (``ValueError`` otherwise)."""
     if mesh is not None:
         if not isinstance(mesh, Mesh):
-            raise ValueError(f"mesh must be a jax.sharding.Mesh with one particle axis, or None; got {mesh!r}.")
+            raise ValueError(
+                f"mesh must be a jax.sharding.Mesh with one particle axis, or None; got {mesh!r}."
+            )
         particle_axis(mesh)
     return mesh
 
 
-def least_squares_gradient(x: ArrayLike, f: ArrayLike, eta: ArrayLike, *, quadratic: bool = False,
-                           kernel: str = "epanechnikov", min_eig: ArrayLike = DEFAULT_MIN_EIG,
-                           max_residual: ArrayLike = math.inf, method: str = "auto",
-                           block_size: int | None = None, mesh=None, interpret: bool | None = None) -> LSGradient:
+def least_squares_gradient(
+    x: ArrayLike,
+    f: ArrayLike,
+    eta: ArrayLike,
+    *,
+    quadratic: bool = False,
+    kernel: str = "epanechnikov",
+    min_eig: ArrayLike = DEFAULT_MIN_EIG,
+    max_residual: ArrayLike = math.inf,
+    method: str = "auto",
+    block_size: int | None = None,
+    mesh=None,
+    interpret: bool | None = None,
+) -> LSGradient:
     """The local least-squares gradient of ``f`` at every particle (module docstring).
 
     Args:
       x: (N, d) particles.  f: (N,) potential values ``f = -log density`` (any constant).
       eta: the ball radius ``η > 0`` (may be traced).
-      quadratic: fit the quadratic term too (exact on quadratic ``f``; ``p = d + d(d+1)/2`` unknowns).
+      quadratic: fit the quadratic term too (exact on quadratic ``f``; ``p = d +
+        d(d+1)/2`` unknowns).
       kernel: ``"epanechnikov"`` (default) or ``"uniform"``.
-      min_eig: the conditioning floor on ``λ_min(A/m)`` (default :data:`DEFAULT_MIN_EIG`).
-      max_residual: the ceiling on the rms misfit over η (default inf: no residual test).
-      method: ``"dense"``, ``"tiled"``, ``"sparse"`` (block-sparse tiles: only the tile pairs within
-        η, the particles in Hilbert order), ``"pallas"`` (one fused kernel, Triton on GPU, interpreted
-        elsewhere: :mod:`.least_squares_pallas`; all pairs, d ≤ its ``MAX_D``) or ``"auto"`` (dense for
-        N ≤ :data:`LS_DENSE_MAX_N`, then sparse for d ≤ :data:`LS_SPARSE_MAX_D`, tiled above).
-      block_size: rows (and columns) per tile of ``"tiled"`` (default 128) and ``"sparse"`` (default 32:
-        small tiles skip more pairs; benchmarks/results/least_squares_sparse.md).
-      mesh: a 1-D device mesh: the tiled / sparse fold split over its devices by row tiles
-        (``"auto"`` then never takes ``"dense"``; ``"dense"`` and ``"pallas"`` refuse a mesh).
+      min_eig: the conditioning floor on ``λ_min(A/m)`` (default
+        :data:`DEFAULT_MIN_EIG`).
+      max_residual: the ceiling on the rms misfit over η (default inf: no residual
+        test).
+      method: ``"dense"``, ``"tiled"``, ``"sparse"`` (block-sparse tiles: only the tile
+        pairs within η, the particles in Hilbert order), ``"pallas"`` (one fused kernel,
+        Triton on GPU, interpreted elsewhere: :mod:`.least_squares_pallas`; all pairs, d
+        ≤ its ``MAX_D``) or ``"auto"`` (dense for N ≤ :data:`LS_DENSE_MAX_N`, then
+        sparse for d ≤ :data:`LS_SPARSE_MAX_D`, tiled above).
+      block_size: rows (and columns) per tile of ``"tiled"`` (default 128) and
+        ``"sparse"`` (default 32: small tiles skip more pairs;
+        benchmarks/results/least_squares_sparse.md).
+      mesh: a 1-D device mesh: the tiled / sparse fold split over its devices by row
+        tiles (``"auto"`` then never takes ``"dense"``; ``"dense"`` and ``"pallas"``
+        refuse a mesh).
       interpret: the Pallas kernel's mode (``"pallas"`` only; None: by the platform).
 
-    Returns :class:`LSGradient` in the promoted floating dtype (float64 in, float64 out).
-    Jittable and vmappable; ``ValueError`` for a bad argument, before tracing.
+    Returns :class:`LSGradient` in the promoted floating dtype (float64 in, float64
+    out). Jittable and vmappable; ``ValueError`` for a bad argument, before tracing.
     """
     check_choice(method, "method", ("auto", "dense", "tiled", "sparse", "pallas"))
     mesh = check_mesh(mesh)
@@ -289,23 +388,57 @@ def least_squares_gradient(x: ArrayLike, f: ArrayLike, eta: ArrayLike, *, quadra
         small = 0 < n <= LS_DENSE_MAX_N and mesh is None
         method = "dense" if small else "sparse" if d <= LS_SPARSE_MAX_D else "tiled"
     if mesh is not None and method in ("dense", "pallas"):
-        raise ValueError(f"mesh is for method 'tiled', 'sparse' or 'auto'; got method={method!r} with a mesh.")
+        raise ValueError(
+            f"mesh is for method 'tiled', 'sparse' or 'auto'; got method={method!r} with a mesh."
+        )
     if method == "dense":
-        return least_squares_dense(x, f, eta, quadratic=quadratic, kernel=kernel, min_eig=min_eig,
-                                   max_residual=max_residual)
+        return least_squares_dense(
+            x,
+            f,
+            eta,
+            quadratic=quadratic,
+            kernel=kernel,
+            min_eig=min_eig,
+            max_residual=max_residual,
+        )
     if method == "pallas":
-        return least_squares_pallas(x, f, eta, quadratic=quadratic, kernel=kernel, min_eig=min_eig,
-                                    max_residual=max_residual, interpret=interpret)
+        return least_squares_pallas(
+            x,
+            f,
+            eta,
+            quadratic=quadratic,
+            kernel=kernel,
+            min_eig=min_eig,
+            max_residual=max_residual,
+            interpret=interpret,
+        )
     if method == "sparse":
-        return least_squares_sparse(x, f, eta, quadratic=quadratic, kernel=kernel, min_eig=min_eig,
-                                    max_residual=max_residual, block_size=32 if block_size is None else block_size,
-                                    mesh=mesh)
-    return least_squares_tiled(x, f, eta, quadratic=quadratic, kernel=kernel, min_eig=min_eig,
-                               max_residual=max_residual, block_size=128 if block_size is None else block_size,
-                               mesh=mesh)
+        return least_squares_sparse(
+            x,
+            f,
+            eta,
+            quadratic=quadratic,
+            kernel=kernel,
+            min_eig=min_eig,
+            max_residual=max_residual,
+            block_size=32 if block_size is None else block_size,
+            mesh=mesh,
+        )
+    return least_squares_tiled(
+        x,
+        f,
+        eta,
+        quadratic=quadratic,
+        kernel=kernel,
+        min_eig=min_eig,
+        max_residual=max_residual,
+        block_size=128 if block_size is None else block_size,
+        mesh=mesh,
+    )
 
 
-#: The ``estimator`` choices of :func:`cenlmc_jax.cenlmc_step`: the paper's (default) and the fits here.
+#: The ``estimator`` choices of :func:`cenlmc_jax.cenlmc_step`: the paper's (default)
+#: and the fits here.
 ESTIMATORS = ("paper", "least_squares", "least_squares_quadratic")
 
 
@@ -314,18 +447,32 @@ def check_estimator(estimator: str) -> str:
     return check_choice(estimator, "estimator", ESTIMATORS)
 
 
-def least_squares_force(x: Array, f: Array, eta: ArrayLike, need: Array, estimator: str, method: str = "auto",
-                        mesh=None, interpret: bool | None = None) -> tuple[Array, Array]:
+def least_squares_force(
+    x: Array,
+    f: Array,
+    eta: ArrayLike,
+    need: Array,
+    estimator: str,
+    method: str = "auto",
+    mesh=None,
+    interpret: bool | None = None,
+) -> tuple[Array, Array]:
     """CEnLMC's ensemble force by the fit (beyond the paper): ``(ĝ, need | ~ok)``.
 
-    A particle the fit refuses (:func:`solve_moments`) joins those that take
-    their true gradient; the paper's R1 / M_f / N* tests stay as they were (``need``).
-    ``method``: the pair force's (``EnsembleOptions.method``): ``"pallas"`` runs the fit's
-    Pallas kernel too (on one device), anything else the fit's ``"auto"``; ``mesh``: the fold
+    A particle the fit refuses (:func:`solve_moments`) joins those that take their true
+    gradient; the paper's R1 / M_f / N* tests stay as they were (``need``). ``method``:
+    the pair force's (``EnsembleOptions.method``): ``"pallas"`` runs the fit's Pallas
+    kernel too (on one device), anything else the fit's ``"auto"``; ``mesh``: the fold
     split over the mesh's devices, as the pair force.
     """
     pallas = method == "pallas" and mesh is None
-    res = least_squares_gradient(x, f, jnp.asarray(eta, x.dtype), quadratic=estimator == "least_squares_quadratic",
-                                 method="pallas" if pallas else "auto", mesh=mesh,
-                                 interpret=interpret if pallas else None)
+    res = least_squares_gradient(
+        x,
+        f,
+        jnp.asarray(eta, x.dtype),
+        quadratic=estimator == "least_squares_quadratic",
+        method="pallas" if pallas else "auto",
+        mesh=mesh,
+        interpret=interpret if pallas else None,
+    )
     return res.grad, need | ~res.ok

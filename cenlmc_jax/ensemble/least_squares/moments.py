@@ -23,11 +23,28 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from cenlmc_jax._validation import check_bool, check_choice, check_nonnegative, check_positive
+from cenlmc_jax._validation import (
+    check_bool,
+    check_choice,
+    check_nonnegative,
+    check_positive,
+)
 from cenlmc_jax.types import Array, ArrayLike
 
-__all__ = ["KERNELS", "DEFAULT_MIN_EIG", "LSMoments", "LSGradient", "num_features", "empty_moments",
-           "combine_moments", "tile_moments", "solve_moments", "prepare", "check_inputs", "scalars"]
+__all__ = [
+    "KERNELS",
+    "DEFAULT_MIN_EIG",
+    "LSMoments",
+    "LSGradient",
+    "num_features",
+    "empty_moments",
+    "combine_moments",
+    "tile_moments",
+    "solve_moments",
+    "prepare",
+    "check_inputs",
+    "scalars",
+]
 
 KERNELS = ("epanechnikov", "uniform")
 #: Default floor on the gradient block's ``λ_min`` (:func:`solve_moments`):
@@ -71,7 +88,13 @@ def num_features(d: int, quadratic: bool) -> int:
 def empty_moments(n: int, p: int, dtype) -> LSMoments:
     """The moments over no columns: the identity of :func:`combine_moments`."""
     z = jnp.zeros((n,), dtype)
-    return LSMoments(jnp.zeros((n, p, p), dtype), jnp.zeros((n, p), dtype), z, z, jnp.zeros((n,), jnp.int32))
+    return LSMoments(
+        jnp.zeros((n, p, p), dtype),
+        jnp.zeros((n, p), dtype),
+        z,
+        z,
+        jnp.zeros((n,), jnp.int32),
+    )
 
 
 def combine_moments(s: LSMoments, t: LSMoments) -> LSMoments:
@@ -91,11 +114,23 @@ def _features(u: Array, quadratic: bool) -> Array:
 def _kernel(r2: Array, kernel: str) -> Array:
     """``k`` as a function of ``r² = |u|²`` (0 outside the unit ball)."""
     inside = r2 <= 1
-    return jnp.where(inside, 1 - r2 if kernel == "epanechnikov" else 1, 0).astype(r2.dtype)
+    return jnp.where(inside, 1 - r2 if kernel == "epanechnikov" else 1, 0).astype(
+        r2.dtype
+    )
 
 
-def tile_moments(xr: Array, fr: Array, vr: Array, xc: Array, fc: Array, vc: Array, eta: Array, *,
-                 kernel: str, quadratic: bool) -> LSMoments:
+def tile_moments(
+    xr: Array,
+    fr: Array,
+    vr: Array,
+    xc: Array,
+    fc: Array,
+    vc: Array,
+    eta: Array,
+    *,
+    kernel: str,
+    quadratic: bool,
+) -> LSMoments:
     """The moments of rows ``(B, d)`` against columns ``(C, d)`` (``v*``: validity; temporaries ``B × C × p``)."""
     u = (xc[None, :, :] - xr[:, None, :]) / eta  # [i, j] = (x_j - x_i)/η
     r2 = jnp.sum(u * u, axis=-1)
@@ -129,7 +164,9 @@ def _gradient_conditioning(scaled: Array, d: int) -> Array:
     return jnp.where(full, jnp.linalg.eigvalsh(schur)[:, 0], 0)
 
 
-def solve_moments(mo: LSMoments, eta: Array, d: int, min_eig: ArrayLike, max_residual: ArrayLike) -> LSGradient:
+def solve_moments(
+    mo: LSMoments, eta: Array, d: int, min_eig: ArrayLike, max_residual: ArrayLike
+) -> LSGradient:
     """``θ = A⁻¹b``, ``ĝ = θ[:d]/η`` and the two tests (module docstring)."""
     dtype = mo.b.dtype
     p = mo.b.shape[-1]
@@ -138,12 +175,20 @@ def solve_moments(mo: LSMoments, eta: Array, d: int, min_eig: ArrayLike, max_res
     cond = lax.stop_gradient(_gradient_conditioning(scaled, d))
     well = (mo.count >= 2 * p) & (cond >= jnp.asarray(min_eig, dtype))
     eye = jnp.eye(p, dtype=dtype)
-    theta = jnp.linalg.solve(jnp.where(well[:, None, None], scaled, eye), (mo.b / mass[:, None])[..., None])[..., 0]
+    theta = jnp.linalg.solve(
+        jnp.where(well[:, None, None], scaled, eye), (mo.b / mass[:, None])[..., None]
+    )[..., 0]
     rss = jnp.maximum(mo.c / mass - jnp.sum(theta * mo.b / mass[:, None], axis=-1), 0)
     residual = lax.stop_gradient(jnp.sqrt(rss) / eta)
     ok = well & (residual <= jnp.asarray(max_residual, dtype))
     grad = jnp.where(ok[:, None], theta[:, :d] / eta, 0)
-    return LSGradient(grad, ok, jnp.where(mo.count > 0, cond, 0), jnp.where(well, residual, jnp.inf), mo.count)
+    return LSGradient(
+        grad,
+        ok,
+        jnp.where(mo.count > 0, cond, 0),
+        jnp.where(well, residual, jnp.inf),
+        mo.count,
+    )
 
 
 def prepare(x: Array, f: Array) -> tuple[Array, Array, Array]:
@@ -156,10 +201,14 @@ def check_inputs(x, f, eta, kernel, quadratic, min_eig, max_residual):
     """The estimator's argument checks (Python, before tracing): ``(x, f, dtype)`` in the promoted float dtype."""
     x = x if isinstance(x, jax.Array) else jnp.asarray(x)
     if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] < 1:
-        raise ValueError(f"x must be an array of shape (N, d) with N, d >= 1; got shape {tuple(x.shape)}.")
+        raise ValueError(
+            f"x must be an array of shape (N, d) with N, d >= 1; got shape {tuple(x.shape)}."
+        )
     f = f if isinstance(f, jax.Array) else jnp.asarray(f)
     if f.shape != x.shape[:1]:
-        raise ValueError(f"f must have shape (N,) = ({x.shape[0]},) to match x; got shape {tuple(f.shape)}.")
+        raise ValueError(
+            f"f must have shape (N,) = ({x.shape[0]},) to match x; got shape {tuple(f.shape)}."
+        )
     check_positive(eta, "eta")
     check_choice(kernel, "kernel", KERNELS)
     check_bool(quadratic, "quadratic")

@@ -88,8 +88,15 @@ from cenlmc_jax.ensemble.least_squares.moments import (
 )
 from cenlmc_jax.types import Array, ArrayLike
 
-__all__ = ["MAX_D", "TILE_DEFAULTS", "MomentsOptions", "moments_options", "xla_moments", "least_squares_moments_pallas",
-           "least_squares_pallas"]
+__all__ = [
+    "MAX_D",
+    "TILE_DEFAULTS",
+    "MomentsOptions",
+    "moments_options",
+    "xla_moments",
+    "least_squares_moments_pallas",
+    "least_squares_pallas",
+]
 
 #: The largest ``d`` of the kernel, per ``quadratic``: ``p(p+1)/2 + p + 3``
 #: accumulators a row (47 linear at d = 8, 122 quadratic at d = 4).
@@ -116,42 +123,64 @@ def _check_block(value: int | None, name: str, default: int) -> int:
         return default
     v = check_int(value, name, minimum=16)
     if v & (v - 1):
-        raise ValueError(f"{name} must be a power of two >= 16 (a Triton tile size); got {v}.")
+        raise ValueError(
+            f"{name} must be a power of two >= 16 (a Triton tile size); got {v}."
+        )
     return v
 
 
-#: Tiles and launch of the kernel compiled for sm_90a, by the features ``p`` (rows: ``(max p, float32
-#: tiles, float64 tiles, num_warps)``, the first whose ``max p`` holds ``p``). Chosen so that it does not
-#: spill registers: ptxas -v of the CUDA lowering's TTIR compiled by the ``triton`` 3.9 wheel (ptxas 13.4),
-#: as benchmarks/bench_spills.py does for the pair force; registers a thread (spill bytes) in the comments.
-#: The ``p(p+1)/2 + p + 2`` float accumulators hold at least one value each a thread (two registers in
-#: float64), so the many-feature fits take the small tiles and 8 warps; float64 quadratic d = 4 (121
-#: accumulators, 242 registers) cannot fit in 255 and spills.
+#: Tiles and launch of the kernel compiled for sm_90a, by the features ``p`` (rows:
+#: ``(max p, float32 tiles, float64 tiles, num_warps)``, the first whose ``max p`` holds
+#: ``p``). Chosen so that it does not spill registers: ptxas -v of the CUDA lowering's
+#: TTIR compiled by the ``triton`` 3.9 wheel (ptxas 13.4), as benchmarks/bench_spills.py
+#: does for the pair force; registers a thread (spill bytes) in the comments. The
+#: ``p(p+1)/2 + p + 2`` float accumulators hold at least one value each a thread (two
+#: registers in float64), so the many-feature fits take the small tiles and 8 warps;
+#: float64 quadratic d = 4 (121 accumulators, 242 registers) cannot fit in 255 and
+#: spills.
 TILE_DEFAULTS = (
-    # p <= 4 (d <= 4 linear, d = 1 quadratic), float32 32 x 32: 80-168 registers; float64 32 x 16: 93-252
+    # p <= 4 (d <= 4 linear, d = 1 quadratic), float32 32 x 32: 80-168 registers;
+    # float64 32 x 16: 93-252
     (4, (32, 32), (32, 16), 4),
-    # float32 16 x 16: 60-180 registers; float64: 128-254, except d = 4 quadratic: 255 and a 384-byte
-    # spill (4 warps: 2.2 KB)
+    # float32 16 x 16: 60-180 registers; float64: 128-254, except d = 4 quadratic: 255
+    # and a 384-byte spill (4 warps: 2.2 KB)
     (math.inf, (16, 16), (16, 16), 8),
 )
 
 
-def moments_options(d: int, dtype, *, kernel: str, quadratic: bool, block_rows: int | None = None,
-                    block_cols: int | None = None, interpret: bool | None = None) -> MomentsOptions:
+def moments_options(
+    d: int,
+    dtype,
+    *,
+    kernel: str,
+    quadratic: bool,
+    block_rows: int | None = None,
+    block_cols: int | None = None,
+    interpret: bool | None = None,
+) -> MomentsOptions:
     """Check the settings (``ValueError`` naming the argument) and fill in the defaults (:data:`TILE_DEFAULTS`)."""
     check_choice(kernel, "kernel", KERNELS)
     quadratic = check_bool(quadratic, "quadratic")
     if d > MAX_D[quadratic]:
         fit = "quadratic" if quadratic else "linear"
-        raise ValueError(f"d must be <= {MAX_D[quadratic]} for the {fit} fit's Pallas kernel (its accumulators "
-                         f"live in registers; use least_squares_tiled beyond); got d = {d}.")
+        raise ValueError(
+            f"d must be <= {MAX_D[quadratic]} for the {fit} fit's Pallas kernel (its accumulators "
+            f"live in registers; use least_squares_tiled beyond); got d = {d}."
+        )
     if interpret is not None:
         interpret = check_bool(interpret, "interpret")
     p = num_features(d, quadratic)
     _, tiles32, tiles64, warps = next(row for row in TILE_DEFAULTS if p <= row[0])
     rows, cols = tiles64 if jnp.dtype(dtype) == jnp.float64 else tiles32
-    return MomentsOptions(kernel, quadratic, _check_block(block_rows, "block_rows", rows),
-                          _check_block(block_cols, "block_cols", cols), interpret, warps, 3)
+    return MomentsOptions(
+        kernel,
+        quadratic,
+        _check_block(block_rows, "block_rows", rows),
+        _check_block(block_cols, "block_cols", cols),
+        interpret,
+        warps,
+        3,
+    )
 
 
 def _upper(p: int) -> list[tuple[int, int]]:
@@ -164,10 +193,21 @@ def _width(n: int) -> int:
 
 
 def _kernel(
-    xt_ref, f_ref, valid_ref, eta_ref,     # rows: x (d_pad, B_r) transposed, f, valid (int32), η broadcast
-    xtc_ref, fc_ref, validc_ref,           # columns: the whole ensemble, loaded block_cols at a time
-    sums_ref, count_ref,                   # out: (W_pad, B_r) [A's upper triangle, b, c, m], count (B_r,)
-    *, dim: int, kernel: str, quadratic: bool, block_cols: int, num_col_blocks: int,
+    xt_ref,
+    f_ref,
+    valid_ref,
+    eta_ref,  # rows: x (d_pad, B_r) transposed, f, valid (int32), η broadcast
+    xtc_ref,
+    fc_ref,
+    validc_ref,  # columns: the whole ensemble, loaded block_cols at a time
+    sums_ref,
+    count_ref,  # out: (W_pad, B_r) [A's upper triangle, b, c, m], count (B_r,)
+    *,
+    dim: int,
+    kernel: str,
+    quadratic: bool,
+    block_cols: int,
+    num_col_blocks: int,
 ):
     """One row block against every column block: the moments' sums, folded in registers, then stored."""
     xr = [xt_ref[k, :] for k in range(dim)]
@@ -178,30 +218,51 @@ def _kernel(
     def step(c, acc):
         sl = pl.ds(pl.multiple_of(c * block_cols, block_cols), block_cols)
         # as tile_moments: u = (x_j - x_i)/η, r² = Σ_k u_k², the same mask and kernel
-        u = [(xtc_ref[k, sl][None, :] - xr[k][:, None]) / eta[:, None] for k in range(dim)]
+        u = [
+            (xtc_ref[k, sl][None, :] - xr[k][:, None]) / eta[:, None]
+            for k in range(dim)
+        ]
         r2 = u[0] * u[0]
         for uk in u[1:]:
             r2 = r2 + uk * uk
         use = vr[:, None] & (validc_ref[sl] != 0)[None, :] & (r2 > 0)
         zero = jnp.zeros_like(r2)
-        w = jnp.where(use & (r2 <= 1), 1 - r2 if kernel == "epanechnikov" else jnp.ones_like(r2), zero)
+        w = jnp.where(
+            use & (r2 <= 1),
+            1 - r2 if kernel == "epanechnikov" else jnp.ones_like(r2),
+            zero,
+        )
         df = jnp.where(use, fc_ref[sl][None, :] - fr[:, None], zero)
-        phi = u + ([u[k] * u[m] for k in range(dim) for m in range(k, dim)] if quadratic else [])
+        phi = u + (
+            [u[k] * u[m] for k in range(dim) for m in range(k, dim)]
+            if quadratic
+            else []
+        )
         wphi = [w * q for q in phi]
-        terms = [wphi[q] * phi[r] for q, r in pairs] + [wq * df for wq in wphi] + [w * df * df, w]
+        terms = (
+            [wphi[q] * phi[r] for q, r in pairs]
+            + [wq * df for wq in wphi]
+            + [w * df * df, w]
+        )
         sums = tuple(s + jnp.sum(t, axis=1) for s, t in zip(acc[0], terms, strict=True))
-        return sums, acc[1] + jnp.sum((w > 0).astype(jnp.int32), axis=1, dtype=jnp.int32)
+        return sums, acc[1] + jnp.sum(
+            (w > 0).astype(jnp.int32), axis=1, dtype=jnp.int32
+        )
 
     rows = xt_ref.shape[1]
-    init = (tuple(jnp.zeros((rows,), sums_ref.dtype) for _ in range(len(pairs) + p + 2)),
-            jnp.zeros((rows,), jnp.int32))
+    init = (
+        tuple(jnp.zeros((rows,), sums_ref.dtype) for _ in range(len(pairs) + p + 2)),
+        jnp.zeros((rows,), jnp.int32),
+    )
     sums, count = lax.fori_loop(0, num_col_blocks, step, init)
     for j, s in enumerate(sums):
         sums_ref[j, :] = s
     count_ref[...] = count
 
 
-def _pallas_moments(x: Array, f: Array, valid: Array, eta: Array, opts: MomentsOptions) -> LSMoments:
+def _pallas_moments(
+    x: Array, f: Array, valid: Array, eta: Array, opts: MomentsOptions
+) -> LSMoments:
     """The kernel's launch: pad, call, mirror the upper triangle of ``A`` (see the module docstring)."""
     n, d = x.shape
     dtype = x.dtype
@@ -210,7 +271,8 @@ def _pallas_moments(x: Array, f: Array, valid: Array, eta: Array, opts: MomentsO
     br, bc = opts.block_rows, opts.block_cols
     n_pad = -(-n // max(br, bc)) * max(br, bc)  # both powers of two: a multiple of each
     d_pad, w_pad = _width(d), _width(len(pairs) + p + 2)
-    # padding: invalid particles at the origin (no one's neighbour; finite, so 0 · φ stays 0)
+    # padding: invalid particles at the origin (no one's neighbour; finite, so 0 · φ
+    # stays 0)
     xt = jnp.pad(x, ((0, n_pad - n), (0, d_pad - d))).T
     fp = jnp.pad(f, (0, n_pad - n))
     vp = jnp.pad(valid.astype(jnp.int32), (0, n_pad - n))
@@ -218,21 +280,40 @@ def _pallas_moments(x: Array, f: Array, valid: Array, eta: Array, opts: MomentsO
 
     row_vec = pl.BlockSpec((br,), lambda i: (i,))
     row_mat = pl.BlockSpec((d_pad, br), lambda i: (0, i))
-    kernel = functools.partial(_kernel, dim=d, kernel=opts.kernel, quadratic=opts.quadratic, block_cols=bc,
-                               num_col_blocks=n_pad // bc)
+    kernel = functools.partial(
+        _kernel,
+        dim=d,
+        kernel=opts.kernel,
+        quadratic=opts.quadratic,
+        block_cols=bc,
+        num_col_blocks=n_pad // bc,
+    )
 
     def launch(*args, interpret: bool):
         return pl.pallas_call(
             kernel,
             grid=(n_pad // br,),
-            # rows: their block; η: the same (B_r,) for every program; columns: the whole arrays
-            in_specs=[row_mat, row_vec, row_vec, pl.BlockSpec((br,), lambda i: (0,)),
-                      pl.BlockSpec((d_pad, n_pad), lambda i: (0, 0)), pl.BlockSpec((n_pad,), lambda i: (0,)),
-                      pl.BlockSpec((n_pad,), lambda i: (0,))],
+            # rows: their block; η: the same (B_r,) for every program; columns: the
+            # whole arrays
+            in_specs=[
+                row_mat,
+                row_vec,
+                row_vec,
+                pl.BlockSpec((br,), lambda i: (0,)),
+                pl.BlockSpec((d_pad, n_pad), lambda i: (0, 0)),
+                pl.BlockSpec((n_pad,), lambda i: (0,)),
+                pl.BlockSpec((n_pad,), lambda i: (0,)),
+            ],
             out_specs=(pl.BlockSpec((w_pad, br), lambda i: (0, i)), row_vec),
-            out_shape=(jax.ShapeDtypeStruct((w_pad, n_pad), dtype), jax.ShapeDtypeStruct((n_pad,), jnp.int32)),
-            # Triton CompilerParams select the Triton lowering (as the pair force's kernel)
-            compiler_params=pltriton.CompilerParams(num_warps=opts.num_warps, num_stages=opts.num_stages),
+            out_shape=(
+                jax.ShapeDtypeStruct((w_pad, n_pad), dtype),
+                jax.ShapeDtypeStruct((n_pad,), jnp.int32),
+            ),
+            # Triton CompilerParams select the Triton lowering (as the pair force's
+            # kernel)
+            compiler_params=pltriton.CompilerParams(
+                num_warps=opts.num_warps, num_stages=opts.num_stages
+            ),
             interpret=interpret,
             name=f"least_squares_moments_{'quadratic' if opts.quadratic else 'linear'}",
         )(*args)
@@ -241,8 +322,12 @@ def _pallas_moments(x: Array, f: Array, valid: Array, eta: Array, opts: MomentsO
     if opts.interpret is None:
         # by the platform the program is lowered for (as the pair force's kernel)
         compiled = functools.partial(launch, interpret=False)
-        sums, count = lax.platform_dependent(*args, cuda=compiled, rocm=compiled,
-                                             default=functools.partial(launch, interpret=True))
+        sums, count = lax.platform_dependent(
+            *args,
+            cuda=compiled,
+            rocm=compiled,
+            default=functools.partial(launch, interpret=True),
+        )
     else:
         sums, count = launch(*args, interpret=opts.interpret)
     sums = sums[:, :n].T
@@ -251,11 +336,21 @@ def _pallas_moments(x: Array, f: Array, valid: Array, eta: Array, opts: MomentsO
         where[q, r] = where[r, q] = j
     a = sums[:, where]  # (n, p, p): the upper triangle mirrored
     npr = len(pairs)
-    return LSMoments(a, sums[:, npr:npr + p], sums[:, npr + p], sums[:, npr + p + 1], count[:n])
+    return LSMoments(
+        a, sums[:, npr : npr + p], sums[:, npr + p], sums[:, npr + p + 1], count[:n]
+    )
 
 
-def xla_moments(x: Array, f: Array, valid: Array, eta: Array, *, kernel: str, quadratic: bool,
-                block_size: int = XLA_BLOCK) -> LSMoments:
+def xla_moments(
+    x: Array,
+    f: Array,
+    valid: Array,
+    eta: Array,
+    *,
+    kernel: str,
+    quadratic: bool,
+    block_size: int = XLA_BLOCK,
+) -> LSMoments:
     """The same moments by the XLA fold of ``tile_moments`` (row tiles by ``lax.map``, column tiles by ``lax.scan``).
 
     The backward pass of :func:`least_squares_moments_pallas`, and its reference.
@@ -270,7 +365,9 @@ def xla_moments(x: Array, f: Array, valid: Array, eta: Array, *, kernel: str, qu
     fs = jnp.pad(f, (0, pad)).reshape(nb, block_size)
     vs = jnp.pad(valid, (0, pad)).reshape(nb, block_size)
     p = num_features(d, quadratic)
-    tile = jax.checkpoint(functools.partial(tile_moments, kernel=kernel, quadratic=quadratic))
+    tile = jax.checkpoint(
+        functools.partial(tile_moments, kernel=kernel, quadratic=quadratic)
+    )
 
     def row_tile(rows):
         def step(acc, cols):
@@ -293,8 +390,14 @@ def _moments_fwd(x, f, valid, eta, opts):
 
 def _moments_bwd(opts, res, ct):
     x, f, valid, eta = res
-    _, vjp = jax.vjp(lambda x, f, eta: xla_moments(x, f, valid, eta, kernel=opts.kernel, quadratic=opts.quadratic),
-                     x, f, eta)
+    _, vjp = jax.vjp(
+        lambda x, f, eta: xla_moments(
+            x, f, valid, eta, kernel=opts.kernel, quadratic=opts.quadratic
+        ),
+        x,
+        f,
+        eta,
+    )
     gx, gf, geta = vjp(ct)
     return gx, gf, None, geta
 
@@ -302,33 +405,62 @@ def _moments_bwd(opts, res, ct):
 _moments.defvjp(_moments_fwd, _moments_bwd)
 
 
-def least_squares_moments_pallas(x: ArrayLike, f: ArrayLike, valid: ArrayLike, eta: ArrayLike, *, kernel: str,
-                                 quadratic: bool, block_rows: int | None = None, block_cols: int | None = None,
-                                 interpret: bool | None = None) -> LSMoments:
+def least_squares_moments_pallas(
+    x: ArrayLike,
+    f: ArrayLike,
+    valid: ArrayLike,
+    eta: ArrayLike,
+    *,
+    kernel: str,
+    quadratic: bool,
+    block_rows: int | None = None,
+    block_cols: int | None = None,
+    interpret: bool | None = None,
+) -> LSMoments:
     """The moments of all ``N`` rows against all ``N`` columns by the Pallas kernel (module docstring).
 
     Args:
       x: (N, d) finite positions (invalid rows zeroed, as ``least_squares``'s
         ``_prepare`` leaves them; a NaN would reach the sums through ``0 · φ``).
-      f: (N,) finite values. valid: (N,) bool. eta: the radius ``η > 0`` (may be traced).
-      kernel: ``"epanechnikov"`` or ``"uniform"``. quadratic: the quadratic features too.
-      block_rows, block_cols: tile sizes (powers of two ``≥ 16``; None: :func:`moments_options`).
+      f: (N,) finite values. valid: (N,) bool. eta: the radius ``η > 0`` (may be
+        traced).
+      kernel: ``"epanechnikov"`` or ``"uniform"``. quadratic: the quadratic features
+        too.
+      block_rows, block_cols: tile sizes (powers of two ``≥ 16``; None:
+        :func:`moments_options`).
       interpret: None (by the lowering platform: Triton on CUDA/ROCm, interpret
         mode elsewhere), True (interpret everywhere), False (always Triton).
 
     Returns :class:`~cenlmc_jax.ensemble.least_squares.LSMoments` in ``x``'s
-    dtype: ``a`` (N, p, p) symmetric, ``b`` (N, p), ``c``, ``mass`` (N,), ``count`` (N,) int32.
-    Differentiable in reverse mode (``x``, ``f``, ``eta``) through the XLA fold's vjp.
+    dtype: ``a`` (N, p, p) symmetric, ``b`` (N, p), ``c``, ``mass`` (N,), ``count`` (N,)
+    int32. Differentiable in reverse mode (``x``, ``f``, ``eta``) through the XLA fold's
+    vjp.
     """
     x, f, valid = jnp.asarray(x), jnp.asarray(f), jnp.asarray(valid)
-    if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] < 1 or not jnp.issubdtype(x.dtype, jnp.floating):
-        raise ValueError(f"x must be a floating array of shape (N, d) with N, d >= 1; got {x.dtype}"
-                         f"{tuple(x.shape)}.")
+    if (
+        x.ndim != 2
+        or x.shape[0] < 1
+        or x.shape[1] < 1
+        or not jnp.issubdtype(x.dtype, jnp.floating)
+    ):
+        raise ValueError(
+            f"x must be a floating array of shape (N, d) with N, d >= 1; got {x.dtype}"
+            f"{tuple(x.shape)}."
+        )
     if f.shape != x.shape[:1] or valid.shape != x.shape[:1] or valid.dtype != jnp.bool_:
-        raise ValueError(f"f and valid must have shape (N,) = ({x.shape[0]},), valid bool; got f "
-                         f"{tuple(f.shape)}, valid {valid.dtype}{tuple(valid.shape)}.")
-    opts = moments_options(x.shape[1], x.dtype, kernel=kernel, quadratic=quadratic, block_rows=block_rows,
-                           block_cols=block_cols, interpret=interpret)
+        raise ValueError(
+            f"f and valid must have shape (N,) = ({x.shape[0]},), valid bool; got f "
+            f"{tuple(f.shape)}, valid {valid.dtype}{tuple(valid.shape)}."
+        )
+    opts = moments_options(
+        x.shape[1],
+        x.dtype,
+        kernel=kernel,
+        quadratic=quadratic,
+        block_rows=block_rows,
+        block_cols=block_cols,
+        interpret=interpret,
+    )
     return _moments(x, f.astype(x.dtype), valid, jnp.asarray(eta, x.dtype), opts)
 
 
@@ -339,10 +471,19 @@ def _least_squares(x, f, eta, min_eig, max_residual, *, opts: MomentsOptions):
     return solve_moments(mo, eta, x.shape[1], min_eig, max_residual)
 
 
-def least_squares_pallas(x: ArrayLike, f: ArrayLike, eta: ArrayLike, *, quadratic: bool = False,
-                         kernel: str = "epanechnikov", min_eig: ArrayLike = DEFAULT_MIN_EIG,
-                         max_residual: ArrayLike = math.inf, block_rows: int | None = None,
-                         block_cols: int | None = None, interpret: bool | None = None) -> LSGradient:
+def least_squares_pallas(
+    x: ArrayLike,
+    f: ArrayLike,
+    eta: ArrayLike,
+    *,
+    quadratic: bool = False,
+    kernel: str = "epanechnikov",
+    min_eig: ArrayLike = DEFAULT_MIN_EIG,
+    max_residual: ArrayLike = math.inf,
+    block_rows: int | None = None,
+    block_cols: int | None = None,
+    interpret: bool | None = None,
+) -> LSGradient:
     """The local least-squares gradient with its moments from the Pallas kernel.
 
     The arguments and result of ``least_squares_tiled`` (NaN particles are
@@ -353,6 +494,13 @@ def least_squares_pallas(x: ArrayLike, f: ArrayLike, eta: ArrayLike, *, quadrati
     """
     # the same argument checks as the XLA paths, so that every backend refuses alike
     x, f, dtype = check_inputs(x, f, eta, kernel, quadratic, min_eig, max_residual)
-    opts = moments_options(x.shape[1], dtype, kernel=kernel, quadratic=quadratic, block_rows=block_rows,
-                           block_cols=block_cols, interpret=interpret)
+    opts = moments_options(
+        x.shape[1],
+        dtype,
+        kernel=kernel,
+        quadratic=quadratic,
+        block_rows=block_rows,
+        block_cols=block_cols,
+        interpret=interpret,
+    )
     return _least_squares(x, f, *scalars(dtype, eta, min_eig, max_residual), opts=opts)

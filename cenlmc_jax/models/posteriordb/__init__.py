@@ -1,15 +1,18 @@
 """Ten posteriors of the posterior database (posteriordb), written in JAX, with their reference moments.
 
-``post = cenlmc_jax.models.posteriordb.load("eight_schools-eight_schools_noncentered")`` returns a
-:class:`Posterior`: the log density on Stan's unconstrained scale (``post.logdensity_fn(x)``, ``x: (d,)``,
-Jacobians of the constraining transforms included; see :mod:`cenlmc_jax.models.posteriordb.models`), ``d``,
-``post.constrain(x)`` (a dict keyed by the reference's parameter names, ``"beta[1]"``, ``"sigma"``, ...,
-each a scalar for one ``x``; ``jax.vmap`` it over draws) and the reference means and sds of those
-quantities (10 chains x 1,000 NUTS draws of posteriordb, computed by ``benchmarks/posteriordb_refs.py``).
+``post = cenlmc_jax.models.posteriordb.load("eight_schools-eight_schools_noncentered")``
+returns a :class:`Posterior`: the log density on Stan's unconstrained scale
+(``post.logdensity_fn(x)``, ``x: (d,)``, Jacobians of the constraining transforms
+included; see :mod:`cenlmc_jax.models.posteriordb.models`), ``d``, ``post.constrain(x)``
+(a dict keyed by the reference's parameter names, ``"beta[1]"``, ``"sigma"``, ..., each
+a scalar for one ``x``; ``jax.vmap`` it over draws) and the reference means and sds of
+those quantities (10 chains x 1,000 NUTS draws of posteriordb, computed by
+``benchmarks/posteriordb_refs.py``).
 
-The data, the Stan code and the reference moments live in ``data/`` inside this package (nothing is read
-from outside it); they come from stan-dev/posteriordb under its BSD 3-Clause licence
-(``LICENCE-posteriordb.md`` beside this file; ``README.md`` says what was copied). ``NAMES`` lists them.
+The data, the Stan code and the reference moments live in ``data/`` inside this package
+(nothing is read from outside it); they come from stan-dev/posteriordb under its BSD
+3-Clause licence (``LICENCE-posteriordb.md`` beside this file; ``README.md`` says what
+was copied). ``NAMES`` lists them.
 """
 
 from __future__ import annotations
@@ -40,10 +43,11 @@ _NAME = re.compile(r"^(?P<base>[A-Za-z_][A-Za-z0-9_]*)(\[(?P<index>\d+)\])?$")
 class Posterior(NamedTuple):
     """One posteriordb posterior on the unconstrained scale, with its reference moments.
 
-    ``names`` are the reference's quantities (constrained parameters and the transformed parameters it
-    reports), in its order; ``ref_mean``, ``ref_sd``, ``ref_ess`` (the reference's bulk ESS) are
-    ``(len(names),)`` float64 arrays in that order. ``unconstrained_names`` name the coordinates of ``x``.
-    ``constrain_array(x)`` is ``constrain(x)`` stacked in ``names`` order, ``(len(names),)``.
+    ``names`` are the reference's quantities (constrained parameters and the transformed
+    parameters it reports), in its order; ``ref_mean``, ``ref_sd``, ``ref_ess`` (the
+    reference's bulk ESS) are ``(len(names),)`` float64 arrays in that order.
+    ``unconstrained_names`` name the coordinates of ``x``. ``constrain_array(x)`` is
+    ``constrain(x)`` stacked in ``names`` order, ``(len(names),)``.
     """
 
     name: str
@@ -60,7 +64,9 @@ class Posterior(NamedTuple):
 
 def _check_name(name: Any) -> str:
     if not isinstance(name, str) or name not in BUILDERS:
-        raise ValueError(f"name={name!r}: expected one of the posteriordb names {', '.join(NAMES)}")
+        raise ValueError(
+            f"name={name!r}: expected one of the posteriordb names {', '.join(NAMES)}"
+        )
     return name
 
 
@@ -93,7 +99,9 @@ def _flatten(model: Model, names: tuple) -> Callable[[Any], dict]:
     parsed = []
     for n in names:
         m = _NAME.match(n)
-        parsed.append((n, m["base"], None if m["index"] is None else int(m["index"]) - 1))
+        parsed.append(
+            (n, m["base"], None if m["index"] is None else int(m["index"]) - 1)
+        )
 
     def constrain(x):
         c = model.constrain(x)

@@ -1,25 +1,29 @@
 """The ten posteriordb models in JAX, on Stan's unconstrained scale, with the log-Jacobians of Stan's transforms.
 
-Each builder takes the posterior's data (a dict of NumPy arrays, as in ``data/<name>.json``) and returns a
-:class:`Model`: ``logdensity(x)`` for one unconstrained point ``x: (d,)`` (the log posterior up to a constant,
-Stan's ``target`` plus the log-Jacobian of each constraining transform), ``d``, and ``constrain(x)``, the
-constrained parameters (and the transformed parameters the reference reports, e.g. eight schools' ``theta``)
-under Stan's names, vectors as arrays. The unconstrained coordinates follow the order of Stan's
-``parameters`` block; ``unconstrained_names`` says which is which.
+Each builder takes the posterior's data (a dict of NumPy arrays, as in
+``data/<name>.json``) and returns a :class:`Model`: ``logdensity(x)`` for one
+unconstrained point ``x: (d,)`` (the log posterior up to a constant, Stan's ``target``
+plus the log-Jacobian of each constraining transform), ``d``, and ``constrain(x)``, the
+constrained parameters (and the transformed parameters the reference reports, e.g. eight
+schools' ``theta``) under Stan's names, vectors as arrays. The unconstrained coordinates
+follow the order of Stan's ``parameters`` block; ``unconstrained_names`` says which is
+which.
 
 Stan's transforms (Stan Reference Manual, "Constraint transforms"), ``u`` unconstrained:
 
 * ``<lower=0>``: ``x = exp(u)``, ``log|dx/du| = u``;
-* ``<lower=a, upper=b>``: ``x = a + (b - a) σ(u)``, ``log|dx/du| = log(b - a) + log σ(u) + log σ(-u)``
-  (``σ`` the logistic function); garch's ``beta1 <upper=1 - alpha1>`` is this with ``b`` a function of
-  ``alpha1``, whose Jacobian is still triangular, so the log-determinant is the sum of the diagonal terms.
+* ``<lower=a, upper=b>``: ``x = a + (b - a) σ(u)``, ``log|dx/du| = log(b - a) + log σ(u)
+  + log σ(-u)`` (``σ`` the logistic function); garch's ``beta1 <upper=1 - alpha1>`` is
+  this with ``b`` a function of ``alpha1``, whose Jacobian is still triangular, so the
+  log-determinant is the sum of the diagonal terms.
 
-Constant terms that Stan's ``~`` statements drop (normalising constants, the truncation of a half-Cauchy at
-0) are kept or dropped as the written-out densities have them: the log density is defined up to a
-constant. Data are held in float64 and cast to the position's dtype at each call (float32 in ⇒ float32 out;
-float64 in ⇒ float64 out). ``gp_pois_regr`` adds Stan's jitter ``1e-10`` to its kernel matrix before a
-Cholesky factorisation: meaningful in float64 only (in float32 the factor of the near-singular kernel can
-be NaN); run it with ``jax_enable_x64``.
+Constant terms that Stan's ``~`` statements drop (normalising constants, the truncation
+of a half-Cauchy at 0) are kept or dropped as the written-out densities have them: the
+log density is defined up to a constant. Data are held in float64 and cast to the
+position's dtype at each call (float32 in ⇒ float32 out; float64 in ⇒ float64 out).
+``gp_pois_regr`` adds Stan's jitter ``1e-10`` to its kernel matrix before a
+Cholesky factorisation: meaningful in float64 only (in float32 the factor of the
+near-singular kernel can be NaN); run it with ``jax_enable_x64``.
 """
 
 from __future__ import annotations
@@ -53,7 +57,9 @@ def _positive(u: Array) -> tuple[Array, Array]:
 def _interval(u: Array, lower: Array, upper: Array) -> tuple[Array, Array]:
     """``<lower, upper>``: ``(lower + (upper - lower) σ(u), log(upper - lower) + log σ(u) + log σ(-u))``."""
     width = upper - lower
-    return lower + width * jax.nn.sigmoid(u), jnp.log(width) + jax.nn.log_sigmoid(u) + jax.nn.log_sigmoid(-u)
+    return lower + width * jax.nn.sigmoid(u), jnp.log(width) + jax.nn.log_sigmoid(
+        u
+    ) + jax.nn.log_sigmoid(-u)
 
 
 def _cast(data: dict, x: Array) -> dict:
@@ -72,24 +78,38 @@ def ark(data: dict) -> Model:
     """arK: AR(K) regression; ``alpha, beta ~ N(0, 10)``, ``sigma ~ Cauchy(0, 2.5)``, ``sigma > 0``."""
     K, T = int(data["K"]), int(data["T"])
     y = np.asarray(data["y"], np.float64)
-    d0 = {"lags": np.stack([y[K - k: T - k] for k in range(1, K + 1)], axis=1), "target": y[K:]}
+    d0 = {
+        "lags": np.stack([y[K - k : T - k] for k in range(1, K + 1)], axis=1),
+        "target": y[K:],
+    }
 
     def split(x):
         sigma, log_j = _positive(x[K + 1])
-        return x[0], x[1: K + 1], sigma, log_j
+        return x[0], x[1 : K + 1], sigma, log_j
 
     def logdensity(x):
         dd = _cast(d0, x)
         alpha, beta, sigma, log_j = split(x)
-        lp = stats.norm.logpdf(alpha, 0.0, 10.0) + jnp.sum(stats.norm.logpdf(beta, 0.0, 10.0))
+        lp = stats.norm.logpdf(alpha, 0.0, 10.0) + jnp.sum(
+            stats.norm.logpdf(beta, 0.0, 10.0)
+        )
         lp += stats.cauchy.logpdf(sigma, 0.0, 2.5)
-        return lp + jnp.sum(stats.norm.logpdf(dd["target"], alpha + dd["lags"] @ beta, sigma)) + log_j
+        return (
+            lp
+            + jnp.sum(stats.norm.logpdf(dd["target"], alpha + dd["lags"] @ beta, sigma))
+            + log_j
+        )
 
     def constrain(x):
         alpha, beta, sigma, _ = split(x)
         return {"alpha": alpha, "beta": beta, "sigma": sigma}
 
-    return Model(logdensity, K + 2, constrain, _names(("alpha", 0), ("beta", K), ("log(sigma)", 0)))
+    return Model(
+        logdensity,
+        K + 2,
+        constrain,
+        _names(("alpha", 0), ("beta", K), ("log(sigma)", 0)),
+    )
 
 
 def arma11(data: dict) -> Model:
@@ -109,9 +129,17 @@ def arma11(data: dict) -> Model:
         y = _cast(d0, x)["y"]
         mu, phi, theta = x[0], x[1], x[2]
         sigma, log_j = _positive(x[3])
-        lp = stats.norm.logpdf(mu, 0.0, 10.0) + stats.norm.logpdf(phi, 0.0, 2.0) + stats.norm.logpdf(theta, 0.0, 2.0)
+        lp = (
+            stats.norm.logpdf(mu, 0.0, 10.0)
+            + stats.norm.logpdf(phi, 0.0, 2.0)
+            + stats.norm.logpdf(theta, 0.0, 2.0)
+        )
         lp += stats.cauchy.logpdf(sigma, 0.0, 2.5)
-        return lp + jnp.sum(stats.norm.logpdf(errors(mu, phi, theta, y), 0.0, sigma)) + log_j
+        return (
+            lp
+            + jnp.sum(stats.norm.logpdf(errors(mu, phi, theta, y), 0.0, sigma))
+            + log_j
+        )
 
     def constrain(x):
         return {"mu": x[0], "phi": x[1], "theta": x[2], "sigma": jnp.exp(x[3])}
@@ -131,14 +159,25 @@ def diamonds(data: dict) -> Model:
         dd = _cast(d0, x)
         b, intercept = x[:kc], x[kc]
         sigma, log_j = _positive(x[kc + 1])
-        lp = jnp.sum(stats.norm.logpdf(b, 0.0, 1.0)) + stats.t.logpdf(intercept, 3.0, 8.0, 10.0)
+        lp = jnp.sum(stats.norm.logpdf(b, 0.0, 1.0)) + stats.t.logpdf(
+            intercept, 3.0, 8.0, 10.0
+        )
         lp += stats.t.logpdf(sigma, 3.0, 0.0, 10.0)
-        return lp + jnp.sum(stats.norm.logpdf(dd["Y"], intercept + dd["Xc"] @ b, sigma)) + log_j
+        return (
+            lp
+            + jnp.sum(stats.norm.logpdf(dd["Y"], intercept + dd["Xc"] @ b, sigma))
+            + log_j
+        )
 
     def constrain(x):
         return {"b": x[:kc], "Intercept": x[kc], "sigma": jnp.exp(x[kc + 1])}
 
-    return Model(logdensity, kc + 2, constrain, _names(("b", kc), ("Intercept", 0), ("log(sigma)", 0)))
+    return Model(
+        logdensity,
+        kc + 2,
+        constrain,
+        _names(("b", kc), ("Intercept", 0), ("log(sigma)", 0)),
+    )
 
 
 def _linear_regression(X: np.ndarray, y: np.ndarray, prior: Callable | None) -> Model:
@@ -166,34 +205,52 @@ def _with_intercept(*columns) -> np.ndarray:
 
 def earn_height(data: dict) -> Model:
     """earnings: ``earn ~ N(beta[1] + beta[2] height, sigma)``, flat priors (earnings in dollars)."""
-    return _linear_regression(_with_intercept(data["height"]), np.asarray(data["earn"], np.float64), None)
+    return _linear_regression(
+        _with_intercept(data["height"]), np.asarray(data["earn"], np.float64), None
+    )
 
 
 def kidscore_momiq(data: dict) -> Model:
     """kidiq: ``kid_score ~ N(beta[1] + beta[2] mom_iq, sigma)``, ``sigma ~ Cauchy(0, 2.5)``, flat beta."""
     prior = lambda beta, sigma: stats.cauchy.logpdf(sigma, 0.0, 2.5)  # noqa: E731
-    return _linear_regression(_with_intercept(data["mom_iq"]), np.asarray(data["kid_score"], np.float64), prior)
+    return _linear_regression(
+        _with_intercept(data["mom_iq"]),
+        np.asarray(data["kid_score"], np.float64),
+        prior,
+    )
 
 
 def logmesquite(data: dict) -> Model:
     """mesquite: log weight on the logs of five size measures and ``group``; flat priors."""
-    cols = [np.log(np.asarray(data[k], np.float64))
-            for k in ("diam1", "diam2", "canopy_height", "total_height", "density")]
+    cols = [
+        np.log(np.asarray(data[k], np.float64))
+        for k in ("diam1", "diam2", "canopy_height", "total_height", "density")
+    ]
     X = _with_intercept(*cols, data["group"])
     return _linear_regression(X, np.log(np.asarray(data["weight"], np.float64)), None)
 
 
 def blr(data: dict) -> Model:
     """sblrc-blr: ``beta ~ N(0, 10)``, ``sigma ~ N(0, 10)`` (half-normal), ``y ~ N(X beta, sigma)``."""
-    prior = lambda beta, sigma: jnp.sum(stats.norm.logpdf(beta, 0.0, 10.0)) + stats.norm.logpdf(sigma, 0.0, 10.0)  # noqa: E731
-    return _linear_regression(np.asarray(data["X"], np.float64), np.asarray(data["y"], np.float64), prior)
+
+    def prior(beta, sigma):
+        return jnp.sum(stats.norm.logpdf(beta, 0.0, 10.0)) + stats.norm.logpdf(
+            sigma, 0.0, 10.0
+        )
+
+    return _linear_regression(
+        np.asarray(data["X"], np.float64), np.asarray(data["y"], np.float64), prior
+    )
 
 
 def eight_schools_noncentered(data: dict) -> Model:
     """Eight schools, non-centred: ``theta = mu + tau theta_trans``, ``theta_trans ~ N(0, 1)``,
     ``y ~ N(theta, sigma)``, ``mu ~ N(0, 5)``, ``tau ~ Cauchy(0, 5)``, ``tau > 0``."""
     J = int(data["J"])
-    d0 = {"y": np.asarray(data["y"], np.float64), "sigma": np.asarray(data["sigma"], np.float64)}
+    d0 = {
+        "y": np.asarray(data["y"], np.float64),
+        "sigma": np.asarray(data["sigma"], np.float64),
+    }
 
     def split(x):
         tau, log_j = _positive(x[J + 1])
@@ -204,19 +261,37 @@ def eight_schools_noncentered(data: dict) -> Model:
         theta_trans, mu, tau, log_j = split(x)
         lp = jnp.sum(stats.norm.logpdf(theta_trans, 0.0, 1.0))
         lp += jnp.sum(stats.norm.logpdf(dd["y"], mu + tau * theta_trans, dd["sigma"]))
-        return lp + stats.norm.logpdf(mu, 0.0, 5.0) + stats.cauchy.logpdf(tau, 0.0, 5.0) + log_j
+        return (
+            lp
+            + stats.norm.logpdf(mu, 0.0, 5.0)
+            + stats.cauchy.logpdf(tau, 0.0, 5.0)
+            + log_j
+        )
 
     def constrain(x):
         theta_trans, mu, tau, _ = split(x)
-        return {"theta_trans": theta_trans, "mu": mu, "tau": tau, "theta": mu + tau * theta_trans}
+        return {
+            "theta_trans": theta_trans,
+            "mu": mu,
+            "tau": tau,
+            "theta": mu + tau * theta_trans,
+        }
 
-    return Model(logdensity, J + 2, constrain, _names(("theta_trans", J), ("mu", 0), ("log(tau)", 0)))
+    return Model(
+        logdensity,
+        J + 2,
+        constrain,
+        _names(("theta_trans", J), ("mu", 0), ("log(tau)", 0)),
+    )
 
 
 def garch11(data: dict) -> Model:
     """GARCH(1, 1): ``sigma[t]² = alpha0 + alpha1 (y[t-1] - mu)² + beta1 sigma[t-1]²``, ``y ~ N(mu, sigma)``;
     ``alpha0 > 0``, ``0 < alpha1 < 1``, ``0 < beta1 < 1 - alpha1``; flat priors on the constrained scale."""
-    d0 = {"y": np.asarray(data["y"], np.float64), "sigma1": np.asarray(data["sigma1"], np.float64)}
+    d0 = {
+        "y": np.asarray(data["y"], np.float64),
+        "sigma1": np.asarray(data["sigma1"], np.float64),
+    }
 
     def split(x):
         alpha0, j0 = _positive(x[1])
@@ -241,7 +316,12 @@ def garch11(data: dict) -> Model:
         mu, alpha0, alpha1, beta1, _ = split(x)
         return {"mu": mu, "alpha0": alpha0, "alpha1": alpha1, "beta1": beta1}
 
-    return Model(logdensity, 4, constrain, ("mu", "log(alpha0)", "logit(alpha1)", "logit(beta1/(1-alpha1))"))
+    return Model(
+        logdensity,
+        4,
+        constrain,
+        ("mu", "log(alpha0)", "logit(alpha1)", "logit(beta1/(1-alpha1))"),
+    )
 
 
 def gp_pois_regr(data: dict) -> Model:
@@ -250,19 +330,27 @@ def gp_pois_regr(data: dict) -> Model:
     n = int(data["N"])
     xs = np.asarray(data["x"], np.float64)
     k = np.asarray(data["k"], np.float64)
-    d0 = {"sq": (xs[:, None] - xs[None, :]) ** 2, "k": k, "log_k_fact": np.array([sum(math.lgamma(v + 1) for v in k)])}
+    d0 = {
+        "sq": (xs[:, None] - xs[None, :]) ** 2,
+        "k": k,
+        "log_k_fact": np.array([sum(math.lgamma(v + 1) for v in k)]),
+    }
 
     def split(x, dd):
         rho, j_rho = _positive(x[0])
         alpha, j_alpha = _positive(x[1])
-        cov = alpha**2 * jnp.exp(-dd["sq"] / (2.0 * rho**2)) + 1e-10 * jnp.eye(n, dtype=x.dtype)
+        cov = alpha**2 * jnp.exp(-dd["sq"] / (2.0 * rho**2)) + 1e-10 * jnp.eye(
+            n, dtype=x.dtype
+        )
         f = jnp.linalg.cholesky(cov) @ x[2:]
         return rho, alpha, f, j_rho + j_alpha
 
     def logdensity(x):
         dd = _cast(d0, x)
         rho, alpha, f, log_j = split(x, dd)
-        lp = stats.gamma.logpdf(rho, 25.0, scale=0.25) + stats.norm.logpdf(alpha, 0.0, 2.0)
+        lp = stats.gamma.logpdf(rho, 25.0, scale=0.25) + stats.norm.logpdf(
+            alpha, 0.0, 2.0
+        )
         lp += jnp.sum(stats.norm.logpdf(x[2:], 0.0, 1.0))
         return lp + jnp.sum(dd["k"] * f - jnp.exp(f)) - dd["log_k_fact"][0] + log_j
 
@@ -270,7 +358,12 @@ def gp_pois_regr(data: dict) -> Model:
         rho, alpha, f, _ = split(x, _cast(d0, x))
         return {"rho": rho, "alpha": alpha, "f_tilde": x[2:], "f": f}
 
-    return Model(logdensity, n + 2, constrain, _names(("log(rho)", 0), ("log(alpha)", 0), ("f_tilde", n)))
+    return Model(
+        logdensity,
+        n + 2,
+        constrain,
+        _names(("log(rho)", 0), ("log(alpha)", 0), ("f_tilde", n)),
+    )
 
 
 #: posteriordb name -> builder
