@@ -363,16 +363,70 @@ def cenlmc_step(
     """
     check_ensemble_state(state, CEnLMCState, "cenlmc_init")
     check_key(rng_key)
-    x = state.position
-    n, d = x.shape
+    n = state.position.shape[0]
     check_cenlmc_params(n, step_size, eta, r1, r2, n_star, m_f)
     _check_f_star(f_star)
     opts = ensemble_options(options, **option_fields)
-    capacity = opts.capacity(n)
-    audit_size = opts.audit(n, CENLMC_AUDIT_SIZE)
+    opts.capacity(n)
     min_ball = _check_min_ball(min_ball_neighbours, n)
     check_estimator(estimator)
+    return cenlmc_move(
+        rng_key,
+        state,
+        logdensity_fn,
+        step_size,
+        eta,
+        r1,
+        r2,
+        n_star,
+        m_f,
+        f_star,
+        min_ball=min_ball,
+        estimator=estimator,
+        options=opts,
+    )
 
+
+def cenlmc_move(
+    rng_key: PRNGKey,
+    state: CEnLMCState,
+    logdensity_fn: LogDensityFn,
+    step_size: float,
+    eta: float,
+    r1: float,
+    r2: float,
+    n_star: int,
+    m_f: float,
+    f_star: float | None,
+    *,
+    min_ball: int,
+    estimator: str,
+    options: EnsembleOptions,
+) -> tuple[CEnLMCState, CEnLMCInfo]:
+    """The step of :func:`cenlmc_step` without its parameter checks: the kernel.
+
+    For callers that checked the parameters once, when they were given (the sampler
+    object :func:`cenlmc` checks them at build time and the ensemble's size at
+    ``init``), so that tracing a step runs no Python validation.
+
+    Args:
+      rng_key, state, logdensity_fn, step_size, eta, r1, r2, n_star, m_f, f_star: as
+        :func:`cenlmc_step`, already checked.
+      min_ball: the guard's threshold, an int (:func:`cenlmc_step`'s
+        ``min_ball_neighbours``, 1 for None).
+      estimator: ``"paper"``, ``"least_squares"`` or ``"least_squares_quadratic"``.
+      options: a checked :class:`~cenlmc_jax.ensemble.options.EnsembleOptions`.
+
+    Returns:
+      ``(new_state, info)``: a :class:`CEnLMCState` and a :class:`CEnLMCInfo`.
+    """
+    check_ensemble_state(state, CEnLMCState, "cenlmc_init")  # the arguments, not the parameters
+    check_key(rng_key)
+    opts = options
+    x = state.position
+    n, d = x.shape
+    capacity = opts.capacity(n)
+    audit_size = opts.audit(n, CENLMC_AUDIT_SIZE)
     dt = x.dtype
     h = jnp.asarray(step_size, dt)
     fs = state.f_star if f_star is None else jnp.asarray(f_star, dt)
@@ -533,8 +587,9 @@ def cenlmc(
 
     # one function per distinct parameters: a rebuilt sampler reuses cj.sample's
     # compiled run
+    # the kernel without checks: they ran above and at init, not at every trace
     step = bound_step(
-        cenlmc_step,
+        cenlmc_move,
         logdensity_fn=logdensity_fn,
         step_size=step_size,
         eta=eta,
@@ -542,7 +597,8 @@ def cenlmc(
         r2=r2,
         n_star=n_star,
         m_f=m_f,
-        min_ball_neighbours=min_ball_neighbours,
+        f_star=None,
+        min_ball=_check_min_ball(min_ball_neighbours, None),
         estimator=estimator,
         options=opts,
     )

@@ -78,6 +78,7 @@ __all__ = [
     "EnLMCInfo",
     "enlmc_init",
     "enlmc_step",
+    "enlmc_move",
     "enlmc",
     "ENLMC_AUDIT_SIZE",
     "UNUSED_ENSEMBLE_FLAG",
@@ -331,6 +332,37 @@ def enlmc_step(
     check_key(rng_key)
     check_enlmc_params(step_size, eta, blowup_factor)
     opts = ensemble_options(options, **option_fields)
+    opts.capacity(state.position.shape[0])
+    return enlmc_move(
+        rng_key, state, logdensity_fn, step_size, eta, blowup_factor, opts
+    )
+
+
+def enlmc_move(
+    rng_key: PRNGKey,
+    state: EnLMCState,
+    logdensity_fn: LogDensityFn,
+    step_size: float,
+    eta: float,
+    blowup_factor: float,
+    options: EnsembleOptions,
+) -> tuple[EnLMCState, EnLMCInfo]:
+    """The step of :func:`enlmc_step` without its parameter checks: the kernel.
+
+    For callers that checked the parameters when they were given (the sampler object
+    :func:`enlmc`), so that tracing a step runs no Python validation.
+
+    Args:
+      rng_key, state, logdensity_fn, step_size, eta, blowup_factor: as
+        :func:`enlmc_step`, already checked.
+      options: a checked :class:`~cenlmc_jax.ensemble.options.EnsembleOptions`.
+
+    Returns:
+      ``(new_state, info)``: an :class:`EnLMCState` and an :class:`EnLMCInfo`.
+    """
+    check_ensemble_state(state, EnLMCState, "enlmc_init")  # the arguments, not the parameters
+    check_key(rng_key)
+    opts = options
     x = state.position
     n, d = x.shape
     capacity = opts.capacity(n)
@@ -417,8 +449,9 @@ def enlmc(
 
     # one function per distinct parameters: a rebuilt sampler reuses cj.sample's
     # compiled run
+    # the kernel without checks: they ran above and at init, not at every trace
     step = bound_step(
-        enlmc_step,
+        enlmc_move,
         logdensity_fn=logdensity_fn,
         step_size=step_size,
         eta=eta,
