@@ -180,8 +180,8 @@ def use_compile_cache(folder: str | None) -> None:
         os.makedirs(folder, exist_ok=True)
     except OSError as exc:
         raise UsageError(
-            f"--compile-cache {folder}: cannot create it ({exc.strerror}); give another folder "
-            "or 'off'."
+            f"--compile-cache {folder}: cannot create it ({exc.strerror}); give "
+            "another folder or 'off'."
         ) from exc
     jax.config.update("jax_compilation_cache_dir", folder)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)

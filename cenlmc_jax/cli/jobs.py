@@ -92,8 +92,8 @@ class Run(NamedTuple):
 def _refuse_pickles(flag: str, path: str, exc: Exception) -> None:
     if "allow_pickle" in str(exc):
         raise UsageError(
-            f"{flag} {path}: holds pickled Python objects, which can run code and are never loaded; "
-            "save plain numeric arrays"
+            f"{flag} {path}: holds pickled Python objects, which can run code and are "
+            "never loaded; save plain numeric arrays"
         ) from exc
 
 
@@ -173,12 +173,14 @@ def load_model(spec: str, data: dict | None, dim: int, fn=None) -> targets_mod.T
     except Exception as exc:
         call = f"{name}(x, data)" if data is not None else f"{name}(x)"
         raise UsageError(
-            f"--model {spec}: {call} failed on a point x of shape ({dim},): {type(exc).__name__}: {exc}"
+            f"--model {spec}: {call} failed on a point x of shape ({dim},): "
+            f"{type(exc).__name__}: {exc}"
         ) from exc
     if getattr(out, "shape", None) != () or not jnp.issubdtype(out.dtype, jnp.floating):
         raise UsageError(
-            f"--model {spec}: {name} must return a floating scalar (the log density of one point); "
-            f"got shape {getattr(out, 'shape', type(out).__name__)}"
+            f"--model {spec}: {name} must return a floating scalar (the log density "
+            "of one point); got shape "
+            f"{getattr(out, 'shape', type(out).__name__)}"
         )
     path = spec.rpartition(":")[0]
     return targets_mod.Target(
@@ -234,8 +236,8 @@ def load_numpyro_model(spec: str, fn, module, data: dict | None):
     except Exception as exc:
         call = f"{spec.rpartition(':')[2]}({', '.join(f'{k}=...' for k in kwargs)})"
         raise UsageError(
-            f"--model {spec}: read as a NumPyro model (the file imports numpyro), cj.from_numpyro of "
-            f"{call} failed: {type(exc).__name__}: {exc}"
+            f"--model {spec}: read as a NumPyro model (the file imports numpyro), "
+            f"cj.from_numpyro of {call} failed: {type(exc).__name__}: {exc}"
         ) from exc
 
 
@@ -307,13 +309,15 @@ def load_init(path: str) -> np.ndarray:
     if not isinstance(init, np.ndarray):  # an .npz archive
         init.close()
         raise UsageError(
-            f"--init {path}: an .npz archive; give one array in an .npy file (numpy.save)"
+            f"--init {path}: an .npz archive; give one array in an .npy file "
+            "(numpy.save)"
         )
     if init.dtype.kind not in "biuf":
         raise UsageError(f"--init {path}: must hold numbers; got dtype {init.dtype}")
     if init.ndim not in (1, 2) or init.size == 0 or not np.all(np.isfinite(init)):
         raise UsageError(
-            f"--init {path}: must hold finite positions of shape (N, d) or (d,); got shape {init.shape}"
+            f"--init {path}: must hold finite positions of shape (N, d) or (d,); got "
+            f"shape {init.shape}"
         )
     return init.astype(np.float32)
 
@@ -346,7 +350,8 @@ def curvature(target: targets_mod.Target, positions: jax.Array) -> tuple:
         return 1.0, "1 (no curvature found at the mode: unit scale assumed)"
     return (
         lam,
-        f"{lam:.4g}, the largest Hessian eigenvalue of -log p at the mode (power iteration)",
+        f"{lam:.4g}, the largest Hessian eigenvalue of -log p at the mode (power "
+        "iteration)",
     )
 
 
@@ -364,7 +369,8 @@ def _target(args, data: dict | None, init: np.ndarray | None) -> tuple:
             model, kwargs = loaded
             if args.dim is not None and args.dim != model.d:
                 raise UsageError(
-                    f"--dim {args.dim}: the NumPyro model has d = {model.d} unconstrained coordinates"
+                    f"--dim {args.dim}: the NumPyro model has d = {model.d} "
+                    "unconstrained coordinates"
                 )
             args.trace = True  # the constrained summary needs the draws
             return numpyro_target(args.model, fn, kwargs, model), model
@@ -384,8 +390,8 @@ def _target(args, data: dict | None, init: np.ndarray | None) -> tuple:
         raise UsageError(f"--dim {args.dim} for --target {args.target}: {exc}") from exc
     if args.dim is not None and target.dim != args.dim:
         raise UsageError(
-            f"--target {args.target} has a fixed dimension {target.dim}; --dim {args.dim} does not "
-            "apply"
+            f"--target {args.target} has a fixed dimension {target.dim}; --dim "
+            f"{args.dim} does not apply"
         )
     return target, None
 
@@ -396,19 +402,21 @@ def _setup(args) -> Setup:
     if init is not None and init.ndim == 2:
         if args.particles is not None and args.particles != init.shape[0]:
             raise UsageError(
-                f"--particles {args.particles} does not match the {init.shape[0]} rows of --init"
+                f"--particles {args.particles} does not match the {init.shape[0]} "
+                "rows of --init"
             )
         args.particles = init.shape[0]
     args.particles = args.particles or DEFAULT_PARTICLES
     target, model = _target(args, data, init)
     if init is not None and init.shape[-1] != target.dim:
         raise UsageError(
-            f"--init has points of dimension {init.shape[-1]}; the target has d = {target.dim}"
+            f"--init has points of dimension {init.shape[-1]}; the target has d = "
+            f"{target.dim}"
         )
     if args.n_star is not None and args.n_star > args.particles - 1:
         raise UsageError(
-            f"--n-star {args.n_star} must be at most N - 1 = {args.particles - 1} (the neighbours a "
-            "particle can have)"
+            f"--n-star {args.n_star} must be at most N - 1 = {args.particles - 1} "
+            "(the neighbours a particle can have)"
         )
     keys = jax.random.split(jax.random.key(args.seed), 3)
     noise = jax.random.normal(keys[0], (args.particles, target.dim)) * args.init_scale
@@ -550,20 +558,30 @@ def say_interrupted(args) -> None:
             if out
             else "the same command with --resume"
         )
-        text = f"interrupted; the checkpoint {checkpoint} holds the last finished chunk. Continue with: {again}"
+        text = (
+            f"interrupted; the checkpoint {checkpoint} holds the last finished "
+            f"chunk. Continue with: {again}"
+        )
     elif out is not None and os.path.isfile(os.path.join(out, "run.json")):
         text = f"interrupted after the run finished; its outputs in {out} are written"
     elif out is not None and not os.path.isdir(out):
         text = f"interrupted before the run started: nothing was written to {out}"
     elif out is not None:
         text = (
-            f"interrupted before the first checkpoint (every --checkpoint-every steps): nothing to continue; "
-            f"the same command starts afresh in {out}, and so does cenlmc-jax sample --resume --out {out}"
+            "interrupted before the first checkpoint (every --checkpoint-every "
+            "steps): nothing to continue; the same command starts afresh in "
+            f"{out}, and so does cenlmc-jax sample --resume --out {out}"
         )
     elif checkpoint is not None:
-        text = f"interrupted before the first checkpoint ({checkpoint}): the same command starts afresh"
+        text = (
+            f"interrupted before the first checkpoint ({checkpoint}): the same "
+            "command starts afresh"
+        )
     else:
-        text = "interrupted before any checkpoint was written (--checkpoint PATH or --out DIR make runs resumable)"
+        text = (
+            "interrupted before any checkpoint was written (--checkpoint PATH or "
+            "--out DIR make runs resumable)"
+        )
     print(f"\ncenlmc-jax: {text}", file=sys.stderr)
 
 
@@ -707,7 +725,8 @@ def _save_outputs(
             )
     else:
         record["warnings"].append(
-            'run.nc not written: ArviZ is not installed (pip install "cenlmc_jax[arviz]")'
+            "run.nc not written: ArviZ is not installed (pip install "
+            '"cenlmc_jax[arviz]")'
         )
     if args.plots:
         files += _save_plots(args, setup.target, res, run.burn_in)

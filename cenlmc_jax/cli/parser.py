@@ -156,9 +156,10 @@ def _add_what_to_sample(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--model",
         metavar="PATH.py:FUNCTION",
-        help="your log density of one point x: (d,), FUNCTION(x, data) with --data; or a NumPyro "
-        "model (the file imports numpyro and FUNCTION(**data) binds): cj.from_numpyro, sampled "
-        "unconstrained, summarised by constrained site name",
+        help="your log density of one point x: (d,), FUNCTION(x, data) with --data; "
+        "or a NumPyro model (the file imports numpyro and FUNCTION(**data) "
+        "binds): cj.from_numpyro, sampled unconstrained, summarised by "
+        "constrained site name",
     )
     g.add_argument(
         "--data",
@@ -184,15 +185,16 @@ def _add_run_length_and_parameters(p: argparse.ArgumentParser) -> None:
         "--particles",
         type=int_type(2),
         default=None,
-        help=f"particles or chains (default: {DEFAULT_PARTICLES}, or the rows of --init)",
+        help=f"particles or chains (default: {DEFAULT_PARTICLES}, or the rows of "
+        "--init)",
     )
     g.add_argument(
         "--steps",
         type=int_type(1),
         default=None,
-        help=f"recorded steps (default: {DEFAULT_STEPS}) or, for lmc / cenlmc warmed up by "
-        "cj.langevin_warmup, more where the warm-up's measured relaxation time asks for more for the "
-        "R-hat check",
+        help=f"recorded steps (default: {DEFAULT_STEPS}) or, for lmc / cenlmc warmed "
+        "up by cj.langevin_warmup, more where the warm-up's measured relaxation "
+        "time asks for more for the R-hat check",
     )
     g.add_argument(
         "--burn-in",
@@ -204,7 +206,8 @@ def _add_run_length_and_parameters(p: argparse.ArgumentParser) -> None:
         "--step-size",
         type=float_type(),
         default=None,
-        help="h (Langevin), eps (SGRHMC) or proposal scale (MH) (default: from the target's curvature)",
+        help="h (Langevin), eps (SGRHMC) or proposal scale (MH) (default: from the "
+        "target's curvature)",
     )
     for name, kind in (
         ("eta", float_type()),
@@ -217,28 +220,30 @@ def _add_run_length_and_parameters(p: argparse.ArgumentParser) -> None:
             f"--{name}",
             type=kind,
             default=None,
-            help=f"{'/'.join(takes(name))}: {name.replace('-', '_')} (default: tuning.suggest_cenlmc_params)",
+            help=f"{'/'.join(takes(name))}: {name.replace('-', '_')} (default: "
+            "tuning.suggest_cenlmc_params)",
         )
     g.add_argument(
         "--adapt",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help=f"{', '.join(takes('adapt'))}: adapt the step size and a diagonal preconditioner during the "
-        "burn-in (cenlmc_jax.adaptation; Stan's windows); off, or with --step-size: the "
-        "curvature rule (default: on)",
+        help=f"{', '.join(takes('adapt'))}: adapt the step size and a diagonal "
+        "preconditioner during the burn-in (cenlmc_jax.adaptation; Stan's "
+        "windows); off, or with --step-size: the curvature rule (default: on)",
     )
     g.add_argument(
         "--grad-noise",
         type=float_type(positive=False),
         default=0.0,
-        help=f"{'/'.join(takes('grad-noise'))}: sd of Gaussian noise added to gradients "
-        "(default: %(default)s)",
+        help=f"{'/'.join(takes('grad-noise'))}: sd of Gaussian noise added to "
+        "gradients (default: %(default)s)",
     )
     g.add_argument(
         "--init-scale",
         type=float_type(),
         default=1.0,
-        help="initial particles ~ N(0, scale^2 I), or around a --init point (default: %(default)s)",
+        help="initial particles ~ N(0, scale^2 I), or around a --init point "
+        "(default: %(default)s)",
     )
     g.add_argument(
         "--seed", type=int_type(0, MAX_SEED), default=0, help="(default: %(default)s)"
@@ -296,20 +301,22 @@ def _add_output(p: argparse.ArgumentParser) -> None:
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="progress bar (default: on when stderr is a terminal and tqdm is installed)",
+        help="progress bar (default: on when stderr is a terminal and tqdm is "
+        "installed)",
     )
     g.add_argument(
         "--compile-cache",
         metavar="DIR",
         default=None,
-        help="keep compiled programs in DIR, so that a rerun of the same job skips most of its "
-        "compilation ('off': none; default: $JAX_COMPILATION_CACHE_DIR if set, else "
-        "~/.cache/cenlmc_jax/xla)",
+        help="keep compiled programs in DIR, so that a rerun of the same job skips "
+        "most of its compilation ('off': none; default: "
+        "$JAX_COMPILATION_CACHE_DIR if set, else ~/.cache/cenlmc_jax/xla)",
     )
     g.add_argument(
         "--allow-unreliable",
         action="store_true",
-        help="exit 0 even when the result fails the reliability checks (they are still printed)",
+        help="exit 0 even when the result fails the reliability checks (they are "
+        "still printed)",
     )
 
 
@@ -321,7 +328,8 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "sample",
         help="run a sampler on a built-in target or a model file; print a summary",
-        description="Run a sampler and print a summary (see the module docstring of cenlmc_jax.cli).",
+        description="Run a sampler and print a summary (see the module docstring of "
+        "cenlmc_jax.cli).",
     )
     _add_what_to_sample(p)
     _add_run_length_and_parameters(p)
@@ -345,7 +353,8 @@ def read_config(path: str) -> dict:
     """The table of a TOML configuration file; a usage error when it is missing or not TOML."""
     if tomllib is None:
         raise UsageError(
-            "--config needs Python >= 3.11 (tomllib) or the tomli package: pip install tomli"
+            "--config needs Python >= 3.11 (tomllib) or the tomli package: pip "
+            "install tomli"
         )
     if not os.path.isfile(path):
         raise UsageError(f"--config {path}: no such file")
@@ -372,9 +381,10 @@ def refuse_config_model(
     model = _config_model(table)
     if model is not None and model_on_command_line is None:
         raise UsageError(
-            f"{path} names a model file (model = {model!r}), and a configuration file or run folder "
-            "never names code to import: read that file, and if you trust it pass --model "
-            "PATH.py:FUNCTION explicitly on the command line"
+            f"{path} names a model file (model = {model!r}), and a configuration file "
+            "or run folder never names code to import: read that file, and if "
+            "you trust it pass --model PATH.py:FUNCTION explicitly on the "
+            "command line"
         )
 
 
@@ -401,8 +411,8 @@ def config_tokens(table: dict, path: str, parser: argparse.ArgumentParser) -> li
         dest = key.replace("-", "_")
         if dest not in known or dest in NOT_IN_CONFIG:
             raise UsageError(
-                f"--config {path}: unknown setting {key!r} (expected flag names such as 'steps', "
-                "'burn-in', 'sampler')"
+                f"--config {path}: unknown setting {key!r} (expected flag names such "
+                "as 'steps', 'burn-in', 'sampler')"
             )
         if dest == "model":
             continue
@@ -455,8 +465,8 @@ def effective_config(args) -> dict:
 
 def write_config(path: str, config: dict) -> None:
     lines = [
-        f"# {PROG} sample: the effective configuration of this run ({PROG} sample --config THIS_FILE; "
-        "a model run needs its --model again)"
+        f"# {PROG} sample: the effective configuration of this run ({PROG} sample "
+        "--config THIS_FILE; a model run needs its --model again)"
     ]
     lines += [f"{k} = {toml_value(v)}" for k, v in config.items()]
     with open(path, "w") as fh:
@@ -503,7 +513,8 @@ def _probe_writable(folder: str, flag: str, value: str) -> None:
         os.remove(tmp)
     except OSError as exc:
         raise UsageError(
-            f"{flag} {value}: cannot write in the folder {folder!r} ({exc.strerror or exc})"
+            f"{flag} {value}: cannot write in the folder {folder!r} "
+            f"({exc.strerror or exc})"
         ) from None
 
 
@@ -562,8 +573,9 @@ def _check_out_dir(args) -> None:
         and not interrupted_leftovers(out, os.path.abspath(args.checkpoint))
     ):
         raise UsageError(
-            f"--out {value}: the directory is not empty (a finished or interrupted run?); "
-            "use another directory, remove it, or add --resume to continue an interrupted run"
+            f"--out {value}: the directory is not empty (a finished or interrupted "
+            "run?); use another directory, remove it, or add --resume to "
+            "continue an interrupted run"
         )
 
 
@@ -627,9 +639,10 @@ def check_same_run(args) -> None:
             continue
         if here != there:
             raise UsageError(
-                f"--resume: {_flag_text(key, here)} is not the interrupted run's {_flag_text(key, there)} "
-                f"({path}); resume with the run's own flags (--resume --out DIR alone reads them), or "
-                "start a new run in another --out directory"
+                f"--resume: {_flag_text(key, here)} is not the interrupted run's "
+                f"{_flag_text(key, there)} ({path}); resume with the run's own "
+                "flags (--resume --out DIR alone reads them), or start a new "
+                "run in another --out directory"
             )
 
 
@@ -638,8 +651,9 @@ def _resume_from_the_start(args) -> None:
     out = args.out
     if out is not None and os.path.isfile(os.path.join(out, "run.json")):
         raise UsageError(
-            f"--resume: {out} holds a finished run (run.json; a finished run removes its checkpoint): "
-            f"nothing to resume; cenlmc-jax summary {out} prints it"
+            f"--resume: {out} holds a finished run (run.json; a finished run removes "
+            f"its checkpoint): nothing to resume; cenlmc-jax summary {out} "
+            "prints it"
         )
     if (
         out is not None
@@ -647,14 +661,14 @@ def _resume_from_the_start(args) -> None:
         and interrupted_leftovers(out, args.checkpoint)
     ):
         print(
-            f"cenlmc-jax: --resume: no checkpoint in {out} yet (the run stopped before its first one): starting "
-            "from the beginning",
+            f"cenlmc-jax: --resume: no checkpoint in {out} yet (the run stopped "
+            "before its first one): starting from the beginning",
             file=sys.stderr,
         )
         return
     raise UsageError(
-        f"--resume: no checkpoint at {args.checkpoint} (nothing to resume; a run stopped before its "
-        "first checkpoint is run again without --resume)"
+        f"--resume: no checkpoint at {args.checkpoint} (nothing to resume; a run "
+        "stopped before its first checkpoint is run again without --resume)"
     )
 
 
@@ -669,8 +683,8 @@ def _check_checkpoint(args) -> None:
     exists = os.path.exists(args.checkpoint)
     if exists and not args.resume:
         raise UsageError(
-            f"--checkpoint {args.checkpoint} exists (an interrupted run): add --resume to continue "
-            "it, or remove it to start again"
+            f"--checkpoint {args.checkpoint} exists (an interrupted run): add "
+            "--resume to continue it, or remove it to start again"
         )
     if args.resume and not exists:
         _resume_from_the_start(args)
@@ -688,8 +702,8 @@ def _check_output_file(args) -> None:
         own |= {os.path.join(args.out, name) for name in OUT_FILES}
     if path in own:
         raise UsageError(
-            f"--output {args.output}: the run writes {path} itself (an --out file or the checkpoint); "
-            "choose another file"
+            f"--output {args.output}: the run writes {path} itself (an --out file or "
+            "the checkpoint); choose another file"
         )
     args.output = path
 

@@ -115,16 +115,19 @@ def _warmed(spec, args, target, positions, keys):
     )
     i, p = wu.info, wu.parameters
     desc = (
-        f"{'LMC' if spec.registry == 'lmc' else 'CEnLMC, whitened (y = L^-1 (x - m))'}, h={i.step_size:.4g} "
-        f"(whitened curvature {i.curvature:.3g}, bias {i.bias:g}), preconditioner M of condition number "
-        f"{i.condition_number:.3g} from cj.langevin_warmup over the {args.burn_in} burn-in steps (start: "
-        f"{i.start}; {i.grad_evals:,} gradients, {i.hvp_evals:,} Hessian-vector products; relaxation time "
+        f"{'LMC' if spec.registry == 'lmc' else 'CEnLMC, whitened (y = L^-1 (x - m))'}, "
+        f"h={i.step_size:.4g} (whitened curvature {i.curvature:.3g}, bias "
+        f"{i.bias:g}), preconditioner M of condition number "
+        f"{i.condition_number:.3g} from cj.langevin_warmup over the "
+        f"{args.burn_in} burn-in steps (start: {i.start}; {i.grad_evals:,} "
+        f"gradients, {i.hvp_evals:,} Hessian-vector products; relaxation time "
         f"{i.relaxation_steps:.3g} steps)"
     )
     if i.cenlmc:
         desc += (
-            f"; in y: eta={p['eta']:.3g}, r1={p['r1']:.3g}, r2={p['r2']:.3g}, n_star={p['n_star']}, "
-            f"m_f={p['m_f']:.3g} (expected ensemble fraction {i.cenlmc['expected_ensemble_fraction']:.2f})"
+            f"; in y: eta={p['eta']:.3g}, r1={p['r1']:.3g}, r2={p['r2']:.3g}, "
+            f"n_star={p['n_star']}, m_f={p['m_f']:.3g} (expected ensemble "
+            f"fraction {i.cenlmc['expected_ensemble_fraction']:.2f})"
         )
     params = _plain(
         dict(
@@ -184,8 +187,9 @@ def _cenlmc(spec, args, target, positions, c, keys):
         f_star=target.f_star,
     )
     desc = (
-        f"CEnLMC (constrained ensemble Langevin), h={h:.4g}, eta={p['eta']:.3g}, r1={p['r1']:.3g}, "
-        f"r2={p['r2']:.3g}, n_star={p['n_star']}, m_f={p['m_f']:.3g}"
+        f"CEnLMC (constrained ensemble Langevin), h={h:.4g}, eta={p['eta']:.3g}, "
+        f"r1={p['r1']:.3g}, r2={p['r2']:.3g}, n_star={p['n_star']}, "
+        f"m_f={p['m_f']:.3g}"
     )
     return Job(algo, algo.init(positions), desc, p, suggestion=sug)
 
@@ -228,7 +232,8 @@ def _sgrhmc(spec, args, target, positions, c, keys):
     return Job(
         algo,
         algo.init(positions),
-        f"gSGRHMC (metric 1.5 sqrt|U - U* + 0.5|), eps={eps:.4g}, gradient noise sd {args.grad_noise}",
+        f"gSGRHMC (metric 1.5 sqrt|U - U* + 0.5|), eps={eps:.4g}, gradient noise sd "
+        f"{args.grad_noise}",
         dict(step_size=eps, grad_noise=args.grad_noise, f_star=f_star),
     )
 
@@ -279,8 +284,8 @@ def _irreversible_mh(spec, args, target, positions, c, keys):
             keys,
             scale,
             lambda p: (
-                f"irreversible MH, Gamma(2, scale) proposal, one chain per particle, scale per coordinate "
-                f"{np.round(p['scale'], 4).tolist()}"
+                "irreversible MH, Gamma(2, scale) proposal, one chain per particle, "
+                f"scale per coordinate {np.round(p['scale'], 4).tolist()}"
             ),
         )
     algo = cj.vmap_chains(
@@ -307,8 +312,9 @@ def _rwmh(spec, args, target, positions, c, keys):
             keys,
             h,
             lambda p: (
-                f"random-walk MH, N(0, {p['step_size']:.4g}^2 diag({np.round(p['proposal_cov'], 4).tolist()})) "
-                "proposal, one chain per particle"
+                f"random-walk MH, N(0, {p['step_size']:.4g}^2 "
+                f"diag({np.round(p['proposal_cov'], 4).tolist()})) proposal, one "
+                "chain per particle"
             ),
         )
     algo = cj.vmap_chains(spec.constructor(target.logdensity_fn, h))

@@ -67,8 +67,9 @@ RHAT_MAX = 1.1
 TRUTH_Z_MAX = 5.0
 EXIT_UNRELIABLE, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 RELIABLE = (
-    "  reliability checks passed (divergence, the sampler's flags: ensemble-force audit and the others, "
-    "ensemble use, acceptance, known bias, frozen chains, R-hat, bulk ESS, known truth)"
+    "  reliability checks passed (divergence, the sampler's flags: ensemble-force "
+    "audit and the others, ensemble use, acceptance, known bias, frozen chains, "
+    "R-hat, bulk ESS, known truth)"
 )
 
 
@@ -102,9 +103,10 @@ def stability_problem(args, job, c: float | None) -> list:
     if not SPECS[args.sampler].langevin or h is None or c is None or not h * c >= 2.0:
         return []
     return [
-        f"the step size h={h:.4g} is at or above 2/c = {2.0 / c:.4g}, unadjusted Langevin's stability limit at "
-        f"the target's curvature c = {c:.4g}: the iterates do not settle to a stationary distribution (on a "
-        f"Gaussian target they grow without bound); lower --step-size below {2.0 / c:.4g}"
+        f"the step size h={h:.4g} is at or above 2/c = {2.0 / c:.4g}, unadjusted "
+        f"Langevin's stability limit at the target's curvature c = {c:.4g}: the "
+        "iterates do not settle to a stationary distribution (on a Gaussian "
+        f"target they grow without bound); lower --step-size below {2.0 / c:.4g}"
     ]
 
 
@@ -218,9 +220,10 @@ def _known_bias_problem(args, target, job, table: SummaryTable) -> list:
     if not bias[worst] > se[worst]:
         return []
     return [
-        f"at h={h:.4g} unadjusted Langevin's own sd of x[{worst}] is off by {bias[worst]:.3g} (exact "
-        f"for this Gaussian target), more than the standard error {se[worst]:.3g} of the estimate: "
-        "the error bars understate the error; lower --step-size (the bias is proportional to h)"
+        f"at h={h:.4g} unadjusted Langevin's own sd of x[{worst}] is off by "
+        f"{bias[worst]:.3g} (exact for this Gaussian target), more than the "
+        f"standard error {se[worst]:.3g} of the estimate: the error bars "
+        "understate the error; lower --step-size (the bias is proportional to h)"
     ]
 
 
@@ -235,11 +238,12 @@ def divergence_problem(args, job, res, c: float | None) -> str:
         parts.append(f"c = {c:.4g} the curvature at the mode")
     rule = f" ({', '.join(parts)})" if parts else ""
     return (
-        f"DIVERGED at step {res.diverged_at} (info.diverged: non-finite or exploding values); the run stopped "
-        f"and its estimates are not valid. The step size{rule} is too large where the chains are: lower "
-        "--step-size, start nearer the mode (--init FILE.npy), or rescale a badly scaled model (centre and "
-        "standardise its predictors and parameters: away from the mode its curvature can be orders of "
-        "magnitude above c)"
+        f"DIVERGED at step {res.diverged_at} (info.diverged: non-finite or exploding "
+        "values); the run stopped and its estimates are not valid. The step "
+        f"size{rule} is too large where the chains are: lower --step-size, start "
+        "nearer the mode (--init FILE.npy), or rescale a badly scaled model "
+        "(centre and standardise its predictors and parameters: away from the "
+        "mode its curvature can be orders of magnitude above c)"
     )
 
 
@@ -255,14 +259,16 @@ def problems(
     out += flag_problems(args, res)
     if table is None:
         out.append(
-            f"no draw was kept: the run stopped after {res.num_steps_done} of the driver's {res.burn_in} "
-            f"burn-in + {args.steps} steps, before its first recorded step; there are no estimates"
+            f"no draw was kept: the run stopped after {res.num_steps_done} of the "
+            f"driver's {res.burn_in} burn-in + {args.steps} steps, before its "
+            "first recorded step; there are no estimates"
         )
         return out
     acc = table.run.get("acceptance_rate")
     if acc is not None and not acc >= ACCEPTANCE_MIN:
         out.append(
-            f"mean acceptance rate {acc:.3f} < {ACCEPTANCE_MIN}: the chains barely move; lower --step-size"
+            f"mean acceptance rate {acc:.3f} < {ACCEPTANCE_MIN}: the chains barely "
+            "move; lower --step-size"
         )
     out += _known_bias_problem(args, target, job, table)
     out += convergence.convergence_problems(
@@ -273,8 +279,8 @@ def problems(
         if z is not None and np.any(np.abs(z) > TRUTH_Z_MAX):
             k = int(np.nanargmax(np.abs(z)))
             out.append(
-                f"the {what} of x[{k}] is {abs(z[k]):.1f} standard errors from the target's known {what} "
-                f"(> {TRUTH_Z_MAX:g})"
+                f"the {what} of x[{k}] is {abs(z[k]):.1f} standard errors from the "
+                f"target's known {what} (> {TRUTH_Z_MAX:g})"
             )
     return out
 
@@ -298,17 +304,19 @@ def print_header(args, setup: Setup, record: dict) -> None:
     job, target = setup.job, setup.target
     print(f"cenlmc-jax: {job.description}")
     print(
-        f"  target {target.name} (d={target.dim}), {args.particles} particles, {args.burn_in} burn-in + "
-        f"{args.steps} steps, seed {args.seed}, backend {jax.default_backend()}"
+        f"  target {target.name} (d={target.dim}), {args.particles} particles, "
+        f"{args.burn_in} burn-in + {args.steps} steps, seed {args.seed}, backend "
+        f"{jax.default_backend()}"
     )
     if setup.model is not None:
         print(
-            "  NumPyro model (cj.from_numpyro): sampled on the unconstrained scale; the summary shows the "
-            "constrained sites, by name (--trace on)"
+            "  NumPyro model (cj.from_numpyro): sampled on the unconstrained scale; "
+            "the summary shows the constrained sites, by name (--trace on)"
         )
     if args.step_size is None and not job.warmup_steps:
         print(
-            f"  default step size = {SPECS[args.sampler].step_rule}, curvature c = {setup.c_source}"
+            f"  default step size = {SPECS[args.sampler].step_rule}, curvature c = "
+            f"{setup.c_source}"
         )
     sug = job.suggestion
     if sug is not None:
@@ -331,14 +339,16 @@ def _print_gradients(args, setup: Setup, run: Run, ge: int) -> None:
     if audit:
         v = _mean_inflation(res, run.burn_in)
         print(
-            f"  gradient audit: {audit:,} more ({audit / full:.1%}); ensemble-noise variance inflation {v:.3f} "
-            f"(the sd off by ~{math.sqrt(max(1 + v, 0.0)) - 1:.1%}; flagged above "
+            f"  gradient audit: {audit:,} more ({audit / full:.1%}); ensemble-noise "
+            f"variance inflation {v:.3f} (the sd off by "
+            f"~{math.sqrt(max(1 + v, 0.0)) - 1:.1%}; flagged above "
             f"{ensemble.AUDIT_BIAS_THRESHOLD:g})"
         )
     if SPECS[args.sampler].ensemble:
         saved = full - ge - audit
         print(
-            f"  saved against LMC (N gradients per step): {saved:,} ({saved / full:.1%}, the audit's included)"
+            f"  saved against LMC (N gradients per step): {saved:,} "
+            f"({saved / full:.1%}, the audit's included)"
         )
 
 
@@ -346,7 +356,8 @@ def _print_run(args, setup: Setup, run: Run, table: SummaryTable | None) -> None
     res, job = run.result, setup.job
     warm = f" after {job.warmup_steps} warm-up steps" if job.warmup_steps else ""
     print(
-        f"  ran {res.num_steps_done} steps{warm} in {run.seconds:.2f} s (compilation included)"
+        f"  ran {res.num_steps_done} steps{warm} in {run.seconds:.2f} s (compilation "
+        "included)"
     )
     if table is None:
         print("  no estimates: no draw was kept")
@@ -357,7 +368,8 @@ def _print_run(args, setup: Setup, run: Run, table: SummaryTable | None) -> None
         print(f"  mean acceptance rate {table.run['acceptance_rate']:.3f}")
     if "ensemble_fraction" in table.run:
         print(
-            f"  ensemble force used by {table.run['ensemble_fraction']:.1%} of particle-steps after burn-in"
+            f"  ensemble force used by {table.run['ensemble_fraction']:.1%} of "
+            "particle-steps after burn-in"
         )
     print(
         "  estimates over kept steps and particles:"
@@ -425,12 +437,13 @@ def _read_record(folder: str) -> dict:
         ValueError,
     ) as exc:  # ValueError: JSONDecodeError, UnicodeDecodeError
         raise UsageError(
-            f"{path}: damaged, not the run.json of cenlmc-jax sample ({type(exc).__name__}: {exc})"
+            f"{path}: damaged, not the run.json of cenlmc-jax sample "
+            f"({type(exc).__name__}: {exc})"
         ) from None
     if not isinstance(record, dict):
         raise UsageError(
-            f"{path}: damaged, not the run.json of cenlmc-jax sample (a JSON {type(record).__name__}, "
-            "not an object)"
+            f"{path}: damaged, not the run.json of cenlmc-jax sample (a JSON "
+            f"{type(record).__name__}, not an object)"
         )
     for key, kind in _RECORD_FIELDS.items():
         value = record.get(key)
@@ -438,7 +451,8 @@ def _read_record(folder: str) -> dict:
             not isinstance(value, kind) or (kind is int and isinstance(value, bool))
         ):
             raise UsageError(
-                f"{path}: damaged: {key} should be a JSON {kind.__name__}; got {value!r}"
+                f"{path}: damaged: {key} should be a JSON {kind.__name__}; got "
+                f"{value!r}"
             )
     if not all(isinstance(p, str) for p in record.get("problems") or ()):
         raise UsageError(f"{path}: damaged: problems should be a list of strings")
@@ -452,7 +466,8 @@ def _read_table(folder: str, record: dict) -> SummaryTable | None:
         if record.get("kept_steps") == 0:
             return None
         raise UsageError(
-            f"{folder}: no summary.csv (not a finished cenlmc-jax sample --out directory)"
+            f"{folder}: no summary.csv (not a finished cenlmc-jax sample --out "
+            "directory)"
         )
     try:
         table = SummaryTable.from_csv(
@@ -462,7 +477,8 @@ def _read_table(folder: str, record: dict) -> SummaryTable | None:
         )
     except (OSError, ValueError, IndexError, csv.Error) as exc:
         raise UsageError(
-            f"{path}: damaged, not the summary.csv of cenlmc-jax sample ({type(exc).__name__}: {exc})"
+            f"{path}: damaged, not the summary.csv of cenlmc-jax sample "
+            f"({type(exc).__name__}: {exc})"
         ) from None
     try:
         table.format()
@@ -470,8 +486,8 @@ def _read_table(folder: str, record: dict) -> SummaryTable | None:
         Exception
     ) as exc:  # columns of the csv and statistics of run.json that do not fit together
         raise UsageError(
-            f"{path} and {os.path.join(folder, 'run.json')} do not fit together (damaged: "
-            f"{type(exc).__name__}: {exc})"
+            f"{path} and {os.path.join(folder, 'run.json')} do not fit together "
+            f"(damaged: {type(exc).__name__}: {exc})"
         ) from None
     return table
 
@@ -486,7 +502,8 @@ def cmd_summary(args) -> int:
     ]
     if "run.json" in missing:
         raise UsageError(
-            f"{folder}: no {' or '.join(missing)} (not a finished cenlmc-jax sample --out directory)"
+            f"{folder}: no {' or '.join(missing)} (not a finished cenlmc-jax sample "
+            "--out directory)"
         )
     record = _read_record(folder)
     table = _read_table(folder, record)

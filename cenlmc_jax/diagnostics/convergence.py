@@ -185,10 +185,12 @@ def _frozen_problem(result: RunResult, initial_position: Any) -> list:
         return []
     shown = np.flatnonzero(frozen)[:10].tolist()
     return [
-        f"{int(frozen.sum())} of {frozen.size} chains or particles never moved (their position at the end of "
-        f"the run is their position at its start: rows {shown}{' ...' if frozen.sum() > 10 else ''}): a step "
-        "size that collapsed (0, or so small that each step rounds away), every proposal rejected, or a start "
-        "where the density or its gradient is not finite; their draws are not samples"
+        f"{int(frozen.sum())} of {frozen.size} chains or particles never moved (their "
+        "position at the end of the run is their position at its start: rows "
+        f"{shown}{' ...' if frozen.sum() > 10 else ''}): a step size that "
+        "collapsed (0, or so small that each step rounds away), every proposal "
+        "rejected, or a start where the density or its gradient is not finite; "
+        "their draws are not samples"
     ]
 
 
@@ -202,8 +204,9 @@ def _mixing_problems(
     )
     if num_draws < MIN_DRAWS:
         return [
-            f"only {num_draws} kept draw{'s' if num_draws != 1 else ''} per chain: split R-hat and the bulk ESS "
-            f"need at least {MIN_DRAWS}, so convergence cannot be checked; keep more draws (num_steps, thin)"
+            f"only {num_draws} kept draw{'s' if num_draws != 1 else ''} per chain: "
+            f"split R-hat and the bulk ESS need at least {MIN_DRAWS}, so "
+            "convergence cannot be checked; keep more draws (num_steps, thin)"
         ]
     checked = num_chains
     if (
@@ -224,12 +227,16 @@ def _mixing_problems(
     )  # a NaN (a coordinate constant in every chain) is not above
     if bad.size:
         k = int(bad[np.argmax(rhat[bad])])
-        chains = f"{num_chains} chain{'s' if num_chains != 1 else ''} or particles x {num_draws} kept draws"
+        chains = (
+            f"{num_chains} chain{'s' if num_chains != 1 else ''} or particles x "
+            f"{num_draws} kept draws"
+        )
         out.append(
-            f"the rank-normalised split R-hat of {_label(k, event_shape, labels)} is {rhat[k]:.3g} > "
-            f"{rhat_max:g} ({bad.size} of {rhat.size} coordinates above; {chains}{subset}): the chains have "
-            "not mixed, the estimates depend on where they started; run longer (more steps and burn-in) or "
-            "retune the step size"
+            f"the rank-normalised split R-hat of {_label(k, event_shape, labels)} is "
+            f"{rhat[k]:.3g} > {rhat_max:g} ({bad.size} of {rhat.size} "
+            f"coordinates above; {chains}{subset}): the chains have not mixed, "
+            "the estimates depend on where they started; run longer (more steps "
+            "and burn-in) or retune the step size"
         )
     floor = ess_floor(num_chains) if ess_min is None else ess_min
     low = np.flatnonzero(ess < floor)
@@ -237,9 +244,10 @@ def _mixing_problems(
         k = int(low[np.argmin(ess[low])])
         scaled = f"{subset}, scaled to all" if subset else ""
         out.append(
-            f"the bulk ESS of {_label(k, event_shape, labels)} is {ess[k]:.3g} < {floor:g} ({low.size} of "
-            f"{ess.size} coordinates below; the floor is min(100 per chain, 400){scaled}): too few effective "
-            "draws for the R-hat and the standard errors to be trusted; run longer"
+            f"the bulk ESS of {_label(k, event_shape, labels)} is {ess[k]:.3g} < "
+            f"{floor:g} ({low.size} of {ess.size} coordinates below; the floor "
+            f"is min(100 per chain, 400){scaled}): too few effective draws for "
+            "the R-hat and the standard errors to be trusted; run longer"
         )
     return out
 

@@ -90,8 +90,8 @@ def as_float_array(x: ArrayLike, name: str) -> Array:
         arr = jnp.asarray(x)
     except (TypeError, ValueError) as err:
         raise ValueError(
-            f"{name} must be array-like with a numeric dtype (or a RunResult); got an object "
-            f"of type {type(x).__name__}."
+            f"{name} must be array-like with a numeric dtype (or a RunResult); got an "
+            f"object of type {type(x).__name__}."
         ) from err
     if jnp.issubdtype(arr.dtype, jnp.complexfloating):
         raise ValueError(f"{name} must be real-valued; got dtype {arr.dtype}.")
@@ -130,14 +130,15 @@ def _trace_chains_first(result: RunResult) -> Array:
     """
     if result.trace is None:
         raise ValueError(
-            "samples is a RunResult without a trace (mode='stream' keeps moments only): run cj.sample with "
-            "mode='trace' to keep draws, or use cj.summary(result), which summarises the moments."
+            "samples is a RunResult without a trace (mode='stream' keeps moments "
+            "only): run cj.sample with mode='trace' to keep draws, or use "
+            "cj.summary(result), which summarises the moments."
         )
     trace = result.trace
     if not isinstance(trace, (jax.Array, np.ndarray)):
         raise ValueError(
-            f"samples is a RunResult whose trace is a {type(trace).__name__}; the diagnostics need one array "
-            "(a trace_fn returning an array)."
+            f"samples is a RunResult whose trace is a {type(trace).__name__}; the "
+            "diagnostics need one array (a trace_fn returning an array)."
         )
     position = getattr(result.state, "position", None)
     single = trace.ndim == 2 if position is None else jnp.ndim(position) == 1
@@ -159,12 +160,15 @@ def _check_layout(x: Array) -> None:
     z = r * math.sqrt(m)
     if np.max(z) > _LAYOUT_Z:
         warnings.warn(
-            f"samples of shape {tuple(x.shape)} was read as (chains, draws, ...) = ({m} chains of {x.shape[1]} "
-            f"draws), but the chain means are autocorrelated along the chain axis (lag-1 correlation "
-            f"{float(r[np.argmax(z)]):.2f}, {float(np.max(z)):.0f} standard errors): consecutive 'chains' look "
-            "like consecutive draws. cj.sample's trace is (draws, chains, d): pass the RunResult itself, or "
-            "swapaxes(trace, 0, 1). If the chains really are ordered (started on a sorted grid, not yet mixed), "
-            "pass chain_axis and sample_axis explicitly.",
+            f"samples of shape {tuple(x.shape)} was read as (chains, draws, ...) = "
+            f"({m} chains of {x.shape[1]} draws), but the chain means are "
+            "autocorrelated along the chain axis (lag-1 correlation "
+            f"{float(r[np.argmax(z)]):.2f}, {float(np.max(z)):.0f} standard "
+            "errors): consecutive 'chains' look like consecutive draws. "
+            "cj.sample's trace is (draws, chains, d): pass the RunResult "
+            "itself, or swapaxes(trace, 0, 1). If the chains really are ordered "
+            "(started on a sorted grid, not yet mixed), pass chain_axis and "
+            "sample_axis explicitly.",
             LayoutWarning,
             stacklevel=4,
         )
@@ -178,10 +182,11 @@ def check_ess(ess: Array, total: int, what: str) -> None:
     limit = total * max(_ESS_EXCESS_MIN, 1.0 + _ESS_EXCESS_SD / math.sqrt(total))
     if e.size and np.nanmax(e, initial=-np.inf) > limit:
         warnings.warn(
-            f"{what} {float(np.nanmax(e)):.6g} exceeds the {total} draws by more than its sampling noise allows "
-            f"(> {limit:.6g}): the usual cause is a (draws, chains, ...) array read as (chains, draws, ...); "
-            "cj.sample's trace is (draws, chains, d): pass the RunResult itself, or swapaxes(trace, 0, 1). "
-            "(Antithetic chains also do this.)",
+            f"{what} {float(np.nanmax(e)):.6g} exceeds the {total} draws by more than "
+            f"its sampling noise allows (> {limit:.6g}): the usual cause is a "
+            "(draws, chains, ...) array read as (chains, draws, ...); "
+            "cj.sample's trace is (draws, chains, d): pass the RunResult "
+            "itself, or swapaxes(trace, 0, 1). (Antithetic chains also do this.)",
             LayoutWarning,
             stacklevel=3,
         )
@@ -200,8 +205,9 @@ def checked_chains_first(
     if isinstance(samples, RunResult):
         if chain_axis is not None or sample_axis is not None:
             raise ValueError(
-                "chain_axis and sample_axis describe an array; a RunResult's layout is known (pass neither); got "
-                f"chain_axis={chain_axis!r}, sample_axis={sample_axis!r}."
+                "chain_axis and sample_axis describe an array; a RunResult's layout "
+                f"is known (pass neither); got chain_axis={chain_axis!r}, "
+                f"sample_axis={sample_axis!r}."
             )
         x = _trace_chains_first(samples)
         shape, from_array = tuple(samples.trace.shape), False

@@ -41,19 +41,21 @@ def resolve_constrain(model: Any = None, constrain: Any = None) -> Callable | No
     :func:`cenlmc_jax.from_numpyro` returns) or ``constrain`` itself; None when neither is given."""
     if model is not None and constrain is not None:
         raise ValueError(
-            "model and constrain: pass one of them (model=m uses m.constrain); got both."
+            "model and constrain: pass one of them (model=m uses m.constrain); got "
+            "both."
         )
     if model is not None:
         fn = getattr(model, "constrain", None)
         if not callable(fn):
             raise ValueError(
-                f"model={type(model).__name__}: expected what cj.from_numpyro returns (an object with "
-                "a callable .constrain: x -> {site: array})."
+                f"model={type(model).__name__}: expected what cj.from_numpyro returns "
+                "(an object with a callable .constrain: x -> {site: array})."
             )
         return fn
     if constrain is not None and not callable(constrain):
         raise ValueError(
-            f"constrain={constrain!r}: expected a function x: (d,) -> {{site: array}} or an array."
+            f"constrain={constrain!r}: expected a function x: (d,) -> {{site: array}} "
+            "or an array."
         )
     return constrain
 
@@ -63,14 +65,15 @@ def _as_sites(out: Any, var_name: str) -> dict:
         bad = [k for k in out if not isinstance(k, str)]
         if bad or not out:
             raise ValueError(
-                f"constrain returned a dict with keys {sorted(map(repr, out))}; expected a non-empty "
-                "dict of site names (str) to arrays."
+                f"constrain returned a dict with keys {sorted(map(repr, out))}; "
+                "expected a non-empty dict of site names (str) to arrays."
             )
         return {k: out[k] for k in sorted(out)}
     if isinstance(out, (jax.Array, np.ndarray, jax.ShapeDtypeStruct)):
         return {var_name: out}
     raise ValueError(
-        f"constrain returned a {type(out).__name__}; expected a dict {{site: array}} or one array."
+        f"constrain returned a {type(out).__name__}; expected a dict {{site: array}} "
+        "or one array."
     )
 
 
@@ -82,8 +85,8 @@ def site_draws(x: Any, constrain: Callable, var_name: str = "x") -> dict:
     x = jax.numpy.asarray(x)
     if x.ndim != 3:
         raise ValueError(
-            f"constrain maps a flat point x: (d,); the draws have shape {tuple(x.shape)} "
-            "(expected (chains, draws, d))."
+            "constrain maps a flat point x: (d,); the draws have shape "
+            f"{tuple(x.shape)} (expected (chains, draws, d))."
         )
     f64 = x.dtype == np.float64
     with (

@@ -67,7 +67,8 @@ def _figure(nrows: int, ncols: int, width: float = 4.0, height: float = 2.6, **k
         from matplotlib.figure import Figure
     except ImportError as exc:
         raise ImportError(
-            'cenlmc_jax.diagnostics.plots needs matplotlib: pip install "cenlmc_jax[plots]"'
+            "cenlmc_jax.diagnostics.plots needs matplotlib: pip install "
+            '"cenlmc_jax[plots]"'
         ) from exc
     fig = Figure(figsize=(width * ncols, height * nrows), layout="constrained")
     axes = np.atleast_2d(fig.subplots(nrows, ncols, squeeze=False, **kw))
@@ -97,7 +98,8 @@ def _coords(
         if isinstance(c, str):
             if c not in names:
                 raise ValueError(
-                    f"{what}: {c!r} is not a coordinate name; expected one of {list(names)}."
+                    f"{what}: {c!r} is not a coordinate name; expected one of "
+                    f"{list(names)}."
                 )
             out.append(list(names).index(c))
         else:
@@ -105,7 +107,8 @@ def _coords(
     bad = [c for c in out if not 0 <= c < k]
     if bad or not out:
         raise ValueError(
-            f"{what} must be coordinate indices in [0, {k - 1}] or names; got {list(coords)}."
+            f"{what} must be coordinate indices in [0, {k - 1}] or names; got "
+            f"{list(coords)}."
         )
     return out
 
@@ -237,8 +240,9 @@ def plot_marginals(
     density is of the unconstrained ``x``."""
     if target is not None and (model is not None or constrain is not None):
         raise ValueError(
-            "target and model/constrain: the target's density is of the unconstrained x, the "
-            "histograms would be of the constrained values; pass one of them."
+            "target and model/constrain: the target's density is of the "
+            "unconstrained x, the histograms would be of the constrained "
+            "values; pass one of them."
         )
     if isinstance(result_or_draws, RunResult) and result_or_draws.trace is None:
         pos = np.asarray(result_or_draws.state.position)
@@ -301,7 +305,8 @@ def plot_ensemble_pairs(
     docstring); not with ``target``."""
     if target is not None and (model is not None or constrain is not None):
         raise ValueError(
-            "target and model/constrain: the target's ellipses are of the unconstrained x; pass one."
+            "target and model/constrain: the target's ellipses are of the "
+            "unconstrained x; pass one."
         )
     x, names = _draws(result_or_trace, model, constrain)
     n_draws = x.shape[1]

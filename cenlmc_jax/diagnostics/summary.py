@@ -53,9 +53,10 @@ QUANTILES = (0.05, 0.5, 0.95)
 #: Info fields exported per step when a sampler has them.
 STAT_FIELDS = ("diverged", "grad_evals", "acceptance_rate", "ensemble_fraction")
 _STREAM_NOTE = (
-    "streaming run (mode='stream'): moments only. mean and sd are over all kept steps and particles; "
-    "mcse_mean and mcse_sd are upper bounds from the final ensemble (sd/sqrt(N)); quantiles are of "
-    "the final ensemble; no ESS or R-hat without draws (run with a trace for them)"
+    "streaming run (mode='stream'): moments only. mean and sd are over all kept "
+    "steps and particles; mcse_mean and mcse_sd are upper bounds from the final "
+    "ensemble (sd/sqrt(N)); quantiles are of the final ensemble; no ESS or "
+    "R-hat without draws (run with a trace for them)"
 )
 
 
@@ -143,7 +144,8 @@ class SummaryTable(NamedTuple):
             )
         if hidden:
             lines.append(
-                f"... {hidden} more coordinates (SummaryTable.format(max_rows=None) shows all)"
+                f"... {hidden} more coordinates (SummaryTable.format(max_rows=None) "
+                "shows all)"
             )
         lines += self._footer() if footer else []
         lines += [f"note: {n}" for n in self.notes]
@@ -154,8 +156,8 @@ class SummaryTable(NamedTuple):
         facts = []
         if "stream_count" in run:
             facts.append(
-                f"moments over {run['stream_count']:,.0f} values (kept steps x particles); final ensemble "
-                f"of {run.get('num_chains', 0)}"
+                f"moments over {run['stream_count']:,.0f} values (kept steps x "
+                f"particles); final ensemble of {run.get('num_chains', 0)}"
             )
         elif "num_chains" in run:
             facts.append(
@@ -174,7 +176,8 @@ class SummaryTable(NamedTuple):
             lines.append(f"divergences: {run['divergences']} steps{at}")
         if "grad_evals" in run:
             lines.append(
-                f"gradient evaluations: {run['grad_evals']:,} ({run['grad_evals_per_step']:.4g} per step)"
+                f"gradient evaluations: {run['grad_evals']:,} "
+                f"({run['grad_evals_per_step']:.4g} per step)"
             )
         for key, text in (
             ("acceptance_rate", "mean acceptance rate"),
@@ -204,7 +207,8 @@ class SummaryTable(NamedTuple):
             rows = list(csv.reader(fh))
         if not rows or rows[0][:1] != ["name"]:
             raise ValueError(
-                f"path {str(path)!r} is not a summary table written by SummaryTable.to_csv."
+                f"path {str(path)!r} is not a summary table written by "
+                "SummaryTable.to_csv."
             )
         header, body = rows[0][1:], rows[1:]
         columns = {
@@ -245,7 +249,8 @@ def _truth_moments(truth: Any, d: int):
             )
             if v.shape != (d,):
                 raise ValueError(
-                    f"truth's {name} must have shape ({d},) to match the draws; got shape {v.shape}."
+                    f"truth's {name} must have shape ({d},) to match the draws; got "
+                    f"shape {v.shape}."
                 )
         out.append(v)
     return tuple(out)
@@ -435,8 +440,9 @@ def summary(
             )
         if constrain is not None:
             raise ValueError(
-                "model/constrain: result_or_draws is a streaming run (moments of the unconstrained x "
-                "only, which do not give the constrained moments); run with a trace."
+                "model/constrain: result_or_draws is a streaming run (moments of the "
+                "unconstrained x only, which do not give the constrained "
+                "moments); run with a trace."
             )
         cols, shape = _stream_columns(result_or_draws)
         notes.append(_STREAM_NOTE)
@@ -444,8 +450,9 @@ def summary(
         x = np.asarray(dg.chains_first(result_or_draws))
         if x.shape[1] < 4:
             raise ValueError(
-                f"the draws have {x.shape[1]} draws per chain (shape {tuple(x.shape)}); the summary "
-                "needs at least 4 (split chains of 2 draws)."
+                f"the draws have {x.shape[1]} draws per chain (shape "
+                f"{tuple(x.shape)}); the summary needs at least 4 (split chains "
+                "of 2 draws)."
             )
         if constrain is None:
             x = x.reshape(x.shape[:2] + (-1,))
@@ -472,8 +479,9 @@ def summary(
         )
     if run.get("divergences"):
         notes.append(
-            f"the run diverged ({run['divergences']} steps with info.diverged, the first at step "
-            f"{run.get('diverged_at')}): the estimates are not valid"
+            f"the run diverged ({run['divergences']} steps with info.diverged, the "
+            f"first at step {run.get('diverged_at')}): the estimates are not "
+            "valid"
         )
     return SummaryTable(tuple(labels), cols, run, tuple(notes))
 
@@ -543,8 +551,9 @@ def _arviz_draws(result: RunResult, thin: int, burn_in: int | None) -> tuple:
         burn_in = max(inferred, 0)
     elif burn_in < 0 or (result.diverged_at < 0 and burn_in != inferred):
         raise ValueError(
-            f"burn_in={burn_in} and thin={thin} do not match the run: {result.num_steps_done} steps done, "
-            f"{num_kept} kept draws (pass the burn_in and thin given to cj.sample)."
+            f"burn_in={burn_in} and thin={thin} do not match the run: "
+            f"{result.num_steps_done} steps done, {num_kept} kept draws (pass "
+            "the burn_in and thin given to cj.sample)."
         )
     return posterior, num_kept, burn_in
 
@@ -614,11 +623,13 @@ def to_arviz(
         import arviz as az
     except ImportError as exc:
         raise ImportError(
-            'cj.to_arviz needs ArviZ: pip install "cenlmc_jax[arviz]" (or pip install arviz)'
+            'cj.to_arviz needs ArviZ: pip install "cenlmc_jax[arviz]" (or pip '
+            "install arviz)"
         ) from exc
     if not isinstance(result, RunResult):
         raise ValueError(
-            f"result must be a RunResult (what cj.sample returns); got {type(result).__name__}."
+            "result must be a RunResult (what cj.sample returns); got "
+            f"{type(result).__name__}."
         )
     constrain_fn = resolve_constrain(model, constrain)
     result = fetch(result)  # on the host; gathered when sharded over several processes
@@ -650,8 +661,9 @@ def to_arviz(
             stream_mean=np.asarray(result.moments.mean, np.float64),
             stream_sd=np.asarray(result.moments.std, np.float64),
             note=(
-                "streaming run (mode='stream'): no draws were kept; posterior holds the final state (one draw "
-                "per chain or particle); stream_mean and stream_sd are the moments over all kept steps"
+                "streaming run (mode='stream'): no draws were kept; posterior holds "
+                "the final state (one draw per chain or particle); stream_mean "
+                "and stream_sd are the moments over all kept steps"
             ),
         )
     variables, dims = _posterior(posterior, constrain_fn, model, var_name, dims)

@@ -1,8 +1,10 @@
-"""Pieces the jump sampler, its proposals and the RW-MH baseline share (one floor below them).
+"""Pieces the jump sampler, its proposals and the RW-MH baseline share.
+
+One floor below them.
 
 * :func:`metropolis`: the accept/reject decision of every step here, accept
-  with probability ``a = min(1, exp(log_ratio))`` (eq. 7.2 of docs/algorithms.md for the
-  jump sampler, ``min(1, π(z*)/π(z))`` for RW-MH); ``u ~ U[0, 1)`` and accept
+  with probability ``a = min(1, exp(log_ratio))`` (eq. 7.2 of docs/algorithms.md for
+  the jump sampler, ``min(1, π(z*)/π(z))`` for RW-MH); ``u ~ U[0, 1)`` and accept
   iff ``u < a``, so ``a = 0`` never accepts and ``a = 1`` always does.
 * :func:`proposal_trouble`: what counts as numerical trouble (``info.diverged``).
 * :func:`spd_factor`: ``(L, L⁻¹, ½ log det M)`` of a symmetric positive
@@ -44,16 +46,27 @@ __all__ = [
 ZERO_ACCEPTANCE_FLAG = RunFlag(
     "zero_acceptance",
     lambda infos, step: (
-        "the acceptance probability collapsed to 0 (info.acceptance_rate; every proposal went where the density "
-        "is 0, or was so improbable that exp underflows): the chain is stuck; lower the step size, or start "
-        "inside the support of the target"
+        "the acceptance probability collapsed to 0 (info.acceptance_rate; every "
+        "proposal went where the density is 0, or was so improbable that exp "
+        "underflows): the chain is stuck; lower the step size, or start inside the "
+        "support of the target"
     ),
     every_step=True,
 )
 
 
 def metropolis(rng_key: PRNGKey, log_ratio: Array) -> tuple[Array, Array]:
-    """Accept with probability ``a = min(1, exp(log_ratio))``; a NaN ratio is a rejection."""
+    """Accept with probability ``a = min(1, exp(log_ratio))``; a NaN ratio is a rejection.
+
+    Args:
+      rng_key: a JAX PRNG key, consumed by one ``U[0, 1)`` draw.
+      log_ratio: the scalar log acceptance ratio (``log π(z*) - log π(z)`` plus any
+        proposal correction); NaN counts as ``-inf``.
+
+    Returns:
+      ``(accepted, acceptance_rate)``: a scalar bool, and the scalar
+      ``a = min(1, exp(log_ratio))`` in the ratio's dtype.
+    """
     log_ratio = jnp.where(jnp.isnan(log_ratio), -jnp.inf, log_ratio)
     acceptance_rate = jnp.exp(jnp.minimum(log_ratio, 0.0))
     # u in [0, 1): P(u < a) = a exactly, a = 0 never accepts and a = 1 always does.
@@ -63,7 +76,17 @@ def metropolis(rng_key: PRNGKey, log_ratio: Array) -> tuple[Array, Array]:
 
 
 def proposal_trouble(z_star: Array, logdensity_new: Array) -> Array:
-    """Non-finite proposal, or a NaN / +inf log density there (``-inf`` is a legal zero density)."""
+    """Non-finite proposal, or a NaN / +inf log density there.
+
+    ``-inf`` is a legal zero density, not trouble.
+
+    Args:
+      z_star: the flat proposal, shape ``(d,)``.
+      logdensity_new: the scalar log density at ``z_star``.
+
+    Returns:
+      A scalar bool: the proposal is numerical trouble (``info.diverged``).
+    """
     return (
         ~jnp.all(jnp.isfinite(z_star))
         | jnp.isnan(logdensity_new)
@@ -72,12 +95,29 @@ def proposal_trouble(z_star: Array, logdensity_new: Array) -> Array:
 
 
 def from_flat(unravel, flat: Array) -> Any:
-    """The position in the user's form: ``flat`` itself for an array position (``unravel is None``)."""
+    """The position in the user's form.
+
+    Args:
+      unravel: the function that rebuilds the user's pytree from a flat vector, or
+        ``None`` for an array position.
+      flat: the flat position, shape ``(d,)``.
+
+    Returns:
+      ``unravel(flat)``, or ``flat`` itself when ``unravel is None``.
+    """
     return flat if unravel is None else unravel(flat)
 
 
 def matrix_value(M: Any) -> Any:
-    """A constant matrix argument in NumPy float64 when its value is known, else as given (a tracer)."""
+    """A constant matrix argument in NumPy float64 when its value is known.
+
+    Args:
+      M: a scalar, ``(d,)`` diagonal or ``(d, d)`` matrix, concrete or traced.
+
+    Returns:
+      ``M`` as a NumPy float64 array when its value is known, else ``M`` as given
+      (a tracer).
+    """
     return np.asarray(M, np.float64) if is_concrete(M) else M
 
 
@@ -87,6 +127,16 @@ def spd_factor(m: Any, d: int) -> tuple[Any, Any, Any]:
     Scalar ``c``: ``(√c, 1/√c, (d/2) log c)``; diagonal ``v``: elementwise;
     ``(d, d)``: the lower Cholesky factor and its inverse. NumPy float64 for a
     NumPy ``m`` (once, when a proposal is built), ``jnp`` for a traced one.
+
+    Args:
+      m: a symmetric positive definite matrix in one of the forms: a scalar ``c``
+        (``c I_d``), a ``(d,)`` diagonal or a ``(d, d)`` matrix; a NumPy array or a
+        JAX array / tracer.
+      d: the dimension of the space ``m`` acts on.
+
+    Returns:
+      ``(L, L⁻¹, ½ log det m)``, ``L`` and ``L⁻¹`` in the form of ``m`` (scalar,
+      ``(d,)`` or ``(d, d)`` lower triangular), the log determinant a scalar.
     """
     xp = np if isinstance(m, np.ndarray) else jnp
     if m.ndim == 0:

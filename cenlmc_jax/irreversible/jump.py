@@ -217,8 +217,9 @@ def _check_proposal(proposal: Any) -> None:
         for f in ("sample", "log_forward", "log_backward")
     ):
         raise ValueError(
-            "proposal must be a Proposal (sample, log_forward, log_backward callables), e.g. "
-            f"gamma_proposal(...) or sde_proposal(...); got {type(proposal).__name__}."
+            "proposal must be a Proposal (sample, log_forward, log_backward "
+            "callables), e.g. gamma_proposal(...) or sde_proposal(...); got "
+            f"{type(proposal).__name__}."
         )
 
 
@@ -320,9 +321,10 @@ def irreversible_mh_step(
     expected = _direction_shape(proposal, z)
     if tuple(s.shape) != tuple(expected):
         raise ValueError(
-            f"state.direction must have shape {expected} for this proposal (direction_size="
-            f"{getattr(proposal, 'direction_size', None)}); got {tuple(s.shape)}. Start the chain with "
-            f"irreversible_mh_init(..., proposal=proposal)."
+            f"state.direction must have shape {expected} for this proposal "
+            f"(direction_size={getattr(proposal, 'direction_size', None)}); got "
+            f"{tuple(s.shape)}. Start the chain with irreversible_mh_init(..., "
+            "proposal=proposal)."
         )
     if is_concrete(z) and callable(getattr(proposal, "check", None)):
         proposal.check(z)

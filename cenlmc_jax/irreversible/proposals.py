@@ -329,7 +329,8 @@ def sde_proposal(
     sizes = {np.shape(M)[0] for M in (D, Q) if not callable(M) and np.ndim(M) > 0}
     if len(sizes) > 1:
         raise ValueError(
-            f"D and Q must have the same size; got shapes {np.shape(D)} and {np.shape(Q)}."
+            f"D and Q must have the same size; got shapes {np.shape(D)} and "
+            f"{np.shape(Q)}."
         )
     # constants with known values: checked now, at a dummy point of the right size
     # (callables: at init)

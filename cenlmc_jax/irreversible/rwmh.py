@@ -169,7 +169,8 @@ def rwmh(
     if proposal_cov is not None:
         if callable(proposal_cov):
             raise ValueError(
-                f"proposal_cov must be a constant scalar, (d,) or (d, d) matrix; got {proposal_cov!r}."
+                "proposal_cov must be a constant scalar, (d,) or (d, d) matrix; got "
+                f"{proposal_cov!r}."
             )
         la.check_matrix_form(proposal_cov, "proposal_cov")
         if np.ndim(proposal_cov) == 0:

@@ -235,7 +235,8 @@ def _quadrature(logdensity_fn, dim, half_width, spacing, batch_size):
         logp = np.asarray(logp, np.float64).reshape((2 * m + 1,) * dim)
     if not np.all(np.isfinite(logp)):
         raise ValueError(
-            f"logdensity_fn is not finite on the quadrature grid ({np.sum(~np.isfinite(logp))} nodes)."
+            "logdensity_fn is not finite on the quadrature grid "
+            f"({np.sum(~np.isfinite(logp))} nodes)."
         )
     top = logp.max()
     on_edge = np.zeros(logp.shape, bool)
@@ -269,9 +270,9 @@ def _quadrature(logdensity_fn, dim, half_width, spacing, batch_size):
     mean2, cov2, _ = moments(coarse, axis[::2], 2 * spacing)
     error = float(max(np.max(np.abs(mean - mean2)), np.max(np.abs(cov - cov2))))
     method = (
-        f"trapezoidal quadrature on a {2 * m + 1}^{dim} grid over [-{half_width:g}, {half_width:g}]^{dim} "
-        f"(spacing {spacing:g}), float64; moment change at twice the spacing {error:.1e}, "
-        f"boundary density / mode {boundary:.1e}"
+        f"trapezoidal quadrature on a {2 * m + 1}^{dim} grid over [-{half_width:g}, "
+        f"{half_width:g}]^{dim} (spacing {spacing:g}), float64; moment change at "
+        f"twice the spacing {error:.1e}, boundary density / mode {boundary:.1e}"
     )
     return Reference(
         mean, cov, np.sqrt(np.diag(cov)), error, float(log_z), None, None, method
@@ -331,8 +332,9 @@ def mala_reference(
     rhat = np.asarray(diagnostics.potential_scale_reduction(draws))
     acc = float(np.mean(np.asarray(res.info.acceptance_rate)[burn_in:]))
     method = (
-        f"MALA, {num_chains} chains x {num_steps} draws after {burn_in} burn-in, step {eps:.3g}, "
-        f"acceptance {acc:.2f}, max R-hat {rhat.max():.4f}, max MCSE {err:.1e}"
+        f"MALA, {num_chains} chains x {num_steps} draws after {burn_in} burn-in, step "
+        f"{eps:.3g}, acceptance {acc:.2f}, max R-hat {rhat.max():.4f}, max MCSE "
+        f"{err:.1e}"
     )
     return Reference(mean, cov, np.sqrt(np.diag(cov)), err, None, rhat, acc, method)
 
@@ -371,7 +373,8 @@ def _newton_map(logpost64: Callable, theta0: np.ndarray, max_steps: int = 100):
                 t *= 0.5
             theta = theta + t * direction
     raise RuntimeError(
-        f"Newton's method did not find the posterior mode (gradient {np.max(np.abs(g)):.2e})."
+        "Newton's method did not find the posterior mode (gradient "
+        f"{np.max(np.abs(g)):.2e})."
     )
 
 
@@ -467,8 +470,8 @@ def _sir_settings(num_rk4_steps, num_observations, noise_sd):
     num_observations = check_int(num_observations, "num_observations", minimum=1)
     if num_rk4_steps % num_observations:
         raise ValueError(
-            f"num_rk4_steps must be a multiple of num_observations ({num_observations}); "
-            f"got {num_rk4_steps}."
+            "num_rk4_steps must be a multiple of num_observations "
+            f"({num_observations}); got {num_rk4_steps}."
         )
     check_positive(noise_sd, "noise_sd")
     return num_rk4_steps, num_observations, num_rk4_steps // num_observations
@@ -765,7 +768,8 @@ def darcy_flow(
     )
     if obs_idx.size != num_observations:
         raise ValueError(
-            f"num_observations must leave distinct nodes; got {num_observations} of {num_nodes}."
+            f"num_observations must leave distinct nodes; got {num_observations} of "
+            f"{num_nodes}."
         )
     rng = np.random.default_rng(seed)
     theta_true = 0.5 * rng.standard_normal(d)

@@ -159,7 +159,8 @@ def corpus_from_counts(counts: np.ndarray, max_len: int | None = None) -> Corpus
     counts = np.asarray(counts)
     if counts.ndim != 2 or np.any(counts < 0):
         raise ValueError(
-            f"counts must be a (D, W) array of non-negative counts; got shape {counts.shape}."
+            "counts must be a (D, W) array of non-negative counts; got shape "
+            f"{counts.shape}."
         )
     lengths = counts.sum(axis=1).astype(int)
     L = int(lengths.max()) if max_len is None else int(max_len)

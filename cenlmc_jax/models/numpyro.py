@@ -136,8 +136,10 @@ def _check_continuous(model_trace: dict) -> None:
         support = getattr(site.get("fn"), "support", None)
         if getattr(support, "is_discrete", False):
             raise ValueError(
-                f"model: latent site {name!r} is discrete ({type(site['fn']).__name__}); expected only continuous "
-                "latent sites (the samplers need gradients): marginalise it out in the model"
+                f"model: latent site {name!r} is discrete "
+                f"({type(site['fn']).__name__}); expected only continuous latent "
+                "sites (the samplers need gradients): marginalise it out in the "
+                "model"
             )
 
 
@@ -159,7 +161,8 @@ def from_numpyro(model: Callable, *args: Any, **kwargs: Any) -> NumPyroModel:
     initialize_model = _import_numpyro()
     if not callable(model):
         raise ValueError(
-            f"model={model!r}: expected a NumPyro model (a callable with numpyro.sample statements)"
+            f"model={model!r}: expected a NumPyro model (a callable with "
+            "numpyro.sample statements)"
         )
     model_trace = _trace(model, args, kwargs)
     _check_continuous(model_trace)
@@ -170,8 +173,8 @@ def from_numpyro(model: Callable, *args: Any, **kwargs: Any) -> NumPyroModel:
     flat, unravel = ravel_pytree(sites)
     if flat.size == 0:
         raise ValueError(
-            f"model={getattr(model, '__name__', model)!r}: expected at least one latent sample site, "
-            "found none (every site is observed)"
+            f"model={getattr(model, '__name__', model)!r}: expected at least one "
+            "latent sample site, found none (every site is observed)"
         )
     potential_fn, postprocess_fn = info.potential_fn, info.postprocess_fn
 

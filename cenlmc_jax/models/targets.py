@@ -74,7 +74,8 @@ def gaussian(mean: Any, cov: Any, name: str = "gaussian") -> Target:
     cov = np.asarray(cov, dtype=np.float64)
     if mean.ndim != 1 or cov.shape != (mean.size, mean.size):
         raise ValueError(
-            f"cov must have shape (d, d) = {(mean.size, mean.size)} for mean of shape {mean.shape}; got {cov.shape}."
+            f"cov must have shape (d, d) = {(mean.size, mean.size)} for mean of shape "
+            f"{mean.shape}; got {cov.shape}."
         )
     if not np.allclose(cov, cov.T) or np.linalg.eigvalsh(cov).min() <= 0:
         raise ValueError(

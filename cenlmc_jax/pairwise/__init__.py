@@ -241,8 +241,8 @@ def ensemble_force(
         check_bool(block_sparse, "block_sparse")
         if block_sparse and method == "dense":
             raise ValueError(
-                "block_sparse=True needs method 'auto', 'tiled' or 'pallas' (the dense reference has "
-                "no block-sparse form); got method 'dense'."
+                "block_sparse=True needs method 'auto', 'tiled' or 'pallas' (the "
+                "dense reference has no block-sparse form); got method 'dense'."
             )
         if (
             block_sparse
@@ -250,15 +250,16 @@ def ensemble_force(
             and (method == "pallas" or strategy != "allgather")
         ):
             raise ValueError(
-                "block_sparse=True with a mesh needs method 'auto' or 'tiled' and strategy "
-                f"'allgather' (the sharded block-sparse sums are XLA tiles over the gathered, sorted "
-                f"ensemble); got method {method!r}, strategy {strategy!r}."
+                "block_sparse=True with a mesh needs method 'auto' or 'tiled' and "
+                "strategy 'allgather' (the sharded block-sparse sums are XLA "
+                "tiles over the gathered, sorted ensemble); got method "
+                f"{method!r}, strategy {strategy!r}."
             )
     if mesh is not None:
         if method == "dense":
             raise ValueError(
-                "method must be 'auto', 'tiled' or 'pallas' with a mesh (the dense reference "
-                "has no sharded form); got 'dense'."
+                "method must be 'auto', 'tiled' or 'pallas' with a mesh (the dense "
+                "reference has no sharded form); got 'dense'."
             )
         # auto under a mesh: the same rule as on one device (the sharded block-sparse
         # sums need all-gather)

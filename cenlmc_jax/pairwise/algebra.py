@@ -222,7 +222,8 @@ def check_pair_inputs(
     x = x if isinstance(x, jax.Array) else jnp.asarray(x)
     if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] < 1:
         raise ValueError(
-            f"x must be an array of shape (N, d) with N, d >= 1; got shape {tuple(x.shape)}."
+            "x must be an array of shape (N, d) with N, d >= 1; got shape "
+            f"{tuple(x.shape)}."
         )
     n = x.shape[0]
     f = f if isinstance(f, jax.Array) else jnp.asarray(f)
@@ -230,8 +231,8 @@ def check_pair_inputs(
     for name, v in (("f", f), ("log_p", log_p)):
         if v.shape != (n,):
             raise ValueError(
-                f"{name} must have shape (N,) = ({n},) to match x of shape {tuple(x.shape)}; "
-                f"got shape {tuple(v.shape)}."
+                f"{name} must have shape (N,) = ({n},) to match x of shape "
+                f"{tuple(x.shape)}; got shape {tuple(v.shape)}."
             )
     check_positive(eta, "eta")
     if (w is None) != (r2 is None):
@@ -245,7 +246,8 @@ def check_pair_inputs(
         w = w if isinstance(w, jax.Array) else jnp.asarray(w)
         if w.shape != x.shape:
             raise ValueError(
-                f"w must have the shape of x, {tuple(x.shape)}; got shape {tuple(w.shape)}."
+                f"w must have the shape of x, {tuple(x.shape)}; got shape "
+                f"{tuple(w.shape)}."
             )
         check_nonnegative(r2, "r2")
     arrays = [x, f, log_p] + ([] if w is None else [w])
@@ -273,8 +275,9 @@ def canonical_precision(precision: Any) -> Any:
         return lax.Precision(precision)
     except Exception as exc:  # a string jax does not know, a tuple, ...
         raise ValueError(
-            "precision must be None, a jax.lax.Precision (or one of 'default', 'high', 'highest') "
-            f"or a jax.lax.DotAlgorithmPreset; got {describe(precision)}."
+            "precision must be None, a jax.lax.Precision (or one of 'default', "
+            "'high', 'highest') or a jax.lax.DotAlgorithmPreset; got "
+            f"{describe(precision)}."
         ) from exc
 
 

@@ -118,13 +118,14 @@ def particle_axis(mesh: Mesh, axis_name: str | None = None) -> str:
     if axis_name is None:
         if len(mesh.axis_names) != 1:
             raise ValueError(
-                f"axis_name must name the particle axis of a mesh with axes {tuple(mesh.shape)}; "
-                "got None."
+                "axis_name must name the particle axis of a mesh with axes "
+                f"{tuple(mesh.shape)}; got None."
             )
         return mesh.axis_names[0]
     if axis_name not in mesh.shape:
         raise ValueError(
-            f"axis_name {axis_name!r} is not an axis of the mesh; its axes are {tuple(mesh.shape)}."
+            f"axis_name {axis_name!r} is not an axis of the mesh; its axes are "
+            f"{tuple(mesh.shape)}."
         )
     return axis_name
 
@@ -143,8 +144,8 @@ def shard_ensemble(
     size = int(mesh.shape[particle_axis(mesh, axis_name)])
     if arr.ndim < 1 or arr.shape[0] % size:
         raise ValueError(
-            f"positions must have a leading particle axis divisible by the {size} devices of the mesh; "
-            f"got shape {tuple(arr.shape)}."
+            f"positions must have a leading particle axis divisible by the {size} "
+            f"devices of the mesh; got shape {tuple(arr.shape)}."
         )
     spec = P(axis_name, *([None] * (arr.ndim - 1)))
     return jax.device_put(arr, NamedSharding(mesh, spec))
@@ -192,8 +193,8 @@ def ensemble_force_sharded(
     check_bool(spatial_sort, "spatial_sort")
     if spatial_sort and strategy != "allgather":
         raise ValueError(
-            f"spatial_sort=True needs strategy 'allgather' (a ring never holds the whole ensemble to "
-            f"sort); got strategy {strategy!r}."
+            "spatial_sort=True needs strategy 'allgather' (a ring never holds the "
+            f"whole ensemble to sort); got strategy {strategy!r}."
         )
     mesh = make_mesh() if mesh is None else mesh
     dtype = x.dtype

@@ -183,13 +183,17 @@ def _warn_fallback(fits, shared, n_pairs, *, capacity: int, max_pairs: int) -> N
             if capacity >= max_pairs
             else "max_active of all tile pairs"
         )
-        reason = f"lists {int(np.max(n_pairs)):,} tile pairs, over its capacity of {capacity:,} ({why})"
+        reason = (
+            f"lists {int(np.max(n_pairs)):,} tile pairs, over its capacity of "
+            f"{capacity:,} ({why})"
+        )
     else:
         reason = (
             "needs a weight shift per row (the weights spread beyond one shared shift)"
         )
     host_warn(
-        f"block-sparse ensemble force {reason}: the dense tiles ran instead (exact; cost O(N^2) pairs)",
+        f"block-sparse ensemble force {reason}: the dense tiles ran instead (exact; "
+        "cost O(N^2) pairs)",
         SparseFallbackWarning,
         stacklevel=1,
     )  # points at this function: the caller is the callback machinery

@@ -116,9 +116,10 @@ class RecipeState(NamedTuple):
 NOISE_CLIPPED_FLAG = RunFlag(
     "noise_clipped",
     lambda infos, step: (
-        f"the noise covariance step_size*(2D - step_size*B_hat) was clipped (info.noise_clipped) from step {step}: "
-        "B_hat is too large for this step size, so the chain injects less noise than the recipe needs; lower "
-        "step_size or B_hat"
+        "the noise covariance step_size*(2D - step_size*B_hat) was clipped "
+        f"(info.noise_clipped) from step {step}: B_hat is too large for this "
+        "step size, so the chain injects less noise than the recipe needs; "
+        "lower step_size or B_hat"
     ),
 )
 
@@ -418,7 +419,8 @@ def initial_momentum(
         r = ravel_position(momentum, "momentum")[0].astype(theta.dtype)
         if r.shape != theta.shape:
             raise ValueError(
-                f"momentum must have the shape of position {tuple(theta.shape)}; got {tuple(r.shape)}."
+                f"momentum must have the shape of position {tuple(theta.shape)}; got "
+                f"{tuple(r.shape)}."
             )
         return r
     if rng_key is not None:
@@ -582,7 +584,8 @@ def sghmc_step(
     check_callable(grad_estimator, "grad_estimator", _GRAD_WHAT)
     if callable(friction):
         raise ValueError(
-            f"friction must be a constant scalar, (d,) or (d, d) PSD matrix; got {friction!r}."
+            "friction must be a constant scalar, (d,) or (d, d) PSD matrix; got "
+            f"{friction!r}."
         )
     theta, unravel = ravel_position(state.position, check=False)
     r = ravel_position(state.momentum, "momentum", check=False)[0]
@@ -645,7 +648,8 @@ def sghmc(
     check_positive(blowup_factor, "blowup_factor", allow_inf=True)
     if callable(friction):
         raise ValueError(
-            f"friction must be a constant scalar, (d,) or (d, d) PSD matrix; got {friction!r}."
+            "friction must be a constant scalar, (d,) or (d, d) PSD matrix; got "
+            f"{friction!r}."
         )
     la.check_matrix_form(friction, "friction")
     if B_hat is not None:
