@@ -143,3 +143,13 @@ def test_the_layers_point_down():
     for name, allowed in floors.items():
         inside = {t for t in edges[name] if t.startswith("cenlmc_jax.pairwise")}
         assert inside <= allowed, (name, inside)
+
+
+def test_the_test_tree_mirrors_the_package():
+    # tests/<namespace>/ holds the tests of cenlmc_jax/<namespace>/; cross-cutting tests
+    # (the sampler tables, the driver, the layout) stay at the top of tests/
+    tests = PACKAGE.parent / "tests"
+    folders = {p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    assert folders <= packages, folders - packages
+    assert packages - folders <= set(), packages - folders
