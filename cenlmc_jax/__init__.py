@@ -3,7 +3,9 @@
 Every sampler is a constructor returning a :class:`SamplingAlgorithm`
 ``(init, step)`` (the BlackJAX shape); :func:`sample` drives it with ``lax.scan``::
 
-    algo = cj.cenlmc(logdensity_fn, step_size=0.05, eta=0.3, r1=0.5, r2=0.3, n_star=20, m_f=10.0)
+    algo = cj.cenlmc(
+        logdensity_fn, step_size=0.05, eta=0.3, r1=0.5, r2=0.3, n_star=20, m_f=10.0
+    )
     state = algo.init(positions)                      # positions: (N, d)
     result = cj.sample(key, algo, state, num_steps=1000)
 

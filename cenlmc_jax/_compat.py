@@ -1,10 +1,11 @@
-"""The names and module paths of release 0.1, kept working for one release with a ``FutureWarning``.
+"""The names and module paths of release 0.1, kept working for one release.
 
-0.2 laid the package out as the algorithms (``ensemble/``, ``adaptation/``,
-``models/``, ...) and cut the top level to the names in ``cenlmc_jax.__all__``.
-An old name (``cj.lmc_step``, ``cj.targets``) resolves through the package's
-``__getattr__``; an old module path (``import cenlmc_jax.langevin``) through
-:class:`OldModuleFinder`, which hands out the module that replaced it.
+They warn with a ``FutureWarning``. 0.2 laid the package out as the algorithms
+(``ensemble/``, ``adaptation/``, ``models/``, ...) and cut the top level to the
+names in ``cenlmc_jax.__all__``. An old name (``cj.lmc_step``, ``cj.targets``)
+resolves through the package's ``__getattr__``; an old module path
+(``import cenlmc_jax.langevin``) through :class:`OldModuleFinder`, which hands out
+the module that replaced it.
 """
 
 from __future__ import annotations
@@ -27,8 +28,12 @@ OLD_MODULES = {
     "cenlmc_jax.tuning": "cenlmc_jax.ensemble.tuning",
     "cenlmc_jax.ensemble.samplers": "cenlmc_jax.ensemble.cenlmc",
     "cenlmc_jax.ensemble.states": "cenlmc_jax.ensemble",
-    "cenlmc_jax.ensemble.least_squares_moments": "cenlmc_jax.ensemble.least_squares.moments",
-    "cenlmc_jax.ensemble.least_squares_pallas": "cenlmc_jax.ensemble.least_squares.pallas",
+    "cenlmc_jax.ensemble.least_squares_moments": (
+        "cenlmc_jax.ensemble.least_squares.moments"
+    ),
+    "cenlmc_jax.ensemble.least_squares_pallas": (
+        "cenlmc_jax.ensemble.least_squares.pallas"
+    ),
     "cenlmc_jax.sgmcmc.lda": "cenlmc_jax.models.lda",
     "cenlmc_jax.targets": "cenlmc_jax.models.targets",
     "cenlmc_jax.problems": "cenlmc_jax.models.inverse_problems",
@@ -42,22 +47,29 @@ OLD_MODULES = {
 }
 
 _PACKAGES = {
-    "cenlmc_jax.ensemble": "LMCState LMCInfo lmc_init lmc_step EnLMCState EnLMCInfo enlmc_init enlmc_step "
-    "CEnLMCState CEnLMCInfo cenlmc_init cenlmc_step coupling_distance TunedCEnLMC "
-    "Whitening WhitenedState",
+    "cenlmc_jax.ensemble": (
+        "LMCState LMCInfo lmc_init lmc_step EnLMCState EnLMCInfo enlmc_init enlmc_step "
+        "CEnLMCState CEnLMCInfo cenlmc_init cenlmc_step coupling_distance TunedCEnLMC "
+        "Whitening WhitenedState"
+    ),
     "cenlmc_jax.adaptation": "LangevinWarmup LangevinWarmupInfo",
     "cenlmc_jax.models": "NumPyroModel",
     "cenlmc_jax.diagnostics.summary": "SummaryTable",
     "cenlmc_jax.run": "Moments",
     "cenlmc_jax.base": "StepSize",
-    "cenlmc_jax.sgmcmc": "RecipeState RecipeInfo recipe_init recipe_step SGHMCState sghmc_init sghmc_step "
-    "SGRHMCState SGRHMCInfo sgrhmc_init sgrhmc_step gsgrhmc_inv_metric",
-    "cenlmc_jax.gradients": "grad_estimator_from_grad grad_estimator_from_logdensity minibatch_grad_estimator "
-    "noisy_grad_estimator",
-    "cenlmc_jax.irreversible": "Proposal IrreversibleMHState IrreversibleMHInfo irreversible_mh_init "
-    "irreversible_mh_step coordinatewise_proposal gamma_proposal sde_proposal "
-    "RWMHState RWMHInfo rwmh_init "
-    "rwmh_step SDEPoint",
+    "cenlmc_jax.sgmcmc": (
+        "RecipeState RecipeInfo recipe_init recipe_step SGHMCState sghmc_init "
+        "sghmc_step SGRHMCState SGRHMCInfo sgrhmc_init sgrhmc_step gsgrhmc_inv_metric"
+    ),
+    "cenlmc_jax.gradients": (
+        "grad_estimator_from_grad grad_estimator_from_logdensity "
+        "minibatch_grad_estimator noisy_grad_estimator"
+    ),
+    "cenlmc_jax.irreversible": (
+        "Proposal IrreversibleMHState IrreversibleMHInfo irreversible_mh_init "
+        "irreversible_mh_step coordinatewise_proposal gamma_proposal sde_proposal "
+        "RWMHState RWMHInfo rwmh_init rwmh_step SDEPoint"
+    ),
 }
 
 #: Old top-level name -> ``(module, attribute)`` it is now; attribute None: the module
@@ -88,7 +100,17 @@ def _warn(old: str, new: str) -> None:
 
 
 def old_name(name: str):
-    """The object an old top-level name stands for, with a ``FutureWarning``; AttributeError if none."""
+    """The object an old top-level name stands for, with a ``FutureWarning``.
+
+    Args:
+      name: an attribute looked up on ``cenlmc_jax`` and not found there.
+
+    Returns:
+      The module or object of :data:`OLD_NAMES` that replaced it.
+
+    Raises:
+      AttributeError: ``name`` is not an old name either.
+    """
     if name not in OLD_NAMES:
         raise AttributeError(f"module 'cenlmc_jax' has no attribute {name!r}")
     module, attr = OLD_NAMES[name]
@@ -109,7 +131,10 @@ class _Alias(importlib.abc.Loader):
 
 
 class OldModuleFinder(importlib.abc.MetaPathFinder):
-    """Finds an old module path of :data:`OLD_MODULES` (after every other finder failed)."""
+    """Finds an old module path of :data:`OLD_MODULES`.
+
+    It runs after every other finder failed.
+    """
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname not in OLD_MODULES:
@@ -119,10 +144,12 @@ class OldModuleFinder(importlib.abc.MetaPathFinder):
 
 
 class Package(types.ModuleType):
-    """The top-level package's class: importing an old module path that shares its name with a
-    function of the API (``cenlmc_jax.summary``, ``cenlmc_jax.finite_difference``) must
-    not replace
-    that function by the module (the import system sets the submodule as an attribute)."""
+    """The top-level package's class.
+
+    Importing an old module path that shares its name with a function of the API
+    (``cenlmc_jax.summary``, ``cenlmc_jax.finite_difference``) must not replace that
+    function by the module (the import system sets the submodule as an attribute).
+    """
 
     def __setattr__(self, name, value):
         if isinstance(value, types.ModuleType) and callable(self.__dict__.get(name)):

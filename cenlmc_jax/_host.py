@@ -28,7 +28,15 @@ __all__ = ["fetch", "gather", "is_writer", "spans_processes", "warn"]
 
 
 def spans_processes(x: Any) -> bool:
-    """True for a ``jax.Array`` with shards on another process (not fully addressable here)."""
+    """Whether ``x`` is a ``jax.Array`` with shards on another process.
+
+    Args:
+      x: any pytree leaf.
+
+    Returns:
+      True for a concrete ``jax.Array`` that is not fully addressable here (a
+      tracer, a NumPy array or a Python object gives False).
+    """
     # a tracer (inside jit, grad, vmap) has no shards yet: nothing to gather
     return (
         isinstance(x, jax.Array)
@@ -58,21 +66,49 @@ def _leaf(x: Any) -> Any:
 
 
 def fetch(tree: Any) -> Any:
-    """``tree`` with every array leaf on the host (NumPy; keys stay keys), gathered across processes."""
+    """``tree`` with every array leaf on the host, gathered across processes.
+
+    Args:
+      tree: a pytree of arrays (and other leaves).
+
+    Returns:
+      The same pytree with every ``jax.Array`` leaf as a NumPy array (keys stay
+      keys, gathered; tracers and non-array leaves untouched).
+    """
     return jax.tree_util.tree_map(_leaf, tree)
 
 
 def gather(tree: Any) -> Any:
-    """``tree`` with only the arrays that span processes gathered (to NumPy); the rest untouched (on device)."""
+    """``tree`` with only the arrays that span processes gathered.
+
+    Args:
+      tree: a pytree of arrays (and other leaves).
+
+    Returns:
+      The same pytree, with the leaves that span processes as NumPy arrays and the
+      rest untouched (on device).
+    """
     return jax.tree_util.tree_map(lambda x: _leaf(x) if spans_processes(x) else x, tree)
 
 
 def warn(message: str, category: type = RuntimeWarning, stacklevel: int = 2) -> None:
-    """``warnings.warn`` on the writing process only (one message per run, not one per process)."""
+    """``warnings.warn`` on the writing process only.
+
+    One message per run, not one per process.
+
+    Args:
+      message: the warning's text.
+      category: the warning class (default ``RuntimeWarning``).
+      stacklevel: as for ``warnings.warn``, counted from the caller of this function.
+    """
     if is_writer():
         warnings.warn(message, category, stacklevel=stacklevel + 1)
 
 
 def is_writer() -> bool:
-    """True on the one process that writes files and prints (process 0; always True on one process)."""
+    """Whether this is the one process that writes files and prints.
+
+    Returns:
+      True on process 0 (always True on one process).
+    """
     return jax.process_index() == 0

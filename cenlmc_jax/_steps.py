@@ -1,17 +1,17 @@
-"""A sampler object's ``step``: one function per distinct set of parameters, so a rebuilt sampler
-reuses its compiled run.
+"""A sampler object's ``step``: one function per distinct set of parameters.
 
-``cj.sample`` keeps one jitted chunk per step function (``run._chunk_fn`` is an
-``lru_cache`` keyed on it). A step written as a fresh closure is a new key every
-time a sampler is built, so ``cj.cenlmc(logp, ...)`` called again with the same
-parameters (a notebook cell run twice, a loop over seeds) traced and compiled the
-whole run again: ~20 s for CEnLMC on an ODE model (issue 17's compile cliff;
-``benchmarks/results/recompile.md``). :func:`bound_step` returns the *same*
-function object for the same step function and equal parameters (each with its
-type: ``1 == 1.0``, but an int and a float parameter may trace differently), so
-the second ``cj.sample`` finds the first one's compiled chunk. The step stays a
-plain function (``inspect``, ``chex.assert_max_traces`` and the checkpoint's
-fingerprint see a function with its closure, as before).
+A rebuilt sampler thereby reuses its compiled run. ``cj.sample`` keeps one jitted
+chunk per step function (``run._chunk_fn`` is an ``lru_cache`` keyed on it). A step
+written as a fresh closure is a new key every time a sampler is built, so
+``cj.cenlmc(logp, ...)`` called again with the same parameters (a notebook cell run
+twice, a loop over seeds) traced and compiled the whole run again (issue 17's
+compile cliff; the cost on an ODE model is in ``benchmarks/results/recompile.md``).
+:func:`bound_step` returns the *same* function object for the same step function
+and equal parameters (each with its type: ``1 == 1.0``, but an int and a float
+parameter may trace differently), so the second ``cj.sample`` finds the first one's
+compiled chunk. The step stays a plain function (``inspect``,
+``chex.assert_max_traces`` and the checkpoint's fingerprint see a function with its
+closure, as before).
 
 A parameter that cannot be hashed (a JAX or NumPy array, a tracer: a step size
 differentiated by ``jax.grad``) gives a fresh closure, shared with nothing.
@@ -29,11 +29,21 @@ MAX_SHARED_STEPS = 128
 
 
 def bound_step(fn: Callable, **params: Any) -> Callable:
-    """``step(rng_key, state) = fn(rng_key, state, **params)``; the same object for equal ``params``."""
+    """``step(rng_key, state) = fn(rng_key, state, **params)``, shared for equal params.
+
+    Args:
+      fn: the kernel, ``fn(rng_key, state, **params) -> (state, info)``.
+      **params: the sampler's parameters, bound by keyword.
+
+    Returns:
+      The step function; the same object for the same ``fn`` and equal ``params``
+      (of the same types) while it stays in the cache.
+    """
     key = tuple((name, type(value), value) for name, value in sorted(params.items()))
     try:
         return _shared(fn, key)
-    except Exception:  # noqa: BLE001  unhashable (arrays, tracers) or a user's __eq__ that does not give a bool
+    # unhashable (arrays, tracers) or a user's __eq__ that does not give a bool
+    except Exception:  # noqa: BLE001
         return _closure(fn, params)
 
 
@@ -47,5 +57,8 @@ def _closure(fn: Callable, params: dict) -> Callable:
         return fn(rng_key, state, **params)
 
     step.__name__ = step.__qualname__ = getattr(fn, "__name__", "step")
-    step.__doc__ = f"``{step.__name__}(rng_key, state, **params)`` with this sampler's parameters bound."
+    step.__doc__ = (
+        f"``{step.__name__}(rng_key, state, **params)`` with this sampler's "
+        "parameters bound."
+    )
     return step

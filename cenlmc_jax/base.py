@@ -1,7 +1,8 @@
-"""The sampler object every algorithm returns, what the driver returns, and the step-size convention.
+"""The sampler object every algorithm returns, what the driver returns, and the
+step-size convention.
 
 A :class:`SamplingAlgorithm` is a ``NamedTuple`` of two pure functions, in
-the shape BlackJAX users know (``blackjax.base.SamplingAlgorithm``):
+the shape BlackJAX users know (``blackjax.base.SamplingAlgorithm``)::
 
     init(position_or_positions, rng_key=None) -> state
     step(rng_key, state) -> (state, info)
@@ -12,24 +13,23 @@ parameters once, in Python, and bind them; the free functions ``X_init`` /
 a bare step function); reusing the same object reuses its compilation.
 
 An info class may name the flags the driver reports (``run_flags``, a tuple of
-:class:`RunFlag`): ``cj.sample`` warns about them without knowing any sampler, and the
-command line's verdict calls such a run UNRELIABLE
-(``cenlmc_jax.cli.verdict.flag_problems``). The
-driver also watches the chains: one whose ``state.position`` did not move at
-any step of a chunk is frozen (a step size that reached 0, say) and reported,
-unless the info class declares ``may_stay = True`` (a Metropolis–Hastings
-sampler stays where it is on every rejection); such a sampler reports its
-collapse itself, by an ``every_step`` flag (zero acceptance probability at
-every step of a chunk).
+:class:`RunFlag`): ``cj.sample`` warns about them without knowing any sampler, and
+the command line's verdict calls such a run UNRELIABLE
+(``cenlmc_jax.cli.verdict.flag_problems``). The driver also watches the chains: one
+whose ``state.position`` did not move at any step of a chunk is frozen (a step size
+that reached 0, say) and reported, unless the info class declares
+``may_stay = True`` (a Metropolis–Hastings sampler stays where it is on every
+rejection); such a sampler reports its collapse itself, by an ``every_step`` flag
+(zero acceptance probability at every step of a chunk).
 
-:class:`RunResult` (with :class:`Moments`) is what ``cj.sample`` returns; it is defined
-here, below the driver, so that the diagnostics read it without importing the driver
-(which runs them at the end
-of a run: ``cenlmc_jax.diagnostics.convergence``). ``cenlmc_jax.run`` re-exports both.
+:class:`RunResult` (with :class:`Moments`) is what ``cj.sample`` returns; it is
+defined here, below the driver, so that the diagnostics read it without importing
+the driver (which runs them at the end of a run:
+``cenlmc_jax.diagnostics.convergence``). ``cenlmc_jax.run`` re-exports both.
 
 Step sizes are ``step_size`` everywhere: a float ``> 0`` or, for ``cj.lmc`` and the
-recipe family (``cj.sgld``, ``cj.sghmc``, ...) and SGRHMC, a schedule ``t -> ε_t`` of
-the state's step counter (an optax schedule works).
+recipe family (``cj.sgld``, ``cj.sghmc``, ...) and SGRHMC, a schedule ``t -> ε_t``
+of the state's step counter (an optax schedule works).
 """
 
 from __future__ import annotations
@@ -57,32 +57,40 @@ StepSize = float | Callable[[Array], Array]
 
 
 class SamplingAlgorithm(NamedTuple):
-    """A sampler: ``init(position_or_positions, rng_key=None) -> state`` and
-    ``step(rng_key, state) -> (state, info)``, both pure; ``step`` is jittable."""
+    """A sampler: two pure functions; ``step`` is jittable.
+
+    Attributes:
+      init: ``init(position_or_positions, rng_key=None) -> state``.
+      step: ``step(rng_key, state) -> (state, info)``.
+    """
 
     init: Callable
     step: Callable
 
 
 class RunFlag(NamedTuple):
-    """A condition a sampler's info reports for the driver: ``cj.sample`` warns (``RuntimeWarning``), the
-    run goes on (a divergence, ``info.diverged``, is the driver's own and stops it).
+    """A condition a sampler's info reports for the driver.
 
-    field: the info's boolean field (per step; any particle or chain counts).
-    message: ``(infos, first_step) -> str``: the warning, given the stacked infos of the
-      steps checked and the first flagged step (counted from the run's start).
-    kept_only: checked once per call on the kept steps (after ``burn_in``) when the run
-      ends, instead of chunk by chunk as the run goes.
-    every_step: reported only for a chain or particle whose field is set at *every* step
-      of a chunk (of at least ``cj.run.WATCH_MIN_STEPS`` steps), read before the infos
-      are reduced: a persistent condition (a collapsed acceptance rate), not one bad
-      step. The message is then prefixed with how many chains, and ``first_step`` is the
-      chunk's first step. ``field`` may name a property of the info class (computed from
-      its fields).
-    mean_below: with ``kept_only``, the field is a number per step (not a boolean) and
-      the flag is set when its mean over the kept steps is below this value: a shortfall
-      over the whole run, not one step's (CEnLMC's ensemble fraction). ``first_step`` is
-      then the first kept step.
+    ``cj.sample`` warns (``RuntimeWarning``) and the run goes on (a divergence,
+    ``info.diverged``, is the driver's own and stops it).
+
+    Attributes:
+      field: the info's boolean field (per step; any particle or chain counts).
+      message: ``(infos, first_step) -> str``: the warning, given the stacked infos
+        of the steps checked and the first flagged step (counted from the run's
+        start).
+      kept_only: checked once per call on the kept steps (after ``burn_in``) when
+        the run ends, instead of chunk by chunk as the run goes.
+      every_step: reported only for a chain or particle whose field is set at
+        *every* step of a chunk (of at least ``cj.run.WATCH_MIN_STEPS`` steps), read
+        before the infos are reduced: a persistent condition (a collapsed
+        acceptance rate), not one bad step. The message is then prefixed with how
+        many chains, and ``first_step`` is the chunk's first step. ``field`` may
+        name a property of the info class (computed from its fields).
+      mean_below: with ``kept_only``, the field is a number per step (not a
+        boolean) and the flag is set when its mean over the kept steps is below
+        this value: a shortfall over the whole run, not one step's (CEnLMC's
+        ensemble fraction). ``first_step`` is then the first kept step.
     """
 
     field: str
@@ -93,7 +101,14 @@ class RunFlag(NamedTuple):
 
 
 def run_flags(info: Any) -> tuple:
-    """The :class:`RunFlag` s that ``info``'s class declares (``run_flags``), or ``()``."""
+    """The :class:`RunFlag` s that ``info``'s class declares (``run_flags``).
+
+    Args:
+      info: a sampler's info (one step's, or stacked); only its class is read.
+
+    Returns:
+      The tuple of :class:`RunFlag` in the class's ``run_flags``, or ``()``.
+    """
     flags = getattr(type(info), "run_flags", ())
     return (
         tuple(f for f in flags if isinstance(f, RunFlag))
@@ -103,13 +118,36 @@ def run_flags(info: Any) -> tuple:
 
 
 def may_stay(info: Any) -> bool:
-    """True when ``info``'s class declares ``may_stay = True``: a step may legitimately leave the position
-    unchanged (a Metropolis–Hastings rejection), so an unmoved chain is not by itself frozen."""
+    """Whether an unmoved chain may be legitimate for this sampler.
+
+    True when ``info``'s class declares ``may_stay = True``: a step may
+    legitimately leave the position unchanged (a Metropolis–Hastings rejection), so
+    an unmoved chain is not by itself frozen.
+
+    Args:
+      info: a sampler's info; only its class is read.
+
+    Returns:
+      ``True`` if the class declares ``may_stay = True``, else ``False``.
+    """
     return getattr(type(info), "may_stay", False) is True
 
 
 def step_size_at(step_size: StepSize, step: Array, dtype) -> Array:
-    """``ε_t``: the float itself, or the schedule evaluated at the step counter (checked when concrete)."""
+    """``ε_t``: the float itself, or the schedule evaluated at the step counter.
+
+    Args:
+      step_size: a float ``> 0`` or a schedule ``t -> ε_t`` (checked positive when
+        its value is concrete).
+      step: the state's step counter (an int or a traced scalar).
+      dtype: the dtype of the result (the position's).
+
+    Returns:
+      ``ε_t`` as a 0-d array of ``dtype``.
+
+    Raises:
+      ValueError: a constant step size, or a schedule's concrete value, not ``> 0``.
+    """
     if not callable(step_size):
         check_positive(step_size, "step_size")
         return jnp.asarray(step_size, dtype)
@@ -123,8 +161,10 @@ def step_size_at(step_size: StepSize, step: Array, dtype) -> Array:
 class Moments(NamedTuple):
     """Streaming per-coordinate moments (Chan et al. parallel update).
 
-    count: number of values combined (float, to allow > 2^31 values).
-    mean: (d,) running mean.  m2: (d,) running sum of squared deviations.
+    Attributes:
+      count: number of values combined (float, to allow > 2^31 values).
+      mean: ``(d,)`` running mean.
+      m2: ``(d,)`` running sum of squared deviations.
     """
 
     count: Array
@@ -144,16 +184,18 @@ class Moments(NamedTuple):
 class RunResult(NamedTuple):
     """What ``cj.sample`` (:func:`cenlmc_jax.run.sample`) returns.
 
-    state: the final state.
-    trace: ``(num_kept, ...)`` stacked ``trace_fn(state)`` (``mode="trace"``), else
-      None.
-    moments: :class:`Moments` (``mode="stream"``), else None.
-    info: the per-step (reduced) infos, leading axis ``num_steps_done``.
-    num_steps_done: steps actually run, burn-in included (fewer than asked if the
-        run stopped on divergence).
-    diverged_at: first step whose ``info.diverged`` was true, or -1.
-    burn_in: the burn-in steps asked for (their infos come first in ``info``).
-    thin: every ``thin``-th state after the burn-in is in ``trace`` / ``moments``.
+    Attributes:
+      state: the final state.
+      trace: ``(num_kept, ...)`` stacked ``trace_fn(state)`` (``mode="trace"``),
+        else None.
+      moments: :class:`Moments` (``mode="stream"``), else None.
+      info: the per-step (reduced) infos, leading axis ``num_steps_done``.
+      num_steps_done: steps actually run, burn-in included (fewer than asked if
+        the run stopped on divergence).
+      diverged_at: first step whose ``info.diverged`` was true, or -1.
+      burn_in: the burn-in steps asked for (their infos come first in ``info``).
+      thin: every ``thin``-th state after the burn-in is in ``trace`` /
+        ``moments``.
     """
 
     state: Any
