@@ -241,7 +241,9 @@ def load_numpyro_model(spec: str, fn, module, data: dict | None):
         ) from exc
 
 
-_FROM_NUMPYRO: dict = {}  # (model function, id of its data) -> cj.from_numpyro (a library global: not fingerprinted)
+# (model function, id of its data) -> cj.from_numpyro (a library global: not
+# fingerprinted)
+_FROM_NUMPYRO: dict = {}
 
 
 def numpyro_target(spec: str, fn, kwargs: dict, model) -> targets_mod.Target:
@@ -616,7 +618,8 @@ def run_job(args, setup: Setup) -> Run:
                 chunk_size=chunk,
                 check_convergence=False,
             )  # the verdict runs the same checks (verdict.problems)
-        except ValueError as exc:  # the checkpoint is another run's, or damaged: checked before any step
+        # the checkpoint is another run's, or damaged: checked before any step
+        except ValueError as exc:
             if args.checkpoint is None or "checkpoint_path" not in str(exc):
                 raise
             flag = "--resume" if args.resume else "--checkpoint"

@@ -1,4 +1,6 @@
-"""Irreversible jump sampler, its proposals and the RW-MH baseline (docs/algorithms.md §7–8; paper 2).
+"""Irreversible jump sampler, its proposals and the RW-MH baseline.
+
+docs/algorithms.md §7–8; paper 2.
 
 Ma, Fox, Chen & Wu, *A unifying framework for irreversible MCMC*: the state
 ``z`` is lifted with a direction ``s``; a forward/backward pair ``(f̃, g̃)``

@@ -56,7 +56,9 @@ ZERO_ACCEPTANCE_FLAG = RunFlag(
 
 
 def metropolis(rng_key: PRNGKey, log_ratio: Array) -> tuple[Array, Array]:
-    """Accept with probability ``a = min(1, exp(log_ratio))``; a NaN ratio is a rejection.
+    """Accept with probability ``a = min(1, exp(log_ratio))``.
+
+    A NaN ratio is a rejection.
 
     Args:
       rng_key: a JAX PRNG key, consumed by one ``U[0, 1)`` draw.

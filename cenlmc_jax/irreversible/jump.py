@@ -1,4 +1,6 @@
-"""The irreversible jump sampler with a direction variable (docs/algorithms.md §7; paper 2, App. C).
+"""The irreversible jump sampler with a direction variable.
+
+docs/algorithms.md §7; paper 2, App. C.
 
 Ma, Fox, Chen & Wu, *A unifying framework for irreversible MCMC*. The state
 ``z`` is lifted with a direction ``s`` (the paper's ``z^p``, uniform
@@ -151,14 +153,16 @@ class IrreversibleMHState(NamedTuple):
 class IrreversibleMHInfo(NamedTuple):
     """What one step did (one chain).
 
-    acceptance_rate: ``a`` of (7.2), in [0, 1].
-    is_accepted: the proposal was accepted.
-    direction_flipped: the direction was reversed (a rejection, unless
-      ``flip_on_reject=False``).
-    grad_evals: gradient evaluations of ``logdensity_fn`` (0 for the Gamma
-      proposal, 1 for an SDE proposal: at ``z*``; the one at ``z`` is in the state).
-    diverged: the proposal, its log density or its proposal density was
-      NaN/inf where the target density is positive (the move was rejected).
+    Attributes:
+      acceptance_rate: ``a`` of (7.2), in [0, 1].
+      is_accepted: the proposal was accepted.
+      direction_flipped: the direction was reversed (a rejection, unless
+        ``flip_on_reject=False``).
+      grad_evals: gradient evaluations of ``logdensity_fn`` (0 for the Gamma
+        proposal, 1 for an SDE proposal: at ``z*``; the one at ``z`` is in the
+        state).
+      diverged: the proposal, its log density or its proposal density was
+        NaN/inf where the target density is positive (the move was rejected).
     """
 
     acceptance_rate: Array
@@ -167,10 +171,10 @@ class IrreversibleMHInfo(NamedTuple):
     grad_evals: Array
     diverged: Array
 
-    may_stay = True  # a rejection keeps the position: the driver's frozen-chain check does not apply
-    run_flags = (
-        ZERO_ACCEPTANCE_FLAG,
-    )  # ... a zero acceptance probability at every step of a chunk does
+    # a rejection keeps the position: the driver's frozen-chain check does not apply
+    may_stay = True
+    # ... a zero acceptance probability at every step of a chunk does
+    run_flags = (ZERO_ACCEPTANCE_FLAG,)
 
     @property
     def zero_acceptance(self) -> Array:
@@ -191,7 +195,10 @@ def _select(accepted: Array, new: Any, old: Any) -> Any:
 
 
 def _checked_sample(z_star: Any, z: Array) -> Array:
-    """``proposal.sample``'s draw, shaped like the flat position (static check: free when traced)."""
+    """``proposal.sample``'s draw, shaped like the flat position.
+
+    A static check: free when traced.
+    """
     check_output(
         z_star,
         "proposal.sample",
@@ -202,7 +209,10 @@ def _checked_sample(z_star: Any, z: Array) -> Array:
 
 
 def _log_q(log_backward: Any, log_forward: Any) -> Array:
-    """``log g̃ - log f̃``, each a scalar (a (d,) one would turn the accept decision into a per-coordinate one)."""
+    """``log g̃ - log f̃``, each a scalar.
+
+    A ``(d,)`` one would turn the accept decision into a per-coordinate one.
+    """
     for name, v in (
         ("proposal.log_backward", log_backward),
         ("proposal.log_forward", log_forward),
@@ -258,6 +268,22 @@ def irreversible_mh_init(
     skew-symmetric, ...) and fills ``state.cache`` (for the SDE proposal: one
     gradient evaluation, as BlackJAX's MALA init). Vmappable over
     ``(position, rng_key)``, and callable inside ``jit``.
+
+    Args:
+      position: the starting point, shape ``(d,)``, or a pytree.
+      logdensity_fn: the target's log density, ``z -> log π(z) + const``.
+      rng_key: a JAX PRNG key for a uniform direction, or ``None`` for all ``+1``.
+      proposal: the :class:`Proposal` the chain will use, or ``None`` (no checks,
+        no cache, a ``(d,)`` direction).
+
+    Returns:
+      The :class:`IrreversibleMHState` at ``position``: the direction (shape
+      ``(d,)``, or ``(1,)`` when ``proposal.direction_size == 1``), the scalar log
+      density and the proposal's cache.
+
+    Raises:
+      ValueError: a bad key or proposal, a log density that is not a real scalar,
+        or ``-inf`` / NaN at ``position``, or a failed proposal check.
     """
     if rng_key is not None:
         check_key(rng_key)
@@ -293,6 +319,11 @@ def irreversible_mh_step(
     Propose ``z* ~ f̃(·|z, s)``, accept with ``a = min(1, π(z*) g̃(z|z*, s) /
     (π(z) f̃(z*|z, s)))``; accept keeps ``s``, reject flips the whole ``s``.
 
+    With a ``point_fn`` proposal the cache of ``z`` comes from the state (a
+    state made by hand without one gets it computed here) and that of ``z*``
+    is computed once, for ``g̃`` and for the next step.
+    Pure and jittable; vmap it over ``(rng_key, state)`` for many chains.
+
     Args:
       rng_key: split into ``(key_proposal, key_accept)``.
       state: :class:`IrreversibleMHState` of one chain.
@@ -305,10 +336,13 @@ def irreversible_mh_step(
         probabilities of ``s`` and ``-s`` agree); it exists to demonstrate that
         the flip is essential (docs/algorithms.md §8).
 
-    With a ``point_fn`` proposal the cache of ``z`` comes from the state (a
-    state made by hand without one gets it computed here) and that of ``z*``
-    is computed once, for ``g̃`` and for the next step.
-    Pure and jittable; vmap it over ``(rng_key, state)`` for many chains.
+    Returns:
+      ``(new_state, info)``: the next :class:`IrreversibleMHState` and its
+      :class:`IrreversibleMHInfo`.
+
+    Raises:
+      ValueError: a state, key or proposal of the wrong kind, or a direction whose
+        shape does not fit the proposal.
     """
     check_state(
         state, IrreversibleMHState, "irreversible_mh_init, or irreversible_mh(...).init"
@@ -393,6 +427,21 @@ def irreversible_mh(
     ``+1`` without). ``step(rng_key, state)``: :func:`irreversible_mh_step`. MALA is
     ``irreversible_mh(logdensity_fn, sde_proposal(1.0, 0.0, logdensity_fn,
     step_size))``.
+
+    Args:
+      logdensity_fn: the target's log density, ``z -> log π(z) + const``.
+      proposal: a :class:`Proposal` (e.g.
+        :func:`~cenlmc_jax.irreversible.proposals.gamma_proposal`,
+        :func:`~cenlmc_jax.irreversible.proposals.sde_proposal`).
+      flip_on_reject: keep ``True`` (see :func:`irreversible_mh_step`).
+
+    Returns:
+      A :class:`~cenlmc_jax.base.SamplingAlgorithm` with the ``init`` and ``step``
+      above.
+
+    Raises:
+      ValueError: ``logdensity_fn`` is not callable, ``proposal`` is not a
+        :class:`Proposal`, or ``flip_on_reject`` is not a bool.
     """
     check_callable(logdensity_fn, "logdensity_fn", "z -> scalar log density")
     _check_proposal(proposal)

@@ -1,4 +1,6 @@
-"""Proposals for the irreversible jump sampler (docs/algorithms.md §7–8; paper 2, App. C.2 and D).
+"""Proposals for the irreversible jump sampler.
+
+docs/algorithms.md §7–8; paper 2, App. C.2 and D.
 
 A proposal is a :class:`~cenlmc_jax.irreversible.jump.Proposal`: a forward density
 ``f̃(z*|z, s)``, a backward density ``g̃(z|z*, s)`` paired by (docs/algorithms.md §7.1)
@@ -63,17 +65,22 @@ __all__ = [
 
 
 class SDEPoint(NamedTuple):
-    """What :func:`sde_proposal` keeps of a point ``z`` (its ``cache``); ``None`` where not needed.
+    """What :func:`sde_proposal` keeps of a point ``z`` (its ``cache``).
 
-    grad: (d,) ``∇log π(z)``.
-    drift_d: (d,) ``D(z)∇log π(z) + Γ_D(z)`` for a callable ``D``; None for a
-      constant ``D`` (then ``D∇log π`` is formed from ``grad`` when used: a
-      product by a scalar or a diagonal, or one ``O(d²)`` matrix-vector product).
-    drift_q: (d,) ``Q(z)∇log π(z) + Γ_Q(z)`` for a callable ``Q``; None for a constant
-      one.
-    root: the factor ``L(z)`` of ``D(z) = L Lᵀ`` (scalar, (d,) or lower (d, d))
-      for a callable ``D``; None for a constant ``D`` (its factor is the proposal's).
-    half_logdet: ``½ log det D(z)`` for a callable ``D``; None otherwise.
+    ``None`` where not needed.
+
+    Attributes:
+      grad: (d,) ``∇log π(z)``.
+      drift_d: (d,) ``D(z)∇log π(z) + Γ_D(z)`` for a callable ``D``; None for a
+        constant ``D`` (then ``D∇log π`` is formed from ``grad`` when used: a
+        product by a scalar or a diagonal, or one ``O(d²)`` matrix-vector
+        product).
+      drift_q: (d,) ``Q(z)∇log π(z) + Γ_Q(z)`` for a callable ``Q``; None for a
+        constant one.
+      root: the factor ``L(z)`` of ``D(z) = L Lᵀ`` (scalar, (d,) or lower (d, d))
+        for a callable ``D``; None for a constant ``D`` (its factor is the
+        proposal's).
+      half_logdet: ``½ log det D(z)`` for a callable ``D``; None otherwise.
 
     For constant ``D`` and ``Q`` the cache is the gradient alone: it stays
     valid when the matrices or the step size change (warm-up adaptation swaps
@@ -95,7 +102,10 @@ def _as(x: Any, dtype) -> Any:
 
 
 def _log_normal(scaled_residual: Array, half_logdet: Array, var_scale: Array) -> Array:
-    """log N(x; mean, var_scale · L Lᵀ) given ``y = L⁻¹ (x - mean): (n,)`` and ``½ log det(L Lᵀ)``."""
+    """log N(x; mean, var_scale · L Lᵀ).
+
+    Given ``y = L⁻¹ (x - mean): (n,)`` and ``½ log det(L Lᵀ)``.
+    """
     n = scaled_residual.shape[0]
     return (
         -0.5 * jnp.sum(scaled_residual**2) / var_scale
@@ -130,6 +140,23 @@ def coordinatewise_proposal(
     ``g_i``; both are drawn and the coordinate chosen by ``s_i``), or a direct
     ``sample(rng_key, z, s)`` when one draw per coordinate is cheaper (it must
     draw from the ``f̃`` above). No per-point cache (``point_fn = None``).
+
+    Args:
+      log_f: ``(x_new, x_old) -> (d,)``, the log densities ``log f_i(x_new_i |
+        x_old_i)`` of every coordinate.
+      log_g: ``(x_new, x_old) -> (d,)``, the same for ``g_i``.
+      sample_f: ``(rng_key, z) -> (d,)``, a draw of every ``f_i(· | z_i)``; with
+        ``sample_g``, needed unless ``sample`` is given.
+      sample_g: ``(rng_key, z) -> (d,)``, a draw of every ``g_i(· | z_i)``.
+      sample: ``(rng_key, z, s) -> (d,)``, a direct draw of ``f̃(·|z, s)``;
+        replaces ``sample_f`` and ``sample_g``.
+
+    Returns:
+      A :class:`~cenlmc_jax.irreversible.jump.Proposal` with one direction per
+      coordinate (``direction_size=None``) and ``grad_evals = 0``.
+
+    Raises:
+      ValueError: neither ``sample`` nor both ``sample_f`` and ``sample_g`` given.
     """
     if sample is None:
         if sample_f is None or sample_g is None:
@@ -153,13 +180,15 @@ def coordinatewise_proposal(
 
 
 def _gamma_logpdf(x: Array, shape: float, scale: float) -> Array:
-    """log Gamma(x; k, θ) = (k-1) log x - x/θ - log Γ(k) - k log θ, and -inf for x <= 0."""
+    """log Gamma(x; k, θ) = (k-1) log x - x/θ - log Γ(k) - k log θ.
+
+    And -inf for x <= 0.
+    """
     k = jnp.asarray(shape, x.dtype)
     theta = jnp.asarray(scale, x.dtype)
     positive = x > 0
-    safe = jnp.where(
-        positive, x, 1.0
-    )  # keeps log and its gradient finite off the support
+    # keeps log and its gradient finite off the support
+    safe = jnp.where(positive, x, 1.0)
     logp = (k - 1) * jnp.log(safe) - safe / theta - gammaln(k) - k * jnp.log(theta)
     return jnp.where(positive, logp, -jnp.inf)
 
@@ -168,7 +197,9 @@ _MAX_EXP_SUM = 8  # integer Gamma shapes up to this are drawn as sums of exponen
 
 
 def gamma_proposal(shape: float, scale: float) -> Proposal:
-    """The irreversible Gamma proposal (docs/algorithms.md §7): ``z*_i = z_i + s_i G_i``, ``G_i ~ Gamma(k, θ)``.
+    """The irreversible Gamma proposal (docs/algorithms.md §7).
+
+    ``z*_i = z_i + s_i G_i``, ``G_i ~ Gamma(k, θ)``.
 
     ``shape = k > 0``, ``scale = θ > 0`` (mean jump ``kθ``). Per coordinate
     ``f_i(x'|x) = Gamma(x' - x; k, θ)`` (a forward jump) and its mirror
@@ -181,6 +212,19 @@ def gamma_proposal(shape: float, scale: float) -> Proposal:
     ``scale`` may also be a ``(d,)`` vector of per-coordinate scales (a
     diagonal preconditioner: ``θ_i ∝`` the target's sd of coordinate ``i``),
     and a tracer (built inside ``jit``, e.g. by warm-up adaptation).
+
+    Args:
+      shape: the Gamma shape ``k > 0``.
+      scale: the Gamma scale ``θ > 0``: a scalar, or a ``(d,)`` vector of finite
+        per-coordinate scales; may be a tracer.
+
+    Returns:
+      A :class:`~cenlmc_jax.irreversible.jump.Proposal` with ``direction: (d,)``
+      and ``grad_evals = 0``.
+
+    Raises:
+      ValueError: ``shape`` or ``scale`` not positive, or ``scale`` neither a
+        scalar nor a ``(d,)`` vector.
     """
     check_positive(shape, "shape")
     if np.ndim(scale) == 0:
@@ -227,7 +271,10 @@ def gamma_proposal(shape: float, scale: float) -> Proposal:
 
 
 def _eval_matrix(M: Any, z: Array, name: str) -> np.ndarray:
-    """``M(z)`` (or ``M``) at a concrete ``z`` as a float64 ``(d, d)`` NumPy array (eagerly, even inside jit)."""
+    """``M(z)`` (or ``M``) at a concrete ``z`` as a float64 ``(d, d)`` NumPy array.
+
+    Eagerly, even inside jit.
+    """
     d = z.shape[0]
     if M is None:
         return None
@@ -235,9 +282,8 @@ def _eval_matrix(M: Any, z: Array, name: str) -> np.ndarray:
         try:
             with jax.ensure_compile_time_eval():
                 m = M(z)
-        except (
-            Exception
-        ) as exc:  # the user's callable failed on a correctly shaped point
+        # the user's callable failed on a correctly shaped point
+        except Exception as exc:
             raise ValueError(
                 f"{name} failed at a position of shape {tuple(z.shape)}: {exc}"
             ) from exc
@@ -253,7 +299,10 @@ def _eval_matrix(M: Any, z: Array, name: str) -> np.ndarray:
 
 
 def _check_d_q(D: Any, Q: Any, position: Array) -> None:
-    """``D(z)`` symmetric positive definite and ``Q(z)`` skew-symmetric at a concrete ``z`` (NumPy only)."""
+    """``D(z)`` symmetric positive definite and ``Q(z)`` skew-symmetric at ``z``.
+
+    At a concrete ``z`` (NumPy only).
+    """
     dm, qm = _eval_matrix(D, position, "D"), _eval_matrix(Q, position, "Q")
     if dm is not None:
         la.check_symmetric_psd(
@@ -274,7 +323,9 @@ def sde_proposal(
     *,
     grad_mode: str = "auto",
 ) -> Proposal:
-    """One Euler–Maruyama step of the complete recipe as an irreversible proposal (docs/algorithms.md §8).
+    """One Euler–Maruyama step of the complete recipe as an irreversible proposal.
+
+    docs/algorithms.md §8.
 
     With ``H = -logdensity_fn``, ``ε = step_size`` and a single direction sign
     ``s = direction[0] ∈ {-1, +1}`` (``Q`` couples coordinates, so one sign
@@ -299,9 +350,20 @@ def sde_proposal(
         uses); its value and gradient come from one autodiff pass in ``grad_mode``.
       step_size: ``ε > 0``; may be a tracer.
       grad_mode: ``"auto"`` (default), ``"reverse"`` (``jax.value_and_grad``, as
-        BlackJAX's MALA) or ``"forward"`` (d vmapped ``jvp`` calls, the value from the
-        primal): :func:`cenlmc_jax.gradients.modes.value_and_grad`; auto is forward for
-        ``d <= FORWARD_MAX_D`` (measured). The same chain up to rounding.
+        BlackJAX's MALA) or ``"forward"`` (d vmapped ``jvp`` calls, the value from
+        the primal): :func:`cenlmc_jax.gradients.modes.value_and_grad`; auto is
+        forward for ``d <= FORWARD_MAX_D`` (benchmarks/results/grad_mode.md). The
+        same chain up to rounding.
+
+    Returns:
+      A :class:`~cenlmc_jax.irreversible.jump.Proposal` with one direction sign
+      (``direction_size = 1``), ``grad_evals = 1`` and a ``point_fn`` whose cache
+      is an :class:`SDEPoint`.
+
+    Raises:
+      ValueError: a step size that is not positive, a bad ``grad_mode``, ``D`` or
+        ``Q`` of a wrong form or of different sizes, ``D`` not symmetric positive
+        definite or ``Q`` not skew-symmetric (constant concrete ones).
 
     Cost. Everything that depends only on constant ``D``, ``Q`` is computed
     here, once: the factor ``L`` of ``D = L Lᵀ`` (``√c``, ``√v`` or Cholesky),

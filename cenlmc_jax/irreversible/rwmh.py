@@ -1,6 +1,7 @@
-"""Gaussian random-walk Metropolis–Hastings: the reversible baseline (paper 2, App. E.1).
+"""Gaussian random-walk Metropolis–Hastings: the reversible baseline.
 
-The irreversible Gamma sampler is measured against it (paper 2, App. E.1:
+Paper 2, App. E.1. The irreversible Gamma sampler is compared with it (paper 2,
+App. E.1:
 "the random walk MH method with normal proposals"). With ``L Lᵀ =
 proposal_cov`` (the identity by default) and ``ε = step_size``,
 
@@ -54,24 +55,36 @@ __all__ = ["RWMHState", "RWMHInfo", "rwmh_init", "rwmh_step", "rwmh"]
 
 
 class RWMHState(NamedTuple):
-    """Gaussian random-walk MH state: ``position: (d,)`` or a pytree, scalar ``logdensity``."""
+    """Gaussian random-walk MH state.
+
+    Attributes:
+      position: the chain's position, shape ``(d,)``, or a pytree.
+      logdensity: the scalar log density at ``position``.
+    """
 
     position: Any
     logdensity: Array
 
 
 class RWMHInfo(NamedTuple):
-    """acceptance_rate ``min(1, π(z*)/π(z))``, is_accepted, grad_evals (= 0), diverged."""
+    """What one random-walk MH step reports.
+
+    Attributes:
+      acceptance_rate: ``min(1, π(z*)/π(z))`` (0 for a diverged proposal).
+      is_accepted: the proposal was accepted.
+      grad_evals: gradient evaluations of the step (always 0).
+      diverged: the proposal was numerical trouble, and rejected.
+    """
 
     acceptance_rate: Array
     is_accepted: Array
     grad_evals: Array
     diverged: Array
 
-    may_stay = True  # a rejection keeps the position: the driver's frozen-chain check does not apply
-    run_flags = (
-        ZERO_ACCEPTANCE_FLAG,
-    )  # ... a zero acceptance probability at every step of a chunk does
+    # a rejection keeps the position: the driver's frozen-chain check does not apply
+    may_stay = True
+    # ... a zero acceptance probability at every step of a chunk does
+    run_flags = (ZERO_ACCEPTANCE_FLAG,)
 
     @property
     def zero_acceptance(self) -> Array:
@@ -80,7 +93,10 @@ class RWMHInfo(NamedTuple):
 
 
 def _proposal_root(proposal_cov: Any, d: int, dtype) -> Any:
-    """The factor ``L`` of ``proposal_cov = L Lᵀ`` (None for the identity), in ``dtype``."""
+    """The factor ``L`` of ``proposal_cov = L Lᵀ``, in ``dtype``.
+
+    None for the identity.
+    """
     if proposal_cov is None:
         return None
     m = matrix_value(proposal_cov)
@@ -96,7 +112,21 @@ def _proposal_root(proposal_cov: Any, d: int, dtype) -> Any:
 
 
 def rwmh_init(position: Any, logdensity_fn: LogDensityFn) -> RWMHState:
-    """Start Gaussian random-walk MH at ``position: (d,)`` or a pytree (vmappable over chains; callable inside jit)."""
+    """Start Gaussian random-walk MH at ``position``.
+
+    Vmappable over chains; callable inside jit.
+
+    Args:
+      position: the starting point, shape ``(d,)``, or a pytree.
+      logdensity_fn: the target's log density, ``position -> scalar``.
+
+    Returns:
+      The :class:`RWMHState` at ``position`` with its log density.
+
+    Raises:
+      ValueError: the log density is not a real scalar, or is ``-inf`` or NaN at
+        ``position`` (a concrete one).
+    """
     flat, unravel = ravel_position(position)
     check_logdensity(flat_logdensity(logdensity_fn, unravel), flat)
     position = from_flat(unravel, flat)
@@ -124,6 +154,18 @@ def rwmh_step(
     ``(key_proposal, key_accept)`` as in
     :func:`~cenlmc_jax.irreversible.jump.irreversible_mh_step`. Pure
     and jittable; vmap over ``(rng_key, state)``.
+
+    Args:
+      rng_key: a JAX PRNG key.
+      state: the current :class:`RWMHState` (from :func:`rwmh_init`).
+      logdensity_fn: the target's log density, ``position -> scalar``.
+      step_size: the proposal scale ``ε > 0``.
+      proposal_cov: ``None`` (the identity), a scalar, a ``(d,)`` diagonal or a
+        ``(d, d)`` SPD matrix, ``d`` the flat position's dimension.
+
+    Returns:
+      ``(new_state, info)``: the next :class:`RWMHState` and its
+      :class:`RWMHInfo`.
     """
     check_state(state, RWMHState, "rwmh_init, or rwmh(...).init")
     check_key(rng_key)
@@ -159,10 +201,25 @@ def rwmh_step(
 def rwmh(
     logdensity_fn: LogDensityFn, step_size: Any, *, proposal_cov: Any | None = None
 ) -> SamplingAlgorithm:
-    """Gaussian random-walk MH with proposal ``N(z, step_size² · proposal_cov)`` as a sampler object.
+    """Gaussian random-walk MH as a sampler object.
 
-    ``proposal_cov``: ``None`` (the identity), a scalar, a ``(d,)`` diagonal or a ``(d,
-    d)`` SPD matrix (checked here when constant; its factor is taken once per trace).
+    The proposal is ``N(z, step_size² · proposal_cov)``.
+
+    Args:
+      logdensity_fn: the target's log density, ``position -> scalar``.
+      step_size: the proposal scale ``ε > 0``.
+      proposal_cov: ``None`` (the identity), a scalar, a ``(d,)`` diagonal or a
+        ``(d, d)`` SPD matrix (checked here when constant; its factor is taken once
+        per trace).
+
+    Returns:
+      A :class:`~cenlmc_jax.base.SamplingAlgorithm` whose ``init(position,
+      rng_key=None)`` calls :func:`rwmh_init` and whose ``step(rng_key, state)``
+      calls :func:`rwmh_step`.
+
+    Raises:
+      ValueError: ``logdensity_fn`` is not callable, ``step_size`` is not positive,
+        or ``proposal_cov`` is not a constant SPD scalar, diagonal or matrix.
     """
     check_callable(logdensity_fn, "logdensity_fn", "z -> scalar log density")
     check_positive(step_size, "step_size")
@@ -182,9 +239,8 @@ def rwmh(
 
     def init(position, rng_key=None):
         if rng_key is not None:
-            check_key(
-                rng_key
-            )  # unused (a deterministic start), but a wrong one is a mistake to report
+            # unused (a deterministic start), but a wrong one is a mistake to report
+            check_key(rng_key)
         return rwmh_init(position, logdensity_fn)
 
     def step(rng_key, state):

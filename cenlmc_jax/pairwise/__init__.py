@@ -127,9 +127,8 @@ def _local_partial(
     axis_name: str | None = None,
 ):
     """The rows-against-columns partial of a backend, one object per setting (a jit static argument)."""
-    if (
-        method == "sparse"
-    ):  # the block-sparse XLA tiles (block_size: rows per row tile), decided over the mesh
+    # the block-sparse XLA tiles (block_size: rows per row tile), decided over the mesh
+    if method == "sparse":
         return functools.partial(
             sparse_partial,
             block_rows=block_size,

@@ -435,9 +435,9 @@ def sparse_plan(
     n_chunks = -(-n_rt // chunk)
     size = chunk * n_ct
 
-    def split(
-        boxes,
-    ):  # lo, hi (n_chunks, d, chunk, 1), sq (n_chunks, chunk, 1): empty boxes pad the last chunk
+    # lo, hi (n_chunks, d, chunk, 1), sq (n_chunks, chunk, 1): empty boxes pad the last
+    # chunk
+    def split(boxes):
         if boxes is None:
             return None
         pad = n_chunks * chunk - n_rt
@@ -607,7 +607,8 @@ def _fold_steps(rows_b, cols_b, pairs, n_pairs, top, group, spec, *, static: boo
     if not static:
         return lax.fori_loop(0, live_steps, step, acc)
 
-    @_remat  # outside the cond: the loop's constants are then hoisted, not kept per chunk
+    # outside the cond: the loop's constants are then hoisted, not kept per chunk
+    @_remat
     def chunk(k, acc):
         def run(acc):
             return lax.fori_loop(
