@@ -1,7 +1,7 @@
 """Input checks shared by every module: one set of helpers, one message style.
 
 Every check runs in Python on concrete values, before anything is traced, and
-raises ``ValueError`` of the form
+raises ``ValueError`` of the form::
 
     "<name> must be <what was expected>; got <what came>."
 
@@ -56,17 +56,38 @@ __all__ = [
 
 
 def is_concrete(x: Any) -> bool:
-    """True when ``x`` holds a value now (not a tracer inside jit/vmap/scan)."""
+    """Whether ``x`` holds a value now (not a tracer inside jit/vmap/scan).
+
+    Args:
+      x: any value.
+
+    Returns:
+      True unless ``x`` is a ``jax.core.Tracer``.
+    """
     return not isinstance(x, jax.core.Tracer)
 
 
 def all_concrete(*xs: Any) -> bool:
-    """True when no leaf of ``xs`` is a tracer."""
+    """Whether no leaf of ``xs`` is a tracer.
+
+    Args:
+      *xs: any values or pytrees.
+
+    Returns:
+      True when every leaf is concrete.
+    """
     return all(is_concrete(x) for x in jax.tree_util.tree_leaves(xs))
 
 
 def describe(value: Any) -> str:
-    """A short ``repr`` for error messages (at most 80 characters); 0-d arrays show their value."""
+    """A short ``repr`` for error messages; 0-d arrays show their value.
+
+    Args:
+      value: any value.
+
+    Returns:
+      Its ``repr``, cut to at most 80 characters.
+    """
     if (
         isinstance(value, (np.ndarray, np.generic, jax.Array))
         and np.ndim(value) == 0
@@ -78,13 +99,34 @@ def describe(value: Any) -> str:
 
 
 def check_callable(fn: Any, name: str, what: str) -> None:
-    """``fn`` must be callable; ``what`` says its signature, e.g. ``"x -> scalar log density"``."""
+    """Checks that ``fn`` is callable.
+
+    Args:
+      fn: the argument.
+      name: its name, for the message.
+      what: its signature, e.g. ``"x -> scalar log density"``.
+
+    Raises:
+      ValueError: ``fn`` is not callable.
+    """
     if not callable(fn):
         raise ValueError(f"{name} must be a callable {what}; got {describe(fn)}.")
 
 
 def check_choice(value: Any, name: str, choices: Iterable[Any]) -> Any:
-    """``value`` must be one of ``choices``."""
+    """Checks that ``value`` is one of ``choices``.
+
+    Args:
+      value: the argument.
+      name: its name, for the message.
+      choices: the allowed values (compared by identity, or by type and ``==``).
+
+    Returns:
+      ``value``.
+
+    Raises:
+      ValueError: ``value`` is none of ``choices``.
+    """
     choices = tuple(choices)
     if not any(value is c or (type(value) is type(c) and value == c) for c in choices):
         raise ValueError(f"{name} must be one of {choices}; got {describe(value)}.")
@@ -92,7 +134,18 @@ def check_choice(value: Any, name: str, choices: Iterable[Any]) -> Any:
 
 
 def check_bool(value: Any, name: str) -> bool:
-    """A switch must be ``True`` or ``False`` (not a string, not an array)."""
+    """Checks that a switch is ``True`` or ``False`` (not a string, not an array).
+
+    Args:
+      value: the argument.
+      name: its name, for the message.
+
+    Returns:
+      ``value`` as a Python bool.
+
+    Raises:
+      ValueError: ``value`` is not a bool (Python or NumPy).
+    """
     if not isinstance(value, (bool, np.bool_)):
         raise ValueError(f"{name} must be True or False; got {describe(value)}.")
     return bool(value)
@@ -124,10 +177,21 @@ def _real_scalar(value: Any, name: str) -> float | None:
 def check_positive(
     value: Any, name: str, *, allow_zero: bool = False, allow_inf: bool = False
 ) -> None:
-    """A scalar > 0 (``>= 0`` with ``allow_zero``), finite unless ``allow_inf``.
+    """Checks for a scalar > 0 (``>= 0`` with ``allow_zero``).
+
+    Finite unless ``allow_inf``.
 
     Tracers and callables (step-size schedules) pass: their values are checked
     where they become concrete.
+
+    Args:
+      value: the argument.
+      name: its name, for the message.
+      allow_zero: accept 0.
+      allow_inf: accept ``inf``.
+
+    Raises:
+      ValueError: not a real scalar, NaN, out of bounds, or infinite.
     """
     v = _real_scalar(value, name)
     if v is None:
@@ -147,12 +211,30 @@ def check_positive(
 
 
 def check_nonnegative(value: Any, name: str, *, allow_inf: bool = False) -> None:
-    """A scalar >= 0 (finite unless ``allow_inf``); tracers pass."""
+    """Checks for a scalar >= 0 (finite unless ``allow_inf``); tracers pass.
+
+    Args:
+      value: the argument.
+      name: its name, for the message.
+      allow_inf: accept ``inf``.
+
+    Raises:
+      ValueError: not a real scalar, NaN, negative, or infinite.
+    """
     check_positive(value, name, allow_zero=True, allow_inf=allow_inf)
 
 
 def check_finite_scalar(value: Any, name: str, what: str = "a finite scalar") -> None:
-    """Any finite real scalar; tracers pass."""
+    """Checks for any finite real scalar; tracers pass.
+
+    Args:
+      value: the argument.
+      name: its name, for the message.
+      what: what was expected, for the message.
+
+    Raises:
+      ValueError: not a real scalar, or not finite.
+    """
     v = _real_scalar(value, name)
     if v is not None and not math.isfinite(v):
         raise ValueError(f"{name} must be {what}; got {describe(value)}.")
@@ -161,9 +243,22 @@ def check_finite_scalar(value: Any, name: str, what: str = "a finite scalar") ->
 def check_int(
     value: Any, name: str, *, minimum: int, maximum: int | None = None, why: str = ""
 ) -> int:
-    """An integer in ``[minimum, maximum]``: a Python int, a NumPy integer or a 0-d integer array.
+    """Checks for an integer in ``[minimum, maximum]``.
 
-    ``why`` (optional) explains the bound in the message.
+    A Python int, a NumPy integer or a 0-d integer array.
+
+    Args:
+      value: the argument.
+      name: its name, for the message.
+      minimum: the smallest value allowed.
+      maximum: the largest value allowed (None: no bound).
+      why: (optional) explains the bound in the message.
+
+    Returns:
+      The value as a Python int.
+
+    Raises:
+      ValueError: a bool, a tracer, a non-integer, or out of bounds.
     """
     if isinstance(value, (bool, np.bool_)):
         raise ValueError(
@@ -174,7 +269,8 @@ def check_int(
     else:
         if not is_concrete(value):
             raise ValueError(
-                f"{name} must be a concrete integer (it sets a shape or a loop length); got a tracer."
+                f"{name} must be a concrete integer (it sets a shape or a loop "
+                "length); got a tracer."
             )
         arr = np.asarray(value) if isinstance(value, (np.ndarray, jax.Array)) else None
         if arr is None or arr.ndim != 0 or not np.issubdtype(arr.dtype, np.integer):
@@ -195,7 +291,9 @@ def check_int(
 
 
 def _as_float_array(value: Any, name: str) -> jax.Array:
-    """A real float32/float64 array (integers and bools are promoted to the default float).
+    """A real float32/float64 array.
+
+    Integers and bools are promoted to the default float.
 
     Complex values are refused (they would be cast to real silently), and so
     are float16 / bfloat16: Langevin noise of size sqrt(2h) and the ensemble's
@@ -211,8 +309,8 @@ def _as_float_array(value: Any, name: str) -> jax.Array:
         raise ValueError(f"{name} must be real; got dtype {arr.dtype}.")
     if arr.dtype in (jnp.float16, jnp.bfloat16):
         raise ValueError(
-            f"{name} must be float32 or float64; got dtype {arr.dtype} (too few bits for the noise "
-            "and weights of these samplers: cast to float32)."
+            f"{name} must be float32 or float64; got dtype {arr.dtype} (too few bits "
+            "for the noise and weights of these samplers: cast to float32)."
         )
     if not (
         jnp.issubdtype(arr.dtype, jnp.floating)
@@ -228,7 +326,20 @@ def _as_float_array(value: Any, name: str) -> jax.Array:
 def check_positions(
     positions: Any, name: str = "positions", *, min_particles: int = 1
 ) -> jax.Array:
-    """An ensemble: a floating ``(N, d)`` array of finite values with ``N >= min_particles``."""
+    """Checks an ensemble: a floating ``(N, d)`` array of finite values.
+
+    Args:
+      positions: the ensemble, shape ``(N, d)``.
+      name: its name, for the message.
+      min_particles: the smallest ``N`` allowed.
+
+    Returns:
+      The positions as a floating ``jax.Array`` (integers promoted).
+
+    Raises:
+      ValueError: not numeric, complex, half precision, not 2-D,
+        ``N < min_particles``, ``d = 0``, or (when concrete) NaN or inf in a particle.
+    """
     arr = _as_float_array(positions, name)
     if arr.ndim != 2:
         raise ValueError(
@@ -237,15 +348,16 @@ def check_positions(
         )
     if arr.shape[0] < max(1, min_particles) or arr.shape[1] < 1:
         raise ValueError(
-            f"{name} must have N >= {max(1, min_particles)} particles and d >= 1 dimensions; "
-            f"got shape {tuple(arr.shape)}."
+            f"{name} must have N >= {max(1, min_particles)} particles and d >= 1 "
+            f"dimensions; got shape {tuple(arr.shape)}."
         )
     if is_concrete(arr):  # NumPy, not jnp: inside a jit trace jnp would stage the check
         finite = np.isfinite(fetch(arr))  # gathered when sharded over several processes
         if not finite.all():
             bad = int(np.sum(~finite.all(axis=-1)))
             raise ValueError(
-                f"{name} must be finite; {bad} of {arr.shape[0]} particles contain NaN or inf."
+                f"{name} must be finite; {bad} of {arr.shape[0]} particles contain NaN "
+                "or inf."
             )
     return arr
 
@@ -257,8 +369,22 @@ def check_position(
     ndim: int | None = None,
     finite: bool = True,
 ) -> jax.Array:
-    """A single-chain position: a floating array of finite values (``ndim`` dimensions if given), ``d >= 1``
-    (``finite=False``: the caller checks the values itself)."""
+    """Checks a single-chain position: a floating array of finite values, ``d >= 1``.
+
+    Args:
+      position: the position, shape ``(d,)`` (or ``ndim`` dimensions).
+      name: its name, for the message.
+      ndim: the number of dimensions required (None: any).
+      finite: check the values are finite (``False``: the caller checks them
+        itself).
+
+    Returns:
+      The position as a floating ``jax.Array`` (integers promoted).
+
+    Raises:
+      ValueError: not numeric, complex, half precision, the wrong ``ndim``,
+        ``d = 0``, or (when concrete and ``finite``) NaN or inf.
+    """
     arr = _as_float_array(position, name)
     if ndim is not None and arr.ndim != ndim:
         shape = (
@@ -279,7 +405,19 @@ def check_position(
 
 
 def check_vector(value: Any, name: str, size: int) -> np.ndarray:
-    """A concrete real ``(size,)`` vector (also accepts a scalar, broadcast)."""
+    """Checks for a concrete real ``(size,)`` vector (a scalar is broadcast).
+
+    Args:
+      value: a scalar or a ``(size,)`` vector.
+      name: its name, for the message.
+      size: the length required.
+
+    Returns:
+      A float64 NumPy array of shape ``(size,)``.
+
+    Raises:
+      ValueError: any other shape.
+    """
     arr = np.asarray(value, dtype=np.float64)
     if arr.ndim == 0:
         arr = np.full((size,), float(arr))
@@ -306,19 +444,29 @@ def check_output(
     shapes: tuple | None = None,
     kind: str = "floating",
 ) -> None:
-    """The output of a user function, concrete, traced or abstract (``jax.eval_shape``), must have the
-    expected structure, shapes and dtype kind: only static information is read, so this
-    costs nothing inside a trace and raises at trace time, before anything runs.
+    """Checks the output of a user function: structure, shapes and dtype kind.
 
-    like: a pytree (arrays or ``ShapeDtypeStruct``) the output must match leaf by leaf
-      (same structure, same shapes): a gradient is shaped like its position. Exact
-      shapes: a scalar or a ``(1,)`` where ``(d,)`` is expected would be broadcast into
-      the drift silently.
-    shapes: the allowed shapes of a single-array output (``((),)`` a scalar; a matrix
-      form ``((), (d,), (d, d))``).
-    kind: ``"floating"`` (a real float dtype) or ``"real"`` (float, integer or bool: a
-      number cast later).
-    what: the function's signature for the message, e.g. ``"x -> scalar log density"``.
+    The output may be concrete, traced or abstract (``jax.eval_shape``): only
+    static information is read, so this costs nothing inside a trace and raises at
+    trace time, before anything runs.
+
+    Args:
+      out: the function's output.
+      name: the function's name, for the message.
+      what: the function's signature for the message, e.g.
+        ``"x -> scalar log density"``.
+      like: a pytree (arrays or ``ShapeDtypeStruct``) the output must match leaf
+        by leaf (same structure, same shapes): a gradient is shaped like its
+        position. Exact shapes: a scalar or a ``(1,)`` where ``(d,)`` is expected
+        would be broadcast into the drift silently.
+      shapes: the allowed shapes of a single-array output (``((),)`` a scalar; a
+        matrix form ``((), (d,), (d, d))``).
+      kind: ``"floating"`` (a real float dtype) or ``"real"`` (float, integer or
+        bool: a number cast later).
+
+    Raises:
+      ValueError: another structure, a shape not allowed, or a dtype not of
+        ``kind``.
     """
 
     def dtype_ok(leaf):
@@ -339,13 +487,14 @@ def check_output(
         like_leaves, like_def = jax.tree_util.tree_flatten(like)
         if out_def != like_def:
             raise ValueError(
-                f"{name} must return a pytree like the position ({like_def}); got {out_def}{sig}."
+                f"{name} must return a pytree like the position ({like_def}); got "
+                f"{out_def}{sig}."
             )
         for o, e in zip(out_leaves, like_leaves, strict=True):
             if tuple(getattr(o, "shape", (None,))) != tuple(np.shape(e)):
                 raise ValueError(
-                    f"{name} must return shape {tuple(np.shape(e))}, like the position; got "
-                    f"{_struct(o)} (it would be broadcast silently){sig}."
+                    f"{name} must return shape {tuple(np.shape(e))}, like the "
+                    f"position; got {_struct(o)} (it would be broadcast silently){sig}."
                 )
             if not dtype_ok(o):
                 raise ValueError(
@@ -353,7 +502,9 @@ def check_output(
                 )
         return
     if not hasattr(out, "shape") and isinstance(out, (bool, int, float, list, tuple)):
-        try:  # a Python number or a list of numbers from the user's function (abstractly: nothing runs)
+        # a Python number or a list of numbers from the user's function (abstractly:
+        # nothing runs)
+        try:
             out = jax.eval_shape(jnp.asarray, out)
         except Exception:
             pass
@@ -382,10 +533,27 @@ def check_function(
     shapes: tuple | None = None,
     kind: str = "floating",
 ) -> Any:
-    """``fn(*args)`` evaluated abstractly (``jax.eval_shape``: nothing is computed) and checked by
-    :func:`check_output`; returns the abstract output. ``args`` may be concrete arrays,
-    tracers or
-    ``ShapeDtypeStruct`` s. An exception inside ``fn`` becomes a ``ValueError`` naming it."""
+    """``fn(*args)`` evaluated abstractly and checked by :func:`check_output`.
+
+    ``jax.eval_shape``: nothing is computed. An exception inside ``fn`` becomes a
+    ``ValueError`` naming it.
+
+    Args:
+      fn: the user's function.
+      name: its name, for the message.
+      args: its arguments: concrete arrays, tracers or ``ShapeDtypeStruct`` s.
+      what: its signature, for the message.
+      like: as for :func:`check_output`.
+      shapes: as for :func:`check_output`.
+      kind: as for :func:`check_output`.
+
+    Returns:
+      The abstract output (``ShapeDtypeStruct`` s).
+
+    Raises:
+      ValueError: ``fn`` is not callable, fails on these inputs, or its output
+        fails :func:`check_output`.
+    """
     check_callable(fn, name, what)
     specs = jax.tree_util.tree_map(
         lambda a: (
@@ -407,18 +575,40 @@ def check_function(
 def check_logdensity(
     logdensity_fn: Any, example: Any, name: str = "logdensity_fn"
 ) -> None:
-    """``logdensity_fn`` must map one point shaped like ``example`` to a real floating scalar
-    (:func:`check_function`: abstract, nothing is computed)."""
+    """Checks that ``logdensity_fn`` maps one point to a real floating scalar.
+
+    The point is shaped like ``example``; the check is :func:`check_function`
+    (abstract, nothing is computed).
+
+    Args:
+      logdensity_fn: the log density.
+      example: a point (or an array shaped like one).
+      name: its name, for the message.
+
+    Raises:
+      ValueError: not callable, fails, or does not return a floating scalar.
+    """
     check_function(
         logdensity_fn, name, (example,), what="x -> scalar log density", shapes=((),)
     )
 
 
 def check_schedule(step_size: Any, name: str = "step_size") -> None:
-    """A step size: a number > 0, or a schedule ``t -> ε_t`` of the int32 step counter returning a real
-    scalar whose value at ``t = 0`` is > 0 (values at later steps are checked where they
-    are concrete,
-    and a chain frozen by a schedule that reached 0 is reported by the driver)."""
+    """Checks a step size: a number > 0, or a schedule ``t -> ε_t``.
+
+    A schedule takes the int32 step counter and returns a real scalar whose value
+    at ``t = 0`` is > 0 (values at later steps are checked where they are
+    concrete, and a chain frozen by a schedule that reached 0 is reported by the
+    driver).
+
+    Args:
+      step_size: the number or the schedule.
+      name: its name, for the message.
+
+    Raises:
+      ValueError: a number not > 0, or a schedule that fails, does not return a
+        real scalar, or is not > 0 at ``t = 0``.
+    """
     if not callable(step_size):
         check_positive(step_size, name)
         return
@@ -440,10 +630,20 @@ def check_schedule(step_size: Any, name: str = "step_size") -> None:
 def check_start_logdensity(
     values: Any, name: str = "logdensity_fn", where: str = "starting point"
 ) -> None:
-    """The log density at the starting points (concrete values only) must be finite at one of them at
-    least: ``-inf`` or NaN at every one leaves the chains nowhere to go (a zero density
-      everywhere, or
-    a log density of the wrong sign or normalisation)."""
+    """Checks that the log density is finite at one starting point at least.
+
+    Concrete values only. ``-inf`` or NaN at every one leaves the chains nowhere
+    to go (a zero density everywhere, or a log density of the wrong sign or
+    normalisation).
+
+    Args:
+      values: the log density at the starting points (any shape).
+      name: the log density's name, for the message.
+      where: what the points are, for the message.
+
+    Raises:
+      ValueError: every value is ``-inf`` or NaN.
+    """
     if not is_concrete(values):
         return
     v = np.asarray(
@@ -454,32 +654,54 @@ def check_start_logdensity(
             describe(v[0]) if v.size == 1 else f"{describe(v[:4])[:60]} (all {v.size})"
         )
         raise ValueError(
-            f"{name} is -inf or NaN at every {where} ({shown}): the density is zero or undefined "
-            "where the chains start; start inside the support of the target."
+            f"{name} is -inf or NaN at every {where} ({shown}): the density is zero or "
+            "undefined where the chains start; start inside the support of the target."
         )
 
 
 def check_state(state: Any, cls: type, init_name: str) -> None:
-    """``state`` must be a ``cls`` (as made by ``init_name``)."""
+    """Checks that ``state`` is a ``cls`` (as made by ``init_name``).
+
+    Args:
+      state: the argument.
+      cls: the state class required.
+      init_name: the function that makes it, for the message.
+
+    Raises:
+      ValueError: ``state`` is not a ``cls``.
+    """
     if not isinstance(state, cls):
         raise ValueError(
-            f"state must be a {cls.__name__} (from {init_name}); got {type(state).__name__}."
+            f"state must be a {cls.__name__} (from {init_name}); got "
+            f"{type(state).__name__}."
         )
 
 
 def check_key(rng_key: Any, name: str = "rng_key") -> None:
-    """A single PRNG key: a typed key of shape () (``jax.random.key``) or a legacy uint32 ``(2,)`` ``PRNGKey``."""
+    """Checks for a single PRNG key.
+
+    A typed key of shape ``()`` (``jax.random.key``) or a legacy uint32 ``(2,)``
+    ``PRNGKey``.
+
+    Args:
+      rng_key: the argument.
+      name: its name, for the message.
+
+    Raises:
+      ValueError: a batch of typed keys, or anything else.
+    """
     dtype = getattr(rng_key, "dtype", None)
     shape = tuple(getattr(rng_key, "shape", ()))
     if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
         if shape != ():
             raise ValueError(
-                f"{name} must be a single key (shape ()); got a batch of keys of shape {shape}."
+                f"{name} must be a single key (shape ()); got a batch of keys of shape "
+                f"{shape}."
             )
         return
     if dtype is None or dtype != jnp.uint32 or shape != (2,):
         raise ValueError(
-            f"{name} must be a PRNG key: jax.random.key(seed) or jax.random.PRNGKey(seed); got "
-            f"{describe(rng_key)}"
+            f"{name} must be a PRNG key: jax.random.key(seed) or "
+            f"jax.random.PRNGKey(seed); got {describe(rng_key)}"
             + (f" (dtype {dtype}, shape {shape})." if dtype is not None else ".")
         )
