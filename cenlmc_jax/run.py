@@ -7,16 +7,15 @@ progress bar, writes an optional checkpoint and checks for divergence. The
 key of step ``t`` is ``jax.random.fold_in(rng_key, t)``, so the samples do not
 depend on the chunking, and a resumed run reproduces an uninterrupted one.
 
-Modes
------
-``mode="trace"``  keeps ``trace_fn(state)`` every ``thin`` steps:
-                  ``trace`` has shape ``(num_steps // thin, *trace_shape)``.
-``mode="stream"`` keeps only the final state and streaming per-coordinate
-                  mean and variance of ``trace_fn(state)`` over kept steps and
-                  over every leading axis (the particles), by Chan's parallel
-                  update of (count, mean, M2). Memory is O(N d), whatever
-                  ``num_steps``: a 10^6-particle, 10^4-step run never holds
-                  the trace.
+Two modes:
+
+* ``mode="trace"`` keeps ``trace_fn(state)`` every ``thin`` steps: ``trace`` has
+  shape ``(num_steps // thin, *trace_shape)``.
+* ``mode="stream"`` keeps only the final state and streaming per-coordinate mean
+  and variance of ``trace_fn(state)`` over kept steps and over every leading axis
+  (the particles), by Chan's parallel update of (count, mean, M2). Memory is
+  O(N d), whatever ``num_steps``: a 10^6-particle, 10^4-step run never holds the
+  trace.
 
 Infos are reduced per step (``info_reduce="mean"``): leaves that are already
 scalars are kept; per-particle leaves become a sum (integers), a fraction
@@ -86,7 +85,17 @@ def _update_moments(m: Moments, x: Array) -> Moments:
 
 
 def reduce_info(info: PyTree) -> PyTree:
-    """Per-step reduction of an info pytree (see module docstring)."""
+    """Per-step reduction of an info pytree (see the module docstring).
+
+    Leaves that are already scalars are kept; per-particle leaves become a sum
+    (integers), a fraction (booleans) or a mean (floats).
+
+    Args:
+      info: one step's info, a pytree of arrays (per particle or per chain).
+
+    Returns:
+      The same pytree with every leaf a scalar.
+    """
 
     def red(leaf):
         leaf = jnp.asarray(leaf)
@@ -108,7 +117,9 @@ WATCH_MIN_STEPS = 10
 
 
 def _num_rows(leaves: list) -> int:
-    """Chains or particles in a position: the shared leading axis when some leaf has ndim >= 2, else 1."""
+    """Chains or particles in a position: the shared leading axis when some leaf has
+    ndim >= 2, else 1.
+    """
     lead = {np.shape(x)[0] if np.ndim(x) else None for x in leaves}
     if len(lead) == 1 and None not in lead and any(np.ndim(x) >= 2 for x in leaves):
         return lead.pop()
@@ -116,7 +127,9 @@ def _num_rows(leaves: list) -> int:
 
 
 def _moved_rows(old: Any, new: Any) -> Array | None:
-    """Per chain or particle (:func:`_num_rows`): did ``state.position`` change this step? None without one."""
+    """Per chain or particle (:func:`_num_rows`): did ``state.position`` change this
+    step? None without one.
+    """
     po, pn = getattr(old, "position", None), getattr(new, "position", None)
     if po is None or pn is None:
         return None
@@ -132,7 +145,9 @@ def _moved_rows(old: Any, new: Any) -> Array | None:
 
 
 def _watched(info: Any) -> tuple:
-    """The infos' every-step flags (:class:`~cenlmc_jax.base.RunFlag` with ``every_step``), as booleans."""
+    """The infos' every-step flags (:class:`~cenlmc_jax.base.RunFlag` with
+    ``every_step``), as booleans.
+    """
     return tuple(
         jnp.asarray(getattr(info, f.field)).astype(bool)
         for f in run_flags(info)
@@ -141,7 +156,8 @@ def _watched(info: Any) -> tuple:
 
 
 def _traced_once(step_fn: StepFn, key: Array, state: Any) -> tuple[Callable, Any]:
-    """``step_fn`` traced once, as a function of ``(key, state)``, and the shape of its ``(state, info)``.
+    """``step_fn`` traced once, as a function of ``(key, state)``, and the shape of its
+    ``(state, info)``.
 
     The chunk runs the step inside a ``lax.cond`` whose other branch returns a blank
     info: that branch needs the info's shape, and asking ``jax.eval_shape`` for it would
@@ -171,7 +187,8 @@ def _chunk_fn(
     trace_fn: Callable,
     info_reduce: str | None,
 ):
-    """A jitted function running up to ``num_outer * thin`` steps (cached per configuration).
+    """A jitted function running up to ``num_outer * thin`` steps (cached per
+    configuration).
 
     One compilation serves every chunk of a run: the burn-in, the sampling chunks, a
     shorter last chunk and the replay up to a diverging step. Its traced arguments say
@@ -255,8 +272,10 @@ def _chunk_fn(
 
 
 def _report_watch(watch: tuple, infos: Any, start: int, n: int, warned: set) -> None:
-    """Warn (once per kind and call of :func:`sample`) of chains frozen for the whole chunk of steps
-    ``start .. start + n - 1``: positions that never moved, or an every-step flag set at every step."""
+    """Warn (once per kind and call of :func:`sample`) of chains frozen for the whole
+    chunk of steps ``start .. start + n - 1``: positions that never moved, or an
+    every-step flag set at every step.
+    """
     if watch is None or n < WATCH_MIN_STEPS:
         return
     moved, counts = watch
@@ -267,9 +286,11 @@ def _report_watch(watch: tuple, infos: Any, start: int, n: int, warned: set) -> 
                 "frozen",
                 ~moved,
                 lambda k, total: (
-                    f"{k} of {total} chains or particles did not move in steps {start}..{start + n - 1} (the same "
-                    "state.position at every step of the chunk): a step size or schedule that reached 0, a zero drift "
-                    "with no noise, or positions so large that each step rounds away; the draws are not samples"
+                    f"{k} of {total} chains or particles did not move in steps "
+                    f"{start}..{start + n - 1} (the same state.position at every step "
+                    "of the chunk): a step size or schedule that reached 0, a zero "
+                    "drift with no noise, or positions so large that each step rounds "
+                    "away; the draws are not samples"
                 ),
             )
         )
@@ -313,7 +334,9 @@ def _warn_frozen_at_run_time(name: str, message: Callable, warned: set, frozen) 
 
 
 def _warn(msg: str, depth: int = 0) -> None:
-    """A RuntimeWarning at the caller of :func:`sample` (``depth``: helpers between ``sample`` and here)."""
+    """A RuntimeWarning at the caller of :func:`sample` (``depth``: helpers between
+    ``sample`` and here).
+    """
     host_warn(msg, RuntimeWarning, stacklevel=3 + depth)
 
 
@@ -329,8 +352,10 @@ def _progress_bar(total: int, step: int):
 def _warn_chunk_flags(
     infos: Any, step: int, flagged_at: dict, traced_warned: set
 ) -> None:
-    """One warning per chunk-by-chunk :class:`~cenlmc_jax.base.RunFlag` (neither ``every_step`` nor
-    ``kept_only``) at its first flagged step, once per call of :func:`sample` (``flagged_at``: field -> step)."""
+    """One warning per chunk-by-chunk :class:`~cenlmc_jax.base.RunFlag` (neither
+    ``every_step`` nor ``kept_only``) at its first flagged step, once per call of
+    :func:`sample` (``flagged_at``: field -> step).
+    """
     for flag in run_flags(infos):
         if flag.every_step or flag.kept_only or flag.field in flagged_at:
             continue
@@ -343,7 +368,8 @@ def _warn_chunk_flags(
 def _flag_steps(
     infos: PyTree, name: str, first_step: int = 0, warned: set | None = None
 ) -> np.ndarray:
-    """Per-step booleans from ``info.<name>`` (any particle or chain), or None without that field.
+    """Per-step booleans from ``info.<name>`` (any particle or chain), or None without
+    that field.
 
     Inside a trace (``jax.jit``, ``vmap``) the flags have no value yet: then
     this returns None and, when ``warned`` is given, arranges a warning at run
@@ -382,8 +408,8 @@ def _warn_at_run_time(name: str, first_step: int, warned: set, any_flag, first) 
         )
     )
     host_warn(
-        f"info.{name} is set from step {step} (inside jax.jit the run cannot stop there: it ran to the "
-        f"end; see RunResult.info)",
+        f"info.{name} is set from step {step} (inside jax.jit the run cannot stop "
+        "there: it ran to the end; see RunResult.info)",
         RuntimeWarning,
         stacklevel=2,
     )
@@ -461,6 +487,17 @@ def sample(
     ensemble force's noise inflates the variance beyond the audit's threshold;
     the warning gives the mean of ``info.audit_variance_inflation`` over the
     kept steps). Neither stops the run.
+
+    Returns:
+      A :class:`~cenlmc_jax.base.RunResult`: the final state, the trace
+      (``mode="trace"``) or the moments (``mode="stream"``), the per-step
+      (reduced) infos, the steps done and the first diverging step (or -1).
+
+    Raises:
+      ValueError: a bad argument (a key, a step function, counts, a mode, a
+        checkpoint of another run or inside ``jax.jit``), checked before any
+        work.
+      FloatingPointError: the run diverged and ``on_divergence="raise"``.
     """
     step_fn, num_steps, thin, burn_in, chunk_size = _check_run_args(
         rng_key,
@@ -523,8 +560,8 @@ def sample(
             first = int(np.argmax(flags))
             diverged_at = step + first
             msg = (
-                f"the sampler diverged (info.diverged: non-finite or exploding values) at step {diverged_at}; "
-                f"see RunResult.info for the per-step counts"
+                "the sampler diverged (info.diverged: non-finite or exploding values) "
+                f"at step {diverged_at}; see RunResult.info for the per-step counts"
             )
             if on_divergence == "raise":
                 raise FloatingPointError(msg)
@@ -550,7 +587,10 @@ def sample(
                     lambda a, n=first + 1: a[:n], infos
                 )  # the diverging step's info too
                 n = first
-                msg += f"; stopped with the state, trace and moments after step {diverged_at - 1}"
+                msg += (
+                    "; stopped with the state, trace and moments after step "
+                    f"{diverged_at - 1}"
+                )
             _warn(msg)
         for w_start, w_n, watch in watches:
             _report_watch(watch, infos, w_start, w_n, traced_warned)
@@ -593,8 +633,11 @@ def sample(
 
 
 def _warn_unconverged(result: RunResult, initial_state: Any, warned: set) -> None:
-    """The end-of-run checks (:func:`~cenlmc_jax.diagnostics.convergence.convergence_problems`), one warning
-    each; the frozen check is skipped when the per-chunk watch already reported frozen chains."""
+    """The end-of-run checks
+    (:func:`~cenlmc_jax.diagnostics.convergence.convergence_problems`), one warning
+    each; the frozen check is skipped when the per-chunk watch already reported frozen
+    chains.
+    """
     start = None if "frozen" in warned else getattr(initial_state, "position", None)
     for problem in convergence_problems(gather(result), gather(start)):
         host_warn(
@@ -618,7 +661,10 @@ def _check_run_args(
     on_divergence,
     check_convergence=True,
 ):
-    """:func:`sample`'s arguments, checked in Python: ``(step_fn, num_steps, thin, burn_in, chunk_size)``."""
+    """:func:`sample`'s arguments, checked in Python.
+
+    Returns ``(step_fn, num_steps, thin, burn_in, chunk_size)``.
+    """
     if isinstance(step_fn, SamplingAlgorithm):
         step_fn = step_fn.step
     check_callable(
@@ -661,15 +707,17 @@ def _open_checkpoint(
     info_reduce,
     on_divergence,
 ):
-    """The checked path, the run's identity, and the resumed ``(state, step, moments, chunks, diverged_at)``
-    when the file exists (None otherwise)."""
+    """The checked path, the run's identity, and the resumed ``(state, step, moments,
+    chunks, diverged_at)`` when the file exists (None otherwise).
+    """
     if any(
         isinstance(leaf, jax.core.Tracer)
         for leaf in jax.tree_util.tree_leaves((rng_key, initial_state))
     ):
         raise ValueError(
-            "checkpoint_path cannot be used inside jax.jit, vmap or grad tracing (a checkpoint "
-            "needs the values); call cj.sample outside the transformation to checkpoint."
+            "checkpoint_path cannot be used inside jax.jit, vmap or grad tracing (a "
+            "checkpoint needs the values); call cj.sample outside the transformation "
+            "to checkpoint."
         )
     checkpoint_path = ckpt.check_path(checkpoint_path)
     identity = ckpt.run_identity(
@@ -702,13 +750,16 @@ def _open_checkpoint(
     )
     if resumed[-1] >= 0:
         _warn(
-            f"the resumed run had diverged at step {resumed[-1]} (info.diverged); it stopped there"
+            f"the resumed run had diverged at step {resumed[-1]} (info.diverged); it "
+            "stopped there"
         )
     return checkpoint_path, identity, resumed
 
 
 def _warn_kept_flags(info: PyTree, burn_in: int, traced_warned: set) -> None:
-    """One warning per ``kept_only`` :class:`~cenlmc_jax.base.RunFlag` set on a kept step (after ``burn_in``)."""
+    """One warning per ``kept_only`` :class:`~cenlmc_jax.base.RunFlag` set on a kept
+    step (after ``burn_in``).
+    """
     if info is None:
         return
     kept = jax.tree_util.tree_map(lambda a: a[burn_in:], info)
@@ -730,8 +781,10 @@ def _warn_kept_flags(info: PyTree, burn_in: int, traced_warned: set) -> None:
 
 
 def _warn_mean_below(flag: Any, kept: PyTree, burn_in: int, traced_warned: set) -> None:
-    """The warning of a ``mean_below`` :class:`~cenlmc_jax.base.RunFlag`: the field's mean over the kept steps
-    below the flag's floor (inside a trace: at run time, ``jax.debug.callback``)."""
+    """The warning of a ``mean_below`` :class:`~cenlmc_jax.base.RunFlag`: the field's
+    mean over the kept steps below the flag's floor (inside a trace: at run time,
+    ``jax.debug.callback``).
+    """
     value = getattr(kept, flag.field, None)
     if value is None or np.shape(value)[0] == 0:
         return
@@ -746,7 +799,9 @@ def _warn_mean_below(flag: Any, kept: PyTree, burn_in: int, traced_warned: set) 
 
 
 def _warn_mean_below_at_run_time(flag: Any, burn_in: int, value) -> None:
-    """``value``: the field on the kept steps; the message reads it as ``infos.<field>``."""
+    """``value``: the field on the kept steps; the message reads it as
+    ``infos.<field>``.
+    """
     value = np.asarray(value, np.float64)
     if (
         not float(np.mean(value)) >= flag.mean_below
@@ -772,7 +827,8 @@ def _resume(
     mode,
     on_divergence,
 ):
-    """Read a checkpoint of this very run: ``(state, step, moments, chunks, diverged_at)``.
+    """Read a checkpoint of this very run: ``(state, step, moments, chunks,
+    diverged_at)``.
 
     After the identity, every array is checked against this run (state leaves, one
     step's info and trace, kept draws per chunk, moments): ``ValueError`` naming the
@@ -805,9 +861,10 @@ def _resume(
     step, diverged_at = ck.header["step"], ck.header["diverged_at"]
     if diverged_at >= 0 and diverged_at == step and on_divergence != "stop":
         raise ValueError(
-            f"checkpoint_path {path!r}: the run stopped at its divergence at step {diverged_at} "
-            f"(on_divergence='stop'); it cannot go on with on_divergence={on_divergence!r} (its trace ends "
-            "mid-chunk). Resume with on_divergence='stop', or use another path."
+            f"checkpoint_path {path!r}: the run stopped at its divergence at step "
+            f"{diverged_at} (on_divergence='stop'); it cannot go on with "
+            f"on_divergence={on_divergence!r} (its trace ends mid-chunk). Resume with "
+            "on_divergence='stop', or use another path."
         )
     treedef = jax.tree_util.tree_structure(initial_state)
     state = jax.tree_util.tree_unflatten(
@@ -848,7 +905,8 @@ def _run_chunk(
     trace_fn,
     info_reduce,
 ):
-    """Run ``n <= capacity`` steps from step ``start``: ``(state, moments, kept or None, infos or None, watches)``.
+    """Run ``n <= capacity`` steps from step ``start``: ``(state, moments, kept or None,
+    infos or None, watches)``.
 
     Every call of a run uses the same compiled chunk of ``capacity`` steps
     (:func:`_chunk_fn`). A sampling chunk records every ``thin``-th state; a length that
@@ -899,8 +957,21 @@ def vmap_chains(algorithm: SamplingAlgorithm | StepFn) -> SamplingAlgorithm | St
     * ``step(rng_key, states)`` runs chain ``c`` with ``split(rng_key, C)[c]``.
 
     Given a bare step function ``(rng_key, state) -> (state, info)``, returns the
-    batched step function. The driver then reduces the per-chain infos per step (means,
-    fractions). Keys are checked (:func:`~cenlmc_jax._validation.check_key`).
+    batched step function. The driver then reduces the per-chain infos per step
+    (means, fractions). Keys are checked (:func:`~cenlmc_jax._validation.check_key`).
+
+    Args:
+      algorithm: a single-chain :class:`~cenlmc_jax.base.SamplingAlgorithm`, or a
+        bare step function ``(rng_key, state) -> (state, info)``.
+
+    Returns:
+      A :class:`~cenlmc_jax.base.SamplingAlgorithm` over chains (for an
+      algorithm) or the batched step function (for a step function).
+
+    Raises:
+      ValueError: ``algorithm`` is neither; at run time, states without a shared
+        leading chain axis, non-finite positions, or a log density that is
+        ``-inf``/NaN at every chain.
     """
 
     def step(rng_key, states):
@@ -912,8 +983,9 @@ def vmap_chains(algorithm: SamplingAlgorithm | StepFn) -> SamplingAlgorithm | St
             or len({np.shape(x)[0] for x in leaves}) != 1
         ):
             raise ValueError(
-                "states must be a batch of chain states (every leaf with the leading chain axis C), "
-                f"from vmap_chains(...).init; got leaf shapes {[np.shape(x) for x in leaves]}."
+                "states must be a batch of chain states (every leaf with the leading "
+                "chain axis C), from vmap_chains(...).init; got leaf shapes "
+                f"{[np.shape(x) for x in leaves]}."
             )
         return jax.vmap(one_step)(
             jax.random.split(rng_key, np.shape(leaves[0])[0]), states
@@ -954,8 +1026,10 @@ def vmap_chains(algorithm: SamplingAlgorithm | StepFn) -> SamplingAlgorithm | St
 
 
 def check_chain_positions(positions: Any) -> tuple:
-    """``(positions, C)``: an array ``(C, d)`` or a pytree of arrays sharing the leading chain axis ``C >= 1``,
-    finite, checked for all chains at once (``ValueError`` naming ``positions`` and the bad chains)."""
+    """``(positions, C)``: an array ``(C, d)`` or a pytree of arrays sharing the leading
+    chain axis ``C >= 1``, finite, checked for all chains at once (``ValueError`` naming
+    ``positions`` and the bad chains).
+    """
     is_array = not isinstance(positions, (dict, list, tuple)) or hasattr(
         positions, "shape"
     )
@@ -966,7 +1040,7 @@ def check_chain_positions(positions: Any) -> tuple:
         positions = check(positions, "positions")
         if positions.ndim < 2 or positions.shape[0] < 1:
             raise ValueError(
-                f"positions must have a leading chain axis, shape (C, d); got shape "
+                "positions must have a leading chain axis, shape (C, d); got shape "
                 f"{tuple(positions.shape)}."
             )
         leaves = [positions]
@@ -979,8 +1053,9 @@ def check_chain_positions(positions: Any) -> tuple:
         sizes = {x.shape[0] if x.ndim else None for x in leaves}
         if not leaves or None in sizes or len(sizes) != 1 or 0 in sizes:
             raise ValueError(
-                "positions must be an array (C, d) or a pytree whose leaves share a leading chain "
-                f"axis C >= 1; got leaf shapes {[tuple(x.shape) for x in leaves]}."
+                "positions must be an array (C, d) or a pytree whose leaves share a "
+                "leading chain axis C >= 1; got leaf shapes "
+                f"{[tuple(x.shape) for x in leaves]}."
             )
     num_chains = leaves[0].shape[0]
     bad = np.zeros(num_chains, bool)
@@ -992,7 +1067,7 @@ def check_chain_positions(positions: Any) -> tuple:
     if bad.any():
         shown = np.flatnonzero(bad)[:10].tolist()
         raise ValueError(
-            f"positions must be finite; {int(bad.sum())} of {num_chains} chains contain NaN or inf "
-            f"(chains {shown}{' ...' if bad.sum() > 10 else ''})."
+            f"positions must be finite; {int(bad.sum())} of {num_chains} chains "
+            f"contain NaN or inf (chains {shown}{' ...' if bad.sum() > 10 else ''})."
         )
     return positions, num_chains
