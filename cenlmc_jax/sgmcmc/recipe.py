@@ -1,11 +1,13 @@
-"""The complete recipe for stochastic-gradient MCMC (docs/algorithms.md §5), and SGLD, SGRLD, SGHMC.
+"""The complete recipe for stochastic-gradient MCMC, and SGLD, SGRLD, SGHMC.
+
+docs/algorithms.md §5.
 
 Ma, Chen & Fox, *A Complete Recipe for Stochastic Gradient MCMC* (the
 "unifying framework" paper). Any SDE whose stationary density is
 ``π(z) ∝ exp(-H(z))`` can be written
 
     dz = [ (D(z) + Q(z)) ∇log π(z) + Γ(z) ] dt + sqrt(2 D(z)) dW,
-    Γ_i(z) = Σ_j ∂_{z_j} (D_ij(z) + Q_ij(z)),                          (docs/algorithms.md §5)
+    Γ_i(z) = Σ_j ∂_{z_j} (D_ij(z) + Q_ij(z)),         (docs/algorithms.md §5)
 
 with ``D`` symmetric positive semidefinite and ``Q`` skew-symmetric
 (``(D + Q)∇log π = -(D + Q)∇H``). The Euler step with a (stochastic)
@@ -90,7 +92,10 @@ _GRAD_WHAT = GRAD_ESTIMATOR_WHAT
 def check_grad_estimator(
     grad_estimator, position, name: str = "grad_estimator"
 ) -> None:
-    """A user's estimator maps ``(key, position)`` to a gradient shaped like ``position`` (abstractly checked)."""
+    """A user's estimator maps ``(key, position)`` to a gradient like ``position``.
+
+    Abstractly checked.
+    """
     check_function(
         grad_estimator,
         name,
@@ -103,8 +108,9 @@ def check_grad_estimator(
 class RecipeState(NamedTuple):
     """State of a complete-recipe chain.
 
-    position: (d,) the state ``z`` (or a pytree of parameters).
-    step: int32 step counter ``t`` (drives a step-size schedule).
+    Attributes:
+      position: (d,) the state ``z`` (or a pytree of parameters).
+      step: int32 step counter ``t`` (drives a step-size schedule).
     """
 
     position: Array
@@ -127,15 +133,17 @@ NOISE_CLIPPED_FLAG = RunFlag(
 class RecipeInfo(NamedTuple):
     """What one recipe step did.
 
-    grad_evals: calls of ``grad_estimator`` (1; a minibatch call counts once).
-    num_nonfinite: chains whose new position is not finite (0 or 1 for one chain; under
-       ``vmap_chains`` ``cj.sample``'s default ``info_reduce="mean"`` sums integer
-       fields, so it counts chains, as the ensemble samplers' infos count particles).
-    diverged: ``num_nonfinite > 0``.
-    step_size: ``ε_t`` used.
-    noise_clipped: the noise covariance ``ε(2D - εB̂)`` had an eigenvalue
-      clearly below 0 that was clipped (``B̂`` too large for this ``ε``: the
-      step injected less noise than the recipe needs).
+    Attributes:
+      grad_evals: calls of ``grad_estimator`` (1; a minibatch call counts once).
+      num_nonfinite: chains whose new position is not finite (0 or 1 for one
+        chain; under ``vmap_chains`` ``cj.sample``'s default
+        ``info_reduce="mean"`` sums integer fields, so it counts chains, as the
+        ensemble samplers' infos count particles).
+      diverged: ``num_nonfinite > 0``.
+      step_size: ``ε_t`` used.
+      noise_clipped: the noise covariance ``ε(2D - εB̂)`` had an eigenvalue
+        clearly below 0 that was clipped (``B̂`` too large for this ``ε``: the
+        step injected less noise than the recipe needs).
     """
 
     grad_evals: Array
@@ -144,14 +152,17 @@ class RecipeInfo(NamedTuple):
     step_size: Array
     noise_clipped: Array
 
-    run_flags = (NOISE_CLIPPED_FLAG,)  # cj.sample warns from the first clipped step
+    # cj.sample warns from the first clipped step
+    run_flags = (NOISE_CLIPPED_FLAG,)
 
 
 def check_recipe_inputs(
     z: Array, D, Q, B_hat, eps: Array | None, *, d_name: str = "D"
 ) -> None:
-    """Everything that can be checked in Python: constant matrices always, callables at a concrete z
-    (their output shapes at any z, abstractly).
+    """Everything that can be checked in Python.
+
+    Constant matrices always, callables at a concrete z (their output shapes at any
+    z, abstractly).
 
     ``D`` symmetric PSD, ``Q`` skew-symmetric, ``B_hat`` of a matrix form, and
     the noise covariance ``ε(2D - εB̂)`` PSD. ``d_name``: what the user called
@@ -195,12 +206,29 @@ def recipe_init(
     checked at the initial point: ``D`` symmetric PSD, ``Q`` skew-symmetric,
     the noise covariance ``ε_0(2D - ε_0 B̂)`` PSD; ``ValueError`` otherwise
     (``d_name``: the name of ``D`` in the messages).
+
+    Args:
+      position: the starting point ``z``, shape ``(d,)``, or a pytree.
+      D: the diffusion matrix (symmetric PSD): a scalar, ``(d,)``, ``(d, d)`` or a
+        callable of the flat ``z``; ``None`` skips its checks.
+      Q: the curl matrix (skew-symmetric), in the same forms; ``None`` skips them.
+      step_size: ``ε > 0`` or a schedule ``t -> ε_t``; ``None`` skips the noise
+        covariance check.
+      B_hat: the gradient-noise covariance estimate, in the forms of ``D``, or
+        ``None`` (0).
+      d_name: the name of ``D`` in the messages.
+
+    Returns:
+      The :class:`RecipeState` at ``position`` with ``step = 0``.
+
+    Raises:
+      ValueError: a matrix of a wrong form or shape, ``D`` not symmetric PSD, ``Q``
+        not skew-symmetric, or the noise covariance not PSD.
     """
     z, unravel = ravel_position(position)
     step = jnp.zeros((), jnp.int32)
-    with (
-        jax.ensure_compile_time_eval()
-    ):  # checks on concrete values run eagerly, even inside jit
+    # checks on concrete values run eagerly, even inside jit
+    with jax.ensure_compile_time_eval():
         eps = None if step_size is None else step_size_at(step_size, step, z.dtype)
         check_recipe_inputs(z, D, Q, B_hat, eps, d_name=d_name)
     return RecipeState(z if unravel is None else unravel(z), step)
@@ -209,7 +237,9 @@ def recipe_init(
 def _noise_root(
     z: Array, eps: Array, D, B_hat, d_name: str = "D"
 ) -> tuple[Array, Array]:
-    """Root of the noise covariance ``ε(2D - εB̂)`` in a matrix form, and ``noise_clipped``.
+    """Root of the noise covariance ``ε(2D - εB̂)``, and ``noise_clipped``.
+
+    The root is in a matrix form.
 
     Constant ``D`` (and ``B̂``) are factored once, in NumPy, outside the trace;
     a constant scalar or diagonal ``D`` without ``B̂`` gives an elementwise root.
@@ -239,14 +269,13 @@ def _noise_root(
 def recipe_mean_and_root(
     z: Array, grad: Array, eps: Array, D, Q, B_hat, d_name: str = "D"
 ) -> tuple[Array, Array, Array]:
-    """Deterministic part ``z + ε[(D+Q) g̃ + Γ]`` and the noise root ``(ε(2D - εB̂))^{1/2}``.
+    """Deterministic part ``z + ε[(D+Q) g̃ + Γ]``, noise root ``(ε(2D - εB̂))^{1/2}``.
 
     Returns (mean: (d,), root: (), (d,) or (d, d), noise_clipped: bool).
     """
     drift = la.matvec(la.evaluate(D, z, d_name), grad)
-    if (
-        callable(Q) or not is_concrete(Q) or np.any(np.asarray(Q))
-    ):  # Q = 0 (SGLD, SGRLD) costs nothing
+    # Q = 0 (SGLD, SGRLD) costs nothing
+    if callable(Q) or not is_concrete(Q) or np.any(np.asarray(Q)):
         drift = drift + la.matvec(la.evaluate(Q, z, "Q"), grad)
     if callable(D) or callable(Q):
         drift = drift + la.gamma_term(D, Q, z)
@@ -270,21 +299,33 @@ def recipe_step(
 
         z' = z + ε_t [ (D(z) + Q(z)) g̃(z) + Γ(z) ] + N(0, ε_t (2 D(z) - ε_t B̂(z)))
 
+    ``Γ`` is computed by ``jax.jacfwd`` of the callables (constant matrices are not
+    differentiated). Constant ``D``, ``Q``, ``B_hat`` are checked on every trace;
+    callables are checked when ``z`` is concrete (eager calls), their output shapes
+    on every trace, as is the estimator's (shaped like the position).
+
     Args:
       rng_key: split into ``(key_grad, key_noise)``: ``key_grad`` goes to
         ``grad_estimator``, ``key_noise`` draws ``ξ ~ N(0, I_d)`` in ``z.dtype``
-        and the noise is ``S ξ`` with ``S`` the symmetric PSD root of the covariance.
+        and the noise is ``S ξ`` with ``S`` the symmetric PSD root of the
+        covariance.
       state: :class:`RecipeState`, ``position: (d,)``.
-      grad_estimator: ``(rng_key, z) -> g̃(z): (d,)``, an estimate of ``∇log π(z)``.
+      grad_estimator: ``(rng_key, z) -> g̃(z): (d,)``, an estimate of
+        ``∇log π(z)``.
       step_size: ``ε > 0`` or a schedule ``t -> ε_t`` of ``state.step``.
-      D: symmetric PSD; Q: skew-symmetric; B_hat: ``None`` (0) or PSD-compatible
-        noise covariance: each a scalar, ``(d,)``, ``(d, d)`` or a callable of ``z``.
+      D: symmetric PSD: a scalar, ``(d,)``, ``(d, d)`` or a callable of ``z``.
+      Q: skew-symmetric, in the same forms.
+      B_hat: ``None`` (0) or PSD-compatible noise covariance, in the same forms.
+      d_name: what the user called ``D``, for the messages (SGRLD's
+        ``inv_metric_fn``).
 
-    ``Γ`` is computed by ``jax.jacfwd`` of the callables (constant matrices are not
-    differentiated). Constant ``D``, ``Q``, ``B_hat`` are checked on every trace;
-    callables are checked when ``z`` is concrete (eager calls), their output shapes on
-    every trace, as is the estimator's (shaped like the position). ``d_name``: what the
-    user called ``D``, for the messages (SGRLD's ``inv_metric_fn``).
+    Returns:
+      ``(new_state, info)``: the next :class:`RecipeState` (``step + 1``) and its
+      :class:`RecipeInfo`.
+
+    Raises:
+      ValueError: a state or key of the wrong kind, a bad estimator, or matrices
+        that fail the checks of :func:`recipe_init`.
     """
     check_state(
         state, RecipeState, "recipe_init, or the init of complete_recipe / sgld / sgrld"
@@ -300,9 +341,8 @@ def recipe_step(
     )
     mean, root, clipped = recipe_mean_and_root(z, grad, eps, D, Q, B_hat, d_name)
     new_z = mean + la.matvec(root, jax.random.normal(key_noise, z.shape, dtype=z.dtype))
-    bad = (~jnp.all(jnp.isfinite(new_z))).astype(
-        jnp.int32
-    )  # chains (0 or 1), as the ensembles count particles
+    # chains (0 or 1), as the ensembles count particles
+    bad = (~jnp.all(jnp.isfinite(new_z))).astype(jnp.int32)
     info = RecipeInfo(jnp.asarray(1, jnp.int32), bad, bad > 0, eps, clipped)
     return RecipeState(
         new_z if unravel is None else unravel(new_z), state.step + 1
@@ -323,13 +363,29 @@ def complete_recipe(
     B_hat: la.MatrixLike | None = None,
     d_name: str = "D",
 ) -> SamplingAlgorithm:
-    """The complete recipe (docs/algorithms.md §5) with your own ``D`` and ``Q`` as a sampler object.
+    """The complete recipe with your own ``D`` and ``Q`` as a sampler object.
 
-    ``init(position, rng_key=None)`` checks ``D``, ``Q``, ``B̂`` at the initial point
-    and the estimator's output shape; ``step(rng_key, state)`` is :func:`recipe_step`.
-    ``step_size``: a number > 0 or a schedule ``t -> ε_t`` (its output and its value at
-    0 checked here). ``d_name``: what ``D`` is called in the messages (SGRLD:
-    ``inv_metric_fn``).
+    docs/algorithms.md §5. ``init(position, rng_key=None)`` checks ``D``, ``Q``,
+    ``B̂`` at the initial point and the estimator's output shape;
+    ``step(rng_key, state)`` is :func:`recipe_step`.
+
+    Args:
+      grad_estimator: ``(rng_key, z) -> g̃(z)``, an estimate of ``∇log π(z)``
+        shaped like ``z``.
+      step_size: a number > 0 or a schedule ``t -> ε_t`` (its output and its
+        value at 0 checked here).
+      D: symmetric PSD: a scalar, ``(d,)``, ``(d, d)`` or a callable of ``z``.
+      Q: skew-symmetric, in the same forms.
+      B_hat: ``None`` (0) or the gradient-noise covariance, in the same forms.
+      d_name: what ``D`` is called in the messages (SGRLD: ``inv_metric_fn``).
+
+    Returns:
+      A :class:`~cenlmc_jax.base.SamplingAlgorithm` with :class:`RecipeState`
+      states.
+
+    Raises:
+      ValueError: a non-callable estimator, a bad step size or schedule, or a
+        matrix of a wrong form.
     """
     check_callable(grad_estimator, "grad_estimator", _GRAD_WHAT)
     check_schedule(step_size, "step_size")
@@ -339,9 +395,8 @@ def complete_recipe(
 
     def init(position, rng_key=None):
         if rng_key is not None:
-            check_key(
-                rng_key
-            )  # unused (the recipe's state has no random part), but checked
+            # unused (the recipe's state has no random part), but checked
+            check_key(rng_key)
         state = recipe_init(position, D, Q, step_size, B_hat, d_name=d_name)
         check_grad_estimator(grad_estimator, state.position)
         return state
@@ -360,9 +415,19 @@ def sgld(
     *,
     B_hat: la.MatrixLike | None = None,
 ) -> SamplingAlgorithm:
-    """SGLD (docs/algorithms.md §5): ``D = I``, ``Q = 0``: ``θ' = θ + ε g̃(θ) + N(0, ε(2I - εB̂))``.
+    """SGLD (docs/algorithms.md §5): ``D = I``, ``Q = 0``.
 
-    ``grad_estimator(rng_key, θ) -> g̃(θ) ≈ ∇log π(θ)``; state position ``θ: (d,)``.
+    ``θ' = θ + ε g̃(θ) + N(0, ε(2I - εB̂))``; state position ``θ: (d,)``.
+
+    Args:
+      grad_estimator: ``(rng_key, θ) -> g̃(θ) ≈ ∇log π(θ)``.
+      step_size: ``ε > 0`` or a schedule ``t -> ε_t``.
+      B_hat: ``None`` (0) or the gradient-noise covariance: a scalar, ``(d,)``,
+        ``(d, d)`` or a callable of ``θ``.
+
+    Returns:
+      A :class:`~cenlmc_jax.base.SamplingAlgorithm` (:func:`complete_recipe` with
+      ``D = 1``, ``Q = 0``).
     """
     return complete_recipe(grad_estimator, step_size, 1.0, 0.0, B_hat=B_hat)
 
@@ -374,10 +439,23 @@ def sgrld(
     *,
     B_hat: la.MatrixLike | None = None,
 ) -> SamplingAlgorithm:
-    """SGRLD (docs/algorithms.md §5): ``D = G(θ)^{-1}``, ``Q = 0``; ``Γ_i = Σ_j ∂_j (G^{-1})_ij`` by autodiff.
+    """SGRLD (docs/algorithms.md §5): ``D = G(θ)^{-1}``, ``Q = 0``.
 
-    ``inv_metric_fn``: ``θ -> G(θ)^{-1}`` (a scalar, ``(d,)`` diagonal or
-    ``(d, d)``), or a constant of those forms.
+    ``Γ_i = Σ_j ∂_j (G^{-1})_ij`` by autodiff.
+
+    Args:
+      grad_estimator: ``(rng_key, θ) -> g̃(θ) ≈ ∇log π(θ)``.
+      step_size: ``ε > 0`` or a schedule ``t -> ε_t``.
+      inv_metric_fn: ``θ -> G(θ)^{-1}`` (a scalar, ``(d,)`` diagonal or
+        ``(d, d)``), or a constant of those forms.
+      B_hat: ``None`` (0) or the gradient-noise covariance, in the same forms.
+
+    Returns:
+      A :class:`~cenlmc_jax.base.SamplingAlgorithm` (:func:`complete_recipe` with
+      ``D = inv_metric_fn``, ``Q = 0``).
+
+    Raises:
+      ValueError: ``inv_metric_fn`` of a wrong form.
     """
     la.check_matrix_form(inv_metric_fn, "inv_metric_fn")
     return complete_recipe(
@@ -396,7 +474,13 @@ def sgrld(
 
 
 class SGHMCState(NamedTuple):
-    """State of an SGHMC chain: ``position: (d,)`` (θ, or a pytree), ``momentum`` (r, like θ), ``step``."""
+    """State of an SGHMC chain.
+
+    Attributes:
+      position: θ, shape ``(d,)``, or a pytree.
+      momentum: r, like θ.
+      step: int32 step counter ``t`` (drives a step-size schedule).
+    """
 
     position: Array
     momentum: Array
@@ -406,10 +490,22 @@ class SGHMCState(NamedTuple):
 def initial_momentum(
     theta: Array, momentum: ArrayLike | None, rng_key: PRNGKey | None
 ) -> Array:
-    """``r = 0``, the given ``momentum``, or ``r ~ N(0, I)`` (its stationary law) when a key is given.
+    """``r = 0``, the given ``momentum``, or ``r ~ N(0, I)`` when a key is given.
 
-    ``theta``: the flat ``(d,)`` position; ``momentum`` may be a pytree like the
-    position (it is flattened the same way). Returns the flat ``r: (d,)``.
+    ``N(0, I)`` is the momentum's stationary law.
+
+    Args:
+      theta: the flat position, shape ``(d,)``.
+      momentum: ``None``, or the momentum, a ``(d,)`` array or a pytree like the
+        position (it is flattened the same way).
+      rng_key: ``None``, or a JAX PRNG key to draw ``r ~ N(0, I)``.
+
+    Returns:
+      The flat ``r: (d,)`` in ``theta.dtype``.
+
+    Raises:
+      ValueError: both ``momentum`` and ``rng_key`` given, or a momentum of
+        another shape than ``theta``.
     """
     if momentum is not None and rng_key is not None:
         raise ValueError(
@@ -429,7 +525,9 @@ def initial_momentum(
 
 
 def _sghmc_dq(friction: la.MatrixLike, d: int, B_hat: la.MatrixLike | None):
-    """``D = [[0, 0], [0, C]]``, ``Q = [[0, -I], [I, 0]]`` and ``B̂`` on ``z = (θ, r)``: ``(2d, 2d)`` arrays.
+    """``D = [[0, 0], [0, C]]``, ``Q = [[0, -I], [I, 0]]`` and ``B̂`` on ``z = (θ, r)``.
+
+    ``(2d, 2d)`` arrays.
 
     :func:`sghmc_step` is :func:`recipe_step` with these (the tests check it); it
     never builds them.
@@ -458,7 +556,10 @@ def _sghmc_dq(friction: la.MatrixLike, d: int, B_hat: la.MatrixLike | None):
 
 
 def _check_sghmc_inputs(theta: Array, friction, B_hat, eps: Array | None) -> None:
-    """Friction symmetric PSD, ``B̂`` of a matrix form, and ``ε(2C - εB̂)`` PSD, where the values are known."""
+    """Friction symmetric PSD, ``B̂`` of a matrix form, and ``ε(2C - εB̂)`` PSD.
+
+    Where the values are known.
+    """
     d = theta.shape[0]
     la.check_matrix_shape(friction, "friction", d)
     c = la.constant_dense(friction, d)
@@ -495,15 +596,33 @@ def sghmc_init(
     This is the function to call for a given momentum: the sampler object's
     ``init(position, rng_key=None)`` takes the arguments of every sampler's (so that
     :func:`cenlmc_jax.run.vmap_chains` can pass them) and draws ``r`` from the key.
+
+    Args:
+      position: θ, shape ``(d,)``, or a pytree.
+      rng_key: ``None``, or a JAX PRNG key to draw ``r ~ N(0, I)``.
+      momentum: ``None``, or the momentum, like ``position``.
+      friction: ``C``, a constant scalar, ``(d,)`` diagonal or ``(d, d)`` PSD
+        matrix.
+      step_size: ``ε > 0`` or a schedule; ``None`` skips the noise covariance
+        check.
+      B_hat: ``None`` (0), or the ``r``-block gradient-noise covariance.
+
+    Returns:
+      The :class:`SGHMCState` ``(θ, r, step=0)``, ``θ`` and ``r`` in the form of
+      ``position``.
+
+    Raises:
+      ValueError: a bad key, both ``momentum`` and ``rng_key``, a momentum of
+        another shape, the friction not symmetric PSD, or the noise covariance not
+        PSD.
     """
     if rng_key is not None:
         check_key(rng_key)
     theta, unravel = ravel_position(position)
     r = initial_momentum(theta, momentum, rng_key)
     step = jnp.zeros((), jnp.int32)
-    with (
-        jax.ensure_compile_time_eval()
-    ):  # checks on concrete values run eagerly, even inside jit
+    # checks on concrete values run eagerly, even inside jit
+    with jax.ensure_compile_time_eval():
         eps = None if step_size is None else step_size_at(step_size, step, theta.dtype)
         _check_sghmc_inputs(theta, friction, B_hat, eps)
     if unravel is None:
@@ -512,15 +631,17 @@ def sghmc_init(
 
 
 def _sghmc_noise_root(theta: Array, eps: Array, friction, B_hat) -> tuple[Array, Array]:
-    """Root of ``ε(2C - εB̂)`` and ``noise_clipped``: elementwise for scalar / diagonal ``C`` and ``B̂``."""
+    """Root of ``ε(2C - εB̂)`` and ``noise_clipped``.
+
+    Elementwise for scalar / diagonal ``C`` and ``B̂``.
+    """
     c = np.asarray(friction, np.float64)
     b = None if B_hat is None else la.evaluate(B_hat, theta, "B_hat")
     if c.ndim <= 1 and (b is None or b.ndim <= 1):
         two_c = 2.0 * jnp.asarray(c, theta.dtype)
         if b is None:
-            return jnp.sqrt(eps * two_c), jnp.asarray(
-                False
-            )  # the order of BlackJAX's sghmc diffusion
+            # the order of BlackJAX's sghmc diffusion
+            return jnp.sqrt(eps * two_c), jnp.asarray(False)
         cov = eps * (two_c - eps * b)
         tol = la.eig_tol(1) * jnp.max(
             jnp.maximum(jnp.abs(eps * two_c), jnp.abs(eps * eps * b))
@@ -539,7 +660,9 @@ def sghmc_step(
     *,
     blowup_factor: float = 10.0,
 ) -> tuple[SGHMCState, RecipeInfo]:
-    """One SGHMC step (docs/algorithms.md §5): the recipe on ``z = (θ, r)`` with ``H = U(θ) + ½ rᵀr``,
+    """One SGHMC step (docs/algorithms.md §5).
+
+    The recipe on ``z = (θ, r)`` with ``H = U(θ) + ½ rᵀr``,
     ``D = [[0, 0], [0, C]]``, ``Q = [[0, -I], [I, 0]]`` (so ``Γ = 0`` and
     ``(D + Q)∇log π(z) = (r, g̃ - C r)``), written block-wise:
 
@@ -548,33 +671,44 @@ def sghmc_step(
 
     Args:
       rng_key: split into ``(key_grad, key_noise)``; ``ξ`` from ``key_noise``
-        in ``θ.dtype`` (BlackJAX's ``sgmcmc.diffusions.sghmc`` with ``alpha = C``,
-        ``beta = B̂`` takes the same draw and the same operations).
+        in ``θ.dtype`` (BlackJAX's ``sgmcmc.diffusions.sghmc`` with
+        ``alpha = C``, ``beta = B̂`` takes the same draw and the same operations).
       state: :class:`SGHMCState`.
       grad_estimator: ``(rng_key, θ) -> g̃(θ)``, an estimate of ``∇log π(θ)``.
       step_size: ``ε > 0`` or a schedule ``t -> ε_t``.
-      friction: ``C``: a constant scalar, ``(d,)`` diagonal or ``(d, d)`` PSD matrix.
+      friction: ``C``: a constant scalar, ``(d,)`` diagonal or ``(d, d)`` PSD
+        matrix.
       B_hat: ``None`` (0), or the ``r``-block gradient-noise covariance (any
         matrix form, or a callable of θ).
-      blowup_factor: the divergence bound (> 0; ``inf``: non-finite values only), below.
+      blowup_factor: the divergence bound (> 0; ``inf``: non-finite values only),
+        below.
+
+    Returns:
+      ``(new_state, info)``: the next :class:`SGHMCState` (``step + 1``) and its
+      :class:`RecipeInfo`.
+
+    Raises:
+      ValueError: a state or key of the wrong kind, ``blowup_factor`` not
+        positive, a non-callable estimator, a callable or non-PSD friction, or a
+        noise covariance that is not PSD.
 
     Scalar and diagonal ``C``, ``B̂`` cost elementwise work only; the noise
     root of a dense one is taken once per trace when constant (NumPy), per
-    step otherwise (``info.noise_clipped`` reports a clearly negative eigenvalue).
+    step otherwise (``info.noise_clipped`` reports a clearly negative
+    eigenvalue).
 
     Divergence (``info.diverged``): besides non-finite values, a step whose
     deterministic kick to the momentum, ``ε|g̃(θ) - C r|``, exceeds
     ``blowup_factor·sqrt(d)``: ``blowup_factor`` times the stationary length of
     the momentum (``r ~ N(0, I)``, ``|r| ≈ sqrt(d)``). A chain that samples
     its target (curvature ``L``: ``Var θ = 1/L``, ``Var r = 1``) kicks by about
-    ``ε sqrt((L + c²) d)``, a tenth of the bound or less for ``ε sqrt(L + c²) <= 1``.
-    An unstable step size makes ``r`` grow geometrically and the kick with it,
-    so the run is flagged (and stopped by ``cj.sample``) while its moments are
-    still finite, not at the float overflow: measured on ``N(0, I_4)``, ``C = 1``,
-    from ``θ = 1``: ``ε = 1.5`` is flagged at step 4 (overflow at step 312),
-    ``ε = 2`` at step 2 (159); ``ε = 1``, at the edge of stability (the chain's
-    variance 1300 times the target's), at step 44 (no overflow in 5000 steps);
-    ``ε = 0.1`` is never flagged in 20000 steps. With an exact gradient a kick
+    ``ε sqrt((L + c²) d)``, a tenth of the bound or less for
+    ``ε sqrt(L + c²) <= 1``. An unstable step size makes ``r`` grow geometrically
+    and the kick with it, so the run is flagged (and stopped by ``cj.sample``)
+    within a few steps, while its moments are still finite, long before the float
+    overflow; a step size at the edge of stability is flagged later, and a stable
+    one not at all (tests/test_input_table.py, ``unstable_sghmc``). With an exact
+    gradient a kick
     that large also needs ``|∇log π(θ)| > blowup_factor·sqrt(d)/ε``: a start far
     outside the target, not an SGHMC step.
     """
@@ -599,17 +733,17 @@ def sghmc_step(
     c = jnp.asarray(friction, theta.dtype)
     decay = (1.0 - c * eps) * r if c.ndim <= 1 else r - eps * (c @ r)
     new_theta = theta + eps * r
-    kick = (
-        decay + eps * grad - r
-    )  # ε(g̃ - C r): the deterministic change of the momentum
+    # ε(g̃ - C r): the deterministic change of the momentum
+    kick = decay + eps * grad - r
     new_r = (
         decay
         + eps * grad
         + la.matvec(root, jax.random.normal(key_noise, theta.shape, dtype=theta.dtype))
     )
+    # chains: 0 or 1
     bad = (~(jnp.all(jnp.isfinite(new_theta)) & jnp.all(jnp.isfinite(new_r)))).astype(
         jnp.int32
-    )  # chains: 0 or 1
+    )
     bound = jnp.asarray(blowup_factor, theta.dtype) * jnp.sqrt(
         jnp.asarray(theta.shape[0], theta.dtype)
     )
@@ -630,18 +764,35 @@ def sghmc(
     B_hat: la.MatrixLike | None = None,
     blowup_factor: float = 10.0,
 ) -> SamplingAlgorithm:
-    """SGHMC (docs/algorithms.md §5) as a sampler object: :func:`sghmc_step`,
+    """SGHMC (docs/algorithms.md §5) as a sampler object: :func:`sghmc_step`.
+
+    ::
 
         θ' = θ + ε r,   r' = r + ε g̃(θ) - ε C r + N(0, ε(2C - εB̂))
 
-    friction: ``C``, a constant scalar, ``(d,)`` diagonal or ``(d, d)`` PSD matrix.
-    B_hat: the ``r``-block gradient-noise covariance (any matrix form, or a callable of
-      θ).
-    blowup_factor: a step whose kick to the momentum exceeds ``blowup_factor·sqrt(d)``
-    diverged (:func:`sghmc_step`). ``init(position, rng_key=None)``: ``r ~ N(0, I)``
-    (its stationary law) drawn from the key, ``r = 0`` without one; for a momentum of
-    your own call :func:`sghmc_init` (``momentum=``). The state keeps ``θ`` in
-    ``position`` and ``r`` in ``momentum`` (:class:`SGHMCState`).
+    ``init(position, rng_key=None)``: ``r ~ N(0, I)`` (its stationary law) drawn
+    from the key, ``r = 0`` without one; for a momentum of your own call
+    :func:`sghmc_init` (``momentum=``). The state keeps ``θ`` in ``position`` and
+    ``r`` in ``momentum`` (:class:`SGHMCState`).
+
+    Args:
+      grad_estimator: ``(rng_key, θ) -> g̃(θ)``, an estimate of ``∇log π(θ)``.
+      step_size: ``ε > 0`` or a schedule ``t -> ε_t``.
+      friction: ``C``, a constant scalar, ``(d,)`` diagonal or ``(d, d)`` PSD
+        matrix.
+      B_hat: the ``r``-block gradient-noise covariance (any matrix form, or a
+        callable of θ).
+      blowup_factor: a step whose kick to the momentum exceeds
+        ``blowup_factor·sqrt(d)`` diverged (:func:`sghmc_step`).
+
+    Returns:
+      A :class:`~cenlmc_jax.base.SamplingAlgorithm` with :class:`SGHMCState`
+      states.
+
+    Raises:
+      ValueError: a non-callable estimator, a bad step size or schedule,
+        ``blowup_factor`` not positive, or a callable friction or matrix of a
+        wrong form.
     """
     check_callable(grad_estimator, "grad_estimator", _GRAD_WHAT)
     check_schedule(step_size, "step_size")

@@ -1,4 +1,6 @@
-"""Stochastic-gradient Riemann HMC (docs/algorithms.md §6) and the paper's gSGRHMC metric.
+"""Stochastic-gradient Riemann HMC and the paper's gSGRHMC metric.
+
+docs/algorithms.md §6.
 
 Ma, Chen & Fox: with ``z = (θ, r)``, ``H = U(θ) + ½ rᵀr`` (``U = -log π``)
 and a position-dependent metric ``G(θ)``, the complete recipe with
@@ -73,10 +75,11 @@ _GRAD_WHAT = "(rng_key, theta) -> estimate of the gradient of the log density at
 class SGRHMCState(NamedTuple):
     """State of an SGRHMC chain.
 
-    position: (d,) the parameter ``θ`` (what :func:`cenlmc_jax.run.sample` traces by
-      default), or a pytree.
-    momentum: the momentum ``r``, shaped like ``θ``.
-    step: int32 step counter (drives a step-size schedule).
+    Attributes:
+      position: (d,) the parameter ``θ`` (what :func:`cenlmc_jax.run.sample`
+        traces by default), or a pytree.
+      momentum: the momentum ``r``, shaped like ``θ``.
+      step: int32 step counter (drives a step-size schedule).
     """
 
     position: Array
@@ -87,17 +90,20 @@ class SGRHMCState(NamedTuple):
 class SGRHMCInfo(NamedTuple):
     """What one SGRHMC step did.
 
-    grad_evals: calls of ``grad_estimator`` (1).
-    num_nonfinite: 1 when the new ``θ`` or ``r`` holds a NaN/inf, else 0 (chains, as the
-      ensembles count particles; explicit Euler can blow up where ``Γ_r`` is singular,
-      e.g. gSGRHMC on the double well).
-    diverged: ``num_nonfinite > 0`` or ``invalid_metric``.
-    step_size: ``ε_t`` used.
-    noise_clipped: ``ε(2G^{-1} - εB̂)`` had a clearly negative eigenvalue (clipped).
-    gamma_norm: ``|Γ_r(θ)|`` (large values flag the neighbourhood of a singularity).
-    invalid_metric: ``G^{-1}(θ)`` was not positive semidefinite (a negative
-      diagonal entry, a dense matrix with a clearly negative eigenvalue, or
-      NaN): its root was clipped and ``θ`` could not move as the recipe says.
+    Attributes:
+      grad_evals: calls of ``grad_estimator`` (1).
+      num_nonfinite: 1 when the new ``θ`` or ``r`` holds a NaN/inf, else 0
+        (chains, as the ensembles count particles; explicit Euler can blow up
+        where ``Γ_r`` is singular, e.g. gSGRHMC on the double well).
+      diverged: ``num_nonfinite > 0`` or ``invalid_metric``.
+      step_size: ``ε_t`` used.
+      noise_clipped: ``ε(2G^{-1} - εB̂)`` had a clearly negative eigenvalue
+        (clipped).
+      gamma_norm: ``|Γ_r(θ)|`` (large values flag the neighbourhood of a
+        singularity).
+      invalid_metric: ``G^{-1}(θ)`` was not positive semidefinite (a negative
+        diagonal entry, a dense matrix with a clearly negative eigenvalue, or
+        NaN): its root was clipped and ``θ`` could not move as the recipe says.
     """
 
     grad_evals: Array
@@ -108,32 +114,46 @@ class SGRHMCInfo(NamedTuple):
     gamma_norm: Array
     invalid_metric: Array
 
-    run_flags = (NOISE_CLIPPED_FLAG,)  # cj.sample warns from the first clipped step
+    # cj.sample warns from the first clipped step
+    run_flags = (NOISE_CLIPPED_FLAG,)
 
 
 def _inv_metric(inv_metric_fn: la.MatrixLike, theta: Array) -> Array:
-    """``G^{-1}(θ)`` as a ``(d,)`` diagonal (scalars broadcast) or a ``(d, d)`` matrix."""
+    """``G^{-1}(θ)`` as a ``(d,)`` diagonal (scalars broadcast) or a ``(d, d)``."""
     g = la.evaluate(inv_metric_fn, theta, "inv_metric_fn")
     return jnp.broadcast_to(g, theta.shape) if g.ndim == 0 else g
 
 
 def _sqrt_inv_metric(inv_metric_fn: la.MatrixLike, theta: Array) -> tuple[Array, Array]:
-    """``(G^{-1/2}(θ), G^{-1}(θ))``: ``sqrt`` of a diagonal, :func:`~cenlmc_jax._linalg.psd_sqrt` of a matrix."""
+    """``(G^{-1/2}(θ), G^{-1}(θ))``.
+
+    ``sqrt`` of a diagonal, :func:`~cenlmc_jax._linalg.psd_sqrt` of a matrix.
+    """
     g = _inv_metric(inv_metric_fn, theta)
     half = jnp.sqrt(jnp.clip(g, 0.0)) if g.ndim == 1 else la.psd_sqrt(g)
     return half, g
 
 
 def metric_invalid(inv_metric_fn: la.MatrixLike, theta: Array) -> Array:
-    """``G^{-1}(θ)`` clearly not positive semidefinite, or NaN (the traced check behind ``info.invalid_metric``).
+    """``G^{-1}(θ)`` clearly not positive semidefinite, or NaN.
 
-    Diagonal (and scalar): any entry ``< 0``. Dense: smallest eigenvalue below
-    ``-eig_tol(d)·max|G^{-1}|`` (rounding of a PSD matrix stays above). A zero
-    entry is allowed: gSGRHMC's ``D·sqrt(|U + C|)`` vanishes where ``U = -C``.
+    The traced check behind ``info.invalid_metric``. Diagonal (and scalar): any
+    entry ``< 0``. Dense: smallest eigenvalue below ``-eig_tol(d)·max|G^{-1}|``
+    (rounding of a PSD matrix stays above). A zero entry is allowed: gSGRHMC's
+    ``D·sqrt(|U + C|)`` vanishes where ``U = -C``.
+
+    Args:
+      inv_metric_fn: ``G(θ)^{-1}``: a callable of θ or a constant, as a scalar,
+        a ``(d,)`` diagonal or a ``(d, d)`` matrix.
+      theta: the flat position, shape ``(d,)``.
+
+    Returns:
+      A scalar bool array: the metric's inverse at ``theta`` is invalid.
     """
     g = _inv_metric(inv_metric_fn, theta)
     if g.ndim == 1:
-        return jnp.any(~(g >= 0))  # NaN counts as invalid
+        # NaN counts as invalid
+        return jnp.any(~(g >= 0))
     size = jnp.max(jnp.abs(g))
     lam_min = jnp.linalg.eigvalsh(0.5 * (g + g.T))[0]
     return ~(lam_min >= -la.eig_tol(g.shape[0]) * size)
@@ -142,12 +162,13 @@ def metric_invalid(inv_metric_fn: la.MatrixLike, theta: Array) -> Array:
 def gamma_r(inv_metric_fn: la.MatrixLike, theta: Array) -> tuple[Array, Array, Array]:
     """``Γ_r,i = Σ_j ∂_{θ_j} (G^{-1/2})_ij``, with ``G^{-1/2}`` and ``G^{-1}`` at ``θ``.
 
-    The recipe's one ``Γ`` (:func:`cenlmc_jax._linalg.gamma_term`) of the section-6
-    ``D``, ``Q`` (:func:`sgrhmc_dq`) is ``(0, Γ_r)``: neither matrix depends on ``r``,
-    so the one block whose derivative enters is ``Q``'s ``G^{-1/2}(θ)`` (``r`` rows,
-    ``θ`` columns). So ``Γ_r`` is ``gamma_term`` of ``G^{-1/2}`` as a ``d``-dimensional
-    matrix of ``θ`` (forward mode; the roots come out of the same pass). For a diagonal
-    metric only ``∂_{θ_i} (G^{-1/2})_i`` survives; a constant metric gives 0.
+    The recipe's one ``Γ`` (:func:`cenlmc_jax._linalg.gamma_term`) of the
+    section-6 ``D``, ``Q`` (:func:`sgrhmc_dq`) is ``(0, Γ_r)``: neither matrix
+    depends on ``r``, so the one block whose derivative enters is ``Q``'s
+    ``G^{-1/2}(θ)`` (``r`` rows, ``θ`` columns). So ``Γ_r`` is ``gamma_term`` of
+    ``G^{-1/2}`` as a ``d``-dimensional matrix of ``θ`` (forward mode; the roots
+    come out of the same pass). For a diagonal metric only
+    ``∂_{θ_i} (G^{-1/2})_i`` survives; a constant metric gives 0.
     """
     if not callable(inv_metric_fn):
         half, g = _sqrt_inv_metric(inv_metric_fn, theta)
@@ -162,7 +183,9 @@ def gamma_r(inv_metric_fn: la.MatrixLike, theta: Array) -> tuple[Array, Array, A
 
 
 def sgrhmc_mean_and_root(theta, r, grad, eps, inv_metric_fn, B_hat, naive: bool):
-    """Deterministic parts of θ', r' (docs/algorithms.md §6), the noise root for r, noise_clipped, Γ_r.
+    """Deterministic parts of θ', r', the noise root for r, noise_clipped, Γ_r.
+
+    docs/algorithms.md §6.
 
     The root is (d,) for a diagonal covariance, (d, d) otherwise.
     """
@@ -195,8 +218,10 @@ def sgrhmc_mean_and_root(theta, r, grad, eps, inv_metric_fn, B_hat, naive: bool)
 
 
 def check_sgrhmc_inputs(theta: Array, inv_metric_fn, B_hat, eps: Array | None) -> None:
-    """At a concrete θ: ``G^{-1}(θ)`` symmetric PSD and the noise covariance PSD (the callables' output
-    shapes at any θ, abstractly)."""
+    """At a concrete θ: ``G^{-1}(θ)`` symmetric PSD and the noise covariance PSD.
+
+    The callables' output shapes at any θ, abstractly.
+    """
     la.check_matrix_fn(inv_metric_fn, theta, "inv_metric_fn")
     la.check_matrix_fn(B_hat, theta, "B_hat")
     if not is_concrete(theta):
@@ -243,6 +268,24 @@ def sgrhmc_init(
     function to call for a given momentum: the sampler object's
     ``init(position, rng_key=None)`` takes the arguments of every sampler's
     (so that :func:`cenlmc_jax.run.vmap_chains` can pass them).
+
+    Args:
+      position: θ, shape ``(d,)``, or a pytree.
+      rng_key: ``None``, or a JAX PRNG key to draw ``r ~ N(0, I_d)``.
+      momentum: ``None``, or the momentum, like ``position``.
+      inv_metric_fn: ``None`` (no checks), or ``G(θ)^{-1}`` as in
+        :func:`sgrhmc_step`.
+      step_size: ``ε > 0`` or a schedule; ``None`` skips the noise covariance
+        check.
+      B_hat: ``None`` (0), or the ``r``-block gradient-noise covariance.
+
+    Returns:
+      The :class:`SGRHMCState` ``(θ, r, step=0)``, ``θ`` and ``r`` in the form of
+      ``position``.
+
+    Raises:
+      ValueError: a bad key, both ``momentum`` and ``rng_key``, a momentum of
+        another shape, or a metric or noise covariance that is not PSD.
     """
     if rng_key is not None:
         check_key(rng_key)
@@ -250,9 +293,8 @@ def sgrhmc_init(
     r = initial_momentum(theta, momentum, rng_key)
     step = jnp.zeros((), jnp.int32)
     if inv_metric_fn is not None:
-        with (
-            jax.ensure_compile_time_eval()
-        ):  # checks on concrete values run eagerly, even inside jit
+        # checks on concrete values run eagerly, even inside jit
+        with jax.ensure_compile_time_eval():
             eps = (
                 None
                 if step_size is None
@@ -279,9 +321,11 @@ def sgrhmc_step(
     Args:
       rng_key: split into ``(key_grad, key_noise)``; ``ξ ~ N(0, I_d)`` from
         ``key_noise`` in ``θ.dtype`` (with ``inv_metric_fn = 1``, ``B_hat =
-        None``: BlackJAX's ``sgmcmc.diffusions.sghmc(alpha=1)`` from the same keys).
+        None``: BlackJAX's ``sgmcmc.diffusions.sghmc(alpha=1)`` from the same
+        keys).
       state: :class:`SGRHMCState`.
-      grad_estimator: ``(rng_key, θ) -> g̃(θ): (d,)``, an estimate of ``∇log π(θ)``.
+      grad_estimator: ``(rng_key, θ) -> g̃(θ): (d,)``, an estimate of
+        ``∇log π(θ)``.
       step_size: ``ε > 0`` or a schedule ``t -> ε_t``.
       inv_metric_fn: ``G(θ)^{-1}``: a callable of θ or a constant, as a scalar,
         a ``(d,)`` diagonal (root by ``sqrt``) or a ``(d, d)`` SPD matrix
@@ -289,8 +333,17 @@ def sgrhmc_step(
       B_hat: ``None`` (0), a scalar, (d,), (d, d), or a callable of θ: the
         ``r``-block gradient-noise covariance entering the dynamics. For
         ``g̃ = ∇log π + ν``, ``Cov ν = V``: ``B̂ = G^{-1/2} V G^{-1/2}`` (e.g.
-        ``lambda θ: V * inv_metric_fn(θ)`` for scalar ``V`` and a diagonal metric).
+        ``lambda θ: V * inv_metric_fn(θ)`` for scalar ``V`` and a diagonal
+        metric).
       naive: drop ``Γ_r`` ("naive SGRHMC"; samples the wrong distribution).
+
+    Returns:
+      ``(new_state, info)``: the next :class:`SGRHMCState` (``step + 1``) and its
+      :class:`SGRHMCInfo`.
+
+    Raises:
+      ValueError: a state or key of the wrong kind, a non-callable estimator, or
+        (at a concrete θ) a metric or noise covariance that is not PSD.
     """
     check_state(state, SGRHMCState, "sgrhmc_init, or sgrhmc(...).init")
     check_key(rng_key)
@@ -309,9 +362,10 @@ def sgrhmc_step(
     new_r = r_mean + la.matvec(
         root, jax.random.normal(key_noise, theta.shape, dtype=theta.dtype)
     )
+    # chains: 0 or 1
     bad = (~(jnp.all(jnp.isfinite(new_theta)) & jnp.all(jnp.isfinite(new_r)))).astype(
         jnp.int32
-    )  # chains: 0 or 1
+    )
     invalid = metric_invalid(inv_metric_fn, theta)
     info = SGRHMCInfo(
         jnp.asarray(1, jnp.int32),
@@ -328,11 +382,19 @@ def sgrhmc_step(
 
 
 def sgrhmc_dq(inv_metric_fn: la.MatrixLike) -> tuple[Callable, Callable]:
-    """The section-6 recipe matrices as callables of ``z = (θ, r): (2d,)``:
-    ``D(z) = [[0, 0], [0, G^{-1}]]``, ``Q(z) = [[0, -G^{-1/2}], [G^{-1/2}, 0]]``.
+    """The section-6 recipe matrices as callables of ``z = (θ, r): (2d,)``.
 
-    With these, :func:`cenlmc_jax.sgmcmc.recipe.recipe_step` is SGRHMC (slower: its
-    ``Γ`` differentiates ``2d × 2d`` matrices); :func:`sgrhmc_step` is the fast form.
+    ``D(z) = [[0, 0], [0, G^{-1}]]``, ``Q(z) = [[0, -G^{-1/2}], [G^{-1/2}, 0]]``.
+    With these, :func:`cenlmc_jax.sgmcmc.recipe.recipe_step` is SGRHMC (slower:
+    its ``Γ`` differentiates ``2d × 2d`` matrices); :func:`sgrhmc_step` is the
+    fast form.
+
+    Args:
+      inv_metric_fn: ``G(θ)^{-1}``: a callable of θ or a constant, as a scalar,
+        a ``(d,)`` diagonal or a ``(d, d)`` matrix.
+
+    Returns:
+      ``(D, Q)``: two callables ``z -> (2d, 2d)`` array.
     """
 
     def blocks(z):
@@ -361,10 +423,30 @@ def sgrhmc(
     B_hat: la.MatrixLike | None = None,
     naive: bool = False,
 ) -> SamplingAlgorithm:
-    """SGRHMC as a sampler object: ``init(position, rng_key=None)`` (checks the metric at the initial
-    point; ``r ~ N(0, I)`` from the key, ``r = 0`` without; for a momentum of your own
-    call
-    :func:`sgrhmc_init`) and ``step(rng_key, state)`` (:func:`sgrhmc_step`)."""
+    """SGRHMC as a sampler object.
+
+    ``init(position, rng_key=None)`` (checks the metric at the initial point;
+    ``r ~ N(0, I)`` from the key, ``r = 0`` without; for a momentum of your own
+    call :func:`sgrhmc_init`) and ``step(rng_key, state)`` (:func:`sgrhmc_step`).
+
+    Args:
+      grad_estimator: ``(rng_key, θ) -> g̃(θ): (d,)``, an estimate of
+        ``∇log π(θ)``.
+      step_size: ``ε > 0`` or a schedule ``t -> ε_t``.
+      inv_metric_fn: ``G(θ)^{-1}``: a callable of θ or a constant, as a scalar,
+        a ``(d,)`` diagonal or a ``(d, d)`` SPD matrix.
+      B_hat: ``None`` (0), or the ``r``-block gradient-noise covariance (see
+        :func:`sgrhmc_step`).
+      naive: drop ``Γ_r`` ("naive SGRHMC"; samples the wrong distribution).
+
+    Returns:
+      A :class:`~cenlmc_jax.base.SamplingAlgorithm` with :class:`SGRHMCState`
+      states.
+
+    Raises:
+      ValueError: a non-callable estimator, a bad step size or schedule, a
+        non-bool ``naive``, or a matrix of a wrong form.
+    """
     check_callable(grad_estimator, "grad_estimator", _GRAD_WHAT)
     check_schedule(step_size, "step_size")
     check_bool(naive, "naive")
@@ -394,14 +476,26 @@ def sgrhmc(
 def gsgrhmc_inv_metric(
     potential_fn: Callable[[Array], Array], D: float = 1.5, C: float = 0.5
 ) -> Callable:
-    """The paper's gSGRHMC metric (docs/algorithms.md §6): ``G(θ)^{-1} = D·sqrt(|U(θ) + C|)·I``, as a (d,) diagonal.
+    """The paper's gSGRHMC metric (docs/algorithms.md §6).
 
-    potential_fn: ``θ -> U(θ)`` (scalar; ``-logdensity_fn`` up to a constant;
-    the paper uses the minibatch ``Ũ``, here any deterministic potential).
-    Larger ``U`` (lower density) gives larger ``D, Q``: faster moves in the
-    tails, more accuracy near the modes. Where ``U + C`` changes sign
-    (``U = θ⁴ - 2θ²``, ``C = 0.5``) ``G^{-1/2} ∝ |U + C|^{1/4}`` has an infinite
-    derivative and ``Γ_r`` is singular.
+    ``G(θ)^{-1} = D·sqrt(|U(θ) + C|)·I``, as a (d,) diagonal. Larger ``U`` (lower
+    density) gives larger ``D, Q``: faster moves in the tails, more accuracy near
+    the modes. Where ``U + C`` changes sign (``U = θ⁴ - 2θ²``, ``C = 0.5``)
+    ``G^{-1/2} ∝ |U + C|^{1/4}`` has an infinite derivative and ``Γ_r`` is
+    singular.
+
+    Args:
+      potential_fn: ``θ -> U(θ)`` (scalar; ``-logdensity_fn`` up to a constant;
+        the paper uses the minibatch ``Ũ``, here any deterministic potential).
+      D: the scale ``D > 0``.
+      C: the finite offset ``C``.
+
+    Returns:
+      ``inv_metric_fn``: ``θ -> (d,)`` diagonal of ``G(θ)^{-1}``.
+
+    Raises:
+      ValueError: a non-callable ``potential_fn``, ``D`` not positive, or ``C``
+        not a finite number.
     """
     check_callable(potential_fn, "potential_fn", "theta -> U(theta) (scalar)")
     check_positive(D, "D")
