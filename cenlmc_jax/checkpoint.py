@@ -1,4 +1,4 @@
-"""Checkpoints of :func:`cenlmc_jax.run.sample`: data only, with the identity of the run.
+"""Checkpoints of :func:`cenlmc_jax.run.sample`: data only, with the run's identity.
 
 A checkpoint at ``path`` is two things:
 
@@ -76,10 +76,12 @@ FORMAT = "cenlmc_jax-checkpoint-1"
 class Checkpoint(NamedTuple):
     """What :func:`load` returns: the header and the arrays of the carry.
 
-    header: dict (``format``, ``identity``, ``step``, ``num_chunks``, ``diverged_at``).
-    state_leaves: the sampler state's leaves, in ``jax.tree_util`` order.
-    moments: the streaming ``(count, mean, m2)`` or None.
-    chunks: list of ``(kept leaves or None, info leaves)`` per finished chunk.
+    Attributes:
+      header: dict (``format``, ``identity``, ``step``, ``num_chunks``,
+        ``diverged_at``).
+      state_leaves: the sampler state's leaves, in ``jax.tree_util`` order.
+      moments: the streaming ``(count, mean, m2)`` or None.
+      chunks: list of ``(kept leaves or None, info leaves)`` per finished chunk.
     """
 
     header: dict
@@ -92,10 +94,14 @@ _LIBRARY_ROOTS = ("cenlmc_jax",)
 
 
 class Unfingerprintable(TypeError):
-    """An object with no process-independent description (raised by :func:`fingerprint`).
+    """An object with no process-independent description.
 
-    ``where``: the path to it from the fingerprinted object (``"closure 'f' -> global
-    'rng'"``).
+    Raised by :func:`fingerprint`.
+
+    Attributes:
+      where: the path to it from the fingerprinted object
+        (``"closure 'f' -> global 'rng'"``).
+      what: what the object is and why it cannot be described.
     """
 
     def __init__(self, where: str, what: str):
@@ -105,8 +111,10 @@ class Unfingerprintable(TypeError):
 
 @functools.cache
 def _library_module(name: str) -> bool:
-    """True for cenlmc_jax, the standard library and installed packages: code versioned outside the run,
-    whose importable functions and classes are described by their qualified name alone."""
+    """True for cenlmc_jax, the standard library and installed packages: code versioned
+    outside the run, whose importable functions and classes are described by their
+    qualified name alone.
+    """
     if (
         not name or name == "__main__"
     ):  # a script or a notebook (which has no __file__): the user's code
@@ -127,7 +135,9 @@ def _library_module(name: str) -> bool:
 
 
 def _import_name(obj: Any) -> str | None:
-    """``module.qualname`` when importing that name gives back ``obj`` itself (a stable identity), else None."""
+    """``module.qualname`` when importing that name gives back ``obj`` itself (a stable
+    identity), else None.
+    """
     module, qualname = (
         getattr(obj, "__module__", None),
         getattr(obj, "__qualname__", None),
@@ -169,7 +179,8 @@ class _Describer:
     def __init__(self):
         self.h = hashlib.sha256()
         self.memo: dict = {}
-        self.keep: list = []  # objects made while describing stay alive: their ids are not reused
+        # objects made while describing stay alive: their ids are not reused
+        self.keep: list = []
 
     def emit(self, *parts) -> None:
         for p in parts:
@@ -358,7 +369,8 @@ class _Describer:
             if "__wrapped__" in fn.__dict__:
                 self.emit("__wrapped__")
                 self(fn.__wrapped__, f"{where} -> __wrapped__")
-        if not library:  # the module-level values a user's function reads (library ones are versioned)
+        # the module-level values a user's function reads (library ones are versioned)
+        if not library:
             g = fn.__globals__
             for gname in _global_names(fn.__code__):
                 if gname in g and not gname.startswith("__"):
@@ -415,10 +427,19 @@ def _sort_key(k: Any) -> str:
 
 
 def fingerprint(obj: Any) -> str:
-    """A short stable hash of ``obj`` (the same in every process for the same values and code).
+    """A short stable hash of ``obj``.
 
-    Raises :class:`Unfingerprintable` for what has no process-independent description
-    (see :class:`_Describer`).
+    The same in every process for the same values and code.
+
+    Args:
+      obj: any value: a function, a pytree, an array, an object.
+
+    Returns:
+      The hash, 24 hex digits of a SHA-256.
+
+    Raises:
+      Unfingerprintable: ``obj`` holds something with no process-independent
+        description (see :class:`_Describer`).
     """
     d = _Describer()
     try:
@@ -454,9 +475,25 @@ def run_identity(
 ) -> dict:
     """The fields a resumed run must share with the run that wrote the checkpoint.
 
-    ``ValueError`` naming ``checkpoint_path`` and the field when one of them
-    cannot be fingerprinted (:class:`Unfingerprintable`): a resume could not
-    tell whether it is the same run, so it is refused before any work.
+    Args:
+      rng_key: the run's key.
+      step_fn: the step function (fingerprinted with its parameters).
+      initial_state: the initial state (shapes, dtypes and a hash of the values).
+      trace_fn: what the run records of a state.
+      burn_in: as for :func:`~cenlmc_jax.run.sample`.
+      num_steps: as for :func:`~cenlmc_jax.run.sample`.
+      thin: as for :func:`~cenlmc_jax.run.sample`.
+      mode: as for :func:`~cenlmc_jax.run.sample`.
+      info_reduce: as for :func:`~cenlmc_jax.run.sample`.
+      path: the checkpoint path, for the message.
+
+    Returns:
+      A JSON-serialisable dict from field name to fingerprint or value.
+
+    Raises:
+      ValueError: naming ``checkpoint_path`` and the field when one of them cannot
+        be fingerprinted (:class:`Unfingerprintable`): a resume could not tell
+        whether it is the same run, so it is refused before any work.
     """
 
     def fp(field, value, summary=None):
@@ -464,10 +501,12 @@ def run_identity(
             return (summary or fingerprint)(value)
         except Unfingerprintable as exc:
             raise ValueError(
-                f"checkpoint_path {path!r}: {field} cannot be fingerprinted, so a resume could not tell whether "
-                f"it is the same run: {field}{' ' if exc.where else ''}{exc.where}: {exc.what}. Pass it through "
-                "values Python can read (arrays, numbers, functions, partials, NamedTuples, dataclasses, "
-                "objects with a __dict__), or run without checkpoint_path."
+                f"checkpoint_path {path!r}: {field} cannot be fingerprinted, so a "
+                "resume could not tell whether it is the same run: "
+                f"{field}{' ' if exc.where else ''}{exc.where}: {exc.what}. Pass it "
+                "through values Python can read (arrays, numbers, functions, "
+                "partials, NamedTuples, dataclasses, objects with a __dict__), or run "
+                "without checkpoint_path."
             ) from exc
 
     return {
@@ -484,11 +523,32 @@ def run_identity(
 
 
 def chunk_dir(path: str) -> str:
+    """The folder of a checkpoint's chunk files.
+
+    Args:
+      path: the checkpoint file.
+
+    Returns:
+      ``path + ".chunks"``.
+    """
     return path + ".chunks"
 
 
 def check_path(path: Any) -> str:
-    """``checkpoint_path`` must be a file path whose folder exists and is writable (checked before any work)."""
+    """Checks that ``checkpoint_path`` is a file path in a writable folder.
+
+    Checked before any work.
+
+    Args:
+      path: the ``checkpoint_path`` argument (``str`` or ``os.PathLike``).
+
+    Returns:
+      The path as a ``str``.
+
+    Raises:
+      ValueError: not a path, a directory, a folder that does not exist or is not
+        writable, or an existing file that cannot be read and written.
+    """
     if not isinstance(path, (str, os.PathLike)):
         raise ValueError(
             f"checkpoint_path must be a file path (str or os.PathLike); got {path!r}."
@@ -541,14 +601,23 @@ def save(
     num_chunks: int,
     diverged_at: int,
 ) -> None:
-    """Write the chunks finished since the last save, then the header and carry that count them.
+    """Writes the chunks finished since the last save, then the header and carry.
 
-    ``new_chunks``: ``(kept, infos)`` pytrees of the chunks not yet on disk; they
-    become files ``num_chunks - len(new_chunks) .. num_chunks - 1``.
+    The header counts the chunks. With several processes (``jax.distributed``)
+    every process calls it (the arrays are gathered, a collective) and process 0
+    alone writes; a resume reads the file on every process, so ``path`` must be on
+    a file system they share.
 
-    With several processes (``jax.distributed``) every process calls it (the
-    arrays are gathered, a collective) and process 0 alone writes; a resume
-    reads the file on every process, so ``path`` must be on a file system they share.
+    Args:
+      path: the checkpoint file.
+      identity: the run's :func:`run_identity`.
+      step: the steps done.
+      state: the sampler state after ``step`` steps.
+      moments: the streaming moments, or None.
+      new_chunks: ``(kept, infos)`` pytrees of the chunks not yet on disk; they
+        become files ``num_chunks - len(new_chunks) .. num_chunks - 1``.
+      num_chunks: the chunk files valid after this save.
+      diverged_at: the first diverging step, or -1.
     """
     first = num_chunks - len(new_chunks)
     chunks = [
@@ -583,28 +652,32 @@ def _read_npz(path: str, what: str, checkpoint_path: str) -> dict:
             return {k: data[k] for k in data.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
         raise ValueError(
-            f"checkpoint_path {checkpoint_path!r}: {what} {path!r} is not a readable cenlmc_jax checkpoint "
-            f"(truncated, empty or another kind of file: {type(exc).__name__}: {exc})."
+            f"checkpoint_path {checkpoint_path!r}: {what} {path!r} is not a readable "
+            "cenlmc_jax checkpoint (truncated, empty or another kind of file: "
+            f"{type(exc).__name__}: {exc})."
         ) from exc
 
 
 def _numbered(data: dict, prefix: str, path: str, where: str) -> list:
-    """The arrays ``prefix0, prefix1, ...`` of ``data`` in order (``ValueError`` if the numbering has holes)."""
+    """The arrays ``prefix0, prefix1, ...`` of ``data`` in order (``ValueError`` if the
+    numbering has holes).
+    """
     keys = [k for k in data if k.startswith(prefix)]
     numbers = sorted(int(k[len(prefix) :]) for k in keys if k[len(prefix) :].isdigit())
     if numbers != list(range(len(keys))):
         raise _bad(
             path,
             where,
-            f"holds the arrays {sorted(keys)}: {prefix}0..{prefix}{len(keys) - 1} expected",
+            f"holds the arrays {sorted(keys)}: {prefix}0..{prefix}{len(keys) - 1} "
+            "expected",
         )
     return [data[f"{prefix}{i}"] for i in numbers]
 
 
 def _bad(path: str, field: str, what: str) -> ValueError:
     return ValueError(
-        f"checkpoint_path {path!r}: the header's {field} {what}; the file is damaged or was not "
-        "written by cenlmc_jax (delete it to start over)."
+        f"checkpoint_path {path!r}: the header's {field} {what}; the file is damaged "
+        "or was not written by cenlmc_jax (delete it to start over)."
     )
 
 
@@ -618,14 +691,17 @@ def _header_int(path: str, header: dict, field: str, minimum: int) -> int:
 
 
 def _check_header(path: str, header: Any) -> dict:
-    """Types and ranges of every header field (``ValueError`` naming the file and the field)."""
+    """Types and ranges of every header field (``ValueError`` naming the file and the
+    field).
+    """
     if not isinstance(header, dict):
         raise _bad(
             path, "header", f"must be a JSON object; got {type(header).__name__}"
         )
     if header.get("format") != FORMAT:
         raise ValueError(
-            f"checkpoint_path {path!r} is not a cenlmc_jax checkpoint (no {FORMAT} header)."
+            f"checkpoint_path {path!r} is not a cenlmc_jax checkpoint (no {FORMAT} "
+            "header)."
         )
     identity = header.get("identity")
     if not isinstance(identity, dict) or not all(
@@ -656,7 +732,9 @@ def _check_header(path: str, header: Any) -> dict:
 
 
 def _length(path: str, arrays: list, what: str, k: int) -> int | None:
-    """The common leading length of ``arrays`` (chunk ``k``'s infos or kept draws), None without arrays."""
+    """The common leading length of ``arrays`` (chunk ``k``'s infos or kept draws), None
+    without arrays.
+    """
     lengths = {a.shape[0] if a.ndim else None for a in arrays}
     if None in lengths or len(lengths) > 1 or (lengths and min(lengths) < 1):
         raise _bad(
@@ -669,7 +747,7 @@ def _length(path: str, arrays: list, what: str, k: int) -> int | None:
 
 
 def load(path: str) -> Checkpoint:
-    """Read a checkpoint written by :func:`save`; ``ValueError`` naming ``path`` if it is not one.
+    """Reads a checkpoint written by :func:`save`.
 
     Every header field is checked (types, ranges) and against the arrays: the
     chunks' info arrays must count ``step`` steps (``step + 1`` when the run
@@ -677,13 +755,24 @@ def load(path: str) -> Checkpoint:
     same number of steps, and the moments three arrays ``(count, mean, m2)``.
     The run-dependent checks (shapes against this run's state and infos) are
     :func:`check_against_run`'s.
+
+    Args:
+      path: the checkpoint file.
+
+    Returns:
+      A :class:`Checkpoint`.
+
+    Raises:
+      ValueError: naming ``path``, when it is not a checkpoint (truncated, empty,
+        another format, a header that disagrees with itself or its arrays).
     """
     data = _read_npz(path, "the file", path)
     try:
         header = json.loads(bytes(data["header"]).decode())
     except (KeyError, ValueError, UnicodeDecodeError, AttributeError, TypeError):
         raise ValueError(
-            f"checkpoint_path {path!r} is not a cenlmc_jax checkpoint (no {FORMAT} header)."
+            f"checkpoint_path {path!r} is not a cenlmc_jax checkpoint (no {FORMAT} "
+            "header)."
         ) from None
     except RecursionError:
         raise _bad(path, "header", "is nested too deeply to be read") from None
@@ -732,7 +821,9 @@ def load(path: str) -> Checkpoint:
 
 
 def _same_arrays(path: str, field: str, arrays: list, expected: list) -> None:
-    """``arrays`` (one per leaf, leading step axis dropped if ``expected`` says so) match ``expected`` shapes/dtypes."""
+    """``arrays`` (one per leaf, leading step axis dropped if ``expected`` says so)
+    match ``expected`` shapes/dtypes.
+    """
     if len(arrays) != len(expected):
         raise _bad(
             path, field, f"holds {len(arrays)} arrays; this run's has {len(expected)}"
@@ -742,8 +833,8 @@ def _same_arrays(path: str, field: str, arrays: list, expected: list) -> None:
             raise _bad(
                 path,
                 field,
-                f"array {i} has shape {tuple(a.shape)}, dtype {a.dtype}; this run's has "
-                f"shape {tuple(e.shape)}, dtype {np.dtype(e.dtype)}",
+                f"array {i} has shape {tuple(a.shape)}, dtype {a.dtype}; this run's "
+                f"has shape {tuple(e.shape)}, dtype {np.dtype(e.dtype)}",
             )
 
 
@@ -760,7 +851,8 @@ def check_against_run(
     mode: str,
     trace_dim: int | None,
 ) -> None:
-    """The checkpoint of this very run (identity already matched) must fit it: ``ValueError`` naming the field.
+    """The checkpoint of this very run (identity already matched) must fit it:
+    ``ValueError`` naming the field.
 
     ``state``: this run's state leaves (shape, dtype); ``info`` / ``kept``: one step's
     info leaves and one kept ``trace_fn`` value (shape, dtype); ``trace_dim``: the
@@ -774,7 +866,8 @@ def check_against_run(
         raise _bad(
             path,
             "moments",
-            f"are {'present' if ck.moments is not None else 'absent'} for mode {mode!r}",
+            f"are {'present' if ck.moments is not None else 'absent'} for mode "
+            f"{mode!r}",
         )
     if ck.moments is not None and ck.moments[1].shape != (trace_dim,):
         raise _bad(
@@ -819,10 +912,11 @@ def check_against_run(
 
 
 def check_identity(path: str, stored: dict, current: dict) -> None:
-    """``ValueError`` naming the file and the first field in which the two runs differ."""
+    """``ValueError`` naming the file and the first field where the two runs differ."""
     for field, value in current.items():
         if stored.get(field) != value:
             raise ValueError(
-                f"checkpoint_path {path!r} belongs to a different run: {field} differs (checkpoint: "
-                f"{stored.get(field)!r}; this call: {value!r}). Use another path, or delete the file to start over."
+                f"checkpoint_path {path!r} belongs to a different run: {field} differs "
+                f"(checkpoint: {stored.get(field)!r}; this call: {value!r}). Use "
+                "another path, or delete the file to start over."
             )
