@@ -84,6 +84,17 @@ T_FLAGS_TOY = (
 #: (name, file, original text, replacement, tests that must catch it, what the bug is)
 MUTATIONS = [
     dict(
+        name="m_f_test_without_f_star",
+        file=SAMPLERS,
+        original="fail_mf = ~(f <= fs + jnp.asarray(m_f, dt))",
+        replacement="fail_mf = ~(f <= jnp.asarray(m_f, dt))",
+        tests=[
+            "tests/ensemble/test_cenlmc.py::"
+            "test_the_m_f_test_is_relative_to_f_star_far_from_zero"
+        ],
+        what="the M_f test reads f <= M_f instead of f <= f* + M_f (issue 28)",
+    ),
+    dict(
         name="enlmc_force_sign_flipped",
         file=ENLMC,
         original="ens = pf.force_sum / jnp.asarray(n - 1, x.dtype)",

@@ -857,3 +857,20 @@ def test_guard_keeps_moments_within_mcse_of_lmc_where_the_ball_is_empty(dim):
         # inflation 36 (the paper's rule) against 3e-6 (guarded; the ensemble is almost
         # never used)
         assert bool(np.any(res_paper.info.biased)) and not bool(np.any(res.info.biased))
+
+
+def test_the_m_f_test_is_relative_to_f_star_far_from_zero():
+    # rule (3.21): a particle fails the M_f test when f(x_i) > f* + M_f. With f* near 0
+    # (every other test here) the rule cannot be told from f(x_i) > M_f; here f* = 50.
+    f_star = 50.0
+    logdensity = lambda x: -0.5 * jnp.sum(x**2) - f_star
+    x = jax.random.normal(jax.random.key(0), (64, 2)) * 1.5
+    state = cenlmc_init(x, logdensity, f_star=f_star)
+    m_f = 1.0
+    _, info = cenlmc_step(
+        jax.random.key(1), state, logdensity, 0.05, 0.8, 0.5, 0.5, 2, m_f
+    )
+    f = 0.5 * np.sum(np.asarray(x, np.float64) ** 2, axis=1) + f_star
+    expected = int(np.sum(f > f_star + m_f))
+    assert 0 < expected < 64  # both outcomes occur, so the count tells the rule apart
+    assert int(info.num_fail_m_f) == expected
