@@ -6,7 +6,8 @@ CEnLMC, deterministic parts ``w_j``, the ensemble gradient estimate needs
 
     force_sum_i = Σ_{j≠i} W_ij (x_j - x_i),                       (3.19, 3.21)
 
-    W_ij = exp(log s_j) · g_ij · 1[|x_j - x_i| ≤ η] · 1[|w_j - w_i| ≤ R2]   (last factor only with w)
+    W_ij = exp(log s_j) · g_ij · 1[|x_j - x_i| ≤ η] · 1[|w_j - w_i| ≤ R2]
+           (the last factor only with w)
 
     log s_j = log α_d - log p_j,   g_ij = (f_j - f_i) / |x_j - x_i|²
 
@@ -47,8 +48,8 @@ bounding boxes and the conservative box test) is :mod:`.sparsity`, one floor
 above this module: it imports this one, never the reverse.
 
 The log weights (one overflow rule for every backend). ``exp(log s_j)``
-overflows float32 already at d = 50 with a small η (docs/algorithms.md §2), and the
-weights of one ensemble may spread over more than the exponent range (EnLMC
+overflows float32 already at d = 50 with a small η (docs/algorithms.md §2), and
+the weights of one ensemble may spread over more than the exponent range (EnLMC
 blow-ups, Theorem 3.2). A tile therefore sums ``exp(log s_j - m)`` and carries
 the shift ``m``; the largest weight in scope becomes 1:
 
@@ -80,9 +81,9 @@ Distances (``TileSpec.direct``):
   ``d ≤ DIRECT_MAX_D`` by default: there they cost no more, and the Gram
   error would dominate the force, because at low ``d`` many pairs are very
   close and each contributes ``~|∇f|`` whatever its distance (the sum of
-  ``ε|x̃|²/|x_j - x_i|²`` over a ball diverges for ``d ≤ 2``; measured on
-  2,000 Gaussian particles in d = 1: 3e-2 relative error with the Gram
-  identity, 2e-4 with exact differences).
+  ``ε|x̃|²/|x_j - x_i|²`` over a ball diverges for ``d ≤ 2``, so on a
+  Gaussian ensemble in d = 1 the Gram identity's error in the force is orders
+  of magnitude above that of exact differences).
 
 Numerical conventions (every backend):
 
@@ -164,7 +165,8 @@ __all__ = [
     "finish",
 ]
 
-#: Up to this dimension distances are exact differences by default (module docstring).
+#: Up to this dimension distances are exact differences by default (module
+#: docstring).
 DIRECT_MAX_D = 3
 #: A finite "minus infinity" for shifts and invalid log weights: ``exp(NEG - m)``
 #: is exactly 0 and ``NEG - NEG`` is 0, so empty rows never produce ``inf - inf``.
@@ -176,11 +178,12 @@ UNDERFLOW_MARGIN = 20.0
 class PairwiseForce(NamedTuple):
     """The pair sums of the ensemble force.
 
-    force_sum: (N, d) ``Σ_{j≠i} W_ij (x_j - x_i)``; divide by ``N-1``
+    Attributes:
+      force_sum: (N, d) ``Σ_{j≠i} W_ij (x_j - x_i)``; divide by ``N-1``
         (EnLMC) or by ``n_r2`` (CEnLMC, eq. 3.19) to get the force.
-    n_r2: (N,) int32 ``#{j≠i : |w_j - w_i| ≤ R2}`` (eq. 3.20); ``N-1`` when
+      n_r2: (N,) int32 ``#{j≠i : |w_j - w_i| ≤ R2}`` (eq. 3.20); ``N-1`` when
         ``w`` is None; 0 for rows whose ``w`` is not finite.
-    n_ball: (N,) int32 ``#{j≠i : |x_j - x_i| ≤ η and |w_j - w_i| ≤ R2}``
+      n_ball: (N,) int32 ``#{j≠i : |x_j - x_i| ≤ η and |w_j - w_i| ≤ R2}``
         (the w condition only when ``w`` is given).
     """
 
@@ -190,10 +193,19 @@ class PairwiseForce(NamedTuple):
 
 
 def log_alpha_d(d: int, eta: ArrayLike, dtype: Any = None) -> Array:
-    """``log α_d = log d - log V_η``, ``V_η = π^{d/2} η^d / Γ(d/2+1)`` (docs/algorithms.md §2).
+    """``log α_d = log d - log V_η``, ``V_η = π^{d/2} η^d / Γ(d/2+1)``.
 
-    Computed with ``gammaln`` so it stays finite for any ``d`` (``α_d`` itself
-    overflows float32 already for moderate ``d`` and small ``η``).
+    docs/algorithms.md §2. Computed with ``gammaln`` so it stays finite for any
+    ``d`` (``α_d`` itself overflows float32 already for moderate ``d`` and small
+    ``η``).
+
+    Args:
+      d: the dimension.
+      eta: the ball radius ``η > 0`` (a scalar, may be traced).
+      dtype: the floating dtype of the result (default: JAX's default float).
+
+    Returns:
+      The scalar ``log α_d`` in ``dtype``.
     """
     dtype = jnp.result_type(float) if dtype is None else dtype
     eta = jnp.asarray(eta, dtype)
@@ -214,10 +226,23 @@ def check_pair_inputs(
 ) -> tuple[Array, Array, Array, Array | None]:
     """The checks every pair-force entry point runs, in Python before tracing.
 
-    ``x: (N, d)``, ``f, log_p: (N,)``, ``eta > 0``, ``w: (N, d)`` and
-    ``r2 >= 0`` both or neither. Returns ``(x, f, log_p, w)`` as JAX arrays
-    in one floating dtype: the promoted dtype of the inputs, at least
-    float32 (float64 in, float64 out).
+    Args:
+      x: particle positions, shape ``(N, d)``, ``N, d >= 1``.
+      f: potential values, shape ``(N,)``.
+      log_p: proposal log densities, shape ``(N,)``.
+      eta: the ball radius, ``> 0``.
+      w: CEnLMC's deterministic parts, shape ``(N, d)``, or ``None``; with
+        ``r2``, both or neither.
+      r2: the R2 radius, ``>= 0``, or ``None``.
+
+    Returns:
+      ``(x, f, log_p, w)`` as JAX arrays in one floating dtype: the promoted
+      dtype of the inputs, at least float32 (float64 in, float64 out); ``w``
+      ``None`` when not given.
+
+    Raises:
+      ValueError: a shape that does not fit, ``eta`` not positive, ``r2``
+        negative, or only one of ``w`` and ``r2``.
     """
     x = x if isinstance(x, jax.Array) else jnp.asarray(x)
     if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] < 1:
@@ -262,10 +287,20 @@ def check_pair_inputs(
 
 
 def canonical_precision(precision: Any) -> Any:
-    """None -> ``Precision.HIGHEST``; a ``Precision``, its name or a ``DotAlgorithmPreset`` as given.
+    """None -> ``Precision.HIGHEST``; a ``Precision``, its name or a preset as given.
 
     HIGHEST by default so that distance masks are float32-accurate on GPU/TPU
     as well (on CPU every setting is exact float32).
+
+    Args:
+      precision: ``None``, a ``jax.lax.Precision``, its name (``"default"``,
+        ``"high"``, ``"highest"``) or a ``jax.lax.DotAlgorithmPreset``.
+
+    Returns:
+      A ``jax.lax.Precision`` or the ``DotAlgorithmPreset`` given.
+
+    Raises:
+      ValueError: anything else.
     """
     if precision is None:
         return lax.Precision.HIGHEST
@@ -273,7 +308,8 @@ def canonical_precision(precision: Any) -> Any:
         return precision
     try:
         return lax.Precision(precision)
-    except Exception as exc:  # a string jax does not know, a tuple, ...
+    # a string jax does not know, a tuple, ...
+    except Exception as exc:
         raise ValueError(
             "precision must be None, a jax.lax.Precision (or one of 'default', "
             "'high', 'highest') or a jax.lax.DotAlgorithmPreset; got "
@@ -288,6 +324,13 @@ def precision_eps(precision: Any, dtype: Any) -> float:
     HIGH / DEFAULT may run as TF32 (GPU, 10-bit mantissa) or bfloat16 passes
     (TPU, 7-bit): HIGH 2^-10, anything else 2^-7. On CPU every setting is
     exact, so the bound is only conservative there.
+
+    Args:
+      precision: a canonical precision (:func:`canonical_precision`).
+      dtype: the floating dtype of the product.
+
+    Returns:
+      The relative accuracy ``ε`` as a Python float.
     """
     eps = float(jnp.finfo(dtype).eps)
     preset = lax.DotAlgorithmPreset
@@ -301,22 +344,42 @@ def precision_eps(precision: Any, dtype: Any) -> float:
 
 
 def coincident_rtol(d: int, dtype: Any, precision: Any = None) -> float:
-    """``κ = (2d + 4) ε``: a Gram ``d² ≤ κ (|x̃_i|² + |x̃_j|²)`` has no correct digit."""
+    """``κ = (2d + 4) ε``: a Gram ``d² ≤ κ (|x̃_i|² + |x̃_j|²)`` has no correct digit.
+
+    Args:
+      d: the dimension.
+      dtype: the floating dtype of the Gram product.
+      precision: its precision (``None``: HIGHEST).
+
+    Returns:
+      ``κ`` as a Python float.
+    """
     return (2 * d + 4) * precision_eps(canonical_precision(precision), dtype)
 
 
 def max_shared_spread(dtype: Any) -> float:
-    """Largest spread of a tile's log weights for one shift per tile: ``-log(tiny) - 20`` nats."""
+    """Largest spread of a tile's log weights for one shift per tile.
+
+    ``-log(tiny) - 20`` nats.
+
+    Args:
+      dtype: the floating dtype of the weights.
+
+    Returns:
+      The spread in nats, a Python float.
+    """
     return -math.log(float(jnp.finfo(dtype).tiny)) - UNDERFLOW_MARGIN
 
 
 class TileSpec(NamedTuple):
     """Static settings of :func:`tile_partial` (hashable: a jit static argument).
 
-    direct: exact-difference distances (else the Gram identity).
-    kappa: coincidence factor of the Gram identity (:func:`coincident_rtol`).
-    gram_precision, precision: of the Gram product and of the force product.
-    max_spread: :func:`max_shared_spread` of the dtype.
+    Attributes:
+      direct: exact-difference distances (else the Gram identity).
+      kappa: coincidence factor of the Gram identity (:func:`coincident_rtol`).
+      gram_precision: the precision of the Gram product.
+      precision: the precision of the force product.
+      max_spread: :func:`max_shared_spread` of the dtype.
     """
 
     direct: bool
@@ -336,8 +399,16 @@ def tile_spec(
 ) -> TileSpec:
     """The :class:`TileSpec` for dimension ``d``.
 
-    ``distances``: ``"direct"``, ``"gram"`` or None (direct for ``d <= DIRECT_MAX_D``).
-    ``gram_precision`` defaults to ``precision``, which defaults to HIGHEST.
+    Args:
+      d: the dimension.
+      dtype: the floating dtype of the particles.
+      distances: ``"direct"``, ``"gram"`` or None (direct for
+        ``d <= DIRECT_MAX_D``).
+      precision: the force product's precision (default HIGHEST).
+      gram_precision: the Gram product's precision (default ``precision``).
+
+    Returns:
+      The :class:`TileSpec`.
     """
     precision = canonical_precision(precision)
     gram_precision = (
@@ -357,21 +428,27 @@ def tile_spec(
 
 
 class Prepared(NamedTuple):
-    """Per-particle operands of the pair sums (O(N d)); a tile is a Prepared of some particles.
+    """Per-particle operands of the pair sums (O(N d)).
 
-    x: (n, d) centred positions ``x̃ = x - centre``, the far point
+    A tile is a Prepared of some particles.
+
+    Attributes:
+      x: (n, d) centred positions ``x̃ = x - centre``, the far point
         ``F e_1`` on invalid rows (:func:`far_point`: farther than any
         radius from every valid particle, finite). A tile may hold them
         as d coordinate vectors ``(n,)`` instead (direct distances read one
         coordinate at a time; a kernel cannot slice a register tile).
-    sq_x: (n,) ``|x̃|²`` (``F²`` on invalid rows).
-    f: (n,) potential values, 0 on invalid rows.
-    x1: (n, d+1) the lift ``[x̃, 1]``, 0 on invalid rows: the force operand.
-    log_s: (n,) ``log α_d - log p``; ``NEG`` on invalid rows.
-    thr_x: (n,) ``η²`` per row (no scalar enters a kernel).
-    w, sq_w, thr_w: the same for ``w`` (``(n, d)``, the far point where
-        ``w`` is not finite, ``|w̃|²``, ``R2²``); None without w.
-    valid, valid_w: (n,) bool, all inputs finite / ``w`` finite.
+      sq_x: (n,) ``|x̃|²`` (``F²`` on invalid rows).
+      f: (n,) potential values, 0 on invalid rows.
+      x1: (n, d+1) the lift ``[x̃, 1]``, 0 on invalid rows: the force operand.
+      log_s: (n,) ``log α_d - log p``; ``NEG`` on invalid rows.
+      thr_x: (n,) ``η²`` per row (no scalar enters a kernel).
+      w: the same as ``x`` for ``w`` (``(n, d)``, the far point where ``w`` is
+        not finite); None without w.
+      sq_w: (n,) ``|w̃|²``; None without w.
+      thr_w: (n,) ``R2²`` per row; None without w.
+      valid: (n,) bool, all inputs finite.
+      valid_w: (n,) bool, ``w`` finite.
 
     :func:`tile_partial` reads ``x, sq_x, f, thr_x`` (and ``w, sq_w,
     thr_w``) of the rows and ``x, sq_x, f, x1, log_s`` (and ``w, sq_w``) of the
@@ -392,18 +469,34 @@ class Prepared(NamedTuple):
 
 
 def far_point(dtype: Any) -> float:
-    """``F = 2^(e/2 - 3)``, ``e`` the largest exponent of ``dtype``: an invalid particle sits at ``F e_1``.
+    """``F = 2^(e/2 - 3)``, ``e`` the largest exponent of ``dtype``.
 
-    A power of two, so ``F²`` and ``F · F`` are exact in every precision of
-    a product and two invalid particles are exactly coincident. Sums of
-    ``F²`` with the squared norm of a particle within ``F/2`` of the centre
-    do not overflow, and every such particle is farther than ``F/2`` from it.
+    An invalid particle sits at ``F e_1``. A power of two, so ``F²`` and
+    ``F · F`` are exact in every precision of a product and two invalid
+    particles are exactly coincident. Sums of ``F²`` with the squared norm of a
+    particle within ``F/2`` of the centre do not overflow, and every such
+    particle is farther than ``F/2`` from it.
+
+    Args:
+      dtype: the floating dtype.
+
+    Returns:
+      ``F`` as a Python float.
     """
     return 2.0 ** (jnp.finfo(dtype).maxexp // 2 - 3)
 
 
 def far_rows(n: int, d: int, dtype: Any) -> Array:
-    """(n, d) copies of the far point ``F e_1``."""
+    """(n, d) copies of the far point ``F e_1``.
+
+    Args:
+      n: the number of rows.
+      d: the dimension.
+      dtype: the floating dtype.
+
+    Returns:
+      An ``(n, d)`` array of ``dtype``.
+    """
     return jnp.broadcast_to(
         jnp.where(jnp.arange(d) == 0, far_point(dtype), 0).astype(dtype), (n, d)
     )
@@ -415,7 +508,18 @@ _INVALID = dict(f=0, x1=0, log_s=NEG, thr_x=0, thr_w=0, valid=False, valid_w=Fal
 
 
 def validity(x: Array, f: Array, log_p: Array, w: Array | None) -> tuple[Array, Array]:
-    """(valid, valid_w): rows with all inputs finite, rows with a finite ``w``."""
+    """(valid, valid_w): rows with all inputs finite, rows with a finite ``w``.
+
+    Args:
+      x: positions, shape ``(n, d)``.
+      f: potential values, shape ``(n,)``.
+      log_p: proposal log densities, shape ``(n,)``.
+      w: deterministic parts, shape ``(n, d)``, or ``None``.
+
+    Returns:
+      ``(valid, valid_w)``, two ``(n,)`` bool arrays (``valid_w`` all true
+      without ``w``).
+    """
     valid_w = (
         jnp.ones(x.shape[:1], bool) if w is None else jnp.all(jnp.isfinite(w), axis=-1)
     )
@@ -429,7 +533,9 @@ def validity(x: Array, f: Array, log_p: Array, w: Array | None) -> tuple[Array, 
 
 
 def centre_terms(v: Array, ok: Array, count: Array) -> Array:
-    """``Σ_{ok rows} v / count`` for ``v: (n, d)``: the mean of the ok rows when ``count`` is their number.
+    """``Σ_{ok rows} v / count`` for ``v: (n, d)``.
+
+    The mean of the ok rows when ``count`` is their number.
 
     The division sits inside the reduction on purpose: the centre must reach
     every consumer as one stored value. A centre computed as ``total /
@@ -437,7 +543,15 @@ def centre_terms(v: Array, ok: Array, count: Array) -> Array:
     (1/count)``, which LLVM contracts into an FMA in some code paths and not
     in others; the particle's coordinates then differ by an ulp between the
     rows and the columns of a tile, an error of ``ulp / |x_j - x_i|`` in
-    every close pair (7e-6 relative at d = 3 for an ensemble at +100).
+    every close pair.
+
+    Args:
+      v: the rows, shape ``(n, d)``.
+      ok: which rows count, shape ``(n,)`` bool.
+      count: the divisor, a scalar (the number of ok rows, at least 1).
+
+    Returns:
+      The ``(d,)`` centre.
     """
     return jnp.sum(jnp.where(ok[:, None], v / count, 0), axis=0)
 
@@ -453,10 +567,23 @@ def prepare(
     centre_x: Array | None = None,
     centre_w: Array | None = None,
 ) -> Prepared:
-    """Centre and flag the per-particle inputs (``x, w: (n, d)``, ``f, log_p: (n,)``; O(n d)).
+    """Centre and flag the per-particle inputs (O(n d)).
 
     The centre defaults to the mean of the valid particles (of the finite
     ``w`` for ``w``); a sharded caller passes the global centre.
+
+    Args:
+      x: positions, shape ``(n, d)``.
+      f: potential values, shape ``(n,)``.
+      log_p: proposal log densities, shape ``(n,)``.
+      eta: the ball radius ``η``.
+      w: deterministic parts, shape ``(n, d)``, or ``None``.
+      r2: the R2 radius (with ``w``), or ``None``.
+      centre_x: the centre of ``x``, shape ``(d,)``, or ``None`` (the mean).
+      centre_w: the centre of ``w``, shape ``(d,)``, or ``None`` (the mean).
+
+    Returns:
+      The :class:`Prepared` operands of the ``n`` particles.
     """
     n, d = x.shape
     dtype = x.dtype
@@ -467,7 +594,8 @@ def prepare(
         if centre is None:
             centre = centre_terms(v, ok, jnp.maximum(jnp.sum(ok, dtype=dtype), 1))
         vc = jnp.where(ok[:, None], v - centre, far_rows(n, d, dtype))
-        return vc, jnp.sum(vc * vc, axis=1)  # F² exactly on the far rows
+        # F² exactly on the far rows
+        return vc, jnp.sum(vc * vc, axis=1)
 
     xc, sq_x = centred(x, valid, centre_x)
     prepared = Prepared(
@@ -490,7 +618,17 @@ def prepare(
 
 
 def pad_particles(p: Prepared, n_pad: int) -> Prepared:
-    """Append invalid particles up to ``n_pad`` rows (they add nothing and are no one's neighbour)."""
+    """Append invalid particles up to ``n_pad`` rows.
+
+    They add nothing and are no one's neighbour.
+
+    Args:
+      p: the :class:`Prepared` operands of ``n <= n_pad`` particles.
+      n_pad: the number of rows wanted.
+
+    Returns:
+      A :class:`Prepared` of ``n_pad`` rows (the fields that are None stay None).
+    """
 
     far = far_point(p.f.dtype)
 
@@ -514,11 +652,14 @@ def pad_particles(p: Prepared, n_pad: int) -> Prepared:
 class Partial(NamedTuple):
     """Pair sums of some rows over some columns, before the final rescale.
 
-    sums: (n, d+1) ``exp(-m_i) Σ_j W_ij [x̃_j, 1]`` over the columns seen
+    Attributes:
+      sums: (n, d+1) ``exp(-m_i) Σ_j W_ij [x̃_j, 1]`` over the columns seen
         (a kernel may carry zero lanes beyond d+1).
-    m: (n,) the shift: ``NEG`` while the row has taken nothing.
-    n_r2, n_ball: (n,) int32 counts over the columns seen, the diagonal
-        included (:func:`finish` removes it).
+      m: (n,) the shift: ``NEG`` while the row has taken nothing.
+      n_r2: (n,) int32 R2 counts over the columns seen, the diagonal included
+        (:func:`finish` removes it).
+      n_ball: (n,) int32 ball counts over the columns seen, the diagonal
+        included.
     """
 
     sums: Array
@@ -528,7 +669,16 @@ class Partial(NamedTuple):
 
 
 def empty_partial(n: int, width: int, dtype: Any) -> Partial:
-    """The partial over no columns: the identity of :func:`combine`."""
+    """The partial over no columns: the identity of :func:`combine`.
+
+    Args:
+      n: the number of rows.
+      width: the width of ``sums`` (``d + 1``, or more for a kernel's lanes).
+      dtype: the floating dtype.
+
+    Returns:
+      The empty :class:`Partial`.
+    """
     zeros = jnp.zeros((n,), jnp.int32)
     return Partial(
         jnp.zeros((n, width), dtype), jnp.full((n,), NEG, dtype), zeros, zeros
@@ -536,7 +686,17 @@ def empty_partial(n: int, width: int, dtype: Any) -> Partial:
 
 
 def combine(a: Partial, b: Partial) -> Partial:
-    """Merge partials over disjoint column sets: rescale both to the larger shift and add."""
+    """Merge partials over disjoint column sets.
+
+    Rescale both to the larger shift and add.
+
+    Args:
+      a: a :class:`Partial` of some rows.
+      b: a :class:`Partial` of the same rows over other columns.
+
+    Returns:
+      The :class:`Partial` over the columns of both.
+    """
     m = jnp.maximum(a.m, b.m)
     sums = a.sums * jnp.exp(a.m - m)[:, None] + b.sums * jnp.exp(b.m - m)[:, None]
     return Partial(sums, m, a.n_r2 + b.n_r2, a.n_ball + b.n_ball)
@@ -578,9 +738,10 @@ def _count(mask: Array, dtype: Any) -> Array:
 class ColumnWeights(NamedTuple):
     """What the overflow rule needs of a column tile (module docstring).
 
-    shared: () bool, the tile's log weights spread by at most ``max_spread``.
-    top: () the largest log weight ``max_j log s_j``.
-    lift: (C, d+1) ``exp(log s_j - top) [x̃_j, 1]``: the columns' force
+    Attributes:
+      shared: () bool, the tile's log weights spread by at most ``max_spread``.
+      top: () the largest log weight ``max_j log s_j``.
+      lift: (C, d+1) ``exp(log s_j - top) [x̃_j, 1]``: the columns' force
         operand under the shared shift (an exp per column).
     """
 
@@ -590,7 +751,17 @@ class ColumnWeights(NamedTuple):
 
 
 def column_weights(cols: Prepared, spec: TileSpec) -> ColumnWeights:
-    """The :class:`ColumnWeights` of a column tile (O(C d); computed once when the columns are fixed)."""
+    """The :class:`ColumnWeights` of a column tile.
+
+    O(C d); computed once when the columns are fixed.
+
+    Args:
+      cols: the :class:`Prepared` column tile (C particles).
+      spec: the :class:`TileSpec`.
+
+    Returns:
+      The tile's :class:`ColumnWeights`.
+    """
     top = jnp.max(cols.log_s)
     low = jnp.min(jnp.where(cols.log_s > NEG, cols.log_s, top))
     return ColumnWeights(
@@ -605,16 +776,29 @@ def tile_partial_with(
     spec: TileSpec,
     one_shift: bool,
 ) -> Partial:
-    """:func:`tile_partial` with the rule's decision made: the tile's shared shift, or a shift per row.
+    """:func:`tile_partial` with the rule's decision made.
 
-    For a caller that folds many row tiles against one column set and
-    decides once (``weights.shared``) outside its loop.
+    The tile's shared shift, or a shift per row. For a caller that folds many
+    row tiles against one column set and decides once (``weights.shared``)
+    outside its loop.
+
+    Args:
+      rows: the :class:`Prepared` row tile (B particles).
+      cols: the :class:`Prepared` column tile (C particles).
+      weights: :func:`column_weights` of ``cols``.
+      spec: the :class:`TileSpec`.
+      one_shift: use the tile's shared shift (else a shift per row).
+
+    Returns:
+      The tile's :class:`Partial` over the ``B`` rows.
     """
     dtype = rows.f.dtype
     d2, coincident = squared_distances(rows.x, rows.sq_x, cols.x, cols.sq_x, spec)
     in_ball = d2 <= rows.thr_x[:, None]
-    near = in_ball | coincident  # counted (the diagonal among them)
-    use = in_ball & ~coincident  # summed: 1/|x_j - x_i|² needs a distance
+    # counted (the diagonal among them)
+    near = in_ball | coincident
+    # summed: 1/|x_j - x_i|² needs a distance
+    use = in_ball & ~coincident
     if rows.w is None:
         n_r2 = jnp.zeros(rows.f.shape, jnp.int32)
     else:
@@ -636,7 +820,8 @@ def tile_partial_with(
         sums = jnp.dot(
             g * jnp.exp(log_s - m[:, None]), cols.x1, precision=spec.precision
         )
-    m = jnp.where(jnp.max(jnp.abs(sums), axis=1) == 0, NEG, m)  # took nothing: no shift
+    # took nothing: no shift
+    m = jnp.where(jnp.max(jnp.abs(sums), axis=1) == 0, NEG, m)
     return Partial(sums, m, n_r2, _count(near, dtype))
 
 
@@ -650,6 +835,15 @@ def tile_partial(
     ``weights``: :func:`column_weights` of ``cols`` if already computed. The
     overflow rule picks one of two versions of the whole tile, so that each
     fuses into one pass over the pairs.
+
+    Args:
+      rows: the :class:`Prepared` row tile (B particles).
+      cols: the :class:`Prepared` column tile (C particles).
+      spec: the :class:`TileSpec`.
+      weights: :func:`column_weights` of ``cols``, or ``None`` (computed here).
+
+    Returns:
+      The tile's :class:`Partial` over the ``B`` rows.
     """
     weights = column_weights(cols, spec) if weights is None else weights
     one_shift = functools.partial(tile_partial_with, spec=spec, one_shift=True)
@@ -660,39 +854,75 @@ def tile_partial(
 def tile_update(
     acc: Partial, rows: Prepared, cols: Prepared, spec: TileSpec
 ) -> Partial:
-    """One fold step: ``combine(acc, tile_partial(rows, cols, spec))``."""
+    """One fold step: ``combine(acc, tile_partial(rows, cols, spec))``.
+
+    Args:
+      acc: the :class:`Partial` of ``rows`` so far.
+      rows: the :class:`Prepared` row tile.
+      cols: the :class:`Prepared` column tile.
+      spec: the :class:`TileSpec`.
+
+    Returns:
+      The :class:`Partial` of ``rows`` with ``cols`` added.
+    """
     return combine(acc, tile_partial(rows, cols, spec))
 
 
 def count_update(
     acc: Partial, rows: Prepared, cols: Prepared, spec: TileSpec
 ) -> Partial:
-    """A fold step over a tile whose x-boxes are apart (:func:`~.sparsity.tile_kinds` ``COUNT``): only ``n_r2`` grows.
+    """A fold step over a tile whose x-boxes are apart: only ``n_r2`` grows.
 
-    No pair of such a tile is within η, so it adds nothing to the sums or to
-    ``n_ball``; its R2 count is that of :func:`tile_partial` (the same
-    distances and comparisons), at the cost of the w distances alone.
+    A :func:`~.sparsity.tile_kinds` ``COUNT`` tile. No pair of such a tile is
+    within η, so it adds nothing to the sums or to ``n_ball``; its R2 count is
+    that of :func:`tile_partial` (the same distances and comparisons), at the
+    cost of the w distances alone.
+
+    Args:
+      acc: the :class:`Partial` of ``rows`` so far.
+      rows: the :class:`Prepared` row tile (with ``w``).
+      cols: the :class:`Prepared` column tile (with ``w``).
+      spec: the :class:`TileSpec`.
+
+    Returns:
+      ``acc`` with the tile's R2 counts added to ``n_r2``.
     """
     return acc._replace(n_r2=acc.n_r2 + r2_counts(rows, cols, spec))
 
 
 def r2_counts(rows: Prepared, cols: Prepared, spec: TileSpec) -> Array:
-    """(B,) int32 ``#{j in cols : |w_j - w_i| <= R2}`` per row, as :func:`tile_partial` counts them."""
+    """``#{j in cols : |w_j - w_i| <= R2}`` per row, as :func:`tile_partial` counts.
+
+    Args:
+      rows: the :class:`Prepared` row tile (B particles, with ``w``).
+      cols: the :class:`Prepared` column tile (with ``w``).
+      spec: the :class:`TileSpec`.
+
+    Returns:
+      A ``(B,)`` int32 array.
+    """
     dw2, w_coincident = squared_distances(rows.w, rows.sq_w, cols.w, cols.sq_w, spec)
     return _count((dw2 <= rows.thr_w[:, None]) | w_coincident, rows.f.dtype)
 
 
 def finish(p: Partial, rows: Prepared, n_total: int) -> PairwiseForce:
-    """:class:`PairwiseForce` of ``rows`` from their partial over all ``n_total`` particles.
+    """:class:`PairwiseForce` of ``rows`` from their partial over all particles.
 
     ``force_sum = exp(m) (Σ_j W_ij x̃_j - (Σ_j W_ij) x̃_i)``, with ``exp(m)``
     applied as ``exp(m/2)²`` and an exact 0 kept 0 (not ``0 · inf``); the
     diagonal, counted as coincident, is subtracted from the counts.
+
+    Args:
+      p: the :class:`Partial` of ``rows`` over all particles.
+      rows: the :class:`Prepared` rows.
+      n_total: the number of particles (``N``; ``n_r2 = N - 1`` without ``w``).
+
+    Returns:
+      The rows' :class:`PairwiseForce`.
     """
     d = rows.x.shape[1]
-    total = (
-        p.sums[:, :d] - p.sums[:, d : d + 1] * rows.x
-    )  # 0 on invalid rows (no pair used), dropped below
+    # 0 on invalid rows (no pair used), dropped below
+    total = p.sums[:, :d] - p.sums[:, d : d + 1] * rows.x
     half = jnp.exp(0.5 * p.m)[:, None]
     force = jnp.where((total == 0) | ~rows.valid[:, None], 0, total * half * half)
     n_ball = jnp.where(rows.valid, p.n_ball - 1, 0)

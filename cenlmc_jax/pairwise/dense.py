@@ -2,8 +2,9 @@
 
 The pair sums of docs/algorithms.md §2-4 (see :mod:`.algebra`),
 
-    force_sum_i = Σ_{j≠i} W_ij (x_j - x_i), W_ij = exp(log α_d - log p_j) (f_j - f_i) /
-    |x_j - x_i|² · 1[|x_j - x_i| ≤ η] · 1[|w_j - w_i| ≤ R2],
+    force_sum_i = Σ_{j≠i} W_ij (x_j - x_i),
+    W_ij = exp(log α_d - log p_j) (f_j - f_i) / |x_j - x_i|²
+           · 1[|x_j - x_i| ≤ η] · 1[|w_j - w_i| ≤ R2],
 
 written out directly, without the blockwise reduction:
 
@@ -89,11 +90,25 @@ def ensemble_force_dense(
     r2: ArrayLike | None = None,
     precision: Any = None,
 ) -> PairwiseForce:
-    """The pair sums by the N x N direct-difference reference (``x: (N, d)``, ``f, log_p: (N,)``).
+    """The pair sums by the N x N direct-difference reference.
 
-    ``w: (N, d)`` and ``r2`` both or neither; ``precision`` of the final
-    contraction (None: HIGHEST). Jittable; ``eta`` and ``r2`` may be traced.
-    Returns :class:`~.algebra.PairwiseForce` in the promoted floating dtype.
+    Jittable; ``eta`` and ``r2`` may be traced.
+
+    Args:
+      x: particle positions, shape ``(N, d)``.
+      f: potential values, shape ``(N,)``.
+      log_p: proposal log densities, shape ``(N,)``.
+      eta: the ball radius ``η > 0``.
+      w: CEnLMC's deterministic parts, shape ``(N, d)``, or ``None``; with
+        ``r2``, both or neither.
+      r2: the R2 radius ``>= 0``, or ``None``.
+      precision: of the final contraction (None: HIGHEST).
+
+    Returns:
+      :class:`~.algebra.PairwiseForce` in the promoted floating dtype.
+
+    Raises:
+      ValueError: the checks of :func:`~.algebra.check_pair_inputs`.
     """
     x, f, log_p, w = check_pair_inputs(x, f, log_p, eta, w, r2)
     dtype = x.dtype
@@ -123,7 +138,23 @@ def ensemble_force_reference_numpy(
     the JAX versions: non-finite rows contribute nothing and get 0 force and
     ``n_ball = 0``; ``n_r2`` is ``N-1`` without ``w`` and 0 for non-finite
     ``w`` rows; exactly coincident pairs (``x_j == x_i``) contribute 0 but
-    count as neighbours. Returns NumPy arrays (float64 force, int32 counts).
+    count as neighbours.
+
+    Args:
+      x: particle positions, shape ``(N, d)``.
+      f: potential values, shape ``(N,)``.
+      log_p: proposal log densities, shape ``(N,)``.
+      eta: the ball radius ``η > 0``.
+      w: CEnLMC's deterministic parts, shape ``(N, d)``, or ``None``.
+      r2: the R2 radius ``>= 0``; required with ``w``.
+
+    Returns:
+      :class:`~.algebra.PairwiseForce` of NumPy arrays (float64 force, int32
+      counts).
+
+    Raises:
+      ValueError: ``f`` or ``log_p`` not of shape ``(N,)``, ``eta`` not positive,
+        or ``w`` without a non-negative ``r2``.
     """
     x = np.asarray(x, np.float64)
     f = np.asarray(f, np.float64)

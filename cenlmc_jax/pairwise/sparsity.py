@@ -69,12 +69,13 @@ __all__ = [
 #: coordinates beyond): 30 // 5 = 6 bits each in a 30-bit Hilbert index.
 SPATIAL_KEY_MAX_D = 5
 _KEY_BITS = 30
-#: Tile kinds of :func:`tile_kinds`: the whole tile update; the R2 count only; nothing.
+#: Tile kinds of :func:`tile_kinds`: the whole tile update; the R2 count only;
+#: nothing.
 FULL, COUNT, SKIP = 0, 1, 2
 
 
 def hilbert_key(q: Array, bits: int) -> Array:
-    """Hilbert-curve index (int32) of the grid cells ``q: (n, k)`` (int32 in ``[0, 2^bits)``, ``k * bits <= 30``).
+    """Hilbert-curve index (int32) of the grid cells ``q: (n, k)``.
 
     Skilling's transpose algorithm ("Programming the Hilbert curve", AIP
     Conf. Proc. 707, 2004), vectorised over the rows: undo the excess work
@@ -82,6 +83,14 @@ def hilbert_key(q: Array, bits: int) -> Array:
     the bits (most significant level first, coordinate 0 first). Consecutive
     indices are adjacent cells, so a run of them is a compact cloud (a
     Z-order run can jump across the domain).
+
+    Args:
+      q: the cells' integer coordinates, shape ``(n, k)``, int32 in
+        ``[0, 2^bits)``.
+      bits: the bits per coordinate, ``k * bits <= 30``.
+
+    Returns:
+      The ``(n,)`` int32 Hilbert indices.
     """
     k = q.shape[1]
     x = [q[:, j] for j in range(k)]
@@ -111,7 +120,7 @@ def hilbert_key(q: Array, bits: int) -> Array:
 
 
 def spatial_order(v: Array, ok: Array) -> Array:
-    """Permutation ``(n,)`` sorting the rows of ``v: (n, d)`` along a Hilbert curve, rows not ``ok`` last.
+    """Permutation sorting the rows of ``v`` along a Hilbert curve, rows not ok last.
 
     Key coordinates: ``v`` itself for ``d <= SPATIAL_KEY_MAX_D``, else its
     projections on the ``SPATIAL_KEY_MAX_D`` leading principal axes of the ok
@@ -119,13 +128,21 @@ def spatial_order(v: Array, ok: Array) -> Array:
     cells over the ok rows' range, ``b = 30 // (key dimensions)``, and
     ordered by :func:`hilbert_key`; ties keep the input order. Only the
     speed of a block-sparse sum depends on the order, never its result.
+
+    Args:
+      v: the rows, shape ``(n, d)``.
+      ok: which rows take part, shape ``(n,)`` bool.
+
+    Returns:
+      The ``(n,)`` int32 permutation.
     """
     dtype = v.dtype
     v = jnp.where(ok[:, None], v, 0)
     if v.shape[1] > SPATIAL_KEY_MAX_D:
         count = jnp.maximum(jnp.sum(ok, dtype=dtype), 1)
         c = jnp.where(ok[:, None], v - jnp.sum(v, axis=0) / count, 0)
-        _, axes = jnp.linalg.eigh(c.T @ c / count)  # ascending eigenvalues
+        # ascending eigenvalues
+        _, axes = jnp.linalg.eigh(c.T @ c / count)
         v = c @ axes[:, ::-1][:, :SPATIAL_KEY_MAX_D]
     k = v.shape[1]
     bits = _KEY_BITS // k
@@ -139,11 +156,20 @@ def spatial_order(v: Array, ok: Array) -> Array:
 
 
 def sort_spatially(p: Prepared) -> tuple[Array, Prepared]:
-    """``(perm, p[perm])``: the particles in the Hilbert order of ``w`` (of ``x`` without ``w``).
+    """``(perm, p[perm])``: the particles in the Hilbert order of ``w``.
+
+    Of ``x`` without ``w``.
 
     ``w`` orders them when it is given: every R2-neighbour pair must be
     visited for ``n_r2``, so the w-boxes decide which tiles are skipped,
     and ``x`` stays close to ``w`` (``x = w + sqrt(2h) ξ``).
+
+    Args:
+      p: the :class:`~.algebra.Prepared` particles.
+
+    Returns:
+      ``(perm, p[perm])``: the ``(n,)`` int32 permutation and the permuted
+      :class:`~.algebra.Prepared`.
     """
     v, ok = (p.x, p.valid) if p.w is None else (p.w, p.valid_w)
     perm = spatial_order(v, ok)
@@ -151,18 +177,30 @@ def sort_spatially(p: Prepared) -> tuple[Array, Prepared]:
 
 
 def unsort(out: PairwiseForce, perm: Array) -> PairwiseForce:
-    """The rows of ``out`` (computed for ``p[perm]``) back in the input order."""
+    """The rows of ``out`` (computed for ``p[perm]``) back in the input order.
+
+    Args:
+      out: the :class:`~.algebra.PairwiseForce` of the permuted particles.
+      perm: the permutation of :func:`sort_spatially`, shape ``(n,)``.
+
+    Returns:
+      The :class:`~.algebra.PairwiseForce` in the input order.
+    """
     return PairwiseForce(*(jnp.zeros_like(a).at[perm].set(a) for a in out))
 
 
 class TileBoxes(NamedTuple):
-    """Axis-aligned bounding boxes of tiles of consecutive particles, coordinate-major.
+    """Axis-aligned bounding boxes of tiles of consecutive particles.
 
-    lo, hi: (d, t) coordinate-wise min / max over the tile's particles not
-        at the far point (the valid ones); ``+inf`` / ``-inf`` for a tile without any.
-    sq: (t,) the largest ``|ṽ|²`` in the tile (0 if none): bounds the Gram
+    Coordinate-major. Any trailing shape broadcasts in place of ``t`` (one tile:
+    ``(d,)``, ``()``).
+
+    Attributes:
+      lo: (d, t) coordinate-wise min over the tile's particles not at the far
+        point (the valid ones); ``+inf`` for a tile without any.
+      hi: (d, t) coordinate-wise max over them; ``-inf`` for a tile without any.
+      sq: (t,) the largest ``|ṽ|²`` in the tile (0 if none): bounds the Gram
         identity's rounding error.
-    Any trailing shape broadcasts in place of ``t`` (one tile: ``(d,)``, ``()``).
     """
 
     lo: Array
@@ -171,10 +209,18 @@ class TileBoxes(NamedTuple):
 
 
 def tile_boxes(v: Array, sq: Array, size: int) -> TileBoxes:
-    """The :class:`TileBoxes` of the tiles of ``size`` consecutive rows of ``v: (n, d)``.
+    """The :class:`TileBoxes` of the tiles of ``size`` consecutive rows of ``v``.
 
-    Rows at the far point (invalid particles, :func:`~.algebra.far_point`) belong to no
-    box; ``n`` is a multiple of ``size``.
+    Rows at the far point (invalid particles, :func:`~.algebra.far_point`)
+    belong to no box.
+
+    Args:
+      v: the centred positions, shape ``(n, d)``.
+      sq: their squared norms, shape ``(n,)``.
+      size: the rows per tile; ``n`` is a multiple of it.
+
+    Returns:
+      The :class:`TileBoxes` of the ``n // size`` tiles.
     """
     n, d = v.shape
     far = jnp.all(v == far_rows(1, d, v.dtype), axis=1).reshape(n // size, size)
@@ -187,10 +233,18 @@ def tile_boxes(v: Array, sq: Array, size: int) -> TileBoxes:
 
 
 def box_gap2(a: TileBoxes, b: TileBoxes) -> Array:
-    """Squared minimum distance between boxes ``a`` and ``b`` (trailing shapes broadcast); ``inf`` if one is empty.
+    """Squared minimum distance between boxes ``a`` and ``b``.
 
-    Per coordinate the gap is ``max(0, lo_b - hi_a, lo_a - hi_b)``; summed
-    one coordinate at a time (a fused pass over the tile pairs).
+    Trailing shapes broadcast; ``inf`` if one is empty. Per coordinate the gap
+    is ``max(0, lo_b - hi_a, lo_a - hi_b)``; summed one coordinate at a time (a
+    fused pass over the tile pairs).
+
+    Args:
+      a: :class:`TileBoxes`.
+      b: :class:`TileBoxes` whose trailing shape broadcasts with ``a``'s.
+
+    Returns:
+      The squared gaps, in the broadcast trailing shape.
     """
     total = None
     for k in range(a.lo.shape[0]):
@@ -200,8 +254,9 @@ def box_gap2(a: TileBoxes, b: TileBoxes) -> Array:
 
 
 def tiles_apart(a: TileBoxes, b: TileBoxes, thr: Array, spec: TileSpec) -> Array:
-    """True where no pair of tiles ``a`` x ``b`` can pass ``d² <= thr`` (nor be coincident) in
-    :func:`~.algebra.tile_partial`.
+    """True where no pair of tiles ``a`` x ``b`` can pass ``d² <= thr``.
+
+    Nor be coincident, in :func:`~.algebra.tile_partial`.
 
     Conservative against the rounding of both computations: the box gap
     ``γ²`` (computed with relative error below ``(d+2)ε``) is shrunk by
@@ -210,6 +265,15 @@ def tiles_apart(a: TileBoxes, b: TileBoxes, thr: Array, spec: TileSpec) -> Array
     ``κ (|x̃_i|² + |x̃_j|²)`` and which counts ``d² <= κ t`` as coincident,
     ``2κ (sq_a + sq_b)`` is subtracted as well. So a tile pair is apart only
     if every computed ``d²`` in it exceeds ``thr`` and the coincidence bound.
+
+    Args:
+      a: :class:`TileBoxes` of the row tiles.
+      b: :class:`TileBoxes` of the column tiles (trailing shapes broadcast).
+      thr: the squared radius (``η²`` or ``R2²``).
+      spec: the :class:`~.algebra.TileSpec` of the kernel.
+
+    Returns:
+      A bool array in the broadcast trailing shape.
     """
     d = a.lo.shape[0]
     eps = float(jnp.finfo(a.lo.dtype).eps)
@@ -228,13 +292,25 @@ def tile_kinds(
     cols_w: TileBoxes | None = None,
     thr_w: Array | None = None,
 ) -> Array:
-    """What a row tile needs of each column tile: int32 ``FULL``, ``COUNT`` or ``SKIP`` (broadcast shapes).
+    """What a row tile needs of each column tile: ``FULL``, ``COUNT`` or ``SKIP``.
 
-    ``FULL`` where a pair may pass both masks (the whole :func:`~.algebra.tile_update`);
-    with ``w``, ``COUNT`` where the x-boxes are apart but the w-boxes are not:
-    ``n_r2`` counts w-neighbours over every particle, so such a tile still
-    adds to it (:func:`~.algebra.count_update`); ``SKIP`` where the w-boxes are apart
-    (without ``w``: where the x-boxes are).
+    ``FULL`` where a pair may pass both masks (the whole
+    :func:`~.algebra.tile_update`); with ``w``, ``COUNT`` where the x-boxes are
+    apart but the w-boxes are not: ``n_r2`` counts w-neighbours over every
+    particle, so such a tile still adds to it (:func:`~.algebra.count_update`);
+    ``SKIP`` where the w-boxes are apart (without ``w``: where the x-boxes are).
+
+    Args:
+      rows_x: :class:`TileBoxes` of the row tiles in x.
+      cols_x: :class:`TileBoxes` of the column tiles in x.
+      thr_x: ``η²``.
+      spec: the :class:`~.algebra.TileSpec` of the kernel.
+      rows_w: :class:`TileBoxes` of the row tiles in w, or ``None``.
+      cols_w: :class:`TileBoxes` of the column tiles in w, or ``None``.
+      thr_w: ``R2²``, or ``None``.
+
+    Returns:
+      An int32 array of tile kinds in the broadcast shape.
     """
     x_apart = tiles_apart(rows_x, cols_x, thr_x, spec)
     if rows_w is None:
@@ -244,11 +320,20 @@ def tile_kinds(
 
 
 def tile_list(kinds: Array, capacity: int, fill: int) -> tuple[Array, Array, Array]:
-    """The column tiles a row tile visits: ``(list (capacity,) int32, n_full, n_count)``.
+    """The column tiles a row tile visits.
 
-    ``kinds: (t,)`` from :func:`tile_kinds`. The list holds the ``FULL`` tiles
-    in order, then the ``COUNT`` tiles, then ``fill``; entries beyond
-    ``capacity`` are dropped (the caller checks ``n_full + n_count <= capacity``).
+    The list holds the ``FULL`` tiles in order, then the ``COUNT`` tiles, then
+    ``fill``; entries beyond ``capacity`` are dropped (the caller checks
+    ``n_full + n_count <= capacity``).
+
+    Args:
+      kinds: the row tile's kinds, shape ``(t,)``, from :func:`tile_kinds`.
+      capacity: the length of the list.
+      fill: the entry that pads the list.
+
+    Returns:
+      ``(list, n_full, n_count)``: the ``(capacity,)`` int32 list of column
+      tiles and the int32 scalar numbers of ``FULL`` and ``COUNT`` tiles.
     """
     full, count = kinds == FULL, kinds == COUNT
     n_full = jnp.sum(full, dtype=jnp.int32)
