@@ -5,13 +5,17 @@ Every benchmark script does the same four things; they live here once:
     from _common import (base_parser, machine_info, time_call,
                          compiled_memory, sgemm_rate, write_results)
 
-    parser = base_parser("what this benchmark measures")   # --quick --repeats --out-dir
+    # --quick --repeats --out-dir
+    parser = base_parser("what this benchmark measures")
     args = parser.parse_args()
     fn = jax.jit(my_function)
-    t = time_call(fn, x, y, repeats=args.repeats)           # Timing: median_s, min_s, ...
-    mem = compiled_memory(my_function, x, y)                # dict: temp_bytes, ...
+    # Timing: median_s, min_s, ...
+    t = time_call(fn, x, y, repeats=args.repeats)
+    # dict: temp_bytes, ...
+    mem = compiled_memory(my_function, x, y)
+    # results/my_bench.{json,md}
     write_results("my_bench", payload, rows, columns=[...], out_dir=args.out_dir,
-                  title="...", notes=["..."])              # results/my_bench.{json,md}
+                  title="...", notes=["..."])
 
 Rules the helpers enforce so numbers are comparable across scripts:
 
@@ -184,7 +188,8 @@ def _block(out: Any) -> Any:
 def time_call(
     fn: Callable, *args: Any, repeats: int = 5, min_run_s: float = 0.0, **kwargs: Any
 ) -> Timing:
-    """Time ``fn(*args, **kwargs)``: one untimed-in-stats first call, then ``repeats`` runs.
+    """Time ``fn(*args, **kwargs)``: one untimed-in-stats first call, then ``repeats``
+    runs.
 
     Every run is blocked with ``jax.block_until_ready`` on all outputs. Pass a
     jitted ``fn`` to time the compiled program (the first call absorbs the
@@ -396,8 +401,9 @@ def write_results(
     md = [f"# {title or name}", ""]
     md.append(
         f"Machine: {info['platform']}, {info['processor'] or info['machine']}, "
-        f"{info['cpu_count']} CPUs (affinity {info['cpu_affinity']}), load {info['load_average_1_5_15']}, "
-        f"JAX {info['jax']} ({info['backend']}), {info['date_utc']}."
+        f"{info['cpu_count']} CPUs (affinity {info['cpu_affinity']}), load "
+        f"{info['load_average_1_5_15']}, JAX {info['jax']} ({info['backend']}), "
+        f"{info['date_utc']}."
     )
     md.append("")
     md.append(f"Reproduce: `{command}`")

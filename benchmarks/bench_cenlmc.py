@@ -1,4 +1,5 @@
-"""CEnLMC vs LMC: gradient evaluations, model evaluations and wall time at matched accuracy.
+"""CEnLMC vs LMC: gradient evaluations, model evaluations and wall time at matched
+accuracy.
 
 Both samplers run the same ensemble (N particles, step size h, same number of
 steps) on a Gaussian target wrapped as an **expensive model**:
@@ -50,7 +51,8 @@ from cenlmc_jax.pairwise import ensemble_force
 def expensive_model(
     base_logdensity, dim, *, model_iters, grad_cost, hidden, seed=0, delta=1e-2
 ):
-    """Wrap ``base_logdensity`` so a value costs 1 model solve and a gradient ``≈ grad_cost`` solves.
+    """Wrap ``base_logdensity`` so a value costs 1 model solve and a gradient ``≈
+    grad_cost`` solves.
 
     Returns ``(logdensity_fn, solves_per_grad)``.
     """
@@ -101,7 +103,8 @@ def expensive_model(
 
 
 def make_runner(step_fn, num_steps, thin):
-    """Jitted ``lax.scan`` over ``num_steps``: keep positions every ``thin`` steps and per-step infos."""
+    """Jitted ``lax.scan`` over ``num_steps``: keep positions every ``thin`` steps and
+    per-step infos."""
 
     def run(key, state):
         def one(state, t):
@@ -220,7 +223,8 @@ def bench_config(
 
 
 def cost_probe(model, dim, n, repeats):
-    """Per-call times of the model's value and gradient, and of one pair sum, at N particles."""
+    """Per-call times of the model's value and gradient, and of one pair sum, at N
+    particles."""
     x = jax.random.normal(jax.random.key(3), (n, dim))
     val = jax.jit(jax.vmap(model))
     grad = jax.jit(jax.vmap(jax.grad(model)))
@@ -356,8 +360,9 @@ def main():
         "wall_speedup_min",
     ]
     probe_txt = "; ".join(
-        f"d={q['d']}: value {q['value_s'] * 1e3:.2f} ms, gradient {q['grad_s'] * 1e3:.2f} ms "
-        f"(x{q['grad_over_value_time']:.1f}), pair sum {q['pair_sum_s'] * 1e3:.2f} ms for N={q['N']}"
+        f"d={q['d']}: value {q['value_s'] * 1e3:.2f} ms, gradient "
+        f"{q['grad_s'] * 1e3:.2f} ms (x{q['grad_over_value_time']:.1f}), pair sum "
+        f"{q['pair_sum_s'] * 1e3:.2f} ms for N={q['N']}"
         for q in probes
     )
     write_results(
@@ -368,15 +373,19 @@ def main():
         out_dir=args.out_dir,
         title="CEnLMC vs LMC with an expensive gradient",
         notes=[
-            "Expensive model: a value = 1 model solve, a gradient = finite differences over "
-            f"{args.grad_cost} solves (see the script's docstring). Measured per call at N particles: {probe_txt}.",
-            "grad_evals: gradients the algorithm needed; grad_evals_padded: computed (buffer padding); "
-            "model_solves = steps·N values + grad_cost·grad_evals_padded.",
-            "var_err_vs_target = max_k |Var x_k - 1|; var_err_vs_ula = max_k |Var x_k - 1/(1-h/2)| (ULA's exact "
-            "variance); var_se its standard error (per-particle time averages as independent); "
-            f"burn-in {burn_in} steps excluded.",
-            f"wall_s: median of {args.repeats} compiled runs (compilation excluded), wall_min_s their minimum; "
-            "taken on a shared, noisy machine: rerun on a quiet one.",
+            "Expensive model: a value = 1 model solve, a gradient = finite "
+            f"differences over {args.grad_cost} solves (see the script's docstring). "
+            f"Measured per call at N particles: {probe_txt}.",
+            "grad_evals: gradients the algorithm needed; grad_evals_padded: computed "
+            "(buffer padding); model_solves = steps·N values + "
+            "grad_cost·grad_evals_padded.",
+            "var_err_vs_target = max_k |Var x_k - 1|; var_err_vs_ula = max_k |Var x_k "
+            "- 1/(1-h/2)| (ULA's exact variance); var_se its standard error "
+            f"(per-particle time averages as independent); burn-in {burn_in} steps "
+            "excluded.",
+            f"wall_s: median of {args.repeats} compiled runs (compilation excluded), "
+            "wall_min_s their minimum; taken on a shared, noisy machine: rerun on a "
+            "quiet one.",
             "grad_saving, solve_saving, wall_speedup(_min): LMC / CEnLMC.",
         ],
     )

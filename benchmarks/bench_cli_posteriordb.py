@@ -1,4 +1,5 @@
-"""``cenlmc-jax sample --sampler lmc | cenlmc`` on raw-scale posteriordb models, as a user runs it (issue 18).
+"""``cenlmc-jax sample --sampler lmc | cenlmc`` on raw-scale posteriordb models, as a
+user runs it (issue 18).
 
 For kidiq, garch11 and earnings, the model files
 ``examples/posteriordb/{kidiq,garch11,earnings}.py`` (written
@@ -76,7 +77,8 @@ def command(model: str, sampler: str, data_dir: Path, out: Path) -> list:
 
 
 def judge(post, draws: np.ndarray) -> list:
-    """Per reference quantity: mean, sd, MCSE and pass/fail; ``draws`` chains-first ``(N, T, d)``, unconstrained."""
+    """Per reference quantity: mean, sd, MCSE and pass/fail; ``draws`` chains-first
+    ``(N, T, d)``, unconstrained."""
     z = np.asarray(
         jax.vmap(jax.vmap(post.constrain_array))(draws.astype(np.float64)), np.float64
     )
@@ -240,9 +242,9 @@ def main():
         )
         for p in r.get("params", []):
             details.append(
-                f"  {r['model']}/{r['sampler']} {p['name']}: mean {p['mean']:.5g} (ref {p['ref_mean']:.5g}, "
-                f"MCSE {p['mcse']:.2g}), sd {p['sd']:.4g} (ref {p['ref_sd']:.4g}): "
-                f"{'pass' if p['passed'] else 'FAIL'}"
+                f"  {r['model']}/{r['sampler']} {p['name']}: mean {p['mean']:.5g} (ref "
+                f"{p['ref_mean']:.5g}, MCSE {p['mcse']:.2g}), sd {p['sd']:.4g} (ref "
+                f"{p['ref_sd']:.4g}): {'pass' if p['passed'] else 'FAIL'}"
             )
     cols = [
         "model",
@@ -270,17 +272,20 @@ def main():
         columns=cols,
         md_rows=md_rows(rows),
         out_dir=args.out_dir,
-        title="cenlmc-jax sample --sampler lmc / cenlmc on raw-scale posteriordb model files, no tuning flag",
+        title="cenlmc-jax sample --sampler lmc / cenlmc on raw-scale posteriordb model "
+        "files, no tuning flag",
         notes=[
-            "pass: exit 0 and every reference quantity's mean within 0.1 ref_sd + 3 MCSE and sd within "
-            "10%; flagged: exit 1 (UNRELIABLE); silently wrong: exit 0 and a quantity fails.",
-            "mean_err = max |mean - ref| / ref_sd; sd_err = max |sd / ref_sd - 1|; h and curvature: "
-            "the warm-up's step size and whitened curvature (run.json parameters); relaxation: its "
-            "measured steps per e-fold, which set steps (jobs.default_steps: max(1000, 76 relaxation)); "
-            "max_rhat: the summary's largest rank-normalised split R-hat over all particles (the "
-            "verdict's check uses 64 of them, threshold 1.1).",
-            "wall_s: the whole command, one run each (import, compilation, warm-up, sampling, "
-            "outputs) on a shared machine.",
+            "pass: exit 0 and every reference quantity's mean within 0.1 ref_sd + 3 "
+            "MCSE and sd within 10%; flagged: exit 1 (UNRELIABLE); silently wrong: "
+            "exit 0 and a quantity fails.",
+            "mean_err = max |mean - ref| / ref_sd; sd_err = max |sd / ref_sd - 1|; h "
+            "and curvature: the warm-up's step size and whitened curvature (run.json "
+            "parameters); relaxation: its measured steps per e-fold, which set steps "
+            "(jobs.default_steps: max(1000, 76 relaxation)); max_rhat: the summary's "
+            "largest rank-normalised split R-hat over all particles (the verdict's "
+            "check uses 64 of them, threshold 1.1).",
+            "wall_s: the whole command, one run each (import, compilation, warm-up, "
+            "sampling, outputs) on a shared machine.",
             *details,
         ],
     )

@@ -1,4 +1,5 @@
-"""The audit's drift bias against the measured variance error: does the audit see a systematic force error?
+"""The audit's drift bias against the measured variance error: does the audit see a
+systematic force error?
 
 Issue 17 ("an audit that measures a systematic gradient bias"). The audit's
 variance inflation (``info.audit_variance_inflation``) is second order in the
@@ -211,20 +212,22 @@ def main() -> int:
         "wall_s",
     ]
     notes = [
-        f"N = {n}, h = {H}, {burn_in} burn-in + {steps} kept steps from exact draws; seeds 0 (start), 1 (run), "
-        "7 (banana reference). Total "
-        f"{total:.0f} s.",
+        f"N = {n}, h = {H}, {burn_in} burn-in + {steps} kept steps from exact draws; "
+        f"seeds 0 (start), 1 (run), 7 (banana reference). Total {total:.0f} s.",
         "References: "
         + "; ".join(f"{k}: {why}" for k, (_, _, why) in refs.items())
         + ".",
-        "variance_error: mean over coordinates of E x_k^2 / ref_k - 1 (per-particle time averages over the kept "
-        "steps), mcse: their sd / sqrt(N) (plus the reference's, in quadrature).",
-        "audit_inflation v, audit_drift_bias β: means over the kept steps; predicted_error = v - β (noise inflates the "
-        "variance by v; a force (1 + b)∇f at fraction φ gives β = φ b and scales the variance by 1/(1 + β)).",
-        "z_vs_prediction = (variance_error - predicted_error) / mcse; z_vs_inflation_only: the same against v alone "
-        "(the audit before the drift bias).",
-        "biased: info.biased on a kept step (v > 0.06 or |β| > 0.06 after 200 steps); warned_biased: cj.sample's "
-        "warning was raised.",
+        "variance_error: mean over coordinates of E x_k^2 / ref_k - 1 (per-particle "
+        "time averages over the kept steps), mcse: their sd / sqrt(N) (plus the "
+        "reference's, in quadrature).",
+        "audit_inflation v, audit_drift_bias β: means over the kept steps; "
+        "predicted_error = v - β (noise inflates the variance by v; a force (1 + b)∇f "
+        "at fraction φ gives β = φ b and scales the variance by 1/(1 + β)).",
+        "z_vs_prediction = (variance_error - predicted_error) / mcse; "
+        "z_vs_inflation_only: the same against v alone (the audit before the drift "
+        "bias).",
+        "biased: info.biased on a kept step (v > 0.06 or |β| > 0.06 after 200 steps); "
+        "warned_biased: cj.sample's warning was raised.",
     ]
     write_results(
         "drift_bias",

@@ -123,13 +123,16 @@ def main() -> int:
         out_dir=args.out_dir,
         title="CEnLMC: ensemble fraction against accuracy (2-D Gaussian)",
         notes=[
-            f"N = {n}, h = {h}, {steps} steps after {burn_in} burn-in, eta = R2 = {base.eta:.3f}, "
-            f"N* = {base.n_star}, M_f = {base.m_f:.2f}; ULA's exact variance {ula:.4f}.",
+            f"N = {n}, h = {h}, {steps} steps after {burn_in} burn-in, eta = R2 = "
+            f"{base.eta:.3f}, N* = {base.n_star}, M_f = {base.m_f:.2f}; ULA's exact "
+            f"variance {ula:.4f}.",
             "grad_saving: 1 / (1 - fraction), gradients of LMC per gradient of CEnLMC.",
-            "audit_noise_error: median drift error per step in Langevin noise lengths sqrt(2hd).",
-            "audit_variance_inflation: the audit's estimate of the relative variance inflation by the "
-            "ensemble noise (mean over kept steps); compare relative_variance_error = variance / ULA's "
-            "- 1. audit_biased: info.biased on a kept step (running estimate > 0.06).",
+            "audit_noise_error: median drift error per step in Langevin noise lengths "
+            "sqrt(2hd).",
+            "audit_variance_inflation: the audit's estimate of the relative variance "
+            "inflation by the ensemble noise (mean over kept steps); compare "
+            "relative_variance_error = variance / ULA's - 1. audit_biased: info.biased "
+            "on a kept step (running estimate > 0.06).",
         ],
     )
     return 0

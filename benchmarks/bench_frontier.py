@@ -1,4 +1,5 @@
-"""The frontier, measured: CEnLMC's ensemble fraction against its audited variance inflation, both estimators.
+"""The frontier, measured: CEnLMC's ensemble fraction against its audited variance
+inflation, both estimators.
 
 Issue 17 item 4. For each target, dimension and ensemble estimator, a sweep of
 settings that move along the frontier (more particles using the ensemble force
@@ -136,7 +137,8 @@ def _target(name, d):
 
 
 def _step_size(name, tgt, x0):
-    """h = 0.05 on the Gaussians; the library's suggestion on the banana (curvature at the start draws)."""
+    """h = 0.05 on the Gaussians; the library's suggestion on the banana (curvature at
+    the start draws)."""
     if name == "gaussian":
         return H_GAUSS, "fixed (whitened scale)"
     grad = jax.grad(tgt.logdensity_fn)
@@ -146,7 +148,8 @@ def _step_size(name, tgt, x0):
     h = cj.adaptation.langevin_step_size(curv)
     return (
         h,
-        f"langevin_step_size(max_curvature at the {x0.shape[0]} start draws = {curv:.3g})",
+        f"langevin_step_size(max_curvature at the {x0.shape[0]} start draws = "
+        f"{curv:.3g})",
     )
 
 
@@ -157,7 +160,8 @@ def _per_particle_m2(res):
 
 
 def _relative(per, ref):
-    """Per-particle relative second moment, averaged over coordinates: (N,) of mean_k m2_ik / ref_k - 1."""
+    """Per-particle relative second moment, averaged over coordinates: (N,) of mean_k
+    m2_ik / ref_k - 1."""
     return (per / ref[None, :]).mean(axis=1) - 1.0
 
 
@@ -220,8 +224,8 @@ def _reference(name, tgt, x0, h, steps, burn_in, copies):
         ref,
         se,
         (
-            f"LMC at the same h, same start x {copies} copies ({xs.shape[0]} chains), same window "
-            f"({wall:.0f} s): E x^2 = {np.round(ref, 4).tolist()}"
+            f"LMC at the same h, same start x {copies} copies ({xs.shape[0]} chains), "
+            f"same window ({wall:.0f} s): E x^2 = {np.round(ref, 4).tolist()}"
         ),
     )
 
@@ -253,7 +257,8 @@ def main() -> int:
         nargs="+",
         choices=("sir", "darcy"),
         default=None,
-        help="the inverse problems (writes frontier_inverse); default: the Gaussian / banana plan",
+        help="the inverse problems (writes frontier_inverse); default: the Gaussian / "
+        "banana plan",
     )
     args = parser.parse_args()
     if args.targets:
@@ -368,13 +373,15 @@ def main() -> int:
         columns=cols,
         out_dir=args.out_dir,
         notes=notes,
-        title="CEnLMC's frontier: ensemble fraction against audited variance inflation (issue 17)",
+        title="CEnLMC's frontier: ensemble fraction against audited variance inflation "
+        "(issue 17)",
     )
     return 0
 
 
 def _summary(rows):
-    """Per (target, d, estimator): the largest fraction with inflation <= budget and |z_vs_inflation| <= 3."""
+    """Per (target, d, estimator): the largest fraction with inflation <= budget and
+    |z_vs_inflation| <= 3."""
     out = []
     seen = []
     for r in rows:
@@ -422,43 +429,47 @@ def _summary(rows):
 
 def _notes(n, steps, burn_in, refs, summary, total):
     notes = [
-        f"N = {n} (least_squares_quadratic at d = 2: N = {n // QUADRATIC_N_DIVISOR[2]}, its per-step cost is ~4x "
-        f"the linear fit's), {steps} kept steps after {burn_in} burn-in, full size; seeds fixed (start key 0, "
-        f"chain key 1, reference key 7). Total wall {total:.0f} s on a shared 2-core machine (nice 10).",
-        "paper: eta, R2, N*, M_f from suggest_cenlmc_params(d, h, num_particles=N); sweep = R1 pass probability. "
-        "least_squares*: sweep = eta / suggested eta, R1 = 10, R2 = 100, N* = 1, M_f = inf (only the fit refuses).",
-        "variance_error: mean over coordinates of E x_k^2 / reference_k - 1 over the kept steps; mcse over the N "
-        "per-particle time averages (plus the reference's MCSE in quadrature); z = error / mcse; "
-        "z_vs_inflation = (error - audit_inflation) / mcse.",
-        "audit_inflation: mean of info.audit_variance_inflation over kept steps; biased: info.biased on a kept step.",
-        "warned: the library's warnings in the run (biased: the audit's flag; low_fraction: fraction < 5%; rhat / ess: "
-        "ConvergenceWarning; "
-        "full texts in frontier.json).",
+        f"N = {n} (least_squares_quadratic at d = 2: N = "
+        f"{n // QUADRATIC_N_DIVISOR[2]}, its per-step cost is ~4x the linear fit's), "
+        f"{steps} kept steps after {burn_in} burn-in, full size; seeds fixed (start "
+        f"key 0, chain key 1, reference key 7). Total wall {total:.0f} s on a shared "
+        "2-core machine (nice 10).",
+        "paper: eta, R2, N*, M_f from suggest_cenlmc_params(d, h, num_particles=N); "
+        "sweep = R1 pass probability. least_squares*: sweep = eta / suggested eta, R1 "
+        "= 10, R2 = 100, N* = 1, M_f = inf (only the fit refuses).",
+        "variance_error: mean over coordinates of E x_k^2 / reference_k - 1 over the "
+        "kept steps; mcse over the N per-particle time averages (plus the reference's "
+        "MCSE in quadrature); z = error / mcse; z_vs_inflation = (error - "
+        "audit_inflation) / mcse.",
+        "audit_inflation: mean of info.audit_variance_inflation over kept steps; "
+        "biased: info.biased on a kept step.",
+        "warned: the library's warnings in the run (biased: the audit's flag; "
+        "low_fraction: fraction < 5%; rhat / ess: ConvergenceWarning; full texts in "
+        "frontier.json).",
     ]
     for k, v in refs.items():
         notes.append(
             f"{k}: h = {v['h']:.4g} ({v['h_choice']}); reference: {v['reference']}."
         )
     notes.append(
-        f"Best point per (target, d, estimator): the largest ensemble fraction with audit_inflation <= "
-        f"{INFLATION_BUDGET} and |error - inflation| <= {MCSE_WINDOW:g} MCSE; issue 17's goal: fraction "
-        ">= 0.9 there, for d <= 3."
+        "Best point per (target, d, estimator): the largest ensemble fraction with "
+        f"audit_inflation <= {INFLATION_BUDGET} and |error - inflation| <= "
+        f"{MCSE_WINDOW:g} MCSE; issue 17's goal: fraction >= 0.9 there, for d <= 3."
     )
     for s in summary:
         b = s["best"]
         head = f"{s['target']} d={s['d']} {s['estimator']}: "
         if b is None:
             notes.append(
-                head
-                + f"none qualifies (largest fraction of any run {s['max_fraction_any']:.3f}); "
-                "goal not met."
+                head + "none qualifies (largest fraction of any run "
+                f"{s['max_fraction_any']:.3f}); goal not met."
             )
         else:
             notes.append(
-                head
-                + f"best {b['sweep']} (N = {b['n']}): fraction {b['ensemble_fraction']:.3f}, "
-                f"inflation {b['audit_inflation']:.4f}, error {b['variance_error']:+.4f} "
-                f"+- {b['mcse']:.4f} (z {b['z']:+.1f}, vs inflation {b['z_vs_inflation']:+.1f}); "
+                head + f"best {b['sweep']} (N = {b['n']}): fraction "
+                f"{b['ensemble_fraction']:.3f}, inflation {b['audit_inflation']:.4f}, "
+                f"error {b['variance_error']:+.4f} +- {b['mcse']:.4f} (z "
+                f"{b['z']:+.1f}, vs inflation {b['z_vs_inflation']:+.1f}); "
                 + ("meets" if s["meets_goal"] else "does not meet")
                 + " the goal (fraction >= 0.9)."
             )
@@ -468,7 +479,8 @@ def _notes(n, steps, burn_in, refs, summary, total):
 # ------------------------------------------------------------------ inverse problems
 # (sir, darcy)
 
-INVERSE_REF_COPIES = 4  # LMC reference chains per start point: its MCSE ~ 1/2 of a CEnLMC run's (cost-bound)
+# LMC reference chains per start point: its MCSE ~ 1/2 of a CEnLMC run's (cost-bound)
+INVERSE_REF_COPIES = 4
 INVERSE_GRAD_MODE = {
     "sir": "auto",
     "darcy": "reverse",
@@ -493,7 +505,8 @@ def _problem(name):
 
 
 def _run_moments(key, algo, x0, steps, burn_in):
-    """(m (N, d), q (N, d) float64 time averages of x and x² over the kept steps, result, wall, warnings)."""
+    """(m (N, d), q (N, d) float64 time averages of x and x² over the kept steps,
+    result, wall, warnings)."""
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -511,7 +524,8 @@ def _run_moments(key, algo, x0, steps, burn_in):
 
 
 def _variance_error(m, q, ref):
-    """Relative error of the central variance, averaged over coordinates, and its MCSE (delta method)."""
+    """Relative error of the central variance, averaged over coordinates, and its MCSE
+    (delta method)."""
     mean = m.mean(axis=0)
     var = q.mean(axis=0) - mean**2
     err = float(np.mean(var / ref) - 1.0)
@@ -522,7 +536,8 @@ def _variance_error(m, q, ref):
 
 
 def _inverse_reference(prob, x0, h, steps, burn_in, copies, grad_mode):
-    """LMC at the same h, same start, same window, ``copies`` runs with independent noise."""
+    """LMC at the same h, same start, same window, ``copies`` runs with independent
+    noise."""
     algo = cj.lmc(prob.logdensity_fn, h, grad_mode=grad_mode)
     ms, qs, wall = [], [], 0.0
     for c in range(copies):
@@ -545,8 +560,8 @@ def _inverse_reference(prob, x0, h, steps, burn_in, copies, grad_mode):
         ref_se,
         dict(
             reference=(
-                f"LMC (grad_mode={grad_mode!r}) at the same h, same start x {copies} copies "
-                f"({m.shape[0]} chains), same window ({wall:.0f} s)"
+                f"LMC (grad_mode={grad_mode!r}) at the same h, same start x {copies} "
+                f"copies ({m.shape[0]} chains), same window ({wall:.0f} s)"
             ),
             reference_var=var,
             reference_relative_mcse=ref_se,
@@ -585,8 +600,9 @@ def main_inverse(args) -> int:
         )
         refs[f"{name}_{d}d"] = dict(problem=prob.name, h=h, grad_mode=gm, **info_ref)
         print(
-            f"== {name} d={d} h={h}; reference: {info_ref['reference']}: var {np.round(ref, 4).tolist()} "
-            f"(quadrature {np.round(info_ref['exact_var'], 4).tolist()}; ULA bias "
+            f"== {name} d={d} h={h}; reference: {info_ref['reference']}: var "
+            f"{np.round(ref, 4).tolist()} (quadrature "
+            f"{np.round(info_ref['exact_var'], 4).tolist()}; ULA bias "
             f"{info_ref['ula_bias_vs_exact']:+.4f} +- {info_ref['ula_bias_mcse']:.4f})",
             flush=True,
         )
@@ -722,59 +738,69 @@ def main_inverse(args) -> int:
         columns=cols,
         out_dir=args.out_dir,
         notes=notes,
-        title="CEnLMC's frontier on the inverse problems (SIR, Darcy): ensemble fraction against "
-        "audited variance inflation (issue 17)",
+        title="CEnLMC's frontier on the inverse problems (SIR, Darcy): ensemble "
+        "fraction against audited variance inflation (issue 17)",
     )
     return 0
 
 
 def _inverse_notes(n, steps, burn_in, refs, summary, total):
     notes = [
-        f"N = {n}, h = {H_GAUSS} (whitened, as bench_inverse), {steps} kept steps after {burn_in} burn-in "
-        f"({burn_in * H_GAUSS:g} time units; the start is already N(reference mean, reference cov)); seeds fixed "
-        f"(start key 0, chain key 1, reference keys fold_in(7, c)). One XLA thread. Total wall {total:.0f} s on a "
-        "shared 2-core machine (nice 10).",
-        "paper: eta, R2, N*, M_f from suggest_cenlmc_params(d, h, num_particles=N); sweep = R1 pass probability. "
-        "least_squares: sweep = eta / suggested eta, R1 = 10, R2 = 100, N* = 1, M_f = inf (only the fit refuses).",
-        "variance_error: mean over coordinates of var_k / ref_k - 1, var_k the central second moment over the kept "
-        "steps of all particles, ref_k LMC's at the same h (the estimator's own error: ULA's O(h) bias cancels); "
-        "mcse: delta method over the N per-particle time averages, the reference's MCSE added in quadrature; "
-        "z = error / mcse; z_vs_inflation = (error - audit_inflation) / mcse. error_vs_exact: the same against "
-        "the quadrature posterior variance (includes ULA's bias at h = 0.05; its MCSE in the JSON).",
-        "audit_inflation: mean of info.audit_variance_inflation over kept steps; audit_drift_bias: mean of "
-        "info.audit_drift_bias (beta, the force's systematic error along the gradient; -beta is the audit's "
-        "first-order guide to the variance error, cenlmc_jax.ensemble.audit); audit_predicted = inflation - beta; "
-        "z_vs_audit = (error - audit_predicted) / mcse; biased: info.biased on a kept step.",
-        "warned: the library's warnings (biased: the audit's flag; low_fraction: fraction < 5%; rhat / ess: "
-        "ConvergenceWarning; full texts in the JSON; the least-squares caveat that cj.cenlmc gives at construction is "
-        "kept apart, in construction_warnings).",
+        f"N = {n}, h = {H_GAUSS} (whitened, as bench_inverse), {steps} kept steps "
+        f"after {burn_in} burn-in ({burn_in * H_GAUSS:g} time units; the start is "
+        "already N(reference mean, reference cov)); seeds fixed (start key 0, chain "
+        f"key 1, reference keys fold_in(7, c)). One XLA thread. Total wall {total:.0f} "
+        "s on a shared 2-core machine (nice 10).",
+        "paper: eta, R2, N*, M_f from suggest_cenlmc_params(d, h, num_particles=N); "
+        "sweep = R1 pass probability. least_squares: sweep = eta / suggested eta, R1 = "
+        "10, R2 = 100, N* = 1, M_f = inf (only the fit refuses).",
+        "variance_error: mean over coordinates of var_k / ref_k - 1, var_k the central "
+        "second moment over the kept steps of all particles, ref_k LMC's at the same h "
+        "(the estimator's own error: ULA's O(h) bias cancels); mcse: delta method over "
+        "the N per-particle time averages, the reference's MCSE added in quadrature; z "
+        "= error / mcse; z_vs_inflation = (error - audit_inflation) / mcse. "
+        "error_vs_exact: the same against the quadrature posterior variance (includes "
+        "ULA's bias at h = 0.05; its MCSE in the JSON).",
+        "audit_inflation: mean of info.audit_variance_inflation over kept steps; "
+        "audit_drift_bias: mean of info.audit_drift_bias (beta, the force's systematic "
+        "error along the gradient; -beta is the audit's first-order guide to the "
+        "variance error, cenlmc_jax.ensemble.audit); audit_predicted = inflation - "
+        "beta; z_vs_audit = (error - audit_predicted) / mcse; biased: info.biased on a "
+        "kept step.",
+        "warned: the library's warnings (biased: the audit's flag; low_fraction: "
+        "fraction < 5%; rhat / ess: ConvergenceWarning; full texts in the JSON; the "
+        "least-squares caveat that cj.cenlmc gives at construction is kept apart, in "
+        "construction_warnings).",
     ]
     for k, v in refs.items():
         notes.append(
-            f"{k} ({v['problem']}, grad_mode {v['grad_mode']!r}): reference {v['reference']}: var "
-            f"{np.round(v['reference_var'], 4).tolist()} (relative MCSE {v['reference_relative_mcse']:.4f}). "
-            f"Quadrature posterior (problem.mean / problem.cov: {v['exact_method']}): var "
-            f"{np.round(v['exact_var'], 4).tolist()}; LMC's error against it (ULA's bias at h = {v['h']}) "
-            f"{v['ula_bias_vs_exact']:+.4f} +- {v['ula_bias_mcse']:.4f}."
+            f"{k} ({v['problem']}, grad_mode {v['grad_mode']!r}): reference "
+            f"{v['reference']}: var {np.round(v['reference_var'], 4).tolist()} "
+            f"(relative MCSE {v['reference_relative_mcse']:.4f}). Quadrature posterior "
+            f"(problem.mean / problem.cov: {v['exact_method']}): var "
+            f"{np.round(v['exact_var'], 4).tolist()}; LMC's error against it (ULA's "
+            f"bias at h = {v['h']}) {v['ula_bias_vs_exact']:+.4f} +- "
+            f"{v['ula_bias_mcse']:.4f}."
         )
     notes.append(
-        f"Best point per (target, estimator): the largest ensemble fraction with audit_inflation <= "
-        f"{INFLATION_BUDGET} and |error - inflation| <= {MCSE_WINDOW:g} MCSE."
+        "Best point per (target, estimator): the largest ensemble fraction with "
+        f"audit_inflation <= {INFLATION_BUDGET} and |error - inflation| <= "
+        f"{MCSE_WINDOW:g} MCSE."
     )
     for s in summary:
         b = s["best"]
         head = f"{s['target']} d={s['d']} {s['estimator']}: "
         if b is None:
             notes.append(
-                head
-                + f"none qualifies (largest fraction of any run {s['max_fraction_any']:.3f})."
+                head + "none qualifies (largest fraction of any run "
+                f"{s['max_fraction_any']:.3f})."
             )
         else:
             notes.append(
-                head
-                + f"best {b['sweep']}: fraction {b['ensemble_fraction']:.3f}, inflation "
-                f"{b['audit_inflation']:.4f}, error {b['variance_error']:+.4f} +- {b['mcse']:.4f} "
-                f"(z {b['z']:+.1f}, vs inflation {b['z_vs_inflation']:+.1f})."
+                head + f"best {b['sweep']}: fraction {b['ensemble_fraction']:.3f}, "
+                f"inflation {b['audit_inflation']:.4f}, error "
+                f"{b['variance_error']:+.4f} +- {b['mcse']:.4f} (z {b['z']:+.1f}, vs "
+                f"inflation {b['z_vs_inflation']:+.1f})."
             )
     return notes
 

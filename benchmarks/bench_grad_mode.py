@@ -1,4 +1,5 @@
-"""Forward against reverse mode for the gradient of a log density: where ``grad_mode="auto"`` switches.
+"""Forward against reverse mode for the gradient of a log density: where
+``grad_mode="auto"`` switches.
 
 Times ``jax.vmap(cenlmc_jax.gradients.modes.value_and_grad(logdensity_fn, mode))``
 on N particles (the work of one LMC step's gradients), reverse
@@ -54,7 +55,8 @@ SIR_T, SIR_STEPS, SIR_OBS, GAMMA, NOISE_SD = 60.0, 1000, 20, 0.2, 0.25
 
 
 def sir_d(d, num_steps=SIR_STEPS):
-    """The SIR model with d parameters of the contact rate (module docstring); data simulated at θ = 0."""
+    """The SIR model with d parameters of the contact rate (module docstring); data
+    simulated at θ = 0."""
     per_obs = num_steps // SIR_OBS
     dt = SIR_T / num_steps
     t = dt * np.arange(num_steps)
@@ -212,7 +214,8 @@ def main():
             **{
                 "reverse ms": f"{r['reverse_ms']:.3g}",
                 "forward ms": f"{r['forward_ms']:.3g}",
-                "reverse / forward": f"{r['ratio_median']:.2f} [{r['ratio_min']:.2f}, {r['ratio_max']:.2f}]",
+                "reverse / forward": f"{r['ratio_median']:.2f} [{r['ratio_min']:.2f}, "
+                f"{r['ratio_max']:.2f}]",
                 "faster": "forward"
                 if r["ratio_min"] > 1
                 else ("reverse" if r["ratio_max"] < 1 else "even"),
@@ -222,13 +225,17 @@ def main():
         for r in rows
     ]
     notes = [
-        "Time per call of jit(vmap(value_and_grad(logdensity_fn, mode))) on N particles (values and gradients, "
-        "as one LMC step needs), process CPU ms, median of the repeats; one XLA thread pinned to one CPU, float32.",
-        "reverse / forward: per round (reverse and forward timed back to back), median [min, max] over rounds; "
-        "> 1: forward is faster. faster: forward if every round says so, reverse likewise, else even.",
-        "sir-d: the SIR model (RK4, 1,000 steps in lax.scan) with d parameters of its contact rate; sir: "
-        "cj.models.inverse_problems.sir_epidemic() (d = 2); gaussian: dense precision; logistic: 200 data points.",
-        f"grad_mode='auto' takes forward for d <= FORWARD_MAX_D = {FORWARD_MAX_D} (cenlmc_jax/gradients/modes.py).",
+        "Time per call of jit(vmap(value_and_grad(logdensity_fn, mode))) on N "
+        "particles (values and gradients, as one LMC step needs), process CPU ms, "
+        "median of the repeats; one XLA thread pinned to one CPU, float32.",
+        "reverse / forward: per round (reverse and forward timed back to back), median "
+        "[min, max] over rounds; > 1: forward is faster. faster: forward if every "
+        "round says so, reverse likewise, else even.",
+        "sir-d: the SIR model (RK4, 1,000 steps in lax.scan) with d parameters of its "
+        "contact rate; sir: cj.models.inverse_problems.sir_epidemic() (d = 2); "
+        "gaussian: dense precision; logistic: 200 data points.",
+        f"grad_mode='auto' takes forward for d <= FORWARD_MAX_D = {FORWARD_MAX_D} "
+        "(cenlmc_jax/gradients/modes.py).",
         "Shared, noisy machine: read the ratios, not the absolute times.",
     ]
     write_results(

@@ -1,4 +1,5 @@
-"""Two skips at the start of a CEnLMC run, before and after (issue 17, item 6, last row).
+"""Two skips at the start of a CEnLMC run, before and after (issue 17, item 6, last
+row).
 
 * ``f*`` at init: the CLI finds the mode (``find_f_star``) for its curvature
   probe, then ``cenlmc_init`` ran L-BFGS again from the same best particle
@@ -39,7 +40,8 @@ TRUE = jnp.log(jnp.array([1.0, 0.4, 1.0, 0.4]))
 
 
 def lotka_volterra(theta, steps=200, dt=0.05):
-    """Prey and predator at every 10th of ``steps`` RK4 steps, ``theta = log(α, β, γ, δ)``."""
+    """Prey and predator at every 10th of ``steps`` RK4 steps, ``theta = log(α, β, γ,
+    δ)``."""
     a, b, c, d = jnp.exp(theta)
 
     def rhs(u):
@@ -129,10 +131,12 @@ def main():
         dict(rows=rows),
         rows,
         out_dir=args.out_dir,
-        title="L-BFGS once per start point; the tuner's grid skipped where hopeless (issue 17)",
+        title="L-BFGS once per start point; the tuner's grid skipped where hopeless "
+        "(issue 17)",
         notes=[
-            f"medians of {args.repeats} alternating calls after a warm-up of each; before_over_after the "
-            "median per-repeat ratio. Compilation not timed (the issue's 8.5 s and 67 s include it)."
+            f"medians of {args.repeats} alternating calls after a warm-up of each; "
+            "before_over_after the median per-repeat ratio. Compilation not timed "
+            "(the issue's 8.5 s and 67 s include it)."
         ],
         command="python benchmarks/bench_init_skips.py",
     )

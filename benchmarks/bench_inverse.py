@@ -1,4 +1,5 @@
-"""Wall time and model solves to equal accuracy on real inverse problems: CEnLMC, LMC and the peers.
+"""Wall time and model solves to equal accuracy on real inverse problems: CEnLMC, LMC
+and the peers.
 
 Problems (``cenlmc_jax.models.inverse_problems``, sampled in whitened coordinates ``z``,
 references by quadrature):
@@ -111,20 +112,25 @@ LS_WIDE = dict(r1=10.0, r2=100.0, n_star=1, m_f=math.inf)
 #: (case, gradient label, estimator) -> why the variant is not run (``--no-skip`` runs
 #: them)
 _DARCY_FORWARD_HANG = (
-    "it hangs: an intermittent deadlock of XLA:CPU (jax 0.10.2) executing forward-mode CEnLMC on the Darcy model "
-    "(the README's Known problems). In diagnostic runs of 40 steps (N = 2000, once 500; one XLA thread, once the "
-    "default threads), 3 of 8 forward-mode CEnLMC runs stopped (paper estimator 1 of 6, least_squares 2 of 2): CPU "
-    "time stops growing and the main thread waits in the device-to-host copy of a chunk's result "
-    "(cenlmc_jax/run.py _flag_steps), twice in the first call and once after two good chunks; reverse-mode CEnLMC, "
-    "forward-mode LMC and finite-difference CEnLMC on the same model ran. A run to tolerance and its timed reruns take "
-    "tens of 10-step chunks, so the variant would almost surely hang the benchmark."
+    "it hangs: an intermittent deadlock of XLA:CPU (jax 0.10.2) executing forward-mode "
+    "CEnLMC on the Darcy model (the README's Known problems). In diagnostic runs of 40 "
+    "steps (N = 2000, once 500; one XLA thread, once the default threads), 3 of 8 "
+    "forward-mode CEnLMC runs stopped (paper estimator 1 of 6, least_squares 2 of 2): "
+    "CPU time stops growing and the main thread waits in the device-to-host copy of a "
+    "chunk's result (cenlmc_jax/run.py _flag_steps), twice in the first call and once "
+    "after two good chunks; reverse-mode CEnLMC, forward-mode LMC and "
+    "finite-difference CEnLMC on the same model ran. A run to tolerance and its timed "
+    "reruns take tens of 10-step chunks, so the variant would almost surely hang the "
+    "benchmark."
 )
 SKIP = {
     ("darcy", "forward AD", est): _DARCY_FORWARD_HANG
     for est in ("paper", "least_squares")
 }
 
-H = 0.05  # LMC / CEnLMC step size in whitened coordinates (ULA's sd bias on a unit Gaussian: 1.3 %)
+# LMC / CEnLMC step size in whitened coordinates (ULA's sd bias on a unit Gaussian: 1.3
+# %)
+H = 0.05
 INIT_SD = 2.0  # overdispersed start around the MAP
 
 
@@ -132,7 +138,8 @@ INIT_SD = 2.0  # overdispersed start around the MAP
 
 
 class Runner:
-    """One sampler on one problem: ``advance(k)`` runs k steps and returns the draws and the costs.
+    """One sampler on one problem: ``advance(k)`` runs k steps and returns the draws and
+    the costs.
 
     ``members``: particles, chains or walkers. ``advance`` returns ``(draws (k, members,
     d) float64, values, gradients)`` for those k steps (``values``: model evaluations;
@@ -150,7 +157,8 @@ class Runner:
 
 
 class DriverRunner(Runner):
-    """A cenlmc_jax sampler object through ``cj.sample`` (LMC, CEnLMC), one call per chunk."""
+    """A cenlmc_jax sampler object through ``cj.sample`` (LMC, CEnLMC), one call per
+    chunk."""
 
     def __init__(self, algo, x0, key, *, grad_cost_values, has_fd):
         self.algo, self.x0, self.key = algo, x0, key
@@ -209,7 +217,8 @@ class DriverRunner(Runner):
 
 
 class BlackJAXRunner(Runner):
-    """A BlackJAX single-chain kernel vmapped over chains, one jitted ``lax.scan`` per chunk."""
+    """A BlackJAX single-chain kernel vmapped over chains, one jitted ``lax.scan`` per
+    chunk."""
 
     def __init__(self, algo, x0, key, *, values_per_step, grads_per_step, chunk):
         self.key, self.members, self.chunk = key, x0.shape[0], chunk
@@ -248,7 +257,8 @@ class BlackJAXRunner(Runner):
 
 
 class AIESRunner(Runner):
-    """NumPyro's AIES kernel (DE move) on ``members`` walkers, one jitted ``lax.scan`` per chunk."""
+    """NumPyro's AIES kernel (DE move) on ``members`` walkers, one jitted ``lax.scan``
+    per chunk."""
 
     def __init__(self, logdensity_fn, x0, key, *, chunk):
         self.key, self.members, self.chunk = key, x0.shape[0], chunk
@@ -284,7 +294,8 @@ class AIESRunner(Runner):
 
 
 class EmceeRunner(Runner):
-    """emcee's stretch move, ``vectorize=True``: ``log_prob`` gets a (walkers/2, d) batch per call."""
+    """emcee's stretch move, ``vectorize=True``: ``log_prob`` gets a (walkers/2, d)
+    batch per call."""
 
     def __init__(self, log_prob_batch, x0, seed, *, chunk):
         self.x0, self.members, self.chunk, self.seed = (
@@ -316,7 +327,8 @@ class EmceeRunner(Runner):
 
 
 def window_estimates(s1, s2, n_steps, ref_mean, ref_sd):
-    """Estimates over the members' window sums: (err_mean (d,), err_sd (d,), mcse_mean, mcse_sd).
+    """Estimates over the members' window sums: (err_mean (d,), err_sd (d,), mcse_mean,
+    mcse_sd).
 
     All in units of the reference sd."""
     m = s1 / n_steps  # (members, d)
@@ -339,7 +351,8 @@ def window_estimates(s1, s2, n_steps, ref_mean, ref_sd):
 
 
 def run_to_tolerance(runner, ref_mean, ref_sd, tol, max_steps, count_fn=lambda: None):
-    """Chunks until the errors have stayed <= tol from T* to 2 T*; returns the record (module docstring)."""
+    """Chunks until the errors have stayed <= tol from T* to 2 T*; returns the record
+    (module docstring)."""
     runner.reset()
     chunk = runner.chunk
     s1, s2, values, grads, walls, cpus = [], [], [0.0], [0.0], [0.0], [0.0]
@@ -394,7 +407,8 @@ def run_to_tolerance(runner, ref_mean, ref_sd, tol, max_steps, count_fn=lambda: 
 
 
 def time_runs(runners, steps, repeats):
-    """Round-robin timed reruns of exactly ``steps[name]`` steps: {name: ([wall], [cpu])}."""
+    """Round-robin timed reruns of exactly ``steps[name]`` steps: {name: ([wall],
+    [cpu])}."""
     out = {name: ([], []) for name in runners}
     for _ in range(repeats):
         for name, runner in runners.items():
@@ -411,7 +425,8 @@ def time_runs(runners, steps, repeats):
 
 
 def autodiff_grad_cost(logdensity_fn, d, n=2000, repeats=5, grad_mode="reverse"):
-    """Measured time of the vmapped gradient (in ``grad_mode``) over the vmapped value at n points (in values)."""
+    """Measured time of the vmapped gradient (in ``grad_mode``) over the vmapped value
+    at n points (in values)."""
     x = jax.random.normal(jax.random.key(5), (n, d))
     val = jax.jit(jax.vmap(logdensity_fn))
     grad = jax.jit(jax.vmap(grad_modes.grad(logdensity_fn, grad_mode)))
@@ -429,7 +444,8 @@ def autodiff_grad_cost(logdensity_fn, d, n=2000, repeats=5, grad_mode="reverse")
 
 
 def fd_logdensity(logdensity_fn, grad_fn):
-    """``logdensity_fn`` whose JAX gradient is ``grad_fn`` (finite differences): for BlackJAX MALA on a black box."""
+    """``logdensity_fn`` whose JAX gradient is ``grad_fn`` (finite differences): for
+    BlackJAX MALA on a black box."""
 
     @jax.custom_vjp
     def f(z):
@@ -449,14 +465,15 @@ def fd_logdensity(logdensity_fn, grad_fn):
 
 
 def gradient_variants(problem, kind, grad_costs):
-    """The gradients LMC and CEnLMC are run with: {label: (sampler keywords, cost of one gradient in values)}.
+    """The gradients LMC and CEnLMC are run with: {label: (sampler keywords, cost of one
+    gradient in values)}.
 
     Autodiff: reverse mode (``jax.grad``, the library's default before grad_mode) and
     forward mode (the fastest at d <= 5, ``grad_mode="auto"``'s choice). Black box /
     finite difference: central and forward differences (``cj.finite_difference``), at 2d
     and d values a gradient beside the value at the point, which both samplers have (LMC
-    evaluates it in the gradient's batch, CEnLMC at every
-    particle for its ensemble; the black box's own count of points confirms it, ``counted_points``)."""
+    evaluates it in the gradient's batch, CEnLMC at every particle for its ensemble; the
+    black box's own count of points confirms it, ``counted_points``)."""
     d = problem.dim
     if kind == "autodiff":
         return {
@@ -695,8 +712,9 @@ def run_case(
         )
         records[name] = rec
         print(
-            f"   {name}: reached={rec['reached']} steps={rec['steps']} err_mean={rec['err_mean']:.3f} "
-            f"err_sd={rec['err_sd']:.3f} grads={rec['grads']:.3g} wall={rec['wall_s']:.2f}s",
+            f"   {name}: reached={rec['reached']} steps={rec['steps']} "
+            f"err_mean={rec['err_mean']:.3f} err_sd={rec['err_sd']:.3f} "
+            f"grads={rec['grads']:.3g} wall={rec['wall_s']:.2f}s",
             flush=True,
         )
     timed = time_runs(
@@ -771,8 +789,9 @@ def run_case(
 
 
 def compare(rows, particles):
-    """Ratios against LMC: the same gradient at the same N (``cpu_ratio``...), and the best LMC at the same N
-    (``best_cpu_ratio``: the LMC row of least median CPU time to tolerance; peers: at the largest N)."""
+    """Ratios against LMC: the same gradient at the same N (``cpu_ratio``...), and the
+    best LMC at the same N (``best_cpu_ratio``: the LMC row of least median CPU time to
+    tolerance; peers: at the largest N)."""
     lmcs = [r for r in rows if r["sampler"] == "LMC"]
     for r in rows:
         ours = r["sampler"] == "LMC" or r["sampler"].startswith("CEnLMC")
@@ -811,7 +830,8 @@ def compare(rows, particles):
 
 
 def solve_cap(r, best):
-    """The most model solves CEnLMC row ``r`` can save against LMC row ``best`` at its measured ensemble fraction.
+    """The most model solves CEnLMC row ``r`` can save against LMC row ``best`` at its
+    measured ensemble fraction.
 
     Per member-step, as the bench counts: LMC ``v_L + c_L`` (``v_L``: values per
     member-step, 1 with a finite-difference gradient, where LMC evaluates the value
@@ -819,8 +839,8 @@ def solve_cap(r, best):
     cost; ``c_L``: its gradient's cost in values), CEnLMC ``v + (1 - φ) c`` (``v`` = 1,
     a value at every particle each step; ``1 - φ`` its gradients per member-step, the
     audit's included; ``c`` its gradient's cost). ``cap = (v_L + c_L) / (v + (1 - φ)
-    c)``:
-    the saving at equal steps to tolerance; ``cap_phi1 = (v_L + c_L) / v``, the φ = 1 limit."""
+    c)``: the saving at equal steps to tolerance; ``cap_phi1 = (v_L + c_L) / v``, the φ
+    = 1 limit."""
     member_steps = r["N"] * r["steps_to_tol"]
     lmc_steps = best["N"] * best["steps_to_tol"]
     lmc_per_step = (best["values"] + best["gradients"] * best["grad_cost"]) / lmc_steps
@@ -837,7 +857,10 @@ def fmt_row(r):
     def g(x, spec=".3g"):
         return "-" if x is None else format(x, spec)
 
-    acc = f"mean {r['err_mean']:.3f}±{r['mcse_mean']:.3f}, sd {r['err_sd']:.3f}±{r['mcse_sd']:.3f}"
+    acc = (
+        f"mean {r['err_mean']:.3f}±{r['mcse_mean']:.3f}, sd "
+        f"{r['err_sd']:.3f}±{r['mcse_sd']:.3f}"
+    )
     rr, br = r.get("cpu_ratio_range"), r.get("best_cpu_ratio_range")
     return {
         "problem": r["problem"],
@@ -919,7 +942,8 @@ def main():
         nargs="+",
         default=["paper", "least_squares"],
         choices=list(ESTIMATOR_LABELS),
-        help="CEnLMC's ensemble estimators: each CEnLMC variant runs once per estimator",
+        help="CEnLMC's ensemble estimators: each CEnLMC variant runs once per "
+        "estimator",
     )
     p.add_argument(
         "--no-skip",
@@ -1020,59 +1044,75 @@ def main():
         "error vs ref ± MCSE",
     ]
     notes = [
-        f"Tolerance {args.tol}: |mean_k - ref_k| / sd_k and |sd_k / sd_ref_k - 1| for every coordinate, estimated "
-        "from steps (T/2, T] of every member, with 2 MCSE <= tolerance, holding from T* (steps to tol) to 2 T*. "
-        "Error columns: the largest "
-        "over coordinates at T*, ± the largest MCSE (members' window averages as independent).",
-        "Model solves in value units: a value 1; a finite-difference gradient 2d (central) or d (forward) beside "
-        "the value at the point, which LMC evaluates in the gradient's batch and CEnLMC has (d + 1 / 2d + 1 "
-        "values a gradient before cj.finite_difference reused it, stop 24); an "
-        "autodiff gradient its measured time in values (grad_cost: "
+        f"Tolerance {args.tol}: |mean_k - ref_k| / sd_k and |sd_k / sd_ref_k - 1| for "
+        "every coordinate, estimated from steps (T/2, T] of every member, with 2 MCSE "
+        "<= tolerance, holding from T* (steps to tol) to 2 T*. Error columns: the "
+        "largest over coordinates at T*, ± the largest MCSE (members' window averages "
+        "as independent).",
+        "Model solves in value units: a value 1; a finite-difference gradient 2d "
+        "(central) or d (forward) beside the value at the point, which LMC evaluates "
+        "in the gradient's batch and CEnLMC has (d + 1 / 2d + 1 values a gradient "
+        "before cj.finite_difference reused it, stop 24); an autodiff gradient its "
+        "measured time in values (grad_cost: "
         + "; ".join(
             f"{k} " + ", ".join(f"{m} {v:.1f}" for m, v in c.items())
             for k, c in costs.items()
             if c
         )
         + ").",
-        "gradient: reverse AD = jax.grad (grad_mode='reverse', the default before grad_mode existed); forward AD = "
-        "grad_mode='forward' (what grad_mode='auto' now takes at d <= 5); central / forward FD = "
-        "cj.finite_difference(scheme=...) (2d / d values a gradient, the value at the point beside it).",
-        f"Wall/CPU s: median of {repeats} reruns of exactly T* steps, round-robin over a problem's samplers, "
-        "compilation excluded, one XLA thread pinned to one CPU (process CPU time is the steadier figure on this "
-        "shared machine). CPU ratio vs LMC: LMC's CPU time to tolerance over the sampler's, per repeat, median "
-        "[min, max]: vs LMC with the same gradient at the same N, and vs the best LMC (least CPU time to "
-        "tolerance among the LMC rows at the same N, any gradient of the case); peers vs LMC at the largest N.",
-        "grad saving, solve saving: LMC's gradients / model solves to tolerance over the sampler's. "
-        "CPU / grad saving (solve saving): CEnLMC's CPU ratio divided by its gradient (model-solve) saving "
-        "(goal: CPU / grad saving >= 0.9). grads per member-step: gradients / (N · T*) (1 for LMC and MALA).",
-        "Black box: the NumPy model's own count of points evaluated is in the JSON (counted_points) beside "
-        "values + (2d or d) · gradients; emcee calls the NumPy log posterior directly (no JAX in its loop).",
-        f"LMC/CEnLMC: h = {H}, start z ~ N(0, {INIT_SD}² I); CEnLMC parameters from suggest_cenlmc_params "
-        "(per row in the JSON; N* from its noise budget, predicted variance inflation <= 0.02), with the default "
-        "gradient audit (8 particles a step, its gradients counted in gradients and model solves). MALA 16 chains "
-        "ε = 0.8 d^(-1/3); RMH 16 chains σ = 2.38/sqrt(d); emcee and AIES 32 walkers; same start distribution.",
-        "audit: CEnLMC's mean info.audit_variance_inflation over the second half of its last run to T* (the "
-        "relative variance inflation by the ensemble noise; the sd is off by about half of it), BIASED when "
-        "info.biased was set (running estimate > 0.06, or |running drift bias| > 0.06). audit: drift bias β: "
-        "the mean of info.audit_drift_bias over the same window (the force's systematic error along the gradient, "
-        "fraction x Σ e·∇f / Σ |∇f|² over the audited particles; 0 for an unbiased force, -β a first-order guide "
-        "to the relative variance error; it compares the force with the sampler's own gradient, so a bias of that "
-        "gradient, e.g. forward FD's, is not in it).",
-        "estimator: CEnLMC's ensemble gradient, cj.cenlmc(..., estimator=...): paper (eq. 3.19, sampler CEnLMC) "
-        "or least_squares (a local least-squares fit, beyond the paper; sampler CEnLMC (LS)); both with the same "
-        "suggest_cenlmc_params parameters. The variance-inflation column does not see the least-squares "
-        "fit's bias (the warning below); the drift-bias column is the audit's measure of it, and the "
-        "error-vs-reference column the check.",
-        "solve saving vs best LMC: the best LMC's model solves to tolerance over the row's. solve-saving cap: the "
-        "most CEnLMC can save against that best LMC at equal steps to tolerance, given its measured ensemble "
-        "fraction φ = 1 - (grads per member-step, the audit's included), as the bench counts solves per "
-        "member-step: cap = (v_L + c_L) / (1 + (1 - φ) c), where c_L is the best LMC's gradient cost in values "
-        "and v_L its values per member-step (1 with a finite-difference gradient: LMC evaluates the value in "
-        "the gradient's batch, as the black box's own count confirms; 0 with autodiff, the value coming inside "
-        "the measured grad_cost), 1 is CEnLMC's value at every particle each step and c its own gradient's cost "
-        "given that value (2d central FD, d forward FD: cj.finite_difference reuses it; grad_cost for AD). "
-        "Forward FD on both sides: cap = (d + 1) / (1 + (1 - φ) d), φ = 1 limit d + 1 (3x at d = 2 SIR, 4x at "
-        "d = 3 Darcy). Autodiff, same mode both sides: cap = c / (1 + (1 - φ) c), limit c.",
+        "gradient: reverse AD = jax.grad (grad_mode='reverse', the default before "
+        "grad_mode existed); forward AD = grad_mode='forward' (what grad_mode='auto' "
+        "now takes at d <= 5); central / forward FD = cj.finite_difference(scheme=...) "
+        "(2d / d values a gradient, the value at the point beside it).",
+        f"Wall/CPU s: median of {repeats} reruns of exactly T* steps, round-robin over "
+        "a problem's samplers, compilation excluded, one XLA thread pinned to one CPU "
+        "(process CPU time is the steadier figure on this shared machine). CPU ratio "
+        "vs LMC: LMC's CPU time to tolerance over the sampler's, per repeat, median "
+        "[min, max]: vs LMC with the same gradient at the same N, and vs the best LMC "
+        "(least CPU time to tolerance among the LMC rows at the same N, any gradient "
+        "of the case); peers vs LMC at the largest N.",
+        "grad saving, solve saving: LMC's gradients / model solves to tolerance over "
+        "the sampler's. CPU / grad saving (solve saving): CEnLMC's CPU ratio divided "
+        "by its gradient (model-solve) saving (goal: CPU / grad saving >= 0.9). grads "
+        "per member-step: gradients / (N · T*) (1 for LMC and MALA).",
+        "Black box: the NumPy model's own count of points evaluated is in the JSON "
+        "(counted_points) beside values + (2d or d) · gradients; emcee calls the NumPy "
+        "log posterior directly (no JAX in its loop).",
+        f"LMC/CEnLMC: h = {H}, start z ~ N(0, {INIT_SD}² I); CEnLMC parameters from "
+        "suggest_cenlmc_params (per row in the JSON; N* from its noise budget, "
+        "predicted variance inflation <= 0.02), with the default gradient audit (8 "
+        "particles a step, its gradients counted in gradients and model solves). MALA "
+        "16 chains ε = 0.8 d^(-1/3); RMH 16 chains σ = 2.38/sqrt(d); emcee and AIES "
+        "32 walkers; same start distribution.",
+        "audit: CEnLMC's mean info.audit_variance_inflation over the second half of "
+        "its last run to T* (the relative variance inflation by the ensemble noise; "
+        "the sd is off by about half of it), BIASED when info.biased was set (running "
+        "estimate > 0.06, or |running drift bias| > 0.06). audit: drift bias β: the "
+        "mean of info.audit_drift_bias over the same window (the force's systematic "
+        "error along the gradient, fraction x Σ e·∇f / Σ |∇f|² over the audited "
+        "particles; 0 for an unbiased force, -β a first-order guide to the relative "
+        "variance error; it compares the force with the sampler's own gradient, so a "
+        "bias of that gradient, e.g. forward FD's, is not in it).",
+        "estimator: CEnLMC's ensemble gradient, cj.cenlmc(..., estimator=...): paper "
+        "(eq. 3.19, sampler CEnLMC) or least_squares (a local least-squares fit, "
+        "beyond the paper; sampler CEnLMC (LS)); both with the same "
+        "suggest_cenlmc_params parameters. The variance-inflation column does not see "
+        "the least-squares fit's bias (the warning below); the drift-bias column is "
+        "the audit's measure of it, and the error-vs-reference column the check.",
+        "solve saving vs best LMC: the best LMC's model solves to tolerance over the "
+        "row's. solve-saving cap: the most CEnLMC can save against that best LMC at "
+        "equal steps to tolerance, given its measured ensemble fraction φ = 1 - (grads "
+        "per member-step, the audit's included), as the bench counts solves per "
+        "member-step: cap = (v_L + c_L) / (1 + (1 - φ) c), where c_L is the best LMC's "
+        "gradient cost in values and v_L its values per member-step (1 with a "
+        "finite-difference gradient: LMC evaluates the value in the gradient's batch, "
+        "as the black box's own count confirms; 0 with autodiff, the value coming "
+        "inside the measured grad_cost), 1 is CEnLMC's value at every particle each "
+        "step and c its own gradient's cost given that value (2d central FD, d forward "
+        "FD: cj.finite_difference reuses it; grad_cost for AD). Forward FD on both "
+        "sides: cap = (d + 1) / (1 + (1 - φ) d), φ = 1 limit d + 1 (3x at d = 2 SIR, "
+        "4x at d = 3 Darcy). Autodiff, same mode both sides: cap = c / (1 + (1 - φ) "
+        "c), limit c.",
     ]
     for msg, names in caveats.items():
         notes.append(f"cj.cenlmc warned ({len(names)} runs: {', '.join(names)}): {msg}")

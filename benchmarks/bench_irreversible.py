@@ -39,7 +39,8 @@ from cenlmc_jax.run import vmap_chains
 
 
 def double_well_draws(n: int, seed: int) -> jax.Array:
-    """Exact draws from p ∝ exp(-(θ⁴ - 2θ²)) by inverting the trapezoid-rule CDF on [-6, 6]."""
+    """Exact draws from p ∝ exp(-(θ⁴ - 2θ²)) by inverting the trapezoid-rule CDF on [-6,
+    6]."""
     grid = np.linspace(-6.0, 6.0, 400_001)
     dens = np.exp(-(grid**4 - 2 * grid**2) - 1.0)
     cdf = np.concatenate([[0.0], np.cumsum((dens[1:] + dens[:-1]) / 2 * np.diff(grid))])
@@ -48,7 +49,8 @@ def double_well_draws(n: int, seed: int) -> jax.Array:
 
 
 def make_sampler(kind: str, logdensity_fn, gamma_shape: float):
-    """(init(x0, key), step(key, state, scale)) for one chain; ``scale`` may be a tracer."""
+    """(init(x0, key), step(key, state, scale)) for one chain; ``scale`` may be a
+    tracer."""
     if kind == "gamma":
 
         def init(x, key):
@@ -70,7 +72,8 @@ def make_sampler(kind: str, logdensity_fn, gamma_shape: float):
 
 
 def tune_to_acceptance(init, step, x0, grid, target_acceptance, num_steps=300, seed=0):
-    """Scale with acceptance ``target_acceptance``: every scale of ``grid`` in one vmapped call.
+    """Scale with acceptance ``target_acceptance``: every scale of ``grid`` in one
+    vmapped call.
 
     Each grid value runs ``len(x0)`` chains for ``num_steps`` steps from ``x0``
     (exact draws, so the acceptance is the stationary one); the acceptance
@@ -100,7 +103,8 @@ def tune_to_acceptance(init, step, x0, grid, target_acceptance, num_steps=300, s
 
 
 def lag_acf(trace: np.ndarray, lag: int) -> np.ndarray:
-    """Autocorrelation at ``lag`` per coordinate, pooled over chains: trace (chains, draws, d)."""
+    """Autocorrelation at ``lag`` per coordinate, pooled over chains: trace (chains,
+    draws, d)."""
     x = trace - trace.mean(axis=(0, 1))
     return np.mean(x[:, :-lag] * x[:, lag:], axis=(0, 1)) / np.mean(x**2, axis=(0, 1))
 
@@ -220,14 +224,18 @@ def main():
         "max_abs_z",
     ]
     notes = [
-        f"{args.chains} vmapped chains x {args.steps} steps, float32, chains started from exact draws (no burn-in); "
-        f"both samplers tuned to acceptance {args.acceptance} by a vectorised grid search (tune_to_acceptance).",
-        "ess_min: multi-chain ESS (cenlmc_jax.diagnostics), smallest over coordinates; ess_per_draw = ess_min / "
-        "(chains x steps); ess_per_s = ess_min / median wall time of one whole run (compilation excluded).",
-        "acf*_x0: pooled lag autocorrelation of coordinate 0; acf5_max_abs: max over coordinates of |lag-5 ACF|.",
-        "max_abs_z: largest |z| of the mean and second moment of every coordinate against the truth "
-        "(MCSE from ESS): a correctness check, expected below ~4.",
-        "Wall times on a shared machine are noisy; rerun the command on a quiet machine for speed figures.",
+        f"{args.chains} vmapped chains x {args.steps} steps, float32, chains started "
+        "from exact draws (no burn-in); both samplers tuned to acceptance "
+        f"{args.acceptance} by a vectorised grid search (tune_to_acceptance).",
+        "ess_min: multi-chain ESS (cenlmc_jax.diagnostics), smallest over coordinates; "
+        "ess_per_draw = ess_min / (chains x steps); ess_per_s = ess_min / median wall "
+        "time of one whole run (compilation excluded).",
+        "acf*_x0: pooled lag autocorrelation of coordinate 0; acf5_max_abs: max over "
+        "coordinates of |lag-5 ACF|.",
+        "max_abs_z: largest |z| of the mean and second moment of every coordinate "
+        "against the truth (MCSE from ESS): a correctness check, expected below ~4.",
+        "Wall times on a shared machine are noisy; rerun the command on a quiet "
+        "machine for speed figures.",
     ]
     payload = dict(
         config=dict(

@@ -1,4 +1,5 @@
-"""LMC and CEnLMC before and after ``cj.langevin_warmup`` on raw-scale posteriordb posteriors.
+"""LMC and CEnLMC before and after ``cj.langevin_warmup`` on raw-scale posteriordb
+posteriors.
 
 For each posterior (Stan's unconstrained scale, float64) and sampler, from the same
 ``N`` particles drawn from Uniform(-2, 2) (Stan's default start):
@@ -207,17 +208,20 @@ def main():
         columns=cols,
         md_rows=md_rows,
         out_dir=args.out_dir,
-        title="LMC and CEnLMC before and after cj.langevin_warmup (raw-scale posteriordb)",
+        title="LMC and CEnLMC before and after cj.langevin_warmup (raw-scale "
+        "posteriordb)",
         notes=[
-            "before: the curvature rule at the mode's Hessian, no preconditioner, burn-in "
-            f"{burn_in} + {steps} steps; after: cj.langevin_warmup ({warmup} steps) + {steps} steps.",
-            "mean_err = max |mean - ref| / ref_sd; sd_err = max |sd / ref_sd - 1|; rhat: rank-"
-            "normalised split R-hat over 64 evenly spaced particles; pass: every mean within "
-            "0.1 ref_sd + 3 MCSE and every sd within 10%.",
-            "warm-up gradients: N per step (and 2N at the start); HVPs: curvature estimates and the "
-            "Laplace start's Hessian.",
-            "a 'pass' with R-hat far above 1.01 (garch's 'before' rows) is a pass by a wide MCSE: the "
-            "particles have not mixed, and cj.sample's convergence check flags such a run.",
+            "before: the curvature rule at the mode's Hessian, no preconditioner, "
+            f"burn-in {burn_in} + {steps} steps; after: cj.langevin_warmup ({warmup} "
+            f"steps) + {steps} steps.",
+            "mean_err = max |mean - ref| / ref_sd; sd_err = max |sd / ref_sd - 1|; "
+            "rhat: rank-normalised split R-hat over 64 evenly spaced particles; pass: "
+            "every mean within 0.1 ref_sd + 3 MCSE and every sd within 10%.",
+            "warm-up gradients: N per step (and 2N at the start); HVPs: curvature "
+            "estimates and the Laplace start's Hessian.",
+            "a 'pass' with R-hat far above 1.01 (garch's 'before' rows) is a pass by a "
+            "wide MCSE: the particles have not mixed, and cj.sample's convergence "
+            "check flags such a run.",
         ],
     )
 

@@ -1,4 +1,5 @@
-"""Online LDA on the Reuters corpus with SGLD, SGHMC, SGRLD and SGRHMC (paper 2, appendix F.2).
+"""Online LDA on the Reuters corpus with SGLD, SGHMC, SGRLD and SGRHMC (paper 2,
+appendix F.2).
 
 The `lda` package's Reuters corpus (395 documents, 4,258 words; in its wheel, nothing is
 downloaded) is split 80/20 into training and held-out documents (numpy seed 0). Each
@@ -10,9 +11,12 @@ is taken at the current sample. The anchor is the `lda` package's collapsed Gibb
 sampler on the same training documents, its ``topic_word_`` scored by the same
 perplexity function.
 
-    python benchmarks/bench_lda.py --size small     # K = 20, 40 steps per sampler: a smoke run
-    python benchmarks/bench_lda.py --size full      # K = 20, 400 steps (20,000 documents seen)
-    python benchmarks/bench_lda.py --speed --topics 20 50   # documents/s, Gibbs share, JAX vs NumPy
+    # K = 20, 40 steps per sampler: a smoke run
+    python benchmarks/bench_lda.py --size small
+    # K = 20, 400 steps (20,000 documents seen)
+    python benchmarks/bench_lda.py --size full
+    # documents/s, Gibbs share, JAX vs NumPy
+    python benchmarks/bench_lda.py --speed --topics 20 50
 
 Writes benchmarks/results/lda.{json,md} and lda.png; ``--speed`` writes
 lda_speed.{json,md} (the NumPy baseline is benchmarks/lda_numpy.py, the same estimator).
@@ -40,7 +44,9 @@ SAMPLERS = ("SGLD", "SGHMC", "SGRLD", "SGRHMC")
 #: notes).
 STEP = {"SGLD": 0.01, "SGHMC": 0.1, "SGRHMC": 0.02}
 SGRLD_SCHEDULE = (10.0, 1000.0, 0.6)
-SIZES = {  # steps per sampler, evaluations, Gibbs sweeps (burn-in, kept) per gradient, lda-package iterations
+# steps per sampler, evaluations, Gibbs sweeps (burn-in, kept) per gradient, lda-package
+# iterations
+SIZES = {
     "small": dict(topics=20, steps=40, eval_every=20, burnin=5, kept=5, lda_iter=200),
     "full": dict(
         topics=20, steps=400, eval_every=25, burnin=10, kept=10, lda_iter=1500
@@ -54,7 +60,8 @@ PERPLEXITY_SWEEPS = (
 
 
 def load_split(seed: int = 0, test_fraction: float = 0.2):
-    """Reuters count matrix split by documents; returns (X_train, train Corpus, observed, scored, vocab)."""
+    """Reuters count matrix split by documents; returns (X_train, train Corpus,
+    observed, scored, vocab)."""
     import lda
 
     X = np.asarray(lda.datasets.load_reuters())
@@ -67,7 +74,8 @@ def load_split(seed: int = 0, test_fraction: float = 0.2):
 
 
 def maker(name: str):
-    """``estimator -> SamplingAlgorithm``: the library's sampler ``name`` with the paper's steps and metric."""
+    """``estimator -> SamplingAlgorithm``: the library's sampler ``name`` with the
+    paper's steps and metric."""
     if name == "SGLD":
         return lambda e: cj.sgld(e, STEP["SGLD"])
     if name == "SGHMC":
@@ -80,12 +88,14 @@ def maker(name: str):
 
 
 def hypers_of(name: str) -> L.LDAHypers:
-    """Paper 2 F.2: the Riemannian samplers' alpha, gamma, or those found best for SGLD / SGHMC."""
+    """Paper 2 F.2: the Riemannian samplers' alpha, gamma, or those found best for SGLD
+    / SGHMC."""
     return L.RIEMANNIAN_HYPERS if name in ("SGRLD", "SGRHMC") else L.EUCLIDEAN_HYPERS
 
 
 def build(name: str, train: L.Corpus, K: int, W: int, burnin: int, kept: int):
-    """The mirrored library sampler for ``name`` and the hyper-parameters its posterior uses."""
+    """The mirrored library sampler for ``name`` and the hyper-parameters its posterior
+    uses."""
     hypers = hypers_of(name)
     est = L.lda_grad_estimator(
         train, K, W, hypers, BATCH, num_burnin=burnin, num_kept=kept
@@ -94,7 +104,8 @@ def build(name: str, train: L.Corpus, K: int, W: int, burnin: int, kept: int):
 
 
 def run_sampler(name, train, observed, scored, K, W, size, seed=0):
-    """Steps in jitted chunks of ``eval_every``; perplexity after each. Returns a dict of the curve."""
+    """Steps in jitted chunks of ``eval_every``; perplexity after each. Returns a dict
+    of the curve."""
     cfg = SIZES[size]
     alg, hypers = build(name, train, K, W, cfg["burnin"], cfg["kept"])
     key_init, key_mom, key_run, key_perp = jax.random.split(jax.random.key(seed), 4)
@@ -142,7 +153,8 @@ def run_sampler(name, train, observed, scored, K, W, size, seed=0):
 
 
 def lda_anchor(X_train, observed, scored, K, n_iter, seed=0):
-    """The `lda` package's collapsed Gibbs (alpha = 0.1, eta = 0.01, its defaults), scored by the same function."""
+    """The `lda` package's collapsed Gibbs (alpha = 0.1, eta = 0.01, its defaults),
+    scored by the same function."""
     import logging
 
     import lda
@@ -164,7 +176,8 @@ def lda_anchor(X_train, observed, scored, K, n_iter, seed=0):
 
 
 def top_words(theta, vocab, n_topics=8, n_words=7, seed=0):
-    """The ``n_words`` heaviest words of ``n_topics`` topics drawn at random (numpy seed), as rows."""
+    """The ``n_words`` heaviest words of ``n_topics`` topics drawn at random (numpy
+    seed), as rows."""
     pick = np.sort(
         np.random.default_rng(seed).choice(theta.shape[0], n_topics, replace=False)
     )
@@ -203,10 +216,10 @@ def plot(results, anchor, path):
     plt.close(fig)
 
 
-# ---------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # --speed: documents per second, the share of the Gibbs sweeps, JAX against NumPy (issue
 # 15 item 5).
-# ---------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 
 SPEED_SWEEPS = {
     "full": (10, 10),
@@ -222,7 +235,8 @@ def _timed(fn, *args):
 
 
 def _fitted_theta(X_train, K, seed=0):
-    """A realistic ``θ̃``: the `lda` package's topics after 50 collapsed-Gibbs iterations (rows sum to 1)."""
+    """A realistic ``θ̃``: the `lda` package's topics after 50 collapsed-Gibbs
+    iterations (rows sum to 1)."""
     import logging
 
     import lda
@@ -246,7 +260,8 @@ def _stats(xs):
 
 
 def estimator_vs_numpy(train, theta, K, W, sweeps, repeats, loop_repeats):
-    """The JAX estimator (jitted, float32) against lda_numpy's two versions (float64), interleaved repeats.
+    """The JAX estimator (jitted, float32) against lda_numpy's two versions (float64),
+    interleaved repeats.
 
     Each repeat times one call of each, at the same ``θ̃`` and the same sweeps (a fresh
     minibatch a call). Returns per implementation the wall/CPU times and, per repeat,
@@ -304,7 +319,8 @@ def estimator_vs_numpy(train, theta, K, W, sweeps, repeats, loop_repeats):
 
 
 def sampler_speed(name, train, theta, K, W, sweeps, repeats):
-    """One sampler's jitted step (documents/s) and the shares of its time: Gibbs sweeps, sampler update, rest.
+    """One sampler's jitted step (documents/s) and the shares of its time: Gibbs sweeps,
+    sampler update, rest.
 
     Three programs, timed in interleaved repeats: the whole step (estimator + update,
     mirrored); the Gibbs sweeps alone (:func:`L.expected_word_topic_counts` on a
@@ -356,7 +372,8 @@ def sampler_speed(name, train, theta, K, W, sweeps, repeats):
 
 
 def agreement(train, theta, K, W, sweeps, runs, loop_runs, seed=0):
-    """The JAX and NumPy Gibbs estimates of ``Σ_d E[n_dkw]`` on one fixed minibatch agree in expectation.
+    """The JAX and NumPy Gibbs estimates of ``Σ_d E[n_dkw]`` on one fixed minibatch
+    agree in expectation.
 
     Both are the same finite-sweep estimator (same start, sweep order, burn-in), so
     their means agree exactly, not only as the sweeps grow. Summaries compared: the
@@ -484,9 +501,10 @@ def speed_main(args):
         for n, r in samplers.items():
             c = r["cpu"]
             print(
-                f"  K = {K} {n}: {r['wall']['docs_per_s']:.1f} documents/s (wall), {c['docs_per_s']:.1f} (CPU); "
-                f"Gibbs {c['share']['gibbs']['median']:.2f}, update {c['share']['update']['median']:.3f} of the "
-                "step's CPU time",
+                f"  K = {K} {n}: {r['wall']['docs_per_s']:.1f} documents/s (wall), "
+                f"{c['docs_per_s']:.1f} (CPU); Gibbs "
+                f"{c['share']['gibbs']['median']:.2f}, update "
+                f"{c['share']['update']['median']:.3f} of the step's CPU time",
                 flush=True,
             )
         for v in ("numpy vectorised", "numpy loop"):
@@ -503,9 +521,11 @@ def speed_main(args):
             "step wall s, median [min-max]": _range(r["wall"]["step_s"]),
             "documents/s (wall)": f"{r['wall']['docs_per_s']:.1f}",
             "documents/s (CPU)": f"{r['cpu']['docs_per_s']:.1f}",
-            "Gibbs sweeps (CPU) [wall]": f"{_range(r['cpu']['share']['gibbs'], '{:.2f}')} "
+            "Gibbs sweeps (CPU) "
+            "[wall]": f"{_range(r['cpu']['share']['gibbs'], '{:.2f}')} "
             f"[{r['wall']['share']['gibbs']['median']:.2f}]",
-            "sampler update (CPU) [wall]": f"{_range(r['cpu']['share']['update'], '{:.3f}')} "
+            "sampler update (CPU) "
+            "[wall]": f"{_range(r['cpu']['share']['update'], '{:.3f}')} "
             f"[{r['wall']['share']['update']['median']:.3f}]",
             "rest (CPU)": f"{r['cpu']['share_rest_median']:.2f}",
         }
@@ -534,26 +554,33 @@ def speed_main(args):
     K0 = args.topics[0]
     ag = per_k[K0]["agreement"]
     notes = [
-        f"Reuters training split ({train.tokens.shape[0]} documents, padded to {train.tokens.shape[1]} tokens), "
-        f"minibatches of {BATCH}, {sweeps[0]} burn-in + {sweeps[1]} kept Gibbs sweeps of eq. (32) a document (full: "
-        f"the experiment's 10 + 10; `--quick`: 2 + 2), K in {list(args.topics)}, W = {W}; theta~ = the `lda` "
-        "package's topics after 50 collapsed-Gibbs iterations. JAX in float32, jitted; first calls "
-        "(compilation) excluded.",
-        f"Machine load (1/5/15-minute averages, 2 cores shared with other jobs): {load_start} at the start, "
+        f"Reuters training split ({train.tokens.shape[0]} documents, padded to "
+        f"{train.tokens.shape[1]} tokens), minibatches of {BATCH}, {sweeps[0]} burn-in "
+        f"+ {sweeps[1]} kept Gibbs sweeps of eq. (32) a document (full: the "
+        f"experiment's 10 + 10; `--quick`: 2 + 2), K in {list(args.topics)}, W = {W}; "
+        "theta~ = the `lda` package's topics after 50 collapsed-Gibbs iterations. JAX "
+        "in float32, jitted; first calls (compilation) excluded.",
+        "Machine load (1/5/15-minute averages, 2 cores shared with other jobs): "
+        f"{load_start} at the start, "
         + ", ".join(f"{per_k[K]['load_after']} after K = {K}" for K in per_k)
-        + ". Figures are ratios within interleaved repeats for that reason; absolute times move with the load.",
-        "Documents/s = 50 / the median time of one jitted sampler step (minibatch, Gibbs, eq. (31), the "
-        "library's update over the K*W coordinates, mirroring), by wall clock and by process CPU time (the work "
-        "done, all threads: less moved by other jobs than wall time). Shares: the Gibbs sweeps alone "
-        "(`expected_word_topic_counts` on 50 documents) and the sampler update alone (the same step with the "
-        "estimator replaced by theta~ -> -theta~), each over the whole step's time in the same repeat, by CPU "
-        "time (median [min-max] over repeats; the wall-time median in brackets); rest = 1 - both (minibatch "
+        + ". Figures are ratios within interleaved repeats for that reason; absolute "
+        "times move with the load.",
+        "Documents/s = 50 / the median time of one jitted sampler step (minibatch, "
+        "Gibbs, eq. (31), the library's update over the K*W coordinates, mirroring), "
+        "by wall clock and by process CPU time (the work done, all threads: less moved "
+        "by other jobs than wall time). Shares: the Gibbs sweeps alone "
+        "(`expected_word_topic_counts` on 50 documents) and the sampler update alone "
+        "(the same step with the estimator replaced by theta~ -> -theta~), each over "
+        "the whole step's time in the same repeat, by CPU time (median [min-max] over "
+        "repeats; the wall-time median in brackets); rest = 1 - both (minibatch "
         "gather, the scatter onto words, eq. (31), dispatch).",
-        "JAX vs NumPy: the same estimator (benchmarks/lda_numpy.py; tests/models/test_lda_numpy.py checks it against "
-        "the exact expectation on the tiny corpus, as tests/models/test_lda.py checks the JAX one), at the same theta~, "
-        "corpus, K and sweeps, one call of each per repeat, interleaved; 'numpy vectorised' advances the 50 "
-        "documents together one token position at a time (the analogue of the JAX vmap), 'numpy loop' is "
-        f"token by token ({loop_repeats} repeats). Time / JAX's > 1: JAX is faster by that factor.",
+        "JAX vs NumPy: the same estimator (benchmarks/lda_numpy.py; "
+        "tests/models/test_lda_numpy.py checks it against the exact expectation on "
+        "the tiny corpus, as tests/models/test_lda.py checks the JAX one), at the "
+        "same theta~, corpus, K and sweeps, one call of each per repeat, interleaved; "
+        "'numpy vectorised' advances the 50 documents together one token position at "
+        "a time (the analogue of the JAX vmap), 'numpy loop' is token by token "
+        f"({loop_repeats} repeats). Time / JAX's > 1: JAX is faster by that factor.",
     ]
     cpu_min = {
         K: sum(
@@ -564,25 +591,30 @@ def speed_main(args):
         for K, d in per_k.items()
     }
     notes.append(
-        f"At these rates the experiment (`--size full`: {SIZES['full']['steps'] * BATCH:,} documents per "
-        "sampler, four samplers) costs "
+        "At these rates the experiment (`--size full`: "
+        f"{SIZES['full']['steps'] * BATCH:,} documents per sampler, four samplers) "
+        "costs "
         + ", ".join(f"{m:.0f} min of CPU at K = {K}" for K, m in cpu_min.items())
-        + " in sampler steps alone (perplexity evaluations and the `lda` package's fit extra)."
+        + " in sampler steps alone (perplexity evaluations and the `lda` package's fit "
+        "extra)."
     )
     if ag:
         notes.append(
-            f"Agreement in expectation (K = {K0}, one fixed minibatch, theta~ fixed): per-topic totals and the "
-            f"per-topic counts of the 5 most frequent words ({ag['summaries']} numbers), {ag['runs_jax']} JAX runs "
+            f"Agreement in expectation (K = {K0}, one fixed minibatch, theta~ fixed): "
+            "per-topic totals and the per-topic counts of the 5 most frequent words "
+            f"({ag['summaries']} numbers), {ag['runs_jax']} JAX runs "
             + "; ".join(
-                f"vs {ag[v]['runs']} {v} runs: max |Welch t| {ag[v]['max_abs_t']:.2f}, Bonferroni p "
-                f"{ag[v]['bonferroni_p']:.2f} over the {ag[v]['tested']} that vary; of the "
-                f"{ag[v]['constant_and_equal'] + ag[v]['constant_mismatch']} constant in every run of both, "
-                f"{ag[v]['constant_mismatch']} differ"
+                f"vs {ag[v]['runs']} {v} runs: max |Welch t| {ag[v]['max_abs_t']:.2f}, "
+                f"Bonferroni p {ag[v]['bonferroni_p']:.2f} over the {ag[v]['tested']} "
+                "that vary; of the "
+                f"{ag[v]['constant_and_equal'] + ag[v]['constant_mismatch']} constant "
+                f"in every run of both, {ag[v]['constant_mismatch']} differ"
                 for v in ("numpy vectorised", "numpy loop")
             )
             + ". Verdict: "
             + (
-                "no disagreement detected (every Bonferroni p > 0.01, no constant differs)."
+                "no disagreement detected (every Bonferroni p > 0.01, no constant "
+                "differs)."
                 if all(
                     ag[v]["bonferroni_p"] > 0.01 and ag[v]["constant_mismatch"] == 0
                     for v in ("numpy vectorised", "numpy loop")
@@ -613,7 +645,8 @@ def speed_main(args):
         out_dir=out_dir,
         command=cmd,
         notes=notes,
-        title="Online LDA: documents per second, the Gibbs sweeps' share, JAX against NumPy",
+        title="Online LDA: documents per second, the Gibbs sweeps' share, JAX against "
+        "NumPy",
     )
     md.write_text(
         md.read_text()
@@ -630,7 +663,8 @@ def main():
     parser.add_argument(
         "--speed",
         action="store_true",
-        help="documents/s, Gibbs share, JAX vs NumPy (lda_speed.{json,md}), not the experiment",
+        help="documents/s, Gibbs share, JAX vs NumPy (lda_speed.{json,md}), not the "
+        "experiment",
     )
     parser.add_argument(
         "--topics",
@@ -647,8 +681,8 @@ def main():
     X_train, train, observed, scored, vocab = load_split()
     W = X_train.shape[1]
     print(
-        f"size: {args.size}; {train.tokens.shape[0]} training documents, {observed.tokens.shape[0]} held out; "
-        f"K = {K}, W = {W}",
+        f"size: {args.size}; {train.tokens.shape[0]} training documents, "
+        f"{observed.tokens.shape[0]} held out; K = {K}, W = {W}",
         flush=True,
     )
     results = {
@@ -657,7 +691,8 @@ def main():
     }
     anchor = lda_anchor(X_train, observed, scored, K, cfg["lda_iter"])
     print(
-        f"  lda package: perplexity {anchor['perplexity']:.1f} ({anchor['wall_s']:.1f} s)",
+        f"  lda package: perplexity {anchor['perplexity']:.1f} ({anchor['wall_s']:.1f} "
+        "s)",
         flush=True,
     )
 
@@ -703,29 +738,36 @@ def main():
         },
     }
     walls = ", ".join(
-        f"{n} {results[n]['wall_s']:.0f} s ({results[n]['wall_s'] / (cfg['steps'] * BATCH) * 1e3:.1f}"
-        f" ms/document, {results[n]['flagged_steps']} steps flagged diverged)"
+        f"{n} {results[n]['wall_s']:.0f} s "
+        f"({results[n]['wall_s'] / (cfg['steps'] * BATCH) * 1e3:.1f} ms/document, "
+        f"{results[n]['flagged_steps']} steps flagged diverged)"
         for n in SAMPLERS
     )
     notes = [
-        f"size {args.size}: K = {K}, {train.tokens.shape[0]} training / {observed.tokens.shape[0]} held-out documents "
-        f"(numpy seed 0), minibatches of {BATCH}, {cfg['burnin']} burn-in + {cfg['kept']} kept Gibbs sweeps per "
-        f"document per gradient; perplexity by document completion at the current sample, "
-        f"{PERPLEXITY_SWEEPS[0]} + {PERPLEXITY_SWEEPS[1]} sweeps, each model's own gamma.",
-        "Hyper-parameters (paper 2 F.2): SGRLD/SGRHMC alpha = 1e-4, gamma = 0.01; SGLD/SGHMC alpha = 0.01, "
-        f"gamma = 0.1. Steps: SGLD {STEP['SGLD']} (D = I), SGHMC {STEP['SGHMC']} (C = I), SGRHMC {STEP['SGRHMC']}, "
-        f"SGRLD (a(1 + t/b))^-c with (a, b, c) = {SGRLD_SCHEDULE} (not stated in paper 2; ours).",
-        f"Anchor: lda package, collapsed Gibbs, {cfg['lda_iter']} iterations, alpha = 0.1, eta = 0.01: perplexity "
-        f"{anchor['perplexity']:.1f} ({anchor['wall_s']:.1f} s). Uniform model: {W}.",
-        f"Sampling wall time ({cfg['steps']} steps each; perplexity evaluations excluded): {walls}.",
+        f"size {args.size}: K = {K}, {train.tokens.shape[0]} training / "
+        f"{observed.tokens.shape[0]} held-out documents (numpy seed 0), minibatches of "
+        f"{BATCH}, {cfg['burnin']} burn-in + {cfg['kept']} kept Gibbs sweeps per "
+        "document per gradient; perplexity by document completion at the current "
+        f"sample, {PERPLEXITY_SWEEPS[0]} + {PERPLEXITY_SWEEPS[1]} sweeps, each model's "
+        "own gamma.",
+        "Hyper-parameters (paper 2 F.2): SGRLD/SGRHMC alpha = 1e-4, gamma = 0.01; "
+        f"SGLD/SGHMC alpha = 0.01, gamma = 0.1. Steps: SGLD {STEP['SGLD']} (D = I), "
+        f"SGHMC {STEP['SGHMC']} (C = I), SGRHMC {STEP['SGRHMC']}, SGRLD (a(1 + "
+        f"t/b))^-c with (a, b, c) = {SGRLD_SCHEDULE} (not stated in paper 2; ours).",
+        f"Anchor: lda package, collapsed Gibbs, {cfg['lda_iter']} iterations, alpha = "
+        f"0.1, eta = 0.01: perplexity {anchor['perplexity']:.1f} "
+        f"({anchor['wall_s']:.1f} s). Uniform model: {W}.",
+        f"Sampling wall time ({cfg['steps']} steps each; perplexity evaluations "
+        f"excluded): {walls}.",
         "Paper's ordering (SGRHMC <= SGRLD < SGLD, SGHMC at the last evaluation): "
         f"{'holds' if holds else 'does not hold'} here (final: "
         + ", ".join(f"{n} {final[n]:.1f}" for n in SAMPLERS)
         + ").",
     ]
     notes.append(
-        "Documents per second of each sampler, the Gibbs sweeps' share of a step and the JAX estimator "
-        "against NumPy: lda_speed.md (`python benchmarks/bench_lda.py --speed --topics 20 50`)."
+        "Documents per second of each sampler, the Gibbs sweeps' share of a step and "
+        "the JAX estimator against NumPy: lda_speed.md (`python "
+        "benchmarks/bench_lda.py --speed --topics 20 50`)."
     )
     for n, t in tables.items():
         notes.append(

@@ -1,4 +1,5 @@
-"""The local least-squares ensemble gradient against the paper's importance-weighted estimate, at equal η.
+"""The local least-squares ensemble gradient against the paper's importance-weighted
+estimate, at equal η.
 
 Both estimate ``∇f`` at a particle from its neighbours in the η-ball of an
 ensemble drawn from the target ``π ∝ exp(-f)`` (here Gaussians, 2-D and 3-D,
@@ -108,7 +109,8 @@ def _estimators(d, n):
 
 
 def _stats(errs, oks, grad_sq, accept_all):
-    """errs: (R, P, d), oks: (R, P); relative bias², variance, mse and the acceptance."""
+    """errs: (R, P, d), oks: (R, P); relative bias², variance, mse and the
+    acceptance."""
     k = oks.sum(axis=0)
     use = k >= 2
     mean = np.where(
@@ -200,11 +202,14 @@ def chain(args):
         for r in rows
     ]
     notes = [
-        f"N = {n}, h = {h}, {steps} steps after {burn} burn-in; ULA's exact variance {ula:.4f}.",
-        f"paper: eta = R2 = {base.eta:.3g}, N* = {base.n_star}, M_f = {base.m_f:.3g} (suggest_cenlmc_params), "
-        "R1 at pass probabilities 0.7, 0.9.",
-        "least_squares*: R1 = 10, R2 = 100, N* = 1, M_f = inf: only the fit's conditioning test refuses.",
-        "mcse over the N per-particle time averages (they are correlated only through the estimator).",
+        f"N = {n}, h = {h}, {steps} steps after {burn} burn-in; ULA's exact variance "
+        f"{ula:.4f}.",
+        f"paper: eta = R2 = {base.eta:.3g}, N* = {base.n_star}, M_f = {base.m_f:.3g} "
+        "(suggest_cenlmc_params), R1 at pass probabilities 0.7, 0.9.",
+        "least_squares*: R1 = 10, R2 = 100, N* = 1, M_f = inf: only the fit's "
+        "conditioning test refuses.",
+        "mcse over the N per-particle time averages (they are correlated only through "
+        "the estimator).",
     ]
     write_results(
         "least_squares_chain",
@@ -271,15 +276,20 @@ def main():
         for r in rows
     ]
     notes = [
-        f"N = {n} particles drawn from the target, {probes} probes kept, {reps} redraws of the rest; float32.",
-        "bias2, var, mse: relative to the probes' mean |∇f|² (module docstring); accept: fraction of all particles.",
-        "mse is the unconditional mean squared error. The split bias2 / var is conditional on all P probes, which "
-        "are each other's fixed neighbours: their contribution does not average over the redraws and is counted "
-        "in bias2 (most visible for the paper's estimate at small eta, whose single close pairs weigh 1/pi(x_j)).",
-        "paper: eq. 3.19 with p = π (the sampling density); accepted when the η-ball is not empty.",
-        "ls: the linear least-squares fit (Epanechnikov kernel), ls-uniform: uniform kernel, "
-        "ls-quadratic: with the quadratic term (exact on a Gaussian: its error is rounding); "
-        "accepted when the conditioning test passes (floor 0.05).",
+        f"N = {n} particles drawn from the target, {probes} probes kept, {reps} "
+        "redraws of the rest; float32.",
+        "bias2, var, mse: relative to the probes' mean |∇f|² (module docstring); "
+        "accept: fraction of all particles.",
+        "mse is the unconditional mean squared error. The split bias2 / var is "
+        "conditional on all P probes, which are each other's fixed neighbours: their "
+        "contribution does not average over the redraws and is counted in bias2 (most "
+        "visible for the paper's estimate at small eta, whose single close pairs weigh "
+        "1/pi(x_j)).",
+        "paper: eq. 3.19 with p = π (the sampling density); accepted when the η-ball "
+        "is not empty.",
+        "ls: the linear least-squares fit (Epanechnikov kernel), ls-uniform: uniform "
+        "kernel, ls-quadratic: with the quadratic term (exact on a Gaussian: its error "
+        "is rounding); accepted when the conditioning test passes (floor 0.05).",
     ]
     name = "least_squares" + (
         "" if args.dims == [2, 3] else "_d" + "_".join(map(str, args.dims))

@@ -1,4 +1,5 @@
-"""The least-squares ensemble gradient: dense tiles against block-sparse tiles (issue 17, item 3).
+"""The least-squares ensemble gradient: dense tiles against block-sparse tiles (issue
+17, item 3).
 
 ``cenlmc_jax.ensemble.least_squares``: ``least_squares_tiled`` folds every tile
 pair; ``least_squares_sparse`` orders the particles along a Hilbert curve and
@@ -106,11 +107,14 @@ def main():
                     )
                     print(rows[-1], flush=True)
     notes = [
-        f"{args.repeats} alternating repeats after a warm-up call each; tiled_ms / sparse_ms: the last repeat.",
-        "Shared 2-core machine (other sessions running): read the ratios, CPU ratios are the steadier.",
-        "The rule drawn from it (least_squares.LS_SPARSE_MAX_D, the sparse default block 32): method='auto' "
-        "takes the sparse tiles at d <= 3 (CPU 1.5-5.7x less with tiles of 32 at N = 1,024-8,192), the dense "
-        "tiles at d = 4 (sparse 0.6-0.7x up to N = 2,048, 1.2-1.6x at 8,192).",
+        f"{args.repeats} alternating repeats after a warm-up call each; tiled_ms / "
+        "sparse_ms: the last repeat.",
+        "Shared 2-core machine (other sessions running): read the ratios, CPU ratios "
+        "are the steadier.",
+        "The rule drawn from it (least_squares.LS_SPARSE_MAX_D, the sparse default "
+        "block 32): method='auto' takes the sparse tiles at d <= 3 (CPU 1.5-5.7x less "
+        "with tiles of 32 at N = 1,024-8,192), the dense tiles at d = 4 (sparse "
+        "0.6-0.7x up to N = 2,048, 1.2-1.6x at 8,192).",
     ]
     write_results(
         "least_squares_sparse",

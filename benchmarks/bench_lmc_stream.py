@@ -80,10 +80,13 @@ def main():
         title="Streaming LMC driver",
         out_dir=args.out_dir,
         notes=[
-            "wall_s: second call (compiled chunk reused); wall_s_with_compile: first call.",
-            "max_var_error: |streamed variance - exact ULA variance 1/(1-h/2)| over coordinates, h = 0.1, "
-            "initial N(0, I) so the first steps are included (bias of order 0.05 * exp(-h t) averaged).",
-            "peak_rss_mib is the process's cumulative peak (ru_maxrss); the full-size streaming run comes last.",
+            "wall_s: second call (compiled chunk reused); wall_s_with_compile: first "
+            "call.",
+            "max_var_error: |streamed variance - exact ULA variance 1/(1-h/2)| over "
+            "coordinates, h = 0.1, initial N(0, I) so the first steps are included "
+            "(bias of order 0.05 * exp(-h t) averaged).",
+            "peak_rss_mib is the process's cumulative peak (ru_maxrss); the full-size "
+            "streaming run comes last.",
         ],
     )
 

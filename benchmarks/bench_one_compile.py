@@ -47,8 +47,11 @@ import jax, numpy as np
 import cenlmc_jax as cj
 compiles = []
 jax.monitoring.register_event_duration_secs_listener(
-    lambda event, secs, **kw: compiles.append(secs) if event == "/jax/core/compile/backend_compile_duration" else None)
-variant, case, quick, before_path = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4]
+    lambda event, secs, **kw: compiles.append(secs)
+    if event == "/jax/core/compile/backend_compile_duration"
+    else None)
+variant, case, quick, before_path = (
+    sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4])
 if variant == "before":
     spec = importlib.util.spec_from_file_location("run_before", before_path)
     driver = importlib.util.module_from_spec(spec)
@@ -71,8 +74,8 @@ else:
 state = algo.init(x0)
 def go():
     t = time.perf_counter()
-    res = driver.sample(jax.random.key(1), algo, state, steps, burn_in=burn, check_convergence=False,
-                        on_divergence="warn")
+    res = driver.sample(jax.random.key(1), algo, state, steps, burn_in=burn,
+                        check_convergence=False, on_divergence="warn")
     jax.block_until_ready(res.state.position)
     return time.perf_counter() - t, res
 jax.block_until_ready(state)
@@ -80,10 +83,11 @@ mark = len(compiles)
 first, res = go()
 n_comp, comp_s = len(compiles) - mark, sum(compiles[mark:])
 second, res2 = go()
-print(json.dumps(dict(first_s=first, second_s=second, compiles=n_comp, compile_s=comp_s,
-                      position=np.asarray(res.state.position, np.float64).ravel()[:64].tolist(),
-                      same_twice=bool(np.array_equal(np.asarray(res.state.position),
-                                                     np.asarray(res2.state.position))))))
+print(json.dumps(dict(
+    first_s=first, second_s=second, compiles=n_comp, compile_s=comp_s,
+    position=np.asarray(res.state.position, np.float64).ravel()[:64].tolist(),
+    same_twice=bool(np.array_equal(np.asarray(res.state.position),
+                                   np.asarray(res2.state.position))))))
 """
 
 
@@ -174,11 +178,15 @@ def main():
             )
         )
     notes = [
-        f"{repeats} rounds per case, each variant in a fresh process, the order alternating; medians.",
-        "compiles: XLA compilations during the first sample call; compile_s: their total time; first_s: the "
-        "first call's wall time (compilation included); second_s: the same call again (compiled).",
-        "same_draws: the final positions (first 64 values) of every run, both variants, are equal.",
-        "Shared 2-core machine: other sessions may have run at the same time; read the ratios.",
+        f"{repeats} rounds per case, each variant in a fresh process, the order "
+        "alternating; medians.",
+        "compiles: XLA compilations during the first sample call; compile_s: their "
+        "total time; first_s: the first call's wall time (compilation included); "
+        "second_s: the same call again (compiled).",
+        "same_draws: the final positions (first 64 values) of every run, both "
+        "variants, are equal.",
+        "Shared 2-core machine: other sessions may have run at the same time; read the "
+        "ratios.",
     ]
     write_results(
         "one_compile",
@@ -197,7 +205,8 @@ def main():
         ],
         out_dir=args.out_dir,
         notes=notes,
-        title="Burn-in and sampling in one compilation: before and after (issue 17, item 6)",
+        title="Burn-in and sampling in one compilation: before and after (issue 17, "
+        "item 6)",
     )
 
 

@@ -60,7 +60,8 @@ from cenlmc_jax.pairwise.tiled import TILE_MAX_BYTES  # noqa: E402
 
 
 def make_ensemble(n: int, d: int, seed: int = 0, h: float = 0.05):
-    """An ensemble as after an LMC step on a standard Gaussian (docs/algorithms.md §3)."""
+    """An ensemble as after an LMC step on a standard Gaussian (docs/algorithms.md
+    §3)."""
     k1, k2 = jax.random.split(jax.random.key(seed))
     x_prev = jax.random.normal(k1, (n, d))
     w = x_prev - h * x_prev
@@ -106,13 +107,15 @@ def dense_temp_bytes(x, f, log_p, eta, w=None, r2=None):
 
 
 def cap_block(n: int, *, itemsize: int = 4, with_w: bool = False) -> int:
-    """Largest multiple of 8 rows whose live (B, n) temporaries stay under TILE_MAX_BYTES (as in default_block_size)."""
+    """Largest multiple of 8 rows whose live (B, n) temporaries stay under
+    TILE_MAX_BYTES (as in default_block_size)."""
     live = 5 if with_w else 3
     return max(8, (TILE_MAX_BYTES // (live * n * itemsize)) // 8 * 8)
 
 
 def block_sweep(args, peak: float) -> None:
-    """Time the tiled force at several row-block sizes side by side (interleaved rounds); write args.name."""
+    """Time the tiled force at several row-block sizes side by side (interleaved
+    rounds); write args.name."""
     rows, pairs_rows = [], []
     for d in args.dims:
         for n in args.sizes:
@@ -187,28 +190,34 @@ def block_sweep(args, peak: float) -> None:
             print(
                 f"N={n:6d} d={d:3d} cap={cap:4d} "
                 + " ".join(
-                    f"{k}(B={new if b is None else b})={med[k] * 1e3:.1f}ms x{med['old'] / med[k]:.2f}"
-                    f" cpu x{cmed['old'] / cmed[k]:.2f}"
+                    f"{k}(B={new if b is None else b})={med[k] * 1e3:.1f}ms "
+                    f"x{med['old'] / med[k]:.2f} cpu x{cmed['old'] / cmed[k]:.2f}"
                     for k, b in cands.items()
                 ),
                 flush=True,
             )
 
     notes = [
-        f"float32 SGEMM ({args.sgemm_n}x{args.sgemm_n}, jnp.dot, HIGHEST): {peak / 1e9:.1f} GFLOP/s; "
-        "frac_sgemm counts 4d+2 matmul flops per pair (+2d with w).",
-        f"Each cell: median wall time of {args.repeats} interleaved rounds (every block size once per round), "
-        "after one compiling and one warm-up call; rounds rotate the order. vs_old / speedup = old default's "
-        "time / this time (> 1: faster); cpu_* = process CPU time (both threads), less sensitive to other jobs.",
-        "old = default_block_size(N) (the rule before d was taken); new = block_size=None, the library's "
-        "default now (default_block_size(N, d=d)). Sizes over the memory cap TILE_MAX_BYTES are replaced by "
-        "the largest multiple of 8 under it.",
-        "Shared 2-core machine (other benchmarks running): compare within a row group, not across runs.",
+        f"float32 SGEMM ({args.sgemm_n}x{args.sgemm_n}, jnp.dot, HIGHEST): "
+        f"{peak / 1e9:.1f} GFLOP/s; frac_sgemm counts 4d+2 matmul flops per pair (+2d "
+        "with w).",
+        f"Each cell: median wall time of {args.repeats} interleaved rounds (every "
+        "block size once per round), after one compiling and one warm-up call; rounds "
+        "rotate the order. vs_old / speedup = old default's time / this time (> 1: "
+        "faster); cpu_* = process CPU time (both threads), less sensitive to other "
+        "jobs.",
+        "old = default_block_size(N) (the rule before d was taken); new = "
+        "block_size=None, the library's default now (default_block_size(N, d=d)). "
+        "Sizes over the memory cap TILE_MAX_BYTES are replaced by the largest multiple "
+        "of 8 under it.",
+        "Shared 2-core machine (other benchmarks running): compare within a row group, "
+        "not across runs.",
     ]
     if any(r["frac_sgemm"] > 1 for r in rows):
         notes.append(
-            "frac_sgemm > 100% in places: the SGEMM reference, timed once before the sweep, ran slower "
-            "than the kernel's matrix products later (other jobs' load varies): read it as relative only."
+            "frac_sgemm > 100% in places: the SGEMM reference, timed once before the "
+            "sweep, ran slower than the kernel's matrix products later (other jobs' "
+            "load varies): read it as relative only."
         )
     fmt = [
         dict(
@@ -319,7 +328,8 @@ def main() -> None:
         type=int,
         nargs="+",
         default=None,
-        help="row-block sweep: time these block sizes (and the old and new defaults) side by side",
+        help="row-block sweep: time these block sizes (and the old and new defaults) "
+        "side by side",
     )
     parser.add_argument(
         "--name",
@@ -418,9 +428,10 @@ def main() -> None:
                 row["dense_temp"] = dense_note
                 rows.append(row)
                 print(
-                    f"N={n:6d} d={d:3d} w={row['w']:3s} B={row['B']:4d} tiled {row['tiled_ms']:9.2f} ms "
-                    f"{row['tiled_pairs_per_s']:.3g} pairs/s temp {row['tiled_temp']:>10s} "
-                    f"({row['frac_sgemm']:.0%} SGEMM) | dense "
+                    f"N={n:6d} d={d:3d} w={row['w']:3s} B={row['B']:4d} tiled "
+                    f"{row['tiled_ms']:9.2f} ms {row['tiled_pairs_per_s']:.3g} pairs/s "
+                    f"temp {row['tiled_temp']:>10s} ({row['frac_sgemm']:.0%} SGEMM) | "
+                    "dense "
                     + (
                         f"{row['dense_ms']:9.2f} ms x{row['speedup']:.1f}"
                         if "dense_ms" in row
@@ -434,14 +445,19 @@ def main() -> None:
         (r for r in rows if r["N"] == 4096 and r["d"] == 10 and r["w"] == "no"), None
     )
     notes = [
-        f"float32 SGEMM ({args.sgemm_n}x{args.sgemm_n}, jnp.dot, HIGHEST): {peak / 1e9:.1f} GFLOP/s.",
-        "pairs = N^2; times are medians of repeated blocked runs (benchmarks/_common.time_call); "
-        "*_cpu_ms = process CPU time per call, all threads (the work; wall ~ cpu/2 on a quiet 2-core machine "
-        "if both cores are used); temp = XLA compiled temporary memory.",
-        "frac_sgemm counts the tiled kernel's matmul flops (4d+2 per pair, +2d with w) against the SGEMM rate.",
-        "dense = the N x N direct-difference reference (an (N, N, d) temporary, weights per pair in log space); "
-        "skipped where its compiled temporaries exceed --dense-max-bytes.",
-        "Shared machine: other jobs were running; rerun on a quiet machine for quotable numbers.",
+        f"float32 SGEMM ({args.sgemm_n}x{args.sgemm_n}, jnp.dot, HIGHEST): "
+        f"{peak / 1e9:.1f} GFLOP/s.",
+        "pairs = N^2; times are medians of repeated blocked runs "
+        "(benchmarks/_common.time_call); *_cpu_ms = process CPU time per call, all "
+        "threads (the work; wall ~ cpu/2 on a quiet 2-core machine if both cores are "
+        "used); temp = XLA compiled temporary memory.",
+        "frac_sgemm counts the tiled kernel's matmul flops (4d+2 per pair, +2d with w) "
+        "against the SGEMM rate.",
+        "dense = the N x N direct-difference reference (an (N, N, d) temporary, "
+        "weights per pair in log space); skipped where its compiled temporaries exceed "
+        "--dense-max-bytes.",
+        "Shared machine: other jobs were running; rerun on a quiet machine for "
+        "quotable numbers.",
     ]
     if target is not None:
         ok_rate = target["tiled_pairs_per_s"] >= 1.5e9
@@ -459,7 +475,8 @@ def main() -> None:
     if d100:
         best = max(d100, key=lambda r: r["frac_sgemm"])
         notes.append(
-            f"d=100: best fraction of SGEMM {best['frac_sgemm']:.0%} at N={best['N']} (stretch goal 60%)."
+            f"d=100: best fraction of SGEMM {best['frac_sgemm']:.0%} at N={best['N']} "
+            "(stretch goal 60%)."
         )
 
     columns = [

@@ -1,4 +1,5 @@
-"""cenlmc_jax against BlackJAX (1.7.1), in one process: per-step time, draws, acceptance.
+"""cenlmc_jax against BlackJAX (1.7.1), in one process: per-step time, draws,
+acceptance.
 
 Every comparison runs ``--chains`` chains vmapped (``d = 10``), ``--steps``
 steps per jitted ``lax.scan`` call, both samplers from the same keys and
@@ -16,12 +17,13 @@ Rows (the table of issue 10):
               stationary variance against ULA's exact ``1/(1 - h/2)``)
   sgrhmc      ``sgrhmc_step`` with ``inv_metric_fn = 1`` vs BlackJAX's SGHMC diffusion
               (``alpha = 1``) with the full gradient
-  mala        ``irreversible_mh(sde_proposal(1, 0, ...))`` vs ``blackjax.mala``, three step
-              sizes, on a Gaussian and on
+  mala        ``irreversible_mh(sde_proposal(1, 0, ...))`` vs ``blackjax.mala``,
+              three step sizes, on a Gaussian and on
               ``cj.models.targets.logistic_regression(dim=10)``
-  sghmc       ``cj.sghmc`` with ``minibatch_grad_estimator`` vs BlackJAX's SGHMC diffusion
-              with ``blackjax.sgmcmc.gradients.grad_estimator`` on the same minibatch
-              (same indices from the same key: with replacement, and Floyd's subsets)
+  sghmc       ``cj.sghmc`` with ``minibatch_grad_estimator`` vs BlackJAX's SGHMC
+              diffusion with ``blackjax.sgmcmc.gradients.grad_estimator`` on the
+              same minibatch (same indices from the same key: with replacement, and
+              Floyd's subsets)
 Then the minibatch draw alone (``replace=True``, Floyd, and the former
 ``jax.random.choice(replace=False)``), and the Q-sweep: ``sde_proposal`` with
 ``Q = c·J`` (whitened) against MALA (``c = 0``), each tuned to acceptance
@@ -55,7 +57,8 @@ try:
     import blackjax.sgmcmc.gradients as bj_gradients
 except ImportError:  # an optional peer: say how to get it, and do not fail run_all
     print(
-        "bench_peers.py needs BlackJAX: pip install 'blackjax==1.7.1' (the bench extra); skipped."
+        "bench_peers.py needs BlackJAX: pip install 'blackjax==1.7.1' (the bench "
+        "extra); skipped."
     )
     sys.exit(0)
 
@@ -70,7 +73,8 @@ D = 10
 
 
 def scan_runner(step, num_chains, num_steps, stats):
-    """jit((key, states) -> (states, per-step stats)): ``step`` vmapped over chains inside a lax.scan.
+    """jit((key, states) -> (states, per-step stats)): ``step`` vmapped over chains
+    inside a lax.scan.
 
     ``stats(states, info) -> tuple of per-step values`` (reduced over chains, or small).
     """
@@ -92,7 +96,8 @@ def block(x):
 
 
 def paired_timing(run_a, args_a, run_b, args_b, repeats):
-    """Interleaved timing: per-pair ratios t_a / t_b (order alternates), wall and process CPU time.
+    """Interleaved timing: per-pair ratios t_a / t_b (order alternates), wall and
+    process CPU time.
 
     The CPU-time ratio (work done by this process, all threads) is the steadier
     figure on a shared machine: other jobs stretch the wall time of whichever
@@ -188,7 +193,8 @@ def row_mala(target, step_size, args, label):
         args.steps // 2
     )  # second half: the moments of the two runs (same draws: equal up to rounding)
     return dict(
-        comparison=f"mala: sde_proposal(D=1, Q=0) vs blackjax.mala ({label}, step {step_size:g})",
+        comparison=f"mala: sde_proposal(D=1, Q=0) vs blackjax.mala ({label}, step "
+        f"{step_size:g})",
         **timing,
         same_decisions=float(jnp.mean(acc_c == acc_b)),
         max_abs_diff=float(jnp.max(jnp.abs(fc.position - fb.position))),
@@ -234,7 +240,8 @@ def row_lmc_sgld(args):
     timing = paired_timing(run_c, (key, sc), run_b, (key, x0), args.repeats)
     half = args.steps // 2
     return dict(
-        comparison=f"lmc (ensemble of {args.chains}) vs sgld, full gradient (gaussian, h {h:g})",
+        comparison=f"lmc (ensemble of {args.chains}) vs sgld, full gradient (gaussian, "
+        f"h {h:g})",
         **timing,
         var_cj=float(m2c[half:].mean()),
         var_bj=float(m2b[half:].mean()),
@@ -268,7 +275,8 @@ def row_sgrhmc(args):
     (fc, _), (fb, _) = run_c(key, sc), run_b(key, sb)
     timing = paired_timing(run_c, (key, sc), run_b, (key, sb), args.repeats)
     return dict(
-        comparison=f"sgrhmc_step, inv_metric 1 vs SGHMC diffusion alpha=1 (gaussian, step {eps:g})",
+        comparison="sgrhmc_step, inv_metric 1 vs SGHMC diffusion alpha=1 (gaussian, "
+        f"step {eps:g})",
         **timing,
         max_abs_diff=float(jnp.max(jnp.abs(fc.position - fb[0]))),
         max_rel_diff=float(
@@ -318,7 +326,8 @@ def row_sghmc(args, replace):
     timing = paired_timing(run_c, (key, sc), run_b, (key, sb), args.repeats)
     scheme = "with replacement" if replace else "Floyd subsets"
     return dict(
-        comparison=f"sghmc, minibatch {b} of {n} ({scheme}) vs SGHMC diffusion, same minibatch",
+        comparison=f"sghmc, minibatch {b} of {n} ({scheme}) vs SGHMC diffusion, same "
+        "minibatch",
         **timing,
         max_abs_diff=float(jnp.max(jnp.abs(fc.position - fb[0]))),
         mean_x0_cj=float(mc[:, 0].mean()),
@@ -374,7 +383,8 @@ def minibatch_rows(args):
                 dict(batch=b, draw=name, ms_per_call=ms, ratio_vs_replace=ms / base)
             )
             print(
-                f"  minibatch b={b:4d} {name:32s} {ms:8.2f} ms per call of {args.chains} chains",
+                f"  minibatch b={b:4d} {name:32s} {ms:8.2f} ms per call of "
+                f"{args.chains} chains",
                 flush=True,
             )
     return rows
@@ -384,7 +394,8 @@ def minibatch_rows(args):
 
 
 def pair_rotation(d):
-    """J with J[2i, 2i+1] = -1, J[2i+1, 2i] = 1: rotations in the planes (0, 1), (2, 3), ..."""
+    """J with J[2i, 2i+1] = -1, J[2i+1, 2i] = 1: rotations in the planes (0, 1), (2, 3),
+    ..."""
     J = np.zeros((d, d))
     for i in range(0, d - 1, 2):
         J[i, i + 1], J[i + 1, i] = -1.0, 1.0
@@ -392,7 +403,8 @@ def pair_rotation(d):
 
 
 def q_sweep(args):
-    """ESS per gradient of sde_proposal with Q = c·J against MALA (c = 0), each tuned to acceptance 0.574."""
+    """ESS per gradient of sde_proposal with Q = c·J against MALA (c = 0), each tuned to
+    acceptance 0.574."""
     cases = [  # (name, target, preconditioner, Q scales)
         ("banana, D = I", cj.models.targets.banana(), None, args.q_scales),
         (
@@ -473,9 +485,10 @@ def q_sweep(args):
             )
             r = rows[-1]
             print(
-                f"  Q-sweep {name:42s} c={c:4g} eps={r['step_size']:.3g} acc={r['acceptance']:.3f} "
-                f"ESS/grad x {r['min_ess_x_per_grad']:.4f} ({r['spread_x']}) "
-                f"x² {r['min_ess_x2_per_grad']:.4f} ({r['spread_x2']})",
+                f"  Q-sweep {name:42s} c={c:4g} eps={r['step_size']:.3g} "
+                f"acc={r['acceptance']:.3f} ESS/grad x {r['min_ess_x_per_grad']:.4f} "
+                f"({r['spread_x']}) x² {r['min_ess_x2_per_grad']:.4f} "
+                f"({r['spread_x2']})",
                 flush=True,
             )
     for r in (
@@ -496,9 +509,12 @@ def q_sweep(args):
 def fmt_row(r):
     out = {
         "comparison": r["comparison"],
-        "wall-time ratio (median [min, max])": f"{r['ratio']:.2f} [{r['ratio_min']:.2f}, {r['ratio_max']:.2f}]",
-        "CPU-time ratio": f"{r['cpu_ratio']:.2f} [{r['cpu_ratio_min']:.2f}, {r['cpu_ratio_max']:.2f}]",
-        "ms/step (cj, bj)": f"{r['cj_s'] / r['steps'] * 1e3:.3f}, {r['bj_s'] / r['steps'] * 1e3:.3f}",
+        "wall-time ratio (median [min, max])": f"{r['ratio']:.2f} "
+        f"[{r['ratio_min']:.2f}, {r['ratio_max']:.2f}]",
+        "CPU-time ratio": f"{r['cpu_ratio']:.2f} [{r['cpu_ratio_min']:.2f}, "
+        f"{r['cpu_ratio_max']:.2f}]",
+        "ms/step (cj, bj)": f"{r['cj_s'] / r['steps'] * 1e3:.3f}, "
+        f"{r['bj_s'] / r['steps'] * 1e3:.3f}",
     }
     checks = []
     if "same_decisions" in r:
@@ -509,7 +525,8 @@ def fmt_row(r):
         checks.append(f"max abs diff of final positions {r['max_abs_diff']:.2g}")
     if "var_exact" in r:
         checks.append(
-            f"variance {r['var_cj']:.4f} vs {r['var_bj']:.4f} (ULA exact {r['var_exact']:.4f})"
+            f"variance {r['var_cj']:.4f} vs {r['var_bj']:.4f} (ULA exact "
+            f"{r['var_exact']:.4f})"
         )
     if "mean_x0_cj" in r:
         checks.append(f"mean x0 {r['mean_x0_cj']:.4f} vs {r['mean_x0_bj']:.4f}")
@@ -572,8 +589,9 @@ def main():
         r["chains"] = args.chains
         rows.append(r)
         print(
-            f"{r['comparison']:80s} ratio {r['ratio']:.2f} [{r['ratio_min']:.2f}, {r['ratio_max']:.2f}] "
-            f"cpu {r['cpu_ratio']:.2f} [{r['cpu_ratio_min']:.2f}, {r['cpu_ratio_max']:.2f}]  "
+            f"{r['comparison']:80s} ratio {r['ratio']:.2f} [{r['ratio_min']:.2f}, "
+            f"{r['ratio_max']:.2f}] cpu {r['cpu_ratio']:.2f} "
+            f"[{r['cpu_ratio_min']:.2f}, {r['cpu_ratio_max']:.2f}]  "
             f"{fmt_row(r)['equality checks']}",
             flush=True,
         )
@@ -594,15 +612,19 @@ def main():
     sweep = q_sweep(args)
 
     notes = [
-        f"BlackJAX {blackjax.__version__}; {args.chains} chains vmapped, d = {D}, {args.steps} steps per jitted "
-        f"lax.scan call; interleaved timing, median over {args.repeats} pairs of the ratio t_cenlmc / t_blackjax "
-        "(< 1: cenlmc_jax faster), in wall time and in this process's CPU time (all threads; the steadier figure "
-        "when other jobs share the machine). The machine is shared (2 cores): absolute times are noisy.",
-        "same decisions: share of chain-steps where both samplers accepted or rejected alike, from the same keys; "
-        "max abs diff: of the final positions after all steps (0: bit-identical draws; a difference with 100% "
-        "same decisions is float32 rounding of the gradient's sum, fused differently by XLA in the two programs). "
-        "sgrhmc_step writes r + ε(G^{-1/2} g - G^{-1} r) where BlackJAX writes (1 - ε) r + ε g: equal up to "
-        "rounding. lmc and sgld draw their noise from different keys by design: compared by the variance.",
+        f"BlackJAX {blackjax.__version__}; {args.chains} chains vmapped, d = {D}, "
+        f"{args.steps} steps per jitted lax.scan call; interleaved timing, median over "
+        f"{args.repeats} pairs of the ratio t_cenlmc / t_blackjax (< 1: cenlmc_jax "
+        "faster), in wall time and in this process's CPU time (all threads; the "
+        "steadier figure when other jobs share the machine). The machine is shared (2 "
+        "cores): absolute times are noisy.",
+        "same decisions: share of chain-steps where both samplers accepted or rejected "
+        "alike, from the same keys; max abs diff: of the final positions after all "
+        "steps (0: bit-identical draws; a difference with 100% same decisions is "
+        "float32 rounding of the gradient's sum, fused differently by XLA in the two "
+        "programs). sgrhmc_step writes r + ε(G^{-1/2} g - G^{-1} r) where BlackJAX "
+        "writes (1 - ε) r + ε g: equal up to rounding. lmc and sgld draw their noise "
+        "from different keys by design: compared by the variance.",
     ]
     md_rows = [fmt_row(r) for r in rows]
     payload = dict(
@@ -628,17 +650,20 @@ def main():
     )
     extra = [
         "",
-        f"## The minibatch draw alone ({args.chains} chains, n = {args.num_data}, d = {D}; one estimator call)",
+        f"## The minibatch draw alone ({args.chains} chains, n = {args.num_data}, d = "
+        f"{D}; one estimator call)",
         "",
         markdown_table(mb_rows, ["batch", "draw", "ms_per_call", "ratio_vs_replace"]),
         "## Irreversible vs reversible: sde_proposal with Q = c·J against MALA (c = 0)",
         "",
-        f"Each sampler tuned by `cj.adaptation.window_adaptation` (pooled over {args.sweep_chains} chains, "
-        f"{args.sweep_warmup} warm-up steps) to acceptance 0.574, then {args.sweep_steps} steps; J rotates the "
-        "coordinate pairs (0, 1), (2, 3), ... (in whitened coordinates where a diagonal preconditioner is adapted). "
-        "One gradient per step for every c, so ESS per gradient is ESS per step. min over coordinates of the ESS "
-        f"of x and of x², mean over {args.sweep_seeds} independent runs (spread: their min-max); x_vs_mala: ratio "
-        "to c = 0 with the same target (and D = I for the dense-D rows).",
+        "Each sampler tuned by `cj.adaptation.window_adaptation` (pooled over "
+        f"{args.sweep_chains} chains, {args.sweep_warmup} warm-up steps) to acceptance "
+        f"0.574, then {args.sweep_steps} steps; J rotates the coordinate pairs (0, 1), "
+        "(2, 3), ... (in whitened coordinates where a diagonal preconditioner is "
+        "adapted). One gradient per step for every c, so ESS per gradient is ESS per "
+        "step. min over coordinates of the ESS of x and of x², mean over "
+        f"{args.sweep_seeds} independent runs (spread: their min-max); x_vs_mala: "
+        "ratio to c = 0 with the same target (and D = I for the dense-D rows).",
         "",
         markdown_table(
             sweep,

@@ -1,4 +1,5 @@
-"""posteriordb conformance: every sampler at its documented default workflow, on ten posteriors nobody here wrote.
+"""posteriordb conformance: every sampler at its documented default workflow, on ten
+posteriors nobody here wrote.
 
 For each posterior of :mod:`cenlmc_jax.models.posteriordb` (the model in JAX on Stan's
 unconstrained scale; reference means and sds from posteriordb's 10 x 1,000 NUTS draws)
@@ -94,7 +95,7 @@ SAMPLERS = ("nuts", "mala", "rwmh", "gamma", "lmc", "sgld", "sghmc", "cenlmc")
 CENLMC_MAX_D = 5
 
 
-# ------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # judging a run
 
 
@@ -109,7 +110,8 @@ def _constrain_draws(post):
 
 
 def judge(post, draws: np.ndarray, warned: list, error: str | None) -> dict:
-    """``draws: (chains, draws, d)`` unconstrained -> the verdict and per-quantity figures (module docstring)."""
+    """``draws: (chains, draws, d)`` unconstrained -> the verdict and per-quantity
+    figures (module docstring)."""
     out = {"warnings": warned, "error": error}
     if draws is None or not np.all(np.isfinite(draws)):
         out.update(
@@ -152,7 +154,7 @@ def judge(post, draws: np.ndarray, warned: list, error: str | None) -> dict:
     return out
 
 
-# ------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # the workflows
 
 
@@ -233,7 +235,8 @@ def run_mh(kind):
 
 
 def langevin_rule(post, x0, key, size, cache, sampler):
-    """The library's step-size rule at the MALA warm-up's states: (states, params, h, c, gradients spent)."""
+    """The library's step-size rule at the MALA warm-up's states: (states, params, h, c,
+    gradients spent)."""
     k1, k2 = jax.random.split(key)
     if "mala_warmup" not in cache:
         t0 = time.process_time()
@@ -381,12 +384,13 @@ def run_cell(sampler, post, x0, key, size, cache) -> dict:
     return row
 
 
-# ------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # the report
 
 
 def commit() -> str:
-    """HEAD's short hash, and the library files changed in the working tree (other engineers' edits in progress)."""
+    """HEAD's short hash, and the library files changed in the working tree (other
+    engineers' edits in progress)."""
     git = lambda *a: subprocess.run(
         ["git", *a],
         capture_output=True,
@@ -413,7 +417,8 @@ def fmt_ratio(x):
 
 
 def per_ess(r) -> float | None:
-    """Gradients per effective draw of the worst quantity (its bulk ESS), for a run that passed."""
+    """Gradients per effective draw of the worst quantity (its bulk ESS), for a run that
+    passed."""
     ok = (
         r is not None and r["status"] == "pass" and r.get("min_ess") and r["grad_evals"]
     )
@@ -448,7 +453,8 @@ def matrix_rows(rows, samplers):
                 "silently wrong": "**SILENTLY WRONG**",
             }[r["status"]]
             if r["status"] == "pass" and (r["warnings"] or r["error"]):
-                cell = "pass*"  # right, and warned anyway (a conservative warning, e.g. an ESS floor)
+                # right, and warned anyway (a conservative warning, e.g. an ESS floor)
+                cell = "pass*"
             line[s] = (
                 cell
                 if s == "nuts"
@@ -460,8 +466,8 @@ def matrix_rows(rows, samplers):
 
 def detail_table(rows) -> str:
     lines = [
-        "| posterior | sampler | status | grads | cpu s | max R-hat | min ESS | max abs z | max sd err | "
-        "failed | warnings / error | chosen |",
+        "| posterior | sampler | status | grads | cpu s | max R-hat | min ESS | max "
+        "abs z | max sd err | failed | warnings / error | chosen |",
         "|" + "---|" * 12,
     ]
     for r in rows:
@@ -484,10 +490,11 @@ def detail_table(rows) -> str:
         )
         fmt = lambda v, p=3: "-" if v is None else f"{v:.{p}g}"  # noqa: E731
         lines.append(
-            f"| {r['posterior']} | {r['sampler']} | {r['status']} | {r['grad_evals']} | {r['cpu_s']:.1f} | "
-            f"{fmt(r.get('max_rhat'))} | {fmt(r.get('min_ess'))} | {fmt(r.get('max_abs_z'))} | "
-            f"{fmt(r.get('max_sd_error'), 2)} | {', '.join(r.get('failed', [])[:4])} | "
-            f"{w[:300].replace('|', '/')} | {chosen[:160]} |"
+            f"| {r['posterior']} | {r['sampler']} | {r['status']} | {r['grad_evals']} "
+            f"| {r['cpu_s']:.1f} | {fmt(r.get('max_rhat'))} | {fmt(r.get('min_ess'))} "
+            f"| {fmt(r.get('max_abs_z'))} | {fmt(r.get('max_sd_error'), 2)} | "
+            f"{', '.join(r.get('failed', [])[:4])} | {w[:300].replace('|', '/')} | "
+            f"{chosen[:160]} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -503,30 +510,36 @@ def report(
     rerendered_from=None,
     run_machine=None,
 ):
-    """Write results/posteriordb.{json,md} for the rows so far (after every posterior: a run stopped keeps them)."""
+    """Write results/posteriordb.{json,md} for the rows so far (after every posterior: a
+    run stopped keeps them)."""
     counts = {
         k: sum(r["status"] == k for r in rows if r["sampler"] != "nuts")
         for k in ("pass", "flagged", "silently wrong")
     }
     notes = [
-        f"Size `{args.size}` ({base_size}; at the small size d > {BIG_D} uses {SMALL_BIG}).",
+        f"Size `{args.size}` ({base_size}; at the small size d > {BIG_D} uses "
+        f"{SMALL_BIG}).",
         f"Library commit `{head}` (main at the start of the run).",
-        "Cell: pass / pass* (passed, and warned anyway) / FLAGGED / **SILENTLY WRONG** (module docstring of "
-        "benchmarks/bench_posteriordb.py), then "
-        "`g` = gradient evaluations / NUTS's, `e` = gradients per effective draw (of the quantity with the "
-        "smallest bulk ESS; passed cells only) / NUTS's, and `t` = CPU time / NUTS's on the same posterior (whole "
-        "workflow, warm-up and compilation included; RW-MH and the Gamma sampler use no gradients: g -). "
-        "CEnLMC runs only where d <= 5 (n/a elsewhere).",
-        "Pass: every reference quantity's mean within 0.1 ref_sd + 3 MCSE and sd within 10 %. At the small size a "
-        "correct sampler with a bulk ESS near 100 can miss the sd criterion by noise (MCSE of an sd ~ sd/sqrt(2 ESS)"
-        " = 7 %): the detail table gives min ESS and max sd error beside each verdict.",
+        "Cell: pass / pass* (passed, and warned anyway) / FLAGGED / **SILENTLY WRONG** "
+        "(module docstring of benchmarks/bench_posteriordb.py), then `g` = gradient "
+        "evaluations / NUTS's, `e` = gradients per effective draw (of the quantity "
+        "with the smallest bulk ESS; passed cells only) / NUTS's, and `t` = CPU time / "
+        "NUTS's on the same posterior (whole workflow, warm-up and compilation "
+        "included; RW-MH and the Gamma sampler use no gradients: g -). CEnLMC runs "
+        "only where d <= 5 (n/a elsewhere).",
+        "Pass: every reference quantity's mean within 0.1 ref_sd + 3 MCSE and sd "
+        "within 10 %. At the small size a correct sampler with a bulk ESS near 100 can "
+        "miss the sd criterion by noise (MCSE of an sd ~ sd/sqrt(2 ESS) = 7 %): the "
+        "detail table gives min ESS and max sd error beside each verdict.",
         f"Totals over the library's cells (NUTS excluded): {counts}."
         + (
             ""
             if complete
-            else " (INCOMPLETE: the run was stopped; the posteriors listed are those done)"
+            else " (INCOMPLETE: the run was stopped; the posteriors listed are those "
+            "done)"
         ),
-        "Shared 2-core machine, other jobs running: CPU times are noisy (~30 %), one run per cell.",
+        "Shared 2-core machine, other jobs running: CPU times are noisy (~30 %), one "
+        "run per cell.",
     ]
     nuts_of = {r["posterior"]: r for r in rows if r["sampler"] == "nuts"}
     mala = [r for r in rows if r["sampler"] == "mala"]
@@ -539,18 +552,20 @@ def report(
     )
     notes.insert(
         -1,
-        f"MALA within 1.5x NUTS's gradients per effective draw (e <= 1.5): {within} of {len(mala)} "
-        "posteriors (issue 18's goal: at least half).",
+        f"MALA within 1.5x NUTS's gradients per effective draw (e <= 1.5): {within} of "
+        f"{len(mala)} posteriors (issue 18's goal: at least half).",
     )
     if rerendered_from:
         ended = (
-            f" (which ended {run_machine['date_utc']} at load {run_machine['load_average_1_5_15']})"
+            f" (which ended {run_machine['date_utc']} at load "
+            f"{run_machine['load_average_1_5_15']})"
             if run_machine
             else ""
         )
         notes.append(
-            f"These tables were written again (`--from-json`, the machine line above is that of the "
-            f"rewrite) from the rows of the run `{rerendered_from}`{ended}; reproduce with that command."
+            "These tables were written again (`--from-json`, the machine line above "
+            "is that of the rewrite) from the rows of the run "
+            f"`{rerendered_from}`{ended}; reproduce with that command."
         )
     payload = {
         "size": args.size,
@@ -591,7 +606,8 @@ def main():
         "--from-json",
         type=Path,
         default=None,
-        help="write the tables again from an earlier run's posteriordb.json (no sampling)",
+        help="write the tables again from an earlier run's posteriordb.json (no "
+        "sampling)",
     )
     args = parser.parse_args()
     if args.from_json is not None:
@@ -644,9 +660,11 @@ def main():
             )
             rows.append(row)
             print(
-                f"[{time.perf_counter() - t_start:6.0f} s] {name:42s} {s:7s} {row['status']:15s} "
-                f"grads {row['grad_evals']} cpu {row['cpu_s']:.1f}s rhat {row.get('max_rhat', float('nan')):.3g} "
-                f"failed {row.get('failed', [])[:3]} warn {len(row['warnings'])} err {bool(row['error'])}",
+                f"[{time.perf_counter() - t_start:6.0f} s] {name:42s} {s:7s} "
+                f"{row['status']:15s} grads {row['grad_evals']} cpu "
+                f"{row['cpu_s']:.1f}s rhat {row.get('max_rhat', float('nan')):.3g} "
+                f"failed {row.get('failed', [])[:3]} warn {len(row['warnings'])} err "
+                f"{bool(row['error'])}",
                 flush=True,
             )
         md_path = report(

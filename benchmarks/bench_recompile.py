@@ -1,4 +1,5 @@
-"""A rebuilt ``cj.cenlmc(...)`` with the same parameters: compiled again, or reused (issue 17, item 6).
+"""A rebuilt ``cj.cenlmc(...)`` with the same parameters: compiled again, or reused
+(issue 17, item 6).
 
 Before, every sampler object's ``step`` was a new closure, and ``cj.sample``
 keeps one compiled chunk per step function (``run._chunk_fn``): building the
@@ -114,13 +115,15 @@ def main():
         )
     )
     notes = [
-        f"{'Gaussian (quick)' if args.quick else 'SIR (d = 2, RK4 in lax.scan)'}, CEnLMC, N = {args.particles}, "
-        f"{args.steps} steps per cj.sample; the sampler rebuilt with identical parameters each round; "
-        f"{args.repeats} rounds, variants alternating.",
-        "before: the step a fresh closure per build (what the constructors returned); after: "
-        "cenlmc_jax._steps.bound_step (equal parameters, the same step function: cj.sample's compiled chunk is "
-        "reused).",
-        "first_s: the first round (compiles in both); later: the rounds after it. Same draws in both (checked).",
+        f"{'Gaussian (quick)' if args.quick else 'SIR (d = 2, RK4 in lax.scan)'}, "
+        f"CEnLMC, N = {args.particles}, {args.steps} steps per cj.sample; the sampler "
+        f"rebuilt with identical parameters each round; {args.repeats} rounds, "
+        "variants alternating.",
+        "before: the step a fresh closure per build (what the constructors returned); "
+        "after: cenlmc_jax._steps.bound_step (equal parameters, the same step "
+        "function: cj.sample's compiled chunk is reused).",
+        "first_s: the first round (compiles in both); later: the rounds after it. Same "
+        "draws in both (checked).",
     ]
     write_results(
         "recompile",
@@ -128,7 +131,8 @@ def main():
         rows,
         out_dir=args.out_dir,
         notes=notes,
-        title="A rebuilt cj.cenlmc with the same parameters: compiled again (before) or reused (after)",
+        title="A rebuilt cj.cenlmc with the same parameters: compiled again (before) "
+        "or reused (after)",
         command="python benchmarks/bench_recompile.py"
         + (" --quick" if args.quick else ""),
     )

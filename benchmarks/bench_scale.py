@@ -200,17 +200,20 @@ def main():
     sgemm = sgemm_rate(repeats=args.repeats)
     kr, mr, cr = kernel_rows(args, sgemm), mask_rows(args), cenlmc_rows(args)
     notes = [
-        f"float32 SGEMM (4096², HIGHEST): {sgemm['flops_per_s'] / 1e9:.1f} GFLOP/s, measured in this run."
+        f"float32 SGEMM (4096², HIGHEST): {sgemm['flops_per_s'] / 1e9:.1f} GFLOP/s, "
+        "measured in this run."
     ]
     notes += [
-        f"mask check: {r['data']}, N={r['N']}, d={r['d']}: count differences {r['count_differences']} "
-        f"(flip fraction >= {r['flip_fraction_lower_bound']}), median relative force error "
+        f"mask check: {r['data']}, N={r['N']}, d={r['d']}: count differences "
+        f"{r['count_differences']} (flip fraction >= "
+        f"{r['flip_fraction_lower_bound']}), median relative force error "
         f"{r['median_rel_force_error']}"
         for r in mr
     ]
     notes += [
-        f"cenlmc_step N={r['N']}, d={r['d']}: {r['ms_per_step']} ms/step, {r['us_per_particle']} us/particle, "
-        f"temp {r['temp']}, ensemble fraction {r['ensemble_fraction']}"
+        f"cenlmc_step N={r['N']}, d={r['d']}: {r['ms_per_step']} ms/step, "
+        f"{r['us_per_particle']} us/particle, temp {r['temp']}, ensemble fraction "
+        f"{r['ensemble_fraction']}"
         for r in cr
     ]
     write_results(

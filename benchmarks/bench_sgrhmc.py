@@ -1,4 +1,5 @@
-"""Per-step cost of SGRHMC (docs/algorithms.md §6) against plain SGHMC from the recipe (docs/algorithms.md §5).
+"""Per-step cost of SGRHMC (docs/algorithms.md §6) against plain SGHMC from the recipe
+(docs/algorithms.md §5).
 
 All variants run the same problem — U(θ) = |θ|²/2 in d dimensions, stochastic
 gradients ∇U + N(0, I) — one step vmapped over ``--chains`` chains, ``--steps``
@@ -151,15 +152,16 @@ def main():
                 )
             )
             print(
-                f"d={d:3d} {v:18s} {per_step * 1e3:9.3f} ms/step  x{per_step / base:5.2f} vs sghmc",
+                f"d={d:3d} {v:18s} {per_step * 1e3:9.3f} ms/step  "
+                f"x{per_step / base:5.2f} vs sghmc",
                 flush=True,
             )
 
     notes = [
-        f"{args.chains} chains vmapped, {args.steps} steps per jitted lax.scan call, median of {args.repeats} calls; "
-        "per-step time = median / steps.",
-        "U = |θ|²/2, gradients ∇U + N(0, I), step size "
-        f"{args.step_size}; every variant runs the same chains (diverged_frac should be 0).",
+        f"{args.chains} chains vmapped, {args.steps} steps per jitted lax.scan call, "
+        f"median of {args.repeats} calls; per-step time = median / steps.",
+        f"U = |θ|²/2, gradients ∇U + N(0, I), step size {args.step_size}; every "
+        "variant runs the same chains (diverged_frac should be 0).",
         "Shared 2-core machine at the time of writing: absolute numbers are noisy; "
         "the ratios in one run are the figure.",
     ]

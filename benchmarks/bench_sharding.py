@@ -77,11 +77,14 @@ from cenlmc_jax.ensemble import audit as audit_module  # noqa: E402
 from cenlmc_jax.ensemble.buffers import needed_grads  # noqa: E402
 from cenlmc_jax.pairwise import ensemble_force, make_mesh  # noqa: E402
 
-WIDTH = 128  # the MLP's hidden width: a gradient of ~4 x 128² flops, the step's expensive part at d = 2
+# the MLP's hidden width: a gradient of ~4 x 128² flops, the step's expensive part at d
+# = 2
+WIDTH = 128
 
 
 def mlp_target(d: int, seed: int = 0):
-    """``log π(x) = -|x|²/2 - 0.1 Σ tanh(W2 tanh(W1 x))``: a stand-in for a model whose gradient is costly."""
+    """``log π(x) = -|x|²/2 - 0.1 Σ tanh(W2 tanh(W1 x))``: a stand-in for a model whose
+    gradient is costly."""
     rng = np.random.default_rng(seed)
     w1 = jnp.asarray(rng.normal(size=(WIDTH, d)) / np.sqrt(d), jnp.float32)
     w2 = jnp.asarray(rng.normal(size=(WIDTH, WIDTH)) / np.sqrt(WIDTH), jnp.float32)
@@ -91,13 +94,15 @@ def mlp_target(d: int, seed: int = 0):
 
 
 def unsplit(grad_one, x, need, capacity, dense, mesh=None):
-    """The gradients as before issue 16: compacted over all N particles, whatever the mesh."""
+    """The gradients as before issue 16: compacted over all N particles, whatever the
+    mesh."""
     return needed_grads(grad_one, x, need, capacity, dense)
 
 
 def grad_rows(compiled) -> int:
-    """The largest gradient batch of the compiled program: rows of a (rows, WIDTH) or (WIDTH, rows) tanh in a
-    branch of the gradient call's ``lax.switch`` (the values of all particles are computed outside it)."""
+    """The largest gradient batch of the compiled program: rows of a (rows, WIDTH) or
+    (WIDTH, rows) tanh in a branch of the gradient call's ``lax.switch`` (the values of
+    all particles are computed outside it)."""
     pattern = re.compile(r"f32\[(\d+),(\d+)\]\{[^}]*\} tanh\(")
     rows = []
     for line in compiled.as_text().splitlines():
@@ -109,7 +114,8 @@ def grad_rows(compiled) -> int:
 
 
 def cenlmc_rows(n: int, d: int, p: int, repeats: int) -> list[dict]:
-    """The CEnLMC step rows (module docstring): single, unsplit_P, split_P at the start and steady states."""
+    """The CEnLMC step rows (module docstring): single, unsplit_P, split_P at the start
+    and steady states."""
     logdensity = mlp_target(d)
     x0 = jax.random.normal(jax.random.key(0), (n, d))
     f_star = (
@@ -247,32 +253,41 @@ def main():
     json_path, md_path = write_results(
         "sharding", {"args": {k: str(v) for k, v in vars(args).items()}, "num_devices": p, "cenlmc_step": step_rows},
         rows,
-        out_dir=args.out_dir, title=f"Sharded ensemble force on {p} forced CPU devices vs one device",
+        out_dir=args.out_dir, title=f"Sharded ensemble force on {p} forced CPU devices "
+            "vs one device",
         columns=["N", "d", "variant", "median_s", "ratio", "pairs_per_s", "first_call_s", "max_rel_diff_vs_single"],
         notes=[
-            f"The {p} devices are XLA CPU devices forced on one machine: they share its "
-            f"{os.cpu_count()} cores, so ratios measure overhead, not a multi-device speed-up.",
-            "ratio = median time / median time of `single` (pairwise.ensemble_force, method='tiled').",
-            "max_rel_diff_vs_single: max |force - single| / max |single| (float32 summation order).",
+            f"The {p} devices are XLA CPU devices forced on one machine: they share "
+            f"its {os.cpu_count()} cores, so ratios measure overhead, not a "
+            "multi-device speed-up.",
+            "ratio = median time / median time of `single` (pairwise.ensemble_force, "
+            "method='tiled').",
+            "max_rel_diff_vs_single: max |force - single| / max |single| (float32 "
+            "summation order).",
             "Timings on a shared, loaded machine are noisy: rerun on a quiet one.",
         ],
     )  # fmt: skip
     notes = [
-        f"One cenlmc_step (d = 2, eta = R2 = sqrt(h d), h = 0.05, r1 = 0.5, N* = 5, M_f = inf) on a target whose "
-        f"gradient is an MLP's (width {WIDTH}); `start`: step 0 (every particle needs its gradient), `steady`: "
-        "after 40 steps. ratio = median time / `single`'s at the same state; the variants' calls alternate, "
+        "One cenlmc_step (d = 2, eta = R2 = sqrt(h d), h = 0.05, r1 = 0.5, N* = 5, "
+        f"M_f = inf) on a target whose gradient is an MLP's (width {WIDTH}); `start`: "
+        "step 0 (every particle needs its gradient), `steady`: after 40 steps. ratio "
+        "= median time / `single`'s at the same state; the variants' calls alternate, "
         "max(repeats, 11) rounds, the first left out.",
-        f"`unsplit_{p}`: the gradients as before issue 16 (compacted over all N, replicated on every device); "
-        f"`split_{p}`: each device its own N/{p} particles (buffers.sharded_needed_grads).",
-        "grad_rows_per_device: the largest gradient batch in the compiled per-device program (its HLO); "
-        "grad_evals: the step's needed + audited gradients; max_abs_diff_vs_single: of the new positions. At "
-        "`steady` the single device's method='auto' sums the pairs block-sparse (N >= 8,192, d <= 3) and the mesh "
-        "with dense tiles (block_sparse=None there): the difference is that summation order, the same for both "
-        "mesh variants. The MLP's batched products may also round by the batch's rows (XLA's dot blocking: at "
-        "N = 1,024 the split step differed by 1 ulp at `start`); elementwise gradients are bit for bit "
+        f"`unsplit_{p}`: the gradients as before issue 16 (compacted over all N, "
+        f"replicated on every device); `split_{p}`: each device its own N/{p} "
+        "particles (buffers.sharded_needed_grads).",
+        "grad_rows_per_device: the largest gradient batch in the compiled per-device "
+        "program (its HLO); grad_evals: the step's needed + audited gradients; "
+        "max_abs_diff_vs_single: of the new positions. At `steady` the single device's "
+        "method='auto' sums the pairs block-sparse (N >= 8,192, d <= 3) and the mesh "
+        "with dense tiles (block_sparse=None there): the difference is that summation "
+        "order, the same for both mesh variants. The MLP's batched products may also "
+        "round by the batch's rows (XLA's dot blocking: at N = 1,024 the split step "
+        "differed by 1 ulp at `start`); elementwise gradients are bit for bit "
         "(tests/ensemble/test_sharded_gradients.py).",
-        f"The {p} forced CPU devices share {os.cpu_count()} cores: the times measure overhead and the work split "
-        "(the gradient rows each device runs), not a speed-up.",
+        f"The {p} forced CPU devices share {os.cpu_count()} cores: the times measure "
+        "overhead and the work split (the gradient rows each device runs), not a "
+        "speed-up.",
     ]
     cols = [
         "N",

@@ -157,7 +157,8 @@ def main():
                     d=d,
                     N=n,
                     w="yes" if with_w else "no",
-                    note=f"skipped: dense tiled projected {n * n / rate[key]:.0f} s per call",
+                    note=f"skipped: dense tiled projected {n * n / rate[key]:.0f} s "
+                    "per call",
                 )
             )
             print(rows[-1], flush=True)
@@ -187,30 +188,38 @@ def main():
             t["max_rel_force_diff"] = f"{r['max_rel_force_diff']:.1e}"
         table.append(t)
     notes = [
-        "Ensembles as after an LMC step on a standard Gaussian (bench_pairwise.make_ensemble), "
-        f"eta = R2 = sqrt(h d), h = {H}; w = yes: CEnLMC (R2 mask and n_r2), no: EnLMC.",
-        "speedup: median over repeats of tiled/sparse wall time, calls alternating in one process "
-        f"({args.repeats} repeats after a warm-up call each); cpu_speedup: the same for process CPU time. "
-        "Shared 2-core machine under load from other work: wall ratios are noisy, CPU ratios steadier.",
+        "Ensembles as after an LMC step on a standard Gaussian "
+        f"(bench_pairwise.make_ensemble), eta = R2 = sqrt(h d), h = {H}; w = yes: "
+        "CEnLMC (R2 mask and n_r2), no: EnLMC.",
+        "speedup: median over repeats of tiled/sparse wall time, calls alternating in "
+        f"one process ({args.repeats} repeats after a warm-up call each); cpu_speedup: "
+        "the same for process CPU time. Shared 2-core machine under load from other "
+        "work: wall ratios are noisy, CPU ratios steadier.",
         "visited: fraction of tile pairs the block-sparse plan visits "
-        f"({SPARSE_BLOCK_ROWS} x {SPARSE_BLOCK_COLS} tiles); ideal: fraction of pairs within both radii "
-        "(400,000 random pairs).",
-        "n_ball_diff / n_r2_diff: rows whose counts differ from the dense tiles (0 expected); max_rel_force_diff: "
-        "largest |force difference| / largest |force| (summation order only). At d > 3 both use the Gram "
-        "identity, whose rounding depends on the product's blocking: a pair within rounding of R2 or eta may be "
-        "decided differently (n_r2_diff = 2 rows at d = 5, N = 65,536 in the committed run).",
-        "Where more than half of the tile pairs are visited (d = 10; d = 5 at N = 16,384), the call runs the dense "
-        "tiles after the plan: ratios near 1 there, minus the plan's cost.",
-        "The method='auto' rule drawn from this table and sparse_small.md (N = 1,024-8,192): "
-        "pairwise.AUTO_SPARSE_RULE (d <= 2 from N = 2,048, d = 3 from 4,096, d = 4 from 8,192, d = 5 from 32,768). "
-        "Before sparse_small.md (issue 17's cliff 'auto leaves block-sparse unused where it is faster') it was d <= 3 "
-        "from N = 8,192: auto ran the dense tiles (the 'tiled' column) in the rows now taken, the sparse column after.",
+        f"({SPARSE_BLOCK_ROWS} x {SPARSE_BLOCK_COLS} tiles); ideal: fraction of pairs "
+        "within both radii (400,000 random pairs).",
+        "n_ball_diff / n_r2_diff: rows whose counts differ from the dense tiles (0 "
+        "expected); max_rel_force_diff: largest |force difference| / largest |force| "
+        "(summation order only). At d > 3 both use the Gram identity, whose rounding "
+        "depends on the product's blocking: a pair within rounding of R2 or eta may be "
+        "decided differently (n_r2_diff = 2 rows at d = 5, N = 65,536 in the committed "
+        "run).",
+        "Where more than half of the tile pairs are visited (d = 10; d = 5 at N = "
+        "16,384), the call runs the dense tiles after the plan: ratios near 1 there, "
+        "minus the plan's cost.",
+        "The method='auto' rule drawn from this table and sparse_small.md (N = "
+        "1,024-8,192): pairwise.AUTO_SPARSE_RULE (d <= 2 from N = 2,048, d = 3 from "
+        "4,096, d = 4 from 8,192, d = 5 from 32,768). Before sparse_small.md (issue "
+        "17's cliff 'auto leaves block-sparse unused where it is faster') it was d <= "
+        "3 from N = 8,192: auto ran the dense tiles (the 'tiled' column) in the rows "
+        "now taken, the sparse column after.",
     ]
     json_path, md_path = write_results(
         args.name, {"args": {k: v for k, v in vars(args).items() if k != "out_dir"}}, rows,
         columns=["d", "N", "w", "tiled_ms", "sparse_ms", "speedup", "tiled_cpu_ms", "sparse_cpu_ms", "cpu_speedup",
                  "visited", "ideal", "n_ball_diff", "n_r2_diff", "max_rel_force_diff", "note"],
-        out_dir=args.out_dir, title="Block-sparse vs dense tiled ensemble force", notes=notes, md_rows=table,
+        out_dir=args.out_dir, title="Block-sparse vs dense tiled ensemble "
+            "force", notes=notes, md_rows=table,
     )  # fmt: skip
     print(f"wrote {json_path} and {md_path}")
 

@@ -1,4 +1,5 @@
-"""The block-sparse pair list's capacity cliff, before and after (issue 17, item 6, first row).
+"""The block-sparse pair list's capacity cliff, before and after (issue 17, item 6,
+first row).
 
 Before: the list held at most 2^23 tile pairs whatever N; at N = 2^20, d = 2
 (CEnLMC-shaped ensemble, η = R2 = sqrt(h d), h = 0.05, the tiles 64 x 32 of
@@ -50,7 +51,8 @@ OLD_MAX_PAIRS = 2**23
 
 
 def listed_pairs(x, f, log_p, w, eta):
-    """Tile pairs the default plan lists (an unbounded list: capacity of all tile pairs)."""
+    """Tile pairs the default plan lists (an unbounded list: capacity of all tile
+    pairs)."""
     n, d = x.shape
     br, bc = tiled.SPARSE_BLOCK_ROWS, tiled.SPARSE_BLOCK_COLS
 
@@ -65,7 +67,8 @@ def listed_pairs(x, f, log_p, w, eta):
 
 
 def compiled_with_capacity(capacity, x, f, log_p, w, eta):
-    """``ensemble_force_tiled(block_sparse=True)`` compiled with the pair list's capacity fixed to ``capacity``."""
+    """``ensemble_force_tiled(block_sparse=True)`` compiled with the pair list's
+    capacity fixed to ``capacity``."""
     raw = tiled._tiled_sparse.__wrapped__
     fn = functools.partial(
         raw,
@@ -165,14 +168,15 @@ def main():
         )
     )
     notes.append(
-        "plan: the listed tile pairs at N = 2^20 against the old fixed capacity 2^23 and the new one "
-        "max(2^23, 32 N); 'runs' says which tiles a call would fold."
+        "plan: the listed tile pairs at N = 2^20 against the old fixed capacity 2^23 "
+        "and the new one max(2^23, 32 N); 'runs' says which tiles a call would fold."
     )
     notes.append(
-        f"force: the cliff scaled down: 'old' has a capacity the list exceeds by {ratio:.2f}x (as at "
-        "N = 2^20 before), so it runs the dense tiles (and now warns); 'new' the new capacity. old_over_new: "
-        f"median of {args.repeats} per-repeat time ratios, calls alternating; exact either way "
-        "(counts equal, forces to float32 rounding)."
+        "force: the cliff scaled down: 'old' has a capacity the list exceeds by "
+        f"{ratio:.2f}x (as at N = 2^20 before), so it runs the dense tiles (and now "
+        f"warns); 'new' the new capacity. old_over_new: median of {args.repeats} "
+        "per-repeat time ratios, calls alternating; exact either way (counts equal, "
+        "forces to float32 rounding)."
     )
     if said:
         notes.append(f"the warning: {said[0]}")

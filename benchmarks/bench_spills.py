@@ -1,4 +1,5 @@
-"""Registers and spills of the Pallas force kernel compiled for sm_90a, on a machine without a GPU.
+"""Registers and spills of the Pallas force kernel compiled for sm_90a, on a machine
+without a GPU.
 
 The kernel's Triton IR (TTIR) is what JAX embeds in the CUDA lowering
 (``jax.jit(force).trace(...).lower(lowering_platforms=("cuda",))``: the
@@ -58,7 +59,8 @@ TRITON_CALL = "__gpu$xla.gpu.triton"
 
 
 class TritonKernel(NamedTuple):
-    """One Triton custom call of a CUDA lowering: its TTIR text and launch parameters."""
+    """One Triton custom call of a CUDA lowering: its TTIR text and launch
+    parameters."""
 
     name: str
     ttir: str
@@ -124,7 +126,8 @@ def force_kernels(
     block_sparse: bool = False,
     **kernel_kw,
 ) -> list[TritonKernel]:
-    """The Triton kernels of ``ensemble_force_pallas`` at ``(n, d)`` lowered for CUDA (distances as the dispatch).
+    """The Triton kernels of ``ensemble_force_pallas`` at ``(n, d)`` lowered for CUDA
+    (distances as the dispatch).
 
     ``kernel_kw``: block_rows, block_cols, num_warps, num_stages (None: the
     defaults of :func:`cenlmc_jax.pairwise.pallas.kernel_options`). Distinct
@@ -177,7 +180,8 @@ _USAGE = {
 
 
 def compile_usage(kernel: TritonKernel, arch: int = ARCH) -> dict:
-    """Compile ``kernel`` with the ``triton`` wheel for ``sm_{arch}a``; registers and spills from ``ptxas -v``.
+    """Compile ``kernel`` with the ``triton`` wheel for ``sm_{arch}a``; registers and
+    spills from ``ptxas -v``.
 
     A fresh cache directory each call (a cached kernel would skip ptxas and its log).
     """
@@ -244,7 +248,8 @@ def toolchain() -> dict:
 
 
 def before_config(d: int) -> dict:
-    """The kernel settings before the per-(d, dtype) table: old block sizes, Triton's default launch."""
+    """The kernel settings before the per-(d, dtype) table: old block sizes, Triton's
+    default launch."""
     d_pad = max(16, pallas.pl.next_power_of_2(d))
     if d <= DIRECT_MAX_D:
         blocks = (64, 64) if d_pad <= 64 else (32, 64)
@@ -290,7 +295,8 @@ def measure(
         if key not in memo:
             memo[key] = compile_usage(kernel)
             print(
-                f"  d={d} {jnp.dtype(dtype).name} {kernel.name} {config} sparse={block_sparse}: {memo[key]}",
+                f"  d={d} {jnp.dtype(dtype).name} {kernel.name} {config} "
+                f"sparse={block_sparse}: {memo[key]}",
                 flush=True,
             )
         rows.append(dict(kernel=kernel.name, role=kernel_role(kernel), **memo[key]))
@@ -311,8 +317,8 @@ def main() -> None:
         "--reuse",
         nargs="*",
         default=[],
-        help="earlier spills.json files: a kernel with the same TTIR (sha1) and launch is not "
-        "compiled again (same input, same toolchain: same ptxas figures)",
+        help="earlier spills.json files: a kernel with the same TTIR (sha1) and launch "
+        "is not compiled again (same input, same toolchain: same ptxas figures)",
     )
     args = parser.parse_args()
 
@@ -366,26 +372,33 @@ def main() -> None:
         "compile_s",
     ]
     notes = [
-        "TTIR taken from the CUDA lowering's Triton custom call, compiled with the standalone triton wheel for "
-        "sm_90a; registers per thread and spill bytes per thread from its ptxas -v (no GPU involved).",
-        "CEnLMC kernel (w, R2 count), HIGHEST precision, distances as ensemble_force(method='pallas'): direct for "
-        f"d <= {DIRECT_MAX_D}, gram above; block_sparse rows: the list kernel (its dense fallback is the dense row).",
-        "before: earlier block sizes, Triton's default launch (num_warps 4, num_stages 3); after: "
-        "pallas.KERNEL_DEFAULTS.",
-        "role: dense = every column block; list = the block-sparse kernel over its lists (a block_sparse program "
-        "holds both: the dense kernel is its fallback when a list overflows).",
-        "registers: ptxas's count per thread (255 is the cap); a count far below it with spills (32 at d = 10 "
-        "float64, before) is ptxas giving up on the kernel, not a light one.",
-        "XLA compiles the same TTIR with jaxlib's own Triton and the CUDA toolkit's ptxas on a GPU: a close "
-        "relative of this compile, not the same one.",
-        "--reuse: a kernel whose TTIR (sha1) and launch match a row of an earlier run with the same toolchain is not "
-        "compiled again; its compile_s is that run's.",
-        "float64 at d = 100 (gram, 16 x 16 tiles, the smallest tl.dot takes) still spills 132 bytes per thread: the "
-        "row and column tiles of x~ and w~ padded to 128 lanes in float64 hold ~64 registers a thread before any "
-        "product. Measured alternatives (triton 3.9.0, this script's force_kernels): num_stages 1 or 2 give the same "
-        "TTIR and the same 132 B; num_warps 4: 776 B; 32 x 16 tiles: 436 B (16 warps cap a thread at 128 registers "
-        "and spill more). Spill-free there needs the kernel to loop over d in chunks, not done: at d = 100 the "
-        "library's default for float64 is the XLA path (method='auto'), the Pallas kernel only on request.",
+        "TTIR taken from the CUDA lowering's Triton custom call, compiled with the "
+        "standalone triton wheel for sm_90a; registers per thread and spill bytes per "
+        "thread from its ptxas -v (no GPU involved).",
+        "CEnLMC kernel (w, R2 count), HIGHEST precision, distances as "
+        f"ensemble_force(method='pallas'): direct for d <= {DIRECT_MAX_D}, gram above; "
+        "block_sparse rows: the list kernel (its dense fallback is the dense row).",
+        "before: earlier block sizes, Triton's default launch (num_warps 4, num_stages "
+        "3); after: pallas.KERNEL_DEFAULTS.",
+        "role: dense = every column block; list = the block-sparse kernel over its "
+        "lists (a block_sparse program holds both: the dense kernel is its fallback "
+        "when a list overflows).",
+        "registers: ptxas's count per thread (255 is the cap); a count far below it "
+        "with spills (32 at d = 10 float64, before) is ptxas giving up on the kernel, "
+        "not a light one.",
+        "XLA compiles the same TTIR with jaxlib's own Triton and the CUDA toolkit's "
+        "ptxas on a GPU: a close relative of this compile, not the same one.",
+        "--reuse: a kernel whose TTIR (sha1) and launch match a row of an earlier run "
+        "with the same toolchain is not compiled again; its compile_s is that run's.",
+        "float64 at d = 100 (gram, 16 x 16 tiles, the smallest tl.dot takes) still "
+        "spills 132 bytes per thread: the row and column tiles of x~ and w~ padded to "
+        "128 lanes in float64 hold ~64 registers a thread before any product. Measured "
+        "alternatives (triton 3.9.0, this script's force_kernels): num_stages 1 or 2 "
+        "give the same TTIR and the same 132 B; num_warps 4: 776 B; 32 x 16 tiles: 436 "
+        "B (16 warps cap a thread at 128 registers and spill more). Spill-free there "
+        "needs the kernel to loop over d in chunks, not done: at d = 100 the library's "
+        "default for float64 is the XLA path (method='auto'), the Pallas kernel only "
+        "on request.",
     ]
     write_results(
         "spills",
@@ -393,7 +406,8 @@ def main() -> None:
         rows,
         columns=columns,
         out_dir=args.out_dir,
-        title="Registers and spills of the Pallas force kernel on sm_90a (compiled on CPU)",
+        title="Registers and spills of the Pallas force kernel on sm_90a (compiled on "
+        "CPU)",
         notes=notes,
     )
 

@@ -1,4 +1,5 @@
-"""``cj.summary`` of a large trace, before and after (issue 17, item 6: 27 s first call, 17 s after).
+"""``cj.summary`` of a large trace, before and after (issue 17, item 6: 27 s first call,
+17 s after).
 
 Before, the summary called the public diagnostics one by one
 (``mcse`` x 2, ``effective_sample_size`` bulk and tail,
@@ -39,7 +40,8 @@ KEYS = ("mcse_mean", "mcse_sd", "ess_bulk", "ess_tail", "r_hat")
 
 
 def before(x):
-    """The summary's diagnostic columns as computed before (the public functions, one at a time)."""
+    """The summary's diagnostic columns as computed before (the public functions, one at
+    a time)."""
     import jax.numpy as jnp
 
     x = jnp.asarray(x)
@@ -94,11 +96,14 @@ def main():
     ]
     print(rows)
     notes = [
-        f"first: compile and run, each variant's first call in this process; warm: medians of {args.repeats} "
-        "alternating calls, warm_ratio the median of the per-repeat ratios before/after.",
-        "max_rel_diff: the largest relative difference of mcse_mean, mcse_sd, ess_bulk, ess_tail, r_hat "
-        "between the two (same formulas, different orders of sums and sorts).",
-        "summary_warm_s: one warm cj.summary call (after), with mean, sd and quantiles.",
+        "first: compile and run, each variant's first call in this process; warm: "
+        f"medians of {args.repeats} alternating calls, warm_ratio the median of the "
+        "per-repeat ratios before/after.",
+        "max_rel_diff: the largest relative difference of mcse_mean, mcse_sd, "
+        "ess_bulk, ess_tail, r_hat between the two (same formulas, different orders of "
+        "sums and sorts).",
+        "summary_warm_s: one warm cj.summary call (after), with mean, sd and "
+        "quantiles.",
     ]
     write_results(
         "summary",

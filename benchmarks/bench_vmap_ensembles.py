@@ -1,4 +1,5 @@
-"""Several CEnLMC ensembles at once: ``jax.vmap`` against ``lax.map`` (issue 17, item 6).
+"""Several CEnLMC ensembles at once: ``jax.vmap`` against ``lax.map`` (issue 17, item
+6).
 
 A CEnLMC step branches: the gradient buckets (``lax.switch`` over capacities:
 only the bucket that holds the particles needing a true gradient runs), the
@@ -114,13 +115,17 @@ def main():
         rows.append(compare(args.ensembles, n, args.d, args.repeats, args.burn))
         print({k: v for k, v in rows[-1].items() if k != "times_s"}, flush=True)
     notes = [
-        f"CEnLMC on the standard Gaussian (d = {args.d}), K = {args.ensembles} ensembles of N particles, one step "
-        f"per call after {args.burn} steps (the ensemble force in use: ensemble_fraction); jitted, inputs on the "
-        f"device; median of {args.repeats} calls, variants alternating; ratios: medians of per-repeat ratios.",
-        "vmap: jax.jit(jax.vmap(step)); lax.map: jax.jit of lax.map(step) over the ensembles; one by one: K calls "
-        "of the jitted single-ensemble step. The same states from all three (checked to 1e-5).",
-        "Why vmap is slower: a cond / switch on a batched predicate runs every branch (the largest gradient bucket, "
-        "the dense tiles beside the block-sparse sums). Use lax.map (or a Python loop) over ensembles.",
+        f"CEnLMC on the standard Gaussian (d = {args.d}), K = {args.ensembles} "
+        f"ensembles of N particles, one step per call after {args.burn} steps (the "
+        "ensemble force in use: ensemble_fraction); jitted, inputs on the device; "
+        f"median of {args.repeats} calls, variants alternating; ratios: medians of "
+        "per-repeat ratios.",
+        "vmap: jax.jit(jax.vmap(step)); lax.map: jax.jit of lax.map(step) over the "
+        "ensembles; one by one: K calls of the jitted single-ensemble step. The same "
+        "states from all three (checked to 1e-5).",
+        "Why vmap is slower: a cond / switch on a batched predicate runs every branch "
+        "(the largest gradient bucket, the dense tiles beside the block-sparse sums). "
+        "Use lax.map (or a Python loop) over ensembles.",
     ]
     write_results(
         "vmap_ensembles",

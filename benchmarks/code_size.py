@@ -1,5 +1,5 @@
-"""Module and function sizes of the package in lines of code (issue 19: "no module over ~600 lines and no
-function over ~80 lines of code, without a stated reason").
+"""Module and function sizes of the package in lines of code (issue 19: "no module over
+~600 lines and no function over ~80 lines of code, without a stated reason").
 
 A line of code is a line holding a token other than a comment, and not part of a
 docstring (the string statement that opens a module, class or function). Blank lines,
@@ -124,15 +124,18 @@ def main(argv=None) -> int:
     with open(os.path.join(RESULTS, "code_size.json"), "w", encoding="utf-8") as fh:
         json.dump(report, fh, indent=1)
     md = [
-        "# Code size (`python benchmarks/code_size.py`): lines of code, without docstrings, comments, blanks",
+        "# Code size (`python benchmarks/code_size.py`): lines of code, without "
+        "docstrings, comments, blanks",
         "",
-        f"{len(modules)} modules. Limits: {args.modules} per module, {args.functions} per function.",
+        f"{len(modules)} modules. Limits: {args.modules} per module, {args.functions} "
+        "per function.",
         "",
         "| largest modules | code lines | total lines | stated reason |",
         "|---|---|---|---|",
     ]
     md += [
-        f"| `{m['module']}` | {m['code_lines']} | {m['total_lines']} | {m['size_reason'] or ''} |"
+        f"| `{m['module']}` | {m['code_lines']} | {m['total_lines']} | "
+        f"{m['size_reason'] or ''} |"
         for m in modules[:10]
     ]
     md += [
@@ -143,7 +146,8 @@ def main(argv=None) -> int:
     if big_functions:
         md += ["| function | code lines | module's stated reason |", "|---|---|---|"]
         md += [
-            f"| `{f['module']}:{f['line']}` `{f['name']}` | {f['code_lines']} | {f['size_reason'] or ''} |"
+            f"| `{f['module']}:{f['line']}` `{f['name']}` | {f['code_lines']} | "
+            f"{f['size_reason'] or ''} |"
             for f in big_functions
         ]
     with open(os.path.join(RESULTS, "code_size.md"), "w", encoding="utf-8") as fh:

@@ -1,10 +1,12 @@
-"""GPU check: the headline figures first, compile times apart, correctness against float64 on the device.
+"""GPU check: the headline figures first, compile times apart, correctness against
+float64 on the device.
 
 Run on a CUDA machine through ``bash benchmarks/gpu_check.sh [OUT_DIR]`` (it
 records what is installed and finds a GPU JAX), or directly:
 
     python benchmarks/gpu_check.py --out-dir DIR [--budget-s 420]
-    python benchmarks/gpu_check.py --smoke --backend cpu --out-dir DIR   # CPU smoke run, < 3 min
+    # CPU smoke run, < 3 min
+    python benchmarks/gpu_check.py --smoke --backend cpu --out-dir DIR
 
 The first thing it does is check that ``jax.default_backend()`` is
 ``--backend`` (default ``gpu``): otherwise it writes ``env.json`` and exits
@@ -108,7 +110,8 @@ def x64():
 
 
 def ensemble(seed: int, n: int, d: int, *, neighbours: float = 40.0, h: float = 0.05):
-    """A CEnLMC-shaped ensemble on the device: x ~ N(0, I), w = x - sqrt(2h) ξ, log p = log N(x; w, 2h) + const.
+    """A CEnLMC-shaped ensemble on the device: x ~ N(0, I), w = x - sqrt(2h) ξ, log p =
+    log N(x; w, 2h) + const.
 
     eta: about ``neighbours`` others within eta (|x_i - x_j|² ~ 2 χ²_d); r2
     the same count in w (|w_i - w_j|² ~ 2 (1 + 2h) χ²_d).
@@ -135,7 +138,8 @@ def ensemble(seed: int, n: int, d: int, *, neighbours: float = 40.0, h: float = 
 
 
 def timed(fn, *args, repeats: int = 3) -> dict:
-    """Compile ``jax.jit(fn)`` for ``args`` (timed apart), one warm-up call, then the median of ``repeats``."""
+    """Compile ``jax.jit(fn)`` for ``args`` (timed apart), one warm-up call, then the
+    median of ``repeats``."""
     t = time.perf_counter()
     compiled = jax.jit(fn).lower(*args).compile()
     compile_s = time.perf_counter() - t
@@ -225,7 +229,9 @@ def section_headline(args, rows, payload):
                 )
                 if ref is None:
                     ref = out
-                else:  # same counts as the first variant: a cheap check that both computed the same thing
+                # same counts as the first variant: a cheap check that both computed the
+                # same thing
+                else:
                     row["n_ball_rows_differ"] = int(jnp.sum(out.n_ball != ref.n_ball))
             except Exception as exc:
                 row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
@@ -450,8 +456,8 @@ def main(argv=None) -> int:
     print("devices:", env["devices"], "versions:", env["versions"], flush=True)
     if backend != args.backend:
         print(
-            f"FAIL: jax.default_backend() is {backend!r}, not the requested {args.backend!r} "
-            f"(devices {env['devices']}); nothing was measured.",
+            f"FAIL: jax.default_backend() is {backend!r}, not the requested "
+            f"{args.backend!r} (devices {env['devices']}); nothing was measured.",
             file=sys.stderr,
             flush=True,
         )
@@ -482,14 +488,18 @@ def main(argv=None) -> int:
             rows,
             columns=COLUMNS,
             out_dir=args.out_dir,
-            title="GPU check: headline figures, CEnLMC jobs, correctness against float64",
+            title="GPU check: headline figures, CEnLMC jobs, correctness against "
+            "float64",
             notes=[
-                "compile_s: jax.jit(fn).lower(args).compile(), apart; median_s: 3 blocked calls on device-resident "
-                "inputs after a warm-up; pairs_per_s = N^2 / median_s.",
-                "sample: first_chunk_s includes the compile; step_s = a second cj.sample run of the same chunk "
-                "(no compile) / its steps; goal_s: issue 16's target for the whole step.",
-                "rel_err: |force - float64 dense| / max|float64 force| (max), per row (median); flip_frac: "
-                "sum |n - n_float64| / sum n_float64 (mask decisions that differ).",
+                "compile_s: jax.jit(fn).lower(args).compile(), apart; median_s: 3 "
+                "blocked calls on device-resident inputs after a warm-up; pairs_per_s "
+                "= N^2 / median_s.",
+                "sample: first_chunk_s includes the compile; step_s = a second "
+                "cj.sample run of the same chunk (no compile) / its steps; goal_s: "
+                "issue 16's target for the whole step.",
+                "rel_err: |force - float64 dense| / max|float64 force| (max), per row "
+                "(median); flip_frac: sum |n - n_float64| / sum n_float64 (mask "
+                "decisions that differ).",
                 f"backend {backend}; total wall time {elapsed():.0f} s"
                 + (" (smoke: small shapes)" if args.smoke else ""),
             ],

@@ -1,15 +1,17 @@
-"""The online-LDA minibatch gradient estimator in plain NumPy: the baseline of ``bench_lda.py --speed``.
+"""The online-LDA minibatch gradient estimator in plain NumPy: the baseline of
+``bench_lda.py --speed``.
 
 The same estimator as :func:`cenlmc_jax.models.lda.lda_grad_estimator` (paper 2,
 appendix F.2, after Patterson & Teh 2013), written again without JAX so that the
 benchmark can say what JAX's jit and vmap buy. On a minibatch ``S̃`` of ``|S̃|`` of the
 ``|S|`` documents, ``θ_kw = |θ̃_kw| / Σ_w |θ̃_kw|``,
 
-    g̃_kw = (α - 1)/θ̃_kw - 1 + (|S| / |S̃|) Σ_{d ∈ S̃} E[n_dkw / θ̃_kw - n_dk· / θ̃_k·],            (31)
+    g̃_kw = (α - 1)/θ̃_kw - 1
+           + (|S| / |S̃|) Σ_{d ∈ S̃} E[n_dkw / θ̃_kw - n_dk· / θ̃_k·],          (31)
 
 the expectation over the topic assignments estimated in each document by Gibbs sweeps of
 
-    p(z_j = k | z_{\\j}, x, θ, γ) ∝ (γ + n^{\\j}_{dk·}) θ_{k x_j}                                   (32)
+    p(z_j = k | z_{\\j}, x, θ, γ) ∝ (γ + n^{\\j}_{dk·}) θ_{k x_j}                   (32)
 
 with the JAX code's choices: ``z`` starts from ``p(z_j = k) ∝ θ_{k x_j}``, tokens are
 updated in order, each draw is the inverse CDF of a uniform (the number of entries of
@@ -56,7 +58,8 @@ def topic_word(theta_tilde: np.ndarray) -> np.ndarray:
 def grad_from_counts(
     theta_tilde: np.ndarray, counts: np.ndarray, alpha: float, scale: float
 ) -> np.ndarray:
-    """Eq. (31) given ``counts_kw = Σ_{d ∈ S̃} E[n_dkw]``: ``(α-1)/θ̃ - 1 + scale (counts/θ̃ - counts_k·/θ̃_k·)``."""
+    """Eq. (31) given ``counts_kw = Σ_{d ∈ S̃} E[n_dkw]``: ``(α-1)/θ̃ - 1 + scale
+    (counts/θ̃ - counts_k·/θ̃_k·)``."""
     t = np.maximum(theta_tilde, np.finfo(theta_tilde.dtype).tiny)
     rows = t.sum(axis=1, keepdims=True)
     n_k = counts.sum(axis=1, keepdims=True)
@@ -64,7 +67,8 @@ def grad_from_counts(
 
 
 def _draw(c: np.ndarray, u, K: int):
-    """Inverse-CDF draw from unnormalised CDFs ``c: (..., K)`` with uniforms ``u: (...)`` (as the JAX code)."""
+    """Inverse-CDF draw from unnormalised CDFs ``c: (..., K)`` with uniforms ``u:
+    (...)`` (as the JAX code)."""
     return np.minimum((c <= (u * c[..., -1])[..., None]).sum(axis=-1), K - 1)
 
 
@@ -76,7 +80,8 @@ def gibbs_counts_loop(
     num_burnin: int,
     num_kept: int,
 ) -> np.ndarray:
-    """``Σ_d E[n_dkw]``: (K, W) by eq. (32), document by document, token by token (Python loops)."""
+    """``Σ_d E[n_dkw]``: (K, W) by eq. (32), document by document, token by token
+    (Python loops)."""
     K, W = theta.shape
     theta_t = np.ascontiguousarray(theta.T)  # (W, K): θ_{· w} is a row
     counts_t = np.zeros((W, K))
@@ -114,7 +119,8 @@ def gibbs_counts_vectorised(
     num_burnin: int,
     num_kept: int,
 ) -> np.ndarray:
-    """``Σ_d E[n_dkw]``: (K, W) by eq. (32), the ``B`` documents of padded ``tokens, mask: (B, L)`` together.
+    """``Σ_d E[n_dkw]``: (K, W) by eq. (32), the ``B`` documents of padded ``tokens,
+    mask: (B, L)`` together.
 
     One Python iteration per token position and sweep; padding positions keep their
     assignment and count nothing.
@@ -168,7 +174,8 @@ def numpy_grad_estimator(
     tokens, mask = np.asarray(tokens), np.asarray(mask, bool)
     if tokens.ndim != 2 or tokens.shape != mask.shape:
         raise ValueError(
-            f"tokens and mask must be (D, L) arrays of one shape; got {tokens.shape}, {mask.shape}."
+            f"tokens and mask must be (D, L) arrays of one shape; got {tokens.shape}, "
+            f"{mask.shape}."
         )
     D = tokens.shape[0]
     if not 1 <= batch_size <= D:

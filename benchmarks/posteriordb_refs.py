@@ -1,5 +1,5 @@
-"""Copy the ten posteriordb posteriors into ``cenlmc_jax/models/posteriordb/data/`` (run once; the tests never read
-``../shared``).
+"""Copy the ten posteriordb posteriors into ``cenlmc_jax/models/posteriordb/data/`` (run
+once; the tests never read ``../shared``).
 
 For each posterior folder of ``SOURCE`` (default ``../shared/posteriordb``, relative to
 the repository root):
@@ -41,7 +41,8 @@ def _read_zip_json(path: Path):
 
 
 def reference_moments(folder: Path) -> dict:
-    """Means and sds (ddof = 1) of the reference draws, pooled over chains, in the reference's name order."""
+    """Means and sds (ddof = 1) of the reference draws, pooled over chains, in the
+    reference's name order."""
     draws = _read_zip_json(folder / "reference_draws.json.zip")
     info = json.loads((folder / "reference_info.json").read_text())
     names = list(draws[0])
@@ -84,7 +85,8 @@ def main(source: Path) -> None:
         shutil.copyfile(folder / "model.stan", OUT / f"{name}.stan")
         refs[name] = reference_moments(folder)
         print(
-            f"{name}: {len(refs[name]['names'])} reference quantities, data {len(text):,} bytes"
+            f"{name}: {len(refs[name]['names'])} reference quantities, data "
+            f"{len(text):,} bytes"
         )
     (OUT / "refs.json").write_text(json.dumps(refs, indent=1) + "\n")
     shutil.copyfile(
