@@ -18,9 +18,10 @@ pair sums need the other devices' particles. Two ways to bring them
     device would (same centre, same operands) and computes one local
     rows-against-all-columns partial. One collective per call and one long
     local computation. ``O(N d)`` memory per device: ``10^7`` particles with
-    ``d = 10`` are about 1 GB in float32, fine on any accelerator. With ``N``
-    a multiple of the device count and the default tiles each row is summed
-    as on one device (measured bit-identical on 4 CPU devices).
+    ``d = 10`` are ``(2d + 2) N ≈ 2·10^8`` float32 numbers, fine on any
+    accelerator. With ``N`` a multiple of the device count and the default
+    tiles each row is summed as on one device, bit for bit
+    (tests/pairwise/test_sharded.py checks it on 4 CPU devices).
 ``"ring"``: ``P - 1`` ``ppermute`` steps pass the column blocks around a ring
     (as in ring attention); each device combines the partial of its rows
     against each block as it arrives (:func:`~.algebra.combine`, the
@@ -40,8 +41,8 @@ as on one device, over the whole ensemble: when the devices' lists together
 exceed ``max_active`` of all tile pairs (a ``psum`` of their lengths), every
 device runs its dense tiles, exact either way. With ``N/P`` a multiple of the
 64-row tiles the devices fold the single device's tiles in its order: the
-result is the single-device block-sparse one bit for bit (measured on 4 CPU
-devices, also with 500 rows a device).
+result is the single-device block-sparse one bit for bit
+(tests/pairwise/test_sharded.py, on 4 CPU devices).
 
 Both are exact re-orderings of the same sums: they agree with a single-device
 computation up to float rounding of the summation order (and, for the ring,
@@ -105,7 +106,20 @@ PartialFn = Callable[[Prepared, Prepared], Partial]
 def make_mesh(
     num_devices: int | None = None, axis_name: str = "particles", *, devices=None
 ) -> Mesh:
-    """A 1-D mesh over the first ``num_devices`` devices (default: all of them)."""
+    """A 1-D mesh over the first ``num_devices`` devices (default: all of them).
+
+    Args:
+      num_devices: how many devices, ``1 <= num_devices <= len(devices)``;
+        ``None`` for all.
+      axis_name: the name of the mesh's one axis.
+      devices: the devices to take them from (default: ``jax.devices()``).
+
+    Returns:
+      A ``jax.sharding.Mesh`` with the one axis ``axis_name``.
+
+    Raises:
+      ValueError: ``num_devices`` out of range.
+    """
     devices = list(jax.devices() if devices is None else devices)
     if num_devices is None:
         num_devices = len(devices)
@@ -114,7 +128,19 @@ def make_mesh(
 
 
 def particle_axis(mesh: Mesh, axis_name: str | None = None) -> str:
-    """The particle axis of ``mesh``: ``axis_name`` if given (checked), else the mesh's only axis."""
+    """The particle axis of ``mesh``.
+
+    Args:
+      mesh: a ``jax.sharding.Mesh``.
+      axis_name: the particle axis's name, or ``None`` for the mesh's only axis.
+
+    Returns:
+      The axis name.
+
+    Raises:
+      ValueError: ``axis_name`` is not an axis of ``mesh``, or is ``None`` for a
+        mesh of several axes.
+    """
     if axis_name is None:
         if len(mesh.axis_names) != 1:
             raise ValueError(
@@ -139,6 +165,18 @@ def shard_ensemble(
     whole sampler state via ``jax.tree.map``) can be placed this way; ``N``
     must be a multiple of the mesh size (``ValueError`` otherwise: pad the
     ensemble, or let :func:`ensemble_force_sharded` pad per call).
+
+    Args:
+      positions: an array of shape ``(N, ...)``.
+      mesh: the ``jax.sharding.Mesh``.
+      axis_name: the mesh axis of the particles.
+
+    Returns:
+      The array placed on ``mesh``, split along its first axis.
+
+    Raises:
+      ValueError: ``N`` is not a multiple of the number of devices on the axis,
+        or ``axis_name`` is not an axis of ``mesh``.
     """
     arr = positions if isinstance(positions, jax.Array) else jnp.asarray(positions)
     size = int(mesh.shape[particle_axis(mesh, axis_name)])
@@ -199,10 +237,18 @@ def ensemble_force_sharded(
     mesh = make_mesh() if mesh is None else mesh
     dtype = x.dtype
     return _sharded(
-        x, f, log_p, jnp.asarray(eta, dtype), w, None if r2 is None else jnp.asarray(r2, dtype),
-        partial_fn=partial_fn, mesh=mesh, axis_name=particle_axis(mesh, axis_name), strategy=strategy,
+        x,
+        f,
+        log_p,
+        jnp.asarray(eta, dtype),
+        w,
+        None if r2 is None else jnp.asarray(r2, dtype),
+        partial_fn=partial_fn,
+        mesh=mesh,
+        axis_name=particle_axis(mesh, axis_name),
+        strategy=strategy,
         spatial_sort=bool(spatial_sort),
-    )  # fmt: skip
+    )
 
 
 @functools.partial(
@@ -303,8 +349,12 @@ def _sharded(
         None if r2 is None else P(),
     )
     out = jax.shard_map(
-        per_device, mesh=mesh, in_specs=in_specs, out_specs=(P(ax, None), row, row), check_vma=False,
-    )(x, f, log_p, w, eta, r2)  # fmt: skip
+        per_device,
+        mesh=mesh,
+        in_specs=in_specs,
+        out_specs=(P(ax, None), row, row),
+        check_vma=False,
+    )(x, f, log_p, w, eta, r2)
     if n_pad != n:
         # Cutting the padding off changes the layout; XLA picks it (typically
         # replicated). Keep N a multiple of the device count to avoid this.

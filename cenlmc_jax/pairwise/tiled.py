@@ -15,13 +15,12 @@ column work (the weights and the overflow rule's decision) is done once,
 outside the loop over row blocks.
 
 The default ``B`` (:func:`default_block_size`) keeps one ``(B, N)`` temporary
-near 4 MiB: measured on a 2-core Zen 4 (1 MiB L2 per core, 32 MiB L3), d = 10,
-those blocks were fastest or within noise of it at N = 4096, 8192 and 16384
-(B = 256, 128, 64); smaller blocks pay per-iteration overhead and leave the
-second core idle, larger ones fall out of cache. But at least ``2 (d + 1)``
-rows (issue 17): every row block streams the ``2 (d + 1)`` column numbers
-of the two matrix products, so few rows at large d waste the block on them
-(d = 100, N = 16384: 200 rows instead of 64, 1.1-1.3x faster in two runs).
+near :data:`TILE_TARGET_BYTES`, the block size that was fastest or within noise
+of it at d = 10 (benchmarks/results/block_by_d.md); smaller blocks pay per-iteration
+overhead and leave the second core idle, larger ones fall out of cache. But at
+least ``2 (d + 1)`` rows (issue 17): every row block streams the ``2 (d + 1)``
+column numbers of the two matrix products, so few rows at large d waste the
+block on them (the same file).
 
 Block-sparse (``block_sparse=True``; KeOps' block-sparse reduction): the
 particles are sorted along a Hilbert curve of w (of x without w:
@@ -111,7 +110,8 @@ __all__ = [
 
 #: Default working-set target of one row block: bytes of one (B, N) temporary.
 TILE_TARGET_BYTES = 4 * 2**20
-#: Hard memory cap for the default block: live (B, N) temporaries x B x N x itemsize.
+#: Hard memory cap for the default block: live (B, N) temporaries x B x N x
+#: itemsize.
 TILE_MAX_BYTES = 64 * 2**20
 _MIN_BLOCK = 16
 #: Block-sparse defaults: rows per row tile and columns per column tile (the
@@ -124,12 +124,12 @@ SPARSE_GROUP = 128
 #: block-sparse call runs the dense tiles instead (decided at run time; both
 #: exact) ...
 SPARSE_MAX_ACTIVE = 0.5
-#: ... and at most ``max(SPARSE_MAX_PAIRS, SPARSE_PAIRS_PER_PARTICLE · N)`` entries: a
-#: floor of 2^23 (4 int32 lists of them: 128 MiB) and beyond it 32 per particle (512
-#: bytes a particle for the 4 lists), so the cap grows with N. A fixed 2^23 made N =
-#: 2^20, d = 2 (17.65 M listed tile pairs, 16.8 a particle) run the dense tiles: ≥ 5,000
-#: s a step projected against ~130 s sparse (issue 17). The lists stay below 2^30
-#: entries (int32 offsets).
+#: ... and at most ``max(SPARSE_MAX_PAIRS, SPARSE_PAIRS_PER_PARTICLE · N)`` entries:
+#: a floor of 2^23 (4 int32 lists of them: 2^27 bytes) and beyond it 32 per
+#: particle (512 bytes a particle for the 4 lists), so the cap grows with N. A
+#: fixed 2^23 made N = 2^20, d = 2 run the dense tiles, far slower than the sparse
+#: sum (issue 17; benchmarks/results/sparse_capacity.md). The lists stay below
+#: 2^30 entries (int32 offsets).
 SPARSE_MAX_PAIRS = 2**23
 SPARSE_PAIRS_PER_PARTICLE = 32
 _LIST_MAX = 2**30
@@ -144,11 +144,21 @@ def sparse_capacity(
     max_active: float = SPARSE_MAX_ACTIVE,
     n_cols: int | None = None,
 ) -> int:
-    """Static length of the block-sparse pair lists for ``n`` rows (against ``n_cols`` columns, default n).
+    """Static length of the block-sparse pair lists for ``n`` rows.
 
     A fraction ``max_active`` of all tile pairs, at most ``max(SPARSE_MAX_PAIRS,
     SPARSE_PAIRS_PER_PARTICLE · n)`` (memory linear in N, as the number of
     tile pairs within reach of a localised kernel is).
+
+    Args:
+      n: the number of rows.
+      block_rows: rows per row tile.
+      block_cols: columns per column tile.
+      max_active: the fraction of all tile pairs the list may hold.
+      n_cols: the number of columns (default ``n``).
+
+    Returns:
+      The capacity, an int ``>= 1``.
     """
     total = -(-n // block_rows) * -(-(n if n_cols is None else n_cols) // block_cols)
     cap = min(max(SPARSE_MAX_PAIRS, SPARSE_PAIRS_PER_PARTICLE * n), _LIST_MAX)
@@ -156,19 +166,23 @@ def sparse_capacity(
 
 
 class SparseFallbackWarning(RuntimeWarning):
-    """A block-sparse sum ran the dense tiles instead (exact, but it may be much slower): see :func:`dense_instead`."""
+    """A block-sparse sum ran the dense tiles instead.
+
+    Exact, but it may be much slower: see :func:`dense_instead`.
+    """
 
 
-#: (reason, capacity) pairs already warned about in this process: one warning each, not
-#: one per step.
+#: (reason, capacity) pairs already warned about in this process: one warning each,
+#: not one per step.
 _WARNED: set = set()
 
 
 def _warn_fallback(fits, shared, n_pairs, *, capacity: int, max_pairs: int) -> None:
-    """Host side of :func:`dense_instead`: warn once per (reason, capacity) if a call did fall back.
+    """Host side of :func:`dense_instead`: warn once per (reason, capacity).
 
-    Under ``vmap`` both branches of the ``cond`` run, so the flags (batched)
-    decide, not the branch: nothing is said where every call took the sparse branch.
+    If a call did fall back. Under ``vmap`` both branches of the ``cond`` run, so
+    the flags (batched) decide, not the branch: nothing is said where every call
+    took the sparse branch.
     """
     fits, shared, n_pairs = (np.asarray(a) for a in (fits, shared, n_pairs))
     if np.all(fits & shared):
@@ -195,14 +209,17 @@ def _warn_fallback(fits, shared, n_pairs, *, capacity: int, max_pairs: int) -> N
         f"block-sparse ensemble force {reason}: the dense tiles ran instead (exact; "
         "cost O(N^2) pairs)",
         SparseFallbackWarning,
+        # points at this function: the caller is the callback machinery
         stacklevel=1,
-    )  # points at this function: the caller is the callback machinery
+    )
 
 
 def dense_instead(
     dense, plan: SparsePlan, weights: ColumnWeights, capacity: int, n: int
 ):
-    """``dense`` (a thunk) that first reports, once per process, why the block-sparse sum fell back to it.
+    """``dense`` (a thunk) that first reports why the block-sparse sum fell back.
+
+    Once per process.
 
     A ``jax.debug.callback`` inside the dense branch of the ``lax.cond``:
     it costs nothing where the sparse branch runs (except under ``vmap``,
@@ -241,7 +258,9 @@ def _has_backend(platform: str) -> bool:
 def default_block_size(
     n: int, *, itemsize: int = 4, with_w: bool = False, d: int | None = None
 ) -> int:
-    """Row-block size ``B`` for ``n`` columns of dimension ``d`` when ``block_size`` is None.
+    """Row-block size ``B`` for ``n`` columns of dimension ``d``.
+
+    When ``block_size`` is None.
 
     ``B`` keeps one ``(B, n)`` temporary near :data:`TILE_TARGET_BYTES` (the
     block's working set then stays in cache) but at least 16 rows (fewer
@@ -256,16 +275,18 @@ def default_block_size(
     under :data:`TILE_MAX_BYTES` (``B`` may drop to 1 for huge n).
     ``d=None``: the rule by ``n`` alone (the default before issue 17).
 
-    Measured (issue 17, benchmarks/results/block_by_d.md; float32, 2-core
-    Zen 4 shared with other jobs, medians of 7 interleaved rounds, time by
-    the rule by n alone / time; an earlier run in brackets): d = 100,
-    N = 16384, 64 -> 200 rows: 1.11x (1.28x); d = 150, N = 16384, 64 -> 304:
-    1.25x (1.20x). At d <= 30, N <= 16384 larger blocks were slower (d = 30,
-    N = 16384, 128 rows: 0.64-0.87x of 64) and the floor leaves them as they
-    were; d = 100, N = 8192 (128 -> 200 rows: 0.97x (0.94x)) and d = 50,
-    N = 16384 (64 -> 104: 0.95x (1.26x)) are within the noise. N = 65536
-    (5 rounds, ``--dims 30 10 --sizes 65536 --blocks 16``): d = 10, 16 -> 24
-    rows 1.15x; d = 30, 16 -> 64 rows 1.07x.
+    The floor by ``d`` was measured against the rule by ``n`` alone (issue 17):
+    faster at large ``d``, and at small ``d``, where larger blocks were slower,
+    it leaves the blocks as they were (benchmarks/results/block_by_d.md).
+
+    Args:
+      n: the number of columns.
+      itemsize: bytes per number of the dtype.
+      with_w: the sum has ``w`` (5 live temporaries, not 3).
+      d: the dimension, or ``None`` for the rule by ``n`` alone.
+
+    Returns:
+      ``B``, an int ``>= 1``.
     """
     live = 5 if with_w else 3
     b_cache = TILE_TARGET_BYTES // max(1, n * itemsize)
@@ -279,7 +300,9 @@ def default_block_size(
 
 
 def _min_block_rows(d: int | None) -> int:
-    """The fewest rows a default row block gets (before the memory cap): 16, and ``2 (d + 1)`` given ``d``.
+    """The fewest rows a default row block gets (before the memory cap).
+
+    16, and ``2 (d + 1)`` given ``d``.
 
     See :func:`default_block_size` for why and the measurement.
     """
@@ -287,7 +310,9 @@ def _min_block_rows(d: int | None) -> int:
 
 
 def _remat(fn):
-    """``fn`` recomputed in reverse mode (``jax.checkpoint``): a tile keeps no ``(B, C)`` residual.
+    """``fn`` recomputed in reverse mode (``jax.checkpoint``).
+
+    A tile keeps no ``(B, C)`` residual.
 
     Without it ``jax.grad`` would store every tile's temporaries, ``O(N²)``
     memory; with it the backward pass recomputes each tile from its inputs
@@ -297,7 +322,7 @@ def _remat(fn):
 
 
 def _blocks(p: Prepared, size: int) -> Prepared:
-    """Pad ``p`` to a multiple of ``size`` particles and give every field a leading block axis."""
+    """Pad ``p`` to a multiple of ``size`` particles; a leading block axis per field."""
     n_pad = -(-p.sq_x.shape[0] // size) * size
     return jax.tree.map(
         lambda v: v.reshape((n_pad // size, size) + v.shape[1:]),
@@ -314,14 +339,22 @@ def tiled_partial(
     precision: Any = None,
     distances: str | None = None,
 ) -> Partial:
-    """Partial of ``rows`` over ``cols`` (both from :func:`~.algebra.prepare` with one centre), tile by tile.
+    """Partial of ``rows`` over ``cols``, tile by tile.
 
-    ``block_rows``: rows per block, at least 2 (default
-    :func:`default_block_size` of the column count and ``d``, at most the row count
-    rounded up to 8); ``block_cols``: columns per tile (default: all columns
-    in one tile); ``precision`` of both matrix products (None: HIGHEST);
-    ``distances``: ``"direct"``, ``"gram"`` or None (by ``DIRECT_MAX_D``).
     Traceable; the settings are static.
+
+    Args:
+      rows: :func:`~.algebra.prepare` output for the rows.
+      cols: :func:`~.algebra.prepare` output for the columns, with the same
+        centre.
+      block_rows: rows per block, at least 2 (default :func:`default_block_size`
+        of the column count and ``d``, at most the row count rounded up to 8).
+      block_cols: columns per tile (default: all columns in one tile).
+      precision: of both matrix products (None: HIGHEST).
+      distances: ``"direct"``, ``"gram"`` or None (by ``DIRECT_MAX_D``).
+
+    Returns:
+      The :class:`~.algebra.Partial` of the rows over all the columns.
     """
     n_rows, d = rows.x.shape
     n_cols = cols.x.shape[0]
@@ -378,7 +411,10 @@ def tiled_partial(
 
 
 def _boxes(p: Prepared, size: int) -> tuple[TileBoxes, TileBoxes | None]:
-    """x- and w-boxes of the tiles of ``size`` consecutive particles (``p`` padded to a multiple of ``size``)."""
+    """x- and w-boxes of the tiles of ``size`` consecutive particles.
+
+    ``p`` padded to a multiple of ``size``.
+    """
     p = pad_particles(p, -(-p.sq_x.shape[0] // size) * size)
     return tile_boxes(p.x, p.sq_x, size), None if p.w is None else tile_boxes(
         p.w, p.sq_w, size
@@ -386,13 +422,16 @@ def _boxes(p: Prepared, size: int) -> tuple[TileBoxes, TileBoxes | None]:
 
 
 class SparsePlan(NamedTuple):
-    """The tile pairs a block-sparse sum visits, compacted into a list of static capacity ``P``.
+    """The tile pairs a block-sparse sum visits.
 
-    pairs: (P + K,) int32 codes ``r * (column tiles) + c`` of the visited
+    Compacted into a list of static capacity ``P``.
+
+    Attributes:
+      pairs: (P + K,) int32 codes ``r * (column tiles) + c`` of the visited
         (row tile r, column tile c) pairs (``FULL`` or ``COUNT``), in
         row-major order; entries from ``n_pairs`` on are stale.
-    n_pairs: () int32 how many.
-    fits: () bool, ``n_pairs <= P``.
+      n_pairs: () int32 how many.
+      fits: () bool, ``n_pairs <= P``.
     """
 
     pairs: Array
@@ -412,20 +451,30 @@ def sparse_plan(
     spec,
     cols: Prepared | None = None,
 ) -> SparsePlan:
-    """Which tile pairs of ``p`` (rows in tiles of ``block_rows``, columns of ``block_cols``) to visit.
+    """Which tile pairs of ``p`` to visit.
 
-    ``cols``: the columns, if not ``p`` itself (a device's rows against the
-    whole ensemble, prepared with the same centre: :mod:`.sharded`).
-
-    One ``lax.scan`` over chunks of row tiles (about :data:`PLAN_CHUNK`
-    tile pairs each): :func:`~.sparsity.tile_kinds` of the chunk's boxes
-    against every column tile's, the pairs not ``SKIP`` compacted (cumsum and
+    Rows in tiles of ``block_rows``, columns in tiles of ``block_cols``. One
+    ``lax.scan`` over chunks of row tiles (about :data:`PLAN_CHUNK` tile pairs
+    each): :func:`~.sparsity.tile_kinds` of the chunk's boxes against every
+    column tile's, the pairs not ``SKIP`` compacted (cumsum and
     scatter) and written at the running end of the list; a write's stale
     tail is overwritten by the next one. ``O((N/B)(N/C) d)`` work, no
     ``(N/B, N/C)`` array. The codes must fit int32: ``(N/B)(N/C) < 2^31``.
 
     ``COUNT`` tiles are visited as whole tiles: their pairs fail the x-mask,
     so the tile update adds only their R2 counts.
+
+    Args:
+      p: :func:`~.algebra.prepare` output (the rows).
+      block_rows: rows per row tile.
+      block_cols: columns per column tile.
+      capacity: the static length ``P`` of the list (:func:`sparse_capacity`).
+      spec: the :class:`~.algebra.TileSpec` of the kernel.
+      cols: the columns, if not ``p`` itself (a device's rows against the
+        whole ensemble, prepared with the same centre: :mod:`.sharded`).
+
+    Returns:
+      The :class:`SparsePlan`.
     """
     row_x, row_w = _boxes(p, block_rows)
     col_x, col_w = _boxes(p if cols is None else cols, block_cols)
@@ -480,20 +529,30 @@ def block_sparse_partial(
     spec,
     cols: Prepared | None = None,
 ) -> Partial:
-    """Partial of every particle of ``p`` over all of them (or over ``cols``), folding only the tile pairs of ``plan``.
+    """Partial of every particle of ``p`` over all of them (or over ``cols``).
 
-    ``p``: :func:`~.algebra.prepare` output, best in a spatial order
-    (:func:`sort_spatially`; any order is exact, only slower);
-    ``plan``: its :func:`sparse_plan` for these tiles; ``weights``: the
-    :func:`~.algebra.column_weights` of all of ``p``, which must be shared
-    (one shift for every tile: the sums of the tiles then simply add).
+    Folding only the tile pairs of ``plan``. Each step gathers ``group`` tile
+    pairs of the list, computes their :func:`~.algebra.tile_partial_with` side
+    by side (``vmap``: one ``(group, B, C)`` pass) and scatter-adds them to their
+    row tiles; the last step pads with an empty column tile. Temporaries
+    ``O(N d + group B C)``. Differentiable in both modes (:func:`_fold_tiles`).
 
-    Each step gathers ``group`` tile pairs of the list, computes their
-    :func:`~.algebra.tile_partial_with` side by side (``vmap``: one ``(group, B, C)``
-    pass) and scatter-adds them to their row tiles; the last step pads with an empty
-    column tile. Temporaries ``O(N d + group B C)``. Differentiable in both modes
-    (:func:`_fold_tiles`). With ``cols`` (same centre as ``p``), ``plan`` and
-    ``weights`` are those of ``p`` against ``cols``.
+    Args:
+      p: :func:`~.algebra.prepare` output, best in a spatial order
+        (:func:`sort_spatially`; any order is exact, only slower).
+      plan: its :func:`sparse_plan` for these tiles.
+      weights: the :func:`~.algebra.column_weights` of all of ``p`` (of
+        ``cols`` when given), which must be shared (one shift for every tile:
+        the sums of the tiles then simply add).
+      block_rows: rows per row tile.
+      block_cols: columns per column tile.
+      group: tile pairs per step.
+      spec: the :class:`~.algebra.TileSpec` of the kernel.
+      cols: the columns (same centre as ``p``), if not ``p`` itself; ``plan``
+        and ``weights`` are then those of ``p`` against ``cols``.
+
+    Returns:
+      The :class:`~.algebra.Partial` of the rows of ``p``.
     """
     n, d = p.x.shape
     c = p if cols is None else cols
@@ -504,9 +563,8 @@ def block_sparse_partial(
     )
     n_tiles = -(-c.x.shape[0] // bc)
     cols = Prepared(c.x, c.sq_x, c.f, x1=weights.lift, w=c.w, sq_w=c.sq_w)
-    cols_b = _blocks(
-        pad_particles(cols, (n_tiles + 1) * bc), bc
-    )  # tile n_tiles is empty
+    # tile n_tiles is empty
+    cols_b = _blocks(pad_particles(cols, (n_tiles + 1) * bc), bc)
     acc = _fold_tiles(
         rows_b, cols_b, plan.pairs, plan.n_pairs, weights.top, group, spec
     )
@@ -524,7 +582,9 @@ def _fold_tiles(
     group: int,
     spec,
 ) -> tuple[Array, Array, Array]:
-    """The sums ``(R, B, d+1)`` and counts ``(R, B)`` of the row tiles over the listed tile pairs.
+    """The sums ``(R, B, d+1)`` and counts ``(R, B)`` of the row tiles.
+
+    Over the listed tile pairs.
 
     ``rows_b``, ``cols_b``: the tiles (leading tile axis; the last column
     tile empty); ``pairs``, ``n_pairs``: the list (:class:`SparsePlan`);
@@ -547,17 +607,17 @@ def _fold_tiles_jvp(group, spec, primals, tangents):
 
 
 def _fold_steps(rows_b, cols_b, pairs, n_pairs, top, group, spec, *, static: bool):
-    """:func:`_fold_tiles` by a ``while_loop`` (``static=False``) or by loops of static length (``static=True``).
+    """:func:`_fold_tiles` by a ``while_loop`` or by loops of static length.
 
-    Static: ``ceil(P / group)`` steps in chunks of about ``sqrt`` of that
-    many, each chunk a ``lax.cond`` that runs its steps only if the list
-    reaches it, each step's tiles a ``lax.cond`` on the step being live (so
-    at most one chunk of steps past the list costs its gathers). Measured:
-    3-9% slower than the ``while_loop`` (d = 2, 3, N = 8,192-32,768), hence
-    only for derivatives. Chunks and steps are recomputed in the backward
-    pass (``jax.checkpoint``), so ``jax.grad`` stores ``O(N d)``, not the
-    tiles, and the gathers' cotangents add in place within a chunk (a
-    ``cond`` around them would add an ``O(N)`` array per step: 3-4x slower).
+    ``static=False``: the ``while_loop``. Static: ``ceil(P / group)`` steps in
+    chunks of about ``sqrt`` of that many, each chunk a ``lax.cond`` that runs
+    its steps only if the list reaches it, each step's tiles a ``lax.cond`` on
+    the step being live (so at most one chunk of steps past the list costs its
+    gathers). Somewhat slower than the ``while_loop``, hence only for
+    derivatives. Chunks and steps are recomputed in the backward pass
+    (``jax.checkpoint``), so ``jax.grad`` stores ``O(N d)``, not the tiles, and
+    the gathers' cotangents add in place within a chunk (a ``cond`` around them
+    would add an ``O(N)`` array per step, several times slower).
     """
     n_rows, br, d = rows_b.x.shape
     n_tiles = cols_b.sq_x.shape[0] - 1
@@ -576,7 +636,8 @@ def _fold_steps(rows_b, cols_b, pairs, n_pairs, top, group, spec, *, static: boo
         )
 
     steps = -(-pairs.shape[0] // group)
-    inner = max(1, math.isqrt(steps))  # static: steps per chunk
+    # static: steps per chunk
+    inner = max(1, math.isqrt(steps))
     chunks = -(-steps // inner)
     live_steps = -(-n_pairs // group)
     # A step may read past the end of the list.
@@ -588,9 +649,8 @@ def _fold_steps(rows_b, cols_b, pairs, n_pairs, top, group, spec, *, static: boo
         pos = s * group + jnp.arange(group)
         code = lax.dynamic_slice(codes, (s * group,), (group,))
         live = pos < n_pairs
-        r = jnp.where(
-            live, code // n_tiles, 0
-        )  # a dead entry: any row tile, against the empty column tile
+        # a dead entry: any row tile, against the empty column tile
+        r = jnp.where(live, code // n_tiles, 0)
         c = jnp.where(live, code % n_tiles, n_tiles)
         rows, cols = (
             jax.tree.map(lambda v, i=i: v[i], b) for b, i in ((rows_b, r), (cols_b, c))
@@ -623,8 +683,11 @@ def _fold_steps(rows_b, cols_b, pairs, n_pairs, top, group, spec, *, static: boo
 def sparse_tiles(
     n_rows: int, n_cols: int, block_size: int | None, block_cols: int | None
 ) -> tuple[int, int]:
-    """Row and column tile sizes of a block-sparse sum (defaults :data:`SPARSE_BLOCK_ROWS`, :data:`SPARSE_BLOCK_COLS`),
-    doubled until the int32 pair codes fit (``N`` beyond ~2.9 million)."""
+    """Row and column tile sizes of a block-sparse sum.
+
+    Defaults :data:`SPARSE_BLOCK_ROWS`, :data:`SPARSE_BLOCK_COLS`, doubled until
+    the int32 pair codes fit (``N`` beyond ~2.9 million).
+    """
     br, bc = block_size or SPARSE_BLOCK_ROWS, block_cols or SPARSE_BLOCK_COLS
     while -(-n_rows // br) * -(-n_cols // bc) >= 2**31:
         br, bc = 2 * br, 2 * bc
@@ -643,7 +706,9 @@ def sparse_partial(
     max_active: float = SPARSE_MAX_ACTIVE,
     axis_name: str | None = None,
 ) -> Partial:
-    """Block-sparse partial of ``rows`` over ``cols`` (one centre): a ``partial_fn`` of :mod:`.sharded`.
+    """Block-sparse partial of ``rows`` over ``cols`` (one centre).
+
+    A ``partial_fn`` of :mod:`.sharded`.
 
     :func:`sparse_plan` of the row tiles of ``rows`` against the column tiles
     of ``cols`` (each device its own list), folded by
@@ -661,6 +726,20 @@ def sparse_partial(
     single device's, so they take the same branch and sum the same tiles in
     the same order. Without ``axis_name``: ``max_active`` of ``rows``' own
     tile pairs.
+
+    Args:
+      rows: :func:`~.algebra.prepare` output for the rows.
+      cols: :func:`~.algebra.prepare` output for the columns, same centre.
+      block_rows: rows per row tile (default :data:`SPARSE_BLOCK_ROWS`).
+      block_cols: columns per column tile (default :data:`SPARSE_BLOCK_COLS`).
+      group: tile pairs per step (default :data:`SPARSE_GROUP`).
+      precision: of the matrix products (None: HIGHEST).
+      distances: ``"direct"``, ``"gram"`` or None (by ``DIRECT_MAX_D``).
+      max_active: the lists' capacity as a fraction of all tile pairs.
+      axis_name: the ``shard_map`` axis of the particles, or ``None``.
+
+    Returns:
+      The :class:`~.algebra.Partial` of the rows over all the columns.
     """
     n_rows, d = rows.x.shape
     n_cols = cols.x.shape[0]
@@ -785,17 +864,20 @@ def ensemble_force_tiled(
     """The pair sums by the row-tiled XLA kernel, dense or block-sparse.
 
     Args:
-      x: (N, d) positions. f: (N,) ``-logdensity`` values. log_p: (N,) log
-        density of the proposal each particle was drawn from.
-      eta: ball radius ``η > 0``. w, r2: (N, d) deterministic parts and the
-        R2 radius ``>= 0`` (both or neither).
+      x: (N, d) positions.
+      f: (N,) ``-logdensity`` values.
+      log_p: (N,) log density of the proposal each particle was drawn from.
+      eta: ball radius ``η > 0``.
+      w: (N, d) deterministic parts, or ``None``; with ``r2``, both or neither.
+      r2: the R2 radius ``>= 0``, or ``None``.
       block_size: rows per block (default :func:`default_block_size`; 1 is
         taken as 2, see :func:`tiled_partial`); N need not be a multiple
         (padded, masked). The result does not depend on it beyond the
         rounding of the sums.
       block_cols: columns per tile (default all: one tile per row block).
       precision: of the matrix products (None: HIGHEST).
-      distances: ``"direct"``, ``"gram"`` or None (direct for ``d <= DIRECT_MAX_D``).
+      distances: ``"direct"``, ``"gram"`` or None (direct for
+        ``d <= DIRECT_MAX_D``).
       block_sparse: sort the particles along a space-filling curve and fold
         only the tile pairs whose bounding boxes can hold a pair
         (:func:`block_sparse_partial`); then ``block_size`` and ``block_cols``
@@ -812,8 +894,13 @@ def ensemble_force_tiled(
         :class:`SparseFallbackWarning` says so (once per reason and capacity).
 
     Returns:
-      :class:`~.algebra.PairwiseForce` ``(force_sum (N, d), n_r2 (N,), n_ball (N,))``
-      in the promoted floating dtype of the inputs.
+      :class:`~.algebra.PairwiseForce`
+      ``(force_sum (N, d), n_r2 (N,), n_ball (N,))`` in the promoted floating
+      dtype of the inputs.
+
+    Raises:
+      ValueError: the checks of :func:`~.algebra.check_pair_inputs`, or a bad
+        block size, ``distances``, ``group`` or ``max_active``.
     """
     x, f, log_p, w = check_pair_inputs(x, f, log_p, eta, w, r2)
     if block_size is not None:
@@ -829,15 +916,28 @@ def ensemble_force_tiled(
             check_int(group, "group", minimum=1)
         check_positive(max_active, "max_active")
         return _tiled_sparse(
-            x, f, log_p, jnp.asarray(eta, dtype), w, None if r2 is None else jnp.asarray(r2, dtype),
+            x,
+            f,
+            log_p,
+            jnp.asarray(eta, dtype),
+            w,
+            None if r2 is None else jnp.asarray(r2, dtype),
             block_size=None if block_size is None else max(2, int(block_size)),
             block_cols=None if block_cols is None else int(block_cols),
-            group=None if group is None else int(group), precision=canonical_precision(precision),
-            distances=distances, max_active=float(max_active),
-        )  # fmt: skip
+            group=None if group is None else int(group),
+            precision=canonical_precision(precision),
+            distances=distances,
+            max_active=float(max_active),
+        )
     return _tiled(
-        x, f, log_p, jnp.asarray(eta, dtype), w, None if r2 is None else jnp.asarray(r2, dtype),
+        x,
+        f,
+        log_p,
+        jnp.asarray(eta, dtype),
+        w,
+        None if r2 is None else jnp.asarray(r2, dtype),
         block_size=None if block_size is None else int(block_size),
         block_cols=None if block_cols is None else int(block_cols),
-        precision=canonical_precision(precision), distances=distances,
-    )  # fmt: skip
+        precision=canonical_precision(precision),
+        distances=distances,
+    )
