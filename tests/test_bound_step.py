@@ -1,4 +1,5 @@
-"""A rebuilt sampler with equal parameters reuses cj.sample's compiled run (cenlmc_jax/_steps.py)."""
+"""A rebuilt sampler with equal parameters reuses cj.sample's compiled run
+(cenlmc_jax/_steps.py)."""
 
 import jax
 import jax.numpy as jnp

@@ -224,7 +224,8 @@ def ensemble_sampler(name, kernel, mu):
 
 
 def run_ensemble(name, kernel, mu):
-    """A float64 run of 200 particles: (mean of coordinate 0 over the run, per-step infos, the states stepped from).
+    """A float64 run of 200 particles: (mean of coordinate 0 over the run, per-step
+    infos, the states stepped from).
 
     The states are ``(x, f, log p, w)`` stacked over the steps (the initial one, then
     all but the last).
@@ -245,8 +246,8 @@ def run_ensemble(name, kernel, mu):
 
 @functools.partial(jax.jit, static_argnames=("with_w", "block_rows"))
 def sparse_branch_taken(x, f, log_p, w, eta, r2, *, with_w, block_rows):
-    """Per state (stacked ``(steps, N, ...)``), whether the block-sparse call folds its list of tile pairs
-    (True) or hands over to the dense tiles."""
+    """Per state (stacked ``(steps, N, ...)``), whether the block-sparse call folds its
+    list of tile pairs (True) or hands over to the dense tiles."""
 
     def one(x, f, log_p, w):
         _, p = sort_spatially(
@@ -349,7 +350,8 @@ FORCES = {
 
 @functools.partial(jax.jit, static_argnames=("kernel",))
 def force_gradients(x, f, log_p, w, eta, r2, c, *, kernel):
-    """``∂L/∂(x, f, log p, w)`` for ``L = Σ c ⊙ force_sum``, and the counts ``(n_ball, n_r2)``."""
+    """``∂L/∂(x, f, log p, w)`` for ``L = Σ c ⊙ force_sum``, and the counts ``(n_ball,
+    n_r2)``."""
 
     def loss(x, f, log_p, w):
         out = FORCES[kernel](x, f, log_p, eta, w, r2)
@@ -359,7 +361,8 @@ def force_gradients(x, f, log_p, w, eta, r2, c, *, kernel):
 
 
 def gradient_rounding_bound(x, f, log_p, eta, w, r2, c, ref, *, gram):
-    """Per particle, bounds on how far two float64 evaluations of ``∂L/∂x_k``, ``∂L/∂f_k``, ``∂L/∂log p_k`` may differ.
+    """Per particle, bounds on how far two float64 evaluations of ``∂L/∂x_k``,
+    ``∂L/∂f_k``, ``∂L/∂log p_k`` may differ.
 
     ``L = Σ_i c_i · Σ_j T_ij``, ``T_ij = s_j g_ij (x_j - x_i)``, ``g_ij = (f_j -
     f_i)/d²_ij``. Per used pair, the derivatives of ``c_i · T_ij`` have magnitudes at
@@ -442,8 +445,9 @@ FORCE_CASES = [("tiled", 5, True, True), ("block_sparse", 2, True, False)]
 def test_reverse_mode_through_ensemble_force_equals_the_dense_kernel(
     kernel, d, with_w, spread
 ):
-    """``jax.grad`` through the tiled / block-sparse pair sums: finite, and the dense kernel's gradient to
-    rounding, with 203 particles (no multiple of any tile), non-finite x, f, log p and w = +inf rows."""
+    """``jax.grad`` through the tiled / block-sparse pair sums: finite, and the dense
+    kernel's gradient to rounding, with 203 particles (no multiple of any tile),
+    non-finite x, f, log p and w = +inf rows."""
     with jax.enable_x64(True):
         n = 203
         x, f, log_p, w = lmc_like_ensemble(7, n, d, dtype=np.float64)
@@ -507,7 +511,8 @@ def test_reverse_mode_through_ensemble_force_equals_the_dense_kernel(
 
 @jax.jit
 def visited_tile_pairs(x, f, log_p, w, eta, r2):
-    """How many of the 16 x 16 tile pairs the block-sparse list of ``_force_block_sparse`` holds."""
+    """How many of the 16 x 16 tile pairs the block-sparse list of
+    ``_force_block_sparse`` holds."""
     n, d = x.shape
     _, p = sort_spatially(prepare(x, f, log_p, eta, w, r2))
     return sparse_plan(p, 16, 16, (-(-n // 16)) ** 2, tile_spec(d, x.dtype)).n_pairs

@@ -1,4 +1,5 @@
-"""One table of bad inputs over every sampler in ``cj.SAMPLERS`` (the adversarial probe's cases, kept).
+"""One table of bad inputs over every sampler in ``cj.SAMPLERS`` (the adversarial
+probe's cases, kept).
 
 Each sampler gets a small target (a standard Gaussian in d = 2: an ensemble
 of 8 particles, or one chain) built the way a user would. Each case says what
@@ -168,7 +169,8 @@ def gradient_override(name, fn):
 
 
 def function_override(name, logdensity_fn):
-    """The user's target function, from a log density (the estimator of it for the gradient samplers)."""
+    """The user's target function, from a log density (the estimator of it for the
+    gradient samplers)."""
     if MAKE[name][2] == "grad_estimator":
         return {
             "grad_estimator": cj.gradients.grad_estimator_from_logdensity(logdensity_fn)
@@ -536,9 +538,8 @@ def test_a_healthy_run_raises_no_flag():
         with warnings.catch_warnings():
             warnings.simplefilter("error", RuntimeWarning)
             algo = build(name)
-            if (
-                name == "enlmc"
-            ):  # EnLMC is unstable by design (Theorem 3.2): its own flags are its business
+            # EnLMC is unstable by design (Theorem 3.2): its own flags are its business
+            if name == "enlmc":
                 continue
             cj.sample(
                 KEY, algo, algo.init(x0(name), jax.random.key(2)), 60, chunk_size=20

@@ -1,4 +1,5 @@
-"""Several processes (``jax.distributed``): 2 processes x 2 CPU devices on 127.0.0.1, gloo collectives.
+"""Several processes (``jax.distributed``): 2 processes x 2 CPU devices on 127.0.0.1,
+gloo collectives.
 
 One sharded CEnLMC run over all 4 devices; then everything that brings a result
 to the host (``cj.summary``, ``cj.to_arviz``, ``cj.to_host``, a checkpoint and reading

@@ -64,7 +64,8 @@ def _grad_f(x):
 
 
 def _np_pair_sums(x, f, log_p, eta, w=None, r2=None):
-    """Σ_{j≠i} F_ij of docs/algorithms.md §2-4 (and N_i of 3.20), float64, straight from the formulas:
+    """Σ_{j≠i} F_ij of docs/algorithms.md §2-4 (and N_i of 3.20), float64, straight from
+    the formulas:
 
     F_ij = α_d (f_j - f_i)/|x_j - x_i|² · 1[|x_j - x_i| ≤ η (, |w_j - w_i| ≤ R2)] / p_j
     · (x_j - x_i), α_d = d / V_η, V_η = π^{d/2} η^d / Γ(d/2 + 1), p_j = exp(log_p_j).
@@ -90,8 +91,9 @@ def _np_pair_sums(x, f, log_p, eta, w=None, r2=None):
 
 
 def test_enlmc_one_step_uses_the_force_as_w_minus_h_force_over_n_minus_1():
-    """From a state after one step (w, log p finite): w' = x - h Σ_j F_ij / (N - 1) for every
-    particle (no particle takes a gradient after step 0), x' = w' + sqrt(2h) ξ, log p' exact."""
+    """From a state after one step (w, log p finite): w' = x - h Σ_j F_ij / (N - 1) for
+    every particle (no particle takes a gradient after step 0), x' = w' + sqrt(2h) ξ,
+    log p' exact."""
     n, h, eta = 24, 0.05, 0.5
     with x64():
         x0 = jnp.asarray([1.0, -0.5]) + 0.15 * jax.random.normal(
@@ -168,7 +170,8 @@ def _cenlmc_hand_state():
 
 
 def _cenlmc_oracle(x, w, f, log_p, ball_count, f_star, min_ball=1):
-    """w' of docs/algorithms.md §4 (3.19-3.21 and the library's documented guard) in float64 NumPy."""
+    """w' of docs/algorithms.md §4 (3.19-3.21 and the library's documented guard) in
+    float64 NumPy."""
     force_sum, n_i, _ = _np_pair_sums(x, f, log_p, C_ETA, w=w, r2=C_R2)
     fail_r1 = ~(np.linalg.norm(x - w, axis=1) <= C_R1)
     fail_mf = ~(f <= f_star + C_MF)
@@ -188,8 +191,9 @@ def _cenlmc_oracle(x, w, f, log_p, ball_count, f_star, min_ball=1):
 
 
 def test_cenlmc_one_step_force_normaliser_and_tests_against_numpy_oracle():
-    """Hand-made state with N_i on both sides of N*: w' = x - h F_i with F_i = ∇f(x_i) for the
-    particles failing a test and Σ_j F_ij 1[|w_j-w_i| ≤ R2] / N_i otherwise (N_i = R2-neighbours)."""
+    """Hand-made state with N_i on both sides of N*: w' = x - h F_i with F_i = ∇f(x_i)
+    for the particles failing a test and Σ_j F_ij 1[|w_j-w_i| ≤ R2] / N_i otherwise (N_i
+    = R2-neighbours)."""
     x, w, log_p, ball_count, labels = _cenlmc_hand_state()
     with x64():
         xj = jnp.asarray(x)
@@ -238,7 +242,8 @@ def test_cenlmc_one_step_force_normaliser_and_tests_against_numpy_oracle():
 
 
 def test_cenlmc_one_step_after_a_real_step_against_numpy_oracle():
-    """The same oracle at a state the sampler made itself (one step from a clustered start)."""
+    """The same oracle at a state the sampler made itself (one step from a clustered
+    start)."""
     n = 40
     with x64():
         x0 = jnp.asarray([0.8, -0.4]) + 0.1 * jax.random.normal(
@@ -269,11 +274,11 @@ def test_cenlmc_one_step_after_a_real_step_against_numpy_oracle():
 
 
 def test_enlmc_first_steps_follow_the_exact_lmc_mean_recursion():
-    """EnLMC's force is an exactly unbiased estimate of ∇f for a quadratic f (docs/algorithms.md §2: the
-    second-order term is odd and integrates to 0 over the ball; x_j ~ p_j given the
-    past, j ≠ i), so from a fixed x^0 the ensemble mean obeys LMC's recursion exactly:
-    E[x̄^m] = (I - h Σ⁻¹)^m x̄^0, m = 1 (true gradients) and m = 2 (the first ensemble
-    step).
+    """EnLMC's force is an exactly unbiased estimate of ∇f for a quadratic f
+    (docs/algorithms.md §2: the second-order term is odd and integrates to 0 over the
+    ball; x_j ~ p_j given the past, j ≠ i), so from a fixed x^0 the ensemble mean obeys
+    LMC's recursion exactly: E[x̄^m] = (I - h Σ⁻¹)^m x̄^0, m = 1 (true gradients) and m
+    = 2 (the first ensemble step).
 
     z-test over R independent replicate ensembles (the replicate means are i.i.d.). Only
     m <= 2: the start is concentrated (spread 0.1 < sqrt(h)), so the first ensemble
@@ -339,7 +344,8 @@ def _dense_field(form):
 
 
 def _divergence_by_jacfwd(form, z):
-    """Σ_j ∂_{z_j} M_ij(z) of the dense (d, d) field: jac[i, j, k] = ∂_k M_ij, traced over (j, k)."""
+    """Σ_j ∂_{z_j} M_ij(z) of the dense (d, d) field: jac[i, j, k] = ∂_k M_ij, traced
+    over (j, k)."""
     return jnp.einsum("ijj->i", jax.jacfwd(_dense_field(form))(z))
 
 
@@ -389,8 +395,9 @@ def test_gamma_term_of_every_matrix_form_in_d_and_q_matches_jacfwd_of_the_matrix
 
 
 def test_recipe_step_with_a_scalar_d_of_z_is_the_hand_written_euler_step():
-    """D(z) = c(z)·I (scalar form), Q = q J: z' = z + ε[(c I + Q)∇log π + ∇c] + sqrt(2εc) ξ,
-    Γ written by hand (∇c; a constant Q has none), keys split as documented."""
+    """D(z) = c(z)·I (scalar form), Q = q J: z' = z + ε[(c I + Q)∇log π + ∇c] +
+    sqrt(2εc) ξ, Γ written by hand (∇c; a constant Q has none), keys split as
+    documented."""
     with x64():
         c = lambda z: 1.0 + 0.5 * jnp.sum(z**2)  # noqa: E731  ∇c = z
         Qm = 0.7 * np.array([[0.0, -1.0], [1.0, 0.0]])
@@ -423,11 +430,11 @@ _rec_c = lambda z: 1.0 + 0.5 * z**2  # noqa: E731
 
 
 def _euler_stationary_second_moment(with_gamma: bool) -> float:
-    """E z² under the exact stationary law of the Euler chain, by Nyström quadrature: the
-    Gaussian kernel K(z, y) = N(y; z + ε(-c z + [c']), 2εc(z)) on a grid of spacing 0.01
-    over [-9, 9] (kernel sd >= sqrt(2ε) = 0.2 = 20 grid steps: the trapezoid rule is
-    exact to
-    ~1e-30 for it; the mass beyond ±9 is ~1e-18), rows normalised, π_ε K = π_ε solved."""
+    """E z² under the exact stationary law of the Euler chain, by Nyström quadrature:
+    the Gaussian kernel K(z, y) = N(y; z + ε(-c z + [c']), 2εc(z)) on a grid of spacing
+    0.01 over [-9, 9] (kernel sd >= sqrt(2ε) = 0.2 = 20 grid steps: the trapezoid rule
+    is exact to ~1e-30 for it; the mass beyond ±9 is ~1e-18), rows normalised, π_ε K =
+    π_ε solved."""
     z = np.linspace(-9.0, 9.0, 1801)
     c = 1.0 + 0.5 * z**2
     mean = z + REC_EPS * (-c * z + (z if with_gamma else 0.0))
@@ -445,12 +452,12 @@ def _euler_stationary_second_moment(with_gamma: bool) -> float:
 
 
 def test_complete_recipe_with_position_dependent_d_has_the_stationary_second_moment():
-    """cj.complete_recipe on N(0, 1) with D(z) = 1 + z²/2: E z² of 500 chains x 1000 steps
-    (after 200 from z ~ N(0, 1)) against the exact stationary law of the Euler chain
-    (quadrature, so no discretisation bias enters the tolerance). MCSE from the 500
-    per-chain averages (independent chains: no autocorrelation estimate). Without Γ (or
-    with the scalar-form Γ
-    zeroed) E z² ≈ 0.6: the quadrature puts it > 15 MCSE away, asserted below."""
+    """cj.complete_recipe on N(0, 1) with D(z) = 1 + z²/2: E z² of 500 chains x 1000
+    steps (after 200 from z ~ N(0, 1)) against the exact stationary law of the Euler
+    chain (quadrature, so no discretisation bias enters the tolerance). MCSE from the
+    500 per-chain averages (independent chains: no autocorrelation estimate). Without Γ
+    (or with the scalar-form Γ zeroed) E z² ≈ 0.6: the quadrature puts it > 15 MCSE
+    away, asserted below."""
     chains, burn, steps = 500, 200, 1000
     target_m2 = _euler_stationary_second_moment(True)
     wrong_m2 = _euler_stationary_second_moment(False)
@@ -515,11 +522,11 @@ def _sde_Q(z):
 
 
 def _grid_kernel_pieces(proposal):
-    """On a 2-D grid, for s = ±1: W[s][k, l] = f̃(y_l | x_k, s)·ΔA (the proposal's own density)
-    and A[s][k, l] = the acceptance probability the sampler's own step computes for the
-    move x_k -> y_l (cj.irreversible_mh with the proposal's draw pinned to y_l), and
-    whether that
-    step moved to (y_l, s) when it accepted and to (x_k, -s) when it rejected."""
+    """On a 2-D grid, for s = ±1: W[s][k, l] = f̃(y_l | x_k, s)·ΔA (the proposal's own
+    density) and A[s][k, l] = the acceptance probability the sampler's own step computes
+    for the move x_k -> y_l (cj.irreversible_mh with the proposal's draw pinned to y_l),
+    and whether that step moved to (y_l, s) when it accepted and to (x_k, -s) when it
+    rejected."""
     axis = np.linspace(-2.5, 2.5, 21)
     grid = np.stack(np.meshgrid(axis, axis + 0.5, indexing="ij"), -1).reshape(-1, 2)
     area = (axis[1] - axis[0]) ** 2
@@ -554,8 +561,8 @@ def _invariance_error(pi, pieces):
 
     P((x, s) -> (y, s)) = c W a (accept: keep s), P((x, s) -> (x, -s)) = 1 - Σ_y c W a
     (reject: flip). The constant c <= 1 makes every row a probability (a lazy chain: the
-    proposal mass
-    off the grid, and c's share, count as rejections); it cancels from the invariance equations."""
+    proposal mass off the grid, and c's share, count as rejections); it cancels from the
+    invariance equations."""
     c = 1.0 / max(
         1.0, max(float((w * a).sum(axis=1).max()) for w, a, _ in pieces.values())
     )
@@ -571,15 +578,15 @@ def _invariance_error(pi, pieces):
     return err
 
 
-def test_irreversible_sde_sampler_kernel_leaves_pi_times_uniform_direction_invariant_on_a_grid():
-    """cj.irreversible_mh with cj.irreversible.sde_proposal (callable D(z), Q(z) ≠ 0, ε = 0.1) on a banana,
-    restricted to proposals on a 21 x 21 grid: the transition matrix on (grid point, s),
-    built from the sampler's own step and the proposal's own density, satisfies πP = π
-    exactly (skew detailed balance holds pair by pair whenever g̃(·|y, s) = f̃(·|y, -s),
-    docs/algorithms.md §7, so the grid restriction is exact, not an approximation).
-    Tolerance 1e-11 relative: float64 rounding of sums of 441 terms is ~1e-14. The
-    negative control, the backward density
-    taken from the forward process (no adjoint Q -> -Q), breaks it by > 1e-3."""
+def test_irreversible_sde_sampler_kernel_leaves_pi_times_uniform_direction_invariant_on_a_grid():  # noqa: E501
+    """cj.irreversible_mh with cj.irreversible.sde_proposal (callable D(z), Q(z) ≠ 0, ε
+    = 0.1) on a banana, restricted to proposals on a 21 x 21 grid: the transition matrix
+    on (grid point, s), built from the sampler's own step and the proposal's own
+    density, satisfies πP = π exactly (skew detailed balance holds pair by pair whenever
+    g̃(·|y, s) = f̃(·|y, -s), docs/algorithms.md §7, so the grid restriction is exact,
+    not an approximation). Tolerance 1e-11 relative: float64 rounding of sums of 441
+    terms is ~1e-14. The negative control, the backward density taken from the forward
+    process (no adjoint Q -> -Q), breaks it by > 1e-3."""
     prop = cj.irreversible.sde_proposal(
         _sde_D, _sde_Q, _banana_logdensity, SDE_GRID_EPS
     )
@@ -605,9 +612,10 @@ def test_irreversible_sde_sampler_kernel_leaves_pi_times_uniform_direction_invar
 
 
 def test_sde_proposal_draws_from_its_own_forward_density():
-    """The kernel above uses log f̃; the chain uses sample. Exactly (no Monte Carlo): for a
-    fixed key the draw is z* = m_s(z) + sqrt(2ε) L(z) ξ with ξ = normal(key), so
-    log f̃(z*|z, s) must equal log N(ξ; 0, I) - log det(sqrt(2ε) L(z)), L(z) = sqrt(D(z))."""
+    """The kernel above uses log f̃; the chain uses sample. Exactly (no Monte Carlo):
+    for a fixed key the draw is z* = m_s(z) + sqrt(2ε) L(z) ξ with ξ = normal(key), so
+    log f̃(z*|z, s) must equal log N(ξ; 0, I) - log det(sqrt(2ε) L(z)), L(z) =
+    sqrt(D(z))."""
     prop = cj.irreversible.sde_proposal(
         _sde_D, _sde_Q, _banana_logdensity, SDE_GRID_EPS
     )

@@ -1,4 +1,5 @@
-"""The notebooks run as written, at their small size (a notebook that breaks, or whose checks fail, is a bug).
+"""The notebooks run as written, at their small size (a notebook that breaks, or whose
+checks fail, is a bug).
 
 Every notebook reads ``SIZE = os.environ.get("CENLMC_NOTEBOOK_SIZE", "full")``; here it
 is ``"small"``. The code cells run in order in one namespace, in this process, the way
@@ -38,7 +39,8 @@ def _source(cell):
 
 
 def run_notebook(path):
-    """Run the code cells of ``path`` in order; returns (namespace, number of figures drawn)."""
+    """Run the code cells of ``path`` in order; returns (namespace, number of figures
+    drawn)."""
     drawn = []
 
     def display(*objects, **kwargs):

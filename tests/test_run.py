@@ -1,4 +1,5 @@
-"""Tests of the lax.scan driver: thinning, streaming moments, compile-once, checkpoints."""
+"""Tests of the lax.scan driver: thinning, streaming moments, compile-once,
+checkpoints."""
 
 import functools
 import os
@@ -76,11 +77,11 @@ def test_compiles_once_per_configuration():
 
 
 def test_burn_in_sampling_a_short_chunk_and_a_replay_share_one_compilation():
-    """One compiled chunk serves every call of a run (issue 17, item 6): the burn-in (7 steps), the
-    sampling chunks (10, 10) and the short last one (4); a traced step count skips the
-    rest. The draws are the step's own, step by step (keys fold_in(key, t)), and the
-    burn-in's are not recorded. (The
-    stream run is another program; JAX's trace cache hands it the step's jaxpr without a new trace.)"""
+    """One compiled chunk serves every call of a run (issue 17, item 6): the burn-in (7
+    steps), the sampling chunks (10, 10) and the short last one (4); a traced step count
+    skips the rest. The draws are the step's own, step by step (keys fold_in(key, t)),
+    and the burn-in's are not recorded. (The stream run is another program; JAX's trace
+    cache hands it the step's jaxpr without a new trace.)"""
     chex.clear_trace_counter()
 
     @chex.assert_max_traces(n=1)
@@ -440,7 +441,8 @@ class _UndeclaredInfo(NamedTuple):
 
 
 def _flagged_from(step_flagged, inflation):
-    """A step function whose info says ``biased`` from step ``step_flagged`` on (the state counts the steps)."""
+    """A step function whose info says ``biased`` from step ``step_flagged`` on (the
+    state counts the steps)."""
 
     def step(key, t):
         del key
@@ -522,10 +524,10 @@ def test_the_driver_warns_only_of_the_flags_an_info_declares():
 def test_the_driver_runs_inside_jit_grad_and_warns_of_a_divergence_at_run_time(
     tmp_path,
 ):
-    """``jax.jit(jax.grad(...))`` through ``cj.sample``: the same exact derivative as eagerly (the
-    formula of test_gradient_through_the_driver_is_exact); a divergence inside jit
-    cannot stop the
-    run, but it warns at run time with the step the eager driver reports; checkpoints are refused."""
+    """``jax.jit(jax.grad(...))`` through ``cj.sample``: the same exact derivative as
+    eagerly (the formula of test_gradient_through_the_driver_is_exact); a divergence
+    inside jit cannot stop the run, but it warns at run time with the step the eager
+    driver reports; checkpoints are refused."""
     h, steps = 0.1, 60
 
     def streamed_mean(mu, step_size=h, **kw):
@@ -630,10 +632,11 @@ def test_the_fingerprint_is_the_same_in_another_process():
     import sys
 
     code = (
-        "import jax.numpy as jnp, cenlmc_jax as cj; from cenlmc_jax.checkpoint import fingerprint; "
-        "f = lambda x: -0.5 * jnp.sum((x - 1.0) ** 2); "
-        "print(fingerprint(cj.sgld(cj.gradients.grad_estimator_from_logdensity(f), 0.1).step), "
-        "fingerprint(cj.irreversible_mh(f, cj.irreversible.sde_proposal(1.0, 0.0, f, 0.1)).step))"
+        "import jax.numpy as jnp, cenlmc_jax as cj; from cenlmc_jax.checkpoint import "
+        "fingerprint; f = lambda x: -0.5 * jnp.sum((x - 1.0) ** 2); "
+        "print(fingerprint(cj.sgld(cj.gradients.grad_estimator_from_logdensity(f), "
+        "0.1).step), fingerprint(cj.irreversible_mh(f, "
+        "cj.irreversible.sde_proposal(1.0, 0.0, f, 0.1)).step))"
     )
     runs = [
         subprocess.run(
@@ -699,7 +702,8 @@ def test_info_reduce_is_part_of_the_run_identity(tmp_path):
 
 
 def _rewrite(path, header=None, drop=None, arrays=None):
-    """Rewrite the checkpoint ``path`` with ``header`` updates (``header(h) -> h``) or without some arrays."""
+    """Rewrite the checkpoint ``path`` with ``header`` updates (``header(h) -> h``) or
+    without some arrays."""
     import json
 
     with np.load(path) as data:
@@ -839,7 +843,8 @@ class _StayInfo(NamedTuple):
 
 
 def _moving_except(frozen_rows, info_cls=_PlainInfo):
-    """Rows of a (4, 2) position move by fresh noise every step, except ``frozen_rows``."""
+    """Rows of a (4, 2) position move by fresh noise every step, except
+    ``frozen_rows``."""
     mask = jnp.zeros((4, 1), bool).at[jnp.asarray(frozen_rows, jnp.int32)].set(True)
 
     def step(key, state):

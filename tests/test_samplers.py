@@ -1,4 +1,5 @@
-"""Cross-cutting checks, one table over every sampler object (``cj.NAME(...) -> SamplingAlgorithm``).
+"""Cross-cutting checks, one table over every sampler object (``cj.NAME(...) ->
+SamplingAlgorithm``).
 
 Each row builds a sampler the way a user would and a starting point; every
 test below runs over every row:

@@ -1,6 +1,6 @@
-"""Step-size schedules ``t -> h_t`` in ``cj.lmc`` (new, issue 19: "schedules exist only in the recipe family")
-and in ``cj.sgld`` / ``cj.sghmc``, against the exact law of the chain on a Gaussian
-target.
+"""Step-size schedules ``t -> h_t`` in ``cj.lmc`` (new, issue 19: "schedules exist only
+in the recipe family") and in ``cj.sgld`` / ``cj.sghmc``, against the exact law of the
+chain on a Gaussian target.
 
 With an exact gradient on ``π = N(μ, diag(σ²))`` (precision ``λ = 1/σ²``) each chain is
 linear and Gaussian, so its mean and variance after every step follow closed recursions
@@ -54,7 +54,8 @@ def langevin_moments(hs):
 
 
 def sghmc_moments(hs):
-    """(mean, variance) of θ after each step, (T, d), of SGHMC from θ = 0, r = 0 (per coordinate)."""
+    """(mean, variance) of θ after each step, (T, d), of SGHMC from θ = 0, r = 0 (per
+    coordinate)."""
     means, variances = [], []
     for k in range(2):
         m, s, row_m, row_v = np.zeros(2), np.zeros((2, 2)), [], []
@@ -70,8 +71,8 @@ def sghmc_moments(hs):
 
 
 def max_z(draws, mean, var):
-    """Largest |z| of the per-step sample means and variances of ``draws: (T, N, d)`` (steps where the exact
-    variance is 0 must have every draw at the exact mean)."""
+    """Largest |z| of the per-step sample means and variances of ``draws: (T, N, d)``
+    (steps where the exact variance is 0 must have every draw at the exact mean)."""
     draws = np.asarray(draws, np.float64)
     xbar, s2 = draws.mean(axis=1), draws.var(axis=1, ddof=1)
     zero = var < 1e-12
@@ -146,8 +147,9 @@ def test_lmc_refuses_a_bad_schedule_by_name(bad, match):
 
 
 def test_jax_grad_through_cj_sample_with_an_lmc_schedule_is_the_central_difference():
-    """The pathwise derivative of a run's last draws in the schedule's scale ``h0`` (same key, so the same
-    noise) against a central difference: the LMC map is smooth in ``h0``, so they agree to O(e²) + rounding."""
+    """The pathwise derivative of a run's last draws in the schedule's scale ``h0``
+    (same key, so the same noise) against a central difference: the LMC map is smooth in
+    ``h0``, so they agree to O(e²) + rounding."""
     with jax.enable_x64(True):
 
         def loss(h0):

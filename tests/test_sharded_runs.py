@@ -1,4 +1,5 @@
-"""What ``mesh=`` promises for a whole run (issue "nothing lost": same samples, or an honest claim).
+"""What ``mesh=`` promises for a whole run (issue "nothing lost": same samples, or an
+honest claim).
 
 On 4 forced CPU devices (a subprocess: the device count is fixed when JAX
 starts), CEnLMC with ``mesh=`` against the plain call with the same key, over

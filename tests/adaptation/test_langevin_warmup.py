@@ -25,7 +25,8 @@ from cenlmc_jax.models import posteriordb as pdb
 
 @pytest.fixture(autouse=True, scope="module")
 def _float64():
-    """posteriordb's raw-scale models are run in float64 (kidiq's β2 sd is 1e-4 of β1's)."""
+    """posteriordb's raw-scale models are run in float64 (kidiq's β2 sd is 1e-4 of
+    β1's)."""
     with jax.enable_x64(True):
         yield
 
@@ -52,11 +53,11 @@ def check_against_reference(post, draws):
 
 
 def test_lmc_after_the_warm_up_matches_the_kidiq_reference_on_the_raw_scale():
-    """kidiq (``kid_score ~ N(β1 + β2 mom_iq, σ)``, mom_iq ~ 100 unscaled: condition number ~1e5 of the
-    posterior covariance), started as Stan does (Uniform(-2, 2) on the unconstrained
-    scale). The warm-up reports a condition number of M above 1e4 and a whitened
-    curvature near 1 (a Gaussian-like posterior:
-    the Laplace start is almost exact), and LMC with its M and h matches the reference."""
+    """kidiq (``kid_score ~ N(β1 + β2 mom_iq, σ)``, mom_iq ~ 100 unscaled: condition
+    number ~1e5 of the posterior covariance), started as Stan does (Uniform(-2, 2) on
+    the unconstrained scale). The warm-up reports a condition number of M above 1e4 and
+    a whitened curvature near 1 (a Gaussian-like posterior: the Laplace start is almost
+    exact), and LMC with its M and h matches the reference."""
     post = pdb.load("kidiq-kidscore_momiq")
     n = 64
     x0 = jax.random.uniform(jax.random.key(0), (n, post.d), jnp.float64, -2.0, 2.0)
@@ -91,15 +92,16 @@ def test_lmc_after_the_warm_up_matches_the_kidiq_reference_on_the_raw_scale():
     check_against_reference(post, constrained_draws(post, res))
 
 
-def test_cenlmc_warm_up_from_the_given_positions_finds_the_scale_and_the_exact_stationary_law():
-    """CEnLMC on the 2-D Gaussian of tests/ensemble/test_whitened.py (condition number 1e4, mean (3, -1)) with
-    ``start="positions"`` (Uniform(-2, 2): no Laplace step), so the windows alone must
-    find the scale: the curvature at the start is 1e2 (h ≈ 1e-3), the estimated M ends
-    within 25% of Σ in every direction (measured 0.99-1.08), the whitened curvature near
-    1, and the handed-over whitened CEnLMC uses the ensemble. Its stationary law is then
-    exact: in the handed-over y = L̂⁻¹(x − m̂) the target is N(μ_y, Σ_y), CEnLMC is LMC
-    with force ∇f_y + e, E[e | past] = 0, and its covariance is the Lyapunov
-    solution Σ = A Σ Aᵀ + 2h I + h² C_e, A = I − h Σ_y⁻¹ (C_e measured), as in test_preconditioning.py."""
+def test_cenlmc_warm_up_from_the_given_positions_finds_the_scale_and_the_exact_stationary_law():  # noqa: E501
+    """CEnLMC on the 2-D Gaussian of tests/ensemble/test_whitened.py (condition number
+    1e4, mean (3, -1)) with ``start="positions"`` (Uniform(-2, 2): no Laplace step), so
+    the windows alone must find the scale: the curvature at the start is 1e2 (h ≈ 1e-3),
+    the estimated M ends within 25% of Σ in every direction (measured 0.99-1.08), the
+    whitened curvature near 1, and the handed-over whitened CEnLMC uses the ensemble.
+    Its stationary law is then exact: in the handed-over y = L̂⁻¹(x − m̂) the target is
+    N(μ_y, Σ_y), CEnLMC is LMC with force ∇f_y + e, E[e | past] = 0, and its covariance
+    is the Lyapunov solution Σ = A Σ Aᵀ + 2h I + h² C_e, A = I − h Σ_y⁻¹ (C_e measured),
+    as in test_preconditioning.py."""
     from test_whitened import COV, MU, R, logdensity, lyapunov, per_particle
 
     n = 1000
@@ -162,10 +164,10 @@ def test_cenlmc_warm_up_from_the_given_positions_finds_the_scale_and_the_exact_s
 
 
 def test_diagonal_mass_from_the_windows_gives_the_exact_ula_variances():
-    """``dense=False`` on N(0, diag(1e2, 1e-2)) from Uniform(-2, 2) (``start="positions"``): the diagonal M
-    ends within 25% of the variances, and LMC with it has, per coordinate, the exact
-    stationary variance of
-    the linear recursion x' = (1 - h M_i/σ_i²) x + sqrt(2h M_i) ξ: 2h M_i / (1 - (1 - h M_i/σ_i²)²)."""
+    """``dense=False`` on N(0, diag(1e2, 1e-2)) from Uniform(-2, 2)
+    (``start="positions"``): the diagonal M ends within 25% of the variances, and LMC
+    with it has, per coordinate, the exact stationary variance of the linear recursion
+    x' = (1 - h M_i/σ_i²) x + sqrt(2h M_i) ξ: 2h M_i / (1 - (1 - h M_i/σ_i²)²)."""
     var = np.array([1e2, 1e-2])
     logp = lambda x: -0.5 * jnp.sum(x**2 / jnp.asarray(var, x.dtype))  # noqa: E731
     n = 500
@@ -195,10 +197,10 @@ def test_diagonal_mass_from_the_windows_gives_the_exact_ula_variances():
 
 
 def test_a_window_that_diverges_is_rerun_with_half_the_step_or_reported():
-    """f = Σ x⁴/4 from |x| ~ 0.01: the curvature at the start (3x² ~ 3e-4) gives h ~ 300, and the first
-    window overflows; it is rerun with h halved until it does not (the window's
-    ``retries``), and with
-    ``max_retries=1`` the warm-up stops with a RuntimeError that says where."""
+    """f = Σ x⁴/4 from |x| ~ 0.01: the curvature at the start (3x² ~ 3e-4) gives h ~
+    300, and the first window overflows; it is rerun with h halved until it does not
+    (the window's ``retries``), and with ``max_retries=1`` the warm-up stops with a
+    RuntimeError that says where."""
     logp = lambda x: -0.25 * jnp.sum(x**4)  # noqa: E731
     x0 = 0.01 * jax.random.uniform(jax.random.key(0), (32, 2), jnp.float64, -1.0, 1.0)
     wu = cj.langevin_warmup(
@@ -232,15 +234,16 @@ def test_bad_arguments_are_refused_naming_them(kwargs, match):
 
 
 def test_relaxation_time_is_that_of_ula_on_a_gaussian():
-    """N(0, diag(1e2, 1e-2)) from its Laplace start (exact for a Gaussian: the ensemble starts at the target, within
-    ULA's O(h) bias). In the handed-over whitened coordinates ULA is the AR(1) ``y' = (I
-    − h P) y + sqrt(2h) ξ``, ``P = Lᵀ Σ⁻¹ L`` (``M = L Lᵀ`` the warm-up's), whose lag-k
-    correlation along an eigenvector of ``P`` with eigenvalue ``λ`` is ``(1 − hλ)^k``:
-    ``info.relaxation_steps`` must be ``−1 / log(1 − h_b λ_min) · h_b / h`` (``h_b`` the
-    final buffer's step, ``h`` the one handed over). Tolerance 25%: with N = 1,000 the
-    correlation near ``e⁻¹`` has sd ``(1 − ρ²)/sqrt(N) = 0.027``, 7% of τ, and the
-    estimate is the largest of two coordinates
-    (biased up by about half that sd) whose law is stationary only up to ULA's 2.5% sd bias."""
+    """N(0, diag(1e2, 1e-2)) from its Laplace start (exact for a Gaussian: the ensemble
+    starts at the target, within ULA's O(h) bias). In the handed-over whitened
+    coordinates ULA is the AR(1) ``y' = (I − h P) y + sqrt(2h) ξ``, ``P = Lᵀ Σ⁻¹ L``
+    (``M = L Lᵀ`` the warm-up's), whose lag-k correlation along an eigenvector of ``P``
+    with eigenvalue ``λ`` is ``(1 − hλ)^k``: ``info.relaxation_steps`` must be ``−1 /
+    log(1 − h_b λ_min) · h_b / h`` (``h_b`` the final buffer's step, ``h`` the one
+    handed over). Tolerance 25%: with N = 1,000 the correlation near ``e⁻¹`` has sd ``(1
+    − ρ²)/sqrt(N) = 0.027``, 7% of τ, and the estimate is the largest of two coordinates
+    (biased up by about half that sd) whose law is stationary only up to ULA's 2.5% sd
+    bias."""
     var = np.array([1e2, 1e-2])
     logp = lambda x: -0.5 * jnp.sum(x**2 / jnp.asarray(var, x.dtype))  # noqa: E731
     x0 = jax.random.uniform(jax.random.key(0), (1000, 2), jnp.float64, -2.0, 2.0)
@@ -267,11 +270,12 @@ def test_relaxation_time_is_that_of_ula_on_a_gaussian():
 
 
 def test_step_size_follows_the_mean_curvature_and_stays_below_the_stability_limit():
-    """On a non-Gaussian target whose curvature varies (f = Σ x²/2 + x⁴/4: ``1 + 3x²`` along each axis) the
-    handed-over ``h`` is the bias rule at the mean whitened curvature over the curvature
-    points, or ``1 / c_max`` when that is smaller: ``h c_max <= 1``, half of ULA's
-    stability limit at the stiffest point
-    measured. (garch11's raw scale has the same spread: mean 2.9, maximum 10.7 over 256 warm-up particles.)"""
+    """On a non-Gaussian target whose curvature varies (f = Σ x²/2 + x⁴/4: ``1 + 3x²``
+    along each axis) the handed-over ``h`` is the bias rule at the mean whitened
+    curvature over the curvature points, or ``1 / c_max`` when that is smaller: ``h
+    c_max <= 1``, half of ULA's stability limit at the stiffest point measured.
+    (garch11's raw scale has the same spread: mean 2.9, maximum 10.7 over 256 warm-up
+    particles.)"""
     logp = lambda x: -jnp.sum(0.5 * x**2 + 0.25 * x**4)  # noqa: E731
     x0 = jax.random.uniform(jax.random.key(0), (256, 2), jnp.float64, -2.0, 2.0)
     wu = cj.langevin_warmup(

@@ -23,8 +23,11 @@ from cenlmc_jax import adaptation as ad
 from cenlmc_jax import diagnostics as dg
 from cenlmc_jax.models import targets
 
-Z_MAX = 4.5  # |z| > 4.5 has probability 7e-6 under N(0, 1): a failure is a bug, not bad luck
-ACC_TOL = 0.05  # the issue's tolerance; measured bias of the adapted acceptance < 0.015 (pooled and single)
+# |z| > 4.5 has probability 7e-6 under N(0, 1): a failure is a bug, not bad luck
+Z_MAX = 4.5
+# the issue's tolerance; measured bias of the adapted acceptance < 0.015 (pooled and
+# single)
+ACC_TOL = 0.05
 
 J2 = np.array([[0.0, -1.0], [1.0, 0.0]])
 J4 = np.kron(np.eye(2), J2)
@@ -43,10 +46,10 @@ def logistic():
 
 @pytest.fixture(scope="module")
 def logistic_reference(logistic):
-    """Posterior E θ and E θ² by self-normalised importance sampling from the Laplace approximation
-    N(θ_MAP, H⁻¹) inflated 1.2x (heavier than the posterior: bounded weights), 60,000
-    draws, with
-    delta-method standard errors (weights' ESS is reported; > 80% here)."""
+    """Posterior E θ and E θ² by self-normalised importance sampling from the Laplace
+    approximation N(θ_MAP, H⁻¹) inflated 1.2x (heavier than the posterior: bounded
+    weights), 60,000 draws, with delta-method standard errors (weights' ESS is reported;
+    > 80% here)."""
     t = logistic
     x, y, theta_map = t.data["x"], t.data["y"], t.data["theta_map"]
     p = 1 / (1 + np.exp(-x @ theta_map))
@@ -75,7 +78,8 @@ def logistic_reference(logistic):
 
 
 def z_scores(draws, reference, reference_se=0.0):
-    """draws: (chains, draws, d); z of E x and E x² with the ESS-based MCSE (plus the reference's SE)."""
+    """draws: (chains, draws, d); z of E x and E x² with the ESS-based MCSE (plus the
+    reference's SE)."""
     f = np.concatenate([draws, draws**2], axis=-1)
     est = f.mean(axis=(0, 1))
     se = np.asarray(dg.mcse(f, chain_axis=0, sample_axis=1))
@@ -175,8 +179,9 @@ def test_pooled_warmup_reaches_the_target_acceptance(kind, which, logistic):
 
 
 def test_adaptation_under_vmap_over_chains(logistic):
-    """warm.run adapts one chain; vmapped, every chain gets its own parameters, equal to running
-    it alone, and every chain's sampler reaches the target acceptance on average."""
+    """warm.run adapts one chain; vmapped, every chain gets its own parameters, equal to
+    running it alone, and every chain's sampler reaches the target acceptance on
+    average."""
     warm = ad.window_adaptation("mala", logistic.logdensity_fn)
     x0 = jnp.asarray(logistic.data["theta_map"], jnp.float32) + 0.1 * jax.random.normal(
         jax.random.key(0), (16, 4)
@@ -233,8 +238,9 @@ def test_adapted_chains_have_the_gaussian_moments(kind, preconditioner):
 def test_adapted_chains_on_a_dict_position_have_the_logistic_posterior_moments(
     kind, logistic, logistic_reference
 ):
-    """θ = {"b": θ_0, "w": θ_1:} (raveled at the boundary) on the logistic regression: E θ and E θ²
-    against the importance-sampling reference, z with the MCSE and the reference's SE."""
+    """θ = {"b": θ_0, "w": θ_1:} (raveled at the boundary) on the logistic regression: E
+    θ and E θ² against the importance-sampling reference, z with the MCSE and the
+    reference's SE."""
     pack = lambda p: jnp.concatenate([p["b"][..., None], p["w"]], axis=-1)
     logp = lambda p: logistic.logdensity_fn(pack(p))
     warm = ad.window_adaptation(kind, logp)
@@ -256,10 +262,10 @@ def test_adapted_chains_on_a_dict_position_have_the_logistic_posterior_moments(
 
 
 def test_dense_preconditioner_learns_the_covariance_and_whitens_q():
-    """RW-MH with a dense preconditioner on N(0, Σ), ρ = 0.9: the adapted proposal covariance is Σ
-    (Welford over the last window, 300 steps x 64 chains, ~2,000 effective draws:
-    relative SE of a
-    variance ~3%; allowed 15%). For kind "sde" the sampler's Q is L Q_w Lᵀ with Σ = L Lᵀ."""
+    """RW-MH with a dense preconditioner on N(0, Σ), ρ = 0.9: the adapted proposal
+    covariance is Σ (Welford over the last window, 300 steps x 64 chains, ~2,000
+    effective draws: relative SE of a variance ~3%; allowed 15%). For kind "sde" the
+    sampler's Q is L Q_w Lᵀ with Σ = L Lᵀ."""
     target = targets.correlated_gaussian(2, 0.9)
     warm = ad.window_adaptation("rwmh", target.logdensity_fn, preconditioner="dense")
     (_, params), _ = warm.run_chains(jax.random.key(7), jnp.zeros((64, 2)), 600)
@@ -292,10 +298,10 @@ def test_max_curvature_is_the_largest_precision_of_a_gaussian():
 
 @pytest.mark.parametrize("sampler", ["lmc", "sghmc"])
 def test_langevin_step_size_gives_the_chosen_variance_bias(sampler):
-    """On N(0, diag(0.01, 1)) (L = 100) the step from langevin_step_size(L, bias=0.2) makes the
-    stiff coordinate's stationary variance (1 + 0.2)/L: exactly for ULA (1/(L(1 -
-    hL/2))), by the
-    discrete Lyapunov equation for SGHMC; checked by simulation (z-test with the MCSE)."""
+    """On N(0, diag(0.01, 1)) (L = 100) the step from langevin_step_size(L, bias=0.2)
+    makes the stiff coordinate's stationary variance (1 + 0.2)/L: exactly for ULA
+    (1/(L(1 - hL/2))), by the discrete Lyapunov equation for SGHMC; checked by
+    simulation (z-test with the MCSE)."""
     target = targets.gaussian(np.zeros(2), np.diag([0.01, 1.0]))
     L = 100.0
     h = ad.langevin_step_size(

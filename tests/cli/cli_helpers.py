@@ -4,7 +4,8 @@ from cenlmc_jax import cli
 
 
 def run_cli(args, capsys):
-    """(exit status, stdout, stderr) of ``cenlmc-jax ARGS`` run in-process; argparse's own errors exit too."""
+    """(exit status, stdout, stderr) of ``cenlmc-jax ARGS`` run in-process; argparse's
+    own errors exit too."""
     try:
         code = cli.main([str(a) for a in args])
     except SystemExit as exc:

@@ -1,4 +1,5 @@
-"""The batch-job command, run as a user would (in-process, on small sizes; one subprocess for Ctrl-C).
+"""The batch-job command, run as a user would (in-process, on small sizes; one
+subprocess for Ctrl-C).
 
 Issue 8's findings, each with the test that failed before the fix:
 
@@ -83,8 +84,9 @@ def test_sample_default_runs_and_prints_a_summary(capsys):
 
 
 def test_sampler_choices_are_the_registrys_and_every_flag_named_in_the_table_exists():
-    """The --sampler choices are cj.SAMPLERS names (dashes for underscores), each built from the registry's
-    constructor; the flags the table says a sampler reads are the parser's."""
+    """The --sampler choices are cj.SAMPLERS names (dashes for underscores), each built
+    from the registry's constructor; the flags the table says a sampler reads are the
+    parser's."""
     assert set(cli.SAMPLER_CHOICES) <= {name.replace("_", "-") for name in cj.SAMPLERS}
     assert (
         "irreversible-mh" in cli.SAMPLER_CHOICES and "sgld" not in cli.SAMPLER_CHOICES
@@ -305,11 +307,12 @@ def test_known_ula_bias_above_the_standard_error_is_unreliable(capsys):
 
 
 def test_a_biased_cenlmc_run_is_unreliable(capsys):
-    """R1 passing 95% of the noise draws, η = R2 = 0.38, N* = 5 at N = 1000: the ensemble force's noise
-    inflates the variance by ~10% (the same setting in test_ensemble: 7-12% against
-    ULA's exact value). The audit flags it (info.biased), the driver's warning is
-    printed, the job says UNRELIABLE naming
-    the measured inflation and the flags to change, and exits 1; the default run (first test) exits 0."""
+    """R1 passing 95% of the noise draws, η = R2 = 0.38, N* = 5 at N = 1000: the
+    ensemble force's noise inflates the variance by ~10% (the same setting in
+    test_ensemble: 7-12% against ULA's exact value). The audit flags it (info.biased),
+    the driver's warning is printed, the job says UNRELIABLE naming the measured
+    inflation and the flags to change, and exits 1; the default run (first test) exits
+    0."""
     code, out, _ = run_cli(
         [
             "sample",
@@ -433,7 +436,8 @@ def test_help_shows_defaults_and_version(capsys):
 def test_model_file_with_data_writes_every_output_and_summary_reprints(
     tmp_path, capsys
 ):
-    """The issue's 'done when': a user-written model with --data --trace --plots --out."""
+    """The issue's 'done when': a user-written model with --data --trace --plots
+    --out."""
     model = write_model(tmp_path, GAUSS_MODEL)
     mu, sigma = np.array([1.0, -2.0]), np.array([1.0, 1.0])
     np.savez(tmp_path / "d.npz", mu=mu, sigma=sigma)
@@ -664,8 +668,9 @@ def test_out_dir_is_never_overwritten_and_summary_needs_a_run(tmp_path, capsys):
 # would then see a run that cannot be interrupted. (Done in the child's Python, not with
 # preexec_fn, which forks a multithreaded process.)
 _CLI_CHILD = (
-    "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-    "sys.argv[0] = 'cenlmc-jax'; runpy.run_module('cenlmc_jax.cli', run_name='__main__')"
+    "import runpy, signal, sys; signal.signal(signal.SIGINT, "
+    "signal.default_int_handler); sys.argv[0] = 'cenlmc-jax'; "
+    "runpy.run_module('cenlmc_jax.cli', run_name='__main__')"
 )
 
 

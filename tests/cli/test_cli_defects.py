@@ -46,7 +46,8 @@ def usage_error(code, out, err, *texts):
 
 @pytest.fixture
 def no_work(monkeypatch):
-    """Any setup (the target, the curvature, a warm-up: the first work) fails the test."""
+    """Any setup (the target, the curvature, a warm-up: the first work) fails the
+    test."""
 
     def setup(args):
         raise AssertionError(
@@ -57,7 +58,8 @@ def no_work(monkeypatch):
 
 
 def marker_model(folder, name, marker):
-    """A model file that leaves ``marker`` behind when imported (stands for any code)."""
+    """A model file that leaves ``marker`` behind when imported (stands for any
+    code)."""
     path = folder / name
     path.write_text(
         textwrap.dedent(f"""
@@ -72,7 +74,8 @@ def marker_model(folder, name, marker):
 
 
 class _Boom:
-    """Unpickling it creates a file: what a pickle in a data file could do (run code)."""
+    """Unpickling it creates a file: what a pickle in a data file could do (run
+    code)."""
 
     def __init__(self, marker):
         self.marker = str(marker)
@@ -255,7 +258,8 @@ def test_a_folder_that_cannot_be_written_is_a_usage_error(
 
 
 def test_ula_sd_has_no_value_beyond_the_stability_limit():
-    """Before: nan (h = 2.5: 'All-NaN slice' in the verdict) and a singular matrix (h = 2: LinAlgError)."""
+    """Before: nan (h = 2.5: 'All-NaN slice' in the verdict) and a singular matrix (h =
+    2: LinAlgError)."""
     target = get_target("gaussian")  # precision I: the limit is h = 2
     np.testing.assert_allclose(verdict.ula_sd(target, 1.0), [1 / np.sqrt(0.5)] * 2)
     assert verdict.ula_sd(target, 2.0) is None and verdict.ula_sd(target, 2.5) is None
@@ -276,11 +280,12 @@ def test_step_size_at_the_stability_limit_is_unreliable_not_a_crash(tmp_path, ca
     )
 
 
-def test_divergence_at_step_0_writes_what_exists_says_unreliable_and_exits_as_the_verdict_says(
+def test_divergence_at_step_0_writes_what_exists_says_unreliable_and_exits_as_the_verdict_says(  # noqa: E501
     tmp_path, capsys
 ):
-    """cj.sample returns trace=None when no draw is kept: before, summary's ValueError ('neither a trace nor
-    moments'), no outputs and exit 1 even with --allow-unreliable."""
+    """cj.sample returns trace=None when no draw is kept: before, summary's ValueError
+    ('neither a trace nor moments'), no outputs and exit 1 even with
+    --allow-unreliable."""
     run = tmp_path / "run"
     code, out, err = run_cli(
         [
@@ -390,10 +395,10 @@ _CTRL_C_IN_COMPILE_CHILD = textwrap.dedent("""
 def test_ctrl_c_in_the_first_compile_exits_130_and_the_folder_reruns_and_resumes(
     tmp_path, capsys
 ):
-    """Before: SIGSEGV (exit 139) at Python's shutdown, which freed the XLA client while XLA's thread still
-    compiled the interrupted program; then both a rerun ('not empty') and --resume
-    ('nothing to resume')
-    refused the folder, which held only config.toml."""
+    """Before: SIGSEGV (exit 139) at Python's shutdown, which freed the XLA client while
+    XLA's thread still compiled the interrupted program; then both a rerun ('not empty')
+    and --resume ('nothing to resume') refused the folder, which held only
+    config.toml."""
     folder = tmp_path / "run"
     # CEnLMC: a compilation of seconds, still running on XLA's thread when Python shut
     # down
@@ -548,7 +553,8 @@ def test_resume_with_a_changed_flag_is_a_usage_error_naming_it(
 def test_resume_of_another_runs_checkpoint_is_a_usage_error(
     tmp_path, capsys, monkeypatch
 ):
-    """--resume --checkpoint PATH (no run folder to compare with): the driver's refusal, named, not a traceback."""
+    """--resume --checkpoint PATH (no run folder to compare with): the driver's refusal,
+    named, not a traceback."""
     ck = tmp_path / "ck.npz"
     with monkeypatch.context() as m:
         m.setattr(
@@ -576,7 +582,8 @@ def test_resume_of_another_runs_checkpoint_is_a_usage_error(
         code,
         out,
         err,
-        f"--resume: checkpoint_path '{ck}' belongs to a different run: num_steps differs",
+        f"--resume: checkpoint_path '{ck}' belongs to a different run: num_steps "
+        "differs",
     )
     ck.write_bytes(b"not a checkpoint")
     code, out, err = run_cli(["sample", *TINY, "--resume", "--checkpoint", ck], capsys)

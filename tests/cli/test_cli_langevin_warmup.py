@@ -1,4 +1,5 @@
-"""The CLI's default for ``--sampler lmc`` given a ``--model``: ``cj.langevin_warmup`` over the burn-in.
+"""The CLI's default for ``--sampler lmc`` given a ``--model``: ``cj.langevin_warmup``
+over the burn-in.
 
 kidiq on the raw scale (issue 18: the CLI's LMC diverged at step 0 with h = 2.4e-6 from
 a curvature of 1.3e4, then crashed), given as a user's model file with no tuning flag:
@@ -76,7 +77,8 @@ def test_lmc_on_a_raw_scale_model_file_is_warmed_up_and_matches_the_reference(
 
 
 def test_a_tuning_flag_or_no_adapt_keeps_the_curvature_rule(tmp_path, capsys):
-    """With --no-adapt (or any tuning flag, or a built-in --target) the warm-up does not run."""
+    """With --no-adapt (or any tuning flag, or a built-in --target) the warm-up does not
+    run."""
     model = tmp_path / "g.py"
     model.write_text(
         "import jax.numpy as jnp\n\ndef logp(x):\n    return -0.5 * jnp.sum(x ** 2)\n"

@@ -1,7 +1,8 @@
-"""``cenlmc-jax sample --model FILE.py:MODEL`` with a NumPyro model (issue 18, item 4): eight schools (non-centred)
-written as a NumPyro model file, its data as ``--data data.npz`` (the model's arguments
-by name), run through the CLI in-process and checked against posteriordb's reference
-means and sds (cenlmc_jax/models/posteriordb/data/refs.json).
+"""``cenlmc-jax sample --model FILE.py:MODEL`` with a NumPyro model (issue 18, item 4):
+eight schools (non-centred) written as a NumPyro model file, its data as ``--data
+data.npz`` (the model's arguments by name), run through the CLI in-process and checked
+against posteriordb's reference means and sds
+(cenlmc_jax/models/posteriordb/data/refs.json).
 """
 
 import textwrap
@@ -48,8 +49,9 @@ def files(tmp_path):
 def test_eight_schools_numpyro_model_through_the_cli_matches_the_reference(
     files, tmp_path, capsys
 ):
-    """Adapted RW-MH (the CLI's default warm-up for --sampler rwmh: Stan's windows over the 1,000 burn-in steps),
-    16 chains x 2,000 draws, seed 0 (the CLI's default), no tuning flag.
+    """Adapted RW-MH (the CLI's default warm-up for --sampler rwmh: Stan's windows over
+    the 1,000 burn-in steps), 16 chains x 2,000 draws, seed 0 (the CLI's default), no
+    tuning flag.
 
     Pass (issue 18's criterion): every reported quantity's mean within 0.1 ref_sd + 3
     MCSE (MCSE: the run's own mcse_mean, from its bulk ESS, ~700-1,100 here) and its sd

@@ -1,4 +1,5 @@
-"""The raw-scale posteriordb model files of examples/posteriordb/ and the CLI's default run length (issue 18).
+"""The raw-scale posteriordb model files of examples/posteriordb/ and the CLI's default
+run length (issue 18).
 
 ``cenlmc-jax sample --sampler lmc | cenlmc`` given one of these files and no tuning flag
 warms up with ``cj.langevin_warmup`` and, with ``--steps`` unset, runs long enough for
@@ -47,8 +48,9 @@ def _module(name):
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_the_model_files_are_the_posteriordb_densities_up_to_a_constant(name, tmp_path):
-    """Each file's ``logp(x, data)`` (data as the CLI loads it) minus the library's posteriordb log density is
-    the same constant at random points (float64: equal to 1e-9 relative to the densities' size, rounding)."""
+    """Each file's ``logp(x, data)`` (data as the CLI loads it) minus the library's
+    posteriordb log density is the same constant at random points (float64: equal to
+    1e-9 relative to the densities' size, rounding)."""
     post = pdb.load(MODELS[name][0])
     files = write_data(tmp_path)
     logp = _module(name).logp
@@ -62,8 +64,9 @@ def test_the_model_files_are_the_posteriordb_densities_up_to_a_constant(name, tm
 
 
 def test_default_steps_follow_the_relaxation_time():
-    """``T = 16τ / (R² − 1)`` (jobs.default_steps' docstring), at least 1,000, at most 20,000, a multiple of thin;
-    no relaxation time (a job not warmed up): 1,000. The R-hat it aims below is the verdict's."""
+    """``T = 16τ / (R² − 1)`` (jobs.default_steps' docstring), at least 1,000, at most
+    20,000, a multiple of thin; no relaxation time (a job not warmed up): 1,000. The
+    R-hat it aims below is the verdict's."""
     assert jobs.RHAT_TARGET == verdict.RHAT_MAX
     job = lambda tau: Job(
         None, None, "", {} if tau is None else dict(relaxation_steps=tau)
@@ -79,11 +82,11 @@ def test_default_steps_follow_the_relaxation_time():
 
 
 def test_cli_lmc_on_garch11_with_no_tuning_flag_matches_the_reference(tmp_path, capsys):
-    """garch11 (d = 4: mu, log alpha0, logit alpha1, logit(beta1 / (1 - alpha1))) through the CLI as a user runs
-    it: the warm-up's relaxation time sets the run length (several thousand steps; the
-    default 1,000 left R-hat at 1.1-1.3), the run exits 0, and every reference
-    quantity's mean is within ``0.1 ref_sd + 3 MCSE``
-    and its sd within 10% (tests/adaptation/test_langevin_warmup.py says why these tolerances)."""
+    """garch11 (d = 4: mu, log alpha0, logit alpha1, logit(beta1 / (1 - alpha1)))
+    through the CLI as a user runs it: the warm-up's relaxation time sets the run length
+    (several thousand steps; the default 1,000 left R-hat at 1.1-1.3), the run exits 0,
+    and every reference quantity's mean is within ``0.1 ref_sd + 3 MCSE`` and its sd
+    within 10% (tests/adaptation/test_langevin_warmup.py says why these tolerances)."""
     files = write_data(tmp_path / "data")
     out = tmp_path / "run"
     code, text, err = run_cli(
@@ -128,14 +131,14 @@ def test_cli_lmc_on_garch11_with_no_tuning_flag_matches_the_reference(tmp_path, 
 
 
 def test_laplace_start_in_float32_where_lbfgs_stops_at_the_rounding_of_the_gradient():
-    """earnings on the raw scale in float32 (the CLI's dtype): f ≈ 1.2e4 at the mode, so |∇f| cannot fall below
-    ~1e-3 and find_f_star (tol sqrt(eps) = 3.5e-4) reports no convergence; the warm-up
-    still starts from the Laplace approximation there (Newton decrement ~1e-9 <= 0.01)
-    instead of from the given positions (where the curvature rule gave h = 7e-13 and
-    nothing moved: R-hat 172). The ensemble is then at the posterior: its mean of
-    beta[1], beta[2] within ``0.1 ref_sd + 3 ref_sd / sqrt(N)`` of the reference (the
-    ensemble's sd
-    is at most ref_sd), where a start from the given N(0, 1) positions is 6 ref_sd away."""
+    """earnings on the raw scale in float32 (the CLI's dtype): f ≈ 1.2e4 at the mode, so
+    |∇f| cannot fall below ~1e-3 and find_f_star (tol sqrt(eps) = 3.5e-4) reports no
+    convergence; the warm-up still starts from the Laplace approximation there (Newton
+    decrement ~1e-9 <= 0.01) instead of from the given positions (where the curvature
+    rule gave h = 7e-13 and nothing moved: R-hat 172). The ensemble is then at the
+    posterior: its mean of beta[1], beta[2] within ``0.1 ref_sd + 3 ref_sd / sqrt(N)``
+    of the reference (the ensemble's sd is at most ref_sd), where a start from the given
+    N(0, 1) positions is 6 ref_sd away."""
     import cenlmc_jax as cj
 
     post = pdb.load("earnings-earn_height")

@@ -1,7 +1,7 @@
-"""The command line's verdict reads the flags the infos declare (``run_flags``, ``cj.base.RunFlag``), the hook
-``cj.sample`` warns through (issue 19: the CLI kept its own list, so a flag the driver
-warned about, such as a collapsed acceptance rate, left the verdict "reliability checks
-passed" and the exit status 0).
+"""The command line's verdict reads the flags the infos declare (``run_flags``,
+``cj.base.RunFlag``), the hook ``cj.sample`` warns through (issue 19: the CLI kept its
+own list, so a flag the driver warned about, such as a collapsed acceptance rate, left
+the verdict "reliability checks passed" and the exit status 0).
 
 * A toy sampler declaring flags under names no part of the CLI knows: every flag the
   driver warns about is a problem of the verdict, at the same first step, for each kind
@@ -46,7 +46,9 @@ class ToyInfo(NamedTuple):
     odd_name_a: jax.Array  # (CHAINS,) each
     odd_name_b: jax.Array
     odd_name_c: jax.Array
-    odd_name_d: jax.Array  # a number: 0.0 where "set", 1.0 elsewhere (CEnLMC's ensemble fraction's kind of flag)
+    # a number: 0.0 where "set", 1.0 elsewhere (CEnLMC's ensemble fraction's kind of
+    # flag)
+    odd_name_d: jax.Array
     diverged: jax.Array
 
     run_flags = (
@@ -58,8 +60,9 @@ class ToyInfo(NamedTuple):
 
 
 def _toy_step(key, state):
-    """A random walk (the chains move: never frozen) whose info sets each field at the steps of its mask (in
-    the state: one step function, so one compilation per ``info_reduce`` for all the cases)."""
+    """A random walk (the chains move: never frozen) whose info sets each field at the
+    steps of its mask (in the state: one step function, so one compilation per
+    ``info_reduce`` for all the cases)."""
     a, b, c, d = state.masks[:, state.t]
     info = ToyInfo(a, b, c, 1.0 - d.astype(jnp.float32), diverged=jnp.zeros((), bool))
     moved = state.position + jax.random.normal(key, state.position.shape)
@@ -67,7 +70,8 @@ def _toy_step(key, state):
 
 
 def _masks(**set_at):
-    """Each field's mask: ``set_at[field] = (first step, last step, chains)``; the others never set."""
+    """Each field's mask: ``set_at[field] = (first step, last step, chains)``; the
+    others never set."""
     out = {f: np.zeros((STEPS + BURN_IN, CHAINS), bool) for f in ToyInfo._fields[:4]}
     for field, (lo, hi, chains) in set_at.items():
         out[field][lo : hi + 1, chains] = True
@@ -164,10 +168,10 @@ def test_every_flag_the_driver_warns_about_is_a_problem_of_the_verdict(
 def test_every_step_flags_are_judged_on_any_stretch_not_on_the_driver_chunks(
     info_reduce,
 ):
-    """A stretch of WATCH_MIN_STEPS steps across two of the driver's chunks: the driver, which judges each chunk
-    whole, does not warn; the verdict does (it cannot see the chunking, which
-    ``--checkpoint-every`` changes, so
-    it takes the stricter rule that contains the driver's for every chunking)."""
+    """A stretch of WATCH_MIN_STEPS steps across two of the driver's chunks: the driver,
+    which judges each chunk whole, does not warn; the verdict does (it cannot see the
+    chunking, which ``--checkpoint-every`` changes, so it takes the stricter rule that
+    contains the driver's for every chunking)."""
     warned, found = _driver_and_verdict(
         _masks(odd_name_c=(35, 35 + WATCH_MIN_STEPS - 1, 1)), info_reduce
     )
@@ -176,10 +180,10 @@ def test_every_step_flags_are_judged_on_any_stretch_not_on_the_driver_chunks(
 
 
 def test_averaged_infos_cannot_tell_chains_taking_turns_from_one_stuck_chain():
-    """Chain 0 set at steps 40-44, chain 1 at 45-49: no chain at every step. Per-chain infos: neither the driver
-    nor the verdict reports it; averaged over the chains, the verdict (which then sees
-    only "set on some chain"
-    at each step) does: the stricter side, stated in its message."""
+    """Chain 0 set at steps 40-44, chain 1 at 45-49: no chain at every step. Per-chain
+    infos: neither the driver nor the verdict reports it; averaged over the chains, the
+    verdict (which then sees only "set on some chain" at each step) does: the stricter
+    side, stated in its message."""
     masks = _masks(odd_name_c=(40, 44, 0))
     masks["odd_name_c"][45:50, 1] = True
     for info_reduce, reported in ((None, False), ("mean", True)):
@@ -235,7 +239,9 @@ def test_a_flag_the_driver_warns_about_makes_the_job_unreliable(
             prop=lambda self: jnp.ones_like(self.acceptance_rate, bool),
         )
         field, first = "always_set", "0"
-    else:  # a proposal accepted: at the first step (any step), at the first kept one (kept_only)
+    # a proposal accepted: at the first step (any step), at the first kept one
+    # (kept_only)
+    else:
         rwmh_flag(
             RunFlag(
                 "is_accepted", _message("is_accepted"), kept_only=kind == "kept_only"
@@ -245,8 +251,8 @@ def test_a_flag_the_driver_warns_about_makes_the_job_unreliable(
     code, out, _ = run_cli(RWMH, capsys)
     assert code == verdict.EXIT_UNRELIABLE, out
     assert (
-        f"warning: {'100 of 100 chains: ' if kind == 'every_step' else ''}toy flag {field} from step {first}"
-        in out
+        f"warning: {'100 of 100 chains: ' if kind == 'every_step' else ''}toy flag "
+        f"{field} from step {first}" in out
     )
     # (the CLI's infos are averaged over the chains: the verdict names the stretch, not
     # the chains)
@@ -275,10 +281,10 @@ def test_the_same_job_without_the_flag_is_reliable(capsys):
 
 
 def test_a_collapsed_acceptance_rate_is_unreliable_by_its_own_flag(capsys):
-    """RW-MH with a proposal sd of 1e4 on N(0, I_2): every log ratio is about -|z*|²/2 ~ -5e7, below exp's
-    underflow, so every chain's acceptance probability is exactly 0 at every step: the
-    driver's
-    ``zero_acceptance`` flag (declared by RWMHInfo), now one of the verdict's problems."""
+    """RW-MH with a proposal sd of 1e4 on N(0, I_2): every log ratio is about -|z*|²/2 ~
+    -5e7, below exp's underflow, so every chain's acceptance probability is exactly 0 at
+    every step: the driver's ``zero_acceptance`` flag (declared by RWMHInfo), now one of
+    the verdict's problems."""
     code, out, _ = run_cli(RWMH + ["--step-size", "1e4"], capsys)
     assert code == verdict.EXIT_UNRELIABLE, out
     assert (

@@ -1,4 +1,5 @@
-"""The CLI on a model that does not converge (issue 18): it says what happened and exits non-zero.
+"""The CLI on a model that does not converge (issue 18): it says what happened and exits
+non-zero.
 
 * A raw-scale regression (predictor ~100, as kidiq's mom_iq) with LMC at the curvature
   rule (``--no-adapt``; by default a ``--model`` is warmed up by cj.langevin_warmup,

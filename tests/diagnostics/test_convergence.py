@@ -1,4 +1,5 @@
-"""Issue 18's silent failures: each with the mechanism it had, fixed, and a test that failed before.
+"""Issue 18's silent failures: each with the mechanism it had, fixed, and a test that
+failed before.
 
 * ``cj.sample`` warns (:class:`ConvergenceWarning`) when a chain never moved, when the
   rank-normalised split R-hat is above 1.01, and when the bulk ESS is below ``min(100 C,
@@ -39,7 +40,8 @@ class Position(NamedTuple):
 
 
 def iid_step(key, state):
-    """A 'sampler' of exact N(0, 1) draws, every chain: the healthy control (R-hat 1, ESS = the draws)."""
+    """A 'sampler' of exact N(0, 1) draws, every chain: the healthy control (R-hat 1,
+    ESS = the draws)."""
     return Position(
         jax.random.normal(key, state.position.shape, state.position.dtype)
     ), ()
@@ -96,10 +98,10 @@ def test_chains_that_have_not_mixed_warn_with_the_summarys_rhat():
 
 
 def test_a_metropolis_chain_that_never_moves_is_reported_in_both_modes():
-    """The driver's per-chunk watch exempts MH samplers (a rejection keeps the position); 3 of 16 chains never
-    moving on gp_pois_regr went unflagged (mean acceptance 0.61). Here chain 0 starts
-    where every proposal of
-    MALA's step size 0.5 is rejected (log density -x^4/4 at x = 30: the drift proposes |x| ~ 1e4)."""
+    """The driver's per-chunk watch exempts MH samplers (a rejection keeps the
+    position); 3 of 16 chains never moving on gp_pois_regr went unflagged (mean
+    acceptance 0.61). Here chain 0 starts where every proposal of MALA's step size 0.5
+    is rejected (log density -x^4/4 at x = 30: the drift proposes |x| ~ 1e4)."""
     mala = ad.window_adaptation("mala", quartic).sampler(
         {"step_size": 0.5, "D": 1.0, "Q": None}
     )
@@ -166,12 +168,13 @@ def test_the_pieces():
 
 
 def test_pooled_warmup_restarts_chains_stuck_in_a_tail():
-    """Eight schools' mechanism: 2 of 16 chains start where the bulk's step size rejects every proposal
-    (x = 6 on exp(-x^4/4): curvature 108 there, ~1 in the bulk). Pooled, before: they
-    never moved in 400 warm-up steps (their points inflated Welford's variance and (DA)
-    shrank the step size for everyone). Now they restart from moving chains at the end
-    of the first segment, and the step size is the one a
-    warm-up from good starts finds (within 1.5x: the measured spread over seeds of a 400-step warm-up is 10%)."""
+    """Eight schools' mechanism: 2 of 16 chains start where the bulk's step size rejects
+    every proposal (x = 6 on exp(-x^4/4): curvature 108 there, ~1 in the bulk). Pooled,
+    before: they never moved in 400 warm-up steps (their points inflated Welford's
+    variance and (DA) shrank the step size for everyone). Now they restart from moving
+    chains at the end of the first segment, and the step size is the one a warm-up from
+    good starts finds (within 1.5x: the measured spread over seeds of a 400-step warm-up
+    is 10%)."""
     x0 = 0.3 * jax.random.normal(jax.random.key(3), (16, 3))
     far = x0.at[:2].set(6.0)
     warm = ad.window_adaptation("mala", quartic)
@@ -193,10 +196,10 @@ def test_pooled_warmup_restarts_chains_stuck_in_a_tail():
 
 @pytest.mark.parametrize("x64", [False, True])
 def test_a_collapsed_warmup_warns_with_what_happened(x64):
-    """A density that is -inf off the start: every proposal that moves is rejected, so (DA) drives the step
-    size down until proposals round to the start itself (accepted, but no chain moves).
-    Silent before; now
-    the hand-over warns with the step size, the acceptance and the chains that never moved."""
+    """A density that is -inf off the start: every proposal that moves is rejected, so
+    (DA) drives the step size down until proposals round to the start itself (accepted,
+    but no chain moves). Silent before; now the hand-over warns with the step size, the
+    acceptance and the chains that never moved."""
     with jax.enable_x64(x64):
         dtype = jnp.float64 if x64 else jnp.float32
         start = jnp.ones((4, 2), dtype)

@@ -23,7 +23,8 @@ from cenlmc_jax import diagnostics as D
 
 
 def ar1(phi, num_chains, num_samples, num_coords, seed):
-    """Stationary AR(1) chains x_t = phi x_{t-1} + sqrt(1 - phi^2) e_t, N(0,1) marginals."""
+    """Stationary AR(1) chains x_t = phi x_{t-1} + sqrt(1 - phi^2) e_t, N(0,1)
+    marginals."""
     rng = np.random.default_rng(seed)
     x = np.empty((num_chains, num_samples, num_coords))
     x[:, 0] = rng.standard_normal((num_chains, num_coords))
@@ -764,8 +765,8 @@ def test_a_run_result_is_taken_directly_chains_first(rwmh_run):
 
 
 def test_the_drivers_trace_passed_as_chains_first_warns(rwmh_run):
-    """The issue's report: cj.sample's (draws, chains, d) trace passed straight in gave an
-    ESS above the number of draws, silently. Now both symptoms warn."""
+    """The issue's report: cj.sample's (draws, chains, d) trace passed straight in gave
+    an ESS above the number of draws, silently. Now both symptoms warn."""
     ess, warned = layout_warnings(D.effective_sample_size, rwmh_run.trace)
     assert np.all(
         np.asarray(ess) > 8000
@@ -816,7 +817,8 @@ def test_a_streaming_result_is_refused_with_a_message():
 @pytest.mark.parametrize("value", [0.1, 3.0, 0.0, -7.25])
 def test_constant_chains_give_nan_as_documented(value):
     """Issue 8: R-hat of constant chains returned inf (3.0) or 1.18 (0.1) where the
-    docstring says nan; ESS returned 2.6 or 4.0. Every chain diagnostic now gives nan."""
+    docstring says nan; ESS returned 2.6 or 4.0. Every chain diagnostic now gives
+    nan."""
     x = np.full((4, 100, 2), value, np.float32)
     for fn in (D.potential_scale_reduction, D.effective_sample_size, D.mcse):
         assert np.all(np.isnan(np.asarray(fn(x)))), (fn.__name__, fn(x))

@@ -1,10 +1,10 @@
-"""A NumPyro model's constrained values under their names: ``cj.summary(result, model=m)``,
-``cj.to_arviz(result, model=m)`` and ``cj.diagnostics.plots.*(..., model=m)``
-(cenlmc_jax.diagnostics.named_draws), on eight schools (non-centred), checked against
-formulas they cannot fake (``tau = exp(x[1])`` and ``theta = mu + tau theta_trans`` draw
-by draw, ArviZ's own summary of the exported data) and against posteriordb's reference
-means (copied into the repository, cenlmc_jax/models/posteriordb/data) within the Monte
-Carlo error.
+"""A NumPyro model's constrained values under their names: ``cj.summary(result,
+model=m)``, ``cj.to_arviz(result, model=m)`` and ``cj.diagnostics.plots.*(...,
+model=m)`` (cenlmc_jax.diagnostics.named_draws), on eight schools (non-centred), checked
+against formulas they cannot fake (``tau = exp(x[1])`` and ``theta = mu + tau
+theta_trans`` draw by draw, ArviZ's own summary of the exported data) and against
+posteriordb's reference means (copied into the repository,
+cenlmc_jax/models/posteriordb/data) within the Monte Carlo error.
 """
 
 import io
@@ -36,7 +36,8 @@ SITES = (
 
 @pytest.fixture(autouse=True, scope="module")
 def _float64():
-    """float64 for this module's tests only (as tests/models/test_numpyro.py: never jax.config.update at import)."""
+    """float64 for this module's tests only (as tests/models/test_numpyro.py: never
+    jax.config.update at import)."""
     with jax.enable_x64(True):
         yield
 
@@ -49,10 +50,10 @@ def model(_float64):
 
 @pytest.fixture(scope="module")
 def run(model):
-    """16 chains of hand-set MALA (as tests/models/test_numpyro.py: step 0.3, D = diag(9, 1, ..., 1), not an
-    adaptation, so that these tests do not depend on the warm-ups), 500 burn-in + 1,000
-    draws, one compiled
-    chunk of 500 steps. Starts uniform(-2, 2) on the unconstrained scale (Stan's)."""
+    """16 chains of hand-set MALA (as tests/models/test_numpyro.py: step 0.3, D =
+    diag(9, 1, ..., 1), not an adaptation, so that these tests do not depend on the
+    warm-ups), 500 burn-in + 1,000 draws, one compiled chunk of 500 steps. Starts
+    uniform(-2, 2) on the unconstrained scale (Stan's)."""
     chains = 16
     D = jnp.array([9.0] + [1.0] * 9)
     algo = cj.vmap_chains(
@@ -118,14 +119,14 @@ def test_summary_shows_the_constrained_sites_by_name(model, run):
 
 
 def test_constrained_means_match_the_posteriordb_reference(model, run):
-    """posteriordb's theta[1..8] (1-based, Stan's) are our theta[0..7]. Tolerance: |mean - ref| <= 4.5
-    sqrt(mcse² + mcse_ref²), mcse the summary's own mcse_mean (of the constrained draws)
-    and mcse_ref = ref_sd / sqrt(ref_ess): 4.5 sigma over 10 quantities is a family-wise
-    false alarm of ~7e-5 for a correct sampler and summary, while a summary of the
-    unconstrained values (log tau: mean ~0.9 against tau's 3.6) or exp of the mean of
-    log tau (~2.5) is off by 10 or more. The run's R-hat below 1.02 over 16 chains
-    (1,000 draws each,
-    ESS ~ 500-1,500): the MCSE of a run that has not mixed is not to be trusted."""
+    """posteriordb's theta[1..8] (1-based, Stan's) are our theta[0..7]. Tolerance: |mean
+    - ref| <= 4.5 sqrt(mcse² + mcse_ref²), mcse the summary's own mcse_mean (of the
+    constrained draws) and mcse_ref = ref_sd / sqrt(ref_ess): 4.5 sigma over 10
+    quantities is a family-wise false alarm of ~7e-5 for a correct sampler and summary,
+    while a summary of the unconstrained values (log tau: mean ~0.9 against tau's 3.6)
+    or exp of the mean of log tau (~2.5) is off by 10 or more. The run's R-hat below
+    1.02 over 16 chains (1,000 draws each, ESS ~ 500-1,500): the MCSE of a run that has
+    not mixed is not to be trusted."""
     post = pdb.load(NAME)
     table = cj.summary(run, model=model)
     col = {name: i for i, name in enumerate(table.labels)}
@@ -229,8 +230,8 @@ def test_bad_arguments(model, run):
 
 
 def test_streaming_run(model):
-    """A streaming run keeps moments of x only: no constrained summary (refused); to_arviz constrains its
-    final state (one draw per chain)."""
+    """A streaming run keeps moments of x only: no constrained summary (refused);
+    to_arviz constrains its final state (one draw per chain)."""
     algo = cj.vmap_chains(cj.rwmh(model.logdensity_fn, step_size=0.3))
     x0 = jax.random.uniform(jax.random.key(3), (4, model.d), jnp.float64, -2.0, 2.0)
     with warnings.catch_warnings():

@@ -1,4 +1,5 @@
-"""Every figure of cenlmc_jax.diagnostics.plots renders to a PNG (matplotlib's Agg, no pyplot), and draws what it says."""
+"""Every figure of cenlmc_jax.diagnostics.plots renders to a PNG (matplotlib's Agg, no
+pyplot), and draws what it says."""
 
 import jax
 import numpy as np

@@ -1,4 +1,5 @@
-"""cj.summary and cj.to_arviz, checked against ArviZ on the same draws and against the run they describe.
+"""cj.summary and cj.to_arviz, checked against ArviZ on the same draws and against the
+run they describe.
 
 They run with ArviZ 0.x (``arviz.InferenceData``; Python 3.11 gets 0.23) and with ArviZ
 1.x (``xarray.DataTree``; Python >= 3.12): ``cj.to_arviz`` builds the one the installed
@@ -23,10 +24,9 @@ GROUPS = {"posterior", "sample_stats", "warmup_sample_stats"}
 
 
 def az_summary(data):
-    """``az.summary(data)`` unrounded, with the tail ESS at the 5% and 95% quantiles (cj.summary's and
-    ArviZ 0.x's) on either major version: ArviZ 1.x takes the tail quantiles from
-    ``stats.ci_prob``
-    (1 - 0.89 and 0.89 by default)."""
+    """``az.summary(data)`` unrounded, with the tail ESS at the 5% and 95% quantiles
+    (cj.summary's and ArviZ 0.x's) on either major version: ArviZ 1.x takes the tail
+    quantiles from ``stats.ci_prob`` (1 - 0.89 and 0.89 by default)."""
     if AZ_MAJOR >= 1:
         with az.rc_context({"stats.ci_prob": 0.95}):
             return az.summary(data, round_to="none")
@@ -34,13 +34,15 @@ def az_summary(data):
 
 
 def groups(idata):
-    """The group names of an InferenceData (ArviZ 0.x) or the children of a DataTree (1.x)."""
+    """The group names of an InferenceData (ArviZ 0.x) or the children of a DataTree
+    (1.x)."""
     return set(idata.children) if AZ_MAJOR >= 1 else set(idata.groups())
 
 
 @pytest.fixture(scope="module")
 def chains_run():
-    """RW-MH on the 2-D banana: 6 chains, burn-in 50, thin 2 (a trace and per-step infos)."""
+    """RW-MH on the 2-D banana: 6 chains, burn-in 50, thin 2 (a trace and per-step
+    infos)."""
     t = cj.models.targets.banana()
     algo = cj.vmap_chains(cj.rwmh(t.logdensity_fn, 1.0))
     res = cj.sample(
@@ -254,7 +256,8 @@ def test_to_arviz_groups_align_with_the_run(ensemble_run, tmp_path):
 
 
 def test_to_arviz_builds_the_container_of_the_installed_arviz(ensemble_run):
-    """ArviZ 0.x: an InferenceData; ArviZ 1.x: an xarray.DataTree whose children are the same groups."""
+    """ArviZ 0.x: an InferenceData; ArviZ 1.x: an xarray.DataTree whose children are the
+    same groups."""
     _, res = ensemble_run
     idata = cj.to_arviz(res)
     if AZ_MAJOR >= 1:

@@ -1,4 +1,5 @@
-"""``diagnostics.chains.summary_diagnostics`` (what ``cj.summary`` shows) against the public diagnostics.
+"""``diagnostics.chains.summary_diagnostics`` (what ``cj.summary`` shows) against the
+public diagnostics.
 
 The summary computes its ESS, R-hat and MCSE columns in one pass: the ranks
 sorted once per coordinate on the host, one compiled function per shape

@@ -1,4 +1,5 @@
-"""The gradient audit's drift bias (cenlmc_jax.ensemble.audit, "Systematic bias"), against exact values.
+"""The gradient audit's drift bias (cenlmc_jax.ensemble.audit, "Systematic bias"),
+against exact values.
 
 The figures are ratios of sums over the audited particles, so a force whose error is
 known exactly gives a known β to rounding; the running mean and the flag are checked
@@ -34,7 +35,8 @@ def _x64():
 
 
 def _case(error_fn, seed=0, size=4):
-    """Particles with log-density gradients ``grad``; the first 6 use the ensemble force ∇f + error_fn(∇f)."""
+    """Particles with log-density gradients ``grad``; the first 6 use the ensemble force
+    ∇f + error_fn(∇f)."""
     key = jax.random.key(seed)
     grad = jax.random.normal(key, (N, D), jnp.float64)  # of the log density: ∇f = -grad
     used = jnp.arange(N) < 6
@@ -45,7 +47,8 @@ def _case(error_fn, seed=0, size=4):
 
 @pytest.mark.parametrize("b", [-0.2, 0.1])
 def test_a_scaled_force_gives_the_fraction_times_its_scale(b, _x64):
-    """F = (1 + b)∇f at the users (fraction 0.6): β = 0.6 b exactly, whichever users are audited."""
+    """F = (1 + b)∇f at the users (fraction 0.6): β = 0.6 b exactly, whichever users are
+    audited."""
     grad, idx, ok, force, used = _case(lambda g: b * g)
     _, info = audit_figures(
         grad, idx, ok, force, used, fresh_audit(jnp.float64), jnp.float64(H), False
@@ -57,8 +60,9 @@ def test_a_scaled_force_gives_the_fraction_times_its_scale(b, _x64):
 
 
 def test_an_error_across_the_gradient_is_not_seen(_x64):
-    """An error orthogonal to ∇f at every particle (a quarter turn of it): β = 0 to rounding (documented
-    blind spot); the variance inflation does see it (h|e|²/(2d) > 0)."""
+    """An error orthogonal to ∇f at every particle (a quarter turn of it): β = 0 to
+    rounding (documented blind spot); the variance inflation does see it (h|e|²/(2d) >
+    0)."""
     turn = jnp.array([[0.0, -1.0], [1.0, 0.0]])
     grad, idx, ok, force, used = _case(lambda g: 0.3 * g @ turn.T)
     _, info = audit_figures(
@@ -69,7 +73,8 @@ def test_an_error_across_the_gradient_is_not_seen(_x64):
 
 
 def test_no_user_no_bias_and_no_nan(_x64):
-    """No particle used the ensemble force: nothing audited, β = 0 (like the inflation), not NaN."""
+    """No particle used the ensemble force: nothing audited, β = 0 (like the inflation),
+    not NaN."""
     grad = jax.random.normal(jax.random.key(2), (N, D), jnp.float64)
     used = jnp.zeros(N, bool)
     idx, ok, _ = audit_pick(jax.random.key(3), used, 4)
@@ -106,7 +111,8 @@ def test_the_running_drift_bias_sets_the_flag_after_its_window(b, flagged, _x64)
 
 
 def test_the_warning_names_the_drift_when_it_is_the_cause():
-    """cj.sample's message for a drift-biased run leads with the drift: its size, direction and the variance shift."""
+    """cj.sample's message for a drift-biased run leads with the drift: its size,
+    direction and the variance shift."""
     kept = type(
         "Kept",
         (),
@@ -124,10 +130,10 @@ def test_the_warning_names_the_drift_when_it_is_the_cause():
     "ignore::cenlmc_jax.ConvergenceWarning"
 )  # R-hat 1.08: the biased variance still grows
 def test_the_audit_drift_bias_sees_and_predicts_the_fit_bias():
-    """The linear fit at 3x the suggested eta on N(0, I_3) (frontier.md's row: variance 17% too large at an audited
-    inflation of 0.0008): the audit's drift bias beta flags the run (cj.sample warns,
-    info.biased), and -beta + v predicts the measured variance error. N = 500, 100
-    burn-in + 200 kept steps from exact draws (a 300-step run of
+    """The linear fit at 3x the suggested eta on N(0, I_3) (frontier.md's row: variance
+    17% too large at an audited inflation of 0.0008): the audit's drift bias beta flags
+    the run (cj.sample warns, info.biased), and -beta + v predicts the measured variance
+    error. N = 500, 100 burn-in + 200 kept steps from exact draws (a 300-step run of
     bench_drift_bias: error 0.130 +- 0.010 against the prediction 0.154)."""
     d, h, n = 3, 0.05, 500
     tgt = cj.models.targets.standard_gaussian(d)

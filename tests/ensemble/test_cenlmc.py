@@ -47,7 +47,8 @@ def _lyapunov(A, Q):
 
 
 def _per_particle(values):
-    """(T, N, ...) -> grand mean and its standard error over the N per-particle averages."""
+    """(T, N, ...) -> grand mean and its standard error over the N per-particle
+    averages."""
     per = values.mean(axis=0)
     return per.mean(axis=0), per.std(axis=0, ddof=1) / math.sqrt(per.shape[0])
 
@@ -188,12 +189,12 @@ def test_coupling_distance_zero_without_ensemble():
 
 
 def test_coupling_distance_shrinks_with_smaller_radii_and_more_particles():
-    """E|x^m - z^m| (Theorem 3.3) decreases along a grid that shrinks η, R1, R2 or grows N
-    (with N* ∝ N, so the ensemble fraction stays comparable and each estimate averages
+    """E|x^m - z^m| (Theorem 3.3) decreases along a grid that shrinks η, R1, R2 or grows
+    N (with N* ∝ N, so the ensemble fraction stays comparable and each estimate averages
     more neighbours; Theorem 3.3's sqrt(1/N*) term). Compared: the average distance over
     the last half of 60 steps. Shrinking the radii also lowers the ensemble fraction
-    (fewer
-    particles pass R1, fewer w-neighbours): that is part of how the bound shrinks."""
+    (fewer particles pass R1, fewer w-neighbours): that is part of how the bound
+    shrinks."""
     tgt = targets.standard_gaussian(2)
 
     def late_distance(n, eta, r1, r2, n_star):
@@ -572,10 +573,9 @@ def test_jit_matches_eager_same_key_and_float64_is_preserved():
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_enlmc_instability_is_flagged_before_the_second_moment_doubles(seed):
-    """d = 1, f = x²/2, N = 2000, h = 0.05, η = 0.3 (the issue's setting): E x² passes 2 (twice the
-    target's 1) around step 17-19; the audit's running drift ratio (the typical ensemble
-    force is
-    about half of ∇f) must flag it no later than that."""
+    """d = 1, f = x²/2, N = 2000, h = 0.05, η = 0.3 (the issue's setting): E x² passes 2
+    (twice the target's 1) around step 17-19; the audit's running drift ratio (the
+    typical ensemble force is about half of ∇f) must flag it no later than that."""
     logdensity = targets.standard_gaussian(1).logdensity_fn
     x0 = jax.random.normal(jax.random.key(seed), (2000, 1))
     algo = cj.enlmc(logdensity, 0.05, 0.3)
@@ -597,11 +597,11 @@ def test_enlmc_instability_is_flagged_before_the_second_moment_doubles(seed):
     ids=lambda t: t.name,
 )
 def test_the_default_audit_does_not_fire_on_a_healthy_cenlmc_run(target):
-    """The test configuration (N = 1000, N* = 5): the audit is on by default (8 particles a step) and
-    neither flag fires. Its variance inflation, measured with every particle's gradient,
-    is 0.018 (standard) and 0.037-0.044 (anisotropic, the noisiest healthy run measured)
-    against the flag's 0.05;
-    the stationary test above checks that inflation against the measured covariance."""
+    """The test configuration (N = 1000, N* = 5): the audit is on by default (8
+    particles a step) and neither flag fires. Its variance inflation, measured with
+    every particle's gradient, is 0.018 (standard) and 0.037-0.044 (anisotropic, the
+    noisiest healthy run measured) against the flag's 0.05; the stationary test above
+    checks that inflation against the measured covariance."""
     x0 = jax.random.normal(jax.random.key(3), (1000, 2))
     algo = cj.cenlmc(target.logdensity_fn, H, ETA, R1, R2, 5, M_F, f_star=target.f_star)
     with warnings.catch_warnings():
@@ -627,10 +627,10 @@ def test_the_default_audit_does_not_fire_on_a_healthy_cenlmc_run(target):
 
 
 def test_an_unused_ensemble_warns_with_its_fraction():
-    """d = 5, N = 300 at the suggested parameters: the suggestion predicts an empty eta-ball (fraction 0.00),
-    every particle takes its gradient, and cj.sample says so once, with the measured
-    fraction (exactly 0 here:
-    no particle passes N* with ~0 neighbours). The healthy 2-D run above (fraction ~0.6) raises no warning."""
+    """d = 5, N = 300 at the suggested parameters: the suggestion predicts an empty
+    eta-ball (fraction 0.00), every particle takes its gradient, and cj.sample says so
+    once, with the measured fraction (exactly 0 here: no particle passes N* with ~0
+    neighbours). The healthy 2-D run above (fraction ~0.6) raises no warning."""
     tgt = targets.standard_gaussian(5)
     sug = cj.ensemble.tuning.suggest_cenlmc_params(5, 0.05, num_particles=300)
     assert sug.expected_ensemble_fraction < 0.01  # the configuration is the one meant
@@ -665,13 +665,13 @@ def test_an_unused_ensemble_warns_with_its_fraction():
 
 
 def test_the_bias_flag_fires_where_the_variance_is_measurably_inflated():
-    """A deliberately biased setting: R1 passing 95% of the noise draws (0.77; the suggestion passes
-    70%), η = R2 = 0.38, N* = 5, on N(0, I_2) with N = 1000. The heavier weights
-    ``1/p_j`` of the particles R1 now admits make the force noisy. ``cj.sample`` warns
-    once, ``info.biased`` is set on the kept steps (from step 200, when the running
-    estimate has its window), the run is not stopped, the variance is inflated beyond
-    the threshold and beyond the noise, and the audit's inflation estimate predicts the
-    measured error.
+    """A deliberately biased setting: R1 passing 95% of the noise draws (0.77; the
+    suggestion passes 70%), η = R2 = 0.38, N* = 5, on N(0, I_2) with N = 1000. The
+    heavier weights ``1/p_j`` of the particles R1 now admits make the force noisy.
+    ``cj.sample`` warns once, ``info.biased`` is set on the kept steps (from step 200,
+    when the running estimate has its window), the run is not stopped, the variance is
+    inflated beyond the threshold and beyond the noise, and the audit's inflation
+    estimate predicts the measured error.
 
     The noise is heavy-tailed, and the statistics are chosen for it. The weights are
     bounded (``(4πh) exp((η+R1+R2)²/4h) = 8e4``, proof of Lemma 4.2) but a rare
@@ -694,8 +694,8 @@ def test_the_bias_flag_fires_where_the_variance_is_measurably_inflated():
       ``audit_variance_inflation`` but only partly in the trace (or the reverse for a
       kick late in the burn-in: err/v was 0.87-1.16). The prediction passes each step's
       estimate through that relaxation (exact to first order for a quadratic f: module
-      docstring of ``cenlmc_jax.ensemble.audit``): err/prediction was
-      0.87-1.10 on the 16 runs, a kick dominating or not; allowed 0.7-1.4x, beyond 4 se."""
+      docstring of ``cenlmc_jax.ensemble.audit``): err/prediction was 0.87-1.10 on the
+      16 runs, a kick dominating or not; allowed 0.7-1.4x, beyond 4 se."""
     tgt = targets.standard_gaussian(2)
     n, burn_in, steps = 1000, 100, 600
     r1 = math.sqrt(2 * H * cj.ensemble.tuning.chi2_ppf(0.95, 2))
@@ -813,11 +813,11 @@ def _second_moment_z(algo, dim, n, steps, burn_in):
 
 @pytest.mark.parametrize("dim", [5, 10])
 def test_guard_keeps_moments_within_mcse_of_lmc_where_the_ball_is_empty(dim):
-    """With the suggested parameters at N = 2000, the η-ball is empty in d = 5 and 10 (predicted
-    0.006 and 0 neighbours). Rule (3.21) alone lets particles pass every test and take a
-    force of exactly 0 (measured in d = 5: variance 1.093 against ULA's 1.026); the
-    guard sends them to
-    their gradient, so the second moment is LMC's within 4 MCSE (a false alarm < 1e-4)."""
+    """With the suggested parameters at N = 2000, the η-ball is empty in d = 5 and 10
+    (predicted 0.006 and 0 neighbours). Rule (3.21) alone lets particles pass every test
+    and take a force of exactly 0 (measured in d = 5: variance 1.093 against ULA's
+    1.026); the guard sends them to their gradient, so the second moment is LMC's within
+    4 MCSE (a false alarm < 1e-4)."""
     p = cj.ensemble.tuning.suggest_cenlmc_params(dim, H, num_particles=2000)
     assert (
         p.typical_ball_neighbours < 1 and "too small" in p.reasoning

@@ -1,4 +1,5 @@
-"""Tests of cenlmc_jax.ensemble.tuning: f* by L-BFGS and the CEnLMC parameter guidance."""
+"""Tests of cenlmc_jax.ensemble.tuning: f* by L-BFGS and the CEnLMC parameter
+guidance."""
 
 import functools
 import math
@@ -38,9 +39,10 @@ from cenlmc_jax.models import targets
     ids=lambda t: t.name,
 )
 def test_find_f_star_matches_known_minimum_float32(target):
-    """Known f* (exact for the Gaussians and banana, 1e-12 gradient ascent for the mixture).
-    Tolerance 1e-5: float32 rounding of f (|f| ≈ 2-3, eps 1.2e-7) plus |∇f|²/(2μ) at the
-    stopping rule |∇f| <= 3.5e-4 (< 1e-6 for μ >= 0.05, true of all four)."""
+    """Known f* (exact for the Gaussians and banana, 1e-12 gradient ascent for the
+    mixture). Tolerance 1e-5: float32 rounding of f (|f| ≈ 2-3, eps 1.2e-7) plus
+    |∇f|²/(2μ) at the stopping rule |∇f| <= 3.5e-4 (< 1e-6 for μ >= 0.05, true of all
+    four)."""
     x = (
         target.sample(jax.random.key(0), 200) + 1.0
     )  # shifted: the start is not the mode
@@ -67,8 +69,8 @@ def test_find_f_star_float64_logistic_regression():
 
 
 def test_find_f_star_falls_back_to_best_particle_when_optimisation_fails():
-    """f unbounded below along x (f = -x_0): L-BFGS cannot converge in 5 steps; the result is
-    flagged and still never above the best particle's f."""
+    """f unbounded below along x (f = -x_0): L-BFGS cannot converge in 5 steps; the
+    result is flagged and still never above the best particle's f."""
     logdensity = lambda x: x[0] - 0.5 * x[1] ** 2  # noqa: E731
     x = jax.random.normal(jax.random.key(0), (20, 2))
     res = find_f_star(logdensity, x, max_steps=5)
@@ -197,10 +199,10 @@ def test_suggestion_follows_the_theory_in_its_limits():
 
 
 def _simulated_noise_constant(dim, h, eta, r1, r2, num_neighbours, reps, seed):
-    """N_i · E|F_i - ∇f|² / |∇f|² of the estimator (3.19) itself, simulated for f(x) = x_0: particle i
-    with w_i = 0 and x_i - w_i = sqrt(2h) ξ_i (R1 test passed), N_i neighbours with w_j
-    uniform in the
-    R2-ball and x_j ~ N(w_j, 2h I), weights 1/p_j(x_j). Returns (mean, standard error) over ``reps``."""
+    """N_i · E|F_i - ∇f|² / |∇f|² of the estimator (3.19) itself, simulated for f(x) =
+    x_0: particle i with w_i = 0 and x_i - w_i = sqrt(2h) ξ_i (R1 test passed), N_i
+    neighbours with w_j uniform in the R2-ball and x_j ~ N(w_j, 2h I), weights
+    1/p_j(x_j). Returns (mean, standard error) over ``reps``."""
     rng = np.random.default_rng(seed)
     xi = rng.standard_normal((4 * reps, dim))
     x_i = (
@@ -235,11 +237,11 @@ def _simulated_noise_constant(dim, h, eta, r1, r2, num_neighbours, reps, seed):
 
 @pytest.mark.parametrize("dim", [2, 3])
 def test_noise_constant_matches_the_simulated_ensemble_force(dim):
-    """K (an integral, by Monte Carlo over the geometry) against the estimator itself, simulated with
-    10 neighbours on a linear f: measured within 1-2 standard errors (d = 2: 17.9 vs
-    17.2-17.5 ± 0.4; d = 3: 141 vs 131-132 ± 9-12). Allowed: 4 standard errors of the
-    simulation plus 4% for K's own
-    Monte-Carlo error (1.7% at d = 3, measured against 16x the samples)."""
+    """K (an integral, by Monte Carlo over the geometry) against the estimator itself,
+    simulated with 10 neighbours on a linear f: measured within 1-2 standard errors (d =
+    2: 17.9 vs 17.2-17.5 ± 0.4; d = 3: 141 vs 131-132 ± 9-12). Allowed: 4 standard
+    errors of the simulation plus 4% for K's own Monte-Carlo error (1.7% at d = 3,
+    measured against 16x the samples)."""
     h = 0.05
     p = suggest_cenlmc_params(dim, h, num_particles=2000)
     k = ensemble_noise_constant(dim, h, p.eta, p.r1, p.r2)
@@ -253,12 +255,12 @@ def test_noise_constant_matches_the_simulated_ensemble_force(dim):
 
 
 def test_suggestion_keeps_the_ensemble_noise_within_its_budget():
-    """N* meets the noise budget (predicted variance inflation <= 0.02) in every dimension; in d <= 2
-    the 90% pass rule already did, so the suggestion is unchanged there (d = 2, N = 2000
-    / 4000: N* = 10 / 20, as before); in d = 3 the budget raises N* (N = 2000: the pass
-    rule gives 5 and a predicted inflation of 0.11, measured 0.05-0.07 on the Darcy runs
-    whose sd was 4-35% off); a looser
-    budget gives the pass rule back."""
+    """N* meets the noise budget (predicted variance inflation <= 0.02) in every
+    dimension; in d <= 2 the 90% pass rule already did, so the suggestion is unchanged
+    there (d = 2, N = 2000 / 4000: N* = 10 / 20, as before); in d = 3 the budget raises
+    N* (N = 2000: the pass rule gives 5 and a predicted inflation of 0.11, measured
+    0.05-0.07 on the Darcy runs whose sd was 4-35% off); a looser budget gives the pass
+    rule back."""
     for dim in (1, 2, 3, 4, 5):
         for n in (500, 2000, 4000):
             p = suggest_cenlmc_params(dim, 0.05, num_particles=n)

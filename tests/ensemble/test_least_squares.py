@@ -1,4 +1,5 @@
-"""The local least-squares ensemble gradient (cenlmc_jax.ensemble.least_squares), against exact formulas."""
+"""The local least-squares ensemble gradient (cenlmc_jax.ensemble.least_squares),
+against exact formulas."""
 
 import itertools
 import math
@@ -30,7 +31,8 @@ def _enable_x64():
 
 
 def _lattice(eta, centre, n=4):
-    """A grid symmetric about ``centre`` with spacing ∝ η (the design scales with η), the centre first."""
+    """A grid symmetric about ``centre`` with spacing ∝ η (the design scales with η),
+    the centre first."""
     ticks = np.linspace(-0.9, 0.9, 2 * n + 1) * eta
     pts = np.array([p for p in itertools.product(ticks, ticks) if np.hypot(*p) > 0])
     return np.concatenate([centre[None], centre + pts])
@@ -171,10 +173,10 @@ def test_residual_test_refuses_a_rough_fit():
 
 @pytest.mark.parametrize("d", [1, 2, 3])
 def test_sparse_equals_dense_and_skips_far_tiles(d):
-    """The block-sparse path (Hilbert order, tiles beyond η skipped) against the all-pairs reference: the same
-    neighbour counts and acceptances exactly (a skipped tile holds no pair with k > 0),
-    the gradients to the
-    rounding of sums taken in another order; some tile pairs really are skipped; invalid rows stay invalid."""
+    """The block-sparse path (Hilbert order, tiles beyond η skipped) against the
+    all-pairs reference: the same neighbour counts and acceptances exactly (a skipped
+    tile holds no pair with k > 0), the gradients to the rounding of sums taken in
+    another order; some tile pairs really are skipped; invalid rows stay invalid."""
     rng = np.random.default_rng(10 + d)
     x = rng.normal(size=(300, d))
     x[7] = np.nan  # an invalid particle: no one's neighbour, refused itself
@@ -248,7 +250,8 @@ def test_jit_vmap_grad_and_errors():
 
 
 def _stationary_second_moment(estimator, n=384, steps=300, burn=20, h=0.05, eta=0.5):
-    """CEnLMC on N(0, I_2) started at ULA's stationary law; per-step ensemble mean of x² and the fraction."""
+    """CEnLMC on N(0, I_2) started at ULA's stationary law; per-step ensemble mean of x²
+    and the fraction."""
     import cenlmc_jax as cj
 
     ula_var = 1 / (
@@ -286,7 +289,8 @@ def _stationary_second_moment(estimator, n=384, steps=300, burn=20, h=0.05, eta=
 
 
 def _batch_mcse(series, batch=30):
-    """Batch-means standard error of the mean (batches of 30 steps ≫ τ ≈ 20 of x² under ULA, h = 0.05)."""
+    """Batch-means standard error of the mean (batches of 30 steps ≫ τ ≈ 20 of x² under
+    ULA, h = 0.05)."""
     b = series[: len(series) // batch * batch].reshape(-1, batch).mean(axis=1)
     return b.std(ddof=1) / math.sqrt(len(b))
 
@@ -320,11 +324,11 @@ def test_cenlmc_estimator_checked():
 
 
 def test_cenlmc_warns_that_the_audit_does_not_see_the_fit_bias():
-    """The audit's variance inflation measures the force's noise, not the fit's O(eta^2) bias
-    (benchmarks/results/frontier.md: the variance 7% off at d = 3 with an audited
+    """The audit's variance inflation measures the force's noise, not the fit's O(eta^2)
+    bias (benchmarks/results/frontier.md: the variance 7% off at d = 3 with an audited
     inflation below 0.1%): choosing the fit says so, and names the drift bias that does
-    see it along the gradient; the paper's
-    estimator, whose audit is accurate there, does not warn."""
+    see it along the gradient; the paper's estimator, whose audit is accurate there,
+    does not warn."""
     import warnings
 
     import cenlmc_jax as cj

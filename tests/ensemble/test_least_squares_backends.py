@@ -1,4 +1,5 @@
-"""The least-squares fit on every backend of the pair force: Pallas, and sharded over a mesh.
+"""The least-squares fit on every backend of the pair force: Pallas, and sharded over a
+mesh.
 
 What cannot be faked: the dense all-pairs fit (tests/ensemble/test_least_squares.py
 tests it against exact gradients) is the oracle. The sharded fold runs each row tile's

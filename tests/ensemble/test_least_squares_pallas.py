@@ -1,4 +1,5 @@
-"""The Pallas kernel of the least-squares moments (cenlmc_jax.ensemble.least_squares.pallas).
+"""The Pallas kernel of the least-squares moments
+(cenlmc_jax.ensemble.least_squares.pallas).
 
 On CPU the kernel runs in Pallas' interpret mode (``interpret=None`` picks it
 by the lowering platform), so the values are checked here against the XLA
@@ -54,7 +55,8 @@ def _h200(monkeypatch):
 
 
 def ensemble(n: int, d: int, seed: int = 0):
-    """``n`` points uniform in ``[-1, 1]^d`` with a smooth non-polynomial ``f``; three invalid (NaN) particles."""
+    """``n`` points uniform in ``[-1, 1]^d`` with a smooth non-polynomial ``f``; three
+    invalid (NaN) particles."""
     rng = np.random.default_rng(seed)
     x = rng.uniform(-1, 1, size=(n, d))
     f = np.sin(x @ np.linspace(1.0, 2.0, d)) + 0.5 * np.sum(x * x, axis=1)

@@ -1,4 +1,5 @@
-"""Preconditioned LMC, ``cj.lmc(..., inverse_mass_matrix=M)``, against the exact stationary law on Gaussians.
+"""Preconditioned LMC, ``cj.lmc(..., inverse_mass_matrix=M)``, against the exact
+stationary law on Gaussians.
 
 On ``π = N(0, Σ)`` the step ``x' = x + h M ∇log π(x) + sqrt(2h) M^{1/2} ξ`` is linear:
 ``x' = A x + sqrt(2h) M^{1/2} ξ`` with ``A = I - h M Σ⁻¹``, so the stationary covariance
@@ -42,8 +43,9 @@ def gaussian(cov):
 
 
 def dense_case():
-    """d = 3, condition number 1e4, M = Σ^{1/2} B Σ^{1/2} with B's eigenvalues in [0.5, 2]: M Σ⁻¹ has
-    the eigenvalues of B, so A = I - h M Σ⁻¹ contracts by 1 - h·0.5 per step at worst (h = 0.2: 10 steps)."""
+    """d = 3, condition number 1e4, M = Σ^{1/2} B Σ^{1/2} with B's eigenvalues in [0.5,
+    2]: M Σ⁻¹ has the eigenvalues of B, so A = I - h M Σ⁻¹ contracts by 1 - h·0.5 per
+    step at worst (h = 0.2: 10 steps)."""
     r = rotation(3, 0)
     cov = r @ np.diag([1e2, 1.0, 1e-2]) @ r.T
     root = cj.langevin.mass_root(cov)
@@ -96,7 +98,8 @@ def run(
 
 
 def second_moment_z(trace, exact):
-    """z-scores of the mean of x xᵀ (the mean 0 is exact) against ``exact``, entrywise."""
+    """z-scores of the mean of x xᵀ (the mean 0 is exact) against ``exact``,
+    entrywise."""
     t = np.asarray(trace, np.float64)
     per = (t[..., :, None] * t[..., None, :]).mean(
         axis=0
@@ -107,8 +110,9 @@ def second_moment_z(trace, exact):
 
 @pytest.mark.parametrize("form", sorted(CASES))
 def test_stationary_covariance_is_the_lyapunov_solution(form):
-    """Each matrix form of M: the covariance and the mean of the run are the exact ULA law's, and the
-    law differs from Σ by more than the test resolves (the test would see a missing M^{1/2} or h M)."""
+    """Each matrix form of M: the covariance and the mean of the run are the exact ULA
+    law's, and the law differs from Σ by more than the test resolves (the test would see
+    a missing M^{1/2} or h M)."""
     cov, M = CASES[form]()
     h = 0.2
     res = run(gaussian(cov), cov, M, h, jax.random.key(10))
@@ -129,9 +133,9 @@ def test_stationary_covariance_is_the_lyapunov_solution(form):
     )  # the bias is resolved: h = 0.2 is not small here
 
 
-def test_mass_equal_to_the_covariance_gives_the_isotropic_bias_at_condition_number_1e4():
-    """M = Σ: S = Σ/(1 - h/2) exactly (algebra), and the run has it (float64: the small direction's
-    variance is 1e-4 of the large one's)."""
+def test_mass_equal_to_the_covariance_gives_the_isotropic_bias_at_condition_number_1e4():  # noqa: E501
+    """M = Σ: S = Σ/(1 - h/2) exactly (algebra), and the run has it (float64: the small
+    direction's variance is 1e-4 of the large one's)."""
     r = rotation(2, 3)
     cov = r @ np.diag([1e2, 1e-2]) @ r.T
     h = 0.1
@@ -168,7 +172,8 @@ def test_mass_equal_to_the_covariance_gives_the_isotropic_bias_at_condition_numb
 
 
 def test_identity_mass_is_plain_lmc_and_same_key_same_samples():
-    """M = I in every form gives plain LMC's chain (the same ξ); the same key gives the same samples."""
+    """M = I in every form gives plain LMC's chain (the same ξ); the same key gives the
+    same samples."""
     cov, M = dense_case()
     logp = gaussian(cov)
     x0 = jax.random.normal(jax.random.key(0), (20, 3))

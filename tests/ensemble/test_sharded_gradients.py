@@ -1,4 +1,5 @@
-"""Under ``mesh=`` each device computes the true gradients of its own particles (issue 16, item 3).
+"""Under ``mesh=`` each device computes the true gradients of its own particles (issue
+16, item 3).
 
 On 4 forced CPU devices (a subprocess: the device count is fixed when JAX
 starts, as in test_sharded_runs.py), with a target whose gradient is the only
@@ -38,7 +39,8 @@ from cenlmc_jax.ensemble.buffers import GRAD_BUCKETS
 ROOT = Path(__file__).resolve().parents[2]
 P = 4
 N = 400
-N_ODD = 403  # the direct test of the buffers: not a multiple of P, so the ensemble is padded
+# the direct test of the buffers: not a multiple of P, so the ensemble is padded
+N_ODD = 403
 CAPACITIES = {"buckets": None, "cap64": 64}
 DIRECT = {
     "buckets": None,
@@ -168,7 +170,8 @@ def test_allgather_run_is_the_single_device_run(run, cap_name):
         "grad_evals_padded",
         "model_solves",
     }  # the padding count: per-device buckets, summed
-    rounded = "audit_variance_inflation"  # a float32 sum over the sharded particles (also before issue 16)
+    # a float32 sum over the sharded particles (also before issue 16)
+    rounded = "audit_variance_inflation"
     for field in sorted(fields - differ - {rounded}):
         np.testing.assert_array_equal(
             run[f"{mesh}/info/{field}"], run[f"{single}/info/{field}"], err_msg=field
@@ -195,7 +198,8 @@ def test_allgather_run_is_the_single_device_run(run, cap_name):
 
 
 def _computed_formula(need: np.ndarray, capacity: int | None, num: int) -> int:
-    """Σ over devices of the gradients one device's ``needed_grads`` computes for its rows."""
+    """Σ over devices of the gradients one device's ``needed_grads`` computes for its
+    rows."""
     n_local = -(-need.size // num)
     padded = np.zeros(n_local * num, bool)
     padded[: need.size] = need

@@ -21,9 +21,9 @@ H = 0.05
     ids=lambda t: t.name,
 )
 def test_tuner_reaches_the_fraction_and_a_fresh_run_reproduces_it(target, recwarn):
-    """N = 1000: a fraction of 0.5 is reachable within the tuner's cap on the variance inflation (0.03);
-    0.6 is not on these targets (its candidates measured 0.02-0.09: the sd biased by
-    1-4.5%; the next test checks what the tuner does then).
+    """N = 1000: a fraction of 0.5 is reachable within the tuner's cap on the variance
+    inflation (0.03); 0.6 is not on these targets (its candidates measured 0.02-0.09:
+    the sd biased by 1-4.5%; the next test checks what the tuner does then).
 
     On the banana a run with the chosen parameters can lose a particle, and the test
     allows it there (only there). The ensemble force's weights ``1/p_j`` are bounded, by
@@ -104,8 +104,9 @@ def test_tuner_reaches_the_fraction_and_a_fresh_run_reproduces_it(target, recwar
 
 
 def test_an_unreachable_fraction_takes_the_largest_candidate_within_the_caps():
-    """R1 passing 90% reaches a fraction of ~0.76 on the 2-D Gaussian at N = 1000, but its measured
-    inflation (0.05) is above the cap (0.03): the tuner keeps the suggestion's 70% (~0.59) and says so."""
+    """R1 passing 90% reaches a fraction of ~0.76 on the 2-D Gaussian at N = 1000, but
+    its measured inflation (0.05) is above the cap (0.03): the tuner keeps the
+    suggestion's 70% (~0.59) and says so."""
     target = cj.models.targets.standard_gaussian(2)
     x0 = jax.random.normal(jax.random.key(0), (1000, 2))
     tuned = tune_cenlmc(

@@ -1,4 +1,5 @@
-"""``tune_cenlmc`` skips its grid where no candidate can use the ensemble (issue 17, item 6, last row).
+"""``tune_cenlmc`` skips its grid where no candidate can use the ensemble (issue 17,
+item 6, last row).
 
 On a 4-D standard Gaussian with 16 particles the suggestion predicts an
 ensemble fraction of exactly 0 (no particle can have N* neighbours), and the

@@ -1,4 +1,5 @@
-"""``cj.whitened``: the ensemble samplers in whitened coordinates ``y = L⁻¹(x − m)``, ``M = L Lᵀ`` fixed.
+"""``cj.whitened``: the ensemble samplers in whitened coordinates ``y = L⁻¹(x − m)``,
+``M = L Lᵀ`` fixed.
 
 The target: a 2-D Gaussian ``N(μ, Σ)`` with condition number 1e4 (variances 1e2 and 1e-2
 along a rotated basis) and a mean away from 0. Whitened by its own ``μ, Σ`` it is ``N(0,
@@ -89,9 +90,8 @@ def test_whitened_cenlmc_has_the_right_moments_at_condition_number_1e4():
     L = cj.langevin.mass_root(COV)
     y = (x - MU) @ np.linalg.inv(L).T  # the positions mapped back are m + L y
     frac = float(np.mean(res.info.ensemble_fraction[burn_in:-1]))
-    assert frac >= 0.4, (
-        frac
-    )  # the ensemble is used (measured 0.64 on N(0, I) in tests/ensemble/test_cenlmc.py)
+    # the ensemble is used (measured 0.64 on N(0, I) in tests/ensemble/test_cenlmc.py)
+    assert frac >= 0.4, frac
 
     # the ensemble force, in y: e = F - ∇f_y(y) = F - y; E[e] = 0 and E[e yᵀ] = 0
     # (unbiased given the past; the second catches a force off by a factor)
@@ -128,8 +128,9 @@ def test_whitened_cenlmc_has_the_right_moments_at_condition_number_1e4():
 
 
 def test_unwhitened_cenlmc_at_the_curvature_rule_does_not_move_in_the_wide_direction():
-    """The same target unwhitened: the curvature rule gives h = 2·0.05/(1.05·1e2) ≈ 1e-3 (λ_max = 1e2),
-    so in 300 steps the wide direction (variance 1e2) spreads by ≈ 2h·300 = 0.6 from a tight start."""
+    """The same target unwhitened: the curvature rule gives h = 2·0.05/(1.05·1e2) ≈ 1e-3
+    (λ_max = 1e2), so in 300 steps the wide direction (variance 1e2) spreads by ≈ 2h·300
+    = 0.6 from a tight start."""
     h = cj.adaptation.langevin_step_size(1.0 / 1e-2, bias=0.05)
     p = cj.ensemble.tuning.suggest_cenlmc_params(2, h, num_particles=500)
     algo = cj.cenlmc(logdensity, h, p.eta, p.r1, p.r2, p.n_star, p.m_f, f_star=0.0)
@@ -151,8 +152,8 @@ def test_unwhitened_cenlmc_at_the_curvature_rule_does_not_move_in_the_wide_direc
 
 
 def test_whitened_lmc_is_preconditioned_lmc():
-    """``L = M^{1/2}`` (symmetric): cj.whitened(cj.lmc, ...) is cj.lmc(..., inverse_mass_matrix=M), the same
-    draws up to rounding."""
+    """``L = M^{1/2}`` (symmetric): cj.whitened(cj.lmc, ...) is cj.lmc(...,
+    inverse_mass_matrix=M), the same draws up to rounding."""
     x0 = exact_draws(16, 2)
     pre = cj.lmc(logdensity, H, inverse_mass_matrix=COV)
     a = cj.sample(jax.random.key(3), pre, pre.init(x0), 6, check_convergence=False)
@@ -164,8 +165,8 @@ def test_whitened_lmc_is_preconditioned_lmc():
 
 
 def test_a_grad_fn_of_x_is_mapped_to_y_as_a_keyword_and_in_options():
-    """grad_fn (of x) becomes y ↦ Lᵀ grad_fn(m + L y) = ∇_y log π(m + L y), in float64, both where the
-    ensemble samplers take it (a keyword, ``options.grad_fn``)."""
+    """grad_fn (of x) becomes y ↦ Lᵀ grad_fn(m + L y) = ∇_y log π(m + L y), in float64,
+    both where the ensemble samplers take it (a keyword, ``options.grad_fn``)."""
     from cenlmc_jax.ensemble.whitened import (
         _whiten_kwargs,
         whiten_logdensity,

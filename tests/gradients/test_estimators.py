@@ -14,7 +14,9 @@ from cenlmc_jax.models import targets
 from cenlmc_jax.sgmcmc import recipe
 
 NUM_DRAWS = 4000  # independent estimator draws for the z-tests
-Z_MAX = 4.5  # |z| > 4.5 has probability 7e-6 per coordinate under N(0, 1): a failure is a bug, not bad luck
+# |z| > 4.5 has probability 7e-6 per coordinate under N(0, 1): a failure is a bug, not
+# bad luck
+Z_MAX = 4.5
 
 
 @pytest.fixture(scope="module")
@@ -234,8 +236,9 @@ def test_noisy_bad_input_raises():
 
 
 def test_floyd_subsets_are_uniform_and_distinct():
-    """All C(6, 3) = 20 subsets of {0..5} equally likely: each frequency within 4.5 binomial SE of
-    1/20 over 40,000 draws (a false alarm over the 20 has probability < 2e-4); entries distinct."""
+    """All C(6, 3) = 20 subsets of {0..5} equally likely: each frequency within 4.5
+    binomial SE of 1/20 over 40,000 draws (a false alarm over the 20 has probability <
+    2e-4); entries distinct."""
     n, b, num = 6, 3, 40_000
     idx = np.asarray(
         jax.jit(jax.vmap(lambda k: gradients.floyd_subset(k, n, b)))(

@@ -1,4 +1,5 @@
-"""Finite-difference gradients and black-box models (``grad_fn=``; ``jax.pure_callback``).
+"""Finite-difference gradients and black-box models (``grad_fn=``;
+``jax.pure_callback``).
 
 What cannot be faked: the finite-difference gradient against the exact one
 (its error bound is O(δ²) / O(δ) plus rounding ε/δ), a NumPy model behind
@@ -43,7 +44,8 @@ def test_finite_difference_bad_input():
 
 
 def black_box(calls, mean=1.0):
-    """A NumPy model N(mean, I) behind jax.pure_callback, vectorised over leading axes; logs each call."""
+    """A NumPy model N(mean, I) behind jax.pure_callback, vectorised over leading axes;
+    logs each call."""
 
     def numpy_logdensity(x):
         calls.append(x.shape)
@@ -109,7 +111,8 @@ def test_lmc_with_a_finite_difference_gradient_tracks_autodiff():
 
 
 def point_counter(points):
-    """A NumPy N(1, I) model that counts the points it evaluates (one per row of a batched call)."""
+    """A NumPy N(1, I) model that counts the points it evaluates (one per row of a
+    batched call)."""
 
     def numpy_logdensity(x):
         points.append(int(np.prod(x.shape[:-1])))

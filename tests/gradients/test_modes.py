@@ -1,4 +1,5 @@
-"""``grad_mode``: forward and reverse autodiff give the same gradients and the same samples (cenlmc_jax.gradients.modes).
+"""``grad_mode``: forward and reverse autodiff give the same gradients and the same
+samples (cenlmc_jax.gradients.modes).
 
 Both modes apply the same chain rule and sum its terms in another order, so
 they agree up to rounding: an entry of the gradient sums O(10) terms of size
@@ -36,7 +37,8 @@ A = np.array([[2.0, 0.6, 0.0], [0.6, 1.0, 0.3], [0.0, 0.3, 0.5]])
 
 
 def curved(x):
-    """A correlated Gaussian plus a banana-like term: gradient and Hessian vary with x (d = 3)."""
+    """A correlated Gaussian plus a banana-like term: gradient and Hessian vary with x
+    (d = 3)."""
     a = jnp.asarray(A, x.dtype)
     return (
         -0.5 * x @ (a @ x) - 0.1 * (x[1] - x[0] ** 2) ** 2 + 0.05 * jnp.sum(jnp.sin(x))
@@ -67,8 +69,9 @@ def test_forward_and_reverse_give_the_same_value_and_gradient(dtype, rtol):
 
 @pytest.mark.parametrize("d,n", [(3, 16000), (5, 8000)])
 def test_forward_mode_is_right_where_xla_miscompiles_vmapped_jacfwd(d, n):
-    """On XLA CPU (jaxlib 0.10.2) ``jit(vmap(jacfwd(f)))`` is wrong at these shapes (measured: rows
-    shifted by a few particles); the library's forward mode must not be (exact gradient cos x - x)."""
+    """On XLA CPU (jaxlib 0.10.2) ``jit(vmap(jacfwd(f)))`` is wrong at these shapes
+    (measured: rows shifted by a few particles); the library's forward mode must not be
+    (exact gradient cos x - x)."""
     f = lambda t: -0.5 * jnp.sum(t**2) + jnp.sum(jnp.sin(t))
     x = jnp.asarray(np.random.default_rng(1).normal(0.0, 0.3, (n, d)), jnp.float32)
     g = np.asarray(jax.jit(jax.vmap(value_and_grad(f, "forward")))(x)[1])
@@ -134,7 +137,7 @@ def test_auto_is_forward_at_small_d_and_reverse_at_large_d():
     )
 
 
-def test_auto_falls_back_to_reverse_for_a_custom_vjp_log_density_and_grad_fn_overrides_the_mode():
+def test_auto_falls_back_to_reverse_for_a_custom_vjp_log_density_and_grad_fn_overrides_the_mode():  # noqa: E501
     @jax.custom_vjp
     def adjoint(x):
         return gaussian(x)
@@ -284,7 +287,8 @@ def test_mala_same_samples_and_decisions_in_both_modes_with_a_pytree_position():
 
 @pytest.mark.parametrize("mode", GRAD_MODES)
 def test_max_curvature_in_every_mode_on_a_gaussian(mode):
-    """For a Gaussian the Hessian is -A everywhere: the result is λ_max(A), whichever modes differentiate it."""
+    """For a Gaussian the Hessian is -A everywhere: the result is λ_max(A), whichever
+    modes differentiate it."""
     with jax.enable_x64(True):
         for est_mode in MODES:
             est = cj.gradients.grad_estimator_from_logdensity(

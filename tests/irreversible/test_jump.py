@@ -48,7 +48,8 @@ def x64():
 
 
 def jv(fn):
-    """jit(vmap(fn)): one compiled call instead of op-by-op dispatch of a batched function."""
+    """jit(vmap(fn)): one compiled call instead of op-by-op dispatch of a batched
+    function."""
     return jax.jit(jax.vmap(fn))
 
 
@@ -72,7 +73,8 @@ def run_sampler(
     flip=True,
     trace_fn=None,
 ):
-    """(n, steps, ...) trace and the reduced infos of ``kind`` in {"gamma", "rw", "sde"} on ``target``."""
+    """(n, steps, ...) trace and the reduced infos of ``kind`` in {"gamma", "rw", "sde"}
+    on ``target``."""
     if x0 is None:
         x0 = jax.random.normal(jax.random.key(100 + seed), (n, target.dim))
     if kind == "gamma":
@@ -109,13 +111,15 @@ def run_sampler(
 
 
 def z_scores(values, truth):
-    """z = (mean - truth) / MCSE, MCSE from the multi-chain ESS; values: (chains, draws, k)."""
+    """z = (mean - truth) / MCSE, MCSE from the multi-chain ESS; values: (chains, draws,
+    k)."""
     est = values.mean(axis=(0, 1))
     return (est - truth) / np.asarray(dg.mcse(values)), est
 
 
 def lag_acf(trace, lag):
-    """Per-chain lag autocorrelation of coordinate 0 about the exact mean 0 (symmetric targets).
+    """Per-chain lag autocorrelation of coordinate 0 about the exact mean 0 (symmetric
+    targets).
 
     Returns the mean over chains and its standard error (chains are independent).
     """
@@ -129,7 +133,8 @@ _DW_DENS = np.exp(-(_DW_GRID**4 - 2 * _DW_GRID**2) - 1.0)  # max of -U is 1 at �
 
 
 def double_well_moments():
-    """E θ² and E θ⁴ of p ∝ exp(-(θ⁴ - 2θ²)) by the trapezoid rule (tails beyond |θ|=6 are < e^-1000)."""
+    """E θ² and E θ⁴ of p ∝ exp(-(θ⁴ - 2θ²)) by the trapezoid rule (tails beyond |θ|=6
+    are < e^-1000)."""
     z = np.trapezoid(_DW_DENS, _DW_GRID)
     return np.trapezoid(_DW_GRID**2 * _DW_DENS, _DW_GRID) / z, np.trapezoid(
         _DW_GRID**4 * _DW_DENS, _DW_GRID
@@ -137,7 +142,8 @@ def double_well_moments():
 
 
 def double_well_exact_draws(n, seed):
-    """Exact draws by inverting the quadrature CDF: chains start in stationarity (no burn-in)."""
+    """Exact draws by inverting the quadrature CDF: chains start in stationarity (no
+    burn-in)."""
     cdf = np.concatenate(
         [[0.0], np.cumsum((_DW_DENS[1:] + _DW_DENS[:-1]) / 2 * np.diff(_DW_GRID))]
     )
@@ -202,7 +208,8 @@ def test_moments_on_double_well_against_quadrature(double_well_runs, kind):
 def test_irreversible_gamma_decorrelates_faster_than_rwmh_at_equal_acceptance(
     gaussian_runs, double_well_runs, which
 ):
-    """Lag-5 autocorrelation: irreversible Gamma sampler below RW-MH at the same acceptance."""
+    """Lag-5 autocorrelation: irreversible Gamma sampler below RW-MH at the same
+    acceptance."""
     runs = gaussian_runs if which == "gaussian" else double_well_runs
     (tr_rw, info_rw), (tr_g, info_g) = runs["rw"], runs["gamma"]
     acc_rw, acc_g = (
@@ -256,7 +263,8 @@ def test_direction_is_uniform_in_stationarity_and_flips_exactly_on_rejection(
 
 
 def test_gamma_backward_density_cancels_through_the_general_formula():
-    """log g̃(z|z*, s) = log f̃(z*|z, s) = Σ log Gamma(|z*_i - z_i|; k, θ); reversed jumps are impossible."""
+    """log g̃(z|z*, s) = log f̃(z*|z, s) = Σ log Gamma(|z*_i - z_i|; k, θ); reversed
+    jumps are impossible."""
     k, theta = 2.5, 0.3
     prop = irr.gamma_proposal(k, theta)
     key_z, key_s, key_p = jax.random.split(jax.random.key(0), 3)
@@ -285,8 +293,9 @@ def test_gamma_backward_density_cancels_through_the_general_formula():
 
 
 def test_coordinatewise_proposal_from_sample_f_and_sample_g():
-    """The general builder: f_i = N(x + 3, 0.1²), g_i = N(x - 3, 0.1²) (a guided Gaussian walk).
-    Coordinate i draws from f_i when s_i > 0 and from g_i otherwise; the pairing (7.1) holds."""
+    """The general builder: f_i = N(x + 3, 0.1²), g_i = N(x - 3, 0.1²) (a guided
+    Gaussian walk). Coordinate i draws from f_i when s_i > 0 and from g_i otherwise; the
+    pairing (7.1) holds."""
     norm = jax.scipy.stats.norm.logpdf
     prop = irr.coordinatewise_proposal(
         log_f=lambda xn, xo: norm(xn, xo + 3.0, 0.1),
@@ -315,7 +324,8 @@ def test_coordinatewise_proposal_from_sample_f_and_sample_g():
     "k", [2.0, 2.5]
 )  # integer k: sum of exponentials; else jax.random.gamma
 def test_gamma_jumps_have_the_gamma_law(k):
-    """z*_i - z_i = s_i G, G ~ Gamma(k, θ): mean kθ and variance kθ² (z-test, i.i.d. draws)."""
+    """z*_i - z_i = s_i G, G ~ Gamma(k, θ): mean kθ and variance kθ² (z-test, i.i.d.
+    draws)."""
     theta, n = 0.7, 100_000
     prop = irr.gamma_proposal(k, theta)
     z = jnp.zeros((n, 1))
@@ -338,7 +348,8 @@ def test_gamma_jumps_have_the_gamma_law(k):
 
 
 def _one_step_check(prop, logdensity_fn, z, s, key):
-    """One step per chain; returns (state, info, z*) with z* redrawn from the documented key split."""
+    """One step per chain; returns (state, info, z*) with z* redrawn from the documented
+    key split."""
     state = jv(lambda x, d: irr.IrreversibleMHState(x, d, logdensity_fn(x)))(z, s)
     keys = jax.random.split(key, z.shape[0])
     step = jax.jit(
@@ -397,7 +408,8 @@ def _mala_log_ratio(logdensity_fn, z, z_star, tau, precond):
 
 @pytest.mark.parametrize("precond", [np.eye(2), np.array([[1.0, 0.4], [0.4, 0.5]])])
 def test_sde_proposal_with_q_zero_is_mala(precond):
-    """Q = 0, D = C constant: the SDE proposal step has MALA's acceptance probability."""
+    """Q = 0, D = C constant: the SDE proposal step has MALA's acceptance
+    probability."""
     tgt = targets.banana()
     n, tau = 500, 0.3
     prop = irr.sde_proposal(precond, 0.0, tgt.logdensity_fn, tau)
@@ -427,7 +439,8 @@ def test_sde_proposal_with_q_zero_is_mala(precond):
 
 
 def test_sde_proposal_densities_are_eq_8_1_with_analytic_gamma():
-    """Callable D(z), Q(z): log f̃ and log g̃ equal (8.1) written out with Γ by hand, for s = ±1."""
+    """Callable D(z), Q(z): log f̃ and log g̃ equal (8.1) written out with Γ by hand,
+    for s = ±1."""
     tgt = targets.correlated_gaussian(2, 0.5)
     eps = 0.05
     Dfn = lambda z: jnp.diag(1.0 + z**2)  # Γ_D,i = ∂_i D_ii = 2 z_i
@@ -504,10 +517,11 @@ def test_sde_proposal_sampler_covariance_on_correlated_gaussian(rho09):
 
 
 def test_sde_proposal_without_flipping_has_a_visibly_wrong_covariance(rho09):
-    """Spec 8: keeping Q but never flipping s breaks invariance (the rejection probabilities
-    of s and -s differ). At ε = 0.05, Q = 3J the variances come out ~1.4 instead of 1:
-    visible (> 20 % off) and far outside the MCSE. (At ε = 0.1, Q = J the no-flip error
-    is below the MCSE of this run size: the size of the error depends on the settings.)"""
+    """Spec 8: keeping Q but never flipping s breaks invariance (the rejection
+    probabilities of s and -s differ). At ε = 0.05, Q = 3J the variances come out ~1.4
+    instead of 1: visible (> 20 % off) and far outside the MCSE. (At ε = 0.1, Q = J the
+    no-flip error is below the MCSE of this run size: the size of the error depends on
+    the settings.)"""
     prop = irr.sde_proposal(np.eye(2), SDE_C * J, rho09.logdensity_fn, SDE_EPS)
     x0 = rho09.sample(jax.random.key(11), 500)
     trace, info = run_sampler(
@@ -520,7 +534,8 @@ def test_sde_proposal_without_flipping_has_a_visibly_wrong_covariance(rho09):
 
 
 def test_sde_proposal_with_position_dependent_d_and_q_is_exact():
-    """Callable D(z), Q(z) (Cholesky and log-det of D(z) vary, Γ ≠ 0): moments within MCSE."""
+    """Callable D(z), Q(z) (Cholesky and log-det of D(z) vary, Γ ≠ 0): moments within
+    MCSE."""
     tgt = targets.correlated_gaussian(2, 0.5)
     Dfn = lambda z: jnp.diag(0.5 + 0.5 / (1.0 + z**2))
     Qfn = lambda z: (1.0 + 0.5 * jnp.tanh(z[0])) * jnp.asarray(J, z.dtype)
@@ -736,7 +751,8 @@ def test_bad_input_raises_value_error():
 
 
 def _sin_logdensity(x):
-    """N(0, I) plus 0·Σ sin(x): the sin marks every forward evaluation in a jaxpr (cos: every gradient)."""
+    """N(0, I) plus 0·Σ sin(x): the sin marks every forward evaluation in a jaxpr (cos:
+    every gradient)."""
     return -0.5 * jnp.sum(x**2) + 0.0 * jnp.sum(jnp.sin(x))
 
 
@@ -756,11 +772,11 @@ def _count_primitives(jaxpr, name):
 @pytest.mark.parametrize("Q", [0.0, J])
 @pytest.mark.parametrize("grad_mode", ["reverse", "forward"])
 def test_sde_step_evaluates_the_log_density_and_its_gradient_once(Q, grad_mode):
-    """One value and gradient per step (at z*), as MALA; the values at z come from state.cache.
-    Reverse mode: one sin (forward) and one cos (its derivative) in the step's jaxpr.
-    Forward mode (d = 2 separate jvps, cenlmc_jax.gradients.modes) traces the primal in
-    each jvp; XLA merges the
-    repeats, so the compiled step evaluates sin once."""
+    """One value and gradient per step (at z*), as MALA; the values at z come from
+    state.cache. Reverse mode: one sin (forward) and one cos (its derivative) in the
+    step's jaxpr. Forward mode (d = 2 separate jvps, cenlmc_jax.gradients.modes) traces
+    the primal in each jvp; XLA merges the repeats, so the compiled step evaluates sin
+    once."""
     prop = irr.sde_proposal(np.eye(2), Q, _sin_logdensity, 0.1, grad_mode=grad_mode)
     state = irr.irreversible_mh_init(
         jnp.ones(2), _sin_logdensity, jax.random.key(0), proposal=prop
@@ -783,8 +799,9 @@ def test_sde_step_evaluates_the_log_density_and_its_gradient_once(Q, grad_mode):
     "D", [1.0, np.array([1.0, 0.5]), np.array([[1.0, 0.4], [0.4, 0.5]])]
 )
 def test_the_cache_is_the_point_s_drift_after_many_steps(D):
-    """state.cache always equals the proposal's point_fn at state.position (accepted and rejected
-    steps alike): D∇log π + Γ_D and Q∇log π + Γ_Q recomputed from scratch (float32 rounding)."""
+    """state.cache always equals the proposal's point_fn at state.position (accepted and
+    rejected steps alike): D∇log π + Γ_D and Q∇log π + Γ_Q recomputed from scratch
+    (float32 rounding)."""
     tgt = targets.banana()
     prop = irr.sde_proposal(D, 2.0 * J, tgt.logdensity_fn, 0.2)
     algo = cj.vmap_chains(cj.irreversible_mh(tgt.logdensity_fn, prop))
@@ -808,8 +825,9 @@ def test_the_cache_is_the_point_s_drift_after_many_steps(D):
 
 
 def test_constant_dense_d_precomputed_equals_the_callable_path():
-    """The factors of a constant D taken once (NumPy float64) give the densities of the per-point
-    path (the same D as a callable: Cholesky at every point), to float64 rounding."""
+    """The factors of a constant D taken once (NumPy float64) give the densities of the
+    per-point path (the same D as a callable: Cholesky at every point), to float64
+    rounding."""
     tgt = targets.correlated_gaussian(3, 0.5)
     Dm = np.array([[1.0, 0.3, 0.0], [0.3, 0.8, 0.1], [0.0, 0.1, 0.6]])
     Qm = np.array([[0.0, 1.0, -0.5], [-1.0, 0.0, 0.2], [0.5, -0.2, 0.0]])
@@ -840,8 +858,9 @@ def test_constant_dense_d_precomputed_equals_the_callable_path():
 
 
 def test_proposals_build_inside_jit_with_traced_step_size_and_d():
-    """Issue 8: sde_proposal inside jit raised a false 'D failed'; now it builds with a traced
-    step size and a traced D (as adaptation needs) and draws what the eager proposal draws."""
+    """Issue 8: sde_proposal inside jit raised a false 'D failed'; now it builds with a
+    traced step size and a traced D (as adaptation needs) and draws what the eager
+    proposal draws."""
     tgt = targets.banana()
     z, s, key = jnp.array([0.3, -0.2]), jnp.ones((1,)), jax.random.key(0)
 
@@ -868,8 +887,9 @@ def test_proposals_build_inside_jit_with_traced_step_size_and_d():
 
 
 def test_init_inside_jit_on_closed_over_concrete_arrays():
-    """Issue 8: rwmh_init / irreversible_mh_init inside jit on a concrete closed-over position hit
-    tracer-bool errors in the input checks; they run eagerly now and give the eager state."""
+    """Issue 8: rwmh_init / irreversible_mh_init inside jit on a concrete closed-over
+    position hit tracer-bool errors in the input checks; they run eagerly now and give
+    the eager state."""
     tgt = targets.banana()
     x = jnp.array([0.3, -0.2])
     prop = irr.sde_proposal(1.0, J, tgt.logdensity_fn, 0.1)
@@ -893,7 +913,8 @@ def test_init_inside_jit_on_closed_over_concrete_arrays():
 
 
 def test_nan_gradient_at_the_proposal_is_reported():
-    """log π finite at z* but ∇log π NaN there: the proposal density is NaN; rejected and diverged."""
+    """log π finite at z* but ∇log π NaN there: the proposal density is NaN; rejected
+    and diverged."""
     logp = lambda x: (
         -0.5 * jnp.sum(x**2) + jnp.where(x[0] > 3.0, 0.0 * jnp.sqrt(-x[0]), 0.0)
     )
@@ -909,7 +930,8 @@ def test_nan_gradient_at_the_proposal_is_reported():
 
 
 def test_rwmh_with_a_dense_proposal_covariance_samples_the_target():
-    """proposal_cov = Σ (the target's covariance) on N(0, Σ), ρ = 0.95: mean and covariance within MCSE."""
+    """proposal_cov = Σ (the target's covariance) on N(0, Σ), ρ = 0.95: mean and
+    covariance within MCSE."""
     tgt = targets.correlated_gaussian(2, 0.95)
     algo = cj.vmap_chains(cj.rwmh(tgt.logdensity_fn, 1.7, proposal_cov=tgt.cov))
     x0 = tgt.sample(jax.random.key(3), 400)
@@ -929,7 +951,8 @@ def test_rwmh_with_a_dense_proposal_covariance_samples_the_target():
 
 
 def test_gamma_proposal_with_per_coordinate_scales():
-    """scale: (d,): jumps of coordinate i are Gamma(k, θ_i): mean k θ_i (z-test, i.i.d. draws)."""
+    """scale: (d,): jumps of coordinate i are Gamma(k, θ_i): mean k θ_i (z-test, i.i.d.
+    draws)."""
     k, theta, n = 2.0, np.array([0.1, 1.0, 3.0]), 50_000
     prop = irr.gamma_proposal(k, theta)
     jumps = np.asarray(
@@ -944,7 +967,8 @@ def test_gamma_proposal_with_per_coordinate_scales():
 
 
 def _dict_logistic():
-    """The logistic regression with θ as {"b": first coordinate, "w": the rest} (ravel order: b, w)."""
+    """The logistic regression with θ as {"b": first coordinate, "w": the rest} (ravel
+    order: b, w)."""
     tgt = targets.logistic_regression(dim=4)
 
     def logp_dict(p):
@@ -958,8 +982,8 @@ def _dict_logistic():
 
 @pytest.mark.parametrize("which", ["rwmh", "mala", "sde", "gamma"])
 def test_dict_positions_give_the_flat_chain(which):
-    """A dict-shaped position is raveled at the boundary: the chain equals the flat one draw for
-    draw (same keys), and the state keeps the dict."""
+    """A dict-shaped position is raveled at the boundary: the chain equals the flat one
+    draw for draw (same keys), and the state keeps the dict."""
     tgt, logp_dict, to_dict = _dict_logistic()
     make = {
         "rwmh": lambda lp: cj.rwmh(lp, 0.1),
@@ -992,7 +1016,8 @@ J4 = np.kron(np.eye(2), J)  # rotations in the planes (0, 1) and (2, 3)
 
 
 def test_the_package_reexports_every_name_of_its_modules():
-    """``cenlmc_jax.irreversible`` is a package (jump step, proposals, RW-MH); its names are the modules'."""
+    """``cenlmc_jax.irreversible`` is a package (jump step, proposals, RW-MH); its names
+    are the modules'."""
     mods = {
         m: importlib.import_module(f"cenlmc_jax.irreversible.{m}")
         for m in ("jump", "proposals", "rwmh")

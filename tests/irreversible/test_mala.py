@@ -24,7 +24,11 @@ def chain_moments(algo, x0, seed):
     batched = cj.vmap_chains(algo)
     state = batched.init(x0, jax.random.key(seed))
     res = cj.sample(
-        jax.random.key(seed + 1), batched, state, STEPS, burn_in=BURN_IN,
+        jax.random.key(seed + 1),
+        batched,
+        state,
+        STEPS,
+        burn_in=BURN_IN,
         check_convergence=False,
     )
     draws = np.asarray(res.trace, np.float64)  # (STEPS, C, d)
@@ -41,7 +45,9 @@ def test_correlated_gaussian_moments(preconditioned):
     t = targets.gaussian([1.0, -2.0], [[2.0, 1.2], [1.2, 1.0]])
     # with M = cov the whitened target is N(0, I): a larger step keeps the acceptance
     m = t.cov if preconditioned else None
-    algo = cj.mala(t.logdensity_fn, 0.5 if preconditioned else 0.15, inverse_mass_matrix=m)
+    algo = cj.mala(
+        t.logdensity_fn, 0.5 if preconditioned else 0.15, inverse_mass_matrix=m
+    )
     x0 = jnp.zeros((CHAINS, 2))
     mean, second, res = chain_moments(algo, x0, seed=0)
     assert np.all(np.abs(z_scores(mean, t.mean)) < Z_MAX)
@@ -77,7 +83,9 @@ def test_mala_is_the_sde_proposal_with_q_zero():
 def test_bad_inverse_mass_matrix_is_refused_before_work():
     t = targets.standard_gaussian(2)
     with pytest.raises(ValueError, match="inverse_mass_matrix"):
-        cj.mala(t.logdensity_fn, 0.1, inverse_mass_matrix=np.array([[1.0, 2.0], [2.0, 1.0]]))
+        cj.mala(
+            t.logdensity_fn, 0.1, inverse_mass_matrix=np.array([[1.0, 2.0], [2.0, 1.0]])
+        )
     algo = cj.mala(t.logdensity_fn, 0.1, inverse_mass_matrix=np.ones(3))
     with pytest.raises(ValueError, match="inverse_mass_matrix"):
         algo.init(jnp.zeros(2))

@@ -1,4 +1,5 @@
-"""The inverse problems of ``cenlmc_jax.models.inverse_problems`` against references they cannot fake.
+"""The inverse problems of ``cenlmc_jax.models.inverse_problems`` against references
+they cannot fake.
 
 * Quadrature references (d <= 3): converged (moments change by < 1e-5 when the
   spacing doubles, density on the box's edge < 1e-4 of the mode) and checked
@@ -57,7 +58,8 @@ def darcy():
 
 
 def ensemble_estimates(draws):
-    """Mean and sd over the window with standard errors, the members' window averages taken as independent.
+    """Mean and sd over the window with standard errors, the members' window averages
+    taken as independent.
 
     draws: (T, M, d) (M particles or chains). Returns (mean, se_mean, sd, se_sd), each
     (d,); the sd's standard error by the delta method on s² = mean(x²) - mean(x)².
@@ -307,13 +309,14 @@ def test_black_box_through_cenlmc_and_the_driver(black_box):
 def test_darcy_cenlmc_former_suggestion_is_flagged_and_the_new_one_is_within_tolerance(
     darcy,
 ):
-    """d = 3, N = 2000, h = 0.05, from the Laplace approximation N(0, I), 300 steps, the default audit.
-    The former suggestion (N* = 5, the 90% pass rule alone; the benchmark measured its
-    sd 9-35% off at N = 2000-4000) has an audited variance inflation of 0.064-0.090
-    (measured on 3 runs): the bias flag fires. The new one (N* = 13, from the noise
-    budget) measures 0.015-0.019, is not flagged, and its mean and sd are within the
-    benchmark's tolerance (5%) of the quadrature, beyond 4 MCSE (its sd was
-    1.8-2.9% high on 4 runs, ULA's own 1.3% included). One compiled program for both (N* traced)."""
+    """d = 3, N = 2000, h = 0.05, from the Laplace approximation N(0, I), 300 steps, the
+    default audit. The former suggestion (N* = 5, the 90% pass rule alone; the benchmark
+    measured its sd 9-35% off at N = 2000-4000) has an audited variance inflation of
+    0.064-0.090 (measured on 3 runs): the bias flag fires. The new one (N* = 13, from
+    the noise budget) measures 0.015-0.019, is not flagged, and its mean and sd are
+    within the benchmark's tolerance (5%) of the quadrature, beyond 4 MCSE (its sd was
+    1.8-2.9% high on 4 runs, ULA's own 1.3% included). One compiled program for both (N*
+    traced)."""
     n, h, steps, burn_in = 2000, 0.05, 300, 50
     new = cj.ensemble.tuning.suggest_cenlmc_params(3, h, num_particles=n)
     old = cj.ensemble.tuning.suggest_cenlmc_params(

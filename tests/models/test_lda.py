@@ -1,4 +1,5 @@
-"""Online LDA (cenlmc_jax.models.lda): Gibbs conditional, eq. (31), minibatch scaling, perplexity.
+"""Online LDA (cenlmc_jax.models.lda): Gibbs conditional, eq. (31), minibatch scaling,
+perplexity.
 
 Exact references come from enumerating the topic assignments ``z`` of tiny documents
 (``K = 2``: ``2^L`` assignments): ``p(z | x, θ, γ) ∝ Π_j θ_{z_j x_j} · Π_k Γ(γ + n_k)``
@@ -38,7 +39,8 @@ def _log_joint_z(z, x, theta, gamma):
 
 
 def _posterior_over_z(x, theta, gamma):
-    """All assignments of document x and their exact posterior probabilities (float64)."""
+    """All assignments of document x and their exact posterior probabilities
+    (float64)."""
     K = theta.shape[0]
     zs = np.array(list(itertools.product(range(K), repeat=len(x))))
     logw = np.array([_log_joint_z(z, x, theta, gamma) for z in zs])
@@ -58,7 +60,8 @@ def _exact_counts(docs, theta, gamma):
 
 
 def _log_marginal(theta_tilde, docs, alpha, gamma):
-    """log p(θ̃ | x) up to a constant, by enumeration, differentiable in θ̃ (JAX, float64)."""
+    """log p(θ̃ | x) up to a constant, by enumeration, differentiable in θ̃ (JAX,
+    float64)."""
     K = theta_tilde.shape[0]
     theta = theta_tilde / jnp.sum(theta_tilde, axis=1, keepdims=True)
     total = jnp.sum((alpha - 1.0) * jnp.log(theta_tilde) - theta_tilde)
@@ -89,7 +92,8 @@ def _tiny_corpus(docs=TINY_DOCS):
 
 
 def _sorted_docs(docs=TINY_DOCS):
-    """The token order corpus_from_counts uses (words in order): the same multiset per document."""
+    """The token order corpus_from_counts uses (words in order): the same multiset per
+    document."""
     return [sorted(x) for x in docs]
 
 
@@ -145,7 +149,8 @@ def _estimates(est, num_keys, seed):
 
 
 def _exact_grad(docs, scale=1.0):
-    """Eq. (31) with the exact expectation over all documents, the count terms times ``scale``."""
+    """Eq. (31) with the exact expectation over all documents, the count terms times
+    ``scale``."""
     theta = TINY_THETA_TILDE / TINY_THETA_TILDE.sum(1, keepdims=True)
     counts = _exact_counts(docs, theta, HYPERS.gamma)
     with jax.enable_x64(True):
@@ -265,7 +270,8 @@ def test_completion_eta_matches_enumeration():
 
 
 def _numpy_completion_logprob(rng, theta, obs_docs, sc_docs, gamma, burnin, kept):
-    """Document completion, token by token in NumPy (independent of the JAX code): Σ log p over scored tokens."""
+    """Document completion, token by token in NumPy (independent of the JAX code): Σ log
+    p over scored tokens."""
     K = theta.shape[0]
     total = 0.0
     for x, y in zip(obs_docs, sc_docs, strict=True):
@@ -339,7 +345,8 @@ def test_perplexity_on_reuters_matches_an_independent_numpy_implementation():
 
 
 def _synthetic_corpus(seed, num_docs, length, K=2, W=20):
-    """Documents from an LDA whose topics sit on disjoint halves of the vocabulary (numpy seed)."""
+    """Documents from an LDA whose topics sit on disjoint halves of the vocabulary
+    (numpy seed)."""
     rng = np.random.default_rng(seed)
     theta = np.zeros((K, W))
     for k in range(K):

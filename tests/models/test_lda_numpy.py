@@ -1,4 +1,5 @@
-"""benchmarks/lda_numpy.py, the NumPy baseline of ``bench_lda.py --speed``, against the exact expectation.
+"""benchmarks/lda_numpy.py, the NumPy baseline of ``bench_lda.py --speed``, against the
+exact expectation.
 
 The benchmark's speed-up is only meaningful if the NumPy code computes the same
 estimator as ``cenlmc_jax.models.lda.lda_grad_estimator``. Both are checked here against

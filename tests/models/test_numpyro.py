@@ -1,8 +1,8 @@
-"""cj.from_numpyro (cenlmc_jax.models.numpyro): a NumPyro model's unconstrained log density, through NumPyro's own
-initialize_model / potential_fn, checked on eight schools (non-centred) against the
-posteriordb transcription (cenlmc_jax.models.posteriordb, itself checked against scipy
-in tests/models/test_posteriordb.py) and by a sampler run against posteriordb's
-reference means.
+"""cj.from_numpyro (cenlmc_jax.models.numpyro): a NumPyro model's unconstrained log
+density, through NumPyro's own initialize_model / potential_fn, checked on eight schools
+(non-centred) against the posteriordb transcription (cenlmc_jax.models.posteriordb,
+itself checked against scipy in tests/models/test_posteriordb.py) and by a sampler run
+against posteriordb's reference means.
 """
 
 import builtins
@@ -23,8 +23,9 @@ dist = pytest.importorskip("numpyro.distributions")
 
 @pytest.fixture(autouse=True, scope="module")
 def _float64():
-    """float64 for this module's tests only (a global ``jax.config.update`` at import would switch it on
-    for every test collected after this file, in every pytest-xdist worker)."""
+    """float64 for this module's tests only (a global ``jax.config.update`` at import
+    would switch it on for every test collected after this file, in every pytest-xdist
+    worker)."""
     with jax.enable_x64(True):
         yield
 
@@ -48,7 +49,8 @@ def model():
 
 
 def to_posteriordb(m, x):
-    """NumPyro's flat point (sites sorted: mu, tau, theta_trans) -> posteriordb's (theta_trans, mu, log tau)."""
+    """NumPyro's flat point (sites sorted: mu, tau, theta_trans) -> posteriordb's
+    (theta_trans, mu, log tau)."""
     z = m.unravel(x)
     return jnp.concatenate([z["theta_trans"], z["mu"][None], z["tau"][None]])
 
@@ -95,7 +97,8 @@ def test_log_density_equals_the_posteriordb_one_up_to_a_constant(model):
 
 
 def test_mala_run_matches_the_posteriordb_reference_means(model):
-    """16 chains of MALA (cj.irreversible_mh with an SDE proposal, Q = 0), 1,000 burn-in + 2,000 draws each.
+    """16 chains of MALA (cj.irreversible_mh with an SDE proposal, Q = 0), 1,000 burn-in
+    + 2,000 draws each.
 
     A fixed, hand-set sampler (step 0.3, D = diag(9, 1, ..., 1): mu's posterior sd is
     ~3.3, the others' ~1 on the unconstrained scale), not an adaptation: the test is

@@ -1,4 +1,5 @@
-"""The posteriordb models (cenlmc_jax.models.posteriordb) against an independent transcription of each Stan model.
+"""The posteriordb models (cenlmc_jax.models.posteriordb) against an independent
+transcription of each Stan model.
 
 The reference here is written separately from the library's JAX code: NumPy loops as the
 Stan code reads (``for (t in ...)``), scipy.stats densities, and Stan's constraining
@@ -30,8 +31,9 @@ from cenlmc_jax.models import posteriordb as pdb
 
 @pytest.fixture(autouse=True, scope="module")
 def _float64():
-    """float64 for this module's tests only (a global ``jax.config.update`` at import would switch it on
-    for every test collected after this file, in every pytest-xdist worker)."""
+    """float64 for this module's tests only (a global ``jax.config.update`` at import
+    would switch it on for every test collected after this file, in every pytest-xdist
+    worker)."""
     with jax.enable_x64(True):
         yield
 
@@ -234,7 +236,8 @@ def unconstrain_by_hand(spec, p):
 
 
 def reference_centre(name, post):
-    """The reference means as a dict of Stan parameters (eight schools: theta_trans = 0; GP: f_tilde = L⁻¹ f)."""
+    """The reference means as a dict of Stan parameters (eight schools: theta_trans = 0;
+    GP: f_tilde = L⁻¹ f)."""
     ref = dict(zip(post.names, post.ref_mean, strict=True))
     p = {}
     for n, v in ref.items():

@@ -1,4 +1,5 @@
-"""Every program ``method="auto"`` (and ``"pallas"``) can pick lowers for CUDA, on a CPU-only machine.
+"""Every program ``method="auto"`` (and ``"pallas"``) can pick lowers for CUDA, on a
+CPU-only machine.
 
 No GPU is needed to *lower* for one: ``jax.jit(fn).trace(*shapes).lower(
 lowering_platforms=("cuda",))`` runs JAX's CUDA lowering rules, and for

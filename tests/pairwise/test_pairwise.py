@@ -1,4 +1,5 @@
-"""Tests of the pairwise ensemble force: the dispatch, the dense and the tiled backends (cenlmc_jax/pairwise/).
+"""Tests of the pairwise ensemble force: the dispatch, the dense and the tiled backends
+(cenlmc_jax/pairwise/).
 
 Two independent references:
 
@@ -50,7 +51,8 @@ EPS32 = float(np.finfo(np.float32).eps)
 def lmc_like_ensemble(
     seed, n, d, *, h=0.05, scale=1.0, offset=0.0, dtype=np.float32, log_p_shift=0.0
 ):
-    """Particles as after an (En)LMC step on f(x) = |x|²/(2 scale²) (docs/algorithms.md §3).
+    """Particles as after an (En)LMC step on f(x) = |x|²/(2 scale²) (docs/algorithms.md
+    §3).
 
     w = x_prev - h ∇f(x_prev), x = w + sqrt(2h) ξ and the exact Gaussian log density
     log p_j = -(d/2) log(4πh) - |x_j - w_j|²/(4h) (+ log_p_shift, to push the weights
@@ -70,7 +72,8 @@ def lmc_like_ensemble(
 
 
 def eta_for_neighbours(x, k):
-    """The radius holding about k neighbours on average (median k-th neighbour distance)."""
+    """The radius holding about k neighbours on average (median k-th neighbour
+    distance)."""
     x = np.asarray(x, np.float64)
     d2 = np.sum((x[:, None, :] - x[None, :, :]) ** 2, axis=-1)
     return float(np.median(np.sqrt(np.sort(d2, axis=1)[:, k])))
@@ -185,8 +188,8 @@ def assert_matches_oracle(
     err = np.max(np.abs(force - ref.force_sum), axis=1)
     bad = err > allowance
     assert not bad.any(), (
-        f"{bad.sum()} rows exceed the rounding bound; worst excess ratio {np.max(err / allowance):.3g} "
-        f"at row {int(np.argmax(err / allowance))}"
+        f"{bad.sum()} rows exceed the rounding bound; worst excess ratio "
+        f"{np.max(err / allowance):.3g} at row {int(np.argmax(err / allowance))}"
     )
     n_amb = amb_pairs.sum(axis=1)
     assert np.all(np.abs(n_ball - ref.n_ball) <= n_amb)
@@ -697,7 +700,8 @@ def test_column_tile_of_heavy_particles_leaves_other_rows(d):
 
 
 def test_default_block_size_by_d_values():
-    """The rule of ``default_block_size(n, d=d)``: at least 2 (d + 1) rows, the memory cap first."""
+    """The rule of ``default_block_size(n, d=d)``: at least 2 (d + 1) rows, the memory
+    cap first."""
     for n in (1000, 4096, 8192, 16384):
         for with_w in (False, True):
             old = default_block_size(n, with_w=with_w)

@@ -1,4 +1,5 @@
-"""The fused Pallas force kernel (cenlmc_jax/pairwise/pallas.py) against a float64 oracle.
+"""The fused Pallas force kernel (cenlmc_jax/pairwise/pallas.py) against a float64
+oracle.
 
 The kernel runs in Pallas' interpret mode on CPU.
 
@@ -46,7 +47,8 @@ EPS64 = 2.0**-53
 
 
 def cenlmc_like_inputs(seed: int, n: int, d: int, h: float = 0.05, dtype=np.float32):
-    """A CEnLMC-shaped ensemble: x ~ N(0, I), w = x - sqrt(2h) ξ, log p_j = log N(x_j; w_j, 2h I).
+    """A CEnLMC-shaped ensemble: x ~ N(0, I), w = x - sqrt(2h) ξ, log p_j = log N(x_j;
+    w_j, 2h I).
 
     f = |x|²/2 (standard Gaussian target). eta and r2 are the 4% and 30%
     quantiles of the pair distances, so a row has ~0.04 N ball neighbours.
@@ -170,8 +172,8 @@ def assert_matches(result, ref, *, label=""):
     err = np.max(np.abs(force - ref["force"]), axis=1)
     worst = int(np.argmax(err - ref["bound"]))
     assert np.all(err <= ref["bound"]), (
-        f"{label}: row {worst} error {err[worst]:.3e} > bound {ref['bound'][worst]:.3e} "
-        f"(|F| = {np.max(np.abs(ref['force'][worst])):.3e})"
+        f"{label}: row {worst} error {err[worst]:.3e} > bound "
+        f"{ref['bound'][worst]:.3e} (|F| = {np.max(np.abs(ref['force'][worst])):.3e})"
     )
     for name in ("n_r2", "n_ball"):
         got = np.asarray(getattr(result, name))

@@ -1,4 +1,5 @@
-"""The Pallas force kernel's default configurations compile for sm_90a without spilling registers.
+"""The Pallas force kernel's default configurations compile for sm_90a without spilling
+registers.
 
 Needs the optional ``triton`` wheel (``pip install triton``; skipped
 otherwise): the kernel's Triton IR is taken from the CUDA lowering (the
@@ -31,8 +32,8 @@ import pytest
 
 pytest.importorskip(
     "triton",
-    reason="the spill check compiles the kernel's Triton IR with the optional `triton` wheel "
-    "(pip install triton): without it nothing here can compile for a GPU",
+    reason="the spill check compiles the kernel's Triton IR with the optional `triton` "
+    "wheel (pip install triton): without it nothing here can compile for a GPU",
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -40,7 +41,8 @@ import bench_spills  # noqa: E402
 
 from cenlmc_jax.pairwise import DIRECT_MAX_D, pallas  # noqa: E402
 
-_USAGE: dict = {}  # one compile per distinct kernel (the sparse program also holds the dense kernel)
+# one compile per distinct kernel (the sparse program also holds the dense kernel)
+_USAGE: dict = {}
 
 
 def usage(kernel: bench_spills.TritonKernel) -> dict:

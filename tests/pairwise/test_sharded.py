@@ -1,4 +1,5 @@
-"""The sharded ensemble force (cenlmc_jax/pairwise/sharded.py) on 4 forced CPU devices, against a float64 oracle.
+"""The sharded ensemble force (cenlmc_jax/pairwise/sharded.py) on 4 forced CPU devices,
+against a float64 oracle.
 
 ``--xla_force_host_platform_device_count`` only acts before JAX creates its
 CPU backend, and by the time this file runs other tests have created it with
@@ -155,7 +156,8 @@ def sharded_run(tmp_path_factory):
 
 
 def _reference(inputs, name, gram=None):
-    """Oracle and bound; ``gram`` (default: as the case's local computation) picks the bound."""
+    """Oracle and bound; ``gram`` (default: as the case's local computation) picks the
+    bound."""
     seed, n, d, with_w, strategy, local = CASES[name]
     kw = dict(w=inputs[name + "/w"], r2=float(inputs[name + "/r2"])) if with_w else {}
     args = (
@@ -411,7 +413,8 @@ CENLMC_SCRIPT = textwrap.dedent(
 
 
 def test_same_cenlmc_step_call_runs_sharded_with_the_same_samples(tmp_path):
-    """cenlmc_step(..., mesh=mesh) on 4 forced CPU devices vs the plain call, same key."""
+    """cenlmc_step(..., mesh=mesh) on 4 forced CPU devices vs the plain call, same
+    key."""
     path = tmp_path / "cenlmc.npz"
     env = dict(
         os.environ,
@@ -503,14 +506,14 @@ SPARSE_SCRIPT = textwrap.dedent(
 
 
 def test_block_sparse_on_a_mesh_equals_one_device(tmp_path):
-    """ensemble_force(..., mesh=mesh, block_sparse=True) on 4 forced CPU devices: the global Hilbert sort,
-    then each device's run of rows against all sorted columns with its own tile list.
-    Every device's list fits (the lists hold together a quarter of the tile pairs here,
-    42% in the run: the sparse fold, not the dense fall-back, ran; with 512 rows a
-    device they are the single device's list cut in 4), and the result is the
-    single-device block-sparse result bit for bit: each row sums the same tiles in the
-    same order. The
-    counts equal the dense tiles' (d <= 3: exact differences); a 20-step CEnLMC run is the same run."""
+    """ensemble_force(..., mesh=mesh, block_sparse=True) on 4 forced CPU devices: the
+    global Hilbert sort, then each device's run of rows against all sorted columns with
+    its own tile list. Every device's list fits (the lists hold together a quarter of
+    the tile pairs here, 42% in the run: the sparse fold, not the dense fall-back, ran;
+    with 512 rows a device they are the single device's list cut in 4), and the result
+    is the single-device block-sparse result bit for bit: each row sums the same tiles
+    in the same order. The counts equal the dense tiles' (d <= 3: exact differences); a
+    20-step CEnLMC run is the same run."""
     path = tmp_path / "sparse.npz"
     env = dict(
         os.environ,

@@ -1,4 +1,5 @@
-"""The block-sparse ensemble force (cenlmc_jax/pairwise: tiled and Pallas backends) against the float64 oracle.
+"""The block-sparse ensemble force (cenlmc_jax/pairwise: tiled and Pallas backends)
+against the float64 oracle.
 
 Block-sparse sums sort the particles along a Hilbert curve, bound every tile
 by a box in x (and in w) and skip the tile pairs whose boxes are farther

@@ -1,4 +1,5 @@
-"""The block-sparse pair list's capacity and its reported fallback to the dense tiles (issue 17, item 6).
+"""The block-sparse pair list's capacity and its reported fallback to the dense tiles
+(issue 17, item 6).
 
 A block-sparse sum lists the tile pairs it visits in a list of static
 capacity; where more are active (or the weights need a shift per row) the

@@ -324,10 +324,9 @@ def test_bad_shapes_and_callables_raise():
     "friction", [0.7, np.array([0.5, 1.5]), np.array([[1.0, 0.3], [0.3, 0.6]])]
 )
 def test_sghmc_step_is_the_recipe_with_its_D_and_Q(friction):
-    """The block-wise SGHMC step has the recipe's mean and noise covariance on z = (θ, r) with
-    D = [[0, 0], [0, C]], Q = [[0, -I], [I, 0]] (built by _sghmc_dq), for a scalar,
-    diagonal and
-    dense friction, with and without B̂ (float64 rounding only)."""
+    """The block-wise SGHMC step has the recipe's mean and noise covariance on z = (θ,
+    r) with D = [[0, 0], [0, C]], Q = [[0, -I], [I, 0]] (built by _sghmc_dq), for a
+    scalar, diagonal and dense friction, with and without B̂ (float64 rounding only)."""
     with jax.enable_x64(True):
         grad = jnp.array([0.4, -0.9])
         est = gradients.grad_estimator_from_grad(lambda th: grad)
@@ -362,8 +361,9 @@ def test_sghmc_noise_clipping_is_reported_inside_jit():
 
 
 def test_recipe_samplers_take_dict_positions_and_give_the_flat_chain():
-    """θ = {"b": scalar, "w": (3,)} on the logistic regression with minibatch gradients of the dict:
-    SGLD and SGHMC equal their runs on the flat vector (b, w), draw for draw."""
+    """θ = {"b": scalar, "w": (3,)} on the logistic regression with minibatch gradients
+    of the dict: SGLD and SGHMC equal their runs on the flat vector (b, w), draw for
+    draw."""
     tgt = targets.logistic_regression(dim=4)
     data = (
         jnp.asarray(tgt.data["x"], jnp.float32),
@@ -396,7 +396,8 @@ def test_recipe_samplers_take_dict_positions_and_give_the_flat_chain():
 
 
 def test_recipe_and_sghmc_init_inside_jit():
-    """Issue 8: init inside jit on a concrete closed-over position (the checks run eagerly)."""
+    """Issue 8: init inside jit on a concrete closed-over position (the checks run
+    eagerly)."""
     x = jnp.array([0.5, -1.0])
     for init in (
         lambda: recipe.recipe_init(x, np.eye(2), np.zeros((2, 2)), 0.1),

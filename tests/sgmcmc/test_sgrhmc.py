@@ -1,4 +1,5 @@
-"""Tests of stochastic-gradient Riemann HMC (docs/algorithms.md §6) and the gSGRHMC metric.
+"""Tests of stochastic-gradient Riemann HMC (docs/algorithms.md §6) and the gSGRHMC
+metric.
 
 What cannot be faked here: hand-derived Γ_r formulas (diagonal and dense
 metrics), the block SGRHMC step against the generic recipe with the section-6
@@ -98,7 +99,8 @@ def test_gamma_is_finite_for_a_metric_with_repeated_eigenvalues():
 
 
 def _jacfwd_gamma_r(inv_metric_fn, theta):
-    """Γ_r straight from jax.jacfwd of G^{-1/2} (the reference for the one Γ of _linalg.gamma_term)."""
+    """Γ_r straight from jax.jacfwd of G^{-1/2} (the reference for the one Γ of
+    _linalg.gamma_term)."""
     half_fn = lambda t: sgrhmc._sqrt_inv_metric(inv_metric_fn, t)[0]  # noqa: E731
     jac = jax.jacfwd(half_fn)(theta)
     return jnp.diagonal(jac) if jac.ndim == 2 else jnp.einsum("ijj->i", jac)
@@ -109,8 +111,9 @@ def _jacfwd_gamma_r(inv_metric_fn, theta):
 )
 @pytest.mark.parametrize("x64", [False, True])
 def test_gamma_r_is_the_recipes_gamma_term(metric, x64):
-    """SGRHMC's Γ_r goes through _linalg.gamma_term: the same values as jacfwd of G^{-1/2} and as
-    the recipe's Γ of the section-6 D, Q (whose θ rows are 0), to rounding; G^{-1/2}, G^{-1} as evaluated."""
+    """SGRHMC's Γ_r goes through _linalg.gamma_term: the same values as jacfwd of
+    G^{-1/2} and as the recipe's Γ of the section-6 D, Q (whose θ rows are 0), to
+    rounding; G^{-1/2}, G^{-1} as evaluated."""
     inv = {
         "gsgrhmc": sgrhmc.gsgrhmc_inv_metric(lambda t: jnp.sum(t**4 - t**2)),
         "scalar": lambda t: 1.0 + t[0] ** 2,
@@ -180,7 +183,9 @@ def test_sgrhmc_step_is_the_recipe_with_section6_D_Q(metric, with_b_hat, naive):
             if with_b_hat
             else None
         )
-        if naive:  # naive SGRHMC = recipe minus Γ: compare against the recipe mean with Γ_r removed
+        # naive SGRHMC = recipe minus Γ: compare against the recipe mean with Γ_r
+        # removed
+        if naive:
             z_mean, root_full, _ = recipe.recipe_mean_and_root(
                 z, jnp.concatenate([grad, -r]), eps, D, Q, B_full
             )
@@ -257,7 +262,8 @@ def test_gsgrhmc_stationary_variance_and_naive_is_wrong():
         True, eps, num_chains=1000, num_steps=4000, thin=20
     )
     print(
-        f"gSGRHMC Var θ = {var:.4f} ± {se:.4f}; naive SGRHMC Var θ = {var_naive:.4f} ± {se_naive:.4f} (truth 1)"
+        f"gSGRHMC Var θ = {var:.4f} ± {se:.4f}; naive SGRHMC Var θ = {var_naive:.4f} ± "
+        f"{se_naive:.4f} (truth 1)"
     )
     assert (
         float(np.mean(res.info.noise_clipped)) == 0.0
@@ -338,8 +344,9 @@ def test_double_well_singular_gamma_is_reported_not_raised():
     ],
 )
 def test_a_negative_metric_under_jit_is_reported_not_frozen_silently(inv_metric_fn):
-    """Issue 8: G^{-1}(θ) not PSD inside jit cannot raise; the step reports invalid_metric and
-    diverged, and the driver stops with a warning instead of returning a frozen chain."""
+    """Issue 8: G^{-1}(θ) not PSD inside jit cannot raise; the step reports
+    invalid_metric and diverged, and the driver stops with a warning instead of
+    returning a frozen chain."""
     est = gradients.grad_estimator_from_grad(lambda t: -t)
     step = functools.partial(
         sgrhmc.sgrhmc_step,
@@ -364,7 +371,8 @@ def test_a_negative_metric_under_jit_is_reported_not_frozen_silently(inv_metric_
 
 
 def test_sgrhmc_takes_a_dict_position():
-    """θ = {"a": (1,), "b": (1,)}: the same chain as the flat θ = (a, b), and the state keeps the dict."""
+    """θ = {"a": (1,), "b": (1,)}: the same chain as the flat θ = (a, b), and the state
+    keeps the dict."""
     inv = lambda t: 1.0 + 0.1 * t**2  # a diagonal metric of the flat θ
     est_flat = gradients.grad_estimator_from_grad(lambda t: -t)
     est_dict = lambda key, p: {"a": -p["a"], "b": -p["b"]}
