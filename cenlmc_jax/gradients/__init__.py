@@ -1,4 +1,4 @@
-"""Gradients: estimators for the stochastic-gradient samplers, finite differences, autodiff modes.
+"""Gradients: estimators for the SG-MCMC samplers, finite differences, autodiff modes.
 
 * :mod:`~cenlmc_jax.gradients.estimators`: ``(rng_key, position) -> gradient``
   estimators (exact, noisy, minibatch) that the SG-MCMC samplers take;

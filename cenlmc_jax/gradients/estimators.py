@@ -1,6 +1,6 @@
 """Gradient estimators for the stochastic-gradient samplers (docs/algorithms.md §6).
 
-A gradient estimator is a pure function
+A gradient estimator is a pure function::
 
     grad_estimator(rng_key, theta) -> ∇Ũ(theta)        theta: (d,) -> (d,)
 
@@ -13,8 +13,8 @@ returns to Python between steps.
 
 - :func:`grad_estimator_from_grad`: a deterministic ``grad_fn(θ) = ∇log π(θ)``.
 - :func:`grad_estimator_from_logdensity`: ``∇ logdensity_fn`` (full gradient).
-- :func:`noisy_grad_estimator`: ``∇log π + N(0, noise_sd² I)`` (paper 2's synthetic
-  experiment).
+- :func:`noisy_grad_estimator`: ``∇log π + N(0, noise_sd² I)`` (paper 2's
+  synthetic experiment).
 - :func:`minibatch_grad_estimator`:
   ``g̃(θ) = ∇log prior(θ) + (n/|B|) Σ_{i∈B} ∇log lik(x_i | θ)``; the subset
   ``B`` is drawn with replacement (default, O(|B|)) or without, by Floyd's
@@ -78,10 +78,22 @@ def ravel_position(
     ``jax.flatten_util.ravel_pytree``: ``d`` is its total size, in the order of
     ``jax.tree_util.tree_leaves``, and ``unravel(flat) -> pytree``.
 
-    ``check=True`` runs the position checks (floating, finite) on every leaf
-    whose value is known; they run eagerly even inside ``jit`` on closed-over
-    concrete arrays (``jax.ensure_compile_time_eval``), so a sampler can be
-    initialised inside a jitted function.
+    Args:
+      position: an array ``(d,)``, a list of numbers, or a pytree of floating
+        arrays.
+      name: its name, for error messages.
+      check: run the position checks (floating, finite) on every leaf whose value
+        is known; they run eagerly even inside ``jit`` on closed-over concrete
+        arrays (``jax.ensure_compile_time_eval``), so a sampler can be initialised
+        inside a jitted function.
+
+    Returns:
+      ``(flat, unravel)``: the ``(d,)`` vector and ``unravel`` (None for a bare
+      array).
+
+    Raises:
+      ValueError: a bare array not of shape ``(d,)``, or (with ``check``) a leaf
+        that is not floating or not finite.
     """
     plain_list = (
         isinstance(position, (list, tuple))
@@ -100,8 +112,8 @@ def ravel_position(
             np.ndim(position) != 1
         ):  # static, so free inside a step: a batch of chains is not one chain
             raise ValueError(
-                f"{name} must have shape (d,) (one chain; cj.vmap_chains for many); got shape "
-                f"{tuple(np.shape(position))}."
+                f"{name} must have shape (d,) (one chain; cj.vmap_chains for many); "
+                f"got shape {tuple(np.shape(position))}."
             )
         return jnp.asarray(position), None
     if check:
@@ -119,23 +131,45 @@ def ravel_position(
 def flat_logdensity(
     logdensity_fn: Callable, unravel: Unravel
 ) -> Callable[[Array], Array]:
-    """``x: (d,) -> logdensity_fn(unravel(x))``; ``logdensity_fn`` itself when ``unravel`` is None."""
+    """``x: (d,) -> logdensity_fn(unravel(x))``.
+
+    Args:
+      logdensity_fn: the user's log density of a (pytree) position.
+      unravel: from :func:`ravel_position`, or None.
+
+    Returns:
+      The log density of the flat vector; ``logdensity_fn`` itself when
+      ``unravel`` is None.
+    """
     if unravel is None:
         return logdensity_fn
     return lambda x: logdensity_fn(unravel(x))
 
 
-GRAD_ESTIMATOR_WHAT = "(rng_key, position) -> estimate of the gradient of the log density, shaped like position"
+GRAD_ESTIMATOR_WHAT = (
+    "(rng_key, position) -> estimate of the gradient of the log density, shaped like "
+    "position"
+)
 
 
 def flat_grad_estimator(
     grad_estimator: Callable, unravel: Unravel, name: str = "grad_estimator"
 ) -> GradEstimator:
-    """``(key, x: (d,)) -> ravel(grad_estimator(key, unravel(x)))`` (the estimator on the flat vector).
+    """The estimator on the flat vector.
 
-    Its output must be shaped like the position, leaf by leaf (checked on static shapes
-    when traced: free; a scalar or a ``(1,)`` would otherwise be broadcast into the
-    drift).
+    ``(key, x: (d,)) -> ravel(grad_estimator(key, unravel(x)))``.
+
+    Its output must be shaped like the position, leaf by leaf (checked on static
+    shapes when traced: free; a scalar or a ``(1,)`` would otherwise be broadcast
+    into the drift).
+
+    Args:
+      grad_estimator: the user's ``(rng_key, position) -> gradient``.
+      unravel: from :func:`ravel_position`, or None.
+      name: its name, for error messages.
+
+    Returns:
+      ``(rng_key, x: (d,)) -> (d,)``.
     """
 
     def flat(rng_key, x):
@@ -148,8 +182,11 @@ def flat_grad_estimator(
 
 
 def _cast_like(g: PyTree, theta: PyTree) -> PyTree:
-    """``g`` leaf by leaf in the dtypes of ``theta`` (a pytree position: a dict of parameters works); a
-    ``g`` of another structure is returned as it is, for the samplers' output check to name."""
+    """``g`` leaf by leaf in the dtypes of ``theta``.
+
+    ``theta`` is a pytree position (a dict of parameters works); a ``g`` of another
+    structure is returned as it is, for the samplers' output check to name.
+    """
     if jax.tree_util.tree_structure(g) != jax.tree_util.tree_structure(theta):
         return g
     return jax.tree_util.tree_map(
@@ -158,7 +195,18 @@ def _cast_like(g: PyTree, theta: PyTree) -> PyTree:
 
 
 def grad_estimator_from_grad(grad_fn: Callable[[Array], Array]) -> GradEstimator:
-    """Adapter: a deterministic ``grad_fn(θ) = ∇log π(θ)`` as an estimator (the key is ignored)."""
+    """Adapter: a deterministic ``grad_fn(θ) = ∇log π(θ)`` as an estimator.
+
+    Args:
+      grad_fn: ``θ -> ∇log π(θ)``, shaped like ``θ``.
+
+    Returns:
+      ``grad_estimator(rng_key, θ) -> grad_fn(θ)`` (the key is ignored), in the
+      dtypes of ``θ``.
+
+    Raises:
+      ValueError: ``grad_fn`` is not callable.
+    """
     check_callable(grad_fn, "grad_fn", "theta -> gradient of the log density at theta")
 
     def grad_estimator(rng_key, theta):
@@ -173,10 +221,18 @@ def grad_estimator_from_logdensity(
 ) -> GradEstimator:
     """The full gradient of ``logdensity_fn``: ``(key, θ) -> ∇ logdensity_fn(θ)``.
 
-    ``grad_mode``: ``"auto"`` (default), ``"reverse"`` (``jax.grad``) or ``"forward"``
-    (d vmapped ``jvp`` calls): :func:`cenlmc_jax.gradients.modes.grad`; auto is forward
-    for ``d <= FORWARD_MAX_D`` (the measured crossover). The same gradient up to
-    rounding; ``θ`` may be a pytree in both.
+    Args:
+      logdensity_fn: ``θ -> log π(θ)`` (scalar); ``θ`` may be a pytree.
+      grad_mode: ``"auto"`` (default), ``"reverse"`` (``jax.grad``) or
+        ``"forward"`` (d ``jvp`` calls): :func:`cenlmc_jax.gradients.modes.grad`;
+        auto is forward for ``d <= FORWARD_MAX_D`` (the crossover of
+        benchmarks/results/grad_mode.md). The same gradient up to rounding.
+
+    Returns:
+      ``grad_estimator(rng_key, θ)`` (the key is ignored), shaped like ``θ``.
+
+    Raises:
+      ValueError: ``logdensity_fn`` is not callable, or an unknown ``grad_mode``.
     """
     check_callable(logdensity_fn, "logdensity_fn", "theta -> scalar log density")
     check_grad_mode(grad_mode)
@@ -197,7 +253,18 @@ def noisy_grad_estimator(
     The stochastic gradient of paper 2's synthetic experiment (true gradient
     plus Gaussian noise): unbiased, ``Cov = noise_sd² I``, so the matching
     ``B̂`` of SGRHMC is ``noise_sd² · G^{-1}(θ)`` for a diagonal metric.
-    ``grad_fn(θ) = ∇log π(θ)``.
+
+    Args:
+      grad_fn: ``θ -> ∇log π(θ)``, shaped like ``θ``.
+      noise_sd: the noise's standard deviation, ``>= 0``.
+
+    Returns:
+      ``grad_estimator(rng_key, θ)``, shaped like ``θ`` (one draw for all leaves
+      of a pytree).
+
+    Raises:
+      ValueError: ``grad_fn`` is not callable, or ``noise_sd`` is negative or not
+        finite.
     """
     check_callable(grad_fn, "grad_fn", "theta -> gradient of the log density at theta")
     check_positive(noise_sd, "noise_sd", allow_zero=True)
@@ -218,19 +285,21 @@ def _num_data(data: PyTree) -> int:
     leaves = jax.tree_util.tree_leaves(data)
     if not leaves:
         raise ValueError(
-            "data must be an array or a pytree of arrays with a leading axis n; got no arrays."
+            "data must be an array or a pytree of arrays with a leading axis n; got no "
+            "arrays."
         )
     sizes = {np.shape(leaf)[0] if np.ndim(leaf) > 0 else None for leaf in leaves}
     if None in sizes or len(sizes) != 1:
         shapes = [tuple(np.shape(leaf)) for leaf in leaves]
         raise ValueError(
-            f"every array in data must share the leading axis n (one row per data point); got shapes {shapes}."
+            "every array in data must share the leading axis n (one row per data "
+            f"point); got shapes {shapes}."
         )
     return sizes.pop()
 
 
 def floyd_subset(rng_key: Array, n: int, size: int) -> Array:
-    """A uniformly random ``size``-subset of ``{0, ..., n-1}`` (without replacement), as ``(size,)`` int32.
+    """A uniformly random ``size``-subset of ``{0, ..., n-1}`` (without replacement).
 
     Floyd's algorithm: for ``j = n - size, ..., n - 1`` draw ``t ~ U{0, ..., j}``
     and add ``t``, or ``j`` if ``t`` is already in the set. Every subset has
@@ -238,7 +307,14 @@ def floyd_subset(rng_key: Array, n: int, size: int) -> Array:
     ``O(size²)`` comparisons in ``size`` rounds and does not depend on ``n``;
     ``jax.random.choice(..., replace=False)`` permutes all ``n`` (a sort per
     draw). The order of the indices is not uniform; a sum over them does not care.
-    ``size == n`` returns ``arange(n)``.
+
+    Args:
+      rng_key: the key of the draw.
+      n: the population size (static).
+      size: the subset size, in ``[1, n]`` (static).
+
+    Returns:
+      The indices, a ``(size,)`` int32 array; ``size == n`` returns ``arange(n)``.
     """
     if size == n:
         return jnp.arange(n, dtype=jnp.int32)
@@ -265,9 +341,12 @@ def minibatch_grad_estimator(
     *,
     replace: bool = True,
 ) -> GradEstimator:
-    """Minibatch estimate of the gradient of ``log π(θ) = log p(θ) + Σ_{i=1}^n log p(x_i | θ)``:
+    """Minibatch estimate of the gradient of the log posterior.
 
-        g̃(θ) = ∇log p(θ) + (n / |B|) Σ_{i∈B} ∇_θ log p(x_i | θ)          (docs/algorithms.md §6)
+    For ``log π(θ) = log p(θ) + Σ_{i=1}^n log p(x_i | θ)`` the estimate
+    (docs/algorithms.md §6) is::
+
+        g̃(θ) = ∇log p(θ) + (n / |B|) Σ_{i∈B} ∇_θ log p(x_i | θ)
 
     Args:
       logprior_fn: ``θ -> log p(θ)`` (scalar).
@@ -283,19 +362,23 @@ def minibatch_grad_estimator(
         subset, drawn by Floyd's algorithm (:func:`floyd_subset`: ``O(|B|²)``
         comparisons in ``|B|`` sequential rounds, independent of ``n``; no sort
         of ``n``). With replacement is the default because it is the fast one:
-        measured at 1,000 chains, ``n = 10⁴``, ``d = 10`` on CPU, Floyd's draw
-        makes an estimator call 1.3x slower at ``|B| = 32`` and 3x at
-        ``|B| = 100`` (``benchmarks/results/peers.md``), while the variance it
-        saves is the finite-population factor ``1 - |B|/n`` (Var is
-        ``n² S₀²/|B|`` with replacement, ``n² (1 - |B|/n) S²/|B|`` without;
-        ``S₀², S²`` the ddof-0 / ddof-1 variances of the per-point gradients):
-        nothing at the usual ``|B| ≪ n``. Take ``False`` when ``|B|`` is a good
-        fraction of ``n``, or ``|B| = n`` for the exact full gradient.
+        Floyd's draw makes an estimator call slower, the more so the larger
+        ``|B|`` (``benchmarks/results/peers.md``), while the variance it saves is
+        the finite-population factor ``1 - |B|/n`` (Var is ``n² S₀²/|B|`` with
+        replacement, ``n² (1 - |B|/n) S²/|B|`` without; ``S₀², S²`` the ddof-0 /
+        ddof-1 variances of the per-point gradients): nothing at the usual
+        ``|B| ≪ n``. Take ``False`` when ``|B|`` is a good fraction of ``n``, or
+        ``|B| = n`` for the exact full gradient.
 
-    Returns ``grad_estimator(rng_key, θ) -> (d,)`` (a pytree like ``θ`` if ``θ`` is
-    one), unbiased for ``∇log π(θ)``: each index is in ``B`` with probability ``|B|/n``
-    (expected count ``|B|/n`` with replacement). With ``batch_size = n`` and
-    ``replace=False`` it is the exact full gradient.
+    Returns:
+      ``grad_estimator(rng_key, θ) -> (d,)`` (a pytree like ``θ`` if ``θ`` is
+      one), unbiased for ``∇log π(θ)``: each index is in ``B`` with probability
+      ``|B|/n`` (expected count ``|B|/n`` with replacement). With
+      ``batch_size = n`` and ``replace=False`` it is the exact full gradient.
+
+    Raises:
+      ValueError: a function not callable, ``data`` without a shared leading
+        axis, or ``batch_size`` not in ``[1, n]``.
     """
     check_callable(logprior_fn, "logprior_fn", "theta -> scalar log prior")
     check_callable(
@@ -311,7 +394,10 @@ def minibatch_grad_estimator(
         return loglik_fn(theta, *point) if unpack else loglik_fn(theta, point)
 
     def minibatch_logdensity(theta, batch):
-        """log p(θ) + (n/|B|) Σ_{i∈B} log p(x_i | θ): its gradient is g̃ (one backward pass, no (|B|, d) array)."""
+        """``log p(θ) + (n/|B|) Σ_{i∈B} log p(x_i | θ)``.
+
+        Its gradient is ``g̃`` (one backward pass, no ``(|B|, d)`` array).
+        """
         lik = jnp.sum(jax.vmap(one_loglik, in_axes=(None, 0))(theta, batch))
         return logprior_fn(theta) + (n / batch_size) * lik
 

@@ -2,10 +2,12 @@
 
 For a black-box log density (a NumPy or SciPy model behind
 ``jax.pure_callback``, an external simulator) ``jax.grad`` has nothing to
-differentiate. A finite-difference gradient needs values only:
+differentiate. A finite-difference gradient needs values only::
 
-    central:  ∂_k log π(x) ≈ (log π(x + δ_k e_k) - log π(x - δ_k e_k)) / (2 δ_k)    2d values, error O(δ²)
-    forward:  ∂_k log π(x) ≈ (log π(x + δ_k e_k) - log π(x)) / δ_k                 d + 1 values, error O(δ)
+    central:  ∂_k log π(x) ≈ (log π(x + δ_k e_k) - log π(x - δ_k e_k)) / (2 δ_k)
+              2d values, error O(δ²)
+    forward:  ∂_k log π(x) ≈ (log π(x + δ_k e_k) - log π(x)) / δ_k
+              d + 1 values, error O(δ)
 
 with ``δ_k = step · max(1, |x_k|)`` (a relative step away from 0). The default
 steps balance truncation against rounding of the values: ``ε^{1/3}`` (central)
@@ -43,7 +45,10 @@ __all__ = ["FiniteDifferenceGrad", "finite_difference"]
 
 
 class FiniteDifferenceGrad:
-    """``x: (d,) -> ∇ log π(x) (d,)`` by finite differences (see :func:`finite_difference`)."""
+    """``x: (d,) -> ∇ log π(x) (d,)`` by finite differences.
+
+    Made by :func:`finite_difference`, which says what its arguments are.
+    """
 
     def __init__(self, logdensity_fn: LogDensityFn, step: float | None, scheme: str):
         self.logdensity_fn = logdensity_fn
@@ -51,15 +56,32 @@ class FiniteDifferenceGrad:
         self.scheme = scheme
 
     def model_solves(self, d: int) -> int:
-        """Evaluations of ``logdensity_fn`` per gradient alone: 2d (central) or d + 1 (forward)."""
+        """Evaluations of ``logdensity_fn`` per gradient alone.
+
+        Args:
+          d: the dimension.
+
+        Returns:
+          2d (central) or d + 1 (forward).
+        """
         return 2 * d if self.scheme == "central" else d + 1
 
     def model_solves_given_value(self, d: int) -> int:
-        """Evaluations per gradient when the value at ``x`` is known: 2d (central) or d (forward)."""
+        """Evaluations per gradient when the value at ``x`` is known.
+
+        Args:
+          d: the dimension.
+
+        Returns:
+          2d (central) or d (forward).
+        """
         return 2 * d if self.scheme == "central" else d
 
     def _shifted(self, x: Array) -> tuple[Array, Array]:
-        """``(δ (d,), the shifted points (2d or d, d))``: ``x + δ_k e_k`` (then ``x - δ_k e_k`` if central)."""
+        """``(δ (d,), the shifted points (2d or d, d))``.
+
+        The points are ``x + δ_k e_k`` (then ``x - δ_k e_k`` if central).
+        """
         eps = jnp.finfo(x.dtype).eps
         step = (
             self.step
@@ -87,13 +109,32 @@ class FiniteDifferenceGrad:
         return (shifted - value) / delta
 
     def value_and_grad(self, x: Array) -> tuple[Array, Array]:
-        """``(log π(x), ∇ log π(x))`` from one batched call (``x`` itself is the last point)."""
+        """``(log π(x), ∇ log π(x))`` from one batched call.
+
+        ``x`` itself is the last point of the call.
+
+        Args:
+          x: the point, shape ``(d,)``.
+
+        Returns:
+          ``(value, gradient)``: a scalar and a ``(d,)`` array.
+        """
         delta, points = self._shifted(x)
         values = self._values(jnp.concatenate([points, x[None, :]]))
         return values[-1], self._differences(delta, values[:-1], values[-1])
 
     def grad_given_value(self, x: Array, value: Array) -> Array:
-        """The gradient at ``x`` where ``value = log π(x)`` is known (forward differences reuse it)."""
+        """The gradient at ``x`` where ``value = log π(x)`` is known.
+
+        Forward differences reuse it.
+
+        Args:
+          x: the point, shape ``(d,)``.
+          value: ``log π(x)``, a scalar.
+
+        Returns:
+          The gradient, shape ``(d,)``.
+        """
         delta, points = self._shifted(x)
         return self._differences(
             delta, self._values(points), jnp.asarray(value, x.dtype)
@@ -108,22 +149,36 @@ class FiniteDifferenceGrad:
         return self.value_and_grad(x)[1]
 
     def __repr__(self) -> str:
-        return f"finite_difference({self.logdensity_fn!r}, step={self.step!r}, scheme={self.scheme!r})"
+        return (
+            f"finite_difference({self.logdensity_fn!r}, step={self.step!r}, "
+            f"scheme={self.scheme!r})"
+        )
 
 
 def finite_difference(
     logdensity_fn: LogDensityFn, *, step: float | None = None, scheme: str = "central"
 ) -> Callable[[Array], Array]:
-    """A gradient ``x: (d,) -> ∇ log π(x)`` by finite differences of ``logdensity_fn`` (module docstring).
+    """A gradient ``x: (d,) -> ∇ log π(x)`` by finite differences of ``logdensity_fn``.
+
+    See the module docstring. Pass it as ``grad_fn=`` to ``cj.lmc``, ``cj.enlmc``
+    or ``cj.cenlmc``.
 
     Args:
       logdensity_fn: ``x: (d,) -> scalar``; may be a black box behind
         ``jax.pure_callback``.
       step: relative step ``δ_k / max(1, |x_k|)``; None: ``ε^{1/3}`` (central) or
         ``ε^{1/2}`` (forward).
-      scheme: ``"central"`` (2d values, O(δ²)) or ``"forward"`` (d + 1 values, O(δ)).
+      scheme: ``"central"`` (2d values, O(δ²)) or ``"forward"`` (d + 1 values,
+        O(δ)).
 
-    Pass it as ``grad_fn=`` to ``cj.lmc``, ``cj.enlmc`` or ``cj.cenlmc``.
+    Returns:
+      A :class:`FiniteDifferenceGrad`: callable ``x: (d,) -> (d,)``, with
+      ``value_and_grad``, ``grad_given_value`` and the cost methods
+      ``model_solves`` / ``model_solves_given_value``.
+
+    Raises:
+      ValueError: ``logdensity_fn`` not callable, an unknown ``scheme``, or a
+        ``step`` not ``> 0``.
     """
     check_callable(logdensity_fn, "logdensity_fn", "x -> scalar log density")
     check_choice(scheme, "scheme", ("central", "forward"))
