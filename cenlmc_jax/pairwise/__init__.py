@@ -1,10 +1,13 @@
-"""The masked ensemble force of EnLMC and CEnLMC (docs/algorithms.md §2-4): one entry point.
+"""The masked ensemble force of EnLMC and CEnLMC: one entry point.
+
+docs/algorithms.md §2-4.
 
 For particles ``x: (N, d)`` with potential values ``f`` (``-logdensity_fn``),
 proposal log densities ``log p`` and, for CEnLMC, deterministic parts ``w``:
 
     force_sum_i = Σ_{j≠i} W_ij (x_j - x_i),
-    W_ij = exp(log α_d - log p_j) (f_j - f_i) / |x_j - x_i|² · 1[|x_j - x_i| ≤ η] · 1[|w_j - w_i| ≤ R2],
+    W_ij = exp(log α_d - log p_j) (f_j - f_i) / |x_j - x_i|²
+           · 1[|x_j - x_i| ≤ η] · 1[|w_j - w_i| ≤ R2],
     n_r2_i = #{j ≠ i : |w_j - w_i| ≤ R2} (3.20),   n_ball_i = #{j ≠ i : both masks},
 
 ``α_d = d / V_η`` (section 2). EnLMC divides ``force_sum`` by ``N - 1``,
@@ -97,22 +100,30 @@ METHODS = ("auto", "dense", "tiled", "pallas")
 AUTO_DENSE_MAX_N = 64
 #: ... provided its (N, N, d) difference array is at most this many bytes
 #: (there it costs about the same as tiled on CPU and is the more accurate;
-#: already at N = 128 tiled was 2-4x faster).
+#: beyond it tiled is faster).
 AUTO_DENSE_MAX_BYTES = 16 * 2**20
 #: ``method="auto"`` (with ``block_sparse=None``) takes the block-sparse tiled
 #: path where a row ``(max d, min N)`` of this rule holds: ``d <= max d`` and
-#: ``N >= min N``. Measured by benchmarks/bench_sparse.py on CEnLMC-shaped
-#: ensembles (η = R2 = sqrt(h d), h = 0.05), median ratio dense/sparse, calls
-#: alternating: results/sparse.md (N = 8,192-65,536; d = 5 pays from 32,768,
-#: d = 10 never) and results/sparse_small.md (N = 1,024-8,192): d = 1 from
-#: N = 2,048 (2.2x), d = 2 from 2,048 (1.1x wall, 1.4x CPU; 2.1x at 4,096),
-#: d = 3 from 4,096 (1.6x; 0.8x at 2,048), d = 4 from 8,192 (1.3x; 0.7-0.8x
-#: below). Measured on 2 shared CPU cores, not on a GPU.
+#: ``N >= min N``: each row is the smallest N from which the block-sparse sum
+#: was faster than the dense tiles at that d (benchmarks/bench_sparse.py on
+#: CEnLMC-shaped ensembles, η = R2 = sqrt(h d), h = 0.05; the ratios are
+#: benchmarks/results/sparse.md and benchmarks/results/sparse_small.md; d = 10
+#: never pays). Measured on CPU, not on a GPU.
 AUTO_SPARSE_RULE = ((2, 2048), (3, 4096), (4, 8192), (5, 32768))
 
 
 def auto_block_sparse(n: int, d: int) -> bool:
-    """The ``method="auto"`` rule: block-sparse tiles where a row of :data:`AUTO_SPARSE_RULE` holds."""
+    """The ``method="auto"`` rule: block-sparse where a row of the rule holds.
+
+    The rule is :data:`AUTO_SPARSE_RULE`.
+
+    Args:
+      n: the number of particles ``N``.
+      d: the dimension.
+
+    Returns:
+      True where ``method="auto"`` takes the block-sparse tiles.
+    """
     return any(d <= max_d and n >= min_n for max_d, min_n in AUTO_SPARSE_RULE)
 
 
@@ -126,7 +137,10 @@ def _local_partial(
     dtype: str = "float32",
     axis_name: str | None = None,
 ):
-    """The rows-against-columns partial of a backend, one object per setting (a jit static argument)."""
+    """The rows-against-columns partial of a backend, one object per setting.
+
+    A jit static argument.
+    """
     # the block-sparse XLA tiles (block_size: rows per row tile), decided over the mesh
     if method == "sparse":
         return functools.partial(
@@ -169,19 +183,22 @@ def ensemble_force(
 
     Args:
       x: (N, d) particle positions ``x_i^m``.
-      f: (N,) potential ``f(x_i) = -logdensity_fn(x_i)`` (any additive constant).
+      f: (N,) potential ``f(x_i) = -logdensity_fn(x_i)`` (any additive
+        constant).
       log_p: (N,) log density of the proposal each particle was drawn from,
-        ``log p_j^m = -(d/2) log(4πh) - |x_j - w_j|²/(4h)`` (docs/algorithms.md §3).
+        ``log p_j^m = -(d/2) log(4πh) - |x_j - w_j|²/(4h)``
+        (docs/algorithms.md §3).
       eta: ball radius ``η > 0``.
       w: optional (N, d) deterministic parts ``w_j^m`` (CEnLMC); rows may be
         ``+inf`` (the initialisation) or otherwise non-finite.
-      r2: ``R2 >= 0``, the w-space radius; required with ``w``, forbidden without.
+      r2: ``R2 >= 0``, the w-space radius; required with ``w``, forbidden
+        without.
       method: ``"dense"`` (N x N reference), ``"tiled"`` (XLA row tiles,
         ``O(N d + B N)`` memory), ``"pallas"`` (the fused kernel; interpret
-        mode off GPU (``interpret``), not yet timed on a GPU) or ``"auto"`` (dense for
-        ``N <= 64`` when its ``(N, N, d)`` temporary is at most 16 MiB,
-        tiled otherwise, block-sparse by :func:`auto_block_sparse`; never
-        pallas).
+        mode off GPU (``interpret``), not yet timed on a GPU) or ``"auto"``
+        (dense for ``N <= 64`` when its ``(N, N, d)`` temporary is at most
+        :data:`AUTO_DENSE_MAX_BYTES`, tiled otherwise, block-sparse by
+        :func:`auto_block_sparse`; never pallas).
       block_size: rows per block of ``tiled`` (default
         :func:`default_block_size`); N need not be a multiple. The dense and
         Pallas backends choose their own tiles.

@@ -27,14 +27,15 @@ Distances of a tile (``distances=``):
 
 The force is one more tile product, ``W @ [x̃, 1]`` at ``precision``.
 
-Block-sparse (``block_sparse=True``): the particles are sorted along a Hilbert curve,
-each row block gets the list of column blocks whose bounding boxes (x, and w for the R2
-count) can hold a pair (:func:`sparse_tile_lists`: ``FULL`` blocks first, then ``COUNT``
-blocks, whose x-boxes are apart and which add only to ``n_r2``), and the kernel loops
-over its list, the lists and their lengths being two more (whole-array) inputs read with
-scalar loads. The lists have a static length (:func:`sparse_list_len`); a row block that
-needs more makes the call run the dense kernel (exact either way). Not yet timed on a
-GPU (``benchmarks/gpu_check.py``, sections ``headline`` and ``sample``).
+Block-sparse (``block_sparse=True``): the particles are sorted along a Hilbert
+curve, each row block gets the list of column blocks whose bounding boxes (x, and
+w for the R2 count) can hold a pair (:func:`sparse_tile_lists`: ``FULL`` blocks
+first, then ``COUNT`` blocks, whose x-boxes are apart and which add only to
+``n_r2``), and the kernel loops over its list, the lists and their lengths being
+two more (whole-array) inputs read with scalar loads. The lists have a static
+length (:func:`sparse_list_len`); a row block that needs more makes the call run
+the dense kernel (exact either way). Not yet timed on a GPU
+(``benchmarks/gpu_check.py``, sections ``headline`` and ``sample``).
 
 Tiles and launch (``block_rows``, ``block_cols``, ``num_warps``,
 ``num_stages``) default per ``(distances, dtype, d)`` to :data:`KERNEL_DEFAULTS`,
@@ -45,15 +46,17 @@ The kernel's refs are named arguments (as in jax's attention kernel); the
 optional ones (``w`` and the block-sparse lists) are None when absent.
 
 The kernel is written for Pallas' Triton lowering (``compiler_params`` is a
-``jax.experimental.pallas.triton.CompilerParams``, which selects Triton even though jax
-0.10 makes Mosaic GPU the default lowering of ``pl.pallas_call``): every tile shape is a
-power of two ≥ 16 (``tl.dot``'s minimum), the lanes of ``x̃`` and ``[x̃, 1]`` are padded
-to such widths, and ``N`` to a multiple of the blocks with invalid particles. Off GPU it
-runs in Pallas' interpret mode (slow, for tests), chosen by the platform the program is
-lowered for (``interpret=None``, ``lax.platform_dependent``), not by the default
-backend: lowering for CUDA on a CPU-only machine gives the Triton kernel
-(tests/pairwise/test_lowering.py). Meant for moderate ``d`` (≤ 256): a ``(block_rows,
-d_pad)`` accumulator lives in registers; beyond that the XLA path is better.
+``jax.experimental.pallas.triton.CompilerParams``, which selects Triton even
+though jax 0.10 makes Mosaic GPU the default lowering of ``pl.pallas_call``):
+every tile shape is a power of two ≥ 16 (``tl.dot``'s minimum), the lanes of
+``x̃`` and ``[x̃, 1]`` are padded to such widths, and ``N`` to a multiple of the
+blocks with invalid particles. Off GPU it runs in Pallas' interpret mode (slow,
+for tests), chosen by the platform the program is lowered for
+(``interpret=None``, ``lax.platform_dependent``), not by the default backend:
+lowering for CUDA on a CPU-only machine gives the Triton kernel
+(tests/pairwise/test_lowering.py). Meant for moderate ``d`` (≤ 256): a
+``(block_rows, d_pad)`` accumulator lives in registers; beyond that the XLA path
+is better.
 """
 
 from __future__ import annotations
@@ -110,13 +113,24 @@ __all__ = [
 
 #: Block-sparse: memory of all row blocks' lists of column blocks together;
 #: a row block that needs more entries sends the call to the dense kernel.
-#: (128 MiB: with the 64 x 32 tiles of :data:`KERNEL_DEFAULTS` at d <= 16 a
-#: list covers as many columns as 64 MiB did with 64 x 64 tiles.)
+#: (2^27 bytes: with the 64 x 32 tiles of :data:`KERNEL_DEFAULTS` at d <= 16 a
+#: list covers as many columns as half of it did with 64 x 64 tiles.)
 SPARSE_LIST_BYTES = 128 * 2**20
 
 
 class KernelOptions(NamedTuple):
-    """Static (hashable) settings of the kernel; see :func:`ensemble_force_pallas`."""
+    """Static (hashable) settings of the kernel; see :func:`ensemble_force_pallas`.
+
+    Attributes:
+      block_rows: rows per program (a power of two >= 16).
+      block_cols: columns per tile of the inner loop (a power of two >= 16).
+      distances: ``"direct"`` or ``"gram"``.
+      precision: of the force product.
+      gram_precision: of the Gram product.
+      interpret: Pallas' interpret mode; ``None``: by the lowering platform.
+      num_warps: Triton's warps per program.
+      num_stages: Triton's pipeline stages.
+    """
 
     block_rows: int
     block_cols: int
@@ -134,7 +148,14 @@ def _padded_width(d: int) -> int:
 
 
 class KernelConfig(NamedTuple):
-    """Tile sizes and Triton launch of the kernel: one row of :data:`KERNEL_DEFAULTS`."""
+    """Tile sizes and Triton launch of the kernel: one row of :data:`KERNEL_DEFAULTS`.
+
+    Attributes:
+      block_rows: rows per program.
+      block_cols: columns per tile.
+      num_warps: Triton's warps per program.
+      num_stages: Triton's pipeline stages.
+    """
 
     block_rows: int
     block_cols: int
@@ -145,62 +166,49 @@ class KernelConfig(NamedTuple):
 #: The defaults of :func:`kernel_options`, per ``(distances, dtype)``: rows
 #: ``(max d, KernelConfig)``, the first whose ``max d`` holds ``d`` applies.
 #: Chosen so that the CEnLMC kernel (w and the R2 count, HIGHEST precision),
-#: its TTIR compiled for sm_90a by the ``triton`` wheel, does not spill:
-#: registers and spill bytes per thread from ptxas -v (comments; the table
-#: is benchmarks/results/spills.md, by benchmarks/bench_spills.py; the
+#: its TTIR compiled for sm_90a by the ``triton`` wheel, does not spill: the
+#: registers and spill bytes per thread of every row (ptxas -v, before and
+#: after) are benchmarks/results/spills.md, by benchmarks/bench_spills.py; the
 #: float32 rows at d = 2, 3, 10, 100 are asserted by
-#: tests/pairwise/test_pallas_spills.py). What decides it:
+#: tests/pairwise/test_pallas_spills.py. What decides it:
 #:
 #: * num_warps = 8, not Triton's 4: the per-thread share of each
 #:   (block_rows, block_cols) tile halves; 16 warps cap a thread at 128
 #:   registers (65,536 per SM) and spilled again.
 #: * block_cols = 32 (16 for float64): the K side of the ``W @ [x̃, 1]``
 #:   product, which HIGHEST precision runs as FMAs with its operands in
-#:   registers: 64 -> 32 took d = 2 from 253 to 143 registers, d = 3 from a
-#:   16-byte spill to 166 registers.
+#:   registers: 64 -> 32 removed the spills at d = 2 and d = 3.
 #: * block_rows = 64 at d <= 16, where block-sparse pays: the lists hold
 #:   ``SPARSE_LIST_BYTES`` / 4 entries over all row blocks, so the columns a
 #:   row block's list covers scale with ``block_rows * block_cols``; with
-#:   32-wide column blocks ``SPARSE_LIST_BYTES`` is 128 MiB, which keeps the
-#:   coverage of the earlier 64 x 64 tiles at 64 MiB.
-#: * num_stages = 3 (Triton's default): 1 changed nothing measured.
+#:   32-wide column blocks ``SPARSE_LIST_BYTES`` is twice the earlier budget,
+#:   which keeps the coverage of the earlier 64 x 64 tiles.
+#: * num_stages = 3 (Triton's default): 1 changed nothing.
 #:
 #: Triton's default launch with the earlier tiles spilled everywhere
-#: (0.5-7 KB per thread; spills.md, "before"). Rows marked "not compiled"
-#: are extrapolated (tiles no larger per thread than a measured row's).
-#: float64 at d = 100 still spills 132 bytes per thread at the smallest
-#: tiles ``tl.dot`` takes (16 x 16): the 128-wide float64 row tiles of x̃
-#: and w̃ alone are 32 registers a thread, and 4 or 16 warps spill more.
+#: (spills.md, "before"). The direct rows beyond d = 16 (direct distances there
+#: only on request) are not compiled there: extrapolated (tiles no larger per
+#: thread than a compiled row's). float64 at d = 100 still spills at the smallest tiles
+#: ``tl.dot`` takes (16 x 16): the 128-wide float64 row tiles of x̃ and w̃ alone
+#: are 32 registers a thread, and 4 or 16 warps spill more.
 KERNEL_DEFAULTS: Mapping[tuple[str, str], tuple[tuple[int, KernelConfig], ...]] = (
     MappingProxyType(
         {
             ("direct", "float32"): (
-                (
-                    16,
-                    KernelConfig(64, 32, 8, 3),
-                ),  # d = 2: 143 registers, d = 3: 166; no spills (dense and sparse)
-                (
-                    1024,
-                    KernelConfig(32, 32, 8, 3),
-                ),  # not compiled (direct beyond d = 16: only on request)
+                (16, KernelConfig(64, 32, 8, 3)),
+                (1024, KernelConfig(32, 32, 8, 3)),
             ),
             ("gram", "float32"): (
-                (16, KernelConfig(64, 32, 8, 3)),  # d = 10: 172 registers, no spills
-                (
-                    1024,
-                    KernelConfig(32, 32, 8, 3),
-                ),  # d = 20, 50, 100, 200: 102, 104, 142, 182 registers, no spills
+                (16, KernelConfig(64, 32, 8, 3)),
+                (1024, KernelConfig(32, 32, 8, 3)),
             ),
             ("direct", "float64"): (
-                (16, KernelConfig(32, 16, 8, 3)),  # d = 2: 165 registers, no spills
-                (1024, KernelConfig(16, 16, 8, 3)),  # not compiled
+                (16, KernelConfig(32, 16, 8, 3)),
+                (1024, KernelConfig(16, 16, 8, 3)),
             ),
             ("gram", "float64"): (
-                (16, KernelConfig(32, 16, 8, 3)),  # d = 10: 170 registers, no spills
-                (
-                    1024,
-                    KernelConfig(16, 16, 8, 3),
-                ),  # d = 50: 224 registers, no spills; d = 100: 132-byte spill
+                (16, KernelConfig(32, 16, 8, 3)),
+                (1024, KernelConfig(16, 16, 8, 3)),
             ),
         }
     )
@@ -208,7 +216,18 @@ KERNEL_DEFAULTS: Mapping[tuple[str, str], tuple[tuple[int, KernelConfig], ...]] 
 
 
 def default_config(d: int, distances: str, dtype: Any = jnp.float32) -> KernelConfig:
-    """The :data:`KERNEL_DEFAULTS` row for dimension ``d`` (float64 rows for float64, float32 otherwise)."""
+    """The :data:`KERNEL_DEFAULTS` row for dimension ``d``.
+
+    Float64 rows for float64, float32 otherwise.
+
+    Args:
+      d: the dimension.
+      distances: ``"direct"`` or ``"gram"``.
+      dtype: the particles' dtype.
+
+    Returns:
+      The :class:`KernelConfig` (the last row beyond the table's largest ``d``).
+    """
     key = "float64" if jnp.dtype(dtype) == jnp.float64 else "float32"
     for max_d, config in KERNEL_DEFAULTS[(distances, key)]:
         if d <= max_d:
@@ -240,11 +259,29 @@ def kernel_options(
     *,
     dtype: Any = jnp.float32,
 ) -> KernelOptions:
-    """Check the kernel settings and fill in the defaults for dimension ``d`` and ``dtype``.
+    """Check the kernel settings and fill in the defaults for ``d`` and ``dtype``.
 
     Each setting left None comes from :func:`default_config` (the
     :data:`KERNEL_DEFAULTS` row of ``(distances, dtype, d)``), independently:
     a ``block_rows`` given alone keeps the row's ``num_warps``.
+
+    Args:
+      d: the dimension.
+      block_rows: rows per program, a power of two >= 16, or None.
+      block_cols: columns per tile, a power of two >= 16, or None.
+      distances: ``"direct"`` or ``"gram"``.
+      precision: of the force product (None: HIGHEST).
+      gram_precision: of the Gram product (None: ``precision``).
+      interpret: Pallas' interpret mode, or None (by the lowering platform).
+      num_warps: a power of two in [1, 32], or None.
+      num_stages: Triton's pipeline stages, or None.
+      dtype: the particles' dtype.
+
+    Returns:
+      The :class:`KernelOptions`.
+
+    Raises:
+      ValueError: a setting out of its range.
     """
     block_rows = _check_block(block_rows, "block_rows")
     block_cols = _check_block(block_cols, "block_cols")
@@ -297,7 +334,8 @@ def _kernel(
     sums_ref,
     m_ref,
     n_r2_ref,
-    n_ball_ref,  # Σ_j W_ij [x̃_j, 1] (B_r, d1_pad), log-scale m, n_r2, n_ball
+    # Σ_j W_ij [x̃_j, 1] (B_r, d1_pad), log-scale m, n_r2, n_ball
+    n_ball_ref,
     *,
     spec: TileSpec,
     dim: int,
@@ -305,7 +343,10 @@ def _kernel(
     num_col_blocks: int,
     list_len: int | None = None,
 ):
-    """One row block against every column block (or, with lists, against its listed ones): fold, store."""
+    """One row block against every column block: fold, store.
+
+    With lists, against its listed ones.
+    """
     has_w = w_ref is not None
 
     def positions(ref, sl):
@@ -364,7 +405,10 @@ def _kernel(
 
 
 def _whole(a) -> pl.BlockSpec:
-    """The whole array for every program (on GPU only a pointer: tiles are loaded in the loop)."""
+    """The whole array for every program.
+
+    On GPU only a pointer: tiles are loaded in the loop.
+    """
     zeros = (0,) * a.ndim
     return pl.BlockSpec(a.shape, lambda i: zeros)
 
@@ -372,12 +416,19 @@ def _whole(a) -> pl.BlockSpec:
 def pallas_partial(
     rows: Prepared, cols: Prepared, opts: KernelOptions, tile_lists: tuple | None = None
 ) -> Partial:
-    """Partial of ``rows`` over ``cols`` (both from :func:`~.algebra.prepare` with one centre): one launch.
+    """Partial of ``rows`` over ``cols``: one launch.
 
-    ``tile_lists``: None (every row block against every column block) or
-    ``(lists (R, K) int32, n_full (R,), n_count (R,))`` per row block of
-    ``opts.block_rows`` (:func:`sparse_tile_lists`): the kernel then folds
-    only the listed column blocks of ``opts.block_cols``.
+    Args:
+      rows: :func:`~.algebra.prepare` output for the rows.
+      cols: :func:`~.algebra.prepare` output for the columns, same centre.
+      opts: the :class:`KernelOptions`.
+      tile_lists: None (every row block against every column block) or
+        ``(lists (R, K) int32, n_full (R,), n_count (R,))`` per row block of
+        ``opts.block_rows`` (:func:`sparse_tile_lists`): the kernel then folds
+        only the listed column blocks of ``opts.block_cols``.
+
+    Returns:
+      The :class:`~.algebra.Partial` of the rows over all the columns.
     """
     n_rows, d = rows.x.shape
     n_cols = cols.x.shape[0]
@@ -491,7 +542,17 @@ def pallas_partial(
 
 
 def sparse_list_len(n: int, opts: KernelOptions) -> int:
-    """Static length ``K`` of each row block's list of column blocks (:data:`SPARSE_LIST_BYTES` in all)."""
+    """Static length ``K`` of each row block's list of column blocks.
+
+    :data:`SPARSE_LIST_BYTES` in all.
+
+    Args:
+      n: the number of particles.
+      opts: the :class:`KernelOptions` (its block sizes).
+
+    Returns:
+      ``K``, an int ``>= 1``.
+    """
     n_rb, n_cb = -(-n // opts.block_rows), -(-n // opts.block_cols)
     return int(max(1, min(n_cb, SPARSE_LIST_BYTES // (4 * n_rb))))
 
@@ -499,13 +560,21 @@ def sparse_list_len(n: int, opts: KernelOptions) -> int:
 def sparse_tile_lists(
     p: Prepared, opts: KernelOptions, list_len: int
 ) -> tuple[tuple[Array, Array, Array], Array]:
-    """Per row block of ``p``, the column blocks the block-sparse kernel visits, and whether all lists fit.
+    """Per row block of ``p``, the column blocks the block-sparse kernel visits.
 
-    Returns ``((lists (R, K) int32, n_full (R,), n_count (R,)), fits)``:
-    :func:`~.sparsity.tile_kinds` of each row block's boxes against every
-    column block's, listed by :func:`~.sparsity.tile_list` (``FULL`` first,
-    then ``COUNT``); ``fits`` is False if a row block has more than ``K``.
+    And whether all lists fit. :func:`~.sparsity.tile_kinds` of each row
+    block's boxes against every column block's, listed by
+    :func:`~.sparsity.tile_list` (``FULL`` first, then ``COUNT``).
     ``O((N/B_r)(N/B_c) d)`` work, ``lax.map`` over the row blocks.
+
+    Args:
+      p: :func:`~.algebra.prepare` output, in a spatial order.
+      opts: the :class:`KernelOptions` (its block sizes and distances).
+      list_len: the static length ``K`` (:func:`sparse_list_len`).
+
+    Returns:
+      ``((lists (R, K) int32, n_full (R,), n_count (R,)), fits)``; ``fits`` is
+      False if a row block has more than ``K``.
     """
     n, d = p.x.shape
     spec = tile_spec(

@@ -275,7 +275,7 @@ def default_block_size(
     under :data:`TILE_MAX_BYTES` (``B`` may drop to 1 for huge n).
     ``d=None``: the rule by ``n`` alone (the default before issue 17).
 
-    The floor by ``d`` was measured against the rule by ``n`` alone (issue 17):
+    The floor by ``d`` was timed against the rule by ``n`` alone (issue 17):
     faster at large ``d``, and at small ``d``, where larger blocks were slower,
     it leaves the blocks as they were (benchmarks/results/block_by_d.md).
 
