@@ -29,7 +29,8 @@ WORKER = textwrap.dedent(
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     pid, nproc, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
     if nproc > 1:
-        jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=nproc, process_id=pid)
+        jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=nproc,
+                                   process_id=pid)
     import cenlmc_jax as cj
     from cenlmc_jax.pairwise import make_mesh, shard_ensemble
 
@@ -38,18 +39,23 @@ WORKER = textwrap.dedent(
     t = cj.models.targets.standard_gaussian(2)
     x0 = np.asarray(jax.random.normal(jax.random.key(1), (64, 2)))
     algo = cj.cenlmc(t.logdensity_fn, 0.05, 0.6, 0.45, 0.6, 3, 20.0, mesh=mesh)
-    state = algo.init(shard_ensemble(x0, mesh))  # the checks of a sharded ensemble pull it to the host
+    # the checks of a sharded ensemble pull it to the host
+    state = algo.init(shard_ensemble(x0, mesh))
     ck = os.path.join(out, "run.ck")
     kw = dict(burn_in=5, checkpoint_path=ck, chunk_size=10, check_convergence=False)
     res = cj.sample(jax.random.key(0), algo, state, 20, **kw)
     table = cj.summary(res)
     idata = cj.to_arviz(res)
-    again = cj.sample(jax.random.key(0), algo, state, 20, **kw)  # the finished run, read back
-    host, host_again = cj.to_host(res), cj.to_host(again)  # every process: the whole run as NumPy arrays
+    # the finished run, read back
+    again = cj.sample(jax.random.key(0), algo, state, 20, **kw)
+    # every process: the whole run as NumPy arrays
+    host, host_again = cj.to_host(res), cj.to_host(again)
     if pid == 0:
-        np.savez(os.path.join(out, "result.npz"), trace=np.asarray(cj.diagnostics.chains_first(host)),
+        np.savez(os.path.join(out, "result.npz"),
+                 trace=np.asarray(cj.diagnostics.chains_first(host)),
                  again=np.asarray(cj.diagnostics.chains_first(host_again)),
-                 mean=np.asarray(table.columns["mean"]), posterior=np.asarray(idata.posterior["x"].values))
+                 mean=np.asarray(table.columns["mean"]),
+                 posterior=np.asarray(idata.posterior["x"].values))
     print(json.dumps(dict(pid=pid, files=sorted(os.listdir(out)))))
     """
 )

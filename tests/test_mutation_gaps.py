@@ -353,10 +353,9 @@ def _divergence_by_jacfwd(form, z):
 def test_gamma_term_of_every_matrix_form_in_d_and_q_matches_jacfwd_of_the_matrix_field(
     form,
 ):
-    """Each form alone in D and in Q (s = ±1), beside a constant, paired with every other form,
-    and through has_aux, at 8 random points: float64 rounding only (the same
-      derivatives,
-    summed in another order; 1e-12 relative)."""
+    """Each form alone in D and in Q (s = ±1), beside a constant, paired with every
+    other form, and through has_aux, at 8 random points: float64 rounding only (the same
+    derivatives, summed in another order; 1e-12 relative)."""
     M = _FIELDS[form]
 
     def cases(z):

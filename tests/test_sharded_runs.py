@@ -37,12 +37,14 @@ SCRIPT = textwrap.dedent(
     tgt = cj.models.targets.standard_gaussian(2)
     x0 = jax.random.normal(jax.random.key(0), (400, 2))
     out = {"num_devices": np.array(len(jax.devices()))}
-    for tag, mesh, strategy in (("single", None, "allgather"), ("allgather", make_mesh(4), "allgather"),
+    for tag, mesh, strategy in (("single", None, "allgather"),
+                                ("allgather", make_mesh(4), "allgather"),
                                 ("ring", make_mesh(4), "ring")):
-        algo = cj.cenlmc(tgt.logdensity_fn, 0.05, 0.4, 0.5, 0.4, 5, 10.0, f_star=tgt.f_star, mesh=mesh,
-                         strategy=strategy)
+        algo = cj.cenlmc(tgt.logdensity_fn, 0.05, 0.4, 0.5, 0.4, 5, 10.0,
+                         f_star=tgt.f_star, mesh=mesh, strategy=strategy)
         res = cj.sample(jax.random.key(1), algo, algo.init(x0), 200, burn_in=20,
-                        trace_fn=lambda s: jnp.concatenate([s.position, s.position ** 2], axis=-1))
+                        trace_fn=lambda s: jnp.concatenate(
+                            [s.position, s.position ** 2], axis=-1))
         out[tag + "/trace"] = np.asarray(res.trace)
         out[tag + "/fraction"] = np.asarray(res.info.ensemble_fraction)
     np.savez(sys.argv[1], **out)

@@ -386,7 +386,8 @@ _CTRL_C_IN_COMPILE_CHILD = textwrap.dedent("""
             if timer is not None:
                 timer.cancel()
 
-    compiler.backend_compile_and_load, verdict.print_header = compile_with_ctrl_c, header_then_arm
+    compiler.backend_compile_and_load, verdict.print_header = (
+        compile_with_ctrl_c, header_then_arm)
     sys.argv[0] = "cenlmc-jax"
     runpy.run_module("cenlmc_jax.cli", run_name="__main__")
 """)

@@ -21,11 +21,13 @@ RAW_REGRESSION = """
     import jax.numpy as jnp
 
     def logp(x, data):
-        # kid_score ~ normal(b0 + b1 mom_iq, sigma), sigma = exp(x[2]) with its log-Jacobian; cauchy(0, 2.5) prior
+        # kid_score ~ normal(b0 + b1 mom_iq, sigma), sigma = exp(x[2]) with its
+        # log-Jacobian; cauchy(0, 2.5) prior
         b0, b1, log_sigma = x[0], x[1], x[2]
         sigma = jnp.exp(log_sigma)
         r = (data["y"] - b0 - b1 * data["x"]) / sigma
-        return -0.5 * jnp.sum(r**2) - data["y"].shape[0] * log_sigma - jnp.log1p((sigma / 2.5) ** 2) + log_sigma
+        return (-0.5 * jnp.sum(r**2) - data["y"].shape[0] * log_sigma
+                - jnp.log1p((sigma / 2.5) ** 2) + log_sigma)
 """
 
 

@@ -90,10 +90,11 @@ def test_no_user_no_bias_and_no_nan(_x64):
 
 @pytest.mark.parametrize("b, flagged", [(-0.12, True), (-0.09, False)])
 def test_the_running_drift_bias_sets_the_flag_after_its_window(b, flagged, _x64):
-    """β = 0.6 b per step: the running mean is exactly it; ``biased`` is set from step 200 when
-    |0.6 b| > 0.06 (b = -0.12: β = -0.072) and never when below (b = -0.09: β = -0.054), while the noise
-    inflation stays far below its own threshold (h b²|∇f|²/(2d) ~ 1e-4 exactly; the estimate, with |F|² as
-    a control variate over 4 of the 6 users, 1.4e-3: a tenth of the threshold is the margin)."""
+    """β = 0.6 b per step: the running mean is exactly it; ``biased`` is set from step
+    200 when |0.6 b| > 0.06 (b = -0.12: β = -0.072) and never when below (b = -0.09: β =
+    -0.054), while the noise inflation stays far below its own threshold (h b²|∇f|²/(2d)
+    ~ 1e-4 exactly; the estimate, with |F|² as a control variate over 4 of the 6 users,
+    1.4e-3: a tenth of the threshold is the margin)."""
     grad, idx, ok, force, used = _case(lambda g: b * g)
     step = jax.jit(
         lambda run: audit_figures(

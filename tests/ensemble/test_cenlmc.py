@@ -74,7 +74,8 @@ def test_cenlmc_stationary_moments_with_ensemble_force(target):
     LMC with force ∇f + e, E[e | x] = 0. With A = I - hP (P the precision)
     its stationary covariance solves
 
-        Σ = A Σ Aᵀ + 2h I + h² C_e,   C_e = E[e eᵀ] (over particles, zeros for gradient users),
+        Σ = A Σ Aᵀ + 2h I + h² C_e,
+        C_e = E[e eᵀ] (over particles, zeros for gradient users),
 
     i.e. the exact ULA covariance Σ_LMC (σ²/(1 - h/(2σ²)) per coordinate)
     plus the inflation ΔΣ = Lyap(A, h² C_e). We measure e from the run

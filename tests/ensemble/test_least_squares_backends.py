@@ -99,16 +99,19 @@ SCRIPT = textwrap.dedent(
     import numpy as np
     import jax, jax.numpy as jnp
     import cenlmc_jax as cj
-    from cenlmc_jax.ensemble.least_squares import least_squares_sparse, least_squares_tiled
+    from cenlmc_jax.ensemble.least_squares import (
+        least_squares_sparse, least_squares_tiled)
     from cenlmc_jax.pairwise import make_mesh
 
     jax.config.update("jax_enable_x64", True)
     mesh = make_mesh(4)
     out = {"num_devices": np.array(len(jax.devices()))}
-    for n in (400, 403):  # 403: the row tiles do not split evenly, invalid tiles pad the last device
+    # 403: the row tiles do not split evenly, invalid tiles pad the last device
+    for n in (400, 403):
         x = jax.random.normal(jax.random.key(n), (n, 2), jnp.float64)
         f = 0.5 * jnp.sum(x ** 2, axis=1) + 0.3 * jnp.sin(x[:, 0])
-        for name, fn in (("tiled", least_squares_tiled), ("sparse", least_squares_sparse)):
+        for name, fn in (("tiled", least_squares_tiled),
+                         ("sparse", least_squares_sparse)):
             for tag, m in (("single", None), ("mesh", mesh)):
                 res = fn(x, f, 0.6, block_size=32, mesh=m)
                 out[f"{n}/{name}/{tag}/grad"] = np.asarray(res.grad)
@@ -117,8 +120,9 @@ SCRIPT = textwrap.dedent(
     x0 = jax.random.normal(jax.random.key(0), (400, 2), jnp.float32)
     state0 = cj.ensemble.cenlmc_init(x0, logdensity, f_star=0.0)
     for tag, m in (("single", None), ("mesh", mesh)):
-        step = jax.jit(functools.partial(cj.ensemble.cenlmc_step, logdensity_fn=logdensity, step_size=0.05, eta=0.4,
-                                         r1=0.5, r2=0.4, n_star=5, m_f=10.0, mesh=m, estimator="least_squares"))
+        step = jax.jit(functools.partial(
+            cj.ensemble.cenlmc_step, logdensity_fn=logdensity, step_size=0.05, eta=0.4,
+            r1=0.5, r2=0.4, n_star=5, m_f=10.0, mesh=m, estimator="least_squares"))
         state = state0
         for k in range(5):
             state, info = step(jax.random.fold_in(jax.random.key(1), k), state)

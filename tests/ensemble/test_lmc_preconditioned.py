@@ -232,10 +232,10 @@ def test_float64_in_float64_out_jit_and_the_free_step_agree():
 
 
 def test_grad_through_sample_is_the_exact_pathwise_derivative():
-    """log π = -(x - μ1)ᵀ Σ⁻¹ (x - μ1)/2 with a scalar shift μ: from a fixed x0, x_t = μ1 + A^t (x0 - μ1)
-    + noise, so d x_t / dμ = (I - A^t) 1 exactly, and the streamed mean over t = 1..T of
-    coordinate 0
-    has the derivative mean_t [(I - A^t) 1]_0, whatever the noise."""
+    """log π = -(x - μ1)ᵀ Σ⁻¹ (x - μ1)/2 with a scalar shift μ: from a fixed x0, x_t =
+    μ1 + A^t (x0 - μ1) + noise, so d x_t / dμ = (I - A^t) 1 exactly, and the streamed
+    mean over t = 1..T of coordinate 0 has the derivative mean_t [(I - A^t) 1]_0,
+    whatever the noise."""
     cov, M = dense_case()
     prec = np.linalg.inv(cov)
     h, T = 0.1, 12

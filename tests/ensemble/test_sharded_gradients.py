@@ -56,53 +56,64 @@ SCRIPT = textwrap.dedent(
     from cenlmc_jax.ensemble.buffers import needed_grads
     from cenlmc_jax.pairwise import make_mesh
 
-    N, N_ODD, CAPACITIES, DIRECT = int(sys.argv[2]), int(sys.argv[3]), eval(sys.argv[4]), eval(sys.argv[5])
-    logdensity = lambda x: -jnp.sum(jnp.logaddexp(x, -x) - jnp.log(2.0))  # -Σ log cosh x
+    N, N_ODD, CAPACITIES, DIRECT = (
+        int(sys.argv[2]), int(sys.argv[3]), eval(sys.argv[4]), eval(sys.argv[5]))
+    # -Σ log cosh x
+    logdensity = lambda x: -jnp.sum(jnp.logaddexp(x, -x) - jnp.log(2.0))
     grad_fn = lambda x: -jnp.tanh(x)
     mesh = make_mesh(4)
     out = {"num_devices": np.array(len(jax.devices()))}
 
     def tanh_rows(compiled):
         text = compiled.as_text()
-        return np.array(sorted({int(m) for m in re.findall(r"\\[(\\d+)[0-9,]*\\]\\{[^}]*\\} tanh\\(", text)}))
+        return np.array(sorted({int(m) for m in re.findall(
+            r"\\[(\\d+)[0-9,]*\\]\\{[^}]*\\} tanh\\(", text)}))
 
     x0 = 1.5 * jax.random.normal(jax.random.key(0), (N, 2))
     state0 = cj.ensemble.cenlmc_init(x0, logdensity, f_star=0.0)
     for cap_name, cap in CAPACITIES.items():
         for tag, m in (("single", None), ("mesh", mesh)):
-            step = jax.jit(functools.partial(cj.ensemble.cenlmc_step, logdensity_fn=logdensity, step_size=0.05, eta=0.4,
-                                             r1=0.5, r2=0.4, n_star=5, m_f=10.0, mesh=m, grad_fn=grad_fn,
-                                             grad_capacity=cap))
+            step = jax.jit(functools.partial(
+                cj.ensemble.cenlmc_step, logdensity_fn=logdensity, step_size=0.05,
+                eta=0.4, r1=0.5, r2=0.4, n_star=5, m_f=10.0, mesh=m, grad_fn=grad_fn,
+                grad_capacity=cap))
             compiled = step.lower(jax.random.key(1), state0).compile()
             out[f"{cap_name}/{tag}/tanh_rows"] = tanh_rows(compiled)
             state, infos = state0, []
-            mean_sq = []  # mean_i h|F_i|²/(2d), F_i = (x_i - w_i')/h (float64): bounds the audit's sum
+            # mean_i h|F_i|²/(2d), F_i = (x_i - w_i')/h (float64): bounds the audit's
+            # sum
+            mean_sq = []
             for k in range(20):
                 new, info = compiled(jax.random.fold_in(jax.random.key(1), k), state)
-                force = (np.asarray(state.position, np.float64) - np.asarray(new.w, np.float64)) / 0.05
+                force = (np.asarray(state.position, np.float64)
+                         - np.asarray(new.w, np.float64)) / 0.05
                 mean_sq.append(np.mean(0.05 * np.sum(force ** 2, axis=1) / 4))
                 state = new
                 infos.append(info)
             out[f"{cap_name}/{tag}/force_mean_sq"] = np.array(mean_sq)
             out[f"{cap_name}/{tag}/position"] = np.asarray(state.position)
             for field in infos[0]._fields:
-                out[f"{cap_name}/{tag}/info/{field}"] = np.stack([np.asarray(getattr(i, field)) for i in infos])
+                out[f"{cap_name}/{tag}/info/{field}"] = np.stack(
+                    [np.asarray(getattr(i, field)) for i in infos])
 
-    # the buffers alone: autodiff gradients of a non-quadratic target, flagged particles crowded on device 0
-    banana = lambda x: -0.5 * (x[0] ** 2 + (x[1] - x[0] ** 2) ** 2) - 0.1 * jnp.sum(jnp.cos(x))
+    # the buffers alone: autodiff gradients of a non-quadratic target, flagged
+    # particles crowded on device 0
+    banana = lambda x: (-0.5 * (x[0] ** 2 + (x[1] - x[0] ** 2) ** 2)
+                        - 0.1 * jnp.sum(jnp.cos(x)))
     grad_one = jax.grad(banana)
     x = jax.random.normal(jax.random.key(2), (N_ODD, 2))
     need = np.array(jax.random.uniform(jax.random.key(3), (N_ODD,)) < 0.1)
     need[:90] = True
     out["direct/need"] = need
     for cap_name, cap in DIRECT.items():
-        # the gradients, their count, and reverse mode through the buffers (jax.grad through cj.sample
-        # differentiates them): one program for one device and the mesh
+        # the gradients, their count, and reverse mode through the buffers (jax.grad
+        # through cj.sample differentiates them): one program for one device and
+        # the mesh
         def both(x):
             res = {}
             for tag, m in (("single", None), ("mesh", mesh)):
-                loss = lambda x: (lambda g, c: (jnp.sum(g ** 2), (g, c)))(*needed_grads(grad_one, x, need, cap,
-                                                                                         False, m))
+                loss = lambda x: (lambda g, c: (jnp.sum(g ** 2), (g, c)))(
+                    *needed_grads(grad_one, x, need, cap, False, m))
                 (_, (g, c)), vjp = jax.value_and_grad(loss, has_aux=True)(x)
                 res.update({f"{tag}/grad": g, f"{tag}/computed": c, f"{tag}/vjp": vjp})
             return res

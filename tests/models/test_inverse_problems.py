@@ -75,7 +75,8 @@ def ensemble_estimates(draws):
 
 
 def assert_within_tolerance(draws, ref_mean, ref_sd, tol, ref_error=0.0):
-    """|mean - ref| / sd_ref and |sd / sd_ref - 1| within ``tol`` plus 4 standard errors (run and reference)."""
+    """|mean - ref| / sd_ref and |sd / sd_ref - 1| within ``tol`` plus 4 standard errors
+    (run and reference)."""
     mean, se_mean, sd, se_sd = ensemble_estimates(np.asarray(draws, np.float64))
     se_mean = np.sqrt(se_mean**2 + ref_error**2)
     se_sd = np.sqrt(se_sd**2 + ref_error**2)

@@ -10,14 +10,22 @@ of the Triton IR to sm_90a is tests/pairwise/test_pallas_spills.py's business.
 
 The lowering matrix (docs of ``pairwise.ensemble_force``):
 
-    program                       how it is picked                    checked here
-    dense N x N                   auto, N <= 64                       test_force_lowers[dense]
-    tiled                         auto, otherwise                     test_force_lowers[tiled]
-    tiled block-sparse            auto, d <= 3 & N >= 8192, ...       test_force_lowers[tiled_sparse]
-    Pallas / Pallas block-sparse  method="pallas" (+ block_sparse)    test_force_lowers[pallas*]
-    sharded (allgather, ring)     mesh=, tiled or Pallas partials     test_sharded_force_lowers
-    cenlmc_step, lmc_step         the samplers' steps                 test_steps_lower
-    cj.sample chunk               run._chunk_fn of cj.cenlmc          test_sample_chunk_lowers
+    program                       how it is picked
+                                    checked here
+    dense N x N                   auto, N <= 64
+                                    test_force_lowers[dense]
+    tiled                         auto, otherwise
+                                    test_force_lowers[tiled]
+    tiled block-sparse            auto, d <= 3 & N >= 8192, ...
+                                    test_force_lowers[tiled_sparse]
+    Pallas / Pallas block-sparse  method="pallas" (+ block_sparse)
+                                    test_force_lowers[pallas*]
+    sharded (allgather, ring)     mesh=, tiled or Pallas partials
+                                    test_sharded_force_lowers
+    cenlmc_step, lmc_step         the samplers' steps
+                                    test_steps_lower
+    cj.sample chunk               run._chunk_fn of cj.cenlmc
+                                    test_sample_chunk_lowers
 
 For Pallas each lowering must hold the Triton custom call and no
 interpreter: the interpreted kernel is inlined as StableHLO whose locations

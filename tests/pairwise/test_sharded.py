@@ -72,7 +72,8 @@ SCRIPT = textwrap.dedent(
     import sys
     import numpy as np
     import jax
-    from cenlmc_jax.pairwise import ensemble_force, ensemble_force_sharded, make_mesh, shard_ensemble
+    from cenlmc_jax.pairwise import (
+        ensemble_force, ensemble_force_sharded, make_mesh, shard_ensemble)
     from cenlmc_jax.pairwise.tiled import tiled_partial
 
     data = dict(np.load(sys.argv[1], allow_pickle=True))
@@ -86,9 +87,11 @@ SCRIPT = textwrap.dedent(
         kw = dict(w=data[name + "/w"], r2=float(data[name + "/r2"])) if with_w else {}
         if local == "xla":  # the XLA tile fold, several column tiles per device
             local_fn = functools.partial(tiled_partial, block_rows=32, block_cols=48)
-            res = ensemble_force_sharded(x, f, log_p, eta, partial_fn=local_fn, mesh=mesh, strategy=strategy, **kw)
+            res = ensemble_force_sharded(x, f, log_p, eta, partial_fn=local_fn,
+                                         mesh=mesh, strategy=strategy, **kw)
         else:
-            res = ensemble_force(x, f, log_p, eta, mesh=mesh, strategy=strategy, method=local, **kw)
+            res = ensemble_force(x, f, log_p, eta, mesh=mesh, strategy=strategy,
+                                 method=local, **kw)
         tiled = ensemble_force(x, f, log_p, eta, method="tiled", **kw)
         for tag, r in (("sharded", res), ("tiled", tiled)):
             for field in r._fields:
@@ -100,20 +103,24 @@ SCRIPT = textwrap.dedent(
     x = shard_ensemble(data[name + "/x"], mesh)
     f = shard_ensemble(data[name + "/f"], mesh)
     log_p = shard_ensemble(data[name + "/log_p"], mesh)
-    jitted = jax.jit(lambda x, f, lp: ensemble_force(x, f, lp, float(data[name + "/eta"]), mesh=mesh))
+    jitted = jax.jit(
+        lambda x, f, lp: ensemble_force(x, f, lp, float(data[name + "/eta"]),
+                                        mesh=mesh))
     r = jitted(x, f, log_p)
     out["jit/force_sum"] = np.asarray(r.force_sum)
     out["jit/spec"] = np.array(str(r.force_sum.sharding.spec))
     # method and precision reach the local partials of ensemble_force(..., mesh=...)
     name = "honour_d5_w"
-    x, f, log_p, eta = data[name + "/x"], data[name + "/f"], data[name + "/log_p"], float(data[name + "/eta"])
+    x, f, log_p, eta = (data[name + "/x"], data[name + "/f"], data[name + "/log_p"],
+                        float(data[name + "/eta"]))
     kw = dict(w=data[name + "/w"], r2=float(data[name + "/r2"]))
     for tag, how in HONOUR.items():
         call = functools.partial(ensemble_force, eta=eta, mesh=mesh, **how, **kw)
         r = call(x, f, log_p)
         for field in r._fields:
             out[f"{name}/{tag}/{field}"] = np.asarray(getattr(r, field))
-        out[f"{name}/{tag}/pallas_call"] = np.array("pallas_call" in str(jax.make_jaxpr(call)(x, f, log_p)))
+        out[f"{name}/{tag}/pallas_call"] = np.array(
+            "pallas_call" in str(jax.make_jaxpr(call)(x, f, log_p)))
     np.savez(sys.argv[2], **out)
     """
 )
@@ -402,8 +409,9 @@ CENLMC_SCRIPT = textwrap.dedent(
     out = {"num_devices": np.array(len(jax.devices()))}
     for tag, m in (("single", None), ("sharded", mesh)):
         state = cj.ensemble.cenlmc_init(x0, tgt.logdensity_fn, f_star=tgt.f_star)
-        step = functools.partial(cj.ensemble.cenlmc_step, logdensity_fn=tgt.logdensity_fn, step_size=0.05, eta=0.4,
-                                 r1=0.5, r2=0.4, n_star=5, m_f=10.0, mesh=m)
+        step = functools.partial(cj.ensemble.cenlmc_step,
+                                 logdensity_fn=tgt.logdensity_fn, step_size=0.05,
+                                 eta=0.4, r1=0.5, r2=0.4, n_star=5, m_f=10.0, mesh=m)
         res = cj.sample(jax.random.key(1), step, state, 30, thin=30)
         out[tag + "/position"] = np.asarray(res.state.position)
         out[tag + "/fraction"] = np.asarray(res.info.ensemble_fraction)
@@ -461,26 +469,33 @@ SPARSE_SCRIPT = textwrap.dedent(
     out = {"num_devices": np.array(len(jax.devices()))}
 
     def device_plans(tag, x, f, log_p, eta, w, r2):
-        # the tile lists as the sharded call builds them (each device's rows against all sorted columns,
-        # sparse when they hold together at most the single device's capacity) and the single device's list
+        # the tile lists as the sharded call builds them (each device's rows against
+        # all sorted columns, sparse when they hold together at most the single
+        # device's capacity) and the single device's list
         n, d = x.shape
-        p = prepare(*(jax.numpy.asarray(a) for a in (x, f, log_p)), eta, jax.numpy.asarray(w), r2)
+        p = prepare(*(jax.numpy.asarray(a) for a in (x, f, log_p)), eta,
+                    jax.numpy.asarray(w), r2)
         _, p = sort_spatially(p)
         spec = tile_spec(d, p.x.dtype)
         rows = n // 4
         br, bc = sparse_tiles(rows, n, None, None)
         capacity = sparse_capacity(n, br, bc)
-        lengths = [int(sparse_plan(jax.tree.map(lambda a: a[k * rows:(k + 1) * rows], p), br, bc, capacity, spec,
-                                   cols=p).n_pairs) for k in range(4)]
+        lengths = [int(sparse_plan(jax.tree.map(lambda a: a[k * rows:(k + 1) * rows],
+                                                p),
+                                   br, bc, capacity, spec, cols=p).n_pairs)
+                   for k in range(4)]
         out[f"{tag}/lengths"] = np.array(lengths)
-        out[f"{tag}/single_length"] = np.array(int(sparse_plan(p, br, bc, capacity, spec).n_pairs))
+        out[f"{tag}/single_length"] = np.array(
+            int(sparse_plan(p, br, bc, capacity, spec).n_pairs))
         out[f"{tag}/capacity"] = np.array(capacity)
         out[f"{tag}/shared"] = np.array(bool(column_weights(p, spec).shared))
         out[f"{tag}/tile_pairs"] = np.array(4 * -(-rows // br) * -(-n // bc))
 
-    for n, d in ((2048, 2), (2000, 2)):  # 2000: 500 rows a device, not a multiple of the 64-row tiles
+    # 2000: 500 rows a device, not a multiple of the 64-row tiles
+    for n, d in ((2048, 2), (2000, 2)):
         x, f, log_p, _, w, _ = cenlmc_like_inputs(0, n, d)
-        eta = r2 = float(np.sqrt(0.05 * d))  # sqrt(h d), as in benchmarks/bench_sparse.py
+        # sqrt(h d), as in benchmarks/bench_sparse.py
+        eta = r2 = float(np.sqrt(0.05 * d))
         for tag, kw in (("mesh", dict(mesh=mesh)), ("single", dict(method="tiled")),
                         ("dense", dict(method="tiled", block_sparse=False))):
             kw.setdefault("block_sparse", True)
@@ -492,14 +507,21 @@ SPARSE_SCRIPT = textwrap.dedent(
     tgt = cj.models.targets.standard_gaussian(2)
     x0 = jax.random.normal(jax.random.key(0), (1024, 2))
     for tag, m in (("single", None), ("mesh", mesh)):
-        step = functools.partial(cj.ensemble.cenlmc_step, logdensity_fn=tgt.logdensity_fn, step_size=0.05, eta=0.3, r1=0.5,
-                                 r2=0.3, n_star=5, m_f=10.0, mesh=m, block_sparse=True, method="tiled")
-        res = cj.sample(jax.random.key(1), step, cj.ensemble.cenlmc_init(x0, tgt.logdensity_fn, f_star=tgt.f_star), 20,
-                        thin=20, check_convergence=False)
+        step = functools.partial(cj.ensemble.cenlmc_step,
+                                 logdensity_fn=tgt.logdensity_fn, step_size=0.05,
+                                 eta=0.3, r1=0.5, r2=0.3, n_star=5, m_f=10.0, mesh=m,
+                                 block_sparse=True, method="tiled")
+        res = cj.sample(
+            jax.random.key(1), step,
+            cj.ensemble.cenlmc_init(x0, tgt.logdensity_fn, f_star=tgt.f_star),
+            20, thin=20, check_convergence=False)
         out[f"run/{tag}/position"] = np.asarray(res.state.position)
         out[f"run/{tag}/fraction"] = np.asarray(res.info.ensemble_fraction)
-    st = res.state  # the plans at the run's last state (its steady state): the sparse fold runs there
-    device_plans("run", *(np.asarray(a) for a in (st.position, -st.logdensity, st.log_p)), 0.3, np.asarray(st.w), 0.3)
+    # the plans at the run's last state (its steady state): the sparse fold runs there
+    st = res.state
+    device_plans("run",
+                 *(np.asarray(a) for a in (st.position, -st.logdensity, st.log_p)),
+                 0.3, np.asarray(st.w), 0.3)
     np.savez(sys.argv[1], **out)
     """
 )
