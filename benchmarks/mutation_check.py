@@ -57,7 +57,7 @@ T_CENLMC_HAND = (
 T_CENLMC_REAL = GAPS + "test_cenlmc_one_step_after_a_real_step_against_numpy_oracle"
 T_GAMMA = (
     GAPS
-    + "test_gamma_term_of_every_matrix_form_in_d_and_q_matches_jacfwd_of_the_matrix_field"
+    + "test_gamma_term_of_every_matrix_form_in_d_and_q_matches_jacfwd_of_the_matrix_field"  # noqa: E501
 )
 T_RECIPE_STEP = (
     GAPS + "test_recipe_step_with_a_scalar_d_of_z_is_the_hand_written_euler_step"
@@ -68,7 +68,7 @@ T_RECIPE_STAT = (
 )
 T_SDE_GRID = (
     GAPS
-    + "test_irreversible_sde_sampler_kernel_leaves_pi_times_uniform_direction_invariant_on_a_grid"
+    + "test_irreversible_sde_sampler_kernel_leaves_pi_times_uniform_direction_invariant_on_a_grid"  # noqa: E501
 )
 T_SDE_DRAW = GAPS + "test_sde_proposal_draws_from_its_own_forward_density"
 LANGEVIN = "cenlmc_jax/ensemble/lmc.py"
@@ -122,7 +122,8 @@ MUTATIONS = [
         name="cenlmc_normaliser_off_by_one",
         file=SAMPLERS,
         original="ens = pf.force_sum / jnp.maximum(pf.n_r2, 1).astype(dt)[:, None]",
-        replacement="ens = pf.force_sum / jnp.maximum(pf.n_r2 + 1, 1).astype(dt)[:, None]",
+        replacement="ens = pf.force_sum / "
+        "jnp.maximum(pf.n_r2 + 1, 1).astype(dt)[:, None]",
         tests=[T_CENLMC_HAND, T_CENLMC_REAL],
         what="CEnLMC divides by N_i + 1 instead of N_i",
     ),
@@ -130,7 +131,8 @@ MUTATIONS = [
         name="n_star_test_off_by_one_le",
         file=SAMPLERS,
         original="fail_n = pf.n_r2 < jnp.maximum(jnp.asarray(n_star, jnp.int32), 1)",
-        replacement="fail_n = pf.n_r2 <= jnp.maximum(jnp.asarray(n_star, jnp.int32), 1)",
+        replacement="fail_n = pf.n_r2 <= "
+        "jnp.maximum(jnp.asarray(n_star, jnp.int32), 1)",
         tests=[T_CENLMC_HAND],
         what="N_i = N* counted as a failure (N_i <= N*)",
     ),
@@ -138,7 +140,8 @@ MUTATIONS = [
         name="n_star_test_off_by_one_minus",
         file=SAMPLERS,
         original="fail_n = pf.n_r2 < jnp.maximum(jnp.asarray(n_star, jnp.int32), 1)",
-        replacement="fail_n = pf.n_r2 < jnp.maximum(jnp.asarray(n_star - 1, jnp.int32), 1)",
+        replacement="fail_n = pf.n_r2 < "
+        "jnp.maximum(jnp.asarray(n_star - 1, jnp.int32), 1)",
         tests=[T_CENLMC_HAND],
         what="N_i = N* - 1 passes (threshold N* - 1)",
     ),
@@ -178,7 +181,8 @@ MUTATIONS = [
         name="sde_backward_without_adjoint",
         file=PROPOSALS,
         original="return log_density(z, z_star, -direction[0], cached(z_star, cache))",
-        replacement="return log_density(z, z_star, direction[0], cached(z_star, cache))",
+        replacement="return log_density("
+        "z, z_star, direction[0], cached(z_star, cache))",
         tests=[T_SDE_GRID],
         what="SDE proposal's backward density g̃ from the forward process (no Q -> -Q)",
     ),
@@ -213,7 +217,8 @@ MUTATIONS = [
     dict(
         name="verdict_kept_only_reads_the_burn_in",
         file=VERDICT,
-        original="info, offset = jax.tree_util.tree_map(lambda a: a[burn_in:], info), burn_in",
+        original="info, offset = "
+        "jax.tree_util.tree_map(lambda a: a[burn_in:], info), burn_in",
         replacement="info, offset = info, 0",
         tests=[
             T_FLAGS_TOY + "[kept_only_burn_in_does_not_count-None]",
@@ -240,7 +245,8 @@ MUTATIONS = [
         tests=[
             "tests/test_bound_step.py::test_other_parameters_or_functions_are_other_steps"
         ],
-        what="a step with step_size=1 shares the compiled run of one with step_size=1.0",
+        what="a step with step_size=1 shares the compiled run of one with "
+        "step_size=1.0",
     ),
     dict(
         name="auto_block_sparse_from_above_the_threshold",
@@ -261,7 +267,8 @@ MUTATIONS = [
             "tests/ensemble/test_cenlmc.py::test_an_unused_ensemble_warns_with_its_fraction",
             T_FLAGS_TOY + "[mean_below_most_kept_steps-None]",
         ],
-        what="cj.sample never warns of an unused ensemble (a mean fraction of 0 passes the floor)",
+        what="cj.sample never warns of an unused ensemble (a mean fraction of 0 passes "
+        "the floor)",
     ),
     dict(
         name="drift_bias_ignored",
@@ -272,13 +279,15 @@ MUTATIONS = [
             "tests/ensemble/test_audit.py::test_the_running_drift_bias_sets_the_flag_after_its_window",
             "tests/ensemble/test_audit.py::test_the_audit_drift_bias_sees_and_predicts_the_fit_bias",
         ],
-        what="the audit never flags a systematic force error (only the noise inflation sets info.biased)",
+        what="the audit never flags a systematic force error (only the noise inflation "
+        "sets info.biased)",
     ),
     dict(
         name="drift_bias_sign",
         file="cenlmc_jax/ensemble/audit.py",
         original="along = jnp.sum(jnp.where(ok, jnp.sum(err * grad_f, axis=-1), 0.0))",
-        replacement="along = -jnp.sum(jnp.where(ok, jnp.sum(err * grad_f, axis=-1), 0.0))",
+        replacement="along = "
+        "-jnp.sum(jnp.where(ok, jnp.sum(err * grad_f, axis=-1), 0.0))",
         tests=[
             "tests/ensemble/test_audit.py::test_a_scaled_force_gives_the_fraction_times_its_scale",
             "tests/ensemble/test_audit.py::test_the_audit_drift_bias_sees_and_predicts_the_fit_bias",
@@ -294,7 +303,8 @@ MUTATIONS = [
             "tests/gradients/test_finite_difference.py::"
             "test_a_finite_difference_of_another_density_never_gets_the_samplers_values"
         ],
-        what="a finite difference of another log density is handed the sampler's values",
+        what="a finite difference of another log density is handed the sampler's "
+        "values",
     ),
     dict(
         name="fd_forward_ignores_the_value",
@@ -306,7 +316,8 @@ MUTATIONS = [
             "test_value_and_grad_and_grad_given_value_are_the_gradient_with_no_value_twice[forward]",
             "tests/gradients/test_finite_difference.py::test_finite_difference_matches_the_exact_gradient[forward-2e-06]",
         ],
-        what="the forward difference taken against the mean of the shifted values, not the point's value",
+        what="the forward difference taken against the mean of the shifted values, not "
+        "the point's value",
     ),
     dict(
         name="sharded_fit_columns_split",
@@ -359,7 +370,8 @@ def check_import_shadowing(copy: Path) -> None:
     ).stdout.strip()
     if not Path(out).resolve().is_relative_to(copy.resolve()):
         raise SystemExit(
-            f"the copy does not shadow the installed package: cenlmc_jax imported from {out}"
+            "the copy does not shadow the installed package: cenlmc_jax imported from "
+            f"{out}"
         )
 
 
@@ -369,7 +381,8 @@ def node_key(classname: str, name: str) -> str:
 
 
 def run_tests(copy: Path, tests: list[str], timeout: float) -> tuple[dict, float, str]:
-    """Run ``tests`` in ``copy``; per-test outcome ('passed', 'failed', 'error', 'skipped', 'missing')."""
+    """Run ``tests`` in ``copy``; per-test outcome ('passed', 'failed', 'error',
+    'skipped', 'missing')."""
     report = copy / "_mutation_junit.xml"
     t0 = time.perf_counter()
     try:
@@ -413,9 +426,8 @@ def run_tests(copy: Path, tests: list[str], timeout: float) -> tuple[dict, float
             outcomes[key] = outcome
             durations[key] = float(case.get("time", "nan"))
             bad = kinds.get("failure", kinds.get("error"))
-            if (
-                bad is not None
-            ):  # why it failed: the assertion's first line (a crash would show here too)
+            # why it failed: the assertion's first line (a crash would show here too)
+            if bad is not None:
                 messages[key] = (
                     (bad.get("message") or "").splitlines()[0][:160]
                     if bad.get("message")
@@ -450,8 +462,8 @@ def apply_mutation(copy: Path, m: dict) -> None:
     count = text.count(m["original"])
     if count != 1:
         raise SystemExit(
-            f"{m['name']}: the original text occurs {count} times in {m['file']} (need exactly 1): "
-            f"{m['original']!r}"
+            f"{m['name']}: the original text occurs {count} times in {m['file']} (need "
+            f"exactly 1): {m['original']!r}"
         )
     path.write_text(text.replace(m["original"], m["replacement"]))
 
@@ -461,16 +473,17 @@ def markdown(payload: dict) -> str:
         "# Mutation check",
         "",
         f"Generated by `benchmarks/mutation_check.py` on {payload['machine']['date']} "
-        f"({payload['machine']['platform']}, {payload['machine']['cpu_count']} CPUs, git {payload['git_head'][:10]}"
+        f"({payload['machine']['platform']}, {payload['machine']['cpu_count']} CPUs, "
+        f"git {payload['git_head'][:10]}"
         f"{' + uncommitted edits' if payload['dirty'] else ''}).",
         "",
-        "Each mutation is applied to a temporary copy of the working tree; it is *caught* when every listed test "
-        "fails. Baseline (no mutation): "
+        "Each mutation is applied to a temporary copy of the working tree; it is "
+        "*caught* when every listed test fails. Baseline (no mutation): "
         + ("all listed tests pass" if payload["baseline"]["ok"] else "**FAILED**")
         + f" ({payload['baseline']['seconds']:.0f} s).",
         "",
-        "| mutation | file | original | replacement | tests (outcome under the mutation) | result | time "
-        "| why they failed |",
+        "| mutation | file | original | replacement | tests (outcome under the "
+        "mutation) | result | time | why they failed |",
         "|---|---|---|---|---|---|---|---|",
     ]
     esc = lambda s: s.strip().replace("|", "\\|").replace("\n", " ")  # noqa: E731
@@ -483,12 +496,14 @@ def markdown(payload: dict) -> str:
         )
         lines.append(
             f"| {m['name']} ({m['what']}) | `{m['file']}` | `{esc(m['original'])}` | "
-            f"`{esc(m['replacement'])}` | {tests} | {'caught' if m['caught'] else '**MISSED**'} | "
-            f"{m['seconds']:.0f} s | {why} |"
+            f"`{esc(m['replacement'])}` | {tests} | "
+            f"{'caught' if m['caught'] else '**MISSED**'} | {m['seconds']:.0f} s | "
+            f"{why} |"
         )
     lines += [
         "",
-        "Baseline timings of the tests (pytest's call time, one process, compile included):",
+        "Baseline timings of the tests (pytest's call time, one process, compile "
+        "included):",
         "",
         "| test | outcome | seconds |",
         "|---|---|---|",
@@ -578,7 +593,8 @@ def main() -> int:
     (out / "mutations.md").write_text(markdown(payload))
     missed = [m["name"] for m in payload["mutations"] if not m["caught"]]
     print(
-        f"wrote {out / 'mutations.json'} and {out / 'mutations.md'}; missed: {missed or 'none'}"
+        f"wrote {out / 'mutations.json'} and {out / 'mutations.md'}; missed: "
+        f"{missed or 'none'}"
     )
     return 1 if missed or not payload["baseline"]["ok"] else 0
 
