@@ -1,4 +1,6 @@
-"""Online latent Dirichlet allocation for the stochastic-gradient samplers (paper 2, appendix F.2).
+"""Online latent Dirichlet allocation for the stochastic-gradient samplers.
+
+Paper 2, appendix F.2.
 
 Ma, Chen & Fox (the "complete recipe" / "unifying framework" paper), appendix
 F.2, after Patterson & Teh (2013), *Stochastic gradient Riemannian Langevin
@@ -20,19 +22,21 @@ and the samplers move ``θ̃ ∈ R^{K·W}`` (the flat position, row-major ``(K, 
 **Stochastic gradient** (paper 2 eq. (31), after Patterson & Teh): on a
 minibatch ``S̃`` of documents, with ``θ̃_k· = Σ_w θ̃_kw``,
 
-    ∂ log p(θ̃ | x, α, γ) / ∂θ̃_kw ≈ (α - 1)/θ̃_kw - 1
-        + (|S| / |S̃|) Σ_{d ∈ S̃} E_{z^(d) | x^(d), θ, γ} [ n_dkw / θ̃_kw - n_dk· / θ̃_k· ],      (31)
+    ∂ log p(θ̃ | x, α, γ) / ∂θ̃_kw ≈ (α - 1)/θ̃_kw - 1                        (31)
+        + (|S| / |S̃|) Σ_{d ∈ S̃} E_{z^(d) | x^(d), θ, γ} [ n_dkw / θ̃_kw
+                                                        - n_dk· / θ̃_k· ],
 
 ``n_dkw`` the number of tokens of word ``w`` assigned to topic ``k`` in document
 ``d``. With the exact expectation and ``S̃ = S`` this is the exact gradient of
 the log posterior (Fisher's identity: ``∂ log θ_kx / ∂θ̃_kw = 1{x = w}/θ̃_kw -
 1/θ̃_k·``); over a uniformly drawn ``S̃`` (without replacement, Floyd's
-algorithm, :func:`cenlmc_jax.gradients.estimators.floyd_subset`) it is unbiased for it.
+algorithm, :func:`cenlmc_jax.gradients.estimators.floyd_subset`) it is unbiased
+for it.
 
 **The expectation over z** is estimated in each document by Gibbs sweeps of
 the collapsed conditional (paper 2 eq. (32); η_d integrated out)
 
-    p(z_j = k | z_{\\j}, x, θ, γ) ∝ (γ + n^{\\j}_{dk·}) θ_{k x_j},                                 (32)
+    p(z_j = k | z_{\\j}, x, θ, γ) ∝ (γ + n^{\\j}_{dk·}) θ_{k x_j},          (32)
 
 tokens updated in order; ``z`` starts from ``p(z_j = k) ∝ θ_{k x_j}`` (eq. (32)
 with no other assignments), ``num_burnin`` sweeps are discarded and the
@@ -49,10 +53,10 @@ recipe is ``θ̃ ⊙ g̃ + Γ``, ``Γ_i = ∂_i θ̃_i = 1``:
 
     θ̃' = θ̃ + ε (α - θ̃ + (|S|/|S̃|) Σ_d E[n_dkw - θ_kw n_dk·]) + N(0, 2 ε θ̃),
 
-Patterson & Teh's expanded-mean SGRLD update with their ``ε`` twice the library's
-(theirs: ``ε/2`` drift, ``ε`` noise variance). Note that the likelihood depends on
-``θ̃`` only through ``θ``: the posterior of each row's scale ``θ̃_k·`` is its prior
-``Gamma(Wα, 1)``, so ``θ̃`` is small (``Wα = 0.43`` at ``W = 4,258``).
+Patterson & Teh's expanded-mean SGRLD update with their ``ε`` twice the
+library's (theirs: ``ε/2`` drift, ``ε`` noise variance). Note that the
+likelihood depends on ``θ̃`` only through ``θ``: the posterior of each row's
+scale ``θ̃_k·`` is its prior ``Gamma(Wα, 1)``, so ``θ̃`` is small (``Wα = 0.43`` at ``W = 4,258``).
 
 **Running the library's samplers** (:func:`coordinatewise`): the samplers'
 ``D``, ``Q``, friction and metric are scalar or elementwise diagonal here, so
@@ -60,14 +64,14 @@ one step of a ``d``-dimensional chain is ``d`` one-dimensional steps coupled
 only through ``g̃``. :func:`coordinatewise` calls the estimator once per step on
 the whole ``θ̃`` and ``vmap``-s the library's step, unchanged, over the
 coordinates. It is needed because the library checks constant matrices as
-dense float64 ``(d, d)`` arrays at ``init`` and on every trace (54 GiB at
-``d = K·W = 85,160``).
+dense float64 ``(d, d)`` arrays at ``init`` and on every trace (``d² ≈ 7.3·10^9``
+numbers at ``d = K·W = 85,160``).
 
-**Mirroring** (Patterson & Teh take the absolute value of the updated ``θ̃``, its mirror
-image at the boundary 0): after every step of any of the four samplers ``θ̃ ← |θ̃|``
-(:func:`mirrored`, a wrapper of the sampler object; the inner step is the library's,
-unchanged). For SGHMC / SGRHMC the momentum of a coordinate that
-crossed 0 is negated with it: the reflection of Hamiltonian dynamics at a
+**Mirroring** (Patterson & Teh take the absolute value of the updated ``θ̃``,
+its mirror image at the boundary 0): after every step of any of the four
+samplers ``θ̃ ← |θ̃|`` (:func:`mirrored`, a wrapper of the sampler object; the
+inner step is the library's, unchanged). For SGHMC / SGRHMC the momentum of a
+coordinate that crossed 0 is negated with it: the reflection of Hamiltonian dynamics at a
 wall (Neal 2011, §5.1), so a reflected coordinate moves away from the wall.
 The estimator evaluates ``1/θ̃`` at ``max(θ̃, tiny)`` (the dtype's smallest
 normal number): a coordinate that underflows to 0 gives a finite gradient.
@@ -85,8 +89,8 @@ each held-out document's tokens are split in two halves with a fixed seed
 draws and ``η̂_dk = mean over kept sweeps of (γ + n_dk) / (Kγ + N_d)`` (the
 posterior mean of ``η_d`` given each draw); the second half is scored,
 
-    perplexity = exp( - Σ_d Σ_{j ∈ second half} log Σ_k η̂_dk θ_{k x_j} / #(second-half
-    tokens) ).
+    perplexity = exp( - Σ_d Σ_{j ∈ second half} log Σ_k η̂_dk θ_{k x_j}
+                      / #(second-half tokens) ).
 """
 
 from __future__ import annotations
@@ -127,9 +131,10 @@ __all__ = [
 class Corpus(NamedTuple):
     """Documents as padded token arrays.
 
-    tokens: (D, L) int32 word ids; padding positions hold 0.
-    mask: (D, L) bool, True at the document's real tokens (the first ``length``
-      positions).
+    Attributes:
+      tokens: (D, L) int32 word ids; padding positions hold 0.
+      mask: (D, L) bool, True at the document's real tokens (the first
+        ``length`` positions).
     """
 
     tokens: Array
@@ -137,8 +142,12 @@ class Corpus(NamedTuple):
 
 
 class LDAHypers(NamedTuple):
-    """Dirichlet hyper-parameters: ``alpha`` of the topic-word prior (the Gamma shape of ``θ̃``), ``gamma``
-    of the document-topic prior."""
+    """Dirichlet hyper-parameters.
+
+    Attributes:
+      alpha: of the topic-word prior (the Gamma shape of ``θ̃``).
+      gamma: of the document-topic prior.
+    """
 
     alpha: float
     gamma: float
@@ -151,10 +160,21 @@ EUCLIDEAN_HYPERS = LDAHypers(alpha=0.01, gamma=0.1)
 
 
 def corpus_from_counts(counts: np.ndarray, max_len: int | None = None) -> Corpus:
-    """A ``(D, W)`` document-word count matrix as a :class:`Corpus` (NumPy, outside any trace).
+    """A ``(D, W)`` document-word count matrix as a :class:`Corpus`.
 
-    Each document's tokens are its words repeated by their counts, in word order;
-    ``L = max_len`` or the longest document (a longer document raises ``ValueError``).
+    NumPy, outside any trace. Each document's tokens are its words repeated by
+    their counts, in word order.
+
+    Args:
+      counts: the ``(D, W)`` non-negative counts.
+      max_len: the padded length ``L`` (default: the longest document).
+
+    Returns:
+      The :class:`Corpus` of ``(D, L)`` arrays.
+
+    Raises:
+      ValueError: ``counts`` not a ``(D, W)`` array of non-negative counts, or a
+        document longer than ``max_len``.
     """
     counts = np.asarray(counts)
     if counts.ndim != 2 or np.any(counts < 0):
@@ -177,10 +197,19 @@ def corpus_from_counts(counts: np.ndarray, max_len: int | None = None) -> Corpus
 
 
 def split_halves(corpus: Corpus, seed: int = 0) -> tuple[Corpus, Corpus]:
-    """Document completion's split: each document's tokens in a random order (``numpy`` generator
-    ``seed``); the first ``n // 2`` are observed, the other ``n - n // 2`` scored.
-    Returns
-    ``(observed, scored)``, each padded to its own longest half."""
+    """Document completion's split.
+
+    Each document's tokens in a random order (``numpy`` generator ``seed``); the
+    first ``n // 2`` are observed, the other ``n - n // 2`` scored.
+
+    Args:
+      corpus: the held-out :class:`Corpus`.
+      seed: the NumPy seed of the order.
+
+    Returns:
+      ``(observed, scored)``, two :class:`Corpus`, each padded to its own longest
+      half.
+    """
     rng = np.random.default_rng(seed)
     tokens, mask = np.asarray(corpus.tokens), np.asarray(corpus.mask)
     halves = ([], [])
@@ -202,7 +231,14 @@ def split_halves(corpus: Corpus, seed: int = 0) -> tuple[Corpus, Corpus]:
 
 
 def topic_word(theta_tilde: Array) -> Array:
-    """``θ_kw = |θ̃_kw| / Σ_w |θ̃_kw|`` for ``θ̃: (K, W)``."""
+    """``θ_kw = |θ̃_kw| / Σ_w |θ̃_kw|`` for ``θ̃: (K, W)``.
+
+    Args:
+      theta_tilde: the expanded-mean parameters ``θ̃``, shape ``(K, W)``.
+
+    Returns:
+      ``θ``, shape ``(K, W)``, rows summing to 1.
+    """
     a = jnp.abs(theta_tilde)
     return a / jnp.sum(a, axis=-1, keepdims=True)
 
@@ -215,18 +251,24 @@ def topic_word(theta_tilde: Array) -> Array:
 def gibbs_conditional(n_minus: Array, theta_col: Array, gamma: float) -> Array:
     """Eq. (32): ``p(z_j = k | z_{\\j}) = (γ + n^{\\j}_k) θ_{k x_j} / Σ_k (...)``.
 
-    n_minus: (K,) the document's topic counts without token ``j``; theta_col: (K,)
-      ``θ_{k x_j}``.
+    Args:
+      n_minus: (K,) the document's topic counts without token ``j``.
+      theta_col: (K,) ``θ_{k x_j}``.
+      gamma: the document-topic hyper-parameter ``γ``.
+
+    Returns:
+      The ``(K,)`` conditional probabilities.
     """
     p = (gamma + n_minus) * theta_col
     return p / jnp.sum(p)
 
 
 def _sweep(n_k: Array, z: Array, tok_theta: Array, mask: Array, u: Array, gamma: float):
-    """One Gibbs sweep over the tokens in order: a scan carrying the topic counts ``n_k: (K,)``.
+    """One Gibbs sweep over the tokens in order.
 
-    z: (L,) the assignments before the sweep; tok_theta: (L, K) ``θ_{k x_j}``; u: (L,)
-    uniforms (inverse-CDF draws). Padding positions keep their (unused) assignment and
+    A scan carrying the topic counts ``n_k: (K,)``. z: (L,) the assignments
+    before the sweep; tok_theta: (L, K) ``θ_{k x_j}``; u: (L,) uniforms
+    (inverse-CDF draws). Padding positions keep their (unused) assignment and
     count nothing.
     """
     K = n_k.shape[0]
@@ -235,10 +277,10 @@ def _sweep(n_k: Array, z: Array, tok_theta: Array, mask: Array, u: Array, gamma:
         z_j, col, m, u_j = xs
         mf = m.astype(n_k.dtype)
         n_minus = n_k - jax.nn.one_hot(z_j, K, dtype=n_k.dtype) * mf
-        c = jnp.cumsum((gamma + n_minus) * col)  # unnormalised CDF of eq. (32)
-        k = jnp.minimum(jnp.sum(c <= u_j * c[-1]), K - 1).astype(
-            z_j.dtype
-        )  # skips zero-mass topics
+        # unnormalised CDF of eq. (32)
+        c = jnp.cumsum((gamma + n_minus) * col)
+        # skips zero-mass topics
+        k = jnp.minimum(jnp.sum(c <= u_j * c[-1]), K - 1).astype(z_j.dtype)
         k = jnp.where(m, k, z_j)
         return n_minus + jax.nn.one_hot(k, K, dtype=n_k.dtype) * mf, k
 
@@ -254,16 +296,27 @@ def expected_topic_indicators(
     num_burnin: int,
     num_kept: int,
 ) -> tuple[Array, Array]:
-    """Gibbs estimate of ``E[1{z_j = k}]`` for one document, ``θ: (K, W)`` fixed (eq. (32)).
+    """Gibbs estimate of ``E[1{z_j = k}]`` for one document (eq. (32)).
 
-    tokens, mask: (L,). Returns ``(indicators: (L, K), eta: (K,))``: the mean over the
-    ``num_kept`` sweeps after ``num_burnin`` of the indicators (0 at padding) and of
-    ``(γ + n_k)/(Kγ + N)`` (the posterior mean of the document's topic proportions given
-    the draw).
+    Args:
+      rng_key: a JAX PRNG key.
+      theta: the topic-word distributions ``θ``, shape ``(K, W)``, fixed.
+      tokens: the document's word ids, shape ``(L,)``.
+      mask: its real tokens, shape ``(L,)`` bool.
+      gamma: the document-topic hyper-parameter ``γ``.
+      num_burnin: sweeps discarded.
+      num_kept: sweeps averaged, ``>= 1``.
+
+    Returns:
+      ``(indicators: (L, K), eta: (K,))``: the mean over the ``num_kept`` sweeps
+      after ``num_burnin`` of the indicators (0 at padding) and of
+      ``(γ + n_k)/(Kγ + N)`` (the posterior mean of the document's topic
+      proportions given the draw).
     """
     K = theta.shape[0]
     dtype = theta.dtype
-    tok_theta = theta[:, tokens].T  # (L, K)
+    # (L, K)
+    tok_theta = theta[:, tokens].T
     key_init, key_sweeps = jax.random.split(rng_key)
     z = jax.random.categorical(key_init, jnp.log(tok_theta)).astype(jnp.int32)
     maskf = mask.astype(dtype)
@@ -294,7 +347,21 @@ def expected_word_topic_counts(
     num_burnin: int,
     num_kept: int,
 ) -> Array:
-    """``Σ_{d ∈ docs} E[n_dkw]``: (K, W), the documents' Gibbs indicators (vmapped) scattered onto words."""
+    """``Σ_{d ∈ docs} E[n_dkw]``.
+
+    The documents' Gibbs indicators (vmapped) scattered onto words.
+
+    Args:
+      rng_key: a JAX PRNG key.
+      theta: the topic-word distributions ``θ``, shape ``(K, W)``.
+      docs: the :class:`Corpus` of the documents.
+      gamma: the document-topic hyper-parameter ``γ``.
+      num_burnin: sweeps discarded per document.
+      num_kept: sweeps averaged per document.
+
+    Returns:
+      The expected counts, shape ``(K, W)``.
+    """
     keys = jax.random.split(rng_key, docs.tokens.shape[0])
     ind, _ = jax.vmap(
         expected_topic_indicators, in_axes=(0, None, 0, 0, None, None, None)
@@ -308,11 +375,23 @@ def expected_word_topic_counts(
 def grad_from_counts(
     theta_tilde: Array, counts: Array, alpha: float, scale: float
 ) -> Array:
-    """Eq. (31) given the expected counts ``counts_kw = Σ_{d ∈ S̃} E[n_dkw]``: (K, W) -> (K, W),
+    """Eq. (31) given the expected counts ``counts_kw = Σ_{d ∈ S̃} E[n_dkw]``.
 
-        (α - 1)/θ̃_kw - 1 + scale · (counts_kw / θ̃_kw - counts_k· / θ̃_k·),     scale = |S| / |S̃|,
+    ::
+
+        (α - 1)/θ̃_kw - 1 + scale · (counts_kw / θ̃_kw - counts_k· / θ̃_k·),
+        scale = |S| / |S̃|,
 
     with ``1/θ̃`` taken at ``max(θ̃, tiny)``.
+
+    Args:
+      theta_tilde: ``θ̃``, shape ``(K, W)``.
+      counts: the expected counts, shape ``(K, W)``.
+      alpha: the topic-word hyper-parameter ``α``.
+      scale: ``|S| / |S̃|``.
+
+    Returns:
+      The gradient estimate, shape ``(K, W)``.
     """
     t = jnp.maximum(theta_tilde, jnp.finfo(theta_tilde.dtype).tiny)
     rows = jnp.sum(t, axis=1, keepdims=True)
@@ -332,10 +411,26 @@ def lda_grad_estimator(
 ) -> GradEstimator:
     """The minibatch estimator of eq. (31): ``(rng_key, θ̃: (K·W,)) -> g̃: (K·W,)``.
 
-    Draws ``|S̃| = batch_size`` of the ``|S| = D`` documents without replacement, runs
-    ``num_burnin + num_kept`` Gibbs sweeps of eq. (32) in each (vmapped over the
-    minibatch), and returns :func:`grad_from_counts` with ``scale = D / batch_size``.
-    Jittable; the corpus is closed over (on the device once).
+    Draws ``|S̃| = batch_size`` of the ``|S| = D`` documents without replacement,
+    runs ``num_burnin + num_kept`` Gibbs sweeps of eq. (32) in each (vmapped over
+    the minibatch), and returns :func:`grad_from_counts` with
+    ``scale = D / batch_size``. Jittable; the corpus is closed over (on the
+    device once).
+
+    Args:
+      corpus: the training :class:`Corpus` (``D`` documents).
+      num_topics: ``K``.
+      num_words: ``W``.
+      hypers: the :class:`LDAHypers`.
+      batch_size: ``|S̃|``, in ``[1, D]``.
+      num_burnin: Gibbs sweeps discarded, ``>= 0``.
+      num_kept: Gibbs sweeps averaged, ``>= 1``.
+
+    Returns:
+      The gradient estimator ``(rng_key, θ̃) -> g̃``, both ``(K·W,)``.
+
+    Raises:
+      ValueError: ``batch_size``, ``num_burnin`` or ``num_kept`` out of range.
     """
     D = int(corpus.tokens.shape[0])
     if not 1 <= batch_size <= D:
@@ -366,12 +461,31 @@ def lda_grad_estimator(
 
 
 def inv_metric(position: Array) -> Array:
-    """``G(θ̃)^{-1} = diag(θ̃)`` (paper 2 F.2), as the ``(d,)`` diagonal."""
+    """``G(θ̃)^{-1} = diag(θ̃)`` (paper 2 F.2), as the ``(d,)`` diagonal.
+
+    Args:
+      position: ``θ̃``, shape ``(d,)``.
+
+    Returns:
+      ``position`` itself, the diagonal.
+    """
     return position
 
 
 def paper_schedule(a: float, b: float, c: float):
-    """SGRLD's step sizes ``ε_t = (a (1 + t/b))^{-c}`` (paper 2 F.2) as a schedule ``t -> ε_t``."""
+    """SGRLD's step sizes ``ε_t = (a (1 + t/b))^{-c}`` (paper 2 F.2).
+
+    Args:
+      a: ``> 0``.
+      b: ``> 0``.
+      c: ``>= 0``.
+
+    Returns:
+      The schedule ``t -> ε_t`` (float32).
+
+    Raises:
+      ValueError: a parameter out of its range.
+    """
     if not (a > 0 and b > 0 and c >= 0):
         raise ValueError(f"need a > 0, b > 0, c >= 0; got a={a}, b={b}, c={c}.")
 
@@ -385,22 +499,32 @@ def coordinatewise(
     make_sampler: Callable[[GradEstimator], SamplingAlgorithm],
     grad_estimator: GradEstimator,
 ) -> SamplingAlgorithm:
-    """A library sampler run as ``d`` one-dimensional chains that share one gradient estimate per step.
+    """A library sampler run as ``d`` one-dimensional chains.
 
-    ``make_sampler(g̃_est) -> SamplingAlgorithm`` builds the library's sampler for an
-    estimator (``lambda est: cj.sgrld(est, schedule, inv_metric)``, say). The returned
-    sampler takes the flat ``θ̃: (d,)``; its state is the library's state with a leading
-    coordinate axis (``position: (d, 1)``). Each step calls ``grad_estimator`` once on
-    the whole ``θ̃`` and runs the library's step, unchanged, ``vmap``-ed over the
-    coordinates, coordinate ``i`` given ``g̃_i`` and its own key (``split(key, d)``).
+    They share one gradient estimate per step. The returned sampler takes the
+    flat ``θ̃: (d,)``; its state is the library's state with a leading
+    coordinate axis (``position: (d, 1)``). Each step calls ``grad_estimator``
+    once on the whole ``θ̃`` and runs the library's step, unchanged,
+    ``vmap``-ed over the coordinates, coordinate ``i`` given ``g̃_i`` and its own
+    key (``split(key, d)``).
 
-    This is the same Markov chain as the library's step on ``(d,)``: with a scalar or an
-    elementwise diagonal ``D``, ``Q``, friction and metric (all four samplers here;
-    ``G^{-1} = diag(θ̃)``), the coordinates of one step are coupled only through ``g̃``,
-    and the noise is independent across coordinates. It exists because the library's
-    samplers check their constant matrices as dense float64 ``(d, d)`` arrays
-    (``_linalg.constant_dense``) at ``init``
-    and on every trace: 54 GiB at ``d = K·W = 85,160``; at ``d = 1`` they cost nothing.
+    This is the same Markov chain as the library's step on ``(d,)``: with a
+    scalar or an elementwise diagonal ``D``, ``Q``, friction and metric (all four
+    samplers here; ``G^{-1} = diag(θ̃)``), the coordinates of one step are
+    coupled only through ``g̃``, and the noise is independent across
+    coordinates. It exists because the library's samplers check their constant
+    matrices as dense float64 ``(d, d)`` arrays (``_linalg.constant_dense``) at
+    ``init`` and on every trace: ``d² ≈ 7.3·10^9`` numbers at
+    ``d = K·W = 85,160``; at ``d = 1`` they cost nothing.
+
+    Args:
+      make_sampler: ``g̃_est -> SamplingAlgorithm``, builds the library's sampler
+        for an estimator (``lambda est: cj.sgrld(est, schedule, inv_metric)``,
+        say).
+      grad_estimator: ``(rng_key, θ̃: (d,)) -> g̃: (d,)``.
+
+    Returns:
+      The :class:`~cenlmc_jax.base.SamplingAlgorithm` on ``θ̃: (d,)``.
     """
 
     def init(position, rng_key=None):
@@ -427,11 +551,18 @@ def coordinatewise(
 
 
 def mirrored(algorithm: SamplingAlgorithm) -> SamplingAlgorithm:
-    """The sampler with ``θ̃ ← |θ̃|`` after each of its steps (and at ``init``): Patterson & Teh's mirroring.
+    """The sampler with ``θ̃ ← |θ̃|`` after each of its steps (and at ``init``).
 
-    A state with a ``momentum`` (SGHMC, SGRHMC) has the momentum of each coordinate that
-    crossed 0 negated (reflection at the wall). The inner ``init`` and ``step`` are the
-    library's (or :func:`coordinatewise`'s); infos pass through.
+    Patterson & Teh's mirroring. A state with a ``momentum`` (SGHMC, SGRHMC) has
+    the momentum of each coordinate that crossed 0 negated (reflection at the
+    wall). The inner ``init`` and ``step`` are the library's (or
+    :func:`coordinatewise`'s); infos pass through.
+
+    Args:
+      algorithm: the :class:`~cenlmc_jax.base.SamplingAlgorithm` to wrap.
+
+    Returns:
+      The mirrored :class:`~cenlmc_jax.base.SamplingAlgorithm`.
     """
 
     def init(position, rng_key=None):
@@ -451,7 +582,19 @@ def mirrored(algorithm: SamplingAlgorithm) -> SamplingAlgorithm:
 def init_theta(
     rng_key: Array, num_topics: int, num_words: int, dtype=jnp.float32
 ) -> Array:
-    """A starting ``θ̃: (K·W,)`` with entries ``Gamma(1, 1)`` (every topic near uniform over words)."""
+    """A starting ``θ̃: (K·W,)`` with entries ``Gamma(1, 1)``.
+
+    Every topic near uniform over words.
+
+    Args:
+      rng_key: a JAX PRNG key.
+      num_topics: ``K``.
+      num_words: ``W``.
+      dtype: the floating dtype.
+
+    Returns:
+      ``θ̃``, shape ``(K·W,)``.
+    """
     return jax.random.gamma(rng_key, 1.0, (num_topics * num_words,), dtype)
 
 
@@ -469,7 +612,7 @@ def completion_log_probs(
     num_burnin: int,
     num_kept: int,
 ) -> tuple[Array, Array]:
-    """Per document: ``Σ_{j scored} log Σ_k η̂_dk θ_{k x_j}`` and the number of scored tokens.
+    """Per document: ``Σ_{j scored} log Σ_k η̂_dk θ_{k x_j}``, and the scored tokens.
 
     ``η̂_d`` from Gibbs on the observed half with ``θ: (K, W)`` fixed
     (:func:`expected_topic_indicators`). Returns ``(log_probs: (D,), counts: (D,))``.
@@ -478,9 +621,8 @@ def completion_log_probs(
     _, eta = jax.vmap(
         expected_topic_indicators, in_axes=(0, None, 0, 0, None, None, None)
     )(keys, theta, observed.tokens, observed.mask, gamma, num_burnin, num_kept)
-    p = jnp.einsum(
-        "dk,kdl->dl", eta, theta[:, scored.tokens]
-    )  # (D, L2): p(x_j) under η̂_d
+    # (D, L2): p(x_j) under η̂_d
+    p = jnp.einsum("dk,kdl->dl", eta, theta[:, scored.tokens])
     logp = jnp.where(scored.mask, jnp.log(jnp.where(scored.mask, p, 1.0)), 0.0)
     return jnp.sum(logp, axis=1), jnp.sum(scored.mask, axis=1)
 
@@ -494,11 +636,23 @@ def completion_perplexity(
     num_burnin: int = 50,
     num_kept: int = 50,
 ) -> Array:
-    """Held-out perplexity ``exp(-Σ log p(w) / #words)`` over the scored halves (module docstring).
+    """Held-out perplexity ``exp(-Σ log p(w) / #words)`` over the scored halves.
 
-    theta: (K, W) topic-word distributions (rows sum to 1), fixed. Jittable, the sweep
-    counts static (``jax.jit(completion_perplexity, static_argnums=(5, 6))``; ``gamma``
-    may be traced).
+    Module docstring. Jittable, the sweep counts static
+    (``jax.jit(completion_perplexity, static_argnums=(5, 6))``; ``gamma`` may be
+    traced).
+
+    Args:
+      rng_key: a JAX PRNG key.
+      theta: (K, W) topic-word distributions (rows sum to 1), fixed.
+      observed: the observed halves (:func:`split_halves`).
+      scored: the scored halves.
+      gamma: the document-topic hyper-parameter ``γ``.
+      num_burnin: Gibbs sweeps discarded per document.
+      num_kept: Gibbs sweeps averaged per document.
+
+    Returns:
+      The scalar perplexity.
     """
     logp, n = completion_log_probs(
         rng_key, theta, observed, scored, gamma, num_burnin, num_kept

@@ -48,8 +48,19 @@ __all__ = [
 class Target(NamedTuple):
     """A target density and what is known about it (``None`` when unknown).
 
-    L, mu: global bounds ``mu I ⪯ ∇²f ⪯ L I`` of ``f = -logdensity_fn`` (see
-    the module docstring); hessian: ``∇²f: (d, d)`` where it is constant.
+    Attributes:
+      name: the target's name.
+      dim: the dimension ``d``.
+      logdensity_fn: ``x: (d,) -> scalar`` log density.
+      mean: the exact mean, ``(d,)``.
+      cov: the exact covariance, ``(d, d)``.
+      f_star: ``-max_x logdensity_fn(x)``.
+      sample: an exact sampler ``(rng_key, n) -> (n, d)``.
+      data: the data of a data-based target (e.g. for minibatching).
+      L: global upper bound ``∇²f ⪯ L I`` of ``f = -logdensity_fn`` (see the
+        module docstring).
+      mu: global lower bound ``mu I ⪯ ∇²f``.
+      hessian: ``∇²f: (d, d)`` where it is constant.
     """
 
     name: str
@@ -69,6 +80,17 @@ def gaussian(mean: Any, cov: Any, name: str = "gaussian") -> Target:
     """N(mean, cov) for a symmetric positive definite ``cov: (d, d)``.
 
     ``∇²f = cov⁻¹`` everywhere: ``L = λ_max(cov⁻¹)``, ``mu = λ_min(cov⁻¹)``.
+
+    Args:
+      mean: the mean, shape ``(d,)``.
+      cov: the covariance, shape ``(d, d)``, symmetric positive definite.
+      name: the target's name.
+
+    Returns:
+      The :class:`Target` with every entry known.
+
+    Raises:
+      ValueError: ``cov`` of another shape, or not symmetric positive definite.
     """
     mean = np.asarray(mean, dtype=np.float64)
     cov = np.asarray(cov, dtype=np.float64)
@@ -111,13 +133,30 @@ def gaussian(mean: Any, cov: Any, name: str = "gaussian") -> Target:
 
 
 def standard_gaussian(dim: int = 2) -> Target:
-    """N(0, I_d)."""
+    """N(0, I_d).
+
+    Args:
+      dim: the dimension ``d >= 1``.
+
+    Returns:
+      The :class:`Target` (:func:`gaussian`).
+    """
     dim = check_int(dim, "dim", minimum=1)
     return gaussian(np.zeros(dim), np.eye(dim), name=f"standard_gaussian_{dim}d")
 
 
 def anisotropic_gaussian(scales: Any = (1.0, 0.5)) -> Target:
-    """N(0, diag(scales²)): coordinates with different scales."""
+    """N(0, diag(scales²)): coordinates with different scales.
+
+    Args:
+      scales: the standard deviations, a 1-D array of positive numbers.
+
+    Returns:
+      The :class:`Target` (:func:`gaussian`).
+
+    Raises:
+      ValueError: ``scales`` not a 1-D array of positive numbers.
+    """
     scales = np.asarray(scales, dtype=np.float64)
     if scales.ndim != 1 or np.any(scales <= 0):
         raise ValueError(
@@ -131,7 +170,18 @@ def anisotropic_gaussian(scales: Any = (1.0, 0.5)) -> Target:
 
 
 def correlated_gaussian(dim: int = 2, rho: float = 0.9) -> Target:
-    """N(0, Σ) with unit variances and equal correlation ``rho`` (``-1/(d-1) < rho < 1``)."""
+    """N(0, Σ) with unit variances and equal correlation ``rho``.
+
+    Args:
+      dim: the dimension ``d >= 2``.
+      rho: the correlation, ``-1/(d-1) < rho < 1``.
+
+    Returns:
+      The :class:`Target` (:func:`gaussian`).
+
+    Raises:
+      ValueError: ``rho`` out of its range.
+    """
     dim = check_int(dim, "dim", minimum=2)
     if not (-1.0 / (dim - 1) < rho < 1.0):
         raise ValueError(
@@ -148,6 +198,13 @@ def banana(a: float = 1.0, b: float = 0.5) -> Target:
     max log density at (0, -b a²), so ``f_star = log(2π a)``.
     ``∂²f/∂x1² = 1/a² - 2b(x2 - b(x1² - a²)) + 4b²x1²`` is unbounded: no ``L``,
     and ``f`` is not convex: no ``mu``.
+
+    Args:
+      a: the scale of ``x1``, ``> 0``.
+      b: the curvature of the banana.
+
+    Returns:
+      The :class:`Target` (exact mean, covariance, ``f_star`` and sampler).
     """
     check_positive(a, "a")
     log_norm = -math.log(2 * math.pi * a)
@@ -170,12 +227,23 @@ def gaussian_mixture(
 ) -> Target:
     """Mixture ``Σ_k w_k N(μ_k, sd² I)``.
 
-    Exact mean ``Σ w_k μ_k`` and covariance ``sd² I + Σ w_k μ_k μ_kᵀ - mean meanᵀ``.
-    ``f_star`` is found by gradient ascent from every component mean (float64
-    NumPy, converged to 1e-12 in the gradient); it is exact up to that tolerance.
-    ``∇²f = I/sd² - Cov_r(μ_k)/sd⁴`` (``Cov_r``: covariance of the means under the
-    responsibilities), so ``L = 1/sd²``; two or more components make ``f``
-    non-convex: no ``mu``.
+    Exact mean ``Σ w_k μ_k`` and covariance
+    ``sd² I + Σ w_k μ_k μ_kᵀ - mean meanᵀ``. ``f_star`` is found by gradient
+    ascent from every component mean (float64 NumPy, converged to 1e-12 in the
+    gradient); it is exact up to that tolerance. ``∇²f = I/sd² - Cov_r(μ_k)/sd⁴``
+    (``Cov_r``: covariance of the means under the responsibilities), so
+    ``L = 1/sd²``; two or more components make ``f`` non-convex: no ``mu``.
+
+    Args:
+      means: the component means, shape ``(k, d)``.
+      weights: ``k`` positive weights summing to 1 (default: equal).
+      sd: the components' standard deviation, ``> 0``.
+
+    Returns:
+      The :class:`Target` (exact mean, covariance and sampler).
+
+    Raises:
+      ValueError: bad weights or ``sd``.
     """
     means = np.atleast_2d(np.asarray(means, dtype=np.float64))
     k, d = means.shape
@@ -210,7 +278,8 @@ def gaussian_mixture(
         ) / sd**2
 
     best = -np.inf
-    for mu in means:  # the modes lie near the component means
+    # the modes lie near the component means
+    for mu in means:
         x = mu.copy()
         for _ in range(10_000):
             _, g = np_logp_grad(x)
@@ -241,11 +310,18 @@ def gaussian_mixture(
 
 
 def double_well(scale: float = 1.0) -> Target:
-    """1-D double well ``U(θ) = scale·(θ⁴ - 2θ²)``, ``p ∝ exp(-U)`` (paper 2's test target).
+    """1-D double well ``U(θ) = scale·(θ⁴ - 2θ²)``, ``p ∝ exp(-U)``.
 
-    Mean 0 by symmetry; variance and normaliser by trapezoidal quadrature on
-    [-6, 6] with 200,001 points (tails beyond are below e^-1000).
-    ``U'' = scale (12θ² - 4)`` is unbounded and negative near 0: no ``L``, no ``mu``.
+    Paper 2's test target. Mean 0 by symmetry; variance and normaliser by
+    trapezoidal quadrature on [-6, 6] with 200,001 points (tails beyond are
+    below e^-1000). ``U'' = scale (12θ² - 4)`` is unbounded and negative near 0:
+    no ``L``, no ``mu``.
+
+    Args:
+      scale: the scale of ``U``, ``> 0``.
+
+    Returns:
+      The :class:`Target` (no exact sampler).
     """
     check_positive(scale, "scale")
     grid = np.linspace(-6.0, 6.0, 200_001)
@@ -275,14 +351,24 @@ def logistic_regression(
 ) -> Target:
     """Bayesian logistic regression on synthetic data from a fixed seed.
 
-    ``x_i ~ N(0, I_d)``, ``θ_true ~ N(0, I_d)``, ``y_i ~ Bernoulli(σ(x_iᵀθ_true))``,
-    prior ``θ ~ N(0, prior_scale² I)``. The posterior moments are not known in
-    closed form (``mean``/``cov`` are None); ``f_star`` is the negative
+    ``x_i ~ N(0, I_d)``, ``θ_true ~ N(0, I_d)``,
+    ``y_i ~ Bernoulli(σ(x_iᵀθ_true))``, prior ``θ ~ N(0, prior_scale² I)``. The
+    posterior moments are not known in closed form (``mean``/``cov`` are None);
+    ``f_star`` is the negative
     log posterior at the MAP found by Newton's method (concave problem, to
     1e-10 in the gradient). ``data`` holds ``x``, ``y``, ``theta_true`` and
     ``loglik_fn(theta, x_i, y_i)``, ``logprior_fn(theta)`` for minibatching.
     ``∇²f = Xᵀ diag(σ'(Xθ)) X + I/prior_scale²`` with ``0 < σ' <= 1/4``, so
     ``L = λ_max(XᵀX)/4 + 1/prior_scale²`` and ``mu = 1/prior_scale²``.
+
+    Args:
+      num_data: the number of data points, ``>= 1``.
+      dim: the dimension ``d >= 1``.
+      prior_scale: the prior's standard deviation, ``> 0``.
+      seed: the NumPy seed of the synthetic data.
+
+    Returns:
+      The :class:`Target` (``mean`` and ``cov`` None, ``data`` filled).
     """
     num_data = check_int(num_data, "num_data", minimum=1)
     dim = check_int(dim, "dim", minimum=1)
@@ -306,7 +392,8 @@ def logistic_regression(
         return logprior_fn(theta) + jnp.sum(loglik_fn(theta, xs, ys))
 
     theta = np.zeros(dim)
-    for _ in range(100):  # Newton's method on a strictly concave log posterior
+    # Newton's method on a strictly concave log posterior
+    for _ in range(100):
         p = 1 / (1 + np.exp(-x @ theta))
         grad = x.T @ (y - p) - theta / prior_scale**2
         hess = -(x.T * (p * (1 - p))) @ x - np.eye(dim) / prior_scale**2
@@ -354,7 +441,19 @@ TARGETS = {
 
 
 def get_target(name: str, dim: int | None = None) -> Target:
-    """A built-in target by name (see ``TARGETS``), with ``dim`` where it applies."""
+    """A built-in target by name (see ``TARGETS``), with ``dim`` where it applies.
+
+    Args:
+      name: a key of ``TARGETS``.
+      dim: the dimension, or ``None`` for the target's default.
+
+    Returns:
+      The :class:`Target`.
+
+    Raises:
+      ValueError: an unknown ``name``, or a ``dim`` the target's constructor
+        refuses.
+    """
     if name not in TARGETS:
         raise ValueError(f"target must be one of {sorted(TARGETS)}; got {name!r}.")
     return TARGETS[name]() if dim is None else TARGETS[name](dim)
