@@ -53,26 +53,26 @@ recipe is ``θ̃ ⊙ g̃ + Γ``, ``Γ_i = ∂_i θ̃_i = 1``:
 
     θ̃' = θ̃ + ε (α - θ̃ + (|S|/|S̃|) Σ_d E[n_dkw - θ_kw n_dk·]) + N(0, 2 ε θ̃),
 
-Patterson & Teh's expanded-mean SGRLD update with their ``ε`` twice the
-library's (theirs: ``ε/2`` drift, ``ε`` noise variance). Note that the
-likelihood depends on ``θ̃`` only through ``θ``: the posterior of each row's
-scale ``θ̃_k·`` is its prior ``Gamma(Wα, 1)``, so ``θ̃`` is small (``Wα = 0.43`` at ``W = 4,258``).
+Patterson & Teh's expanded-mean SGRLD update with their ``ε`` twice the library's
+(theirs: ``ε/2`` drift, ``ε`` noise variance). Note that the likelihood depends on
+``θ̃`` only through ``θ``: the posterior of each row's scale ``θ̃_k·`` is its prior
+``Gamma(Wα, 1)``, so ``θ̃`` is small (``Wα = 0.43`` at ``W = 4,258``).
 
 **Running the library's samplers** (:func:`coordinatewise`): the samplers'
 ``D``, ``Q``, friction and metric are scalar or elementwise diagonal here, so
 one step of a ``d``-dimensional chain is ``d`` one-dimensional steps coupled
 only through ``g̃``. :func:`coordinatewise` calls the estimator once per step on
 the whole ``θ̃`` and ``vmap``-s the library's step, unchanged, over the
-coordinates. It is needed because the library checks constant matrices as
-dense float64 ``(d, d)`` arrays at ``init`` and on every trace (``d² ≈ 7.3·10^9``
-numbers at ``d = K·W = 85,160``).
+coordinates. It is needed because the library checks constant matrices as dense float64
+``(d, d)`` arrays at ``init`` and on every trace (``d² ≈ 7.3·10^9`` numbers at ``d = K·W
+= 85,160``).
 
 **Mirroring** (Patterson & Teh take the absolute value of the updated ``θ̃``,
 its mirror image at the boundary 0): after every step of any of the four
 samplers ``θ̃ ← |θ̃|`` (:func:`mirrored`, a wrapper of the sampler object; the
-inner step is the library's, unchanged). For SGHMC / SGRHMC the momentum of a
-coordinate that crossed 0 is negated with it: the reflection of Hamiltonian dynamics at a
-wall (Neal 2011, §5.1), so a reflected coordinate moves away from the wall.
+inner step is the library's, unchanged). For SGHMC / SGRHMC the momentum of a coordinate
+that crossed 0 is negated with it: the reflection of Hamiltonian dynamics at a wall
+(Neal 2011, §5.1), so a reflected coordinate moves away from the wall.
 The estimator evaluates ``1/θ̃`` at ``max(θ̃, tiny)`` (the dtype's smallest
 normal number): a coordinate that underflows to 0 gives a finite gradient.
 
