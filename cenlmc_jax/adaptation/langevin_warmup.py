@@ -1,90 +1,100 @@
-"""A warm-up for the unadjusted and ensemble samplers: ``cj.langevin_warmup`` (as ``window_adaptation`` is for MH).
+"""A warm-up for the unadjusted and ensemble samplers: ``cj.langevin_warmup``.
 
-LMC and CEnLMC have no acceptance rate to aim at: their step size comes from the
-curvature (:func:`cenlmc_jax.adaptation.step_size.langevin_step_size`: the step at which
-ULA inflates the variance of the stiffest Gaussian direction by ``bias``). On a badly
-scaled posterior that step is tiny and the chain does not move in the wide directions
-(kidiq on the raw scale: condition number ~1e4, ``h = 3e-6``). The warm-up estimates a
-preconditioner ``M`` with which the curvature, measured in the whitened coordinates ``y
-= L⁻¹(x − m)`` (``M = L Lᵀ``), is about 1, and hands over:
+It is to LMC and CEnLMC what ``window_adaptation`` is to MH. LMC and CEnLMC have
+no acceptance rate to aim at: their step size comes from the curvature
+(:func:`cenlmc_jax.adaptation.step_size.langevin_step_size`: the step at which
+ULA inflates the variance of the stiffest Gaussian direction by ``bias``). On a
+badly scaled posterior that step is tiny and the chain does not move in the wide
+directions (kidiq on the raw scale: benchmarks/results/langevin_warmup.md). The
+warm-up estimates a preconditioner ``M`` with which the curvature, measured in
+the whitened coordinates ``y = L⁻¹(x − m)`` (``M = L Lᵀ``), is about 1, and hands
+over:
 
 * ``sampler="lmc"``: ``cj.lmc(logdensity_fn, h, inverse_mass_matrix=M)``;
-* ``sampler="cenlmc"``: ``cj.whitened(cj.cenlmc, logdensity_fn, h, η, R1, R2, N*, M_f,
-  inverse_mass_matrix=M, mean=m)`` with the parameters of
+* ``sampler="cenlmc"``: ``cj.whitened(cj.cenlmc, logdensity_fn, h, η, R1, R2, N*,
+  M_f, inverse_mass_matrix=M, mean=m)`` with the parameters of
   :func:`cenlmc_jax.ensemble.tuning.suggest_cenlmc_params` for ``d``, ``h``, the
-  whitened curvature and the ensemble size. (:func:`cenlmc_jax.ensemble.tune_cenlmc` can
-  be run in ``y`` on top: ``cj.tune_cenlmc(key, whiten_logdensity(logdensity_fn, w),
-  w.to_y(positions), h, L=c)`` with ``w = cj.ensemble.whitened.whitening(M, m)``; it is
-  not wired in here.) The suggestion is made for ``L = c̄`` (the mean whitened
+  whitened curvature and the ensemble size. (:func:`cenlmc_jax.ensemble.tune_cenlmc`
+  can be run in ``y`` on top: ``cj.tune_cenlmc(key, whiten_logdensity(logdensity_fn,
+  w), w.to_y(positions), h, L=c)`` with ``w = cj.ensemble.whitened.whitening(M, m)``;
+  it is not wired in here.) The suggestion is made for ``L = c̄`` (the mean whitened
   curvature) and ``μ = min(1, c̄)``: in ``y`` the covariance is about ``I``, the
   Gaussian proxy ``N(y*, I/μ)`` of the suggestion with ``μ = 1``.
 
-Start (``start="laplace"``, the default). A far-out start is where the curvature rule
-fails first: on kidiq from ``Uniform(-2, 2)`` draws, ``log σ ≈ -2`` makes the curvature
-~2e8, ``h ~ 5e-10``, and no window moves. So the warm-up first finds the mode from the
-best particle (L-BFGS, :func:`cenlmc_jax.ensemble.tuning.find_f_star`), takes the
-Hessian there (``jax.jacfwd`` of the gradient: ``d`` Hessian-vector products) and starts
-from its Laplace approximation: ``M₀ = H⁻¹`` (eigenvalues of ``H`` taken in absolute
-value and floored at ``10⁻¹⁰ λ_max``, so ``M₀`` is SPD even off a strict maximum; for a
-diagonal ``M`` its diagonal) and the ``N`` particles drawn from ``N(mode, M₀)``. When
-L-BFGS fails or ``d > LAPLACE_MAX_D``, the warm-up starts from ``positions`` with ``M₀ =
-I`` and the reasoning says so. ``start="positions"`` always does (e.g. to keep a
-multimodal spread); the windows then have to find the scale from the ensemble alone,
-which works from a start whose curvature is not far above the posterior's.
+Start (``start="laplace"``, the default). A far-out start is where the curvature
+rule fails first: on kidiq from ``Uniform(-2, 2)`` draws, ``log σ ≈ -2`` makes the
+curvature orders of magnitude larger than at the mode, ``h`` as many smaller, and
+no window moves. So the warm-up first finds the mode from the best particle
+(L-BFGS, :func:`cenlmc_jax.ensemble.tuning.find_f_star`), takes the Hessian there
+(``jax.jacfwd`` of the gradient: ``d`` Hessian-vector products) and starts from its
+Laplace approximation: ``M₀ = H⁻¹`` (eigenvalues of ``H`` taken in absolute value
+and floored at ``10⁻¹⁰ λ_max``, so ``M₀`` is SPD even off a strict maximum; for a
+diagonal ``M`` its diagonal) and the ``N`` particles drawn from ``N(mode, M₀)``.
+When L-BFGS fails or ``d > LAPLACE_MAX_D``, the warm-up starts from ``positions``
+with ``M₀ = I`` and the reasoning says so. ``start="positions"`` always does (e.g.
+to keep a multimodal spread); the windows then have to find the scale from the
+ensemble alone, which works from a start whose curvature is not far above the
+posterior's.
 
-Schedule (Stan's windows, :func:`cenlmc_jax.adaptation.mass_matrix.build_schedule`): an
-initial buffer, slow windows that double in length, a final buffer. Every step is
-preconditioned LMC on the whole ensemble, ``x' = x + h M ∇log π(x) + sqrt(2h) M^{1/2}
-ξ`` (also for ``sampler="cenlmc"``: the warm-up needs the ensemble's moments, and the
-gradient step is the one whose bias is known). During a slow window the positions of all
-``N`` particles at every step go into one Welford accumulator (over the ensemble and
-over time, Chan et al.'s batch update); at the window's end
+Schedule (Stan's windows, :func:`cenlmc_jax.adaptation.mass_matrix.build_schedule`):
+an initial buffer, slow windows that double in length, a final buffer. Every step
+is preconditioned LMC on the whole ensemble,
+``x' = x + h M ∇log π(x) + sqrt(2h) M^{1/2} ξ`` (also for ``sampler="cenlmc"``:
+the warm-up needs the ensemble's moments, and the gradient step is the one whose
+bias is known). During a slow window the positions of all ``N`` particles at every
+step go into one Welford accumulator (over the ensemble and over time, Chan et
+al.'s batch update); at the window's end::
 
-    M = n/(n + 5) S + 10⁻³ · 5/(n + 5) I          (Stan's regularisation, n = N × window length),
+    M = n/(n + 5) S + 10⁻³ · 5/(n + 5) I    (Stan's regularisation,
+                                              n = N × window length),
     m = the window's mean,
-    c_i = λ_max(Lᵀ ∇²(−log π)(x_i) L)  by power iteration at ``curvature_points`` particles x_i
-          (cj.adaptation.max_curvature at each),
-    h = min(2 bias / ((1 + bias) c̄), 1 / c_max)    (c̄ the mean of the c_i, c_max their maximum),
+    c_i = λ_max(Lᵀ ∇²(−log π)(x_i) L)       by power iteration at
+                                              ``curvature_points`` particles x_i
+                                              (cj.adaptation.max_curvature),
+    h = min(2 bias / ((1 + bias) c̄), 1 / c_max)
+                                             (c̄ the mean of the c_i, c_max
+                                              their maximum),
 
-``S`` the window's sample covariance (dense, or its diagonal). Each window thus starts
-in coordinates
-whitened by the previous one: a direction the previous estimate made too narrow is wide
-in ``y``, where it does not limit ``h`` (the stiff, well-estimated directions do, with
-curvature about 1), so the ensemble spreads into it within the next window, which is
-twice as long. After the final buffer the curvature is measured once more at the final
-positions (pooled with the last: the mean of the two means, the larger maximum) and
-``h`` is not raised. A window whose run produced a non-finite particle is run again from
-its start with ``h`` halved (at most ``max_retries`` times; the info lists it). ``M``
-and ``m`` are then
-frozen: the sampler that is handed over keeps them fixed
+``S`` the window's sample covariance (dense, or its diagonal). Each window thus
+starts in coordinates whitened by the previous one: a direction the previous
+estimate made too narrow is wide in ``y``, where it does not limit ``h`` (the
+stiff, well-estimated directions do, with curvature about 1), so the ensemble
+spreads into it within the next window, which is twice as long. After the final
+buffer the curvature is measured once more at the final positions (pooled with the
+last: the mean of the two means, the larger maximum) and ``h`` is not raised. A
+window whose run produced a non-finite particle is run again from its start with
+``h`` halved (at most ``max_retries`` times; the info lists it). ``M`` and ``m``
+are then frozen: the sampler that is handed over keeps them fixed
 (cenlmc_jax/ensemble/whitened.py says why refreshing them would bias the ensemble
 estimate).
 
-Step size. :func:`cenlmc_jax.adaptation.step_size.langevin_step_size` is exact for a
-Gaussian: ULA at ``h`` inflates the variance of a direction of curvature ``λ`` by ``hλ/2
-/ (1 − hλ/2)``. On a non-Gaussian posterior the curvature varies over it, and ULA's O(h)
-bias is an expectation over the target, so the bias rule takes the mean ``c̄`` over the
-ensemble; the maximum enters through the stability limit ``2 / c`` of ULA at the
-stiffest point, with a factor 2 of margin (``h c_max <= 1``). On garch11 (raw scale) the
-whitened curvature over 256 warm-up particles has median 2.5, mean 2.9, 99th percentile
-7.7 and maximum 10.7: the rule at the maximum of 16 points gave ``h`` = 0.007–0.016
-(R-hat 1.3 after 1,000 steps), at the mean ``h`` ≈ 0.03.
+Step size. :func:`cenlmc_jax.adaptation.step_size.langevin_step_size` is exact for
+a Gaussian: ULA at ``h`` inflates the variance of a direction of curvature ``λ`` by
+``hλ/2 / (1 − hλ/2)``. On a non-Gaussian posterior the curvature varies over it,
+and ULA's O(h) bias is an expectation over the target, so the bias rule takes the
+mean ``c̄`` over the ensemble; the maximum enters through the stability limit
+``2 / c`` of ULA at the stiffest point, with a factor 2 of margin
+(``h c_max <= 1``). On garch11 (raw scale) the whitened curvature over the warm-up
+particles has a long upper tail: the rule at the maximum of 16 points gave a step
+too small to mix in the default run (R-hat well above 1.1), the rule at the mean a
+larger one (benchmarks/results/langevin_warmup.md and cli_posteriordb.md).
 
-Relaxation (``info.relaxation_steps``): over the final buffer, ``ρ_k`` = the largest
-correlation, over the ensemble, of a whitened coordinate at the buffer's start and ``k``
-steps later (``k ≈ 1/h`` and the buffer's length); ``τ = −k / log ρ_k`` steps per e-fold
-(``1 / (hλ)`` for a Gaussian direction of whitened curvature ``λ``), rescaled to the
-final ``h`` (:func:`_relaxation`). The integrated autocorrelation time is about ``2τ``:
-a run of ``T`` steps has about ``T / (2τ)`` effective draws per particle, which is what
-the split R-hat over particles needs (the CLI sets its default run length from it:
+Relaxation (``info.relaxation_steps``): over the final buffer, ``ρ_k`` = the
+largest correlation, over the ensemble, of a whitened coordinate at the buffer's
+start and ``k`` steps later (``k ≈ 1/h`` and the buffer's length);
+``τ = −k / log ρ_k`` steps per e-fold (``1 / (hλ)`` for a Gaussian direction of
+whitened curvature ``λ``), rescaled to the final ``h`` (:func:`_relaxation`). The
+integrated autocorrelation time is about ``2τ``: a run of ``T`` steps has about
+``T / (2τ)`` effective draws per particle, which is what the split R-hat over
+particles needs (the CLI sets its default run length from it:
 cenlmc_jax.cli.jobs.default_steps).
 
-Cost (``info``): ``grad_evals``, the gradients of the LMC steps (``N`` per step, retries
-included, and ``N`` at the start); ``hvp_evals``, the Hessian-vector products of the
-curvature estimates (``curvature_points × (curvature_iters + 1)`` per estimate, each one
-``jax.jvp`` of the gradient); and for CEnLMC the L-BFGS iterations of ``f*`` (none after
-a Laplace start: its mode's ``f`` is ``f*``, the same in ``y`` since
-``whiten_logdensity`` drops no ``x``-dependent term).
+Cost (``info``): ``grad_evals``, the gradients of the LMC steps (``N`` per step,
+retries included, and ``N`` at the start); ``hvp_evals``, the Hessian-vector
+products of the curvature estimates (``curvature_points × (curvature_iters + 1)``
+per estimate, each one ``jax.jvp`` of the gradient); and for CEnLMC the L-BFGS
+iterations of ``f*`` (none after a Laplace start: its mode's ``f`` is ``f*``, the
+same in ``y`` since ``whiten_logdensity`` drops no ``x``-dependent term).
 """
 
 from __future__ import annotations
@@ -144,39 +154,43 @@ LAPLACE_MAX_D = 1000
 #: ``H`` is positive definite and the Newton step to the mode is this small in ``H``'s
 #: metric: ``gᵀH⁻¹g <= 0.01`` (the mode within 0.1 posterior sd of the point). In
 #: float32 the tolerance ``sqrt(eps)`` on ``|∇f|`` can be below the rounding of a
-#: gradient of a large ``f`` (earnings on the raw scale: ``f ≈ 1.2e4``, ``|∇f| ≈ 1e-3``
-#: at the mode).
+#: gradient of a large ``f`` (earnings on the raw scale, whose ``f`` at the mode is
+#: large).
 NEWTON_DECREMENT_MAX = 0.01
 
 
 class LangevinWarmupInfo(NamedTuple):
     """What :func:`langevin_warmup` chose and what it cost.
 
-    step_size: ``h`` handed over (in the whitened coordinates; for LMC the same number).
-    curvature: the whitened curvature ``c`` that set it (``h = 2 bias / ((1 + bias)
-      c)``).
-    bias: the stated discretisation bias (variance inflation of the stiffest direction).
-    condition_number: of ``M`` (the ratio of its extreme eigenvalues), how badly scaled
-      the target was.
-    windows: one dict per segment: ``start, length, slow, step_size, curvature,
-       retries`` (and, after a slow window, ``condition_number`` of the new ``M``).
-    grad_evals: gradients of the LMC steps (``N`` per step and at the start, retries
-      included).
-    hvp_evals: Hessian-vector products of the curvature estimates and of the Laplace
-      start's Hessian.
-    start: ``"laplace"`` or ``"positions"`` (what the warm-up started from), with
-       ``lbfgs_steps`` the iterations of the mode search (each one or more gradients:
-       optax's zoom line search).
-    cenlmc: for ``sampler="cenlmc"``, the chosen ``eta, r1, r2, n_star, m_f, f_star``
-       and the suggestion's figures: ``expected_ensemble_fraction``,
-       ``f_star_lbfgs_steps``, ``reasoning``; None for LMC.
-    reasoning: a readable account of the choices.
-    curvature_max: the largest whitened curvature seen at the curvature points (``h <= 1
-      / curvature_max``).
-    relaxation_steps: steps per e-fold of the slowest whitened coordinate at ``h``,
-       measured over the final buffer (:func:`_relaxation`; module docstring); the
-       integrated autocorrelation time is about twice it on a Gaussian (4x on garch11's
-       skewed posterior: cenlmc_jax.cli.jobs.default_steps).
+    Attributes:
+      step_size: ``h`` handed over (in the whitened coordinates; for LMC the same
+        number).
+      curvature: the whitened curvature ``c`` that set it
+        (``h = 2 bias / ((1 + bias) c)``).
+      bias: the stated discretisation bias (variance inflation of the stiffest
+        direction).
+      condition_number: of ``M`` (the ratio of its extreme eigenvalues), how badly
+        scaled the target was.
+      windows: one dict per segment: ``start, length, slow, step_size, curvature,
+        retries`` (and, after a slow window, ``condition_number`` of the new ``M``).
+      grad_evals: gradients of the LMC steps (``N`` per step and at the start,
+        retries included).
+      hvp_evals: Hessian-vector products of the curvature estimates and of the
+        Laplace start's Hessian.
+      start: ``"laplace"`` or ``"positions"`` (what the warm-up started from).
+      lbfgs_steps: the iterations of the mode search (each one or more gradients:
+        optax's zoom line search).
+      cenlmc: for ``sampler="cenlmc"``, the chosen ``eta, r1, r2, n_star, m_f,
+        f_star`` and the suggestion's figures: ``expected_ensemble_fraction``,
+        ``f_star_lbfgs_steps``, ``reasoning``; None for LMC.
+      reasoning: a readable account of the choices.
+      curvature_max: the largest whitened curvature seen at the curvature points
+        (``h <= 1 / curvature_max``).
+      relaxation_steps: steps per e-fold of the slowest whitened coordinate at
+        ``h``, measured over the final buffer (:func:`_relaxation`; module
+        docstring); the integrated autocorrelation time is about twice it on a
+        Gaussian, more on a skewed posterior such as garch11's
+        (cenlmc_jax.cli.jobs.default_steps).
     """
 
     step_size: float
@@ -197,15 +211,17 @@ class LangevinWarmupInfo(NamedTuple):
 class LangevinWarmup(NamedTuple):
     """What :func:`langevin_warmup` returns.
 
-    algorithm: the tuned sampler (``cj.lmc(..., inverse_mass_matrix=M)`` or
-      ``cj.whitened(cj.cenlmc, ...)``).
-    state: ``algorithm.init(positions)``: where sampling starts (``cj.sample(key,
-      algorithm, state, ...)``).
-    positions: the ensemble after the warm-up, ``(N, d)``, in the original coordinates.
-    parameters: ``step_size``, ``inverse_mass_matrix`` (``(d,)`` or ``(d, d)``,
-       float64), ``mean`` and, for CEnLMC, ``eta, r1, r2, n_star, m_f, f_star``: enough
-       to rebuild ``algorithm``.
-    info: :class:`LangevinWarmupInfo`.
+    Attributes:
+      algorithm: the tuned sampler (``cj.lmc(..., inverse_mass_matrix=M)`` or
+        ``cj.whitened(cj.cenlmc, ...)``).
+      state: ``algorithm.init(positions)``: where sampling starts
+        (``cj.sample(key, algorithm, state, ...)``).
+      positions: the ensemble after the warm-up, ``(N, d)``, in the original
+        coordinates.
+      parameters: ``step_size``, ``inverse_mass_matrix`` (``(d,)`` or ``(d, d)``,
+        float64), ``mean`` and, for CEnLMC, ``eta, r1, r2, n_star, m_f, f_star``:
+        enough to rebuild ``algorithm``.
+      info: :class:`LangevinWarmupInfo`.
     """
 
     algorithm: SamplingAlgorithm
@@ -216,10 +232,11 @@ class LangevinWarmup(NamedTuple):
 
 
 def _window_runner(logdensity_fn, grad_fn, grad_mode):
-    """A jitted ``(key, state, M, root, h, n, probe) -> (state, welford, diverged, snapshot)``: ``n``
-    preconditioned LMC steps (a traced length: one compiled program for every window),
-    the positions of every
-    step accumulated, and the positions after ``probe`` steps (for :func:`_relaxation`)."""
+    """A jitted ``(key, state, M, root, h, n, probe) -> (state, welford, diverged,
+    snapshot)``: ``n`` preconditioned LMC steps (a traced length: one compiled program
+    for every window), the positions of every step accumulated, and the positions after
+    ``probe`` steps (for :func:`_relaxation`).
+    """
 
     def run(key, state, m, root, h, n, probe):
         def body(t, carry):
@@ -244,8 +261,10 @@ def _window_runner(logdensity_fn, grad_fn, grad_mode):
 
 
 def _curvature_runner(logdensity_fn, grad_fn, grad_mode, iters):
-    """A jitted ``(key, y, L, m) -> λ_max(y_i)`` per point: :func:`max_curvature` of ``−log π`` in ``y`` at each
-    of the points ``y`` (``(C,)``), with ``L`` and ``m`` traced: one compiled program for every window."""
+    """A jitted ``(key, y, L, m) -> λ_max(y_i)`` per point: :func:`max_curvature` of
+    ``−log π`` in ``y`` at each of the points ``y`` (``(C,)``), with ``L`` and ``m``
+    traced: one compiled program for every window.
+    """
 
     def run(key, y, factor, mean):
         w = Whitening(
@@ -264,14 +283,18 @@ def _curvature_runner(logdensity_fn, grad_fn, grad_mode, iters):
 
 
 class _Curvature(NamedTuple):
-    """The whitened curvature at the curvature points: ``mean`` (sets ``h`` for the bias), ``max`` (stability)."""
+    """The whitened curvature at the curvature points: ``mean`` (sets ``h`` for the
+    bias), ``max`` (stability).
+    """
 
     mean: float
     max: float
 
 
 def _curvature(run, key, x, m_mat, mean, points, iters):
-    """``(_Curvature, hvps)``: :func:`_curvature_runner`'s ``run`` at ``points`` evenly spaced particles of ``x``."""
+    """``(_Curvature, hvps)``: :func:`_curvature_runner`'s ``run`` at ``points`` evenly
+    spaced particles of ``x``.
+    """
     w = whitening(m_mat, mean)
     idx = np.linspace(0, x.shape[0] - 1, min(points, x.shape[0])).round().astype(int)
     dt = x.dtype
@@ -283,19 +306,23 @@ def _curvature(run, key, x, m_mat, mean, points, iters):
 
 
 def _step(c: _Curvature, bias: float) -> float:
-    """``h = min(2 bias / ((1 + bias) c̄), 1 / c_max)``: the bias rule at the mean curvature ``c̄`` over the
-    ensemble (ULA's O(h) bias is an average over the target, not its worst point), and
-    at most half of ULA's
-    stability limit ``2 / c_max`` at the stiffest point seen (module docstring, "Step size")."""
+    """``h = min(2 bias / ((1 + bias) c̄), 1 / c_max)``: the bias rule at the mean
+    curvature ``c̄`` over the ensemble (ULA's O(h) bias is an average over the target,
+    not its worst point), and at most half of ULA's stability limit ``2 / c_max`` at the
+    stiffest point seen (module docstring, "Step size").
+    """
     return min(langevin_step_size(c.mean, bias=bias), 1.0 / c.max)
 
 
 def _laplace(key, logdensity_fn, grad_fn, grad_mode, x, dense, notes):
-    """``(positions, M₀, mean, lbfgs_steps, hvps, f*)`` of the Laplace start, or None (reasoning in ``notes``)."""
+    """``(positions, M₀, mean, lbfgs_steps, hvps, f*)`` of the Laplace start, or None
+    (reasoning in ``notes``).
+    """
     n, d = x.shape
     if d > LAPLACE_MAX_D:
         notes.append(
-            f"start: the given positions (d = {d} > LAPLACE_MAX_D = {LAPLACE_MAX_D}: no Hessian)."
+            f"start: the given positions (d = {d} > LAPLACE_MAX_D = {LAPLACE_MAX_D}: "
+            "no Hessian)."
         )
         return None
     res = find_f_star(logdensity_fn, x)
@@ -306,8 +333,8 @@ def _laplace(key, logdensity_fn, grad_fn, grad_mode, x, dense, notes):
     lam, vec = np.linalg.eigh(0.5 * (hess + hess.T))
     if not np.all(np.isfinite(lam)) or np.max(np.abs(lam)) == 0:
         notes.append(
-            f"start: the given positions (the Hessian at the L-BFGS point is not finite or zero; {steps} "
-            "L-BFGS iterations)."
+            "start: the given positions (the Hessian at the L-BFGS point is not "
+            f"finite or zero; {steps} L-BFGS iterations)."
         )
         return None
     g = np.asarray(grad(mode), np.float64)
@@ -318,8 +345,9 @@ def _laplace(key, logdensity_fn, grad_fn, grad_mode, x, dense, notes):
         np.all(lam > 0) and newton <= NEWTON_DECREMENT_MAX
     ):
         notes.append(
-            f"start: the given positions (L-BFGS from the best particle did not converge in {steps} "
-            f"iterations: |∇f| = {float(res.grad_norm):.3g}, Newton decrement gᵀH⁻¹g = {newton:.3g})."
+            "start: the given positions (L-BFGS from the best particle did not "
+            f"converge in {steps} iterations: |∇f| = {float(res.grad_norm):.3g}, "
+            f"Newton decrement gᵀH⁻¹g = {newton:.3g})."
         )
         return None
     clipped = int(np.sum(lam <= 0))
@@ -330,9 +358,9 @@ def _laplace(key, logdensity_fn, grad_fn, grad_mode, x, dense, notes):
     root = jnp.asarray(mass_root(m0), x.dtype)
     positions = jnp.asarray(mode, x.dtype) + (xi @ root.T if dense else xi * root)
     notes.append(
-        f"start: Laplace at the mode found by L-BFGS ({steps} iterations, f* = {float(res.f_star):.6g}, "
-        f"Newton decrement {newton:.2g}); "
-        f"condition number of H⁻¹ {_condition(cov):.3g}"
+        f"start: Laplace at the mode found by L-BFGS ({steps} iterations, f* = "
+        f"{float(res.f_star):.6g}, Newton decrement {newton:.2g}); condition number of "
+        f"H⁻¹ {_condition(cov):.3g}"
         + (
             f"; {clipped} non-positive Hessian eigenvalues taken in absolute value"
             if clipped
@@ -403,30 +431,43 @@ def langevin_warmup(
     f_star: float | None = None,
     **sampler_kwargs: Any,
 ) -> LangevinWarmup:
-    """Warm up an ensemble ``positions: (N, d)`` (``N >= 2``) and tune LMC or CEnLMC on it (module docstring).
+    """Warm up an ensemble and tune LMC or CEnLMC on it (see the module docstring).
 
     Args:
-      rng_key: the warm-up's key. logdensity_fn: ``x: (d,) -> log π(x) + const``.
+      rng_key: the warm-up's key.
+      logdensity_fn: ``x: (d,) -> log π(x) + const``.
+      positions: the ensemble, ``(N, d)`` with ``N >= 2``.
       sampler: ``"lmc"`` or ``"cenlmc"``: the sampler handed over.
-      start: ``"laplace"`` (default: the mode's Laplace approximation, module docstring)
-        or ``"positions"``.
-      num_steps: warm-up steps (>= 20), split by Stan's schedule (``initial_buffer``,
-        ``first_window``, ``final_buffer``; shrunk to 15% / 75% / 10% when they do not
-        fit).
-      bias: the discretisation bias asked for: ULA's inflation of the variance of the
-        stiffest whitened direction (0.05: its sd 2.5% too large; the others less).
-      dense: a dense ``M`` (True) or a diagonal one (False); None: dense for ``d <=``
-        :data:`DENSE_MAX_D`.
-      curvature_points, curvature_iters: particles and power iterations of each
-        curvature estimate.
+      start: ``"laplace"`` (default: the mode's Laplace approximation, module
+        docstring) or ``"positions"``.
+      num_steps: warm-up steps (>= 20), split by Stan's schedule
+        (``initial_buffer``, ``first_window``, ``final_buffer``; shrunk to 15% /
+        75% / 10% when they do not fit).
+      bias: the discretisation bias asked for: ULA's inflation of the variance of
+        the stiffest whitened direction (0.05: its sd 2.5% too large; the others
+        less).
+      dense: a dense ``M`` (True) or a diagonal one (False); None: dense for
+        ``d <=`` :data:`DENSE_MAX_D`.
+      initial_buffer: the schedule's first fast segment.
+      first_window: the schedule's first slow window.
+      final_buffer: the schedule's last fast segment.
+      curvature_points: particles of each curvature estimate.
+      curvature_iters: power iterations of each curvature estimate.
       max_retries: reruns of a window that diverged, each with ``h`` halved.
-      grad_fn, grad_mode: the gradient, as for ``cj.lmc`` (a user's ``x: (d,) -> ∇ log
-        π`` is mapped to ``y`` where needed).
-      f_star: CEnLMC's ``f* = min f`` (None: L-BFGS in ``y``, its iterations reported).
-      sampler_kwargs: passed to ``cj.cenlmc`` (``min_ball_neighbours``, ``options``,
-        ``audit_size``, ...).
+      grad_fn: the gradient, as for ``cj.lmc`` (a user's ``x: (d,) -> ∇ log π`` is
+        mapped to ``y`` where needed).
+      grad_mode: as for ``cj.lmc``.
+      f_star: CEnLMC's ``f* = min f`` (None: L-BFGS in ``y``, its iterations
+        reported).
+      **sampler_kwargs: passed to ``cj.cenlmc`` (``min_ball_neighbours``,
+        ``options``, ``audit_size``, ...).
 
-    Returns a :class:`LangevinWarmup`; ``info`` says what was chosen and what it cost.
+    Returns:
+      A :class:`LangevinWarmup`; ``info`` says what was chosen and what it cost.
+
+    Raises:
+      ValueError: a bad argument (the positions, a count, ``sampler`` or
+        ``start``), or CEnLMC options with ``sampler="lmc"``.
     """
     x = _check_args(
         rng_key,
@@ -445,7 +486,8 @@ def langevin_warmup(
     if sampler == "lmc" and (sampler_kwargs or f_star is not None):
         raise ValueError(
             "sampler='lmc' takes no CEnLMC options (f_star, "
-            f"{', '.join(sampler_kwargs) or 'sampler keywords'}); use sampler='cenlmc' for them."
+            f"{', '.join(sampler_kwargs) or 'sampler keywords'}); use sampler='cenlmc' "
+            "for them."
         )
     n, d = x.shape
     dense = d <= DENSE_MAX_D if dense is None else dense
@@ -496,10 +538,11 @@ def langevin_warmup(
     hvps += k
     grads += n * (2 if lap else 1)
     notes += [
-        f"{len(windows)} segments, {num_steps} steps of preconditioned LMC on {n} particles; "
-        f"{'dense' if dense else 'diagonal'} M with condition number {_condition(m_mat):.3g}; whitened "
-        f"curvature over {min(curvature_points, n)} particles: mean {c.mean:.4g}, max {c.max:.4g} -> h = "
-        f"min(bias rule at the mean, 1/max) = {h:.4g} for a bias of {bias}; relaxation (the final buffer's "
+        f"{len(windows)} segments, {num_steps} steps of preconditioned LMC on {n} "
+        f"particles; {'dense' if dense else 'diagonal'} M with condition number "
+        f"{_condition(m_mat):.3g}; whitened curvature over {min(curvature_points, n)} "
+        f"particles: mean {c.mean:.4g}, max {c.max:.4g} -> h = min(bias rule at the "
+        f"mean, 1/max) = {h:.4g} for a bias of {bias}; relaxation (the final buffer's "
         f"autocorrelation, at this h) {relax:.3g} steps."
     ]
     positions = state.position
@@ -552,11 +595,12 @@ def langevin_warmup(
 def _run_windows(
     run, measure, rng_key, state, m_mat, mean, c, bias, schedule, max_retries
 ):
-    """The schedule's segments; after each slow window ``M``, ``m``, the curvature and ``h`` anew; at the end the
-    curvature once more (pooled with the last) and the relaxation time of the final
-    buffer (:func:`_relaxation`).
+    """The schedule's segments; after each slow window ``M``, ``m``, the curvature and
+    ``h`` anew; at the end the curvature once more (pooled with the last) and the
+    relaxation time of the final buffer (:func:`_relaxation`).
 
-    Returns ``(state, M, m, curvature, h, windows, grads, hvps, relaxation_steps)``."""
+    Returns ``(state, M, m, curvature, h, windows, grads, hvps, relaxation_steps)``.
+    """
     n = state.position.shape[0]
     h, grads, hvps, windows, begin = _step(c, bias), 0, 0, [], 0
     for t, (length, slow, ends) in enumerate(schedule):
@@ -582,9 +626,10 @@ def _run_windows(
             h *= 0.5
         else:
             raise RuntimeError(
-                f"langevin_warmup: window {t} (steps {begin}..{begin + length - 1}) diverged "
-                f"{max_retries + 1} times, the last at h = {2 * h:.3g}: the log density or its "
-                "gradient is not finite where the chain goes; check the model or the start."
+                f"langevin_warmup: window {t} (steps {begin}..{begin + length - 1}) "
+                f"diverged {max_retries + 1} times, the last at h = {2 * h:.3g}: the "
+                "log density or its gradient is not finite where the chain goes; "
+                "check the model or the start."
             )
         last = (start, snap, probe, h)
         state = out
@@ -622,12 +667,12 @@ def _run_windows(
 
 
 def _relaxation(x0, later: list, m_mat, mean) -> float:
-    """Steps per e-fold of the slowest whitened coordinate: ``−k / log ρ_k``, ``ρ_k`` the largest correlation
-    over the ensemble between a whitened coordinate at ``x0`` and ``k`` steps later
-    (``later``: ``(x_k, k)`` pairs; the largest of their estimates with ``max(0.05,
-    4/sqrt(N)) <= ρ_k <= 0.95``, where the correlation's error ``(1 − ρ²)/sqrt(N)`` is
-    small against ``ρ`` and ``1 − ρ``; none such: the longest lag's, ``ρ`` clipped to
-    ``[0.02, 0.999]``, a bound).
+    """Steps per e-fold of the slowest whitened coordinate: ``−k / log ρ_k``, ``ρ_k``
+    the largest correlation over the ensemble between a whitened coordinate at ``x0``
+    and ``k`` steps later (``later``: ``(x_k, k)`` pairs; the largest of their estimates
+    with ``max(0.05, 4/sqrt(N)) <= ρ_k <= 0.95``, where the correlation's error ``(1 −
+    ρ²)/sqrt(N)`` is small against ``ρ`` and ``1 − ρ``; none such: the longest lag's,
+    ``ρ`` clipped to ``[0.02, 0.999]``, a bound).
 
     For ULA on a Gaussian direction of curvature ``λ`` (in ``y``) the lag-``k``
     correlation is ``(1 − hλ)^k``, so this is ``−1 / log(1 − hλ) ≈ 1 / (hλ)``, and the
@@ -665,7 +710,10 @@ def _cenlmc(
     kwargs,
     notes,
 ):
-    """CEnLMC's suggested parameters in ``y``, ``f*`` by L-BFGS in ``y`` when not given."""
+    """CEnLMC's suggested parameters in ``y``.
+
+    ``f*`` by L-BFGS in ``y`` when not given.
+    """
     n, d = positions.shape
     w = whitening(m_mat, mean)
     lbfgs = 0
@@ -693,9 +741,9 @@ def _cenlmc(
         **kwargs,
     )
     notes.append(
-        f"CEnLMC in y (suggested): eta={p['eta']:.4g}, R1={p['r1']:.4g}, R2={p['r2']:.4g}, "
-        f"N*={p['n_star']}, M_f={p['m_f']:.3g}, f*={f_star:.6g}; expected ensemble fraction "
-        f"{s.expected_ensemble_fraction:.2f}."
+        f"CEnLMC in y (suggested): eta={p['eta']:.4g}, R1={p['r1']:.4g}, "
+        f"R2={p['r2']:.4g}, N*={p['n_star']}, M_f={p['m_f']:.3g}, f*={f_star:.6g}; "
+        f"expected ensemble fraction {s.expected_ensemble_fraction:.2f}."
     )
     extra = dict(
         p,

@@ -1,7 +1,7 @@
-"""The pieces of a warm-up (docs: :mod:`cenlmc_jax.adaptation`, which combines them).
+"""The pieces of a warm-up (:mod:`cenlmc_jax.adaptation` combines them).
 
-* dual averaging of the log step size (Nesterov 2009; Hoffman & Gelman 2014, §3.2.1)
-  and a Robbins-Monro step for the fast phase;
+* dual averaging of the log step size (Nesterov 2009; Hoffman & Gelman 2014,
+  §3.2.1) and a Robbins-Monro step for the fast phase;
 * Welford's running mean and (co)variance, and their combination over chains
   (Chan et al.'s parallel update, weighted);
 * Stan's window schedule (fast, slow doubling windows, fast).
@@ -36,8 +36,15 @@ __all__ = [
 
 
 class DualAveragingState(NamedTuple):
-    """State of (DA): ``log_step_size`` = ``x_t``, ``log_step_size_avg`` = ``x̄_t``,
-    ``step`` = ``t`` (from 1), ``avg_error`` = ``H̄_t``, ``mu`` = ``μ``."""
+    """State of dual averaging (DA).
+
+    Attributes:
+      log_step_size: ``x_t``.
+      log_step_size_avg: ``x̄_t``.
+      step: ``t`` (from 1).
+      avg_error: ``H̄_t``.
+      mu: ``μ``, the point the iterates shrink towards.
+    """
 
     log_step_size: Array
     log_step_size_avg: Array
@@ -47,7 +54,15 @@ class DualAveragingState(NamedTuple):
 
 
 def dual_averaging_init(step_size: Any, dtype=None) -> DualAveragingState:
-    """Start (DA) at ``ε_0 = step_size``, shrinking towards ``μ = log(10 ε_0)``."""
+    """Start (DA) at ``ε_0 = step_size``, shrinking towards ``μ = log(10 ε_0)``.
+
+    Args:
+      step_size: ``ε_0 > 0``, a scalar.
+      dtype: the dtype of the log step sizes (None: from ``step_size``).
+
+    Returns:
+      A :class:`DualAveragingState` with ``t = 1``.
+    """
     x = jnp.log(jnp.asarray(step_size, dtype))
     zero = jnp.zeros_like(x)
     return DualAveragingState(x, x, jnp.ones((), jnp.int32), zero, jnp.log(10.0) + x)
@@ -62,7 +77,19 @@ def dual_averaging_update(
     gamma: float = 0.05,
     kappa: float = 0.75,
 ) -> DualAveragingState:
-    """One step of (DA) with the observed acceptance probability ``α_t`` (a NaN counts as 0)."""
+    """One step of (DA) with the observed acceptance probability ``α_t``.
+
+    Args:
+      state: the current :class:`DualAveragingState`.
+      acceptance_rate: ``α_t``, a scalar (a NaN counts as 0).
+      target: the acceptance ``δ`` aimed at.
+      t0: the iteration offset ``t_0``.
+      gamma: the shrinkage ``γ``.
+      kappa: the averaging exponent ``κ``.
+
+    Returns:
+      The next :class:`DualAveragingState`.
+    """
     t = state.step.astype(state.log_step_size.dtype)
     alpha = jnp.where(jnp.isnan(acceptance_rate), 0.0, acceptance_rate).astype(t.dtype)
     w = 1.0 / (t + t0)
@@ -74,7 +101,16 @@ def dual_averaging_update(
 
 
 def restart_dual_averaging(state: DualAveragingState) -> DualAveragingState:
-    """Start (RM) at (DA)'s average: ``x = x̄ = x̄_t``, ``t = 1`` (right after a window end, ``x̄ = x``)."""
+    """Start (RM) at (DA)'s average: ``x = x̄ = x̄_t``, ``t = 1``.
+
+    Right after a window end, ``x̄ = x``.
+
+    Args:
+      state: the (DA) state to restart from.
+
+    Returns:
+      The restarted :class:`DualAveragingState`.
+    """
     x = state.log_step_size_avg
     return DualAveragingState(x, x, jnp.ones((), jnp.int32), state.avg_error, state.mu)
 
@@ -88,17 +124,31 @@ def robbins_monro_update(
     power: float = 0.6,
     t0: float = 10.0,
 ) -> DualAveragingState:
-    """One step of the final window's iteration (RM), in the fields of :class:`DualAveragingState`:
+    """One step of the final window's iteration (RM).
 
-        x_{t+1} = x_t + gain (α_t - δ) / (t + t0)^power,     x̄_{t+1} = x̄_t + (x_{t+1} - x̄_t) / t   (RM)
+    In the fields of :class:`DualAveragingState`::
+
+        x_{t+1} = x_t + gain (α_t - δ) / (t + t0)^power
+        x̄_{t+1} = x̄_t + (x_{t+1} - x̄_t) / t                            (RM)
 
     (Robbins & Monro 1951 with Polyak-Ruppert averaging: ``x̄`` is the plain
     mean of the iterates.) Its gain decreases, so the iterates settle on the
     step whose *fixed-ε* mean acceptance is ``δ``; dual averaging's iterates
     keep moving by ``O(1/γ)·|δ - α_t|``, and when ``α_t`` is one chain's
     single-proposal acceptance that noise, through the curvature of
-    ``α(log ε)``, biases its average (measured on one chain: 0.15 for a target
-    of 0.234 with RW-MH). ``avg_error`` and ``mu`` are carried unchanged.
+    ``α(log ε)``, biases its average (on one chain with RW-MH, well below a
+    target of 0.234). ``avg_error`` and ``mu`` are carried unchanged.
+
+    Args:
+      state: the current state.
+      acceptance_rate: ``α_t``, a scalar (a NaN counts as 0).
+      target: ``δ``.
+      gain: the gain.
+      power: the gain's decay exponent.
+      t0: the iteration offset.
+
+    Returns:
+      The next :class:`DualAveragingState`.
     """
     t = state.step.astype(state.log_step_size.dtype)
     alpha = jnp.where(jnp.isnan(acceptance_rate), 0.0, acceptance_rate).astype(t.dtype)
@@ -111,8 +161,14 @@ def robbins_monro_update(
 
 
 class WelfordState(NamedTuple):
-    """Running ``count``, ``mean: (d,)`` and ``m2``: ``(d,)`` sums of squared deviations
-    (diagonal) or ``(d, d)`` of outer products (dense)."""
+    """Welford's running moments.
+
+    Attributes:
+      count: the number of points added.
+      mean: ``(d,)`` running mean.
+      m2: ``(d,)`` sums of squared deviations (diagonal) or ``(d, d)`` of outer
+        products (dense).
+    """
 
     count: Array
     mean: Array
@@ -120,6 +176,16 @@ class WelfordState(NamedTuple):
 
 
 def welford_init(d: int, dense: bool, dtype) -> WelfordState:
+    """An empty :class:`WelfordState`.
+
+    Args:
+      d: the dimension.
+      dense: keep ``(d, d)`` outer products (else ``(d,)`` squares).
+      dtype: the dtype of the moments.
+
+    Returns:
+      A :class:`WelfordState` with count 0.
+    """
     return WelfordState(
         jnp.zeros((), dtype),
         jnp.zeros((d,), dtype),
@@ -128,7 +194,17 @@ def welford_init(d: int, dense: bool, dtype) -> WelfordState:
 
 
 def welford_update(state: WelfordState, x: Array) -> WelfordState:
-    """Add a batch ``x: (n, d)`` (Chan et al.'s pairwise combination; ``n = 1`` is Welford's step)."""
+    """Add a batch ``x: (n, d)``.
+
+    Chan et al.'s pairwise combination; ``n = 1`` is Welford's step.
+
+    Args:
+      state: the current :class:`WelfordState`.
+      x: the batch, shape ``(n, d)``.
+
+    Returns:
+      The updated :class:`WelfordState`.
+    """
     n_b = jnp.asarray(x.shape[0], state.mean.dtype)
     mean_b = jnp.mean(x, axis=0)
     dev = x - mean_b
@@ -142,7 +218,14 @@ def welford_update(state: WelfordState, x: Array) -> WelfordState:
 
 
 def welford_covariance(state: WelfordState) -> Array:
-    """Stan's regularised estimate ``n/(n+5) S + 10⁻³·5/(n+5) I`` (``S`` with ddof 1): ``(d,)`` or ``(d, d)``."""
+    """Stan's regularised estimate ``n/(n+5) S + 10⁻³·5/(n+5) I`` (``S`` with ddof 1).
+
+    Args:
+      state: a :class:`WelfordState`.
+
+    Returns:
+      The estimate, ``(d,)`` (diagonal) or ``(d, d)`` (dense).
+    """
     n = state.count
     s = state.m2 / jnp.maximum(n - 1.0, 1.0)
     shrink = 1e-3 * 5.0 / (n + 5.0)
@@ -167,6 +250,16 @@ def build_schedule(
     Fewer than 20 steps: one fast segment. When the three buffers do not fit,
     they become 15% / 75% / 10% of ``num_steps``. Slow windows double in
     length; the last one is stretched to the final buffer.
+
+    Args:
+      num_steps: the warm-up's length.
+      initial_buffer: the first fast segment's length.
+      first_window: the first slow window's length.
+      final_buffer: the last fast segment's length.
+
+    Returns:
+      The list of ``(length, slow, ends_window)``, lengths summing to
+      ``num_steps``.
     """
     if num_steps < 20:
         return [(num_steps, False, False)] if num_steps else []
@@ -190,8 +283,18 @@ def build_schedule(
 
 
 def pool_welford(state: WelfordState, weights: Array) -> WelfordState:
-    """Chan et al.'s combination of per-chain Welford states (leading chain axis) over the chains with
-    ``weights`` 1 (0: left out): ``n = Σ n_c``, ``mean = Σ n_c mean_c / n``, ``m2 = Σ m2_c + Σ n_c δ_c δ_cᵀ``."""
+    """Chan et al.'s combination of per-chain Welford states.
+
+    Over the chains with ``weights`` 1 (0: left out): ``n = Σ n_c``,
+    ``mean = Σ n_c mean_c / n``, ``m2 = Σ m2_c + Σ n_c δ_c δ_cᵀ``.
+
+    Args:
+      state: per-chain :class:`WelfordState` (leading chain axis ``C``).
+      weights: ``(C,)`` of 1 (pooled) or 0 (left out).
+
+    Returns:
+      The pooled :class:`WelfordState` (no chain axis).
+    """
     n_c = state.count * weights
     n = jnp.sum(n_c)
     mean = jnp.sum(n_c[:, None] * state.mean, axis=0) / jnp.maximum(n, 1.0)

@@ -1,4 +1,4 @@
-"""Step sizes for the unadjusted samplers (LMC, SGLD, SGHMC) from the curvature met in warm-up.
+"""Step sizes for the unadjusted samplers (LMC, SGLD, SGHMC) from warm-up curvature.
 
 The unadjusted samplers have no acceptance to aim at; their
 step size comes from the curvature met during warm-up:
@@ -38,27 +38,41 @@ def max_curvature(
     num_iters: int = 30,
     grad_mode: str = "auto",
 ) -> Array:
-    """The largest ``|λ|`` of the Hessian of ``log π`` over ``positions: (C, d)``, by power iteration.
+    """The largest ``|λ|`` of the Hessian of ``log π`` at ``positions``.
+
+    By power iteration.
 
     At each position ``x``, ``v ← H v / |H v|`` with ``H v`` the Hessian-vector
     product ``jax.jvp`` of ``x -> grad_estimator(key, x)`` (one key per
     position, fixed over the iterations: for a minibatch estimator this is the
-    Hessian of one minibatch, unbiased for the full one). Returns the maximum
-    over positions of ``|vᵀ H v|`` after ``num_iters`` iterations (a lower
-    bound of each ``|λ_max|`` that converges geometrically). For a Gaussian it
-    is ``1 / λ_min(Σ)`` at any point; pass draws from a warm-up (e.g. the
+    Hessian of one minibatch, unbiased for the full one). For a Gaussian the
+    result is ``1 / λ_min(Σ)`` at any point; pass draws from a warm-up (e.g. the
     states of :func:`window_adaptation`'s ``"mala"`` run) so that the stiffest
     region the sampler visits is covered.
 
-    ``grad_mode`` is how ``H v`` is differentiated from the estimator: ``"forward"``
-    (``jax.jvp``: forward-over-whatever the estimator does, e.g.
-    ``grad_estimator_from_logdensity(..., grad_mode=...)``), ``"reverse"``
-    (``jax.vjp``: ``vᵀH = (Hv)ᵀ`` for the symmetric Hessian; for an estimator
-    that only has a reverse rule, a ``jax.custom_vjp`` adjoint), or ``"auto"``
-    (default) = forward: ``H v`` is ONE directional derivative of the
-    gradient whatever d is, so the d-based crossover of
-    :func:`cenlmc_jax.gradients.modes.resolve_grad_mode` does not apply here; the
-    gradient's own mode is the estimator's. Both give the same result up to rounding.
+    Args:
+      grad_estimator: ``(rng_key, x) -> ∇log π(x)``, ``x: (d,)``.
+      positions: the points, shape ``(C, d)``.
+      rng_key: split into one key per position.
+      num_iters: power iterations, ``>= 1``.
+      grad_mode: how ``H v`` is differentiated from the estimator: ``"forward"``
+        (``jax.jvp``: forward-over-whatever the estimator does, e.g.
+        ``grad_estimator_from_logdensity(..., grad_mode=...)``), ``"reverse"``
+        (``jax.vjp``: ``vᵀH = (Hv)ᵀ`` for the symmetric Hessian; for an estimator
+        that only has a reverse rule, a ``jax.custom_vjp`` adjoint), or ``"auto"``
+        (default) = forward: ``H v`` is ONE directional derivative of the
+        gradient whatever d is, so the d-based crossover of
+        :func:`cenlmc_jax.gradients.modes.resolve_grad_mode` does not apply here;
+        the gradient's own mode is the estimator's. Both give the same result up
+        to rounding.
+
+    Returns:
+      The maximum over positions of ``|vᵀ H v|`` after ``num_iters`` iterations (a
+      lower bound of each ``|λ_max|`` that converges geometrically), a scalar.
+
+    Raises:
+      ValueError: ``grad_estimator`` not callable, ``num_iters < 1``, an unknown
+        ``grad_mode``, or ``positions`` not of shape ``(C, d)``.
     """
     check_callable(
         grad_estimator,
@@ -96,11 +110,12 @@ def max_curvature(
 
 
 def _sghmc_variance_ratio(h: float, friction: float) -> float:
-    """Stationary ``L·Var θ`` of SGHMC's Euler recursion on ``U = L θ²/2`` (``h = ε²L``, friction scaled).
+    """Stationary ``L·Var θ`` of SGHMC's Euler recursion on ``U = L θ²/2``.
 
-    With ``ε`` and ``L``: ``θ' = θ + ε r``, ``r' = (1 - εC) r - εLθ + sqrt(2Cε) ξ``; in
-    units ``u = sqrt(L) θ`` it depends on ``a = ε sqrt(L)`` and ``c = εC`` only. Solved
-    exactly: ``P = A P Aᵀ + N`` (discrete Lyapunov), ``vec P = (I - A⊗A)⁻¹ vec N``.
+    ``h = ε²L``, friction scaled. With ``ε`` and ``L``: ``θ' = θ + ε r``,
+    ``r' = (1 - εC) r - εLθ + sqrt(2Cε) ξ``; in units ``u = sqrt(L) θ`` it depends
+    on ``a = ε sqrt(L)`` and ``c = εC`` only. Solved exactly: ``P = A P Aᵀ + N``
+    (discrete Lyapunov), ``vec P = (I - A⊗A)⁻¹ vec N``.
     """
     a = math.sqrt(h)
     c = friction
@@ -117,19 +132,32 @@ def _sghmc_variance_ratio(h: float, friction: float) -> float:
 def langevin_step_size(
     curvature: Any, *, sampler: str = "lmc", bias: float = 0.05, friction: float = 1.0
 ) -> float:
-    """The step size at which discretisation inflates the stationary variance of the
-    stiffest direction (a Gaussian of precision ``L = curvature``) by ``bias``.
+    """The step size at which discretisation inflates the stiffest variance by ``bias``.
 
-    ``sampler="lmc"`` (also SGLD: the same Euler step; SGLD's gradient noise adds to
-    this): ULA on ``N(0, 1/L)`` has stationary variance ``1 / (L (1 - εL/2))``
-    (docs/algorithms.md §1), so ``ε = 2 bias / ((1 + bias) L)``, below ULA's stability
-    limit ``2/L``. ``sampler="sghmc"`` (``cj.sghmc`` with ``friction = C``, a scalar):
-    the variance of ``θ`` from the exact stationary covariance of the Euler recursion
-    (:func:`_sghmc_variance_ratio`), solved for ``ε`` by bisection.
+    The stiffest direction is a Gaussian of precision ``L = curvature``.
+    ``sampler="lmc"`` (also SGLD: the same Euler step; SGLD's gradient noise adds
+    to this): ULA on ``N(0, 1/L)`` has stationary variance ``1 / (L (1 - εL/2))``
+    (docs/algorithms.md §1), so ``ε = 2 bias / ((1 + bias) L)``, below ULA's
+    stability limit ``2/L``. ``sampler="sghmc"`` (``cj.sghmc`` with
+    ``friction = C``, a scalar): the variance of ``θ`` from the exact stationary
+    covariance of the Euler recursion (:func:`_sghmc_variance_ratio`), solved for
+    ``ε`` by bisection.
 
     Use it with :func:`max_curvature` at warm-up draws. The bias in directions
     of smaller curvature is smaller; the step trades that bias against mixing
     (a smaller ``bias`` means slower mixing in the flat directions).
+
+    Args:
+      curvature: ``L > 0``, e.g. from :func:`max_curvature`.
+      sampler: ``"lmc"``, ``"sgld"`` or ``"sghmc"``.
+      bias: the relative inflation of the stationary variance, ``> 0``.
+      friction: SGHMC's friction ``C > 0`` (unused for LMC / SGLD).
+
+    Returns:
+      The step size ``ε``, a Python float.
+
+    Raises:
+      ValueError: an unknown ``sampler``, or a parameter not ``> 0``.
     """
     check_choice(sampler, "sampler", ("lmc", "sgld", "sghmc"))
     check_positive(curvature, "curvature")

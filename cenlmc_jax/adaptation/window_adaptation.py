@@ -1,27 +1,31 @@
-"""Warm-up adaptation: step sizes by dual averaging, preconditioners from windowed variances.
+"""Warm-up adaptation: step sizes by dual averaging, preconditioners from windows.
 
 The shape of BlackJAX's ``window_adaptation`` (Stan's warm-up), for the
-samplers of this package that have a Metropolis step:
+samplers of this package that have a Metropolis step::
 
-    warmup = cj.adaptation.window_adaptation("mala", logdensity_fn)    # or an AdaptationSpec
-    (state, parameters), info = warmup.run(rng_key, position, num_steps=1000)      # one chain
-    (states, parameters), info = warmup.run_chains(rng_key, positions, 1000)       # (C, d): pooled
-    sampler = warmup.sampler(parameters)        # a ready SamplingAlgorithm, e.g. cj.vmap_chains(sampler)
+    # kind, or an AdaptationSpec
+    warmup = cj.adaptation.window_adaptation("mala", logdensity_fn)
+    # one chain
+    (state, parameters), info = warmup.run(rng_key, position, num_steps=1000)
+    # (C, d): pooled
+    (states, parameters), info = warmup.run_chains(rng_key, positions, 1000)
+    # a ready SamplingAlgorithm, e.g. for cj.vmap_chains(sampler)
+    sampler = warmup.sampler(parameters)
 
 Kinds and what is adapted (``parameters`` are the sampler's own arguments):
 
-=========  =========================================================  ==============================
-kind       sampler                                                    parameters
-=========  =========================================================  ==============================
-"rwmh"     ``rwmh(logdensity_fn, step_size, proposal_cov=Σ)``         ``step_size``, ``proposal_cov``
-"mala"     ``irreversible_mh(.., sde_proposal(D=Σ, 0, .., step_size))`` ``step_size``, ``D``, ``Q`` (= 0)
-"sde"      the same with ``Q = L Q_w Lᵀ`` (``Σ = L Lᵀ``)              ``step_size``, ``D``, ``Q``
-"gamma"    ``irreversible_mh(.., gamma_proposal(shape, scale))``      ``scale`` (``= ε·sqrt(diag Σ)``)
-=========  =========================================================  ==============================
+* ``"rwmh"``: ``rwmh(logdensity_fn, step_size, proposal_cov=Σ)``; adapts
+  ``step_size``, ``proposal_cov``.
+* ``"mala"``: ``irreversible_mh(.., sde_proposal(D=Σ, 0, .., step_size))``; adapts
+  ``step_size``, ``D``, ``Q`` (= 0).
+* ``"sde"``: the same with ``Q = L Q_w Lᵀ`` (``Σ = L Lᵀ``); adapts ``step_size``,
+  ``D``, ``Q``.
+* ``"gamma"``: ``irreversible_mh(.., gamma_proposal(shape, scale))``; adapts
+  ``scale`` (``= ε·sqrt(diag Σ)``).
 
 **Step size** (the scale ``ε``; for "gamma" the Gamma scale): dual averaging
 (Nesterov 2009; Hoffman & Gelman 2014, §3.2.1) drives the mean Metropolis
-acceptance probability ``α_t`` to a target ``δ``. With ``x = log ε``:
+acceptance probability ``α_t`` to a target ``δ``. With ``x = log ε``::
 
     H̄_t = (1 - 1/(t + t0)) H̄_{t-1} + (δ - α_t)/(t + t0)
     x_{t+1} = μ - (√t / γ) H̄_t,      μ = log(10 ε_0)
@@ -54,25 +58,24 @@ and Welford's estimate pools the chains' draws. This is the warm-up for
 ``cj.vmap_chains`` runs (and the CLI). :meth:`WindowAdaptation.run` adapts
 one chain; ``jax.vmap`` it to adapt every chain on its own.
 
-*Stuck chains.* A chain started far in a tail (eight schools with
-``tau ≈ 90``) can reject every proposal at the step size the others need.
-Pooled, it feeds an acceptance of 0 to (DA) and its unmoving point to
-Welford's estimate, which inflates ``Σ`` in its direction; larger ``Σ``
-lowers everyone's acceptance, (DA) shrinks ``ε``, and the stuck chain stays
-stuck for the whole run (measured: ``ε`` 0.045 against BlackJAX's 0.6-1.3,
-R-hat 2.6). So, pooled: (i) Welford's state is kept per chain and pooled at a
-window end (Chan et al.'s combination, :func:`pool_welford`) over the chains
-that moved during the window; (ii) at the end of every segment but the last
-(the initial buffer and each slow window), a chain that did not move during
-it restarts from the state of a chain that did (chosen uniformly; nothing
-happens when none moved). A warm-up may move chains (Stan's discards its
-draws; here the chains' independence is what the sampling run needs, and a
-copy of another chain's point followed by independent steps keeps it).
-Adapting each chain on its own and combining (Stan, BlackJAX under ``vmap``)
-was the alternative: it loses what pooling gives the early windows (``C``
-times more draws for ``Σ`` at 25-step windows) and still leaves a stuck
-chain stuck. Restarts are counted in ``info.restarted``; ``info.moved``
-says, per step and chain, whether the chain moved since its segment began.
+*Stuck chains.* A chain started far in a tail (eight schools with ``tau ≈ 90``) can
+reject every proposal at the step size the others need. Pooled, it feeds an
+acceptance of 0 to (DA) and its unmoving point to Welford's estimate, which inflates
+``Σ`` in its direction; larger ``Σ`` lowers everyone's acceptance, (DA) shrinks
+``ε``, and the stuck chain stays stuck for the whole run, with a collapsed step size
+and R-hat far above 1 (benchmarks/results/silent_failures.md). So, pooled: (i)
+Welford's state is kept per chain and pooled at a window end (Chan et al.'s
+combination, :func:`pool_welford`) over the chains that moved during the window;
+(ii) at the end of every segment but the last (the initial buffer and each slow
+window), a chain that did not move during it restarts from the state of a chain that
+did (chosen uniformly; nothing happens when none moved). A warm-up may move chains
+(Stan's discards its draws; here the chains' independence is what the sampling run
+needs, and a copy of another chain's point followed by independent steps keeps it).
+Adapting each chain on its own and combining (Stan, BlackJAX under ``vmap``) was the
+alternative: it loses what pooling gives the early windows (``C`` times more draws
+for ``Σ`` at 25-step windows) and still leaves a stuck chain stuck. Restarts are
+counted in ``info.restarted``; ``info.moved`` says, per step and chain, whether the
+chain moved since its segment began.
 
 *The hand-over.* With concrete values (not under ``jit`` or ``vmap``),
 :meth:`~WindowAdaptation.run_chains` and :meth:`~WindowAdaptation.run` warn
@@ -144,10 +147,15 @@ __all__ = [
 
 
 class WindowAdaptationInfo(NamedTuple):
-    """Per warm-up step: the ``step_size`` used, the (mean over chains) ``acceptance_rate``, the number of
-    chains ``restarted`` at that step (pooled chains stuck for a whole segment; 0 for
-    one chain) and, per chain, whether it ``moved`` since the start of the segment
-    (``(num_steps, C)``; ``(num_steps, 1)`` for one chain).
+    """Per warm-up step, what the adaptation did.
+
+    Attributes:
+      step_size: the step size used.
+      acceptance_rate: the acceptance rate (the mean over chains).
+      restarted: the number of chains restarted at that step (pooled chains stuck
+        for a whole segment; 0 for one chain).
+      moved: per chain, whether it moved since the start of the segment
+        (``(num_steps, C)``; ``(num_steps, 1)`` for one chain).
     """
 
     step_size: Array
@@ -159,14 +167,16 @@ class WindowAdaptationInfo(NamedTuple):
 class WindowAdaptation(NamedTuple):
     """What :func:`window_adaptation` returns.
 
-    run: ``(rng_key, position, num_steps) -> ((state, parameters), info)``,
-      one chain; pure (jitted, ``num_steps`` static); ``jax.vmap`` it over
-      ``(keys, positions)`` to adapt each chain on its own.
-    run_chains: ``(rng_key, positions, num_steps) -> ((states, parameters), info)``,
-      ``positions: (C, d)`` (or a pytree with a leading chain axis); one
-      parameter set for all chains (pooled acceptance and covariance).
-    sampler: ``parameters -> SamplingAlgorithm`` for one chain (buildable inside
-      ``jit``); the returned state continues it (``cj.vmap_chains`` for ``run_chains``).
+    Attributes:
+      run: ``(rng_key, position, num_steps) -> ((state, parameters), info)``,
+        one chain; pure (jitted, ``num_steps`` static); ``jax.vmap`` it over
+        ``(keys, positions)`` to adapt each chain on its own.
+      run_chains: ``(rng_key, positions, num_steps) -> ((states, parameters),
+        info)``, ``positions: (C, d)`` (or a pytree with a leading chain axis); one
+        parameter set for all chains (pooled acceptance and covariance).
+      sampler: ``parameters -> SamplingAlgorithm`` for one chain (buildable inside
+        ``jit``); the returned state continues it (``cj.vmap_chains`` for
+        ``run_chains``).
     """
 
     run: Callable
@@ -191,19 +201,21 @@ def _check_skew_q(Q: Any) -> np.ndarray | None:
 
 
 class AdaptationSpec(NamedTuple):
-    """What :func:`window_adaptation` needs to know of a sampler (one row of the module docstring's table).
+    """What :func:`window_adaptation` needs to know of a sampler.
 
-    name: for messages.
-    target_acceptance: the default ``δ`` of (DA).
-    parameters: ``(ε, Σ or None, d) -> dict``: the sampler's arguments for the step size
-      (or scale) ``ε`` and the preconditioner ``Σ`` (``(d,)`` diagonal or ``(d, d)``;
-      None: identity).
-    build: ``(logdensity_fn, parameters) -> SamplingAlgorithm`` for one chain (buildable
-      inside ``jit``; its info has ``acceptance_rate``).
-    dense: whether a dense ``Σ`` is meaningful (False for a coordinatewise proposal).
+    One entry of the module docstring's list of kinds. Any Metropolis-adjusted
+    sampler of this package or the user's can be adapted by writing one.
 
-    Any Metropolis-adjusted sampler of this package or the user's can be adapted by
-    writing one.
+    Attributes:
+      name: for messages.
+      target_acceptance: the default ``δ`` of (DA).
+      parameters: ``(ε, Σ or None, d) -> dict``: the sampler's arguments for the
+        step size (or scale) ``ε`` and the preconditioner ``Σ`` (``(d,)`` diagonal
+        or ``(d, d)``; None: identity).
+      build: ``(logdensity_fn, parameters) -> SamplingAlgorithm`` for one chain
+        (buildable inside ``jit``; its info has ``acceptance_rate``).
+      dense: whether a dense ``Σ`` is meaningful (False for a coordinatewise
+        proposal).
     """
 
     name: str
@@ -214,7 +226,13 @@ class AdaptationSpec(NamedTuple):
 
 
 def rwmh_spec() -> AdaptationSpec:
-    """RW-MH: ``rwmh(logdensity_fn, ε, proposal_cov=Σ)``; target 0.234 (Roberts, Gelman & Gilks 1997)."""
+    """RW-MH: ``rwmh(logdensity_fn, ε, proposal_cov=Σ)``.
+
+    Target 0.234 (Roberts, Gelman & Gilks 1997).
+
+    Returns:
+      The :class:`AdaptationSpec` named ``"rwmh"``.
+    """
     return AdaptationSpec(
         "rwmh",
         0.234,
@@ -232,8 +250,19 @@ def _sde_build(logdensity_fn: LogDensityFn, p: dict) -> SamplingAlgorithm:
 
 
 def sde_spec(Q: Any = None) -> AdaptationSpec:
-    """The SDE proposal inside the irreversible jump sampler with ``D = Σ`` and ``Q = L Q_w Lᵀ``
-    (``Σ = L Lᵀ``; ``Q``: the whitened ``(d, d)`` skew-symmetric ``Q_w``, None for 0); target 0.574."""
+    """The SDE proposal inside the irreversible jump sampler.
+
+    With ``D = Σ`` and ``Q = L Q_w Lᵀ`` (``Σ = L Lᵀ``); target 0.574.
+
+    Args:
+      Q: the whitened ``(d, d)`` skew-symmetric ``Q_w``; None for 0.
+
+    Returns:
+      The :class:`AdaptationSpec` named ``"sde"``.
+
+    Raises:
+      ValueError: ``Q`` not square, or not skew-symmetric.
+    """
     q_white = _check_skew_q(Q)
 
     def parameters(eps: Array, cov: Array | None, d: int) -> dict:
@@ -245,7 +274,8 @@ def sde_spec(Q: Any = None) -> AdaptationSpec:
         q = jnp.asarray(q_white, eps.dtype)
         if q.shape[0] != d:
             raise ValueError(
-                f"Q must have shape ({d}, {d}) for a position of dimension {d}; got {q.shape}."
+                f"Q must have shape ({d}, {d}) for a position of dimension {d}; got "
+                f"{q.shape}."
             )
         if cov is None:
             return {"step_size": eps, "D": D, "Q": q}
@@ -261,13 +291,31 @@ def sde_spec(Q: Any = None) -> AdaptationSpec:
 
 
 def mala_spec() -> AdaptationSpec:
-    """MALA preconditioned by ``Σ``: :func:`sde_spec` with ``Q = 0``; target 0.574 (Roberts & Rosenthal 1998)."""
+    """MALA preconditioned by ``Σ``: :func:`sde_spec` with ``Q = 0``.
+
+    Target 0.574 (Roberts & Rosenthal 1998).
+
+    Returns:
+      The :class:`AdaptationSpec` named ``"mala"``.
+    """
     return sde_spec(None)._replace(name="mala")
 
 
 def gamma_spec(shape: float = 2.0) -> AdaptationSpec:
-    """The Gamma proposal ``gamma_proposal(shape, scale = ε·sqrt(diag Σ))``; target 0.5 (no
-    optimal-scaling theory: the value the tests and benchmarks use); diagonal ``Σ`` only."""
+    """The Gamma proposal ``gamma_proposal(shape, scale = ε·sqrt(diag Σ))``.
+
+    Target 0.5 (no optimal-scaling theory: the value the tests and benchmarks use);
+    diagonal ``Σ`` only.
+
+    Args:
+      shape: the Gamma shape ``k > 0``.
+
+    Returns:
+      The :class:`AdaptationSpec` named ``"gamma"``.
+
+    Raises:
+      ValueError: ``shape`` not ``> 0``.
+    """
     check_positive(shape, "shape")
     return AdaptationSpec(
         "gamma",
@@ -296,13 +344,15 @@ KINDS = tuple(ADAPTABLE)
 
 
 def _spec(algorithm: Any, options: dict) -> AdaptationSpec:
-    """The :class:`AdaptationSpec` for a name of :data:`ADAPTABLE` (with its ``options``) or a spec."""
+    """The :class:`AdaptationSpec` for a name of :data:`ADAPTABLE` (with its
+    ``options``) or a spec.
+    """
     given = {k: v for k, v in options.items() if v is not None}
     if isinstance(algorithm, AdaptationSpec):
         if given:
             raise ValueError(
-                f"{', '.join(sorted(given))} are options of the named samplers; with an "
-                f"AdaptationSpec, build them into it (e.g. sde_spec(Q=...))."
+                f"{', '.join(sorted(given))} are options of the named samplers; with "
+                "an AdaptationSpec, build them into it (e.g. sde_spec(Q=...))."
             )
         return algorithm
     check_choice(algorithm, "algorithm", KINDS)
@@ -320,8 +370,10 @@ def _spec(algorithm: Any, options: dict) -> AdaptationSpec:
 
 
 def _schedule_flags(num_steps: int, windows: tuple, step_size_only: bool) -> dict:
-    """Per-step flags (NumPy, static): slow (Welford), window_end, rm (final window), rm_start, and
-    segment_end (the last step of every segment but the last: where pooled chains are checked for stuck ones)."""
+    """Per-step flags (NumPy, static): slow (Welford), window_end, rm (final window),
+    rm_start, and segment_end (the last step of every segment but the last: where pooled
+    chains are checked for stuck ones).
+    """
     segments = build_schedule(num_steps, *windows)
     if step_size_only:  # step size only: dual averaging, then the final window
         last = segments[-1][0] if len(segments) > 1 else 0
@@ -345,7 +397,9 @@ def _schedule_flags(num_steps: int, windows: tuple, step_size_only: bool) -> dic
 
 
 def _restart_stuck(key, states, moved: Array):
-    """Chains that did not move in the segment take the state of a chain that did (chosen uniformly)."""
+    """Chains that did not move in the segment take the state of a chain that did
+    (chosen uniformly).
+    """
     num_chains = moved.shape[0]
     healthy = moved.astype(jnp.float32)
     donors = jax.random.choice(
@@ -370,7 +424,8 @@ def _adapt(
     preconditioner: str | None,
     pooled: bool,
 ):
-    """One lax.scan over the warm-up; the window boundaries are per-step flags (selects, no cond).
+    """One lax.scan over the warm-up; the window boundaries are per-step flags (selects,
+    no cond).
 
     Pooled (``states`` with a leading chain axis): one step size and ``Σ`` for all
     chains; Welford per chain, pooled at a window end over the chains that moved in it;
@@ -421,9 +476,9 @@ def _adapt(
             dual_averaging_update(da, acc, target),
         )
         wf = pick(slow, jax.vmap(welford_update)(wf, x[:, None, :]), wf)
-        if (
-            cov is not None
-        ):  # end of a slow window: new Σ, memoryless Welford, (DA) restarted around ε (Stan)
+        # end of a slow window: new Σ, memoryless Welford, (DA) restarted around ε
+        # (Stan)
+        if cov is not None:
             weights = jnp.where(jnp.any(moved), moved, True).astype(
                 dtype
             )  # nobody moved (one chain): all
@@ -460,8 +515,10 @@ def _adapt(
 
 
 def _check_chain_positions(positions: Any, logdensity_fn: LogDensityFn) -> None:
-    """Every chain checked, vectorised (:func:`cenlmc_jax.run.check_chain_positions`: finite, one pass naming
-    the bad chains), the shapes once (chain 0), and the log density not -inf/NaN at every chain."""
+    """Every chain checked, vectorised (:func:`cenlmc_jax.run.check_chain_positions`:
+    finite, one pass naming the bad chains), the shapes once (chain 0), and the log
+    density not -inf/NaN at every chain.
+    """
     leaves = jax.tree_util.tree_leaves(positions)
     if (
         not leaves
@@ -469,8 +526,8 @@ def _check_chain_positions(positions: Any, logdensity_fn: LogDensityFn) -> None:
         or (isinstance(positions, (jax.Array, np.ndarray)) and np.ndim(positions) != 2)
     ):
         raise ValueError(
-            "positions must have a leading chain axis: shape (C, d), or a pytree of (C, ...) "
-            f"arrays; got {jax.tree_util.tree_map(np.shape, positions)}."
+            "positions must have a leading chain axis: shape (C, d), or a pytree of "
+            f"(C, ...) arrays; got {jax.tree_util.tree_map(np.shape, positions)}."
         )
     positions, num_chains = check_chain_positions(positions)
     first = jax.tree_util.tree_map(lambda a: a[0], positions)
@@ -488,8 +545,20 @@ def _check_chain_positions(positions: Any, logdensity_fn: LogDensityFn) -> None:
 def collapse_problems(
     params: dict, info: WindowAdaptationInfo, target: float, final_window: int
 ) -> list:
-    """Why adapted ``params`` (with the warm-up's ``info``) do not sample: the module docstring's hand-over
-    checks, one sentence each; empty with none, or while tracing (``jit``, ``vmap``)."""
+    """Why adapted ``params`` (with the warm-up's ``info``) do not sample.
+
+    The module docstring's hand-over checks, one sentence each.
+
+    Args:
+      params: the adapted parameters (``step_size`` or ``scale``, ...).
+      info: the warm-up's :class:`WindowAdaptationInfo`.
+      target: the target acceptance rate.
+      final_window: the final window's length in steps.
+
+    Returns:
+      A list of sentences; empty with no problem, or while tracing (``jit``,
+      ``vmap``).
+    """
     leaves = jax.tree_util.tree_leaves((params, info))
     if not all_concrete(leaves) or np.shape(info.acceptance_rate)[-1:] in ((), (0,)):
         return []
@@ -499,27 +568,29 @@ def collapse_problems(
     restarted = int(np.sum(np.asarray(info.restarted)))
     eps = np.asarray(params.get("step_size", params.get("scale")), np.float64)
     what = (
-        f"adapted step size {float(np.min(eps)):.3g}; final-window mean acceptance {acc:.3g} (target "
-        f"{target:g}); {int((~moved).sum())} of {moved.size} chains did not move in it; {restarted} restarts of "
-        "stuck chains earlier"
+        f"adapted step size {float(np.min(eps)):.3g}; final-window mean acceptance "
+        f"{acc:.3g} (target {target:g}); {int((~moved).sum())} of {moved.size} chains "
+        f"did not move in it; {restarted} restarts of stuck chains earlier"
     )
     out = []
     if not np.all(np.isfinite(eps)) or not np.all(eps > 0):
         out.append(
-            f"the adapted step size is {eps.ravel()[:4]}: the warm-up collapsed ({what}); these parameters "
-            "do not sample. Start the chains nearer the posterior's bulk, give a smaller initial_step_size, "
-            "or rescale the model"
+            f"the adapted step size is {eps.ravel()[:4]}: the warm-up collapsed "
+            f"({what}); these parameters do not sample. Start the chains nearer the "
+            "posterior's bulk, give a smaller initial_step_size, or rescale the model"
         )
     elif acc < target / 4:
         out.append(
-            f"the step-size adaptation did not reach its target ({what}): the chains will mix badly. Run a "
-            "longer warm-up, start nearer the bulk, or rescale the model"
+            f"the step-size adaptation did not reach its target ({what}): the chains "
+            "will mix badly. Run a longer warm-up, start nearer the bulk, or rescale "
+            "the model"
         )
     elif not moved.all():
         out.append(
-            f"{int((~moved).sum())} of {moved.size} chains never moved in the warm-up's final window ({what}): "
-            "they are stuck (or the step size is so small that each step rounds away) and will not sample; "
-            "start nearer the bulk, or rescale the model"
+            f"{int((~moved).sum())} of {moved.size} chains never moved in the "
+            f"warm-up's final window ({what}): they are stuck (or the step size is so "
+            "small that each step rounds away) and will not sample; start nearer the "
+            "bulk, or rescale the model"
         )
     return out
 
@@ -545,32 +616,47 @@ def window_adaptation(
     first_window: int = 25,
     final_buffer: int = 50,
 ) -> WindowAdaptation:
-    """Warm-up for ``algorithm`` (module docstring), BlackJAX's ``window_adaptation(algorithm, ...)`` shape.
+    """Warm-up for ``algorithm`` (module docstring), in BlackJAX's shape.
+
+    ``window_adaptation(algorithm, ...)`` as BlackJAX has it. The CLI's call (one
+    parameter set for all chains)::
+
+        warmup = cj.adaptation.window_adaptation(kind, target.logdensity_fn)
+        (states, params), info = warmup.run_chains(
+            key_warmup, positions, num_steps=burn_in
+        )
+        algo = cj.vmap_chains(warmup.sampler(params))
+        result = cj.sample(key, algo, states, num_steps)
+        # report params, and info.acceptance_rate[-final_buffer:].mean()
 
     Args:
       algorithm: a name of :data:`ADAPTABLE` (``"rwmh"``, ``"mala"``, ``"sde"``,
-        ``"gamma"``; table in the module docstring) or any :class:`AdaptationSpec`
-        (``sde_spec(Q=...)``, or one written for another Metropolis-adjusted sampler).
+        ``"gamma"``; listed in the module docstring) or any
+        :class:`AdaptationSpec` (``sde_spec(Q=...)``, or one written for another
+        Metropolis-adjusted sampler).
       logdensity_fn: ``x -> log π(x)`` for one position (an array or a pytree).
-      target_acceptance_rate: ``δ`` of (DA), in (0, 1); default: docs/algorithms.md's
-        (:data:`TARGET_ACCEPTANCE`).
+      target_acceptance_rate: ``δ`` of (DA), in (0, 1); default:
+        docs/algorithms.md's (:data:`TARGET_ACCEPTANCE`).
       initial_step_size: ``ε_0 > 0`` (for "gamma" the initial Gamma scale).
       preconditioner: ``"diagonal"`` (default), ``"dense"`` (not for "gamma")
         or ``None`` (identity; step size only).
-      Q: "sde" only (:func:`sde_spec`): a ``(d, d)`` skew-symmetric matrix in whitened
-        coordinates; the sampler uses ``L Q Lᵀ`` with ``Σ = L Lᵀ`` (``L = sqrt(Σ)`` for
-        a diagonal ``Σ``, its Cholesky factor for a dense one): irreversibility of the
-        same strength relative to the target's scales.
+      Q: "sde" only (:func:`sde_spec`): a ``(d, d)`` skew-symmetric matrix in
+        whitened coordinates; the sampler uses ``L Q Lᵀ`` with ``Σ = L Lᵀ``
+        (``L = sqrt(Σ)`` for a diagonal ``Σ``, its Cholesky factor for a dense
+        one): irreversibility of the same strength relative to the target's
+        scales.
       shape: "gamma" only (:func:`gamma_spec`): the Gamma shape ``k`` (default 2).
-      initial_buffer, first_window, final_buffer: the window sizes
-        (:func:`build_schedule`).
+      initial_buffer: the first fast window (:func:`build_schedule`).
+      first_window: the first slow window (:func:`build_schedule`).
+      final_buffer: the last fast window (:func:`build_schedule`).
 
-    The CLI's call (one parameter set for all chains)::
+    Returns:
+      A :class:`WindowAdaptation` ``(run, run_chains, sampler)``.
 
-        warmup = cj.adaptation.window_adaptation(kind, target.logdensity_fn) (states,
-        params), info = warmup.run_chains(key_warmup, positions, num_steps=burn_in) algo
-        = cj.vmap_chains(warmup.sampler(params)) result = cj.sample(key, algo, states,
-        num_steps) # report params, and info.acceptance_rate[-final_buffer:].mean()
+    Raises:
+      ValueError: an unknown ``algorithm``, options it does not take, a target
+        not in (0, 1), a step size not ``> 0``, a dense preconditioner for
+        "gamma", or negative window sizes.
     """
     spec = _spec(algorithm, {"Q": Q, "shape": shape})
     check_callable(logdensity_fn, "logdensity_fn", "x -> scalar log density")
@@ -656,7 +742,10 @@ def window_adaptation(
         return out
 
     def run_chains(rng_key: PRNGKey, positions: Any, num_steps: int = 1000):
-        """Adapt ``C`` chains together (``positions`` with a leading chain axis): ``((states, parameters), info)``."""
+        """Adapt ``C`` chains together (``positions`` with a leading chain axis).
+
+        Returns ``((states, parameters), info)``.
+        """
         check_key(rng_key)
         num_steps = check_int(num_steps, "num_steps", minimum=0)
         _check_chain_positions(positions, logdensity_fn)
