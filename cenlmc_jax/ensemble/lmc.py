@@ -2,7 +2,7 @@
 
 Ding & Li, *Constrained Ensemble Langevin Monte Carlo*: LMC (the unadjusted
 Langevin algorithm, ULA) is the baseline every ensemble method is measured
-against. With ``f = -logdensity_fn``,
+against. With ``f = -logdensity_fn``::
 
     x^{m+1} = x^m - h ∇f(x^m) + sqrt(2h) ξ^m,      ξ^m ~ N(0, I_d).
 
@@ -18,18 +18,19 @@ gives ``x^{m+1} = x^m - h_m ∇f(x^m) + sqrt(2 h_m) ξ^m``. On
 
 Preconditioned LMC (``inverse_mass_matrix=M``, BlackJAX's name): with ``M``
 symmetric positive definite (a scalar ``c·I``, a ``(d,)`` diagonal or a
-``(d, d)`` matrix, the forms of :mod:`cenlmc_jax._linalg`),
+``(d, d)`` matrix, the forms of :mod:`cenlmc_jax._linalg`)::
 
     x^{m+1} = x^m + h M ∇log π(x^m) + sqrt(2h) M^{1/2} ξ^m,
 
-the Euler step of the Langevin diffusion ``dX = M ∇log π dt + sqrt(2) M^{1/2} dW``,
-which keeps π invariant for any constant ``M``. It is LMC in the coordinates
-``y = M^{-1/2} x`` (``M^{1/2}`` the symmetric root): there the step is plain
-LMC on ``y ↦ π(M^{1/2} y)``, whose Hessian is ``M^{1/2} H M^{1/2}``. On
-``π = N(0, Σ)`` the chain is linear, ``x' = A x + sqrt(2h) M^{1/2} ξ`` with
-``A = I - h M Σ⁻¹``, so its stationary covariance ``S`` solves the discrete
-Lyapunov equation ``S = A S Aᵀ + 2h M``; for ``M = Σ``, ``A = (1 - h) I`` and
-``S = Σ / (1 - h/2)``: the isotropic ULA bias, whatever the condition number of ``Σ``.
+the Euler step of the Langevin diffusion
+``dX = M ∇log π dt + sqrt(2) M^{1/2} dW``, which keeps π invariant for any
+constant ``M``. It is LMC in the coordinates ``y = M^{-1/2} x`` (``M^{1/2}`` the
+symmetric root): there the step is plain LMC on ``y ↦ π(M^{1/2} y)``, whose
+Hessian is ``M^{1/2} H M^{1/2}``. On ``π = N(0, Σ)`` the chain is linear,
+``x' = A x + sqrt(2h) M^{1/2} ξ`` with ``A = I - h M Σ⁻¹``, so its stationary
+covariance ``S`` solves the discrete Lyapunov equation ``S = A S Aᵀ + 2h M``; for
+``M = Σ``, ``A = (1 - h) I`` and ``S = Σ / (1 - h/2)``: the isotropic ULA bias,
+whatever the condition number of ``Σ``.
 """
 
 from __future__ import annotations
@@ -84,10 +85,12 @@ __all__ = [
 class LMCState(NamedTuple):
     """Ensemble state of LMC.
 
-    position: (N, d) particles.
-    logdensity: (N,) ``logdensity_fn`` at each particle.
-    logdensity_grad: (N, d) its gradient, reused by the next step.
-    step: () int32, the steps taken (the ``t`` of a step-size schedule ``t -> h_t``).
+    Attributes:
+      position: ``(N, d)`` particles.
+      logdensity: ``(N,)`` ``logdensity_fn`` at each particle.
+      logdensity_grad: ``(N, d)`` its gradient, reused by the next step.
+      step: ``()`` int32, the steps taken (the ``t`` of a step-size schedule
+        ``t -> h_t``).
     """
 
     position: Array
@@ -99,13 +102,15 @@ class LMCState(NamedTuple):
 class LMCInfo(NamedTuple):
     """What one LMC step did.
 
-    grad_evals: gradient evaluations done this step (= N).
-    model_solves: the step's cost in evaluations of the model: N with autodiff (the
-       value comes with the gradient); with ``grad_fn``, N × :func:`value_and_grad_cost`
-       (finite differences of ``logdensity_fn``: ``d + 1`` forward, ``2d + 1`` central).
-    num_nonfinite: particles whose new position or log density is NaN/inf.
-    diverged: ``num_nonfinite > 0``, or a step size (traced, or a schedule's value) that
-      is not > 0.
+    Attributes:
+      grad_evals: gradient evaluations done this step (= N).
+      model_solves: the step's cost in evaluations of the model: N with autodiff
+        (the value comes with the gradient); with ``grad_fn``,
+        N × :func:`value_and_grad_cost` (finite differences of ``logdensity_fn``:
+        ``d + 1`` forward, ``2d + 1`` central).
+      num_nonfinite: particles whose new position or log density is NaN/inf.
+      diverged: ``num_nonfinite > 0``, or a step size (traced, or a schedule's
+        value) that is not > 0.
     """
 
     grad_evals: Array
@@ -115,14 +120,23 @@ class LMCInfo(NamedTuple):
 
 
 def shares_values(grad_fn: Callable | None, logdensity_fn: LogDensityFn) -> bool:
-    """Whether ``grad_fn`` takes its gradient from values of ``logdensity_fn`` itself and can reuse one.
+    """Whether ``grad_fn`` takes its gradient from values of ``logdensity_fn`` itself.
 
-    True for :func:`cenlmc_jax.gradients.finite_difference` of the same function
+    Such a ``grad_fn`` can reuse a value: True for
+    :func:`cenlmc_jax.gradients.finite_difference` of the same function
     (``grad_fn.logdensity_fn == logdensity_fn``; whitened wrappers of the same pair
     compare equal too): then a value the sampler has already is passed to
-    ``grad_fn.grad_given_value(x, value)``, and LMC takes its values and gradients from
-    one ``grad_fn.value_and_grad(x)`` batch. A ``grad_fn`` of another function never
-    gets the sampler's values.
+    ``grad_fn.grad_given_value(x, value)``, and LMC takes its values and gradients
+    from one ``grad_fn.value_and_grad(x)`` batch. A ``grad_fn`` of another function
+    never gets the sampler's values.
+
+    Args:
+      grad_fn: the user's gradient, or None.
+      logdensity_fn: the sampler's log density.
+
+    Returns:
+      True when ``grad_fn`` has ``grad_given_value`` and its ``logdensity_fn``
+      equals ``logdensity_fn``.
     """
     inner = getattr(grad_fn, "logdensity_fn", None)
     return (
@@ -133,9 +147,18 @@ def shares_values(grad_fn: Callable | None, logdensity_fn: LogDensityFn) -> bool
 
 
 def grad_cost(grad_fn: Callable | None, d: int, given_value: bool = False) -> float:
-    """Model solves one gradient costs: ``grad_fn.model_solves(d)`` when it says
-    (``cj.finite_difference``: 2d central, d + 1 forward), else 1; ``given_value``: the
-    value at the point is known (``grad_fn.model_solves_given_value(d)``: 2d central, d forward)."""
+    """Model solves one gradient costs.
+
+    Args:
+      grad_fn: the user's gradient, or None (autodiff).
+      d: the dimension.
+      given_value: the value at the point is known
+        (``grad_fn.model_solves_given_value(d)``: 2d central, d forward).
+
+    Returns:
+      ``grad_fn.model_solves(d)`` when it says (``cj.finite_difference``: 2d
+      central, d + 1 forward), else 1, as a float.
+    """
     cost = getattr(
         grad_fn, "model_solves_given_value" if given_value else "model_solves", None
     )
@@ -150,11 +173,21 @@ def gradient_fn(
     grad_mode: str = "auto",
     given_value: bool = False,
 ) -> Callable:
-    """``grad_fn`` if given (``x: (d,) -> ∇ log density (d,)``; its output shape is checked when traced),
-    else the autodiff gradient of ``logdensity_fn`` in ``grad_mode``
-    (:mod:`cenlmc_jax.gradients.modes`; a ``grad_fn`` overrides the mode).
-    ``given_value``: the function takes ``(x, log density at x)``
-    and passes the value on where :func:`shares_values` (autodiff and other ``grad_fn`` ignore it)."""
+    """The gradient a sampler uses: ``grad_fn`` if given, else autodiff.
+
+    Args:
+      logdensity_fn: ``x: (d,) -> log π(x)``.
+      grad_fn: ``x: (d,) -> ∇ log density (d,)`` (its output shape is checked when
+        traced), or None: the autodiff gradient of ``logdensity_fn``.
+      grad_mode: the autodiff mode (:mod:`cenlmc_jax.gradients.modes`; a
+        ``grad_fn`` overrides it).
+      given_value: the function takes ``(x, log density at x)`` and passes the
+        value on where :func:`shares_values` (autodiff and other ``grad_fn``
+        ignore it).
+
+    Returns:
+      ``x -> ∇log π(x)``, or ``(x, value) -> ∇log π(x)`` with ``given_value``.
+    """
     if grad_fn is None:
         g = grad(logdensity_fn, grad_mode)
         return (lambda x, value: g(x)) if given_value else g
@@ -176,15 +209,25 @@ def value_and_grad_ensemble(
     grad_fn: Callable | None = None,
     grad_mode: str = "auto",
 ) -> tuple[Array, Array]:
-    """``logdensity_fn`` and its gradient at every particle: (N,), (N, d).
+    """``logdensity_fn`` and its gradient at every particle.
 
     Without ``grad_fn`` both come from one autodiff pass per particle in
     ``grad_mode`` (:func:`cenlmc_jax.gradients.modes.value_and_grad`: reverse, or
     forward with the value as the primal). With ``grad_fn`` (which overrides
     ``grad_mode``): one ``grad_fn.value_and_grad`` batch where :func:`shares_values`
     (finite differences of ``logdensity_fn``: ``d + 1`` or ``2d + 1`` values), else
-    separate calls (an adjoint solver or an external code); a Python float
-    from ``logdensity_fn`` becomes an array of the positions' dtype.
+    separate calls (an adjoint solver or an external code); a Python float from
+    ``logdensity_fn`` becomes an array of the positions' dtype.
+
+    Args:
+      logdensity_fn: ``x: (d,) -> log π(x)``.
+      positions: the particles, ``(N, d)``.
+      grad_fn: the user's gradient, or None.
+      grad_mode: the autodiff mode.
+
+    Returns:
+      ``(values, gradients)``, shapes ``(N,)`` and ``(N, d)``, in the positions'
+      dtype.
     """
     if grad_fn is None:
         return jax.vmap(
@@ -209,8 +252,19 @@ def value_and_grad_ensemble(
 def value_and_grad_cost(
     grad_fn: Callable | None, logdensity_fn: LogDensityFn, d: int
 ) -> float:
-    """Model solves of :func:`value_and_grad_ensemble` per particle with a ``grad_fn``: the value and a
-    gradient (``d + 1`` forward, ``2d + 1`` central finite differences of ``logdensity_fn``)."""
+    """Model solves of :func:`value_and_grad_ensemble` per particle with a ``grad_fn``.
+
+    The value and a gradient (``d + 1`` forward, ``2d + 1`` central finite
+    differences of ``logdensity_fn``).
+
+    Args:
+      grad_fn: the user's gradient, or None.
+      logdensity_fn: the sampler's log density.
+      d: the dimension.
+
+    Returns:
+      The cost per particle, a float.
+    """
     return 1.0 + grad_cost(
         grad_fn, d, given_value=shares_values(grad_fn, logdensity_fn)
     )
@@ -223,7 +277,10 @@ GRAD_FN_WHAT = "x: (d,) -> gradient of the log density (d,)"
 def check_grad_fn(
     grad_fn: Callable | None, example: Array, name: str = "grad_fn"
 ) -> None:
-    """A user's ``grad_fn`` maps one point ``(d,)`` to a ``(d,)`` floating gradient (abstractly checked)."""
+    """Checks that a user's ``grad_fn`` maps one point ``(d,)`` to a ``(d,)`` gradient.
+
+    Floating, abstractly checked.
+    """
     if grad_fn is not None:
         check_function(grad_fn, name, (example,), what=GRAD_FN_WHAT, like=example)
 
@@ -240,18 +297,32 @@ MASS_WHAT = "the inverse mass matrix M of x' = x + h M ∇log π(x) + sqrt(2h) M
 def check_inverse_mass_matrix(
     M: Any, d: int | None = None, name: str = "inverse_mass_matrix"
 ) -> Any:
-    """``M`` must be a constant symmetric positive definite matrix: a scalar ``c > 0`` (``c·I``), a ``(d,)``
-    diagonal of positive entries or a ``(d, d)`` SPD matrix
-    (:func:`cenlmc_jax._linalg.check_symmetric_psd` with ``definite=True``). ``d``: the
-    dimension, when known. ``None`` passes (no preconditioner); a traced
-    ``M`` passes unchecked (its value is not known). Returns ``M``. ``ValueError`` names ``name``."""
+    """Checks that ``M`` is a constant symmetric positive definite matrix.
+
+    A scalar ``c > 0`` (``c·I``), a ``(d,)`` diagonal of positive entries or a
+    ``(d, d)`` SPD matrix (:func:`cenlmc_jax._linalg.check_symmetric_psd` with
+    ``definite=True``). ``None`` passes (no preconditioner); a traced ``M`` passes
+    unchecked (its value is not known).
+
+    Args:
+      M: the inverse mass matrix, or None.
+      d: the dimension, when known.
+      name: its name, for the message.
+
+    Returns:
+      ``M``.
+
+    Raises:
+      ValueError: naming ``name``: a callable, the wrong shape, or not positive
+        definite.
+    """
     if M is None or not is_concrete(M):
         return M
     if callable(M):
         raise ValueError(
-            f"{name} must be a constant matrix (a scalar, a (d,) diagonal or a (d, d) SPD matrix); "
-            f"got a callable {M!r}: a position-dependent preconditioner needs the Γ term of the "
-            "complete recipe (cj.sgrld / cj.complete_recipe)."
+            f"{name} must be a constant matrix (a scalar, a (d,) diagonal or a (d, d) "
+            f"SPD matrix); got a callable {M!r}: a position-dependent preconditioner "
+            "needs the Γ term of the complete recipe (cj.sgrld / cj.complete_recipe)."
         )
     check_matrix_form(M, name)
     m = np.asarray(M)
@@ -260,8 +331,9 @@ def check_inverse_mass_matrix(
     if m.ndim < 2:
         if not np.all(m > 0):
             raise ValueError(
-                f"{name} must be positive ({MASS_WHAT}); got {'a scalar' if m.ndim == 0 else 'a diagonal'}"
-                f" with smallest entry {float(np.min(m)):.4g}."
+                f"{name} must be positive ({MASS_WHAT}); got "
+                f"{'a scalar' if m.ndim == 0 else 'a diagonal'} with smallest entry "
+                f"{float(np.min(m)):.4g}."
             )
     else:
         check_symmetric_psd(M, name, MASS_WHAT, definite=True)
@@ -269,8 +341,17 @@ def check_inverse_mass_matrix(
 
 
 def mass_root(M: Any) -> Any:
-    """``M^{1/2}``: ``sqrt`` of a scalar or a diagonal, the symmetric root of a dense ``M``
-    (float64 NumPy for a constant, :func:`cenlmc_jax._linalg.psd_sqrt` for a traced one)."""
+    """``M^{1/2}``: ``sqrt`` of a scalar or a diagonal, the symmetric root of a matrix.
+
+    Float64 NumPy for a constant, :func:`cenlmc_jax._linalg.psd_sqrt` for a traced
+    one.
+
+    Args:
+      M: a scalar, ``(d,)`` or ``(d, d)`` SPD matrix.
+
+    Returns:
+      ``M^{1/2}`` in the same form.
+    """
     if is_concrete(M):
         m = np.asarray(M, np.float64)
         return np_psd_sqrt(m) if m.ndim == 2 else np.sqrt(m)
@@ -279,7 +360,7 @@ def mass_root(M: Any) -> Any:
 
 
 def _rows_times(m: Array, v: Array) -> Array:
-    """``m v_i`` for every row of ``v: (N, d)``: a scalar, a diagonal or a dense ``m``."""
+    """``m v_i`` for every row of ``v: (N, d)``; ``m`` a scalar, a diagonal or dense."""
     return v @ m.T if m.ndim == 2 else v * m
 
 
@@ -290,8 +371,21 @@ def lmc_init(
     grad_fn: Callable | None = None,
     grad_mode: str = "auto",
 ) -> LMCState:
-    """Start LMC from ``positions: (N, d)``; evaluates the N gradients once (``grad_fn`` if given, else
-    autodiff in ``grad_mode``)."""
+    """Start LMC from ``positions: (N, d)``; evaluates the N gradients once.
+
+    Args:
+      positions: the ensemble, ``(N, d)``.
+      logdensity_fn: ``x: (d,) -> log π(x) + const``.
+      grad_fn: ``x: (d,) -> ∇ log π(x)``, or None: autodiff in ``grad_mode``.
+      grad_mode: ``"auto"``, ``"reverse"`` or ``"forward"``.
+
+    Returns:
+      The :class:`LMCState` at ``positions``, ``step = 0``.
+
+    Raises:
+      ValueError: bad positions, a ``logdensity_fn`` or ``grad_fn`` with the wrong
+        output, or a log density ``-inf``/NaN at every particle.
+    """
     check_grad_mode(grad_mode)
     positions = check_positions(positions)
     check_logdensity(logdensity_fn, positions[0])
@@ -315,18 +409,31 @@ def lmc_step(
 ) -> tuple[LMCState, LMCInfo]:
     """One unadjusted Langevin step for every particle.
 
-    ``x' = x + h ∇log p(x) + sqrt(2h) ξ`` with ``h = step_size``, a number > 0
-    or a schedule ``t -> h_t`` evaluated at ``state.step`` (module docstring);
-    pure and jittable. The gradient at ``x'`` is evaluated here (N evaluations, by
-    ``grad_fn`` when given, else autodiff in ``grad_mode``: ``"auto"``,
-    ``"reverse"`` or ``"forward"``, :mod:`cenlmc_jax.gradients.modes`) and stored in
-    the state for the next step. Both modes give the same chain up to rounding.
+    ``x' = x + h ∇log p(x) + sqrt(2h) ξ`` with ``h = step_size``; pure and
+    jittable. The gradient at ``x'`` is evaluated here (N evaluations) and stored
+    in the state for the next step. Both gradient modes give the same chain up to
+    rounding.
 
-    ``inverse_mass_matrix`` (``M``; default None, the identity): the
-    preconditioned step ``x' = x + h M ∇log p(x) + sqrt(2h) M^{1/2} ξ`` (module
-    docstring), ``M`` a scalar, a ``(d,)`` diagonal or a ``(d, d)`` SPD matrix,
-    checked (:func:`check_inverse_mass_matrix`) before tracing; ``M^{1/2}`` is
-    the symmetric root, and ``ξ`` is the same draw as without ``M``.
+    Args:
+      rng_key: the step's key.
+      state: an :class:`LMCState`.
+      logdensity_fn: ``x: (d,) -> log π(x) + const``.
+      step_size: ``h``, a number > 0 or a schedule ``t -> h_t`` evaluated at
+        ``state.step`` (module docstring).
+      grad_fn: ``x: (d,) -> ∇ log π(x)``, or None: autodiff in ``grad_mode``.
+      grad_mode: ``"auto"``, ``"reverse"`` or ``"forward"``
+        (:mod:`cenlmc_jax.gradients.modes`).
+      inverse_mass_matrix: ``M`` (default None, the identity): the preconditioned
+        step ``x' = x + h M ∇log p(x) + sqrt(2h) M^{1/2} ξ`` (module docstring),
+        ``M`` a scalar, a ``(d,)`` diagonal or a ``(d, d)`` SPD matrix, checked
+        (:func:`check_inverse_mass_matrix`) before tracing; ``M^{1/2}`` is the
+        symmetric root, and ``ξ`` is the same draw as without ``M``.
+
+    Returns:
+      ``(state, info)``: the new :class:`LMCState` and an :class:`LMCInfo`.
+
+    Raises:
+      ValueError: a bad argument (state, key, step size, mode, ``M``).
     """
     check_grad_mode(grad_mode)
     check_state(state, LMCState, "lmc_init")
@@ -340,10 +447,18 @@ def lmc_step(
 
 
 def lmc_move(rng_key, state, logdensity_fn, step_size, grad_fn, grad_mode, mass):
-    """The step of :func:`lmc_step` without its checks (for callers that made them: the sampler object,
-    the warm-up); ``step_size``: ``h`` (traced allowed) or a schedule of ``state.step``;
-    ``mass``:
-    ``(M, M^{1/2})`` (traced allowed) or None."""
+    """The step of :func:`lmc_step` without its checks.
+
+    For callers that made them: the sampler object, the warm-up.
+
+    Args:
+      rng_key, state, logdensity_fn, grad_fn, grad_mode: as for :func:`lmc_step`.
+      step_size: ``h`` (traced allowed) or a schedule of ``state.step``.
+      mass: ``(M, M^{1/2})`` (traced allowed) or None.
+
+    Returns:
+      ``(state, info)``: the new :class:`LMCState` and an :class:`LMCInfo`.
+    """
     x = state.position
     h = (
         step_size_at(step_size, state.step, x.dtype)
@@ -382,18 +497,29 @@ def lmc(
     """LMC (ULA) on an ensemble as a sampler object.
 
     ``init(positions, rng_key=None)``: :func:`lmc_init` on ``positions: (N, d)``.
-    ``step(rng_key, state)``: :func:`lmc_step` with this ``step_size`` (a number > 0 or
-    a schedule ``t -> h_t`` of ``state.step``: its output and its value at 0 checked
-    here). ``grad_fn``: ``x: (d,) -> ∇ log density (d,)`` (an adjoint solver, finite
-    differences, an external code); it overrides ``grad_mode``. ``grad_mode``: how the
-    autodiff gradient is taken without ``grad_fn``: ``"reverse"``
-    (``jax.value_and_grad``), ``"forward"`` (d vmapped ``jvp`` calls,
-    the value from the primal: 1.3-6x faster on an ODE model at d <= 5), or
-    ``"auto"`` (default: forward for ``d <= cenlmc_jax.gradients.modes.FORWARD_MAX_D``,
-    the measured crossover, :func:`cenlmc_jax.gradients.modes.resolve_grad_mode`).
-    ``inverse_mass_matrix``: the preconditioner ``M`` of :func:`lmc_step` (a
-    scalar, ``(d,)`` or ``(d, d)`` SPD; checked here, its dimension at ``init``;
-    its root is taken once, here). ``cj.langevin_warmup`` estimates it.
+    ``step(rng_key, state)``: :func:`lmc_step` with these parameters.
+
+    Args:
+      logdensity_fn: ``x: (d,) -> log π(x) + const``.
+      step_size: a number > 0 or a schedule ``t -> h_t`` of ``state.step`` (its
+        output and its value at 0 checked here).
+      inverse_mass_matrix: the preconditioner ``M`` of :func:`lmc_step` (a scalar,
+        ``(d,)`` or ``(d, d)`` SPD; checked here, its dimension at ``init``; its
+        root is taken once, here). ``cj.langevin_warmup`` estimates it.
+      grad_fn: ``x: (d,) -> ∇ log density (d,)`` (an adjoint solver, finite
+        differences, an external code); it overrides ``grad_mode``.
+      grad_mode: how the autodiff gradient is taken without ``grad_fn``:
+        ``"reverse"`` (``jax.value_and_grad``), ``"forward"`` (d ``jvp`` calls, the
+        value from the primal: faster on an ODE model at small d), or ``"auto"``
+        (default: forward for ``d <= cenlmc_jax.gradients.modes.FORWARD_MAX_D``,
+        the crossover of benchmarks/results/grad_mode.md,
+        :func:`cenlmc_jax.gradients.modes.resolve_grad_mode`).
+
+    Returns:
+      A :class:`~cenlmc_jax.base.SamplingAlgorithm` ``(init, step)``.
+
+    Raises:
+      ValueError: a bad argument, checked here.
     """
     check_callable(logdensity_fn, "logdensity_fn", "x -> scalar log density")
     check_schedule(step_size, "step_size")
@@ -409,9 +535,8 @@ def lmc(
 
     def init(positions, rng_key=None):
         if rng_key is not None:
-            check_key(
-                rng_key
-            )  # unused (a deterministic start), but a wrong one is a mistake to report
+            # unused (a deterministic start), but a wrong one is a mistake to report
+            check_key(rng_key)
         state = lmc_init(positions, logdensity_fn, grad_fn=grad_fn, grad_mode=grad_mode)
         check_inverse_mass_matrix(inverse_mass_matrix, state.position.shape[-1])
         return state
