@@ -1,4 +1,6 @@
-"""Models to sample: demo targets with exact moments, inverse problems, posteriordb, NumPyro, LDA.
+"""Models to sample.
+
+Demo targets with exact moments, inverse problems, posteriordb, NumPyro, LDA.
 
 * :mod:`~cenlmc_jax.models.targets`: test and demo targets with known moments;
 * :mod:`~cenlmc_jax.models.inverse_problems`: simulator-based posteriors (SIR

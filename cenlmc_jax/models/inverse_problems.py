@@ -1,4 +1,6 @@
-"""Real inverse problems with reference posteriors: an epidemic ODE and a Darcy-flow PDE.
+"""Real inverse problems with reference posteriors.
+
+An epidemic ODE and a Darcy-flow PDE.
 
 Each constructor returns an :class:`InverseProblem`: the fields of a
 :class:`cenlmc_jax.models.targets.Target` (``name``, ``dim``, ``logdensity_fn``,
@@ -78,7 +80,9 @@ __all__ = [
 
 
 class InverseProblem(NamedTuple):
-    """A Bayesian inverse problem, sampled in whitened coordinates ``z`` (module docstring).
+    """A Bayesian inverse problem, sampled in whitened coordinates ``z``.
+
+    Module docstring.
 
     The first eleven fields are those of :class:`~cenlmc_jax.models.targets.Target`
     (``as_target()`` returns that Target), for ``z``:
@@ -90,13 +94,15 @@ class InverseProblem(NamedTuple):
 
     What a user needs besides:
     grad_fn: ``z: (d,) -> ∇ log π(z)`` to pass as ``grad_fn=`` to the samplers
-      (None: autodiff; the black box: finite differences carrying ``model_solves``).
+      (None: autodiff; the black box: finite differences carrying
+      ``model_solves``).
     param_names: names of ``θ``'s coordinates.
     theta_true: ``(d,)`` the parameters the data were simulated from.
     theta_map: ``(d,)`` the posterior mode in ``θ``.
     whitening: ``C: (d, d)``, lower triangular, ``θ = θ_MAP + C z``.
     observations: the data ``y``.
-    forward_fn: ``θ: (d,) -> predicted observations`` (JAX, or NumPy for the black box).
+    forward_fn: ``θ: (d,) -> predicted observations`` (JAX, or NumPy for the
+      black box).
     simulate: ``(rng_key, θ) -> y`` (forward model plus observation noise, JAX).
     logposterior_fn: ``θ: (d,) -> log prior + log likelihood`` (unnormalised).
     param_mean, param_cov: posterior moments of ``θ`` (None without a reference).
@@ -128,7 +134,16 @@ class InverseProblem(NamedTuple):
     reference: str
 
     def to_params(self, z: Any) -> Any:
-        """``θ = θ_MAP + C z`` for ``z: (..., d)`` (keeps ``z``'s array type and dtype)."""
+        """``θ = θ_MAP + C z`` for ``z: (..., d)``.
+
+        Keeps ``z``'s array type and dtype.
+
+        Args:
+          z: whitened coordinates, shape ``(..., d)``.
+
+        Returns:
+          ``θ``, shape ``(..., d)``.
+        """
         xp = jnp if isinstance(z, jax.Array) else np
         z = xp.asarray(z)
         return xp.asarray(self.theta_map, z.dtype) + z @ xp.asarray(
@@ -136,7 +151,14 @@ class InverseProblem(NamedTuple):
         )
 
     def from_params(self, theta: Any) -> Any:
-        """``z = C⁻¹ (θ - θ_MAP)`` for ``theta: (..., d)``."""
+        """``z = C⁻¹ (θ - θ_MAP)`` for ``theta: (..., d)``.
+
+        Args:
+          theta: parameters, shape ``(..., d)``.
+
+        Returns:
+          ``z``, shape ``(..., d)``, in ``theta``'s array type and dtype.
+        """
         xp = jnp if isinstance(theta, jax.Array) else np
         theta = xp.asarray(theta)
         inv = np.linalg.inv(self.whitening)
@@ -150,7 +172,10 @@ class InverseProblem(NamedTuple):
 
 
 class ModelCounter:
-    """Counts what a black-box model was asked for: ``calls`` (batched calls) and ``points``."""
+    """Counts what a black-box model was asked for.
+
+    ``calls`` (batched calls) and ``points``.
+    """
 
     def __init__(self):
         self.calls = 0
@@ -167,11 +192,16 @@ class ModelCounter:
 class Reference(NamedTuple):
     """Posterior moments of ``z`` from a reference computation.
 
-    mean: (d,); cov: (d, d); sd: (d,). error: a bound on the error of the
-    moments (quadrature: the change when the spacing doubles; MALA: the
-    largest MCSE of mean and sd). log_z: ``log ∫ exp(logdensity_fn)`` (quadrature only).
-    rhat: (d,) split R-hat of the MALA chains (None for quadrature).
-    acceptance_rate: of the MALA chains (None for quadrature). method: a sentence.
+    Attributes:
+      mean: (d,) the mean.
+      cov: (d, d) the covariance.
+      sd: (d,) the standard deviations.
+      error: a bound on the error of the moments (quadrature: the change when
+        the spacing doubles; MALA: the largest MCSE of mean and sd).
+      log_z: ``log ∫ exp(logdensity_fn)`` (quadrature only).
+      rhat: (d,) split R-hat of the MALA chains (None for quadrature).
+      acceptance_rate: of the MALA chains (None for quadrature).
+      method: a sentence.
     """
 
     mean: np.ndarray
@@ -204,8 +234,19 @@ def quadrature_moments(
     repeated on every second node (spacing 2Δ). The density must be negligible
     on the boundary (checked by the callers through ``boundary_density``,
     returned in ``method``'s sentence and by :func:`_grid_logdensity`).
-    ``logdensity_fn`` is evaluated in float64 (``jax.enable_x64``), ``batch_size``
-    points at a time. Practical for ``d <= 3``.
+    ``logdensity_fn`` is evaluated in float64 (``jax.enable_x64``),
+    ``batch_size`` points at a time. Practical for ``d <= 3``.
+
+    Args:
+      logdensity_fn: ``z: (d,) -> scalar`` log density (vmappable).
+      dim: the dimension ``d``.
+      half_width: ``a > 0``.
+      spacing: ``Δ > 0``.
+      batch_size: points per call.
+
+    Returns:
+      The :class:`Reference` (``log_z`` set, ``rhat`` and ``acceptance_rate``
+      None).
     """
     ref, _ = _quadrature(logdensity_fn, dim, half_width, spacing, batch_size)
     return ref
@@ -288,16 +329,32 @@ def mala_reference(
     burn_in: int = 1000,
     step_size: float | None = None,
 ) -> Reference:
-    """Posterior moments of ``z`` by MALA chains started from N(0, I) (the Laplace approximation).
+    """Posterior moments of ``z`` by MALA chains started from N(0, I).
 
-    MALA is ``cj.irreversible_mh(logdensity_fn, cj.irreversible.sde_proposal(1, 0,
+    N(0, I) is the Laplace approximation. MALA is
+    ``cj.irreversible_mh(logdensity_fn, cj.irreversible.sde_proposal(1, 0,
     logdensity_fn, ε))``: proposal ``z* = z + ε ∇log π(z) + sqrt(2ε) ξ`` with the
-    Metropolis–Hastings correction, so the chains have no discretisation bias. ``ε``
-    defaults to ``0.6 d^{-1/3}`` (a unit-scale target: acceptance about 0.7). Returns
-    the pooled mean and covariance of ``num_chains × num_steps`` draws after
-    ``burn_in``, ``error`` = the largest MCSE of the means and sds, and the split R-hat
-    per coordinate (check ``rhat < 1.01``). Runs in the dtype of the default float
-    (enable x64 for a float64 reference).
+    Metropolis–Hastings correction, so the chains have no discretisation bias.
+    Runs in the dtype of the default float (enable x64 for a float64 reference).
+
+    Args:
+      problem: the :class:`InverseProblem`.
+      rng_key: a JAX PRNG key.
+      num_chains: chains, ``>= 2``.
+      num_steps: kept steps per chain, ``>= 4``.
+      burn_in: steps discarded per chain.
+      step_size: ``ε``; default ``0.6 d^{-1/3}`` (a unit-scale target:
+        acceptance about 0.7).
+
+    Returns:
+      The :class:`Reference`: the pooled mean and covariance of
+      ``num_chains × num_steps`` draws after ``burn_in``, ``error`` = the largest
+      MCSE of the means and sds, and the split R-hat per coordinate (check
+      ``rhat < 1.01``).
+
+    Raises:
+      ValueError: ``problem`` not an :class:`InverseProblem`, a bad key, or a
+        count out of range.
     """
     if not isinstance(problem, InverseProblem):
         raise ValueError(
@@ -478,7 +535,10 @@ def _sir_settings(num_rk4_steps, num_observations, noise_sd):
 
 
 def _sir_prevalence(theta, num_observations, steps_per_obs, dt):
-    """RK4 for (S, I) with ``(β, γ) = exp(θ)``: ``I`` at the ``num_observations`` observation times, JAX."""
+    """RK4 for (S, I) with ``(β, γ) = exp(θ)``: ``I`` at the observation times.
+
+    JAX; ``num_observations`` times.
+    """
     beta, gamma = jnp.exp(theta[0]), jnp.exp(theta[1])
     dt = jnp.asarray(dt, theta.dtype)
 
@@ -510,7 +570,10 @@ def _sir_prevalence(theta, num_observations, steps_per_obs, dt):
 
 
 def _sir_prevalence_numpy(theta, num_observations, steps_per_obs, dt):
-    """The same RK4 in NumPy, float64, vectorised over ``theta: (..., 2)``; returns ``(..., num_observations)``."""
+    """The same RK4 in NumPy, float64, vectorised over ``theta: (..., 2)``.
+
+    Returns ``(..., num_observations)``.
+    """
     theta = np.asarray(theta, np.float64)
     beta, gamma = np.exp(theta[..., 0]), np.exp(theta[..., 1])
 
@@ -608,7 +671,9 @@ def sir_epidemic(
     quadrature_spacing: float = 0.1,
     quadrature_half_width: float = 7.0,
 ) -> InverseProblem:
-    """Calibrate an SIR epidemic to noisy prevalence data: d = 2, ``θ = (log β, log γ)``.
+    """Calibrate an SIR epidemic to noisy prevalence data.
+
+    d = 2, ``θ = (log β, log γ)``.
 
     Model (population fractions, ``R = 1 - S - I``): ``S' = -β S I``,
     ``I' = β S I - γ I``, ``S(0) = 0.99``, ``I(0) = 0.01``, on ``[0, 60]`` days,
@@ -621,6 +686,22 @@ def sir_epidemic(
     Reference: quadrature (module docstring). ``data`` holds the times, the
     data and the settings, and ``logposterior_numpy`` (the NumPy twin used
     by :func:`sir_epidemic_black_box`).
+
+    Args:
+      num_rk4_steps: RK4 steps on ``[0, 60]``, a multiple of
+        ``num_observations``.
+      num_observations: observation times.
+      noise_sd: ``σ > 0``.
+      seed: the NumPy seed of the simulated data.
+      quadrature_spacing: the spacing ``Δ`` of the reference quadrature.
+      quadrature_half_width: its half-width ``a`` (the grid is ``[-a, a]^d`` in
+        ``z``).
+
+    Returns:
+      The :class:`InverseProblem` (autodiff gradient).
+
+    Raises:
+      ValueError: a setting out of range.
     """
     logpost, forward_fn, simulate, theta_true, y, data, _, _ = _sir_parts(
         num_rk4_steps, num_observations, noise_sd, seed
@@ -649,7 +730,9 @@ def sir_epidemic_black_box(
     quadrature_half_width: float = 7.0,
     fd_scheme: str = "central",
 ) -> InverseProblem:
-    """:func:`sir_epidemic` with the model as a NumPy black box behind ``jax.pure_callback``.
+    """:func:`sir_epidemic` with the model as a NumPy black box.
+
+    Behind ``jax.pure_callback``.
 
     ``logdensity_fn(z)`` whitens in JAX and calls the NumPy log posterior
     (``pure_callback(..., vmap_method="expand_dims")``: a vmapped call sends
@@ -661,6 +744,24 @@ def sir_epidemic_black_box(
     points evaluated. MAP, whitening and reference are those of the JAX model
     (the NumPy RK4 repeats it operation for operation; the log densities agree
     to rounding). ``forward_fn`` is the NumPy forward model.
+
+    Args:
+      num_rk4_steps: RK4 steps on ``[0, 60]``, a multiple of
+        ``num_observations``.
+      num_observations: observation times.
+      noise_sd: ``σ > 0``.
+      seed: the NumPy seed of the simulated data.
+      quadrature_spacing: the spacing ``Δ`` of the reference quadrature.
+      quadrature_half_width: its half-width ``a`` (the grid is ``[-a, a]^d`` in
+        ``z``).
+      fd_scheme: the finite-difference scheme of ``grad_fn`` (``"central"`` or
+        another scheme of ``finite_difference``).
+
+    Returns:
+      The :class:`InverseProblem` with the finite-difference ``grad_fn``.
+
+    Raises:
+      ValueError: a setting out of range.
     """
     logpost, _, simulate, theta_true, y, data, logpost_numpy, (n_obs, per_obs, dt) = (
         _sir_parts(num_rk4_steps, num_observations, noise_sd, seed)
@@ -707,12 +808,14 @@ def sir_epidemic_black_box(
 
 
 def _darcy_operator(theta, num_nodes):
-    """Tridiagonal finite-volume matrix of ``-(k u')'`` with ``log k`` = θ on equal zones: (dl, diag, du)."""
+    """Tridiagonal finite-volume matrix of ``-(k u')'``: (dl, diag, du).
+
+    With ``log k`` = θ on equal zones.
+    """
     n, d = num_nodes, theta.shape[-1]
     ds = 1.0 / (n + 1)
-    faces = (
-        np.arange(n + 1) + 0.5
-    ) * ds  # the n + 1 cell faces between nodes (and walls)
+    # the n + 1 cell faces between nodes (and walls)
+    faces = (np.arange(n + 1) + 0.5) * ds
     zone = np.minimum((faces * d).astype(np.int32), d - 1)
     k = jnp.exp(theta[zone]) / ds**2
     zero = jnp.zeros((1,), theta.dtype)
@@ -741,7 +844,9 @@ def darcy_flow(
     quadrature_spacing: float = 0.2,
     quadrature_half_width: float = 7.0,
 ) -> InverseProblem:
-    """Recover a piecewise-constant conductivity from pressures: 1-D Darcy flow, d = ``num_coefficients``.
+    """Recover a piecewise-constant conductivity from pressures: 1-D Darcy flow.
+
+    d = ``num_coefficients``.
 
     ``-(k(s) u'(s))' = 1`` on ``(0, 1)``, ``u(0) = u(1) = 0``,
     ``log k(s) = θ_j`` on zone ``j`` of ``d`` equal zones. Finite volumes on
@@ -749,11 +854,28 @@ def darcy_flow(
     cell faces) give a symmetric tridiagonal system, solved by
     ``lax.linalg.tridiagonal_solve`` (O(num_nodes) per value; autodiff
     differentiates through the solve). Data: ``u`` at ``num_observations``
-    equally spaced interior nodes plus ``N(0, noise_sd²)`` noise (``max u ≈ 0.125``
-    for ``k = 1``), simulated from ``θ_true ~ N(0, 0.5² I)`` drawn with
-    ``np.random.default_rng(seed)``. Prior: ``θ ~ N(0, I)``.
+    equally spaced interior nodes plus ``N(0, noise_sd²)`` noise
+    (``max u ≈ 0.125`` for ``k = 1``), simulated from ``θ_true ~ N(0, 0.5² I)``
+    drawn with ``np.random.default_rng(seed)``. Prior: ``θ ~ N(0, I)``.
     Reference: quadrature for ``d <= 3``; for more, ``mean``/``cov`` are None:
     use :func:`mala_reference`.
+
+    Args:
+      num_coefficients: ``d >= 1``, the zones.
+      num_nodes: interior nodes, ``>= max(2, d)``.
+      num_observations: observed nodes, in ``[1, num_nodes]``, distinct after
+        rounding.
+      noise_sd: the observation noise, ``> 0``.
+      seed: the NumPy seed of ``θ_true`` and the data.
+      quadrature_spacing: the spacing ``Δ`` of the reference quadrature.
+      quadrature_half_width: its half-width ``a`` (the grid is ``[-a, a]^d`` in
+        ``z``).
+
+    Returns:
+      The :class:`InverseProblem` (autodiff gradient).
+
+    Raises:
+      ValueError: a setting out of range.
     """
     d = check_int(num_coefficients, "num_coefficients", minimum=1)
     num_nodes = check_int(num_nodes, "num_nodes", minimum=max(2, d))

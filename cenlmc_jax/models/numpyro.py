@@ -37,7 +37,7 @@ __all__ = ["NumPyroModel", "from_numpyro"]
 class NumPyroModel(NamedTuple):
     """A NumPyro model seen as a flat unconstrained log density.
 
-    Fields:
+    Attributes:
       logdensity_fn: ``x: (d,) -> scalar``, ``-potential_fn`` of NumPyro (log joint up
         to a constant, on the unconstrained scale); the result has ``x``'s dtype.
       d: the number of unconstrained coordinates.
@@ -74,9 +74,10 @@ class NumPyroModel(NamedTuple):
 def _import_numpyro():
     try:
         from numpyro.infer.util import initialize_model
-    except ImportError as err:  # pragma: no cover - exercised where numpyro is absent
+    except ImportError as err:  # pragma: no cover - run where numpyro is absent
         raise ImportError(
-            "cj.from_numpyro needs NumPyro, an optional dependency: pip install numpyro "
+            "cj.from_numpyro needs NumPyro, an optional dependency: pip install "
+            "numpyro "
             '(or pip install "cenlmc_jax[numpyro]")'
         ) from err
     return initialize_model
@@ -84,7 +85,8 @@ def _import_numpyro():
 
 def _coordinate_names(sites: dict) -> tuple:
     names = []
-    for site in sorted(sites):  # ravel_pytree's order: a dict's leaves by sorted key
+    # ravel_pytree's order: a dict's leaves by sorted key
+    for site in sorted(sites):
         shape = np.shape(sites[site])
         if shape == ():
             names.append(site)
@@ -104,10 +106,12 @@ def _trace(model: Callable, args: tuple, kwargs: dict) -> dict:
 
 
 def _site_dims(model_trace: dict) -> dict:
-    """``{site: dim names}`` of the latent and deterministic array sites: a batch axis inside a plate takes the
-    plate's name (``frame.dim`` counts from the right of the batch shape, i.e. of the
-    shape less the
-    distribution's event dims), any other axis ArviZ's default ``site_dim_i``."""
+    """``{site: dim names}`` of the latent and deterministic array sites.
+
+    A batch axis inside a plate takes the plate's name (``frame.dim`` counts from
+    the right of the batch shape, i.e. of the shape less the distribution's event
+    dims), any other axis ArviZ's default ``site_dim_i``.
+    """
     dims = {}
     for name, site in model_trace.items():
         kind = site.get("type")
@@ -129,7 +133,10 @@ def _site_dims(model_trace: dict) -> dict:
 
 
 def _check_continuous(model_trace: dict) -> None:
-    """Refuse a discrete latent site, from one trace of the model (before NumPyro tries to enumerate it)."""
+    """Refuse a discrete latent site, from one trace of the model.
+
+    Before NumPyro tries to enumerate it.
+    """
     for name, site in model_trace.items():
         if site.get("type") != "sample" or site.get("is_observed", False):
             continue
@@ -144,19 +151,31 @@ def _check_continuous(model_trace: dict) -> None:
 
 
 def from_numpyro(model: Callable, *args: Any, **kwargs: Any) -> NumPyroModel:
-    """The unconstrained log density of a NumPyro model, through NumPyro's ``initialize_model``.
+    """The unconstrained log density of a NumPyro model.
 
-    ``model(*args, **kwargs)`` is traced once (so pass the observed data here, as to ``MCMC.run``); the
-    result's ``logdensity_fn`` is what every sampler of this library takes::
+    Through NumPyro's ``initialize_model``. ``model(*args, **kwargs)`` is traced
+    once (so pass the observed data here, as to ``MCMC.run``); the result's
+    ``logdensity_fn`` is what every sampler of this library takes::
 
         m = cj.from_numpyro(eight_schools, J, sigma, y=y)
         algo = cj.vmap_chains(cj.rwmh(m.logdensity_fn, step_size=0.3))
-        draws = jax.vmap(jax.vmap(m.constrain))(result.trace)      # {site: (draws, chains, ...)}
-        print(cj.summary(result, model=m))                         # the constrained sites, by name
+        # {site: (draws, chains, ...)}
+        draws = jax.vmap(jax.vmap(m.constrain))(result.trace)
+        # the constrained sites, by name
+        print(cj.summary(result, model=m))
 
-    Raises ``ImportError`` (naming ``pip install numpyro``) without NumPyro, and
-    ``ValueError`` for a ``model`` that is not callable, has no latent site, or has a
-    discrete latent site.
+    Args:
+      model: a NumPyro model (a callable with ``numpyro.sample`` statements).
+      *args: its positional arguments (the data).
+      **kwargs: its keyword arguments (the observed data).
+
+    Returns:
+      The :class:`NumPyroModel`.
+
+    Raises:
+      ImportError: without NumPyro (the message names ``pip install numpyro``).
+      ValueError: a ``model`` that is not callable, has no latent site, or has a
+        discrete latent site.
     """
     initialize_model = _import_numpyro()
     if not callable(model):

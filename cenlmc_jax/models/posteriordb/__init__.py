@@ -1,4 +1,6 @@
-"""Ten posteriors of the posterior database (posteriordb), written in JAX, with their reference moments.
+"""Ten posteriors of the posterior database (posteriordb), written in JAX.
+
+With their reference moments.
 
 ``post = cenlmc_jax.models.posteriordb.load("eight_schools-eight_schools_noncentered")``
 returns a :class:`Posterior`: the log density on Stan's unconstrained scale
@@ -80,7 +82,19 @@ def _read_data(name: str) -> str:
 
 
 def load_data(name: str) -> dict:
-    """The posterior's data as in posteriordb's ``data.json``, lists turned into float64 / int NumPy arrays."""
+    """The posterior's data as in posteriordb's ``data.json``.
+
+    Lists turned into float64 / int NumPy arrays.
+
+    Args:
+      name: one of :data:`NAMES`.
+
+    Returns:
+      ``{field: NumPy array}``.
+
+    Raises:
+      ValueError: an unknown ``name``.
+    """
     raw = json.loads(_read_data(_check_name(name)))
     return {k: np.asarray(v) for k, v in raw.items()}
 
@@ -91,7 +105,18 @@ def _refs() -> dict:
 
 
 def reference(name: str) -> dict:
-    """``{"names": [...], "num_draws": 10000, "params": {name: {"mean", "sd", "ess_bulk"}}}`` of a posterior."""
+    """The reference moments of a posterior.
+
+    Args:
+      name: one of :data:`NAMES`.
+
+    Returns:
+      ``{"names": [...], "num_draws": 10000, "params": {name: {"mean", "sd",
+      "ess_bulk"}}}``.
+
+    Raises:
+      ValueError: an unknown ``name``.
+    """
     return _refs()[_check_name(name)]
 
 
@@ -111,7 +136,16 @@ def _flatten(model: Model, names: tuple) -> Callable[[Any], dict]:
 
 
 def load(name: str) -> Posterior:
-    """The posterior ``name`` (one of :data:`NAMES`): log density, ``d``, ``constrain`` and reference moments.
+    """The posterior ``name``: log density, ``d``, ``constrain`` and reference moments.
+
+    Args:
+      name: one of :data:`NAMES`.
+
+    Returns:
+      The :class:`Posterior`.
+
+    Raises:
+      ValueError: an unknown ``name``.
 
     >>> post = load("kidiq-kidscore_momiq")
     >>> post.d, post.names
