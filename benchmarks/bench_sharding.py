@@ -168,13 +168,14 @@ def cenlmc_rows(n: int, d: int, p: int, repeats: int) -> list[dict]:
             new, info = fn(jax.random.key(2), state)
             pos = np.asarray(new.position)
             ref = pos if ref is None else ref
-            median = float(
-                np.median(times[name][1:])
-            )  # the first call of each is left out
+            # the first call of each is left out
+            median = float(np.median(times[name][1:]))
             base = median if base is None else base
             rows.append(dict(
-                N=n, d=d, state=state_name, variant=name, median_s=median, ratio=median / base,
-                grad_evals=int(info.grad_evals) + int(info.audit_grad_evals), grad_rows_per_device=grad_rows(fn),
+                N=n, d=d, state=state_name, variant=name, median_s=median,
+                ratio=median / base,
+                grad_evals=int(info.grad_evals) + int(info.audit_grad_evals),
+                grad_rows_per_device=grad_rows(fn),
                 max_abs_diff_vs_single=float(np.max(np.abs(pos - ref))),
             ))  # fmt: skip
             print(rows[-1], flush=True)
@@ -239,8 +240,9 @@ def main():
                 / max(np.max(np.abs(ref)), 1e-30)
             )
             row = dict(
-                N=n, d=args.dim, variant=name, median_s=t.median_s, first_call_s=t.first_call_s,
-                ratio=t.median_s / base, pairs_per_s=f"{n * n / t.median_s:.3g}", max_rel_diff_vs_single=diff,
+                N=n, d=args.dim, variant=name, median_s=t.median_s,
+                first_call_s=t.first_call_s, ratio=t.median_s / base,
+                pairs_per_s=f"{n * n / t.median_s:.3g}", max_rel_diff_vs_single=diff,
             )  # fmt: skip
             rows.append(row)
             print(row, flush=True)
@@ -251,11 +253,14 @@ def main():
         3 if args.quick else max(repeats, 11),
     )
     json_path, md_path = write_results(
-        "sharding", {"args": {k: str(v) for k, v in vars(args).items()}, "num_devices": p, "cenlmc_step": step_rows},
+        "sharding",
+        {"args": {k: str(v) for k, v in vars(args).items()}, "num_devices": p,
+         "cenlmc_step": step_rows},
         rows,
-        out_dir=args.out_dir, title=f"Sharded ensemble force on {p} forced CPU devices "
-            "vs one device",
-        columns=["N", "d", "variant", "median_s", "ratio", "pairs_per_s", "first_call_s", "max_rel_diff_vs_single"],
+        out_dir=args.out_dir,
+        title=f"Sharded ensemble force on {p} forced CPU devices vs one device",
+        columns=["N", "d", "variant", "median_s", "ratio", "pairs_per_s",
+                 "first_call_s", "max_rel_diff_vs_single"],
         notes=[
             f"The {p} devices are XLA CPU devices forced on one machine: they share "
             f"its {os.cpu_count()} cores, so ratios measure overhead, not a "

@@ -112,14 +112,20 @@ def compare(n, d, with_w, repeats):
     scale = float(jnp.max(jnp.abs(ref.force_sum))) or 1.0
     return dict(
         d=d, N=n, w="yes" if with_w else "no", eta=round(eta, 4),
-        tiled_ms=statistics.median(t_tiled) * 1e3, sparse_ms=statistics.median(t_sparse) * 1e3,
-        tiled_cpu_ms=statistics.median(c_tiled) * 1e3, sparse_cpu_ms=statistics.median(c_sparse) * 1e3,
-        speedup=statistics.median(a / b for a, b in zip(t_tiled, t_sparse, strict=True)),
-        cpu_speedup=statistics.median(a / b for a, b in zip(c_tiled, c_sparse, strict=True)),
+        tiled_ms=statistics.median(t_tiled) * 1e3,
+        sparse_ms=statistics.median(t_sparse) * 1e3,
+        tiled_cpu_ms=statistics.median(c_tiled) * 1e3,
+        sparse_cpu_ms=statistics.median(c_sparse) * 1e3,
+        speedup=statistics.median(
+            a / b for a, b in zip(t_tiled, t_sparse, strict=True)),
+        cpu_speedup=statistics.median(
+            a / b for a, b in zip(c_tiled, c_sparse, strict=True)),
         visited=visited_fraction(x, f, log_p, eta, wv, rv),
         ideal=ideal_fraction(x, wv, eta, rv),
-        n_ball_diff=int(jnp.sum(out.n_ball != ref.n_ball)), n_r2_diff=int(jnp.sum(out.n_r2 != ref.n_r2)),
-        max_rel_force_diff=float(jnp.max(jnp.abs(out.force_sum - ref.force_sum))) / scale,
+        n_ball_diff=int(jnp.sum(out.n_ball != ref.n_ball)),
+        n_r2_diff=int(jnp.sum(out.n_r2 != ref.n_r2)),
+        max_rel_force_diff=float(
+            jnp.max(jnp.abs(out.force_sum - ref.force_sum))) / scale,
         tiled_times_s=t_tiled, sparse_times_s=t_sparse,
     )  # fmt: skip
 
@@ -215,9 +221,11 @@ def main():
         "now taken, the sparse column after.",
     ]
     json_path, md_path = write_results(
-        args.name, {"args": {k: v for k, v in vars(args).items() if k != "out_dir"}}, rows,
-        columns=["d", "N", "w", "tiled_ms", "sparse_ms", "speedup", "tiled_cpu_ms", "sparse_cpu_ms", "cpu_speedup",
-                 "visited", "ideal", "n_ball_diff", "n_r2_diff", "max_rel_force_diff", "note"],
+        args.name, {"args": {k: v for k, v in vars(args).items() if k != "out_dir"}},
+        rows,
+        columns=["d", "N", "w", "tiled_ms", "sparse_ms", "speedup", "tiled_cpu_ms",
+                 "sparse_cpu_ms", "cpu_speedup", "visited", "ideal", "n_ball_diff",
+                 "n_r2_diff", "max_rel_force_diff", "note"],
         out_dir=args.out_dir, title="Block-sparse vs dense tiled ensemble "
             "force", notes=notes, md_rows=table,
     )  # fmt: skip

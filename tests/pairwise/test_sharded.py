@@ -378,7 +378,8 @@ def test_one_device_xla_tiles_nonfinite_rows_and_huge_weight(d):
         x, f, log_p, eta, partial_fn=local, w=w, r2=r2, mesh=make_mesh(1)
     )
     ref = oracle_with_bound(
-        x, f, log_p, eta, w=w, r2=r2, gram=d > DIRECT_MAX_D, coincident_rtol=coincident_rtol(d, np.float32)
+        x, f, log_p, eta, w=w, r2=r2, gram=d > DIRECT_MAX_D,
+        coincident_rtol=coincident_rtol(d, np.float32),
     )  # fmt: skip
     force = np.asarray(res.force_sum, np.float64)
     assert not np.any(np.isnan(force))
