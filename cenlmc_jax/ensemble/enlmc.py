@@ -1,20 +1,22 @@
-"""EnLMC: ensemble Langevin Monte Carlo (Ding & Li, Algorithm 3.1; docs/algorithms.md §2-3).
+"""EnLMC: ensemble Langevin Monte Carlo (Ding & Li, Algorithm 3.1).
 
-Ding & Li, *Constrained Ensemble Langevin Monte Carlo*. Both samplers run
-Langevin Monte Carlo on an ensemble ``x_1..x_N`` but replace the gradient
-``∇f(x_i)`` (``f = -logdensity_fn``) by an estimate built from the values
-``f(x_j)`` of the other particles, so that a step costs N evaluations of
-``f`` and (ideally) few gradients.
+See docs/algorithms.md §2-3. Ding & Li, *Constrained Ensemble Langevin Monte
+Carlo*. Both samplers run Langevin Monte Carlo on an ensemble ``x_1..x_N`` but
+replace the gradient ``∇f(x_i)`` (``f = -logdensity_fn``) by an estimate built
+from the values ``f(x_j)`` of the other particles, so that a step costs N
+evaluations of ``f`` and (ideally) few gradients.
 
-Ensemble gradient estimate (docs/algorithms.md §2). Conditioned on the past, particle
-``j`` was drawn from ``p_j = N(w_j, 2h I)`` where ``w_j = x_j^{m-1} - h F_j^{m-1}``
-is the deterministic part of its last update, so
+Ensemble gradient estimate (docs/algorithms.md §2). Conditioned on the past,
+particle ``j`` was drawn from ``p_j = N(w_j, 2h I)`` where
+``w_j = x_j^{m-1} - h F_j^{m-1}`` is the deterministic part of its last update,
+so::
 
     log p_j = -(d/2) log(4πh) - |x_j - w_j|² / (4h),
 
-and each neighbour gives an unbiased (up to O(L η d)) estimate of ``∇f(x_i)``:
+and each neighbour gives an unbiased (up to O(L η d)) estimate of ``∇f(x_i)``::
 
-    F_ij = α_d (f(x_j) - f(x_i)) / |x_j - x_i|² · 1[|x_j - x_i| ≤ η] / p_j · (x_j - x_i),
+    F_ij = α_d (f(x_j) - f(x_i)) / |x_j - x_i|² · 1[|x_j - x_i| ≤ η] / p_j
+           · (x_j - x_i),
     α_d  = d / V_η,  V_η = π^{d/2} η^d / Γ(d/2 + 1).
 
 For a quadratic ``f`` the estimate is exactly unbiased: the second-order term
@@ -23,7 +25,7 @@ the ball. The pair sums are computed by :func:`cenlmc_jax.pairwise.ensemble_forc
 (``log α_d - log p_j`` is combined before exponentiating, so the weight does
 not overflow in float32 for moderate ``d``).
 
-EnLMC (Algorithm 3.1, docs/algorithms.md §3):
+EnLMC (Algorithm 3.1, docs/algorithms.md §3)::
 
     F_i = 1/(N-1) Σ_{j≠i} F_ij,   w_i' = x_i - h F_i,   x_i' = w_i' + sqrt(2h) ξ_i.
 
@@ -104,11 +106,12 @@ ENSEMBLE_MIN_FRACTION = 0.05
 def _unused_message(kept: Any, first_step: int) -> str:
     frac = float(np.mean(np.asarray(kept.ensemble_fraction, np.float64)))
     return (
-        f"the ensemble force was used by {frac:.1%} of particle-steps after burn-in "
-        f"(< {ENSEMBLE_MIN_FRACTION:.0%}, mean of info.ensemble_fraction over the kept steps): CEnLMC did "
-        "LMC's work at extra cost. The eta-ball holds too few neighbours at this dimension and number of "
-        "particles (cj.ensemble.tuning.suggest_cenlmc_params's reasoning says how many would fill it): use more "
-        "particles, or cj.lmc"
+        f"the ensemble force was used by {frac:.1%} of particle-steps after burn-in (< "
+        f"{ENSEMBLE_MIN_FRACTION:.0%}, mean of info.ensemble_fraction over the kept "
+        "steps): CEnLMC did LMC's work at extra cost. The eta-ball holds too few "
+        "neighbours at this dimension and number of particles "
+        "(cj.ensemble.tuning.suggest_cenlmc_params's reasoning says how many would "
+        "fill it): use more particles, or cj.lmc"
     )
 
 
@@ -125,14 +128,15 @@ UNUSED_ENSEMBLE_FLAG = RunFlag(
 class EnLMCState(NamedTuple):
     """Ensemble state of EnLMC.
 
-    position: (N, d) particles ``x^m``.
-    logdensity: (N,) ``logdensity_fn(x^m) = -f(x^m) + const``.
-    w: (N, d) deterministic part of the last update ``x^{m-1} - h F^{m-1}``
-       (``+inf`` at initialisation).
-    log_p: (N,) ``log p_j = -(d/2) log(4πh) - |x_j - w_j|²/(4h)``, the density
-       of ``x_j`` given the past (``-inf`` at initialisation).
-    audit: :class:`Audit`, the running gradient-audit statistic (see
-      :func:`enlmc_step`).
+    Attributes:
+      position: ``(N, d)`` particles ``x^m``.
+      logdensity: ``(N,)`` ``logdensity_fn(x^m) = -f(x^m) + const``.
+      w: ``(N, d)`` deterministic part of the last update ``x^{m-1} - h F^{m-1}``
+        (``+inf`` at initialisation).
+      log_p: ``(N,)`` ``log p_j = -(d/2) log(4πh) - |x_j - w_j|²/(4h)``, the
+        density of ``x_j`` given the past (``-inf`` at initialisation).
+      audit: :class:`Audit`, the running gradient-audit statistic (see
+        :func:`enlmc_step`).
     """
 
     position: Array
@@ -145,46 +149,53 @@ class EnLMCState(NamedTuple):
 class EnLMCInfo(NamedTuple):
     """What one EnLMC step did (all scalars).
 
-    grad_evals: gradients evaluated = particles without a previous step (N at step 0,
-      then 0).
-    grad_evals_padded: gradients computed including buffer padding and the audited
-      particles.
-    f_evals: evaluations of ``logdensity_fn`` (N: at the new positions).
-    model_solves: the step's cost in model evaluations: ``f_evals`` plus every gradient
-       computed (padding and audit included) at ``grad_fn.model_solves_given_value(d)``
-       solves each (1 for autodiff; ``cj.finite_difference`` of ``logdensity_fn``: 2d
-       central, d forward, the value at the particle being known).
-    max_force_norm: ``max_i |F_i|`` over particles using the ensemble force.
-    num_exploded: particles kicked by ``h|F_i| > blowup_factor · sqrt(2hd)``, more
-       than ``blowup_factor`` noise lengths (the heavy tail of Theorem 3.2).
-    num_isolated: particles using the ensemble force with no neighbour in their
-       η-ball: their force is exactly 0 (no restoring drift; not counted as divergence).
-    audit_grad_evals: particles audited (``audit_size``, or fewer when fewer used the
-       ensemble force); their gradients are computed in the step's one gradient call,
-       counted in ``grad_evals_padded`` and ``model_solves``, not in ``grad_evals``.
-    audit_drift_ratio: median over the audited particles of ``F_i·∇f(x_i) / |∇f(x_i)|²``
-       (1 for an exact gradient; NaN when nothing was audited).
-    audit_error: median over the audited particles of ``|F_i - ∇f(x_i)| / |∇f(x_i)|``.
-    audit_noise_error: median over the audited particles of the step's drift error
-       ``h|F_i - ∇f(x_i)|`` in units of the Langevin noise length ``sqrt(2hd)``.
-    audit_variance_inflation: this step's estimate of ``v = (fraction of particles using
-       the ensemble force) × E[h|F_i - ∇f(x_i)|² / (2d)]``, the relative stationary
-       variance inflation the ensemble noise causes (module docstring: |F|² as a control
-       variate; NaN without audit).
-    audit_drift_bias: this step's estimate of the force's systematic error along the
-       gradient, ``β = (fraction using the ensemble force) × Σ (F_i - ∇f_i)·∇f_i / Σ
-       |∇f_i|²`` over the audited particles (0 for an unbiased force; a force ``(1 +
-       b)∇f`` gives ``fraction × b``, and then the stationary variance is off by about
-       ``-β``, relative; NaN without audit).
-    unstable: the running drift ratio (``state.audit``) fell below
-       :data:`AUDIT_UNSTABLE_RATIO` after :data:`AUDIT_MIN_STEPS` audited steps.
-    biased: the running variance-inflation estimate (``state.audit.inflation``) exceeds
-       :data:`AUDIT_BIAS_THRESHOLD`, or the running drift bias's size
-       (``state.audit.drift_bias``) :data:`AUDIT_DRIFT_BIAS_THRESHOLD`, after
-       :data:`AUDIT_BIAS_MIN_STEPS` steps (not a divergence).
-    num_nonfinite: particles whose new position or log density is NaN/inf.
-    diverged: ``num_nonfinite + num_exploded > 0`` or ``unstable`` (or a traced
-       parameter is NaN / out of range).
+    Attributes:
+      grad_evals: gradients evaluated = particles without a previous step (N at
+        step 0, then 0).
+      grad_evals_padded: gradients computed including buffer padding and the
+        audited particles.
+      f_evals: evaluations of ``logdensity_fn`` (N: at the new positions).
+      model_solves: the step's cost in model evaluations: ``f_evals`` plus every
+        gradient computed (padding and audit included) at
+        ``grad_fn.model_solves_given_value(d)`` solves each (1 for autodiff;
+        ``cj.finite_difference`` of ``logdensity_fn``: 2d central, d forward, the
+        value at the particle being known).
+      max_force_norm: ``max_i |F_i|`` over particles using the ensemble force.
+      num_exploded: particles kicked by ``h|F_i| > blowup_factor · sqrt(2hd)``,
+        more than ``blowup_factor`` noise lengths (the heavy tail of Theorem 3.2).
+      num_isolated: particles using the ensemble force with no neighbour in their
+        η-ball: their force is exactly 0 (no restoring drift; not counted as
+        divergence).
+      audit_grad_evals: particles audited (``audit_size``, or fewer when fewer used
+        the ensemble force); their gradients are computed in the step's one
+        gradient call, counted in ``grad_evals_padded`` and ``model_solves``, not in
+        ``grad_evals``.
+      audit_drift_ratio: median over the audited particles of
+        ``F_i·∇f(x_i) / |∇f(x_i)|²`` (1 for an exact gradient; NaN when nothing was
+        audited).
+      audit_error: median over the audited particles of
+        ``|F_i - ∇f(x_i)| / |∇f(x_i)|``.
+      audit_noise_error: median over the audited particles of the step's drift
+        error ``h|F_i - ∇f(x_i)|`` in units of the Langevin noise length
+        ``sqrt(2hd)``.
+      audit_variance_inflation: this step's estimate of ``v = (fraction of
+        particles using the ensemble force) × E[h|F_i - ∇f(x_i)|² / (2d)]``, the
+        relative stationary variance inflation the ensemble noise causes (module
+        docstring: ``|F|²`` as a control variate; NaN without audit).
+      audit_drift_bias: this step's estimate of the force's systematic error along
+        the gradient, ``β = (fraction using the ensemble force) ×
+        Σ (F_i - ∇f_i)·∇f_i / Σ |∇f_i|²`` over the audited particles (0 for an
+        unbiased force; a force ``(1 + b)∇f`` gives ``fraction × b``, and then the
+        stationary variance is off by about ``-β``, relative; NaN without audit).
+      unstable: the running drift ratio (``state.audit``) fell below
+        :data:`AUDIT_UNSTABLE_RATIO` after :data:`AUDIT_MIN_STEPS` audited steps.
+      biased: the running variance-inflation estimate (``state.audit.inflation``)
+        exceeds :data:`AUDIT_BIAS_THRESHOLD`, or the running drift bias's size
+        (``state.audit.drift_bias``) :data:`AUDIT_DRIFT_BIAS_THRESHOLD`, after
+        :data:`AUDIT_BIAS_MIN_STEPS` steps (not a divergence).
+      num_nonfinite: particles whose new position or log density is NaN/inf.
+      diverged: ``num_nonfinite + num_exploded > 0`` or ``unstable`` (or a traced
+        parameter is NaN / out of range).
     """
 
     grad_evals: Array
@@ -214,6 +225,16 @@ class EnLMCInfo(NamedTuple):
 
 
 def check_ensemble_state(state: Any, cls: type, init_name: str) -> None:
+    """Checks that ``state`` is a ``cls`` with ``position`` of shape ``(N, d)``.
+
+    Args:
+      state: the argument.
+      cls: the state class required.
+      init_name: the function that makes it, for the message.
+
+    Raises:
+      ValueError: another class, or a position that is not 2-D.
+    """
     check_state(state, cls, init_name)
     if state.position.ndim != 2:
         raise ValueError(
@@ -228,15 +249,37 @@ def check_enlmc_params(step_size, eta, blowup_factor) -> None:
 
 
 def valid_params(dtype, h, eta, r1, r2, m_f) -> Array:
-    """Traced parameters cannot be refused up front: a NaN or out-of-range one marks the step diverged."""
+    """Whether the (possibly traced) parameters are in range.
+
+    Traced parameters cannot be refused up front: a NaN or out-of-range one marks
+    the step diverged.
+
+    Args:
+      dtype: the dtype to compare in.
+      h: the step size (> 0).
+      eta: the ball radius (> 0).
+      r1: CEnLMC's ``R1`` (>= 0).
+      r2: CEnLMC's ``R2`` (>= 0).
+      m_f: CEnLMC's ``M_f`` (>= 0).
+
+    Returns:
+      A boolean scalar, True when every parameter is in range (False for a NaN).
+    """
     a = lambda v: jnp.asarray(v, dtype)  # noqa: E731
     return (a(h) > 0) & (a(eta) > 0) & (a(r1) >= 0) & (a(r2) >= 0) & (a(m_f) >= 0)
 
 
 def log_gaussian_step_density(noise: Array, step_size: Array) -> Array:
-    """``log p_j`` of ``x_j = w_j + sqrt(2h) ξ_j``: ``-(d/2) log(4πh) - |ξ_j|²/2``, (N,).
+    """``log p_j`` of ``x_j = w_j + sqrt(2h) ξ_j``: ``-(d/2) log(4πh) - |ξ_j|²/2``.
 
     Computed from ξ rather than ``x_j - w_j`` (same value, no cancellation).
+
+    Args:
+      noise: ``ξ``, shape ``(N, d)``.
+      step_size: ``h``.
+
+    Returns:
+      ``log p``, shape ``(N,)``.
     """
     d = noise.shape[-1]
     return -0.5 * d * jnp.log(4.0 * jnp.pi * step_size) - 0.5 * jnp.sum(
@@ -245,19 +288,55 @@ def log_gaussian_step_density(noise: Array, step_size: Array) -> Array:
 
 
 def ensemble_values(logdensity_fn: LogDensityFn, x: Array) -> Array:
-    """``logdensity_fn`` at every particle, (N,) in x's dtype (a Python float return is fine too)."""
+    """``logdensity_fn`` at every particle (a Python float return is fine too).
+
+    Args:
+      logdensity_fn: ``x: (d,) -> log π(x)``.
+      x: the particles, ``(N, d)``.
+
+    Returns:
+      The values, ``(N,)`` in ``x``'s dtype.
+    """
     return jax.vmap(lambda y: jnp.asarray(logdensity_fn(y), y.dtype))(x)
 
 
 def ensemble_move(rng_key: PRNGKey, x: Array, force: Array, h: Array):
-    """``w' = x - h F``, ``x' = w' + sqrt(2h) ξ``, ``log p'``. The noise is drawn exactly
-    as in :func:`cenlmc_jax.ensemble.lmc.lmc_step` (same key => same ξ; Theorem 3.3 coupling)."""
+    """``w' = x - h F``, ``x' = w' + sqrt(2h) ξ``, ``log p'``.
+
+    The noise is drawn exactly as in :func:`cenlmc_jax.ensemble.lmc.lmc_step` (same
+    key => same ξ; Theorem 3.3 coupling).
+
+    Args:
+      rng_key: the step's key.
+      x: the particles, ``(N, d)``.
+      force: ``F``, the force on each particle, ``(N, d)``.
+      h: the step size.
+
+    Returns:
+      ``(w', x', log p')``, shapes ``(N, d)``, ``(N, d)``, ``(N,)``.
+    """
     noise = jax.random.normal(rng_key, x.shape, dtype=x.dtype)
     w_new = x - h * force
     return w_new, w_new + jnp.sqrt(2.0 * h) * noise, log_gaussian_step_density(noise, h)
 
 
 def init_ensemble(positions: ArrayLike, logdensity_fn: LogDensityFn):
+    """The start shared by EnLMC and CEnLMC.
+
+    Checks the positions (``N >= 2``) and the log density, evaluates it at every
+    particle, and sets ``w = +inf``, ``log p = -inf``.
+
+    Args:
+      positions: the ensemble, ``(N, d)``.
+      logdensity_fn: ``x: (d,) -> log π(x) + const``.
+
+    Returns:
+      ``(x, logdensity, w, log_p)``.
+
+    Raises:
+      ValueError: bad positions, a bad log density, or one that is ``-inf``/NaN at
+        every particle.
+    """
     x = check_positions(positions, min_particles=2)
     check_logdensity(logdensity_fn, x[0])
     # a Python float from logdensity_fn becomes an array of the positions' dtype
@@ -278,6 +357,16 @@ def enlmc_init(positions: ArrayLike, logdensity_fn: LogDensityFn) -> EnLMCState:
 
     Evaluates ``logdensity_fn`` at every particle (N values, no gradient) and
     sets ``w = +inf``, ``log p = -inf``: the first step uses true gradients.
+
+    Args:
+      positions: the ensemble, ``(N, d)``.
+      logdensity_fn: ``x: (d,) -> log π(x) + const``.
+
+    Returns:
+      The :class:`EnLMCState`.
+
+    Raises:
+      ValueError: as :func:`init_ensemble`.
     """
     x, logdensity, w, log_p = init_ensemble(positions, logdensity_fn)
     return EnLMCState(x, logdensity, w, log_p, fresh_audit(x.dtype))
@@ -296,8 +385,11 @@ def enlmc_step(
 ) -> tuple[EnLMCState, EnLMCInfo]:
     """One step of EnLMC (Algorithm 3.1) for every particle; pure and jittable.
 
-    ``F_i = 1/(N-1) Σ_{j≠i} α_d (f_j - f_i)/|x_j - x_i|² 1[|x_j - x_i| ≤ η] / p_j (x_j -
-    x_i)`` (eq. 3.9), ``w_i' = x_i - h F_i``, ``x_i' = w_i' + sqrt(2h) ξ_i`` (3.10).
+    The step (eq. 3.9, 3.10)::
+
+        F_i = 1/(N-1) Σ_{j≠i} α_d (f_j - f_i)/|x_j - x_i|² 1[|x_j - x_i| ≤ η] / p_j
+              (x_j - x_i),
+        w_i' = x_i - h F_i,   x_i' = w_i' + sqrt(2h) ξ_i.
 
     Unstable by design (Theorem 3.2): a neighbour with a large ``|ξ_j|`` has a
     tiny ``p_j`` and an enormous weight. Blow-ups are reported in the info,
@@ -309,24 +401,33 @@ def enlmc_step(
     ensemble's second moment keeps growing, with occasional huge kicks. So
     besides non-finite particles a step counts as diverged when some ensemble
     force moves a particle by more than ``blowup_factor`` noise lengths,
-    ``h|F_i| > blowup_factor · sqrt(2hd)``
-    (``info.num_exploded``). With the true gradient, such a kick would need
-    ``h L |x - x*| > 10 sqrt(2hd)`` (default 10): a particle far outside the
-    target, not a Langevin step. ``blowup_factor=inf`` keeps only the
-    non-finite test.
+    ``h|F_i| > blowup_factor · sqrt(2hd)`` (``info.num_exploded``). With the true
+    gradient, such a kick would need ``h L |x - x*| > 10 sqrt(2hd)`` (default 10):
+    a particle far outside the target, not a Langevin step.
+    ``blowup_factor=inf`` keeps only the non-finite test.
 
     Args:
-      rng_key: typed or legacy key; the noise is ``jax.random.normal(rng_key, (N, d))``.
+      rng_key: typed or legacy key; the noise is
+        ``jax.random.normal(rng_key, (N, d))``.
       state: an :class:`EnLMCState`.
       logdensity_fn: ``x: (d,) -> log p(x) + const``; ``f = -logdensity_fn``.
-      step_size: h > 0.  eta: η > 0, the ball radius.
-      blowup_factor: kick size, in noise lengths ``sqrt(2hd)``, counted as a blow-up (>
-        0).
+      step_size: h > 0.
+      eta: η > 0, the ball radius.
+      blowup_factor: kick size, in noise lengths ``sqrt(2hd)``, counted as a
+        blow-up (> 0).
       options: how the step is computed
-        (:class:`~cenlmc_jax.ensemble.options.EnsembleOptions`: pair-force backend,
-        gradient buffers, mesh, ``audit_size`` (default 32: EnLMC is unstable, and the
-        audit is what flags it early), ``grad_fn``, ``grad_mode``); its fields may also
-        be given as keywords (``grad_capacity=64``), which replace those of ``options``.
+        (:class:`~cenlmc_jax.ensemble.options.EnsembleOptions`: pair-force
+        backend, gradient buffers, mesh, ``audit_size`` (default 32: EnLMC is
+        unstable, and the audit is what flags it early), ``grad_fn``,
+        ``grad_mode``).
+      **option_fields: fields of ``options`` given as keywords
+        (``grad_capacity=64``); they replace those of ``options``.
+
+    Returns:
+      ``(new_state, info)``: an :class:`EnLMCState` and an :class:`EnLMCInfo`.
+
+    Raises:
+      ValueError: a bad state, key, parameter or option.
     """
     check_ensemble_state(state, EnLMCState, "enlmc_init")
     check_key(rng_key)
@@ -360,7 +461,8 @@ def enlmc_move(
     Returns:
       ``(new_state, info)``: an :class:`EnLMCState` and an :class:`EnLMCInfo`.
     """
-    check_ensemble_state(state, EnLMCState, "enlmc_init")  # the arguments, not the parameters
+    # the arguments, not the parameters
+    check_ensemble_state(state, EnLMCState, "enlmc_init")
     check_key(rng_key)
     opts = options
     x = state.position
@@ -428,11 +530,24 @@ def enlmc(
     options: EnsembleOptions | None = None,
     **option_fields: Any,
 ) -> SamplingAlgorithm:
-    """EnLMC (Algorithm 3.1) as a sampler object; see :func:`enlmc_step` (provably unstable).
+    """EnLMC (Algorithm 3.1) as a sampler object (provably unstable).
 
     ``init(positions, rng_key=None)``: :func:`enlmc_init` on ``positions: (N, d)``.
-    ``step(rng_key, state)``: :func:`enlmc_step` with these parameters. ``options`` /
-    ``option_fields``: :class:`~cenlmc_jax.ensemble.options.EnsembleOptions`.
+    ``step(rng_key, state)``: :func:`enlmc_step` with these parameters.
+
+    Args:
+      logdensity_fn: ``x: (d,) -> log π(x) + const``.
+      step_size: h > 0.
+      eta: η > 0, the ball radius.
+      blowup_factor: as for :func:`enlmc_step`.
+      options: :class:`~cenlmc_jax.ensemble.options.EnsembleOptions`.
+      **option_fields: its fields as keywords.
+
+    Returns:
+      A :class:`~cenlmc_jax.base.SamplingAlgorithm` ``(init, step)``.
+
+    Raises:
+      ValueError: a bad argument, checked here.
     """
     check_callable(logdensity_fn, "logdensity_fn", "x -> scalar log density")
     check_enlmc_params(step_size, eta, blowup_factor)
@@ -440,9 +555,8 @@ def enlmc(
 
     def init(positions, rng_key=None):
         if rng_key is not None:
-            check_key(
-                rng_key
-            )  # unused (a deterministic start), but a wrong one is a mistake to report
+            # unused (a deterministic start), but a wrong one is a mistake to report
+            check_key(rng_key)
         state = enlmc_init(positions, logdensity_fn)
         check_grad_fn(opts.grad_fn, state.position[0], "grad_fn")
         return state
