@@ -1,4 +1,5 @@
-"""The ten posteriordb models in JAX, on Stan's unconstrained scale, with the log-Jacobians of Stan's transforms.
+"""The ten posteriordb models in JAX, on Stan's unconstrained scale, with the
+log-Jacobians of Stan's transforms.
 
 Each builder takes the posterior's data (a dict of NumPy arrays, as in
 ``data/<name>.json``) and returns a :class:`Model`: ``logdensity(x)`` for one
@@ -41,7 +42,9 @@ Array = Any
 
 
 class Model(NamedTuple):
-    """One model: ``logdensity(x)``, ``d``, ``constrain(x) -> dict`` and the names of the coordinates of ``x``."""
+    """One model: ``logdensity(x)``, ``d``, ``constrain(x) -> dict`` and the names of
+    the coordinates of ``x``.
+    """
 
     logdensity: Callable[[Array], Array]
     d: int
@@ -55,7 +58,9 @@ def _positive(u: Array) -> tuple[Array, Array]:
 
 
 def _interval(u: Array, lower: Array, upper: Array) -> tuple[Array, Array]:
-    """``<lower, upper>``: ``(lower + (upper - lower) σ(u), log(upper - lower) + log σ(u) + log σ(-u))``."""
+    """``<lower, upper>``: ``(lower + (upper - lower) σ(u), log(upper - lower) + log
+    σ(u) + log σ(-u))``.
+    """
     width = upper - lower
     return lower + width * jax.nn.sigmoid(u), jnp.log(width) + jax.nn.log_sigmoid(
         u
@@ -67,7 +72,9 @@ def _cast(data: dict, x: Array) -> dict:
 
 
 def _names(*groups: tuple[str, int]) -> tuple:
-    """``("beta", 2), ("sigma", 0)`` -> ``("beta[1]", "beta[2]", "log(sigma)")``-style names (0: a scalar)."""
+    """``("beta", 2), ("sigma", 0)`` -> ``("beta[1]", "beta[2]", "log(sigma)")``-style
+    names (0: a scalar).
+    """
     out = []
     for name, n in groups:
         out += [name] if n == 0 else [f"{name}[{i + 1}]" for i in range(n)]
@@ -75,7 +82,9 @@ def _names(*groups: tuple[str, int]) -> tuple:
 
 
 def ark(data: dict) -> Model:
-    """arK: AR(K) regression; ``alpha, beta ~ N(0, 10)``, ``sigma ~ Cauchy(0, 2.5)``, ``sigma > 0``."""
+    """arK: AR(K) regression; ``alpha, beta ~ N(0, 10)``, ``sigma ~ Cauchy(0, 2.5)``,
+    ``sigma > 0``.
+    """
     K, T = int(data["K"]), int(data["T"])
     y = np.asarray(data["y"], np.float64)
     d0 = {
@@ -113,7 +122,9 @@ def ark(data: dict) -> Model:
 
 
 def arma11(data: dict) -> Model:
-    """ARMA(1, 1); ``err[1] = y[1] - mu (1 + phi)``, ``err[t] = y[t] - mu - phi y[t-1] - theta err[t-1]``."""
+    """ARMA(1, 1); ``err[1] = y[1] - mu (1 + phi)``, ``err[t] = y[t] - mu - phi y[t-1] -
+    theta err[t-1]``.
+    """
     d0 = {"y": np.asarray(data["y"], np.float64)}
 
     def errors(mu, phi, theta, y):
@@ -148,8 +159,10 @@ def arma11(data: dict) -> Model:
 
 
 def diamonds(data: dict) -> Model:
-    """brms's diamonds regression: centred predictors, ``b ~ N(0, 1)``, ``Intercept ~ t_3(8, 10)``,
-    ``sigma ~ t_3(0, 10)`` truncated at 0 (a constant), ``Y ~ N(Intercept + Xc b, sigma)``."""
+    """brms's diamonds regression: centred predictors, ``b ~ N(0, 1)``, ``Intercept ~
+    t_3(8, 10)``, ``sigma ~ t_3(0, 10)`` truncated at 0 (a constant), ``Y ~
+    N(Intercept + Xc b, sigma)``.
+    """
     X = np.asarray(data["X"], np.float64)
     Xc = X[:, 1:] - X[:, 1:].mean(axis=0)
     kc = Xc.shape[1]
@@ -181,7 +194,9 @@ def diamonds(data: dict) -> Model:
 
 
 def _linear_regression(X: np.ndarray, y: np.ndarray, prior: Callable | None) -> Model:
-    """``y ~ N(X beta, sigma)``, ``sigma > 0``, ``prior(beta, sigma)`` (None: Stan's flat prior)."""
+    """``y ~ N(X beta, sigma)``, ``sigma > 0``, ``prior(beta, sigma)`` (None: Stan's
+    flat prior).
+    """
     k = X.shape[1]
     d0 = {"X": X, "y": y}
 
@@ -204,14 +219,18 @@ def _with_intercept(*columns) -> np.ndarray:
 
 
 def earn_height(data: dict) -> Model:
-    """earnings: ``earn ~ N(beta[1] + beta[2] height, sigma)``, flat priors (earnings in dollars)."""
+    """earnings: ``earn ~ N(beta[1] + beta[2] height, sigma)``, flat priors (earnings in
+    dollars).
+    """
     return _linear_regression(
         _with_intercept(data["height"]), np.asarray(data["earn"], np.float64), None
     )
 
 
 def kidscore_momiq(data: dict) -> Model:
-    """kidiq: ``kid_score ~ N(beta[1] + beta[2] mom_iq, sigma)``, ``sigma ~ Cauchy(0, 2.5)``, flat beta."""
+    """kidiq: ``kid_score ~ N(beta[1] + beta[2] mom_iq, sigma)``, ``sigma ~ Cauchy(0,
+    2.5)``, flat beta.
+    """
     prior = lambda beta, sigma: stats.cauchy.logpdf(sigma, 0.0, 2.5)  # noqa: E731
     return _linear_regression(
         _with_intercept(data["mom_iq"]),
@@ -221,7 +240,9 @@ def kidscore_momiq(data: dict) -> Model:
 
 
 def logmesquite(data: dict) -> Model:
-    """mesquite: log weight on the logs of five size measures and ``group``; flat priors."""
+    """mesquite: log weight on the logs of five size measures and ``group``; flat
+    priors.
+    """
     cols = [
         np.log(np.asarray(data[k], np.float64))
         for k in ("diam1", "diam2", "canopy_height", "total_height", "density")
@@ -231,7 +252,9 @@ def logmesquite(data: dict) -> Model:
 
 
 def blr(data: dict) -> Model:
-    """sblrc-blr: ``beta ~ N(0, 10)``, ``sigma ~ N(0, 10)`` (half-normal), ``y ~ N(X beta, sigma)``."""
+    """sblrc-blr: ``beta ~ N(0, 10)``, ``sigma ~ N(0, 10)`` (half-normal), ``y ~ N(X
+    beta, sigma)``.
+    """
 
     def prior(beta, sigma):
         return jnp.sum(stats.norm.logpdf(beta, 0.0, 10.0)) + stats.norm.logpdf(
@@ -244,8 +267,10 @@ def blr(data: dict) -> Model:
 
 
 def eight_schools_noncentered(data: dict) -> Model:
-    """Eight schools, non-centred: ``theta = mu + tau theta_trans``, ``theta_trans ~ N(0, 1)``,
-    ``y ~ N(theta, sigma)``, ``mu ~ N(0, 5)``, ``tau ~ Cauchy(0, 5)``, ``tau > 0``."""
+    """Eight schools, non-centred: ``theta = mu + tau theta_trans``, ``theta_trans ~
+    N(0, 1)``, ``y ~ N(theta, sigma)``, ``mu ~ N(0, 5)``, ``tau ~ Cauchy(0, 5)``, ``tau
+    > 0``.
+    """
     J = int(data["J"])
     d0 = {
         "y": np.asarray(data["y"], np.float64),
@@ -286,8 +311,10 @@ def eight_schools_noncentered(data: dict) -> Model:
 
 
 def garch11(data: dict) -> Model:
-    """GARCH(1, 1): ``sigma[t]² = alpha0 + alpha1 (y[t-1] - mu)² + beta1 sigma[t-1]²``, ``y ~ N(mu, sigma)``;
-    ``alpha0 > 0``, ``0 < alpha1 < 1``, ``0 < beta1 < 1 - alpha1``; flat priors on the constrained scale."""
+    """GARCH(1, 1): ``sigma[t]² = alpha0 + alpha1 (y[t-1] - mu)² + beta1 sigma[t-1]²``,
+    ``y ~ N(mu, sigma)``; ``alpha0 > 0``, ``0 < alpha1 < 1``, ``0 < beta1 < 1 -
+    alpha1``; flat priors on the constrained scale.
+    """
     d0 = {
         "y": np.asarray(data["y"], np.float64),
         "sigma1": np.asarray(data["sigma1"], np.float64),
@@ -325,8 +352,10 @@ def garch11(data: dict) -> Model:
 
 
 def gp_pois_regr(data: dict) -> Model:
-    """Latent GP Poisson regression: ``f = chol(K(alpha, rho) + 1e-10 I) f_tilde``, ``k ~ Poisson(exp f)``;
-    ``rho ~ Gamma(25, rate 4)``, ``alpha ~ N(0, 2)``, ``f_tilde ~ N(0, 1)``, ``rho, alpha > 0``. float64."""
+    """Latent GP Poisson regression: ``f = chol(K(alpha, rho) + 1e-10 I) f_tilde``, ``k
+    ~ Poisson(exp f)``; ``rho ~ Gamma(25, rate 4)``, ``alpha ~ N(0, 2)``, ``f_tilde ~
+    N(0, 1)``, ``rho, alpha > 0``. float64.
+    """
     n = int(data["N"])
     xs = np.asarray(data["x"], np.float64)
     k = np.asarray(data["k"], np.float64)
