@@ -839,8 +839,8 @@ def solve_cap(r, best):
     cost; ``c_L``: its gradient's cost in values), CEnLMC ``v + (1 - φ) c`` (``v`` = 1,
     a value at every particle each step; ``1 - φ`` its gradients per member-step, the
     audit's included; ``c`` its gradient's cost). ``cap = (v_L + c_L) / (v + (1 - φ)
-    c)``: the saving at equal steps to tolerance; ``cap_phi1 = (v_L + c_L) / v``, the φ
-    = 1 limit."""
+    c)``: the saving at equal steps to tolerance; ``cap_phi1 = (v_L + c_L) / v``, the
+    φ = 1 limit."""
     member_steps = r["N"] * r["steps_to_tol"]
     lmc_steps = best["N"] * best["steps_to_tol"]
     lmc_per_step = (best["values"] + best["gradients"] * best["grad_cost"]) / lmc_steps

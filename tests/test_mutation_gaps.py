@@ -192,8 +192,8 @@ def _cenlmc_oracle(x, w, f, log_p, ball_count, f_star, min_ball=1):
 
 def test_cenlmc_one_step_force_normaliser_and_tests_against_numpy_oracle():
     """Hand-made state with N_i on both sides of N*: w' = x - h F_i with F_i = ∇f(x_i)
-    for the particles failing a test and Σ_j F_ij 1[|w_j-w_i| ≤ R2] / N_i otherwise (N_i
-    = R2-neighbours)."""
+    for the particles failing a test and Σ_j F_ij 1[|w_j-w_i| ≤ R2] / N_i otherwise
+    (N_i = R2-neighbours)."""
     x, w, log_p, ball_count, labels = _cenlmc_hand_state()
     with x64():
         xj = jnp.asarray(x)
@@ -277,8 +277,8 @@ def test_enlmc_first_steps_follow_the_exact_lmc_mean_recursion():
     """EnLMC's force is an exactly unbiased estimate of ∇f for a quadratic f
     (docs/algorithms.md §2: the second-order term is odd and integrates to 0 over the
     ball; x_j ~ p_j given the past, j ≠ i), so from a fixed x^0 the ensemble mean obeys
-    LMC's recursion exactly: E[x̄^m] = (I - h Σ⁻¹)^m x̄^0, m = 1 (true gradients) and m
-    = 2 (the first ensemble step).
+    LMC's recursion exactly: E[x̄^m] = (I - h Σ⁻¹)^m x̄^0, m = 1 (true gradients) and
+    m = 2 (the first ensemble step).
 
     z-test over R independent replicate ensembles (the replicate means are i.i.d.). Only
     m <= 2: the start is concentrated (spread 0.1 < sqrt(h)), so the first ensemble
@@ -578,9 +578,9 @@ def _invariance_error(pi, pieces):
 
 
 def test_irreversible_sde_sampler_kernel_leaves_pi_times_uniform_direction_invariant_on_a_grid():  # noqa: E501
-    """cj.irreversible_mh with cj.irreversible.sde_proposal (callable D(z), Q(z) ≠ 0, ε
-    = 0.1) on a banana, restricted to proposals on a 21 x 21 grid: the transition matrix
-    on (grid point, s), built from the sampler's own step and the proposal's own
+    """cj.irreversible_mh with cj.irreversible.sde_proposal (callable D(z), Q(z) ≠ 0,
+    ε = 0.1) on a banana, restricted to proposals on a 21 x 21 grid: the transition
+    matrix on (grid point, s), built from the sampler's own step and the proposal's own
     density, satisfies πP = π exactly (skew detailed balance holds pair by pair whenever
     g̃(·|y, s) = f̃(·|y, -s), docs/algorithms.md §7, so the grid restriction is exact,
     not an approximation). Tolerance 1e-11 relative: float64 rounding of sums of 441

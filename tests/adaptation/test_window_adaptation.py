@@ -48,8 +48,8 @@ def logistic():
 def logistic_reference(logistic):
     """Posterior E θ and E θ² by self-normalised importance sampling from the Laplace
     approximation N(θ_MAP, H⁻¹) inflated 1.2x (heavier than the posterior: bounded
-    weights), 60,000 draws, with delta-method standard errors (weights' ESS is reported;
-    > 80% here)."""
+    weights), 60,000 draws, with delta-method standard errors (weights' ESS is
+    reported; > 80% here)."""
     t = logistic
     x, y, theta_map = t.data["x"], t.data["y"], t.data["theta_map"]
     p = 1 / (1 + np.exp(-x @ theta_map))

@@ -119,14 +119,14 @@ def test_summary_shows_the_constrained_sites_by_name(model, run):
 
 
 def test_constrained_means_match_the_posteriordb_reference(model, run):
-    """posteriordb's theta[1..8] (1-based, Stan's) are our theta[0..7]. Tolerance: |mean
-    - ref| <= 4.5 sqrt(mcse² + mcse_ref²), mcse the summary's own mcse_mean (of the
-    constrained draws) and mcse_ref = ref_sd / sqrt(ref_ess): 4.5 sigma over 10
+    """posteriordb's theta[1..8] (1-based, Stan's) are our theta[0..7]. Tolerance:
+    |mean - ref| <= 4.5 sqrt(mcse² + mcse_ref²), mcse the summary's own mcse_mean (of
+    the constrained draws) and mcse_ref = ref_sd / sqrt(ref_ess): 4.5 sigma over 10
     quantities is a family-wise false alarm of ~7e-5 for a correct sampler and summary,
     while a summary of the unconstrained values (log tau: mean ~0.9 against tau's 3.6)
-    or exp of the mean of log tau (~2.5) is off by 10 or more. The run's R-hat below
-    1.02 over 16 chains (1,000 draws each, ESS ~ 500-1,500): the MCSE of a run that has
-    not mixed is not to be trusted."""
+    or exp of the mean of log tau (~2.5) is off by 10 or more. The run's R-hat
+    below 1.02 over 16 chains (1,000 draws each, ESS ~ 500-1,500): the MCSE of a run
+    that has not mixed is not to be trusted."""
     post = pdb.load(NAME)
     table = cj.summary(run, model=model)
     col = {name: i for i, name in enumerate(table.labels)}

@@ -129,8 +129,8 @@ def test_whitened_cenlmc_has_the_right_moments_at_condition_number_1e4():
 
 def test_unwhitened_cenlmc_at_the_curvature_rule_does_not_move_in_the_wide_direction():
     """The same target unwhitened: the curvature rule gives h = 2·0.05/(1.05·1e2) ≈ 1e-3
-    (λ_max = 1e2), so in 300 steps the wide direction (variance 1e2) spreads by ≈ 2h·300
-    = 0.6 from a tight start."""
+    (λ_max = 1e2), so in 300 steps the wide direction (variance 1e2) spreads by ≈
+    2h·300 = 0.6 from a tight start."""
     h = cj.adaptation.langevin_step_size(1.0 / 1e-2, bias=0.05)
     p = cj.ensemble.tuning.suggest_cenlmc_params(2, h, num_particles=500)
     algo = cj.cenlmc(logdensity, h, p.eta, p.r1, p.r2, p.n_star, p.m_f, f_star=0.0)

@@ -97,8 +97,8 @@ def test_log_density_equals_the_posteriordb_one_up_to_a_constant(model):
 
 
 def test_mala_run_matches_the_posteriordb_reference_means(model):
-    """16 chains of MALA (cj.irreversible_mh with an SDE proposal, Q = 0), 1,000 burn-in
-    + 2,000 draws each.
+    """16 chains of MALA (cj.irreversible_mh with an SDE proposal, Q = 0), 1,000
+    burn-in + 2,000 draws each.
 
     A fixed, hand-set sampler (step 0.3, D = diag(9, 1, ..., 1): mu's posterior sd is
     ~3.3, the others' ~1 on the unconstrained scale), not an adaptation: the test is
