@@ -4,25 +4,25 @@ The ensemble estimate ``F_ij`` and the step are EnLMC's
 (:mod:`cenlmc_jax.ensemble.enlmc`).
 
 CEnLMC (Algorithm 3.2, eq. 3.19-3.21, docs/algorithms.md §4): with
-``N_i = #{j ≠ i : |w_j - w_i| ≤ R2}`` (3.20),
+``N_i = #{j ≠ i : |w_j - w_i| ≤ R2}`` (3.20)::
 
-    F_i = ∇f(x_i)                      if |x_i - w_i| > R1  or  f(x_i) > f* + M_f  or  N_i < N*,
-    F_i = 1/N_i Σ_{j≠i} F_ij 1[|w_j - w_i| ≤ R2]   otherwise          (3.19, 3.21)
+    F_i = ∇f(x_i)     if |x_i - w_i| > R1  or  f(x_i) > f* + M_f  or  N_i < N*,
+    F_i = 1/N_i Σ_{j≠i} F_ij 1[|w_j - w_i| ≤ R2]     otherwise    (3.19, 3.21)
 
-then the same ``w``, ``x`` update. Only the particles that fail a test get a gradient,
-and only those gradients are computed
-(:func:`cenlmc_jax.ensemble.buffers.needed_grads`): they are gathered into buffers of
-``grad_capacity`` particles and a bounded ``lax.scan`` of ``lax.cond``s runs one vmapped
-gradient per buffer, so a step costs ``ceil(count / grad_capacity)·grad_capacity``
-gradients, not ``N``.
+then the same ``w``, ``x`` update. Only the particles that fail a test get a
+gradient, and only those gradients are computed
+(:func:`cenlmc_jax.ensemble.buffers.needed_grads`): they are gathered into buffers
+of ``grad_capacity`` particles and a bounded ``lax.scan`` of ``lax.cond``s runs one
+vmapped gradient per buffer, so a step costs
+``ceil(count / grad_capacity)·grad_capacity`` gradients, not ``N``.
 
-Initialisation: nothing is known about how ``x^0`` was drawn, so ``w = +inf`` and ``log
-p = -inf`` (docs/algorithms.md: ``w^{-1} = +∞``). For CEnLMC the R1 test then fails for
-everyone and step 0 uses true gradients; EnLMC uses true gradients exactly for the
-particles whose ``log p`` is ``-inf`` (only at step 0: after a step ``log p = -(d/2)
-log(4πh) - |ξ|²/2`` is finite whatever happened to ``x``). Rule (3.21) is undefined for
-``N_i = 0`` (0/0), so a particle with no ``R2``-neighbour always takes its gradient,
-also when ``n_star = 0``.
+Initialisation: nothing is known about how ``x^0`` was drawn, so ``w = +inf`` and
+``log p = -inf`` (docs/algorithms.md: ``w^{-1} = +∞``). For CEnLMC the R1 test then
+fails for everyone and step 0 uses true gradients; EnLMC uses true gradients
+exactly for the particles whose ``log p`` is ``-inf`` (only at step 0: after a step
+``log p = -(d/2) log(4πh) - |ξ|²/2`` is finite whatever happened to ``x``). Rule
+(3.21) is undefined for ``N_i = 0`` (0/0), so a particle with no ``R2``-neighbour
+always takes its gradient, also when ``n_star = 0``.
 
 Departure from the paper (the guard, on by default). Rule (3.21) counts
 ``R2``-neighbours in ``w``-space, but the force sums over the η-ball in
@@ -33,10 +33,10 @@ than ``min_ball_neighbours`` (default 1: an empty ball) R2-neighbours at the
 previous step takes its true gradient (``info.num_fail_ball``);
 ``min_ball_neighbours=0`` restores (3.21) exactly. The previous step's count,
 not the current one: the current count depends on the very draws ``x_j`` the
-estimate averages, and selecting on it biases the force (measured: a 6%
-over-estimate of ``∇f`` on the 2-D Gaussian with the current count); the
-previous count is a function of the past, so the force stays unbiased given
-the past, as in the paper's argument.
+estimate averages, and selecting on it biases the force (with the current
+count, the force over-estimates ``∇f`` on the 2-D Gaussian); the previous count
+is a function of the past, so the force stays unbiased given the past, as in
+the paper's argument.
 
 Gradient audit (beyond the paper; :mod:`cenlmc_jax.ensemble.audit`): each step
 compares the ensemble force with true gradients at a few random particles that
@@ -44,8 +44,9 @@ used it; ``info.unstable`` flags EnLMC's drift deficit (Theorem 3.2) and
 ``info.biased`` a variance inflation beyond
 :data:`~cenlmc_jax.ensemble.audit.AUDIT_BIAS_THRESHOLD`.
 
-How a step is computed (pair-force backend, gradient buffers, sharding, the audit's
-size, a user's gradient) is one :class:`~cenlmc_jax.ensemble.options.EnsembleOptions`.
+How a step is computed (pair-force backend, gradient buffers, sharding, the
+audit's size, a user's gradient) is one
+:class:`~cenlmc_jax.ensemble.options.EnsembleOptions`.
 
 ``r2`` = R2 >= 0, radius in ``w``-space; ``n_star`` = N*, an integer in
 ``[0, N-1]``; ``m_f`` = M_f >= 0 (``inf`` switches the test off); ``f_star`` =
@@ -113,15 +114,19 @@ __all__ = [
 class CEnLMCState(NamedTuple):
     """Ensemble state of CEnLMC.
 
-    position, logdensity, w, log_p: as in :class:`EnLMCState`.
-    f_star: () ``f* = min f = -max logdensity_fn``, used by the M_f test when the
-       step's ``f_star`` argument is None.
-    f_star_estimated: () bool, True when ``f_star`` was found numerically by
-       :func:`cenlmc_jax.ensemble.tuning.find_f_star` in :func:`cenlmc_init`.
-    audit: :class:`Audit` (see :func:`cenlmc_step`).
-    ball_count: (N,) int32, each particle's η-ball R2-neighbour count at the
-       previous step (read by the guard); the int32 maximum ("unknown, do not
-       guard") until a particle has a previous step.
+    Attributes:
+      position: as in :class:`EnLMCState`.
+      logdensity: as in :class:`EnLMCState`.
+      w: as in :class:`EnLMCState`.
+      log_p: as in :class:`EnLMCState`.
+      f_star: ``()`` ``f* = min f = -max logdensity_fn``, used by the M_f test when
+        the step's ``f_star`` argument is None.
+      f_star_estimated: ``()`` bool, True when ``f_star`` was found numerically by
+        :func:`cenlmc_jax.ensemble.tuning.find_f_star` in :func:`cenlmc_init`.
+      audit: :class:`Audit` (see :func:`cenlmc_step`).
+      ball_count: ``(N,)`` int32, each particle's η-ball R2-neighbour count at the
+        previous step (read by the guard); the int32 maximum ("unknown, do not
+        guard") until a particle has a previous step.
     """
 
     position: Array
@@ -137,50 +142,60 @@ class CEnLMCState(NamedTuple):
 class CEnLMCInfo(NamedTuple):
     """What one CEnLMC step did (all scalars).
 
-    grad_evals: gradients needed = particles failing at least one test of (3.21).
-    grad_evals_padded: gradients computed: the buffers holding the ``grad_evals``
-       particles and the audited ones, ``ceil((grad_evals + audit_grad_evals) /
-       capacity) · capacity`` (the padding overhead; ``N`` with ``dense_grad=True``).
-    f_evals: evaluations of ``logdensity_fn`` (N every step: the algorithm needs f
-      everywhere).
-    model_solves: the step's cost in model evaluations (as :class:`EnLMCInfo`).
-    ensemble_fraction: fraction of particles that used the ensemble force.
-    mean_num_neighbours: mean over particles of ``N_i`` (3.20).
-    mean_ball_neighbours: mean over particles of ``#{j: |x_j-x_i| ≤ η, |w_j-w_i| ≤
-      R2}``.
-    num_fail_r1: particles with ``|x_i - w_i| > R1`` (or non-finite).
-    num_fail_m_f: particles with ``f(x_i) > f* + M_f`` (or non-finite).
-    num_fail_n_star: particles with ``N_i < max(N*, 1)``. The three counts overlap.
-    num_fail_ball: particles that passed (3.21) but had fewer than
-       ``min_ball_neighbours`` neighbours in their η-ball (the guard), so took the
-       gradient.
-    audit_grad_evals: particles audited (``audit_size``, or fewer when fewer used the
-       ensemble force); their gradients are computed in the step's one gradient call,
-       counted in ``grad_evals_padded`` and ``model_solves``, not in ``grad_evals``.
-    audit_drift_ratio: median over the audited particles of ``F_i·∇f(x_i) / |∇f(x_i)|²``
-       (1 for an exact gradient; NaN when nothing was audited).
-    audit_error: median over the audited particles of ``|F_i - ∇f(x_i)| / |∇f(x_i)|``.
-    audit_noise_error: median over the audited particles of the step's drift error
-       ``h|F_i - ∇f(x_i)|`` in units of the Langevin noise length ``sqrt(2hd)``.
-    audit_variance_inflation: as in :class:`EnLMCInfo`: this step's estimate of the
-       relative stationary variance inflation caused by the ensemble noise (NaN without
-       audit).
-    audit_drift_bias: as in :class:`EnLMCInfo`: this step's estimate of the force's
-       systematic error along the gradient (the stationary variance is off by about
-       ``-β``, relative).
-    biased: the running variance-inflation estimate (``state.audit.inflation``) exceeds
-       :data:`AUDIT_BIAS_THRESHOLD`, or the running drift bias's size
-       (``state.audit.drift_bias``) :data:`AUDIT_DRIFT_BIAS_THRESHOLD`, after
-       :data:`AUDIT_BIAS_MIN_STEPS` steps: the moments are biased beyond the audit's
-       tolerance. Reported (``cj.sample`` warns, the CLI says UNRELIABLE), never a
-       divergence: the run goes on.
-    num_nonfinite: particles whose new position or log density is NaN/inf.
-    diverged: ``num_nonfinite > 0`` (or a traced parameter is NaN / out of range).
+    No ``unstable`` field (EnLMC's drift-deficit flag): the tests of (3.21) bound
+    the weights (proof of Lemma 4.2), so EnLMC's instability (Theorem 3.2) cannot
+    occur, and a low audited drift ratio here is a noisy but unbiased force, which
+    ``biased`` measures (the audit's module docstring, "Instability").
 
-    No ``unstable`` field (EnLMC's drift-deficit flag): the tests of (3.21) bound the
-    weights (proof of Lemma 4.2), so EnLMC's instability (Theorem 3.2) cannot occur, and
-    a low audited drift ratio here is a noisy but unbiased force, which ``biased``
-    measures (the audit's module docstring, "Instability").
+    Attributes:
+      grad_evals: gradients needed = particles failing at least one test of
+        (3.21).
+      grad_evals_padded: gradients computed: the buffers holding the
+        ``grad_evals`` particles and the audited ones,
+        ``ceil((grad_evals + audit_grad_evals) / capacity) · capacity`` (the
+        padding overhead; ``N`` with ``dense_grad=True``).
+      f_evals: evaluations of ``logdensity_fn`` (N every step: the algorithm needs
+        f everywhere).
+      model_solves: the step's cost in model evaluations (as
+        :class:`EnLMCInfo`).
+      ensemble_fraction: fraction of particles that used the ensemble force.
+      mean_num_neighbours: mean over particles of ``N_i`` (3.20).
+      mean_ball_neighbours: mean over particles of
+        ``#{j: |x_j-x_i| ≤ η, |w_j-w_i| ≤ R2}``.
+      num_fail_r1: particles with ``|x_i - w_i| > R1`` (or non-finite).
+      num_fail_m_f: particles with ``f(x_i) > f* + M_f`` (or non-finite).
+      num_fail_n_star: particles with ``N_i < max(N*, 1)``. The three counts
+        overlap.
+      num_fail_ball: particles that passed (3.21) but had fewer than
+        ``min_ball_neighbours`` neighbours in their η-ball (the guard), so took the
+        gradient.
+      audit_grad_evals: particles audited (``audit_size``, or fewer when fewer used
+        the ensemble force); their gradients are computed in the step's one
+        gradient call, counted in ``grad_evals_padded`` and ``model_solves``, not in
+        ``grad_evals``.
+      audit_drift_ratio: median over the audited particles of
+        ``F_i·∇f(x_i) / |∇f(x_i)|²`` (1 for an exact gradient; NaN when nothing was
+        audited).
+      audit_error: median over the audited particles of
+        ``|F_i - ∇f(x_i)| / |∇f(x_i)|``.
+      audit_noise_error: median over the audited particles of the step's drift
+        error ``h|F_i - ∇f(x_i)|`` in units of the Langevin noise length
+        ``sqrt(2hd)``.
+      audit_variance_inflation: as in :class:`EnLMCInfo`: this step's estimate of
+        the relative stationary variance inflation caused by the ensemble noise
+        (NaN without audit).
+      audit_drift_bias: as in :class:`EnLMCInfo`: this step's estimate of the
+        force's systematic error along the gradient (the stationary variance is
+        off by about ``-β``, relative).
+      biased: the running variance-inflation estimate (``state.audit.inflation``)
+        exceeds :data:`AUDIT_BIAS_THRESHOLD`, or the running drift bias's size
+        (``state.audit.drift_bias``) :data:`AUDIT_DRIFT_BIAS_THRESHOLD`, after
+        :data:`AUDIT_BIAS_MIN_STEPS` steps: the moments are biased beyond the
+        audit's tolerance. Reported (``cj.sample`` warns, the CLI says
+        UNRELIABLE), never a divergence: the run goes on.
+      num_nonfinite: particles whose new position or log density is NaN/inf.
+      diverged: ``num_nonfinite > 0`` (or a traced parameter is NaN / out of
+        range).
     """
 
     grad_evals: Array
@@ -215,9 +230,22 @@ class CEnLMCInfo(NamedTuple):
 
 
 def check_cenlmc_params(n: int | None, step_size, eta, r1, r2, n_star, m_f) -> None:
-    """The scalar parameters of Algorithm 3.2 for an ensemble of ``n`` particles (None: not known yet).
+    """Checks the scalar parameters of Algorithm 3.2 for an ensemble of ``n`` particles.
 
-    Traced values pass (their values are checked where they are concrete)."""
+    Traced values pass (their values are checked where they are concrete).
+
+    Args:
+      n: the number of particles (None: not known yet).
+      step_size: h > 0.
+      eta: η > 0.
+      r1: R1 >= 0.
+      r2: R2 >= 0.
+      n_star: N*, an integer in ``[0, n-1]``.
+      m_f: M_f >= 0 (``inf`` allowed).
+
+    Raises:
+      ValueError: a parameter out of range.
+    """
     check_positive(step_size, "step_size")
     check_positive(eta, "eta")
     check_nonnegative(r1, "r1")
@@ -268,12 +296,24 @@ def cenlmc_init(
     ``log p = -inf`` (``w^{-1} = +∞`` of Algorithm 3.2): step 0 uses true
     gradients for everyone.
 
-    ``f_star`` (``f* = min f = -max logdensity_fn``, in the normalisation of
-    ``logdensity_fn``): if None it is found by
-    :func:`cenlmc_jax.ensemble.tuning.find_f_star` (L-BFGS from the best particle,
-    stopped when ``|∇f| <= f_star_tol``) and ``state.f_star_estimated`` is True.
-    A given ``f_star`` above ``min_i f(x_i)`` cannot be the minimum (often a
-    different normalisation of ``logdensity_fn``): ValueError.
+    Args:
+      positions: the ensemble, ``(N, d)``.
+      logdensity_fn: ``x: (d,) -> log π(x) + const``.
+      f_star: ``f* = min f = -max logdensity_fn``, in the normalisation of
+        ``logdensity_fn``; if None it is found by
+        :func:`cenlmc_jax.ensemble.tuning.find_f_star` (L-BFGS from the best
+        particle, stopped when ``|∇f| <= f_star_tol``) and
+        ``state.f_star_estimated`` is True.
+      f_star_tol: the gradient tolerance of that search (None: its default).
+      f_star_max_steps: its iteration limit.
+
+    Returns:
+      The :class:`CEnLMCState`.
+
+    Raises:
+      ValueError: bad positions or log density, or a given ``f_star`` above
+        ``min_i f(x_i)``, which cannot be the minimum (often a different
+        normalisation of ``logdensity_fn``).
     """
     x, logdensity, w, log_p = init_ensemble(positions, logdensity_fn)
     _check_f_star(f_star)
@@ -287,8 +327,9 @@ def cenlmc_init(
             # a little slack for rounding in the user's value and in logdensity_fn
             if float(arr) > f_min + 1e-6 * max(1.0, abs(f_min)):
                 raise ValueError(
-                    f"f_star must be min f = -max logdensity_fn; got f_star={float(arr)!r}, but a particle has "
-                    f"f = {f_min!r} < f_star (is logdensity_fn normalised differently?)."
+                    "f_star must be min f = -max logdensity_fn; got "
+                    f"f_star={float(arr)!r}, but a particle has f = {f_min!r} < f_star "
+                    "(is logdensity_fn normalised differently?)."
                 )
         fs, estimated = jnp.asarray(f_star, x.dtype), False
     return CEnLMCState(
@@ -320,14 +361,15 @@ def cenlmc_step(
     options: EnsembleOptions | None = None,
     **option_fields: Any,
 ) -> tuple[CEnLMCState, CEnLMCInfo]:
-    """One step of CEnLMC (Algorithm 3.2, eq. 3.19-3.21) for every particle; pure and jittable.
+    """One step of CEnLMC (Algorithm 3.2, eq. 3.19-3.21) for every particle.
 
-    With ``f = -logdensity_fn`` and ``N_i = #{j ≠ i: |w_j - w_i| ≤ R2}`` (3.20):
-    particle i takes the true gradient ``∇f(x_i)`` if ``|x_i - w_i| > R1``,
-    ``f(x_i) > f* + M_f`` or ``N_i < max(N*, 1)``; otherwise
+    Pure and jittable. With ``f = -logdensity_fn`` and
+    ``N_i = #{j ≠ i: |w_j - w_i| ≤ R2}`` (3.20): particle i takes the true gradient
+    ``∇f(x_i)`` if ``|x_i - w_i| > R1``, ``f(x_i) > f* + M_f`` or
+    ``N_i < max(N*, 1)``; otherwise::
 
-        F_i = 1/N_i Σ_{j≠i} α_d (f_j - f_i)/|x_j - x_i|² 1[|x_j-x_i| ≤ η, |w_j-w_i| ≤
-        R2] / p_j (x_j - x_i).
+        F_i = 1/N_i Σ_{j≠i} α_d (f_j - f_i)/|x_j - x_i|²
+              1[|x_j-x_i| ≤ η, |w_j-w_i| ≤ R2] / p_j (x_j - x_i).
 
     Then ``w_i' = x_i - h F_i``, ``x_i' = w_i' + sqrt(2h) ξ_i`` with
     ``ξ = jax.random.normal(rng_key, (N, d))`` (the same draw as
@@ -341,8 +383,12 @@ def cenlmc_step(
       rng_key: typed or legacy key.
       state: a :class:`CEnLMCState` from :func:`cenlmc_init`.
       logdensity_fn: ``x: (d,) -> log p(x) + const``.
-      step_size: h > 0.  eta: η > 0.  r1: R1 >= 0.  r2: R2 >= 0.
-      n_star: N*, integer in ``[0, N-1]``.  m_f: M_f >= 0 (inf: no M_f test).
+      step_size: h > 0.
+      eta: η > 0.
+      r1: R1 >= 0.
+      r2: R2 >= 0.
+      n_star: N*, integer in ``[0, N-1]``.
+      m_f: M_f >= 0 (inf: no M_f test).
       f_star: f* = min f; None uses ``state.f_star`` (set by :func:`cenlmc_init`).
       min_ball_neighbours: the guard (module docstring, "Departure from the
         paper"): a particle whose η-ball held fewer than this many
@@ -350,16 +396,24 @@ def cenlmc_step(
         (an empty ball: a force of exactly 0); 0 restores rule (3.21) exactly.
       estimator: ``"paper"`` (default, eq. 3.19) or, beyond the paper,
         ``"least_squares"`` / ``"least_squares_quadratic"``: the local fit of
-        :mod:`cenlmc_jax.ensemble.least_squares` (a particle whose fit it refuses takes
-        its true gradient). The audit's variance inflation does not measure the fit's
-        bias; its drift bias sees the part along the gradient
+        :mod:`cenlmc_jax.ensemble.least_squares` (a particle whose fit it refuses
+        takes its true gradient). The audit's variance inflation does not measure
+        the fit's bias; its drift bias sees the part along the gradient
         (:data:`LEAST_SQUARES_CAVEAT`; ``cj.cenlmc`` warns of it).
       options: how the step is computed
-        (:class:`~cenlmc_jax.ensemble.options.EnsembleOptions`: pair-force backend,
-        gradient buffers (``grad_capacity``; default one bucketed call a step), mesh,
-        ``audit_size`` (default :data:`~cenlmc_jax.ensemble.audit.CENLMC_AUDIT_SIZE`),
-        ``grad_fn``, ``grad_mode``); its fields may also be given as keywords, which
-        replace those of ``options``.
+        (:class:`~cenlmc_jax.ensemble.options.EnsembleOptions`: pair-force
+        backend, gradient buffers (``grad_capacity``; default one bucketed call a
+        step), mesh, ``audit_size`` (default
+        :data:`~cenlmc_jax.ensemble.audit.CENLMC_AUDIT_SIZE`), ``grad_fn``,
+        ``grad_mode``).
+      **option_fields: fields of ``options`` given as keywords; they replace those
+        of ``options``.
+
+    Returns:
+      ``(new_state, info)``: a :class:`CEnLMCState` and a :class:`CEnLMCInfo`.
+
+    Raises:
+      ValueError: a bad state, key, parameter, estimator or option.
     """
     check_ensemble_state(state, CEnLMCState, "cenlmc_init")
     check_key(rng_key)
@@ -420,7 +474,8 @@ def cenlmc_move(
     Returns:
       ``(new_state, info)``: a :class:`CEnLMCState` and a :class:`CEnLMCInfo`.
     """
-    check_ensemble_state(state, CEnLMCState, "cenlmc_init")  # the arguments, not the parameters
+    # the arguments, not the parameters
+    check_ensemble_state(state, CEnLMCState, "cenlmc_init")
     check_key(rng_key)
     opts = options
     x = state.position
@@ -523,11 +578,13 @@ def cenlmc_move(
 #: What ``cj.cenlmc(..., estimator="least_squares" | "least_squares_quadratic")`` warns
 #: of (beyond the paper).
 LEAST_SQUARES_CAVEAT = (
-    "the least-squares ensemble gradient is beyond the paper, and its error is a systematic O(eta^2) bias (none on a "
-    "quadratic with the quadratic term) that the audit's variance inflation does not see: measured on N(0, I_3) "
-    "(benchmarks/results/frontier.md), variance errors of 0.4%, 7% and 17% at eta = 1, 2, 3 x the suggested one, with "
-    "an audited inflation below 0.1% on every row. The audit's drift bias (info.audit_drift_bias, "
-    "benchmarks/results/drift_bias.md) measures the part along the gradient and sets info.biased above 6%; an error "
+    "the least-squares ensemble gradient is beyond the paper, and its error is a "
+    "systematic O(eta^2) bias (none on a quadratic with the quadratic term) that the "
+    "audit's variance inflation does not see: measured on N(0, I_3) "
+    "(benchmarks/results/frontier.md), variance errors of 0.4%, 7% and 17% at eta = 1, "
+    "2, 3 x the suggested one, with an audited inflation below 0.1% on every row. The "
+    "audit's drift bias (info.audit_drift_bias, benchmarks/results/drift_bias.md) "
+    "measures the part along the gradient and sets info.biased above 6%; an error "
     "across the gradient is not seen. Check the moments against cj.lmc on your problem."
 )
 
@@ -551,11 +608,34 @@ def cenlmc(
 ) -> SamplingAlgorithm:
     """CEnLMC (Algorithm 3.2) as a sampler object; see :func:`cenlmc_step`.
 
-    ``init(positions, rng_key=None)``: :func:`cenlmc_init` on ``positions: (N, d)`` with
-    ``f_star`` (found by L-BFGS when None). ``step(rng_key, state)``:
-    :func:`cenlmc_step` with these parameters (``f*`` read from the state). ``N* <= N -
-    1`` is checked when the ensemble is known (at ``init``). ``options`` /
-    ``option_fields``: :class:`~cenlmc_jax.ensemble.options.EnsembleOptions`.
+    ``init(positions, rng_key=None)``: :func:`cenlmc_init` on ``positions: (N, d)``
+    with ``f_star`` (found by L-BFGS when None). ``step(rng_key, state)``:
+    :func:`cenlmc_step` with these parameters (``f*`` read from the state).
+    ``N* <= N - 1`` is checked when the ensemble is known (at ``init``).
+
+    Args:
+      logdensity_fn: ``x: (d,) -> log π(x) + const``.
+      step_size: h > 0.
+      eta: η > 0.
+      r1: R1 >= 0.
+      r2: R2 >= 0.
+      n_star: N*, an integer in ``[0, N-1]``.
+      m_f: M_f >= 0 (inf: no M_f test).
+      f_star: f* = min f, or None (found at ``init``).
+      f_star_tol: as for :func:`cenlmc_init`.
+      f_star_max_steps: as for :func:`cenlmc_init`.
+      min_ball_neighbours: as for :func:`cenlmc_step`.
+      estimator: as for :func:`cenlmc_step` (a least-squares estimator warns
+        :data:`LEAST_SQUARES_CAVEAT`).
+      options: :class:`~cenlmc_jax.ensemble.options.EnsembleOptions`.
+      **option_fields: its fields as keywords.
+
+    Returns:
+      A :class:`~cenlmc_jax.base.SamplingAlgorithm` ``(init, step)``.
+
+    Raises:
+      ValueError: a bad argument, checked here (and the ensemble's size at
+        ``init``).
     """
     check_callable(logdensity_fn, "logdensity_fn", "x -> scalar log density")
     check_cenlmc_params(None, step_size, eta, r1, r2, n_star, m_f)
@@ -568,9 +648,8 @@ def cenlmc(
 
     def init(positions, rng_key=None):
         if rng_key is not None:
-            check_key(
-                rng_key
-            )  # unused (a deterministic start), but a wrong one is a mistake to report
+            # unused (a deterministic start), but a wrong one is a mistake to report
+            check_key(rng_key)
         state = cenlmc_init(
             positions,
             logdensity_fn,
