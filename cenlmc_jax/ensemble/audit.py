@@ -1,4 +1,4 @@
-"""The gradient audit of EnLMC and CEnLMC (beyond the papers): is the ensemble force right?
+"""The gradient audit of EnLMC and CEnLMC (beyond the papers): is the force right?
 
 ``audit_size`` (32 particles per step for EnLMC, :data:`CENLMC_AUDIT_SIZE` = 8 for
 CEnLMC; ``EnsembleOptions.audit_size``). Each step draws
@@ -10,22 +10,21 @@ noise lengths ``h|F_i - ∇f(x_i)|/sqrt(2hd)`` and the variance inflation
 below. It costs ``audit_size`` gradients per step (``info.audit_grad_evals``),
 computed in the step's one gradient call with the particles that need theirs
 (counted in ``grad_evals_padded`` and ``model_solves``, not in ``grad_evals``):
-for CEnLMC at N = 2,000, 8 gradients a step are 0.4% of LMC's N and 0.5-1% of
-CEnLMC's own.
+for CEnLMC at N = 2,000, 8 gradients a step are 0.4% of LMC's N and a small
+fraction of CEnLMC's own.
 
 *Instability (EnLMC).* EnLMC's instability (Theorem 3.2) shows first as a
 drift deficit: its heavy-tailed weights make the typical force far below
-``∇f`` (a median ratio near 0.5 from the first steps in d = 1), so particles
-drift outwards and the second moment grows, long before any kick explodes.
-The state keeps an exponential moving average of the median ratio
+``∇f`` (a median ratio well below 1 from the first steps in d = 1), so
+particles drift outwards and the second moment grows, long before any kick
+explodes. The state keeps an exponential moving average of the median ratio
 (:data:`AUDIT_EMA_WEIGHT`); when it falls below :data:`AUDIT_UNSTABLE_RATIO`
 after :data:`AUDIT_MIN_STEPS` audited steps, ``info.unstable`` (and so
 ``info.diverged``) is set. CEnLMC has no such field: its tests bound the weights
 (``1/p_j <= (4πh)^{d/2} exp((η+R1+R2)²/(4h))``, proof of Lemma 4.2), so its
 force has a finite variance, and a median ratio far below 1 there means a
-noisy but unbiased force (measured: 0.4-0.6 on the 3-D Darcy problem, where
-the chain is stationary with an inflated variance), which the bias flag
-measures.
+noisy but unbiased force (as on the 3-D Darcy problem, where the chain is
+stationary with an inflated variance), which the bias flag measures.
 
 *Bias (CEnLMC and EnLMC).* With an unbiased force ``∇f + e`` (``E[e | x] = 0``,
 exact for a quadratic f, see above) the chain is LMC with extra noise ``h e``,
@@ -33,46 +32,49 @@ and its stationary covariance solves ``Σ = AΣAᵀ + 2hI + h² C_e``
 (``A = I - h∇²f``): each variance is inflated by the relative amount
 ``h C_e,kk / 2`` whatever the curvature (to first order in h). Averaged over
 coordinates, that is the ensemble mean of ``h|e_i|²/(2d)``, the squared drift
-error in noise lengths (zero for particles that took their gradient):
+error in noise lengths (zero for particles that took their gradient)::
 
     v = (fraction using the ensemble) × E[h|F_i - ∇f(x_i)|² / (2d) | i used it],
 
 and the sd is biased by about ``v/2`` (on top of unadjusted Langevin's own
 ``h/4`` at unit curvature). ``|e|²`` is heavy-tailed (rare neighbours with a
 huge ``1/p_j``), so the mean over 8 audited particles is a poor estimate of
-its mean (on the Darcy problem with the former N* = 5, a 50-step average of
-it sat at 0.57x the true value in the median and ranged 0.16-39x), and the
-median drift error does not see the tail at all (0.033-0.05 both on healthy
-2-D runs and on one whose sd is 16% too large). The audit therefore uses
-``|F_i|²`` as a control variate: it is known at every particle without a
-gradient, and ``|e|² = |F|² - |∇f|² - 2 e·∇f``, so
+its mean (on the Darcy problem with the former N* = 5 a 50-step average of it
+sat well below the true value in the median and ranged over two orders of
+magnitude), and the median drift error does not see the tail at all (the same
+on healthy 2-D runs as on one whose sd is too large). The audit therefore
+uses ``|F_i|²`` as a control variate: it is known at every particle without a
+gradient, and ``|e|² = |F|² - |∇f|² - 2 e·∇f``, so::
 
-    info.audit_variance_inflation = (1/N) Σ_{i used} h|F_i|²/(2d)
-                                    + fraction × mean_audited h(|e_i|² - |F_i|²)/(2d)
+    info.audit_variance_inflation
+        = (1/N) Σ_{i used} h|F_i|²/(2d)
+          + fraction × mean_audited h(|e_i|² - |F_i|²)/(2d)
 
 is unbiased for the step's ``v`` (the audited particles are a uniform sample
 of the users) and the audit only samples the light-tailed ``-|∇f|² - 2e·∇f``
-(same Darcy runs: 0.88x in the median, 0.58-3.1x). A systematic error (a
-force too weak, e.g. an empty ball with ``min_ball_neighbours=0``) enters
-through the audited ``e`` as well. The state keeps a running mean of it
-(``state.audit.inflation``: the plain mean over the first 200 steps, then an
-EMA of weight :data:`AUDIT_BIAS_WEIGHT`), and ``info.biased`` is set when it
-exceeds :data:`AUDIT_BIAS_THRESHOLD` = 0.06 after
+(on the same Darcy runs, much closer to the true value and far less spread). A
+systematic error (a force too weak, e.g. an empty ball with
+``min_ball_neighbours=0``) enters through the audited ``e`` as well. The state
+keeps a running mean of it (``state.audit.inflation``: the plain mean over the
+first 200 steps, then an EMA of weight :data:`AUDIT_BIAS_WEIGHT`), and
+``info.biased`` is set when it exceeds :data:`AUDIT_BIAS_THRESHOLD` = 0.06 after
 :data:`AUDIT_BIAS_MIN_STEPS` = 200 steps.
 
 The threshold's measurements (healthy and biased runs, the audit simulated on
-recorded runs) are in ``benchmarks/results/audit_threshold.md``.
+recorded runs, the Darcy runs above) are in
+``benchmarks/results/audit_threshold.md``.
 
 *Systematic bias.* The inflation above is second order in the force error: it
 sees noise, but a force that is wrong by the same amount at every step (the
 least-squares fit of :mod:`~cenlmc_jax.ensemble.least_squares`, whose error
 is an ``O(η²)`` bias with almost no noise) moves the stationary distribution
 at first order while ``h|e|²`` stays tiny (on N(0, I_3) the fit at 3x the
-suggested η made the variance 17% too large at an audited inflation of
-0.0008). The audit therefore also measures the force's error along the
-gradient,
+suggested η made the variance too large at a negligible audited inflation:
+``benchmarks/results/frontier.md``). The audit therefore also measures the
+force's error along the gradient::
 
-    info.audit_drift_bias = β = fraction × Σ_audited e_i·∇f(x_i) / Σ_audited |∇f(x_i)|²,
+    info.audit_drift_bias = β
+        = fraction × Σ_audited e_i·∇f(x_i) / Σ_audited |∇f(x_i)|²,
 
 zero in expectation for an unbiased force (``E[e | x] = 0``). A force
 ``(1 + b)∇f`` used by a fraction ``φ`` of the particle-steps gives ``β = φ b``,
@@ -82,17 +84,17 @@ gradient, ``β < 0``, and the variance grows). Elsewhere ``-β`` is a first-orde
 guide, and an error orthogonal to ``∇f`` is not seen. ``state.audit.drift_bias``
 keeps its running mean (the inflation's weights) and ``info.biased`` is set
 too when ``|β|`` exceeds :data:`AUDIT_DRIFT_BIAS_THRESHOLD` = 0.06 after
-:data:`AUDIT_BIAS_MIN_STEPS` steps. Measurements: ``benchmarks/results/drift_bias.md``.
+:data:`AUDIT_BIAS_MIN_STEPS` steps. Measurements:
+``benchmarks/results/drift_bias.md``.
 
 ``biased`` is not a divergence: the run goes on, ``cj.sample`` warns once and
 the command-line job reports UNRELIABLE (exit 1). The remedies are smaller
 ``η, R1, R2``, a larger N* or more particles (the suggestion's noise budget,
-:func:`cenlmc_jax.ensemble.tuning.suggest_cenlmc_params`; :func:`cenlmc_jax.tune_cenlmc`
-caps the measured inflation), or LMC. No automatic fall-back to gradients:
-the flag is about the whole ensemble (an average over steps), not about
-particles, and switching the ensemble off mid-run would leave the draws
-before the switch biased while making the cost LMC's.
-
+:func:`cenlmc_jax.ensemble.tuning.suggest_cenlmc_params`;
+:func:`cenlmc_jax.tune_cenlmc` caps the measured inflation), or LMC. No automatic
+fall-back to gradients: the flag is about the whole ensemble (an average over
+steps), not about particles, and switching the ensemble off mid-run would leave
+the draws before the switch biased while making the cost LMC's.
 """
 
 from __future__ import annotations
@@ -131,17 +133,20 @@ __all__ = [
 class Audit(NamedTuple):
     """Running state of the gradient audit (beyond the paper; module docstring).
 
-    drift_ratio: () exponential moving average (weight :data:`AUDIT_EMA_WEIGHT`
-       per audited step) of the median drift ratio ``F_i·∇f_i / |∇f_i|²``; starts at 1.
-    steps: () int32, steps that audited at least one particle.
-    inflation: () running mean of the per-step variance-inflation estimate
-       ``info.audit_variance_inflation``: the plain mean over the first
-       ``1/AUDIT_BIAS_WEIGHT`` steps the audit ran, then an exponential moving
-       average of weight :data:`AUDIT_BIAS_WEIGHT`; starts at 0.
-    bias_steps: () int32, steps the audit ran (a step with no ensemble user counts: its
-      inflation is 0).
-    drift_bias: () running mean of the per-step drift-bias estimate
-       ``info.audit_drift_bias``, with the same weights as ``inflation``; starts at 0.
+    Attributes:
+      drift_ratio: ``()`` exponential moving average (weight
+        :data:`AUDIT_EMA_WEIGHT` per audited step) of the median drift ratio
+        ``F_i·∇f_i / |∇f_i|²``; starts at 1.
+      steps: ``()`` int32, steps that audited at least one particle.
+      inflation: ``()`` running mean of the per-step variance-inflation estimate
+        ``info.audit_variance_inflation``: the plain mean over the first
+        ``1/AUDIT_BIAS_WEIGHT`` steps the audit ran, then an exponential moving
+        average of weight :data:`AUDIT_BIAS_WEIGHT`; starts at 0.
+      bias_steps: ``()`` int32, steps the audit ran (a step with no ensemble user
+        counts: its inflation is 0).
+      drift_bias: ``()`` running mean of the per-step drift-bias estimate
+        ``info.audit_drift_bias``, with the same weights as ``inflation``; starts
+        at 0.
     """
 
     drift_ratio: Array
@@ -187,8 +192,13 @@ class AuditInfo(NamedTuple):
     biased: Array
 
     def info_fields(self) -> dict:
-        """These figures under their names in :class:`EnLMCInfo` / :class:`CEnLMCInfo` (``unstable`` is
-        EnLMC's alone: its step passes it itself)."""
+        """These figures under their names in :class:`EnLMCInfo` / :class:`CEnLMCInfo`.
+
+        ``unstable`` is EnLMC's alone: its step passes it itself.
+
+        Returns:
+          A dict from info field name to value.
+        """
         return dict(
             audit_grad_evals=self.grad_evals,
             audit_drift_ratio=self.drift_ratio,
@@ -201,10 +211,20 @@ class AuditInfo(NamedTuple):
 
 
 def audit_pick(rng_key: PRNGKey, used: Array, size: int) -> tuple[Array, Array, Array]:
-    """The audit's particles: ``size`` indices drawn without replacement (Gumbel top-k) among those with
-    ``used``, and which of them are real (with fewer such particles, fewer are audited).
-    Returns
-    ``(idx (size,), ok (size,), mask (N,))``, the mask to add them to the step's gradient call."""
+    """The audit's particles: ``size`` indices drawn without replacement among ``used``.
+
+    By Gumbel top-k; with fewer such particles, fewer are audited.
+
+    Args:
+      rng_key: the step's key (folded with a constant, so the draw is independent
+        of the step's noise).
+      used: ``(N,)`` bool, the particles that used the ensemble force.
+      size: the number to audit (static).
+
+    Returns:
+      ``(idx, ok, mask)``: the indices ``(size,)``, which of them are real
+      ``(size,)``, and the ``(N,)`` mask to add them to the step's gradient call.
+    """
     score = jnp.where(
         used,
         jax.random.gumbel(jax.random.fold_in(rng_key, 0x5EED), used.shape),
@@ -226,12 +246,25 @@ def audit_figures(
     h: Array,
     flag_unstable: bool,
 ) -> tuple[Audit, AuditInfo]:
-    """The gradient audit's figures at the picked particles (:func:`audit_pick`), whose true gradients
-    ``grad: (N, d)`` (of the log density) the step's gradient call computed with the
-    others.
+    """The gradient audit's figures at the picked particles (:func:`audit_pick`).
 
-    Returns ``(new running Audit, AuditInfo)``. ``flag_unstable``: whether
-    the running drift ratio may set ``unstable`` (EnLMC only).
+    Their true gradients ``grad: (N, d)`` (of the log density) were computed by the
+    step's gradient call with the others.
+
+    Args:
+      grad: the gradients of the log density, ``(N, d)`` (valid at the picked
+        particles).
+      idx: the picked indices, ``(size,)``.
+      ok: which of them are real, ``(size,)``.
+      force: the step's force ``F``, ``(N, d)``.
+      used: ``(N,)`` bool, the particles that used the ensemble force.
+      running: the running :class:`Audit`.
+      h: the step size.
+      flag_unstable: whether the running drift ratio may set ``unstable`` (EnLMC
+        only).
+
+    Returns:
+      ``(new running Audit, AuditInfo)``.
     """
     dt = force.dtype
     d = force.shape[-1]
@@ -250,10 +283,9 @@ def audit_figures(
     audited = jnp.any(ok)
     num_ok = jnp.sum(ok, dtype=jnp.int32)
     # the step's variance inflation: the users' mean of h|e|²/(2d) times their fraction,
-    # estimated with
-    # |F|² as a control variate (module docstring): known at every user, it brings in
-    # the whole ensemble's heavy tail; the audit only samples |e|² - |F|² = -|∇f|² - 2
-    # e·∇f
+    # estimated with |F|² as a control variate (module docstring): known at every user,
+    # it brings in the whole ensemble's heavy tail; the audit only samples
+    # |e|² - |F|² = -|∇f|² - 2 e·∇f
     force2 = to_noise * jnp.sum(force**2, axis=-1)
     used_fraction = jnp.mean(used.astype(dt))
     audited_gap = jnp.sum(jnp.where(ok, noise2 - force2[idx], 0.0)) / jnp.maximum(
@@ -316,14 +348,32 @@ def gradients_and_audit(
     mesh=None,
     values=None,
 ):
-    """The step's one gradient call, for the particles that ``need`` it and the audit's, and the force.
+    """The step's one gradient call and the force.
 
-    Returns ``(running Audit, AuditInfo, force (N, d), gradients computed ())``: the
-    force is ``∇f`` where ``need`` and the ensemble estimate ``ens`` elsewhere (audited
-    particles keep it). The audited particles ride in the same call (one call per step
-    for a black-box model). ``mesh``: each device computes the gradients of its own
-    particles (:func:`~.buffers.needed_grads`). ``values``: the log density at ``x``,
-    for a ``grad_one(x_i, value_i)`` that reuses it.
+    The call serves the particles that ``need`` a gradient and the audit's. The
+    force is ``∇f`` where ``need`` and the ensemble estimate ``ens`` elsewhere
+    (audited particles keep it). The audited particles ride in the same call (one
+    call per step for a black-box model).
+
+    Args:
+      rng_key: the step's key.
+      grad_one: ``(x_i, value_i) -> ∇log π(x_i)``.
+      x: the particles, ``(N, d)``.
+      need: ``(N,)`` bool, the particles that take their true gradient.
+      ens: the ensemble force estimate, ``(N, d)``.
+      capacity: the gradient buffer's size (:func:`~.buffers.needed_grads`).
+      dense: compute every particle's gradient (``dense_grad``).
+      audit_size: particles to audit (0: no audit).
+      running: the running :class:`Audit`.
+      h: the step size.
+      flag_unstable: as for :func:`audit_figures`.
+      mesh: each device computes the gradients of its own particles
+        (:func:`~.buffers.needed_grads`).
+      values: the log density at ``x``, for a ``grad_one(x_i, value_i)`` that
+        reuses it.
+
+    Returns:
+      ``(running Audit, AuditInfo, force (N, d), gradients computed ())``.
     """
     if audit_size == 0:
         grad, padded = needed_grads(grad_one, x, need, capacity, dense, mesh, values)
@@ -342,7 +392,15 @@ def gradients_and_audit(
 
 
 def no_audit(running: Audit, dtype) -> tuple[Audit, AuditInfo]:
-    """``audit_size=0``: the running state unchanged, NaN figures, no flag."""
+    """``audit_size=0``: the running state unchanged, NaN figures, no flag.
+
+    Args:
+      running: the running :class:`Audit`.
+      dtype: the dtype of the figures.
+
+    Returns:
+      ``(running, AuditInfo)``.
+    """
     nan, false = jnp.asarray(jnp.nan, dtype), jnp.zeros((), bool)
     return running, AuditInfo(
         jnp.zeros((), jnp.int32), nan, nan, nan, nan, nan, false, false
@@ -350,7 +408,16 @@ def no_audit(running: Audit, dtype) -> tuple[Audit, AuditInfo]:
 
 
 def fresh_audit(dtype) -> Audit:
-    """The audit's running state before any step: drift ratio 1, inflation and drift bias 0, no steps."""
+    """The audit's running state before any step.
+
+    Drift ratio 1, inflation and drift bias 0, no steps.
+
+    Args:
+      dtype: the dtype of the figures.
+
+    Returns:
+      An :class:`Audit`.
+    """
     zero = jnp.zeros((), dtype)
     return Audit(
         jnp.ones((), dtype),
@@ -368,18 +435,23 @@ def _kept_mean(kept: Any, field: str) -> float:
 
 
 def _biased_message(kept: Any, first_step: int) -> str:
-    """``cj.sample``'s warning for ``info.biased``, with the measured inflation and drift bias over the kept steps."""
+    """``cj.sample``'s warning for ``info.biased``.
+
+    With the measured inflation and drift bias over the kept steps.
+    """
     v, beta = (
         _kept_mean(kept, "audit_variance_inflation"),
         _kept_mean(kept, "audit_drift_bias"),
     )
     noise = (
-        f"the ensemble force's noise inflates the stationary variance by about {v:.1%} (the sd by about "
-        f"{np.sqrt(max(1 + v, 0.0)) - 1:.1%}; mean of info.audit_variance_inflation)"
+        f"the ensemble force's noise inflates the stationary variance by about {v:.1%} "
+        f"(the sd by about {np.sqrt(max(1 + v, 0.0)) - 1:.1%}; mean of "
+        "info.audit_variance_inflation)"
     )
     drift = (
-        f"the force is systematically {abs(beta):.1%} too {'weak' if beta < 0 else 'strong'} along the gradient, "
-        f"which moves the stationary variance by about {-beta:+.1%} (mean of info.audit_drift_bias)"
+        f"the force is systematically {abs(beta):.1%} too "
+        f"{'weak' if beta < 0 else 'strong'} along the gradient, which moves the "
+        f"stationary variance by about {-beta:+.1%} (mean of info.audit_drift_bias)"
     )
     first, second = (
         (drift, noise)
@@ -387,10 +459,12 @@ def _biased_message(kept: Any, first_step: int) -> str:
         else (noise, drift)
     )
     return (
-        f"the gradient audit measured over the kept steps that {first}, and that {second}: above the audit's "
-        f"thresholds from step {first_step} (info.biased), so the moments are biased. Use smaller eta, r1, r2 or a "
-        "larger n_star (or more particles), e.g. from cj.ensemble.tuning.suggest_cenlmc_params or cj.tune_cenlmc, the "
-        "paper's estimator in place of a least-squares one, or cj.lmc"
+        f"the gradient audit measured over the kept steps that {first}, and that "
+        f"{second}: above the audit's thresholds from step {first_step} (info.biased), "
+        "so the moments are biased. Use smaller eta, r1, r2 or a larger n_star (or "
+        "more particles), e.g. from cj.ensemble.tuning.suggest_cenlmc_params or "
+        "cj.tune_cenlmc, the paper's estimator in place of a least-squares one, or "
+        "cj.lmc"
     )
 
 
