@@ -1,8 +1,9 @@
-"""Gradient buffers: true gradients at only the particles that need one (CEnLMC's saving).
+"""Gradient buffers: true gradients at only the particles that need one.
 
-CEnLMC (Algorithm 3.2) needs ``∇f(x_i)`` only at the particles that fail a test
-of (3.21); EnLMC only at step 0. :func:`needed_grads` gathers those particles
-and differentiates them alone, so a step costs about ``count`` gradients, not N.
+CEnLMC's saving. CEnLMC (Algorithm 3.2) needs ``∇f(x_i)`` only at the particles
+that fail a test of (3.21); EnLMC only at step 0. :func:`needed_grads` gathers
+those particles and differentiates them alone, so a step costs about ``count``
+gradients, not N.
 
 With a device mesh (``EnsembleOptions.mesh``) each device compacts and
 differentiates the particles it owns (:func:`sharded_needed_grads`), so the
@@ -38,11 +39,10 @@ def needed_grads(
     mesh=None,
     values: Array | None = None,
 ):
-    """Gradient (``grad_one: (d,) -> (d,)``) at the particles with ``need``; zeros elsewhere.
+    """Gradients at the particles with ``need``; zeros elsewhere.
 
-    Returns ``(grad (N, d), num_computed ())``. The flagged indices are
-    compacted to the front (``jnp.nonzero(size=N)``); only those particles are
-    differentiated, in one of two batchings:
+    The flagged indices are compacted to the front (``jnp.nonzero(size=N)``); only
+    those particles are differentiated, in one of two batchings:
 
     * ``capacity=None`` (default): ONE vmapped call per step on the first
       ``B`` compacted particles, ``B`` the smallest of ``ceil(N·k/8)``, k = 1..8,
@@ -55,13 +55,23 @@ def needed_grads(
     Both are reverse-differentiable (no ``while_loop``); under ``vmap`` the
     switch / cond become selects and every size is computed. Padding slots
     point to index N: they read some real particle and their result is
-    dropped. ``dense=True`` is the debugging reference: every gradient, then a mask.
+    dropped.
 
-    ``mesh``: a 1-D device mesh: each device does this for its own particles
-    (:func:`sharded_needed_grads`; with ``dense=True`` XLA splits the vmap itself).
+    Args:
+      grad_one: ``(d,) -> (d,)``, or ``(x_i (d,), value_i ()) -> (d,)`` when
+        ``values`` is given (a finite-difference gradient reuses the value).
+      x: the particles, ``(N, d)``.
+      need: ``(N,)`` bool, the particles to differentiate.
+      capacity: ``None`` (one bucketed call) or the buffer size ``C``.
+      dense: the debugging reference: every gradient, then a mask.
+      mesh: a 1-D device mesh: each device does this for its own particles
+        (:func:`sharded_needed_grads`; with ``dense=True`` XLA splits the vmap
+        itself).
+      values: ``(N,)`` the log density at ``x``, known already.
 
-    ``values``: (N,) the log density at ``x``, known already; then ``grad_one`` is
-    ``(x_i (d,), value_i ()) -> (d,)`` (a finite-difference gradient reuses the value).
+    Returns:
+      ``(grad (N, d), num_computed ())``: the gradients (zeros where not needed)
+      and the gradients computed, padding included.
     """
     if mesh is not None and not dense:
         return sharded_needed_grads(grad_one, x, need, capacity, mesh, values)
@@ -108,7 +118,16 @@ def needed_grads(
 
 
 def shard_capacity(capacity: int | None, n_local: int, num_devices: int) -> int | None:
-    """The per-device buffer size of a sharded step: ``min(ceil(C / P), N / P)`` (None stays None)."""
+    """The per-device buffer size of a sharded step: ``min(ceil(C / P), N / P)``.
+
+    Args:
+      capacity: ``C``, or None.
+      n_local: ``N / P``, the rows a device owns.
+      num_devices: ``P``.
+
+    Returns:
+      The per-device size (None stays None).
+    """
     return None if capacity is None else min(-(-capacity // num_devices), n_local)
 
 
@@ -120,26 +139,38 @@ def sharded_needed_grads(
     mesh,
     values: Array | None = None,
 ):
-    """:func:`needed_grads` with the particles split over ``mesh``: each device its own (``jax.shard_map``).
+    """:func:`needed_grads` with the particles split over ``mesh``: each device its own.
 
-    Device ``k`` owns rows ``[k N/P, (k+1) N/P)`` (as the sharded pair force,
-    :mod:`cenlmc_jax.pairwise.sharded`) and compacts and differentiates only
-    the flagged ones among them, with the single-device batching applied to
-    its ``N/P`` rows: ``capacity=None``: one call on the smallest of
-    ``ceil((N/P)·k/8)`` rows that holds its ``count_k``; ``capacity=C``:
-    buffers of ``c = min(ceil(C/P), N/P)`` rows, ``ceil(count_k / c)`` calls.
-    Per device that is ``1/P`` of the gradient shapes of one device, and every
-    flagged particle still gets its gradient: a device holding more than its
-    share of the flagged particles runs a larger bucket or more buffers
-    (there is no overflow that drops a gradient, on one device or several).
+    By ``jax.shard_map``. Device ``k`` owns rows ``[k N/P, (k+1) N/P)`` (as the
+    sharded pair force, :mod:`cenlmc_jax.pairwise.sharded`) and compacts and
+    differentiates only the flagged ones among them, with the single-device
+    batching applied to its ``N/P`` rows: ``capacity=None``: one call on the
+    smallest of ``ceil((N/P)·k/8)`` rows that holds its ``count_k``;
+    ``capacity=C``: buffers of ``c = min(ceil(C/P), N/P)`` rows,
+    ``ceil(count_k / c)`` calls. Per device that is ``1/P`` of the gradient shapes
+    of one device, and every flagged particle still gets its gradient: a device
+    holding more than its share of the flagged particles runs a larger bucket or
+    more buffers (there is no overflow that drops a gradient, on one device or
+    several).
 
     The gradients are those of one device whenever ``grad_one`` at a particle
-    does not depend on the batch it rides in (measured bitwise on CPU for
-    autodiff and explicit gradients). What differs is the padding count: the
-    returned ``num_computed`` is ``Σ_k`` (device k's bucket, or its buffers
-    × c), not one device's figure (it may be larger or smaller). N not a
-    multiple of P: the ensemble is padded per call with particles that need
-    nothing (their rows are cut off again).
+    does not depend on the batch it rides in (bitwise equal on CPU for autodiff
+    and explicit gradients). What differs is the padding count: the returned
+    ``num_computed`` is ``Σ_k`` (device k's bucket, or its buffers × c), not one
+    device's figure (it may be larger or smaller). N not a multiple of P: the
+    ensemble is padded per call with particles that need nothing (their rows are
+    cut off again).
+
+    Args:
+      grad_one: as for :func:`needed_grads`.
+      x: the particles, ``(N, d)``.
+      need: ``(N,)`` bool.
+      capacity: ``None`` or the buffer size ``C`` (split over the devices).
+      mesh: a 1-D device mesh.
+      values: as for :func:`needed_grads`.
+
+    Returns:
+      ``(grad (N, d), num_computed ())``.
     """
     axis = particle_axis(mesh)
     num = int(mesh.shape[axis])

@@ -2,7 +2,8 @@
 
 CEnLMC (``x``) and LMC (``z``, eq. 3.24) start from the same positions and
 draw the same ``ξ^m`` at every step; the theorem bounds ``E|x_i^m - z_i^m|``
-(μ-convex f) by ``O(sqrt(R1^d κ M_f d / (μ η^d N*)) · exp(R1(R1+R2)/(2h)) + κ η d)``.
+(μ-convex f) by
+``O(sqrt(R1^d κ M_f d / (μ η^d N*)) · exp(R1(R1+R2)/(2h)) + κ η d)``.
 """
 
 from __future__ import annotations
@@ -71,16 +72,37 @@ def coupling_distance(
     return_info: bool = False,
     **step_kwargs: Any,
 ):
-    """The coupling of Theorem 3.3: ``E|x_i^m - z_i^m|`` for m = 1..num_steps, shape (num_steps,).
+    """The coupling of Theorem 3.3: ``E|x_i^m - z_i^m|`` for m = 1..num_steps.
 
     Runs CEnLMC (``x``) and LMC (``z``, eq. 3.24) from the same ``positions``
-    with the same noise ``ξ^m`` (both steps draw ``jax.random.normal(key_m, (N, d))``
-    from ``key_m = fold_in(rng_key, m)``) and returns the particle average of
-    ``|x_i^m - z_i^m|`` after each step. The theorem bounds it (μ-convex f) by
+    with the same noise ``ξ^m`` (both steps draw
+    ``jax.random.normal(key_m, (N, d))`` from ``key_m = fold_in(rng_key, m)``) and
+    returns the particle average of ``|x_i^m - z_i^m|`` after each step. The
+    theorem bounds it (μ-convex f) by
     ``O(sqrt(R1^d κ M_f d / (μ η^d N*)) · exp(R1(R1+R2)/(2h)) + κ η d)``.
-    With ``return_info=True`` returns ``(distance, infos)`` where ``infos``
-    are the stacked :class:`CEnLMCInfo` of the CEnLMC run. ``step_kwargs``
-    (``grad_capacity``, ``method``, ...) go to :func:`cenlmc_step`.
+
+    Args:
+      rng_key: the run's key.
+      positions: the common start, ``(N, d)``.
+      logdensity_fn: ``x: (d,) -> log π(x) + const``.
+      num_steps: steps, ``>= 1``.
+      step_size: h > 0.
+      eta: η > 0.
+      r1: R1 >= 0.
+      r2: R2 >= 0.
+      n_star: N*, an integer in ``[0, N-1]``.
+      m_f: M_f >= 0.
+      f_star: f* = min f, or None (found by :func:`cenlmc_init`).
+      return_info: also return the stacked :class:`CEnLMCInfo` of the CEnLMC run.
+      **step_kwargs: go to :func:`cenlmc_step` (``grad_capacity``, ``method``,
+        ...).
+
+    Returns:
+      The distances, shape ``(num_steps,)``; with ``return_info=True``,
+      ``(distance, infos)``.
+
+    Raises:
+      ValueError: a bad argument (checked before tracing).
     """
     num_steps = check_int(num_steps, "num_steps", minimum=1)
     check_bool(return_info, "return_info")

@@ -2,7 +2,6 @@
 
 :func:`find_f_star` finds ``f* = min f = -max logdensity_fn`` (needed by the
 ``M_f`` test of eq. 3.21) with optax's L-BFGS, started from the best particle.
-
 """
 
 from __future__ import annotations
@@ -38,12 +37,13 @@ __all__ = ["FStarResult", "find_f_star"]
 class FStarResult(NamedTuple):
     """Result of :func:`find_f_star`.
 
-    f_star: () the minimum found, ``min(f(x_opt), min_i f(x_i))``.
-    position: (d,) where it was found.
-    grad_norm: () ``|∇f|`` there.
-    num_steps: () L-BFGS iterations done.
-    converged: () ``grad_norm <= tol``.
-    tol: the gradient tolerance used.
+    Attributes:
+      f_star: ``()`` the minimum found, ``min(f(x_opt), min_i f(x_i))``.
+      position: ``(d,)`` where it was found.
+      grad_norm: ``()`` ``|∇f|`` there.
+      num_steps: ``()`` L-BFGS iterations done.
+      converged: ``()`` ``grad_norm <= tol``.
+      tol: the gradient tolerance used.
     """
 
     f_star: Array
@@ -80,7 +80,10 @@ def _lbfgs_minimise(logdensity_fn, x0, tol, max_steps):
 
 
 class _returns_array:
-    """``logdensity_fn`` with its value as an array of the input's dtype (hashable: jit keys on it)."""
+    """``logdensity_fn`` with its value as an array of the input's dtype.
+
+    Hashable: jit keys on it.
+    """
 
     def __init__(self, fn):
         self.fn = fn
@@ -102,12 +105,12 @@ _LBFGS_MEMO_SIZE = 8
 
 
 def _memo_lbfgs(logdensity_fn, x0, tol, max_steps):
-    """:func:`_lbfgs_minimise`, run once per (function, concrete start point, tol, max_steps) in a process.
+    """:func:`_lbfgs_minimise`, run once per (function, start point, tol, max_steps).
 
-    The result depends on nothing else, so a second :func:`find_f_star` from
-    the same best particle (the CLI's curvature probe, then ``cenlmc_init``;
-    measured 8.5 s on a 4-parameter ODE model, issue 17) reuses it. Traced
-    start points are never memoised.
+    Once in a process, for a concrete start point. The result depends on nothing
+    else, so a second :func:`find_f_star` from the same best particle (the CLI's
+    curvature probe, then ``cenlmc_init``; on an ODE model the search is dear,
+    issue 17) reuses it. Traced start points are never memoised.
     """
     if not (is_concrete(x0) and is_concrete(tol)):
         return _lbfgs_minimise(logdensity_fn, x0, tol, max_steps)
@@ -141,17 +144,28 @@ def find_f_star(
     runs ``optax.lbfgs`` (zoom line search, so ``f`` never increases) until
     ``|∇f| <= tol`` or ``max_steps`` iterations.
 
-    Tolerance: ``tol`` defaults to ``sqrt(machine eps)`` of the positions'
-    dtype (3.5e-4 in float32, 1.5e-8 in float64): below it the gradient is
-    dominated by rounding in ``f``. For μ-convex ``f`` the error in ``f*`` is
-    at most ``|∇f|²/(2μ)`` (6e-8/μ in float32). ``f*`` only shifts the
-    threshold ``f* + M_f`` of eq. 3.21, so any error far below ``M_f`` (order
-    1-10) is immaterial.
-
     For a non-convex ``f`` this is a local minimum near the best particle; an
     ``f*`` that is too high only loosens the ``M_f`` test. The returned value
     is never above the best particle's ``f`` (a failed or non-finite
     optimisation falls back to it, with ``converged=False``).
+
+    Args:
+      logdensity_fn: ``x: (d,) -> log π(x) + const``.
+      positions: the ensemble, ``(N, d)``.
+      tol: the gradient tolerance; defaults to ``sqrt(machine eps)`` of the
+        positions' dtype (3.5e-4 in float32, 1.5e-8 in float64): below it the
+        gradient is dominated by rounding in ``f``. For μ-convex ``f`` the error in
+        ``f*`` is at most ``|∇f|²/(2μ)`` (6e-8/μ in float32). ``f*`` only shifts
+        the threshold ``f* + M_f`` of eq. 3.21, so any error far below ``M_f``
+        (order 1-10) is immaterial.
+      max_steps: the iteration limit, ``>= 1``.
+
+    Returns:
+      An :class:`FStarResult`.
+
+    Raises:
+      ValueError: bad positions or log density, ``max_steps < 1`` or ``tol`` not
+        ``> 0``.
     """
     x = check_positions(positions)
     check_logdensity(logdensity_fn, x[0])
@@ -159,9 +173,8 @@ def find_f_star(
     if tol is None:
         tol = math.sqrt(float(jnp.finfo(x.dtype).eps))
     check_positive(tol, "tol")
-    logdensity_fn = _returns_array(
-        logdensity_fn
-    )  # a Python float return would break optax
+    # a Python float return would break optax
+    logdensity_fn = _returns_array(logdensity_fn)
     logdensity = jax.vmap(logdensity_fn)(x)
     best = jnp.argmax(jnp.where(jnp.isfinite(logdensity), logdensity, -jnp.inf))
     x0, f0 = x[best], -logdensity[best]

@@ -5,11 +5,15 @@ rounding): they choose how the pair force and the gradients are computed, and
 the gradient audit's size. They are one frozen :class:`EnsembleOptions`
 (a NamedTuple: hashable when its members are, a static argument of
 ``jax.jit``), which every entry point takes either whole (``options=``) or as
-keywords of its fields:
+keywords of its fields::
 
-    cj.cenlmc(logdensity_fn, 0.05, 0.3, 0.5, 0.3, 20, 10.0, grad_capacity=64,
-    method="tiled") cj.cenlmc(logdensity_fn, 0.05, 0.3, 0.5, 0.3, 20, 10.0,
-              options=cj.ensemble.EnsembleOptions(grad_capacity=64, method="tiled"))
+    cj.cenlmc(
+        logdensity_fn, 0.05, 0.3, 0.5, 0.3, 20, 10.0, grad_capacity=64, method="tiled"
+    )
+    cj.cenlmc(
+        logdensity_fn, 0.05, 0.3, 0.5, 0.3, 20, 10.0,
+        options=cj.ensemble.EnsembleOptions(grad_capacity=64, method="tiled"),
+    )
 
 The algorithm's own parameters (``step_size``, ``eta``, ``r1``, ``r2``,
 ``n_star``, ``m_f``, ``f_star``; EnLMC's ``blowup_factor``, CEnLMC's guard
@@ -31,36 +35,45 @@ __all__ = ["EnsembleOptions", "ensemble_options"]
 class EnsembleOptions(NamedTuple):
     """How an ensemble step is computed (module docstring); every field has a default.
 
-    grad_capacity: gradient buffer size in ``[1, N]``; None (default): one gradient call
-       per step sized to the next of ``GRAD_BUCKETS`` = 8 fractions of N above the
-       number of particles that need a gradient
-       (:func:`cenlmc_jax.ensemble.buffers.needed_grads`).
-    dense_grad: debugging switch: compute all N gradients, then select (same trajectory,
-      no saving).
-    method, block_size, precision, block_sparse: passed to
-       :func:`cenlmc_jax.pairwise.ensemble_force` (``block_sparse=None``: its ``auto``
-       rule; True / False force the block-sparse tile skipping on or off).
-    interpret: the Pallas kernel's mode (``method="pallas"`` only): None (default) by
-       the platform the step is lowered for (Triton on CUDA/ROCm, interpret mode
-       elsewhere), True / False force it (:func:`cenlmc_jax.pairwise.ensemble_force`).
-    mesh, strategy: a 1-D device mesh: the pair force runs sharded over it
-       (``ensemble_force(..., mesh=mesh, strategy=strategy)``, ``"allgather"`` or
-       ``"ring"``), and each device computes the true gradients of its own N/P
-       particles, with buffers of ``ceil(grad_capacity / P)`` or the buckets of N/P
-       (:func:`cenlmc_jax.ensemble.buffers.sharded_needed_grads`: the same gradients;
-       ``info.grad_evals_padded`` is then the sum of the per-device buckets).
-    audit_size: particles audited per step (true gradients at random particles that used
-       the ensemble force; :mod:`cenlmc_jax.ensemble.audit`); 0 switches the audit off;
-       None: the sampler's default (EnLMC 32, CEnLMC
-       :data:`~cenlmc_jax.ensemble.audit.CENLMC_AUDIT_SIZE`).
-    grad_fn: ``x: (d,) -> ∇ log density (d,)`` for the particles that need a true
-       gradient (an adjoint solver, :func:`cenlmc_jax.gradients.finite_difference`, an
-       external code); default the autodiff gradient of ``logdensity_fn`` in
-       ``grad_mode``. A ``grad_fn`` overrides ``grad_mode``.
-    grad_mode: ``"auto"`` (default), ``"reverse"`` or ``"forward"``: how the true
-       gradients (of the particles that need one, and the audit's) are differentiated
-       without ``grad_fn`` (:mod:`cenlmc_jax.gradients.modes`; auto: forward for ``d <=
-       FORWARD_MAX_D``, measured). The same chain up to rounding either way.
+    Attributes:
+      grad_capacity: gradient buffer size in ``[1, N]``; None (default): one
+        gradient call per step sized to the next of ``GRAD_BUCKETS`` = 8 fractions
+        of N above the number of particles that need a gradient
+        (:func:`cenlmc_jax.ensemble.buffers.needed_grads`).
+      dense_grad: debugging switch: compute all N gradients, then select (same
+        trajectory, no saving).
+      method: passed to :func:`cenlmc_jax.pairwise.ensemble_force`.
+      block_size: passed to :func:`cenlmc_jax.pairwise.ensemble_force`.
+      precision: passed to :func:`cenlmc_jax.pairwise.ensemble_force`.
+      mesh: a 1-D device mesh: the pair force runs sharded over it
+        (``ensemble_force(..., mesh=mesh, strategy=strategy)``), and each device
+        computes the true gradients of its own N/P particles, with buffers of
+        ``ceil(grad_capacity / P)`` or the buckets of N/P
+        (:func:`cenlmc_jax.ensemble.buffers.sharded_needed_grads`: the same
+        gradients; ``info.grad_evals_padded`` is then the sum of the per-device
+        buckets).
+      strategy: the sharded pair force's ``"allgather"`` or ``"ring"``.
+      block_sparse: passed to :func:`cenlmc_jax.pairwise.ensemble_force`
+        (``None``: its ``auto`` rule; True / False force the block-sparse tile
+        skipping on or off).
+      audit_size: particles audited per step (true gradients at random particles
+        that used the ensemble force; :mod:`cenlmc_jax.ensemble.audit`); 0
+        switches the audit off; None: the sampler's default (EnLMC 32, CEnLMC
+        :data:`~cenlmc_jax.ensemble.audit.CENLMC_AUDIT_SIZE`).
+      grad_fn: ``x: (d,) -> ∇ log density (d,)`` for the particles that need a
+        true gradient (an adjoint solver,
+        :func:`cenlmc_jax.gradients.finite_difference`, an external code); default
+        the autodiff gradient of ``logdensity_fn`` in ``grad_mode``. A ``grad_fn``
+        overrides ``grad_mode``.
+      interpret: the Pallas kernel's mode (``method="pallas"`` only): None
+        (default) by the platform the step is lowered for (Triton on CUDA/ROCm,
+        interpret mode elsewhere), True / False force it
+        (:func:`cenlmc_jax.pairwise.ensemble_force`).
+      grad_mode: ``"auto"`` (default), ``"reverse"`` or ``"forward"``: how the
+        true gradients (of the particles that need one, and the audit's) are
+        differentiated without ``grad_fn`` (:mod:`cenlmc_jax.gradients.modes`;
+        auto: forward for ``d <= FORWARD_MAX_D``, the crossover of
+        benchmarks/results/grad_mode.md). The same chain up to rounding either way.
     """
 
     grad_capacity: int | None = None
@@ -77,7 +90,14 @@ class EnsembleOptions(NamedTuple):
     grad_mode: str = "auto"
 
     def checked(self) -> EnsembleOptions:
-        """The checks that need no ensemble (Python, before tracing); returns self."""
+        """The checks that need no ensemble (Python, before tracing).
+
+        Returns:
+          ``self``.
+
+        Raises:
+          ValueError: a field out of range or of the wrong kind.
+        """
         if self.grad_capacity is not None:
             check_int(self.grad_capacity, "grad_capacity", minimum=1)
         check_bool(self.dense_grad, "dense_grad")
@@ -99,7 +119,17 @@ class EnsembleOptions(NamedTuple):
         return self
 
     def capacity(self, n: int) -> int | None:
-        """The gradient buffer size for ``n`` particles (None: one bucketed call per step)."""
+        """The gradient buffer size for ``n`` particles.
+
+        Args:
+          n: the number of particles.
+
+        Returns:
+          ``grad_capacity`` (None: one bucketed call per step).
+
+        Raises:
+          ValueError: ``grad_capacity > n``.
+        """
         if self.grad_capacity is None:
             return None
         return check_int(
@@ -107,12 +137,24 @@ class EnsembleOptions(NamedTuple):
         )
 
     def audit(self, n: int, default: int) -> int:
-        """Particles audited per step for ``n`` particles (at most n)."""
+        """Particles audited per step for ``n`` particles (at most n).
+
+        Args:
+          n: the number of particles.
+          default: the sampler's default audit size.
+
+        Returns:
+          The audit size.
+        """
         size = default if self.audit_size is None else self.audit_size
         return min(check_int(size, "audit_size", minimum=0), n)
 
     def force_kwargs(self) -> dict:
-        """The keywords of :func:`cenlmc_jax.pairwise.ensemble_force` these options set."""
+        """The keywords of :func:`cenlmc_jax.pairwise.ensemble_force` these options set.
+
+        Returns:
+          A dict of keyword arguments.
+        """
         return dict(
             method=self.method,
             block_size=self.block_size,
@@ -127,22 +169,32 @@ class EnsembleOptions(NamedTuple):
 def ensemble_options(
     options: EnsembleOptions | None = None, **fields: Any
 ) -> EnsembleOptions:
-    """``options`` (default :class:`EnsembleOptions()`) with ``fields`` replaced, checked.
+    """``options`` (default ``EnsembleOptions()``) with ``fields`` replaced, checked.
 
-    An unknown keyword is a ``ValueError`` naming it and the known ones (a
-    misspelt option never passes silently).
+    Args:
+      options: an :class:`EnsembleOptions`, or None.
+      **fields: fields to replace.
+
+    Returns:
+      The checked :class:`EnsembleOptions`.
+
+    Raises:
+      ValueError: ``options`` of another type, an unknown keyword (naming it and
+        the known ones: a misspelt option never passes silently), or a field out
+        of range.
     """
     if options is None:
         options = EnsembleOptions()
     elif not isinstance(options, EnsembleOptions):
         raise ValueError(
-            f"options must be a cenlmc_jax.ensemble.EnsembleOptions or None; got "
+            "options must be a cenlmc_jax.ensemble.EnsembleOptions or None; got "
             f"{type(options).__name__}."
         )
     unknown = sorted(set(fields) - set(EnsembleOptions._fields))
     if unknown:
         raise ValueError(
             f"unknown ensemble option(s) {', '.join(unknown)}; the options are "
-            f"{', '.join(EnsembleOptions._fields)} (cenlmc_jax.ensemble.EnsembleOptions)."
+            f"{', '.join(EnsembleOptions._fields)} "
+            "(cenlmc_jax.ensemble.EnsembleOptions)."
         )
     return options._replace(**fields).checked()
