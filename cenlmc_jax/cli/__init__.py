@@ -96,9 +96,11 @@ __all__ = ["main", "cmd_sample", "build_parser", "UsageError", "SAMPLER_CHOICES"
 
 
 def cmd_sample(args) -> int:
-    """``cenlmc-jax sample``: check the flags, set up, run, report, write out; the exit status.
+    """``cenlmc-jax sample``: check the flags, set up, run, report, write out; the exit
+    status.
 
-    A Ctrl-C raises KeyboardInterrupt (:func:`main` catches it: exit status 130)."""
+    A Ctrl-C raises KeyboardInterrupt (:func:`main` catches it: exit status 130).
+    """
     t_start = time.perf_counter()
     check_args(args)
     setup = jobs.setup(args)
@@ -115,7 +117,8 @@ def cmd_sample(args) -> int:
 
 
 def _with_config(parser, args, argv: list):
-    """``--config FILE`` (or, with ``--resume --out DIR``, ``DIR/config.toml``) read under the command line.
+    """``--config FILE`` (or, with ``--resume --out DIR``, ``DIR/config.toml``) read
+    under the command line.
 
     ``args``: the command line alone, whose ``--model`` is the only one ever imported: a
     file's ``model`` entry without it is a usage error
@@ -143,8 +146,9 @@ def _with_config(parser, args, argv: list):
 
 
 def _sample(parser, args, argv: list) -> int:
-    """The ``sample`` command under :func:`~cenlmc_jax.cli.jobs.ctrl_c_recorded`: a Ctrl-C anywhere in it is
-    exit status 130, with what the run left and how to go on."""
+    """The ``sample`` command under :func:`~cenlmc_jax.cli.jobs.ctrl_c_recorded`: a
+    Ctrl-C anywhere in it is exit status 130, with what the run left and how to go on.
+    """
     interrupted, current = [], [args]
     use_compile_cache(args.compile_cache)
     try:
@@ -198,7 +202,8 @@ def _end_interrupted_process(code: int) -> None:
 
 
 def main(argv=None) -> int:
-    """The ``cenlmc-jax`` console script: ``sample`` or ``summary``; the exit status (module docstring).
+    """The ``cenlmc-jax`` console script: ``sample`` or ``summary``; the exit status
+    (module docstring).
 
     ``argv`` None is the command itself (the console script, ``python -m
     cenlmc_jax.cli``): an interrupted run then ends the process with ``os._exit(130)``.

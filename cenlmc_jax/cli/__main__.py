@@ -1,4 +1,6 @@
-"""``python -m cenlmc_jax.cli``: the ``cenlmc-jax`` command (:func:`cenlmc_jax.cli.main`)."""
+"""``python -m cenlmc_jax.cli``: the ``cenlmc-jax`` command
+(:func:`cenlmc_jax.cli.main`).
+"""
 
 import sys
 

@@ -1,4 +1,5 @@
-"""The sampling job of ``cenlmc-jax sample``: set up from the checked flags, run, written out.
+"""The sampling job of ``cenlmc-jax sample``: set up from the checked flags, run,
+written out.
 
 * :func:`setup`: the target (built-in, or ``--model`` with ``--data``), the
   starting positions (``--init`` or noise), the curvature ``c`` the default
@@ -63,7 +64,9 @@ from cenlmc_jax.run import RunResult
 
 
 class Setup(NamedTuple):
-    """A job ready to run: the target, the sampler's Job, the keys, the curvature ``c`` and where it came from."""
+    """A job ready to run: the target, the sampler's Job, the keys, the curvature ``c``
+    and where it came from.
+    """
 
     target: targets_mod.Target
     job: Job
@@ -76,7 +79,9 @@ class Setup(NamedTuple):
 
 
 class Run(NamedTuple):
-    """A finished run: the driver's result, its time, its RuntimeWarnings, the burn-in steps the driver ran."""
+    """A finished run: the driver's result, its time, its RuntimeWarnings, the burn-in
+    steps the driver ran.
+    """
 
     result: RunResult
     seconds: float
@@ -98,8 +103,10 @@ def _refuse_pickles(flag: str, path: str, exc: Exception) -> None:
 
 
 def load_data(path: str) -> dict:
-    """``--data``: an ``.npz`` (its arrays) or a ``.csv`` with a header row (its columns), by name; data only
-    (an array of pickled objects, which could run code, is refused)."""
+    """``--data``: an ``.npz`` (its arrays) or a ``.csv`` with a header row (its
+    columns), by name; data only (an array of pickled objects, which could run code, is
+    refused).
+    """
     if path.endswith(".npz"):
         try:
             with np.load(path, allow_pickle=False) as f:
@@ -134,7 +141,9 @@ def load_data(path: str) -> dict:
 
 
 def _import_model(spec: str):
-    """The function ``FUNCTION`` of ``--model PATH.py:FUNCTION``, its name and the file's module."""
+    """The function ``FUNCTION`` of ``--model PATH.py:FUNCTION``, its name and the
+    file's module.
+    """
     path, sep, name = spec.rpartition(":")
     if not sep or not path.endswith(".py") or not name.isidentifier():
         raise UsageError(f"--model must be PATH.py:FUNCTION; got {spec!r}")
@@ -156,7 +165,9 @@ def _import_model(spec: str):
 
 
 def load_model(spec: str, data: dict | None, dim: int, fn=None) -> targets_mod.Target:
-    """``--model PATH.py:FUNCTION`` (with ``--data``) as a Target of dimension ``dim``, its output checked."""
+    """``--model PATH.py:FUNCTION`` (with ``--data``) as a Target of dimension ``dim``,
+    its output checked.
+    """
     fn, name = (
         (fn, spec.rpartition(":")[2]) if fn is not None else _import_model(spec)[:2]
     )
@@ -206,7 +217,9 @@ def _imports_numpyro(module) -> bool:
 
 
 def _numpyro_kwargs(data: dict | None) -> dict:
-    """``--data`` as a NumPyro model's keyword arguments: each array by name, a 0-d integer (a plate's size) an int."""
+    """``--data`` as a NumPyro model's keyword arguments: each array by name, a 0-d
+    integer (a plate's size) an int.
+    """
     return {
         k: int(v)
         if np.ndim(v) == 0 and np.issubdtype(np.asarray(v).dtype, np.integer)
@@ -216,8 +229,8 @@ def _numpyro_kwargs(data: dict | None) -> dict:
 
 
 def load_numpyro_model(spec: str, fn, module, data: dict | None):
-    """``--model PATH.py:MODEL`` as ``cj.from_numpyro(MODEL, **data)`` and those keyword arguments when MODEL is a
-    NumPyro model, else None.
+    """``--model PATH.py:MODEL`` as ``cj.from_numpyro(MODEL, **data)`` and those keyword
+    arguments when MODEL is a NumPyro model, else None.
 
     A NumPyro model: the file imports numpyro and ``MODEL(**data)`` binds (``--data``'s
     arrays by argument name; none without ``--data``: the model's own defaults). A log
@@ -272,8 +285,10 @@ def numpyro_target(spec: str, fn, kwargs: dict, model) -> targets_mod.Target:
 
 
 def constrained(model, res: RunResult) -> tuple:
-    """A NumPyro model's run with its trace mapped by ``model.constrain`` (NumPyro's transforms, deterministic
-    sites included), flattened per draw (sites sorted, C order), and the names of those columns."""
+    """A NumPyro model's run with its trace mapped by ``model.constrain`` (NumPyro's
+    transforms, deterministic sites included), flattened per draw (sites sorted, C
+    order), and the names of those columns.
+    """
     sites = jax.jit(jax.vmap(jax.vmap(model.constrain)))(
         res.trace
     )  # trace: (draws, chains, d)
@@ -293,8 +308,10 @@ def constrained(model, res: RunResult) -> tuple:
 
 
 def shown(setup: Setup, res: RunResult) -> tuple:
-    """The run the summary and ``run.nc`` show, and its coordinate names (None: ``x[i]``): a NumPyro model's
-    constrained sites (:func:`constrained`), else the run itself."""
+    """The run the summary and ``run.nc`` show, and its coordinate names (None:
+    ``x[i]``): a NumPyro model's constrained sites (:func:`constrained`), else the run
+    itself.
+    """
     if setup.model is None or res.trace is None:
         return res, None
     return constrained(setup.model, res)
@@ -363,7 +380,9 @@ def curvature(target: targets_mod.Target, positions: jax.Array) -> tuple:
 
 
 def _target(args, data: dict | None, init: np.ndarray | None) -> tuple:
-    """The target, and the NumPyro model it came from (None: a built-in target or a log density)."""
+    """The target, and the NumPyro model it came from (None: a built-in target or a log
+    density).
+    """
     if args.model is not None:
         fn, _, module = _import_model(args.model)
         loaded = load_numpyro_model(args.model, fn, module, data)
@@ -444,10 +463,11 @@ MAX_DEFAULT_STEPS = 20_000
 
 
 def default_steps(job: Job, thin: int = 1) -> int:
-    """``--steps`` unset: :data:`DEFAULT_STEPS`, or for a job warmed up by ``cj.langevin_warmup`` (its
-    ``relaxation_steps`` ``τ``, steps per e-fold of the slowest whitened coordinate)
-    enough steps that the split R-hat over particles stays below :data:`RHAT_TARGET`; a
-    multiple of ``thin``, at most :data:`MAX_DEFAULT_STEPS`.
+    """``--steps`` unset: :data:`DEFAULT_STEPS`, or for a job warmed up by
+    ``cj.langevin_warmup`` (its ``relaxation_steps`` ``τ``, steps per e-fold of the
+    slowest whitened coordinate) enough steps that the split R-hat over particles stays
+    below :data:`RHAT_TARGET`; a multiple of ``thin``, at
+    most :data:`MAX_DEFAULT_STEPS`.
 
     A run of ``T`` steps has ``T / (2 τ_int)`` effective draws per half-chain, and for
     stationary chains the split R-hat is about ``sqrt(1 + 1 / ESS_half)`` (Vehtari et
@@ -470,7 +490,9 @@ def default_steps(job: Job, thin: int = 1) -> int:
 
 
 def setup(args) -> Setup:
-    """Target, starting positions, keys and the sampler, from the checked flags (``parser.check_args``)."""
+    """Target, starting positions, keys and the sampler, from the checked flags
+    (``parser.check_args``).
+    """
     try:
         return _setup(args)
     except (
@@ -480,7 +502,9 @@ def setup(args) -> Setup:
 
 
 def start_out_dir(args) -> None:
-    """``--out DIR``: created, with the effective configuration in ``DIR/config.toml`` before the run."""
+    """``--out DIR``: created, with the effective configuration in ``DIR/config.toml``
+    before the run.
+    """
     if args.out is not None:
         os.makedirs(args.out, exist_ok=True)
         write_config(os.path.join(args.out, "config.toml"), effective_config(args))
@@ -496,7 +520,8 @@ def _in_import(frame) -> bool:
 
 @contextlib.contextmanager
 def ctrl_c_recorded(interrupted: list):
-    """Record every Ctrl-C in ``interrupted`` and stop the job with a KeyboardInterrupt where that is safe.
+    """Record every Ctrl-C in ``interrupted`` and stop the job with a KeyboardInterrupt
+    where that is safe.
 
     * A KeyboardInterrupt raised while a garbage-collector callback runs (JAX
       installs one) is "unraisable": Python prints it and goes on. The
@@ -552,7 +577,9 @@ def ctrl_c_recorded(interrupted: list):
 
 
 def say_interrupted(args) -> None:
-    """After a Ctrl-C: what the job left and how to go on (``args`` may be unchecked if it came early)."""
+    """After a Ctrl-C: what the job left and how to go on (``args`` may be unchecked if
+    it came early).
+    """
     out, checkpoint = args.out, args.checkpoint
     if checkpoint is not None and os.path.exists(checkpoint):
         again = (
@@ -588,7 +615,9 @@ def say_interrupted(args) -> None:
 
 
 def run_job(args, setup: Setup) -> Run:
-    """The driver on the job (checkpointed with ``--checkpoint``); a Ctrl-C raises KeyboardInterrupt."""
+    """The driver on the job (checkpointed with ``--checkpoint``); a Ctrl-C raises
+    KeyboardInterrupt.
+    """
     job, keys = setup.job, setup.keys
     chunk = (
         max(args.thin, args.checkpoint_every // args.thin * args.thin)
@@ -633,7 +662,9 @@ def run_job(args, setup: Setup) -> Run:
 
 
 def no_draws(res: RunResult) -> bool:
-    """The run kept no draw (it diverged before its first recorded step): no estimates at all."""
+    """The run kept no draw (it diverged before its first recorded step): no estimates
+    at all.
+    """
     return res.trace is None and (
         res.moments is None or not float(res.moments.count) > 0
     )
@@ -673,7 +704,9 @@ def _infos(res: RunResult) -> dict:
 def _save_outputs(
     args, setup: Setup, run: Run, table: SummaryTable | None, record: dict
 ) -> list:
-    """draws.npz or moments.npz, and with kept draws (``table`` not None) summary.csv, run.nc and the plots."""
+    """draws.npz or moments.npz, and with kept draws (``table`` not None) summary.csv,
+    run.nc and the plots.
+    """
     out, files, res = args.out, [], run.result
     final = {"final_position": np.asarray(res.state.position)}
     if res.trace is not None:
@@ -769,7 +802,9 @@ def _write_record(
     files: list,
     t_start: float,
 ) -> str:
-    """``OUT/run.json``: what was run, how long it took, what was written and the verdict."""
+    """``OUT/run.json``: what was run, how long it took, what was written and the
+    verdict.
+    """
     job, target, res = setup.job, setup.target, run.result
     record.update(
         version=version_text(),
@@ -812,7 +847,9 @@ def _write_record(
 
 
 def _write_output_file(path: str, res: RunResult, table: SummaryTable | None) -> None:
-    """``--output FILE``: final positions, moments (nan when no draw was kept) and infos, to exactly that path."""
+    """``--output FILE``: final positions, moments (nan when no draw was kept) and
+    infos, to exactly that path.
+    """
     if res.moments is not None:
         mean, variance = np.asarray(res.moments.mean), np.asarray(res.moments.variance)
     elif table is not None:

@@ -1,4 +1,5 @@
-"""The command line of ``cenlmc-jax``: its flags, their checks, and the TOML configuration file.
+"""The command line of ``cenlmc-jax``: its flags, their checks, and the TOML
+configuration file.
 
 * :func:`build_parser`: the ``sample`` and ``summary`` subcommands. The
   ``--sampler`` choices, and the samplers the help of ``--eta``, ``--adapt``,
@@ -80,7 +81,10 @@ OUT_FILES = (
 
 
 class UsageError(Exception):
-    """A bad flag value found after parsing: reported like argparse's errors (exit 2)."""
+    """A bad flag value found after parsing: reported like argparse's errors.
+
+    Exit status 2.
+    """
 
 
 # --------------------------------------------------------------------------
@@ -321,7 +325,9 @@ def _add_output(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser(description: str | None = None) -> argparse.ArgumentParser:
-    """The ``cenlmc-jax`` parser; ``description``: its ``--help`` headline (the CLI package passes its own)."""
+    """The ``cenlmc-jax`` parser; ``description``: its ``--help`` headline (the CLI
+    package passes its own).
+    """
     parser = argparse.ArgumentParser(prog=PROG, description=description)
     parser.add_argument("--version", action="version", version=version_text())
     sub = parser.add_subparsers(dest="command")
@@ -350,7 +356,9 @@ def subparser(parser: argparse.ArgumentParser, command: str) -> argparse.Argumen
 
 
 def read_config(path: str) -> dict:
-    """The table of a TOML configuration file; a usage error when it is missing or not TOML."""
+    """The table of a TOML configuration file; a usage error when it is missing or not
+    TOML.
+    """
     if tomllib is None:
         raise UsageError(
             "--config needs Python >= 3.11 (tomllib) or the tomli package: pip "
@@ -372,7 +380,8 @@ def _config_model(table: dict) -> Any | None:
 def refuse_config_model(
     table: dict, path: str, model_on_command_line: str | None
 ) -> None:
-    """A configuration file or run folder never names code to import: a ``model`` entry needs ``--model``.
+    """A configuration file or run folder never names code to import: a ``model`` entry
+    needs ``--model``.
 
     ``model_on_command_line``: the ``--model`` of the command line alone (None when it
     has none). The file's entry is never imported; with ``--model`` given, the command
@@ -389,8 +398,10 @@ def refuse_config_model(
 
 
 def run_folder_table(table: dict) -> dict:
-    """``DIR/config.toml`` as ``--resume --out DIR`` reads it: a checkpoint at the default place of the folder
-    it was written in is dropped, so a moved folder resumes from its own ``DIR/checkpoint.npz``."""
+    """``DIR/config.toml`` as ``--resume --out DIR`` reads it: a checkpoint at the
+    default place of the folder it was written in is dropped, so a moved folder resumes
+    from its own ``DIR/checkpoint.npz``.
+    """
     table = dict(table)
     out, checkpoint = table.get("out"), table.get("checkpoint")
     if isinstance(out, str) and checkpoint == os.path.join(out, "checkpoint.npz"):
@@ -399,10 +410,10 @@ def run_folder_table(table: dict) -> dict:
 
 
 def config_tokens(table: dict, path: str, parser: argparse.ArgumentParser) -> list:
-    """The flags of a configuration table (:func:`read_config`) as command-line tokens, so argparse checks them
-    like typed flags. Its ``model`` entry is no token: the model comes from the command
-    line only
-    (:func:`refuse_config_model`)."""
+    """The flags of a configuration table (:func:`read_config`) as command-line tokens,
+    so argparse checks them like typed flags. Its ``model`` entry is no token: the model
+    comes from the command line only (:func:`refuse_config_model`).
+    """
     known = {
         a.dest: a for a in subparser(parser, "sample")._actions if a.option_strings
     }  # noqa: SLF001
@@ -449,7 +460,9 @@ def toml_value(v: Any) -> str:
 
 
 def effective_config(args) -> dict:
-    """The settings of a run, by flag name (a checkpoint at the default place of ``--out`` left out)."""
+    """The settings of a run, by flag name (a checkpoint at the default place of
+    ``--out`` left out).
+    """
     skip = NOT_IN_CONFIG | {"progress", "compile_cache"}
     config = {
         k.replace("_", "-"): v
@@ -483,7 +496,9 @@ def _abs(path: str | None) -> str | None:
 
 
 def _check_inputs(args) -> None:
-    """--target or --model; --model, --data, --init exist (made absolute, so a config reruns anywhere)."""
+    """--target or --model; --model, --data, --init exist (made absolute, so a config
+    reruns anywhere).
+    """
     if args.model is None:
         args.target = args.target or "gaussian"
         if args.data is not None:
@@ -506,7 +521,9 @@ def _check_inputs(args) -> None:
 
 
 def _probe_writable(folder: str, flag: str, value: str) -> None:
-    """Create and remove a file in ``folder``: unlike ``os.access``, also right for root and read-only mounts."""
+    """Create and remove a file in ``folder``: unlike ``os.access``, also right for root
+    and read-only mounts.
+    """
     try:
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".cenlmc-jax-write-test-")
         os.close(fd)
@@ -519,10 +536,10 @@ def _probe_writable(folder: str, flag: str, value: str) -> None:
 
 
 def _check_file_path(flag: str, value: str, out: str | None) -> str:
-    """A file the run writes (``--output``, ``--checkpoint``), made absolute: not a directory, its folder an
-    existing writable directory (or ``out``, the --out directory, checked and created on
-    its own), an existing
-    file readable and writable."""
+    """A file the run writes (``--output``, ``--checkpoint``), made absolute: not a
+    directory, its folder an existing writable directory (or ``out``, the --out
+    directory, checked and created on its own), an existing file readable and writable.
+    """
     path = os.path.abspath(value)
     if os.path.isdir(path):
         raise UsageError(f"{flag} {value}: is a directory; give a file path")
@@ -542,7 +559,9 @@ def _check_file_path(flag: str, value: str, out: str | None) -> str:
 
 
 def interrupted_leftovers(out: str, checkpoint: str | None) -> bool:
-    """``out`` holds only what a run stopped before its outputs leaves: its config.toml and checkpoint files."""
+    """``out`` holds only what a run stopped before its outputs leaves: its config.toml
+    and checkpoint files.
+    """
     names = set(os.listdir(out))
     allowed = {"config.toml"}
     if checkpoint is not None and os.path.dirname(checkpoint) == out:
@@ -552,8 +571,10 @@ def interrupted_leftovers(out: str, checkpoint: str | None) -> bool:
 
 
 def _check_out_dir(args) -> None:
-    """--out: a directory, or one ``os.makedirs`` can create, writable; never over a finished run (a run
-    interrupted before its first checkpoint, which left only its config.toml, is started afresh)."""
+    """--out: a directory, or one ``os.makedirs`` can create, writable; never over a
+    finished run (a run interrupted before its first checkpoint, which left only its
+    config.toml, is started afresh).
+    """
     value = args.out
     args.out = out = os.path.abspath(value)
     if os.path.lexists(out) and not os.path.isdir(out):
@@ -611,10 +632,11 @@ def _flag_text(key: str, value: Any) -> str:
 
 
 def check_same_run(args) -> None:
-    """``--resume --out DIR``: the settings that change the result (all but :data:`RESUME_MAY_CHANGE`, the
-    model's path included) must be those of ``DIR/config.toml`` (a setting it lacks: the
-    default); a usage
-    error names the first that is not."""
+    """``--resume --out DIR``: the settings that change the result (all
+    but :data:`RESUME_MAY_CHANGE`, the model's path included) must be those of
+    ``DIR/config.toml`` (a setting it lacks: the default); a usage error names the first
+    that is not.
+    """
     path = (
         os.path.join(args.out, "config.toml")
         if args.resume and args.out is not None
@@ -647,7 +669,9 @@ def check_same_run(args) -> None:
 
 
 def _resume_from_the_start(args) -> None:
-    """--resume and no checkpoint: a run folder stopped before its first checkpoint starts afresh (said so)."""
+    """--resume and no checkpoint: a run folder stopped before its first checkpoint
+    starts afresh (said so).
+    """
     out = args.out
     if out is not None and os.path.isfile(os.path.join(out, "run.json")):
         raise UsageError(
@@ -673,8 +697,9 @@ def _resume_from_the_start(args) -> None:
 
 
 def _check_checkpoint(args) -> None:
-    """--checkpoint and --resume: a checkpoint is continued only with --resume; --resume needs one, or a run
-    folder stopped before its first one."""
+    """--checkpoint and --resume: a checkpoint is continued only with --resume; --resume
+    needs one, or a run folder stopped before its first one.
+    """
     if args.checkpoint is None:
         if args.resume:
             raise UsageError("--resume needs --out DIR or --checkpoint PATH")
@@ -709,7 +734,9 @@ def _check_output_file(args) -> None:
 
 
 def check_args(args) -> None:
-    """Flag combinations and paths, before any work (in place: defaults filled, paths made absolute)."""
+    """Flag combinations and paths, before any work (in place: defaults filled, paths
+    made absolute).
+    """
     _check_inputs(args)
     _check_outputs(args)
     check_same_run(args)

@@ -1,4 +1,5 @@
-"""The samplers ``cenlmc-jax sample --sampler NAME`` runs: one table over the library's registry.
+"""The samplers ``cenlmc-jax sample --sampler NAME`` runs: one table over the library's
+registry.
 
 The names are those of :data:`cenlmc_jax.SAMPLERS`, spelled with dashes on the
 command line (``irreversible_mh`` is ``--sampler irreversible-mh``), and every
@@ -44,7 +45,8 @@ LANGEVIN_RULE = "min(0.05, sqrt(2/N)) / c"
 
 
 class Job(NamedTuple):
-    """A sampler set up for the CLI: its object, its initial state, a description and its parameters.
+    """A sampler set up for the CLI: its object, its initial state, a description and
+    its parameters.
 
     warmup_steps: burn-in steps already spent by a warm-up adaptation (the driver runs
       the rest).
@@ -88,7 +90,9 @@ def langevin_step(args, c) -> float:
 
 
 def _langevin_warmed(args) -> bool:
-    """``cj.langevin_warmup`` over the burn-in: for a ``--model`` given no tuning flag (``--adapt``, on by default)."""
+    """``cj.langevin_warmup`` over the burn-in: for a ``--model`` given no tuning flag
+    (``--adapt``, on by default).
+    """
     flags = (args.step_size, args.eta, args.r1, args.r2, args.n_star, args.m_f)
     return (
         args.model is not None
@@ -99,7 +103,9 @@ def _langevin_warmed(args) -> bool:
 
 
 def _warmed(spec, args, target, positions, keys):
-    """LMC or CEnLMC tuned by ``cj.langevin_warmup`` over the burn-in; what it chose goes in the description."""
+    """LMC or CEnLMC tuned by ``cj.langevin_warmup`` over the burn-in; what it chose
+    goes in the description.
+    """
     extra = (
         {}
         if spec.registry == "lmc" or target.f_star is None
@@ -115,7 +121,8 @@ def _warmed(spec, args, target, positions, keys):
     )
     i, p = wu.info, wu.parameters
     desc = (
-        f"{'LMC' if spec.registry == 'lmc' else 'CEnLMC, whitened (y = L^-1 (x - m))'}, "
+        ("LMC" if spec.registry == "lmc" else "CEnLMC, whitened (y = L^-1 (x - m))")
+        + ", "
         f"h={i.step_size:.4g} (whitened curvature {i.curvature:.3g}, bias "
         f"{i.bias:g}), preconditioner M of condition number "
         f"{i.condition_number:.3g} from cj.langevin_warmup over the "
@@ -154,7 +161,9 @@ def _lmc(spec, args, target, positions, c, keys):
 
 
 def cenlmc_params(args, target, h, c):
-    """Flags where given, else ``tuning.suggest_cenlmc_params`` for this d, h, N and curvature."""
+    """Flags where given, else ``tuning.suggest_cenlmc_params`` for this d, h, N and
+    curvature.
+    """
     mu = target.mu if target.mu is not None else c
     sug = tuning.suggest_cenlmc_params(
         target.dim, h, L=max(c, mu), mu=mu, num_particles=args.particles
@@ -251,8 +260,10 @@ def _adapt(args) -> bool:
 
 
 def _adapted(args, kind, target, positions, keys, initial_step_size, describe):
-    """Stan-style warm-up (``cenlmc_jax.adaptation``) over the burn-in: the pooled chains' step
-    size by dual averaging and a diagonal preconditioner; a Job that continues from its states."""
+    """Stan-style warm-up (``cenlmc_jax.adaptation``) over the burn-in: the pooled
+    chains' step size by dual averaging and a diagonal preconditioner; a Job that
+    continues from its states.
+    """
     warm = adaptation.window_adaptation(
         kind, target.logdensity_fn, initial_step_size=initial_step_size
     )
@@ -357,7 +368,9 @@ TABLE: dict[str, SamplerSpec] = {
 
 
 def cli_name(registry_name: str) -> str:
-    """The ``--sampler`` spelling of a registry name: ``irreversible_mh`` -> ``irreversible-mh``."""
+    """The ``--sampler`` spelling of a registry name: ``irreversible_mh`` ->
+    ``irreversible-mh``.
+    """
     return registry_name.replace("_", "-")
 
 
@@ -380,7 +393,9 @@ DEFAULT_SAMPLER = "cenlmc"
 
 
 def takes(flag: str) -> list:
-    """The ``--sampler`` names that read ``--FLAG`` (the table's ``flags``; ``adapt``: those with a warm-up)."""
+    """The ``--sampler`` names that read ``--FLAG`` (the table's ``flags``; ``adapt``:
+    those with a warm-up).
+    """
     if flag == "adapt":
         return [name for name, spec in SPECS.items() if spec.adapt_kind is not None]
     return [name for name, spec in SPECS.items() if flag in spec.flags]

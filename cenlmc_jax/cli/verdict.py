@@ -79,7 +79,8 @@ RELIABLE = (
 
 
 def ula_sd(target, h: float) -> np.ndarray | None:
-    """Stationary sd of unadjusted Langevin with step h on a Gaussian target: Σ_h = (P - h P²/2)⁻¹, P = ∇²f.
+    """Stationary sd of unadjusted Langevin with step h on a Gaussian target: Σ_h = (P -
+    h P²/2)⁻¹, P = ∇²f.
 
     None when the target is not Gaussian, or when ``h >= 2 / λ_max(P)``: then there is
     no stationary distribution (the iterates grow without bound;
@@ -94,8 +95,10 @@ def ula_sd(target, h: float) -> np.ndarray | None:
 
 
 def stability_problem(args, job, c: float | None) -> list:
-    """A Langevin step size at or above ``2/c``: beyond unadjusted Langevin's stability limit at curvature ``c``
-    (exact on a Gaussian target, where ``c`` is the largest eigenvalue of the precision)."""
+    """A Langevin step size at or above ``2/c``: beyond unadjusted Langevin's stability
+    limit at curvature ``c`` (exact on a Gaussian target, where ``c`` is the largest
+    eigenvalue of the precision).
+    """
     h = job.parameters.get("step_size")
     c = job.parameters.get(
         "whitened_curvature", c
@@ -111,19 +114,25 @@ def stability_problem(args, job, c: float | None) -> list:
 
 
 def _mean_inflation(res, kept: int) -> float:
-    """The audit's measured variance inflation, averaged over the kept steps (nan when never measured)."""
+    """The audit's measured variance inflation, averaged over the kept steps (nan when
+    never measured).
+    """
     v = np.asarray(res.info.audit_variance_inflation, np.float64)[kept:]
     return float(np.nanmean(v)) if np.any(np.isfinite(v)) else float("nan")
 
 
 def _rows(flag: np.ndarray) -> np.ndarray:
-    """Per-step booleans ``(steps, chains or particles)`` (a scalar per step is one row)."""
+    """Per-step booleans ``(steps, chains or particles)`` (a scalar per step is one
+    row).
+    """
     flag = np.asarray(flag).astype(bool)
     return flag.reshape(flag.shape[0], -1)
 
 
 def _longest_runs(flag: np.ndarray) -> tuple:
-    """Per column of ``flag: (steps, rows)``: the longest stretch of consecutive set steps, and where it starts."""
+    """Per column of ``flag: (steps, rows)``: the longest stretch of consecutive set
+    steps, and where it starts.
+    """
     run = np.zeros(flag.shape[1], np.int64)
     best, start = run.copy(), run.copy()
     for t, row in enumerate(flag):
@@ -134,7 +143,8 @@ def _longest_runs(flag: np.ndarray) -> tuple:
 
 
 def _flag_problem(flag: RunFlag, info, burn_in: int) -> str | None:
-    """The driver's warning for ``flag`` on this run's per-step infos, or None when it is not set.
+    """The driver's warning for ``flag`` on this run's per-step infos, or None when it
+    is not set.
 
     The driver's rules (:class:`~cenlmc_jax.base.RunFlag`): ``kept_only`` flags on the
     steps after ``burn_in``; the others on any step; ``every_step`` flags for a chain
@@ -188,8 +198,10 @@ def _flag_problem(flag: RunFlag, info, burn_in: int) -> str | None:
 
 
 def flag_problems(args, res) -> list:
-    """One problem per :class:`~cenlmc_jax.base.RunFlag` that the infos' class declares (``run_flags``)
-    and this run set, worded as ``cj.sample``'s warning, plus the sampler's tuning flags on the command line."""
+    """One problem per :class:`~cenlmc_jax.base.RunFlag` that the infos' class declares
+    (``run_flags``) and this run set, worded as ``cj.sample``'s warning, plus the
+    sampler's tuning flags on the command line.
+    """
     if res.info is None:
         return []
     tuning_flags = ", ".join(
@@ -228,7 +240,9 @@ def _known_bias_problem(args, target, job, table: SummaryTable) -> list:
 
 
 def divergence_problem(args, job, res, c: float | None) -> str:
-    """What a divergence means and what to change: the step size, the start, the model's scale."""
+    """What a divergence means and what to change: the step size, the start, the model's
+    scale.
+    """
     h, parts = job.parameters.get("step_size"), []
     if h is not None:
         parts.append(
@@ -250,8 +264,10 @@ def divergence_problem(args, job, res, c: float | None) -> str:
 def problems(
     args, target, job, res, table: SummaryTable | None, c: float | None = None
 ) -> list:
-    """Why the result is not to be trusted (empty: no known reason); ``table`` None: no draw was kept;
-    ``c``: the curvature the step size is compared with (:func:`stability_problem`)."""
+    """Why the result is not to be trusted (empty: no known reason); ``table`` None: no
+    draw was kept; ``c``: the curvature the step size is compared with
+    (:func:`stability_problem`).
+    """
     out = []
     if res.diverged_at >= 0:
         out.append(divergence_problem(args, job, res, c))
@@ -286,7 +302,9 @@ def problems(
 
 
 def exit_status(args, found: list) -> int:
-    """:data:`EXIT_UNRELIABLE` when a check failed (unless ``--allow-unreliable``), else 0."""
+    """:data:`EXIT_UNRELIABLE` when a check failed (unless ``--allow-unreliable``), else
+    0.
+    """
     return EXIT_UNRELIABLE if found and not args.allow_unreliable else 0
 
 
@@ -300,7 +318,9 @@ def print_table(table: SummaryTable, indent: str = "  ", footer: bool = True) ->
 
 
 def print_header(args, setup: Setup, record: dict) -> None:
-    """Before the run: the sampler, the target and the run's size, the default step-size rule, the tuner."""
+    """Before the run: the sampler, the target and the run's size, the default step-size
+    rule, the tuner.
+    """
     job, target = setup.job, setup.target
     print(f"cenlmc-jax: {job.description}")
     print(
@@ -330,7 +350,9 @@ def print_header(args, setup: Setup, record: dict) -> None:
 
 
 def _print_gradients(args, setup: Setup, run: Run, ge: int) -> None:
-    """Gradient evaluations, the audit's extra ones and its measured inflation, the savings against LMC."""
+    """Gradient evaluations, the audit's extra ones and its measured inflation, the
+    savings against LMC.
+    """
     res = run.result
     full = res.num_steps_done * args.particles
     print(f"  gradient evaluations: {ge:,} ({ge / full:.1%} of one per particle-step)")
@@ -389,7 +411,9 @@ def print_verdict(args, found: list) -> None:
 
 
 def report(args, setup: Setup, run: Run, record: dict) -> tuple:
-    """After the run: everything it measured and the verdict; ``(summary table, problems)``."""
+    """After the run: everything it measured and the verdict; ``(summary table,
+    problems)``.
+    """
     for message in run.warnings:
         print(f"  warning: {message}")
         record["warnings"].append(message)
@@ -427,7 +451,9 @@ _RECORD_FIELDS = {
 
 
 def _read_record(folder: str) -> dict:
-    """A run folder's run.json, its fields checked (a usage error naming the file if it is damaged)."""
+    """A run folder's run.json, its fields checked (a usage error naming the file if it
+    is damaged).
+    """
     path = os.path.join(folder, "run.json")
     try:
         with open(path, encoding="utf-8") as fh:
@@ -460,7 +486,9 @@ def _read_record(folder: str) -> dict:
 
 
 def _read_table(folder: str, record: dict) -> SummaryTable | None:
-    """A run folder's summary.csv with run.json's run statistics and notes (None: no draw was kept)."""
+    """A run folder's summary.csv with run.json's run statistics and notes (None: no
+    draw was kept).
+    """
     path = os.path.join(folder, "summary.csv")
     if not os.path.isfile(path):
         if record.get("kept_steps") == 0:
@@ -493,7 +521,9 @@ def _read_table(folder: str, record: dict) -> SummaryTable | None:
 
 
 def cmd_summary(args) -> int:
-    """``cenlmc-jax summary DIR``: a finished run's report and verdict, from its summary.csv and run.json."""
+    """``cenlmc-jax summary DIR``: a finished run's report and verdict, from its
+    summary.csv and run.json.
+    """
     folder = args.dir
     missing = [
         name

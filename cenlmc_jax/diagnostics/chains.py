@@ -96,7 +96,9 @@ def _constant(x: Array) -> Array:
 
 
 def _combined_autocorrelation(x: Array) -> Array:
-    """Multi-chain autocorrelation ``rho_t`` (steps 1-3 of :func:`effective_sample_size`), shape (n, *E)."""
+    """Multi-chain autocorrelation ``rho_t`` (steps 1-3
+    of :func:`effective_sample_size`), shape (n, *E).
+    """
     m, n = x.shape[0], x.shape[1]
     acov = _autocovariance(x)  # (m, n, *E)
     chain_mean = jnp.mean(x, axis=1)  # (m, *E)
@@ -147,13 +149,16 @@ def _ess_core(x: Array) -> Array:
 
 
 def _split_chains(x: Array) -> Array:
-    """(m, n, *E) -> (2m, n // 2, *E): first and second halves; the middle draw is dropped when n is odd."""
+    """(m, n, *E) -> (2m, n // 2, *E): first and second halves; the middle draw is
+    dropped when n is odd.
+    """
     half = x.shape[1] // 2
     return jnp.concatenate([x[:, :half], x[:, x.shape[1] - half :]], axis=0)
 
 
 def _z_scale(x: Array) -> Array:
-    r"""Rank normalisation (Vehtari et al. 2021, eq. 14): ``Φ^{-1}((r - 3/8) / (S + 1/4))``.
+    r"""Rank normalisation (Vehtari et al. 2021, eq. 14): ``Φ^{-1}((r - 3/8) / (S +
+    1/4))``.
 
     ``r`` is the rank of each value among all ``S = m n`` values of its
     coordinate (ties get their average rank, 1-based), found by
@@ -174,7 +179,10 @@ def _z_scale(x: Array) -> Array:
 
 
 def _ess_tail(x: Array) -> Array:
-    """min over q in (0.05, 0.95) of the split ESS of the indicator ``x <= quantile_q``."""
+    """min over q in (0.05, 0.95) of the split ESS of ``x <= quantile_q``.
+
+    The indicator of the quantile.
+    """
     q = jnp.quantile(
         x, jnp.asarray([0.05, 0.95], x.dtype), axis=(0, 1)
     )  # (2, *E), type 7 (ArviZ's)
@@ -305,6 +313,20 @@ def autocorrelation(
     :math:`\hat\rho_0 = 1`. Shape ``(max_lag + 1, *event_shape)``;
     constant coordinates give ``nan``. Same inputs as
     :func:`effective_sample_size`.
+
+    Args:
+      samples: the draws, at least 2 per chain; with the default axes
+        ``(chains, draws, *event_shape)``.
+      chain_axis: the axis of the chains (default 0; see
+        :func:`effective_sample_size`).
+      sample_axis: the axis of the draws (default 1).
+      max_lag: the largest lag, in ``[0, N - 1]`` (default ``min(N - 1, 100)``).
+
+    Returns:
+      The autocorrelations, shape ``(max_lag + 1, *event_shape)``.
+
+    Raises:
+      ValueError: bad axes, fewer than 2 draws, or ``max_lag`` out of range.
     """
     x, _ = checked_chains_first(
         samples, chain_axis, sample_axis, min_draws=2, why=" for an autocorrelation"
@@ -363,7 +385,8 @@ def potential_scale_reduction(
     *,
     rank: bool = False,
 ) -> Array:
-    r"""(Split, rank-normalised) potential scale reduction factor :math:`\hat R`, per coordinate.
+    r"""(Split, rank-normalised) potential scale reduction factor :math:`\hat R`, per
+    coordinate.
 
     With ``split=True`` each chain is cut into a first and second half (the
     middle draw is dropped when the number of draws is odd), giving
@@ -503,11 +526,12 @@ def mcse(
 
 
 def _average_ranks(x: np.ndarray) -> np.ndarray:
-    """Average 1-based ranks of each coordinate's ``S = m n`` values, ``(m, n, K)`` on the host.
+    """Average 1-based ranks of each coordinate's ``S = m n`` values, on the host.
 
-    The ranks of :func:`_z_scale` (``(#{< v} + #{<= v} + 1) / 2`` is the
-    average rank of the ties), by one NumPy sort per coordinate
-    (``scipy.stats.rankdata``): measured 5-10x faster than XLA's CPU sort.
+    ``(m, n, K)``. The ranks of :func:`_z_scale` (``(#{< v} + #{<= v} + 1) / 2``
+    is the average rank of the ties), by one NumPy sort per coordinate
+    (``scipy.stats.rankdata``): faster than XLA's CPU sort (issue 17;
+    benchmarks/results/summary.md).
     """
     flat = x.reshape(x.shape[0] * x.shape[1], -1)
     return rankdata(flat, method="average", axis=0).reshape(x.shape)
@@ -517,7 +541,9 @@ def _average_ranks(x: np.ndarray) -> np.ndarray:
 def _summary_core(
     x: Array, rank_bulk: Array, rank_folded: Array, quantiles: Array
 ) -> dict:
-    """The ESS, R-hat and MCSE columns from the draws ``x (m, n, K)`` and host-side ranks and quantiles.
+    """The ESS, R-hat and MCSE columns from the draws ``x (m, n, K)``.
+
+    And host-side ranks and quantiles.
 
     ``rank_bulk``, ``rank_folded``: the average ranks of
     the split chains and of their folded values ``|x - median|``
@@ -529,7 +555,8 @@ def _summary_core(
     (Vehtari et al. 2021, eq. 14-16), so equal to them to rounding.
     """
     k = x.shape[2]
-    sq = (x - jnp.mean(x, axis=(0, 1))) ** 2  # for the sd's MCSE (delta method on s²)
+    # for the sd's MCSE (delta method on s²)
+    sq = (x - jnp.mean(x, axis=(0, 1))) ** 2
     constant = _constant(x)
     size = rank_bulk.shape[0] * rank_bulk.shape[1] + 0.25
     z_bulk, z_folded = (
@@ -556,21 +583,26 @@ def _summary_core(
 
 
 def summary_diagnostics(x: np.ndarray) -> dict:
-    """``mcse_mean``, ``mcse_sd`` (split), ``ess_bulk``, ``ess_tail`` and rank ``r_hat`` of ``x: (m, n, K)`` float64.
+    """``mcse_mean``, ``mcse_sd`` (split), ``ess_bulk``, ``ess_tail`` and ``r_hat``.
 
-    What :func:`cenlmc_jax.diagnostics.summary` shows, as :func:`mcse` (``split=True``),
-    :func:`effective_sample_size` (``"bulk"``, ``"tail"``) and
-    :func:`potential_scale_reduction` (``rank=True``) compute them, but with
-    the ranks sorted once per coordinate on the host (the split chains' ranks
-    serve both the bulk ESS and the bulk R-hat) and one compiled function per
-    shape (issue 17: 27 s first call, 17 s after for 2,000 x 1,000 x 2).
-    Call it with x64 enabled (the summary does). Returns NumPy float64 arrays ``(K,)``.
+    What :func:`cenlmc_jax.diagnostics.summary` shows, as :func:`mcse`
+    (``split=True``), :func:`effective_sample_size` (``"bulk"``, ``"tail"``) and
+    :func:`potential_scale_reduction` (``rank=True``) compute them, but with the
+    ranks sorted once per coordinate on the host (the split chains' ranks serve
+    both the bulk ESS and the bulk R-hat) and one compiled function per shape
+    (issue 17; benchmarks/results/summary.md). Call it with x64 enabled (the
+    summary does).
+
+    Args:
+      x: the draws, shape ``(m, n, K)``: chains, draws, coordinates; float64.
+
+    Returns:
+      ``{column: (K,) NumPy float64 array}`` for the five columns.
     """
     x = np.asarray(x, np.float64)
     half = x.shape[1] // 2
-    split = np.concatenate(
-        [x[:, :half], x[:, x.shape[1] - half :]], axis=0
-    )  # as _split_chains
+    # as _split_chains
+    split = np.concatenate([x[:, :half], x[:, x.shape[1] - half :]], axis=0)
     folded = np.abs(split - np.median(split, axis=(0, 1)))
     quantiles = np.quantile(x, (0.05, 0.95), axis=(0, 1))
     out = _summary_core(x, _average_ranks(split), _average_ranks(folded), quantiles)

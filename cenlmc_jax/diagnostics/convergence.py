@@ -1,4 +1,5 @@
-"""Has a run converged? The end-of-run checks of ``cj.sample`` and of the CLI's verdict (one implementation).
+"""Has a run converged? The end-of-run checks of ``cj.sample`` and of the CLI's verdict
+(one implementation).
 
 :func:`convergence_problems` reads a finished :class:`~cenlmc_jax.base.RunResult` and
 returns one sentence per reason to distrust its draws (an empty list: none found).
@@ -90,21 +91,33 @@ MAX_CHECKED_CHAINS = 64
 
 
 class ConvergenceWarning(UserWarning):
-    """A run whose draws are not to be trusted: frozen chains, R-hat above 1.01, bulk ESS below the floor.
+    """A run whose draws are not to be trusted.
 
-    A ``UserWarning`` (as scikit-learn's ``ConvergenceWarning``): the run itself worked;
-    its length or tuning did not. Silence it with ``warnings.simplefilter("ignore",
-    ConvergenceWarning)`` or ``cj.sample(..., check_convergence=False)``.
+    Frozen chains, R-hat above 1.01, bulk ESS below the floor. A ``UserWarning``
+    (as scikit-learn's ``ConvergenceWarning``): the run itself worked; its
+    length or tuning did not. Silence it with
+    ``warnings.simplefilter("ignore", ConvergenceWarning)`` or
+    ``cj.sample(..., check_convergence=False)``.
     """
 
 
 def ess_floor(num_chains: int) -> int:
-    """The bulk ESS asked of ``num_chains`` chains: ``min(100 num_chains, 400)``."""
+    """The bulk ESS asked of ``num_chains`` chains: ``min(100 num_chains, 400)``.
+
+    Args:
+      num_chains: the number of chains (or particles); at least 1 is counted.
+
+    Returns:
+      The floor, an int.
+    """
     return int(min(ESS_PER_CHAIN * max(int(num_chains), 1), ESS_FLOOR_MAX))
 
 
 def _rows(leaves: list) -> int:
-    """Chains or particles of a position: the leaves' shared leading axis when some leaf has ndim >= 2, else 1."""
+    """Chains or particles of a position.
+
+    The leaves' shared leading axis when some leaf has ndim >= 2, else 1.
+    """
     lead = {np.shape(x)[0] if np.ndim(x) else None for x in leaves}
     if len(lead) == 1 and None not in lead and any(np.ndim(x) >= 2 for x in leaves):
         return lead.pop()
@@ -112,12 +125,18 @@ def _rows(leaves: list) -> int:
 
 
 def frozen_rows(initial_position: Any, final_position: Any) -> np.ndarray:
-    """Per chain or particle: is its final position bit for bit its initial one? ``(rows,)`` booleans.
+    """Per chain or particle: is its final position bit for bit its initial one?
 
-    Both positions are arrays or pytrees of the same structure; ``rows`` is their shared
-    leading axis (chains, particles), or 1 for a single chain. NaNs count as moved (a
-    NaN is not equal to itself: a divergence, reported by the driver, not a frozen
-    chain).
+    NaNs count as moved (a NaN is not equal to itself: a divergence, reported by
+    the driver, not a frozen chain).
+
+    Args:
+      initial_position: the position at the start, an array or a pytree.
+      final_position: the position at the end, of the same structure.
+
+    Returns:
+      ``(rows,)`` booleans, ``rows`` the positions' shared leading axis (chains,
+      particles), or 1 for a single chain; ``(0,)`` when the structures differ.
     """
     start, end = (
         jax.tree_util.tree_leaves(initial_position),
@@ -149,8 +168,8 @@ def _rhat_and_ess_fn(draws):
     )
 
 
-#: XLA options for the check's one program: its compilation, not its run, is what a
-#: short run pays (measured: about half the compile time for twice the run time;
+#: XLA options for the check's one program: its compilation, not its run, is what
+#: a short run pays (about half the compile time for twice the run time:
 #: benchmarks/results/silent_failures.md).
 _FAST_COMPILE = {
     "xla_backend_optimization_level": 0,
@@ -164,12 +183,16 @@ def _compiled(shape: tuple, dtype: str):
     lowered = jax.jit(_rhat_and_ess_fn).lower(spec)
     try:
         return lowered.compile(compiler_options=_FAST_COMPILE)
-    except Exception:  # a backend without these options: its defaults
+    # a backend without these options: its defaults
+    except Exception:
         return lowered.compile()
 
 
 def _rhat_and_ess(draws):
-    """The rank-normalised split R-hat and the bulk ESS in one compiled call (they share the z-scores)."""
+    """The rank-normalised split R-hat and the bulk ESS in one compiled call.
+
+    They share the z-scores.
+    """
     # the program is compiled for one device: draws of a sharded run (on a mesh) come to
     # the host first
     draws = np.asarray(draws)
@@ -209,9 +232,8 @@ def _mixing_problems(
             "convergence cannot be checked; keep more draws (num_steps, thin)"
         ]
     checked = num_chains
-    if (
-        num_chains > MAX_CHECKED_CHAINS
-    ):  # an ensemble: evenly spaced particles (exchangeable), ESS scaled up
+    # an ensemble: evenly spaced particles (exchangeable), ESS scaled up
+    if num_chains > MAX_CHECKED_CHAINS:
         checked = MAX_CHECKED_CHAINS
         draws = draws[np.linspace(0, num_chains - 1, checked).round().astype(int)]
     rhat, ess = (np.asarray(v, np.float64).reshape(-1) for v in _rhat_and_ess(draws))
@@ -222,9 +244,8 @@ def _mixing_problems(
         else f"; from {checked} evenly spaced of the {num_chains} particles"
     )
     out = []
-    bad = np.flatnonzero(
-        rhat > rhat_max
-    )  # a NaN (a coordinate constant in every chain) is not above
+    # a NaN (a coordinate constant in every chain) is not above
+    bad = np.flatnonzero(rhat > rhat_max)
     if bad.size:
         k = int(bad[np.argmax(rhat[bad])])
         chains = (
@@ -260,15 +281,22 @@ def convergence_problems(
     ess_min: float | None = None,
     labels: list | None = None,
 ) -> list:
-    """Why the draws of ``result`` are not to be trusted (module docstring): a list of sentences, empty if none.
+    """Why the draws of ``result`` are not to be trusted (module docstring).
 
     Args:
       result: what ``cj.sample`` returned.
-      initial_position: the position the run started from (``initial_state.position``);
-        None skips the frozen check.
+      initial_position: the position the run started from
+        (``initial_state.position``); None skips the frozen check.
       rhat_max: the R-hat threshold (default :data:`RHAT_MAX`).
-      ess_min: the bulk ESS floor (default :func:`ess_floor` of the number of chains).
+      ess_min: the bulk ESS floor (default :func:`ess_floor` of the number of
+        chains).
       labels: coordinate names for the messages (default ``x[k]``).
+
+    Returns:
+      A list of sentences, empty if none.
+
+    Raises:
+      ValueError: ``result`` is not a ``RunResult``.
     """
     if not isinstance(result, RunResult):
         raise ValueError(

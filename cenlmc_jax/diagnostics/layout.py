@@ -76,7 +76,9 @@ _ESS_EXCESS_MIN = 1.5
 
 
 class LayoutWarning(UserWarning):
-    """Draws whose layout looks swapped: e.g. ``cj.sample``'s ``(draws, chains, d)`` read as ``(chains, draws, d)``."""
+    """Draws whose layout looks swapped: e.g. ``cj.sample``'s ``(draws, chains, d)``
+    read as ``(chains, draws, d)``.
+    """
 
 
 # --------------------------------------------------------------------------
@@ -148,7 +150,9 @@ def _trace_chains_first(result: RunResult) -> Array:
 
 
 def _check_layout(x: Array) -> None:
-    """Warn when chain means are autocorrelated along the chain axis (see module docstring)."""
+    """Warn when chain means are autocorrelated along the chain axis (see module
+    docstring).
+    """
     m = x.shape[0]
     if m < 3 or not is_concrete(x):
         return
@@ -175,7 +179,9 @@ def _check_layout(x: Array) -> None:
 
 
 def check_ess(ess: Array, total: int, what: str) -> None:
-    """Warn when an ESS exceeds the number of draws by more than its noise (see module docstring)."""
+    """Warn when an ESS exceeds the number of draws by more than its noise (see module
+    docstring).
+    """
     if not is_concrete(ess):
         return
     e = np.asarray(ess, np.float64)
@@ -201,7 +207,9 @@ def checked_chains_first(
     min_chains: int = 1,
     why: str = "",
 ) -> tuple:
-    """Validate ``samples``; return ``(x, from_array)`` with ``x`` laid out (chain, draw, *event)."""
+    """Validate ``samples``; return ``(x, from_array)`` with ``x`` laid out (chain,
+    draw, *event).
+    """
     if isinstance(samples, RunResult):
         if chain_axis is not None or sample_axis is not None:
             raise ValueError(

@@ -1,5 +1,6 @@
-"""Draws under their names: a model's constrained values, for :func:`cenlmc_jax.diagnostics.summary`,
-:func:`cenlmc_jax.to_arviz` and :mod:`cenlmc_jax.diagnostics.plots`.
+"""Draws under their names: a model's constrained values,
+for :func:`cenlmc_jax.diagnostics.summary`, :func:`cenlmc_jax.to_arviz`
+and :mod:`cenlmc_jax.diagnostics.plots`.
 
 The samplers move a flat unconstrained point ``x: (d,)``. A model written with named,
 constrained parameters (a NumPyro model through :func:`cenlmc_jax.from_numpyro`, or a
@@ -37,8 +38,10 @@ __all__ = [
 
 
 def resolve_constrain(model: Any = None, constrain: Any = None) -> Callable | None:
-    """The constrain function from ``model`` (anything with a callable ``.constrain``, e.g. what
-    :func:`cenlmc_jax.from_numpyro` returns) or ``constrain`` itself; None when neither is given."""
+    """The constrain function from ``model`` (anything with a callable ``.constrain``,
+    e.g. what :func:`cenlmc_jax.from_numpyro` returns) or ``constrain`` itself; None
+    when neither is given.
+    """
     if model is not None and constrain is not None:
         raise ValueError(
             "model and constrain: pass one of them (model=m uses m.constrain); got "
@@ -78,10 +81,10 @@ def _as_sites(out: Any, var_name: str) -> dict:
 
 
 def site_draws(x: Any, constrain: Callable, var_name: str = "x") -> dict:
-    """``{site: (chains, draws, *site_shape) float64}`` from chains-first unconstrained draws
-    ``x: (chains, draws, d)`` (:func:`cenlmc_jax.diagnostics.chains_first`), each draw
-    mapped by
-    ``constrain`` (jitted, vmapped twice; in float64 for float64 draws)."""
+    """``{site: (chains, draws, *site_shape) float64}`` from chains-first unconstrained
+    draws ``x: (chains, draws, d)`` (:func:`cenlmc_jax.diagnostics.chains_first`), each
+    draw mapped by ``constrain`` (jitted, vmapped twice; in float64 for float64 draws).
+    """
     x = jax.numpy.asarray(x)
     if x.ndim != 3:
         raise ValueError(
@@ -101,7 +104,9 @@ def site_draws(x: Any, constrain: Callable, var_name: str = "x") -> dict:
 
 
 def site_names(sites: dict, lead: int = 2) -> tuple:
-    """The column names of :func:`flatten_sites`: ``site`` or ``site[i,...]`` (C order), sites sorted."""
+    """The column names of :func:`flatten_sites`: ``site`` or ``site[i,...]`` (C order),
+    sites sorted.
+    """
     names = []
     for site in sorted(sites):
         shape = np.shape(sites[site])[lead:]
@@ -114,16 +119,18 @@ def site_names(sites: dict, lead: int = 2) -> tuple:
 
 
 def flatten_sites(sites: dict) -> tuple:
-    """``(z: (chains, draws, k), names)``: the sites side by side, sorted by name, each in C order."""
+    """``(z: (chains, draws, k), names)``: the sites side by side, sorted by name, each
+    in C order.
+    """
     cols = [np.reshape(sites[s], np.shape(sites[s])[:2] + (-1,)) for s in sorted(sites)]
     return np.concatenate(cols, axis=-1), site_names(sites)
 
 
 def named_draws(draws: Any, constrain: Callable | None) -> tuple:
-    """``(z: (chains, draws, k) float64, names or None)`` from a RunResult or chains-first draws: the
-    constrained draws and their names, or, without ``constrain``, the draws themselves
-    with their event axes
-    flattened and no names."""
+    """``(z: (chains, draws, k) float64, names or None)`` from a RunResult or
+    chains-first draws: the constrained draws and their names, or, without
+    ``constrain``, the draws themselves with their event axes flattened and no names.
+    """
     x = dg.chains_first(draws)
     if constrain is None:
         x = np.asarray(x, np.float64)

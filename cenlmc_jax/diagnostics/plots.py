@@ -76,8 +76,10 @@ def _figure(nrows: int, ncols: int, width: float = 4.0, height: float = 2.6, **k
 
 
 def _draws(result_or_draws: Any, model: Any = None, constrain: Any = None) -> tuple:
-    """``(x: (chains, draws, k) float64, names)``: the event axes flattened, or each draw constrained
-    (``model`` / ``constrain``) with the sites' names; ``names[c]`` labels column ``c`` (``x[c]`` by default)."""
+    """``(x: (chains, draws, k) float64, names)``: the event axes flattened, or each
+    draw constrained (``model`` / ``constrain``) with the sites' names; ``names[c]``
+    labels column ``c`` (``x[c]`` by default).
+    """
     x, names = named_draws(result_or_draws, resolve_constrain(model, constrain))
     return x, (names if names is not None else _default_names(x.shape[2]))
 
@@ -89,7 +91,9 @@ def _default_names(k: int) -> tuple:
 def _coords(
     coords: Sequence | None, names: Sequence[str], what: str = "coords"
 ) -> list:
-    """Column indices from ``coords``: indices in ``[0, k)`` or names among ``names`` (default: the first 4)."""
+    """Column indices from ``coords``: indices in ``[0, k)`` or names among ``names``
+    (default: the first 4).
+    """
     k = len(names)
     if coords is None:
         return list(range(min(k, _MAX_COORDS)))
@@ -431,11 +435,12 @@ def plot_acf(
     model: Any = None,
     constrain: Any = None,
 ):
-    """The multi-chain autocorrelation ``rho_t`` (:func:`cenlmc_jax.diagnostics.autocorrelation`)
-    against the lag ``t``, one panel per sampler side by side (shared axes), one line
-    per coordinate. ``results``: ``{name: RunResult or chains-first draws}``; ``model``
-    /
-    ``constrain`` (one for all): the constrained values under their names (module docstring)."""
+    """The multi-chain autocorrelation ``rho_t``
+    (:func:`cenlmc_jax.diagnostics.autocorrelation`) against the lag ``t``, one panel
+    per sampler side by side (shared axes), one line per coordinate. ``results``:
+    ``{name: RunResult or chains-first draws}``; ``model`` / ``constrain`` (one for
+    all): the constrained values under their names (module docstring).
+    """
     if not isinstance(results, dict) or not results:
         raise ValueError(
             "results must be a non-empty dict {sampler name: RunResult or draws}."

@@ -110,10 +110,12 @@ class SummaryTable(NamedTuple):
     notes: tuple = ()
 
     def format(self, max_rows: int | None = 30, footer: bool = True) -> str:
-        """The table as text (at most ``max_rows`` coordinates; ``None``: all), then the run figures and notes.
+        """The table as text (at most ``max_rows`` coordinates; ``None``: all), then the
+        run figures and notes.
 
         Columns that are ``nan`` for every coordinate are left out (the CSV keeps them);
-        ``footer=False`` leaves out the run figures (not the notes)."""
+        ``footer=False`` leaves out the run figures (not the notes).
+        """
         # columns with no value at all (a streaming run's ESS and R-hat) are left out of
         # the text
         names = [
@@ -202,7 +204,9 @@ class SummaryTable(NamedTuple):
 
     @classmethod
     def from_csv(cls, path, run: dict | None = None, notes: tuple = ()) -> SummaryTable:
-        """Read a table written by :meth:`to_csv` (``run`` and ``notes`` are not in the file)."""
+        """Read a table written by :meth:`to_csv` (``run`` and ``notes`` are not in the
+        file).
+        """
         with open(path, newline="") as fh:
             rows = list(csv.reader(fh))
         if not rows or rows[0][:1] != ["name"]:
@@ -223,7 +227,10 @@ class SummaryTable(NamedTuple):
 
 
 def _truth_moments(truth: Any, d: int):
-    """(true mean or None, true sd or None) from a Target, a dict or an array of means."""
+    """(true mean or None, true sd or None).
+
+    From a Target, a dict or an array of means.
+    """
     if truth is None:
         return None, None
     if isinstance(truth, Target):
@@ -257,7 +264,9 @@ def _truth_moments(truth: Any, d: int):
 
 
 def _per_step(info: Any, name: str) -> np.ndarray | None:
-    """``info.<name>`` reduced to one value per step (mean over chains/particles), or None."""
+    """``info.<name>`` reduced to one value per step (mean over chains/particles), or
+    None.
+    """
     leaf = getattr(info, name, None)
     if leaf is None:
         return None
@@ -336,7 +345,9 @@ def _stream_columns(result: RunResult) -> tuple:
 
 
 def _x64():
-    """A context in which JAX computes in float64 (the summary's diagnostics, to match ArviZ to round-off)."""
+    """A context in which JAX computes in float64 (the summary's diagnostics, to match
+    ArviZ to round-off).
+    """
     ctx = getattr(jax, "enable_x64", None)
     if ctx is None:  # pragma: no cover - older JAX
         from jax.experimental import enable_x64 as ctx
@@ -398,8 +409,9 @@ def summary(
     A model with named, constrained parameters (a NumPyro model)::
 
         m = cj.from_numpyro(eight_schools, J, sigma, y=y)
-        ...                                      # a run on m.logdensity_fn, with a trace
-        print(cj.summary(result, model=m))       # rows mu, tau, theta[0], ..., theta_trans[7]
+        ...  # a run on m.logdensity_fn, with a trace
+        # rows mu, tau, theta[0], ..., theta_trans[7]
+        print(cj.summary(result, model=m))
 
     shows each draw mapped by ``m.constrain``
     (:mod:`cenlmc_jax.diagnostics.named_draws`): the statistics of ``tau`` are of
@@ -492,8 +504,10 @@ def summary(
 
 
 def _blocks(leaf: np.ndarray, thin: int, flag: bool = False) -> np.ndarray:
-    """Per-step values ``(steps, *rest)`` -> per kept draw ``(chains, draws)``: thin blocks summed
-    (integer counts), or-ed (flags; with ``flag`` a reduced fraction > 0 counts as set) or averaged (rates)."""
+    """Per-step values ``(steps, *rest)`` -> per kept draw ``(chains, draws)``: thin
+    blocks summed (integer counts), or-ed (flags; with ``flag`` a reduced fraction > 0
+    counts as set) or averaged (rates).
+    """
     if flag:
         leaf = leaf > 0
     steps = leaf.shape[0] // thin * thin
@@ -534,8 +548,10 @@ def _jsonable(value: Any) -> Any:
 
 
 def _arviz_draws(result: RunResult, thin: int, burn_in: int | None) -> tuple:
-    """:func:`to_arviz`'s ``(posterior (chain, draw, ...), kept draws, burn_in)``, the burn-in checked against the
-    run (a streaming run: its final state as one draw per chain or particle)."""
+    """:func:`to_arviz`'s ``(posterior (chain, draw, ...), kept draws, burn_in)``, the
+    burn-in checked against the run (a streaming run: its final state as one draw per
+    chain or particle).
+    """
     if result.trace is None:
         if result.moments is None:
             raise ValueError("result has neither a trace nor moments.")
@@ -703,8 +719,10 @@ def to_arviz(
 def _posterior(
     posterior: np.ndarray, constrain: Any, model: Any, var_name: str, dims: dict | None
 ) -> tuple:
-    """``(variables, dims)`` of the posterior group: the draws as ``var_name``, or each draw constrained, one
-    variable per site, the model's plates naming their axes (``model.dims``) unless ``dims`` names them."""
+    """``(variables, dims)`` of the posterior group: the draws as ``var_name``, or each
+    draw constrained, one variable per site, the model's plates naming their axes
+    (``model.dims``) unless ``dims`` names them.
+    """
     if constrain is None:
         return {var_name: posterior}, dims
     sites = site_draws(posterior, constrain, var_name)
@@ -717,7 +735,10 @@ def _posterior(
 
 
 def _arviz_major(az: Any) -> int:
-    """The major version of the imported ArviZ (0: InferenceData, 1: xarray.DataTree)."""
+    """The major version of the imported ArviZ.
+
+    0: InferenceData, 1: xarray.DataTree.
+    """
     version = str(getattr(az, "__version__", "0"))
     digits = ""
     for ch in version:
