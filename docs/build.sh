@@ -21,7 +21,11 @@ else
   "$PYTHON" -m pip install -q ".[docs]"
 fi
 
-rm -rf docs/_build/html docs/_build/doctrees
-mkdir -p docs/_build
-"$PYTHON" -m sphinx -b html -W --keep-going -q -j auto -w docs/_build/warnings.txt docs docs/_build/html "$@"
-echo "docs: docs/_build/html/index.html"
+# DOCS_BUILD_DIR: where to build (default docs/_build; another folder for a second build
+# of the same checkout at the same time); html/ and doctrees/ are made fresh
+OUT="${DOCS_BUILD_DIR:-docs/_build}"
+rm -rf "$OUT/html" "$OUT/doctrees"
+mkdir -p "$OUT"
+"$PYTHON" -m sphinx -b html -W --keep-going -q -j auto -d "$OUT/doctrees" -w "$OUT/warnings.txt" \
+  docs "$OUT/html" "$@"
+echo "docs: $OUT/html/index.html"

@@ -24,6 +24,7 @@ import warnings  # noqa: E402
 
 import performance  # noqa: E402  (docs/performance.py)
 from sphinx.util import logging  # noqa: E402
+from sphinx.util.nodes import make_refnode  # noqa: E402
 
 import cenlmc_jax  # noqa: E402
 
@@ -74,7 +75,10 @@ def _copy_notebooks():
         if source.exists() and (
             not copy.exists() or copy.read_bytes() != source.read_bytes()
         ):
-            copy.write_bytes(source.read_bytes())
+            # atomically: another build of this checkout may be reading it
+            part = copy.with_name(f".{name}.{os.getpid()}.part")
+            part.write_bytes(source.read_bytes())
+            os.replace(part, copy)
 
 
 _copy_notebooks()
@@ -124,7 +128,8 @@ html_theme_options = {
     "home_page_in_toc": True,
     "use_download_button": True,
 }
-html_static_path = []
+html_static_path = ["_static"]
+html_css_files = ["custom.css"]
 
 # --- pages that may not exist yet -----------------------------------------------------
 # The user guide (docs/guide/index.md) and the dependencies page (docs/dependencies.md)
@@ -183,8 +188,53 @@ def _check_api_coverage(app, env):
         )
 
 
+# --- cross-references by the name a docstring uses --------------------------------------
+# A docstring names an object as its own module sees it (``:func:`lmc_init```,
+# ``:class:`~cenlmc_jax.ensemble.lmc.LMCState```), while the API pages document it
+# where users reach it (``cenlmc_jax.ensemble.lmc_init``). A Python reference that
+# Sphinx could not resolve is resolved here to the one documented object whose
+# dotted name ends with the reference's last component(s): the shortest such name
+# (the top level before a namespace before a module), when only one has that length.
+def _resolve_by_suffix(app, env, node, contnode):
+    if node.get("refdomain") != "py":
+        return None
+    target = node.get("reftarget", "").lstrip(".~")
+    if not target:
+        return None
+    domain = env.get_domain("py")
+    kinds = set(domain.objtypes_for_role(node.get("reftype", "obj")) or ())
+    parts = target.split(".")
+    # another package's name (``jax.grad``) is never shortened to one of ours
+    ours = len(parts) == 1 or parts[0] == "cenlmc_jax"
+    for k in range(len(parts) if ours else 1):
+        suffix = ".".join(parts[k:])
+        found = [
+            name
+            for name, entry in domain.objects.items()
+            if not entry.aliased
+            and (not kinds or entry.objtype in kinds)
+            and (name == suffix or name.endswith("." + suffix))
+        ]
+        if found:
+            shortest = min(len(n) for n in found)
+            best = [n for n in found if len(n) == shortest]
+            if len(best) != 1:
+                return None
+            entry = domain.objects[best[0]]
+            return make_refnode(
+                app.builder,
+                node["refdoc"],
+                entry.docname,
+                entry.node_id,
+                contnode,
+                best[0],
+            )
+    return None
+
+
 def setup(app):
     app.connect("source-read", _drop_missing_toctree_entries)
     app.connect("source-read", _generate_performance)
     app.connect("env-get-outdated", _always_reread_performance)
     app.connect("env-check-consistency", _check_api_coverage)
+    app.connect("missing-reference", _resolve_by_suffix)
