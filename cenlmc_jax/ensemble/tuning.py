@@ -26,7 +26,7 @@ on the user's own target, measuring what matters during a burn-in:
 * the typical drift error of one step, ``h|F_i - ∇f(x_i)|`` in units of the
   Langevin noise length ``sqrt(2hd)`` (``info.audit_noise_error``, a median),
   capped by ``max_noise_error`` (0.25). The median alone misses a heavy tail
-  (measured: 0.04-0.05 both on a healthy run and on one whose sd is 16% too
+  (it is about the same on a healthy run and on one whose sd is much too
   large), which is why the variance inflation is the main criterion.
 
 Two knobs are searched on a small grid, all from the suggested values: ``R1`` through
@@ -48,15 +48,14 @@ What a trial cannot see. The ensemble force is unbiased but heavy-tailed: its
 weights ``1/p_j`` are bounded (by ``(4πh)^{d/2} exp((η+R1+R2)²/4h)``, proof of
 Lemma 4.2), and a neighbour near the bound now and then kicks a particle by
 tens of times its drift; a trial's steps rarely hold such a kick. So the
-long-run mean of the audited inflation is above the trial's figure (2-D
-banana, h = 0.05, N = 1000: 0.025-0.050 over 300 steps against 0.016-0.028
-in the trials; the factor 2 between ``max_variance_inflation`` and the
-audit's flag is the room for it), and "never diverged" covers the trial's
-steps only: on a target whose curvature is unbounded, a kick can send a
-particle where the step size is unstable, and the gradient steps there
-diverge (the banana, curvature above 2/h for |x1| > ~6: 5 of 10 runs of 300
-steps with the chosen parameters lost a particle; plain LMC from 3 of those
-states, none). The sampler reports it (``info.diverged``; ``cj.sample`` stops
+long-run mean of the audited inflation is above the trial's figure (on a 2-D
+banana, above every trial's; the factor 2 between ``max_variance_inflation``
+and the audit's flag is the room for it), and "never diverged" covers the
+trial's steps only: on a target whose curvature is unbounded, a kick can send
+a particle where the step size is unstable, and the gradient steps there
+diverge (the banana, curvature above 2/h for |x1| > ~6: runs with the chosen
+parameters could lose a particle where plain LMC from the same states did
+not). The sampler reports it (``info.diverged``; ``cj.sample`` stops
 at the last finite state).
 """
 
@@ -112,6 +111,13 @@ def chi2_cdf(x: float, dof: int) -> float:
     Series for ``x/2 < dof/2 + 1``, Lentz continued fraction otherwise
     (Numerical Recipes 6.2); relative accuracy ~1e-14. Pure Python, so the
     package does not need SciPy.
+
+    Args:
+      x: the point.
+      dof: the degrees of freedom, ``>= 1``.
+
+    Returns:
+      The probability, a float in ``[0, 1]``.
     """
     a, z = 0.5 * dof, 0.5 * x
     if z <= 0.0:
@@ -147,7 +153,15 @@ def chi2_cdf(x: float, dof: int) -> float:
 
 
 def chi2_ppf(q: float, dof: int) -> float:
-    """Inverse of :func:`chi2_cdf` by bisection (to 1e-12 relative)."""
+    """Inverse of :func:`chi2_cdf` by bisection (to 1e-12 relative).
+
+    Args:
+      q: the probability, in ``(0, 1)``.
+      dof: the degrees of freedom, ``>= 1``.
+
+    Returns:
+      ``x`` with ``chi2_cdf(x, dof) = q``.
+    """
     lo, hi = 0.0, max(1.0, 2.0 * dof)
     while chi2_cdf(hi, dof) < q:
         hi *= 2.0
@@ -163,7 +177,15 @@ def chi2_ppf(q: float, dof: int) -> float:
 
 
 def ball_volume(dim: int, radius: float) -> float:
-    """Volume ``π^{d/2} r^d / Γ(d/2 + 1)`` of the d-ball of radius r."""
+    """Volume ``π^{d/2} r^d / Γ(d/2 + 1)`` of the d-ball of radius r.
+
+    Args:
+      dim: ``d``.
+      radius: ``r > 0``.
+
+    Returns:
+      The volume, a float.
+    """
     return math.exp(
         0.5 * dim * math.log(math.pi)
         + dim * math.log(radius)
@@ -189,30 +211,47 @@ def ensemble_noise_constant(
     *,
     num_samples: int = 1 << 15,
 ) -> float:
-    """``K = N_i · E|F_i - ∇f(x_i)|² / |∇f(x_i)|²``, the ensemble force's relative noise (Theorem 3.3's 1st term).
+    """``K = N_i · E|F_i - ∇f(x_i)|² / |∇f(x_i)|²``, the force's relative noise.
 
-    For ``f`` linear across the η-ball, each of the ``N_i`` R2-neighbours j
-    contributes ``T_j = α_d (∇f·u) u/|u|² 1[|u| <= η] / p_j(x_i + u)``,
-    ``u = x_j - x_i``, with ``E T_j = ∇f`` and (isotropic average of
-    ``(∇f·û)² = |∇f|²/d``) ``E|T_j|² = α_d² (|∇f|²/d) ∫_{|u|<=η} du / p_j(x_i + u)``.
-    With ``1/p_j(y) = (4πh)^{d/2} exp(|y - w_j|²/(4h))`` and
-    ``y - w_j = a + b + u`` (``a = x_i - w_i``, ``b = w_i - w_j``), the
-    average ``F_i`` of the N_i terms has
+    Theorem 3.3's first term. For ``f`` linear across the η-ball, each of the
+    ``N_i`` R2-neighbours j contributes
+    ``T_j = α_d (∇f·u) u/|u|² 1[|u| <= η] / p_j(x_i + u)``, ``u = x_j - x_i``,
+    with ``E T_j = ∇f`` and (isotropic average of ``(∇f·û)² = |∇f|²/d``)
+    ``E|T_j|² = α_d² (|∇f|²/d) ∫_{|u|<=η} du / p_j(x_i + u)``. With
+    ``1/p_j(y) = (4πh)^{d/2} exp(|y - w_j|²/(4h))`` and ``y - w_j = a + b + u``
+    (``a = x_i - w_i``, ``b = w_i - w_j``), the average ``F_i`` of the N_i terms
+    has::
 
-        E|F_i - ∇f|² = K |∇f|² / N_i,   K = (d / V_η) (4πh)^{d/2} E[exp(|a + b + u|² / (4h))] - 1,
+        E|F_i - ∇f|² = K |∇f|² / N_i,
+        K = (d / V_η) (4πh)^{d/2} E[exp(|a + b + u|² / (4h))] - 1,
 
     ``a = sqrt(2h) ξ`` with ``ξ ~ N(0, I)`` conditioned on the R1 test
     ``|a| <= R1``, ``b`` uniform in the R2-ball (the w-density is locally
     flat), ``u`` uniform in the η-ball; the ``-1`` is ``|E T_j|² = |∇f|²``.
     This is the square of Theorem 3.3's first term,
-    ``(R1/η)^d d exp(R1(R1+R2)/h) / N*`` in order of magnitude (docs/algorithms.md §4;
-    the weight bound of Lemma 4.2), with its constant: the expectation is
-    computed by Monte Carlo (``num_samples`` draws, a fixed seed: the same
-    value on every call; relative error about 1%). ``K`` depends on ``h`` only
-    through ``η/sqrt(h)``, ``R1/sqrt(h)``, ``R2/sqrt(h)``. Measured against the
-    gradient audit (2-D Gaussian, h = 0.03-0.05; Darcy, d = 3): the predicted
-    variance inflation (:func:`predicted_variance_inflation`) within 0.9-1.4x
-    of the measured one on Gaussians, 2x above it on Darcy.
+    ``(R1/η)^d d exp(R1(R1+R2)/h) / N*`` in order of magnitude
+    (docs/algorithms.md §4; the weight bound of Lemma 4.2), with its constant: the
+    expectation is computed by Monte Carlo (``num_samples`` draws, a fixed seed:
+    the same value on every call; relative error about 1%). ``K`` depends on ``h``
+    only through ``η/sqrt(h)``, ``R1/sqrt(h)``, ``R2/sqrt(h)``. Checked against
+    the gradient audit (2-D Gaussian; the Darcy problem, d = 3): the predicted
+    variance inflation (:func:`predicted_variance_inflation`) is close to the
+    audited one on Gaussians and above it on Darcy (the audited figures:
+    benchmarks/results/inverse.md and frontier_inverse.md).
+
+    Args:
+      dim: ``d >= 1``.
+      step_size: ``h > 0``.
+      eta: ``η > 0``.
+      r1: ``R1 > 0``.
+      r2: ``R2 > 0``.
+      num_samples: Monte Carlo draws.
+
+    Returns:
+      ``K``, a float.
+
+    Raises:
+      ValueError: ``dim < 1`` or a radius or step not ``> 0``.
     """
     dim = check_int(dim, "dim", minimum=1)
     for name, value in (("step_size", step_size), ("eta", eta), ("r1", r1), ("r2", r2)):
@@ -259,24 +298,37 @@ def predicted_variance_inflation(
     *,
     mu: float = 1.0,
 ) -> float:
-    """Relative stationary variance inflation by the ensemble noise, for a Gaussian proxy ``N(x*, I/μ)``.
+    """Relative stationary variance inflation by the ensemble noise.
 
-    LMC with force ``∇f + e`` (``E[e | x] = 0``, independent across steps) has
-    the stationary covariance ``Σ = AΣAᵀ + 2hI + h² C_e`` (``A = I - h∇²f``),
-    so the relative inflation of each variance is ``h C_e,kk / 2`` whatever the
-    curvature (to first order in h): on average over coordinates, the mean
-    over particles of ``h|e|² / (2d)``, the squared drift error of one step in
-    noise lengths (what the gradient audit measures, ``info.audit_variance_inflation``).
-    Under the proxy, ``|∇f|² = μ s`` with ``s = μ|x - x*|² ~ χ²_d``, a particle
-    has ``N_i ≈ num_peak · exp(-s/2)`` R2-neighbours (``num_peak``: at the mode),
-    uses the ensemble when the R1 test passes (``pass_r1``) and ``N_i >= N*``,
-    i.e. ``s <= q = 2 log(num_peak / N*)``, and then (:func:`ensemble_noise_constant`)
-    ``h|e|²/(2d) = h K μ s e^{s/2} / (2 d num_peak)``. Averaging over ``s``:
+    For a Gaussian proxy ``N(x*, I/μ)``. LMC with force ``∇f + e`` (``E[e | x] = 0``,
+    independent across steps) has the stationary covariance
+    ``Σ = AΣAᵀ + 2hI + h² C_e`` (``A = I - h∇²f``), so the relative inflation of
+    each variance is ``h C_e,kk / 2`` whatever the curvature (to first order in h):
+    on average over coordinates, the mean over particles of ``h|e|² / (2d)``, the
+    squared drift error of one step in noise lengths (what the gradient audit
+    measures, ``info.audit_variance_inflation``). Under the proxy,
+    ``|∇f|² = μ s`` with ``s = μ|x - x*|² ~ χ²_d``, a particle has
+    ``N_i ≈ num_peak · exp(-s/2)`` R2-neighbours (``num_peak``: at the mode), uses
+    the ensemble when the R1 test passes (``pass_r1``) and ``N_i >= N*``, i.e.
+    ``s <= q = 2 log(num_peak / N*)``, and then (:func:`ensemble_noise_constant`)
+    ``h|e|²/(2d) = h K μ s e^{s/2} / (2 d num_peak)``. Averaging over ``s``::
 
         v = pass_r1 · h K μ / (2 d num_peak) · ∫_0^q s e^{s/2} χ²_d(s) ds
           = pass_r1 · h K μ q^{d/2+1} / (2 d num_peak (d/2 + 1) 2^{d/2} Γ(d/2)).
 
     The M_f test and the guard only remove users: ``v`` is an upper estimate.
+
+    Args:
+      dim: ``d``.
+      step_size: ``h``.
+      noise_constant: ``K`` of :func:`ensemble_noise_constant`.
+      pass_r1: the R1 test's pass probability.
+      num_peak: the R2-neighbours of a particle at the mode.
+      n_star: N*.
+      mu: the proxy's precision ``μ``.
+
+    Returns:
+      ``v``, a float (0 when ``N* >= num_peak``).
     """
     if n_star >= num_peak:
         return 0.0
@@ -295,25 +347,34 @@ def predicted_variance_inflation(
 class CEnLMCParams(NamedTuple):
     """Suggested CEnLMC parameters and why (see :func:`suggest_cenlmc_params`).
 
-    eta, r1, r2, n_star, m_f: the parameters, ready for ``cenlmc_step``.
-    expected_ensemble_fraction: predicted stationary fraction of particles
+    Attributes:
+      eta: η, ready for ``cenlmc_step``.
+      r1: R1.
+      r2: R2.
+      n_star: N*.
+      m_f: M_f.
+      expected_ensemble_fraction: predicted stationary fraction of particles
         using the ensemble force (product of the three pass probabilities).
-    pass_r1, pass_m_f, pass_n_star: predicted pass probabilities of the tests.
-    typical_num_neighbours: predicted mean ``N_i`` under the Gaussian proxy
+      pass_r1: predicted pass probability of the R1 test.
+      pass_m_f: predicted pass probability of the M_f test.
+      pass_n_star: predicted pass probability of the N* test.
+      typical_num_neighbours: predicted mean ``N_i`` under the Gaussian proxy
         (None without ``num_particles``).
-    typical_ball_neighbours: predicted mean number of particles in the η-ball
+      typical_ball_neighbours: predicted mean number of particles in the η-ball
         (None without ``num_particles``); below ``ball_min`` (5) the reasoning
         says the ensemble will not be used.
-    exp_factor: ``exp(R1 (R1 + R2) / (2h))`` of Theorem 3.3.
-    n_star_corollary: N* of Corollary 3.1 for accuracy ``epsilon`` (order of magnitude).
-    bias_bound: ``κ η d``, the finite-difference term of Theorem 3.3.
-    noise_constant: ``K`` of :func:`ensemble_noise_constant` for these η, R1, R2
-        (relative squared error of the ensemble force times the number of
+      exp_factor: ``exp(R1 (R1 + R2) / (2h))`` of Theorem 3.3.
+      n_star_corollary: N* of Corollary 3.1 for accuracy ``epsilon`` (order of
+        magnitude).
+      bias_bound: ``κ η d``, the finite-difference term of Theorem 3.3.
+      noise_constant: ``K`` of :func:`ensemble_noise_constant` for these η, R1,
+        R2 (relative squared error of the ensemble force times the number of
         R2-neighbours).
-    variance_inflation: predicted relative inflation of the stationary variance by the
-        ensemble noise, :func:`predicted_variance_inflation` (None without
-        ``num_particles``); kept at most ``max_variance_inflation`` by the choice of N*.
-    reasoning: a readable account of every choice.
+      variance_inflation: predicted relative inflation of the stationary variance
+        by the ensemble noise, :func:`predicted_variance_inflation` (None without
+        ``num_particles``); kept at most ``max_variance_inflation`` by the choice
+        of N*.
+      reasoning: a readable account of every choice.
     """
 
     eta: float
@@ -354,7 +415,7 @@ def suggest_cenlmc_params(
 ) -> CEnLMCParams:
     """Propose ``η, R1, R2, N*, M_f`` for CEnLMC with step size ``h``.
 
-    The theory (Theorem 3.3, μ-convex f, κ = L/μ) bounds the distance to LMC by
+    The theory (Theorem 3.3, μ-convex f, κ = L/μ) bounds the distance to LMC by::
 
         O( sqrt(R1^d κ M_f d / (μ η^d N*)) · exp(R1(R1+R2)/(2h))  +  κ η d ),
 
@@ -365,23 +426,24 @@ def suggest_cenlmc_params(
     pass probabilities of the three tests (Theorem 3.5), for a Gaussian proxy
     target ``N(x*, I/μ)``:
 
-    * ``R1`` — ``|x_i - w_i| = sqrt(2h)|ξ|`` with ``|ξ|² ~ χ²_d``, so
+    * ``R1``: ``|x_i - w_i| = sqrt(2h)|ξ|`` with ``|ξ|² ~ χ²_d``, so
       ``R1 = sqrt(2h · χ²_d.ppf(r1_pass))`` passes exactly a fraction
       ``r1_pass`` (default 0.7). R1 is of order ``sqrt(2hd)``, as the
       ``exp(R1(R1+R2)/2h)`` factor demands (it stays ``exp(O(d))``).
-    * ``R2 = min(sqrt(hd), R1)`` — a fraction ``1/sqrt(2)`` of the noise length
+    * ``R2 = min(sqrt(hd), R1)``: a fraction ``1/sqrt(2)`` of the noise length
       ``sqrt(2hd)``: ``w``-neighbours closer than that are the ones whose
       ``x_j`` can land near ``x_i`` with a moderate weight ``1/p_j``; a
       neighbour at w-distance r has weight variance growing like
       ``exp(r²/(4h))``, so a larger R2 buys neighbours with noisier terms.
-    * ``η = min(sqrt(hd), ε/(κ d))`` — the worst weight ``1/p_j`` is
+    * ``η = min(sqrt(hd), ε/(κ d))``: the worst weight ``1/p_j`` is
       ``exp((η + R1 + R2)²/(4h))`` (proof of Lemma 4.2), so η is taken of
       the same order as R1, R2 unless the finite-difference bias bound
       ``η < ε/(κd)`` of Corollary 3.1 asks for less. (For d = 2 both scales
-      are ``sqrt(2h)``, docs/algorithms.md's measured choice.)
-    * ``N*`` — with N particles, ``N_i ≈ (N-1) V_{R2} p(w_i)``; under the proxy
+      are ``sqrt(2h)``, docs/algorithms.md's choice.)
+    * ``N*``: with N particles, ``N_i ≈ (N-1) V_{R2} p(w_i)``; under the proxy
       the test ``N_i >= N*`` passes for a fraction ``n_star_pass`` (0.9) of
-      particles when ``N* = (N-1) V_{R2} (2π/μ)^{-d/2} exp(-χ²_d.ppf(n_star_pass)/2)``.
+      particles when
+      ``N* = (N-1) V_{R2} (2π/μ)^{-d/2} exp(-χ²_d.ppf(n_star_pass)/2)``.
       Then the **noise budget**: Theorem 3.3's first term, the ensemble
       force's noise, falls like ``1/N*``; with its constant
       (:func:`ensemble_noise_constant`) it inflates the stationary variance by
@@ -389,30 +451,54 @@ def suggest_cenlmc_params(
       needed, to the smallest value with ``v <= max_variance_inflation``
       (default 0.02: the sd biased by at most ~1%, below unadjusted
       Langevin's own 1.3% at h = 0.05 and well below the gradient audit's
-      flag, ``AUDIT_BIAS_THRESHOLD`` of :mod:`cenlmc_jax.ensemble.audit`). In d <= 2 the
-      pass-probability rule already meets the budget; in d = 3 the weights ``1/p_j``
-      are heavier (``E exp(|a+b+u|²/4h)`` grows with d) and the balls emptier, and
-      the budget raises N* and lowers the predicted fraction (the measurements on
-      the Darcy problem: ``benchmarks/results/inverse.md``).
+      flag, ``AUDIT_BIAS_THRESHOLD`` of :mod:`cenlmc_jax.ensemble.audit`). In
+      d <= 2 the pass-probability rule already meets the budget; in d = 3 the
+      weights ``1/p_j`` are heavier (``E exp(|a+b+u|²/4h)`` grows with d) and the
+      balls emptier, and the budget raises N* and lowers the predicted fraction
+      (the measurements on the Darcy problem: ``benchmarks/results/inverse.md``).
       Clipped to ``[n_star_min, N-1]``; without ``num_particles``,
-      ``n_star_default`` (20) and the reasoning says how many particles that needs.
-    * η-ball occupancy — the force sums over x-neighbours within η: with
+      ``n_star_default`` (20) and the reasoning says how many particles that
+      needs.
+    * η-ball occupancy: the force sums over x-neighbours within η: with
       ``num_particles`` the mean count ``(N-1) V_η (4π/μ)^{-d/2}`` is
       predicted; the predicted fraction includes the chance that the ball is
       empty (Poisson), and below ``ball_min`` the reasoning says that the
       ensemble will not be used (CEnLMC is then LMC: the sampler's guard sends
       particles with an empty ball to their gradient) and how many particles
-      would fill it. The suggestion never predicts ensemble use from an empty ball.
-    * ``M_f = max((N*)^ρ, χ²_d.ppf(m_f_pass)/2)`` — Corollary 3.1's
+      would fill it. The suggestion never predicts ensemble use from an empty
+      ball.
+    * ``M_f = max((N*)^ρ, χ²_d.ppf(m_f_pass)/2)``: Corollary 3.1's
       ``(N*)^ρ`` (ρ = 1/2 as in Theorem 3.5), but never so small that typical
       particles fail: for a Gaussian ``f - f* ~ χ²_d/2`` exactly, so the test
       passes with probability ``m_f_pass`` (0.99).
 
     Unknown ``L``/``mu`` default to 1 (κ = 1): the formulas then assume a
-    target of unit scale — standardise the problem, or pass the constants.
+    target of unit scale: standardise the problem, or pass the constants.
 
     Checked on the configuration of docs/algorithms.md §4 (2-D standard Gaussian,
     h = 0.05, N = 4000) by ``tests/ensemble/test_f_star.py``.
+
+    Args:
+      dim: ``d >= 1``.
+      step_size: ``h > 0``.
+      L: the largest curvature (None: 1).
+      mu: the smallest curvature, the proxy's precision (None: 1).
+      num_particles: N (None: ``n_star_default`` and no occupancy prediction).
+      epsilon: Corollary 3.1's accuracy ``ε``.
+      rho: Corollary 3.1's ``ρ`` in ``M_f = (N*)^ρ``.
+      r1_pass: the R1 test's pass probability.
+      n_star_pass: the N* test's pass probability.
+      m_f_pass: the M_f test's pass probability.
+      n_star_min: the smallest N* suggested.
+      n_star_default: N* without ``num_particles``.
+      ball_min: the mean η-ball count below which the ensemble is said unused.
+      max_variance_inflation: the noise budget ``v``.
+
+    Returns:
+      A :class:`CEnLMCParams`, with the reasoning.
+
+    Raises:
+      ValueError: a parameter out of range.
     """
     dim = check_int(dim, "dim", minimum=1)
     check_positive(step_size, "step_size")
@@ -435,7 +521,8 @@ def suggest_cenlmc_params(
     check_positive(mu_, "mu")
     if mu_ > L_:
         raise ValueError(
-            f"mu must be <= L (strong convexity below smoothness); got mu={mu_}, L={L_}."
+            f"mu must be <= L (strong convexity below smoothness); got mu={mu_}, "
+            f"L={L_}."
         )
     if num_particles is not None:
         num_particles = check_int(num_particles, "num_particles", minimum=2)
@@ -444,7 +531,8 @@ def suggest_cenlmc_params(
     notes = []
     if L is None or mu is None:
         notes.append(
-            "L and/or mu unknown: using L = mu = 1 (a unit-scale, well-conditioned target)."
+            "L and/or mu unknown: using L = mu = 1 (a unit-scale, well-conditioned "
+            "target)."
         )
     eta, r1, r2 = _suggest_radii(d, h, r1_pass, epsilon, kappa, notes)
     noise_k = ensemble_noise_constant(d, h, eta, r1, r2)
@@ -480,21 +568,22 @@ def suggest_cenlmc_params(
             * math.exp(-0.5 * chi2_ppf(n_star_pass, d))
         )
         notes.append(
-            f"N* = {n_star} (default, num_particles not given); N_i >= N* for {n_star_pass:.0%} of particles "
-            f"needs N >= {math.ceil(needed)}."
+            f"N* = {n_star} (default, num_particles not given); N_i >= N* for "
+            f"{n_star_pass:.0%} of particles needs N >= {math.ceil(needed)}."
         )
     m_f_chi = 0.5 * chi2_ppf(m_f_pass, d)
     m_f = max(n_star**rho, m_f_chi)
     pass_mf = float(chi2_cdf(2.0 * m_f, d))
     notes.append(
-        f"M_f = max(N*^rho = {n_star**rho:.3g}, chi2_{d}.ppf({m_f_pass})/2 = {m_f_chi:.3g}) = {m_f:.3g}: "
-        f"a Gaussian has f - f* ~ chi2_d/2, so {pass_mf:.1%} pass."
+        f"M_f = max(N*^rho = {n_star**rho:.3g}, chi2_{d}.ppf({m_f_pass})/2 = "
+        f"{m_f_chi:.3g}) = {m_f:.3g}: a Gaussian has f - f* ~ chi2_d/2, so "
+        f"{pass_mf:.1%} pass."
     )
     expo, n_cor = _corollary_n_star(d, h, eta, r1, r2, kappa, mu_, epsilon, rho, notes)
     frac = r1_pass * pass_mf * pass_n * pass_ball
     notes.append(
-        f"Predicted stationary ensemble fraction ~ {r1_pass:.2f} x {pass_mf:.3f} x {pass_n:.2f} "
-        f"x {pass_ball:.2f} (ball not empty) = {frac:.2f}."
+        f"Predicted stationary ensemble fraction ~ {r1_pass:.2f} x {pass_mf:.3f} x "
+        f"{pass_n:.2f} x {pass_ball:.2f} (ball not empty) = {frac:.2f}."
     )
     return CEnLMCParams(
         eta=float(eta),
@@ -520,21 +609,26 @@ def suggest_cenlmc_params(
 def _suggest_radii(
     d: int, h: float, r1_pass: float, epsilon: float, kappa: float, notes: list
 ):
-    """``η, R1, R2`` of :func:`suggest_cenlmc_params` (its docstring), with the reasoning appended to ``notes``."""
+    """``η, R1, R2`` of :func:`suggest_cenlmc_params` (its docstring), with the
+    reasoning appended to ``notes``.
+    """
     scale = math.sqrt(h * d)
     r1 = math.sqrt(2.0 * h * chi2_ppf(r1_pass, d))
     notes.append(
-        f"R1 = sqrt(2h chi2_{d}.ppf({r1_pass})) = {r1:.4g}: sqrt(2h)|xi| <= R1 for {r1_pass:.0%} of particles."
+        f"R1 = sqrt(2h chi2_{d}.ppf({r1_pass})) = {r1:.4g}: sqrt(2h)|xi| <= R1 for "
+        f"{r1_pass:.0%} of particles."
     )
     r2 = min(scale, r1)
     notes.append(
-        f"R2 = min(sqrt(hd), R1) = {r2:.4g}: w-neighbours within 1/sqrt(2) of the noise length sqrt(2hd)."
+        f"R2 = min(sqrt(hd), R1) = {r2:.4g}: w-neighbours within 1/sqrt(2) of the "
+        "noise length sqrt(2hd)."
     )
     eta_bias = epsilon / (kappa * d)
     eta = min(scale, eta_bias)
     notes.append(
-        f"eta = min(sqrt(hd) = {scale:.4g}, eps/(kappa d) = {eta_bias:.4g}) = {eta:.4g}: same order as R1, R2 in the "
-        f"worst weight exp((eta+R1+R2)^2/(4h)), and within the finite-difference bias bound."
+        f"eta = min(sqrt(hd) = {scale:.4g}, eps/(kappa d) = {eta_bias:.4g}) = "
+        f"{eta:.4g}: same order as R1, R2 in the worst weight exp((eta+R1+R2)^2/(4h)), "
+        "and within the finite-difference bias bound."
     )
     return eta, r1, r2
 
@@ -552,7 +646,9 @@ def _suggest_n_star(
     noise_k,
     notes: list,
 ):
-    """N* from the pass rule and the noise budget: ``(n_star, pass_n, typical N_i, predicted inflation)``."""
+    """N* from the pass rule and the noise budget: ``(n_star, pass_n, typical N_i,
+    predicted inflation)``.
+    """
     v_r2 = ball_volume(d, r2)
     peak = (2.0 * math.pi / mu_) ** (-0.5 * d)  # proxy N(x*, I/mu): density at the mode
     num_peak = (
@@ -577,30 +673,34 @@ def _suggest_n_star(
         d, h, noise_k, r1_pass, num_peak, n_star, mu=mu_
     )
     notes.append(
-        f"N* = {n_star}: with N = {num_particles}, N_i ~ (N-1) V_R2 p(w) (typical {typical:.3g}); "
-        f"N_i >= N* holds for about {pass_n:.0%} of particles under the proxy."
+        f"N* = {n_star}: with N = {num_particles}, N_i ~ (N-1) V_R2 p(w) (typical "
+        f"{typical:.3g}); N_i >= N* holds for about {pass_n:.0%} of particles under "
+        "the proxy."
     )
     if math.ceil(n_noise) > max(round(n_cal), n_star_min):
         notes.append(
-            f"N* raised from {max(round(n_cal), n_star_min)} (the {n_star_pass:.0%} pass rule) by the noise "
-            f"budget: the ensemble force's relative squared error is K/N_i with K = {noise_k:.3g}, so its "
-            f"noise would inflate the variance by more than {max_variance_inflation:g}."
+            f"N* raised from {max(round(n_cal), n_star_min)} (the {n_star_pass:.0%} "
+            "pass rule) by the noise budget: the ensemble force's relative squared "
+            f"error is K/N_i with K = {noise_k:.3g}, so its noise would inflate the "
+            f"variance by more than {max_variance_inflation:g}."
         )
     notes.append(
-        f"Predicted variance inflation by the ensemble noise: {inflation:.3g} (the sd by "
-        f"~{math.sqrt(max(1 + inflation, 0.0)) - 1:.2%}; budget {max_variance_inflation:g}; the gradient audit "
-        f"measures it as info.audit_variance_inflation)."
+        f"Predicted variance inflation by the ensemble noise: {inflation:.3g} (the sd "
+        f"by ~{math.sqrt(max(1 + inflation, 0.0)) - 1:.2%}; budget "
+        f"{max_variance_inflation:g}; the gradient audit measures it as "
+        "info.audit_variance_inflation)."
     )
     if n_cal < n_star_min:
         notes.append(
-            f"N is too small for the ensemble to pay off at this step size: N* would be {n_cal:.2g} < "
-            f"{n_star_min}; increase N."
+            "N is too small for the ensemble to pay off at this step size: N* would "
+            f"be {n_cal:.2g} < {n_star_min}; increase N."
         )
     return n_star, pass_n, typical, inflation
 
 
 def _ball_occupancy(d, num_particles, eta, mu_, ball_min, notes: list):
-    """Mean η-ball count under the proxy and the chance it is not empty: ``(ball_mean, pass_ball)``.
+    """Mean η-ball count under the proxy and the chance it is not empty: ``(ball_mean,
+    pass_ball)``.
 
     The force sums over x-neighbours within η (and R2 in w), so an empty ball gives a
     force of exactly 0. Mean count: ``(N-1) V_η (4π/μ)^{-d/2}`` (the proxy's mean
@@ -611,16 +711,20 @@ def _ball_occupancy(d, num_particles, eta, mu_, ball_min, notes: list):
     ball_mean = (num_particles - 1) * ball_volume(d, eta) * density
     if ball_mean < ball_min:
         notes.append(
-            f"N = {num_particles} is too small in d = {d}: the eta-ball holds {ball_mean:.2g} particles on "
-            f"average at eta = {eta:.4g}, so the ensemble is rarely used and CEnLMC is LMC here "
-            f"(the guard sends particles with an empty ball to their gradient); about "
-            f"{1 + ball_min / (ball_volume(d, eta) * density):.3g} particles would hold {ball_min}."
+            f"N = {num_particles} is too small in d = {d}: the eta-ball holds "
+            f"{ball_mean:.2g} particles on average at eta = {eta:.4g}, so the ensemble "
+            "is rarely used and CEnLMC is LMC here (the guard sends particles with an "
+            "empty ball to their gradient); about "
+            f"{1 + ball_min / (ball_volume(d, eta) * density):.3g} particles would "
+            f"hold {ball_min}."
         )
     return ball_mean, 1.0 - math.exp(-ball_mean)
 
 
 def _corollary_n_star(d, h, eta, r1, r2, kappa, mu_, epsilon, rho, notes: list):
-    """Theorem 3.3's factor ``R1(R1+R2)/(2h)`` and Corollary 3.1's N* (an order of magnitude)."""
+    """Theorem 3.3's factor ``R1(R1+R2)/(2h)`` and Corollary 3.1's N* (an order of
+    magnitude).
+    """
     expo = r1 * (r1 + r2) / (2.0 * h)
     log_nc = (
         d * math.log(r1)
@@ -633,8 +737,9 @@ def _corollary_n_star(d, h, eta, r1, r2, kappa, mu_, epsilon, rho, notes: list):
     ) / (1.0 - rho)
     n_cor = math.exp(min(log_nc, 700.0))
     notes.append(
-        f"Theorem 3.3 factor exp(R1(R1+R2)/2h) = exp({expo:.3g}) = {math.exp(expo):.3g}; Corollary 3.1 would ask "
-        f"N* ~ {n_cor:.3g} for eps = {epsilon} (order of magnitude only; the bound is loose)."
+        f"Theorem 3.3 factor exp(R1(R1+R2)/2h) = exp({expo:.3g}) = "
+        f"{math.exp(expo):.3g}; Corollary 3.1 would ask N* ~ {n_cor:.3g} for eps = "
+        f"{epsilon} (order of magnitude only; the bound is loose)."
     )
     return expo, n_cor
 
@@ -647,19 +752,22 @@ def _corollary_n_star(d, h, eta, r1, r2, kappa, mu_, epsilon, rho, notes: list):
 class TunedCEnLMC(NamedTuple):
     """What :func:`tune_cenlmc` returns.
 
-    params: dict ``eta, r1, r2, n_star, m_f`` (ready for ``cj.cenlmc``).
-    algorithm: ``cj.cenlmc(...)`` with those parameters (its default audit: the
-      ``biased`` flag stays on).
-    state: the chain's state after the burn-in, the last ``steps_per_trial`` steps
-        of which ran with the chosen parameters (continue sampling from it).
-    ensemble_fraction, noise_error, drift_ratio, variance_inflation: measured for the
-        choice in its trial (mean fraction; median audit noise error and drift ratio;
-        mean variance inflation).
-    trials: one dict per candidate with the same measurements.
-    reasoning: a readable account of the choice.
-    grad_evals: the gradients the whole burn-in computed (``info.grad_evals_padded``
-        summed over every step of every trial: buffers' padding and the audit included),
-        the tuning's cost to set against what the ensemble saves afterwards.
+    Attributes:
+      params: dict ``eta, r1, r2, n_star, m_f`` (ready for ``cj.cenlmc``).
+      algorithm: ``cj.cenlmc(...)`` with those parameters (its default audit: the
+        ``biased`` flag stays on).
+      state: the chain's state after the burn-in, the last ``steps_per_trial``
+        steps of which ran with the chosen parameters (continue sampling from it).
+      ensemble_fraction: measured for the choice in its trial (mean fraction).
+      noise_error: measured for the choice (median audit noise error).
+      drift_ratio: measured for the choice (median audit drift ratio).
+      variance_inflation: measured for the choice (mean variance inflation).
+      trials: one dict per candidate with the same measurements.
+      reasoning: a readable account of the choice.
+      grad_evals: the gradients the whole burn-in computed
+        (``info.grad_evals_padded`` summed over every step of every trial: buffers'
+        padding and the audit included), the tuning's cost to set against what the
+        ensemble saves afterwards.
     """
 
     params: dict
@@ -679,7 +787,7 @@ class TunedCEnLMC(NamedTuple):
 LOW_FRACTION = 0.05
 #: :func:`tune_cenlmc` skips its grid when both the predicted best fraction of any
 #: candidate and the first burn-in's measured fraction are below this: no candidate can
-#: use the ensemble (issue 17: 67 s of grid on a 4-parameter model whose predicted
+#: use the ensemble (issue 17: a whole grid run on a 4-parameter model whose predicted
 #: fraction was ~0).
 NEGLIGIBLE_FRACTION = 0.01
 
@@ -687,7 +795,9 @@ NEGLIGIBLE_FRACTION = 0.01
 def _trial_runner(
     logdensity_fn, step_size, n_star, m_f, num_steps, audit_size, grad_fn, kwargs
 ):
-    """One compiled program running ``num_steps`` CEnLMC steps with traced ``eta, r1, r2``."""
+    """One compiled program running ``num_steps`` CEnLMC steps with traced ``eta, r1,
+    r2``.
+    """
 
     @jax.jit
     def run(key, state, eta, r1, r2):
@@ -785,7 +895,10 @@ def _choose(trials, base, target_fraction, max_noise_error, max_variance_inflati
         and not t["unstable"]
         and t["variance_inflation"] <= max_variance_inflation
     ]
-    caps = f"variance inflation <= {max_variance_inflation:g} and drift error <= {max_noise_error:g}"
+    caps = (
+        f"variance inflation <= {max_variance_inflation:g} and drift error <= "
+        f"{max_noise_error:g}"
+    )
     if not ok:
         best = dict(
             ensemble_fraction=0.0,
@@ -800,8 +913,8 @@ def _choose(trials, base, target_fraction, max_noise_error, max_variance_inflati
             best,
             params,
             (
-                f"no candidate kept {caps} (never flagged); the ensemble is switched off (r1 = 0): "
-                "CEnLMC is LMC on this target at this N."
+                f"no candidate kept {caps} (never flagged); the ensemble is switched "
+                "off (r1 = 0): CEnLMC is LMC on this target at this N."
             ),
         )
     reach = [t for t in ok if t["ensemble_fraction"] >= target_fraction]
@@ -810,14 +923,14 @@ def _choose(trials, base, target_fraction, max_noise_error, max_variance_inflati
             reach, key=lambda t: (t["variance_inflation"], -t["ensemble_fraction"])
         )
         note = (
-            f"chose the smallest variance inflation among the {len(reach)} candidates reaching the "
-            f"target fraction {target_fraction:.2f} with {caps}."
+            f"chose the smallest variance inflation among the {len(reach)} candidates "
+            f"reaching the target fraction {target_fraction:.2f} with {caps}."
         )
     else:
         best = max(ok, key=lambda t: t["ensemble_fraction"])
         note = (
-            f"no candidate reached the target fraction {target_fraction:.2f} with {caps}; chose the "
-            f"largest fraction, {best['ensemble_fraction']:.2f}."
+            f"no candidate reached the target fraction {target_fraction:.2f} with "
+            f"{caps}; chose the largest fraction, {best['ensemble_fraction']:.2f}."
         )
     return (
         best,
@@ -852,32 +965,44 @@ def tune_cenlmc(
     skip_hopeless: bool = True,
     **cenlmc_kwargs: Any,
 ) -> TunedCEnLMC:
-    """Burn in CEnLMC while choosing ``η, R1, R2`` for ``target_fraction`` (module docstring).
+    """Burn in CEnLMC while choosing ``η, R1, R2`` for ``target_fraction``.
+
+    See the module docstring. The burn-in costs
+    ``(len(r1_passes)·len(radius_scales) + 2)·steps_per_trial`` steps (560 by
+    default) and ``audit_size`` extra gradients per step; the gradients it computed
+    are ``TunedCEnLMC.grad_evals``. A chosen fraction below :data:`LOW_FRACTION`
+    (the ensemble unused) is warned about (``UserWarning``), with the reason.
 
     Args:
-      rng_key: key of the burn-in. logdensity_fn, positions ``(N, d)``, step_size: as
-        for ``cj.cenlmc``.
+      rng_key: key of the burn-in.
+      logdensity_fn: as for ``cj.cenlmc``.
+      positions: the ensemble, ``(N, d)``.
+      step_size: ``h``, as for ``cj.cenlmc``.
       target_fraction: the ensemble fraction asked for, in (0, 1).
       max_noise_error: the largest acceptable median drift error per step, in
         noise lengths ``sqrt(2hd)`` (measured by the gradient audit).
-      max_variance_inflation: the largest acceptable relative variance inflation by the
-        ensemble noise (the audit's mean ``info.audit_variance_inflation`` over a
-        trial's second half).
-      f_star, L, mu: as for ``cj.cenlmc`` / ``suggest_cenlmc_params``.
+      max_variance_inflation: the largest acceptable relative variance inflation
+        by the ensemble noise (the audit's mean ``info.audit_variance_inflation``
+        over a trial's second half).
+      f_star: as for ``cj.cenlmc``.
+      L: as for :func:`suggest_cenlmc_params`.
+      mu: as for :func:`suggest_cenlmc_params`.
       steps_per_trial: steps per candidate (the fraction and error are measured
         over the second half of each trial).
       audit_size: audited particles per step during the burn-in.
-      r1_passes, radius_scales: the grid (module docstring).
+      r1_passes: the grid's R1 pass probabilities (module docstring).
+      radius_scales: the grid's scales of ``η, R2`` (module docstring).
+      grad_fn: passed to ``cj.cenlmc``.
       skip_hopeless: skip the grid (and the settling run) when it cannot help
-        (:func:`_hopeless`): the suggested parameters are then judged on the first
-        burn-in alone, by the same rule.
-      grad_fn, **cenlmc_kwargs: passed to ``cj.cenlmc`` (``method``, ``mesh``, ...).
+        (:func:`_hopeless`): the suggested parameters are then judged on the
+        first burn-in alone, by the same rule.
+      **cenlmc_kwargs: passed to ``cj.cenlmc`` (``method``, ``mesh``, ...).
 
-    The burn-in costs ``(len(r1_passes)·len(radius_scales) + 2)·steps_per_trial`` steps
-    (560 by default) and ``audit_size`` extra gradients per step; the gradients it
-    computed are ``TunedCEnLMC.grad_evals``. A chosen fraction below
-    :data:`LOW_FRACTION` (the ensemble unused) is warned about (``UserWarning``), with
-    the reason.
+    Returns:
+      A :class:`TunedCEnLMC`.
+
+    Raises:
+      ValueError: a bad argument, checked before any work.
     """
     x, steps_per_trial, audit_size = _check_tuning_args(
         rng_key,
@@ -971,8 +1096,9 @@ def tune_cenlmc(
         trials, base, target_fraction, max_noise_error, max_variance_inflation
     )
     notes = [
-        f"suggested: eta={base.eta:.4g}, R1={base.r1:.4g}, R2={base.r2:.4g}, N*={base.n_star}, "
-        f"M_f={base.m_f:.3g}; {len(trials)} candidates x {steps_per_trial} steps, audit of {audit_size}.",
+        f"suggested: eta={base.eta:.4g}, R1={base.r1:.4g}, R2={base.r2:.4g}, "
+        f"N*={base.n_star}, M_f={base.m_f:.3g}; {len(trials)} candidates x "
+        f"{steps_per_trial} steps, audit of {audit_size}.",
         note,
     ]
     # settle the chain with the chosen parameters, then hand it over with a fresh audit
@@ -980,24 +1106,28 @@ def tune_cenlmc(
         len(trials) + 1, start, params["eta"], params["r1"], params["r2"]
     )
     diverged = np.asarray(outputs[5])
-    if diverged.any():  # never hand over non-finite particles: keep the burn-in's state (the trials' start)
+    # never hand over non-finite particles: keep the burn-in's state (the trials' start)
+    if diverged.any():
         state = start
         notes.append(
-            f"the settling run with the chosen parameters diverged at its step {int(np.argmax(diverged))} "
-            "(a particle left the region where the step size is stable); the state handed over is the "
-            "first burn-in's, before the trials."
+            "the settling run with the chosen parameters diverged at its step "
+            f"{int(np.argmax(diverged))} (a particle left the region where the step "
+            "size is stable); the state handed over is the first burn-in's, before "
+            "the trials."
         )
     state = state._replace(audit=fresh_audit(x.dtype))
     notes.append(
-        f"measured: ensemble fraction {best['ensemble_fraction']:.3f}, variance inflation "
-        f"{best['variance_inflation']:.3g}, drift error {best['noise_error']:.3g} noise lengths, drift ratio "
+        f"measured: ensemble fraction {best['ensemble_fraction']:.3f}, variance "
+        f"inflation {best['variance_inflation']:.3g}, drift error "
+        f"{best['noise_error']:.3g} noise lengths, drift ratio "
         f"{best['drift_ratio']:.3g}; the burn-in computed {grads} gradients."
     )
     if best["ensemble_fraction"] < LOW_FRACTION:
         warnings.warn(
-            f"tune_cenlmc: the chosen ensemble fraction is {best['ensemble_fraction']:.2f} (below "
-            f"{LOW_FRACTION}): the ensemble is (nearly) unused, so CEnLMC is LMC here and its N values "
-            f"per step are wasted; use cj.lmc, more particles, or a better-scaled target. {note}",
+            "tune_cenlmc: the chosen ensemble fraction is "
+            f"{best['ensemble_fraction']:.2f} (below {LOW_FRACTION}): the ensemble is "
+            "(nearly) unused, so CEnLMC is LMC here and its N values per step are "
+            f"wasted; use cj.lmc, more particles, or a better-scaled target. {note}",
             UserWarning,
             stacklevel=2,
         )
@@ -1017,7 +1147,8 @@ def tune_cenlmc(
 
 
 def _hopeless(base, first: dict, r1_passes: tuple) -> bool:
-    """Whether no candidate of the grid can use the ensemble: both below :data:`NEGLIGIBLE_FRACTION`.
+    """Whether no candidate of the grid can use the ensemble: both below
+    :data:`NEGLIGIBLE_FRACTION`.
 
     Predicted: the suggestion's fraction ``pass_r1 · pass_M_f · pass_N* · pass_ball``
     with the R1 pass raised to the grid's largest ``p`` (the grid's radius scales are at
@@ -1047,22 +1178,28 @@ def _untuned(
     steps_per_trial,
     cenlmc_kwargs,
 ) -> TunedCEnLMC:
-    """:func:`tune_cenlmc`'s result without the grid: :func:`_choose` on the first burn-in alone, its state."""
+    """:func:`tune_cenlmc`'s result without the grid.
+
+    :func:`_choose` on the first burn-in alone, and its state.
+    """
     best, params, note = _choose(
         [first], base, target_fraction, max_noise_error, max_variance_inflation
     )
     notes = [
-        f"suggested: eta={base.eta:.4g}, R1={base.r1:.4g}, R2={base.r2:.4g}, N*={base.n_star}, "
-        f"M_f={base.m_f:.3g}; grid skipped: the predicted fraction ({base.expected_ensemble_fraction:.3g}) "
-        f"and the first burn-in's ({first['ensemble_fraction']:.3g}) are below {NEGLIGIBLE_FRACTION}, which "
-        f"no candidate can change; {steps_per_trial} steps run.",
+        f"suggested: eta={base.eta:.4g}, R1={base.r1:.4g}, R2={base.r2:.4g}, "
+        f"N*={base.n_star}, M_f={base.m_f:.3g}; grid skipped: the predicted fraction "
+        f"({base.expected_ensemble_fraction:.3g}) and the first burn-in's "
+        f"({first['ensemble_fraction']:.3g}) are below {NEGLIGIBLE_FRACTION}, which no "
+        f"candidate can change; {steps_per_trial} steps run.",
         note,
-        f"measured: ensemble fraction {best['ensemble_fraction']:.3f}; the burn-in computed {grads} gradients.",
+        f"measured: ensemble fraction {best['ensemble_fraction']:.3f}; the burn-in "
+        f"computed {grads} gradients.",
     ]
     warnings.warn(
-        f"tune_cenlmc: the ensemble fraction is {best['ensemble_fraction']:.2f} (predicted "
-        f"{base.expected_ensemble_fraction:.2g}): the ensemble is unused, so CEnLMC is LMC here and its N "
-        f"values per step are wasted; use cj.lmc, more particles, or a better-scaled target. {note}",
+        f"tune_cenlmc: the ensemble fraction is {best['ensemble_fraction']:.2f} "
+        f"(predicted {base.expected_ensemble_fraction:.2g}): the ensemble is unused, "
+        "so CEnLMC is LMC here and its N values per step are wasted; use cj.lmc, more "
+        f"particles, or a better-scaled target. {note}",
         UserWarning,
         stacklevel=3,
     )
@@ -1094,7 +1231,9 @@ def _tuned(
     grads,
     cenlmc_kwargs,
 ):
-    """The :class:`TunedCEnLMC` of the chosen ``params`` (``best``: their measured trial), with its sampler."""
+    """The :class:`TunedCEnLMC` of the chosen ``params`` (``best``: their measured
+    trial), with its sampler.
+    """
     algo = cenlmc(
         logdensity_fn,
         h,
