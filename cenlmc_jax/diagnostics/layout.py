@@ -87,7 +87,20 @@ class LayoutWarning(UserWarning):
 
 
 def as_float_array(x: ArrayLike, name: str) -> Array:
-    """Convert to a jax array with a real floating dtype, or raise."""
+    """Convert to a jax array with a real floating dtype, or raise.
+
+    Integer and bool arrays become JAX's default float.
+
+    Args:
+      x: array-like.
+      name: its name in the messages.
+
+    Returns:
+      A JAX array of a real floating dtype.
+
+    Raises:
+      ValueError: ``x`` is not array-like, is complex, or is not numeric.
+    """
     try:
         arr = jnp.asarray(x)
     except (TypeError, ValueError) as err:
@@ -150,8 +163,9 @@ def _trace_chains_first(result: RunResult) -> Array:
 
 
 def _check_layout(x: Array) -> None:
-    """Warn when chain means are autocorrelated along the chain axis (see module
-    docstring).
+    """Warn when chain means are autocorrelated along the chain axis.
+
+    See the module docstring.
     """
     m = x.shape[0]
     if m < 3 or not is_concrete(x):
@@ -179,8 +193,15 @@ def _check_layout(x: Array) -> None:
 
 
 def check_ess(ess: Array, total: int, what: str) -> None:
-    """Warn when an ESS exceeds the number of draws by more than its noise (see module
-    docstring).
+    """Warn when an ESS exceeds the number of draws by more than its noise.
+
+    See the module docstring; a :class:`LayoutWarning`, nothing for a traced
+    ``ess``.
+
+    Args:
+      ess: the effective sample sizes (any shape).
+      total: the number of draws, chains times draws per chain.
+      what: what ``ess`` is, for the message.
     """
     if not is_concrete(ess):
         return
@@ -207,8 +228,25 @@ def checked_chains_first(
     min_chains: int = 1,
     why: str = "",
 ) -> tuple:
-    """Validate ``samples``; return ``(x, from_array)`` with ``x`` laid out (chain,
-    draw, *event).
+    """Validate ``samples`` and lay them out chains first.
+
+    Args:
+      samples: a :class:`RunResult` with a trace, or an array of at least 2
+        dimensions.
+      chain_axis: the array's chain axis (default 0); None for a RunResult.
+      sample_axis: the array's draw axis (default 1); None for a RunResult.
+      min_draws: the fewest draws per chain accepted.
+      min_chains: the fewest chains accepted.
+      why: what the minimum is for, appended to the message.
+
+    Returns:
+      ``(x, from_array)``: ``x`` laid out ``(chain, draw, *event)``, and whether
+      ``samples`` was an array (not a RunResult).
+
+    Raises:
+      ValueError: a RunResult without an array trace or with axes given, an
+        array of fewer than 2 dimensions, bad or equal axes, or too few draws or
+        chains.
     """
     if isinstance(samples, RunResult):
         if chain_axis is not None or sample_axis is not None:
@@ -269,9 +307,28 @@ def chains_first(
     taken chains first unless the axes are given, with the layout check of
     the module docstring. What every chain diagnostic, ``cj.summary``,
     ``cj.to_arviz`` and ``cenlmc_jax.diagnostics.plots`` use.
+
+    Args:
+      samples: a :class:`RunResult` with a trace, or an array.
+      chain_axis: the array's chain axis (default 0).
+      sample_axis: the array's draw axis (default 1).
+
+    Returns:
+      The draws as a JAX array ``(chains, draws, *event)``.
+
+    Raises:
+      ValueError: as :func:`checked_chains_first`.
     """
     return checked_chains_first(samples, chain_axis, sample_axis, min_draws=1)[0]
 
 
 def common_float_dtype(*arrays: Array):
+    """The promoted dtype of ``arrays``.
+
+    Args:
+      *arrays: JAX or NumPy arrays.
+
+    Returns:
+      ``jnp.result_type`` of their dtypes.
+    """
     return jnp.result_type(*[a.dtype for a in arrays])

@@ -38,9 +38,19 @@ __all__ = [
 
 
 def resolve_constrain(model: Any = None, constrain: Any = None) -> Callable | None:
-    """The constrain function from ``model`` (anything with a callable ``.constrain``,
-    e.g. what :func:`cenlmc_jax.from_numpyro` returns) or ``constrain`` itself; None
-    when neither is given.
+    """The constrain function from ``model`` or ``constrain`` itself.
+
+    Args:
+      model: anything with a callable ``.constrain`` (e.g. what
+        :func:`cenlmc_jax.from_numpyro` returns), or None.
+      constrain: a function ``x: (d,) -> {site: array}`` (or one array), or None.
+
+    Returns:
+      The constrain function; None when neither is given.
+
+    Raises:
+      ValueError: both given, a ``model`` without a callable ``.constrain``, or a
+        ``constrain`` that is not callable.
     """
     if model is not None and constrain is not None:
         raise ValueError(
@@ -81,9 +91,23 @@ def _as_sites(out: Any, var_name: str) -> dict:
 
 
 def site_draws(x: Any, constrain: Callable, var_name: str = "x") -> dict:
-    """``{site: (chains, draws, *site_shape) float64}`` from chains-first unconstrained
-    draws ``x: (chains, draws, d)`` (:func:`cenlmc_jax.diagnostics.chains_first`), each
-    draw mapped by ``constrain`` (jitted, vmapped twice; in float64 for float64 draws).
+    """The constrained sites of chains-first unconstrained draws.
+
+    Each draw mapped by ``constrain`` (jitted, vmapped twice; in float64 for
+    float64 draws).
+
+    Args:
+      x: the draws, shape ``(chains, draws, d)``
+        (:func:`cenlmc_jax.diagnostics.chains_first`).
+      constrain: ``x: (d,) -> {site: array}`` or one array.
+      var_name: the site name of a ``constrain`` that returns one array.
+
+    Returns:
+      ``{site: (chains, draws, *site_shape) float64 NumPy array}``, sites sorted.
+
+    Raises:
+      ValueError: ``x`` not of 3 dimensions, or ``constrain`` returning something
+        else than a non-empty dict of arrays or one array.
     """
     x = jax.numpy.asarray(x)
     if x.ndim != 3:
@@ -92,20 +116,25 @@ def site_draws(x: Any, constrain: Callable, var_name: str = "x") -> dict:
             f"{tuple(x.shape)} (expected (chains, draws, d))."
         )
     f64 = x.dtype == np.float64
-    with (
-        jax.enable_x64(True) if f64 else contextlib.nullcontext()
-    ):  # a float64 run is constrained in float64
-        _as_sites(
-            jax.eval_shape(constrain, x[0, 0]), var_name
-        )  # what it returns, checked on shapes first
+    # a float64 run is constrained in float64
+    with jax.enable_x64(True) if f64 else contextlib.nullcontext():
+        # what it returns, checked on shapes first
+        _as_sites(jax.eval_shape(constrain, x[0, 0]), var_name)
         out = jax.jit(jax.vmap(jax.vmap(constrain)))(x)
     sites = _as_sites(out, var_name)
     return {k: np.asarray(v, np.float64) for k, v in sites.items()}
 
 
 def site_names(sites: dict, lead: int = 2) -> tuple:
-    """The column names of :func:`flatten_sites`: ``site`` or ``site[i,...]`` (C order),
-    sites sorted.
+    """The column names of :func:`flatten_sites`.
+
+    Args:
+      sites: ``{site: array}``.
+      lead: the leading axes of each array that are not the site's own
+        (``(chains, draws)``: 2).
+
+    Returns:
+      A tuple of ``site`` or ``site[i,...]`` (C order), sites sorted.
     """
     names = []
     for site in sorted(sites):
@@ -119,17 +148,30 @@ def site_names(sites: dict, lead: int = 2) -> tuple:
 
 
 def flatten_sites(sites: dict) -> tuple:
-    """``(z: (chains, draws, k), names)``: the sites side by side, sorted by name, each
-    in C order.
+    """The sites side by side, sorted by name, each in C order.
+
+    Args:
+      sites: ``{site: (chains, draws, *site_shape) array}``.
+
+    Returns:
+      ``(z: (chains, draws, k), names)``, ``names`` of :func:`site_names`.
     """
     cols = [np.reshape(sites[s], np.shape(sites[s])[:2] + (-1,)) for s in sorted(sites)]
     return np.concatenate(cols, axis=-1), site_names(sites)
 
 
 def named_draws(draws: Any, constrain: Callable | None) -> tuple:
-    """``(z: (chains, draws, k) float64, names or None)`` from a RunResult or
-    chains-first draws: the constrained draws and their names, or, without
-    ``constrain``, the draws themselves with their event axes flattened and no names.
+    """The constrained draws and their names.
+
+    Or, without ``constrain``, the draws themselves with their event axes
+    flattened and no names.
+
+    Args:
+      draws: a RunResult or chains-first draws.
+      constrain: ``x: (d,) -> {site: array}``, or None.
+
+    Returns:
+      ``(z: (chains, draws, k) float64, names or None)``.
     """
     x = dg.chains_first(draws)
     if constrain is None:

@@ -125,9 +125,25 @@ def plot_trace(
     model: Any = None,
     constrain: Any = None,
 ):
-    """Trace plot: per coordinate, the draws of up to ``max_chains`` chains against
-    the draw index (left) and the histogram of all draws (right). ``model`` /
-    ``constrain``: the constrained values under their names (module docstring)."""
+    """Trace plot of the draws.
+
+    Per coordinate, the draws of up to ``max_chains`` chains against the draw
+    index (left) and the histogram of all draws (right).
+
+    Args:
+      result_or_draws: a RunResult with a trace, or chains-first draws.
+      coords: the coordinates to show (indices or names; default all).
+      max_chains: the most chains drawn in the trace panels.
+      model: a model with ``.constrain`` (e.g. :func:`cenlmc_jax.from_numpyro`'s):
+        the constrained values under their names (module docstring).
+      constrain: ``x: (d,) -> {site: array}`` instead of ``model``.
+
+    Returns:
+      The matplotlib ``Figure``.
+
+    Raises:
+      ValueError: bad ``coords``, or both ``model`` and ``constrain``.
+    """
     x, names = _draws(result_or_draws, model, constrain)
     cs = _coords(coords, names)
     fig, axes = _figure(len(cs), 2, width=4.5)
@@ -156,10 +172,27 @@ def plot_rank(
     model: Any = None,
     constrain: Any = None,
 ):
-    """Rank plot: the draws of up to ``max_chains`` chains are ranked together, per
+    """Rank plot of the draws.
+
+    The draws of up to ``max_chains`` chains are ranked together, per
     coordinate; each chain's histogram of ranks is drawn on its own baseline,
-    with the uniform count (what mixing chains give) dashed. ``model`` /
-    ``constrain``: the constrained values under their names (module docstring)."""
+    with the uniform count (what mixing chains give) dashed.
+
+    Args:
+      result_or_draws: a RunResult with a trace, or chains-first draws.
+      coords: the coordinates to show (indices or names; default all).
+      max_chains: the most chains ranked.
+      bins: histogram bins.
+      model: a model with ``.constrain`` (e.g. :func:`cenlmc_jax.from_numpyro`'s):
+        the constrained values under their names (module docstring).
+      constrain: ``x: (d,) -> {site: array}`` instead of ``model``.
+
+    Returns:
+      The matplotlib ``Figure``.
+
+    Raises:
+      ValueError: bad ``coords``, or both ``model`` and ``constrain``.
+    """
     x, names = _draws(result_or_draws, model, constrain)
     x = x[: min(max_chains, x.shape[0])]
     m, n = x.shape[:2]
@@ -235,13 +268,31 @@ def plot_marginals(
     model: Any = None,
     constrain: Any = None,
 ):
-    """Marginal histograms of the draws against the target's marginal density:
-    exact for a Gaussian target (one with a constant ``hessian``), by trapezoidal
-    quadrature of ``exp(logdensity_fn)`` on a grid for d = 1 and d = 2 (the other
-    coordinate integrated over ±8 sd or the plotted range). A streaming run
-    contributes its final ensemble. ``model`` / ``constrain``: the constrained
-    values under their names (module docstring); not with ``target``, whose
-    density is of the unconstrained ``x``."""
+    """Marginal histograms of the draws against the target's marginal density.
+
+    Exact for a Gaussian target (one with a constant ``hessian``), by
+    trapezoidal quadrature of ``exp(logdensity_fn)`` on a grid for d = 1 and
+    d = 2 (the other coordinate integrated over ±8 sd or the plotted range). A
+    streaming run contributes its final ensemble.
+
+    Args:
+      result_or_draws: a RunResult (with a trace, or streaming) or chains-first
+        draws.
+      target: the :class:`~cenlmc_jax.models.targets.Target` whose marginals
+        are drawn, or None.
+      coords: the coordinates to show (indices or names; default all).
+      bins: histogram bins.
+      model: a model with ``.constrain`` (e.g. :func:`cenlmc_jax.from_numpyro`'s):
+        the constrained values under their names (module docstring).
+      constrain: ``x: (d,) -> {site: array}`` instead of ``model``. Not with
+        ``target``, whose density is of the unconstrained ``x``.
+
+    Returns:
+      The matplotlib ``Figure``.
+
+    Raises:
+      ValueError: ``target`` with ``model`` or ``constrain``, or bad ``coords``.
+    """
     if target is not None and (model is not None or constrain is not None):
         raise ValueError(
             "target and model/constrain: the target's density is of the "
@@ -300,13 +351,29 @@ def plot_ensemble_pairs(
     model: Any = None,
     constrain: Any = None,
 ):
-    """An ensemble at a few kept draws (``times``: draw indices; default four,
-    first to last), in the plane of coordinates ``pair`` (indices or names; a
-    1-D ensemble: its histogram). ``result_or_trace``: a RunResult of an
-    ensemble or of ``vmap_chains`` run with a trace, or chains-first draws.
-    With a Gaussian ``target`` its 1- and 2-sd ellipses are drawn. ``model`` /
-    ``constrain``: the constrained values under their names (module
-    docstring); not with ``target``."""
+    """An ensemble at a few kept draws, in the plane of two coordinates.
+
+    A 1-D ensemble: its histogram. With a Gaussian ``target`` its 1- and 2-sd
+    ellipses are drawn.
+
+    Args:
+      result_or_trace: a RunResult of an ensemble or of ``vmap_chains`` run
+        with a trace, or chains-first draws.
+      times: draw indices (default four, first to last).
+      pair: the two coordinates of the plane (indices or names).
+      max_points: the most particles drawn.
+      target: a Gaussian :class:`~cenlmc_jax.models.targets.Target`, or None.
+      model: a model with ``.constrain`` (e.g. :func:`cenlmc_jax.from_numpyro`'s):
+        the constrained values under their names (module docstring).
+      constrain: ``x: (d,) -> {site: array}`` instead of ``model``. Not with ``target``.
+
+    Returns:
+      The matplotlib ``Figure``.
+
+    Raises:
+      ValueError: ``target`` with ``model`` or ``constrain``, or ``times`` or
+        ``pair`` out of range.
+    """
     if target is not None and (model is not None or constrain is not None):
         raise ValueError(
             "target and model/constrain: the target's ellipses are of the "
@@ -353,9 +420,23 @@ def plot_ensemble_pairs(
 def plot_gradient_savings(
     result: RunResult, *, num_particles: int | None = None, burn_in: int = 0
 ):
-    """Per step, gradient evaluations as a fraction of LMC's ``N`` (one per
-    particle) with the cumulative fraction saved, and the ensemble fraction
-    (CEnLMC: particles whose gradient the ensemble force replaced)."""
+    """Per step, gradient evaluations as a fraction of LMC's ``N``.
+
+    One per particle, with the cumulative fraction saved, and the ensemble
+    fraction (CEnLMC: particles whose gradient the ensemble force replaced).
+
+    Args:
+      result: the RunResult of ``cj.sample``, with per-step infos.
+      num_particles: ``N`` (default: the position's leading axis, 1 for one
+        chain).
+      burn_in: the step where the burn-in ended (drawn as a line), 0 for none.
+
+    Returns:
+      The matplotlib ``Figure``.
+
+    Raises:
+      ValueError: ``result`` without per-step infos or without ``grad_evals``.
+    """
     if not isinstance(result, RunResult) or result.info is None:
         raise ValueError(
             "result must be a RunResult with per-step infos (what cj.sample returns)."
@@ -397,10 +478,23 @@ def plot_gradient_savings(
 def plot_coupling_distance(
     distances: Any, *, labels: Sequence[str] | None = None, logy: bool = True
 ):
-    """Theorem 3.3's coupling distance ``E|x_i^m - z_i^m|`` (CEnLMC ``x`` vs LMC ``z``
-    with the same noise; ``cj.ensemble.coupling_distance``) against the step ``m``.
-    ``distances``: one ``(num_steps,)`` array, a list of them, or a dict
-    ``{label: array}`` (e.g. several ``N``)."""
+    """Theorem 3.3's coupling distance ``E|x_i^m - z_i^m|`` against the step ``m``.
+
+    CEnLMC ``x`` vs LMC ``z`` with the same noise
+    (``cj.ensemble.coupling_distance``).
+
+    Args:
+      distances: one ``(num_steps,)`` array, a list of them, or a dict
+        ``{label: array}`` (e.g. several ``N``).
+      labels: the series' labels (default: the dict's keys, or none).
+      logy: a logarithmic y axis.
+
+    Returns:
+      The matplotlib ``Figure``.
+
+    Raises:
+      ValueError: ``labels`` of another length than the series.
+    """
     if isinstance(distances, dict):
         labels, series = list(distances), list(distances.values())
     elif isinstance(distances, (list, tuple)):
@@ -435,11 +529,24 @@ def plot_acf(
     model: Any = None,
     constrain: Any = None,
 ):
-    """The multi-chain autocorrelation ``rho_t``
-    (:func:`cenlmc_jax.diagnostics.autocorrelation`) against the lag ``t``, one panel
-    per sampler side by side (shared axes), one line per coordinate. ``results``:
-    ``{name: RunResult or chains-first draws}``; ``model`` / ``constrain`` (one for
-    all): the constrained values under their names (module docstring).
+    """The multi-chain autocorrelation ``rho_t`` against the lag ``t``.
+
+    :func:`cenlmc_jax.diagnostics.autocorrelation`, one panel per sampler side
+    by side (shared axes), one line per coordinate.
+
+    Args:
+      results: ``{name: RunResult or chains-first draws}``.
+      max_lag: the largest lag.
+      coords: the coordinates to show (indices or names; default all).
+      model: a model with ``.constrain`` (e.g. :func:`cenlmc_jax.from_numpyro`'s):
+        the constrained values under their names (module docstring).
+      constrain: ``x: (d,) -> {site: array}`` instead of ``model``. One for all.
+
+    Returns:
+      The matplotlib ``Figure``.
+
+    Raises:
+      ValueError: ``results`` not a non-empty dict, or bad ``coords``.
     """
     if not isinstance(results, dict) or not results:
         raise ValueError(

@@ -634,6 +634,15 @@ def to_arviz(
         ArviZ's ``x_dim_0``, ...); ``var_name`` names the posterior when there
         are no sites (no ``constrain``, or one returning an array).
       model, constrain: as for :func:`summary`; one of them, or neither.
+
+    Returns:
+      An ``arviz.InferenceData`` (ArviZ 0.x) or an ``xarray.DataTree`` (ArviZ
+      1.x) with the groups and attributes above.
+
+    Raises:
+      ImportError: without ArviZ.
+      ValueError: ``result`` not a RunResult, or ``burn_in`` / ``thin`` that do
+        not match the run.
     """
     try:
         import arviz as az
@@ -648,7 +657,8 @@ def to_arviz(
             f"{type(result).__name__}."
         )
     constrain_fn = resolve_constrain(model, constrain)
-    result = fetch(result)  # on the host; gathered when sharded over several processes
+    # on the host; gathered when sharded over several processes
+    result = fetch(result)
     thin = result.thin if thin is None else thin
     burn_in = result.burn_in if burn_in is None else burn_in
     if thin < 1 or int(thin) != thin:
