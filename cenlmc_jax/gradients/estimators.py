@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+import cenlmc_jax.gradients.modes as grad_modes
 from cenlmc_jax._validation import (
     check_bool,
     check_callable,
@@ -46,7 +47,6 @@ from cenlmc_jax._validation import (
     check_position,
     check_positive,
 )
-from cenlmc_jax.gradients import modes as grad_modes
 from cenlmc_jax.gradients.modes import check_grad_mode
 from cenlmc_jax.types import Array, GradEstimator, PyTree
 

@@ -48,9 +48,9 @@ from jax.flatten_util import ravel_pytree
 from jax.scipy.linalg import solve_triangular
 from jax.scipy.special import gammaln
 
+import cenlmc_jax.gradients.modes as grad_modes
 from cenlmc_jax import _linalg as la
 from cenlmc_jax._validation import check_callable, check_positive, is_concrete
-from cenlmc_jax.gradients import modes as grad_modes
 from cenlmc_jax.gradients.modes import check_grad_mode
 from cenlmc_jax.irreversible._common import matrix_value, spd_factor
 from cenlmc_jax.irreversible.jump import Proposal
