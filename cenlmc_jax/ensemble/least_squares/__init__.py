@@ -1,37 +1,40 @@
-"""A local least-squares ensemble gradient (beyond the paper; the paper's estimator stays the default).
+"""A local least-squares ensemble gradient (beyond the paper).
+
+The paper's estimator stays the default.
 
 Ding & Li estimate ``∇f(x_i)`` from the neighbours in the η-ball by an
 importance-weighted Monte Carlo integral (eq. 3.19-3.21,
 :mod:`cenlmc_jax.pairwise`). This module fits the neighbours' values instead:
-a kernel-weighted local regression, with no proposal density in it,
+a kernel-weighted local regression, with no proposal density in it::
 
-    ĝ_i = argmin_g Σ_{j≠i} k(|x_j - x_i|/η) (f_j - f_i - g·(x_j - x_i))²      (linear)
+    ĝ_i = argmin_g Σ_{j≠i} k(|x_j - x_i|/η) (f_j - f_i - g·(x_j - x_i))²  (linear)
 
 or, with ``quadratic=True``, the gradient part of the fit
 ``f_j - f_i ≈ g·δ + ½ δᵀ Q δ`` (``δ = x_j - x_i``). In the scaled offsets
-``u = δ/η`` with features ``φ(u) = u`` (linear) or ``φ(u) = [u, u_k u_l
-(k ≤ l)]`` (quadratic, ``p = d + d(d+1)/2`` of them) the fit is the normal
-equations of the per-particle moments
+``u = δ/η`` with features ``φ(u) = u`` (linear) or
+``φ(u) = [u, u_k u_l (k ≤ l)]`` (quadratic, ``p = d + d(d+1)/2`` of them) the
+fit is the normal equations of the per-particle moments::
 
-    A_i = Σ_j k_ij φ φᵀ,   b_i = Σ_j k_ij δf φ,   c_i = Σ_j k_ij δf²,   m_i = Σ_j k_ij,
+    A_i = Σ_j k_ij φ φᵀ,   b_i = Σ_j k_ij δf φ,   c_i = Σ_j k_ij δf²,
+    m_i = Σ_j k_ij,
 
 ``θ_i = A_i⁻¹ b_i`` and ``ĝ_i = θ_i[:d] / η``. The moments are sums over the
 columns j: a monoid (identity: zeros, combine: add, :func:`combine_moments`),
 so a row tile folds them over column tiles exactly as the pair force folds its
 :class:`~cenlmc_jax.pairwise.algebra.Partial` (:func:`least_squares_tiled`
 never builds an ``N × N × d`` array; its temporaries are ``B × C × p``), and
-:func:`least_squares_sparse` folds only the column tiles within ``η`` of the row
-tile, the particles in the Hilbert order of the pair force's block-sparse plan
-(:func:`~cenlmc_jax.pairwise.sparsity.spatial_order`): the same moments, summed
-in another order. The other backends of the pair force carry over too:
-``method="pallas"`` folds them in one fused kernel (:mod:`.least_squares_pallas`,
-Triton on GPU; all pairs, no tile list), and ``mesh=`` splits the row tiles
-of the tiled or block-sparse fold over a 1-D device mesh, every device
-folding its rows against all the columns in the single device's order (bit
-for bit the single-device result; tests/ensemble/test_least_squares_backends.py).
+:func:`least_squares_sparse` folds only the column tiles within ``η`` of the
+row tile, the particles in the Hilbert order of the pair force's block-sparse
+plan (:func:`~cenlmc_jax.pairwise.sparsity.spatial_order`): the same moments,
+summed in another order. The other backends of the pair force carry over too:
+``method="pallas"`` folds them in one fused kernel (:mod:`.pallas`, Triton on
+GPU; all pairs, no tile list), and ``mesh=`` splits the row tiles of the tiled
+or block-sparse fold over a 1-D device mesh, every device folding its rows
+against all the columns in the single device's order (bit for bit the
+single-device result; tests/ensemble/test_least_squares_backends.py).
 CEnLMC's step passes its ``EnsembleOptions.method`` (``"pallas"``) and
-``mesh`` on to the fit. The moments and their solve are in
-:mod:`.least_squares_moments`, below every backend.
+``mesh`` on to the fit. The moments and their solve are in :mod:`.moments`,
+below every backend.
 
 Kernels ``k(r)``: ``"uniform"`` ``1[r ≤ 1]`` (the paper's ball) and
 ``"epanechnikov"`` ``(1 - r²)₊`` (the default; far pairs, whose curvature
@@ -56,8 +59,9 @@ uniform kernel it is ``1/(d+2)`` for both fits (odd moments vanish); it is
 is singular to working precision, and the fit must explain the values,
 ``sqrt((c_i - b_iᵀθ_i)/m_i) / η ≤ max_residual`` (the rms misfit in units of
 a gradient; off by default), with at least ``2p`` neighbours (so that the
-residual has degrees of freedom: ``p`` neighbours are fitted exactly). A refused
-particle gets ``grad = 0`` and ``ok = False``: its caller takes the true gradient.
+residual has degrees of freedom: ``p`` neighbours are fitted exactly). A
+refused particle gets ``grad = 0`` and ``ok = False``: its caller takes the
+true gradient.
 """
 
 from __future__ import annotations
@@ -118,8 +122,10 @@ def _dense(x, f, eta, min_eig, max_residual, *, kernel, quadratic):
 
 
 def _tiles(x: Array, f: Array, valid: Array, block_size: int) -> tuple[Array, ...]:
-    """``(xs (nb, B, d), fs (nb, B), vs (nb, B), lo (nb, d), hi (nb, d))``: tiles of ``block_size`` rows
-    (padding: invalid, no one's neighbour) and each tile's box of valid rows (``±inf`` if none)."""
+    """``(xs (nb, B, d), fs (nb, B), vs (nb, B), lo (nb, d), hi (nb, d))``: tiles of
+    ``block_size`` rows (padding: invalid, no one's neighbour) and each tile's box of
+    valid rows (``±inf`` if none).
+    """
     n, d = x.shape
     nb = -(-n // block_size)
     pad = nb * block_size - n
@@ -132,7 +138,8 @@ def _tiles(x: Array, f: Array, valid: Array, block_size: int) -> tuple[Array, ..
 
 
 def _fold(rows, cols, eta, *, kernel: str, quadratic: bool, skip_far: bool):
-    """The moments of the row tiles against every column tile: ``(LSMoments (nr, B, ...), visited (nr,))``.
+    """The moments of the row tiles against every column tile: ``(LSMoments (nr, B,
+    ...), visited (nr,))``.
 
     ``skip_far``: a column tile whose box is farther than ``η`` from the row tile's box
     holds no pair with ``k > 0`` and is skipped (a ``lax.cond``), with a margin for
@@ -173,8 +180,9 @@ def _fold(rows, cols, eta, *, kernel: str, quadratic: bool, skip_far: bool):
 
 
 def _fold_over(tiles, eta, mesh, **kw):
-    """:func:`_fold` of all row tiles, on one device, or split over the 1-D ``mesh`` (``jax.shard_map``).
+    """:func:`_fold` of all row tiles, on one device or split over the 1-D ``mesh``.
 
+    The split is a ``jax.shard_map``.
     With a mesh each device folds its run of row tiles against all the column tiles
     (replicated: ``(d + 2) N`` numbers, as the pair force's all-gather); the row tiles
     are padded with invalid ones to a multiple of the device count. The per-row solve
@@ -214,10 +222,11 @@ def _fold_over(tiles, eta, mesh, **kw):
 def _folded(
     x, f, eta, min_eig, max_residual, *, kernel, quadratic, block_size, sparse, mesh
 ):
-    """Row tiles folding the moments over column tiles; ``sparse``: the particles in Hilbert order
-    (:func:`~cenlmc_jax.pairwise.sparsity.spatial_order`, so that a tile of consecutive
-    particles is a
-    compact cloud) and the far tile pairs skipped. Returns ``(LSGradient, visited fraction)``."""
+    """Row tiles folding the moments over column tiles; ``sparse``: the particles in
+    Hilbert order (:func:`~cenlmc_jax.pairwise.sparsity.spatial_order`, so that a tile
+    of consecutive particles is a compact cloud) and the far tile pairs skipped. Returns
+    ``(LSGradient, visited fraction)``.
+    """
     n, d = x.shape
     x, f, valid = prepare(x, f)
     if sparse:
@@ -245,7 +254,25 @@ def least_squares_dense(
     min_eig: ArrayLike = DEFAULT_MIN_EIG,
     max_residual: ArrayLike = math.inf,
 ) -> LSGradient:
-    """The estimator with all ``N × N`` pairs at once (``N × N × p`` temporaries): the reference."""
+    """The estimator with all ``N × N`` pairs at once (``N × N × p`` temporaries).
+
+    The reference.
+
+    Args:
+      x: ``(N, d)`` particles.
+      f: ``(N,)`` potential values.
+      eta: the ball radius ``η > 0``.
+      quadratic: as for :func:`least_squares_gradient`.
+      kernel: as for :func:`least_squares_gradient`.
+      min_eig: as for :func:`least_squares_gradient`.
+      max_residual: as for :func:`least_squares_gradient`.
+
+    Returns:
+      An :class:`LSGradient`.
+
+    Raises:
+      ValueError: a bad argument, before tracing.
+    """
     x, f, dtype = check_inputs(x, f, eta, kernel, quadratic, min_eig, max_residual)
     return _dense(
         x,
@@ -268,10 +295,27 @@ def least_squares_tiled(
     block_size: int = 128,
     mesh=None,
 ) -> LSGradient:
-    """The estimator by row tiles of ``block_size`` folding the moments over column tiles (``O(B² p)`` scratch).
+    """The estimator by row tiles folding the moments over column tiles.
 
-    ``mesh``: a 1-D device mesh; each device folds its share of the row tiles
-    (:func:`_fold_over`).
+    Tiles of ``block_size`` rows; ``O(B² p)`` scratch.
+
+    Args:
+      x: ``(N, d)`` particles.
+      f: ``(N,)`` potential values.
+      eta: the ball radius ``η > 0``.
+      quadratic: as for :func:`least_squares_gradient`.
+      kernel: as for :func:`least_squares_gradient`.
+      min_eig: as for :func:`least_squares_gradient`.
+      max_residual: as for :func:`least_squares_gradient`.
+      block_size: rows (and columns) per tile, ``>= 1`` (at most N).
+      mesh: a 1-D device mesh; each device folds its share of the row tiles
+        (:func:`_fold_over`).
+
+    Returns:
+      An :class:`LSGradient`.
+
+    Raises:
+      ValueError: a bad argument, before tracing.
     """
     x, f, dtype = check_inputs(x, f, eta, kernel, quadratic, min_eig, max_residual)
     block_size = min(check_int(block_size, "block_size", minimum=1), x.shape[0])
@@ -300,11 +344,29 @@ def least_squares_sparse(
     return_visited: bool = False,
     mesh=None,
 ):
-    """The estimator by row tiles against the column tiles within ``η`` only (particles in Hilbert order).
+    """The estimator by row tiles against the column tiles within ``η`` only.
 
-    Equal to :func:`least_squares_dense` up to the order of the sums.
-    ``return_visited``: also the fraction of tile pairs folded (the rest were skipped).
-    ``mesh``: as :func:`least_squares_tiled`.
+    The particles in Hilbert order. Equal to :func:`least_squares_dense` up to the
+    order of the sums.
+
+    Args:
+      x: ``(N, d)`` particles.
+      f: ``(N,)`` potential values.
+      eta: the ball radius ``η > 0``.
+      quadratic: as for :func:`least_squares_gradient`.
+      kernel: as for :func:`least_squares_gradient`.
+      min_eig: as for :func:`least_squares_gradient`.
+      max_residual: as for :func:`least_squares_gradient`.
+      block_size: rows (and columns) per tile, ``>= 1`` (at most N).
+      return_visited: also return the fraction of tile pairs folded (the rest
+        were skipped).
+      mesh: as :func:`least_squares_tiled`.
+
+    Returns:
+      An :class:`LSGradient`; with ``return_visited``, ``(LSGradient, fraction)``.
+
+    Raises:
+      ValueError: a bad argument, before tracing.
     """
     x, f, dtype = check_inputs(x, f, eta, kernel, quadratic, min_eig, max_residual)
     check_bool(return_visited, "return_visited")
@@ -329,11 +391,15 @@ LS_SPARSE_MAX_D = 3
 
 
 def check_mesh(mesh):
-    """None, or a device mesh with one particle axis (``ValueError`` otherwise)."""
+    """Checks for None, or a device mesh with one particle axis.
+
+    Raises ``ValueError`` otherwise; returns ``mesh``.
+    """
     if mesh is not None:
         if not isinstance(mesh, Mesh):
             raise ValueError(
-                f"mesh must be a jax.sharding.Mesh with one particle axis, or None; got {mesh!r}."
+                "mesh must be a jax.sharding.Mesh with one particle axis, or None; "
+                f"got {mesh!r}."
             )
         particle_axis(mesh)
     return mesh
@@ -355,31 +421,40 @@ def least_squares_gradient(
 ) -> LSGradient:
     """The local least-squares gradient of ``f`` at every particle (module docstring).
 
+    Jittable and vmappable.
+
     Args:
-      x: (N, d) particles.  f: (N,) potential values ``f = -log density`` (any constant).
+      x: ``(N, d)`` particles.
+      f: ``(N,)`` potential values ``f = -log density`` (any constant).
       eta: the ball radius ``η > 0`` (may be traced).
-      quadratic: fit the quadratic term too (exact on quadratic ``f``; ``p = d +
-        d(d+1)/2`` unknowns).
+      quadratic: fit the quadratic term too (exact on quadratic ``f``;
+        ``p = d + d(d+1)/2`` unknowns).
       kernel: ``"epanechnikov"`` (default) or ``"uniform"``.
       min_eig: the conditioning floor on ``λ_min(A/m)`` (default
         :data:`DEFAULT_MIN_EIG`).
-      max_residual: the ceiling on the rms misfit over η (default inf: no residual
-        test).
-      method: ``"dense"``, ``"tiled"``, ``"sparse"`` (block-sparse tiles: only the tile
-        pairs within η, the particles in Hilbert order), ``"pallas"`` (one fused kernel,
-        Triton on GPU, interpreted elsewhere: :mod:`.least_squares_pallas`; all pairs, d
-        ≤ its ``MAX_D``) or ``"auto"`` (dense for N ≤ :data:`LS_DENSE_MAX_N`, then
-        sparse for d ≤ :data:`LS_SPARSE_MAX_D`, tiled above).
+      max_residual: the ceiling on the rms misfit over η (default inf: no
+        residual test).
+      method: ``"dense"``, ``"tiled"``, ``"sparse"`` (block-sparse tiles: only the
+        tile pairs within η, the particles in Hilbert order), ``"pallas"`` (one
+        fused kernel, Triton on GPU, interpreted elsewhere: :mod:`.pallas`; all
+        pairs, d ≤ its ``MAX_D``) or ``"auto"`` (dense for
+        N ≤ :data:`LS_DENSE_MAX_N`, then sparse for d ≤ :data:`LS_SPARSE_MAX_D`,
+        tiled above).
       block_size: rows (and columns) per tile of ``"tiled"`` (default 128) and
         ``"sparse"`` (default 32: small tiles skip more pairs;
         benchmarks/results/least_squares_sparse.md).
-      mesh: a 1-D device mesh: the tiled / sparse fold split over its devices by row
-        tiles (``"auto"`` then never takes ``"dense"``; ``"dense"`` and ``"pallas"``
-        refuse a mesh).
-      interpret: the Pallas kernel's mode (``"pallas"`` only; None: by the platform).
+      mesh: a 1-D device mesh: the tiled / sparse fold split over its devices by
+        row tiles (``"auto"`` then never takes ``"dense"``; ``"dense"`` and
+        ``"pallas"`` refuse a mesh).
+      interpret: the Pallas kernel's mode (``"pallas"`` only; None: by the
+        platform).
 
-    Returns :class:`LSGradient` in the promoted floating dtype (float64 in, float64
-    out). Jittable and vmappable; ``ValueError`` for a bad argument, before tracing.
+    Returns:
+      An :class:`LSGradient` in the promoted floating dtype (float64 in, float64
+      out).
+
+    Raises:
+      ValueError: a bad argument, before tracing.
     """
     check_choice(method, "method", ("auto", "dense", "tiled", "sparse", "pallas"))
     mesh = check_mesh(mesh)
@@ -389,7 +464,8 @@ def least_squares_gradient(
         method = "dense" if small else "sparse" if d <= LS_SPARSE_MAX_D else "tiled"
     if mesh is not None and method in ("dense", "pallas"):
         raise ValueError(
-            f"mesh is for method 'tiled', 'sparse' or 'auto'; got method={method!r} with a mesh."
+            f"mesh is for method 'tiled', 'sparse' or 'auto'; got method={method!r} "
+            "with a mesh."
         )
     if method == "dense":
         return least_squares_dense(
@@ -443,7 +519,17 @@ ESTIMATORS = ("paper", "least_squares", "least_squares_quadratic")
 
 
 def check_estimator(estimator: str) -> str:
-    """``estimator`` must be one of :data:`ESTIMATORS` (Python, before tracing)."""
+    """Checks that ``estimator`` is one of :data:`ESTIMATORS` (Python, before tracing).
+
+    Args:
+      estimator: the argument.
+
+    Returns:
+      ``estimator``.
+
+    Raises:
+      ValueError: any other value.
+    """
     return check_choice(estimator, "estimator", ESTIMATORS)
 
 
@@ -457,13 +543,26 @@ def least_squares_force(
     mesh=None,
     interpret: bool | None = None,
 ) -> tuple[Array, Array]:
-    """CEnLMC's ensemble force by the fit (beyond the paper): ``(ĝ, need | ~ok)``.
+    """CEnLMC's ensemble force by the fit (beyond the paper).
 
-    A particle the fit refuses (:func:`solve_moments`) joins those that take their true
-    gradient; the paper's R1 / M_f / N* tests stay as they were (``need``). ``method``:
-    the pair force's (``EnsembleOptions.method``): ``"pallas"`` runs the fit's Pallas
-    kernel too (on one device), anything else the fit's ``"auto"``; ``mesh``: the fold
-    split over the mesh's devices, as the pair force.
+    A particle the fit refuses (:func:`solve_moments`) joins those that take their
+    true gradient; the paper's R1 / M_f / N* tests stay as they were (``need``).
+
+    Args:
+      x: ``(N, d)`` particles.
+      f: ``(N,)`` potential values.
+      eta: the ball radius ``η``.
+      need: ``(N,)`` bool, the particles that take their true gradient.
+      estimator: ``"least_squares"`` or ``"least_squares_quadratic"``.
+      method: the pair force's (``EnsembleOptions.method``): ``"pallas"`` runs the
+        fit's Pallas kernel too (on one device), anything else the fit's
+        ``"auto"``.
+      mesh: the fold split over the mesh's devices, as the pair force.
+      interpret: the Pallas kernel's mode.
+
+    Returns:
+      ``(ĝ, need | ~ok)``: the force ``(N, d)`` and the particles that take their
+      true gradient.
     """
     pallas = method == "pallas" and mesh is None
     res = least_squares_gradient(

@@ -1,18 +1,21 @@
-"""The least-squares ensemble gradient's moments, their monoid and their solve (below every backend).
+"""The least-squares ensemble gradient's moments, their monoid and their solve.
 
-For particle ``i`` and a column ``j`` with ``u = (x_j - x_i)/η``, features
-``φ(u)`` (``u``, and with ``quadratic`` the products ``u_k u_l``, ``k ≤ l``) and
-kernel weight ``k_ij = k(|u|)``, the moments are
+This module is below every backend. For particle ``i`` and a column ``j`` with
+``u = (x_j - x_i)/η``, features ``φ(u)`` (``u``, and with ``quadratic`` the
+products ``u_k u_l``, ``k ≤ l``) and kernel weight ``k_ij = k(|u|)``, the
+moments are::
 
-    A_i = Σ_j k_ij φ φᵀ,   b_i = Σ_j k_ij δf φ,   c_i = Σ_j k_ij δf²,   m_i = Σ_j k_ij,   count_i = #{k_ij > 0}
+    A_i = Σ_j k_ij φ φᵀ,   b_i = Σ_j k_ij δf φ,   c_i = Σ_j k_ij δf²,
+    m_i = Σ_j k_ij,        count_i = #{k_ij > 0}
 
 (:class:`LSMoments`; a monoid: zeros, add). :func:`tile_moments` is the sum
 over one tile of rows against one of columns, the definition every backend
-(:mod:`.least_squares`'s dense, tiled and block-sparse XLA folds, the Pallas
-kernel of :mod:`.least_squares_pallas`, the sharded fold) sums in its own
+(:mod:`cenlmc_jax.ensemble.least_squares`'s dense, tiled and block-sparse XLA
+folds, the Pallas kernel of :mod:`.pallas`, the sharded fold) sums in its own
 order. :func:`solve_moments` turns them into the gradient and its tests
-(:mod:`.least_squares`, "When a particle uses it"). This module is the floor
-those backends stand on, as :mod:`cenlmc_jax.pairwise.algebra` is for the pair force.
+(:mod:`cenlmc_jax.ensemble.least_squares`, "When a particle uses it"). This
+module is the floor those backends stand on, as
+:mod:`cenlmc_jax.pairwise.algebra` is for the pair force.
 """
 
 from __future__ import annotations
@@ -53,10 +56,16 @@ DEFAULT_MIN_EIG = 0.05
 
 
 class LSMoments(NamedTuple):
-    """The accumulators of some rows over some columns (a monoid under :func:`combine_moments`).
+    """The accumulators of some rows over some columns.
 
-    a: (n, p, p) ``Σ k φφᵀ``.  b: (n, p) ``Σ k δf φ``.  c: (n,) ``Σ k δf²``.
-    mass: (n,) ``Σ k``.  count: (n,) int32 neighbours with ``k > 0``.
+    A monoid under :func:`combine_moments`.
+
+    Attributes:
+      a: ``(n, p, p)`` ``Σ k φφᵀ``.
+      b: ``(n, p)`` ``Σ k δf φ``.
+      c: ``(n,)`` ``Σ k δf²``.
+      mass: ``(n,)`` ``Σ k``.
+      count: ``(n,)`` int32, neighbours with ``k > 0``.
     """
 
     a: Array
@@ -67,10 +76,14 @@ class LSMoments(NamedTuple):
 
 
 class LSGradient(NamedTuple):
-    """grad: (N, d) ``ĝ`` (0 where refused).  ok: (N,) bool, the tests passed.
+    """The least-squares gradient and its tests, per particle.
 
-    cond: (N,) ``λ_min`` of the gradient block (:func:`solve_moments`).
-    residual: (N,) ``sqrt(rss/m)/η``.  count: (N,) neighbours used.
+    Attributes:
+      grad: ``(N, d)`` ``ĝ`` (0 where refused).
+      ok: ``(N,)`` bool, the tests passed.
+      cond: ``(N,)`` ``λ_min`` of the gradient block (:func:`solve_moments`).
+      residual: ``(N,)`` ``sqrt(rss/m)/η``.
+      count: ``(N,)`` neighbours used.
     """
 
     grad: Array
@@ -81,12 +94,29 @@ class LSGradient(NamedTuple):
 
 
 def num_features(d: int, quadratic: bool) -> int:
-    """``p = d`` (linear) or ``d + d(d+1)/2`` (quadratic)."""
+    """The number of features ``p``.
+
+    Args:
+      d: the dimension.
+      quadratic: with the quadratic features.
+
+    Returns:
+      ``p = d`` (linear) or ``d + d(d+1)/2`` (quadratic).
+    """
     return d + (d * (d + 1) // 2 if quadratic else 0)
 
 
 def empty_moments(n: int, p: int, dtype) -> LSMoments:
-    """The moments over no columns: the identity of :func:`combine_moments`."""
+    """The moments over no columns: the identity of :func:`combine_moments`.
+
+    Args:
+      n: rows.
+      p: features.
+      dtype: the dtype of the sums.
+
+    Returns:
+      An :class:`LSMoments` of zeros.
+    """
     z = jnp.zeros((n,), dtype)
     return LSMoments(
         jnp.zeros((n, p, p), dtype),
@@ -98,12 +128,23 @@ def empty_moments(n: int, p: int, dtype) -> LSMoments:
 
 
 def combine_moments(s: LSMoments, t: LSMoments) -> LSMoments:
-    """Moments over disjoint column sets add."""
+    """Moments over disjoint column sets add.
+
+    Args:
+      s: an :class:`LSMoments`.
+      t: an :class:`LSMoments` of the same rows.
+
+    Returns:
+      Their sum, an :class:`LSMoments`.
+    """
     return LSMoments(*(u + v for u, v in zip(s, t, strict=True)))
 
 
 def _features(u: Array, quadratic: bool) -> Array:
-    """``φ(u)``: ``u`` and, with ``quadratic``, ``u_k u_l`` for ``k ≤ l`` (last axis)."""
+    """``φ(u)``: ``u`` and, with ``quadratic``, ``u_k u_l`` for ``k ≤ l``.
+
+    Along the last axis.
+    """
     if not quadratic:
         return u
     d = u.shape[-1]
@@ -131,7 +172,24 @@ def tile_moments(
     kernel: str,
     quadratic: bool,
 ) -> LSMoments:
-    """The moments of rows ``(B, d)`` against columns ``(C, d)`` (``v*``: validity; temporaries ``B × C × p``)."""
+    """The moments of rows ``(B, d)`` against columns ``(C, d)``.
+
+    Temporaries ``B × C × p``.
+
+    Args:
+      xr: row positions, ``(B, d)``.
+      fr: row values, ``(B,)``.
+      vr: row validity, ``(B,)`` bool.
+      xc: column positions, ``(C, d)``.
+      fc: column values, ``(C,)``.
+      vc: column validity, ``(C,)`` bool.
+      eta: the ball radius ``η``.
+      kernel: ``"epanechnikov"`` or ``"uniform"``.
+      quadratic: with the quadratic features.
+
+    Returns:
+      The rows' :class:`LSMoments` over these columns.
+    """
     u = (xc[None, :, :] - xr[:, None, :]) / eta  # [i, j] = (x_j - x_i)/η
     r2 = jnp.sum(u * u, axis=-1)
     use = vr[:, None] & vc[None, :] & (r2 > 0)
@@ -147,11 +205,12 @@ def tile_moments(
 
 
 def _gradient_conditioning(scaled: Array, d: int) -> Array:
-    """``λ_min`` of the gradient block's Schur complement ``S = A_gg - A_gq A_qq⁻¹ A_qg`` of ``A/m``.
+    """``λ_min`` of the gradient block's Schur complement of ``A/m``.
 
-    ``S⁻¹ = (A⁻¹)[:d, :d]`` is the block the gradient's error goes through; for
-    the linear fit ``S = A/m``. 0 where ``A/m`` is singular to working precision
-    (smallest eigenvalue below ``100 p ε`` of the largest).
+    ``S = A_gg - A_gq A_qq⁻¹ A_qg``. ``S⁻¹ = (A⁻¹)[:d, :d]`` is the block the
+    gradient's error goes through; for the linear fit ``S = A/m``. 0 where ``A/m``
+    is singular to working precision (smallest eigenvalue below ``100 p ε`` of the
+    largest).
     """
     p = scaled.shape[-1]
     eig = jnp.linalg.eigvalsh(scaled)
@@ -167,7 +226,18 @@ def _gradient_conditioning(scaled: Array, d: int) -> Array:
 def solve_moments(
     mo: LSMoments, eta: Array, d: int, min_eig: ArrayLike, max_residual: ArrayLike
 ) -> LSGradient:
-    """``θ = A⁻¹b``, ``ĝ = θ[:d]/η`` and the two tests (module docstring)."""
+    """``θ = A⁻¹b``, ``ĝ = θ[:d]/η`` and the two tests (module docstring).
+
+    Args:
+      mo: the particles' :class:`LSMoments`.
+      eta: the ball radius ``η``.
+      d: the dimension.
+      min_eig: the conditioning floor.
+      max_residual: the rms misfit ceiling.
+
+    Returns:
+      An :class:`LSGradient`.
+    """
     dtype = mo.b.dtype
     p = mo.b.shape[-1]
     mass = jnp.where(mo.mass > 0, mo.mass, 1)
@@ -192,22 +262,48 @@ def solve_moments(
 
 
 def prepare(x: Array, f: Array) -> tuple[Array, Array, Array]:
-    """Invalid rows (a non-finite coordinate or value) zeroed, and ``valid`` (N,) bool."""
+    """Invalid rows (a non-finite coordinate or value) zeroed, and which are valid.
+
+    Args:
+      x: ``(N, d)`` particles.
+      f: ``(N,)`` values.
+
+    Returns:
+      ``(x, f, valid)``, ``valid`` an ``(N,)`` bool.
+    """
     valid = jnp.all(jnp.isfinite(x), axis=-1) & jnp.isfinite(f)
     return jnp.where(valid[:, None], x, 0), jnp.where(valid, f, 0), valid
 
 
 def check_inputs(x, f, eta, kernel, quadratic, min_eig, max_residual):
-    """The estimator's argument checks (Python, before tracing): ``(x, f, dtype)`` in the promoted float dtype."""
+    """The estimator's argument checks (Python, before tracing).
+
+    Args:
+      x: ``(N, d)`` particles.
+      f: ``(N,)`` values.
+      eta: ``η > 0``.
+      kernel: one of :data:`KERNELS`.
+      quadratic: a bool.
+      min_eig: ``>= 0``.
+      max_residual: ``>= 0`` (inf allowed).
+
+    Returns:
+      ``(x, f, dtype)``, in the promoted float dtype.
+
+    Raises:
+      ValueError: a bad argument.
+    """
     x = x if isinstance(x, jax.Array) else jnp.asarray(x)
     if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] < 1:
         raise ValueError(
-            f"x must be an array of shape (N, d) with N, d >= 1; got shape {tuple(x.shape)}."
+            "x must be an array of shape (N, d) with N, d >= 1; got shape "
+            f"{tuple(x.shape)}."
         )
     f = f if isinstance(f, jax.Array) else jnp.asarray(f)
     if f.shape != x.shape[:1]:
         raise ValueError(
-            f"f must have shape (N,) = ({x.shape[0]},) to match x; got shape {tuple(f.shape)}."
+            f"f must have shape (N,) = ({x.shape[0]},) to match x; got shape "
+            f"{tuple(f.shape)}."
         )
     check_positive(eta, "eta")
     check_choice(kernel, "kernel", KERNELS)
@@ -221,5 +317,15 @@ def check_inputs(x, f, eta, kernel, quadratic, min_eig, max_residual):
 
 
 def scalars(dtype, eta, min_eig, max_residual):
-    """``eta``, ``min_eig``, ``max_residual`` as arrays of ``dtype``."""
+    """``eta``, ``min_eig``, ``max_residual`` as arrays of ``dtype``.
+
+    Args:
+      dtype: the dtype.
+      eta: ``η``.
+      min_eig: the conditioning floor.
+      max_residual: the rms misfit ceiling.
+
+    Returns:
+      The three 0-d arrays.
+    """
     return tuple(jnp.asarray(v, dtype) for v in (eta, min_eig, max_residual))

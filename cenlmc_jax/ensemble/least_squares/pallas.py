@@ -1,11 +1,11 @@
-"""The least-squares gradient's moments as one fused Pallas kernel (lowered to Triton on GPU).
+"""The least-squares gradient's moments as one fused Pallas kernel (Triton on GPU).
 
 The sums of :func:`~cenlmc_jax.ensemble.least_squares.tile_moments`, over all
 ``N`` columns for each of the ``N`` rows: with ``u_ij = (x_j - x_i)/η``,
 ``r²_ij = |u_ij|²``, ``use_ij = valid_i ∧ valid_j ∧ r²_ij > 0``,
 ``k_ij = use_ij k(r²_ij)`` (``"epanechnikov"`` ``(1 - r²)₊``, ``"uniform"``
 ``1[r² ≤ 1]``), ``δf_ij = use_ij (f_j - f_i)`` and ``φ`` the ``p`` features
-(``u``, and with ``quadratic`` the ``u_k u_l``, ``k ≤ l``),
+(``u``, and with ``quadratic`` the ``u_k u_l``, ``k ≤ l``)::
 
     A_i[q, r] = Σ_j k_ij φ_q φ_r   (q ≤ r: p(p+1)/2 sums; A is symmetric),
     b_i[q] = Σ_j k_ij δf_ij φ_q,   c_i = Σ_j k_ij δf_ij²,   m_i = Σ_j k_ij,
@@ -107,7 +107,19 @@ XLA_BLOCK = 128
 
 
 class MomentsOptions(NamedTuple):
-    """Static (hashable) settings of the kernel; see :func:`least_squares_moments_pallas`."""
+    """Static (hashable) settings of the kernel.
+
+    See :func:`least_squares_moments_pallas`.
+
+    Attributes:
+      kernel: ``"epanechnikov"`` or ``"uniform"``.
+      quadratic: with the quadratic features.
+      block_rows: rows per grid block (a power of two ``≥ 16``).
+      block_cols: columns per inner block (a power of two ``≥ 16``).
+      interpret: None (by the lowering platform), True or False.
+      num_warps: Triton's warps per block.
+      num_stages: Triton's pipeline stages.
+    """
 
     kernel: str
     quadratic: bool
@@ -132,18 +144,17 @@ def _check_block(value: int | None, name: str, default: int) -> int:
 #: Tiles and launch of the kernel compiled for sm_90a, by the features ``p`` (rows:
 #: ``(max p, float32 tiles, float64 tiles, num_warps)``, the first whose ``max p`` holds
 #: ``p``). Chosen so that it does not spill registers: ptxas -v of the CUDA lowering's
-#: TTIR compiled by the ``triton`` 3.9 wheel (ptxas 13.4), as benchmarks/bench_spills.py
-#: does for the pair force; registers a thread (spill bytes) in the comments. The
+#: TTIR compiled by the ``triton`` 3.9 wheel, as benchmarks/bench_spills.py does for
+#: the pair force (whose figures are in benchmarks/results/spills.md). The
 #: ``p(p+1)/2 + p + 2`` float accumulators hold at least one value each a thread (two
 #: registers in float64), so the many-feature fits take the small tiles and 8 warps;
 #: float64 quadratic d = 4 (121 accumulators, 242 registers) cannot fit in 255 and
 #: spills.
 TILE_DEFAULTS = (
-    # p <= 4 (d <= 4 linear, d = 1 quadratic), float32 32 x 32: 80-168 registers;
-    # float64 32 x 16: 93-252
+    # p <= 4 (d <= 4 linear, d = 1 quadratic): float32 32 x 32, float64 32 x 16
     (4, (32, 32), (32, 16), 4),
-    # float32 16 x 16: 60-180 registers; float64: 128-254, except d = 4 quadratic: 255
-    # and a 384-byte spill (4 warps: 2.2 KB)
+    # the rest: 16 x 16 and 8 warps (4 warps spill more); float64 d = 4 quadratic still
+    # spills
     (math.inf, (16, 16), (16, 16), 8),
 )
 
@@ -158,14 +169,33 @@ def moments_options(
     block_cols: int | None = None,
     interpret: bool | None = None,
 ) -> MomentsOptions:
-    """Check the settings (``ValueError`` naming the argument) and fill in the defaults (:data:`TILE_DEFAULTS`)."""
+    """Checks the kernel's settings and fills in the defaults (:data:`TILE_DEFAULTS`).
+
+    Args:
+      d: the dimension (at most :data:`MAX_D`).
+      dtype: the dtype of the sums.
+      kernel: ``"epanechnikov"`` or ``"uniform"``.
+      quadratic: with the quadratic features.
+      block_rows: a power of two ``≥ 16``, or None (the default for ``p`` and
+        ``dtype``).
+      block_cols: likewise.
+      interpret: None, True or False.
+
+    Returns:
+      The :class:`MomentsOptions`.
+
+    Raises:
+      ValueError: naming the argument: ``d`` above :data:`MAX_D`, a block size
+        that is not a power of two ``≥ 16``, an unknown kernel.
+    """
     check_choice(kernel, "kernel", KERNELS)
     quadratic = check_bool(quadratic, "quadratic")
     if d > MAX_D[quadratic]:
         fit = "quadratic" if quadratic else "linear"
         raise ValueError(
-            f"d must be <= {MAX_D[quadratic]} for the {fit} fit's Pallas kernel (its accumulators "
-            f"live in registers; use least_squares_tiled beyond); got d = {d}."
+            f"d must be <= {MAX_D[quadratic]} for the {fit} fit's Pallas kernel (its "
+            "accumulators live in registers; use least_squares_tiled beyond); got d = "
+            f"{d}."
         )
     if interpret is not None:
         interpret = check_bool(interpret, "interpret")
@@ -184,7 +214,7 @@ def moments_options(
 
 
 def _upper(p: int) -> list[tuple[int, int]]:
-    """The entries ``(q, r)``, ``q ≤ r``, of a symmetric ``p × p`` matrix, row by row."""
+    """The entries ``(q, r)``, ``q ≤ r``, of a symmetric ``p × p`` matrix, by rows."""
     return [(q, r) for q in range(p) for r in range(q, p)]
 
 
@@ -209,7 +239,10 @@ def _kernel(
     block_cols: int,
     num_col_blocks: int,
 ):
-    """One row block against every column block: the moments' sums, folded in registers, then stored."""
+    """One row block against every column block: the moments' sums, then stored.
+
+    Folded in registers.
+    """
     xr = [xt_ref[k, :] for k in range(dim)]
     fr, vr, eta = f_ref[...], valid_ref[...] != 0, eta_ref[...]
     p = num_features(dim, quadratic)
@@ -263,7 +296,10 @@ def _kernel(
 def _pallas_moments(
     x: Array, f: Array, valid: Array, eta: Array, opts: MomentsOptions
 ) -> LSMoments:
-    """The kernel's launch: pad, call, mirror the upper triangle of ``A`` (see the module docstring)."""
+    """The kernel's launch: pad, call, mirror the upper triangle of ``A``.
+
+    See the module docstring.
+    """
     n, d = x.shape
     dtype = x.dtype
     p = num_features(d, opts.quadratic)
@@ -351,11 +387,24 @@ def xla_moments(
     quadratic: bool,
     block_size: int = XLA_BLOCK,
 ) -> LSMoments:
-    """The same moments by the XLA fold of ``tile_moments`` (row tiles by ``lax.map``, column tiles by ``lax.scan``).
+    """The same moments by the XLA fold of ``tile_moments``.
 
-    The backward pass of :func:`least_squares_moments_pallas`, and its reference.
-    ``tile_moments`` is rematerialised (``jax.checkpoint``) so that its vjp keeps
-    a tile's inputs, not its ``B × C × p`` temporaries, for every tile pair.
+    Row tiles by ``lax.map``, column tiles by ``lax.scan``. The backward pass of
+    :func:`least_squares_moments_pallas`, and its reference. ``tile_moments`` is
+    rematerialised (``jax.checkpoint``) so that its vjp keeps a tile's inputs, not
+    its ``B × C × p`` temporaries, for every tile pair.
+
+    Args:
+      x: ``(N, d)`` positions (invalid rows zeroed).
+      f: ``(N,)`` values.
+      valid: ``(N,)`` bool.
+      eta: the radius ``η``.
+      kernel: ``"epanechnikov"`` or ``"uniform"``.
+      quadratic: with the quadratic features.
+      block_size: rows per tile.
+
+    Returns:
+      The :class:`~cenlmc_jax.ensemble.least_squares.LSMoments` of all rows.
     """
     n, d = x.shape
     block_size = min(block_size, n)
@@ -417,24 +466,30 @@ def least_squares_moments_pallas(
     block_cols: int | None = None,
     interpret: bool | None = None,
 ) -> LSMoments:
-    """The moments of all ``N`` rows against all ``N`` columns by the Pallas kernel (module docstring).
+    """The moments of all ``N`` rows against all ``N`` columns by the Pallas kernel.
+
+    See the module docstring. Differentiable in reverse mode (``x``, ``f``,
+    ``eta``) through the XLA fold's vjp.
 
     Args:
-      x: (N, d) finite positions (invalid rows zeroed, as ``least_squares``'s
-        ``_prepare`` leaves them; a NaN would reach the sums through ``0 · φ``).
-      f: (N,) finite values. valid: (N,) bool. eta: the radius ``η > 0`` (may be
-        traced).
-      kernel: ``"epanechnikov"`` or ``"uniform"``. quadratic: the quadratic features
-        too.
-      block_rows, block_cols: tile sizes (powers of two ``≥ 16``; None:
+      x: ``(N, d)`` finite positions (invalid rows zeroed, as
+        ``least_squares``'s ``_prepare`` leaves them; a NaN would reach the sums
+        through ``0 · φ``).
+      f: ``(N,)`` finite values.
+      valid: ``(N,)`` bool.
+      eta: the radius ``η > 0`` (may be traced).
+      kernel: ``"epanechnikov"`` or ``"uniform"``.
+      quadratic: the quadratic features too.
+      block_rows: tile rows (a power of two ``≥ 16``; None:
         :func:`moments_options`).
+      block_cols: tile columns (likewise).
       interpret: None (by the lowering platform: Triton on CUDA/ROCm, interpret
         mode elsewhere), True (interpret everywhere), False (always Triton).
 
-    Returns :class:`~cenlmc_jax.ensemble.least_squares.LSMoments` in ``x``'s
-    dtype: ``a`` (N, p, p) symmetric, ``b`` (N, p), ``c``, ``mass`` (N,), ``count`` (N,)
-    int32. Differentiable in reverse mode (``x``, ``f``, ``eta``) through the XLA fold's
-    vjp.
+    Returns:
+      :class:`~cenlmc_jax.ensemble.least_squares.LSMoments` in ``x``'s dtype:
+      ``a`` (N, p, p) symmetric, ``b`` (N, p), ``c``, ``mass`` (N,), ``count``
+      (N,) int32.
     """
     x, f, valid = jnp.asarray(x), jnp.asarray(f), jnp.asarray(valid)
     if (
@@ -444,8 +499,8 @@ def least_squares_moments_pallas(
         or not jnp.issubdtype(x.dtype, jnp.floating)
     ):
         raise ValueError(
-            f"x must be a floating array of shape (N, d) with N, d >= 1; got {x.dtype}"
-            f"{tuple(x.shape)}."
+            "x must be a floating array of shape (N, d) with N, d >= 1; got "
+            f"{x.dtype}{tuple(x.shape)}."
         )
     if f.shape != x.shape[:1] or valid.shape != x.shape[:1] or valid.dtype != jnp.bool_:
         raise ValueError(
@@ -486,11 +541,26 @@ def least_squares_pallas(
 ) -> LSGradient:
     """The local least-squares gradient with its moments from the Pallas kernel.
 
-    The arguments and result of ``least_squares_tiled`` (NaN particles are
-    invalid: no one's neighbour, refused), with the tiles and ``interpret`` of
-    :func:`least_squares_moments_pallas` in place of ``block_size``. Equal to
-    ``least_squares_dense`` up to the order of the sums. ``d`` at most
-    :data:`MAX_D` (``ValueError`` above).
+    Equal to ``least_squares_dense`` up to the order of the sums. NaN particles
+    are invalid: no one's neighbour, refused.
+
+    Args:
+      x: ``(N, d)`` particles, ``d`` at most :data:`MAX_D`.
+      f: ``(N,)`` potential values.
+      eta: the ball radius ``η > 0``.
+      quadratic: as for ``least_squares_tiled``.
+      kernel: as for ``least_squares_tiled``.
+      min_eig: as for ``least_squares_tiled``.
+      max_residual: as for ``least_squares_tiled``.
+      block_rows: as for :func:`least_squares_moments_pallas`.
+      block_cols: as for :func:`least_squares_moments_pallas`.
+      interpret: as for :func:`least_squares_moments_pallas`.
+
+    Returns:
+      An :class:`~cenlmc_jax.ensemble.least_squares.LSGradient`.
+
+    Raises:
+      ValueError: a bad argument, or ``d`` above :data:`MAX_D`.
     """
     # the same argument checks as the XLA paths, so that every backend refuses alike
     x, f, dtype = check_inputs(x, f, eta, kernel, quadratic, min_eig, max_residual)
