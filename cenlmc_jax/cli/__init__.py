@@ -96,10 +96,20 @@ __all__ = ["main", "cmd_sample", "build_parser", "UsageError", "SAMPLER_CHOICES"
 
 
 def cmd_sample(args) -> int:
-    """``cenlmc-jax sample``: check the flags, set up, run, report, write out; the exit
-    status.
+    """``cenlmc-jax sample``: check the flags, set up, run, report, write out.
 
     A Ctrl-C raises KeyboardInterrupt (:func:`main` catches it: exit status 130).
+
+    Args:
+      args: the parsed command line of ``sample`` (an ``argparse.Namespace``,
+        with a ``--config`` file already merged in).
+
+    Returns:
+      The exit status: 0, or 1 when a reliability check failed (unless
+      ``--allow-unreliable``).
+
+    Raises:
+      UsageError: a flag value found bad after parsing.
     """
     t_start = time.perf_counter()
     check_args(args)
@@ -202,8 +212,9 @@ def _end_interrupted_process(code: int) -> None:
 
 
 def main(argv=None) -> int:
-    """The ``cenlmc-jax`` console script: ``sample`` or ``summary``; the exit status
-    (module docstring).
+    """The ``cenlmc-jax`` console script: ``sample`` or ``summary``.
+
+    Module docstring.
 
     ``argv`` None is the command itself (the console script, ``python -m
     cenlmc_jax.cli``): an interrupted run then ends the process with ``os._exit(130)``.
@@ -213,6 +224,13 @@ def main(argv=None) -> int:
     ``PjRtClient``'s destructor frees the devices before it joins its compile threads).
     The checkpoint is written atomically, so nothing is lost by skipping the shutdown.
     Called with ``argv`` (in-process), it returns 130 instead.
+
+    Args:
+      argv: the arguments after the program name, or None for ``sys.argv[1:]``
+        (the console script).
+
+    Returns:
+      The exit status (2 for a usage error, 130 for an interrupted run).
     """
     command_line = argv is None
     parser = build_parser(__doc__.splitlines()[0])

@@ -495,9 +495,8 @@ def setup(args) -> Setup:
     """
     try:
         return _setup(args)
-    except (
-        ValueError
-    ) as exc:  # a sampler or target refused a value: a usage error, not a traceback
+    # a sampler or target refused a value: a usage error, not a traceback
+    except ValueError as exc:
         raise UsageError(str(exc)) from exc
 
 
@@ -527,7 +526,7 @@ def ctrl_c_recorded(interrupted: list):
       installs one) is "unraisable": Python prints it and goes on. The
       unraisable hook keeps it quiet and delivers the signal again
       (``_thread.interrupt_main``), so the job stops at once, not at its end.
-    * One that would be raised inside an import is delivered again 50 ms
+    * One that would be raised inside an import is delivered again 0.05 s
       later: an import of one of jaxlib's compiled (nanobind) modules stopped
       half-way frees the half-made module, and that crashes the interpreter.
     * A SIGINT that was ignored when the job started (a background job)

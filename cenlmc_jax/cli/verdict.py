@@ -302,8 +302,9 @@ def problems(
 
 
 def exit_status(args, found: list) -> int:
-    """:data:`EXIT_UNRELIABLE` when a check failed (unless ``--allow-unreliable``), else
-    0.
+    """:data:`EXIT_UNRELIABLE` when a check failed, else 0.
+
+    Unless ``--allow-unreliable``.
     """
     return EXIT_UNRELIABLE if found and not args.allow_unreliable else 0
 
