@@ -473,11 +473,11 @@ def default_steps(job: Job, thin: int = 1) -> int:
     stationary chains the split R-hat is about ``sqrt(1 + 1 / ESS_half)`` (Vehtari et
     al. 2021; cenlmc_jax.diagnostics.convergence). ``τ_int`` is ``2τ`` for a Gaussian
     direction (an AR(1) of lag-1 correlation ``e^{-1/τ}``), but on a skewed posterior
-    the short-lag e-fold misses the slow tail: on garch11 the warm-up measured ``τ ≈
-    40`` and the bulk ESS of the 1,000-step run gave ``τ_int ≈ 160 = 4τ``; ``τ_int =
-    4τ`` is taken. Asking ``ESS_half >= 2 / (R² − 1)``, twice the value at which R-hat
-    reaches ``R`` (its estimate from 64 particles is noisy), gives ``T = 16τ / (R² −
-    1)``: ``76τ`` for R = 1.1.
+    the short-lag e-fold misses the slow tail: on garch11 the bulk ESS of a run gave
+    ``τ_int`` about four times the warm-up's ``τ``
+    (benchmarks/results/cli_posteriordb.md); ``τ_int = 4τ`` is taken. Asking ``ESS_half
+    >= 2 / (R² − 1)``, twice the value at which R-hat reaches ``R`` (its estimate from
+    64 particles is noisy), gives ``T = 16τ / (R² − 1)``: ``76τ`` for R = 1.1.
     """
     tau = job.parameters.get("relaxation_steps")
     steps = DEFAULT_STEPS
