@@ -6,7 +6,8 @@ metrics): a :data:`MatrixLike` is
 * a scalar ``c``, meaning ``c·I``;
 * a ``(d,)`` vector, meaning ``diag(v)``;
 * a ``(d, d)`` array;
-* or a callable ``z -> `` one of the above (a position-dependent matrix).
+* or a callable ``z -> M(z)`` returning one of the above (a position-dependent
+  matrix).
 
 :func:`evaluate` returns the value at a point in its own form (scalars and
 diagonals stay cheap); :func:`to_dense` makes it ``(d, d)``. The checks

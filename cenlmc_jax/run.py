@@ -202,9 +202,8 @@ def _chunk_fn(
     chain or particle, whether its position moved at some step (None for states without
     ``position``; all True for samplers whose infos declare ``may_stay``: MH chains
     legitimately stay), and for each every-step flag of the infos the number of steps it
-    was set (before ``info_reduce``). The step
-    is traced once (:func:`_traced_once`): the watch and the blank infos need no trace
-      of their own.
+    was set (before ``info_reduce``). The step is traced once (:func:`_traced_once`):
+    the watch and the blank infos need no trace of their own.
     """
 
     def run_chunk(key, state, moments, start, n, record):

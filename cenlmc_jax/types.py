@@ -1,6 +1,6 @@
 """Array aliases shared by the samplers.
 
-States and infos are ``NamedTuple``s (plain pytrees), defined beside the
+States and infos are NamedTuples (plain pytrees), defined beside the
 sampler that owns them; this module only names the array kinds once.
 """
 

@@ -674,7 +674,7 @@ def _relaxation(x0, later: list, m_mat, mean) -> float:
     ρ²)/sqrt(N)`` is small against ``ρ`` and ``1 − ρ``; none such: the longest lag's,
     ``ρ`` clipped to ``[0.02, 0.999]``, a bound).
 
-    For ULA on a Gaussian direction of curvature ``λ`` (in ``y``) the lag-``k``
+    For ULA on a Gaussian direction of curvature ``λ`` (in ``y``) the lag ``k``
     correlation is ``(1 − hλ)^k``, so this is ``−1 / log(1 − hλ) ≈ 1 / (hλ)``, and the
     integrated autocorrelation time is ``(1 + ρ₁)/(1 − ρ₁) ≈ 2`` times it.
     """

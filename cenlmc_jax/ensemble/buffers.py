@@ -50,7 +50,7 @@ def needed_grads(
       none): at most N/8 padding, and one call, which is what a black-box model
       with a fixed cost per call needs.
     * ``capacity=C``: buffers of C particles, a bounded ``lax.scan`` of
-      ``lax.cond``s running ``ceil(count / C)`` calls (padding < C).
+      ``lax.cond`` s running ``ceil(count / C)`` calls (padding < C).
 
     Both are reverse-differentiable (no ``while_loop``); under ``vmap`` the
     switch / cond become selects and every size is computed. Padding slots

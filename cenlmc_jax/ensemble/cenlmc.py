@@ -12,7 +12,7 @@ CEnLMC (Algorithm 3.2, eq. 3.19-3.21, docs/algorithms.md §4): with
 then the same ``w``, ``x`` update. Only the particles that fail a test get a
 gradient, and only those gradients are computed
 (:func:`cenlmc_jax.ensemble.buffers.needed_grads`): they are gathered into buffers
-of ``grad_capacity`` particles and a bounded ``lax.scan`` of ``lax.cond``s runs one
+of ``grad_capacity`` particles and a bounded ``lax.scan`` of ``lax.cond`` s runs one
 vmapped gradient per buffer, so a step costs
 ``ceil(count / grad_capacity)·grad_capacity`` gradients, not ``N``.
 

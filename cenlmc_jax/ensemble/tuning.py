@@ -53,7 +53,7 @@ banana, above every trial's; the factor 2 between ``max_variance_inflation``
 and the audit's flag is the room for it), and "never diverged" covers the
 trial's steps only: on a target whose curvature is unbounded, a kick can send
 a particle where the step size is unstable, and the gradient steps there
-diverge (the banana, curvature above 2/h for |x1| > ~6: runs with the chosen
+diverge (the banana, curvature above 2/h for ``|x1| > ~6``: runs with the chosen
 parameters could lose a particle where plain LMC from the same states did
 not). The sampler reports it (``info.diverged``; ``cj.sample`` stops
 at the last finite state).

@@ -17,8 +17,8 @@ returns to Python between steps.
   synthetic experiment).
 - :func:`minibatch_grad_estimator`:
   ``g̃(θ) = ∇log prior(θ) + (n/|B|) Σ_{i∈B} ∇log lik(x_i | θ)``; the subset
-  ``B`` is drawn with replacement (default, O(|B|)) or without, by Floyd's
-  algorithm (O(|B|²) work, independent of ``n``).
+  ``B`` is drawn with replacement (default, ``O(|B|)``) or without, by Floyd's
+  algorithm (``O(|B|²)`` work, independent of ``n``).
 
 Positions may be pytrees (a dict of parameters, as BlackJAX users write them):
 :func:`ravel_position` flattens one to a ``(d,)`` vector with

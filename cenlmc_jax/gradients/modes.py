@@ -109,16 +109,16 @@ def _flat_size(x: Any) -> int:
 
 
 def _forward_value_and_grad(fn: Callable, x: Any) -> tuple[Any, Any]:
-    """``(fn(x), ∇fn(x))`` by d ``jvp``s along the basis vectors ``e_k``.
+    """``(fn(x), ∇fn(x))`` by d ``jvp`` calls along the basis vectors ``e_k``.
 
-    The value is the first one's primal. The d ``jvp``s are separate calls, not one
+    The value is the first one's primal. The d ``jvp`` calls are separate, not one
     ``vmap`` over the basis (``jax.jacfwd``): on XLA CPU (jaxlib 0.10.2) the
     vmapped form, vmapped again over particles, is miscompiled for some shapes (the
     YNNPACK reduce fusion of the ``(N, d, d)`` tangent product: wrong gradients,
     e.g. at d = 3, N = 16,000 and d = 5, N = 8,000, correct with
     ``XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=-reduce``;
     tests/gradients/test_modes.py holds this form to reverse mode there). Separate
-    ``jvp``s build no such array. Each computes the primal too: XLA merges the
+    ``jvp`` calls build no such array. Each computes the primal too: XLA merges the
     repeats of straight-line code; inside a ``lax.scan`` (an ODE solve) they stay,
     which costs some time over the vmapped form at d = 2-5 and still beats reverse
     mode there (benchmarks/results/grad_mode.md).
