@@ -97,29 +97,34 @@ __all__ = [
 class Proposal(NamedTuple):
     """A forward/backward proposal pair for :func:`irreversible_mh_step`.
 
-    Positions here are flat ``(d,)`` vectors (a pytree position is raveled by the step).
+    Positions here are flat ``(d,)`` vectors (a pytree position is raveled by the
+    step).
 
-    sample: ``(rng_key, position, direction[, cache]) -> z*``, a draw from
-      ``f̃(· | position, direction)``.
-    log_forward: ``(z_star, position, direction[, cache]) -> log f̃(z* | z, s)``
-      (scalar); ``cache`` is the one at ``position``.
-    log_backward: ``(position, z_star, direction[, cache]) -> log g̃(z | z*, s)``
-      (scalar); ``cache`` is the one at ``z_star``. The pair must satisfy ``f̃(·|y, -s)
-      = g̃(·|y, s)`` (docs/algorithms.md §7) for the chain to leave ``π`` invariant.
-    direction_size: ``None`` for one sign per coordinate (``direction: (d,)``),
-      ``1`` for one sign shared by the whole vector (``direction: (1,)``).
-    grad_evals: gradients of ``logdensity_fn`` one step needs (Python int).
-    check: ``position -> None``; raises ``ValueError`` when the proposal cannot
-      be used at this (concrete) point (e.g. ``D(z)`` not positive definite).
-    point_fn: ``None``, or ``position -> (log π(position), cache)`` with
-      ``cache`` a pytree of what the three functions need at a point (e.g.
-      ``∇log π`` and the drift). ``position`` is in the user's form (array or
-      pytree). With it, the three functions are called with the cache as a
-      fourth argument, and the state carries the cache of its point: one
-      evaluation per proposed point. Without it, they are called with three.
-    logdensity_fn: the log density ``point_fn`` evaluates. When it is the
-      sampler's own ``logdensity_fn`` (the same object), the step takes
-      ``log π(z*)`` from ``point_fn`` instead of evaluating it again.
+    Attributes:
+      sample: ``(rng_key, position, direction[, cache]) -> z*``, a draw from
+        ``f̃(· | position, direction)``.
+      log_forward: ``(z_star, position, direction[, cache]) -> log f̃(z* | z, s)``
+        (scalar); ``cache`` is the one at ``position``.
+      log_backward: ``(position, z_star, direction[, cache]) -> log g̃(z | z*, s)``
+        (scalar); ``cache`` is the one at ``z_star``. The pair must satisfy
+        ``f̃(·|y, -s) = g̃(·|y, s)`` (docs/algorithms.md §7) for the chain to
+        leave ``π`` invariant.
+      direction_size: ``None`` for one sign per coordinate
+        (``direction: (d,)``), ``1`` for one sign shared by the whole vector
+        (``direction: (1,)``).
+      grad_evals: gradients of ``logdensity_fn`` one step needs (Python int).
+      check: ``position -> None``; raises ``ValueError`` when the proposal
+        cannot be used at this (concrete) point (e.g. ``D(z)`` not positive
+        definite).
+      point_fn: ``None``, or ``position -> (log π(position), cache)`` with
+        ``cache`` a pytree of what the three functions need at a point (e.g.
+        ``∇log π`` and the drift). ``position`` is in the user's form (array or
+        pytree). With it, the three functions are called with the cache as a
+        fourth argument, and the state carries the cache of its point: one
+        evaluation per proposed point. Without it, they are called with three.
+      logdensity_fn: the log density ``point_fn`` evaluates. When it is the
+        sampler's own ``logdensity_fn`` (the same object), the step takes
+        ``log π(z*)`` from ``point_fn`` instead of evaluating it again.
     """
 
     sample: Callable[..., Array]
@@ -135,13 +140,15 @@ class Proposal(NamedTuple):
 class IrreversibleMHState(NamedTuple):
     """State of the irreversible jump sampler (one chain).
 
-    position: (d,) or a pytree, the sample ``z``.
-    direction: (d,) or (1,) signs in {-1, +1}, dtype of ``position``
-      (see :attr:`Proposal.direction_size`).
-    logdensity: scalar ``logdensity_fn(position)``.
-    cache: the proposal's per-point values at ``position`` (``()`` for a proposal
-      without ``point_fn``; an :class:`~cenlmc_jax.irreversible.proposals.SDEPoint` for
-      :func:`~cenlmc_jax.irreversible.proposals.sde_proposal`).
+    Attributes:
+      position: (d,) or a pytree, the sample ``z``.
+      direction: (d,) or (1,) signs in {-1, +1}, dtype of ``position``
+        (see :attr:`Proposal.direction_size`).
+      logdensity: scalar ``logdensity_fn(position)``.
+      cache: the proposal's per-point values at ``position`` (``()`` for a
+        proposal without ``point_fn``; an
+        :class:`~cenlmc_jax.irreversible.proposals.SDEPoint` for
+        :func:`~cenlmc_jax.irreversible.proposals.sde_proposal`).
     """
 
     position: Any

@@ -85,28 +85,40 @@ class InverseProblem(NamedTuple):
     Module docstring.
 
     The first eleven fields are those of :class:`~cenlmc_jax.models.targets.Target`
-    (``as_target()`` returns that Target), for ``z``:
-    name, dim; logdensity_fn: ``z: (d,) -> log π(z)``; mean: ``(d,)``, cov:
-    ``(d, d)`` of ``z`` under the posterior (None without a reference);
-    f_star: ``-max log π = -logdensity_fn(0)``; sample: None (no exact sampler);
-    data: the raw data and reference details; L, mu, hessian: None (no global
-    curvature bounds; the Hessian at the mode is I by construction).
+    (``as_target()`` returns that Target), for ``z``; then what a user needs
+    besides.
 
-    What a user needs besides:
-    grad_fn: ``z: (d,) -> ∇ log π(z)`` to pass as ``grad_fn=`` to the samplers
-      (None: autodiff; the black box: finite differences carrying
-      ``model_solves``).
-    param_names: names of ``θ``'s coordinates.
-    theta_true: ``(d,)`` the parameters the data were simulated from.
-    theta_map: ``(d,)`` the posterior mode in ``θ``.
-    whitening: ``C: (d, d)``, lower triangular, ``θ = θ_MAP + C z``.
-    observations: the data ``y``.
-    forward_fn: ``θ: (d,) -> predicted observations`` (JAX, or NumPy for the
-      black box).
-    simulate: ``(rng_key, θ) -> y`` (forward model plus observation noise, JAX).
-    logposterior_fn: ``θ: (d,) -> log prior + log likelihood`` (unnormalised).
-    param_mean, param_cov: posterior moments of ``θ`` (None without a reference).
-    reference: how ``mean``/``cov`` were obtained (a sentence).
+    Attributes:
+      name: the problem's name.
+      dim: the dimension ``d``.
+      logdensity_fn: ``z: (d,) -> log π(z)``.
+      mean: ``(d,)`` mean of ``z`` under the posterior (None without a
+        reference).
+      cov: ``(d, d)`` covariance of ``z`` under the posterior (None without a
+        reference).
+      f_star: ``-max log π = -logdensity_fn(0)``.
+      sample: None (no exact sampler).
+      data: the raw data and reference details.
+      L: None (no global curvature bounds).
+      mu: None.
+      hessian: None (the Hessian at the mode is I by construction).
+      grad_fn: ``z: (d,) -> ∇ log π(z)`` to pass as ``grad_fn=`` to the
+        samplers (None: autodiff; the black box: finite differences carrying
+        ``model_solves``).
+      param_names: names of ``θ``'s coordinates.
+      theta_true: ``(d,)`` the parameters the data were simulated from.
+      theta_map: ``(d,)`` the posterior mode in ``θ``.
+      whitening: ``C: (d, d)``, lower triangular, ``θ = θ_MAP + C z``.
+      observations: the data ``y``.
+      forward_fn: ``θ: (d,) -> predicted observations`` (JAX, or NumPy for the
+        black box).
+      simulate: ``(rng_key, θ) -> y`` (forward model plus observation noise,
+        JAX).
+      logposterior_fn: ``θ: (d,) -> log prior + log likelihood``
+        (unnormalised).
+      param_mean: posterior mean of ``θ`` (None without a reference).
+      param_cov: posterior covariance of ``θ`` (None without a reference).
+      reference: how ``mean``/``cov`` were obtained (a sentence).
     """
 
     name: str

@@ -13,14 +13,14 @@ held-out perplexity by document completion.
 **Model.** ``K`` topics over ``W`` words, ``D = |S|`` training documents.
 Document ``d`` has topic proportions ``η_d ~ Dir(γ)`` and tokens
 ``x_dj | z_dj = k ~ Cat(θ_k)``. The topic-word distributions are written in the
-*expanded-mean* parameterisation (Patterson & Teh)
+*expanded-mean* parameterisation (Patterson & Teh)::
 
     θ_kw = |θ̃_kw| / Σ_w' |θ̃_kw'|,        θ̃_kw ~ Gamma(α, 1)  (so θ_k ~ Dir(α)),
 
 and the samplers move ``θ̃ ∈ R^{K·W}`` (the flat position, row-major ``(K, W)``).
 
 **Stochastic gradient** (paper 2 eq. (31), after Patterson & Teh): on a
-minibatch ``S̃`` of documents, with ``θ̃_k· = Σ_w θ̃_kw``,
+minibatch ``S̃`` of documents, with ``θ̃_k· = Σ_w θ̃_kw``::
 
     ∂ log p(θ̃ | x, α, γ) / ∂θ̃_kw ≈ (α - 1)/θ̃_kw - 1                        (31)
         + (|S| / |S̃|) Σ_{d ∈ S̃} E_{z^(d) | x^(d), θ, γ} [ n_dkw / θ̃_kw
@@ -49,7 +49,7 @@ is unbiased.
 
 **Metric** (paper 2 F.2, after Patterson & Teh): ``G(θ̃)^{-1} = diag(θ̃)``
 (:func:`inv_metric`), for SGRLD and SGRHMC. With it the SGRLD drift of the
-recipe is ``θ̃ ⊙ g̃ + Γ``, ``Γ_i = ∂_i θ̃_i = 1``:
+recipe is ``θ̃ ⊙ g̃ + Γ``, ``Γ_i = ∂_i θ̃_i = 1``::
 
     θ̃' = θ̃ + ε (α - θ̃ + (|S|/|S̃|) Σ_d E[n_dkw - θ_kw n_dk·]) + N(0, 2 ε θ̃),
 

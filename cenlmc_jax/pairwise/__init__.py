@@ -3,7 +3,7 @@
 docs/algorithms.md §2-4.
 
 For particles ``x: (N, d)`` with potential values ``f`` (``-logdensity_fn``),
-proposal log densities ``log p`` and, for CEnLMC, deterministic parts ``w``:
+proposal log densities ``log p`` and, for CEnLMC, deterministic parts ``w``::
 
     force_sum_i = Σ_{j≠i} W_ij (x_j - x_i),
     W_ij = exp(log α_d - log p_j) (f_j - f_i) / |x_j - x_i|²
@@ -13,7 +13,7 @@ proposal log densities ``log p`` and, for CEnLMC, deterministic parts ``w``:
 ``α_d = d / V_η`` (section 2). EnLMC divides ``force_sum`` by ``N - 1``,
 CEnLMC by ``n_r2`` (eq. 3.19); this package only sums.
 
-Layers (each imports only those below it):
+Layers (each imports only those below it)::
 
     algebra   the formulas once: PairwiseForce, log α_d, input checks,
               precision, prepare, and the blockwise sum as a monoid
