@@ -114,10 +114,13 @@ autodoc_typehints_description_target = "documented"
 python_use_unqualified_type_names = True
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
-# "Attributes:" sections of the NamedTuple states and infos become :ivar: fields:
-# as .. attribute:: entries they would describe every field a second time (autodoc
-# documents the NamedTuple's fields already)
+# "Attributes:" sections of the NamedTuple states and infos become :ivar: fields (as
+# .. attribute:: entries they would clash with autodoc's entries for the fields, which
+# _skip_namedtuple_fields drops: they say only "Alias for field number k")
 napoleon_use_ivar = True
+# the fields' types are the class's annotations, written out as JAX's internal class
+# (jaxlib._jax.Array); the descriptions give the shapes and dtypes
+napoleon_attr_annotations = False
 napoleon_use_rtype = False
 
 # --- HTML ----------------------------------------------------------------------------
@@ -232,9 +235,16 @@ def _resolve_by_suffix(app, env, node, contnode):
     return None
 
 
+def _skip_namedtuple_fields(app, what, name, obj, skip, options):
+    if (getattr(obj, "__doc__", None) or "").startswith("Alias for field number"):
+        return True
+    return None
+
+
 def setup(app):
     app.connect("source-read", _drop_missing_toctree_entries)
     app.connect("source-read", _generate_performance)
     app.connect("env-get-outdated", _always_reread_performance)
     app.connect("env-check-consistency", _check_api_coverage)
     app.connect("missing-reference", _resolve_by_suffix)
+    app.connect("autodoc-skip-member", _skip_namedtuple_fields)
