@@ -57,6 +57,7 @@ f* = min f. ``r1 = 0`` or ``r2 = 0`` are allowed and switch the ensemble off
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax.numpy as jnp
@@ -88,7 +89,7 @@ from cenlmc_jax.ensemble.enlmc import (
     init_ensemble,
     valid_params,
 )
-from cenlmc_jax.ensemble.f_star import find_f_star
+from cenlmc_jax.ensemble.f_star import find_f_star, with_gradient
 from cenlmc_jax.ensemble.least_squares import check_estimator, least_squares_force
 from cenlmc_jax.ensemble.lmc import (
     check_grad_fn,
@@ -270,6 +271,12 @@ def _check_min_ball(min_ball_neighbours: int | None, n: int | None) -> int:
     )
 
 
+def _check_f_star_search(f_star_tol: Any, f_star_max_steps: Any) -> None:
+    if f_star_tol is not None:
+        check_positive(f_star_tol, "f_star_tol")
+    check_int(f_star_max_steps, "f_star_max_steps", minimum=1)
+
+
 def _check_f_star(f_star: Any) -> None:
     if f_star is not None:
         check_finite_scalar(
@@ -289,6 +296,7 @@ def cenlmc_init(
     *,
     f_star_tol: float | None = None,
     f_star_max_steps: int = 500,
+    grad_fn: Callable | None = None,
 ) -> CEnLMCState:
     """Start CEnLMC from ``positions: (N, d)``, ``N >= 2``.
 
@@ -306,6 +314,8 @@ def cenlmc_init(
         ``state.f_star_estimated`` is True.
       f_star_tol: the gradient tolerance of that search (None: its default).
       f_star_max_steps: its iteration limit.
+      grad_fn: the gradient of a log density without autodiff (a black box:
+        :func:`cenlmc_jax.finite_difference`); the search for ``f*`` uses it.
 
     Returns:
       The :class:`CEnLMCState`.
@@ -315,10 +325,15 @@ def cenlmc_init(
         ``min_i f(x_i)``, which cannot be the minimum (often a different
         normalisation of ``logdensity_fn``).
     """
-    x, logdensity, w, log_p = init_ensemble(positions, logdensity_fn)
     _check_f_star(f_star)
+    _check_f_star_search(f_star_tol, f_star_max_steps)
+    x, logdensity, w, log_p = init_ensemble(positions, logdensity_fn)
     if f_star is None:
-        res = find_f_star(logdensity_fn, x, tol=f_star_tol, max_steps=f_star_max_steps)
+        # a black box (grad_fn=) has no autodiff: the search takes grad_fn's gradient
+        search_fn = (
+            logdensity_fn if grad_fn is None else with_gradient(logdensity_fn, grad_fn)
+        )
+        res = find_f_star(search_fn, x, tol=f_star_tol, max_steps=f_star_max_steps)
         fs, estimated = jnp.asarray(res.f_star, x.dtype), True
     else:
         if is_concrete(f_star) and is_concrete(logdensity):
@@ -640,6 +655,7 @@ def cenlmc(
     check_callable(logdensity_fn, "logdensity_fn", "x -> scalar log density")
     check_cenlmc_params(None, step_size, eta, r1, r2, n_star, m_f)
     _check_f_star(f_star)
+    _check_f_star_search(f_star_tol, f_star_max_steps)
     _check_min_ball(min_ball_neighbours, None)
     check_estimator(estimator)
     if estimator != "paper":
@@ -656,6 +672,7 @@ def cenlmc(
             f_star,
             f_star_tol=f_star_tol,
             f_star_max_steps=f_star_max_steps,
+            grad_fn=opts.grad_fn,
         )
         n = state.position.shape[0]
         check_cenlmc_params(n, step_size, eta, r1, r2, n_star, m_f)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import functools
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -26,7 +27,7 @@ from cenlmc_jax._validation import (
 )
 from cenlmc_jax.types import Array, ArrayLike, LogDensityFn
 
-__all__ = ["FStarResult", "find_f_star"]
+__all__ = ["FStarResult", "find_f_star", "with_gradient"]
 
 
 # --------------------------------------------------------------------------
@@ -129,6 +130,35 @@ def _memo_lbfgs(logdensity_fn, x0, tol, max_steps):
             _LBFGS_MEMO.popitem(last=False)
     _LBFGS_MEMO.move_to_end(key)
     return _LBFGS_MEMO[key]
+
+
+def with_gradient(logdensity_fn: LogDensityFn, grad_fn: Callable) -> LogDensityFn:
+    """``logdensity_fn`` whose derivative is ``grad_fn`` (a ``jax.custom_jvp``).
+
+    A black-box model (NumPy behind ``jax.pure_callback``) has no autodiff; its
+    gradient comes from ``grad_fn`` (e.g. :func:`cenlmc_jax.finite_difference`). The
+    L-BFGS search for ``f*`` differentiates the log density, and through this wrapper
+    it gets ``grad_fn``'s gradient.
+
+    Args:
+      logdensity_fn: ``x: (d,) -> log π(x)``, a scalar.
+      grad_fn: ``x: (d,) -> ∇log π(x)``, ``(d,)``.
+
+    Returns:
+      The same function of ``x``, with ``jvp(x, t) = grad_fn(x) · t``.
+    """
+
+    @jax.custom_jvp
+    def fn(x):
+        return logdensity_fn(x)
+
+    @fn.defjvp
+    def _jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        g = jnp.asarray(grad_fn(x), x.dtype)
+        return fn(x), jnp.vdot(g, t)
+
+    return fn
 
 
 def find_f_star(

@@ -25,9 +25,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import jax
+
 from cenlmc_jax._validation import check_bool, check_callable, check_choice, check_int
 from cenlmc_jax.gradients.modes import check_grad_mode
 from cenlmc_jax.pairwise import METHODS, STRATEGIES
+from cenlmc_jax.pairwise.algebra import canonical_precision
 
 __all__ = ["EnsembleOptions", "ensemble_options"]
 
@@ -116,6 +119,18 @@ class EnsembleOptions(NamedTuple):
                 self.grad_fn, "grad_fn", "x: (d,) -> gradient of the log density (d,)"
             )
         check_grad_mode(self.grad_mode)
+        # the pair force's own checks, here so that they come before any work
+        canonical_precision(self.precision)
+        if self.mesh is not None and not isinstance(self.mesh, jax.sharding.Mesh):
+            raise ValueError(
+                "mesh must be a jax.sharding.Mesh (cj.pairwise.make_mesh()) or None; "
+                f"got {type(self.mesh).__name__} {self.mesh!r}."
+            )
+        if self.block_sparse and self.method == "dense":
+            raise ValueError(
+                "block_sparse=True needs method 'auto', 'tiled' or 'pallas' (the dense "
+                "reference has no block-sparse form); got method 'dense'."
+            )
         return self
 
     def capacity(self, n: int) -> int | None:

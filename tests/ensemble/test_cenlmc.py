@@ -875,3 +875,43 @@ def test_the_m_f_test_is_relative_to_f_star_far_from_zero():
     expected = int(np.sum(f > f_star + m_f))
     assert 0 < expected < 64  # both outcomes occur, so the count tells the rule apart
     assert int(info.num_fail_m_f) == expected
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(precision="bogus"), "precision"),
+        (dict(mesh="str"), "mesh must be a jax.sharding.Mesh"),
+        (dict(method="dense", block_sparse=True), "block_sparse=True needs method"),
+        (dict(f_star_tol=-1.0), "f_star_tol"),
+        (dict(f_star_max_steps=0), "f_star_max_steps"),
+    ],
+)
+def test_option_errors_name_the_argument_at_build_time(kw, match):
+    # issue 28's late errors: each refused by the constructor, before any work
+    logdensity = lambda x: -0.5 * jnp.sum(x**2)
+    with pytest.raises(ValueError, match=match):
+        cj.cenlmc(logdensity, 0.05, 0.8, 0.5, 0.5, 2, 10.0, **kw)
+
+
+def test_f_star_of_a_black_box_is_found_through_its_grad_fn():
+    # a NumPy model behind pure_callback has no autodiff: the L-BFGS search for f*
+    # differentiates through grad_fn (here forward differences) instead of failing
+    def model(x):
+        return -0.5 * np.sum((np.asarray(x, np.float64) - 1.0) ** 2) - 3.0
+
+    def logdensity(x):
+        out = jax.ShapeDtypeStruct((), x.dtype)
+        call = lambda z: np.asarray(model(z), x.dtype)
+        return jax.pure_callback(call, out, x, vmap_method="sequential")
+
+    algo = cj.cenlmc(
+        logdensity, 0.05, 0.8, 0.5, 0.5, 2, 10.0,
+        grad_fn=cj.finite_difference(logdensity),
+    )
+    x = jax.random.normal(jax.random.key(0), (32, 2))
+    state = algo.init(x)
+    # exact f* = 3 at x = (1, 1); the forward difference in float32 leaves |∇f| of
+    # order sqrt(eps) there, so f* is within O(eps) of 3
+    assert abs(float(state.f_star) - 3.0) < 1e-4
+    assert bool(state.f_star_estimated)
