@@ -42,9 +42,12 @@ def test_an_old_module_path_never_replaces_a_function_of_the_api():
     importlib.sys.modules.pop("cenlmc_jax.summary", None)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
-        from cenlmc_jax.summary import SummaryTable  # noqa: F401
         import cenlmc_jax.finite_difference  # noqa: F401
-    assert callable(cj.summary) and cj.summary.__module__ == "cenlmc_jax.diagnostics.summary"
+        from cenlmc_jax.summary import SummaryTable  # noqa: F401
+    assert (
+        callable(cj.summary)
+        and cj.summary.__module__ == "cenlmc_jax.diagnostics.summary"
+    )
     assert callable(cj.finite_difference)
 
 

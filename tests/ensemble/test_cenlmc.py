@@ -906,7 +906,13 @@ def test_f_star_of_a_black_box_is_found_through_its_grad_fn():
         return jax.pure_callback(call, out, x, vmap_method="sequential")
 
     algo = cj.cenlmc(
-        logdensity, 0.05, 0.8, 0.5, 0.5, 2, 10.0,
+        logdensity,
+        0.05,
+        0.8,
+        0.5,
+        0.5,
+        2,
+        10.0,
         grad_fn=cj.finite_difference(logdensity),
     )
     x = jax.random.normal(jax.random.key(0), (32, 2))
