@@ -264,7 +264,15 @@ def gamma_proposal(shape: float, scale: float) -> Proposal:
             )
         return z + s * (jnp.asarray(scale, z.dtype) * jump)  # θ scales Gamma(k, 1)
 
-    return coordinatewise_proposal(log_f, log_g, sample=sample)
+    def check(position):
+        # a (d,) scale must match the position: refused at init, before any step
+        if np.ndim(scale) == 1 and np.shape(scale)[0] != np.size(position):
+            raise ValueError(
+                f"scale must be a scalar or a (d,) vector with d = {np.size(position)} "
+                f"(the position's size); got shape {np.shape(scale)}."
+            )
+
+    return coordinatewise_proposal(log_f, log_g, sample=sample)._replace(check=check)
 
 
 # ------------------------------------------------------------------ SDE proposals

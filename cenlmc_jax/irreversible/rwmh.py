@@ -241,7 +241,11 @@ def rwmh(
         if rng_key is not None:
             # unused (a deterministic start), but a wrong one is a mistake to report
             check_key(rng_key)
-        return rwmh_init(position, logdensity_fn)
+        state = rwmh_init(position, logdensity_fn)
+        if proposal_cov is not None and np.ndim(proposal_cov) > 0:
+            d = ravel_position(state.position, check=False)[0].shape[0]
+            la.check_matrix_shape(np.asarray(proposal_cov), "proposal_cov", d)
+        return state
 
     def step(rng_key, state):
         return rwmh_step(

@@ -1028,3 +1028,21 @@ def test_the_package_reexports_every_name_of_its_modules():
         for name in mod.__all__:
             assert getattr(irr, name) is getattr(mod, name), (m, name)
             assert getattr(cj, name) is getattr(mod, name), (m, name)
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda lp: cj.rwmh(lp, 0.5, proposal_cov=np.eye(3)), "proposal_cov"),
+        (lambda lp: cj.rwmh(lp, 0.5, proposal_cov=np.ones(3)), "proposal_cov"),
+        (
+            lambda lp: cj.irreversible_mh(lp, irr.gamma_proposal(2.0, jnp.ones(3))),
+            "scale must be a scalar or a \\(d,\\) vector with d = 2",
+        ),
+    ],
+)
+def test_a_matrix_or_scale_of_the_wrong_size_is_refused_at_init(make, match):
+    # issue 28: these ran and failed mid-run with a TypeError (or not at all)
+    logdensity = lambda x: -0.5 * jnp.sum(x**2)
+    with pytest.raises(ValueError, match=match):
+        make(logdensity).init(jnp.zeros(2))
