@@ -245,7 +245,7 @@ def cost_probe(model, dim, n, repeats):
 
 
 def main():
-    p = base_parser(__doc__.splitlines()[0])
+    p = base_parser(" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("--particles", type=int, default=2000)
     p.add_argument("--steps", type=int, default=400)
     p.add_argument(

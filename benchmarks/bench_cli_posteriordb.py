@@ -203,7 +203,7 @@ def md_rows(rows: list) -> list:
 
 
 def main():
-    parser = base_parser(__doc__.splitlines()[0])
+    parser = base_parser(" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--only", nargs="*", default=None, choices=sorted(MODELS))
     parser.add_argument(
         "--samplers", nargs="*", default=["lmc", "cenlmc"], choices=["lmc", "cenlmc"]

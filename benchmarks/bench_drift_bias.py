@@ -123,7 +123,7 @@ def _reference(name, tgt, x0, steps, burn_in):
 
 
 def main() -> int:
-    parser = base_parser(__doc__.splitlines()[0])
+    parser = base_parser(" ".join(__doc__.split("\n\n")[0].split()))
     args = parser.parse_args()
     n, steps, burn_in = (500, 300, 100) if args.quick else (2000, 1000, 200)
     rows, refs, t_start = [], {}, time.perf_counter()

@@ -38,7 +38,7 @@ import cenlmc_jax as cj  # noqa: E402
 
 
 def main() -> int:
-    parser = base_parser(__doc__.splitlines()[0])
+    parser = base_parser(" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument(
         "--passes", type=float, nargs="+", default=[0.7, 0.8, 0.9, 0.95, 0.99]
     )

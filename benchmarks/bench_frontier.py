@@ -251,7 +251,7 @@ def _algo(est, tgt, d, h, n, setting, base):
 
 
 def main() -> int:
-    parser = base_parser(__doc__.splitlines()[0])
+    parser = base_parser(" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument(
         "--targets",
         nargs="+",

@@ -164,7 +164,7 @@ def measure(model, logdensity, d, n, repeats):
 
 
 def main():
-    p = base_parser(__doc__.splitlines()[0])
+    p = base_parser(" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("--dims", type=int, nargs="+", default=list(DIMS))
     p.add_argument("--ode-particles", type=int, default=500)
     p.add_argument("--closed-form-particles", type=int, default=2000)

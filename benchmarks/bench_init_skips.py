@@ -107,7 +107,7 @@ def measure(fn, repeats):
 
 
 def main():
-    args = base_parser(__doc__.splitlines()[0]).parse_args()
+    args = base_parser(" ".join(__doc__.split("\n\n")[0].split())).parse_args()
     rows = []
     for name, fn in (
         ("cenlmc_init after find_f_star (Lotka-Volterra, d = 4, N = 256)", init_call),

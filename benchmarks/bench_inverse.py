@@ -907,7 +907,7 @@ def fmt_row(r):
 
 
 def main():
-    p = base_parser(__doc__.splitlines()[0])
+    p = base_parser(" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("--particles", type=int, nargs="+", default=[500, 2000, 4000])
     p.add_argument(
         "--tol",

@@ -110,7 +110,7 @@ def lag_acf(trace: np.ndarray, lag: int) -> np.ndarray:
 
 
 def main():
-    parser = base_parser(__doc__.splitlines()[0])
+    parser = base_parser(" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--chains", type=int, default=2000, help="vmapped chains")
     parser.add_argument(
         "--steps", type=int, default=2000, help="recorded steps per chain"

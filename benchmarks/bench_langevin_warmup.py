@@ -146,7 +146,7 @@ def after(post, x0, sampler, steps, warmup, key):
 
 
 def main():
-    parser = base_parser(__doc__.splitlines()[0])
+    parser = base_parser(" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--only", nargs="*", default=None)
     args = parser.parse_args()
     steps, burn_in, warmup = (400, 200, 300) if args.quick else (2000, 500, 1000)

@@ -223,7 +223,7 @@ def chain(args):
 
 
 def main():
-    parser = base_parser(__doc__.splitlines()[0])
+    parser = base_parser(" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument(
         "--chain",
         action="store_true",

@@ -46,7 +46,7 @@ def _time(fn):
 
 
 def main():
-    parser = base_parser(__doc__.splitlines()[0])
+    parser = base_parser(" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument(
         "--sizes", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384]
     )
@@ -101,7 +101,11 @@ def main():
                             ok_diff=int(jnp.sum(ref.ok != out.ok)),
                             count_diff=int(jnp.sum(ref.count != out.count)),
                             max_rel_diff=float(
-                                f"{float(jnp.max(jnp.abs(ref.grad - out.grad))) / scale:.2g}"
+                                format(
+                                    float(jnp.max(jnp.abs(ref.grad - out.grad)))
+                                    / scale,
+                                    ".2g",
+                                )
                             ),
                         )
                     )

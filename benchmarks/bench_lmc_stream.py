@@ -61,7 +61,7 @@ def run(n, d, steps, mode, chunk):
 
 
 def main():
-    p = base_parser(__doc__.splitlines()[0])
+    p = base_parser(" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("--particles", type=int, default=100_000)
     p.add_argument("--dim", type=int, default=10)
     p.add_argument("--steps", type=int, default=1000)

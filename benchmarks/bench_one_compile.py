@@ -92,7 +92,7 @@ print(json.dumps(dict(
 
 
 def main():
-    parser = base_parser(__doc__.splitlines()[0])
+    parser = base_parser(" ".join(__doc__.split("\n\n")[0].split()))
     args = parser.parse_args()
     repeats = 1 if args.quick else args.repeats
     before = subprocess.run(

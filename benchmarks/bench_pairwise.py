@@ -297,7 +297,7 @@ def block_sweep(args, peak: float) -> None:
 
 
 def main() -> None:
-    parser = base_parser(__doc__.splitlines()[0])
+    parser = base_parser(" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument(
         "--sizes", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384]
     )

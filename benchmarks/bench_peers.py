@@ -537,7 +537,7 @@ def fmt_row(r):
 
 
 def main():
-    parser = base_parser(__doc__.splitlines()[0])
+    parser = base_parser(" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--chains", type=int, default=1000)
     parser.add_argument(
         "--steps", type=int, default=100, help="steps per timed (jitted lax.scan) call"

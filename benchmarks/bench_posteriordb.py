@@ -594,7 +594,9 @@ def report(
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=" ".join(__doc__.split("\n\n")[0].split())
+    )
     parser.add_argument("--size", choices=tuple(SIZES), default="small")
     parser.add_argument(
         "--only", nargs="*", default=None, help="posteriordb names (default: all ten)"

@@ -59,7 +59,7 @@ def _run(algo, x0, steps):
 
 
 def main():
-    parser = base_parser(__doc__.splitlines()[0])
+    parser = base_parser(" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--particles", type=int, default=2000)
     parser.add_argument("--steps", type=int, default=50)
     args = parser.parse_args()

@@ -172,7 +172,7 @@ def cenlmc_rows(args):
 
 
 def main():
-    p = base_parser(__doc__.splitlines()[0])
+    p = base_parser(" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument(
         "--sizes",
         type=int,

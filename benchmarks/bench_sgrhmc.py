@@ -106,7 +106,7 @@ def make_run(single_step, num_chains: int, num_steps: int):
 
 
 def main():
-    parser = base_parser(__doc__.splitlines()[0])
+    parser = base_parser(" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--chains", type=int, default=10_000)
     parser.add_argument("--dims", type=int, nargs="+", default=[1, 10])
     parser.add_argument(

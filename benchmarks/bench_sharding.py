@@ -199,7 +199,7 @@ def inputs(n: int, d: int, seed: int = 0, h: float = 0.05):
 
 
 def main():
-    parser = base_parser(__doc__.splitlines()[0])
+    parser = base_parser(" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument(
         "--devices",
         type=int,

@@ -131,7 +131,7 @@ def compare(n, d, with_w, repeats):
 
 
 def main():
-    parser = base_parser(__doc__.splitlines()[0])
+    parser = base_parser(" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument(
         "--sizes", type=int, nargs="+", default=[8192, 16384, 32768, 65536, 131072]
     )

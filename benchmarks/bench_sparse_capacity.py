@@ -92,7 +92,7 @@ def compiled_with_capacity(capacity, x, f, log_p, w, eta):
 
 
 def main():
-    args = base_parser(__doc__.splitlines()[0]).parse_args()
+    args = base_parser(" ".join(__doc__.split("\n\n")[0].split())).parse_args()
     d = 2
     eta = math.sqrt(H * d)
     rows, notes = [], []

@@ -306,7 +306,9 @@ def measure(
 def main() -> None:
     from _common import write_results
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=" ".join(__doc__.split("\n\n")[0].split())
+    )
     parser.add_argument("--d", type=int, nargs="+", default=[2, 3, 10, 100])
     parser.add_argument("--dtypes", nargs="+", default=["float32", "float64"])
     parser.add_argument("--only", choices=["before", "after", "both"], default="both")

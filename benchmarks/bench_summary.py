@@ -62,7 +62,7 @@ def timed(fn, x):
 
 
 def main():
-    args = base_parser(__doc__.splitlines()[0]).parse_args()
+    args = base_parser(" ".join(__doc__.split("\n\n")[0].split())).parse_args()
     m, n, d = (200, 500, 2) if args.quick else (2000, 1000, 2)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((m, n, d)).cumsum(axis=1) * 0.05 + rng.standard_normal(

@@ -100,7 +100,7 @@ def compare(k, n, d, repeats, burn):
 
 
 def main():
-    parser = base_parser(__doc__.splitlines()[0])
+    parser = base_parser(" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--ensembles", type=int, default=4)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 8192])
     parser.add_argument("--d", type=int, default=2)

@@ -87,7 +87,7 @@ def measure(path: str) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--modules", type=int, default=600)
     ap.add_argument("--functions", type=int, default=80)
     args = ap.parse_args(argv)

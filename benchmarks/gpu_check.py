@@ -426,7 +426,9 @@ def budget_left(args) -> float:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=" ".join(__doc__.split("\n\n")[0].split())
+    )
     parser.add_argument(
         "--out-dir",
         type=Path,

@@ -516,7 +516,9 @@ def markdown(payload: dict) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=" ".join(__doc__.split("\n\n")[0].split())
+    )
     parser.add_argument("--only", nargs="*", help="run only these mutations (by name)")
     parser.add_argument("--out-dir", default=str(HERE / "results"))
     parser.add_argument(

@@ -1,4 +1,7 @@
-"""The 0.2 top level and the 0.1 names it replaced (kept one release, with a FutureWarning)."""
+"""The 0.2 top level and the 0.1 names it replaced.
+
+The old names are kept for one release, with a FutureWarning.
+"""
 
 import importlib
 import warnings

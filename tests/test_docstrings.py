@@ -1,4 +1,6 @@
-"""Every public function says what it takes and what it gives (Google style, as the API pages render it).
+"""Every public function says what it takes and what it gives.
+
+Google style, as the API pages render it.
 
 Public: a function in the ``__all__`` of a module of ``cenlmc_jax`` (the top level, a
 namespace or a module). It needs an ``Args:`` section when it takes parameters and a
@@ -22,7 +24,9 @@ def public_functions():
             if isinstance(node, ast.Assign) and any(
                 isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
             ):
-                names |= {e.value for e in node.value.elts if isinstance(e, ast.Constant)}
+                names |= {
+                    e.value for e in node.value.elts if isinstance(e, ast.Constant)
+                }
         for node in tree.body:
             if isinstance(node, ast.FunctionDef) and node.name in names:
                 yield path.relative_to(PACKAGE.parent), node
@@ -48,9 +52,11 @@ def test_every_public_function_has_args_and_returns():
     assert not missing, f"{len(missing)} missing:\n" + "\n".join(missing)
 
 
-#: A measurement: a duration, a speed-up or a memory figure written as a number with its unit.
+#: A measurement: a duration, a speed-up or a memory figure written as a number with
+#: its unit.
 MEASUREMENT = re.compile(
-    r"\b\d+(\.\d+)?\s?(ms|µs|us|ns|GiB|MiB|KiB|GB|MB|KB)\b|\b\d+(\.\d+)?x (faster|slower)\b"
+    r"\b\d+(\.\d+)?\s?(ms|µs|us|ns|GiB|MiB|KiB|GB|MB|KB)\b"
+    r"|\b\d+(\.\d+)?x (faster|slower)\b"
     r"|\bmeasured\b[^.\n]*\d"
 )
 
@@ -59,6 +65,10 @@ def test_no_measurements_in_library_comments_or_docstrings():
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         for i, line in enumerate(path.read_text().splitlines(), 1):
-            if MEASUREMENT.search(line) and ('"""' in line or "#" in line or not line.strip().startswith(("f\"", "\"", "raise"))):
+            if MEASUREMENT.search(line) and (
+                '"""' in line
+                or "#" in line
+                or not line.strip().startswith(('f"', '"', "raise"))
+            ):
                 found.append(f"{path.relative_to(PACKAGE.parent)}:{i}: {line.strip()}")
     assert not found, f"{len(found)} lines:\n" + "\n".join(found)

@@ -24,7 +24,7 @@ MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
 
 
 def imports(path: Path):
-    """(imported module, names taken from it, lineno, inside a function?) for every cenlmc_jax import."""
+    """(module, names taken, lineno, in a function?) of every cenlmc_jax import."""
     tree = ast.parse(path.read_text())
     parents = {}
     for node in ast.walk(tree):
@@ -149,7 +149,11 @@ def test_the_test_tree_mirrors_the_package():
     # tests/<namespace>/ holds the tests of cenlmc_jax/<namespace>/; cross-cutting tests
     # (the sampler tables, the driver, the layout) stay at the top of tests/
     tests = PACKAGE.parent / "tests"
-    folders = {p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
+    folders = {
+        p.name
+        for p in tests.iterdir()
+        if p.is_dir() and not p.name.startswith((".", "_"))
+    }
     packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
     assert folders <= packages, folders - packages
     assert packages - folders <= set(), packages - folders
