@@ -65,6 +65,19 @@ from cenlmc_jax.types import Array, PRNGKey, PyTree, StepFn
 __all__ = ["sample", "RunResult", "Moments", "reduce_info", "vmap_chains"]
 
 
+def _check_stream_trace(trace_fn: Callable, state: Any) -> None:
+    """``mode="stream"`` keeps moments per coordinate: ``trace_fn`` must give one array
+    whose last axis holds the coordinates."""
+    out = jax.eval_shape(trace_fn, state)
+    if not hasattr(out, "shape") or len(out.shape) < 1:
+        shape = tuple(out.shape) if hasattr(out, "shape") else type(out).__name__
+        raise ValueError(
+            "trace_fn must return one array (..., d) in mode='stream' (the moments "
+            f"are per coordinate, the last axis); got {shape}. Return x[None] for a "
+            "scalar, or use mode='trace'."
+        )
+
+
 def _init_moments(x: Array) -> Moments:
     d = x.shape[-1]
     return Moments(
@@ -512,6 +525,8 @@ def sample(
         on_divergence,
         check_convergence,
     )
+    if mode == "stream":
+        _check_stream_trace(trace_fn, initial_state)
     moments = _init_moments(trace_fn(initial_state)) if mode == "stream" else None
     state, step, chunks, diverged_at = initial_state, 0, [], -1
     total = burn_in + num_steps
@@ -614,11 +629,17 @@ def sample(
         bar.close()
 
     kept_all = [k for k, _ in chunks if k is not None]
-    trace = (
-        jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *kept_all)
-        if kept_all
-        else None
-    )
+    if kept_all:
+        trace = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *kept_all)
+    elif mode == "trace":
+        # nothing kept (a divergence in the burn-in): an empty trace of the right
+        # shape, not None, so that code reading result.trace sees zero draws
+        trace = jax.tree_util.tree_map(
+            lambda s: jnp.zeros((0, *s.shape), s.dtype),
+            jax.eval_shape(trace_fn, state),
+        )
+    else:
+        trace = None
     info = (
         jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *[i for _, i in chunks])
         if chunks

@@ -918,3 +918,27 @@ def test_a_notebook_function_is_fingerprinted_by_its_code(monkeypatch):
         )  # importable as __main__.logp, as in a notebook
         prints.append(fingerprint(f))
     assert prints[0] != prints[1]
+
+
+def test_a_scalar_trace_fn_in_stream_mode_is_refused_before_work():
+    # issue 28: an IndexError from the moments; now a ValueError naming trace_fn
+    algo = cj.lmc(lambda x: -0.5 * jnp.sum(x**2), 0.1)
+    state = algo.init(jnp.zeros((8, 2)))
+    with pytest.raises(ValueError, match="trace_fn must return one array"):
+        cj.sample(
+            jax.random.key(0),
+            algo,
+            state,
+            5,
+            mode="stream",
+            trace_fn=lambda s: jnp.sum(s.position),
+        )
+
+
+def test_a_divergence_in_the_burn_in_leaves_an_empty_trace_not_none():
+    # issue 28: trace=None when no step was kept; now zero draws of the right shape
+    algo = cj.lmc(lambda x: -0.5e30 * jnp.sum(x**2), 10.0)
+    state = algo.init(jax.random.normal(jax.random.key(0), (8, 2)))
+    with pytest.warns(RuntimeWarning, match="diverged"):
+        res = cj.sample(jax.random.key(1), algo, state, 5, burn_in=3)
+    assert res.trace.shape == (0, 8, 2) and res.diverged_at == 0

@@ -77,7 +77,7 @@ def test_skip_hopeless_must_be_a_bool():
 def test_find_f_star_runs_lbfgs_once_per_start(monkeypatch):
     # The CLI finds the mode for its curvature probe, then cenlmc_init finds f* from the
     # same positions: one L-BFGS.
-    from cenlmc_jax.ensemble import tuning as tn
+    from cenlmc_jax.ensemble import f_star as tn
 
     calls = []
     run = tn._lbfgs_minimise
