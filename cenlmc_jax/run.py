@@ -604,6 +604,8 @@ def sample(
                 msg += (
                     "; stopped with the state, trace and moments after step "
                     f"{diverged_at - 1}"
+                    if diverged_at > 0
+                    else "; stopped at the initial state, nothing kept"
                 )
             _warn(msg)
         for w_start, w_n, watch in watches:
