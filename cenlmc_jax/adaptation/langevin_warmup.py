@@ -311,6 +311,17 @@ def _step(c: _Curvature, bias: float) -> float:
     not its worst point), and at most half of ULA's stability limit ``2 / c_max`` at the
     stiffest point seen (module docstring, "Step size").
     """
+    if not (math.isfinite(c.mean) and c.mean > 0):
+        # a piecewise-linear log density (a Laplace or L1 term): its Hessian vanishes
+        # almost everywhere, so the bias rule has nothing to go on, and an unadjusted
+        # sampler's bias at a kink is not bounded by it
+        raise ValueError(
+            "the warm-up measured a curvature of the log density of "
+            f"{c.mean!r} at the particles (a piecewise-linear or flat log density, "
+            "e.g. a Laplace/L1 term): the Langevin step-size rule needs a positive "
+            "curvature. Use an exact sampler (cj.window_adaptation('mala', ...) or "
+            "'rwmh'), or smooth the kink."
+        )
     return min(langevin_step_size(c.mean, bias=bias), 1.0 / c.max)
 
 

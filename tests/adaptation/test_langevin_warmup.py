@@ -292,3 +292,11 @@ def test_step_size_follows_the_mean_curvature_and_stays_below_the_stability_limi
         i.step_size == pytest.approx(rule, rel=1e-9)
         and i.step_size * i.curvature_max <= 1.0 + 1e-9
     ), i.reasoning
+
+
+def test_a_piecewise_linear_log_density_is_refused_with_the_reason():
+    # issue 28: "curvature must be > 0; got 0.0" named nothing the user wrote; the
+    # Laplace density's Hessian vanishes almost everywhere, so the rule has no scale
+    x = jax.random.normal(jax.random.key(0), (64, 2))
+    with pytest.raises(ValueError, match="piecewise-linear or flat log density"):
+        cj.langevin_warmup(jax.random.key(1), lambda y: -jnp.sum(jnp.abs(y)), x)
