@@ -40,6 +40,7 @@ chunk).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import functools
@@ -49,12 +50,18 @@ import os
 import sys
 import sysconfig
 import types
+import uuid
 import zipfile
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
 import numpy as np
+
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks
+    fcntl = None
 
 from cenlmc_jax._host import fetch, is_writer
 
@@ -68,6 +75,7 @@ __all__ = [
     "save",
     "load",
     "chunk_dir",
+    "writer_lock",
 ]
 
 FORMAT = "cenlmc_jax-checkpoint-1"
@@ -574,8 +582,47 @@ def check_path(path: Any) -> str:
     return path
 
 
+@contextlib.contextmanager
+def writer_lock(path: str):
+    """Holds ``path``'s lock file for the duration of a run: one writer at a time.
+
+    Two runs on one checkpoint would write their chunks into the same folder and
+    mix them; the second is refused before any work. The lock is an exclusive
+    ``flock`` on ``path + ".lock"``, released when the run ends (also by an error
+    or when the process dies). Only the writing process (process 0 of several)
+    takes it. Where ``fcntl`` is missing (Windows) nothing is locked.
+
+    Args:
+      path: the checked checkpoint path.
+
+    Yields:
+      None, while the lock is held.
+
+    Raises:
+      ValueError: another run holds the lock.
+    """
+    if fcntl is None or not is_writer():
+        yield
+        return
+    lock = path + ".lock"
+    with open(lock, "a") as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise ValueError(
+                f"checkpoint_path {path!r} is in use by another run (it holds "
+                f"{lock!r}): two runs on one checkpoint would mix their chunks. Wait "
+                "for it to finish, or give this run another path."
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
 def _write_npz(path: str, arrays: dict) -> None:
-    tmp = path + ".tmp"
+    # a name of this writer's own: another process's file is never overwritten
+    tmp = f"{path}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
     with open(tmp, "wb") as fh:  # a file object: np.savez adds no ".npz" suffix
         np.savez(fh, **arrays)
         fh.flush()
@@ -815,6 +862,14 @@ def load(path: str) -> Checkpoint:
                 f"must be (count: (), mean: (d,), m2: (d,)); got shapes {shapes}",
             )
     state = _numbered(data, "state_", path, "state")
+    for leaf in state:
+        if np.issubdtype(leaf.dtype, np.inexact) and not np.all(np.isfinite(leaf)):
+            raise ValueError(
+                f"checkpoint_path {path!r}: the saved state holds NaN or infinite "
+                "values, and a run cannot go on from it (the run diverged with "
+                "on_divergence='warn', or the file was altered); delete it to start "
+                "over."
+            )
     return Checkpoint(
         header, state, None if moments is None else tuple(moments), chunks
     )

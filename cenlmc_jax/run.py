@@ -33,6 +33,7 @@ the same function the CLI's verdict runs (R-hat and ESS need the trace).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from collections.abc import Callable
@@ -528,130 +529,137 @@ def sample(
     if mode == "stream":
         _check_stream_trace(trace_fn, initial_state)
     moments = _init_moments(trace_fn(initial_state)) if mode == "stream" else None
-    state, step, chunks, diverged_at = initial_state, 0, [], -1
-    total = burn_in + num_steps
-    identity = None
-    if checkpoint_path is not None:
-        checkpoint_path, identity, resumed = _open_checkpoint(
-            checkpoint_path,
-            rng_key,
-            step_fn,
-            initial_state,
-            trace_fn,
-            burn_in,
-            num_steps,
-            thin,
-            mode,
-            info_reduce,
-            on_divergence,
-        )
-        if resumed is not None:
-            state, step, moments, chunks, diverged_at = resumed
-    saved = len(chunks)
-
-    bar = _progress_bar(total, step) if progress else None
-    flagged_at, traced_warned = {}, set()
-    while step < total and not (diverged_at >= 0 and on_divergence == "stop"):
-        burning = step < burn_in
-        n = min(chunk_size, (burn_in if burning else total) - step)
-        start_state, start_moments = state, moments
-        state, moments, kept, infos, watches = _run_chunk(
-            step_fn,
-            rng_key,
-            state,
-            moments,
-            step,
-            n,
-            burning,
-            thin,
-            chunk_size,
-            mode,
-            trace_fn,
-            info_reduce,
-        )
-        flags = _flag_steps(infos, "diverged", step, traced_warned)
-        if flags is not None and flags.any() and diverged_at < 0:
-            first = int(np.argmax(flags))
-            diverged_at = step + first
-            msg = (
-                "the sampler diverged (info.diverged: non-finite or exploding values) "
-                f"at step {diverged_at}; see RunResult.info for the per-step counts"
-            )
-            if on_divergence == "raise":
-                raise FloatingPointError(msg)
-            if on_divergence == "stop":
-                # replay the chunk up to the last good step (same keys, so the same
-                # states)
-                state, moments, kept, _, _ = _run_chunk(
-                    step_fn,
-                    rng_key,
-                    start_state,
-                    start_moments,
-                    step,
-                    first,
-                    burning,
-                    thin,
-                    chunk_size,
-                    mode,
-                    trace_fn,
-                    info_reduce,
-                )
-                watches = []  # the chunk ended at its divergence: not a frozen chain
-                infos = jax.tree_util.tree_map(
-                    lambda a, n=first + 1: a[:n], infos
-                )  # the diverging step's info too
-                n = first
-                msg += (
-                    "; stopped with the state, trace and moments after step "
-                    f"{diverged_at - 1}"
-                    if diverged_at > 0
-                    else "; stopped at the initial state, nothing kept"
-                )
-            _warn(msg)
-        for w_start, w_n, watch in watches:
-            _report_watch(watch, infos, w_start, w_n, traced_warned)
-        _warn_chunk_flags(infos, step, flagged_at, traced_warned)
-        chunks.append((kept, infos))
-        step += n
-        if bar is not None:
-            bar.update(n)
+    # a checkpoint is written by one run at a time: its lock is held until the run ends
+    with contextlib.ExitStack() as held:
+        state, step, chunks, diverged_at = initial_state, 0, [], -1
+        total = burn_in + num_steps
+        identity = None
         if checkpoint_path is not None:
-            ckpt.save(
+            checkpoint_path, identity, resumed = _open_checkpoint(
                 checkpoint_path,
-                identity=identity,
-                step=step,
-                state=state,
-                moments=moments,
-                new_chunks=chunks[saved:],
-                num_chunks=len(chunks),
-                diverged_at=diverged_at,
+                rng_key,
+                step_fn,
+                initial_state,
+                trace_fn,
+                burn_in,
+                num_steps,
+                thin,
+                mode,
+                info_reduce,
+                on_divergence,
+                held,
             )
-            saved = len(chunks)
-    if bar is not None:
-        bar.close()
+            if resumed is not None:
+                state, step, moments, chunks, diverged_at = resumed
+        saved = len(chunks)
 
-    kept_all = [k for k, _ in chunks if k is not None]
-    if kept_all:
-        trace = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *kept_all)
-    elif mode == "trace":
-        # nothing kept (a divergence in the burn-in): an empty trace of the right
-        # shape, not None, so that code reading result.trace sees zero draws
-        trace = jax.tree_util.tree_map(
-            lambda s: jnp.zeros((0, *s.shape), s.dtype),
-            jax.eval_shape(trace_fn, state),
+        bar = _progress_bar(total, step) if progress else None
+        flagged_at, traced_warned = {}, set()
+        while step < total and not (diverged_at >= 0 and on_divergence == "stop"):
+            burning = step < burn_in
+            n = min(chunk_size, (burn_in if burning else total) - step)
+            start_state, start_moments = state, moments
+            state, moments, kept, infos, watches = _run_chunk(
+                step_fn,
+                rng_key,
+                state,
+                moments,
+                step,
+                n,
+                burning,
+                thin,
+                chunk_size,
+                mode,
+                trace_fn,
+                info_reduce,
+            )
+            flags = _flag_steps(infos, "diverged", step, traced_warned)
+            if flags is not None and flags.any() and diverged_at < 0:
+                first = int(np.argmax(flags))
+                diverged_at = step + first
+                msg = (
+                    "the sampler diverged (info.diverged: non-finite or exploding values) "
+                    f"at step {diverged_at}; see RunResult.info for the per-step counts"
+                )
+                if on_divergence == "raise":
+                    raise FloatingPointError(msg)
+                if on_divergence == "stop":
+                    # replay the chunk up to the last good step (same keys, so the same
+                    # states)
+                    state, moments, kept, _, _ = _run_chunk(
+                        step_fn,
+                        rng_key,
+                        start_state,
+                        start_moments,
+                        step,
+                        first,
+                        burning,
+                        thin,
+                        chunk_size,
+                        mode,
+                        trace_fn,
+                        info_reduce,
+                    )
+                    watches = []  # the chunk ended at its divergence: not a frozen chain
+                    infos = jax.tree_util.tree_map(
+                        lambda a, n=first + 1: a[:n], infos
+                    )  # the diverging step's info too
+                    n = first
+                    msg += (
+                        "; stopped with the state, trace and moments after step "
+                        f"{diverged_at - 1}"
+                        if diverged_at > 0
+                        else "; stopped at the initial state, nothing kept"
+                    )
+                _warn(msg)
+            for w_start, w_n, watch in watches:
+                _report_watch(watch, infos, w_start, w_n, traced_warned)
+            _warn_chunk_flags(infos, step, flagged_at, traced_warned)
+            chunks.append((kept, infos))
+            step += n
+            if bar is not None:
+                bar.update(n)
+            if checkpoint_path is not None:
+                ckpt.save(
+                    checkpoint_path,
+                    identity=identity,
+                    step=step,
+                    state=state,
+                    moments=moments,
+                    new_chunks=chunks[saved:],
+                    num_chunks=len(chunks),
+                    diverged_at=diverged_at,
+                )
+                saved = len(chunks)
+        if bar is not None:
+            bar.close()
+
+        kept_all = [k for k, _ in chunks if k is not None]
+        if kept_all:
+            trace = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *kept_all)
+        elif mode == "trace":
+            # nothing kept (a divergence in the burn-in): an empty trace of the right
+            # shape, not None, so that code reading result.trace sees zero draws
+            trace = jax.tree_util.tree_map(
+                lambda s: jnp.zeros((0, *s.shape), s.dtype),
+                jax.eval_shape(trace_fn, state),
+            )
+        else:
+            trace = None
+        info = (
+            jax.tree_util.tree_map(
+                lambda *a: jnp.concatenate(a), *[i for _, i in chunks]
+            )
+            if chunks
+            else None
         )
-    else:
-        trace = None
-    info = (
-        jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *[i for _, i in chunks])
-        if chunks
-        else None
-    )
-    _warn_kept_flags(info, burn_in, traced_warned)
-    result = RunResult(state, trace, moments, info, step, diverged_at, burn_in, thin)
-    if check_convergence:
-        _warn_unconverged(result, initial_state, traced_warned)
-    return result
+        _warn_kept_flags(info, burn_in, traced_warned)
+        result = RunResult(
+            state, trace, moments, info, step, diverged_at, burn_in, thin
+        )
+        if check_convergence:
+            _warn_unconverged(result, initial_state, traced_warned)
+        return result
 
 
 def _warn_unconverged(result: RunResult, initial_state: Any, warned: set) -> None:
@@ -728,6 +736,7 @@ def _open_checkpoint(
     mode,
     info_reduce,
     on_divergence,
+    held,
 ):
     """The checked path, the run's identity, and the resumed ``(state, step, moments,
     chunks, diverged_at)`` when the file exists (None otherwise).
@@ -742,6 +751,7 @@ def _open_checkpoint(
             "to checkpoint."
         )
     checkpoint_path = ckpt.check_path(checkpoint_path)
+    held.enter_context(ckpt.writer_lock(checkpoint_path))
     identity = ckpt.run_identity(
         rng_key,
         step_fn,

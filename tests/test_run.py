@@ -942,3 +942,36 @@ def test_a_divergence_in_the_burn_in_leaves_an_empty_trace_not_none():
     with pytest.warns(RuntimeWarning, match="diverged"):
         res = cj.sample(jax.random.key(1), algo, state, 5, burn_in=3)
     assert res.trace.shape == (0, 8, 2) and res.diverged_at == 0
+
+
+def test_two_runs_on_one_checkpoint_never_mix(tmp_path):
+    # issue 28: two runs shared the .tmp file and mixed their chunks; now the second
+    # is refused before any work while the first holds the checkpoint
+    from cenlmc_jax import checkpoint as ckpt
+
+    path = str(tmp_path / "run.npz")
+    algo = cj.lmc(lambda x: -0.5 * jnp.sum(x**2), 0.1)
+    state = algo.init(jnp.zeros((8, 2)))
+    with ckpt.writer_lock(path):
+        with pytest.raises(ValueError, match="in use by another run"):
+            cj.sample(jax.random.key(0), algo, state, 10, checkpoint_path=path)
+    assert not os.path.exists(path)  # the refused run wrote nothing
+    # released: a run goes ahead, and a resume of the finished run gives the same draws
+    a = cj.sample(jax.random.key(0), algo, state, 10, checkpoint_path=path)
+    b = cj.sample(jax.random.key(0), algo, state, 10, checkpoint_path=path)
+    np.testing.assert_array_equal(np.asarray(a.trace), np.asarray(b.trace))
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
+
+
+def test_a_checkpoint_whose_state_is_nan_is_refused(tmp_path):
+    path = str(tmp_path / "run.npz")
+    algo = cj.lmc(lambda x: -0.5 * jnp.sum(x**2), 0.1)
+    state = algo.init(jnp.zeros((8, 2)))
+    cj.sample(jax.random.key(0), algo, state, 10, checkpoint_path=path)
+    with np.load(path) as data:
+        arrays = {k: data[k] for k in data.files}
+    arrays["state_0"] = np.full_like(arrays["state_0"], np.nan)
+    with open(path, "wb") as fh:
+        np.savez(fh, **arrays)
+    with pytest.raises(ValueError, match="saved state holds NaN"):
+        cj.sample(jax.random.key(0), algo, state, 20, checkpoint_path=path)
