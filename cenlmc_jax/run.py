@@ -578,8 +578,9 @@ def sample(
                 first = int(np.argmax(flags))
                 diverged_at = step + first
                 msg = (
-                    "the sampler diverged (info.diverged: non-finite or exploding values) "
-                    f"at step {diverged_at}; see RunResult.info for the per-step counts"
+                    "the sampler diverged (info.diverged: non-finite or exploding "
+                    f"values) at step {diverged_at}; see RunResult.info for the "
+                    "per-step counts"
                 )
                 if on_divergence == "raise":
                     raise FloatingPointError(msg)
@@ -600,7 +601,8 @@ def sample(
                         trace_fn,
                         info_reduce,
                     )
-                    watches = []  # the chunk ended at its divergence: not a frozen chain
+                    # the chunk ended at its divergence: not a frozen chain
+                    watches = []
                     infos = jax.tree_util.tree_map(
                         lambda a, n=first + 1: a[:n], infos
                     )  # the diverging step's info too
