@@ -66,11 +66,9 @@ ACCEPTANCE_MIN = 0.05
 RHAT_MAX = 1.1
 TRUTH_Z_MAX = 5.0
 EXIT_UNRELIABLE, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
-RELIABLE = (
-    "  reliability checks passed (divergence, the sampler's flags: ensemble-force "
-    "audit and the others, ensemble use, acceptance, known bias, frozen chains, "
-    "R-hat, bulk ESS, known truth)"
-)
+#: The verdict line of a run with no known problem (before issue 28 every run said it
+#: passed every check; now :func:`checks_made` says which checks it made).
+RELIABLE = "  reliability checks passed"
 
 
 # --------------------------------------------------------------------------
@@ -402,11 +400,58 @@ def _print_run(args, setup: Setup, run: Run, table: SummaryTable | None) -> None
     print_table(table, footer=False)
 
 
-def print_verdict(args, found: list) -> None:
+def checks_made(args, target, res, table: SummaryTable | None) -> tuple[list, list]:
+    """The checks :func:`problems` made on this run, and those it could not make.
+
+    The verdict names both: a check that did not run is never reported as passed
+    (a streamed run keeps no draws, so it has no R-hat or ESS; the step-size bias
+    of unadjusted Langevin is known exactly only on a Gaussian target).
+
+    Args:
+      args: the parsed command line.
+      target: the run's target.
+      res: the ``RunResult``.
+      table: the summary of the kept draws, None when none was kept.
+
+    Returns:
+      ``(made, not_made)``: two lists of short descriptions.
+    """
+    made = [
+        "divergence",
+        "step-size stability",
+        "the sampler's flags: ensemble-force audit and the others, ensemble use",
+    ]
+    if table is None:
+        return made, ["the estimates (no draw was kept)"]
+    not_made = []
+    if table.run.get("acceptance_rate") is not None:
+        made.append("acceptance")
+    if SPECS[args.sampler].langevin:
+        if getattr(target, "hessian", None) is not None:
+            made.append("the step size's known bias")
+        else:
+            not_made.append(
+                "the step size's bias (unadjusted Langevin; known exactly only on a "
+                "Gaussian target)"
+            )
+    made.append("frozen chains")
+    if isinstance(res.trace, (jax.Array, np.ndarray)):
+        made.append("R-hat, bulk ESS")
+    else:
+        not_made.append("R-hat and bulk ESS (a streamed run keeps no draws; --trace)")
+    if table.columns.get("z_mean") is not None:
+        made.append("known truth")
+    return made, not_made
+
+
+def print_verdict(args, found: list, checked: tuple[list, list] | None = None) -> None:
     for p in found:
         print(f"  UNRELIABLE: {p}")
     if not found:
-        print(RELIABLE)
+        made, not_made = checked if checked is not None else ([], [])
+        print(RELIABLE + (f" ({', '.join(made)})" if made else ""))
+        if not_made:
+            print(f"  not checked: {'; '.join(not_made)}")
     elif args.allow_unreliable:
         print("  (--allow-unreliable: exit status 0 all the same)")
 
@@ -431,7 +476,9 @@ def report(args, setup: Setup, run: Run, record: dict) -> tuple:
         )
     _print_run(args, setup, run, table)
     found = problems(args, target, setup.job, run.result, table, c=setup.c)
-    print_verdict(args, found)
+    checked = checks_made(args, target, run.result, table)
+    record["checks"], record["not_checked"] = checked
+    print_verdict(args, found, checked)
     return table, found
 
 
@@ -447,6 +494,8 @@ _RECORD_FIELDS = {
     "summary_notes": list,
     "problems": list,
     "reliable": bool,
+    "checks": list,
+    "not_checked": list,
     "kept_steps": int,
 }
 
@@ -551,5 +600,8 @@ def cmd_summary(args) -> int:
     for p in record.get("problems") or ():
         print(f"  UNRELIABLE: {p}")
     if record.get("reliable"):
-        print(RELIABLE)
+        made, not_made = record.get("checks") or [], record.get("not_checked") or []
+        print(RELIABLE + (f" ({', '.join(made)})" if made else ""))
+        if not_made:
+            print(f"  not checked: {'; '.join(not_made)}")
     return 0

@@ -743,3 +743,21 @@ def test_a_checkpoint_is_not_overwritten_without_resume(tmp_path, capsys):
         ["sample", "--resume", "--checkpoint", str(tmp_path / "none.npz")], capsys
     )
     assert code == 2 and "nothing to resume" in err
+
+
+def test_the_verdict_names_only_the_checks_it_made(capsys):
+    # issue 28: a streamed run said R-hat and bulk ESS had passed though it computed
+    # neither, and a non-Gaussian target's step-size bias is not known to any check
+    code, out, _ = run_cli(
+        ["sample", "--sampler", "lmc", "--target", "banana"] + SMALL, capsys
+    )
+    line = next(x for x in out.splitlines() if "reliability checks passed" in x)
+    assert "R-hat" not in line and "known bias" not in line
+    assert "not checked: " in out and "R-hat and bulk ESS" in out
+    assert "the step size's bias (unadjusted Langevin" in out
+    # with the draws kept, R-hat and ESS are checked, and said so
+    code, out, _ = run_cli(
+        ["sample", "--sampler", "rwmh", "--target", "banana", "--trace"] + SMALL, capsys
+    )
+    verdict = [x for x in out.splitlines() if "checks passed" in x or "UNRELIABLE" in x]
+    assert verdict and ("R-hat, bulk ESS" in verdict[0] or "UNRELIABLE" in verdict[0])
