@@ -47,6 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import cenlmc_jax as cj
+from cenlmc_jax import checkpoint as ckpt
 from cenlmc_jax.cli.parser import (
     DEFAULT_PARTICLES,
     DEFAULT_STEPS,
@@ -417,6 +418,22 @@ def _target(args, data: dict | None, init: np.ndarray | None) -> tuple:
     return target, None
 
 
+def _check_fingerprint(args, target) -> None:
+    """A checkpointed job needs a model a resume can recognise: refused before the
+    warm-up and the run, not after them (issue 28)."""
+    if args.checkpoint is None:
+        return
+    try:
+        ckpt.fingerprint(target.logdensity_fn)
+    except ckpt.Unfingerprintable as exc:
+        raise UsageError(
+            f"the model cannot be fingerprinted ({exc.where or 'its log density'}: "
+            f"{exc.what}), so a checkpoint could not tell a resume of this run from "
+            "another run: pass the model's data as arrays, numbers or plain objects, "
+            "or run without --out/--checkpoint"
+        ) from exc
+
+
 def _setup(args) -> Setup:
     data = load_data(args.data) if args.data is not None else None
     init = load_init(args.init) if args.init is not None else None
@@ -429,6 +446,7 @@ def _setup(args) -> Setup:
         args.particles = init.shape[0]
     args.particles = args.particles or DEFAULT_PARTICLES
     target, model = _target(args, data, init)
+    _check_fingerprint(args, target)
     if init is not None and init.shape[-1] != target.dim:
         raise UsageError(
             f"--init has points of dimension {init.shape[-1]}; the target has d = "

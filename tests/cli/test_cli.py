@@ -761,3 +761,30 @@ def test_the_verdict_names_only_the_checks_it_made(capsys):
     )
     verdict = [x for x in out.splitlines() if "checks passed" in x or "UNRELIABLE" in x]
     assert verdict and ("R-hat, bulk ESS" in verdict[0] or "UNRELIABLE" in verdict[0])
+
+
+def test_a_model_a_checkpoint_cannot_fingerprint_is_refused_before_the_warm_up(
+    tmp_path, capsys
+):
+    # issue 28: the warm-up (404k gradients) ran before --out's checkpoint refused
+    # the model; now it is a usage error before any work
+    model = write_model(
+        tmp_path,
+        """
+        import jax.numpy as jnp
+        import numpy as np
+
+        RNG = np.random.default_rng(0)  # a Generator: no stable description
+
+        def logp(x):
+            return -0.5 * jnp.sum(x**2) + 0.0 * RNG.standard_normal()
+        """,
+    )
+    code, out, err = run_cli(
+        ["sample", "--model", f"{model}:logp", "--dim", "2", "--out", tmp_path / "o"]
+        + SMALL,
+        capsys,
+    )
+    assert code == 2, (out, err)
+    assert "cannot be fingerprinted" in err
+    assert "gradient evaluations" not in out and "warm-up" not in out.lower()
