@@ -135,7 +135,7 @@ from cenlmc_jax.ensemble.whitened import (
     whitening,
 )
 from cenlmc_jax.gradients.modes import check_grad_mode
-from cenlmc_jax.types import LogDensityFn, PRNGKey
+from cenlmc_jax.types import Array, LogDensityFn, PRNGKey
 
 __all__ = [
     "LangevinWarmup",
@@ -421,6 +421,29 @@ def _check_args(
     return x
 
 
+def _check_support(logdensity_fn: LogDensityFn, x: Array) -> None:
+    """Every starting particle inside the support, before any work (issue 28).
+
+    The warm-up moves all particles by gradients and measures curvature at them: a
+    particle with log density ``-inf`` or NaN gives no gradient and no curvature,
+    and the failure would come much later, naming nothing.
+    """
+    values = np.asarray(
+        jax.vmap(lambda y: jnp.asarray(logdensity_fn(y), y.dtype))(x), np.float64
+    )
+    bad = np.flatnonzero(~np.isfinite(values))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(
+            f"positions: {bad.size} of {x.shape[0]} particles have a log density of "
+            f"{float(values[i])} (the first, particle {i}, at "
+            f"{np.asarray(x[i]).tolist()}): "
+            "outside the support, or a log density that fails there. Start every "
+            "particle where logdensity_fn is finite (e.g. transform a constrained "
+            "parameter to the real line)."
+        )
+
+
 def langevin_warmup(
     rng_key: PRNGKey,
     logdensity_fn: LogDensityFn,
@@ -494,6 +517,7 @@ def langevin_warmup(
         max_retries,
         grad_mode,
     )
+    _check_support(logdensity_fn, x)
     if sampler == "lmc" and (sampler_kwargs or f_star is not None):
         raise ValueError(
             "sampler='lmc' takes no CEnLMC options (f_star, "

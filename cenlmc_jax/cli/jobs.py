@@ -671,6 +671,10 @@ def run_job(args, setup: Setup) -> Run:
             flag = "--resume" if args.resume else "--checkpoint"
             raise UsageError(f"{flag}: {exc}") from exc
         jax.block_until_ready(res.state)
+    if res.trace is not None and not all(
+        np.shape(leaf)[0] for leaf in jax.tree_util.tree_leaves(res.trace)
+    ):
+        res = res._replace(trace=None)  # nothing kept: the outputs say "no draws"
     elapsed = time.perf_counter() - t0
     messages = [
         str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)

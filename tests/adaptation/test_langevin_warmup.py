@@ -300,3 +300,13 @@ def test_a_piecewise_linear_log_density_is_refused_with_the_reason():
     x = jax.random.normal(jax.random.key(0), (64, 2))
     with pytest.raises(ValueError, match="piecewise-linear or flat log density"):
         cj.langevin_warmup(jax.random.key(1), lambda y: -jnp.sum(jnp.abs(y)), x)
+
+
+def test_particles_outside_the_support_are_refused_before_work():
+    # issue 28: the warm-up ran (14 s here) and failed naming nothing
+    def logdensity(x):  # an exponential on x > 0
+        return jnp.where(jnp.all(x > 0), -jnp.sum(x), -jnp.inf)
+
+    x = jax.random.normal(jax.random.key(0), (64, 2))
+    with pytest.raises(ValueError, match=r"positions: \d+ of 64 particles have a log"):
+        cj.langevin_warmup(jax.random.key(1), logdensity, x)

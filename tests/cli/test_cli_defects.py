@@ -283,7 +283,7 @@ def test_step_size_at_the_stability_limit_is_unreliable_not_a_crash(tmp_path, ca
 def test_divergence_at_step_0_writes_what_exists_says_unreliable_and_exits_as_the_verdict_says(  # noqa: E501
     tmp_path, capsys
 ):
-    """cj.sample returns trace=None when no draw is kept: before, summary's ValueError
+    """cj.sample keeps no draw when it diverges at step 0: before, summary's ValueError
     ('neither a trace nor moments'), no outputs and exit 1 even with
     --allow-unreliable."""
     run = tmp_path / "run"

@@ -1016,18 +1016,19 @@ J4 = np.kron(np.eye(2), J)  # rotations in the planes (0, 1) and (2, 3)
 
 
 def test_the_package_reexports_every_name_of_its_modules():
-    """``cenlmc_jax.irreversible`` is a package (jump step, proposals, RW-MH); its names
-    are the modules'."""
+    """``cenlmc_jax.irreversible`` is a package (jump step, proposals, RW-MH, MALA); its
+    names are the modules', and its sampler constructors are also top-level names."""
     mods = {
         m: importlib.import_module(f"cenlmc_jax.irreversible.{m}")
-        for m in ("jump", "proposals", "rwmh")
+        for m in ("jump", "proposals", "rwmh", "mala")
     }
     public = [n for mod in mods.values() for n in mod.__all__]
     assert sorted(public) == sorted(irr.__all__) and len(set(public)) == len(public)
     for m, mod in mods.items():
         for name in mod.__all__:
             assert getattr(irr, name) is getattr(mod, name), (m, name)
-            assert getattr(cj, name) is getattr(mod, name), (m, name)
+    for name in ("irreversible_mh", "rwmh", "mala"):
+        assert name in cj.__all__ and getattr(cj, name) is getattr(irr, name)
 
 
 @pytest.mark.parametrize(
