@@ -133,11 +133,24 @@ def _site_dims(model_trace: dict) -> dict:
 
 
 def _check_continuous(model_trace: dict) -> None:
-    """Refuse a discrete latent site, from one trace of the model.
+    """Refuse what has no fixed, continuous log density, from one trace of the model.
 
-    Before NumPyro tries to enumerate it.
+    Before NumPyro tries to initialise it: a discrete latent site (NumPyro would
+    enumerate it); a subsampled plate (its log density is a different minibatch
+    estimate at every evaluation, which no sampler here may treat as the target).
     """
     for name, site in model_trace.items():
+        if site.get("type") == "plate":
+            size, subsample = (tuple(site.get("args") or ()) + (None, None))[:2]
+            if subsample is not None and size is not None and subsample < size:
+                raise ValueError(
+                    f"model: plate {name!r} subsamples {subsample} of {size} (a "
+                    "minibatch): its log density changes at every evaluation, so "
+                    "it is no target for these samplers; drop subsample_size (or use "
+                    "a stochastic-gradient sampler, cj.sgld / cj.sghmc, with "
+                    "cj.gradients.minibatch_grad_estimator)"
+                )
+            continue
         if site.get("type") != "sample" or site.get("is_observed", False):
             continue
         support = getattr(site.get("fn"), "support", None)
@@ -183,7 +196,16 @@ def from_numpyro(model: Callable, *args: Any, **kwargs: Any) -> NumPyroModel:
             f"model={model!r}: expected a NumPyro model (a callable with "
             "numpyro.sample statements)"
         )
-    model_trace = _trace(model, args, kwargs)
+    try:
+        model_trace = _trace(model, args, kwargs)
+    # NumPyro raises a bare NotImplementedError for a latent site it cannot draw
+    # (an ImproperUniform): say so
+    except NotImplementedError as exc:
+        raise ValueError(
+            "model: NumPyro cannot draw a value of a latent site (a distribution "
+            "with no sample(), e.g. ImproperUniform): give every latent site a "
+            f"proper prior ({type(exc).__name__}{': ' if str(exc) else ''}{exc})"
+        ) from exc
     _check_continuous(model_trace)
     info = initialize_model(
         jax.random.key(0), model, model_args=args, model_kwargs=kwargs or None

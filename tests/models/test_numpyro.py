@@ -189,3 +189,24 @@ def test_bad_input_and_a_missing_numpyro(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_numpyro)
     with pytest.raises(ImportError, match="pip install numpyro"):
         from_numpyro(eight_schools, 8, np.ones(8), y=np.zeros(8))
+
+
+def test_an_improper_latent_site_is_refused_naming_the_problem():
+    # issue 28: NumPyro's bare NotImplementedError reached the user
+    def model(y):
+        mu = numpyro.sample("mu", dist.ImproperUniform(dist.constraints.real, (), ()))
+        numpyro.sample("y", dist.Normal(mu, 1.0), obs=y)
+
+    with pytest.raises(ValueError, match="ImproperUniform"):
+        cj.from_numpyro(model, np.zeros(3))
+
+
+def test_a_subsampled_plate_is_refused_before_the_first_evaluation():
+    # issue 28: a minibatch log density was accepted and changed at every evaluation
+    def model(y):
+        mu = numpyro.sample("mu", dist.Normal(0.0, 1.0))
+        with numpyro.plate("data", y.shape[0], subsample_size=5) as idx:
+            numpyro.sample("y", dist.Normal(mu, 1.0), obs=y[idx])
+
+    with pytest.raises(ValueError, match="plate 'data' subsamples 5 of 20"):
+        cj.from_numpyro(model, np.zeros(20))
