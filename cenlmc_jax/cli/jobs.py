@@ -159,6 +159,14 @@ def _import_model(spec: str):
         raise UsageError(
             f"--model {spec}: importing {path} failed: {type(exc).__name__}: {exc}"
         ) from exc
+    # a model file that exits at import (a script's sys.exit) would end the job
+    # with its status and no output
+    except SystemExit as exc:
+        raise UsageError(
+            f"--model {spec}: importing {path} called sys.exit({exc.code!r}); a model "
+            "file must define the function without exiting (guard a script's code "
+            "with `if __name__ == '__main__':`)"
+        ) from None
     fn = getattr(module, name, None)
     if not callable(fn):
         raise UsageError(f"--model {spec}: {path} defines no function {name!r}")

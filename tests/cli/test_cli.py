@@ -788,3 +788,21 @@ def test_a_model_a_checkpoint_cannot_fingerprint_is_refused_before_the_warm_up(
     assert code == 2, (out, err)
     assert "cannot be fingerprinted" in err
     assert "gradient evaluations" not in out and "warm-up" not in out.lower()
+
+
+def test_a_model_file_that_exits_at_import_is_a_usage_error(tmp_path, capsys):
+    # issue 28: sys.exit(0) in the model file ended the job with exit 0 and no output
+    model = write_model(
+        tmp_path,
+        """
+        import sys
+        import jax.numpy as jnp
+
+        def logp(x):
+            return -0.5 * jnp.sum(x**2)
+
+        sys.exit(0)
+        """,
+    )
+    code, out, err = run_cli(["sample", "--model", f"{model}:logp"] + SMALL, capsys)
+    assert code == 2 and "called sys.exit(0)" in err, (code, out, err)
