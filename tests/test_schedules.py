@@ -166,3 +166,23 @@ def test_jax_grad_through_cj_sample_with_an_lmc_schedule_is_the_central_differen
         e = 1e-6
         fd = (loss(0.1 + e) - loss(0.1 - e)) / (2 * e)
         np.testing.assert_allclose(float(jax.grad(loss)(0.1)), float(fd), rtol=1e-7)
+
+
+@pytest.mark.parametrize("name", ["sgld", "sghmc", "sgrhmc"])
+def test_a_schedule_that_reaches_zero_is_a_divergence(name):
+    # issue 28: SGLD's schedule reaching 0 froze the chain silently
+    logdensity = lambda x: -0.5 * jnp.sum(x**2)
+    est = cj.gradients.grad_estimator_from_logdensity(logdensity)
+    schedule = lambda t: 0.02 * (5 - t)  # exactly 0 at t = 5
+    make = {
+        "sgld": lambda: cj.sgld(est, schedule),
+        "sghmc": lambda: cj.sghmc(est, schedule),
+        "sgrhmc": lambda: cj.sgrhmc(
+            est, schedule, cj.sgmcmc.gsgrhmc_inv_metric(lambda t: 0.5 * jnp.sum(t**2))
+        ),
+    }[name]
+    algo = make()
+    state = algo.init(jnp.zeros(2), jax.random.key(0))
+    with pytest.warns(RuntimeWarning, match="diverged"):
+        res = cj.sample(jax.random.key(1), algo, state, 10, check_convergence=False)
+    assert res.diverged_at == 5

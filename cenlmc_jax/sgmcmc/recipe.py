@@ -139,7 +139,8 @@ class RecipeInfo(NamedTuple):
         chain; under ``vmap_chains`` ``cj.sample``'s default
         ``info_reduce="mean"`` sums integer fields, so it counts chains, as the
         ensemble samplers' infos count particles).
-      diverged: ``num_nonfinite > 0``.
+      diverged: ``num_nonfinite > 0``, or a step size ``ε_t`` (a schedule's value)
+        that is not > 0.
       step_size: ``ε_t`` used.
       noise_clipped: the noise covariance ``ε(2D - εB̂)`` had an eigenvalue
         clearly below 0 that was clipped (``B̂`` too large for this ``ε``: the
@@ -343,7 +344,10 @@ def recipe_step(
     new_z = mean + la.matvec(root, jax.random.normal(key_noise, z.shape, dtype=z.dtype))
     # chains (0 or 1), as the ensembles count particles
     bad = (~jnp.all(jnp.isfinite(new_z))).astype(jnp.int32)
-    info = RecipeInfo(jnp.asarray(1, jnp.int32), bad, bad > 0, eps, clipped)
+    # a schedule that reached 0 (or below) freezes the chain: a divergence, not silence
+    info = RecipeInfo(
+        jnp.asarray(1, jnp.int32), bad, (bad > 0) | ~(eps > 0), eps, clipped
+    )
     return RecipeState(
         new_z if unravel is None else unravel(new_z), state.step + 1
     ), info
@@ -749,7 +753,7 @@ def sghmc_step(
     )
     exploded = ~(jnp.linalg.norm(kick) <= bound)  # NaN counts
     info = RecipeInfo(
-        jnp.asarray(1, jnp.int32), bad, (bad > 0) | exploded, eps, clipped
+        jnp.asarray(1, jnp.int32), bad, (bad > 0) | exploded | ~(eps > 0), eps, clipped
     )
     if unravel is not None:
         new_theta, new_r = unravel(new_theta), unravel(new_r)

@@ -95,7 +95,8 @@ class SGRHMCInfo(NamedTuple):
       num_nonfinite: 1 when the new ``θ`` or ``r`` holds a NaN/inf, else 0
         (chains, as the ensembles count particles; explicit Euler can blow up
         where ``Γ_r`` is singular, e.g. gSGRHMC on the double well).
-      diverged: ``num_nonfinite > 0`` or ``invalid_metric``.
+      diverged: ``num_nonfinite > 0``, ``invalid_metric``, or a step size ``ε_t`` not
+        > 0.
       step_size: ``ε_t`` used.
       noise_clipped: ``ε(2G^{-1} - εB̂)`` had a clearly negative eigenvalue
         (clipped).
@@ -370,7 +371,7 @@ def sgrhmc_step(
     info = SGRHMCInfo(
         jnp.asarray(1, jnp.int32),
         bad,
-        (bad > 0) | invalid,
+        (bad > 0) | invalid | ~(eps > 0),
         eps,
         clipped,
         jnp.linalg.norm(gamma),
