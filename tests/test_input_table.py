@@ -444,7 +444,7 @@ CASES = [
         WITH_SCHEDULE,
         schedule_reaching_zero,
         "warns",
-        "did not move",
+        "diverged",
     ),
     (
         "positions beyond the float's resolution",
