@@ -56,10 +56,10 @@ exclude_patterns = [
 # --- the notebooks: docs/notebooks/NAME.ipynb is a copy of notebooks/NAME.ipynb ------
 # Made here, at every build (a file copied again only when it changed), so that a new
 # notebook needs no edit of the docs; the copies are git-ignored
-# (docs/notebooks/.gitignore). notebooks/README.md is copied too: docs/notebooks/index.md
-# includes it, and its links to NAME.ipynb then resolve to the pages beside it. (Not
-# symlinks: Sphinx resolves a link's real path, outside the source folder, and the
-# README's links would not find the pages.)
+# (docs/notebooks/.gitignore). notebooks/README.md is copied too:
+# docs/notebooks/index.md includes it, and its links to NAME.ipynb then resolve to the
+# pages beside it. (Not symlinks: Sphinx resolves a link's real path, outside the source
+# folder, and the README's links would not find the pages.)
 def _copy_notebooks():
     here, there = DOCS / "notebooks", ROOT / "notebooks"
     wanted = {p.name: p for p in [*there.glob("*.ipynb"), there / "README.md"]}
@@ -191,13 +191,14 @@ def _check_api_coverage(app, env):
         )
 
 
-# --- cross-references by the name a docstring uses --------------------------------------
-# A docstring names an object as its own module sees it (``:func:`lmc_init```,
-# ``:class:`~cenlmc_jax.ensemble.lmc.LMCState```), while the API pages document it
-# where users reach it (``cenlmc_jax.ensemble.lmc_init``). A Python reference that
-# Sphinx could not resolve is resolved here to the one documented object whose
-# dotted name ends with the reference's last component(s): the shortest such name
-# (the top level before a namespace before a module), when only one has that length.
+# --- cross-references by the name a docstring uses
+# -------------------------------------- A docstring names an object as its own module
+# sees it (``:func:`lmc_init```, ``:class:`~cenlmc_jax.ensemble.lmc.LMCState```), while
+# the API pages document it where users reach it (``cenlmc_jax.ensemble.lmc_init``). A
+# Python reference that Sphinx could not resolve is resolved here to the one documented
+# object whose dotted name ends with the reference's last component(s): the shortest
+# such name (the top level before a namespace before a module), when only one has that
+# length.
 def _resolve_by_suffix(app, env, node, contnode):
     if node.get("refdomain") != "py":
         return None

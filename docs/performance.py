@@ -152,7 +152,8 @@ def render(root: Path) -> str:
             parts.append(f"### {heading}{': ' + words if words else ''}\n")
             source = f"From `benchmarks/results/{name}`"
             if md.with_suffix(".json").exists():
-                source += f" (raw numbers: `benchmarks/results/{Path(name).with_suffix('.json')}`)"
+                raw = Path(name).with_suffix(".json")
+                source += f" (raw numbers: `benchmarks/results/{raw}`)"
             parts.append(source + ".\n")
             if command:
                 parts.append(f"```bash\n{command}\n```\n")

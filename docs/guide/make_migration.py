@@ -41,7 +41,8 @@ def main() -> str:
     lines += [
         "",
         "(`cj` is `import cenlmc_jax as cj`.) An old module path hands out the new",
-        "module itself: `import cenlmc_jax.problems` gives `cenlmc_jax.models.inverse_problems`.",
+        "module itself: `import cenlmc_jax.problems` gives "
+        "`cenlmc_jax.models.inverse_problems`.",
         "",
     ]
     return "\n".join(lines)

@@ -1,6 +1,8 @@
-"""posteriordb earnings-earn_height as a user's model file, on Stan's unconstrained scale.
+"""posteriordb earnings-earn_height as a user's model file, on Stan's unconstrained
+scale.
 
-    earn ~ N(beta[1] + beta[2] height, sigma),  flat priors,  sigma > 0  (earnings in dollars).
+    earn ~ N(beta[1] + beta[2] height, sigma),  flat priors,  sigma > 0
+    (earnings in dollars).
 
 x = (beta[1], beta[2], log sigma); the log density carries the Jacobian of sigma =
 exp(x[2]) (+ x[2]). Run (data from make_data.py: columns earn, height):

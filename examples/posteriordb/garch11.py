@@ -1,7 +1,9 @@
 """posteriordb garch-garch11 as a user's model file, on Stan's unconstrained scale.
 
-    sigma[1] = sigma1,  sigma[t]^2 = alpha0 + alpha1 (y[t-1] - mu)^2 + beta1 sigma[t-1]^2,  y ~ N(mu, sigma);
-    alpha0 > 0,  0 < alpha1 < 1,  0 < beta1 < 1 - alpha1;  flat priors on the constrained scale.
+    sigma[1] = sigma1,
+    sigma[t]^2 = alpha0 + alpha1 (y[t-1] - mu)^2 + beta1 sigma[t-1]^2,
+    y ~ N(mu, sigma);  alpha0 > 0,  0 < alpha1 < 1,  0 < beta1 < 1 - alpha1;
+    flat priors on the constrained scale.
 
 x = (mu, log alpha0, logit alpha1, logit(beta1 / (1 - alpha1))), Stan's transforms; the
 log density carries their log-Jacobian: x[1] + log σ(x[2]) σ(-x[2]) + log (1 - alpha1)

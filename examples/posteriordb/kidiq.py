@@ -1,6 +1,8 @@
-"""posteriordb kidiq-kidscore_momiq as a user's model file, on Stan's unconstrained scale.
+"""posteriordb kidiq-kidscore_momiq as a user's model file, on Stan's unconstrained
+scale.
 
-    kid_score ~ N(beta[1] + beta[2] mom_iq, sigma),  sigma ~ Cauchy(0, 2.5) on sigma > 0,  flat beta.
+    kid_score ~ N(beta[1] + beta[2] mom_iq, sigma),
+    sigma ~ Cauchy(0, 2.5) on sigma > 0,  flat beta.
 
 x = (beta[1], beta[2], log sigma); the log density carries the Jacobian of sigma =
 exp(x[2]) (+ x[2]). Run (data from make_data.py: columns kid_score, mom_iq):

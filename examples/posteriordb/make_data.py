@@ -1,6 +1,9 @@
-"""Write the data of the three example models (posteriordb's, shipped in cenlmc_jax.models.posteriordb) to a folder.
+"""Write the data of the three example models to a folder.
 
-python examples/posteriordb/make_data.py OUT_DIR   ->  OUT_DIR/kidiq.csv, earnings.csv, garch11.npz
+The data are posteriordb's, shipped in cenlmc_jax.models.posteriordb.
+
+python examples/posteriordb/make_data.py OUT_DIR
+    ->  OUT_DIR/kidiq.csv, earnings.csv, garch11.npz
 """
 
 import sys
