@@ -18,54 +18,76 @@ underneath (``X_init`` / ``X_step``), their states and infos live in the
 namespaces ``ensemble``, ``irreversible`` and ``sgmcmc``.
 """
 
+import importlib as _importlib
 import sys as _sys
 
-from cenlmc_jax import (
-    _compat,
-    adaptation,
-    diagnostics,
-    ensemble,
-    gradients,
-    irreversible,
-    models,
-    pairwise,
-    sgmcmc,
+from cenlmc_jax import _compat
+
+#: Every public name -> the module that defines it (the namespaces: the module
+#: itself). Importing the package imports none of them (nor JAX): a name is imported
+#: the first time it is used (PEP 562), so ``import cenlmc_jax`` and the command's
+#: ``--help`` cost no JAX start-up.
+_LAZY = {
+    "to_host": ("cenlmc_jax._host", "fetch"),
+    "langevin_warmup": ("cenlmc_jax.adaptation", "langevin_warmup"),
+    "window_adaptation": ("cenlmc_jax.adaptation", "window_adaptation"),
+    "SamplingAlgorithm": ("cenlmc_jax.base", "SamplingAlgorithm"),
+    "ConvergenceWarning": ("cenlmc_jax.diagnostics.convergence", "ConvergenceWarning"),
+    "summary": ("cenlmc_jax.diagnostics.summary", "summary"),
+    "to_arviz": ("cenlmc_jax.diagnostics.summary", "to_arviz"),
+    "cenlmc": ("cenlmc_jax.ensemble.cenlmc", "cenlmc"),
+    "enlmc": ("cenlmc_jax.ensemble.enlmc", "enlmc"),
+    "lmc": ("cenlmc_jax.ensemble.lmc", "lmc"),
+    "EnsembleOptions": ("cenlmc_jax.ensemble.options", "EnsembleOptions"),
+    "tune_cenlmc": ("cenlmc_jax.ensemble.tuning", "tune_cenlmc"),
+    "whitened": ("cenlmc_jax.ensemble.whitened", "whitened"),
+    "finite_difference": (
+        "cenlmc_jax.gradients.finite_difference",
+        "finite_difference",
+    ),
+    "irreversible_mh": ("cenlmc_jax.irreversible", "irreversible_mh"),
+    "mala": ("cenlmc_jax.irreversible", "mala"),
+    "rwmh": ("cenlmc_jax.irreversible", "rwmh"),
+    "from_numpyro": ("cenlmc_jax.models.numpyro", "from_numpyro"),
+    "RunResult": ("cenlmc_jax.run", "RunResult"),
+    "sample": ("cenlmc_jax.run", "sample"),
+    "vmap_chains": ("cenlmc_jax.run", "vmap_chains"),
+    "complete_recipe": ("cenlmc_jax.sgmcmc.recipe", "complete_recipe"),
+    "sghmc": ("cenlmc_jax.sgmcmc.recipe", "sghmc"),
+    "sgld": ("cenlmc_jax.sgmcmc.recipe", "sgld"),
+    "sgrld": ("cenlmc_jax.sgmcmc.recipe", "sgrld"),
+    "sgrhmc": ("cenlmc_jax.sgmcmc.sgrhmc", "sgrhmc"),
+    **{
+        namespace: (f"cenlmc_jax.{namespace}", None)
+        for namespace in (
+            "adaptation",
+            "diagnostics",
+            "ensemble",
+            "gradients",
+            "irreversible",
+            "models",
+            "pairwise",
+            "sgmcmc",
+        )
+    },
+}
+
+#: The names of :data:`SAMPLERS`, each the top-level constructor of that name.
+_SAMPLER_NAMES = (
+    "lmc",
+    "enlmc",
+    "cenlmc",
+    "mala",
+    "rwmh",
+    "irreversible_mh",
+    "complete_recipe",
+    "sgld",
+    "sgrld",
+    "sghmc",
+    "sgrhmc",
 )
-from cenlmc_jax._host import fetch as to_host
-from cenlmc_jax.adaptation import langevin_warmup, window_adaptation
-from cenlmc_jax.base import SamplingAlgorithm
-from cenlmc_jax.diagnostics.convergence import ConvergenceWarning
-from cenlmc_jax.diagnostics.summary import summary, to_arviz
-from cenlmc_jax.ensemble.cenlmc import cenlmc
-from cenlmc_jax.ensemble.enlmc import enlmc
-from cenlmc_jax.ensemble.lmc import lmc
-from cenlmc_jax.ensemble.options import EnsembleOptions
-from cenlmc_jax.ensemble.tuning import tune_cenlmc
-from cenlmc_jax.ensemble.whitened import whitened
-from cenlmc_jax.gradients.finite_difference import finite_difference
-from cenlmc_jax.irreversible import irreversible_mh, mala, rwmh
-from cenlmc_jax.models.numpyro import from_numpyro
-from cenlmc_jax.run import RunResult, sample, vmap_chains
-from cenlmc_jax.sgmcmc.recipe import complete_recipe, sghmc, sgld, sgrld
-from cenlmc_jax.sgmcmc.sgrhmc import sgrhmc
 
 __version__ = "0.2.0"
-
-#: Every sampler constructor, by the name users call: ``cj.SAMPLERS["cenlmc"] is
-#: cj.cenlmc``.
-SAMPLERS = {
-    "lmc": lmc,
-    "enlmc": enlmc,
-    "cenlmc": cenlmc,
-    "mala": mala,
-    "rwmh": rwmh,
-    "irreversible_mh": irreversible_mh,
-    "complete_recipe": complete_recipe,
-    "sgld": sgld,
-    "sgrld": sgrld,
-    "sghmc": sghmc,
-    "sgrhmc": sgrhmc,
-}
 
 __all__ = [
     # samplers: each returns a SamplingAlgorithm (init, step)
@@ -113,7 +135,19 @@ __all__ = [
 
 
 def __getattr__(name):
-    return _compat.old_name(name)
+    if name == "SAMPLERS":
+        #: Every sampler constructor, by the name users call: ``cj.SAMPLERS["cenlmc"]
+        #: is cj.cenlmc``.
+        value = {n: __getattr__(n) for n in _SAMPLER_NAMES}
+    elif name in _LAZY:
+        module, attr = _LAZY[name]
+        value = _importlib.import_module(module)
+        if attr is not None:
+            value = getattr(value, attr)
+    else:
+        return _compat.old_name(name)
+    globals()[name] = value
+    return value
 
 
 def __dir__():

@@ -148,10 +148,16 @@ class Package(types.ModuleType):
 
     Importing an old module path that shares its name with a function of the API
     (``cenlmc_jax.summary``, ``cenlmc_jax.finite_difference``) must not replace that
-    function by the module (the import system sets the submodule as an attribute).
+    function by the module (the import system sets the submodule as an attribute),
+    whether the function was already looked up or not (the package imports its names
+    lazily): a public name takes only the submodule of that very name.
     """
 
     def __setattr__(self, name, value):
-        if isinstance(value, types.ModuleType) and callable(self.__dict__.get(name)):
+        if (
+            isinstance(value, types.ModuleType)
+            and name in self.__dict__.get("__all__", ())
+            and value.__name__ != f"{self.__name__}.{name}"
+        ):
             return
         super().__setattr__(name, value)
