@@ -43,6 +43,7 @@ from cenlmc_jax.ensemble.enlmc import (
     enlmc_step,
     log_gaussian_step_density,
 )
+from cenlmc_jax.ensemble.ensemble_mala import ensemble_mala as ensemble_mala
 from cenlmc_jax.ensemble.f_star import FStarResult, find_f_star
 from cenlmc_jax.ensemble.lmc import LMCInfo, LMCState, lmc_init, lmc_step
 from cenlmc_jax.ensemble.options import EnsembleOptions, ensemble_options
