@@ -101,6 +101,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 from typing import Any, NamedTuple
 
 import jax
@@ -116,6 +117,7 @@ from cenlmc_jax._validation import (
     check_positions,
     check_positive,
 )
+from cenlmc_jax.adaptation.kinetic import kinetic_then_mala
 from cenlmc_jax.adaptation.mass_matrix import (
     build_schedule,
     welford_covariance,
@@ -125,6 +127,7 @@ from cenlmc_jax.adaptation.mass_matrix import (
 from cenlmc_jax.adaptation.step_size import langevin_step_size, max_curvature
 from cenlmc_jax.base import SamplingAlgorithm
 from cenlmc_jax.ensemble.cenlmc import cenlmc
+from cenlmc_jax.ensemble.f_star import with_gradient
 from cenlmc_jax.ensemble.lmc import gradient_fn, lmc, lmc_init, lmc_move, mass_root
 from cenlmc_jax.ensemble.tuning import find_f_star, suggest_cenlmc_params
 from cenlmc_jax.ensemble.whitened import (
@@ -135,6 +138,8 @@ from cenlmc_jax.ensemble.whitened import (
     whitening,
 )
 from cenlmc_jax.gradients.modes import check_grad_mode
+from cenlmc_jax.irreversible.mala import mala
+from cenlmc_jax.run import vmap_chains
 from cenlmc_jax.types import Array, LogDensityFn, PRNGKey
 
 __all__ = [
@@ -142,11 +147,17 @@ __all__ = [
     "LangevinWarmupInfo",
     "langevin_warmup",
     "DENSE_MAX_D",
+    "DENSE_MAX_D_EXACT",
     "LAPLACE_MAX_D",
 ]
 
 #: ``dense=None`` estimates a dense ``M`` up to this dimension, a diagonal one above it.
 DENSE_MAX_D = 50
+#: ``dense=None`` with ``sampler="mala"`` (the exact default): dense up to this
+#: dimension. Its cost is a ``(d, d)`` product per particle and step, small beside a
+#: gradient at these sizes, and a diagonal ``M`` leaves a rotated badly scaled
+#: posterior badly scaled (issue 29's 100-d Gaussian of condition 10⁴).
+DENSE_MAX_D_EXACT = 200
 #: ``start="laplace"`` takes the Hessian (``d`` HVPs, a ``(d, d)`` array) up to this
 #: dimension.
 LAPLACE_MAX_D = 1000
@@ -191,6 +202,11 @@ class LangevinWarmupInfo(NamedTuple):
         docstring); the integrated autocorrelation time is about twice it on a
         Gaussian, more on a skewed posterior such as garch11's
         (cenlmc_jax.cli.jobs.default_steps).
+      sequential_grads: gradient evaluations one particle waited for, in order:
+        the L-BFGS iterations (one each; the zoom line search may take more), the
+        Hessian (one batched pass), and one per warm-up step.
+      acceptance_rate: for ``sampler="mala"``, the mean MALA acceptance at the
+        handed-over step size (the last tuning round's); NaN for LMC/CEnLMC.
     """
 
     step_size: float
@@ -206,6 +222,8 @@ class LangevinWarmupInfo(NamedTuple):
     reasoning: str
     curvature_max: float = float("nan")
     relaxation_steps: float = float("nan")
+    sequential_grads: int = -1
+    acceptance_rate: float = float("nan")
 
 
 class LangevinWarmup(NamedTuple):
@@ -231,55 +249,77 @@ class LangevinWarmup(NamedTuple):
     info: LangevinWarmupInfo
 
 
-def _window_runner(logdensity_fn, grad_fn, grad_mode):
-    """A jitted ``(key, state, M, root, h, n, probe) -> (state, welford, diverged,
-    snapshot)``: ``n`` preconditioned LMC steps (a traced length: one compiled program
-    for every window), the positions of every step accumulated, and the positions after
-    ``probe`` steps (for :func:`_relaxation`).
+_STATIC = ("logdensity_fn", "grad_fn", "grad_mode")
+
+
+@partial(jax.jit, static_argnames=_STATIC)
+def _window_run(key, state, m, root, h, n, probe, logdensity_fn, grad_fn, grad_mode):
+    """``n`` preconditioned LMC steps (a traced length: one compiled program for every
+    window), the positions of every step accumulated, and the positions after
+    ``probe`` steps (for :func:`_relaxation`): ``(state, welford, diverged,
+    snapshot)``. The model is a static argument: a second warm-up of the same
+    function reuses the compilation.
     """
 
-    def run(key, state, m, root, h, n, probe):
-        def body(t, carry):
-            st, wf, bad, snap = carry
-            st, info = lmc_move(
-                jax.random.fold_in(key, t),
-                st,
-                logdensity_fn,
-                h,
-                grad_fn,
-                grad_mode,
-                (m, root),
-            )
-            snap = jnp.where(t == probe - 1, st.position, snap)
-            return st, welford_update(wf, st.position), bad | info.diverged, snap
+    def body(t, carry):
+        st, wf, bad, snap = carry
+        st, info = lmc_move(
+            jax.random.fold_in(key, t),
+            st,
+            logdensity_fn,
+            h,
+            grad_fn,
+            grad_mode,
+            (m, root),
+        )
+        snap = jnp.where(t == probe - 1, st.position, snap)
+        return st, welford_update(wf, st.position), bad | info.diverged, snap
 
-        x = state.position
-        wf = welford_init(x.shape[1], m.ndim == 2, x.dtype)
-        return lax.fori_loop(0, n, body, (state, wf, jnp.asarray(False), x))
+    x = state.position
+    wf = welford_init(x.shape[1], m.ndim == 2, x.dtype)
+    return lax.fori_loop(0, n, body, (state, wf, jnp.asarray(False), x))
 
-    return jax.jit(run)
+
+def _window_runner(logdensity_fn, grad_fn, grad_mode):
+    """:func:`_window_run` with the model bound."""
+    return partial(
+        _window_run, logdensity_fn=logdensity_fn, grad_fn=grad_fn, grad_mode=grad_mode
+    )
+
+
+@partial(jax.jit, static_argnames=(*_STATIC, "iters"))
+def _curvature_run(key, y, factor, mean, logdensity_fn, grad_fn, grad_mode, iters):
+    """``λ_max(y_i)`` per point: :func:`max_curvature` of ``−log π`` in ``y`` at each
+    of the points ``y`` (``(C,)``), with ``L`` and ``m`` traced.
+    """
+    w = Whitening(None, mean, factor, None)  # to_x and grad_to_y only: traced L, m
+    grad_y = gradient_fn(
+        whiten_logdensity(logdensity_fn, w), whiten_grad_fn(grad_fn, w), grad_mode
+    )
+
+    def one(k, z):
+        return max_curvature(lambda _, u: grad_y(u), z[None], k, num_iters=iters)
+
+    return jax.vmap(one)(jax.random.split(key, y.shape[0]), y)
 
 
 def _curvature_runner(logdensity_fn, grad_fn, grad_mode, iters):
-    """A jitted ``(key, y, L, m) -> λ_max(y_i)`` per point: :func:`max_curvature` of
-    ``−log π`` in ``y`` at each of the points ``y`` (``(C,)``), with ``L`` and ``m``
-    traced: one compiled program for every window.
+    """:func:`_curvature_run` with the model bound: one compiled program for every
+    window and every call with the same model.
     """
+    return partial(
+        _curvature_run,
+        logdensity_fn=logdensity_fn,
+        grad_fn=grad_fn,
+        grad_mode=grad_mode,
+        iters=iters,
+    )
 
-    def run(key, y, factor, mean):
-        w = Whitening(
-            None, mean, factor, None
-        )  # to_x and grad_to_y only: traced L and m
-        grad_y = gradient_fn(
-            whiten_logdensity(logdensity_fn, w), whiten_grad_fn(grad_fn, w), grad_mode
-        )
 
-        def one(k, z):
-            return max_curvature(lambda _, u: grad_y(u), z[None], k, num_iters=iters)
-
-        return jax.vmap(one)(jax.random.split(key, y.shape[0]), y)
-
-    return jax.jit(run)
+@partial(jax.jit, static_argnames=_STATIC)
+def _hessian(mode, logdensity_fn, grad_fn, grad_mode):
+    """``∇²log π`` at ``mode`` (``jax.jacfwd`` of the gradient: ``d`` HVPs)."""
+    return jax.jacfwd(gradient_fn(logdensity_fn, grad_fn, grad_mode))(mode)
 
 
 class _Curvature(NamedTuple):
@@ -340,7 +380,7 @@ def _laplace(key, logdensity_fn, grad_fn, grad_mode, x, dense, notes):
     steps = int(res.num_steps)
     mode = res.position
     grad = gradient_fn(logdensity_fn, grad_fn, grad_mode)
-    hess = -np.asarray(jax.jit(jax.jacfwd(grad))(mode), np.float64)
+    hess = -np.asarray(_hessian(mode, logdensity_fn, grad_fn, grad_mode), np.float64)
     lam, vec = np.linalg.eigh(0.5 * (hess + hess.T))
     if not np.all(np.isfinite(lam)) or np.max(np.abs(lam)) == 0:
         notes.append(
@@ -402,7 +442,7 @@ def _check_args(
     grad_mode,
 ):
     check_key(rng_key)
-    check_choice(sampler, "sampler", ("lmc", "cenlmc"))
+    check_choice(sampler, "sampler", ("mala", "lmc", "cenlmc"))
     check_choice(start, "start", ("laplace", "positions"))
     x = check_positions(positions, min_particles=2)
     check_int(
@@ -449,7 +489,7 @@ def langevin_warmup(
     logdensity_fn: LogDensityFn,
     positions: Any,
     *,
-    sampler: str = "lmc",
+    sampler: str = "mala",
     start: str = "laplace",
     num_steps: int = 1000,
     bias: float = 0.05,
@@ -518,14 +558,15 @@ def langevin_warmup(
         grad_mode,
     )
     _check_support(logdensity_fn, x)
-    if sampler == "lmc" and (sampler_kwargs or f_star is not None):
+    if sampler != "cenlmc" and (sampler_kwargs or f_star is not None):
         raise ValueError(
-            "sampler='lmc' takes no CEnLMC options (f_star, "
+            f"sampler={sampler!r} takes no CEnLMC options (f_star, "
             f"{', '.join(sampler_kwargs) or 'sampler keywords'}); use sampler='cenlmc' "
             "for them."
         )
     n, d = x.shape
-    dense = d <= DENSE_MAX_D if dense is None else dense
+    if dense is None:
+        dense = d <= (DENSE_MAX_D_EXACT if sampler == "mala" else DENSE_MAX_D)
     keys = iter(jax.random.split(rng_key, 64))
     run = _window_runner(logdensity_fn, grad_fn, grad_mode)
     curv = _curvature_runner(logdensity_fn, grad_fn, grad_mode, curvature_iters)
@@ -554,6 +595,21 @@ def langevin_warmup(
         state, started = (
             lmc_init(x, logdensity_fn, grad_fn=grad_fn, grad_mode=grad_mode),
             "laplace",
+        )
+    if sampler == "mala":
+        return _exact(
+            next(keys),
+            logdensity_fn,
+            state.position,
+            m_mat,
+            mean,
+            lbfgs,
+            hvps,
+            started,
+            notes,
+            grad_fn,
+            grad_mode,
+            num_steps,
         )
     measure = lambda st, mm, mn: _curvature(  # noqa: E731
         curv,
@@ -788,3 +844,67 @@ def _cenlmc(
         reasoning=s.reasoning,
     )
     return algo, algo.init(positions), extra
+
+
+def _exact(
+    key,
+    logdensity_fn,
+    positions,
+    m_mat,
+    mean,
+    lbfgs,
+    hvps,
+    started,
+    notes,
+    grad_fn,
+    grad_mode,
+    num_steps,
+) -> LangevinWarmup:
+    """``sampler="mala"``: the kinetic phase, then the adjusted one
+    (:mod:`cenlmc_jax.adaptation.kinetic`), and MALA with ``M`` and ``h`` frozen.
+    """
+    n, d = positions.shape
+    res = kinetic_then_mala(
+        key,
+        logdensity_fn,
+        positions,
+        np.asarray(m_mat, np.float64),
+        np.asarray(mean, np.float64),
+        grad_fn=grad_fn,
+        grad_mode=grad_mode,
+        max_kinetic_steps=num_steps,
+    )
+    notes += res.notes
+    # a user's gradient reaches the handed-over MALA as the derivative of the model
+    target = logdensity_fn if grad_fn is None else with_gradient(logdensity_fn, grad_fn)
+    algo = vmap_chains(
+        mala(
+            target,
+            res.step_size,
+            inverse_mass_matrix=res.inverse_mass_matrix,
+            grad_mode=grad_mode,
+        )
+    )
+    steps = res.kinetic_steps + res.adjusted_steps
+    info = LangevinWarmupInfo(
+        step_size=res.step_size,
+        curvature=float("nan"),
+        bias=0.0,
+        condition_number=_condition(res.inverse_mass_matrix),
+        windows=res.rounds,
+        grad_evals=n * (steps + 2),
+        hvp_evals=hvps,
+        start=started,
+        lbfgs_steps=lbfgs,
+        cenlmc=None,
+        reasoning="\n".join(notes),
+        relaxation_steps=res.relaxation_steps,
+        sequential_grads=lbfgs + (1 if started == "laplace" else 0) + steps + 2,
+        acceptance_rate=res.acceptance_rate,
+    )
+    params = dict(
+        step_size=res.step_size,
+        inverse_mass_matrix=res.inverse_mass_matrix,
+        mean=res.mean,
+    )
+    return LangevinWarmup(algo, algo.init(res.positions), res.positions, params, info)

@@ -1,0 +1,401 @@
+"""The exact default of ``cj.langevin_warmup``: a kinetic phase, then adjusted MALA.
+
+After the Laplace start (:mod:`cenlmc_jax.adaptation.langevin_warmup`: ``N`` particles
+drawn from ``N(mode, M₀)``, ``M₀ = H⁻¹``), the ensemble is moved in whitened
+coordinates ``y = L⁻¹(x − m)``, ``M = L Lᵀ``, in two phases. The idea is LAPS's
+(Robnik & Seljak 2026, BlackJAX's ``adaptation/laps.py``): let an unadjusted kinetic
+sampler carry the ensemble to the typical set fast, steered by the ensemble's own
+bias estimate, then hand it to a Metropolis-adjusted sampler, which is exact.
+
+**Kinetic phase** (paper 2's complete recipe with ``D = [[0, 0], [0, γI]]`` and
+``Q = [[0, −I], [I, 0]]``: underdamped Langevin, unit mass, full gradients), one OBABO
+step of size ``ε`` per iteration::
+
+    p ← c p + sqrt(1 − c²) ξ,   c = exp(−γ ε / 2)          (O)
+    p ← p + ε/2 ∇log π_y(y);  y ← y + ε p;  p ← p + ε/2 ∇log π_y(y)   (BAB)
+    p ← c p + sqrt(1 − c²) ξ'                              (O)
+
+with ``γ = FRICTION`` (the whitened scale is about 1, so about critical damping). The
+bias of an unadjusted kinetic step grows with its energy error ``ΔH`` over the BAB
+part; MCLMC and LAPS steer ``ε`` so that ``E[ΔH²]/d`` stays at a target. Here the
+expectation is the ensemble's, taken every step, and
+``ε ← ε (target / (E[ΔH²]/d))^{1/6}`` (leapfrog's ``ΔH`` is ``O(ε³)``), the factor
+clipped to ``[0.8, 1.25]``; a step that gives a non-finite value anywhere is undone
+and ``ε`` halved, and so is a step whose ``E[ΔH²]/d`` is over 100 times the
+target. On a Gaussian in ``y`` the target ``ENERGY_ERROR = 5·10⁻⁴`` gives
+``ε ≈ 0.5``, whose position-variance bias ``ε²/4 ≈ 6 %`` is removed by the adjusted
+phase.
+
+**Stopping rule.** Every ``max(check_every, 2 / (γ ε))`` steps (a time ``2/γ``,
+about the relaxation time of a direction of unit scale) the ensemble's first and
+second moments of ``y`` are compared with those at the previous check:
+``δ = max_i max((Δ E y_i)² / Var y_i, (Δ E y_i²)² / Var y_i²)`` (the LAPS paper's
+``b₂`` of the change). The phase stops after two successive checks with
+``δ <= max(STOP_B2, 8 / N)`` (``8 / N``: the noise level of the difference of two
+ensemble estimates, ``2 / N`` per estimate, with a factor 2 of margin) or after
+``max_kinetic_steps``. Then ``M`` and ``m`` are re-estimated from the ensemble
+(Stan's regularised covariance of the ``N`` particles, dense when
+``N >= 4 d``, else diagonal); if the new ``M`` differs from the old by more than a
+factor 2 in some direction (the Laplace approximation was off), the phase is run
+again in the new coordinates (at most ``MAX_ROUNDS`` rounds).
+
+**Adjusted phase.** MALA in ``y`` (``y* = y + h ∇log π_y(y) + sqrt(2h) ξ``, accepted
+with the Metropolis–Hastings ratio), ``h`` starting at ``ε² / 2`` (one leapfrog step of
+size ``ε`` with a fresh momentum is MALA at ``h = ε²/2``), tuned over
+``adjust_rounds`` rounds of ``adjust_steps`` steps on the whole ensemble:
+``log h ← log h + 2 (ā − TARGET_ACCEPTANCE)``, ``ā`` the round's mean acceptance
+probability over particles and steps (an ensemble of ``N`` estimates it to about
+``0.5/sqrt(N × steps)``, so no dual averaging is needed). ``h``, ``M`` and ``m`` are
+then frozen and the handed-over sampler is ``cj.mala(logdensity_fn, h,
+inverse_mass_matrix=M)`` over the ``N`` chains (``cj.vmap_chains``): a Metropolis
+chain with fixed parameters, so ``cj.sample`` targets ``π`` exactly. In ``x``,
+preconditioned MALA with ``M = L Lᵀ`` is MALA in ``y`` with the identity: the same
+proposal distribution and the same acceptance.
+
+Why not the two-system move (Chok, Lee, Paulin, Vasil 2025: halves preconditioning
+each other) for the sampling phase? Its point is to keep adapting ``M`` while
+sampling, exactly. Here ``M`` is frozen at the warm-up's end (as Stan does), which is
+exact already; the gradient-free ensemble sampler ``cj.ensemble_mala`` is where the
+halves are needed (its drift comes from the other half).
+
+Every jitted program here takes the log density as a static argument, so a second
+call with the same function reuses the compilation (issue 29: a second identical
+``cj.langevin_warmup`` call costs a fraction of the first).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from cenlmc_jax.ensemble.lmc import value_and_grad_ensemble
+
+__all__ = [
+    "ENERGY_ERROR",
+    "FRICTION",
+    "MAX_ROUNDS",
+    "STOP_B2",
+    "TARGET_ACCEPTANCE",
+    "KineticResult",
+    "kinetic_then_mala",
+]
+
+#: ``E[ΔH²]/d`` per kinetic step that ``ε`` is steered to (MCLMC's default target).
+ENERGY_ERROR = 5e-4
+#: ``γ`` of the kinetic phase, in whitened units (the posterior's scale there is ~1).
+FRICTION = 1.0
+#: The stopping rule's threshold on the change ``δ`` of the ensemble's moments.
+STOP_B2 = 2.5e-3
+#: Rounds of the kinetic phase, each in the coordinates whitened by the last.
+MAX_ROUNDS = 3
+#: The mean MALA acceptance the adjusted phase tunes ``h`` to (Roberts & Rosenthal's
+#: optimum is 0.574 in high dimension; a little above it costs little and is safer in
+#: low dimension).
+TARGET_ACCEPTANCE = 0.6
+
+
+class KineticResult(NamedTuple):
+    """What :func:`kinetic_then_mala` returns (``positions`` in ``x``)."""
+
+    positions: jax.Array
+    inverse_mass_matrix: np.ndarray
+    mean: np.ndarray
+    step_size: float
+    acceptance_rate: float
+    kinetic_steps: int
+    adjusted_steps: int
+    rounds: list
+    relaxation_steps: float
+    notes: list
+
+
+def _to_x(factor, mean, y):
+    return mean + (y @ factor.T if factor.ndim == 2 else y * factor)
+
+
+def _value_and_grad_y(logdensity_fn, grad_fn, grad_mode, factor, mean, y):
+    """``log π(m + L y)`` and its ``y``-gradient ``Lᵀ ∇log π`` at every particle."""
+    v, g = value_and_grad_ensemble(
+        logdensity_fn, _to_x(factor, mean, y), grad_fn, grad_mode
+    )
+    return v, (g @ factor if factor.ndim == 2 else g * factor)
+
+
+_STATIC = ("logdensity_fn", "grad_fn", "grad_mode")
+
+
+@partial(jax.jit, static_argnames=_STATIC)
+def _kinetic_chunk(
+    key, y, p, v, g, eps, factor, mean, n, logdensity_fn, grad_fn, grad_mode
+):
+    """``n`` OBABO steps of the whole ensemble with the per-step ``ε`` control."""
+    d = y.shape[1]
+    vg = partial(_value_and_grad_y, logdensity_fn, grad_fn, grad_mode, factor, mean)
+
+    def body(t, carry):
+        y, p, v, g, eps, undone = carry
+        k1, k2 = jax.random.split(jax.random.fold_in(key, t))
+        c = jnp.exp(-FRICTION * eps / 2)
+        s = jnp.sqrt(1 - c**2)
+        p = c * p + s * jax.random.normal(k1, p.shape, p.dtype)
+        half = p + 0.5 * eps * g
+        y1 = y + eps * half
+        v1, g1 = vg(y1)
+        p1 = half + 0.5 * eps * g1
+        dh = (-v1 + 0.5 * jnp.sum(p1**2, 1)) - (-v + 0.5 * jnp.sum(p**2, 1))
+        var_e = jnp.mean(jnp.where(jnp.isfinite(dh), dh, 0.0) ** 2) / d
+        ratio = ENERGY_ERROR / jnp.maximum(var_e, jnp.finfo(y.dtype).tiny)
+        # a step far off target (or not finite) is undone, not only corrected after
+        ok = jnp.all(jnp.isfinite(dh)) & jnp.all(jnp.isfinite(g1)) & (ratio > 0.01)
+        factor_eps = jnp.where(ok, jnp.clip(ratio ** (1 / 6), 0.8, 1.25), 0.5)
+        keep = lambda new, old: jnp.where(ok, new, old)  # noqa: E731
+        y, v, g = keep(y1, y), keep(v1, v), keep(g1, g)
+        p = keep(p1, p)
+        p = c * p + s * jax.random.normal(k2, p.shape, p.dtype)
+        return y, p, v, g, eps * factor_eps, undone + (~ok).astype(jnp.int32)
+
+    return lax.fori_loop(0, n, body, (y, p, v, g, eps, jnp.int32(0)))
+
+
+@partial(jax.jit, static_argnames=_STATIC)
+def _mala_chunk(key, y, v, g, h, factor, mean, n, logdensity_fn, grad_fn, grad_mode):
+    """``n`` MALA steps in ``y`` of the whole ensemble; the summed acceptance
+    probability per particle.
+    """
+    vg = partial(_value_and_grad_y, logdensity_fn, grad_fn, grad_mode, factor, mean)
+
+    def body(t, carry):
+        y, v, g, acc = carry
+        k1, k2 = jax.random.split(jax.random.fold_in(key, t))
+        y1 = y + h * g + jnp.sqrt(2 * h) * jax.random.normal(k1, y.shape, y.dtype)
+        v1, g1 = vg(y1)
+        fwd = jnp.sum((y1 - y - h * g) ** 2, 1)
+        bwd = jnp.sum((y - y1 - h * g1) ** 2, 1)
+        log_a = v1 - v + (fwd - bwd) / (4 * h)
+        log_a = jnp.where(
+            jnp.isfinite(log_a) & jnp.all(jnp.isfinite(g1), 1), log_a, -jnp.inf
+        )
+        u = jax.random.uniform(k2, v.shape, v.dtype)
+        take = jnp.log(u) < log_a
+        y = jnp.where(take[:, None], y1, y)
+        g = jnp.where(take[:, None], g1, g)
+        v = jnp.where(take, v1, v)
+        return y, v, g, acc + jnp.exp(jnp.minimum(log_a, 0.0))
+
+    return lax.fori_loop(0, n, body, (y, v, g, jnp.zeros_like(v)))
+
+
+@partial(jax.jit, static_argnames=_STATIC)
+def _values_y(y, factor, mean, logdensity_fn, grad_fn, grad_mode):
+    return _value_and_grad_y(logdensity_fn, grad_fn, grad_mode, factor, mean, y)
+
+
+def _factor(m_mat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(L, L⁻¹)`` with ``L Lᵀ = M``: ``L = V Λ^{1/2}`` from ``M``'s eigenvectors
+    (eigenvalues floored at ``10⁻¹²`` of the largest, so a Laplace ``M`` of condition
+    near 10¹⁰ still factors); the square root of a diagonal.
+    """
+    if m_mat.ndim == 1:
+        root = np.sqrt(m_mat)
+        return root, 1.0 / root
+    lam, vec = np.linalg.eigh(0.5 * (m_mat + m_mat.T))
+    lam = np.maximum(lam, 1e-12 * np.max(lam))
+    return vec * np.sqrt(lam), (vec / np.sqrt(lam)).T
+
+
+def _to_y(inverse_factor: np.ndarray, mean: np.ndarray, x) -> np.ndarray:
+    x = np.asarray(x, np.float64) - mean
+    return x @ inverse_factor.T if inverse_factor.ndim == 2 else x * inverse_factor
+
+
+def _moments(y: np.ndarray) -> tuple:
+    return y.mean(0), (y**2).mean(0), y.var(0), (y**2).var(0)
+
+
+def _change(a: tuple, b: tuple) -> float:
+    """The stopping rule's ``δ`` between two checks' moments (module docstring)."""
+    m1, m2, v1, v2 = a
+    n1, n2, _, _ = b
+    tiny = 1e-300
+    return float(
+        max(
+            np.max((n1 - m1) ** 2 / np.maximum(v1, tiny)),
+            np.max((n2 - m2) ** 2 / np.maximum(v2, tiny)),
+        )
+    )
+
+
+def _ensemble_cov(y: np.ndarray, dense: bool) -> np.ndarray:
+    """Stan's regularised covariance of the particles (``n/(n+5) S + 10⁻³ 5/(n+5)``)."""
+    n = y.shape[0]
+    w = n / (n + 5.0)
+    if dense:
+        return w * np.cov(y, rowvar=False, ddof=1) + 1e-3 * (1 - w) * np.eye(y.shape[1])
+    return w * y.var(0, ddof=1) + 1e-3 * (1 - w)
+
+
+def kinetic_then_mala(
+    key,
+    logdensity_fn,
+    positions,
+    m_mat: np.ndarray,
+    mean: np.ndarray,
+    *,
+    grad_fn=None,
+    grad_mode: str = "auto",
+    max_kinetic_steps: int = 1000,
+    check_every: int = 10,
+    adjust_rounds: int = 6,
+    adjust_steps: int = 5,
+    initial_step: float = 0.5,
+) -> KineticResult:
+    """The two phases of the module docstring, from ``positions`` (``(N, d)``, ``x``)
+    whitened by ``m_mat`` (``M``, ``(d,)`` or ``(d, d)``) and ``mean``.
+
+    Args:
+      key: the phases' key.
+      logdensity_fn: ``x: (d,) -> log π(x)``.
+      positions: the ensemble, ``(N, d)``.
+      m_mat: the starting ``M`` (the Laplace start's ``H⁻¹``, or ``I``).
+      mean: the starting ``m``.
+      grad_fn: as for ``cj.lmc``.
+      grad_mode: as for ``cj.lmc``.
+      max_kinetic_steps: the kinetic steps of all rounds together, at most.
+      check_every: kinetic steps between the stopping rule's checks.
+      adjust_rounds: rounds of the adjusted phase's step-size tuning.
+      adjust_steps: MALA steps per round.
+      initial_step: the kinetic phase's first ``ε``.
+
+    Returns:
+      A :class:`KineticResult`.
+    """
+    x = jnp.asarray(positions)
+    dt = x.dtype
+    n, d = x.shape
+    dense = m_mat.ndim == 2
+    keys = iter(jax.random.split(key, 4 * MAX_ROUNDS + adjust_rounds + 4))
+    static = dict(logdensity_fn=logdensity_fn, grad_fn=grad_fn, grad_mode=grad_mode)
+    eps, used, rounds, notes = float(initial_step), 0, [], []
+    m_mat, mean = np.asarray(m_mat, np.float64), np.asarray(mean, np.float64)
+    for _ in range(MAX_ROUNDS):
+        lf, lf_inv = _factor(m_mat)
+        fac, mu = jnp.asarray(lf, dt), jnp.asarray(mean, dt)
+        y = jnp.asarray(_to_y(lf_inv, mean, x), dt)
+        v, g = _values_y(y, fac, mu, **static)
+        p = jnp.zeros_like(y)
+        prev, quiet, steps, undone, change = (
+            _moments(np.asarray(y, np.float64)),
+            0,
+            0,
+            0,
+            math.inf,
+        )
+        k = next(keys)
+        while used + steps < max_kinetic_steps:
+            # checks a time 2/γ apart (about the relaxation time of a whitened
+            # direction of unit scale), and at least check_every steps
+            every = max(check_every, math.ceil(2.0 / (FRICTION * eps)))
+            m = min(every, max_kinetic_steps - used - steps)
+            y, p, v, g, eps_j, bad = _kinetic_chunk(
+                jax.random.fold_in(k, steps),
+                y,
+                p,
+                v,
+                g,
+                jnp.asarray(eps, dt),
+                fac,
+                mu,
+                m,
+                **static,
+            )
+            eps, steps, undone = float(eps_j), steps + m, undone + int(bad)
+            now = _moments(np.asarray(y, np.float64))
+            change = _change(prev, now)
+            prev = now
+            quiet = quiet + 1 if change <= max(STOP_B2, 8.0 / n) else 0
+            if quiet >= 2:
+                break
+        used += steps
+        ynp = np.asarray(y, np.float64)
+        x = jnp.asarray(_to_x(lf, mean, ynp), dt)
+        cov_y = _ensemble_cov(ynp, dense and n >= 4 * d)
+        ev = np.linalg.eigvalsh(cov_y) if cov_y.ndim == 2 else cov_y
+        spread = float(max(np.max(ev), 1 / np.min(ev)))
+        rounds.append(
+            dict(
+                kinetic_steps=steps,
+                step_size=eps,
+                undone_steps=undone,
+                last_change=change,
+                stopped=quiet >= 2,
+                whitened_cov_spread=spread,
+            )
+        )
+        new_mean = mean + (lf @ ynp.mean(0) if dense else lf * ynp.mean(0))
+        if dense:
+            c = cov_y if cov_y.ndim == 2 else np.diag(cov_y)
+            new_m = lf @ c @ lf.T
+            m_mat = 0.5 * (new_m + new_m.T)
+        else:
+            m_mat = lf**2 * cov_y
+        mean = new_mean
+        # the sample covariance of N draws of N(0, I_d) has eigenvalues spread over
+        # (1 ± sqrt(d/N))² (Marchenko–Pastur): only a spread beyond that, by 2x, says
+        # the coordinates were off
+        noise = (
+            (1 + math.sqrt(d / n)) ** 2 if cov_y.ndim == 2 else 1 + 4 * math.sqrt(2 / n)
+        )
+        if spread <= 2.0 * noise or used >= max_kinetic_steps:
+            break
+    notes.append(
+        f"kinetic phase (underdamped Langevin, γ = {FRICTION}, E[ΔH²]/d steered to "
+        f"{ENERGY_ERROR}): {used} steps in {len(rounds)} round(s), final ε = {eps:.3g}"
+        + (
+            ""
+            if rounds[-1]["stopped"]
+            else "; the stopping rule did not settle (last change "
+            f"{rounds[-1]['last_change']:.3g})"
+        )
+        + "."
+    )
+    # adjusted phase: MALA in the final whitening
+    lf, lf_inv = _factor(m_mat)
+    fac, mu = jnp.asarray(lf, dt), jnp.asarray(mean, dt)
+    y = jnp.asarray(_to_y(lf_inv, mean, x), dt)
+    v, g = _values_y(y, fac, mu, **static)
+    h, acc, y0 = 0.5 * eps**2, float("nan"), np.asarray(y, np.float64)
+    for _ in range(adjust_rounds):
+        y, v, g, a = _mala_chunk(
+            next(keys), y, v, g, jnp.asarray(h, dt), fac, mu, adjust_steps, **static
+        )
+        acc = float(jnp.mean(a)) / adjust_steps
+        h = h / 4 if acc < 0.1 else h * math.exp(2.0 * (acc - TARGET_ACCEPTANCE))
+    y1 = np.asarray(y, np.float64)
+    relax = _mala_relaxation(y0, y1, adjust_rounds * adjust_steps)
+    notes.append(
+        f"adjusted phase (MALA, M fixed from the ensemble): h = {h:.3g} after "
+        f"{adjust_rounds} rounds of {adjust_steps} steps, mean acceptance {acc:.2f} "
+        f"(target {TARGET_ACCEPTANCE})."
+    )
+    x = jnp.asarray(_to_x(lf, mean, y1), dt)
+    return KineticResult(
+        x, m_mat, mean, h, acc, used, adjust_rounds * adjust_steps, rounds, relax, notes
+    )
+
+
+def _mala_relaxation(y0: np.ndarray, y1: np.ndarray, k: int) -> float:
+    """Steps per e-fold of the slowest whitened coordinate over the adjusted phase:
+    ``−k / log ρ``, ``ρ`` the largest correlation over the ensemble between ``y`` at
+    its start and ``k`` steps later, clipped to ``[0.02, 0.999]`` (a bound when the
+    correlation is lost in the noise).
+    """
+    a, b = y0 - y0.mean(0), y1 - y1.mean(0)
+    r = np.sum(a * b, 0) / np.sqrt(np.sum(a**2, 0) * np.sum(b**2, 0))
+    rho = float(np.clip(np.max(np.nan_to_num(r, nan=1.0)), 0.02, 0.999))
+    return -k / math.log(rho)
