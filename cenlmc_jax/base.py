@@ -196,6 +196,12 @@ class RunResult(NamedTuple):
       burn_in: the burn-in steps asked for (their infos come first in ``info``).
       thin: every ``thin``-th state after the burn-in is in ``trace`` /
         ``moments``.
+      online: ``mode="stream"``: the split R-hat, batch-means ESS and standard
+        errors of ``x`` and ``x²`` per coordinate, accumulated as the run went
+        (:class:`cenlmc_jax.diagnostics.online.StreamDiagnostics`); None in
+        ``mode="trace"`` (the trace has them), for a run that diverged, kept fewer
+        than 4 draws per chain, or was resumed from a checkpoint after its burn-in
+        (the checkpoint keeps the moments, not these accumulators).
     """
 
     state: Any
@@ -206,3 +212,4 @@ class RunResult(NamedTuple):
     diverged_at: int
     burn_in: int = 0
     thin: int = 1
+    online: Any = None

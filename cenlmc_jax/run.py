@@ -60,7 +60,12 @@ from cenlmc_jax._validation import (
     is_concrete,
 )
 from cenlmc_jax.base import Moments, RunResult, SamplingAlgorithm, may_stay, run_flags
-from cenlmc_jax.diagnostics.convergence import ConvergenceWarning, convergence_problems
+from cenlmc_jax.diagnostics import online
+from cenlmc_jax.diagnostics.convergence import (
+    RHAT_MAX,
+    ConvergenceWarning,
+    convergence_problems,
+)
 from cenlmc_jax.types import Array, PRNGKey, PyTree, StepFn
 
 __all__ = ["sample", "RunResult", "Moments", "reduce_info", "vmap_chains"]
@@ -96,6 +101,23 @@ def _update_moments(m: Moments, x: Array) -> Moments:
     mean = m.mean + delta * (nb / n)
     m2 = m.m2 + m2b + delta**2 * (m.count * nb / n)
     return Moments(n, mean, m2)
+
+
+def _update_stream(carry: tuple, x: Array) -> tuple:
+    """The stream mode's carry ``(Moments, OnlineAccumulator or None)`` after one kept
+    draw ``x``.
+    """
+    moments, acc = carry
+    return _update_moments(moments, x), (None if acc is None else online.update(acc, x))
+
+
+def _stream_plan(trace_fn: Callable, state: Any, num_steps: int, thin: int) -> tuple:
+    """The online diagnostics' :func:`~cenlmc_jax.diagnostics.online.plan` of a run:
+    its kept draws per chain and its chains (the leading axes of ``trace_fn``'s
+    output).
+    """
+    shape = jax.eval_shape(trace_fn, state).shape
+    return online.plan(num_steps // thin, int(np.prod(shape[:-1], dtype=np.int64)))
 
 
 def reduce_info(info: PyTree) -> PyTree:
@@ -261,7 +283,7 @@ def _chunk_fn(
             elif mode == "stream":
                 moments = lax.cond(
                     keep,
-                    lambda m: _update_moments(m, trace_fn(state)),
+                    lambda m: _update_stream(m, trace_fn(state)),
                     lambda m: m,
                     moments,
                 )
@@ -526,9 +548,13 @@ def sample(
         on_divergence,
         check_convergence,
     )
+    # stream mode's carry: the moments and the online diagnostics' accumulators
+    moments, stream_plan = None, None
     if mode == "stream":
         _check_stream_trace(trace_fn, initial_state)
-    moments = _init_moments(trace_fn(initial_state)) if mode == "stream" else None
+        first = trace_fn(initial_state)
+        stream_plan = _stream_plan(trace_fn, initial_state, num_steps, thin)
+        moments = (_init_moments(first), online.init(first, stream_plan))
     # a checkpoint is written by one run at a time: its lock is held until the run ends
     with contextlib.ExitStack() as held:
         state, step, chunks, diverged_at = initial_state, 0, [], -1
@@ -550,7 +576,12 @@ def sample(
                 held,
             )
             if resumed is not None:
-                state, step, moments, chunks, diverged_at = resumed
+                state, step, saved_moments, chunks, diverged_at = resumed
+                if mode == "stream":
+                    # the checkpoint keeps the moments, not the accumulators: they
+                    # start afresh only if nothing was kept yet
+                    fresh = not float(saved_moments.count) > 0
+                    moments = (saved_moments, moments[1] if fresh else None)
         saved = len(chunks)
 
         bar = _progress_bar(total, step) if progress else None
@@ -627,7 +658,7 @@ def sample(
                     identity=identity,
                     step=step,
                     state=state,
-                    moments=moments,
+                    moments=None if moments is None else moments[0],
                     new_chunks=chunks[saved:],
                     num_chunks=len(chunks),
                     diverged_at=diverged_at,
@@ -657,11 +688,31 @@ def sample(
         )
         _warn_kept_flags(info, burn_in, traced_warned)
         result = RunResult(
-            state, trace, moments, info, step, diverged_at, burn_in, thin
+            state,
+            trace,
+            None if moments is None else moments[0],
+            info,
+            step,
+            diverged_at,
+            burn_in,
+            thin,
+            _stream_diagnostics(moments, stream_plan, diverged_at),
         )
         if check_convergence:
             _warn_unconverged(result, initial_state, traced_warned)
         return result
+
+
+def _stream_diagnostics(moments, stream_plan, diverged_at: int):
+    """The online diagnostics of a complete streamed run (None otherwise:
+    ``RunResult.online``).
+    """
+    if moments is None or moments[1] is None or diverged_at >= 0:
+        return None
+    acc = moments[1]
+    if is_concrete(acc.count) and int(acc.count) != stream_plan[0]:
+        return None
+    return online.finish(acc, stream_plan)
 
 
 def _warn_unconverged(result: RunResult, initial_state: Any, warned: set) -> None:
@@ -671,7 +722,11 @@ def _warn_unconverged(result: RunResult, initial_state: Any, warned: set) -> Non
     chains.
     """
     start = None if "frozen" in warned else getattr(initial_state, "position", None)
-    for problem in convergence_problems(gather(result), gather(start)):
+    found = convergence_problems(gather(result), gather(start))
+    diag = result.online
+    if diag is not None and all(map(is_concrete, jax.tree_util.tree_leaves(diag))):
+        found += online.stream_problems(gather(diag), rhat_max=RHAT_MAX)
+    for problem in found:
         host_warn(
             problem + " (cj.sample(..., check_convergence=False) turns this check off)",
             ConvergenceWarning,
