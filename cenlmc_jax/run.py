@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -68,7 +69,14 @@ from cenlmc_jax.diagnostics.convergence import (
 )
 from cenlmc_jax.types import Array, PRNGKey, PyTree, StepFn
 
-__all__ = ["sample", "RunResult", "Moments", "reduce_info", "vmap_chains"]
+__all__ = [
+    "sample",
+    "RunResult",
+    "Moments",
+    "reduce_info",
+    "vmap_chains",
+    "step_halving_bias",
+]
 
 
 def _check_stream_trace(trace_fn: Callable, state: Any) -> None:
@@ -701,6 +709,154 @@ def sample(
         if check_convergence:
             _warn_unconverged(result, initial_state, traced_warned)
         return result
+
+
+def step_halving_bias(
+    rng_key: Any,
+    make_algorithm: Callable[[float], Any],
+    step_size: float,
+    reference: Any,
+    *,
+    num_steps: int | None = None,
+    burn_in: int | None = None,
+    relaxation_steps: float | None = None,
+    z: float | None = None,
+) -> online.StepHalvingBias:
+    r"""Estimate the step-size bias of an unadjusted sampler's moments by halving ``h``.
+
+    Unadjusted Langevin (LMC, EnLMC, CEnLMC, the SG-MCMC family) samples a
+    distribution :math:`\pi_h` whose moments are off by :math:`b(h) = c\,h + O(h^2)`,
+    on any target. From the final ensemble of the ``h`` run (``reference``) the
+    sampler is run again at ``h / 2``, relaxed for ``burn_in`` steps and streamed for
+    ``num_steps``; then :math:`m_h - m_{h/2} = c h / 2`, so
+    :math:`\hat b = 2 (m_h - m_{h/2})` estimates the bias of the reference's
+    ``E[x]`` and ``E[x²]``, with standard error
+    :math:`2\sqrt{se_h^2 + se_{h/2}^2}` from the two runs' ESS (online, or from the
+    trace). A coordinate whose :math:`|\hat b|` exceeds ``z`` standard errors is
+    flagged (``StepHalvingBias.flagged``): its bias is then certainly beyond the
+    reference's own standard error (:math:`z\cdot 2 se \ge se_h`), so the error bars
+    understate the error. A bias below ``z`` standard errors is not detected: the
+    check's power grows with the runs' length.
+
+    Example, after ``cj.langevin_warmup``::
+
+        wu = cj.langevin_warmup(k0, logdensity_fn, positions)
+        res = cj.sample(k1, wu.algorithm, wu.state, 2000, mode="stream")
+        M = wu.parameters["inverse_mass_matrix"]
+        check = cenlmc_jax.run.step_halving_bias(
+            k2, lambda h: cj.lmc(logdensity_fn, h, inverse_mass_matrix=M),
+            wu.parameters["step_size"], res,
+            relaxation_steps=wu.info.relaxation_steps)
+        check.flagged.any()
+
+    Args:
+      rng_key: the ``h / 2`` run's key.
+      make_algorithm: ``step_size -> SamplingAlgorithm``: the reference's sampler with
+        every parameter but the step size the same.
+      step_size: the reference's ``h`` (> 0).
+      reference: the ``cj.sample`` result at ``h`` that recorded ``state.position``:
+        ``mode="stream"`` (its moments and online diagnostics) or ``mode="trace"``.
+      num_steps: recorded steps at ``h / 2`` (default: the reference's, ``thin``
+        included: as many gradients as it spent).
+      burn_in: relaxation steps at ``h / 2`` (default:
+        :data:`~cenlmc_jax.diagnostics.online.RELAX_EFOLDS` = 5 e-folds of the
+        slowest coordinate, each of ``2 relaxation_steps`` steps at ``h / 2``;
+        without ``relaxation_steps`` the e-fold at ``h`` is taken as half the
+        reference's largest ``τ_int`` (an AR(1)'s); at most ``2 num_steps``).
+      relaxation_steps: steps per e-fold at ``h``
+        (``LangevinWarmupInfo.relaxation_steps``); default from the reference's ESS.
+      z: the threshold (default: Bonferroni over the ``2d`` tests at a family-wise
+        false-alarm rate of :data:`~cenlmc_jax.diagnostics.online.BIAS_FALSE_ALARM`).
+
+    Returns:
+      A :class:`~cenlmc_jax.diagnostics.online.StepHalvingBias`.
+
+    Raises:
+      ValueError: a bad argument, or a reference that diverged, kept no draws or has
+        no online diagnostics (a run resumed from a checkpoint mid-run).
+    """
+    if not callable(make_algorithm):
+        raise ValueError(
+            "make_algorithm must be a callable step_size -> SamplingAlgorithm; got "
+            f"{type(make_algorithm).__name__}."
+        )
+    if isinstance(step_size, bool) or not (
+        isinstance(step_size, (int, float, np.floating)) and step_size > 0
+    ):
+        raise ValueError(f"step_size must be a number > 0; got {step_size!r}.")
+    if getattr(reference, "diverged_at", -1) >= 0:
+        raise ValueError(
+            f"reference diverged (at step {reference.diverged_at}): its moments are "
+            "not estimates; there is no bias to measure."
+        )
+    thin = int(getattr(reference, "thin", 1))
+    stats = online.moments_and_se(reference, thin)
+    if stats is None:
+        raise ValueError(
+            "reference must be a cj.sample result with kept draws (mode='trace') or "
+            "streamed moments with their online diagnostics (mode='stream', at least "
+            "4 kept draws, not resumed from a checkpoint mid-run); got one without."
+        )
+    mean_h, sq_h, se_mean_h, se_sq_h, tau_int = stats
+    kept = int(
+        getattr(reference.online, "num_draws", 0)
+        if reference.trace is None
+        else np.shape(jax.tree_util.tree_leaves(reference.trace)[0])[0]
+    )
+    if num_steps is None:
+        num_steps = max(kept * thin, 8)
+    if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)):
+        raise ValueError(f"num_steps must be an int >= 8; got {num_steps!r}.")
+    if num_steps < 8:
+        raise ValueError(f"num_steps must be an int >= 8; got {num_steps!r}.")
+    if burn_in is None:
+        if relaxation_steps is not None and math.isfinite(relaxation_steps):
+            efold = float(relaxation_steps)
+        else:  # an AR(1)'s e-fold time is about half its τ_int
+            efold = 0.5 * (tau_int if tau_int is not None else num_steps)
+        burn_in = min(math.ceil(2.0 * online.RELAX_EFOLDS * efold), 2 * int(num_steps))
+    if isinstance(burn_in, bool) or not isinstance(burn_in, (int, np.integer)):
+        raise ValueError(f"burn_in must be an int >= 0; got {burn_in!r}.")
+    if burn_in < 0:
+        raise ValueError(f"burn_in must be an int >= 0; got {burn_in!r}.")
+    d = mean_h.size
+    z = online.bonferroni_z(2 * d) if z is None else float(z)
+    half = make_algorithm(0.5 * float(step_size))
+    state = half.init(reference.state.position)
+    res = sample(
+        rng_key,
+        half,
+        state,
+        int(num_steps),
+        burn_in=int(burn_in),
+        mode="stream",
+        check_convergence=False,
+    )
+    if res.diverged_at >= 0:
+        raise ValueError(
+            f"the h/2 = {0.5 * step_size:g} run diverged at step {res.diverged_at}: "
+            "the sampler is unstable at the smaller step too; fix the run first."
+        )
+    mean_2, sq_2, se_mean_2, se_sq_2, _ = online.moments_and_se(res, 1)
+    rows = int(np.prod(np.shape(reference.state.position)[:-1])) or 1
+    evals = getattr(res.info, "grad_evals", None)
+    grad_evals = (
+        int(np.sum(np.asarray(evals)))
+        if evals is not None
+        else rows * int(res.num_steps_done)
+    )
+    return online.StepHalvingBias(
+        2.0 * (mean_h - mean_2),
+        2.0 * np.hypot(se_mean_h, se_mean_2),
+        2.0 * (sq_h - sq_2),
+        2.0 * np.hypot(se_sq_h, se_sq_2),
+        z,
+        float(step_size),
+        int(num_steps),
+        int(burn_in),
+        grad_evals,
+        res,
+    )
 
 
 def _stream_diagnostics(moments, stream_plan, diverged_at: int):
