@@ -26,6 +26,8 @@ SCRIPTS = [
     "bench_peers.py",  # issue 10: against BlackJAX 1.7.1 (the bench extra); the Q-sweep
     # issue 12: time and model solves to equal accuracy on inverse problems
     "bench_inverse.py",
+    # issue 29: 1,024 chains, gradients to b2max < 0.01 (LAPS, MEADS, ChEES, NUTS)
+    "bench_parallel.py",
 ]
 
 
