@@ -31,10 +31,14 @@ positions ``x_B`` and log densities ``ℓ_B = log π(x_B)`` (no model call):
     ``ℓ(u)`` at the point itself, which the state caches (a function of the point,
     so the kernel below stays a fixed Markov kernel).
 
-For each particle ``x ∈ A`` (``u`` its frame coordinates, ``h = step_size``)::
+The metric (with ``precondition``): ``M_B = (-H_B)⁻¹`` in the frame, the fitted
+quadratic's curvature with its eigenvalues floored at :data:`CURVATURE_FLOOR` (in ``x``:
+``L_B M_B L_Bᵀ``, a Newton-like preconditioner from B's data only), ``R_B R_Bᵀ = M_B``;
+without it ``M_B = I``. For each particle ``x ∈ A`` (``u`` its frame coordinates,
+``h = step_size``)::
 
-    u* = u + h g_B(u) + sqrt(2h) ξ,      ξ ~ N(0, I_d),      y = m_B + L_B u*
-    log q(y | x) = -|u* - u - h g_B(u)|² / (4h)      (+ a constant, the same both ways)
+    u* = u + h M_B g_B(u) + sqrt(2h) R_B ξ,      ξ ~ N(0, I_d),      y = m_B + L_B u*
+    log q(y | x) = -|R_B⁻¹(u* - u - h M_B g_B(u))|² / (4h)   (+ a constant, both ways)
     a = min(1, π(y) q(x | y) / (π(x) q(y | x)))                             (MH)
 
 ``π(y)`` is the one model evaluation per particle; ``π(x)`` is cached in the state, and
@@ -119,6 +123,11 @@ ENSEMBLE_MALA_ESTIMATORS = ("quadratic", "local_linear")
 #: invertible for a degenerate half (N/2 ≤ d, or particles that coincide).
 COV_JITTER = 1e-8
 
+#: The floor of the metric's curvatures (eigenvalues of ``-H`` in the frame, whose unit
+#: is the other half's spread): a direction the fit finds flat or convex moves on the
+#: scale of that spread.
+CURVATURE_FLOOR = 0.05
+
 #: A collapsed acceptance rate (a particle whose acceptance probability was exactly 0
 #: at every step of a chunk): the driver's warning (as for MALA and RW-MH).
 ZERO_ACCEPTANCE_FLAG = RunFlag(
@@ -181,6 +190,9 @@ class _Frame(NamedTuple):
     value: Array  # (n,) B's log densities
     b: Array  # (d,) quadratic fit: g(u) = b + H u
     hess: Array  # (d, d)
+    metric: Array  # (d, d) the proposal's M in the frame: (-H)⁻¹, clipped
+    root: Array  # (d, d) R, R Rᵀ = M
+    root_inv: Array  # (d, d) R⁻¹
 
 
 # ------------------------------------------------------------------ checks
@@ -253,7 +265,17 @@ def _fit_frame(x_b: Array, l_b: Array, precondition: bool, ridge: Any) -> _Frame
     i, j = np.triu_indices(d)
     quad = jnp.zeros((d, d), dtype).at[i, j].set(coef[d + 1 :])
     hess = quad + quad.T  # u_i² has coefficient H_ii / 2, u_i u_j (i<j) H_ij
-    return _Frame(mean, chol, u, l_b, b, hess)
+    if precondition:
+        # the fitted curvature -H as the metric, its eigenvalues floored (a flat or
+        # convex fit in some direction: B's own spread, the frame's unit, sets it)
+        w, v = jnp.linalg.eigh(-0.5 * (hess + hess.T))
+        w = jnp.maximum(w, CURVATURE_FLOOR)
+        metric = (v / w) @ v.T
+        root = v / jnp.sqrt(w)
+        root_inv = (v * jnp.sqrt(w)).T
+    else:
+        metric = root = root_inv = jnp.eye(d, dtype=dtype)
+    return _Frame(mean, chol, u, l_b, b, hess, metric, root, root_inv)
 
 
 def _to_frame(frame: _Frame, x: Array) -> Array:
@@ -347,7 +369,7 @@ def _half_move(rng_key, x_a, l_a, x_b, l_b, h, logdensity_fn, options):
     u = _to_frame(frame, x_a)
     g = _gradient(frame, u, l_a, estimator, ridge, bandwidth)
     xi = jax.random.normal(key_noise, x_a.shape, dtype)
-    u_star = u + h * g + jnp.sqrt(2.0 * h) * xi
+    u_star = u + h * g @ frame.metric + jnp.sqrt(2.0 * h) * xi @ frame.root.T
     y = frame.mean + u_star @ frame.chol.T
     l_y = jax.vmap(logdensity_fn)(y).astype(dtype)
     finite_y = jnp.all(jnp.isfinite(y), axis=-1)
@@ -356,8 +378,9 @@ def _half_move(rng_key, x_a, l_a, x_b, l_b, h, logdensity_fn, options):
     # move is rejected anyway) so that no NaN reaches the fit of a local estimator
     l_safe = jnp.where(trouble | ~jnp.isfinite(l_y), l_a, l_y)
     g_star = _gradient(frame, u_star, l_safe, estimator, ridge, bandwidth)
-    log_forward = -0.5 * jnp.sum(xi**2, -1)  # = -|u* - u - h g(u)|² / (4h)
-    log_backward = -jnp.sum((u - u_star - h * g_star) ** 2, -1) / (4.0 * h)
+    log_forward = -0.5 * jnp.sum(xi**2, -1)  # = -|R⁻¹(u* - u - h M g(u))|² / (4h)
+    back = (u - u_star - h * g_star @ frame.metric) @ frame.root_inv.T
+    log_backward = -jnp.sum(back**2, -1) / (4.0 * h)
     log_ratio = l_y - l_a + log_backward - log_forward
     log_ratio = jnp.where(trouble | jnp.isnan(log_ratio), -jnp.inf, log_ratio)
     acceptance_rate = jnp.exp(jnp.minimum(log_ratio, 0.0))
@@ -485,13 +508,15 @@ def ensemble_mala(
     Args:
       logdensity_fn: ``x: (d,) -> log π(x) + const`` (a black box is fine: it is
         never differentiated).
-      step_size: ``h > 0`` in the frame's units (with ``precondition``, ``h ≈ 1`` is
-        a reasonable start at small ``d``; :func:`ensemble_mala_warmup` tunes it).
+      step_size: ``h > 0`` (with ``precondition`` and a near-Gaussian ``π`` the
+        proposal is ``u* ≈ μ + (1 - h)(u - μ) + sqrt(2h) Σ^{1/2} ξ``: ``h`` of order 1
+        at small ``d``; :func:`ensemble_mala_warmup` tunes it).
       estimator: ``"quadratic"`` (default: the least-squares quadratic through the
         other half) or ``"local_linear"`` (paper 1's neighbour finite difference as
         a kernel-weighted linear fit).
-      precondition: precondition each half by the other's covariance (default True;
-        needs ``N >= 2(d + 1)``).
+      precondition: the other half's frame (its mean and covariance) and metric (its
+        fitted curvature ``(-H_B)⁻¹``, floored) (default True; needs
+        ``N >= 2(d + 1)``); False: ``M = I`` in ``x``.
       ridge: the fits' ridge, ``>= 0``, relative to the mean diagonal of their
         normal matrix (default ``1e-3``: it only tames an under-determined fit).
       bandwidth: ``"local_linear"``'s kernel width in the frame's units (> 0).
@@ -535,13 +560,14 @@ def ensemble_mala_warmup(
     precondition: bool = True,
     ridge: float = 1e-3,
     bandwidth: float = 1.5,
-) -> tuple[EnsembleMALAState, float, EnsembleMALAInfo]:
+) -> tuple[EnsembleMALAState, Array, EnsembleMALAInfo]:
     """Warm the ensemble up and tune ``h`` on its mean acceptance rate.
 
     Robbins–Monro on ``log h``: after step ``t`` with mean acceptance ``ā_t`` over the
     ``N`` particles, ``log h ← log h + (ā_t - target) / sqrt(t + 1)``. The returned
     ``h`` is ``exp`` of the mean of ``log h`` over the second half of the warm-up, to
-    be fixed for sampling (:func:`ensemble_mala`); the warm-up's draws are not
+    be fixed for sampling (:func:`ensemble_mala`, or :func:`ensemble_mala_step` inside
+    ``jax.vmap``: the warm-up is jittable and vmappable over keys and positions); the warm-up's draws are not
     samples of ``π^{⊗N}`` (``h`` moved) and are discarded. Costs ``N (num_steps + 1)``
     model evaluations (the ``init`` included).
 
@@ -556,7 +582,7 @@ def ensemble_mala_warmup(
 
     Returns:
       ``(state, step_size, infos)``: the warmed-up :class:`EnsembleMALAState`, the
-      tuned ``h`` (a Python float) and the stacked :class:`EnsembleMALAInfo` of the
+      tuned ``h`` (a 0-d array of the positions' dtype) and the stacked :class:`EnsembleMALAInfo` of the
       warm-up steps.
 
     Raises:
@@ -588,8 +614,8 @@ def ensemble_mala_warmup(
         return (state, log_h), (info, log_h)
 
     log_h0 = jnp.asarray(math.log(float(initial_step_size)), dtype)
-    (state, _), (infos, log_hs) = jax.jit(
-        lambda s, lh: jax.lax.scan(body, (s, lh), jnp.arange(num_steps))
-    )(state, log_h0)
-    step_size = float(np.exp(np.mean(np.asarray(log_hs)[num_steps // 2 :])))
+    (state, _), (infos, log_hs) = jax.lax.scan(
+        body, (state, log_h0), jnp.arange(num_steps)
+    )
+    step_size = jnp.exp(jnp.mean(log_hs[num_steps // 2 :]))
     return state, step_size, infos
