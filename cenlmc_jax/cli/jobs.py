@@ -28,6 +28,7 @@ The verdict on the result is :mod:`cenlmc_jax.cli.verdict`'s.
 from __future__ import annotations
 
 import _thread
+import argparse
 import contextlib
 import importlib.util
 import inspect
@@ -57,11 +58,11 @@ from cenlmc_jax.cli.parser import (
     write_config,
 )
 from cenlmc_jax.cli.samplers import SPECS, Job, build_job
-from cenlmc_jax.diagnostics import plots
+from cenlmc_jax.diagnostics import online, plots
 from cenlmc_jax.diagnostics.summary import SummaryTable, to_arviz
 from cenlmc_jax.ensemble import tuning
 from cenlmc_jax.models import targets as targets_mod
-from cenlmc_jax.run import RunResult
+from cenlmc_jax.run import RunResult, step_halving_bias
 
 
 class Setup(NamedTuple):
@@ -82,12 +83,18 @@ class Setup(NamedTuple):
 class Run(NamedTuple):
     """A finished run: the driver's result, its time, its RuntimeWarnings, the burn-in
     steps the driver ran.
+
+    ``bias``: the step-halving bias check of an unadjusted sampler
+    (:func:`step_halving_check`), None when it did not run; ``bias_note``: why not
+    (None when it ran or does not apply).
     """
 
     result: RunResult
     seconds: float
     warnings: list
     burn_in: int
+    bias: online.StepHalvingBias | None = None
+    bias_note: str | None = None
 
 
 # --------------------------------------------------------------------------
@@ -687,7 +694,121 @@ def run_job(args, setup: Setup) -> Run:
     messages = [
         str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)
     ]
-    return Run(res, elapsed, messages, burn_in)
+    bias, note = step_halving_check(args, setup, res)
+    return Run(res, elapsed, messages, burn_in, bias, note)
+
+
+# --------------------------------------------------------------------------
+# The step-halving bias check of the unadjusted samplers.
+# --------------------------------------------------------------------------
+
+#: ``--sampler`` names whose chains are unadjusted discretisations (no Metropolis
+#: correction): their moments carry an ``O(h)`` bias on any target. The Langevin rows
+#: of the table, and SGRHMC.
+UNADJUSTED_EXTRA = ("sgrhmc",)
+
+
+def unadjusted(sampler: str) -> bool:
+    """Whether ``--sampler`` ``sampler`` is unadjusted (the bias check applies)."""
+    return SPECS[sampler].langevin or sampler in UNADJUSTED_EXTRA
+
+
+def bias_check_on(args) -> bool:
+    """``--bias-check`` (default on; ``--no-bias-check`` skips it). Read with a default
+    so the job runs on a parser without the flag (:func:`add_bias_check_flag`)."""
+    return bool(getattr(args, "bias_check", True))
+
+
+def add_bias_check_flag(group) -> None:
+    """The ``--bias-check/--no-bias-check`` flag, for the parser's "run length and
+    sampler parameters" group (``cenlmc_jax.cli.parser`` adds it: the parser cannot
+    import this module, which imports it)."""
+    group.add_argument(
+        "--bias-check",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="unadjusted samplers (lmc, cenlmc, enlmc, sgrhmc): after the run, run "
+        "again at h/2 from its final ensemble and flag a moment whose step-size bias "
+        "2 (m_h - m_{h/2}) exceeds z standard errors (costs about the run's "
+        "gradients again; default: on)",
+    )
+
+
+def half_step_sampler(args, setup: Setup):
+    """``step_size -> SamplingAlgorithm``: the job's sampler with every parameter but
+    the step size kept (a job warmed up by ``cj.langevin_warmup`` keeps its
+    preconditioner, mean and CEnLMC parameters; the others are rebuilt by their row of
+    the sampler table with ``--step-size`` and the chosen parameters as flags)."""
+    job, target = setup.job, setup.target
+    p = job.parameters
+    if "inverse_mass_matrix" in p:  # cj.langevin_warmup's handover
+        m_mat = np.asarray(p["inverse_mass_matrix"])
+        if "eta" in p:
+            return lambda h: cj.whitened(
+                cj.cenlmc,
+                target.logdensity_fn,
+                h,
+                p["eta"],
+                p["r1"],
+                p["r2"],
+                int(p["n_star"]),
+                p["m_f"],
+                f_star=p["f_star"],
+                inverse_mass_matrix=m_mat,
+                mean=np.asarray(p["mean"]),
+            )
+        return lambda h: cj.lmc(target.logdensity_fn, h, inverse_mass_matrix=m_mat)
+    fixed = {k: p[k] for k in ("eta", "r1", "r2", "n_star", "m_f") if k in p}
+    positions = jnp.zeros((args.particles, target.dim))
+
+    def make(h):
+        flags = argparse_copy(args, step_size=h, **fixed)
+        return build_job(
+            args.sampler, flags, target, positions, setup.c, setup.keys
+        ).algorithm
+
+    return make
+
+
+def argparse_copy(args, **changes):
+    """A copy of the parsed flags with ``changes``."""
+    copy = type(args)(**vars(args))
+    for key, value in changes.items():
+        setattr(copy, key, value)
+    return copy
+
+
+def step_halving_check(args, setup: Setup, res: RunResult) -> tuple:
+    """The step-halving bias check of an unadjusted sampler's run
+    (:func:`cenlmc_jax.run.step_halving_bias`), and why it did not run (or None).
+
+    Returns ``(None, None)`` where it does not apply (an adjusted sampler, a run that
+    diverged or kept no draw: the verdict reports those).
+    """
+    if not unadjusted(args.sampler) or res.diverged_at >= 0 or no_draws(res):
+        return None, None
+    if not bias_check_on(args):
+        return None, "--no-bias-check"
+    h = setup.job.parameters.get("step_size")
+    if h is None or online.moments_and_se(res, res.thin) is None:
+        return None, (
+            "no online R-hat/ESS to give its standard errors (a streamed run resumed "
+            "after its burn-in, or fewer than 4 kept draws)"
+        )
+    key = jax.random.fold_in(setup.keys[1], 2)
+    try:
+        with warnings.catch_warnings():  # the h/2 run's reports are not the run's
+            warnings.simplefilter("ignore")
+            check = step_halving_bias(
+                key,
+                half_step_sampler(args, setup),
+                float(h),
+                res,
+                relaxation_steps=setup.job.parameters.get("relaxation_steps"),
+            )
+    except ValueError as exc:
+        return None, f"the h/2 run failed: {exc}"
+    return check, None
 
 
 def no_draws(res: RunResult) -> bool:

@@ -54,7 +54,7 @@ from cenlmc_jax.base import RunFlag, run_flags
 from cenlmc_jax.cli.jobs import Run, Setup, no_draws, shown
 from cenlmc_jax.cli.parser import UsageError
 from cenlmc_jax.cli.samplers import SPECS
-from cenlmc_jax.diagnostics import convergence
+from cenlmc_jax.diagnostics import convergence, online
 from cenlmc_jax.diagnostics.summary import SummaryTable, summary
 from cenlmc_jax.run import WATCH_MIN_STEPS
 
@@ -260,11 +260,18 @@ def divergence_problem(args, job, res, c: float | None) -> str:
 
 
 def problems(
-    args, target, job, res, table: SummaryTable | None, c: float | None = None
+    args,
+    target,
+    job,
+    res,
+    table: SummaryTable | None,
+    c: float | None = None,
+    bias: online.StepHalvingBias | None = None,
 ) -> list:
     """Why the result is not to be trusted (empty: no known reason); ``table`` None: no
     draw was kept; ``c``: the curvature the step size is compared with
-    (:func:`stability_problem`).
+    (:func:`stability_problem`); ``bias``: the step-halving check of an unadjusted
+    sampler (``cenlmc_jax.cli.jobs.step_halving_check``), None when it did not run.
     """
     out = []
     if res.diverged_at >= 0:
@@ -288,6 +295,9 @@ def problems(
     out += convergence.convergence_problems(
         res, getattr(job.state, "position", None), rhat_max=RHAT_MAX
     )
+    if res.trace is None and res.diverged_at < 0:  # a streamed run: the online values
+        out += online.stream_problems(res.online, rhat_max=RHAT_MAX)
+    out += online.bias_problems(bias)
     for col, what in (("z_mean", "mean"), ("z_sd", "sd")):
         z = table.columns.get(col)
         if z is not None and np.any(np.abs(z) > TRUTH_Z_MAX):
@@ -392,6 +402,8 @@ def _print_run(args, setup: Setup, run: Run, table: SummaryTable | None) -> None
             f"  ensemble force used by {table.run['ensemble_fraction']:.1%} of "
             "particle-steps after burn-in"
         )
+    if run.bias is not None:
+        _print_bias_check(res, run.bias)
     print(
         "  estimates over kept steps and particles:"
         if res.trace is None
@@ -400,18 +412,69 @@ def _print_run(args, setup: Setup, run: Run, table: SummaryTable | None) -> None
     print_table(table, footer=False)
 
 
-def checks_made(args, target, res, table: SummaryTable | None) -> tuple[list, list]:
+def _run_gradients(res) -> int:
+    """Gradients of the run: ``info.grad_evals`` when counted, else one per chain or
+    particle and step."""
+    evals = getattr(res.info, "grad_evals", None)
+    if evals is not None:
+        return int(np.sum(np.asarray(evals)))
+    return int(np.prod(np.shape(res.state.position)[:-1]) or 1) * res.num_steps_done
+
+
+def _print_bias_check(res, check: online.StepHalvingBias) -> None:
+    """The step-halving check's run and its extra gradient cost."""
+    main = _run_gradients(res)
+    share = f" ({check.grad_evals / main:.0%} of the run's)" if main else ""
+    worst = np.nanmax(
+        np.abs(np.concatenate([check.bias_mean, check.bias_sq]))
+        / np.concatenate([check.se_mean, check.se_sq])
+    )
+    print(
+        f"  step-halving bias check: h/2 = {check.step_size / 2:.4g} from the final "
+        f"ensemble, {check.burn_in} relaxation + {check.num_steps} steps, "
+        f"{check.grad_evals:,} more gradients{share}; largest |bias| / se "
+        f"{worst:.2f} (flagged above z = {check.z:.2f})"
+    )
+
+
+def _bias_record(check: online.StepHalvingBias) -> dict:
+    """run.json's ``bias_check``: what the step-halving check measured."""
+    return dict(
+        step_size=check.step_size,
+        burn_in=check.burn_in,
+        num_steps=check.num_steps,
+        grad_evals=check.grad_evals,
+        z=check.z,
+        bias_mean=np.asarray(check.bias_mean).tolist(),
+        se_mean=np.asarray(check.se_mean).tolist(),
+        bias_sq=np.asarray(check.bias_sq).tolist(),
+        se_sq=np.asarray(check.se_sq).tolist(),
+    )
+
+
+def checks_made(
+    args,
+    target,
+    res,
+    table: SummaryTable | None,
+    bias: online.StepHalvingBias | None = None,
+    bias_note: str | None = None,
+) -> tuple[list, list]:
     """The checks :func:`problems` made on this run, and those it could not make.
 
-    The verdict names both: a check that did not run is never reported as passed
-    (a streamed run keeps no draws, so it has no R-hat or ESS; the step-size bias
-    of unadjusted Langevin is known exactly only on a Gaussian target).
+    The verdict names both: a check that did not run is never reported as passed (a
+    streamed run's R-hat and ESS are computed online, ``RunResult.online``, except
+    after a resume past its burn-in; the step-size bias of unadjusted Langevin is known
+    exactly only on a Gaussian target, and measured on any by the step-halving check
+    unless ``--no-bias-check``).
 
     Args:
       args: the parsed command line.
       target: the run's target.
       res: the ``RunResult``.
       table: the summary of the kept draws, None when none was kept.
+      bias: the step-halving check, None when it did not run.
+      bias_note: why it did not run (None: it ran, or does not apply).
 
     Returns:
       ``(made, not_made)``: two lists of short descriptions.
@@ -426,19 +489,22 @@ def checks_made(args, target, res, table: SummaryTable | None) -> tuple[list, li
     not_made = []
     if table.run.get("acceptance_rate") is not None:
         made.append("acceptance")
-    if SPECS[args.sampler].langevin:
-        if getattr(target, "hessian", None) is not None:
-            made.append("the step size's known bias")
-        else:
-            not_made.append(
-                "the step size's bias (unadjusted Langevin; known exactly only on a "
-                "Gaussian target)"
-            )
+    if SPECS[args.sampler].langevin and getattr(target, "hessian", None) is not None:
+        made.append("the step size's known bias")
+    if bias is not None:
+        made.append("step-size bias by step halving")
+    elif bias_note is not None:
+        not_made.append(f"the step size's bias by step halving ({bias_note})")
     made.append("frozen chains")
     if isinstance(res.trace, (jax.Array, np.ndarray)):
         made.append("R-hat, bulk ESS")
+    elif res.online is not None:
+        made.append("split R-hat and ESS (online, streamed)")
     else:
-        not_made.append("R-hat and bulk ESS (a streamed run keeps no draws; --trace)")
+        not_made.append(
+            "R-hat and ESS (a streamed run resumed from a checkpoint after its "
+            "burn-in keeps no online statistics; --trace)"
+        )
     if table.columns.get("z_mean") is not None:
         made.append("known truth")
     return made, not_made
@@ -475,8 +541,12 @@ def report(args, setup: Setup, run: Run, record: dict) -> tuple:
             labels=labels,
         )
     _print_run(args, setup, run, table)
-    found = problems(args, target, setup.job, run.result, table, c=setup.c)
-    checked = checks_made(args, target, run.result, table)
+    found = problems(
+        args, target, setup.job, run.result, table, c=setup.c, bias=run.bias
+    )
+    checked = checks_made(args, target, run.result, table, run.bias, run.bias_note)
+    if run.bias is not None:
+        record["bias_check"] = _bias_record(run.bias)
     record["checks"], record["not_checked"] = checked
     print_verdict(args, found, checked)
     return table, found
