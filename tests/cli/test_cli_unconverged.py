@@ -8,8 +8,9 @@ non-zero.
   nor moments``). It must name the step, advise, and exit 1 without a traceback.
 * The verdict runs the same convergence checks as ``cj.sample``
   (``cenlmc_jax.diagnostics.convergence``): an unmixed ``--trace`` run is UNRELIABLE by
-  its R-hat and ESS, and a run whose chains never move by the frozen check, in stream
-  mode too.
+  its R-hat and ESS, streamed too (the split R-hat and ESS computed online,
+  ``RunResult.online``), and a run whose chains never move by the frozen check, in
+  stream mode too.
 """
 
 import textwrap
@@ -99,6 +100,11 @@ def test_the_verdict_uses_the_convergence_checks_of_cj_sample(tmp_path, capsys):
     assert code == 1, out + err
     assert "UNRELIABLE: the rank-normalised split R-hat of x[" in out, out
     assert "UNRELIABLE: the bulk ESS of x[" in out, out
+    # streamed (the default): the same run fails on the R-hat and ESS computed online
+    code, out, err = run_cli(base, capsys)
+    assert code == 1, out + err
+    assert "UNRELIABLE: the split R-hat of x[" in out, out
+    assert "computed online" in out and "UNRELIABLE: the ESS of x[" in out, out
     # a Metropolis sampler whose step size rejects everything: no chain moves, stream
     # mode included
     code, out, err = run_cli(
