@@ -136,6 +136,12 @@ def batches_per_half(num_chains: int) -> int:
 
     The pooled batch means have ``2bC - 1`` degrees of freedom: at least 31 for any
     ``C``, while each batch stays as long as the chains allow (module docstring).
+
+    Args:
+      num_chains: chains or particles ``C``.
+
+    Returns:
+      ``b``, an int in ``[2, 16]``.
     """
     return int(min(16, max(2, math.ceil(16 / max(int(num_chains), 1)))))
 
@@ -170,8 +176,14 @@ def _as_rows(x: Array) -> Array:
 
 
 def init(x: Array, run_plan: tuple) -> OnlineAccumulator:
-    """Empty accumulators for draws shaped as ``x: (..., d)`` (the leading axes are the
-    chains), for the run :func:`plan` describes.
+    """Empty accumulators for draws shaped as ``x: (..., d)``.
+
+    Args:
+      x: one draw, ``(..., d)``: the leading axes are the chains (flattened).
+      run_plan: the run's :func:`plan`.
+
+    Returns:
+      An :class:`OnlineAccumulator` of zeros.
     """
     y = _as_rows(x)
     zeros = jnp.zeros(y.shape, y.dtype)
@@ -187,7 +199,15 @@ def init(x: Array, run_plan: tuple) -> OnlineAccumulator:
 
 
 def update(acc: OnlineAccumulator, x: Array) -> OnlineAccumulator:
-    """Fold one kept draw ``x: (..., d)`` into ``acc`` (jittable: masks, no branch)."""
+    """Fold one kept draw into the accumulators (jittable: masks, no branch).
+
+    Args:
+      acc: the accumulators so far.
+      x: the draw, ``(..., d)``, shaped as :func:`init`'s.
+
+    Returns:
+      The accumulators with ``x`` folded in.
+    """
     y = _as_rows(x).astype(acc.half_mean.dtype)
     n, half, m, b = (acc.plan[i] for i in range(4))
     k = acc.count
@@ -221,8 +241,14 @@ def finish(acc: OnlineAccumulator, run_plan: tuple) -> StreamDiagnostics | None:
     """The diagnostics of a complete run (``acc.count == n``; None with fewer than
     :data:`~cenlmc_jax.diagnostics.convergence.MIN_DRAWS` kept draws per chain).
 
-    ``run_plan``: the same :func:`plan` as :func:`init`'s, as Python ints. Jittable
-    (the count is not checked here: the driver passes only complete runs).
+    Jittable (the count is not checked here: the driver passes only complete runs).
+
+    Args:
+      acc: the accumulators after the run's last kept draw.
+      run_plan: the same :func:`plan` as :func:`init`'s, as Python ints.
+
+    Returns:
+      A :class:`StreamDiagnostics`, or None.
     """
     n, half, m, b = run_plan
     if n < MIN_DRAWS:
@@ -400,7 +426,15 @@ class StepHalvingBias(NamedTuple):
 
 
 def bonferroni_z(num_tests: int, false_alarm: float = BIAS_FALSE_ALARM) -> float:
-    """The two-sided z threshold of ``num_tests`` tests at a family-wise rate."""
+    """The two-sided z threshold of ``num_tests`` tests at a family-wise rate.
+
+    Args:
+      num_tests: the number of tests (at least 1 is counted).
+      false_alarm: the family-wise false-alarm rate.
+
+    Returns:
+      ``Φ⁻¹(1 - false_alarm / (2 num_tests))``.
+    """
     return float(norm.isf(false_alarm / (2.0 * max(int(num_tests), 1))))
 
 
@@ -409,6 +443,13 @@ def moments_and_se(res: Any, thin: int = 1) -> tuple | None:
     ``cj.sample`` result: its streamed moments and online diagnostics, or its trace
     (None without either). ``τ_int``: the largest over ``x`` and ``x²``, times
     ``thin``.
+
+    Args:
+      res: a ``cj.sample`` result that recorded ``state.position``.
+      thin: the run's ``thin`` (kept draws to steps).
+
+    Returns:
+      A 5-tuple, or None.
     """
     if getattr(res, "trace", None) is not None:
         draws = np.asarray(chains_first(res), np.float64)
