@@ -83,6 +83,7 @@ __all__ = [
     "STOP_B2",
     "TARGET_ACCEPTANCE",
     "KineticResult",
+    "fit_dtype",
     "kinetic_then_mala",
 ]
 
@@ -212,6 +213,38 @@ def _factor(m_mat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _to_y(inverse_factor: np.ndarray, mean: np.ndarray, x) -> np.ndarray:
     x = np.asarray(x, np.float64) - mean
     return x @ inverse_factor.T if inverse_factor.ndim == 2 else x * inverse_factor
+
+
+def fit_dtype(m_mat: np.ndarray, dtype) -> tuple[np.ndarray, float]:
+    """``(M', α)``: ``M`` shrunk towards its diagonal, ``M' = (1 − α) M + α diag(M)``,
+    just enough that the samplers' check of ``M`` in ``dtype`` accepts it
+    (:func:`cenlmc_jax._linalg.check_symmetric_psd`: the smallest eigenvalue of the
+    correlation matrix of ``M`` above ``100 d ε``), with a factor 10 of margin.
+
+    In float32 a dense ``M`` estimated on a badly scaled posterior can have a
+    correlation matrix whose smallest eigenvalue is at float32's rounding level
+    (issue 28: the warm-up's own ``M`` was refused by ``cj.lmc``). Shrinking the
+    correlations keeps every variance, and the samplers stay exact (MALA) or keep
+    their stated bias (the step size is set after).
+
+    Args:
+      m_mat: ``M``, ``(d,)`` or ``(d, d)``, float64.
+      dtype: the dtype the sampler runs in.
+
+    Returns:
+      ``M'`` and ``α`` (0 when ``M`` passes as it is; always for a diagonal).
+    """
+    if m_mat.ndim < 2:
+        return m_mat, 0.0
+    d = m_mat.shape[0]
+    eps = max(float(np.finfo(dtype).eps), float(np.finfo(jnp.result_type(float)).eps))
+    need = min(0.5, 1000.0 * d * eps)
+    root = 1.0 / np.sqrt(np.diag(m_mat))
+    lam = float(np.linalg.eigvalsh(root[:, None] * m_mat * root[None, :]).min())
+    if lam >= need:
+        return m_mat, 0.0
+    alpha = (need - lam) / (1.0 - lam)
+    return (1 - alpha) * m_mat + alpha * np.diag(np.diag(m_mat)), float(alpha)
 
 
 def _moments(y: np.ndarray) -> tuple:
@@ -364,6 +397,13 @@ def kinetic_then_mala(
         )
         + "."
     )
+    m_mat, alpha = fit_dtype(m_mat, dt)
+    if alpha:
+        notes.append(
+            f"M's correlations shrunk by {alpha:.3g} towards its diagonal: as "
+            f"estimated, M is at the rounding level of {jnp.dtype(dt).name} "
+            "(fit_dtype)."
+        )
     # adjusted phase: MALA in the final whitening
     lf, lf_inv = _factor(m_mat)
     fac, mu = jnp.asarray(lf, dt), jnp.asarray(mean, dt)

@@ -117,7 +117,7 @@ from cenlmc_jax._validation import (
     check_positions,
     check_positive,
 )
-from cenlmc_jax.adaptation.kinetic import kinetic_then_mala
+from cenlmc_jax.adaptation.kinetic import fit_dtype, kinetic_then_mala
 from cenlmc_jax.adaptation.mass_matrix import (
     build_schedule,
     welford_covariance,
@@ -592,6 +592,13 @@ def langevin_warmup(
             notes.append("start: the given positions, M = I.")
     else:
         x, m_mat, mean, lbfgs, hvps, f_mode = lap
+        m_mat, alpha = fit_dtype(m_mat, x.dtype)
+        if alpha:
+            notes.append(
+                f"the Laplace M's correlations shrunk by {alpha:.3g} towards its "
+                f"diagonal so that {jnp.dtype(x.dtype).name} can factor it "
+                "(fit_dtype)."
+            )
         state, started = (
             lmc_init(x, logdensity_fn, grad_fn=grad_fn, grad_mode=grad_mode),
             "laplace",
@@ -637,6 +644,12 @@ def langevin_warmup(
         f"autocorrelation, at this h) {relax:.3g} steps."
     ]
     positions = state.position
+    m_mat, alpha = fit_dtype(m_mat, positions.dtype)
+    if alpha:
+        notes.append(
+            f"M's correlations shrunk by {alpha:.3g} towards its diagonal so that "
+            f"{jnp.dtype(positions.dtype).name} can factor it (fit_dtype)."
+        )
     params = dict(step_size=h, inverse_mass_matrix=m_mat, mean=mean)
     if sampler == "lmc":
         algo = lmc(
@@ -735,7 +748,7 @@ def _run_windows(
         )
         begin += length
         if ends:
-            m_mat = np.asarray(welford_covariance(wf), np.float64)
+            m_mat = fit_dtype(np.asarray(welford_covariance(wf), np.float64), dt)[0]
             mean = np.asarray(wf.mean, np.float64)
             c, k = measure(state, m_mat, mean)
             hvps += k

@@ -61,7 +61,9 @@ def test_lmc_after_the_warm_up_matches_the_kidiq_reference_on_the_raw_scale():
     post = pdb.load("kidiq-kidscore_momiq")
     n = 64
     x0 = jax.random.uniform(jax.random.key(0), (n, post.d), jnp.float64, -2.0, 2.0)
-    wu = cj.langevin_warmup(jax.random.key(1), post.logdensity_fn, x0, num_steps=300)
+    wu = cj.langevin_warmup(
+        jax.random.key(1), post.logdensity_fn, x0, num_steps=300, sampler="lmc"
+    )
     info = wu.info
     assert info.start == "laplace" and info.condition_number > 1e4, info.reasoning
     assert 0.5 < info.curvature < 3.0, info.reasoning  # measured 1.3-1.6
@@ -173,7 +175,13 @@ def test_diagonal_mass_from_the_windows_gives_the_exact_ula_variances():
     n = 500
     x0 = jax.random.uniform(jax.random.key(0), (n, 2), jnp.float64, -2.0, 2.0)
     wu = cj.langevin_warmup(
-        jax.random.key(1), logp, x0, start="positions", dense=False, num_steps=500
+        jax.random.key(1),
+        logp,
+        x0,
+        start="positions",
+        dense=False,
+        num_steps=500,
+        sampler="lmc",
     )
     m, h = wu.parameters["inverse_mass_matrix"], wu.parameters["step_size"]
     assert m.shape == (2,) and np.all(np.abs(m / var - 1) < 0.25), m
@@ -204,7 +212,13 @@ def test_a_window_that_diverges_is_rerun_with_half_the_step_or_reported():
     logp = lambda x: -0.25 * jnp.sum(x**4)  # noqa: E731
     x0 = 0.01 * jax.random.uniform(jax.random.key(0), (32, 2), jnp.float64, -1.0, 1.0)
     wu = cj.langevin_warmup(
-        jax.random.key(1), logp, x0, start="positions", num_steps=100, max_retries=20
+        jax.random.key(1),
+        logp,
+        x0,
+        start="positions",
+        num_steps=100,
+        max_retries=20,
+        sampler="lmc",
     )
     first = wu.info.windows[0]
     assert first["retries"] > 0 and np.all(np.isfinite(np.asarray(wu.positions))), first
@@ -212,14 +226,20 @@ def test_a_window_that_diverges_is_rerun_with_half_the_step_or_reported():
         RuntimeError, match=r"window 0 \(steps 0\.\.\d+\) diverged 2 times"
     ):
         cj.langevin_warmup(
-            jax.random.key(1), logp, x0, start="positions", num_steps=100, max_retries=1
+            jax.random.key(1),
+            logp,
+            x0,
+            start="positions",
+            num_steps=100,
+            max_retries=1,
+            sampler="lmc",
         )
 
 
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(sampler="mala"), "sampler must be one of"),
+        (dict(sampler="nuts"), "sampler must be one of"),
         (dict(start="mode"), "start must be one of"),
         (dict(num_steps=10), "num_steps must be an integer >= 20"),
         (dict(bias=0.0), "bias must be a finite number > 0"),
@@ -230,7 +250,9 @@ def test_a_window_that_diverges_is_rerun_with_half_the_step_or_reported():
 def test_bad_arguments_are_refused_naming_them(kwargs, match):
     logp = lambda x: -0.5 * jnp.sum(x**2)  # noqa: E731
     with pytest.raises(ValueError, match=match):
-        cj.langevin_warmup(jax.random.key(0), logp, jnp.zeros((4, 2)), **kwargs)
+        cj.langevin_warmup(
+            jax.random.key(0), logp, jnp.zeros((4, 2)), **{"sampler": "lmc", **kwargs}
+        )
 
 
 def test_relaxation_time_is_that_of_ula_on_a_gaussian():
@@ -248,7 +270,7 @@ def test_relaxation_time_is_that_of_ula_on_a_gaussian():
     logp = lambda x: -0.5 * jnp.sum(x**2 / jnp.asarray(var, x.dtype))  # noqa: E731
     x0 = jax.random.uniform(jax.random.key(0), (1000, 2), jnp.float64, -2.0, 2.0)
     wu = cj.langevin_warmup(
-        jax.random.key(1), logp, x0, num_steps=200, curvature_points=8
+        jax.random.key(1), logp, x0, num_steps=200, curvature_points=8, sampler="lmc"
     )
     info = wu.info
     assert info.start == "laplace", info.reasoning
@@ -279,7 +301,7 @@ def test_step_size_follows_the_mean_curvature_and_stays_below_the_stability_limi
     logp = lambda x: -jnp.sum(0.5 * x**2 + 0.25 * x**4)  # noqa: E731
     x0 = jax.random.uniform(jax.random.key(0), (256, 2), jnp.float64, -2.0, 2.0)
     wu = cj.langevin_warmup(
-        jax.random.key(1), logp, x0, num_steps=60, curvature_points=32
+        jax.random.key(1), logp, x0, num_steps=60, curvature_points=32, sampler="lmc"
     )
     i = wu.info
     assert i.curvature_max > 1.5 * i.curvature, (
@@ -299,7 +321,9 @@ def test_a_piecewise_linear_log_density_is_refused_with_the_reason():
     # Laplace density's Hessian vanishes almost everywhere, so the rule has no scale
     x = jax.random.normal(jax.random.key(0), (64, 2))
     with pytest.raises(ValueError, match="piecewise-linear or flat log density"):
-        cj.langevin_warmup(jax.random.key(1), lambda y: -jnp.sum(jnp.abs(y)), x)
+        cj.langevin_warmup(
+            jax.random.key(1), lambda y: -jnp.sum(jnp.abs(y)), x, sampler="lmc"
+        )
 
 
 def test_particles_outside_the_support_are_refused_before_work():
@@ -309,4 +333,4 @@ def test_particles_outside_the_support_are_refused_before_work():
 
     x = jax.random.normal(jax.random.key(0), (64, 2))
     with pytest.raises(ValueError, match=r"positions: \d+ of 64 particles have a log"):
-        cj.langevin_warmup(jax.random.key(1), logdensity, x)
+        cj.langevin_warmup(jax.random.key(1), logdensity, x, sampler="lmc")
