@@ -28,7 +28,6 @@ The verdict on the result is :mod:`cenlmc_jax.cli.verdict`'s.
 from __future__ import annotations
 
 import _thread
-import argparse
 import contextlib
 import importlib.util
 import inspect
@@ -714,24 +713,10 @@ def unadjusted(sampler: str) -> bool:
 
 
 def bias_check_on(args) -> bool:
-    """``--bias-check`` (default on; ``--no-bias-check`` skips it). Read with a default
-    so the job runs on a parser without the flag (:func:`add_bias_check_flag`)."""
+    """``--bias-check`` (default on; ``--no-bias-check`` skips it), read with a default:
+    the parser's ``--bias-check/--no-bias-check`` (``argparse.BooleanOptionalAction``)
+    may be absent."""
     return bool(getattr(args, "bias_check", True))
-
-
-def add_bias_check_flag(group) -> None:
-    """The ``--bias-check/--no-bias-check`` flag, for the parser's "run length and
-    sampler parameters" group (``cenlmc_jax.cli.parser`` adds it: the parser cannot
-    import this module, which imports it)."""
-    group.add_argument(
-        "--bias-check",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="unadjusted samplers (lmc, cenlmc, enlmc, sgrhmc): after the run, run "
-        "again at h/2 from its final ensemble and flag a moment whose step-size bias "
-        "2 (m_h - m_{h/2}) exceeds z standard errors (costs about the run's "
-        "gradients again; default: on)",
-    )
 
 
 def half_step_sampler(args, setup: Setup):

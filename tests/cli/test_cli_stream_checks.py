@@ -76,8 +76,8 @@ def test_a_curved_banana_at_a_large_step_fails_on_step_size_bias(tmp_path, capsy
 
 
 def test_no_bias_check_skips_it_and_says_so(capsys):
-    # the flag's definition is cenlmc_jax.cli.jobs.add_bias_check_flag; the parser
-    # adds it to its group (the job reads it with a default of on)
+    # --no-bias-check sets args.bias_check = False (the job reads it with a default of
+    # on, so this runs with or without the flag in the parser)
     args = cli.build_parser().parse_args(
         ["sample", "--sampler", "lmc", "--dim", "2", "--particles", "300"]
     )
