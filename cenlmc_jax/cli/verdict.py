@@ -21,8 +21,13 @@ checks a finished run for every known reason to distrust it:
 * the end-of-run convergence checks of ``cj.sample``, the same function
   (:func:`cenlmc_jax.diagnostics.convergence.convergence_problems`): chains or particles
   that never moved, the rank-normalised split R-hat above :data:`RHAT_MAX` (1.1 here,
-  1.01 in ``cj.sample``) and the bulk ESS below ``min(100 per chain, 400)`` (R-hat and
-  ESS with ``--trace``: a streaming run keeps no per-chain draws);
+  1.01 in ``cj.sample``) and the bulk ESS below ``min(100 per chain, 400)``; for a
+  streamed run the same thresholds on the split R-hat and batch-means ESS computed
+  online (``RunResult.online``, :mod:`cenlmc_jax.diagnostics.online`);
+* an unadjusted sampler's step-size bias measured by step halving
+  (``cenlmc_jax.cli.jobs.step_halving_check``, :func:`cenlmc_jax.run.step_halving_bias`:
+  a rerun at ``h/2`` from the final ensemble) beyond ``z`` standard errors, on any
+  target; ``--no-bias-check`` skips it;
 * estimates more than :data:`TRUTH_Z_MAX` standard errors from a known truth.
 
 Each prints an ``UNRELIABLE: ...`` line naming the flags to change, and the
