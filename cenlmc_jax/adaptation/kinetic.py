@@ -45,7 +45,11 @@ size ``ε`` with a fresh momentum is MALA at ``h = ε²/2``), tuned over
 ``adjust_rounds`` rounds of ``adjust_steps`` steps on the whole ensemble:
 ``log h ← log h + 2 (ā − TARGET_ACCEPTANCE)``, ``ā`` the round's mean acceptance
 probability over particles and steps (an ensemble of ``N`` estimates it to about
-``0.5/sqrt(N × steps)``, so no dual averaging is needed). ``h``, ``M`` and ``m`` are
+``0.5/sqrt(N × steps)``, so no dual averaging is needed). A particle whose acceptance
+over the last round is below ``STUCK_ACCEPTANCE`` (left by the unadjusted phase deep in
+a stiff tail, where the ensemble's ``h`` is far too large for it) is replaced by a
+copy of a moving particle: a warm-up move, which costs no exactness, and a chain that
+would otherwise stay stuck for the whole run. ``h``, ``M`` and ``m`` are
 then frozen and the handed-over sampler is ``cj.mala(logdensity_fn, h,
 inverse_mass_matrix=M)`` over the ``N`` chains (``cj.vmap_chains``): a Metropolis
 chain with fixed parameters, so ``cj.sample`` targets ``π`` exactly. In ``x``,
@@ -99,6 +103,9 @@ MAX_ROUNDS = 3
 #: optimum is 0.574 in high dimension; a little above it costs little and is safer in
 #: low dimension).
 TARGET_ACCEPTANCE = 0.6
+#: A particle whose mean acceptance over the last tuning round is below this is stuck
+#: (replaced by a copy of a moving one, module docstring).
+STUCK_ACCEPTANCE = 0.02
 
 
 class KineticResult(NamedTuple):
@@ -416,6 +423,25 @@ def kinetic_then_mala(
         )
         acc = float(jnp.mean(a)) / adjust_steps
         h = h / 4 if acc < 0.1 else h * math.exp(2.0 * (acc - TARGET_ACCEPTANCE))
+    # a particle the kinetic phase left far in a stiff tail accepts nothing at the
+    # ensemble's h and would stay stuck for the whole run (R-hat flags it, rightly):
+    # during the warm-up it is replaced by a copy of a particle that moves
+    a = np.asarray(a, np.float64) / adjust_steps
+    stuck = np.flatnonzero(a < STUCK_ACCEPTANCE)
+    if 0 < stuck.size <= n // 2:
+        good = np.flatnonzero(a >= STUCK_ACCEPTANCE)
+        pick = np.random.default_rng(
+            int(jax.random.randint(next(keys), (), 0, 2**31 - 1))
+        )
+        src = good[pick.integers(0, good.size, stuck.size)]
+        idx = np.arange(n)
+        idx[stuck] = src
+        y, v, g = y[idx], v[idx], g[idx]
+        notes.append(
+            f"{stuck.size} of {n} particles accepted less than {STUCK_ACCEPTANCE} of "
+            "the last tuning round's MALA proposals (stuck in a stiff tail left by "
+            "the kinetic phase): replaced by copies of moving particles."
+        )
     y1 = np.asarray(y, np.float64)
     relax = _mala_relaxation(y0, y1, adjust_rounds * adjust_steps)
     notes.append(

@@ -38,7 +38,12 @@ from typing import Any
 import jax
 
 import cenlmc_jax as cj
-from cenlmc_jax.cli.samplers import CHOICES, DEFAULT_SAMPLER, takes
+from cenlmc_jax.cli.samplers import (
+    CHOICES,
+    DEFAULT_MODEL_SAMPLER,
+    DEFAULT_SAMPLER,
+    takes,
+)
 from cenlmc_jax.models import targets as targets_mod
 
 try:  # Python >= 3.11
@@ -148,8 +153,10 @@ def _add_what_to_sample(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--sampler",
         choices=CHOICES,
-        default=DEFAULT_SAMPLER,
-        help="(default: %(default)s)",
+        default=None,
+        help=f"(default: {DEFAULT_MODEL_SAMPLER} with --model, the exact "
+        f"Metropolis-adjusted default of cj.langevin_warmup; {DEFAULT_SAMPLER} on "
+        "the built-in targets)",
     )
     g.add_argument(
         "--target",
@@ -499,6 +506,8 @@ def _check_inputs(args) -> None:
     """--target or --model; --model, --data, --init exist (made absolute, so a config
     reruns anywhere).
     """
+    if args.sampler is None:
+        args.sampler = DEFAULT_MODEL_SAMPLER if args.model else DEFAULT_SAMPLER
     if args.model is None:
         args.target = args.target or "gaussian"
         if args.data is not None:
