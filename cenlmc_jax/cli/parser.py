@@ -65,6 +65,7 @@ DEFAULT_STEPS = 1000
 NOT_IN_CONFIG = {"command", "config", "resume", "dir"}
 #: Settings a resumed run may change: where and how it reports, not what it computes.
 RESUME_MAY_CHANGE = {
+    "bias-check",
     "out",
     "checkpoint",
     "checkpoint-every",
@@ -192,6 +193,15 @@ def _add_what_to_sample(p: argparse.ArgumentParser) -> None:
 
 def _add_run_length_and_parameters(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("run length and sampler parameters")
+    g.add_argument(
+        "--bias-check",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="unadjusted samplers (lmc, cenlmc, enlmc, sgrhmc): after the run, run "
+        "again at h/2 from its final ensemble and flag a moment whose step-size bias "
+        "2 (m_h - m_{h/2}) exceeds z standard errors (about the run's gradients "
+        "again; default: on)",
+    )
     g.add_argument(
         "--particles",
         type=int_type(2),
