@@ -19,6 +19,7 @@ namespaces ``ensemble``, ``irreversible`` and ``sgmcmc``.
 """
 
 import importlib as _importlib
+import importlib.util
 import sys as _sys
 
 from cenlmc_jax import _compat
@@ -144,8 +145,13 @@ def __getattr__(name):
         value = _importlib.import_module(module)
         if attr is not None:
             value = getattr(value, attr)
-    else:
+    elif (
+        name in _compat.OLD_NAMES
+        or _importlib.util.find_spec(f"{__name__}.{name}") is None
+    ):
         return _compat.old_name(name)
+    else:
+        value = _importlib.import_module(f"{__name__}.{name}")  # a module: cj.run
     globals()[name] = value
     return value
 

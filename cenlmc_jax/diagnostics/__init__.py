@@ -52,22 +52,29 @@ N. Bonneel, J. Rabin, G. Peyré, H. Pfister (2015). Sliced and Radon
 Wasserstein barycenters of measures. JMIV 51.
 """
 
-from cenlmc_jax.diagnostics.chains import (
-    ESS_METHODS,
-    autocorrelation,
-    effective_sample_size,
-    mcse,
-    potential_scale_reduction,
-)
-from cenlmc_jax.diagnostics.convergence import ConvergenceWarning, convergence_problems
-from cenlmc_jax.diagnostics.distances import mmd, sliced_wasserstein
-from cenlmc_jax.diagnostics.ensemble import (
-    MomentErrors,
-    ensemble_mcse,
-    moment_errors,
-    z_score,
-)
-from cenlmc_jax.diagnostics.layout import LayoutWarning, chains_first
+import importlib as _importlib
+import importlib.util
+
+#: Every name -> the module of this package that defines it. They are imported the
+#: first time one is used (PEP 562): the summary, which needs only ``layout``, does
+#: not pay for SciPy's statistics that ``chains`` imports (issue 30).
+_LAZY = {
+    "ESS_METHODS": "chains",
+    "autocorrelation": "chains",
+    "effective_sample_size": "chains",
+    "mcse": "chains",
+    "potential_scale_reduction": "chains",
+    "ConvergenceWarning": "convergence",
+    "convergence_problems": "convergence",
+    "mmd": "distances",
+    "sliced_wasserstein": "distances",
+    "MomentErrors": "ensemble",
+    "ensemble_mcse": "ensemble",
+    "moment_errors": "ensemble",
+    "z_score": "ensemble",
+    "LayoutWarning": "layout",
+    "chains_first": "layout",
+}
 
 __all__ = [
     "LayoutWarning",
@@ -86,3 +93,18 @@ __all__ = [
     "ConvergenceWarning",
     "convergence_problems",
 ]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        value = getattr(_importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    elif _importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        value = _importlib.import_module(f"{__name__}.{name}")  # a module: dg.plots
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(__all__) | {k for k in globals() if not k.startswith("_")})

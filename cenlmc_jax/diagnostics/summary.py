@@ -29,22 +29,23 @@ from __future__ import annotations
 import csv
 import importlib.metadata
 import json
+import math
 import warnings
 from typing import Any, NamedTuple
 
 import jax
 import numpy as np
+import scipy.fft
+from scipy.special import ndtri
 
-from cenlmc_jax import diagnostics as dg
 from cenlmc_jax._host import fetch
-from cenlmc_jax.diagnostics.chains import summary_diagnostics
+from cenlmc_jax.base import RunResult
+from cenlmc_jax.diagnostics.layout import chains_first
 from cenlmc_jax.diagnostics.named_draws import (
     flatten_sites,
     resolve_constrain,
     site_draws,
 )
-from cenlmc_jax.models.targets import Target
-from cenlmc_jax.run import RunResult
 
 __all__ = ["SummaryTable", "summary", "to_arviz", "QUANTILES", "STAT_FIELDS"]
 
@@ -233,7 +234,7 @@ def _truth_moments(truth: Any, d: int):
     """
     if truth is None:
         return None, None
-    if isinstance(truth, Target):
+    if hasattr(truth, "mean") and hasattr(truth, "cov"):  # a Target
         mean, cov, sd = truth.mean, truth.cov, None
     elif isinstance(truth, dict):
         unknown = set(truth) - {"mean", "sd", "cov"}
@@ -355,26 +356,151 @@ def _x64():
 
 
 def _trace_columns(x: np.ndarray) -> tuple:
-    with _x64():
-        x = jax.numpy.asarray(np.asarray(x, np.float64))
-        cols = _diagnostic_columns(x)
-    return cols, {"num_chains": int(x.shape[0]), "num_draws": int(x.shape[1])}
-
-
-def _diagnostic_columns(x: jax.Array) -> dict:
-    cols = {
-        "mean": np.asarray(x.mean(axis=(0, 1)), np.float64),
-        "sd": np.asarray(
-            x.reshape((-1,) + x.shape[2:]).std(axis=0, ddof=1), np.float64
-        ),
+    x = np.asarray(x, np.float64)
+    return _diagnostic_columns(x), {
+        "num_chains": int(x.shape[0]),
+        "num_draws": int(x.shape[1]),
     }
-    cols.update(
-        summary_diagnostics(np.asarray(x, np.float64))
-    )  # mcse_*, ess_*, r_hat: ranks once, one jit
-    qs = np.quantile(
-        np.asarray(x, np.float64).reshape((-1,) + x.shape[2:]), QUANTILES, axis=0
+
+
+# --------------------------------------------------------------------------
+# The diagnostic columns, in NumPy.
+#
+# The same formulas as cenlmc_jax.diagnostics.chains (mcse with split chains,
+# the bulk and tail ESS, the rank-normalised R-hat; Vehtari et al. 2021 eq.
+# 14-16, ArviZ's definitions), equal to them to rounding (the tests compare
+# them). On the host because a summary is computed once per run, from draws
+# already there: NumPy runs it at once where the jitted version first compiled
+# for about a second (issue 30; benchmarks/results/waste.md).
+# --------------------------------------------------------------------------
+
+
+def _split(x: np.ndarray) -> np.ndarray:
+    """(m, n, K) -> (2m, n // 2, K): first and second halves (the middle draw of an
+    odd n dropped).
+    """
+    half = x.shape[1] // 2
+    return np.concatenate([x[:, :half], x[:, x.shape[1] - half :]], axis=0)
+
+
+def _ess(x: np.ndarray) -> np.ndarray:
+    """Geyer's initial-monotone-sequence ESS of every coordinate of ``x (m, n, K)``
+    (Stan's and ArviZ's, with the multi-chain autocorrelation; as ``chains._ess_core``).
+    """
+    m, n = x.shape[0], x.shape[1]
+    n_fft = 1 << (2 * n - 1).bit_length()  # >= 2n: circular = linear correlation
+    # (K m, n): the FFT's axis contiguous; in blocks of rows, whose buffers stay in
+    # cache (the whole spectrum of a large trace is hundreds of MB)
+    centred = np.moveaxis(x - x.mean(axis=1, keepdims=True), 2, 0).reshape(-1, n)
+    acov_sum = np.zeros((x.shape[2], n))  # n x the autocovariance, summed over chains
+    rows = max(1, (1 << 20) // n_fft)
+    for start in range(0, centred.shape[0], rows):
+        block = centred[start : start + rows]
+        spec = scipy.fft.rfft(block, n=n_fft, axis=-1)
+        power = np.square(spec.real)
+        power += np.square(spec.imag)
+        acov = scipy.fft.irfft(power, n=n_fft, axis=-1)[:, :n]
+        coord = np.arange(start, start + block.shape[0]) // m
+        for k in np.unique(coord):
+            acov_sum[k] += acov[coord == k].sum(axis=0)
+    within = acov_sum[:, 0] / (m * (n - 1.0))
+    var_plus = within * ((n - 1.0) / n)
+    if m > 1:
+        var_plus = var_plus + np.var(x.mean(axis=1), axis=0, ddof=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rho = 1.0 - (within - acov_sum.T / (m * n)) / var_plus  # (n, K)
+    rho[0] = 1.0
+    num_pairs = len(range(1, n - 3, 2)) + 1
+    pairs = rho[: 2 * num_pairs].reshape((num_pairs, 2) + rho.shape[1:])
+    rho_even, pair_sum = pairs[:, 0], pairs.sum(axis=1)
+    positive = pair_sum > 0
+    positive[0] = True
+    keep = np.minimum.accumulate(positive.astype(np.int32), axis=0)
+    num_kept = keep.sum(axis=0)
+    all_kept = num_kept == num_pairs
+    monotone = np.minimum.accumulate(pair_sum, axis=0)
+    last = (np.arange(num_pairs) == num_pairs - 1)[:, None]
+    summed = keep * ~(last & all_kept)
+    first_rejected = np.minimum(num_kept, num_pairs - 1)
+    extra = np.take_along_axis(rho_even, first_rejected[None], axis=0)[0]
+    extra = np.where(all_kept, extra, np.maximum(extra, 0.0))
+    tau = -1.0 + 2.0 * np.sum(summed * monotone, axis=0) + extra
+    total = m * n
+    tau = np.maximum(tau, 1.0 / math.log10(total))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(_constant(x), np.nan, total / tau)
+
+
+def _constant(x: np.ndarray) -> np.ndarray:
+    """Per coordinate: every draw of every chain equals the first one."""
+    return np.all(x == x[:1, :1], axis=(0, 1))
+
+
+def _z_scores(x: np.ndarray) -> np.ndarray:
+    """Rank normalisation ``Φ^{-1}((r - 3/8) / (S + 1/4))`` of each coordinate's
+    ``S = m n`` values, ``r`` the average 1-based rank of the ties (Vehtari et al.
+    2021, eq. 14).
+    """
+    columns = np.ascontiguousarray(x.reshape(x.shape[0] * x.shape[1], -1).T)
+    size = columns.shape[1]
+    rank = np.empty_like(columns)
+    for col, out in zip(columns, rank, strict=True):
+        order = np.argsort(col)
+        srt = col[order]
+        new = np.empty(size, bool)  # the first of each run of equal values
+        new[0] = True
+        np.not_equal(srt[1:], srt[:-1], out=new[1:])
+        if new.all():
+            out[order] = np.arange(1.0, size + 1.0)
+            continue
+        # ties: each run of equal values gets its average rank
+        bounds = np.r_[np.flatnonzero(new), size]
+        run = np.cumsum(new) - 1
+        out[order] = (bounds[run] + bounds[run + 1] + 1) / 2.0
+    z = ndtri((rank - 0.375) / (size + 0.25))
+    return z.T.reshape(x.shape)
+
+
+def _rhat(x: np.ndarray) -> np.ndarray:
+    n = x.shape[1]
+    within = np.var(x, axis=1, ddof=1).mean(axis=0)
+    var_plus = within * ((n - 1.0) / n) + np.var(x.mean(axis=1), axis=0, ddof=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.sqrt(var_plus / within)
+
+
+def _diagnostic_columns(x: np.ndarray) -> dict:
+    """Every column of the table from the draws ``x (m, n, K)``, float64."""
+    flat = x.reshape(-1, x.shape[2])
+    mean = flat.mean(axis=0)
+    sd = flat.std(axis=0, ddof=1)
+    constant = _constant(x)
+    sq = (x - mean) ** 2  # for the sd's MCSE (delta method on s²)
+    split = _split(x)
+    low, high = (
+        (x <= q).astype(np.float64) for q in np.quantile(x, (0.05, 0.95), axis=(0, 1))
     )
-    for q, v in zip(QUANTILES, qs, strict=True):
+    z_bulk = _z_scores(split)
+    z_folded = _z_scores(np.abs(split - np.median(split, axis=(0, 1))))
+    # every split-chain ESS in one pass over the stacked coordinates
+    ess = _ess(
+        np.concatenate([_split(v) for v in (x, sq, low, high)] + [z_bulk], axis=2)
+    ).reshape(5, -1)
+    evar = sq.mean(axis=(0, 1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        var_of_var = ((sq * sq).mean(axis=(0, 1)) - evar**2) / ess[1]
+        cols = {
+            "mean": mean,
+            "sd": sd,
+            "mcse_mean": sd / np.sqrt(ess[0]),
+            "mcse_sd": np.sqrt(var_of_var / evar / 4.0),
+            "ess_bulk": np.where(constant, np.nan, ess[4]),
+            "ess_tail": np.where(constant, np.nan, np.minimum(ess[2], ess[3])),
+            "r_hat": np.where(
+                constant, np.nan, np.maximum(_rhat(z_bulk), _rhat(z_folded))
+            ),
+        }
+    for q, v in zip(QUANTILES, np.quantile(flat, QUANTILES, axis=0), strict=True):
         cols[f"q{100 * q:g}"] = v
     return {k: np.asarray(v, np.float64).reshape(-1) for k, v in cols.items()}
 
@@ -459,7 +585,7 @@ def summary(
         cols, shape = _stream_columns(result_or_draws)
         notes.append(_STREAM_NOTE)
     else:
-        x = np.asarray(dg.chains_first(result_or_draws))
+        x = np.asarray(chains_first(result_or_draws))
         if x.shape[1] < 4:
             raise ValueError(
                 f"the draws have {x.shape[1]} draws per chain (shape "
@@ -560,7 +686,7 @@ def _arviz_draws(result: RunResult, thin: int, burn_in: int | None) -> tuple:
         per_draw = max(posterior.shape[0], 1)
         num_kept = int(round(float(result.moments.count) / per_draw))
     else:
-        posterior = np.asarray(dg.chains_first(result))
+        posterior = np.asarray(chains_first(result))
         num_kept = posterior.shape[1]
     inferred = int(result.num_steps_done) - num_kept * thin
     if burn_in is None:
