@@ -87,7 +87,10 @@ class LMCState(NamedTuple):
 
     Attributes:
       position: ``(N, d)`` particles.
-      logdensity: ``(N,)`` ``logdensity_fn`` at each particle.
+      logdensity: ``(N,)`` ``logdensity_fn`` at each particle; with
+        ``track_logdensity=False`` (the default of :func:`lmc` and :func:`lmc_step`)
+        the values of :func:`lmc_init`, carried unchanged: the drift needs only the
+        gradient, so a step does not evaluate the log density.
       logdensity_grad: ``(N, d)`` its gradient, reused by the next step.
       step: ``()`` int32, the steps taken (the ``t`` of a step-size schedule
         ``t -> h_t``).
@@ -104,11 +107,12 @@ class LMCInfo(NamedTuple):
 
     Attributes:
       grad_evals: gradient evaluations done this step (= N).
-      model_solves: the step's cost in evaluations of the model: N with autodiff
-        (the value comes with the gradient); with ``grad_fn``,
-        N × :func:`value_and_grad_cost` (finite differences of ``logdensity_fn``:
+      model_solves: the step's cost in evaluations of the model: N with autodiff;
+        with ``grad_fn``, N × :func:`grad_cost` (N × :func:`value_and_grad_cost`
+        when the log density is tracked; finite differences of ``logdensity_fn``:
         ``d + 1`` forward, ``2d + 1`` central).
-      num_nonfinite: particles whose new position or log density is NaN/inf.
+      num_nonfinite: particles whose new position or gradient is NaN/inf (or log
+        density, when tracked).
       diverged: ``num_nonfinite > 0``, or a step size (traced, or a schedule's
         value) that is not > 0.
     """
@@ -286,8 +290,15 @@ def check_grad_fn(
 
 
 def count_nonfinite(position: Array, logdensity: Array) -> Array:
-    """Number of particles whose position or log density is not finite."""
-    bad = ~jnp.all(jnp.isfinite(position), axis=-1) | ~jnp.isfinite(logdensity)
+    """Number of particles whose position or log density is not finite.
+
+    ``logdensity``: ``(N,)`` values, or ``(N, d)`` gradients (a step that does not
+    evaluate the log density checks the drift it will take instead).
+    """
+    finite = jnp.isfinite(logdensity)
+    if finite.ndim == position.ndim:
+        finite = jnp.all(finite, axis=-1)
+    bad = ~jnp.all(jnp.isfinite(position), axis=-1) | ~finite
     return jnp.sum(bad, dtype=jnp.int32)
 
 
@@ -406,13 +417,16 @@ def lmc_step(
     grad_fn: Callable | None = None,
     grad_mode: str = "auto",
     inverse_mass_matrix: Any = None,
+    track_logdensity: bool = False,
 ) -> tuple[LMCState, LMCInfo]:
     """One unadjusted Langevin step for every particle.
 
     ``x' = x + h ∇log p(x) + sqrt(2h) ξ`` with ``h = step_size``; pure and
     jittable. The gradient at ``x'`` is evaluated here (N evaluations) and stored
-    in the state for the next step. Both gradient modes give the same chain up to
-    rounding.
+    in the state for the next step; the log density only with
+    ``track_logdensity`` (the step does not need it: on a logistic regression its
+    ``softplus`` terms cost about a tenth of the step, benchmarks/results/waste.md).
+    Both gradient modes give the same chain up to rounding.
 
     Args:
       rng_key: the step's key.
@@ -428,6 +442,12 @@ def lmc_step(
         ``M`` a scalar, a ``(d,)`` diagonal or a ``(d, d)`` SPD matrix, checked
         (:func:`check_inverse_mass_matrix`) before tracing; ``M^{1/2}`` is the
         symmetric root, and ``ξ`` is the same draw as without ``M``.
+      track_logdensity: evaluate ``logdensity_fn`` at ``x'`` too (one
+        ``value_and_grad``) and store it in ``state.logdensity``; a particle whose
+        value is NaN or ``-inf`` then counts as diverged. False (default): only the
+        gradient, ``state.logdensity`` carried unchanged, a particle diverged when
+        its position or gradient is not finite (a ``-inf`` outside a support
+        written with ``jnp.where``, with a finite gradient, is then not seen).
 
     Returns:
       ``(state, info)``: the new :class:`LMCState` and an :class:`LMCInfo`.
@@ -443,10 +463,29 @@ def lmc_step(
     if inverse_mass_matrix is not None:
         check_inverse_mass_matrix(inverse_mass_matrix, state.position.shape[-1])
         mass = (inverse_mass_matrix, mass_root(inverse_mass_matrix))
-    return lmc_move(rng_key, state, logdensity_fn, step_size, grad_fn, grad_mode, mass)
+    return lmc_move(
+        rng_key,
+        state,
+        logdensity_fn,
+        step_size,
+        grad_fn,
+        grad_mode,
+        mass,
+        track_logdensity=track_logdensity,
+    )
 
 
-def lmc_move(rng_key, state, logdensity_fn, step_size, grad_fn, grad_mode, mass):
+def lmc_move(
+    rng_key,
+    state,
+    logdensity_fn,
+    step_size,
+    grad_fn,
+    grad_mode,
+    mass,
+    *,
+    track_logdensity: bool = True,
+):
     """The step of :func:`lmc_step` without its checks.
 
     For callers that made them: the sampler object, the warm-up.
@@ -455,6 +494,8 @@ def lmc_move(rng_key, state, logdensity_fn, step_size, grad_fn, grad_mode, mass)
       rng_key, state, logdensity_fn, grad_fn, grad_mode: as for :func:`lmc_step`.
       step_size: ``h`` (traced allowed) or a schedule of ``state.step``.
       mass: ``(M, M^{1/2})`` (traced allowed) or None.
+      track_logdensity: as for :func:`lmc_step` (default True here: the
+        warm-up's callers keep the values).
 
     Returns:
       ``(state, info)``: the new :class:`LMCState` and an :class:`LMCInfo`.
@@ -471,12 +512,20 @@ def lmc_move(rng_key, state, logdensity_fn, step_size, grad_fn, grad_mode, mass)
         m, root = (jnp.asarray(a, x.dtype) for a in mass)
         drift, kick = _rows_times(m, drift), _rows_times(root, noise)
     new_x = x + h * drift + jnp.sqrt(2.0 * h) * kick
-    logdensity, g = value_and_grad_ensemble(logdensity_fn, new_x, grad_fn, grad_mode)
-    bad = count_nonfinite(new_x, logdensity)
     n, d = x.shape
-    solves = n * (
-        value_and_grad_cost(grad_fn, logdensity_fn, d) if grad_fn is not None else 1
-    )
+    if track_logdensity:
+        logdensity, g = value_and_grad_ensemble(
+            logdensity_fn, new_x, grad_fn, grad_mode
+        )
+        bad = count_nonfinite(new_x, logdensity)
+        cost = value_and_grad_cost(grad_fn, logdensity_fn, d)
+    else:
+        g = jax.vmap(gradient_fn(logdensity_fn, grad_fn, grad_mode))(new_x)
+        g = g.astype(x.dtype)
+        logdensity = state.logdensity
+        bad = count_nonfinite(new_x, g)
+        cost = grad_cost(grad_fn, d)
+    solves = n * (cost if grad_fn is not None else 1)
     info = LMCInfo(
         grad_evals=jnp.asarray(n, jnp.int32),
         model_solves=jnp.asarray(solves, x.dtype),
@@ -493,6 +542,7 @@ def lmc(
     inverse_mass_matrix: Any = None,
     grad_fn: Callable | None = None,
     grad_mode: str = "auto",
+    track_logdensity: bool = False,
 ) -> SamplingAlgorithm:
     """LMC (ULA) on an ensemble as a sampler object.
 
@@ -514,6 +564,9 @@ def lmc(
         (default: forward for ``d <= cenlmc_jax.gradients.modes.FORWARD_MAX_D``,
         the crossover of benchmarks/results/grad_mode.md,
         :func:`cenlmc_jax.gradients.modes.resolve_grad_mode`).
+      track_logdensity: evaluate the log density at every step too (for
+        ``state.logdensity``, and to count a ``-inf`` value as a divergence); False
+        (default): the gradient only, as :func:`lmc_step`.
 
     Returns:
       A :class:`~cenlmc_jax.base.SamplingAlgorithm` ``(init, step)``.
@@ -549,7 +602,14 @@ def lmc(
                 np.asarray(mass[0]), "inverse_mass_matrix", state.position.shape[-1]
             )
         return lmc_move(
-            rng_key, state, logdensity_fn, step_size, grad_fn, grad_mode, mass
+            rng_key,
+            state,
+            logdensity_fn,
+            step_size,
+            grad_fn,
+            grad_mode,
+            mass,
+            track_logdensity=track_logdensity,
         )
 
     return SamplingAlgorithm(init, step)
