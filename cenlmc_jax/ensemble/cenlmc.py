@@ -62,6 +62,7 @@ from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from cenlmc_jax._steps import bound_step
 from cenlmc_jax._validation import (
@@ -99,7 +100,7 @@ from cenlmc_jax.ensemble.lmc import (
     shares_values,
 )
 from cenlmc_jax.ensemble.options import EnsembleOptions, ensemble_options
-from cenlmc_jax.pairwise import ensemble_force
+from cenlmc_jax.pairwise import PairwiseForce, ensemble_force
 from cenlmc_jax.types import Array, ArrayLike, LogDensityFn, PRNGKey
 
 __all__ = [
@@ -160,9 +161,11 @@ class CEnLMCInfo(NamedTuple):
       model_solves: the step's cost in model evaluations (as
         :class:`EnLMCInfo`).
       ensemble_fraction: fraction of particles that used the ensemble force.
-      mean_num_neighbours: mean over particles of ``N_i`` (3.20).
+      mean_num_neighbours: mean over particles of ``N_i`` (3.20); 0 on a step
+        where every particle failed the R1 or M_f test (the pair sums are then
+        not computed: no particle could use them).
       mean_ball_neighbours: mean over particles of
-        ``#{j: |x_j-x_i| ≤ η, |w_j-w_i| ≤ R2}``.
+        ``#{j: |x_j-x_i| ≤ η, |w_j-w_i| ≤ R2}``; 0 on such a step.
       num_fail_r1: particles with ``|x_i - w_i| > R1`` (or non-finite).
       num_fail_m_f: particles with ``f(x_i) > f* + M_f`` (or non-finite).
       num_fail_n_star: particles with ``N_i < max(N*, 1)``. The three counts
@@ -501,24 +504,38 @@ def cenlmc_move(
     h = jnp.asarray(step_size, dt)
     fs = state.f_star if f_star is None else jnp.asarray(f_star, dt)
     f = -state.logdensity
-    pf = ensemble_force(
-        x,
-        f,
-        state.log_p,
-        jnp.asarray(eta, dt),
-        w=state.w,
-        r2=jnp.asarray(r2, dt),
-        **opts.force_kwargs(),
-    )
     # comparisons written so that NaN/inf fail the test (w = +inf at init gives NaN/inf
     # here)
     fail_r1 = ~(jnp.linalg.norm(x - state.w, axis=-1) <= jnp.asarray(r1, dt))
     fail_mf = ~(f <= fs + jnp.asarray(m_f, dt))
-    fail_n = pf.n_r2 < jnp.maximum(jnp.asarray(n_star, jnp.int32), 1)
     # the guard reads the previous step's η-ball count: a function of the past only, so
     # selecting on it keeps the ensemble force unbiased given the past (today's count is
     # not)
     fail_ball = state.ball_count < min_ball
+
+    def pair_force(_):
+        return ensemble_force(
+            x,
+            f,
+            state.log_p,
+            jnp.asarray(eta, dt),
+            w=state.w,
+            r2=jnp.asarray(r2, dt),
+            **opts.force_kwargs(),
+        )
+
+    def no_pair_force(_):
+        # every particle fails the R1 or the M_f test, which read no other particle:
+        # none can use the ensemble, so the O(N²) pair sums are not computed (step 0,
+        # an R1 below the noise's reach sqrt(2hd)); the ball counts of the last step
+        # that computed them stay (a function of the past, as the guard needs)
+        zero = jnp.zeros((n,), jnp.int32)
+        return PairwiseForce(jnp.zeros_like(x), zero, state.ball_count)
+
+    eligible = jnp.any(~(fail_r1 | fail_mf))
+    pf = lax.cond(eligible, pair_force, no_pair_force, None)
+    # (n_r2 of a skipped step is 0: every particle fails the N* test too)
+    fail_n = eligible & (pf.n_r2 < jnp.maximum(jnp.asarray(n_star, jnp.int32), 1))
     need = fail_r1 | fail_mf | fail_n | fail_ball
     ens = pf.force_sum / jnp.maximum(pf.n_r2, 1).astype(dt)[:, None]
     if estimator != "paper":
@@ -557,7 +574,7 @@ def cenlmc_move(
         model_solves=(n + padded * per_grad).astype(x.dtype),
         ensemble_fraction=(n - num_need).astype(dt) / n,
         mean_num_neighbours=jnp.mean(pf.n_r2.astype(dt)),
-        mean_ball_neighbours=jnp.mean(pf.n_ball.astype(dt)),
+        mean_ball_neighbours=jnp.where(eligible, jnp.mean(pf.n_ball.astype(dt)), 0),
         num_fail_r1=jnp.sum(fail_r1, dtype=jnp.int32),
         num_fail_m_f=jnp.sum(fail_mf, dtype=jnp.int32),
         num_fail_n_star=jnp.sum(fail_n, dtype=jnp.int32),
@@ -570,8 +587,8 @@ def cenlmc_move(
     )
     # rows without a previous step (w = +inf) have no meaningful count yet: "unknown"
     # does not guard
-    known = jnp.all(jnp.isfinite(state.w), axis=-1)
-    ball_count = jnp.where(known, pf.n_ball, jnp.iinfo(jnp.int32).max)
+    unknown = eligible & ~jnp.all(jnp.isfinite(state.w), axis=-1)
+    ball_count = jnp.where(unknown, jnp.iinfo(jnp.int32).max, pf.n_ball)
     new_state = CEnLMCState(
         x_new,
         logdensity,

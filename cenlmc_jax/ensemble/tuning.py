@@ -412,6 +412,7 @@ def suggest_cenlmc_params(
     n_star_default: int = 20,
     ball_min: int = 5,
     max_variance_inflation: float = 0.02,
+    max_neighbours: float | None = 256,
 ) -> CEnLMCParams:
     """Propose ``η, R1, R2, N*, M_f`` for CEnLMC with step size ``h``.
 
@@ -467,6 +468,18 @@ def suggest_cenlmc_params(
       particles with an empty ball to their gradient) and how many particles
       would fill it. The suggestion never predicts ensemble use from an empty
       ball.
+    * **Scaling with N** (``max_neighbours``, default 256): at fixed radii the
+      typical R2-neighbour count ``(N-1) V_{R2} (4π/μ)^{-d/2}`` grows like N, and
+      so does the work of a step (the block-sparse pair sums visit every pair
+      within R2 in w and η in x: ``O(N²)``). When that count would exceed
+      ``max_neighbours``, R2 and η are both shrunk by
+      ``(max_neighbours / count)^{1/d}``: they fall like ``N^{-1/d}``, the
+      neighbour counts (and N*) stay bounded, and a step costs ``O(N)`` pair
+      terms (plus the ``O(N log N)`` spatial sort;
+      benchmarks/results/waste.md). The larger ensemble then buys more
+      particles per unit of the target, not a smaller force noise; the
+      finite-difference bias ``κ η d`` falls with η. None keeps the radii of a
+      small N at every N.
     * ``M_f = max((N*)^ρ, χ²_d.ppf(m_f_pass)/2)``: Corollary 3.1's
       ``(N*)^ρ`` (ρ = 1/2 as in Theorem 3.5), but never so small that typical
       particles fail: for a Gaussian ``f - f* ~ χ²_d/2`` exactly, so the test
@@ -493,6 +506,8 @@ def suggest_cenlmc_params(
       n_star_default: N* without ``num_particles``.
       ball_min: the mean η-ball count below which the ensemble is said unused.
       max_variance_inflation: the noise budget ``v``.
+      max_neighbours: the largest typical R2-neighbour count the radii give
+        (above: R2 and η shrunk with N, as said), or None.
 
     Returns:
       A :class:`CEnLMCParams`, with the reasoning.
@@ -515,6 +530,8 @@ def suggest_cenlmc_params(
     ball_min = check_int(ball_min, "ball_min", minimum=1)
     n_star_default = check_int(n_star_default, "n_star_default", minimum=1)
     check_positive(max_variance_inflation, "max_variance_inflation")
+    if max_neighbours is not None:
+        check_positive(max_neighbours, "max_neighbours")
     L_ = 1.0 if L is None else float(L)
     mu_ = 1.0 if mu is None else float(mu)
     check_positive(L_, "L")
@@ -535,6 +552,10 @@ def suggest_cenlmc_params(
             "target)."
         )
     eta, r1, r2 = _suggest_radii(d, h, r1_pass, epsilon, kappa, notes)
+    if num_particles is not None and max_neighbours is not None:
+        eta, r2 = _bounded_neighbours(
+            d, num_particles, eta, r2, mu_, float(max_neighbours), notes
+        )
     noise_k = ensemble_noise_constant(d, h, eta, r1, r2)
     if num_particles is not None:
         n_star, pass_n, typical, inflation = _suggest_n_star(
@@ -631,6 +652,26 @@ def _suggest_radii(
         "and within the finite-difference bias bound."
     )
     return eta, r1, r2
+
+
+def _bounded_neighbours(d, num_particles, eta, r2, mu_, max_neighbours, notes: list):
+    """``(η, R2)`` shrunk by one factor so that the typical R2-neighbour count
+    ``(N-1) V_{R2} (4π/μ)^{-d/2}`` is at most ``max_neighbours`` (unchanged below).
+    """
+    typical = (
+        (num_particles - 1) * ball_volume(d, r2) * (4.0 * math.pi / mu_) ** (-0.5 * d)
+    )
+    if typical <= max_neighbours:
+        return eta, r2
+    scale = (max_neighbours / typical) ** (1.0 / d)
+    notes.append(
+        f"R2 and eta shrunk by (max_neighbours / {typical:.4g})^(1/d) = {scale:.4g} "
+        f"(to {r2 * scale:.4g}, {eta * scale:.4g}): at N = {num_particles} the typical "
+        f"R2-neighbour count would be {typical:.4g} > max_neighbours = "
+        f"{max_neighbours:g}, and a step's pair work grows with it; bounded, it is "
+        "O(N)."
+    )
+    return eta * scale, r2 * scale
 
 
 def _suggest_n_star(
