@@ -173,23 +173,42 @@ def _sample(parser, args, argv: list) -> int:
     return verdict.EXIT_INTERRUPTED
 
 
+#: Environment variables of the compilation cache: a folder, or any non-empty value
+#: but ``0`` to switch it off (``--compile-cache`` wins over both).
+CACHE_DIR_ENV, NO_CACHE_ENV = "CENLMC_JAX_CACHE_DIR", "CENLMC_JAX_NO_CACHE"
+
+
+def default_cache_dir() -> str:
+    """``$XDG_CACHE_HOME/cenlmc_jax/xla`` (``~/.cache/cenlmc_jax/xla`` without it)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".cache"
+    )
+    return os.path.join(base, "cenlmc_jax", "xla")
+
+
 def use_compile_cache(folder: str | None) -> None:
     """JAX's persistent compilation cache for the job (``--compile-cache``).
 
     A CLI job builds new closures every time, so nothing of an earlier job's compilation
     is reused in memory; on disk, a program whose HLO is the same (the same job, or one
     with other output flags) is loaded instead of compiled (measured on the default job:
-    benchmarks/results/test_times.md). ``None``: the cache JAX is already configured
-    with (``$JAX_COMPILATION_CACHE_DIR``), else ``~/.cache/cenlmc_jax/xla``; ``"off"``:
-    no cache. JAX writes an entry without a lock (unless the ``filelock`` package is
-    installed and a size limit set), so jobs that run at the same time should each get
-    their own folder (``--compile-cache DIR``).
+    benchmarks/results/waste.md). Every program is cached, however quick its compilation
+    (a job compiles dozens of small ones: together they are most of a warm job's time).
+
+    ``folder``: ``--compile-cache``; ``"off"``: no cache. None: ``$CENLMC_JAX_NO_CACHE``
+    (set, not ``0``) switches it off; else the folder of ``$CENLMC_JAX_CACHE_DIR``, else
+    the cache JAX is already configured with (``$JAX_COMPILATION_CACHE_DIR``), else
+    :func:`default_cache_dir`. JAX writes an entry without a lock (unless the
+    ``filelock`` package is installed and a size limit set), so jobs that run at the
+    same time should each get their own folder.
     """
+    if folder is None:
+        if os.environ.get(NO_CACHE_ENV, "") not in ("", "0"):
+            return
+        folder = os.environ.get(CACHE_DIR_ENV) or None
     if folder == "off" or (folder is None and jax.config.jax_compilation_cache_dir):
         return
-    folder = folder or os.path.join(
-        os.path.expanduser("~"), ".cache", "cenlmc_jax", "xla"
-    )
+    folder = folder or default_cache_dir()
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError as exc:
@@ -198,7 +217,8 @@ def use_compile_cache(folder: str | None) -> None:
             "another folder or 'off'."
         ) from exc
     jax.config.update("jax_compilation_cache_dir", folder)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 def _end_interrupted_process(code: int) -> None:

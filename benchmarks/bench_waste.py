@@ -1,0 +1,491 @@
+"""No wasted work (issue 30): each item measured before and after, in one run.
+
+* import: wall time of ``python -c "import cenlmc_jax"`` in a fresh process (and
+  of ``import jax``, the floor when the package imports JAX).
+* summary: in a fresh process with JAX imported, ``import cenlmc_jax`` and the first
+  ``cj.summary`` of 4 chains x 1,000 draws x 2 (the imports it makes included).
+* lmc/sgld: process CPU time of 100 steps of ``cj.lmc`` (an ensemble of 1,000)
+  over ``blackjax.sgld`` (1,000 chains vmapped), full gradient, same step size,
+  interleaved pairs; logistic regression (d = 25, 1,000 rows) and a Gaussian.
+* cenlmc/lmc at fraction 0: one ``cenlmc_step`` (d = 10, R1 below the noise's
+  reach: no particle passes the R1 test) over one ``lmc_step``, same N.
+* cenlmc scaling: one ``cenlmc_step`` at d = 2 with
+  ``suggest_cenlmc_params(2, h, num_particles=N)``; the exponent of N fitted
+  between consecutive sizes.
+* cli: user + sys CPU time of ``cenlmc-jax sample`` (the default job) with an
+  empty compilation cache (cold), then again (warm).
+
+"before" is the code of ``--before`` (a commit, checked out with ``git worktree``
+into a temporary folder), "after" this tree; every measurement runs in a subprocess
+on one tree (the editable install's finder taken out of ``sys.meta_path`` so the
+tree given is the one imported).
+
+``python benchmarks/bench_waste.py [--before COMMIT] [--quick] [--skip-cli]``.
+Writes benchmarks/results/waste.{json,md}.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Run first in every subprocess: the tree on PYTHONPATH, not the editable install.
+PRELUDE = (
+    "import sys; sys.meta_path[:] = [f for f in sys.meta_path "
+    "if 'Editable' not in getattr(f, '__name__', type(f).__name__)]; "
+)
+
+
+# ------------------------------------------------------------------ the workers
+
+
+def w_summary(_args):
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    jnp.zeros(1).block_until_ready()
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(4, 1000, 2)).cumsum(1) * 0.1 + rng.normal(size=(4, 1000, 2))
+    t0 = time.perf_counter()
+    import cenlmc_jax as cj
+
+    cj.summary(x)
+    first = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    cj.summary(x + 1.0)
+    return {
+        "first_s": first,
+        "second_s": time.perf_counter() - t0,
+        "jax": jax.__version__,
+    }
+
+
+def _logistic(d=25, rows=1000, seed=0):
+    import jax.numpy as jnp
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(rows, d)) / np.sqrt(d)
+    w = rng.normal(size=d)
+    y = rng.random(rows) < 1 / (1 + np.exp(-(X @ w)))
+    X, y = jnp.asarray(X, jnp.float32), jnp.asarray(y, jnp.float32)
+
+    def logp(x):
+        z = X @ x
+        return jnp.sum(y * z - jnp.logaddexp(0.0, z)) - 0.5 * jnp.sum(x**2)
+
+    return logp
+
+
+def w_lmc_sgld(args):
+    import blackjax
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    import cenlmc_jax as cj
+
+    n, steps, d = args["chains"], args["steps"], 25
+
+    def runners(logp, h):
+        algo = cj.lmc(logp, h)
+        grad = jax.grad(logp)
+        sgld = blackjax.sgld(lambda x, batch: grad(x))
+        vstep = jax.vmap(lambda k, x: sgld.step(k, x, None, h))
+
+        def scan(step):
+            def body(s, key):
+                return step(key, s), None
+
+            return jax.jit(
+                lambda key, s: lax.scan(body, s, jax.random.split(key, steps))[0]
+            )
+
+        run_a = scan(lambda key, s: algo.step(key, s)[0])
+        run_b = scan(lambda key, x: vstep(jax.random.split(key, n), x))
+        return (run_a, algo.init(jnp.zeros((n, d)))), (run_b, jnp.zeros((n, d)))
+
+    out = {}
+    for name, logp, h in (
+        ("logistic", _logistic(), 1e-3),
+        ("gaussian", lambda x: -0.5 * jnp.sum(x**2), 0.1),
+    ):
+        (ra, sa), (rb, sb) = runners(logp, h)
+        key = jax.random.key(0)
+        jax.block_until_ready(ra(key, sa))
+        jax.block_until_ready(rb(key, sb))
+        ratios = []
+        for r in range(args["repeats"]):
+            t = {}
+            pair = (("a", ra, sa), ("b", rb, sb))
+            for label, fn, s in pair if r % 2 == 0 else pair[::-1]:
+                c0 = time.process_time()
+                jax.block_until_ready(fn(key, s))
+                t[label] = time.process_time() - c0
+            ratios.append(t["a"] / t["b"])
+        out[name] = {
+            "ratio": statistics.median(ratios),
+            "ratio_min": min(ratios),
+            "ratio_max": max(ratios),
+        }
+    return out
+
+
+def _per_step(fn, state, repeats):
+    import jax
+
+    key = jax.random.key(1)
+    jax.block_until_ready(fn(key, state))
+    times = []
+    for _ in range(repeats):
+        c0 = time.process_time()
+        jax.block_until_ready(fn(key, state))
+        times.append(time.process_time() - c0)
+    return statistics.median(times)
+
+
+def w_fraction0(args):
+    import functools
+
+    import jax
+
+    import cenlmc_jax as cj
+
+    d, h, out = 10, 0.05, {}
+    tgt = cj.models.targets.standard_gaussian(d)
+    for n in args["sizes"]:
+        x = tgt.sample(jax.random.key(0), n)
+        cst = cj.ensemble.cenlmc_init(x, tgt.logdensity_fn, tgt.f_star)
+        lst = cj.ensemble.lmc_init(x, tgt.logdensity_fn)
+        ckern = jax.jit(
+            functools.partial(
+                cj.ensemble.cenlmc_step,
+                logdensity_fn=tgt.logdensity_fn,
+                step_size=h,
+                eta=0.5,
+                r1=0.01,  # sqrt(2hd) = 1: no particle passes R1
+                r2=0.7,
+                n_star=5,
+                m_f=20.0,
+            )
+        )
+        lkern = jax.jit(
+            functools.partial(
+                cj.ensemble.lmc_step, logdensity_fn=tgt.logdensity_fn, step_size=h
+            )
+        )
+        cst, info = ckern(jax.random.key(2), cst)  # past step 0 (w = +inf)
+        c_s = _per_step(ckern, cst, args["repeats"])
+        l_s = _per_step(lkern, lst, args["repeats"])
+        _, info = ckern(jax.random.key(3), cst)
+        out[str(n)] = {
+            "cenlmc_ms": 1e3 * c_s,
+            "lmc_ms": 1e3 * l_s,
+            "ratio": c_s / l_s,
+            "fraction": float(info.ensemble_fraction),
+        }
+    return out
+
+
+def w_scaling(args):
+    import functools
+
+    import jax
+
+    import cenlmc_jax as cj
+
+    d, h, out = 2, 0.05, {}
+    tgt = cj.models.targets.standard_gaussian(d)
+    for n in args["sizes"]:
+        prm = cj.ensemble.tuning.suggest_cenlmc_params(d, h, num_particles=n)
+        x = tgt.sample(jax.random.key(0), n)
+        st = cj.ensemble.cenlmc_init(x, tgt.logdensity_fn, tgt.f_star)
+        kern = jax.jit(
+            functools.partial(
+                cj.ensemble.cenlmc_step,
+                logdensity_fn=tgt.logdensity_fn,
+                step_size=h,
+                eta=prm.eta,
+                r1=prm.r1,
+                r2=prm.r2,
+                n_star=prm.n_star,
+                m_f=prm.m_f,
+            )
+        )
+        for k in range(3):  # into the stationary regime of the tests
+            st, info = kern(jax.random.key(10 + k), st)
+        out[str(n)] = {
+            "ms": 1e3 * _per_step(kern, st, args["repeats"]),
+            "eta": prm.eta,
+            "r2": prm.r2,
+            "n_star": prm.n_star,
+            "mean_num_neighbours": float(info.mean_num_neighbours),
+            "fraction": float(info.ensemble_fraction),
+        }
+    return out
+
+
+WORKERS = {"summary": w_summary, "lmc_sgld": w_lmc_sgld, "fraction0": w_fraction0}
+WORKERS["scaling"] = w_scaling
+
+
+# ------------------------------------------------------------------ the driver
+
+
+def worker_call(tree: Path, name: str, args: dict) -> dict:
+    """``WORKERS[name](args)`` in a fresh process importing ``tree``."""
+    code = (
+        PRELUDE + f"sys.path.insert(0, {str(ROOT / 'benchmarks')!r}); "
+        "import json, bench_waste as b; "
+        f"out = b.WORKERS[{name!r}](json.loads({json.dumps(args)!r})); "
+        "print('RESULT ' + json.dumps(out))"
+    )
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True
+    )
+    for line in out.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    raise RuntimeError(f"{name} on {tree} failed:\n{out.stderr[-3000:]}")
+
+
+def child_cpu(cmd: list, env: dict) -> tuple:
+    """(user + sys CPU s, wall s) of a child process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(cmd, env=env, check=True, capture_output=True)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return cpu, wall
+
+
+def import_times(tree: Path, repeats: int) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    out = {}
+    for label, stmt in (("cenlmc_jax", "import cenlmc_jax"), ("jax", "import jax")):
+        walls = [
+            child_cpu([sys.executable, "-c", PRELUDE + stmt], env)[1]
+            for _ in range(repeats)
+        ]
+        out[label] = {"median_s": statistics.median(walls), "min_s": min(walls)}
+    return out
+
+
+def cli_times(tree: Path) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    for key in ("CENLMC_JAX_CACHE_DIR", "CENLMC_JAX_NO_CACHE"):
+        env.pop(key, None)
+    with tempfile.TemporaryDirectory() as cache:
+        cmd = [
+            sys.executable,
+            "-c",
+            PRELUDE + "from cenlmc_jax.cli import main; sys.exit(main())",
+            "sample",
+            "--compile-cache",
+            cache,
+        ]
+        cold = child_cpu(cmd, env)
+        warm = child_cpu(cmd, env)
+    return {"cold_cpu_s": cold[0], "warm_cpu_s": warm[0], "warm_wall_s": warm[1]}
+
+
+def exponents(sizes: list, ms: list) -> list:
+    return [
+        math.log(ms[i + 1] / ms[i]) / math.log(sizes[i + 1] / sizes[i])
+        for i in range(len(sizes) - 1)
+    ]
+
+
+def main():
+    from _common import base_parser, write_results
+
+    parser = base_parser(" ".join(__doc__.split("\n\n")[0].split()))
+    parser.add_argument("--before", default="5c7e7ee", help="the commit before")
+    parser.add_argument("--skip-cli", action="store_true")
+    parser.add_argument("--chains", type=int, default=1000)
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--fraction0-sizes", type=int, nargs="+", default=[4096, 16384])
+    parser.add_argument(
+        "--scaling-sizes", type=int, nargs="+", default=[8192, 32768, 131072]
+    )
+    parser.add_argument(
+        "--scaling-before-max",
+        type=int,
+        default=32768,
+        help="largest N of the scaling run on the before code (N^1.7 there)",
+    )
+    args = parser.parse_args()
+    if args.quick:
+        args.repeats, args.chains, args.steps = 3, 200, 30
+        args.fraction0_sizes, args.scaling_sizes = [2048], [4096, 16384]
+        args.scaling_before_max, args.skip_cli = 16384, True
+
+    before = Path(tempfile.mkdtemp(prefix="cenlmc_before_"))
+    subprocess.run(
+        [
+            "git",
+            "-C",
+            str(ROOT),
+            "worktree",
+            "add",
+            "-f",
+            "--detach",
+            str(before),
+            args.before,
+        ],
+        check=True,
+        capture_output=True,
+    )
+    trees = {"before": before, "after": ROOT}
+    rows, raw = [], {}
+    try:
+        for label, tree in trees.items():
+            print(label, "...", flush=True)
+            r = raw[label] = {}
+            r["import"] = import_times(tree, args.repeats)
+            r["summary"] = worker_call(tree, "summary", {})
+            r["lmc_sgld"] = worker_call(
+                tree,
+                "lmc_sgld",
+                {"chains": args.chains, "steps": args.steps, "repeats": args.repeats},
+            )
+            r["fraction0"] = worker_call(
+                tree,
+                "fraction0",
+                {"sizes": args.fraction0_sizes, "repeats": args.repeats},
+            )
+            sizes = [
+                n
+                for n in args.scaling_sizes
+                if label == "after" or n <= args.scaling_before_max
+            ]
+            r["scaling"] = worker_call(
+                tree, "scaling", {"sizes": sizes, "repeats": args.repeats}
+            )
+            if not args.skip_cli:
+                r["cli"] = cli_times(tree)
+            print(json.dumps(r), flush=True)
+    finally:
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(before)],
+            capture_output=True,
+        )
+
+    def row(item, what, b, a, target=""):
+        rows.append(
+            {"item": item, "measure": what, "before": b, "after": a, "target": target}
+        )
+
+    b, a = raw["before"], raw["after"]
+    row(
+        "(a)",
+        "`import cenlmc_jax`, wall s (median)",
+        b["import"]["cenlmc_jax"]["median_s"],
+        a["import"]["cenlmc_jax"]["median_s"],
+        "<= 1 s",
+    )
+    row(
+        "(a)",
+        "`import jax` alone, wall s",
+        b["import"]["jax"]["median_s"],
+        a["import"]["jax"]["median_s"],
+    )
+    row(
+        "(b)",
+        "import + first `cj.summary` (JAX imported), s",
+        b["summary"]["first_s"],
+        a["summary"]["first_s"],
+        "<= 1 s",
+    )
+    row(
+        "(b)",
+        "second `cj.summary`, s",
+        b["summary"]["second_s"],
+        a["summary"]["second_s"],
+    )
+    for name in ("logistic", "gaussian"):
+        row(
+            "(c)",
+            f"cj.lmc / blackjax.sgld CPU time, {name} (median of pairs)",
+            b["lmc_sgld"][name]["ratio"],
+            a["lmc_sgld"][name]["ratio"],
+            "<= 1.02",
+        )
+    for n in args.fraction0_sizes:
+        row(
+            "(d)",
+            f"cenlmc_step / lmc_step at fraction 0, d = 10, N = {n}",
+            b["fraction0"][str(n)]["ratio"],
+            a["fraction0"][str(n)]["ratio"],
+            "<= 1.1",
+        )
+        row(
+            "(d)",
+            f"cenlmc_step ms at fraction 0, d = 10, N = {n}",
+            b["fraction0"][str(n)]["cenlmc_ms"],
+            a["fraction0"][str(n)]["cenlmc_ms"],
+        )
+    for n in args.scaling_sizes:
+        row(
+            "(d)",
+            f"cenlmc_step ms, d = 2, suggested params, N = {n}",
+            b["scaling"].get(str(n), {}).get("ms", "-"),
+            a["scaling"][str(n)]["ms"],
+        )
+    for label in ("before", "after"):
+        sizes = [int(k) for k in raw[label]["scaling"]]
+        ms = [raw[label]["scaling"][str(k)]["ms"] for k in sizes]
+        raw[label]["scaling_exponents"] = exponents(sizes, ms)
+    row(
+        "(d)",
+        "cenlmc_step growth exponent of N, d = 2 (between consecutive sizes)",
+        ", ".join(f"{e:.2f}" for e in raw["before"]["scaling_exponents"]),
+        ", ".join(f"{e:.2f}" for e in raw["after"]["scaling_exponents"]),
+        "<= 1.15",
+    )
+    if not args.skip_cli:
+        for key, what in (
+            ("cold_cpu_s", "`cenlmc-jax sample` CPU s, empty cache"),
+            ("warm_cpu_s", "`cenlmc-jax sample` CPU s, warm cache"),
+        ):
+            row("(e)", what, b["cli"][key], a["cli"][key], "<= 8 s warm")
+    write_results(
+        "waste",
+        {"before_commit": args.before, "raw": raw},
+        rows,
+        columns=["item", "measure", "before", "after", "target"],
+        out_dir=args.out_dir,
+        title="No wasted work (issue 30): before and after",
+        notes=[
+            "Each figure from a fresh process on the tree named (before: "
+            f"`{args.before}`), on a 2-core machine shared with other jobs: CPU-time "
+            "ratios of interleaved pairs are the steady figures, wall times are noisy.",
+            "(c): the same step size and number of chains for both; cj.lmc no longer "
+            "evaluates the log density (track_logdensity=False, the default).",
+            "(d) fraction 0: R1 = 0.01 below the noise's reach sqrt(2hd) = 1, so no "
+            "particle passes the R1 test; the pair sums are then skipped (lax.cond).",
+            "(d) scaling: suggest_cenlmc_params(2, 0.05, num_particles=N) now caps the "
+            "typical neighbour count (max_neighbours=256): R2 and eta shrink like "
+            "N^(-1/2) beyond N ~ 10^4. The before code is run up to "
+            f"N = {args.scaling_before_max} only (it grows like N^1.7).",
+        ],
+    )
+
+
+if __name__ == "__main__":
+    main()
