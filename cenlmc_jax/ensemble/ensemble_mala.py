@@ -567,9 +567,9 @@ def ensemble_mala_warmup(
     ``N`` particles, ``log h ← log h + (ā_t - target) / sqrt(t + 1)``. The returned
     ``h`` is ``exp`` of the mean of ``log h`` over the second half of the warm-up, to
     be fixed for sampling (:func:`ensemble_mala`, or :func:`ensemble_mala_step` inside
-    ``jax.vmap``: the warm-up is jittable and vmappable over keys and positions); the warm-up's draws are not
-    samples of ``π^{⊗N}`` (``h`` moved) and are discarded. Costs ``N (num_steps + 1)``
-    model evaluations (the ``init`` included).
+    ``jax.vmap``: the warm-up is jittable and vmappable over keys and positions); the
+    warm-up's draws are not samples of ``π^{⊗N}`` (``h`` moved) and are discarded.
+    Costs ``N (num_steps + 1)`` model evaluations (the ``init`` included).
 
     Args:
       rng_key: the warm-up's key.
@@ -582,8 +582,8 @@ def ensemble_mala_warmup(
 
     Returns:
       ``(state, step_size, infos)``: the warmed-up :class:`EnsembleMALAState`, the
-      tuned ``h`` (a 0-d array of the positions' dtype) and the stacked :class:`EnsembleMALAInfo` of the
-      warm-up steps.
+      tuned ``h`` (a 0-d array of the positions' dtype) and the stacked
+      :class:`EnsembleMALAInfo` of the warm-up steps.
 
     Raises:
       ValueError: a bad argument, naming it.
