@@ -255,7 +255,11 @@ def worker_call(tree: Path, name: str, args: dict) -> dict:
     )
     env = dict(os.environ, PYTHONPATH=str(tree))
     out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tree,  # `python -c` puts the working folder first on sys.path
     )
     for line in out.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -267,7 +271,8 @@ def child_cpu(cmd: list, env: dict) -> tuple:
     """(user + sys CPU s, wall s) of a child process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    subprocess.run(cmd, env=env, check=True, capture_output=True)
+    # in the tree's folder: `python -c` puts the working folder first on sys.path
+    subprocess.run(cmd, env=env, check=True, capture_output=True, cwd=env["PYTHONPATH"])
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
