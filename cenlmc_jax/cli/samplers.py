@@ -151,7 +151,10 @@ def _lmc(spec, args, target, positions, c, keys):
     if _langevin_warmed(args):
         return _warmed(spec, args, target, positions, keys)
     h = langevin_step(args, c)
-    algo = spec.constructor(target.logdensity_fn, h)
+    # the command line keeps the log density of every step (cj.lmc's default skips
+    # it for speed): a step out of the support or an overflow is then caught at
+    # the step it happens, and the CLI never reports a chain that left the support
+    algo = spec.constructor(target.logdensity_fn, h, track_logdensity=True)
     return Job(
         algo,
         algo.init(positions),

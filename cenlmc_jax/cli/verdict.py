@@ -56,7 +56,7 @@ import numpy as np
 
 from cenlmc_jax import ensemble
 from cenlmc_jax.base import RunFlag, run_flags
-from cenlmc_jax.cli.jobs import Run, Setup, no_draws, shown
+from cenlmc_jax.cli.jobs import Run, Setup, kept_steps, no_draws, shown
 from cenlmc_jax.cli.parser import UsageError
 from cenlmc_jax.cli.samplers import SPECS
 from cenlmc_jax.diagnostics import convergence, online
@@ -535,7 +535,17 @@ def report(args, setup: Setup, run: Run, record: dict) -> tuple:
         print(f"  warning: {message}")
         record["warnings"].append(message)
     target, table = setup.target, None
-    if not no_draws(run.result):
+    few = run.result.trace is not None and 0 < kept_steps(run.result) < 4
+    if few:
+        # a run stopped by a divergence after its first kept step or so: what was
+        # kept is written, but split R-hat and the summary need 4 draws per chain
+        message = (
+            f"only {kept_steps(run.result)} kept draw(s) per chain before the run "
+            "stopped: too few for a summary (it needs 4)"
+        )
+        print(f"  warning: {message}")
+        record["warnings"].append(message)
+    elif not no_draws(run.result):
         res, labels = shown(
             setup, run.result
         )  # a NumPyro model: its constrained sites, by name

@@ -99,6 +99,10 @@ def test_a_tuning_flag_or_no_adapt_keeps_the_curvature_rule(tmp_path, capsys):
             "--steps",
             "400",
             "--no-adapt",
+            # what is tested is the step rule; 400 steps from a cold start are too
+            # few for the online R-hat (1.11, rightly flagged)
+            "--allow-unreliable",
+            "--no-bias-check",
         ],
         capsys,
     )
