@@ -38,6 +38,7 @@ _LAZY = {
     "to_arviz": ("cenlmc_jax.diagnostics.summary", "to_arviz"),
     "cenlmc": ("cenlmc_jax.ensemble.cenlmc", "cenlmc"),
     "enlmc": ("cenlmc_jax.ensemble.enlmc", "enlmc"),
+    "ensemble_mala": ("cenlmc_jax.ensemble.ensemble_mala", "ensemble_mala"),
     "lmc": ("cenlmc_jax.ensemble.lmc", "lmc"),
     "EnsembleOptions": ("cenlmc_jax.ensemble.options", "EnsembleOptions"),
     "tune_cenlmc": ("cenlmc_jax.ensemble.tuning", "tune_cenlmc"),
@@ -103,6 +104,9 @@ __all__ = [
     "sgrld",
     "sghmc",
     "sgrhmc",
+    # gradient-free and exact (two halves; not in SAMPLERS: its state is the whole
+    # ensemble, not one chain per row)
+    "ensemble_mala",
     "SAMPLERS",
     "SamplingAlgorithm",
     # running
