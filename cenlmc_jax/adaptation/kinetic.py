@@ -3,9 +3,10 @@
 After the Laplace start (:mod:`cenlmc_jax.adaptation.langevin_warmup`: ``N`` particles
 drawn from ``N(mode, M₀)``, ``M₀ = H⁻¹``), the ensemble is moved in whitened
 coordinates ``y = L⁻¹(x − m)``, ``M = L Lᵀ``, in two phases. The idea is LAPS's
-(Robnik & Seljak 2026, BlackJAX's ``adaptation/laps.py``): let an unadjusted kinetic
-sampler carry the ensemble to the typical set fast, steered by the ensemble's own
-bias estimate, then hand it to a Metropolis-adjusted sampler, which is exact.
+(Robnik & Seljak 2026, BlackJAX's ``adaptation/laps.py``): let a kinetic sampler carry
+the ensemble to the typical set fast, its step steered by an ensemble estimate every
+step, with a stopping rule on the ensemble's own convergence, then hand it to a
+Metropolis-adjusted sampler, which is exact.
 
 **Kinetic phase** (paper 2's complete recipe with ``D = [[0, 0], [0, γI]]`` and
 ``Q = [[0, −I], [I, 0]]``: underdamped Langevin, unit mass, full gradients), one OBABO
@@ -15,29 +16,38 @@ step of size ``ε`` per iteration::
     p ← p + ε/2 ∇log π_y(y);  y ← y + ε p;  p ← p + ε/2 ∇log π_y(y)   (BAB)
     p ← c p + sqrt(1 − c²) ξ'                              (O)
 
-with ``γ = FRICTION`` (the whitened scale is about 1, so about critical damping). The
-bias of an unadjusted kinetic step grows with its energy error ``ΔH`` over the BAB
-part; MCLMC and LAPS steer ``ε`` so that ``E[ΔH²]/d`` stays at a target. Here the
-expectation is the ensemble's, taken every step, and
-``ε ← ε (target / (E[ΔH²]/d))^{1/6}`` (leapfrog's ``ΔH`` is ``O(ε³)``), the factor
-clipped to ``[0.8, 1.25]``; a step that gives a non-finite value anywhere is undone
-and ``ε`` halved, and so is a step whose ``E[ΔH²]/d`` is over 100 times the
-target. On a Gaussian in ``y`` the target ``ENERGY_ERROR = 5·10⁻⁴`` gives
-``ε ≈ 0.5``, whose position-variance bias ``ε²/4 ≈ 6 %`` is removed by the adjusted
-phase.
+with ``γ = FRICTION`` (the whitened scale is about 1, so about critical damping). Each
+particle's BAB part is then Metropolis-tested: accepted with probability
+``min(1, e^{−ΔH})``, ``ΔH`` its energy error, and on rejection the particle stays and
+its momentum flips (Horowitz's generalised HMC, 1991). At a fixed ``ε`` this step
+leaves ``π(y) N(p; 0, I)`` invariant; LAPS runs this phase unadjusted, which lets a
+few particles escape into a heavy tail (eight schools: the ensemble's ``E y²`` jumped
+by hundreds of its standard errors between checks), and the test costs no gradient.
+``ε`` is steered every step so that the ensemble's ``E[ΔH²]`` stays at
+``ENERGY_ERROR`` (MCLMC and LAPS steer ``E[ΔH²]/d``, their measure of an unadjusted
+step's bias; with the test it measures the rejection rate, about
+``0.4 sqrt(E[ΔH²])``, whatever ``d``): ``ε ← ε (target / E[ΔH²])^{1/6}`` (leapfrog's
+``ΔH`` is ``O(ε³)``), the factor clipped to ``[0.8, 1.25]`` and ``0.5`` after a step
+that gave a non-finite value.
 
 **Stopping rule.** Every ``max(check_every, 2 / (γ ε))`` steps (a time ``2/γ``,
 about the relaxation time of a direction of unit scale) the ensemble's first and
-second moments of ``y`` are compared with those at the previous check:
+second moments of ``y`` are compared with those at the check half the round ago (a
+slow drift adds up over that lag, where two neighbouring checks would both look
+quiet):
 ``δ = max_i max((Δ E y_i)² / Var y_i, (Δ E y_i²)² / Var y_i²)`` (the LAPS paper's
-``b₂`` of the change). The phase stops after two successive checks with
-``δ <= max(STOP_B2, 8 / N)`` (``8 / N``: the noise level of the difference of two
-ensemble estimates, ``2 / N`` per estimate, with a factor 2 of margin) or after
-``max_kinetic_steps``. Then ``M`` and ``m`` are re-estimated from the ensemble
-(Stan's regularised covariance of the ``N`` particles, dense when
-``N >= 4 d``, else diagonal); if the new ``M`` differs from the old by more than a
-factor 2 in some direction (the Laplace approximation was off), the phase is run
-again in the new coordinates (at most ``MAX_ROUNDS`` rounds).
+``b₂`` of the change, the variances the larger of the two checks'). The phase stops
+after two successive checks with ``δ <=`` :func:`stop_threshold` (the noise level of
+the largest of ``2d`` such ratios at stationarity) or after ``max_kinetic_steps``.
+The ensemble's covariance in ``y`` (Stan's regularised estimate of the ``N``
+particles, dense when ``N >= 4 d``, else diagonal) then says whether the coordinates
+fit: if its eigenvalues spread more than 25 % beyond the sampling noise of an identity
+(:func:`_spread`), ``M`` and ``m`` are re-estimated from the ensemble and the phase is
+run again in the new coordinates (at most ``MAX_ROUNDS`` rounds); otherwise the ``M``
+it ran with is kept. Round ``r`` also ends before it settles, after
+``ROUND_STEPS · 2^r`` steps, when the covariance already says the coordinates are off
+(Stan's doubling windows: the Laplace approximation of a hierarchical posterior is
+often several times too narrow in its scale parameters).
 
 **Adjusted phase.** MALA in ``y`` (``y* = y + h ∇log π_y(y) + sqrt(2h) ξ``, accepted
 with the Metropolis–Hastings ratio), ``h`` starting at ``ε² / 2`` (one leapfrog step of
@@ -85,20 +95,28 @@ __all__ = [
     "FRICTION",
     "MAX_ROUNDS",
     "STOP_B2",
+    "stop_threshold",
     "TARGET_ACCEPTANCE",
     "KineticResult",
     "fit_dtype",
     "kinetic_then_mala",
 ]
 
-#: ``E[ΔH²]/d`` per kinetic step that ``ε`` is steered to (MCLMC's default target).
-ENERGY_ERROR = 5e-4
+#: ``E[ΔH²]`` per kinetic step (over the ensemble) that ``ε`` is steered to: with the
+#: Metropolis test, a rejection rate of about ``0.4 sqrt(E[ΔH²]) ≈ 9 %``.
+ENERGY_ERROR = 0.05
 #: ``γ`` of the kinetic phase, in whitened units (the posterior's scale there is ~1).
 FRICTION = 1.0
 #: The stopping rule's threshold on the change ``δ`` of the ensemble's moments.
 STOP_B2 = 2.5e-3
+#: Checks a round makes at least before it may stop (the lag of the stopping rule's
+#: comparison is then at least 2 checks).
+MIN_CHECKS = 4
 #: Rounds of the kinetic phase, each in the coordinates whitened by the last.
-MAX_ROUNDS = 3
+MAX_ROUNDS = 5
+#: Round ``r`` may end before it settles after ``ROUND_STEPS · 2^r`` steps when the
+#: ensemble's covariance says the coordinates are off (Stan's doubling windows).
+ROUND_STEPS = 50
 #: The mean MALA acceptance the adjusted phase tunes ``h`` to (Roberts & Rosenthal's
 #: optimum is 0.574 in high dimension; a little above it costs little and is safer in
 #: low dimension).
@@ -121,6 +139,7 @@ class KineticResult(NamedTuple):
     rounds: list
     relaxation_steps: float
     notes: list
+    trajectory: list
 
 
 def _to_x(factor, mean, y):
@@ -142,13 +161,14 @@ _STATIC = ("logdensity_fn", "grad_fn", "grad_mode")
 def _kinetic_chunk(
     key, y, p, v, g, eps, factor, mean, n, logdensity_fn, grad_fn, grad_mode
 ):
-    """``n`` OBABO steps of the whole ensemble with the per-step ``ε`` control."""
-    d = y.shape[1]
+    """``n`` OBABO steps of the whole ensemble with the per-step ``ε`` control, each
+    particle's BAB part Metropolis-tested (generalised HMC); the count of rejections.
+    """
     vg = partial(_value_and_grad_y, logdensity_fn, grad_fn, grad_mode, factor, mean)
 
     def body(t, carry):
         y, p, v, g, eps, undone = carry
-        k1, k2 = jax.random.split(jax.random.fold_in(key, t))
+        k1, k2, k3 = jax.random.split(jax.random.fold_in(key, t), 3)
         c = jnp.exp(-FRICTION * eps / 2)
         s = jnp.sqrt(1 - c**2)
         p = c * p + s * jax.random.normal(k1, p.shape, p.dtype)
@@ -157,16 +177,23 @@ def _kinetic_chunk(
         v1, g1 = vg(y1)
         p1 = half + 0.5 * eps * g1
         dh = (-v1 + 0.5 * jnp.sum(p1**2, 1)) - (-v + 0.5 * jnp.sum(p**2, 1))
-        var_e = jnp.mean(jnp.where(jnp.isfinite(dh), dh, 0.0) ** 2) / d
+        fine = jnp.isfinite(dh) & jnp.all(jnp.isfinite(g1), 1)
+        var_e = jnp.mean(jnp.where(fine, dh, 0.0) ** 2)
         ratio = ENERGY_ERROR / jnp.maximum(var_e, jnp.finfo(y.dtype).tiny)
-        # a step far off target (or not finite) is undone, not only corrected after
-        ok = jnp.all(jnp.isfinite(dh)) & jnp.all(jnp.isfinite(g1)) & (ratio > 0.01)
-        factor_eps = jnp.where(ok, jnp.clip(ratio ** (1 / 6), 0.8, 1.25), 0.5)
-        keep = lambda new, old: jnp.where(ok, new, old)  # noqa: E731
-        y, v, g = keep(y1, y), keep(v1, v), keep(g1, g)
-        p = keep(p1, p)
-        p = c * p + s * jax.random.normal(k2, p.shape, p.dtype)
-        return y, p, v, g, eps * factor_eps, undone + (~ok).astype(jnp.int32)
+        factor_eps = jnp.where(
+            jnp.all(fine), jnp.clip(ratio ** (1 / 6), 0.8, 1.25), 0.5
+        )
+        # Horowitz's generalised HMC: each particle's leapfrog step is accepted with
+        # probability min(1, e^{-ΔH}); a rejected one stays and flips its momentum
+        u = jax.random.uniform(k2, v.shape, v.dtype)
+        take = fine & (jnp.log(u) < -dh)
+        y = jnp.where(take[:, None], y1, y)
+        g = jnp.where(take[:, None], g1, g)
+        v = jnp.where(take, v1, v)
+        p = jnp.where(take[:, None], p1, -p)
+        p = c * p + s * jax.random.normal(k3, p.shape, p.dtype)
+        rejected = undone + jnp.sum(~take).astype(jnp.int32)
+        return y, p, v, g, eps * factor_eps, rejected
 
     return lax.fori_loop(0, n, body, (y, p, v, g, eps, jnp.int32(0)))
 
@@ -261,14 +288,36 @@ def _moments(y: np.ndarray) -> tuple:
 def _change(a: tuple, b: tuple) -> float:
     """The stopping rule's ``δ`` between two checks' moments (module docstring)."""
     m1, m2, v1, v2 = a
-    n1, n2, _, _ = b
+    n1, n2, w1, w2 = b
     tiny = 1e-300
     return float(
         max(
-            np.max((n1 - m1) ** 2 / np.maximum(v1, tiny)),
-            np.max((n2 - m2) ** 2 / np.maximum(v2, tiny)),
+            np.max((n1 - m1) ** 2 / np.maximum(np.maximum(v1, w1), tiny)),
+            np.max((n2 - m2) ** 2 / np.maximum(np.maximum(v2, w2), tiny)),
         )
     )
+
+
+def stop_threshold(n: int, d: int) -> float:
+    """The stopping rule's threshold on ``δ``: ``max(STOP_B2, (2/N)(2 ln(2d) + 3))``.
+
+    Between two checks each of the ``2d`` ratios is at most about ``(2/N) χ²₁`` when
+    the ensemble is stationary (two estimates of ``N`` particles, correlated or not),
+    and the largest of ``2d`` such ``χ²₁`` is about ``2 ln(2d)``; ``+ 3`` is the margin
+    that makes two quiet checks in a row likely at stationarity.
+    """
+    return max(STOP_B2, 2.0 / n * (2.0 * math.log(2 * d) + 3.0))
+
+
+def _spread(y: np.ndarray, dense: bool, n: int, d: int) -> tuple[float, np.ndarray]:
+    """``(spread, cov)``: the ensemble's regularised covariance in ``y`` (dense when
+    ``N >= 4d``) and how far it is from ``I``: ``max(λ_max, 1/λ_min)``. The sample
+    covariance of ``N`` draws of ``N(0, I_d)`` has eigenvalues spread over
+    ``(1 ± sqrt(d/N))²`` (Marchenko–Pastur), the noise level it is compared with.
+    """
+    cov = _ensemble_cov(y, dense and n >= 4 * d)
+    ev = np.linalg.eigvalsh(cov) if cov.ndim == 2 else cov
+    return float(max(np.max(ev), 1 / np.min(ev))), cov
 
 
 def _ensemble_cov(y: np.ndarray, dense: bool) -> np.ndarray:
@@ -323,14 +372,27 @@ def kinetic_then_mala(
     static = dict(logdensity_fn=logdensity_fn, grad_fn=grad_fn, grad_mode=grad_mode)
     eps, used, rounds, notes = float(initial_step), 0, [], []
     m_mat, mean = np.asarray(m_mat, np.float64), np.asarray(mean, np.float64)
-    for _ in range(MAX_ROUNDS):
+    trajectory = []
+
+    def record(seq, lf, mean, y):
+        x = _to_x(lf, mean, np.asarray(y, np.float64))
+        trajectory.append((int(seq), x.mean(0), (x**2).mean(0)))
+
+    noise = (
+        (1 + math.sqrt(d / n)) ** 2
+        if dense and n >= 4 * d
+        else 1 + 4 * math.sqrt(2 / n)
+    )
+    for r in range(MAX_ROUNDS):
         lf, lf_inv = _factor(m_mat)
         fac, mu = jnp.asarray(lf, dt), jnp.asarray(mean, dt)
         y = jnp.asarray(_to_y(lf_inv, mean, x), dt)
         v, g = _values_y(y, fac, mu, **static)
         p = jnp.zeros_like(y)
-        prev, quiet, steps, undone, change = (
-            _moments(np.asarray(y, np.float64)),
+        if r == 0:
+            record(0, lf, mean, y)
+        history, quiet, steps, undone, change = (
+            [_moments(np.asarray(y, np.float64))],
             0,
             0,
             0,
@@ -355,46 +417,59 @@ def kinetic_then_mala(
                 **static,
             )
             eps, steps, undone = float(eps_j), steps + m, undone + int(bad)
-            now = _moments(np.asarray(y, np.float64))
-            change = _change(prev, now)
-            prev = now
-            quiet = quiet + 1 if change <= max(STOP_B2, 8.0 / n) else 0
+            history.append(_moments(np.asarray(y, np.float64)))
+            # against the moments at half the round's elapsed checks: a slow drift
+            # adds up over the lag, where two neighbouring checks would both look quiet
+            change = _change(history[(len(history) - 1) // 2], history[-1])
+            quiet = (
+                quiet + 1
+                if change <= stop_threshold(n, d) and len(history) > MIN_CHECKS
+                else 0
+            )
+            record(used + steps, lf, mean, y)
             if quiet >= 2:
+                break
+            # a round that has not settled after ROUND_STEPS·2^r steps ends early
+            # when the ensemble already says the coordinates are off (the next round
+            # runs in better ones)
+            if (
+                steps >= ROUND_STEPS * 2**r
+                and r < MAX_ROUNDS - 1
+                and _spread(np.asarray(y, np.float64), dense, n, d)[0] > 1.25 * noise
+            ):
                 break
         used += steps
         ynp = np.asarray(y, np.float64)
         x = jnp.asarray(_to_x(lf, mean, ynp), dt)
-        cov_y = _ensemble_cov(ynp, dense and n >= 4 * d)
-        ev = np.linalg.eigvalsh(cov_y) if cov_y.ndim == 2 else cov_y
-        spread = float(max(np.max(ev), 1 / np.min(ev)))
+        spread, cov_y = _spread(ynp, dense, n, d)
         rounds.append(
             dict(
                 kinetic_steps=steps,
                 step_size=eps,
-                undone_steps=undone,
+                rejected=undone,
                 last_change=change,
                 stopped=quiet >= 2,
                 whitened_cov_spread=spread,
             )
         )
-        new_mean = mean + (lf @ ynp.mean(0) if dense else lf * ynp.mean(0))
+        # only a spread beyond the noise (_spread), by 25 %, says the coordinates were
+        # off; then M and m are re-estimated and the phase run again in the new
+        # coordinates, else the M it ran with is kept (a noisy ensemble estimate would
+        # only degrade an M that fits, e.g. a Laplace M of a Gaussian)
+        rounds[-1]["refit"] = refit = spread > 1.25 * noise
+        if not refit:
+            break
+        mean = mean + (lf @ ynp.mean(0) if dense else lf * ynp.mean(0))
         if dense:
             c = cov_y if cov_y.ndim == 2 else np.diag(cov_y)
             new_m = lf @ c @ lf.T
             m_mat = 0.5 * (new_m + new_m.T)
         else:
             m_mat = lf**2 * cov_y
-        mean = new_mean
-        # the sample covariance of N draws of N(0, I_d) has eigenvalues spread over
-        # (1 ± sqrt(d/N))² (Marchenko–Pastur): only a spread beyond that, by 2x, says
-        # the coordinates were off
-        noise = (
-            (1 + math.sqrt(d / n)) ** 2 if cov_y.ndim == 2 else 1 + 4 * math.sqrt(2 / n)
-        )
-        if spread <= 2.0 * noise or used >= max_kinetic_steps:
+        if used >= max_kinetic_steps:
             break
     notes.append(
-        f"kinetic phase (underdamped Langevin, γ = {FRICTION}, E[ΔH²]/d steered to "
+        f"kinetic phase (generalised HMC, γ = {FRICTION}, E[ΔH²] steered to "
         f"{ENERGY_ERROR}): {used} steps in {len(rounds)} round(s), final ε = {eps:.3g}"
         + (
             ""
@@ -417,11 +492,14 @@ def kinetic_then_mala(
     y = jnp.asarray(_to_y(lf_inv, mean, x), dt)
     v, g = _values_y(y, fac, mu, **static)
     h, acc, y0 = 0.5 * eps**2, float("nan"), np.asarray(y, np.float64)
+    adjusted = 0
     for _ in range(adjust_rounds):
         y, v, g, a = _mala_chunk(
             next(keys), y, v, g, jnp.asarray(h, dt), fac, mu, adjust_steps, **static
         )
         acc = float(jnp.mean(a)) / adjust_steps
+        adjusted += adjust_steps
+        record(used + adjusted, lf, mean, y)
         h = h / 4 if acc < 0.1 else h * math.exp(2.0 * (acc - TARGET_ACCEPTANCE))
     # a particle the kinetic phase left far in a stiff tail accepts nothing at the
     # ensemble's h and would stay stuck for the whole run (R-hat flags it, rightly):
@@ -451,7 +529,17 @@ def kinetic_then_mala(
     )
     x = jnp.asarray(_to_x(lf, mean, y1), dt)
     return KineticResult(
-        x, m_mat, mean, h, acc, used, adjust_rounds * adjust_steps, rounds, relax, notes
+        x,
+        m_mat,
+        mean,
+        h,
+        acc,
+        used,
+        adjust_rounds * adjust_steps,
+        rounds,
+        relax,
+        notes,
+        trajectory,
     )
 
 
