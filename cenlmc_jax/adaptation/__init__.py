@@ -1,7 +1,10 @@
 """Warm-ups: how a sampler's step size, metric and start are chosen before sampling.
 
 * :mod:`~cenlmc_jax.adaptation.langevin_warmup`: :func:`langevin_warmup`, the
-  ensemble warm-up (mode and Laplace start, metric, step size) for LMC / CEnLMC;
+  ensemble warm-up (mode and Laplace start, metric, step size); by default it hands
+  over exact MALA, or LMC / CEnLMC by name;
+* :mod:`~cenlmc_jax.adaptation.kinetic`: the phases of its exact default (a
+  generalised-HMC phase steered and stopped by the ensemble, then MALA tuned on it);
 * :mod:`~cenlmc_jax.adaptation.window_adaptation`: :func:`window_adaptation`,
   Stan's windowed adaptation of the single-chain samplers (RW-MH, MALA, SDE and
   Gamma proposals);
