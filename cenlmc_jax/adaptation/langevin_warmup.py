@@ -100,6 +100,7 @@ same in ``y`` since ``whiten_logdensity`` drops no ``x``-dependent term).
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from functools import partial
 from typing import Any, NamedTuple
@@ -126,6 +127,7 @@ from cenlmc_jax.adaptation.mass_matrix import (
 )
 from cenlmc_jax.adaptation.step_size import langevin_step_size, max_curvature
 from cenlmc_jax.base import SamplingAlgorithm
+from cenlmc_jax.diagnostics.convergence import ConvergenceWarning
 from cenlmc_jax.ensemble.cenlmc import cenlmc
 from cenlmc_jax.ensemble.f_star import with_gradient
 from cenlmc_jax.ensemble.lmc import gradient_fn, lmc, lmc_init, lmc_move, mass_root
@@ -171,6 +173,11 @@ NEWTON_DECREMENT_MAX = 0.01
 #: The first, loose L-BFGS of the Laplace start stops at ``|∇f| <=`` this (then a
 #: Newton step; the default tolerance only where the Newton decrement is too large).
 LBFGS_LOOSE_TOL = 1e-3
+#: The mode search starts L-BFGS from this many dispersed particles.
+MODE_STARTS = 4
+#: Two L-BFGS results are separate modes when they are more than this many posterior
+#: sds apart in the best mode's Hessian metric.
+MODE_SEPARATION = 3.0
 
 
 class LangevinWarmupInfo(NamedTuple):
@@ -404,9 +411,11 @@ def _laplace(key, logdensity_fn, grad_fn, grad_mode, x, dense, notes):
     # takes it the rest of the way; on a rotated Gaussian of condition 10⁴ (d = 100)
     # the default tolerance cost 500 iterations. The tight search runs only when the
     # loose point fails that test.
-    res = find_f_star(logdensity_fn, x, tol=LBFGS_LOOSE_TOL)
-    steps = int(res.num_steps)
+    found, steps = _mode_search(logdensity_fn, x)
+    res = found[0]
     mode, lam, vec, g, newton = at(res)
+    if len(found) > 1 and np.all(np.isfinite(lam)):
+        _report_modes(found, lam, vec, notes)
     if not (np.all(lam > 0) and newton <= NEWTON_DECREMENT_MAX):
         res = find_f_star(logdensity_fn, jnp.asarray(mode)[None])
         steps += int(res.num_steps)
@@ -450,6 +459,82 @@ def _laplace(key, logdensity_fn, grad_fn, grad_mode, x, dense, notes):
         + "."
     )
     return positions, m0, np.asarray(mode, np.float64), steps, d, float(res.f_star)
+
+
+def _dispersed(x: np.ndarray, values: np.ndarray, k: int) -> list:
+    """``k`` particle indices to start the mode search from: the best one, then
+    farthest-point sampling (in coordinates scaled by the ensemble's sd) over all
+    particles, so the starts cover the ensemble's spread, not one basin (the better
+    half of the particles may all lie in a local mode's basin).
+    """
+    pool = np.argsort(-values)
+    z = x[pool] / np.maximum(x.std(0), 1e-300)
+    chosen = [0]
+    dist = np.sum((z - z[0]) ** 2, 1)
+    while len(chosen) < min(k, len(pool)):
+        i = int(np.argmax(dist))
+        if dist[i] == 0:
+            break
+        chosen.append(i)
+        dist = np.minimum(dist, np.sum((z - z[i]) ** 2, 1))
+    return [int(pool[i]) for i in chosen]
+
+
+def _rounded(x) -> list:
+    return np.round(np.asarray(x, np.float64), 3).tolist()
+
+
+def _mode_search(logdensity_fn, x):
+    """``(results, L-BFGS iterations)``: loose L-BFGS (``|∇f| <= LBFGS_LOOSE_TOL``)
+    from :data:`MODE_STARTS` dispersed particles (:func:`_dispersed`), best first;
+    the best is the Laplace start's mode, and :func:`_report_modes` names separate
+    ones (issue 28: all chains started in a local mode and agreed there, R-hat
+    1.04). The starts run one after another; their iterations are summed.
+    """
+    xs = np.asarray(x, np.float64)
+    values = np.asarray(jax.vmap(logdensity_fn)(x), np.float64)
+    values = np.where(np.isfinite(values), values, -np.inf)
+    found = []
+    for i in _dispersed(xs, values, MODE_STARTS):
+        r = find_f_star(logdensity_fn, x[i][None], tol=LBFGS_LOOSE_TOL)
+        if np.isfinite(float(r.f_star)):
+            found.append(r)
+    if not found:
+        r = find_f_star(logdensity_fn, x, tol=LBFGS_LOOSE_TOL)
+        return [r], int(r.num_steps)
+    found.sort(key=lambda r: float(r.f_star))
+    return found, sum(int(r.num_steps) for r in found)
+
+
+def _report_modes(found, lam, vec, notes) -> None:
+    """Separate modes among the L-BFGS results ``found`` (best first): more than
+    ``MODE_SEPARATION`` posterior sds from every mode kept before, measured in the
+    metric of the best mode's Hessian ``H = V diag(λ) Vᵀ`` (scale-aware: a loose
+    L-BFGS stop far along a flat direction is not a mode), are listed in ``notes``
+    and named by a ``ConvergenceWarning``.
+    """
+    lam = np.maximum(np.abs(lam), 1e-12 * np.max(np.abs(lam)))
+    modes = []
+    for r in found:
+        p = np.asarray(r.position, np.float64)
+        if all(
+            np.sum(lam * (vec.T @ (p - np.asarray(q.position, np.float64))) ** 2)
+            > MODE_SEPARATION**2
+            for q in modes
+        ):
+            modes.append(r)
+    if len(modes) > 1:
+        listed = "; ".join(
+            f"f = {float(r.f_star):.6g} at {_rounded(r.position)}" for r in modes
+        )
+        message = (
+            f"langevin_warmup: the mode search from {len(found)} dispersed particles "
+            f"found {len(modes)} separate modes ({listed}); the warm-up starts at the "
+            "best one, and chains started there do not visit the others: the draws "
+            "describe that mode only. Check the model, or sample the modes apart."
+        )
+        notes.append("modes: " + message.split(": ", 1)[1])
+        warnings.warn(ConvergenceWarning(message), stacklevel=4)
 
 
 def _condition(m: np.ndarray) -> float:

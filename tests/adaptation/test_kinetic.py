@@ -151,3 +151,35 @@ def test_float32_dense_metric_is_fitted_to_the_dtype_not_refused():
         )
         assert res.trace.dtype == jnp.float32
         assert np.all(np.isfinite(np.asarray(res.trace)))
+
+
+def _two_modes(x):
+    # a narrow local mode at 0 (weight 0.2) and the global one at (4, 4)
+    a = -0.5 * jnp.sum(x**2) / 0.25 + jnp.log(0.2)
+    b = -0.5 * jnp.sum((x - 4.0) ** 2) + jnp.log(0.8) + 2.0
+    return jnp.logaddexp(a, b)
+
+
+def test_separate_modes_are_found_from_dispersed_starts_and_named():
+    """Issue 28: the mode search ran from the best particle only, found a local mode
+    and every chain agreed there. It now starts from dispersed particles, starts the
+    warm-up at the best mode and warns naming every mode it found."""
+    x0 = jax.random.uniform(jax.random.key(0), (64, 2), jnp.float64, -2.0, 6.0)
+    with pytest.warns(cj.ConvergenceWarning, match="found 2 separate modes"):
+        wu = cj.langevin_warmup(jax.random.key(1), _two_modes, x0)
+    assert "modes: " in wu.info.reasoning
+    # the global mode (4, 4) is where the warm-up went
+    assert np.allclose(np.asarray(wu.positions).mean(0), 4.0, atol=0.5)
+
+
+def test_a_unimodal_badly_scaled_target_reports_one_mode():
+    """The separation is measured in the best mode's Hessian metric: loose L-BFGS
+    stops along the flat directions of a condition-10⁴ Gaussian are not modes."""
+    import warnings
+
+    logp, _ = _gaussian_100()
+    x0 = jax.random.normal(jax.random.key(0), (64, 100), jnp.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", cj.ConvergenceWarning)
+        wu = cj.langevin_warmup(jax.random.key(1), logp, x0, num_steps=40)
+    assert "modes: " not in wu.info.reasoning
