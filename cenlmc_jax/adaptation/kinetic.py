@@ -110,8 +110,9 @@ FRICTION = 1.0
 #: The stopping rule's threshold on the change ``δ`` of the ensemble's moments.
 STOP_B2 = 2.5e-3
 #: Checks a round makes at least before it may stop (the lag of the stopping rule's
-#: comparison is then at least 2 checks).
-MIN_CHECKS = 4
+#: comparison is then at least 4 checks: on a banana, shorter lags stopped the phase
+#: while the ensemble was still drifting along the ridge).
+MIN_CHECKS = 8
 #: Rounds of the kinetic phase, each in the coordinates whitened by the last.
 MAX_ROUNDS = 5
 #: Round ``r`` may end before it settles after ``ROUND_STEPS · 2^r`` steps when the
@@ -305,6 +306,13 @@ def stop_threshold(n: int, d: int) -> float:
     the ensemble is stationary (two estimates of ``N`` particles, correlated or not),
     and the largest of ``2d`` such ``χ²₁`` is about ``2 ln(2d)``; ``+ 3`` is the margin
     that makes two quiet checks in a row likely at stationarity.
+
+    Args:
+      n: the number of particles ``N``.
+      d: the dimension.
+
+    Returns:
+      The threshold, a float.
     """
     return max(STOP_B2, 2.0 / n * (2.0 * math.log(2 * d) + 3.0))
 

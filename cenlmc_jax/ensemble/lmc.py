@@ -290,7 +290,8 @@ def check_grad_fn(
 
 
 def count_nonfinite(position: Array, logdensity: Array) -> Array:
-    """Number of particles whose position or log density is not finite.
+    """Number of particles whose position (or its square) or log density is not
+    finite.
 
     ``logdensity``: ``(N,)`` values, or ``(N, d)`` gradients (a step that does not
     evaluate the log density checks the drift it will take instead).
@@ -298,7 +299,9 @@ def count_nonfinite(position: Array, logdensity: Array) -> Array:
     finite = jnp.isfinite(logdensity)
     if finite.ndim == position.ndim:
         finite = jnp.all(finite, axis=-1)
-    bad = ~jnp.all(jnp.isfinite(position), axis=-1) | ~finite
+    # a position whose square overflows has exploded too: the streamed moments square
+    # it, and without the log density (which would be -inf there) nothing else says so
+    bad = ~jnp.isfinite(jnp.sum(position * position, axis=-1)) | ~finite
     return jnp.sum(bad, dtype=jnp.int32)
 
 
