@@ -175,6 +175,8 @@ NEWTON_DECREMENT_MAX = 0.01
 LBFGS_LOOSE_TOL = 1e-3
 #: The mode search starts L-BFGS from this many dispersed particles.
 MODE_STARTS = 4
+#: Iterations of each extra start's probe (the main search runs to convergence).
+MODE_PROBE_STEPS = 30
 #: Two L-BFGS results are separate modes when they are more than this many posterior
 #: sds apart in the best mode's Hessian metric.
 MODE_SEPARATION = 3.0
@@ -486,24 +488,41 @@ def _rounded(x) -> list:
 
 def _mode_search(logdensity_fn, x):
     """``(results, L-BFGS iterations)``: loose L-BFGS (``|∇f| <= LBFGS_LOOSE_TOL``)
-    from :data:`MODE_STARTS` dispersed particles (:func:`_dispersed`), best first;
-    the best is the Laplace start's mode, and :func:`_report_modes` names separate
-    ones (issue 28: all chains started in a local mode and agreed there, R-hat
-    1.04). The starts run one after another; their iterations are summed.
+    from the best particle, and probes of at most :data:`MODE_PROBE_STEPS` iterations
+    from :data:`MODE_STARTS` − 1 more dispersed particles (:func:`_dispersed`); a
+    probe that ends lower than the main search is followed to its mode. The
+    converged results, best first: the best is the Laplace start's mode, and
+    :func:`_report_modes` names separate ones (issue 28: all chains started in a
+    local mode and agreed there, R-hat 1.04). The searches run one after another;
+    their iterations are summed.
     """
     xs = np.asarray(x, np.float64)
     values = np.asarray(jax.vmap(logdensity_fn)(x), np.float64)
     values = np.where(np.isfinite(values), values, -np.inf)
-    found = []
-    for i in _dispersed(xs, values, MODE_STARTS):
-        r = find_f_star(logdensity_fn, x[i][None], tol=LBFGS_LOOSE_TOL)
-        if np.isfinite(float(r.f_star)):
+    starts = _dispersed(xs, values, MODE_STARTS)
+    main = find_f_star(logdensity_fn, x[starts[0]][None], tol=LBFGS_LOOSE_TOL)
+    steps, found = int(main.num_steps), []
+    for i in starts[1:]:
+        # a probe: a few iterations, enough to fall into a well-scaled basin; one
+        # that ends lower than the main search is followed to its mode
+        r = find_f_star(
+            logdensity_fn, x[i][None], tol=LBFGS_LOOSE_TOL, max_steps=MODE_PROBE_STEPS
+        )
+        steps += int(r.num_steps)
+        if not np.isfinite(float(r.f_star)):
+            continue
+        if float(r.f_star) < float(main.f_star) - 1e-3 and not bool(r.converged):
+            r = find_f_star(logdensity_fn, r.position[None], tol=LBFGS_LOOSE_TOL)
+            steps += int(r.num_steps)
+        if bool(r.converged):
             found.append(r)
+    if np.isfinite(float(main.f_star)):
+        found.append(main)
     if not found:
         r = find_f_star(logdensity_fn, x, tol=LBFGS_LOOSE_TOL)
-        return [r], int(r.num_steps)
+        return [r], steps + int(r.num_steps)
     found.sort(key=lambda r: float(r.f_star))
-    return found, sum(int(r.num_steps) for r in found)
+    return found, steps
 
 
 def _report_modes(found, lam, vec, notes) -> None:
