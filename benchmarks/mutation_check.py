@@ -84,6 +84,36 @@ T_FLAGS_TOY = (
 #: (name, file, original text, replacement, tests that must catch it, what the bug is)
 MUTATIONS = [
     dict(
+        name="ensemble_mala_without_reverse_proposal",
+        file="cenlmc_jax/ensemble/ensemble_mala.py",
+        original="log_ratio = l_y - l_a + log_backward - log_forward",
+        replacement="log_ratio = l_y - l_a",
+        tests=["tests/ensemble/test_ensemble_mala.py::test_one_step_from_pi_stays_pi"],
+        what="ensemble MALA's MH ratio without the proposal densities (not exact)",
+    ),
+    dict(
+        name="online_rhat_without_between_chains",
+        file="cenlmc_jax/diagnostics/online.py",
+        original="+ jnp.var(mean, axis=0, ddof=1)",
+        replacement="+ 0.0 * jnp.var(mean, axis=0, ddof=1)",
+        tests=[
+            "tests/diagnostics/test_online.py::"
+            "test_chains_stuck_apart_are_flagged_in_stream_mode"
+        ],
+        what="the streamed split R-hat ignores the between-chain variance",
+    ),
+    dict(
+        name="float32_metric_not_fitted",
+        file="cenlmc_jax/adaptation/kinetic.py",
+        original="    if lam >= need:\n        return m_mat, 0.0",
+        replacement="    if True:\n        return m_mat, 0.0",
+        tests=[
+            "tests/adaptation/test_kinetic.py::"
+            "test_float32_dense_metric_is_fitted_to_the_dtype_not_refused"
+        ],
+        what="the warm-up hands over a float32 M the sampler refuses (issue 28)",
+    ),
+    dict(
         name="m_f_test_without_f_star",
         file=SAMPLERS,
         original="fail_mf = ~(f <= fs + jnp.asarray(m_f, dt))",
