@@ -99,7 +99,10 @@ def test_lmc_with_a_finite_difference_gradient_tracks_autodiff():
     with jax.enable_x64(True):
         x0 = jax.random.normal(jax.random.key(0), (50, 4), jnp.float64)
         exact = cj.lmc(smooth, 0.05)
-        fd = cj.lmc(smooth, 0.05, grad_fn=finite_difference(smooth))
+        # track_logdensity: the value with every gradient (the count below is of both)
+        fd = cj.lmc(
+            smooth, 0.05, grad_fn=finite_difference(smooth), track_logdensity=True
+        )
         a = cj.sample(jax.random.key(1), exact, exact.init(x0), 20, mode="stream")
         b = cj.sample(jax.random.key(1), fd, fd.init(x0), 20, mode="stream")
         # the same noise; gradients differ by ~1e-10 per step, amplified at most (1 + h
@@ -161,7 +164,9 @@ def test_the_samplers_evaluate_each_point_once_and_count_what_they_evaluate(sche
     x0 = 1.0 + jax.random.normal(jax.random.key(0), (n, d))
     per_grad = 2 * d if scheme == "central" else d  # the value at the particle is known
 
-    lmc = cj.lmc(logdensity, h, grad_fn=fd)
+    # with the log density kept every step, the values come with the gradients (cj.lmc's
+    # default evaluates the gradient only: n * 2d points for central differences)
+    lmc = cj.lmc(logdensity, h, grad_fn=fd, track_logdensity=True)
     state = lmc.init(x0)
     points.clear()
     _, info = jax.jit(lmc.step)(jax.random.key(1), state)
