@@ -56,8 +56,9 @@ STAT_FIELDS = ("diverged", "grad_evals", "acceptance_rate", "ensemble_fraction")
 _STREAM_NOTE = (
     "streaming run (mode='stream'): moments only. mean and sd are over all kept "
     "steps and particles; mcse_mean and mcse_sd are upper bounds from the final "
-    "ensemble (sd/sqrt(N)); quantiles are of the final ensemble; no ESS or "
-    "R-hat without draws (run with a trace for them)"
+    "ensemble (sd/sqrt(N)); quantiles are of the final ensemble; the split R-hat "
+    "and ESS of a streamed run are computed online (RunResult.online; the CLI's "
+    "verdict checks them), not shown per column here"
 )
 
 
