@@ -139,11 +139,15 @@ __all__ = [
 ]
 
 
+class _Samplers(dict):
+    """Every sampler constructor, by the name users call: ``cj.SAMPLERS["cenlmc"] is
+    cj.cenlmc`` (a dict).
+    """
+
+
 def __getattr__(name):
     if name == "SAMPLERS":
-        #: Every sampler constructor, by the name users call: ``cj.SAMPLERS["cenlmc"]
-        #: is cj.cenlmc``.
-        value = {n: __getattr__(n) for n in _SAMPLER_NAMES}
+        value = _Samplers({n: __getattr__(n) for n in _SAMPLER_NAMES})
     elif name in _LAZY:
         module, attr = _LAZY[name]
         value = _importlib.import_module(module)
