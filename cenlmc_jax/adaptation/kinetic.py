@@ -51,20 +51,21 @@ often several times too narrow in its scale parameters).
 
 **Adjusted phase.** MALA in ``y`` (``y* = y + h ∇log π_y(y) + sqrt(2h) ξ``, accepted
 with the Metropolis–Hastings ratio), ``h`` starting at ``ε² / 2`` (one leapfrog step of
-size ``ε`` with a fresh momentum is MALA at ``h = ε²/2``), tuned over
-``adjust_rounds`` rounds of ``adjust_steps`` steps on the whole ensemble:
-``log h ← log h + 2 (ā − TARGET_ACCEPTANCE)``, ``ā`` the round's mean acceptance
-probability over particles and steps (an ensemble of ``N`` estimates it to about
-``0.5/sqrt(N × steps)``, so no dual averaging is needed). A particle whose acceptance
-over the last round is below ``STUCK_ACCEPTANCE`` (left by the unadjusted phase deep in
-a stiff tail, where the ensemble's ``h`` is far too large for it) is replaced by a
-copy of a moving particle: a warm-up move, which costs no exactness, and a chain that
-would otherwise stay stuck for the whole run. ``h``, ``M`` and ``m`` are
-then frozen and the handed-over sampler is ``cj.mala(logdensity_fn, h,
-inverse_mass_matrix=M)`` over the ``N`` chains (``cj.vmap_chains``): a Metropolis
-chain with fixed parameters, so ``cj.sample`` targets ``π`` exactly. In ``x``,
-preconditioned MALA with ``M = L Lᵀ`` is MALA in ``y`` with the identity: the same
-proposal distribution and the same acceptance.
+size ``ε`` with a fresh momentum is MALA at ``h = ε²/2``), tuned over ``adjust_rounds``
+rounds of ``adjust_steps`` steps on the whole ensemble: ``log h ← log h + 2 (ā −
+TARGET_ACCEPTANCE)``, ``ā`` the round's mean acceptance probability over particles and
+steps (an ensemble of ``N`` estimates it to about ``0.5/sqrt(N × steps)``, so no dual
+averaging is needed); ``h`` is divided by 4 below an acceptance of 0.1 and multiplied by
+4 above 0.95, and rounds go on (at most ``MAX_ADJUST_ROUNDS``) while the acceptance is
+outside ``ACCEPTANCE_BAND``. A particle whose acceptance over the last round is below
+``STUCK_ACCEPTANCE`` (left by the kinetic phase deep in a stiff tail, where the
+ensemble's ``h`` is far too large for it) is replaced by a copy of a moving particle: a
+warm-up move, which costs no exactness, and a chain that would otherwise stay stuck for
+the whole run. ``h``, ``M`` and ``m`` are then frozen and the handed-over sampler is
+``cj.mala(logdensity_fn, h, inverse_mass_matrix=M)`` over the ``N`` chains
+(``cj.vmap_chains``): a Metropolis chain with fixed parameters, so ``cj.sample`` targets
+``π`` exactly. In ``x``, preconditioned MALA with ``M = L Lᵀ`` is MALA in ``y`` with the
+identity: the same proposal distribution and the same acceptance.
 
 Why not the two-system move (Chok, Lee, Paulin, Vasil 2025: halves preconditioning
 each other) for the sampling phase? Its point is to keep adapting ``M`` while
@@ -125,6 +126,10 @@ TARGET_ACCEPTANCE = 0.6
 #: A particle whose mean acceptance over the last tuning round is below this is stuck
 #: (replaced by a copy of a moving one, module docstring).
 STUCK_ACCEPTANCE = 0.02
+#: The adjusted phase tunes beyond its ``adjust_rounds`` (up to ``MAX_ADJUST_ROUNDS``)
+#: while the mean acceptance is outside this band.
+ACCEPTANCE_BAND = (0.3, 0.9)
+MAX_ADJUST_ROUNDS = 30
 
 
 class KineticResult(NamedTuple):
@@ -501,14 +506,32 @@ def kinetic_then_mala(
     v, g = _values_y(y, fac, mu, **static)
     h, acc, y0 = 0.5 * eps**2, float("nan"), np.asarray(y, np.float64)
     adjusted = 0
-    for _ in range(adjust_rounds):
+    adjust_key, r = next(keys), 0
+    # the rounds asked for, and more (at most MAX_ADJUST_ROUNDS) while the acceptance
+    # is far from the target: a first h off by orders of magnitude is brought back
+    while r < adjust_rounds or (
+        r < MAX_ADJUST_ROUNDS and not ACCEPTANCE_BAND[0] <= acc <= ACCEPTANCE_BAND[1]
+    ):
         y, v, g, a = _mala_chunk(
-            next(keys), y, v, g, jnp.asarray(h, dt), fac, mu, adjust_steps, **static
+            jax.random.fold_in(adjust_key, r),
+            y,
+            v,
+            g,
+            jnp.asarray(h, dt),
+            fac,
+            mu,
+            adjust_steps,
+            **static,
         )
         acc = float(jnp.mean(a)) / adjust_steps
-        adjusted += adjust_steps
+        adjusted, r = adjusted + adjust_steps, r + 1
         record(used + adjusted, lf, mean, y)
-        h = h / 4 if acc < 0.1 else h * math.exp(2.0 * (acc - TARGET_ACCEPTANCE))
+        if acc < 0.1:
+            h /= 4
+        elif acc > 0.95:
+            h *= 4
+        else:
+            h *= math.exp(2.0 * (acc - TARGET_ACCEPTANCE))
     # a particle the kinetic phase left far in a stiff tail accepts nothing at the
     # ensemble's h and would stay stuck for the whole run (R-hat flags it, rightly):
     # during the warm-up it is replaced by a copy of a particle that moves
@@ -529,10 +552,10 @@ def kinetic_then_mala(
             "the kinetic phase): replaced by copies of moving particles."
         )
     y1 = np.asarray(y, np.float64)
-    relax = _mala_relaxation(y0, y1, adjust_rounds * adjust_steps)
+    relax = _mala_relaxation(y0, y1, adjusted)
     notes.append(
         f"adjusted phase (MALA, M fixed from the ensemble): h = {h:.3g} after "
-        f"{adjust_rounds} rounds of {adjust_steps} steps, mean acceptance {acc:.2f} "
+        f"{r} rounds of {adjust_steps} steps, mean acceptance {acc:.2f} "
         f"(target {TARGET_ACCEPTANCE})."
     )
     x = jnp.asarray(_to_x(lf, mean, y1), dt)
@@ -543,7 +566,7 @@ def kinetic_then_mala(
         h,
         acc,
         used,
-        adjust_rounds * adjust_steps,
+        adjusted,
         rounds,
         relax,
         notes,
