@@ -88,7 +88,12 @@ MUTATIONS = [
         file="cenlmc_jax/ensemble/ensemble_mala.py",
         original="log_ratio = l_y - l_a + log_backward - log_forward",
         replacement="log_ratio = l_y - l_a",
-        tests=["tests/ensemble/test_ensemble_mala.py::test_one_step_from_pi_stays_pi"],
+        # [quadratic] only: under this mutation the [local_linear] case hung (XLA:CPU,
+        # the process asleep) until killed, on 2026-12-03; not investigated
+        tests=[
+            "tests/ensemble/test_ensemble_mala.py::"
+            "test_one_step_from_pi_stays_pi[quadratic]"
+        ],
         what="ensemble MALA's MH ratio without the proposal densities (not exact)",
     ),
     dict(
