@@ -93,17 +93,7 @@ __version__ = "0.2.0"
 
 __all__ = [
     # samplers: each returns a SamplingAlgorithm (init, step)
-    "lmc",
-    "enlmc",
-    "cenlmc",
-    "mala",
-    "rwmh",
-    "irreversible_mh",
-    "complete_recipe",
-    "sgld",
-    "sgrld",
-    "sghmc",
-    "sgrhmc",
+    *_SAMPLER_NAMES,
     # gradient-free and exact (two halves; not in SAMPLERS: its state is the whole
     # ensemble, not one chain per row)
     "ensemble_mala",
