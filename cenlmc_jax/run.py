@@ -273,9 +273,10 @@ def _chunk_fn(
                     if stays
                     else moved | _moved_rows(state, new_state)
                 )
-            flags = _watched(
-                info
-            )  # per step, before the reduction (one value per chain); 0 when skipped
+            # per step, before the reduction (one value per chain); False where the
+            # step was skipped: a blank info's derived flags need not be (a zero
+            # acceptance_rate reads as a collapsed one)
+            flags = tuple(f & (t < start + n) for f in _watched(info))
             if info_reduce == "mean":
                 info = reduce_info(info)
             return (new_state, moved), (info, flags)
