@@ -125,6 +125,7 @@ from cenlmc_jax.adaptation.mass_matrix import (
     welford_init,
     welford_update,
 )
+from cenlmc_jax.adaptation.newton import newton_modes
 from cenlmc_jax.adaptation.step_size import langevin_step_size, max_curvature
 from cenlmc_jax.base import SamplingAlgorithm
 from cenlmc_jax.diagnostics.convergence import ConvergenceWarning
@@ -170,6 +171,12 @@ LAPLACE_MAX_D = 1000
 #: gradient of a large ``f`` (earnings on the raw scale, whose ``f`` at the mode is
 #: large).
 NEWTON_DECREMENT_MAX = 0.01
+#: The Laplace start finds the mode by Newton's method up to this dimension (a
+#: ``(d, d)`` Hessian and its eigendecomposition per iteration), by L-BFGS above it
+#: and where Newton's method fails.
+NEWTON_MAX_D = 200
+#: Newton iterations of the mode search at most.
+NEWTON_MAX_STEPS = 50
 #: The first, loose L-BFGS of the Laplace start stops at ``|∇f| <=`` this (then a
 #: Newton step; the default tolerance only where the Newton decrement is too large).
 LBFGS_LOOSE_TOL = 1e-3
@@ -413,7 +420,10 @@ def _laplace(key, logdensity_fn, grad_fn, grad_mode, x, dense, notes):
     # takes it the rest of the way; on a rotated Gaussian of condition 10⁴ (d = 100)
     # the default tolerance cost 500 iterations. The tight search runs only when the
     # loose point fails that test.
-    found, steps = _mode_search(logdensity_fn, x)
+    found, steps, how = _newton_search(logdensity_fn, grad_fn, grad_mode, x)
+    if not found:
+        found, more = _mode_search(logdensity_fn, x)
+        steps, how = steps + more, "L-BFGS"
     res = found[0]
     mode, lam, vec, g, newton = at(res)
     if len(found) > 1 and np.all(np.isfinite(lam)):
@@ -450,7 +460,8 @@ def _laplace(key, logdensity_fn, grad_fn, grad_mode, x, dense, notes):
     root = jnp.asarray(mass_root(m0), x.dtype)
     positions = jnp.asarray(mode, x.dtype) + (xi @ root.T if dense else xi * root)
     notes.append(
-        f"start: Laplace at the mode found by L-BFGS ({steps} iterations, f* = "
+        f"start: Laplace at the mode found by {how} ({steps} sequential gradients, "
+        f"f* = "
         f"{float(res.f_star):.6g}, Newton decrement {newton:.2g}); condition number of "
         f"H⁻¹ {_condition(cov):.3g}"
         + (
@@ -484,6 +495,52 @@ def _dispersed(x: np.ndarray, values: np.ndarray, k: int) -> list:
 
 def _rounded(x) -> list:
     return np.round(np.asarray(x, np.float64), 3).tolist()
+
+
+class _Mode(NamedTuple):
+    """A converged start of :func:`_newton_search` (the fields :func:`_laplace` and
+    :func:`_report_modes` read, as in ``FStarResult``).
+    """
+
+    f_star: float
+    position: Array
+    converged: bool = True
+
+
+def _newton_search(logdensity_fn, grad_fn, grad_mode, x):
+    """``(modes, sequential gradients, "Newton's method")``: Newton's method
+    (:mod:`cenlmc_jax.adaptation.newton`) from the best particle and
+    :data:`MODE_STARTS` − 1 dispersed ones, side by side; the converged ends, best
+    first (empty: none converged, or ``d >`` :data:`NEWTON_MAX_D`; the caller falls
+    back to L-BFGS).
+    """
+    d = x.shape[1]
+    if d > NEWTON_MAX_D:
+        return [], 0, ""
+    xs = np.asarray(x, np.float64)
+    values = np.asarray(jax.vmap(logdensity_fn)(x), np.float64)
+    values = np.where(np.isfinite(values), values, -np.inf)
+    starts = _dispersed(xs, values, MODE_STARTS)
+    r = newton_modes(
+        logdensity_fn,
+        x[np.asarray(starts)],
+        tol=NEWTON_DECREMENT_MAX,
+        grad_fn=grad_fn,
+        grad_mode=grad_mode,
+        max_steps=NEWTON_MAX_STEPS,
+        probe_steps=MODE_PROBE_STEPS,
+    )
+    found = [
+        _Mode(float(r.f_star[i]), r.position[i])
+        for i in range(len(starts))
+        if bool(r.converged[i])
+    ]
+    found.sort(key=lambda m: m.f_star)
+    # a probe's mode that is better than the main one's is kept; the main search's
+    # failure alone sends the start to L-BFGS (a funnel's neck has no mode)
+    if not bool(r.converged[0]):
+        found = []
+    return found, 2 * int(r.num_steps), "Newton's method"
 
 
 def _mode_search(logdensity_fn, x):
