@@ -208,8 +208,10 @@ class LangevinWarmupInfo(NamedTuple):
       hvp_evals: Hessian-vector products of the curvature estimates and of the
         Laplace start's Hessian.
       start: ``"laplace"`` or ``"positions"`` (what the warm-up started from).
-      lbfgs_steps: the iterations of the mode search (each one or more gradients:
-        optax's zoom line search).
+      lbfgs_steps: the mode search's sequential passes: Newton's method's
+        gradient-and-Hessian and batched value passes (``d <=`` :data:`NEWTON_MAX_D`),
+        or L-BFGS's iterations (each one or more gradients: optax's zoom line search)
+        and its Hessian passes.
       cenlmc: for ``sampler="cenlmc"``, the chosen ``eta, r1, r2, n_star, m_f,
         f_star`` and the suggestion's figures: ``expected_ensemble_fraction``,
         ``f_star_lbfgs_steps``, ``reasoning``; None for LMC.
@@ -222,8 +224,8 @@ class LangevinWarmupInfo(NamedTuple):
         Gaussian, more on a skewed posterior such as garch11's
         (cenlmc_jax.cli.jobs.default_steps).
       sequential_grads: gradient evaluations one particle waited for, in order:
-        the L-BFGS iterations (one each; the zoom line search may take more), the
-        Hessian (one batched pass), and one per warm-up step (the curvature
+        the mode search's passes (``lbfgs_steps``, the Hessian's included), and one
+        per warm-up step (the curvature
         estimates' Hessian-vector products not counted: ``hvp_evals``).
       acceptance_rate: for ``sampler="mala"``, the mean MALA acceptance at the
         handed-over step size (the last tuning round's); NaN for LMC/CEnLMC.
@@ -405,11 +407,16 @@ def _laplace(key, logdensity_fn, grad_fn, grad_mode, x, dense, notes):
 
     def at(res):
         mode = res.position
+        # Newton's method ends with the derivatives at its point; L-BFGS takes a pass
+        given = getattr(res, "hessian", None)
         hess = -np.asarray(
-            _hessian(mode, logdensity_fn, grad_fn, grad_mode), np.float64
+            _hessian(mode, logdensity_fn, grad_fn, grad_mode)
+            if given is None
+            else given,
+            np.float64,
         )
         lam, vec = np.linalg.eigh(0.5 * (hess + hess.T))
-        g = np.asarray(grad(mode), np.float64)
+        g = np.asarray(grad(mode) if given is None else res.grad, np.float64)
         if not np.all(np.isfinite(lam)) or np.max(np.abs(lam)) == 0:
             return mode, lam, vec, g, math.inf
         floor = np.maximum(np.abs(lam), 1e-10 * np.max(np.abs(lam)))
@@ -425,12 +432,14 @@ def _laplace(key, logdensity_fn, grad_fn, grad_mode, x, dense, notes):
         found, more = _mode_search(logdensity_fn, x)
         steps, how = steps + more, "L-BFGS"
     res = found[0]
+    # steps: the mode search's sequential passes, and each Hessian pass of at()
+    steps += getattr(res, "hessian", None) is None
     mode, lam, vec, g, newton = at(res)
     if len(found) > 1 and np.all(np.isfinite(lam)):
         _report_modes(found, lam, vec, notes)
     if not (np.all(lam > 0) and newton <= NEWTON_DECREMENT_MAX):
         res = find_f_star(logdensity_fn, jnp.asarray(mode)[None])
-        steps += int(res.num_steps)
+        steps += int(res.num_steps) + 1
         mode, lam, vec, g, newton = at(res)
     else:
         # one Newton step to the mode: exact for a Gaussian, no gradient needed
@@ -504,6 +513,8 @@ class _Mode(NamedTuple):
 
     f_star: float
     position: Array
+    grad: Array
+    hessian: Array
     converged: bool = True
 
 
@@ -531,7 +542,7 @@ def _newton_search(logdensity_fn, grad_fn, grad_mode, x):
         probe_steps=MODE_PROBE_STEPS,
     )
     found = [
-        _Mode(float(r.f_star[i]), r.position[i])
+        _Mode(float(r.f_star[i]), r.position[i], r.grad[i], r.hessian[i])
         for i in range(len(starts))
         if bool(r.converged[i])
     ]
@@ -540,7 +551,7 @@ def _newton_search(logdensity_fn, grad_fn, grad_mode, x):
     # failure alone sends the start to L-BFGS (a funnel's neck has no mode)
     if not bool(r.converged[0]):
         found = []
-    return found, 2 * int(r.num_steps), "Newton's method"
+    return found, int(r.num_steps), "Newton's method"
 
 
 def _mode_search(logdensity_fn, x):
@@ -883,8 +894,9 @@ def langevin_warmup(
         "\n".join(notes),
         c.max,
         relax,
-        # L-BFGS, the Hessian (one batched pass), the LMC steps (retries included)
-        sequential_grads=lbfgs + (1 if lap else 0) + grads // n,
+        # the mode search (its Hessian passes included), the LMC steps (retries
+        # included)
+        sequential_grads=lbfgs + grads // n,
     )
     return LangevinWarmup(algo, out_state, positions, params, info)
 
@@ -1092,7 +1104,7 @@ def _exact(
         )
     )
     steps = res.kinetic_steps + res.adjusted_steps
-    offset = lbfgs + (1 if started == "laplace" else 0) + 1
+    offset = lbfgs + 1
     info = LangevinWarmupInfo(
         step_size=res.step_size,
         curvature=float("nan"),

@@ -5,8 +5,9 @@ gradients only, one after another: 363 iterations on a rotated 100-d Gaussian of
 condition 10⁴, three quarters of the whole warm-up's sequential gradients. The warm-up
 takes the Hessian at the mode anyway (``d`` Hessian-vector products in one batched
 pass, whose depth is that of a gradient), so Newton's method costs one such pass per
-iteration and converges in one iteration on a Gaussian and in a handful on a
-log-concave posterior. Minimising ``f = −log π`` from a start ``x``:
+iteration (with the value, from the same pass) and converges in one iteration on a
+Gaussian and in a handful on a log-concave posterior. Minimising ``f = −log π`` from a
+start ``x``:
 
     g = ∇f(x),  F = ∇²f(x) = V diag(λ) Vᵀ,
     p = −V diag(1/|λ|₊) Vᵀ g         (|λ|₊ = max(|λ|, 10⁻¹⁰ max|λ|): saddle-free
@@ -15,8 +16,12 @@ log-concave posterior. Minimising ``f = −log π`` from a start ``x``:
     δ = −gᵀp                          (the Newton decrement: f − f* ≈ δ/2 near a
                                       minimum)
     x ← x + t p,  t the largest of 1, 1/2, ..., 2^−(T−1) with
-    f(x + t p) <= f(x) − 10⁻⁴ t δ     (Armijo; all ``T`` trial points evaluated in
-                                      one batch: one value pass, not ``T``)
+    f(x + t p) <= f(x) − 10⁻⁴ t δ     (Armijo)
+
+The full step ``t = 1`` is tried with the next iteration's derivatives (one pass: the
+value comes with them); only where it fails Armijo are the shorter steps evaluated, all
+``T − 1`` in one batched value pass, and the derivatives taken where each start lands
+(two more passes).
 
 until ``δ <= NEWTON_DECREMENT_MAX`` with ``F`` positive definite (the mode within 0.1
 posterior sd; the caller then takes the final Newton step, which is free), or the line
@@ -27,8 +32,9 @@ Several starts run side by side (``vmap``): the best particle first, then disper
 ones (the mode search of issue 28: chains that all start in a local mode agree there).
 The loop ends when every start is done, or when the first is done and the others
 have had ``probe_steps`` iterations (a probe that has not converged by then is
-dropped, as the L-BFGS probes were). Sequential cost: one gradient-and-Hessian pass
-and one batched value pass per iteration, counted as two gradients.
+dropped, as the L-BFGS probes were). ``num_steps`` counts the sequential passes
+(each counted as a gradient): one at the start, then one per iteration, three where
+some start needed the line search.
 """
 
 from __future__ import annotations
@@ -52,12 +58,16 @@ ARMIJO = 1e-4
 
 class NewtonResult(NamedTuple):
     """Per start (leading axis ``K``): ``f_star`` (``f`` at ``position``),
-    ``position``, ``decrement`` (``δ`` there), ``converged`` (``δ <=`` the tolerance
-    and ``F`` positive definite), and ``num_steps`` (the loop's iterations, shared).
+    ``position``, ``grad`` and ``hessian`` (of ``log π`` there: the Laplace start needs
+    no pass of its own), ``decrement`` (``δ`` there), ``converged`` (``δ <=`` the
+    tolerance and ``F`` positive definite), and ``num_steps`` (the loop's sequential
+    passes, shared: module docstring).
     """
 
     f_star: jax.Array
     position: jax.Array
+    grad: jax.Array
+    hessian: jax.Array
     decrement: jax.Array
     converged: jax.Array
     num_steps: jax.Array
@@ -93,52 +103,78 @@ def _newton(
         v = -logdensity_fn(x)
         return jnp.where(jnp.isfinite(v), v, jnp.inf)
 
-    def derivatives(x):
-        # ∇²log π and ∇log π from one forward-over-reverse pass
+    def one_pass(x):
+        # f, ∇f and ∇²f at x from one forward-over-reverse pass
         hess, g = jax.jacfwd(lambda z: (grad(z), grad(z)), has_aux=True)(x)
-        return -g, -hess
+        return f(x), -g, -hess
 
-    steps = 2.0 ** -jnp.arange(LINE_SEARCH_POINTS, dtype=x0.dtype)
+    passes = jax.vmap(one_pass)
+    steps = 2.0 ** -jnp.arange(1, LINE_SEARCH_POINTS, dtype=x0.dtype)
 
-    def one(x, fx, done):
-        g, f_hess = derivatives(x)
-        p, delta, pd = _direction(g, f_hess)
-        finite = jnp.isfinite(delta) & jnp.all(jnp.isfinite(p))
-        stop = done | ~finite | (pd & (delta <= tol))
-        trial = jax.vmap(lambda t: f(x + t * p))(steps)
-        ok = trial <= fx - ARMIJO * steps * delta
-        first = jnp.argmax(ok)
-        moved = ~stop & jnp.any(ok)
-        x_new = jnp.where(moved, x + steps[first] * p, x)
-        f_new = jnp.where(moved, trial[first], fx)
-        # done: converged, stuck (no decrease), or non-finite
-        return x_new, f_new, stop | ~moved, delta, pd
+    def search(args):
+        # the full step failed Armijo somewhere: the shorter steps in one batched
+        # value pass, then the derivatives where each start lands (two passes)
+        x, fx, g, hess, p, delta, need = args
+        trial = jax.vmap(lambda xi, pi: jax.vmap(lambda t: f(xi + t * pi))(steps))(x, p)
+        ok = trial <= fx[:, None] - ARMIJO * steps[None, :] * delta[:, None]
+        moved = need & jnp.any(ok, 1)
+        t = steps[jnp.argmax(ok, 1)]
+        xs = jnp.where(moved[:, None], x + t[:, None] * p, x)
+        fs, gs, hs = passes(xs)
+        return xs, fs, gs, hs, moved
+
+    def check(g, hess, done, delta, pd):
+        # the direction at each start's point and the convergence test there: a start
+        # is done when converged or non-finite (δ and definiteness kept once done)
+        p, d_new, pd_new = jax.vmap(_direction)(g, hess)
+        finite = jnp.isfinite(d_new) & jnp.all(jnp.isfinite(p), 1)
+        delta = jnp.where(done, delta, d_new)
+        pd = jnp.where(done, pd, pd_new)
+        done = done | ~finite | (pd_new & (d_new <= tol))
+        return jnp.where(done[:, None], 0.0, p), done, delta, pd
 
     def cond(c):
-        it, _, _, done, _, _ = c
+        it, done = c[0], c[7]
         return (it < max_steps) & ~jnp.all(done) & ~(done[0] & (it >= probe_steps))
 
     def body(c):
-        it, x, fx, done, delta, pd = c
-        x, fx, now, d_new, pd_new = jax.vmap(one)(x, fx, done)
-        # δ and definiteness of the point each start ends at (kept once done)
-        delta = jnp.where(done, delta, d_new)
-        pd = jnp.where(done, pd, pd_new)
-        return it + 1, x, fx, done | now, delta, pd
+        it, count, x, fx, g, hess, p, done, delta, pd = c
+        fz, gz, hz = passes(x + p)
+        full = ~done & (fz <= fx - ARMIJO * delta)
+        need = ~done & ~full
+        xs, fs, gs, hs, moved = lax.cond(
+            jnp.any(need),
+            search,
+            lambda a: (a[0], a[1], a[2], a[3], jnp.zeros_like(a[6])),
+            (x, fx, g, hess, p, delta, need),
+        )
+
+        def pick(a, b, c_):
+            shape = (-1,) + (1,) * (a.ndim - 1)
+            return jnp.where(
+                full.reshape(shape), a, jnp.where(moved.reshape(shape), b, c_)
+            )
+
+        x, fx, g, hess = (
+            pick(x + p, xs, x),
+            pick(fz, fs, fx),
+            pick(gz, gs, g),
+            pick(hz, hs, hess),
+        )
+        count = count + 1 + 2 * jnp.any(need)
+        # a start the line search could not move is done where it is
+        p, done, delta, pd = check(g, hess, done | (need & ~moved), delta, pd)
+        return it + 1, count, x, fx, g, hess, p, done, delta, pd
 
     k = x0.shape[0]
-    init = (
-        jnp.asarray(0),
-        x0,
-        jax.vmap(f)(x0),
-        jnp.zeros(k, bool),
-        jnp.full(k, jnp.inf, x0.dtype),
-        jnp.zeros(k, bool),
+    f0, g0, h0 = passes(x0)
+    p0, done0, delta0, pd0 = check(
+        g0, h0, jnp.zeros(k, bool), jnp.full(k, jnp.inf, x0.dtype), jnp.zeros(k, bool)
     )
-    it, x, fx, done, delta, pd = lax.while_loop(cond, body, init)
-    # a start that moved on its last iteration has δ of the point before; the caller
-    # recomputes the Hessian at the chosen point anyway
-    return NewtonResult(fx, x, delta, done & pd & (delta <= tol), it)
+    init = (jnp.asarray(0), jnp.asarray(1), x0, f0, g0, h0, p0, done0, delta0, pd0)
+    it, count, x, fx, g, hess, p, done, delta, pd = lax.while_loop(cond, body, init)
+    # δ and definiteness are those at each start's point once it is done
+    return NewtonResult(fx, x, -g, -hess, delta, done & pd & (delta <= tol), count)
 
 
 def newton_modes(
