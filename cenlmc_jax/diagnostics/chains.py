@@ -47,7 +47,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import ndtri
-from scipy.stats import rankdata
 
 from cenlmc_jax._validation import check_bool, check_choice, check_int
 from cenlmc_jax.diagnostics.layout import check_ess, checked_chains_first
@@ -533,6 +532,10 @@ def _average_ranks(x: np.ndarray) -> np.ndarray:
     (``scipy.stats.rankdata``): faster than XLA's CPU sort (issue 17;
     benchmarks/results/summary.md).
     """
+    # imported here: scipy.stats takes ~0.6 s to import, and a streamed run (the CLI's
+    # default job) never ranks draws
+    from scipy.stats import rankdata
+
     flat = x.reshape(x.shape[0] * x.shape[1], -1)
     return rankdata(flat, method="average", axis=0).reshape(x.shape)
 
