@@ -24,13 +24,16 @@ over:
 Start (``start="laplace"``, the default). A far-out start is where the curvature
 rule fails first: on kidiq from ``Uniform(-2, 2)`` draws, ``log σ ≈ -2`` makes the
 curvature orders of magnitude larger than at the mode, ``h`` as many smaller, and
-no window moves. So the warm-up first finds the mode from the best particle
-(L-BFGS, :func:`cenlmc_jax.ensemble.tuning.find_f_star`), takes the Hessian there
-(``jax.jacfwd`` of the gradient: ``d`` Hessian-vector products) and starts from its
+no window moves. So the warm-up first finds the mode from the best particle and
+``MODE_STARTS − 1`` dispersed ones (Newton's method side by side for ``d <=``
+:data:`NEWTON_MAX_D`, :mod:`cenlmc_jax.adaptation.newton`; L-BFGS,
+:func:`cenlmc_jax.ensemble.tuning.find_f_star`, above it or where Newton fails), takes
+the Hessian there (``jax.jacfwd`` of the gradient: ``d`` Hessian-vector products in
+one pass; Newton's method ends with it) and starts from its
 Laplace approximation: ``M₀ = H⁻¹`` (eigenvalues of ``H`` taken in absolute value
 and floored at ``10⁻¹⁰ λ_max``, so ``M₀`` is SPD even off a strict maximum; for a
 diagonal ``M`` its diagonal) and the ``N`` particles drawn from ``N(mode, M₀)``.
-When L-BFGS fails or ``d > LAPLACE_MAX_D``, the warm-up starts from ``positions``
+When both fail or ``d > LAPLACE_MAX_D``, the warm-up starts from ``positions``
 with ``M₀ = I`` and the reasoning says so. ``start="positions"`` always does (e.g.
 to keep a multimodal spread); the windows then have to find the scale from the
 ensemble alone, which works from a start whose curvature is not far above the
