@@ -28,6 +28,8 @@ SCRIPTS = [
     "bench_inverse.py",
     # issue 29: 1,024 chains, gradients to b2max < 0.01 (LAPS, MEADS, ChEES, NUTS)
     "bench_parallel.py",
+    # issue 29: a second identical cj.langevin_warmup call compiles nothing
+    "bench_warmup_compile.py",
 ]
 
 
