@@ -60,6 +60,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -79,15 +80,17 @@ from cenlmc_jax.ensemble.audit import (
     BIASED_FLAG,
     CENLMC_AUDIT_SIZE,
     Audit,
+    audit_figures,
     fresh_audit,
     gradients_and_audit,
+    no_audit,
 )
 from cenlmc_jax.ensemble.enlmc import (
     UNUSED_ENSEMBLE_FLAG,
     check_ensemble_state,
-    ensemble_move,
     ensemble_values,
     init_ensemble,
+    log_gaussian_step_density,
     valid_params,
 )
 from cenlmc_jax.ensemble.f_star import find_f_star, with_gradient
@@ -393,9 +396,25 @@ def cenlmc_step(
     ``ξ = jax.random.normal(rng_key, (N, d))`` (the same draw as
     :func:`cenlmc_jax.lmc_step`), and ``logdensity_fn`` at the N new positions.
 
-    Cost: N values of ``logdensity_fn``, one O(N²) pair sum and gradients
-    only for the ``info.grad_evals`` particles that failed a test (computed in
-    buffers of ``grad_capacity``; ``info.grad_evals_padded`` counts the padding).
+    Cost: N values of ``logdensity_fn``, the pair sums, and gradients only for
+    the ``info.grad_evals`` particles that failed a test (computed in buffers of
+    ``grad_capacity``; ``info.grad_evals_padded`` counts the padding).
+
+    Scaling with N. The pair sums (:func:`cenlmc_jax.pairwise.ensemble_force`,
+    ``method="auto"``) are block-sparse where
+    :func:`~cenlmc_jax.pairwise.auto_block_sparse` says so (d <= 5 from a few
+    thousand particles; d = 2 from N = 2048): a Hilbert sort, ``O(N log N)``, then
+    only the tiles of particles within η in x and R2 in w, ``O(N k)`` for ``k``
+    R2-neighbours a particle, and a plan of which tiles to visit that is ``O(N)``
+    up to N ~ 2^20 (``O(N²/131072)`` box tests beyond). With the radii of
+    ``suggest_cenlmc_params(..., num_particles=N)`` ``k`` stays bounded
+    (``max_neighbours``), so a step is about ``O(N)``: at d = 2, 8192 to 2^20
+    particles, the measured exponent of N is near 1 and a step at 2^20 takes about
+    4 s of CPU (benchmarks/results/waste.md). Fixed radii make ``k`` grow like N
+    and the step ``O(N²)``, as do the dense tiles (larger d, or
+    ``block_sparse=False``). A step where every particle fails the R1 or M_f test
+    (step 0; an R1 below the noise's reach) skips the pair sums and takes one
+    vmapped gradient: about an LMC step.
 
     Args:
       rng_key: typed or legacy key.
@@ -548,22 +567,52 @@ def cenlmc_move(
     per_grad = grad_cost(
         opts.grad_fn, d, given_value=shares_values(opts.grad_fn, logdensity_fn)
     )
-    audit, a, force, padded = gradients_and_audit(
-        rng_key,
-        grad_one,
-        x,
-        need,
-        ens,
-        capacity,
-        opts.dense_grad,
-        audit_size,
-        state.audit,
-        h,
-        flag_unstable=False,
-        mesh=opts.mesh,
-        values=state.logdensity,
-    )
-    w_new, x_new, log_p_new = ensemble_move(rng_key, x, force, h)
+
+    def some_gradients(_):
+        return gradients_and_audit(
+            rng_key,
+            grad_one,
+            x,
+            need,
+            ens,
+            capacity,
+            opts.dense_grad,
+            audit_size,
+            state.audit,
+            h,
+            flag_unstable=False,
+            mesh=opts.mesh,
+            values=state.logdensity,
+        )
+
+    def all_gradients(_):
+        # every particle takes its gradient (step 0, an R1 below the noise's reach):
+        # the step is LMC's, one vmapped gradient over x, with no compaction into
+        # buffers and no audit draw (no particle used the ensemble force)
+        grad = jax.vmap(grad_one)(x, state.logdensity).astype(dt)
+        if audit_size == 0:
+            audit, a = no_audit(state.audit, dt)
+        else:
+            # the audit of a step without users, from the audit's own formulas on
+            # placeholders: nothing audited, inflation and drift bias 0 (the same
+            # figures as gradients_and_audit's, whatever the placeholders hold)
+            idx = jnp.zeros((audit_size,), jnp.int32)
+            off = jnp.zeros((audit_size,), bool)
+            zeros = jnp.zeros((audit_size, d), dt)
+            audit, a = audit_figures(
+                zeros, idx, off, zeros, off, state.audit, h, flag_unstable=False
+            )
+        return audit, a, -grad, jnp.asarray(n, jnp.int32)
+
+    # one vmapped gradient where the buffers would hold every particle anyway (the
+    # default buckets; not a user's buffer size, a mesh or the dense_grad reference)
+    if capacity is None and opts.mesh is None and not opts.dense_grad:
+        audit, a, force, padded = lax.cond(
+            jnp.all(need), all_gradients, some_gradients, None
+        )
+    else:
+        audit, a, force, padded = some_gradients(None)
+    w_new, x_new, log_p_new = _move(rng_key, x, force, h)
     logdensity = ensemble_values(logdensity_fn, x_new)
     bad = count_nonfinite(x_new, logdensity)
     num_need = jnp.sum(need, dtype=jnp.int32)
@@ -600,6 +649,24 @@ def cenlmc_move(
         ball_count,
     )
     return new_state, info
+
+
+def _move(rng_key: PRNGKey, x: Array, force: Array, h: Array):
+    """:func:`~cenlmc_jax.ensemble.enlmc.ensemble_move` with the noise drawn once.
+
+    The same ``ξ = jax.random.normal(rng_key, (N, d))`` as ``lmc_step``, then
+    ``w' = x - h F``, ``x' = w' + sqrt(2h) ξ`` and ``log p'`` from ξ. ξ has two
+    consumers (``x'`` and ``log p'``), and XLA on CPU fused its threefry draw into
+    both, computing it twice: the draw is most of a step when the gradient is cheap
+    (a d = 10 Gaussian: the step took 1.2x LMC's time at ensemble fraction 0, 0.8x
+    with the draw kept once; benchmarks/results/waste.md, item (d)). The
+    ``optimization_barrier`` keeps ξ one array; the numbers are the same ops (a
+    last-bit difference in ``x'`` where XLA contracted ``w' + sqrt(2h) ξ``
+    differently).
+    """
+    noise = lax.optimization_barrier(jax.random.normal(rng_key, x.shape, dtype=x.dtype))
+    w_new = x - h * force
+    return w_new, w_new + jnp.sqrt(2.0 * h) * noise, log_gaussian_step_density(noise, h)
 
 
 # --------------------------------------------------------------------------

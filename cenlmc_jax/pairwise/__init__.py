@@ -224,6 +224,11 @@ def ensemble_force(
         the gathered ensemble and gives each device a run of it with its own
         tile list (:mod:`.sharded`); None: ``auto`` with all-gather decides by
         :func:`auto_block_sparse` as on one device, the rest run dense tiles.
+        Cost (XLA tiles): the sort, ``O(N log N)``; the plan of which tile
+        pairs to visit, ``O(N)`` box tests up to N ~ 2^20 (two levels,
+        :func:`.tiled.sparse_plan`); the visited tiles, ``O(N k)`` pair terms
+        for ``k`` neighbours a particle within R2 (η without ``w``), against
+        ``O(N²)`` for the dense tiles.
       interpret: the Pallas kernel's mode (``method="pallas"``, with or
         without a mesh; the other backends ignore it). None (default): by the
         platform the program is lowered for, not by ``jax.default_backend()``:

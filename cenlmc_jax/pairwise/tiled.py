@@ -106,6 +106,7 @@ __all__ = [
     "SparsePlan",
     "sparse_plan",
     "sparse_capacity",
+    "PLAN_SUPER",
 ]
 
 #: Default working-set target of one row block: bytes of one (B, N) temporary.
@@ -135,6 +136,12 @@ SPARSE_PAIRS_PER_PARTICLE = 32
 _LIST_MAX = 2**30
 #: Tile pairs whose kinds one step of :func:`sparse_plan` decides.
 PLAN_CHUNK = 2**18
+#: Column tiles per super tile of the two-level :func:`sparse_plan` (used beyond
+#: ``2 · PLAN_SUPER`` column tiles, N > 4096 with the default tiles): the row tiles
+#: are tested against the super tiles' boxes first, then against the column tiles of
+#: the near ones, so the plan costs ``O(N)`` for a localised kernel up to N ~ 2^20,
+#: not ``O(N²)`` (benchmarks/results/waste.md, item (d)).
+PLAN_SUPER = 64
 
 
 def sparse_capacity(
@@ -453,16 +460,28 @@ def sparse_plan(
 ) -> SparsePlan:
     """Which tile pairs of ``p`` to visit.
 
-    Rows in tiles of ``block_rows``, columns in tiles of ``block_cols``. One
-    ``lax.scan`` over chunks of row tiles (about :data:`PLAN_CHUNK` tile pairs
-    each): :func:`~.sparsity.tile_kinds` of the chunk's boxes against every
-    column tile's, the pairs not ``SKIP`` compacted (cumsum and
-    scatter) and written at the running end of the list; a write's stale
-    tail is overwritten by the next one. ``O((N/B)(N/C) d)`` work, no
-    ``(N/B, N/C)`` array. The codes must fit int32: ``(N/B)(N/C) < 2^31``.
+    Rows in tiles of ``block_rows``, columns in tiles of ``block_cols``; the list
+    holds the (row tile, column tile) pairs that are not ``SKIP``
+    (:func:`~.sparsity.tile_kinds`) in row-major order.
 
-    ``COUNT`` tiles are visited as whole tiles: their pairs fail the x-mask,
-    so the tile update adds only their R2 counts.
+    With few column tiles (at most ``2 · PLAN_SUPER``) every pair of tile boxes is
+    tested (:func:`_pair_list`): ``O((N/B)(N/C) d)`` work, which is ``O(N²)``. With
+    more, two levels: the column tiles are grouped into super tiles of
+    :data:`PLAN_SUPER` consecutive tiles (in the spatial order, a compact cloud) whose
+    box is the union of theirs; the row tiles are tested against the super boxes
+    (``O(N² d / (B C S))`` work: 8.4 million box tests at N = 2^20), and only the
+    column tiles of the super tiles not ``SKIP`` are then tested one by one
+    (:func:`_expand`): for a localised kernel a row tile is near a bounded number of
+    super tiles, so this is ``O(N S)``. A tile whose super box is apart is apart
+    itself (its box lies inside the union and its ``|ṽ|²`` bound is below the
+    union's, :func:`~.sparsity.tiles_apart`), and the tiles of a super tile are
+    tested by the same test in the same row-major order: the list is the one-level
+    list, entry for entry (``tests/pairwise/test_plan.py``).
+
+    ``COUNT`` tiles are visited as whole tiles: their pairs fail the x-mask, so the
+    tile update adds only their R2 counts. The plan is a function of the boxes'
+    comparisons alone, so it carries no derivative (``lax.stop_gradient``). The
+    codes must fit int32: ``(N/B)(N/C) < 2^31``.
 
     Args:
       p: :func:`~.algebra.prepare` output (the rows).
@@ -474,11 +493,66 @@ def sparse_plan(
         whole ensemble, prepared with the same centre: :mod:`.sharded`).
 
     Returns:
-      The :class:`SparsePlan`.
+      The :class:`SparsePlan`; ``fits`` is False (and ``n_pairs`` above the
+      capacity) also when the super-tile list of the two-level plan overflows.
     """
+    p, cols = lax.stop_gradient((p, cols))
     row_x, row_w = _boxes(p, block_rows)
     col_x, col_w = _boxes(p if cols is None else cols, block_cols)
     thr_x, thr_w = p.thr_x[0], None if p.thr_w is None else p.thr_w[0]
+    n_rt, n_ct = row_x.lo.shape[1], col_x.lo.shape[1]
+    if n_ct <= 2 * PLAN_SUPER:
+        pairs, count = _pair_list(
+            row_x, row_w, col_x, col_w, thr_x, thr_w, spec, capacity
+        )
+        return SparsePlan(pairs, count, count <= capacity)
+    n_st = -(-n_ct // PLAN_SUPER)
+    sup_x, sup_w = _super_boxes(col_x, n_st), _super_boxes(col_w, n_st)
+    cap1 = min(n_rt * n_st, capacity)
+    near, n_near = _pair_list(row_x, row_w, sup_x, sup_w, thr_x, thr_w, spec, cap1)
+    pairs, count = _expand(
+        near,
+        jnp.minimum(n_near, cap1),
+        (row_x, row_w, col_x, col_w, thr_x, thr_w),
+        n_st,
+        spec,
+        capacity,
+    )
+    # an overflowing super-tile list leaves the tile list incomplete: not fitting
+    count = jnp.where(n_near > cap1, jnp.maximum(count, capacity + 1), count)
+    return SparsePlan(pairs, count, count <= capacity)
+
+
+def _super_boxes(boxes: TileBoxes | None, n_st: int) -> TileBoxes | None:
+    """The union boxes of :data:`PLAN_SUPER` consecutive tiles (empty tiles pad)."""
+    if boxes is None:
+        return None
+    pad = n_st * PLAN_SUPER - boxes.sq.shape[0]
+
+    def group(v, fill, reduce):
+        v = jnp.pad(v, [(0, 0)] * (v.ndim - 1) + [(0, pad)], constant_values=fill)
+        return reduce(v.reshape(v.shape[:-1] + (n_st, PLAN_SUPER)), axis=-1)
+
+    return TileBoxes(
+        group(boxes.lo, jnp.inf, jnp.min),
+        group(boxes.hi, -jnp.inf, jnp.max),
+        group(boxes.sq, 0, jnp.max),
+    )
+
+
+def _pair_list(row_x, row_w, col_x, col_w, thr_x, thr_w, spec, capacity):
+    """The (row, column) box pairs not ``SKIP``, every pair tested.
+
+    One ``lax.scan`` over chunks of rows (about :data:`PLAN_CHUNK` pairs each):
+    :func:`~.sparsity.tile_kinds` of the chunk's boxes against every column box, the
+    pairs not ``SKIP`` compacted (cumsum and scatter) and written as codes
+    ``r · (columns) + c`` at the running end of the list; a write's stale tail is
+    overwritten by the next one. No ``(rows, columns)`` array.
+
+    Returns:
+      ``(codes (capacity + chunk,), count)``: entries from ``count`` on are stale;
+      ``count`` may exceed ``capacity`` (the list then holds its first entries).
+    """
     n_rt, n_ct = row_x.lo.shape[1], col_x.lo.shape[1]
     chunk = max(1, min(n_rt, PLAN_CHUNK // n_ct))
     n_chunks = -(-n_rt // chunk)
@@ -515,7 +589,64 @@ def sparse_plan(
     firsts = jnp.arange(n_chunks, dtype=jnp.int32) * size
     init = (jnp.zeros((capacity + size,), jnp.int32), jnp.zeros((), jnp.int32))
     (pairs, count), _ = lax.scan(step, init, (firsts, split(row_x), split(row_w)))
-    return SparsePlan(pairs, count, count <= capacity)
+    return pairs, count
+
+
+def _expand(near, n_near, boxes, n_st, spec, capacity):
+    """The second level of :func:`sparse_plan`: the tiles of the near super tiles.
+
+    ``near[:n_near]``: codes ``r · n_st + s`` of the (row tile, super tile) pairs not
+    ``SKIP``, row-major. A loop over chunks of them (about :data:`PLAN_CHUNK` tile
+    pairs each): each entry's :data:`PLAN_SUPER` column tiles ``s · PLAN_SUPER + k``
+    tested against its row tile, the pairs not ``SKIP`` compacted as in
+    :func:`_pair_list` (so in row-major order, the super tiles of a row tile being in
+    order and their tiles consecutive).
+    """
+    row_x, row_w, col_x, col_w, thr_x, thr_w = boxes
+    n_ct = col_x.lo.shape[1]
+    per = max(1, PLAN_CHUNK // PLAN_SUPER)
+    size = per * PLAN_SUPER
+    near = jnp.concatenate([near, jnp.zeros((per,), jnp.int32)])
+    k = jnp.arange(PLAN_SUPER, dtype=jnp.int32)
+
+    def take(b, idx, rows):
+        if b is None:
+            return None
+        if rows:  # (d, per, 1), (per, 1)
+            return TileBoxes(
+                b.lo[:, idx][..., None], b.hi[:, idx][..., None], b.sq[idx][:, None]
+            )
+        return TileBoxes(b.lo[:, idx], b.hi[:, idx], b.sq[idx])
+
+    def step(i, carry):
+        pairs, count = carry
+        e = lax.dynamic_slice(near, (i * per,), (per,))
+        live = i * per + jnp.arange(per) < n_near
+        r, s = e // n_st, e % n_st
+        c = s[:, None] * PLAN_SUPER + k  # (per, PLAN_SUPER)
+        ok = live[:, None] & (c < n_ct)
+        cc = jnp.minimum(c, n_ct - 1)
+        kinds = _kinds(
+            take(row_x, r, True),
+            take(row_w, r, True),
+            take(col_x, cc, False),
+            take(col_w, cc, False),
+            thr_x,
+            thr_w,
+            spec,
+        )
+        visit = (ok & (kinds != SKIP)).reshape(-1)
+        pos = jnp.where(visit, jnp.cumsum(visit) - 1, size)
+        codes = (
+            jnp.zeros((size,), jnp.int32)
+            .at[pos]
+            .set((r[:, None] * n_ct + c).reshape(-1), mode="drop")
+        )
+        pairs = lax.dynamic_update_slice(pairs, codes, (jnp.minimum(count, capacity),))
+        return pairs, count + jnp.sum(visit, dtype=jnp.int32)
+
+    init = (jnp.zeros((capacity + size,), jnp.int32), jnp.zeros((), jnp.int32))
+    return lax.fori_loop(0, -(-n_near // per), step, init)
 
 
 def block_sparse_partial(
