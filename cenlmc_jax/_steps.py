@@ -20,6 +20,7 @@ differentiated by ``jax.grad``) gives a fresh closure, shared with nothing.
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -52,9 +53,28 @@ def _shared(fn: Callable, key: tuple) -> Callable:
     return _closure(fn, {name: value for name, _, value in key})
 
 
+#: step -> (fn, params) of every step :func:`bound_step` made (:func:`bound_parts`).
+_PARTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def bound_parts(step: Callable) -> tuple[Callable, dict] | None:
+    """``(fn, params)`` of a step made by :func:`bound_step`, else None.
+
+    For a caller that runs the same kernel with one parameter changed as a traced
+    argument (the CLI's step-halving check: the step size, so that the run at ``h/2``
+    reuses the compiled run at ``h``).
+    """
+    try:
+        return _PARTS.get(step)
+    except TypeError:  # not weak-referenceable: not one of ours
+        return None
+
+
 def _closure(fn: Callable, params: dict) -> Callable:
     def step(rng_key, state):
         return fn(rng_key, state, **params)
+
+    _PARTS[step] = (fn, dict(params))
 
     step.__name__ = step.__qualname__ = getattr(fn, "__name__", "step")
     step.__doc__ = (

@@ -721,10 +721,15 @@ def bias_check_on(args) -> bool:
 
 def half_step_sampler(args, setup: Setup):
     """``step_size -> SamplingAlgorithm``: the job's sampler with every parameter but
-    the step size kept (a job warmed up by ``cj.langevin_warmup`` keeps its
-    preconditioner, mean and CEnLMC parameters; the others are rebuilt by their row of
-    the sampler table with ``--step-size`` and the chosen parameters as flags)."""
+    the step size kept: ``job.at_step_size`` where the job carries its step size in the
+    state (:func:`~cenlmc_jax.cli.samplers.step_size_traced`: the run's own compiled
+    chunk, nothing traced or compiled again); otherwise a rebuilt sampler (a job warmed
+    up by ``cj.langevin_warmup`` keeps its preconditioner, mean and CEnLMC parameters;
+    the others are rebuilt by their row of the sampler table with ``--step-size`` and
+    the chosen parameters as flags)."""
     job, target = setup.job, setup.target
+    if job.at_step_size is not None:  # the run's own step function: no new program
+        return job.at_step_size
     p = job.parameters
     if "inverse_mass_matrix" in p:  # cj.langevin_warmup's handover
         m_mat = np.asarray(p["inverse_mass_matrix"])

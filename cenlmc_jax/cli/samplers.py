@@ -33,10 +33,12 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 import cenlmc_jax as cj
 from cenlmc_jax import adaptation
+from cenlmc_jax._steps import bound_parts, bound_step
 from cenlmc_jax.base import SamplingAlgorithm
 from cenlmc_jax.ensemble import tuning
 
@@ -60,6 +62,7 @@ class Job(NamedTuple):
     parameters: dict
     warmup_steps: int = 0
     suggestion: tuning.CEnLMCParams | None = None
+    at_step_size: Callable | None = None
 
 
 class SamplerSpec(NamedTuple):
@@ -445,6 +448,73 @@ def takes(flag: str) -> list:
 
 
 def build_job(name: str, args, target, positions, c, keys) -> Job:
-    """The job of ``--sampler NAME``, built by its row of the table."""
+    """The job of ``--sampler NAME``, built by its row of the table, with its step
+    size made a traced argument where the sampler allows (:func:`step_size_traced`).
+    """
     spec = SPECS[name]
-    return spec.build(spec, args, target, positions, c, keys)
+    job = spec.build(spec, args, target, positions, c, keys)
+    # the unadjusted Langevin samplers: those the step-halving check reruns at h/2
+    return step_size_traced(job) if spec.langevin else job
+
+
+class AtStepSize(NamedTuple):
+    """A sampler's state and the step size its step runs at (:func:`step_size_traced`).
+
+    ``position`` is the sampler's, so that ``cj.sample`` (its default ``trace_fn``, the
+    frozen-chain watch) and the command read the state as the sampler's own.
+    """
+
+    inner: object
+    step_size: jax.Array
+
+    @property
+    def position(self):
+        return self.inner.position
+
+
+def _step_at(rng_key, state: AtStepSize, kernel: Callable, **params):
+    """One step of ``kernel`` at the step size the state carries."""
+    new, info = kernel(rng_key, state.inner, step_size=state.step_size, **params)
+    return AtStepSize(new, state.step_size), info
+
+
+def step_size_traced(job: Job) -> Job:
+    """The job with its step size in the state, a traced argument of the compiled run.
+
+    The step-halving bias check runs the sampler again at ``h/2``
+    (:func:`cenlmc_jax.cli.jobs.step_halving_check`). With ``h`` a constant of the step
+    function, that run is another program: traced, lowered and compiled (or loaded from
+    the persistent cache) again, about 6.6 s of CPU on an empty cache and 1.5 s on a
+    warm one for the main job (benchmarks/results/waste.md, item (e)). Here the step is
+    the sampler's kernel (``_steps.bound_parts``: the samplers built by ``bound_step``,
+    CEnLMC among them) with ``step_size`` read from the state, one function for every
+    ``h``: the ``h/2`` run finds the run's compiled chunk (``cj.sample`` keeps one per
+    step function). ``job.at_step_size(h)`` is the sampler at ``h``, sharing it.
+
+    A job whose step was not made by ``bound_step``, or whose step size is not a plain
+    number (a schedule), is returned as it is (``at_step_size`` None: the check
+    rebuilds the sampler).
+    """
+    parts = bound_parts(job.algorithm.step)
+    if parts is None:
+        return job
+    kernel, params = parts
+    h = params.get("step_size")
+    if isinstance(h, bool) or not isinstance(h, (int, float)):
+        return job
+    rest = {k: v for k, v in params.items() if k != "step_size"}
+    step, init = bound_step(_step_at, kernel=kernel, **rest), job.algorithm.init
+
+    def at_step_size(step_size: float) -> SamplingAlgorithm:
+        def init_at(positions, rng_key=None):
+            inner = init(positions, rng_key)
+            dtype = jnp.result_type(inner.position)
+            return AtStepSize(inner, jnp.asarray(step_size, dtype))
+
+        return SamplingAlgorithm(init_at, step)
+
+    dtype = jnp.result_type(job.state.position)
+    state = AtStepSize(job.state, jnp.asarray(h, dtype))
+    return job._replace(
+        algorithm=at_step_size(h), state=state, at_step_size=at_step_size
+    )

@@ -89,3 +89,59 @@ def test_no_bias_check_skips_it_and_says_so(capsys):
         out
     ), out
     assert code in (0, 1)
+
+
+def test_the_bias_check_reuses_the_runs_compiled_chunk(capsys):
+    # the step size is carried in the state (samplers.step_size_traced): the h/2 run of
+    # the step-halving check finds the run's jitted chunk (one new entry of cj.sample's
+    # per-step-function cache for the whole job, not two) and JAX traces it once
+    from cenlmc_jax import run as run_mod
+
+    before = run_mod._chunk_fn.cache_info()
+    code, out, err = run_cli(
+        [
+            "sample",
+            "--particles",
+            "300",
+            "--steps",
+            "100",
+            "--burn-in",
+            "50",
+            "--seed",
+            "3",
+            "--compile-cache",
+            "off",
+        ],
+        capsys,
+    )
+    after = run_mod._chunk_fn.cache_info()
+    assert "step-halving bias check" in out, out + err
+    assert after.misses - before.misses == 1, (before, after)
+
+
+def test_the_traced_step_size_runs_the_samplers_chain():
+    # the job's sampler at h/2 (the step size a traced argument) against cj.cenlmc built
+    # at h/2 (a constant): the same kernel and keys, so the same chain up to float32
+    # rounding of the step's arithmetic (h enters as a runtime value, not a folded
+    # constant): 1e-5 relative over 20 steps of a unit-scale ensemble
+    import jax
+    import numpy as np
+
+    import cenlmc_jax as cj
+    from cenlmc_jax.cli import samplers
+
+    logp = cj.models.targets.standard_gaussian(2).logdensity_fn
+    algo = cj.cenlmc(logp, 0.05, 0.3, 0.4, 0.3, 5, 5.0, f_star=0.0)
+    x0 = jax.random.normal(jax.random.key(0), (256, 2))
+    job = samplers.step_size_traced(samplers.Job(algo, algo.init(x0), "", {}))
+    assert job.at_step_size is not None
+    half, ref = (
+        job.at_step_size(0.025),
+        cj.cenlmc(logp, 0.025, 0.3, 0.4, 0.3, 5, 5.0, f_star=0.0),
+    )
+    a = cj.sample(jax.random.key(1), half, half.init(x0), 20, check_convergence=False)
+    b = cj.sample(jax.random.key(1), ref, ref.init(x0), 20, check_convergence=False)
+    np.testing.assert_allclose(a.trace, b.trace, rtol=1e-5, atol=1e-5)
+    assert isinstance(a.state, samplers.AtStepSize) and a.state.step_size == np.float32(
+        0.025
+    )
