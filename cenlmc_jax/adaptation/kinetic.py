@@ -81,6 +81,7 @@ call with the same function reuses the compilation (issue 29: a second identical
 from __future__ import annotations
 
 import math
+import warnings
 from functools import partial
 from typing import NamedTuple
 
@@ -89,6 +90,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from cenlmc_jax.diagnostics.convergence import ConvergenceWarning
 from cenlmc_jax.ensemble.lmc import value_and_grad_ensemble
 
 __all__ = [
@@ -492,6 +494,24 @@ def kinetic_then_mala(
         )
         + "."
     )
+    last = rounds[-1]
+    if not last["stopped"] and last["last_change"] > stop_threshold(n, d):
+        # the ensemble was still moving when the budget ran out: the hand-over is
+        # not at stationarity (a centred funnel: the Laplace start at its neck, ε
+        # collapsed; a banana cut short). Say so now, not only after sampling
+        warnings.warn(
+            ConvergenceWarning(
+                f"langevin_warmup: the kinetic phase did not settle in "
+                f"{max_kinetic_steps} steps: the ensemble's moments still moved by "
+                f"δ = {last['last_change']:.3g} between its last checks (stationary "
+                f"noise {stop_threshold(n, d):.3g}), at a step ε = {eps:.3g} in the "
+                "whitened coordinates. The handed-over chains start away from the "
+                "posterior; a funnel-like posterior (a scale parameter) reparametrised "
+                "(non-centred), more warm-up steps (num_steps), or start='positions' "
+                "may help. The run's R-hat will tell."
+            ),
+            stacklevel=3,
+        )
     m_mat, alpha = fit_dtype(m_mat, dt)
     if alpha:
         notes.append(

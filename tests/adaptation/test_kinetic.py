@@ -186,3 +186,21 @@ def test_a_unimodal_badly_scaled_target_reports_one_mode():
         warnings.simplefilter("error", cj.ConvergenceWarning)
         wu = cj.langevin_warmup(jax.random.key(1), logp, x0, num_steps=40)
     assert "modes: " not in wu.info.reasoning
+
+
+def _centred_funnel(x):
+    # v ~ N(0, 3²), θ_i | v ~ N(0, e^v): the joint mode is the neck (v = −18 here)
+    v, th = x[0], x[1:]
+    return -0.5 * v**2 / 9.0 + jnp.sum(-0.5 * th**2 * jnp.exp(-v) - 0.5 * v)
+
+
+def test_a_kinetic_phase_that_does_not_settle_is_reported_at_the_warm_up():
+    """Issue 28: on a centred funnel the Laplace start sits at the neck (condition
+    ~10⁹), ε collapses and the ensemble is still drifting when the budget ends; the
+    warm-up warns then (naming the change against its noise level), not only the
+    sampling run's R-hat afterwards. A Gaussian whose Laplace start is exact does
+    not warn with the same budget (test_a_unimodal_badly_scaled_target_... checks
+    the short budget there)."""
+    x0 = jax.random.uniform(jax.random.key(0), (64, 5), jnp.float64, -2.0, 2.0)
+    with pytest.warns(cj.ConvergenceWarning, match="did not settle"):
+        cj.langevin_warmup(jax.random.key(1), _centred_funnel, x0, num_steps=100)
