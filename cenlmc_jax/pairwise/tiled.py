@@ -604,7 +604,10 @@ def _expand(near, n_near, boxes, n_st, spec, capacity):
     """
     row_x, row_w, col_x, col_w, thr_x, thr_w = boxes
     n_ct = col_x.lo.shape[1]
-    per = max(1, PLAN_CHUNK // PLAN_SUPER)
+    # entries a step: about one a row tile (a row tile is near a few super tiles, so a
+    # few steps), at most PLAN_CHUNK tile pairs; every step tests per · PLAN_SUPER
+    # pairs, live or not
+    per = max(1, min(PLAN_CHUNK // PLAN_SUPER, row_x.lo.shape[1]))
     size = per * PLAN_SUPER
     near = jnp.concatenate([near, jnp.zeros((per,), jnp.int32)])
     k = jnp.arange(PLAN_SUPER, dtype=jnp.int32)
