@@ -545,7 +545,8 @@ def test_block_sparse_on_a_mesh_equals_one_device(tmp_path):
         PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
     )
     proc = subprocess.run(
-        [sys.executable, "-c", SPARSE_SCRIPT, str(path), str(ROOT / "tests")],
+        # test_pallas, which the script imports, is beside this file
+        [sys.executable, "-c", SPARSE_SCRIPT, str(path), str(Path(__file__).parent)],
         env=env,
         capture_output=True,
         text=True,
