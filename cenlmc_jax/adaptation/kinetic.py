@@ -419,19 +419,39 @@ def kinetic_then_mala(
             # direction of unit scale), and at least check_every steps
             every = max(check_every, math.ceil(2.0 / (FRICTION * eps)))
             m = min(every, max_kinetic_steps - used - steps)
-            y, p, v, g, eps_j, bad = _kinetic_chunk(
-                jax.random.fold_in(k, steps),
-                y,
-                p,
-                v,
-                g,
-                jnp.asarray(eps, dt),
-                fac,
-                mu,
-                m,
-                **static,
-            )
-            eps, steps, undone = float(eps_j), steps + m, undone + int(bad)
+            # in pieces of at most check_every steps, the ensemble's moments recorded
+            # after each (info.trajectory: a small ε makes the checks far apart)
+            for j in range(0, m, check_every):
+                piece = min(check_every, m - j)
+                y, p, v, g, eps_j, bad = _kinetic_chunk(
+                    jax.random.fold_in(k, steps),
+                    y,
+                    p,
+                    v,
+                    g,
+                    jnp.asarray(eps, dt),
+                    fac,
+                    mu,
+                    piece,
+                    **static,
+                )
+                eps, steps, undone = float(eps_j), steps + piece, undone + int(bad)
+                # a round that has not settled after ROUND_STEPS·2^r steps ends
+                # early when the ensemble already says the coordinates are off (the
+                # next round runs in better ones); tested after every piece, so a
+                # small ε (checks far apart) does not hold a refit back
+                early = (
+                    steps >= ROUND_STEPS * 2**r
+                    and r < MAX_ROUNDS - 1
+                    and _spread(np.asarray(y, np.float64), dense, n, d)[0]
+                    > 1.25 * noise
+                )
+                if early or j + piece < m:
+                    record(used + steps, lf, mean, y)
+                if early:
+                    break
+            if early:
+                break
             history.append(_moments(np.asarray(y, np.float64)))
             # against the moments at half the round's elapsed checks: a slow drift
             # adds up over the lag, where two neighbouring checks would both look quiet
@@ -443,15 +463,6 @@ def kinetic_then_mala(
             )
             record(used + steps, lf, mean, y)
             if quiet >= 2:
-                break
-            # a round that has not settled after ROUND_STEPS·2^r steps ends early
-            # when the ensemble already says the coordinates are off (the next round
-            # runs in better ones)
-            if (
-                steps >= ROUND_STEPS * 2**r
-                and r < MAX_ROUNDS - 1
-                and _spread(np.asarray(y, np.float64), dense, n, d)[0] > 1.25 * noise
-            ):
                 break
         used += steps
         ynp = np.asarray(y, np.float64)
@@ -495,20 +506,28 @@ def kinetic_then_mala(
         + "."
     )
     last = rounds[-1]
-    if not last["stopped"] and last["last_change"] > stop_threshold(n, d):
-        # the ensemble was still moving when the budget ran out: the hand-over is
-        # not at stationarity (a centred funnel: the Laplace start at its neck, ε
-        # collapsed; a banana cut short). Say so now, not only after sampling
+    if not last["stopped"]:
+        # the budget ran out before the stopping rule settled: the hand-over is not
+        # known to be at stationarity (a centred funnel: the Laplace start at its
+        # neck, ε collapsed; a banana cut short). Say so now, not only after sampling
+        moving = last["last_change"] > stop_threshold(n, d)
         warnings.warn(
             ConvergenceWarning(
                 f"langevin_warmup: the kinetic phase did not settle in "
-                f"{max_kinetic_steps} steps: the ensemble's moments still moved by "
-                f"δ = {last['last_change']:.3g} between its last checks (stationary "
-                f"noise {stop_threshold(n, d):.3g}), at a step ε = {eps:.3g} in the "
-                "whitened coordinates. The handed-over chains start away from the "
-                "posterior; a funnel-like posterior (a scale parameter) reparametrised "
-                "(non-centred), more warm-up steps (num_steps), or start='positions' "
-                "may help. The run's R-hat will tell."
+                f"{max_kinetic_steps} steps: "
+                + (
+                    f"the ensemble's moments still moved by δ = "
+                    f"{last['last_change']:.3g} between its last checks (stationary "
+                    f"noise {stop_threshold(n, d):.3g}), at a step ε = {eps:.3g} in "
+                    "the whitened coordinates"
+                    if moving
+                    else "its last round ended before the stopping rule could "
+                    f"confirm stationarity (it needs {MIN_CHECKS + 2} checks)"
+                )
+                + ". The handed-over chains may start away from the posterior; more "
+                "warm-up steps (num_steps), a funnel-like posterior reparametrised "
+                "(non-centred), or start='positions' may help. The run's R-hat will "
+                "tell."
             ),
             stacklevel=3,
         )

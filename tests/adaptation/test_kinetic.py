@@ -176,14 +176,18 @@ def test_separate_modes_are_found_from_dispersed_starts_and_named():
 
 
 def test_a_unimodal_badly_scaled_target_reports_one_mode():
-    """The separation is measured in the best mode's Hessian metric: loose L-BFGS
-    stops along the flat directions of a condition-10⁴ Gaussian are not modes."""
+    """The separation is measured in the best mode's Hessian metric: the mode
+    search's stops along the flat directions of a condition-10⁴ Gaussian are not
+    modes. (40 steps are too few for the kinetic phase's stopping rule: that
+    warning is not this test's.)"""
     import warnings
 
     logp, _ = _gaussian_100()
     x0 = jax.random.normal(jax.random.key(0), (64, 100), jnp.float64)
     with warnings.catch_warnings():
-        warnings.simplefilter("error", cj.ConvergenceWarning)
+        warnings.filterwarnings(
+            "error", message=".*separate modes", category=cj.ConvergenceWarning
+        )
         wu = cj.langevin_warmup(jax.random.key(1), logp, x0, num_steps=40)
     assert "modes: " not in wu.info.reasoning
 
@@ -198,9 +202,9 @@ def test_a_kinetic_phase_that_does_not_settle_is_reported_at_the_warm_up():
     """Issue 28: on a centred funnel the Laplace start sits at the neck (condition
     ~10⁹), ε collapses and the ensemble is still drifting when the budget ends; the
     warm-up warns then (naming the change against its noise level), not only the
-    sampling run's R-hat afterwards. A Gaussian whose Laplace start is exact does
-    not warn with the same budget (test_a_unimodal_badly_scaled_target_... checks
-    the short budget there)."""
+    sampling run's R-hat afterwards. (At N = 64 the stopping rule's noise level is
+    too high to call the last change a drift: the warning then says the rule could
+    not confirm stationarity in the budget.)"""
     x0 = jax.random.uniform(jax.random.key(0), (64, 5), jnp.float64, -2.0, 2.0)
     with pytest.warns(cj.ConvergenceWarning, match="did not settle"):
         cj.langevin_warmup(jax.random.key(1), _centred_funnel, x0, num_steps=100)
