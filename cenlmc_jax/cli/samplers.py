@@ -487,9 +487,9 @@ def step_size_traced(job: Job) -> Job:
     the persistent cache) again, about 6.6 s of CPU on an empty cache and 1.5 s on a
     warm one for the main job (benchmarks/results/waste.md, item (e)). Here the step is
     the sampler's kernel (``_steps.bound_parts``: the samplers built by ``bound_step``,
-    CEnLMC among them) with ``step_size`` read from the state, one function for every
-    ``h``: the ``h/2`` run finds the run's compiled chunk (``cj.sample`` keeps one per
-    step function). ``job.at_step_size(h)`` is the sampler at ``h``, sharing it.
+    CEnLMC and LMC among them) with ``step_size`` read from the state, one function for
+    every ``h``: the ``h/2`` run finds the run's compiled chunk (``cj.sample`` keeps one
+    per step function). ``job.at_step_size(h)`` is the sampler at ``h``, sharing it.
 
     A job whose step was not made by ``bound_step``, or whose step size is not a plain
     number (a schedule), is returned as it is (``at_step_size`` None: the check

@@ -49,6 +49,7 @@ from cenlmc_jax._linalg import (
     np_psd_sqrt,
     psd_sqrt,
 )
+from cenlmc_jax._steps import bound_step
 from cenlmc_jax._validation import (
     check_callable,
     check_function,
@@ -597,22 +598,46 @@ def lmc(
         check_inverse_mass_matrix(inverse_mass_matrix, state.position.shape[-1])
         return state
 
-    def step(rng_key, state):
-        check_state(state, LMCState, "lmc_init")
-        check_key(rng_key)
-        if mass is not None and is_concrete(mass[0]):
-            check_matrix_shape(
-                np.asarray(mass[0]), "inverse_mass_matrix", state.position.shape[-1]
-            )
-        return lmc_move(
-            rng_key,
-            state,
-            logdensity_fn,
-            step_size,
-            grad_fn,
-            grad_mode,
-            mass,
-            track_logdensity=track_logdensity,
-        )
-
+    # one function per distinct parameters (_steps.bound_step): a rebuilt sampler reuses
+    # cj.sample's compiled run (a preconditioner, an array, gives a fresh one)
+    step = bound_step(
+        _sampler_step,
+        logdensity_fn=logdensity_fn,
+        step_size=step_size,
+        grad_fn=grad_fn,
+        grad_mode=grad_mode,
+        mass=mass,
+        track_logdensity=track_logdensity,
+    )
     return SamplingAlgorithm(init, step)
+
+
+def _sampler_step(
+    rng_key,
+    state,
+    *,
+    logdensity_fn,
+    step_size,
+    grad_fn,
+    grad_mode,
+    mass,
+    track_logdensity,
+):
+    """The step of :func:`lmc`'s sampler object: the state and key checked, then
+    :func:`lmc_move`."""
+    check_state(state, LMCState, "lmc_init")
+    check_key(rng_key)
+    if mass is not None and is_concrete(mass[0]):
+        check_matrix_shape(
+            np.asarray(mass[0]), "inverse_mass_matrix", state.position.shape[-1]
+        )
+    return lmc_move(
+        rng_key,
+        state,
+        logdensity_fn,
+        step_size,
+        grad_fn,
+        grad_mode,
+        mass,
+        track_logdensity=track_logdensity,
+    )

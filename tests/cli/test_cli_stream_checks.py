@@ -12,6 +12,7 @@ the step-halving bias check, with its gradient cost printed.
 import json
 import textwrap
 
+import pytest
 from cli_helpers import run_cli
 
 from cenlmc_jax import cli
@@ -91,7 +92,8 @@ def test_no_bias_check_skips_it_and_says_so(capsys):
     assert code in (0, 1)
 
 
-def test_the_bias_check_reuses_the_runs_compiled_chunk(capsys):
+@pytest.mark.parametrize("sampler", ["cenlmc", "lmc"])
+def test_the_bias_check_reuses_the_runs_compiled_chunk(sampler, capsys):
     # the step size is carried in the state (samplers.step_size_traced): the h/2 run of
     # the step-halving check finds the run's jitted chunk (one new entry of cj.sample's
     # per-step-function cache for the whole job, not two) and JAX traces it once
@@ -101,6 +103,8 @@ def test_the_bias_check_reuses_the_runs_compiled_chunk(capsys):
     code, out, err = run_cli(
         [
             "sample",
+            "--sampler",
+            sampler,
             "--particles",
             "300",
             "--steps",

@@ -157,3 +157,18 @@ def test_bad_step_size_raises(h):
     state = cj.ensemble.lmc_init(np.zeros((4, 2)), tgt.logdensity_fn)
     with pytest.raises(ValueError, match="step_size"):
         cj.ensemble.lmc_step(jax.random.key(0), state, tgt.logdensity_fn, h)
+
+
+def test_a_rebuilt_lmc_shares_its_step_and_compiled_run():
+    # the same parameters give the same step function (_steps.bound_step): cj.sample
+    # keeps one compiled chunk per step function, so the second run compiles nothing
+    from cenlmc_jax import run as run_mod
+
+    logp = lambda x: -0.5 * jnp.sum(x**2)  # noqa: E731
+    a, b = cj.lmc(logp, 0.1), cj.lmc(logp, 0.1)
+    assert a.step is b.step and cj.lmc(logp, 0.2).step is not a.step
+    x0 = jnp.zeros((8, 2))
+    cj.sample(jax.random.key(0), a, a.init(x0), 5, check_convergence=False)
+    before = run_mod._chunk_fn.cache_info()
+    cj.sample(jax.random.key(0), b, b.init(x0), 5, check_convergence=False)
+    assert run_mod._chunk_fn.cache_info().misses == before.misses
