@@ -408,9 +408,9 @@ def cenlmc_step(
     R2-neighbours a particle, and a plan of which tiles to visit that is ``O(N)``
     up to N ~ 2^20 (``O(N²/131072)`` box tests beyond). With the radii of
     ``suggest_cenlmc_params(..., num_particles=N)`` ``k`` stays bounded
-    (``max_neighbours``), so a step is about ``O(N)``: at d = 2, 8192 to 2^20
-    particles, the measured exponent of N is near 1 and a step at 2^20 takes about
-    4 s of CPU (benchmarks/results/waste.md). Fixed radii make ``k`` grow like N
+    (``max_neighbours``), so a step is about ``O(N)`` (at d = 2 from 8192 to 2^20
+    particles: the exponent of N and the cost of a step are in
+    benchmarks/results/waste.md). Fixed radii make ``k`` grow like N
     and the step ``O(N²)``, as do the dense tiles (larger d, or
     ``block_sparse=False``). A step where every particle fails the R1 or M_f test
     (step 0; an R1 below the noise's reach) skips the pair sums and takes one

@@ -476,8 +476,8 @@ def suggest_cenlmc_params(
       ``(max_neighbours / count)^{1/d}``: they fall like ``N^{-1/d}``, the
       neighbour counts (and N*) stay bounded, and a step costs ``O(N)`` pair
       terms (plus the ``O(N log N)`` spatial sort and the tile plan's box tests,
-      ``O(N)`` up to N ~ 2^20; measured exponent near 1 from 8192 to 2^20 at
-      d = 2, benchmarks/results/waste.md). The larger ensemble then buys more
+      ``O(N)`` up to N ~ 2^20; the exponent of N from 8192 to 2^20 at d = 2 is
+      in benchmarks/results/waste.md). The larger ensemble then buys more
       particles per unit of the target, not a smaller force noise; the
       finite-difference bias ``κ η d`` falls with η. None keeps the radii of a
       small N at every N.
