@@ -187,8 +187,19 @@ def newton_modes(
     max_steps=50,
     probe_steps=20,
 ) -> NewtonResult:
-    """Newton's method from each row of ``starts`` ``(K, d)`` side by side (module
-    docstring); ``starts[0]`` is the main search, the others probes.
+    """Newton's method from each row of ``starts`` side by side (module docstring).
+
+    Args:
+      logdensity_fn: ``x: (d,) -> log π(x)``.
+      starts: ``(K, d)``; ``starts[0]`` is the main search, the others probes.
+      tol: the Newton decrement ``δ = gᵀF⁻¹g`` at which a start is converged.
+      grad_fn: as for ``cj.lmc`` (None: autodiff).
+      grad_mode: as for ``cj.lmc``.
+      max_steps: iterations at most.
+      probe_steps: iterations the probes get once the main search is done.
+
+    Returns:
+      A :class:`NewtonResult`, one row per start.
     """
     return _newton(
         starts,
