@@ -221,7 +221,9 @@ def _add_run_length_and_parameters(p: argparse.ArgumentParser) -> None:
         "--burn-in",
         type=int_type(0),
         default=200,
-        help="steps run first, not recorded (default: %(default)s)",
+        help="steps run first, not recorded (default: %(default)s); for the exact "
+        "warm-up (mala, the default with --model) the budget of its kinetic phase, "
+        "at least 1000: it stops once the ensemble settles",
     )
     g.add_argument(
         "--step-size",

@@ -43,6 +43,9 @@ from cenlmc_jax.base import SamplingAlgorithm
 from cenlmc_jax.ensemble import tuning
 
 ADAPT_MIN_STEPS = 20  # the warm-up's schedule needs 20 steps for its windows
+#: The exact warm-up's (--sampler mala) kinetic budget at least: cj.langevin_warmup's
+#: default; its stopping rule ends it when the ensemble settles
+EXACT_WARMUP_MIN_STEPS = 1000
 LANGEVIN_RULE = "min(0.05, sqrt(2/N)) / c"
 
 
@@ -295,8 +298,14 @@ def _mala(spec, args, target, positions, c, keys):
     ``cj.langevin_warmup``'s exact default (Laplace start, kinetic phase, MALA tuned on
     the ensemble, ``M`` and ``h`` frozen: cenlmc_jax/adaptation/kinetic.py)."""
     if _adapt(args):
+        # the kinetic phase stops itself once the ensemble settles: --burn-in below
+        # EXACT_WARMUP_MIN_STEPS is its budget raised to that (a banana needs ~460;
+        # 200 handed over an unsettled ensemble and R-hat 1.56)
         wu = cj.langevin_warmup(
-            keys[2], target.logdensity_fn, positions, num_steps=args.burn_in
+            keys[2],
+            target.logdensity_fn,
+            positions,
+            num_steps=max(args.burn_in, EXACT_WARMUP_MIN_STEPS),
         )
         i, p = wu.info, wu.parameters
         desc = (
