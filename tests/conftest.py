@@ -241,6 +241,39 @@ SLOW = (
     # a streaming run's constrained final state (11 s); the traced runs' constrained
     # summaries stay fast
     "tests/diagnostics/test_named_draws.py::test_streaming_run",
+    # --- A fifth pass, from a run of the fast tier (-n 2, 2 cores shared with two
+    # other jobs, load ~4; call s): the least-squares Pallas kernel (interpreted on
+    # CPU) against the dense fit: d = 1, 2, 3 without weights (both kernels among
+    # them) and one weighted case stay fast
+    *(
+        f"tests/ensemble/test_least_squares_pallas.py::test_matches_dense[{case}]"
+        for case in (
+            "3-True-epanechnikov",  # 52
+            "3-True-uniform",  # 32
+            "2-True-epanechnikov",  # 24
+            "2-True-uniform",  # 18
+            "1-True-epanechnikov",  # 17
+            "2-False-epanechnikov",  # 23
+            "1-False-epanechnikov",  # 22
+            "3-False-uniform",  # 18
+        )
+    ),
+    # its reverse mode with weights (38); without weights stays fast
+    "tests/ensemble/test_least_squares_pallas.py::test_reverse_mode_matches_tiled[True]",
+    # gradient-free ensemble MALA: the dtype check of the quadratic fit (57; the
+    # local-linear one stays fast) and the Gaussian moment z-tests (24, 23; the banana
+    # and the skew funnel, non-Gaussian, stay fast)
+    "tests/ensemble/test_ensemble_mala.py::test_dtype_is_preserved[quadratic]",
+    "tests/ensemble/test_ensemble_mala.py::test_moments_match_exact_values[gaussian-",
+    # EnLMC jitted against eager (38): CEnLMC's, through the same ensemble code, stays
+    "tests/test_samplers.py::test_jit_matches_eager[enlmc]",
+    # Darcy's former CEnLMC suggestion flagged (42): Darcy by LMC and SIR by exact
+    # MALA stay fast
+    "tests/models/test_inverse_problems.py::test_darcy_cenlmc_former_suggestion_is_flagged_and_the_new_one_is_within_tolerance",  # noqa: E501
+    # tile-size independence at block 7 (16); block 2 stays fast
+    "tests/pairwise/test_pairwise.py::test_block_size_does_not_matter[7]",
+    # the pooled warm-up's acceptance for RW-MH (24); MALA's stays fast
+    "tests/adaptation/test_window_adaptation.py::test_pooled_warmup_reaches_the_target_acceptance[gaussian-rwmh]",  # noqa: E501
 )
 
 
