@@ -515,6 +515,7 @@ def test_the_driver_warns_only_of_the_flags_an_info_declares():
     assert [f.field for f in cj.base.run_flags(cenlmc_info)] == [
         "biased",
         "ensemble_fraction",
+        "dense_fallback",
     ]
     assert [
         f.field for f in cj.base.run_flags(cj.sgmcmc.RecipeInfo(0, 0, 0, 0, 0))

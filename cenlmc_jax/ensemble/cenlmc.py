@@ -75,7 +75,7 @@ from cenlmc_jax._validation import (
     check_positive,
     is_concrete,
 )
-from cenlmc_jax.base import SamplingAlgorithm
+from cenlmc_jax.base import RunFlag, SamplingAlgorithm
 from cenlmc_jax.ensemble.audit import (
     BIASED_FLAG,
     CENLMC_AUDIT_SIZE,
@@ -144,6 +144,21 @@ class CEnLMCState(NamedTuple):
     ball_count: Array
 
 
+def _dense_fallback_message(infos: Any, first_step: int) -> str:
+    return (
+        f"the block-sparse ensemble force ran the dense tiles instead from step "
+        f"{first_step} (info.dense_fallback: its tile list overflowed its capacity, "
+        "or the weights needed a shift per row): exact, but it costs O(N^2) pairs "
+        "a step (block_sparse=False runs the dense tiles without the sparse plan)"
+    )
+
+
+#: The driver's warning when the block-sparse pair sums fell back to the dense tiles
+#: (what :class:`~cenlmc_jax.pairwise.tiled.SparseFallbackWarning` says for a direct
+#: call).
+DENSE_FALLBACK_FLAG = RunFlag("dense_fallback", _dense_fallback_message)
+
+
 class CEnLMCInfo(NamedTuple):
     """What one CEnLMC step did (all scalars).
 
@@ -203,6 +218,11 @@ class CEnLMCInfo(NamedTuple):
       num_nonfinite: particles whose new position or log density is NaN/inf.
       diverged: ``num_nonfinite > 0`` (or a traced parameter is NaN / out of
         range).
+      dense_fallback: the block-sparse pair sums ran the dense tiles instead
+        (their tile list overflowed, or the weights needed a shift per row):
+        exact, but ``O(N²)``. ``cj.sample`` warns once. A flag in the info, not
+        a warning from inside the step, so the compiled step holds no host
+        callback and the persistent compilation cache keeps it.
     """
 
     grad_evals: Array
@@ -225,10 +245,11 @@ class CEnLMCInfo(NamedTuple):
     biased: Array
     num_nonfinite: Array
     diverged: Array
+    dense_fallback: Array
 
-    # cj.sample warns once when a kept step is biased, and when the ensemble went unused
-    # over the kept steps
-    run_flags = (BIASED_FLAG, UNUSED_ENSEMBLE_FLAG)
+    # cj.sample warns once when a kept step is biased, when the ensemble went unused
+    # over the kept steps, and when the block-sparse pair sums ran dense
+    run_flags = (BIASED_FLAG, UNUSED_ENSEMBLE_FLAG, DENSE_FALLBACK_FLAG)
 
 
 # --------------------------------------------------------------------------
@@ -403,7 +424,7 @@ def cenlmc_step(
     Scaling with N. The pair sums (:func:`cenlmc_jax.pairwise.ensemble_force`,
     ``method="auto"``) are block-sparse where
     :func:`~cenlmc_jax.pairwise.auto_block_sparse` says so (d <= 5 from a few
-    thousand particles; d = 2 from N = 2048): a Hilbert sort, ``O(N log N)``, then
+    thousand particles; d = 2 from N = 1792): a Hilbert sort, ``O(N log N)``, then
     only the tiles of particles within η in x and R2 in w, ``O(N k)`` for ``k``
     R2-neighbours a particle, and a plan of which tiles to visit that is ``O(N)``
     up to N ~ 2^20 (``O(N²/131072)`` box tests beyond). With the radii of
@@ -540,6 +561,7 @@ def cenlmc_move(
             jnp.asarray(eta, dt),
             w=state.w,
             r2=jnp.asarray(r2, dt),
+            return_fallback=True,  # reported in the info, not by a host callback
             **opts.force_kwargs(),
         )
 
@@ -549,10 +571,12 @@ def cenlmc_move(
         # an R1 below the noise's reach sqrt(2hd)); the ball counts of the last step
         # that computed them stay (a function of the past, as the guard needs)
         zero = jnp.zeros((n,), jnp.int32)
-        return PairwiseForce(jnp.zeros_like(x), zero, state.ball_count)
+        return PairwiseForce(jnp.zeros_like(x), zero, state.ball_count), jnp.asarray(
+            False
+        )
 
     eligible = jnp.any(~(fail_r1 | fail_mf))
-    pf = lax.cond(eligible, pair_force, no_pair_force, None)
+    pf, dense_fallback = lax.cond(eligible, pair_force, no_pair_force, None)
     # (n_r2 of a skipped step is 0: every particle fails the N* test too)
     fail_n = eligible & (pf.n_r2 < jnp.maximum(jnp.asarray(n_star, jnp.int32), 1))
     need = fail_r1 | fail_mf | fail_n | fail_ball
@@ -633,6 +657,7 @@ def cenlmc_move(
         **a.info_fields(),
         num_nonfinite=bad,
         diverged=(bad > 0) | ~valid_params(dt, h, eta, r1, r2, m_f),
+        dense_fallback=dense_fallback,
     )
     # rows without a previous step (w = +inf) have no meaningful count yet: "unknown"
     # does not guard

@@ -68,7 +68,7 @@ from cenlmc_jax.pairwise.tiled import (
     sparse_partial,
     tiled_partial,
 )
-from cenlmc_jax.types import ArrayLike
+from cenlmc_jax.types import Array, ArrayLike
 
 __all__ = [
     "PairwiseForce",
@@ -108,8 +108,14 @@ AUTO_DENSE_MAX_BYTES = 16 * 2**20
 #: was faster than the dense tiles at that d (benchmarks/bench_sparse.py on
 #: CEnLMC-shaped ensembles, η = R2 = sqrt(h d), h = 0.05; the ratios are
 #: benchmarks/results/sparse.md and benchmarks/results/sparse_small.md; d = 10
-#: never pays). Measured on CPU, not on a GPU.
-AUTO_SPARSE_RULE = ((2, 2048), (3, 4096), (4, 8192), (5, 32768))
+#: never pays). Measured on CPU, not on a GPU. d <= 2 from 1,792 (issue 30, was
+#: 2,048): the sum's CPU time, tiled/sparse, median of 21 interleaved calls, was
+#: 1.22x (η = 0.316, h = 0.05 as above) and 1.07x (η = R2 = sqrt(h d) with the
+#: CLI's h = sqrt(2/N): 0.258) at N = 1,792; 1.2-1.5x and 1.3-1.5x at 2,000 (the
+#: CLI's N, two runs); 0.93-0.97x at 1,536 and 0.64-0.83x at 1,024. Only since the
+#: block-sparse program holds no host callback does it pay in a short run: before,
+#: it was compiled again in every process (~14 s, never from the persistent cache).
+AUTO_SPARSE_RULE = ((2, 1792), (3, 4096), (4, 8192), (5, 32768))
 
 
 def auto_block_sparse(n: int, d: int) -> bool:
@@ -178,7 +184,8 @@ def ensemble_force(
     strategy: str = "allgather",
     block_sparse: bool | None = None,
     interpret: bool | None = None,
-) -> PairwiseForce:
+    return_fallback: bool = False,
+) -> PairwiseForce | tuple[PairwiseForce, Array]:
     """Pairwise sums of the EnLMC / CEnLMC ensemble force (docs/algorithms.md §2-4).
 
     Args:
@@ -236,6 +243,14 @@ def ensemble_force(
         ``.lower(lowering_platforms=("cuda",))``), interpret mode otherwise.
         True: always interpret; False: always Triton
         (:func:`.pallas.ensemble_force_pallas`).
+      return_fallback: return ``(force, ran_dense)``: ``ran_dense`` a bool
+        scalar, True where the single-device block-sparse XLA tiles ran the
+        dense tiles instead (their list overflowed, or the weights needed a
+        shift per row), and then no :class:`~.tiled.SparseFallbackWarning`:
+        the caller reports it (the CEnLMC step's ``info.dense_fallback``), so
+        its program holds no host callback and the persistent compilation
+        cache keeps it. False for every other form (the sharded block-sparse
+        sums still warn themselves).
 
     ``tiled`` and ``pallas`` (and the sharded forms) use the same distances
     (exact differences for ``d <= DIRECT_MAX_D``, the Gram identity above) and
@@ -243,7 +258,8 @@ def ensemble_force(
 
     Returns:
       :class:`PairwiseForce` ``(force_sum (N, d), n_r2 (N,), n_ball (N,))`` in
-      the promoted floating dtype of the inputs (float64 in, float64 out).
+      the promoted floating dtype of the inputs (float64 in, float64 out); with
+      ``return_fallback``, ``(force, ran_dense)``.
 
     Jittable; ``eta`` and ``r2`` may be traced. Raises ``ValueError`` for
     mismatched shapes, ``eta <= 0``, ``r2 < 0``, an unknown ``method`` or
@@ -257,6 +273,12 @@ def ensemble_force(
     precision = canonical_precision(precision)
     if interpret is not None:
         check_bool(interpret, "interpret")
+    check_bool(return_fallback, "return_fallback")
+
+    def done(out):
+        # the forms with no flags of their own: nothing fell back here
+        return (out, jnp.asarray(False)) if return_fallback else out
+
     n, d = x.shape
     if block_sparse is not None:
         check_bool(block_sparse, "block_sparse")
@@ -300,17 +322,19 @@ def ensemble_force(
                 if sparse
                 else _local_partial("tiled", d, block_size, precision)
             )
-        return ensemble_force_sharded(
-            x,
-            f,
-            log_p,
-            eta,
-            partial_fn=local,
-            w=w,
-            r2=r2,
-            mesh=mesh,
-            strategy=strategy,
-            spatial_sort=sparse,
+        return done(
+            ensemble_force_sharded(
+                x,
+                f,
+                log_p,
+                eta,
+                partial_fn=local,
+                w=w,
+                r2=r2,
+                mesh=mesh,
+                strategy=strategy,
+                spatial_sort=sparse,
+            )
         )
     if method == "auto":
         dense_bytes = n * n * d * jnp.dtype(x.dtype).itemsize * (1 if w is None else 2)
@@ -320,21 +344,25 @@ def ensemble_force(
         method = "dense" if small and not block_sparse else "tiled"
     sparse = bool(block_sparse)
     if method == "dense":
-        return ensemble_force_dense(x, f, log_p, eta, w=w, r2=r2, precision=precision)
+        return done(
+            ensemble_force_dense(x, f, log_p, eta, w=w, r2=r2, precision=precision)
+        )
     if method == "pallas":
         distances = "direct" if d <= DIRECT_MAX_D else "gram"
-        return ensemble_force_pallas(
-            x,
-            f,
-            log_p,
-            eta,
-            w=w,
-            r2=r2,
-            distances=distances,
-            precision=precision,
-            gram_precision=precision,
-            block_sparse=sparse,
-            interpret=interpret,
+        return done(
+            ensemble_force_pallas(
+                x,
+                f,
+                log_p,
+                eta,
+                w=w,
+                r2=r2,
+                distances=distances,
+                precision=precision,
+                gram_precision=precision,
+                block_sparse=sparse,
+                interpret=interpret,
+            )
         )
     return ensemble_force_tiled(
         x,
@@ -346,4 +374,5 @@ def ensemble_force(
         block_size=block_size,
         precision=precision,
         block_sparse=sparse,
+        return_fallback=return_fallback,
     )

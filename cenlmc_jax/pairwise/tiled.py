@@ -103,6 +103,8 @@ __all__ = [
     "SPARSE_MAX_PAIRS",
     "SPARSE_PAIRS_PER_PARTICLE",
     "SparseFallbackWarning",
+    "SparseFallback",
+    "warn_fallback",
     "SparsePlan",
     "sparse_plan",
     "sparse_capacity",
@@ -179,13 +181,39 @@ class SparseFallbackWarning(RuntimeWarning):
     """
 
 
+class SparseFallback(NamedTuple):
+    """Why a block-sparse sum ran the dense tiles, as the compiled program returns it.
+
+    The program returns these flags instead of calling back to the host: a host
+    callback's function pointer enters JAX's persistent-cache key (and JAX does not
+    write programs with host callbacks to that cache), so a program holding one is
+    recompiled in every process (issue 30: ~14 s for the CEnLMC step). The caller
+    warns from them (:func:`warn_fallback`) or reports them (the CEnLMC step's
+    ``info.dense_fallback``).
+
+    Attributes:
+      fits: the pair list held every active tile pair (within its capacity).
+      shared: the weights fit one shared shift (no shift per row needed).
+      n_pairs: the active tile pairs listed.
+    """
+
+    fits: Array
+    shared: Array
+    n_pairs: Array
+
+    @property
+    def ran_dense(self) -> Array:
+        """True where the dense tiles ran (any call, under ``vmap``)."""
+        return jnp.any(~(self.fits & self.shared))
+
+
 #: (reason, capacity) pairs already warned about in this process: one warning each,
 #: not one per step.
 _WARNED: set = set()
 
 
 def _warn_fallback(fits, shared, n_pairs, *, capacity: int, max_pairs: int) -> None:
-    """Host side of :func:`dense_instead`: warn once per (reason, capacity).
+    """Host side of :func:`warn_fallback`: warn once per (reason, capacity).
 
     If a call did fall back. Under ``vmap`` both branches of the ``cond`` run, so
     the flags (batched) decide, not the branch: nothing is said where every call
@@ -216,9 +244,32 @@ def _warn_fallback(fits, shared, n_pairs, *, capacity: int, max_pairs: int) -> N
         f"block-sparse ensemble force {reason}: the dense tiles ran instead (exact; "
         "cost O(N^2) pairs)",
         SparseFallbackWarning,
-        # points at this function: the caller is the callback machinery
+        # points at this function: the caller is ensemble_force_tiled or the callback
+        # machinery
         stacklevel=1,
     )
+
+
+def _max_pairs(n: int) -> int:
+    """The pair list's memory cap at ``n`` columns (as :func:`sparse_capacity`)."""
+    return min(max(SPARSE_MAX_PAIRS, SPARSE_PAIRS_PER_PARTICLE * n), _LIST_MAX)
+
+
+def warn_fallback(fallback: SparseFallback, capacity: int, n: int) -> None:
+    """Warn (:class:`SparseFallbackWarning`, once per reason and capacity) if
+    ``fallback`` says the dense tiles ran.
+
+    On the host when the flags have values (an eager call: nothing enters a
+    compiled program); inside a caller's trace (its ``jit``, ``vmap``, ``grad``) a
+    ``jax.debug.callback`` in the caller's program, which then cannot be kept in
+    the persistent compilation cache (the CEnLMC step reports the flags in its
+    info instead).
+    """
+    warn = functools.partial(_warn_fallback, capacity=capacity, max_pairs=_max_pairs(n))
+    if any(isinstance(a, jax.core.Tracer) for a in fallback):
+        jax.debug.callback(warn, *fallback)
+    else:
+        warn(*fallback)
 
 
 def dense_instead(
@@ -226,14 +277,16 @@ def dense_instead(
 ):
     """``dense`` (a thunk) that first reports why the block-sparse sum fell back.
 
-    Once per process.
+    Once per process. Used by the sharded sum (:func:`sparse_partial`), whose
+    ``shard_map`` body has no output for the flags; the single-device sum returns
+    them instead (:class:`SparseFallback`).
 
     A ``jax.debug.callback`` inside the dense branch of the ``lax.cond``:
     it costs nothing where the sparse branch runs (except under ``vmap``,
     where both run and the flags decide). The warning is a
     :class:`SparseFallbackWarning`.
     """
-    max_pairs = min(max(SPARSE_MAX_PAIRS, SPARSE_PAIRS_PER_PARTICLE * n), _LIST_MAX)
+    max_pairs = _max_pairs(n)
 
     def warn():
         jax.debug.callback(
@@ -969,14 +1022,12 @@ def _tiled_sparse(
         return tiled_partial(p, p, precision=precision, distances=distances)
 
     # Exact either way: the dense tiles where the list overflows its capacity
-    # (too many active tiles to gain) or the weights need a shift per row.
-    part = lax.cond(
-        plan.fits & weights.shared,
-        sparse,
-        dense_instead(dense, plan, weights, capacity, n),
-    )
+    # (too many active tiles to gain) or the weights need a shift per row. The flags
+    # go out with the result, not to a host callback (SparseFallback: a callback would
+    # keep this program out of the persistent compilation cache).
+    part = lax.cond(plan.fits & weights.shared, sparse, dense)
     out = finish(part, p, n)
-    return unsort(out, perm)
+    return unsort(out, perm), SparseFallback(plan.fits, weights.shared, plan.n_pairs)
 
 
 def ensemble_force_tiled(
@@ -994,7 +1045,8 @@ def ensemble_force_tiled(
     block_sparse: bool = False,
     group: int | None = None,
     max_active: float = SPARSE_MAX_ACTIVE,
-) -> PairwiseForce:
+    return_fallback: bool = False,
+) -> PairwiseForce | tuple[PairwiseForce, Array]:
     """The pair sums by the row-tiled XLA kernel, dense or block-sparse.
 
     Args:
@@ -1025,12 +1077,20 @@ def ensemble_force_tiled(
         more are active, or if the weights spread beyond one shared shift
         (:func:`~.algebra.max_shared_spread`), the dense tiles run instead,
         decided at run time: the result is exact either way, and a
-        :class:`SparseFallbackWarning` says so (once per reason and capacity).
+        :class:`SparseFallbackWarning` says so (once per reason and capacity;
+        on the host after the call, or, inside a caller's trace, by a
+        ``jax.debug.callback`` in the caller's program: :func:`warn_fallback`).
+      return_fallback: return ``(force, ran_dense)`` and warn of nothing:
+        ``ran_dense`` a bool scalar, True where the block-sparse sum ran the
+        dense tiles (always False for the dense form). For a caller that
+        reports it itself (the CEnLMC step's ``info.dense_fallback``), so that
+        its compiled program holds no host callback and stays in the persistent
+        compilation cache.
 
     Returns:
       :class:`~.algebra.PairwiseForce`
       ``(force_sum (N, d), n_r2 (N,), n_ball (N,))`` in the promoted floating
-      dtype of the inputs.
+      dtype of the inputs; with ``return_fallback``, ``(force, ran_dense)``.
 
     Raises:
       ValueError: the checks of :func:`~.algebra.check_pair_inputs`, or a bad
@@ -1044,12 +1104,13 @@ def ensemble_force_tiled(
     if distances is not None:
         check_choice(distances, "distances", ("direct", "gram"))
     check_bool(block_sparse, "block_sparse")
+    check_bool(return_fallback, "return_fallback")
     dtype = x.dtype
     if block_sparse:
         if group is not None:
             check_int(group, "group", minimum=1)
         check_positive(max_active, "max_active")
-        return _tiled_sparse(
+        out, fallback = _tiled_sparse(
             x,
             f,
             log_p,
@@ -1063,7 +1124,15 @@ def ensemble_force_tiled(
             distances=distances,
             max_active=float(max_active),
         )
-    return _tiled(
+        if return_fallback:
+            return out, fallback.ran_dense
+        n = x.shape[0]
+        rows, cols = sparse_tiles(
+            n, n, None if block_size is None else max(2, int(block_size)), block_cols
+        )
+        warn_fallback(fallback, sparse_capacity(n, rows, cols, float(max_active)), n)
+        return out
+    out = _tiled(
         x,
         f,
         log_p,
@@ -1075,3 +1144,4 @@ def ensemble_force_tiled(
         precision=canonical_precision(precision),
         distances=distances,
     )
+    return (out, jnp.asarray(False)) if return_fallback else out

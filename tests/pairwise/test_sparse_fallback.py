@@ -18,7 +18,8 @@ import jax.numpy as jnp
 import pytest
 from test_pairwise import assert_matches_oracle, eta_for_neighbours, lmc_like_ensemble
 
-from cenlmc_jax.pairwise import tiled
+import cenlmc_jax as cj
+from cenlmc_jax.pairwise import ensemble_force, tiled
 from cenlmc_jax.pairwise.tiled import (
     SPARSE_MAX_PAIRS,
     SPARSE_PAIRS_PER_PARTICLE,
@@ -150,3 +151,103 @@ def test_grad_through_a_fallback():
     assert (
         float(jnp.max(jnp.abs(g_dense - g_sparse))) <= 1e-3 * scale
     )  # float32 sums in two orders
+
+
+def test_return_fallback_flags_without_warning_and_equals_the_warned_call():
+    # The flag form (the CEnLMC step's) says nothing and returns which branch ran; its
+    # sums are the same program's, so they equal the warning form's exactly.
+    x, f, log_p, w, eta, r2 = ensemble(n=448)
+    for max_active, fell_back in ((1.0, False), (0.01, True)):
+        (out, ran_dense), said = fallbacks(
+            lambda max_active=max_active: ensemble_force_tiled(
+                x,
+                f,
+                log_p,
+                eta,
+                w=w,
+                r2=r2,
+                block_sparse=True,
+                block_size=TILE,
+                block_cols=TILE,
+                group=8,
+                max_active=max_active,
+                return_fallback=True,
+            )
+        )
+        assert said == [] and bool(ran_dense) is fell_back
+        warned, _ = fallbacks(lambda m=max_active: force(x, f, log_p, w, eta, r2, m))
+        for a, b in zip(out, warned, strict=True):
+            assert jnp.array_equal(a, b)
+
+
+def _host_callbacks(lowered) -> int:
+    # a host callback lowers to a custom call whose target name ends in "callback"
+    return lowered.as_text().count("callback")
+
+
+def test_block_sparse_program_holds_no_host_callback():
+    # Issue 30: a host callback's pointer enters the persistent-cache key (and JAX
+    # writes no program holding one to that cache), so the block-sparse program was
+    # compiled again in every process. The jitted sum and the CEnLMC step hold none now.
+    x, f, log_p, w, eta, r2 = ensemble(n=416)
+    sum_program = jax.jit(
+        lambda x: ensemble_force(
+            x, f, log_p, eta, w=w, r2=r2, block_sparse=True, return_fallback=True
+        )
+    ).lower(x)
+    assert _host_callbacks(sum_program) == 0
+
+    sampler = cj.cenlmc(
+        lambda z: -0.5 * jnp.sum(z**2),
+        0.05,
+        0.25,
+        1.0,
+        0.5,
+        5,
+        10.0,
+        f_star=0.0,
+        block_sparse=True,
+    )
+    state = sampler.init(x)
+    step_program = jax.jit(sampler.step).lower(jax.random.key(1), state)
+    assert _host_callbacks(step_program) == 0
+    # the check can fail: the warning form, traced, holds one
+    warned = jax.jit(lambda x: force(x, f, log_p, w, eta, r2, 0.5)).lower(x)
+    assert _host_callbacks(warned) > 0
+
+
+def test_cenlmc_reports_a_fallback_in_its_info_and_sample_warns(monkeypatch):
+    # A memory cap below the list (as above) makes every block-sparse step run the
+    # dense tiles: info.dense_fallback says so at each step and cj.sample warns once.
+    monkeypatch.setattr(tiled, "SPARSE_MAX_PAIRS", 4)
+    monkeypatch.setattr(tiled, "SPARSE_PAIRS_PER_PARTICLE", 0)
+    x = jax.random.normal(jax.random.key(0), (400, 2))  # a shape of its own: traced
+    # with the patched caps
+
+    def run(block_sparse):
+        sampler = cj.cenlmc(
+            lambda z: -0.5 * jnp.sum(z**2),
+            0.05,
+            0.25,
+            1.0,
+            0.5,
+            5,
+            10.0,
+            f_star=0.0,
+            block_sparse=block_sparse,
+        )
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            res = cj.sample(
+                jax.random.key(2), sampler, sampler.init(x), 4, info_reduce=None
+            )
+        return res, [str(c.message) for c in caught if "dense tiles" in str(c.message)]
+
+    sparse, said = run(True)
+    assert bool(jnp.all(sparse.info.dense_fallback[1:])) and len(said) == 1, said
+    dense, said = run(False)
+    assert not bool(jnp.any(dense.info.dense_fallback)) and said == []
+    # same key, nearly the same samples: the fallback ran the dense tiles, over the
+    # sorted ensemble, so the same float32 sums in another order (rounding ~1e-7
+    # relative a step, 4 steps)
+    assert jnp.allclose(sparse.trace, dense.trace, rtol=0, atol=1e-4)
