@@ -267,9 +267,25 @@ def warn_fallback(fallback: SparseFallback, capacity: int, n: int) -> None:
     """
     warn = functools.partial(_warn_fallback, capacity=capacity, max_pairs=_max_pairs(n))
     if any(isinstance(a, jax.core.Tracer) for a in fallback):
-        jax.debug.callback(warn, *fallback)
+        _host_callback(warn, *fallback)
     else:
         warn(*fallback)
+
+
+def _host_callback(fn, *args) -> None:
+    """``jax.debug.callback(fn, *args)``, lowered only for the platforms this process
+    has a backend for.
+
+    A host callback cannot be lowered for CUDA from a CPU-only host
+    (``.lower(lowering_platforms=("cuda",))``, the CI's lowering tests); on a GPU
+    host the GPU's program calls back as the CPU's does.
+    """
+    here = {
+        p: lambda: jax.debug.callback(fn, *args)
+        for p in ("cpu", "cuda", "rocm")
+        if _has_backend(p)
+    }
+    jax.lax.platform_dependent(default=lambda: None, **here)
 
 
 def dense_instead(
@@ -288,21 +304,13 @@ def dense_instead(
     """
     max_pairs = _max_pairs(n)
 
-    def warn():
-        jax.debug.callback(
+    def run():
+        _host_callback(
             functools.partial(_warn_fallback, capacity=capacity, max_pairs=max_pairs),
             plan.fits,
             weights.shared,
             plan.n_pairs,
         )
-
-    def run():
-        # The callback is lowered only for platforms this process has a backend for: a
-        # host callback cannot be lowered for CUDA from a CPU-only host
-        # (``.lower(lowering_platforms=("cuda",))``, the CI's lowering tests); on a GPU
-        # host the GPU's branch warns as the CPU's does.
-        here = {p: warn for p in ("cpu", "cuda", "rocm") if _has_backend(p)}
-        jax.lax.platform_dependent(default=lambda: None, **here)
         return dense()
 
     return run
