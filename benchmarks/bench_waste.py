@@ -672,15 +672,13 @@ def main():
             "What changed: the check's h/2 run reuses the run's compiled chunk (the "
             "step size carried in the state, cli.samplers.step_size_traced), and "
             "scipy.stats is no longer imported (0.6 s): ~2 s of a warm job and ~7 s of "
-            "a cold one in single-process timings, within the spread of the medians "
-            "here (one warm run: 19-24 s). The warm target is missed: the job's "
-            "CEnLMC step (N = 2,000, d = 2) costs ~5.4 ms of CPU at HEAD (7.5 ms at "
-            "--cli-before), so its 1,200 steps and the check's 1,276 are ~13 s "
-            "whatever else is cut; imports and set-up ~2 s, tracing the run ~1 s. The "
-            "block-sparse pair force halves that step (3.6 ms) but its program holds "
-            "a jax.debug.callback (the SparseFallbackWarning), whose pointer enters "
-            "JAX's persistent-cache key: it is compiled again (14 s) in every "
-            "process; method='auto' starts it at N = 2,048 for d <= 2 anyway.",
+            "a cold one in single-process timings. Then (f65a1c6) the block-sparse "
+            "pair force, which halves this job's CEnLMC step, holds no host callback "
+            "(its fallback flags are returned, info.dense_fallback), so JAX's "
+            "persistent cache keeps its program, and method='auto' takes it at d <= 2 "
+            "from N = 1,792 (was 2,048), this job's N = 2,000 included. The warm "
+            "target is still missed: the job's 1,200 CEnLMC steps and the check's "
+            "1,276 remain most of it; imports and set-up ~2 s, tracing the run ~1 s.",
             *kept_note,
         ],
     )
