@@ -165,18 +165,16 @@ MUTATIONS = [
     dict(
         name="n_star_test_off_by_one_le",
         file=SAMPLERS,
-        original="fail_n = pf.n_r2 < jnp.maximum(jnp.asarray(n_star, jnp.int32), 1)",
-        replacement="fail_n = pf.n_r2 <= "
-        "jnp.maximum(jnp.asarray(n_star, jnp.int32), 1)",
+        original="(pf.n_r2 < jnp.maximum(jnp.asarray(n_star, jnp.int32), 1))",
+        replacement="(pf.n_r2 <= jnp.maximum(jnp.asarray(n_star, jnp.int32), 1))",
         tests=[T_CENLMC_HAND],
         what="N_i = N* counted as a failure (N_i <= N*)",
     ),
     dict(
         name="n_star_test_off_by_one_minus",
         file=SAMPLERS,
-        original="fail_n = pf.n_r2 < jnp.maximum(jnp.asarray(n_star, jnp.int32), 1)",
-        replacement="fail_n = pf.n_r2 < "
-        "jnp.maximum(jnp.asarray(n_star - 1, jnp.int32), 1)",
+        original="(pf.n_r2 < jnp.maximum(jnp.asarray(n_star, jnp.int32), 1))",
+        replacement="(pf.n_r2 < jnp.maximum(jnp.asarray(n_star - 1, jnp.int32), 1))",
         tests=[T_CENLMC_HAND],
         what="N_i = N* - 1 passes (threshold N* - 1)",
     ),
