@@ -264,6 +264,14 @@ def warn_fallback(fallback: SparseFallback, capacity: int, n: int) -> None:
     ``jax.debug.callback`` in the caller's program, which then cannot be kept in
     the persistent compilation cache (the CEnLMC step reports the flags in its
     info instead).
+
+    Args:
+      fallback: the flags :func:`_tiled_sparse` returned.
+      capacity: the tile-pair list's capacity (named in the warning).
+      n: the number of particles (for the largest possible number of tile pairs).
+
+    Returns:
+      None.
     """
     warn = functools.partial(_warn_fallback, capacity=capacity, max_pairs=_max_pairs(n))
     if any(isinstance(a, jax.core.Tracer) for a in fallback):
