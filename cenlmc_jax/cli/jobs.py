@@ -154,7 +154,7 @@ def _import_model(spec: str):
     path, sep, name = spec.rpartition(":")
     if not sep or not path.endswith(".py") or not name.isidentifier():
         raise UsageError(f"--model must be PATH.py:FUNCTION; got {spec!r}")
-    module_name = "cenlmc_user_model_" + "".join(
+    module_name = USER_MODEL_MODULE + "".join(
         c if c.isalnum() else "_" for c in os.path.abspath(path)
     )
     try:
@@ -356,13 +356,25 @@ def load_init(path: str) -> np.ndarray:
     return init.astype(np.float32)
 
 
-def curvature(target: targets_mod.Target, positions: jax.Array) -> tuple:
-    """The curvature scale ``c`` the default step sizes use, and where it came from."""
+def curvature(
+    target: targets_mod.Target, positions: jax.Array, gradients: bool = True
+) -> tuple:
+    """The curvature scale ``c`` the default step sizes use, and where it came from.
+
+    ``gradients`` False (a gradient-free sampler, whose model may be a black box that
+    cannot be differentiated): no mode search or Hessian; ``c = 1`` unless the target
+    states its scale.
+    """
     if target.L is not None:
         return float(target.L), f"L = {target.L:.4g} of the target"
     if target.cov is not None:
         lam = float(np.linalg.eigvalsh(np.asarray(target.cov)).min())
         return 1.0 / lam, f"1/(smallest variance) = {1.0 / lam:.4g} of the target"
+    if not gradients:
+        return 1.0, (
+            "1 (a gradient-free sampler: the model is not differentiated; the "
+            "burn-in's adaptation sets the step)"
+        )
     mode = tuning.find_f_star(target.logdensity_fn, positions).position
 
     def hvp(v):  # Hessian of f = -log p at the mode, times v
@@ -478,7 +490,9 @@ def _setup(args) -> Setup:
         if init is None
         else (jnp.asarray(init) if init.ndim == 2 else jnp.asarray(init) + noise)
     )
-    c, c_source = curvature(target, positions)
+    c, c_source = curvature(
+        target, positions, gradients=not SPECS[args.sampler].gradient_free
+    )
     job = build_job(args.sampler, args, target, positions, c, keys)
     if args.steps is None:
         args.steps = default_steps(job, args.thin)
@@ -541,10 +555,23 @@ def start_out_dir(args) -> None:
         write_config(os.path.join(args.out, "config.toml"), effective_config(args))
 
 
+#: The module name a ``--model`` file is imported under (:func:`_import_model`).
+USER_MODEL_MODULE = "cenlmc_user_model_"
+
+
 def _in_import(frame) -> bool:
+    """Whether ``frame`` runs inside an import that a Ctrl-C must not stop half-way.
+
+    The innermost import in progress is the one that matters: where that is the
+    ``--model`` file's own code (its top level, or what it calls), stopping it is safe
+    (Python drops the half-made module), so a slow model import is interrupted at once;
+    a library it imports in turn (jaxlib's compiled modules) is not.
+    """
     while frame is not None:
         if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
             return True
+        if str(frame.f_globals.get("__name__", "")).startswith(USER_MODEL_MODULE):
+            return False
         frame = frame.f_back
     return False
 

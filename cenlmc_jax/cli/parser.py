@@ -533,6 +533,13 @@ def _check_inputs(args) -> None:
         if value is None:
             continue
         path = value.rpartition(":")[0] if name == "model" else value
+        if name == "model" and not (
+            path.endswith(".py") and value.rpartition(":")[2].isidentifier()
+        ):
+            raise UsageError(
+                f"--model must be PATH.py:FUNCTION (the file, a colon, the name of its "
+                f"log-density function); got {value!r}"
+            )
         if not os.path.isfile(path):
             raise UsageError(f"--{name} {value}: no such file {path!r}")
     if args.model is not None:

@@ -79,6 +79,7 @@ class SamplerSpec(NamedTuple):
     langevin: bool = False
     ensemble: bool = False
     constrained: bool = False
+    gradient_free: bool = False  # it never differentiates the model (no Hessian either)
 
     @property
     def constructor(self) -> Callable:
@@ -410,9 +411,15 @@ TABLE: dict[str, SamplerSpec] = {
     "lmc": SamplerSpec("lmc", _lmc, LANGEVIN_RULE, langevin=True),
     "sgrhmc": SamplerSpec("sgrhmc", _sgrhmc, "0.05 / sqrt(c)", flags=("grad-noise",)),
     "mala": SamplerSpec("mala", _mala, "0.5 / (c d^(1/3))", adapt_kind="mala"),
-    "rwmh": SamplerSpec("rwmh", _rwmh, "2.38 / sqrt(d c)", adapt_kind="rwmh"),
+    "rwmh": SamplerSpec(
+        "rwmh", _rwmh, "2.38 / sqrt(d c)", adapt_kind="rwmh", gradient_free=True
+    ),
     "irreversible_mh": SamplerSpec(
-        "irreversible_mh", _irreversible_mh, "0.8 / sqrt(c)", adapt_kind="gamma"
+        "irreversible_mh",
+        _irreversible_mh,
+        "0.8 / sqrt(c)",
+        adapt_kind="gamma",
+        gradient_free=True,
     ),
 }
 

@@ -1,0 +1,137 @@
+"""The probe's remaining CLI defects of issue 28, each with the test that failed before
+its fix.
+
+* a Ctrl-C during a slow ``--model`` import waited for the import to end (the handler
+  deferred every interrupt inside an import, to protect jaxlib's compiled modules) ->
+  test_ctrl_c_during_a_slow_model_import_stops_it_at_once
+* a Ctrl-C while the command itself was still importing JAX printed a traceback ->
+  test_ctrl_c_while_the_command_starts_is_exit_130_without_a_traceback
+* a gradient-free sampler on a model that cannot be differentiated (a host callback)
+  was refused: the default step's curvature came from a Hessian at the mode ->
+  test_a_gradient_free_sampler_runs_a_model_that_cannot_be_differentiated
+* ``--model file.py`` without ``:FUNCTION`` said "no such file ''" ->
+  test_a_model_without_its_function_name_names_the_format
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+from cli_helpers import run_cli
+
+#: How long the slow model's import would run on its own: far beyond the test's wait
+#: for exit 130 (TIMEOUT_S), so a prompt exit can only come from the Ctrl-C.
+SLOW_IMPORT_S = 300
+TIMEOUT_S = 60
+
+
+def _child(args, extra_code=""):
+    code = textwrap.dedent(
+        f"""
+        import sys
+        {extra_code}
+        from cenlmc_jax._console import main
+        sys.argv = ["cenlmc-jax"] + {list(map(str, args))!r}
+        sys.exit(main())
+        """
+    )
+    env = dict(os.environ, PYTHONUNBUFFERED="1", JAX_PLATFORMS="cpu")
+    return subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def test_ctrl_c_during_a_slow_model_import_stops_it_at_once(tmp_path):
+    marker = tmp_path / "importing"
+    model = tmp_path / "slow.py"
+    model.write_text(
+        textwrap.dedent(
+            f"""
+            import pathlib, time
+            pathlib.Path({str(marker)!r}).write_text("started")
+            t0 = time.time()
+            while time.time() - t0 < {SLOW_IMPORT_S}:  # a slow set-up, in Python
+                sum(range(1000))
+
+            def logdensity_fn(x):
+                return -0.5 * (x ** 2).sum()
+            """
+        )
+    )
+    proc = _child(["sample", "--model", f"{model}:logdensity_fn", "--dim", "2"])
+    deadline = time.time() + TIMEOUT_S * 5  # JAX's import on a loaded 2-core machine
+    while not marker.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+    assert marker.exists(), proc.communicate()
+    sent = time.time()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=TIMEOUT_S)
+    assert proc.returncode == 130, (proc.returncode, out, err)
+    assert time.time() - sent < TIMEOUT_S
+    assert "Traceback" not in err and "interrupted" in err, err
+
+
+def test_ctrl_c_while_the_command_starts_is_exit_130_without_a_traceback():
+    # the interrupt arrives while the command's own modules are being imported (as a
+    # Ctrl-C during JAX's import does): an import hook raises it there
+    hook = textwrap.dedent(
+        """
+        import os, signal
+        class _CtrlC:
+            def find_spec(self, name, path=None, target=None):
+                if name == "cenlmc_jax.cli.jobs":
+                    os.kill(os.getpid(), signal.SIGINT)
+                return None
+        sys.meta_path.insert(0, _CtrlC())
+        """
+    )
+    proc = _child(["sample"], extra_code=hook.replace("\n", "\n        "))
+    out, err = proc.communicate(timeout=TIMEOUT_S * 5)
+    assert proc.returncode == 130, (proc.returncode, out, err)
+    assert "Traceback" not in err and "interrupted while starting" in err, err
+
+
+def test_a_gradient_free_sampler_runs_a_model_that_cannot_be_differentiated(
+    tmp_path, capsys
+):
+    model = tmp_path / "black_box.py"
+    model.write_text(
+        textwrap.dedent(
+            """
+            import jax, numpy as np
+
+            def _numpy_logp(x):  # a black box: NumPy, no derivative for JAX
+                x = np.asarray(x)
+                return (-0.5 * (x ** 2).sum(-1)).astype(x.dtype)
+
+            def logdensity_fn(x):
+                out = jax.ShapeDtypeStruct(x.shape[:-1], x.dtype)
+                return jax.pure_callback(
+                    _numpy_logp, out, x, vmap_method="expand_dims")
+            """
+        )
+    )
+    for sampler, says in (("rwmh", "random-walk MH"), ("irreversible-mh", "Gamma(2")):
+        code, out, err = run_cli(
+            ["sample", "--model", f"{model}:logdensity_fn", "--dim", "2",
+             "--sampler", sampler, "--particles", "16", "--steps", "100",
+             "--burn-in", "100", "--allow-unreliable"],
+            capsys,
+        )
+        assert code == 0, (sampler, out, err)
+        assert "JVP" not in out + err and says in out, out + err
+
+
+def test_a_model_without_its_function_name_names_the_format(tmp_path, capsys):
+    model = tmp_path / "m.py"
+    model.write_text("def logdensity_fn(x):\n    return -(x ** 2).sum()\n")
+    code, out, err = run_cli(["sample", "--model", model, "--dim", "2"], capsys)
+    assert code == 2 and "Traceback" not in err, err
+    assert "--model must be PATH.py:FUNCTION" in err and str(model) in err, err
