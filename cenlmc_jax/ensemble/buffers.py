@@ -26,8 +26,12 @@ from cenlmc_jax.types import Array
 __all__ = ["GRAD_BUCKETS", "needed_grads", "sharded_needed_grads", "shard_capacity"]
 
 #: With ``grad_capacity=None`` one gradient call per step is sized to the next of
-#: these fractions of N above the number of particles that need a gradient.
-GRAD_BUCKETS = 8
+#: these fractions of N above the number of particles that need a gradient. 16, not
+#: 8 (issue 30): a padded row costs a black-box model as much as a needed one (the
+#: callback evaluates every row it is sent), and 16 halves the worst padding, N/16
+#: rows, for 8 more branches of the switch (compiled, but only the chosen one runs;
+#: under ``vmap`` every branch runs: benchmarks/bench_vmap_ensembles.py).
+GRAD_BUCKETS = 16
 
 
 def needed_grads(
@@ -45,10 +49,10 @@ def needed_grads(
     those particles are differentiated, in one of two batchings:
 
     * ``capacity=None`` (default): ONE vmapped call per step on the first
-      ``B`` compacted particles, ``B`` the smallest of ``ceil(N·k/8)``, k = 1..8,
-      that holds them all (``lax.switch`` over the 8 sizes, plus a branch for
-      none): at most N/8 padding, and one call, which is what a black-box model
-      with a fixed cost per call needs.
+      ``B`` compacted particles, ``B`` the smallest of ``ceil(N·k/G)``, k = 1..G
+      (``G`` = :data:`GRAD_BUCKETS`), that holds them all (``lax.switch`` over the
+      G sizes, plus a branch for none): at most N/G padding, and one call, which
+      is what a black-box model with a fixed cost per call needs.
     * ``capacity=C``: buffers of C particles, a bounded ``lax.scan`` of
       ``lax.cond`` s running ``ceil(count / C)`` calls (padding < C).
 
@@ -145,7 +149,7 @@ def sharded_needed_grads(
     sharded pair force, :mod:`cenlmc_jax.pairwise.sharded`) and compacts and
     differentiates only the flagged ones among them, with the single-device
     batching applied to its ``N/P`` rows: ``capacity=None``: one call on the
-    smallest of ``ceil((N/P)·k/8)`` rows that holds its ``count_k``;
+    smallest of ``ceil((N/P)·k/G)`` rows that holds its ``count_k``;
     ``capacity=C``: buffers of ``c = min(ceil(C/P), N/P)`` rows,
     ``ceil(count_k / c)`` calls. Per device that is ``1/P`` of the gradient shapes
     of one device, and every flagged particle still gets its gradient: a device

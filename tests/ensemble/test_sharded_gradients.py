@@ -7,9 +7,9 @@ starts, as in test_sharded_runs.py), with a target whose gradient is the only
 
 * the compiled CEnLMC step's gradient batches (the shapes of its ``tanh``
   ops, which in a partitioned program are per-device shapes) are those of
-  one device divided by P = 4: the 8 buckets ``ceil(N k / 8)`` become
-  ``ceil((N/4) k / 8)``, a buffer of ``grad_capacity = C`` becomes one of
-  ``ceil(C / 4)``;
+  one device divided by P = 4: the G = ``GRAD_BUCKETS`` buckets
+  ``ceil(N k / G)`` become ``ceil((N/4) k / G)``, a buffer of
+  ``grad_capacity = C`` becomes one of ``ceil(C / 4)``;
 * a 20-step run with ``strategy="allgather"`` is the single-device run bit
   for bit (positions and every info field), except the padding count
   ``grad_evals_padded`` (and ``model_solves``, which counts it): on P devices
@@ -161,7 +161,7 @@ def buckets(n: int) -> list[int]:
 
 
 def test_per_device_gradient_shapes_are_a_quarter(run):
-    # one device: the 8 buckets of N; on the mesh: the 8 buckets of N/P, the largest N/P
+    # one device: the G buckets of N; on the mesh: the G buckets of N/P, the largest N/P
     assert run["buckets/single/tanh_rows"].tolist() == buckets(N)
     assert run["buckets/mesh/tanh_rows"].tolist() == buckets(N // P)
     assert run["cap64/single/tanh_rows"].tolist() == [64]
@@ -196,7 +196,7 @@ def test_allgather_run_is_the_single_device_run(run, cap_name):
     assert np.all(np.abs(run[f"{mesh}/info/{rounded}"] - inflation) <= bound)
     computed = run[f"{single}/info/grad_evals"] + run[f"{single}/info/audit_grad_evals"]
     padded = run[f"{mesh}/info/grad_evals_padded"]
-    # every needed gradient is computed; padding below one bucket (N/P/8 rows) or buffer
+    # every needed gradient is computed; padding below one bucket (N/P/G rows) or buffer
     # (16) per device
     pad = (
         (N // P // GRAD_BUCKETS) + 1
