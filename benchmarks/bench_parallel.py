@@ -597,8 +597,9 @@ def method_ours(t, x0, key, cfg, sampler):
     )
     grads = warm + gps * np.arange(0, len(m2) + 1)
     # the exact default records the ensemble's E[x^2] along its warm-up
-    # (info.trajectory: after the Laplace start, at every kinetic check, after every
-    # tuning round): its first crossing is then observed, not bounded
+    # (info.trajectory: after the Laplace start, after each of the kinetic phase's
+    # first steps, then every 10 steps, after every tuning round): its first crossing
+    # is then observed, not bounded
     traj = getattr(info, "trajectory", None)
     if traj:
         tg = np.array([float(k) for k, _, _ in traj])

@@ -8,6 +8,14 @@ the ensemble to the typical set fast, its step steered by an ensemble estimate e
 step, with a stopping rule on the ensemble's own convergence, then hand it to a
 Metropolis-adjusted sampler, which is exact.
 
+**Resampling the Laplace start.** The Laplace draws miss the posterior's skew (their
+mean is the mode). Where the importance weights ``π(y) / N(y; 0, I)`` are even
+(effective sample size at least ``RESAMPLE_MIN_ESS · N``) the draws are resampled by
+them (systematic resampling) before the first step: the values come from the pass
+the kinetic phase makes at its start anyway, so it costs no gradient. Where the
+weights are uneven (a tail the Gaussian is too narrow for) the draws are kept and the
+kinetic phase moves them.
+
 **Kinetic phase** (paper 2's complete recipe with ``D = [[0, 0], [0, γI]]`` and
 ``Q = [[0, −I], [I, 0]]``: underdamped Langevin, unit mass, full gradients), one OBABO
 step of size ``ε`` per iteration::
@@ -16,7 +24,9 @@ step of size ``ε`` per iteration::
     p ← p + ε/2 ∇log π_y(y);  y ← y + ε p;  p ← p + ε/2 ∇log π_y(y)   (BAB)
     p ← c p + sqrt(1 − c²) ξ'                              (O)
 
-with ``γ = FRICTION`` (the whitened scale is about 1, so about critical damping). Each
+with ``γ = FRICTION`` (the whitened scale is about 1, so about critical damping), the
+momenta of each round drawn from ``N(0, I)`` (from ``p = 0`` an ensemble already at
+``π`` would first contract towards the mode, with too little kinetic energy). Each
 particle's BAB part is then Metropolis-tested: accepted with probability
 ``min(1, e^{−ΔH})``, ``ΔH`` its energy error, and on rejection the particle stays and
 its momentum flips (Horowitz's generalised HMC, 1991). At a fixed ``ε`` this step
@@ -116,6 +126,12 @@ STOP_B2 = 2.5e-3
 #: comparison is then at least 4 checks: on a banana, shorter lags stopped the phase
 #: while the ensemble was still drifting along the ridge).
 MIN_CHECKS = 8
+#: The kinetic phase's first steps, each recorded in ``KineticResult.trajectory``
+#: (after them, every ``check_every`` steps).
+RECORD_EVERY_STEP = 20
+#: The Laplace draws are importance-resampled towards ``π`` when their weights'
+#: effective sample size is at least this fraction of ``N`` (:func:`_resample_laplace`).
+RESAMPLE_MIN_ESS = 0.5
 #: Rounds of the kinetic phase, each in the coordinates whitened by the last.
 MAX_ROUNDS = 5
 #: Round ``r`` may end before it settles after ``ROUND_STEPS · 2^r`` steps when the
@@ -289,6 +305,32 @@ def fit_dtype(m_mat: np.ndarray, dtype) -> tuple[np.ndarray, float]:
     return (1 - alpha) * m_mat + alpha * np.diag(np.diag(m_mat)), float(alpha)
 
 
+def _resample_laplace(key, y, v, g):
+    """``(y, v, g, ess)``: the Laplace draws ``y ~ N(0, I)`` importance-resampled
+    towards ``π`` (systematic resampling with weights ``w ∝ π(y) / N(y; 0, I)``, from
+    the values the kinetic phase computes at its start anyway: no gradient), when
+    their effective sample size ``1 / Σ w²`` is at least ``RESAMPLE_MIN_ESS · N``;
+    else the draws as they are and ``ess = None``.
+
+    The Laplace approximation misses a posterior's skew (its mean is the mode), which
+    the weights correct where they are even; where they are not (a heavy tail the
+    Gaussian is too narrow for: few particles would carry the ensemble) resampling
+    would collapse the ensemble, and the kinetic phase has to move it instead.
+    """
+    n = y.shape[0]
+    log_w = np.asarray(v, np.float64) + 0.5 * np.sum(np.asarray(y, np.float64) ** 2, 1)
+    if not np.all(np.isfinite(log_w)):
+        return y, v, g, None
+    w = np.exp(log_w - log_w.max())
+    w /= w.sum()
+    ess = 1.0 / float(np.sum(w**2))
+    if ess < RESAMPLE_MIN_ESS * n:
+        return y, v, g, None
+    u = (float(jax.random.uniform(key, (), jnp.float64)) + np.arange(n)) / n
+    idx = np.minimum(np.searchsorted(np.cumsum(w), u), n - 1)
+    return y[idx], v[idx], g[idx], ess
+
+
 def _moments(y: np.ndarray) -> tuple:
     return y.mean(0), (y**2).mean(0), y.var(0), (y**2).var(0)
 
@@ -358,6 +400,7 @@ def kinetic_then_mala(
     adjust_rounds: int = 6,
     adjust_steps: int = 5,
     initial_step: float = 0.5,
+    laplace: bool = False,
 ) -> KineticResult:
     """The two phases of the module docstring, from ``positions`` (``(N, d)``, ``x``)
     whitened by ``m_mat`` (``M``, ``(d,)`` or ``(d, d)``) and ``mean``.
@@ -375,6 +418,9 @@ def kinetic_then_mala(
       adjust_rounds: rounds of the adjusted phase's step-size tuning.
       adjust_steps: MALA steps per round.
       initial_step: the kinetic phase's first ``ε``.
+      laplace: ``positions`` are draws from ``N(mean, m_mat)`` (the Laplace start):
+        they are importance-resampled towards ``π`` first when the weights allow
+        (:func:`_resample_laplace`).
 
     Returns:
       A :class:`KineticResult`.
@@ -383,7 +429,7 @@ def kinetic_then_mala(
     dt = x.dtype
     n, d = x.shape
     dense = m_mat.ndim == 2
-    keys = iter(jax.random.split(key, 4 * MAX_ROUNDS + adjust_rounds + 4))
+    keys = iter(jax.random.split(key, 4 * MAX_ROUNDS + adjust_rounds + 5))
     static = dict(logdensity_fn=logdensity_fn, grad_fn=grad_fn, grad_mode=grad_mode)
     eps, used, rounds, notes = float(initial_step), 0, [], []
     m_mat, mean = np.asarray(m_mat, np.float64), np.asarray(mean, np.float64)
@@ -403,9 +449,19 @@ def kinetic_then_mala(
         fac, mu = jnp.asarray(lf, dt), jnp.asarray(mean, dt)
         y = jnp.asarray(_to_y(lf_inv, mean, x), dt)
         v, g = _values_y(y, fac, mu, **static)
-        p = jnp.zeros_like(y)
+        # momenta from their stationary law N(0, I): from p = 0 an ensemble already
+        # at π would first contract towards the mode (too little kinetic energy)
+        p = jax.random.normal(next(keys), y.shape, dt)
         if r == 0:
             record(0, lf, mean, y)
+            if laplace:
+                y, v, g, ess = _resample_laplace(next(keys), y, v, g)
+                if ess is not None:
+                    notes.append(
+                        f"Laplace draws importance-resampled towards π (effective "
+                        f"sample size {ess:.0f} of {n})."
+                    )
+                    record(0, lf, mean, y)
         history, quiet, steps, undone, change = (
             [_moments(np.asarray(y, np.float64))],
             0,
@@ -421,8 +477,13 @@ def kinetic_then_mala(
             m = min(every, max_kinetic_steps - used - steps)
             # in pieces of at most check_every steps, the ensemble's moments recorded
             # after each (info.trajectory: a small ε makes the checks far apart)
-            for j in range(0, m, check_every):
-                piece = min(check_every, m - j)
+            j = 0
+            while j < m:
+                # single steps over the first RECORD_EVERY_STEP steps of the phase
+                # (where the ensemble moves most: the trajectory's first crossing is
+                # then seen to the step), then pieces of check_every
+                fine = r == 0 and steps < RECORD_EVERY_STEP
+                piece = min(1 if fine else check_every, m - j)
                 y, p, v, g, eps_j, bad = _kinetic_chunk(
                     jax.random.fold_in(k, steps),
                     y,
@@ -446,7 +507,8 @@ def kinetic_then_mala(
                     and _spread(np.asarray(y, np.float64), dense, n, d)[0]
                     > 1.25 * noise
                 )
-                if early or j + piece < m:
+                j += piece
+                if early or j < m:
                     record(used + steps, lf, mean, y)
                 if early:
                     break

@@ -234,7 +234,9 @@ class LangevinWarmupInfo(NamedTuple):
         handed-over step size (the last tuning round's); NaN for LMC/CEnLMC.
       trajectory: for ``sampler="mala"``, the ensemble's moments along the warm-up:
         ``(sequential_grads, E[x], E[x²])`` (``(d,)`` float64 each) after the Laplace
-        start, at every check of the kinetic phase and after every tuning round, to
+        start (and after its resampling), after each of the kinetic phase's first
+        ``RECORD_EVERY_STEP`` steps, then every ``check_every`` steps, and after every
+        tuning round, to
         see (or measure) how fast it converged; None for LMC/CEnLMC.
     """
 
@@ -1094,6 +1096,7 @@ def _exact(
         grad_fn=grad_fn,
         grad_mode=grad_mode,
         max_kinetic_steps=num_steps,
+        laplace=started == "laplace",
     )
     notes += res.notes
     # a user's gradient reaches the handed-over MALA as the derivative of the model

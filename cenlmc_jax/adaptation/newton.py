@@ -18,10 +18,13 @@ start ``x``:
     x ← x + t p,  t the largest of 1, 1/2, ..., 2^−(T−1) with
     f(x + t p) <= f(x) − 10⁻⁴ t δ     (Armijo)
 
-The full step ``t = 1`` is tried with the next iteration's derivatives (one pass: the
-value comes with them); only where it fails Armijo are the shorter steps evaluated, all
-``T − 1`` in one batched value pass, and the derivatives taken where each start lands
-(two more passes).
+The first ``S = ONE_PASS_STEPS`` step lengths ``t = 1, 1/2, ..., 2^−(S−1)`` are tried
+with the next iteration's derivatives at each of them, in one batched pass (the values
+come with them; ``S`` Hessians per start, side by side, so the pass's depth is still
+that of one gradient): far from a mode, where the full step fails Armijo, a halved
+one usually passes, and the iteration costs one pass. Only where all ``S`` fail are the
+shorter steps evaluated, all ``T − S`` in one batched value pass, and the derivatives
+taken where each start lands (two more passes).
 
 until ``δ <= NEWTON_DECREMENT_MAX`` with ``F`` positive definite (the mode within 0.1
 posterior sd; the caller then takes the final Newton step, which is free), or the line
@@ -34,7 +37,7 @@ The loop ends when every start is done, or when the first is done and the others
 have had ``probe_steps`` iterations (a probe that has not converged by then is
 dropped, as the L-BFGS probes were). ``num_steps`` counts the sequential passes
 (each counted as a gradient): one at the start, then one per iteration, three where
-some start needed the line search.
+some start needed the value search below ``2^−(S−1)``.
 """
 
 from __future__ import annotations
@@ -52,6 +55,10 @@ __all__ = ["NewtonResult", "newton_modes", "LINE_SEARCH_POINTS"]
 
 #: Trial step lengths ``1, 1/2, ..., 2^−(T−1)`` of the batched line search.
 LINE_SEARCH_POINTS = 24
+#: Step lengths ``1, 1/2, ..., 2^−(S−1)`` tried with their derivatives in one batched
+#: pass per iteration (``S`` Hessians per start: the iteration costs one sequential
+#: pass wherever one of them passes Armijo).
+ONE_PASS_STEPS = 4
 #: Armijo's sufficient-decrease constant.
 ARMIJO = 1e-4
 
@@ -109,11 +116,18 @@ def _newton(
         return f(x), -g, -hess
 
     passes = jax.vmap(one_pass)
-    steps = 2.0 ** -jnp.arange(1, LINE_SEARCH_POINTS, dtype=x0.dtype)
+    # the first ONE_PASS_STEPS step lengths 1, 1/2, ... with their derivatives in one
+    # batched pass; the rest, where all of those fail Armijo, by the search below
+    near = 2.0 ** -jnp.arange(ONE_PASS_STEPS, dtype=x0.dtype)
+    steps = 2.0 ** -jnp.arange(ONE_PASS_STEPS, LINE_SEARCH_POINTS, dtype=x0.dtype)
+    passes_near = jax.vmap(
+        lambda xi, pi: jax.vmap(lambda t: one_pass(xi + t * pi))(near)
+    )
 
     def search(args):
-        # the full step failed Armijo somewhere: the shorter steps in one batched
-        # value pass, then the derivatives where each start lands (two passes)
+        # every one-pass step failed Armijo somewhere: the shorter steps in one
+        # batched value pass, then the derivatives where each start lands (two
+        # passes)
         x, fx, g, hess, p, delta, need = args
         trial = jax.vmap(lambda xi, pi: jax.vmap(lambda t: f(xi + t * pi))(steps))(x, p)
         ok = trial <= fx[:, None] - ARMIJO * steps[None, :] * delta[:, None]
@@ -139,8 +153,15 @@ def _newton(
 
     def body(c):
         it, count, x, fx, g, hess, p, done, delta, pd = c
-        fz, gz, hz = passes(x + p)
-        full = ~done & (fz <= fx - ARMIJO * delta)
+        fz, gz, hz = passes_near(x, p)
+        ok = fz <= fx[:, None] - ARMIJO * near[None, :] * delta[:, None]
+        full = ~done & jnp.any(ok, 1)
+        i = jnp.argmax(ok, 1)  # the longest step that passes
+        take = lambda a: jnp.take_along_axis(  # noqa: E731
+            a, i.reshape((-1,) + (1,) * (a.ndim - 1)), 1
+        )[:, 0]
+        xz = x + near[i][:, None] * p
+        fz, gz, hz = take(fz), take(gz), take(hz)
         need = ~done & ~full
         xs, fs, gs, hs, moved = lax.cond(
             jnp.any(need),
@@ -156,7 +177,7 @@ def _newton(
             )
 
         x, fx, g, hess = (
-            pick(x + p, xs, x),
+            pick(xz, xs, x),
             pick(fz, fs, fx),
             pick(gz, gs, g),
             pick(hz, hs, hess),
