@@ -26,12 +26,12 @@ from cenlmc_jax.types import Array
 __all__ = ["GRAD_BUCKETS", "needed_grads", "sharded_needed_grads", "shard_capacity"]
 
 #: With ``grad_capacity=None`` one gradient call per step is sized to the next of
-#: these fractions of N above the number of particles that need a gradient. 16, not
-#: 8 (issue 30): a padded row costs a black-box model as much as a needed one (the
-#: callback evaluates every row it is sent), and 16 halves the worst padding, N/16
-#: rows, for 8 more branches of the switch (compiled, but only the chosen one runs;
-#: under ``vmap`` every branch runs: benchmarks/bench_vmap_ensembles.py).
-GRAD_BUCKETS = 16
+#: these fractions of N above the number of particles that need a gradient. A padded
+#: row costs a black-box model a full evaluation (the callback evaluates every row it
+#: is sent), but each size is one more branch of the switch to compile (and, under
+#: ``vmap``, to run): 16 halved the padding, but the black-box SIR step was not
+#: measurably faster and compiled more slowly (issue 30, item 3).
+GRAD_BUCKETS = 8
 
 
 def needed_grads(
