@@ -132,6 +132,8 @@ SKIP = {
 # %)
 H = 0.05
 INIT_SD = 2.0  # overdispersed start around the MAP
+#: black box cases: :func:`black_box_step_costs` at the largest N, by case
+COSTS = {}
 
 
 # ------------------------------------------------------------------ runners
@@ -422,6 +424,70 @@ def time_runs(runners, steps, repeats):
 
 
 # ------------------------------------------------------------------- costs
+
+
+def black_box_step_costs(problem, runners, n, repeats=15):
+    """Where a forward-FD step's CPU time goes on the black box at ``n`` particles.
+
+    Median process CPU ms of ``repeats`` interleaved calls, after the timed runs, at
+    the final state of ``CEnLMC forward FD N=n``: the NumPy model alone on 1 point
+    (its cost per call), on ``n`` points (CEnLMC's value call) and on ``n (d + 1)``
+    (LMC's one call a step: the gradient's points and the value); CEnLMC's pair
+    force (``cj.pairwise.ensemble_force``, the step's arguments); and one jitted
+    step of each sampler from that state (LMC from its positions). CEnLMC's
+    gradient call is ``(bucket) d`` points (``info.grad_evals_padded``, the
+    audit's included). None when the run is missing."""
+    key = f"CEnLMC forward FD N={n}"
+    if key not in runners or f"LMC forward FD N={n}" not in runners:
+        return None
+    cen, lmc = runners[key][0], runners[f"LMC forward FD N={n}"][0]
+    params = runners[key][1]["params"]
+    state = cen.state
+    d = problem.dim
+    model = problem.data["logposterior_numpy"]
+    theta = np.asarray(problem.to_params(np.asarray(state.position, np.float64)))
+    rows = np.concatenate([theta] * (d + 1))
+    step_key = jax.random.key(12345)
+    cen_step, lmc_step = jax.jit(cen.algo.step), jax.jit(lmc.algo.step)
+    lmc_state = lmc.algo.init(state.position)
+    dt = state.position.dtype
+    pair = jax.jit(
+        lambda s: cj.pairwise.ensemble_force(
+            s.position,
+            -s.logdensity,
+            s.log_p,
+            jnp.asarray(params["eta"], dt),
+            w=s.w,
+            r2=jnp.asarray(params["r2"], dt),
+            return_fallback=True,
+        )
+    )
+    padded = int(cen_step(step_key, state)[1].grad_evals_padded)
+    calls = {
+        "model, 1 point": lambda: model(theta[:1]),
+        f"model, N = {n} points (CEnLMC's values)": lambda: model(theta),
+        f"model, {padded * d} points (CEnLMC's gradient call here)": lambda: model(
+            rows[: padded * d]
+        ),
+        f"model, N (d + 1) = {n * (d + 1)} points (LMC's call)": lambda: model(rows),
+        "CEnLMC pair force": lambda: jax.block_until_ready(pair(state)),
+        "CEnLMC step": lambda: jax.block_until_ready(cen_step(step_key, state)),
+        "LMC step": lambda: jax.block_until_ready(lmc_step(step_key, lmc_state)),
+    }
+    times = {k: [] for k in calls}
+    for fn in calls.values():
+        fn()  # compile, warm up
+    for _ in range(repeats):
+        for k, fn in calls.items():
+            c0 = time.process_time()
+            fn()
+            times[k].append(1e3 * (time.process_time() - c0))
+    return dict(
+        N=n,
+        repeats=repeats,
+        grad_evals_padded=padded,
+        cpu_ms={k: statistics.median(v) for k, v in times.items()},
+    )
 
 
 def autodiff_grad_cost(logdensity_fn, d, n=2000, repeats=5, grad_mode="reverse"):
@@ -722,6 +788,8 @@ def run_case(
         {n: records[n]["steps"] for n in runners},
         repeats,
     )
+    if kind == "black box":
+        COSTS[label] = black_box_step_costs(problem, runners, max(particles))
     d = problem.dim
     rows = []
     for name, (runner, info) in runners.items():
@@ -1114,6 +1182,16 @@ def main():
         "4x at d = 3 Darcy). Autodiff, same mode both sides: cap = c / (1 + (1 - φ) "
         "c), limit c.",
     ]
+    for case, c in COSTS.items():
+        if c is not None:
+            notes.append(
+                f"Where a step's CPU time goes ({case}, forward FD, N = {c['N']}, at "
+                "CEnLMC's last state; median ms of "
+                f"{c['repeats']} interleaved calls, black_box_step_costs): "
+                + "; ".join(f"{k} {v:.2f}" for k, v in c["cpu_ms"].items())
+                + ". LMC makes one model call a step, CEnLMC two (its values, then "
+                "the gradients of the particles that need one, padded to a bucket)."
+            )
     for msg, names in caveats.items():
         notes.append(f"cj.cenlmc warned ({len(names)} runs: {', '.join(names)}): {msg}")
     for line in skipped:
@@ -1126,6 +1204,7 @@ def main():
             problems=problems_info,
             skipped=skipped,
             warnings=caveats,
+            black_box_step_costs=COSTS,
         ),
         rows,
         columns=columns,
