@@ -33,12 +33,21 @@ its momentum flips (Horowitz's generalised HMC, 1991). At a fixed ``ε`` this st
 leaves ``π(y) N(p; 0, I)`` invariant; LAPS runs this phase unadjusted, which lets a
 few particles escape into a heavy tail (eight schools: the ensemble's ``E y²`` jumped
 by hundreds of its standard errors between checks), and the test costs no gradient.
-``ε`` is steered every step so that the ensemble's ``E[ΔH²]`` stays at
-``ENERGY_ERROR`` (MCLMC and LAPS steer ``E[ΔH²]/d``, their measure of an unadjusted
-step's bias; with the test it measures the rejection rate, about
-``0.4 sqrt(E[ΔH²])``, whatever ``d``): ``ε ← ε (target / E[ΔH²])^{1/6}`` (leapfrog's
-``ΔH`` is ``O(ε³)``), the factor clipped to ``[0.8, 1.25]`` and ``0.5`` after a step
-that gave a non-finite value.
+Each particle has its own step ``ε_i``. Their cap ``ε̄ = max_i ε_i`` is steered every
+step so that the ensemble's ``E[ΔH²]`` stays at ``ENERGY_ERROR`` (MCLMC and LAPS steer
+``E[ΔH²]/d``, their measure of an unadjusted step's bias; with the test it measures the
+rejection rate, about ``0.4 sqrt(E[ΔH²])``, whatever ``d``):
+``ε̄ ← ε̄ (target / E[ΔH²])^{1/6}`` (leapfrog's ``ΔH`` is ``O(ε³)``), the factor
+clipped to ``[0.8, 1.25]`` and ``0.5`` after a step that gave a non-finite value. Each
+``ε_i`` follows the same rule on its own running mean of ``ΔH²`` (the newest step
+weighted ``SMOOTH``), and is kept ``<= ε̄``. With one ``ε`` for all, a few particles
+in a stiff region (the Laplace draws in eight schools' large-``τ`` tail, where the
+whitened curvature is large) dominate ``E[ΔH²]`` and shrink everyone's step by orders
+of magnitude; with their own steps they move slowly and the rest at the bulk's step.
+A particle's ``ε_i`` depends on its past, so the phase is not exactly ``π``-invariant;
+it is a warm-up, and what it hands over is exact (below). The round's median ``ε_i`` is
+the ``ε`` the stopping rule's spacing, the next round's start and the adjusted phase
+use.
 
 **Stopping rule.** Every ``max(check_every, 2 / (γ ε))`` steps (a time ``2/γ``,
 about the relaxation time of a direction of unit scale) the ensemble's first and
@@ -118,6 +127,9 @@ __all__ = [
 #: ``E[ΔH²]`` per kinetic step (over the ensemble) that ``ε`` is steered to: with the
 #: Metropolis test, a rejection rate of about ``0.4 sqrt(E[ΔH²]) ≈ 9 %``.
 ENERGY_ERROR = 0.05
+#: Weight of the newest step in each particle's running mean of ``ΔH²`` (its own
+#: step's control, module docstring).
+SMOOTH = 0.3
 #: ``γ`` of the kinetic phase, in whitened units (the posterior's scale there is ~1).
 FRICTION = 1.0
 #: The stopping rule's threshold on the change ``δ`` of the ensemble's moments.
@@ -136,7 +148,7 @@ RESAMPLE_MIN_ESS = 0.5
 MAX_ROUNDS = 5
 #: Round ``r`` may end before it settles after ``ROUND_STEPS · 2^r`` steps when the
 #: ensemble's covariance says the coordinates are off (Stan's doubling windows).
-ROUND_STEPS = 50
+ROUND_STEPS = 25
 #: The mean MALA acceptance the adjusted phase tunes ``h`` to (Roberts & Rosenthal's
 #: optimum is 0.574 in high dimension; a little above it costs little and is safer in
 #: low dimension).
@@ -183,30 +195,45 @@ _STATIC = ("logdensity_fn", "grad_fn", "grad_mode")
 
 @partial(jax.jit, static_argnames=_STATIC)
 def _kinetic_chunk(
-    key, y, p, v, g, eps, factor, mean, n, logdensity_fn, grad_fn, grad_mode
+    key, y, p, v, g, eps, e2, factor, mean, n, logdensity_fn, grad_fn, grad_mode
 ):
-    """``n`` OBABO steps of the whole ensemble with the per-step ``ε`` control, each
-    particle's BAB part Metropolis-tested (generalised HMC); the count of rejections.
+    """``n`` OBABO steps of the whole ensemble with the per-step control of the
+    particles' steps ``ε_i`` (``eps``, ``(N,)``; ``e2`` their running mean ``ΔH²``),
+    each particle's BAB part Metropolis-tested (generalised HMC); the count of
+    rejections.
     """
     vg = partial(_value_and_grad_y, logdensity_fn, grad_fn, grad_mode, factor, mean)
 
     def body(t, carry):
-        y, p, v, g, eps, undone = carry
+        y, p, v, g, eps, e2, undone = carry
         k1, k2, k3 = jax.random.split(jax.random.fold_in(key, t), 3)
-        c = jnp.exp(-FRICTION * eps / 2)
+        c = jnp.exp(-FRICTION * eps / 2)[:, None]
         s = jnp.sqrt(1 - c**2)
+        e = eps[:, None]
         p = c * p + s * jax.random.normal(k1, p.shape, p.dtype)
-        half = p + 0.5 * eps * g
-        y1 = y + eps * half
+        half = p + 0.5 * e * g
+        y1 = y + e * half
         v1, g1 = vg(y1)
-        p1 = half + 0.5 * eps * g1
+        p1 = half + 0.5 * e * g1
         dh = (-v1 + 0.5 * jnp.sum(p1**2, 1)) - (-v + 0.5 * jnp.sum(p**2, 1))
         fine = jnp.isfinite(dh) & jnp.all(jnp.isfinite(g1), 1)
-        var_e = jnp.mean(jnp.where(fine, dh, 0.0) ** 2)
-        ratio = ENERGY_ERROR / jnp.maximum(var_e, jnp.finfo(y.dtype).tiny)
-        factor_eps = jnp.where(
-            jnp.all(fine), jnp.clip(ratio ** (1 / 6), 0.8, 1.25), 0.5
+        # each particle's ε_i follows its own running mean of ΔH², capped at the
+        # ensemble's ε̄ = max ε_i, which follows the ensemble's E[ΔH²] (module
+        # docstring): a few particles in a stiff region shorten their own steps,
+        # not everyone's
+        e2 = jnp.where(
+            fine, (1 - SMOOTH) * e2 + SMOOTH * jnp.where(fine, dh, 0) ** 2, e2
         )
+        tiny = jnp.finfo(y.dtype).tiny
+        own = jnp.where(
+            fine,
+            jnp.clip((ENERGY_ERROR / jnp.maximum(e2, tiny)) ** (1 / 6), 0.8, 1.25),
+            0.5,
+        )
+        var_e = jnp.mean(jnp.where(fine, dh, 0.0) ** 2)
+        ratio = ENERGY_ERROR / jnp.maximum(var_e, tiny)
+        ens = jnp.where(jnp.all(fine), jnp.clip(ratio ** (1 / 6), 0.8, 1.25), 0.5)
+        new_eps = jnp.minimum(eps * own, jnp.max(eps) * ens)
         # Horowitz's generalised HMC: each particle's leapfrog step is accepted with
         # probability min(1, e^{-ΔH}); a rejected one stays and flips its momentum
         u = jax.random.uniform(k2, v.shape, v.dtype)
@@ -217,9 +244,12 @@ def _kinetic_chunk(
         p = jnp.where(take[:, None], p1, -p)
         p = c * p + s * jax.random.normal(k3, p.shape, p.dtype)
         rejected = undone + jnp.sum(~take).astype(jnp.int32)
-        return y, p, v, g, eps * factor_eps, rejected
+        return y, p, v, g, new_eps, e2, rejected
 
-    return lax.fori_loop(0, n, body, (y, p, v, g, eps, jnp.int32(0)))
+    y, p, v, g, eps, e2, bad = lax.fori_loop(
+        0, n, body, (y, p, v, g, eps, e2, jnp.int32(0))
+    )
+    return y, p, v, g, eps, e2, bad
 
 
 @partial(jax.jit, static_argnames=_STATIC)
@@ -470,6 +500,9 @@ def kinetic_then_mala(
             math.inf,
         )
         k = next(keys)
+        # every particle starts the round at the last round's median step
+        eps_v = jnp.full((n,), eps, dt)
+        e2_v = jnp.full((n,), ENERGY_ERROR, dt)
         while used + steps < max_kinetic_steps:
             # checks a time 2/γ apart (about the relaxation time of a whitened
             # direction of unit scale), and at least check_every steps
@@ -484,19 +517,21 @@ def kinetic_then_mala(
                 # then seen to the step), then pieces of check_every
                 fine = r == 0 and steps < RECORD_EVERY_STEP
                 piece = min(1 if fine else check_every, m - j)
-                y, p, v, g, eps_j, bad = _kinetic_chunk(
+                y, p, v, g, eps_v, e2_v, bad = _kinetic_chunk(
                     jax.random.fold_in(k, steps),
                     y,
                     p,
                     v,
                     g,
-                    jnp.asarray(eps, dt),
+                    eps_v,
+                    e2_v,
                     fac,
                     mu,
                     piece,
                     **static,
                 )
-                eps, steps, undone = float(eps_j), steps + piece, undone + int(bad)
+                eps = float(jnp.median(eps_v))
+                steps, undone = steps + piece, undone + int(bad)
                 # a round that has not settled after ROUND_STEPS·2^r steps ends
                 # early when the ensemble already says the coordinates are off (the
                 # next round runs in better ones); tested after every piece, so a
