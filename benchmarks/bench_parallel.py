@@ -77,13 +77,16 @@ draws and the fraction below 0.01: a settled crossing may be unreachable for any
 sampler where that fraction is well below 1.
 
 Run: ``python benchmarks/bench_parallel.py --size full`` (``--size small``: 128
-chains, budget 1,000, a smoke check). Needs BlackJAX 1.7.1 (the bench extra).
+chains, budget 1,000, a smoke check). ``--methods ours_default --targets logreg25``
+reruns those rows alone, merged into the table already in ``--out-dir`` (``--fresh``:
+not merged). Needs BlackJAX 1.7.1 (the bench extra).
 Results are written after every target (partial runs keep what finished).
 """
 
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import sys
 import time
@@ -700,7 +703,42 @@ COLUMNS = [
 ]
 
 
+def merge_previous(rows, targets_info, done, args, cfg):
+    """This run's rows merged into ``parallel.json`` as it is in ``--out-dir`` (a run
+    of the same size): rows of a (target, method) this run did replace the old ones,
+    the others are kept, so ``--methods ours_default`` reruns our rows alone.
+    ``--fresh`` (or a file of another size) starts the table anew.
+    """
+    path = os.path.join(str(args.out_dir), "parallel.json")
+    if args.fresh or not os.path.exists(path):
+        return rows, targets_info, done
+    with open(path) as fh:
+        old = json.load(fh)
+    if old.get("config") != json.loads(json.dumps(cfg)):
+        return rows, targets_info, done
+    ran = {(r["target"], r["method"]) for r in rows}
+    kept = [r for r in old.get("rows", []) if (r["target"], r["method"]) not in ran]
+    order = {name: i for i, name in enumerate(TARGETS)}
+    rank = {name: i for i, name in enumerate(METHODS)}
+    merged = sorted(
+        kept + list(rows),
+        key=lambda r: (order.get(r["target"], 99), rank.get(r["method"], 99)),
+    )
+    info = {**old.get("targets", {}), **targets_info}
+    names = set(done) | set(old.get("targets_done", []))
+    return merged, info, [n for n in TARGETS if n in names]
+
+
 def write(rows, targets_info, args, cfg, done):
+    ran = len(rows)
+    rows, targets_info, done = merge_previous(rows, targets_info, done, args, cfg)
+    command = None
+    if len(rows) > ran:
+        this = " ".join(["python", os.path.relpath(sys.argv[0])] + sys.argv[1:])
+        command = (
+            f"{this}` for this run's rows, merged into the table of "
+            "`python benchmarks/bench_parallel.py --size full --fresh"
+        )
     notes = [
         f"{cfg['chains']} chains, float64, CPU; b2max < {THRESHOLD} on the "
         "instantaneous ensemble; 'first' / 'settled' / 'run' in sequential gradient "
@@ -747,6 +785,7 @@ def write(rows, targets_info, args, cfg, done):
         title="Many chains: steps to b2max < 0.01 (issue 29 item 3)",
         notes=notes,
         md_rows=[md_row(r) for r in rows],
+        command=command,
     )
 
 
@@ -755,6 +794,12 @@ def main():
     parser.add_argument("--size", choices=sorted(SIZES), default="full")
     parser.add_argument("--targets", default=",".join(TARGETS))
     parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--note", default="", help="the note column of this run's rows")
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="write this run's rows alone (default: merged into parallel.json)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.size = "small"
@@ -786,6 +831,8 @@ def main():
                 traceback.print_exc()
                 r = dict(note=f"failed: {type(e).__name__}: {str(e)[:200]}")
             r = dict(target=name, method=method, **r)
+            if args.note and "note" not in r:
+                r["note"] = args.note
             rows.append(r)
             short = {k: v for k, v in r.items() if k != "trajectory"}
             print(f"   {method}: {short}", flush=True)
