@@ -198,10 +198,12 @@ class DriverRunner(Runner):
                 else info.grad_evals
             )
         )
-        if hasattr(
-            info, "audit_grad_evals"
-        ):  # the default audit's gradients are part of the cost
-            grads += float(np.sum(info.audit_grad_evals))
+        if hasattr(info, "audit_grad_evals"):
+            if not hasattr(info, "grad_evals_padded"):
+                # the default audit's gradients are part of the cost; CEnLMC's padded
+                # count holds them already (they ride in its one gradient call), and
+                # adding them again counted 8 gradients a step twice (issue 30)
+                grads += float(np.sum(info.audit_grad_evals))
             self.inflation += np.asarray(
                 info.audit_variance_inflation, np.float64
             ).tolist()
