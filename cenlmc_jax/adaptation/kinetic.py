@@ -40,9 +40,10 @@ rejection rate, about ``0.4 sqrt(E[ΔH²])``, whatever ``d``):
 ``ε̄ ← ε̄ (target / E[ΔH²])^{1/6}`` (leapfrog's ``ΔH`` is ``O(ε³)``), the factor
 clipped to ``[0.8, 1.25]`` and ``0.5`` after a step that gave a non-finite value. Each
 ``ε_i`` follows the same rule on its own running mean of ``ΔH²`` (the newest step
-weighted ``SMOOTH``), and is kept ``<= ε̄``. With one ``ε`` for all, a few particles
-in a stiff region (the Laplace draws in eight schools' large-``τ`` tail, where the
-whitened curvature is large) dominate ``E[ΔH²]`` and shrink everyone's step by orders
+weighted ``SMOOTH``, each ``ΔH²`` capped at ``DH2_CAP``), and is kept ``<= ε̄``.
+With one ``ε`` for all, a few particles in a stiff region (the Laplace draws in
+eight schools' large-``τ`` tail, where the whitened curvature is large) dominate
+``E[ΔH²]`` and shrink everyone's step by orders
 of magnitude; with their own steps they move slowly and the rest at the bulk's step.
 A particle's ``ε_i`` depends on its past, so the phase is not exactly ``π``-invariant;
 it is a warm-up, and what it hands over is exact (below). The round's median ``ε_i`` is
@@ -130,6 +131,10 @@ ENERGY_ERROR = 0.05
 #: Weight of the newest step in each particle's running mean of ``ΔH²`` (its own
 #: step's control, module docstring).
 SMOOTH = 0.3
+#: ``ΔH²`` enters a particle's running mean at most this large: a step far too long
+#: (``ΔH`` in the tens) would otherwise keep shrinking its step for dozens of steps
+#: after the step is right.
+DH2_CAP = 1.0
 #: ``γ`` of the kinetic phase, in whitened units (the posterior's scale there is ~1).
 FRICTION = 1.0
 #: The stopping rule's threshold on the change ``δ`` of the ensemble's moments.
@@ -221,9 +226,8 @@ def _kinetic_chunk(
         # ensemble's ε̄ = max ε_i, which follows the ensemble's E[ΔH²] (module
         # docstring): a few particles in a stiff region shorten their own steps,
         # not everyone's
-        e2 = jnp.where(
-            fine, (1 - SMOOTH) * e2 + SMOOTH * jnp.where(fine, dh, 0) ** 2, e2
-        )
+        dh2 = jnp.minimum(jnp.where(fine, dh, 0) ** 2, DH2_CAP)
+        e2 = jnp.where(fine, (1 - SMOOTH) * e2 + SMOOTH * dh2, DH2_CAP)
         tiny = jnp.finfo(y.dtype).tiny
         own = jnp.where(
             fine,
@@ -687,6 +691,8 @@ def kinetic_then_mala(
             "the last tuning round's MALA proposals (stuck in a stiff tail left by "
             "the kinetic phase): replaced by copies of moving particles."
         )
+        # the ensemble handed over, recorded as it is (no gradient: the same count)
+        record(used + adjusted, lf, mean, y)
     y1 = np.asarray(y, np.float64)
     relax = _mala_relaxation(y0, y1, adjusted)
     notes.append(

@@ -208,3 +208,56 @@ def test_a_kinetic_phase_that_does_not_settle_is_reported_at_the_warm_up():
     x0 = jax.random.uniform(jax.random.key(0), (64, 5), jnp.float64, -2.0, 2.0)
     with pytest.warns(cj.ConvergenceWarning, match="did not settle"):
         cj.langevin_warmup(jax.random.key(1), _centred_funnel, x0, num_steps=100)
+
+
+def _well(x):
+    # a standard normal and, at x0 = 5, a narrow well (sd 0.1 in x0, weight 2 %)
+    narrow = jnp.log(0.02) - 0.5 * ((x[0] - 5.0) / 0.1) ** 2 - 0.5 * x[1] ** 2
+    return jnp.logaddexp(-0.5 * x @ x, narrow - jnp.log(0.1))
+
+
+def test_a_few_stiff_particles_shorten_their_own_steps_not_everyones():
+    """20 of 1,000 particles in a well of curvature 100, the rest in a standard
+    normal. Each particle's step follows its own ΔH², capped by the ensemble's rule:
+    after 30 steps from ε = 0.5 the bulk's median step has grown (the 2-d standard
+    normal's step at E[ΔH²] = 0.05 is about 0.9, measured), while one shared step would
+    be held at the well's scale (its ΔH grows as (10 ε)³); the well's particles have
+    shortened theirs below the start and stay in the well."""
+    n, d = 1000, 2
+    y = jax.random.normal(jax.random.key(0), (n, d))
+    y = y.at[:20, 0].set(5.0 + 0.1 * jax.random.normal(jax.random.key(3), (20,)))
+    fac, mu = jnp.ones(d), jnp.zeros(d)
+    static = dict(logdensity_fn=_well, grad_fn=None, grad_mode="auto")
+    v, g = kinetic._values_y(y, fac, mu, **static)
+    p = jax.random.normal(jax.random.key(1), (n, d))
+    eps, e2 = jnp.full((n,), 0.5), jnp.full((n,), kinetic.ENERGY_ERROR)
+    y, _, _, _, eps, _, _ = kinetic._kinetic_chunk(
+        jax.random.key(2), y, p, v, g, eps, e2, fac, mu, 30, **static
+    )
+    eps, y = np.asarray(eps), np.asarray(y)
+    assert np.median(eps) > 0.7
+    assert np.all(eps[:20] < 0.5)
+    assert np.all(y[:20, 0] > 4.0)
+
+
+def test_laplace_draws_are_resampled_when_the_weights_are_even():
+    """Draws of N(0, 1) for a target N(0.3, 1): the weights e^{0.3 y} have an
+    effective sample size of N e^{-0.09} (above RESAMPLE_MIN_ESS N), and the resampled
+    mean is the target's to its noise (sd about 1/sqrt(ESS) = 0.017 at N = 4,000: 5 sd
+    allowed). For a target N(3, 1) the effective sample size is N e^{-9}: the draws
+    are kept as they are."""
+    n = 4000
+    y = jax.random.normal(jax.random.key(0), (n, 1))
+    g = jnp.zeros_like(y)
+    for shift, resampled in ((0.3, True), (3.0, False)):
+        v = -0.5 * (y[:, 0] - shift) ** 2
+        y1, v1, _, ess = kinetic._resample_laplace(jax.random.key(1), y, v, g)
+        if resampled:
+            assert ess > kinetic.RESAMPLE_MIN_ESS * n
+            assert abs(float(jnp.mean(y1)) - shift) < 5 * 0.017
+            # the values travel with the particles
+            np.testing.assert_array_equal(
+                np.asarray(v1), np.asarray(-0.5 * (y1[:, 0] - shift) ** 2)
+            )
+        else:
+            assert ess is None and y1 is y

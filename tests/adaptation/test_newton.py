@@ -115,3 +115,18 @@ def test_probes_stop_with_the_main_search():
     # the loop's passes: one at the starts, then one per iteration (every full step
     # of the probe decreases f along the slope: no line search), 6 iterations
     assert int(r.num_steps) == 1 + 6
+
+
+def test_a_halved_step_costs_one_pass():
+    """f = sqrt(1 + x²) from x = 1: the Newton step p = −x (1 + x²) = −2 lands on
+    x = −1, where f is the same (Armijo fails); the halved step lands on the mode 0.
+    The step lengths 1, 1/2, ... are tried with their derivatives in one pass, so
+    the iteration costs one pass: two in all with the one at the start (the value
+    search after a failed full step would make it four)."""
+    r = newton_modes(
+        lambda x: -jnp.sqrt(1.0 + x[0] ** 2), jnp.asarray([[1.0]]), tol=0.01
+    )
+    assert bool(r.converged[0])
+    assert int(r.num_steps) == 2
+    # exact but for the rounding of the step through the eigendecomposition
+    assert abs(float(r.position[0, 0])) < 1e-12
