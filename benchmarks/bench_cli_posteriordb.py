@@ -1,5 +1,5 @@
-"""``cenlmc-jax sample --sampler lmc | cenlmc`` on raw-scale posteriordb models, as a
-user runs it (issue 18).
+"""``cenlmc-jax sample --sampler mala | lmc | cenlmc`` on raw-scale posteriordb models,
+as a user runs it (issue 18; ``mala``, the exact default with ``--model``: issue 29).
 
 For kidiq, garch11 and earnings, the model files
 ``examples/posteriordb/{kidiq,garch11,earnings}.py`` (written
@@ -11,8 +11,9 @@ are run through the command line in a subprocess with no tuning flag:
 
 (``--trace`` keeps the draws: the reference is on the constrained scale, ``sigma =
 exp(x[2])`` etc., and the R-hat / ESS checks of the verdict need them). Everything else
-is the CLI's default: 2,000 particles, its burn-in and steps, and for LMC / CEnLMC with
-a ``--model`` the warm-up ``cj.langevin_warmup``.
+is the CLI's default: 2,000 particles, its burn-in and steps, and for MALA, LMC and CEnLMC
+with a ``--model`` the warm-up ``cj.langevin_warmup`` (MALA's: Laplace start, kinetic
+phase, then MALA tuned on the ensemble; an exact chain).
 
 Judged on the reference's quantities (``cenlmc_jax.models.posteriordb``: 10 x 1,000 NUTS
 draws of posteriordb): a parameter passes when its mean is within ``0.1 ref_sd + 3
@@ -22,8 +23,8 @@ or ``silently wrong`` (exit 0 and some parameter fails). Wall time: one run each
 whole command (import, compilation, warm-up, sampling, outputs) on a shared 2-core
 machine.
 
-Run: ``python benchmarks/bench_cli_posteriordb.py [--only kidiq ...] [--samplers lmc
-  cenlmc]``.
+Run: ``python benchmarks/bench_cli_posteriordb.py [--only kidiq ...] [--samplers mala
+  lmc cenlmc]``.
 """
 
 from __future__ import annotations
@@ -206,7 +207,10 @@ def main():
     parser = base_parser(" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--only", nargs="*", default=None, choices=sorted(MODELS))
     parser.add_argument(
-        "--samplers", nargs="*", default=["lmc", "cenlmc"], choices=["lmc", "cenlmc"]
+        "--samplers",
+        nargs="*",
+        default=["mala", "lmc", "cenlmc"],
+        choices=["mala", "lmc", "cenlmc"],
     )
     args = parser.parse_args()
     rows = []
@@ -272,8 +276,8 @@ def main():
         columns=cols,
         md_rows=md_rows(rows),
         out_dir=args.out_dir,
-        title="cenlmc-jax sample --sampler lmc / cenlmc on raw-scale posteriordb model "
-        "files, no tuning flag",
+        title="cenlmc-jax sample --sampler mala / lmc / cenlmc on raw-scale posteriordb "
+        "model files, no tuning flag",
         notes=[
             "pass: exit 0 and every reference quantity's mean within 0.1 ref_sd + 3 "
             "MCSE and sd within 10%; flagged: exit 1 (UNRELIABLE); silently wrong: "
