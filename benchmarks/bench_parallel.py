@@ -734,7 +734,11 @@ def write(rows, targets_info, args, cfg, done):
     rows, targets_info, done = merge_previous(rows, targets_info, done, args, cfg)
     command = None
     if len(rows) > ran:
-        this = " ".join(["python", os.path.relpath(sys.argv[0])] + sys.argv[1:])
+        argv = list(sys.argv[1:])
+        if "--note" in argv:  # the note is in the table already
+            i = argv.index("--note")
+            del argv[i : i + 2]
+        this = " ".join(["python", os.path.relpath(sys.argv[0])] + argv)
         command = (
             f"{this}` for this run's rows, merged into the table of "
             "`python benchmarks/bench_parallel.py --size full --fresh"
