@@ -539,9 +539,10 @@ def gradient_variants(problem, kind, grad_costs):
     Autodiff: reverse mode (``jax.grad``, the library's default before grad_mode) and
     forward mode (the fastest at d <= 5, ``grad_mode="auto"``'s choice). Black box /
     finite difference: central and forward differences (``cj.finite_difference``), at 2d
-    and d values a gradient beside the value at the point, which both samplers have (LMC
-    evaluates it in the gradient's batch, CEnLMC at every particle for its ensemble; the
-    black box's own count of points confirms it, ``counted_points``)."""
+    and d values a gradient beside the value at the point, which CEnLMC has at every
+    particle for its ensemble and forward-FD LMC evaluates in the gradient's batch;
+    central-FD LMC evaluates no value (:func:`value_beside`; the black box's own count
+    of points confirms both, ``counted_points``)."""
     d = problem.dim
     if kind == "autodiff":
         return {
@@ -555,6 +556,14 @@ def gradient_variants(problem, kind, grad_costs):
         )
         for scheme in ("central", "forward")
     }
+
+
+def value_beside(kw, d):
+    """Whether LMC with the sampler keywords ``kw`` evaluates the value at the point
+    beside its finite-difference gradient: forward differences (``d + 1`` points a
+    gradient), not central ones (``2d`` points, no value) nor autodiff."""
+    g = kw.get("grad_fn")
+    return g is not None and g.model_solves(d) > g.model_solves_given_value(d)
 
 
 def build_runners(
@@ -602,7 +611,9 @@ def build_runners(
         for label, (kw, cost) in gradient_variants(problem, kind, grad_costs).items():
             lmc = cj.lmc(problem.logdensity_fn, H, **kw)
             runners[f"LMC {label} N={n}"] = (
-                DriverRunner(lmc, x0, key, grad_cost_values=None, has_fd=fd),
+                DriverRunner(
+                    lmc, x0, key, grad_cost_values=None, has_fd=value_beside(kw, d)
+                ),
                 dict(sampler="LMC", N=n, variant=label, grad_cost=cost),
             )
             for est in estimators:
@@ -904,11 +915,12 @@ def solve_cap(r, best):
     measured ensemble fraction.
 
     Per member-step, as the bench counts: LMC ``v_L + c_L`` (``v_L``: values per
-    member-step, 1 with a finite-difference gradient, where LMC evaluates the value
-    beside the gradient, 0 with autodiff, whose value comes with the gradient's measured
-    cost; ``c_L``: its gradient's cost in values), CEnLMC ``v + (1 - φ) c`` (``v`` = 1,
-    a value at every particle each step; ``1 - φ`` its gradients per member-step, the
-    audit's included; ``c`` its gradient's cost). ``cap = (v_L + c_L) / (v + (1 - φ)
+    member-step, 1 with forward differences, where LMC evaluates the value beside the
+    gradient, 0 with central ones, which need none, and with autodiff, whose value comes
+    with the gradient's measured cost; ``c_L``: its gradient's cost in values),
+    CEnLMC ``v + (1 - φ) c`` (``v`` = 1, a value at every particle each step;
+    ``1 - φ`` its gradients per member-step, the audit's included; ``c`` its
+    gradient's cost). ``cap = (v_L + c_L) / (v + (1 - φ)
     c)``: the saving at equal steps to tolerance; ``cap_phi1 = (v_L + c_L) / v``, the
     φ = 1 limit."""
     member_steps = r["N"] * r["steps_to_tol"]
@@ -1120,9 +1132,12 @@ def main():
         "largest over coordinates at T*, ± the largest MCSE (members' window averages "
         "as independent).",
         "Model solves in value units: a value 1; a finite-difference gradient 2d "
-        "(central) or d (forward) beside the value at the point, which LMC evaluates "
-        "in the gradient's batch and CEnLMC has (d + 1 / 2d + 1 values a gradient "
-        "before cj.finite_difference reused it, stop 24); an autodiff gradient its "
+        "(central) or d (forward) beside the value at the point, which forward-FD LMC "
+        "evaluates in the gradient's batch (central-FD LMC evaluates none: its 2d "
+        "points a gradient, as the black box's count confirms; before issue 30 the "
+        "bench counted a value for it too) and CEnLMC has (d + 1 / 2d + 1 values a "
+        "gradient before cj.finite_difference reused it, stop 24); an autodiff "
+        "gradient its "
         "measured time in values (grad_cost: "
         + "; ".join(
             f"{k} " + ", ".join(f"{m} {v:.1f}" for m, v in c.items())
@@ -1174,15 +1189,15 @@ def main():
         "equal steps to tolerance, given its measured ensemble fraction φ = 1 - (grads "
         "per member-step, the audit's included), as the bench counts solves per "
         "member-step: cap = (v_L + c_L) / (1 + (1 - φ) c), where c_L is the best LMC's "
-        "gradient cost in values and v_L its values per member-step (1 with a "
-        "finite-difference gradient: LMC evaluates the value in the gradient's batch, "
-        "as the black box's own count confirms; 0 with autodiff, the value coming "
-        "inside the measured grad_cost), 1 is CEnLMC's value at every particle each "
-        "step and c its own gradient's cost given that value (2d central FD, d forward "
-        "FD: cj.finite_difference reuses it; grad_cost for AD). Forward FD on both "
-        "sides: cap = (d + 1) / (1 + (1 - φ) d), φ = 1 limit d + 1 (3x at d = 2 SIR, "
-        "4x at d = 3 Darcy). Autodiff, same mode both sides: cap = c / (1 + (1 - φ) "
-        "c), limit c.",
+        "gradient cost in values and v_L its values per member-step (1 with forward "
+        "differences: LMC evaluates the value in the gradient's batch, as the black "
+        "box's own count confirms; 0 with central differences, which need no value, "
+        "and with autodiff, whose value comes inside the measured grad_cost), 1 is "
+        "CEnLMC's value at every particle each step and c its own gradient's cost "
+        "given that value (2d central FD, d forward FD: cj.finite_difference reuses "
+        "it; grad_cost for AD). Forward FD on both sides: cap = (d + 1) / (1 + "
+        "(1 - φ) d), φ = 1 limit d + 1 (3x at d = 2 SIR, 4x at d = 3 Darcy). "
+        "Autodiff, same mode both sides: cap = c / (1 + (1 - φ) c), limit c.",
     ]
     for case, c in COSTS.items():
         if c is not None:
