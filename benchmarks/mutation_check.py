@@ -427,6 +427,7 @@ def run_tests(copy: Path, tests: list[str], timeout: float) -> tuple[dict, float
                 "-q",
                 "-p",
                 "no:cacheprovider",
+                "--full",  # a catching test may sit in the slow tier (conftest.SLOW)
                 f"--junitxml={report}",
                 *tests,
             ],
