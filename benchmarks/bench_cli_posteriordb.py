@@ -11,9 +11,9 @@ are run through the command line in a subprocess with no tuning flag:
 
 (``--trace`` keeps the draws: the reference is on the constrained scale, ``sigma =
 exp(x[2])`` etc., and the R-hat / ESS checks of the verdict need them). Everything else
-is the CLI's default: 2,000 particles, its burn-in and steps, and for MALA, LMC and CEnLMC
-with a ``--model`` the warm-up ``cj.langevin_warmup`` (MALA's: Laplace start, kinetic
-phase, then MALA tuned on the ensemble; an exact chain).
+is the CLI's default: 2,000 particles, its burn-in and steps, and for MALA, LMC and
+CEnLMC with a ``--model`` the warm-up ``cj.langevin_warmup`` (MALA's: Laplace start,
+kinetic phase, then MALA tuned on the ensemble; an exact chain).
 
 Judged on the reference's quantities (``cenlmc_jax.models.posteriordb``: 10 x 1,000 NUTS
 draws of posteriordb): a parameter passes when its mean is within ``0.1 ref_sd + 3
@@ -276,8 +276,8 @@ def main():
         columns=cols,
         md_rows=md_rows(rows),
         out_dir=args.out_dir,
-        title="cenlmc-jax sample --sampler mala / lmc / cenlmc on raw-scale posteriordb "
-        "model files, no tuning flag",
+        title="cenlmc-jax sample --sampler mala / lmc / cenlmc on raw-scale "
+        "posteriordb model files, no tuning flag",
         notes=[
             "pass: exit 0 and every reference quantity's mean within 0.1 ref_sd + 3 "
             "MCSE and sd within 10%; flagged: exit 1 (UNRELIABLE); silently wrong: "
