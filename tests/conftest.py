@@ -320,6 +320,37 @@ SLOW = (
     # ensemble MALA's banana z-test with the quadratic fit (20; with the local-linear
     # fit, and the skew funnel with the quadratic one, stay)
     "tests/ensemble/test_ensemble_mala.py::test_moments_match_exact_values[banana-quadratic-0.5]",  # noqa: E501
+    # --- A seventh pass (the same durations run; a clean-clone .ci/run after the sixth
+    # took 21.3 min, pytest 1,120 s, still over the 20-minute target). The exact
+    # default's rotated 100-d Gaussian (78; the banana and funnel z-tests of the same
+    # file, and preconditioned LMC's dense-M Lyapunov test, stay) and its float32
+    # dense-M fit (60; the float32 warm-up and hand-over in test_same_key_same_draws_
+    # and_float32_stays_float32 stays; benchmarks/mutation_check.py runs it with --full)
+    "tests/adaptation/test_kinetic.py::test_rotated_badly_scaled_gaussian_gets_a_dense_metric_and_exact_variances",  # noqa: E501
+    "tests/adaptation/test_kinetic.py::test_float32_dense_metric_is_fitted_to_the_dtype_not_refused",  # noqa: E501
+    # every sampler's healthy run raises no flag (73); the driver's negative cases
+    # (tests/test_run.py::test_moving_chains_short_chunks_and_mh_samplers_are_not_
+    # reported) and each sampler's own tests, which fail on a warning, stay
+    "tests/test_input_table.py::test_a_healthy_run_raises_no_flag",
+    # the SDE-proposal sampler's covariance on a correlated Gaussian (30; Q = 0 equal
+    # to MALA and the proposal densities of eq. 8.1 stay)
+    "tests/irreversible/test_jump.py::test_sde_proposal_sampler_covariance_on_correlated_gaussian",  # noqa: E501
+    # one case of a parametrised test where the others check the same property
+    "tests/diagnostics/test_diagnostics.py::test_ess_rhat_mcse_match_arviz_on_the_same_chains[37]",  # noqa: E501
+    "tests/sgmcmc/test_sgrhmc.py::test_gamma_r_is_the_recipes_gamma_term[False-gsgrhmc]",  # noqa: E501
+    "tests/sgmcmc/test_sgrhmc.py::test_gamma_r_is_the_recipes_gamma_term[False-rotated]",  # noqa: E501
+    *(
+        f"tests/pairwise/test_pairwise.py::test_matches_float64_oracle_random[{case}]"
+        for case in (
+            "300-2-False-tiled_cols-64",
+            "300-10-True-tiled_cols-64",
+            "200-10-False-tiled_cols-64",
+        )
+    ),
+    "tests/pairwise/test_pallas.py::test_direct_matches_float64_oracle[150-50-False]",
+    "tests/ensemble/test_lmc_preconditioned.py::test_stationary_covariance_is_the_lyapunov_solution[diagonal]",  # noqa: E501
+    "tests/models/test_inverse_problems.py::test_quadrature_reference_is_converged[darcy]",  # noqa: E501
+    "tests/ensemble/test_f_star.py::test_find_f_star_matches_known_minimum_float32[gaussian_mixture_2x2d]",  # noqa: E501
 )
 
 
