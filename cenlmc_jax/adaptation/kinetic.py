@@ -360,7 +360,7 @@ def _resample_laplace(key, y, v, g):
     ess = 1.0 / float(np.sum(w**2))
     if ess < RESAMPLE_MIN_ESS * n:
         return y, v, g, None
-    u = (float(jax.random.uniform(key, (), jnp.float64)) + np.arange(n)) / n
+    u = (float(jax.random.uniform(key, ())) + np.arange(n)) / n
     idx = np.minimum(np.searchsorted(np.cumsum(w), u), n - 1)
     return y[idx], v[idx], g[idx], ess
 

@@ -58,6 +58,7 @@ from cenlmc_jax.cli.parser import (
 )
 from cenlmc_jax.cli.samplers import SPECS, Job, build_job
 from cenlmc_jax.diagnostics import online, plots
+from cenlmc_jax.diagnostics.convergence import ConvergenceWarning
 from cenlmc_jax.diagnostics.summary import SummaryTable, to_arviz
 from cenlmc_jax.ensemble import tuning
 from cenlmc_jax.models import targets as targets_mod
@@ -493,7 +494,18 @@ def _setup(args) -> Setup:
     c, c_source = curvature(
         target, positions, gradients=not SPECS[args.sampler].gradient_free
     )
-    job = build_job(args.sampler, args, target, positions, c, keys)
+    # the warm-up's reports (separate modes, an unsettled kinetic phase) are shown as
+    # they come and kept for the verdict: a draw of one mode of several must not pass
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        job = build_job(args.sampler, args, target, positions, c, keys)
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    job = job._replace(
+        warmup_problems=tuple(
+            str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)
+        )
+    )
     if args.steps is None:
         args.steps = default_steps(job, args.thin)
     return Setup(target, job, keys, c, c_source, model)

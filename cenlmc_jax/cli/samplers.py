@@ -57,6 +57,9 @@ class Job(NamedTuple):
       the rest).
     suggestion: CEnLMC's ``tuning.suggest_cenlmc_params`` result (its reasoning is
       printed), else None.
+    warmup_problems: what the set-up's warm-up reported as a ``ConvergenceWarning``
+      (separate modes, a kinetic phase that did not settle): each makes the verdict
+      UNRELIABLE (``cenlmc_jax.cli.jobs.setup`` fills it).
     """
 
     algorithm: SamplingAlgorithm
@@ -66,6 +69,7 @@ class Job(NamedTuple):
     warmup_steps: int = 0
     suggestion: tuning.CEnLMCParams | None = None
     at_step_size: Callable | None = None
+    warmup_problems: tuple = ()
 
 
 class SamplerSpec(NamedTuple):

@@ -28,7 +28,10 @@ checks a finished run for every known reason to distrust it:
   (``cenlmc_jax.cli.jobs.step_halving_check``, :func:`cenlmc_jax.run.step_halving_bias`:
   a rerun at ``h/2`` from the final ensemble) beyond ``z`` standard errors, on any
   target; ``--no-bias-check`` skips it;
-* estimates more than :data:`TRUTH_Z_MAX` standard errors from a known truth.
+* estimates more than :data:`TRUTH_Z_MAX` standard errors from a known truth;
+* what the set-up's warm-up reported as a ``ConvergenceWarning``
+  (``Job.warmup_problems``: separate modes found by the mode search, whose draws then
+  describe one of them; a kinetic phase that did not settle).
 
 Each prints an ``UNRELIABLE: ...`` line naming the flags to change, and the
 job exits :data:`EXIT_UNRELIABLE` unless ``--allow-unreliable``
@@ -278,7 +281,7 @@ def problems(
     (:func:`stability_problem`); ``bias``: the step-halving check of an unadjusted
     sampler (``cenlmc_jax.cli.jobs.step_halving_check``), None when it did not run.
     """
-    out = []
+    out = [f"the warm-up reported: {text}" for text in job.warmup_problems]
     if res.diverged_at >= 0:
         out.append(divergence_problem(args, job, res, c))
     out += stability_problem(args, job, c)
