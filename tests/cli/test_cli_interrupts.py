@@ -70,11 +70,10 @@ def test_ctrl_c_during_a_slow_model_import_stops_it_at_once(tmp_path):
     while not marker.exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.1)
     assert marker.exists(), proc.communicate()
-    sent = time.time()
     proc.send_signal(signal.SIGINT)
+    # before the fix the import ran on to its end (SLOW_IMPORT_S): TimeoutExpired here
     out, err = proc.communicate(timeout=TIMEOUT_S)
     assert proc.returncode == 130, (proc.returncode, out, err)
-    assert time.time() - sent < TIMEOUT_S
     assert "Traceback" not in err and "interrupted" in err, err
 
 
