@@ -121,6 +121,7 @@ from cenlmc_jax.models import posteriordb  # noqa: E402
 
 THRESHOLD = 0.01
 SETTLED_TAIL = 0.75  # a settled crossing leaves >= 1/4 of the run below
+HELD_X = 5.0  # issue 29: below from the first crossing g through 5 g (4x more steps)
 SIZES = {
     # chains, sequential-gradient budget per chain, reference NUTS (chains, draws,
     # adaptation), NUTS adaptation steps, our warm-up steps (None: its default),
@@ -336,7 +337,23 @@ def crossings(grads, b2, upper_bound_first=False):
                 out["settled"] = float(grads[j])
         out["run_over_first"] = float(grads[-1] / max(grads[i], 1.0))
         out["fraction_below_after_first"] = float(np.mean(below[i:]))
+        out.update(held(grads[i:], below[i:]))
     return out
+
+
+def held(grads, below):
+    """How long b2max stays below after its first crossing (``grads[0]``, ``below[0]``
+    true): ``first_excursion`` (the first point back above, or None) and ``held_x``,
+    that point (or the run's end) over the first crossing. Issue 29's "staying there
+    over 4x more steps": ``held_x >= HELD_X`` (4x more steps after the crossing)."""
+    above = np.flatnonzero(~np.asarray(below))
+    end = float(grads[above[0]]) if above.size else None
+    first = max(float(grads[0]), 1.0)
+    return dict(
+        first_excursion=end,
+        held_x=(float(grads[-1]) if end is None else end) / first,
+        held_to_end=end is None,
+    )
 
 
 # ------------------------------------------------------------ the samplers
@@ -674,6 +691,27 @@ def fmt_grads(v, upper=False):
     return ("<= " if upper else "") + f"{v:,.0f}"
 
 
+def fmt_held(r):
+    """``held_x`` for the table: from the run's every point, or (rows measured before
+    the column existed) from the JSON's thinned trajectory, marked ``~`` (a thinned
+    trajectory can miss an excursion: an upper bound)."""
+    if r.get("first") is None:
+        return "-"
+    h = r if "held_x" in r else None
+    mark = ""
+    if h is None and r.get("trajectory"):
+        g, b = np.asarray(r["trajectory"], np.float64).T
+        below = np.isfinite(b) & (b < THRESHOLD)
+        if not below.any():
+            return "-"
+        i = int(np.argmax(below))
+        h, mark = held(g[i:], below[i:]), "~"
+    if h is None:
+        return "-"
+    text = f"{mark}{h['held_x']:.1f}x"
+    return text + (" (to the end)" if h["held_to_end"] else "")
+
+
 def md_row(r):
     return dict(
         target=r["target"],
@@ -681,6 +719,7 @@ def md_row(r):
         first=fmt_grads(r.get("first"), r.get("first_is_upper_bound")),
         settled=fmt_grads(r.get("settled")),
         run=fmt_grads(r.get("run_grads")),
+        held=fmt_held(r),
         below_after_first=r.get("fraction_below_after_first"),
         final_b2max=r.get("final_b2max"),
         total_grads=None if r.get("total_grads") is None else f"{r['total_grads']:.3g}",
@@ -695,6 +734,7 @@ COLUMNS = [
     "first",
     "settled",
     "run",
+    "held",
     "below_after_first",
     "final_b2max",
     "total_grads",
@@ -750,8 +790,13 @@ def write(rows, targets_info, args, cfg, done):
         "'<=': ours, already below at the warm-up's end (whose trajectory is not "
         "observed): an upper bound. 'never': not within the run. 'settled' counts "
         "only if b2max then stays below for at least the last quarter of the run "
-        "(settled_raw in the JSON: any tail). below_after_first: the fraction of "
-        "recorded points below 0.01 from the first crossing on.",
+        "(settled_raw in the JSON: any tail). held: how long b2max stays below "
+        "after its first crossing, as a multiple of it (the first point back above "
+        f"0.01, or the run's end, over the first crossing; >= {HELD_X:g}x is issue "
+        "29's 'staying there over 4x more steps'; '~': from the JSON's 200-point "
+        "thinned trajectory, for rows measured before this column, an upper "
+        "bound). below_after_first: the fraction of recorded points below 0.01 from "
+        "the first crossing on.",
         "total_grads: all chains (ours: + L-BFGS; Hessian-vector products of the "
         "warm-up's curvature estimates listed apart in the JSON).",
         "Noise floor (b2max of N exact / reference-resampled draws: median, p95, "

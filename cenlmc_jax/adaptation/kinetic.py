@@ -77,15 +77,24 @@ TARGET_ACCEPTANCE)``, ``ā`` the round's mean acceptance probability over partic
 steps (an ensemble of ``N`` estimates it to about ``0.5/sqrt(N × steps)``, so no dual
 averaging is needed); ``h`` is divided by 4 below an acceptance of 0.1 and multiplied by
 4 above 0.95, and rounds go on (at most ``MAX_ADJUST_ROUNDS``) while the acceptance is
-outside ``ACCEPTANCE_BAND``. A particle whose acceptance over the last round is below
-``STUCK_ACCEPTANCE`` (left by the kinetic phase deep in a stiff tail, where the
-ensemble's ``h`` is far too large for it) is replaced by a copy of a moving particle: a
-warm-up move, which costs no exactness, and a chain that would otherwise stay stuck for
-the whole run. ``h``, ``M`` and ``m`` are then frozen and the handed-over sampler is
-``cj.mala(logdensity_fn, h, inverse_mass_matrix=M)`` over the ``N`` chains
-(``cj.vmap_chains``): a Metropolis chain with fixed parameters, so ``cj.sample`` targets
-``π`` exactly. In ``x``, preconditioned MALA with ``M = L Lᵀ`` is MALA in ``y`` with the
-identity: the same proposal distribution and the same acceptance.
+outside ``ACCEPTANCE_BAND``. ``h``, ``M`` and ``m`` are then frozen and the
+handed-over sampler is ``cj.mala(logdensity_fn, h, inverse_mass_matrix=M)`` over the
+``N`` chains (``cj.vmap_chains``): a Metropolis chain with fixed parameters, so
+``cj.sample`` targets ``π`` exactly (with stuck particles, a mixture of two such
+steps: below). In ``x``, preconditioned MALA with ``M = L Lᵀ`` is MALA in ``y`` with
+the identity: the same proposal distribution and the same acceptance.
+
+**Stuck particles.** A particle whose acceptance over the last round is below
+``STUCK_ACCEPTANCE`` sits in a stiff region (a banana's arm, a funnel's neck) where the
+ensemble's ``h`` is far too long for it. It is where ``π`` puts it: replacing it by a
+copy of a moving particle (as this module did before) takes that mass away, and MALA
+needs many steps to bring it back. Instead the stuck particles try the shorter steps
+``h s``, ``s`` in :data:`SMALL_FACTORS`, one round each, until they accept at least
+:data:`SMALL_ACCEPTANCE`; each handed-over step is then ``h s`` with probability ``p``
+(twice the stuck fraction, within :data:`SMALL_PROBABILITY`), drawn anew at each step
+for each chain, else ``h``. Each of the two kernels leaves ``π`` invariant and the
+choice does not depend on the state, so the mixture is exact too (Tierney 1994). Where
+no factor helps, the particles stay (the run's R-hat and stuck-chain checks see them).
 
 Why not the two-system move (Chok, Lee, Paulin, Vasil 2025: halves preconditioning
 each other) for the sampling phase? Its point is to keep adapting ``M`` while
@@ -159,8 +168,17 @@ ROUND_STEPS = 25
 #: low dimension).
 TARGET_ACCEPTANCE = 0.6
 #: A particle whose mean acceptance over the last tuning round is below this is stuck
-#: (replaced by a copy of a moving one, module docstring).
+#: (module docstring: the handed-over MALA then takes a shorter step now and then).
 STUCK_ACCEPTANCE = 0.02
+#: The shorter step's factors ``s`` tried on the stuck particles, longest first; the
+#: first at which they accept at least ``SMALL_ACCEPTANCE`` on average is taken.
+SMALL_FACTORS = (1 / 4, 1 / 16, 1 / 64)
+SMALL_ACCEPTANCE = 0.3
+#: The shorter step's probability ``p``: ``SMALL_SHARE`` times the stuck fraction, in
+#: ``SMALL_PROBABILITY`` (a stuck chain moves every ``1/p`` steps or so; the others
+#: lose about ``p`` of their steps' reach).
+SMALL_SHARE = 2.0
+SMALL_PROBABILITY = (0.05, 0.25)
 #: The adjusted phase tunes beyond its ``adjust_rounds`` (up to ``MAX_ADJUST_ROUNDS``)
 #: while the mean acceptance is outside this band.
 ACCEPTANCE_BAND = (0.3, 0.9)
@@ -181,6 +199,9 @@ class KineticResult(NamedTuple):
     relaxation_steps: float
     notes: list
     trajectory: list
+    #: ``(h s, p)``: the handed-over MALA's shorter step and its probability, or None
+    #: (every step ``h``).
+    small_step: tuple | None = None
 
 
 def _to_x(factor, mean, y):
@@ -258,19 +279,21 @@ def _kinetic_chunk(
 
 @partial(jax.jit, static_argnames=_STATIC)
 def _mala_chunk(key, y, v, g, h, factor, mean, n, logdensity_fn, grad_fn, grad_mode):
-    """``n`` MALA steps in ``y`` of the whole ensemble; the summed acceptance
-    probability per particle.
+    """``n`` MALA steps in ``y`` of the whole ensemble (``h``: one step, or ``(N,)``,
+    one a particle); the summed acceptance probability per particle.
     """
     vg = partial(_value_and_grad_y, logdensity_fn, grad_fn, grad_mode, factor, mean)
+    h_each = jnp.broadcast_to(h, v.shape)  # a step for all, or one a particle
+    hc = h_each[:, None]
 
     def body(t, carry):
         y, v, g, acc = carry
         k1, k2 = jax.random.split(jax.random.fold_in(key, t))
-        y1 = y + h * g + jnp.sqrt(2 * h) * jax.random.normal(k1, y.shape, y.dtype)
+        y1 = y + hc * g + jnp.sqrt(2 * hc) * jax.random.normal(k1, y.shape, y.dtype)
         v1, g1 = vg(y1)
-        fwd = jnp.sum((y1 - y - h * g) ** 2, 1)
-        bwd = jnp.sum((y - y1 - h * g1) ** 2, 1)
-        log_a = v1 - v + (fwd - bwd) / (4 * h)
+        fwd = jnp.sum((y1 - y - hc * g) ** 2, 1)
+        bwd = jnp.sum((y - y1 - hc * g1) ** 2, 1)
+        log_a = v1 - v + (fwd - bwd) / (4 * h_each)
         log_a = jnp.where(
             jnp.isfinite(log_a) & jnp.all(jnp.isfinite(g1), 1), log_a, -jnp.inf
         )
@@ -672,27 +695,38 @@ def kinetic_then_mala(
             h *= 4
         else:
             h *= math.exp(2.0 * (acc - TARGET_ACCEPTANCE))
-    # a particle the kinetic phase left far in a stiff tail accepts nothing at the
-    # ensemble's h and would stay stuck for the whole run (R-hat flags it, rightly):
-    # during the warm-up it is replaced by a copy of a particle that moves
+    # a particle the kinetic phase left in a stiff tail (a banana's arm, a funnel's
+    # neck) accepts nothing at the ensemble's h. It is where pi puts it: replacing it
+    # by a copy of a moving particle would take that mass away (a banana's E[x^2] fell
+    # by a fifth, and MALA took ~1,000 steps to bring it back). Instead the handed-over
+    # MALA takes a shorter step h s now and then (_small_step)
     a = np.asarray(a, np.float64) / adjust_steps
-    stuck = np.flatnonzero(a < STUCK_ACCEPTANCE)
-    if 0 < stuck.size <= n // 2:
-        good = np.flatnonzero(a >= STUCK_ACCEPTANCE)
-        pick = np.random.default_rng(
-            int(jax.random.randint(next(keys), (), 0, 2**31 - 1))
+    small, tried = None, 0
+    stuck = a < STUCK_ACCEPTANCE
+    if stuck.any():
+        small, tried, (y, v, g) = _small_step(
+            adjust_key, (y, v, g), stuck, h, fac, mu, adjust_steps, static
         )
-        src = good[pick.integers(0, good.size, stuck.size)]
-        idx = np.arange(n)
-        idx[stuck] = src
-        y, v, g = y[idx], v[idx], g[idx]
-        notes.append(
-            f"{stuck.size} of {n} particles accepted less than {STUCK_ACCEPTANCE} of "
-            "the last tuning round's MALA proposals (stuck in a stiff tail left by "
-            "the kinetic phase): replaced by copies of moving particles."
-        )
-        # the ensemble handed over, recorded as it is (no gradient: the same count)
-        record(used + adjusted, lf, mean, y)
+        for k in range(1, tried + 1):
+            record(used + adjusted + k * adjust_steps, lf, mean, y)
+        adjusted += tried * adjust_steps
+        frac = float(stuck.mean())
+        if small is None:
+            notes.append(
+                f"{int(stuck.sum())} of {n} particles accepted less than "
+                f"{STUCK_ACCEPTANCE} of the last tuning round's MALA proposals, and "
+                f"as little at h/{1 / SMALL_FACTORS[-1]:g}: they stay where they are "
+                "(the run's R-hat and stuck-chain checks will see them)."
+            )
+        else:
+            notes.append(
+                f"{int(stuck.sum())} of {n} particles ({frac:.1%}) accepted less than "
+                f"{STUCK_ACCEPTANCE} of the last tuning round's MALA proposals (a "
+                f"stiff tail); at h s = {h * small[0]:.3g} (s = {small[0]:g}) they "
+                f"accept {small[2]:.2f}: each handed-over MALA step is that shorter "
+                f"one with probability {small[1]:.3g} (a fixed mixture of two MALA "
+                "kernels, each exact)."
+            )
     y1 = np.asarray(y, np.float64)
     relax = _mala_relaxation(y0, y1, adjusted)
     notes.append(
@@ -713,7 +747,29 @@ def kinetic_then_mala(
         relax,
         notes,
         trajectory,
+        None if small is None else (h * small[0], small[1]),
     )
+
+
+def _small_step(key, yvg, stuck, h, fac, mu, steps, static):
+    """The handed-over MALA's shorter step for the ``stuck`` particles (module
+    docstring): a round of ``steps`` MALA steps of the whole ensemble, the stuck
+    particles at ``h s`` for each ``s`` of :data:`SMALL_FACTORS` in turn until their
+    mean acceptance reaches :data:`SMALL_ACCEPTANCE`.
+
+    Returns ``((s, p, acceptance) or None, rounds run, (y, v, g))``: ``p`` the
+    probability of the shorter step, None where no factor reached the acceptance.
+    """
+    p = float(np.clip(SMALL_SHARE * stuck.mean(), *SMALL_PROBABILITY))
+    for i, factor in enumerate(SMALL_FACTORS):
+        h_each = jnp.asarray(np.where(stuck, h * factor, h), yvg[0].dtype)
+        *yvg, a = _mala_chunk(
+            jax.random.fold_in(key, 1000 + i), *yvg, h_each, fac, mu, steps, **static
+        )
+        took = float(np.mean(np.asarray(a)[stuck])) / steps
+        if took >= SMALL_ACCEPTANCE:
+            return (factor, p, took), i + 1, tuple(yvg)
+    return None, len(SMALL_FACTORS), tuple(yvg)
 
 
 def _mala_relaxation(y0: np.ndarray, y1: np.ndarray, k: int) -> float:

@@ -1102,9 +1102,10 @@ def _exact(
     # a user's gradient reaches the handed-over MALA as the derivative of the model
     target = logdensity_fn if grad_fn is None else with_gradient(logdensity_fn, grad_fn)
     algo = vmap_chains(
-        mala(
+        two_step_mala(
             target,
             res.step_size,
+            res.small_step,
             inverse_mass_matrix=res.inverse_mass_matrix,
             grad_mode=grad_mode,
         )
@@ -1133,4 +1134,59 @@ def _exact(
         inverse_mass_matrix=res.inverse_mass_matrix,
         mean=res.mean,
     )
+    if res.small_step is not None:
+        params.update(
+            small_step_size=res.small_step[0], small_step_probability=res.small_step[1]
+        )
     return LangevinWarmup(algo, algo.init(res.positions), res.positions, params, info)
+
+
+def two_step_mala(
+    logdensity_fn: LogDensityFn,
+    step_size: float,
+    small_step: tuple | None,
+    *,
+    inverse_mass_matrix: Any = None,
+    grad_mode: str = "auto",
+) -> SamplingAlgorithm:
+    """MALA (one chain) whose step is ``h_s`` with probability ``p``, else ``h``.
+
+    With ``small_step = (h_s, p)``: at every step the chain draws ``u ~ U(0, 1)`` from
+    its key and takes one MALA step of size ``h_s`` if ``u < p``, else of size ``h``.
+    Both MALA kernels leave ``π`` invariant and the choice does not depend on the
+    state, so the mixture does too (Tierney 1994). The exact warm-up hands this over
+    when particles were stuck at ``h`` (:mod:`~cenlmc_jax.adaptation.kinetic`, "Stuck
+    particles"). ``small_step=None``: :func:`~cenlmc_jax.mala` itself (the same draws
+    from the same keys).
+
+    Args:
+      logdensity_fn: ``z -> log π(z)``.
+      step_size: ``h > 0``.
+      small_step: ``(h_s, p)``: the shorter step and its probability, or None.
+      inverse_mass_matrix: as for :func:`~cenlmc_jax.mala`.
+      grad_mode: as for :func:`~cenlmc_jax.mala`.
+
+    Returns:
+      A :class:`~cenlmc_jax.base.SamplingAlgorithm` over one chain.
+    """
+    base = mala(
+        logdensity_fn,
+        step_size,
+        inverse_mass_matrix=inverse_mass_matrix,
+        grad_mode=grad_mode,
+    )
+    if small_step is None:
+        return base
+    small, p = float(small_step[0]), float(small_step[1])
+
+    def step(rng_key, state):
+        k_pick, k_step = jax.random.split(rng_key)
+        h = jnp.where(jax.random.uniform(k_pick) < p, small, step_size)
+        return mala(
+            logdensity_fn,
+            h,
+            inverse_mass_matrix=inverse_mass_matrix,
+            grad_mode=grad_mode,
+        ).step(k_step, state)
+
+    return SamplingAlgorithm(base.init, step)
