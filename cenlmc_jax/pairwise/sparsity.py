@@ -126,8 +126,11 @@ def spatial_order(v: Array, ok: Array) -> Array:
     projections on the ``SPATIAL_KEY_MAX_D`` leading principal axes of the ok
     rows (eigenvectors of their covariance). Each is quantised to ``2^b``
     cells over the ok rows' range, ``b = 30 // (key dimensions)``, and
-    ordered by :func:`hilbert_key`; ties keep the input order. Only the
-    speed of a block-sparse sum depends on the order, never its result.
+    ordered by :func:`hilbert_key`; ties keep the input order. Where the grid
+    still has at least ``4n`` cells with ``b = (30 - index bits) // (key
+    dimensions)``, the key and the row index share one int32 and a plain sort
+    orders them (small ``n``). Only the speed of a block-sparse sum depends on
+    the order, never its result.
 
     Args:
       v: the rows, shape ``(n, d)``.
@@ -144,14 +147,24 @@ def spatial_order(v: Array, ok: Array) -> Array:
         # ascending eigenvalues
         _, axes = jnp.linalg.eigh(c.T @ c / count)
         v = c @ axes[:, ::-1][:, :SPATIAL_KEY_MAX_D]
-    k = v.shape[1]
-    bits = _KEY_BITS // k
+    n, k = v.shape
+    # Where the particles' indices fit below a Hilbert key of at least 4n cells (and
+    # one value more for the rows not ok), key and index go into one int32 and a plain
+    # sort orders them: ~5x faster on CPU than a stable argsort's pair of operands
+    # (N = 2,000: 37 against 194 us), and the same order but for ties
+    idx_bits = max(1, (n - 1).bit_length())
+    packed = k * ((_KEY_BITS - idx_bits) // k) >= idx_bits + 2
+    bits = (_KEY_BITS - idx_bits) // k if packed else _KEY_BITS // k
     lo = jnp.min(jnp.where(ok[:, None], v, jnp.inf), axis=0)
     hi = jnp.max(jnp.where(ok[:, None], v, -jnp.inf), axis=0)
     scale = 2.0**bits / jnp.where(hi > lo, hi - lo, 1)
     q = jnp.clip(jnp.floor((v - lo) * scale), 0, 2**bits - 1)
     q = jnp.where(ok[:, None], q, 0).astype(jnp.int32)
     key = q[:, 0] if k == 1 else hilbert_key(q, bits)
+    if packed:
+        key = jnp.where(ok, key, 2 ** (k * bits)) << idx_bits
+        order = jnp.sort(key | jnp.arange(n, dtype=jnp.int32))
+        return order & jnp.int32((1 << idx_bits) - 1)
     return jnp.argsort(jnp.where(ok, key, 2**_KEY_BITS), stable=True).astype(jnp.int32)
 
 
