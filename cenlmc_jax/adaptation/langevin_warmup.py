@@ -155,6 +155,7 @@ __all__ = [
     "DENSE_MAX_D",
     "DENSE_MAX_D_EXACT",
     "LAPLACE_MAX_D",
+    "two_step_mala",
 ]
 
 #: ``dense=None`` estimates a dense ``M`` up to this dimension, a diagonal one above it.
@@ -262,15 +263,17 @@ class LangevinWarmup(NamedTuple):
     """What :func:`langevin_warmup` returns.
 
     Attributes:
-      algorithm: the tuned sampler (``cj.lmc(..., inverse_mass_matrix=M)`` or
-        ``cj.whitened(cj.cenlmc, ...)``).
+      algorithm: the tuned sampler (``cj.mala(..., inverse_mass_matrix=M)`` over the
+        chains, or :func:`two_step_mala` where particles were stuck at its ``h``;
+        ``cj.lmc(..., inverse_mass_matrix=M)`` or ``cj.whitened(cj.cenlmc, ...)``).
       state: ``algorithm.init(positions)``: where sampling starts
         (``cj.sample(key, algorithm, state, ...)``).
       positions: the ensemble after the warm-up, ``(N, d)``, in the original
         coordinates.
       parameters: ``step_size``, ``inverse_mass_matrix`` (``(d,)`` or ``(d, d)``,
-        float64), ``mean`` and, for CEnLMC, ``eta, r1, r2, n_star, m_f, f_star``:
-        enough to rebuild ``algorithm``.
+        float64), ``mean``; for MALA with stuck particles ``small_step_size`` and
+        ``small_step_probability`` (:func:`two_step_mala`); for CEnLMC ``eta, r1,
+        r2, n_star, m_f, f_star``: enough to rebuild ``algorithm``.
       info: :class:`LangevinWarmupInfo`.
     """
 
