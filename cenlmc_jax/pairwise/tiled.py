@@ -99,6 +99,8 @@ __all__ = [
     "SPARSE_BLOCK_ROWS",
     "SPARSE_BLOCK_COLS",
     "SPARSE_GROUP",
+    "SPARSE_SMALL_N",
+    "sparse_group",
     "SPARSE_MAX_ACTIVE",
     "SPARSE_MAX_PAIRS",
     "SPARSE_PAIRS_PER_PARTICLE",
@@ -123,6 +125,11 @@ _MIN_BLOCK = 16
 SPARSE_BLOCK_ROWS = 64
 SPARSE_BLOCK_COLS = 32
 SPARSE_GROUP = 128
+#: Up to this many particles (columns) the default row tiles are half as tall
+#: (tighter boxes skip more of the few tile pairs there are) and a step folds twice
+#: as many tile pairs (the same work a step); beyond it the loop's overhead and the
+#: longer lists make them slower (benchmarks/results/waste.md, "sparse tiles").
+SPARSE_SMALL_N = 4096
 #: The pair lists hold at most this fraction of all tile pairs; beyond it the
 #: block-sparse call runs the dense tiles instead (decided at run time; both
 #: exact) ...
@@ -888,13 +895,22 @@ def sparse_tiles(
 ) -> tuple[int, int]:
     """Row and column tile sizes of a block-sparse sum.
 
-    Defaults :data:`SPARSE_BLOCK_ROWS`, :data:`SPARSE_BLOCK_COLS`, doubled until
+    Defaults :data:`SPARSE_BLOCK_ROWS` (half of it for at most
+    :data:`SPARSE_SMALL_N` columns), :data:`SPARSE_BLOCK_COLS`, doubled until
     the int32 pair codes fit (``N`` beyond ~2.9 million).
     """
-    br, bc = block_size or SPARSE_BLOCK_ROWS, block_cols or SPARSE_BLOCK_COLS
+    rows = SPARSE_BLOCK_ROWS // (2 if n_cols <= SPARSE_SMALL_N else 1)
+    br, bc = block_size or rows, block_cols or SPARSE_BLOCK_COLS
     while -(-n_rows // br) * -(-n_cols // bc) >= 2**31:
         br, bc = 2 * br, 2 * bc
     return br, bc
+
+
+def sparse_group(block_rows: int, group: int | None) -> int:
+    """Tile pairs a step of the block-sparse fold takes: ``group``, or by default
+    :data:`SPARSE_GROUP` scaled to the same rows a step as with
+    :data:`SPARSE_BLOCK_ROWS`-row tiles."""
+    return group or max(1, SPARSE_GROUP * SPARSE_BLOCK_ROWS // block_rows)
 
 
 def sparse_partial(
@@ -933,9 +949,9 @@ def sparse_partial(
     Args:
       rows: :func:`~.algebra.prepare` output for the rows.
       cols: :func:`~.algebra.prepare` output for the columns, same centre.
-      block_rows: rows per row tile (default :data:`SPARSE_BLOCK_ROWS`).
+      block_rows: rows per row tile (default: :func:`sparse_tiles`).
       block_cols: columns per column tile (default :data:`SPARSE_BLOCK_COLS`).
-      group: tile pairs per step (default :data:`SPARSE_GROUP`).
+      group: tile pairs per step (default: :func:`sparse_group`).
       precision: of the matrix products (None: HIGHEST).
       distances: ``"direct"``, ``"gram"`` or None (by ``DIRECT_MAX_D``).
       max_active: the lists' capacity as a fraction of all tile pairs.
@@ -963,7 +979,7 @@ def sparse_partial(
             weights,
             block_rows=br,
             block_cols=bc,
-            group=group or SPARSE_GROUP,
+            group=sparse_group(br, group),
             spec=spec,
             cols=cols,
         )
@@ -1023,7 +1039,7 @@ def _tiled_sparse(
     n, d = x.shape
     perm, p = sort_spatially(prepare(x, f, log_p, eta, w, r2))
     br, bc = sparse_tiles(n, n, block_size, block_cols)
-    g = group or SPARSE_GROUP
+    g = sparse_group(br, group)
     spec = tile_spec(d, x.dtype, distances=distances, precision=precision)
     capacity = sparse_capacity(n, br, bc, max_active)
     plan = sparse_plan(p, br, bc, capacity, spec)
@@ -1083,10 +1099,10 @@ def ensemble_force_tiled(
       block_sparse: sort the particles along a space-filling curve and fold
         only the tile pairs whose bounding boxes can hold a pair
         (:func:`block_sparse_partial`); then ``block_size`` and ``block_cols``
-        are the row and column tile sizes (default :data:`SPARSE_BLOCK_ROWS`,
-        :data:`SPARSE_BLOCK_COLS`) and ``group`` the tile pairs per step
-        (:data:`SPARSE_GROUP`). Same counts as the dense tiles (the skipped
-        tiles hold no pair within rounding of a mask), forces to rounding.
+        are the row and column tile sizes (default :func:`sparse_tiles`) and
+        ``group`` the tile pairs per step (:func:`sparse_group`). Same counts as
+        the dense tiles (the skipped tiles hold no pair within rounding of a
+        mask), forces to rounding.
       max_active: block-sparse only: the capacity of the pair lists as a
         fraction of all tile pairs (at most ``max(SPARSE_MAX_PAIRS,
         SPARSE_PAIRS_PER_PARTICLE · N)`` entries: :func:`sparse_capacity`); if
