@@ -128,7 +128,7 @@ SPARSE_GROUP = 128
 #: Up to this many particles (columns) the default row tiles are half as tall
 #: (tighter boxes skip more of the few tile pairs there are) and a step folds twice
 #: as many tile pairs (the same work a step); beyond it the loop's overhead and the
-#: longer lists make them slower (benchmarks/results/waste.md, "sparse tiles").
+#: longer lists make them slower (benchmarks/results/sparse_tiles.md).
 SPARSE_SMALL_N = 4096
 #: The pair lists hold at most this fraction of all tile pairs; beyond it the
 #: block-sparse call runs the dense tiles instead (decided at run time; both
