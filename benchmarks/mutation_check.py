@@ -362,6 +362,28 @@ MUTATIONS = [
         ],
         what="under a mesh each device fits its rows against only its own columns",
     ),
+    dict(
+        name="two_step_mala_short_step_probability_flipped",
+        file="cenlmc_jax/adaptation/langevin_warmup.py",
+        original="h = jnp.where(jax.random.uniform(k_pick) < p, small, step_size)",
+        replacement="h = jnp.where(jax.random.uniform(k_pick) > p, small, step_size)",
+        tests=[
+            "tests/adaptation/test_kinetic.py::"
+            "test_two_step_mala_is_exact_and_is_mala_without_a_small_step"
+        ],
+        what="the handed-over MALA takes its shorter step with probability 1 - p",
+    ),
+    dict(
+        name="stuck_particles_never_seen",
+        file="cenlmc_jax/adaptation/kinetic.py",
+        original="    stuck = a < STUCK_ACCEPTANCE\n",
+        replacement="    stuck = a < 0.0\n",
+        tests=[
+            "tests/adaptation/test_kinetic.py::"
+            "test_stuck_particles_keep_their_place_and_get_a_shorter_step"
+        ],
+        what="particles stuck at the warm-up's MALA step get no shorter step",
+    ),
 ]
 
 
