@@ -907,9 +907,18 @@ def sparse_tiles(
 
 
 def sparse_group(block_rows: int, group: int | None) -> int:
-    """Tile pairs a step of the block-sparse fold takes: ``group``, or by default
-    :data:`SPARSE_GROUP` scaled to the same rows a step as with
-    :data:`SPARSE_BLOCK_ROWS`-row tiles."""
+    """Tile pairs a step of the block-sparse fold takes.
+
+    By default :data:`SPARSE_GROUP` scaled to the same rows a step as with
+    :data:`SPARSE_BLOCK_ROWS`-row tiles.
+
+    Args:
+      block_rows: rows per row tile.
+      group: the caller's choice, or None for the default.
+
+    Returns:
+      The tile pairs a step, an int ``>= 1``.
+    """
     return group or max(1, SPARSE_GROUP * SPARSE_BLOCK_ROWS // block_rows)
 
 
