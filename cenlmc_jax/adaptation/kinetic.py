@@ -707,9 +707,8 @@ def kinetic_then_mala(
         small, tried, (y, v, g) = _small_step(
             adjust_key, (y, v, g), stuck, h, fac, mu, adjust_steps, static
         )
-        for k in range(1, tried + 1):
-            record(used + adjusted + k * adjust_steps, lf, mean, y)
         adjusted += tried * adjust_steps
+        record(used + adjusted, lf, mean, y)  # the ensemble handed over
         frac = float(stuck.mean())
         if small is None:
             notes.append(
