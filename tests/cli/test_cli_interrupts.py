@@ -29,9 +29,13 @@ TIMEOUT_S = 60
 
 
 def _child(args, extra_code=""):
+    # SIGINT as a terminal gives it (Python's KeyboardInterrupt handler): a test run
+    # launched in the background by a non-interactive shell inherits SIGINT ignored,
+    # and Python then keeps it ignored in the child
     code = textwrap.dedent(
         f"""
-        import sys
+        import signal, sys
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         {extra_code}
         from cenlmc_jax._console import main
         sys.argv = ["cenlmc-jax"] + {list(map(str, args))!r}
