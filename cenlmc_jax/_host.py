@@ -23,8 +23,26 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax._src import xla_bridge
 
-__all__ = ["fetch", "gather", "is_writer", "spans_processes", "warn"]
+__all__ = [
+    "backends_started",
+    "fetch",
+    "gather",
+    "is_writer",
+    "spans_processes",
+    "warn",
+]
+
+
+def backends_started() -> bool:
+    """Whether JAX's backends have started (its CPU client's thread pool is then fixed).
+
+    Returns:
+      True once any computation, ``jax.devices()`` or the like has started them.
+    """
+    started = getattr(xla_bridge, "backends_are_initialized", None)
+    return True if started is None else bool(started())
 
 
 def spans_processes(x: Any) -> bool:

@@ -48,6 +48,7 @@ import numpy as np
 
 import cenlmc_jax as cj
 from cenlmc_jax import checkpoint as ckpt
+from cenlmc_jax._host import backends_started
 from cenlmc_jax.cli.parser import (
     DEFAULT_PARTICLES,
     DEFAULT_STEPS,
@@ -461,6 +462,85 @@ def _check_fingerprint(args, target) -> None:
         ) from exc
 
 
+#: ``--cpu-threads auto``: XLA's CPU pool gets one thread up to this many coordinates
+#: ``N d`` (particles times dimension). Below it a step is many small operations, and
+#: spreading each over a pool of a thread a core costs CPU without saving wall time:
+#: benchmarks/results/cpu_threads.md (bench_cpu_threads.py) measures both.
+ONE_THREAD_MAX_COORDS = 16_384
+#: The environment variable that sets the size of XLA's CPU pool (jaxlib's CPU client
+#: reads it when the backend starts; unset, a thread a core).
+POOL_ENV = "PJRT_NPROC"
+
+
+def _dimension_hint(args, init: np.ndarray | None) -> int | None:
+    """The target's dimension where it is known before the model is loaded (loading a
+    NumPyro model starts JAX's backend, after which the pool is fixed): ``--dim``,
+    ``--init``'s, or a built-in target's; else None."""
+    if args.dim is not None:
+        return args.dim
+    if init is not None:
+        return init.shape[-1]
+    if args.model is None and args.target in targets_mod.TARGETS:
+        return targets_mod.get_target(args.target).dim
+    return None
+
+
+def use_cpu_threads(args, dim: int | None) -> int | None:
+    """Size XLA's CPU pool for the job (``--cpu-threads``), before JAX's backend starts.
+
+    ``auto``: one thread when ``particles * dim <= ONE_THREAD_MAX_COORDS``, nothing
+    otherwise (a thread a core), nor when :data:`POOL_ENV` is already set or the
+    dimension is not known yet. An integer sets the pool to that many threads. It only
+    acts through :data:`POOL_ENV`, read when the backend starts: a backend already
+    started (an in-process call after JAX ran, a model file that computed on import)
+    keeps its pool, with a warning when the flag asked for a number.
+
+    Args:
+      args: the checked flags (``particles`` set).
+      dim: the target's dimension, or None where it is not known yet.
+
+    Returns:
+      The threads set, or None where the pool was left as it is.
+    """
+    threads = args.cpu_threads
+    if threads == "auto":
+        if (
+            os.environ.get(POOL_ENV)
+            or dim is None
+            or args.particles * dim > ONE_THREAD_MAX_COORDS
+        ):
+            return None
+        threads = 1
+    if backends_started():
+        if args.cpu_threads != "auto":
+            warnings.warn(
+                f"--cpu-threads {threads}: JAX's backend has already started, so its "
+                "CPU pool keeps its size (set PJRT_NPROC before starting Python)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        return None
+    os.environ[POOL_ENV] = str(threads)
+    return threads
+
+
+def cpu_pool_size() -> int:
+    """The threads of XLA's CPU pool: :data:`POOL_ENV`, else the cores this process may
+    run on (what jaxlib's CPU client takes), as of when the backend started.
+
+    Returns:
+      The number of threads.
+    """
+    try:
+        return int(os.environ[POOL_ENV])
+    except (KeyError, ValueError):
+        return (
+            len(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity")
+            else (os.cpu_count() or 1)
+        )
+
+
 def _setup(args) -> Setup:
     data = load_data(args.data) if args.data is not None else None
     init = load_init(args.init) if args.init is not None else None
@@ -472,6 +552,7 @@ def _setup(args) -> Setup:
             )
         args.particles = init.shape[0]
     args.particles = args.particles or DEFAULT_PARTICLES
+    use_cpu_threads(args, _dimension_hint(args, init))
     target, model = _target(args, data, init)
     _check_fingerprint(args, target)
     if init is not None and init.shape[-1] != target.dim:

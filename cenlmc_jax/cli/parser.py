@@ -74,6 +74,7 @@ RESUME_MAY_CHANGE = {
     "allow-unreliable",
     "progress",
     "compile-cache",
+    "cpu-threads",
 }
 #: The files ``--out DIR`` receives (``--output`` may not be one of them).
 OUT_FILES = (
@@ -112,6 +113,18 @@ def int_type(minimum: int, maximum: int | None = None):
         return v
 
     return parse
+
+
+def threads_type(text: str) -> str | int:
+    """``--cpu-threads``: ``auto`` or a positive integer."""
+    if text == "auto":
+        return text
+    try:
+        return int_type(1)(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"must be 'auto' or an integer >= 1; got {text!r}"
+        ) from None
 
 
 def float_type(*, positive: bool = True):
@@ -336,6 +349,15 @@ def _add_output(p: argparse.ArgumentParser) -> None:
         "$JAX_COMPILATION_CACHE_DIR if set, else ~/.cache/cenlmc_jax/xla)",
     )
     g.add_argument(
+        "--cpu-threads",
+        type=threads_type,
+        default="auto",
+        help="threads of XLA's CPU pool (PJRT_NPROC; set before JAX starts): "
+        "'auto' takes one for a small job (particles x d <= 16384, where spreading "
+        "small operations over a pool costs more CPU than it saves) and leaves a "
+        "PJRT_NPROC already set, else a thread a core (default: %(default)s)",
+    )
+    g.add_argument(
         "--allow-unreliable",
         action="store_true",
         help="exit 0 even when the result fails the reliability checks (they are "
@@ -482,7 +504,7 @@ def effective_config(args) -> dict:
     """The settings of a run, by flag name (a checkpoint at the default place of
     ``--out`` left out).
     """
-    skip = NOT_IN_CONFIG | {"progress", "compile_cache"}
+    skip = NOT_IN_CONFIG | {"progress", "compile_cache", "cpu_threads"}
     config = {
         k.replace("_", "-"): v
         for k, v in sorted(vars(args).items())

@@ -37,7 +37,6 @@ import jax.numpy as jnp
 import numpy as np
 
 import cenlmc_jax as cj
-from cenlmc_jax import adaptation
 from cenlmc_jax._steps import bound_parts, bound_step
 from cenlmc_jax.base import SamplingAlgorithm
 from cenlmc_jax.ensemble import tuning
@@ -278,7 +277,7 @@ def _adapted(args, kind, target, positions, keys, initial_step_size, describe):
     chains' step size by dual averaging and a diagonal preconditioner; a Job that
     continues from its states.
     """
-    warm = adaptation.window_adaptation(
+    warm = cj.window_adaptation(
         kind, target.logdensity_fn, initial_step_size=initial_step_size
     )
     (states, params), info = warm.run_chains(keys[2], positions, args.burn_in)

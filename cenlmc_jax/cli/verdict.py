@@ -59,7 +59,14 @@ import numpy as np
 
 from cenlmc_jax import ensemble
 from cenlmc_jax.base import RunFlag, run_flags
-from cenlmc_jax.cli.jobs import Run, Setup, kept_steps, no_draws, shown
+from cenlmc_jax.cli.jobs import (
+    Run,
+    Setup,
+    cpu_pool_size,
+    kept_steps,
+    no_draws,
+    shown,
+)
 from cenlmc_jax.cli.parser import UsageError
 from cenlmc_jax.cli.samplers import SPECS
 from cenlmc_jax.diagnostics import convergence, online
@@ -334,6 +341,14 @@ def print_table(table: SummaryTable, indent: str = "  ", footer: bool = True) ->
     print("\n".join(indent + line for line in table.format(footer=footer).splitlines()))
 
 
+def _pool_text() -> str:
+    """``(N XLA threads)`` on the CPU backend (``--cpu-threads``), else nothing."""
+    if jax.default_backend() != "cpu":
+        return ""
+    n = cpu_pool_size()
+    return f" ({n} XLA thread{'s' if n != 1 else ''}, --cpu-threads)"
+
+
 def print_header(args, setup: Setup, record: dict) -> None:
     """Before the run: the sampler, the target and the run's size, the default step-size
     rule, the tuner.
@@ -343,7 +358,7 @@ def print_header(args, setup: Setup, record: dict) -> None:
     print(
         f"  target {target.name} (d={target.dim}), {args.particles} particles, "
         f"{args.burn_in} burn-in + {args.steps} steps, seed {args.seed}, backend "
-        f"{jax.default_backend()}"
+        f"{jax.default_backend()}{_pool_text()}"
     )
     if setup.model is not None:
         print(

@@ -13,7 +13,9 @@ Demo targets with exact moments, inverse problems, posteriordb, NumPyro, LDA.
   appendix F.2) for the stochastic-gradient samplers.
 """
 
-from cenlmc_jax.models import inverse_problems, lda, posteriordb, targets
+import importlib as _importlib
+
+from cenlmc_jax.models import targets
 from cenlmc_jax.models.numpyro import NumPyroModel, from_numpyro
 
 __all__ = [
@@ -24,3 +26,19 @@ __all__ = [
     "NumPyroModel",
     "from_numpyro",
 ]
+
+#: Imported on first use (``cj.models.lda``, ``from cenlmc_jax.models import lda``):
+#: the command line and a session that samples a built-in target need none of them.
+_LAZY_MODULES = ("inverse_problems", "posteriordb", "lda")
+
+
+def __getattr__(name):
+    if name not in _LAZY_MODULES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = _importlib.import_module(f"{__name__}.{name}")
+    globals()[name] = module
+    return module
+
+
+def __dir__():
+    return sorted(__all__)

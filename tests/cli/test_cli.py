@@ -21,6 +21,7 @@ Issue 8's findings, each with the test that failed before the fix:
   test_bad_values_are_usage_errors_without_traceback
 """
 
+import argparse
 import json
 import os
 import signal
@@ -35,7 +36,7 @@ from cli_helpers import run_cli
 
 import cenlmc_jax as cj
 from cenlmc_jax import cli
-from cenlmc_jax.cli import samplers
+from cenlmc_jax.cli import jobs, samplers
 from cenlmc_jax.cli.parser import subparser
 from cenlmc_jax.diagnostics.summary import SummaryTable
 
@@ -688,8 +689,10 @@ _CLI_CHILD = (
 )
 
 
-def _cli_process(args, **kw):
+def _cli_process(args, env_drop=(), **kw):
     env = dict(os.environ, PYTHONUNBUFFERED="1", JAX_PLATFORMS="cpu")
+    for name in env_drop:
+        env.pop(name, None)
     return subprocess.Popen(
         [sys.executable, "-c", _CLI_CHILD] + args,
         stdout=subprocess.PIPE,
@@ -723,7 +726,7 @@ def test_ctrl_c_leaves_a_resumable_checkpoint_and_resume_gives_the_same_draws(tm
         "--allow-unreliable",
     ]
     stopped, whole = tmp_path / "stopped", tmp_path / "whole"
-    proc = _cli_process(args + ["--out", str(stopped)])
+    proc = _cli_process(args + ["--out", str(stopped)], env_drop=("PJRT_NPROC",))
     ckpt = stopped / "checkpoint.npz"
     deadline = time.monotonic() + 120
     while not ckpt.exists() and proc.poll() is None and time.monotonic() < deadline:
@@ -732,20 +735,78 @@ def test_ctrl_c_leaves_a_resumable_checkpoint_and_resume_gives_the_same_draws(tm
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, (out, err)
+    assert "backend cpu (1 XLA thread, --cpu-threads)" in out, out
     assert "interrupted" in err and "--resume" in err and "Traceback" not in err
     assert ckpt.exists() and not (stopped / "run.json").exists()
     resumed = _cli_process(["sample", "--resume", "--out", str(stopped)])
     out, err = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, (out, err)
     assert not ckpt.exists()
-    full = _cli_process(args + ["--out", str(whole)])
+    # a pool of two XLA threads where the stopped run had one (--cpu-threads auto at
+    # N d = 400): the pool is no setting of the run (--resume above took auto again),
+    # and LMC's draws cannot depend on it (each particle's update is its own)
+    full = _cli_process(args + ["--out", str(whole), "--cpu-threads", "2"])
     out, err = full.communicate(timeout=300)
     assert full.returncode == 0, (out, err)
+    assert "backend cpu (2 XLA threads, --cpu-threads)" in out, out
     # same key of step t (fold_in) and the same carried state: identical draws
     np.testing.assert_array_equal(
         np.load(stopped / "draws.npz")["draws"], np.load(whole / "draws.npz")["draws"]
     )
     assert json.loads((stopped / "run.json").read_text())["steps_done"] == 6100
+
+
+@pytest.mark.parametrize(
+    "flag, particles, dim, env, expected, returned",
+    [
+        # N d = 4,000 (the main job): one thread
+        ("auto", 2000, 2, None, "1", 1),
+        # N d = 16,384: the threshold itself is one thread
+        ("auto", 8192, 2, None, "1", 1),
+        # N d = 16,400: the default pool (nothing set)
+        ("auto", 1640, 10, None, None, None),
+        # a dimension not known before the model loads: the default pool
+        ("auto", 100, None, None, None, None),
+        # the user's PJRT_NPROC wins over auto
+        ("auto", 100, 2, "3", "3", None),
+        # a number is taken as it is, over the environment too
+        (4, 100000, 50, "3", "4", 4),
+    ],
+)
+def test_cpu_threads_sets_the_pool_before_the_backend_starts(
+    flag, particles, dim, env, expected, returned, monkeypatch
+):
+    monkeypatch.setattr(jobs, "backends_started", lambda: False)
+    if env is None:
+        monkeypatch.delenv(jobs.POOL_ENV, raising=False)
+    else:
+        monkeypatch.setenv(jobs.POOL_ENV, env)
+    args = argparse.Namespace(cpu_threads=flag, particles=particles)
+    assert jobs.use_cpu_threads(args, dim) == returned
+    assert os.environ.get(jobs.POOL_ENV) == expected
+    if expected is not None:
+        assert jobs.cpu_pool_size() == int(expected)
+
+
+def test_cpu_threads_after_the_backend_started_warns_and_sets_nothing(monkeypatch):
+    monkeypatch.setattr(jobs, "backends_started", lambda: True)
+    monkeypatch.delenv(jobs.POOL_ENV, raising=False)
+    args = argparse.Namespace(cpu_threads=2, particles=100)
+    with pytest.warns(
+        RuntimeWarning, match="--cpu-threads 2: JAX's backend has already"
+    ):
+        assert jobs.use_cpu_threads(args, 2) is None
+    # auto says nothing: an in-process call after JAX ran keeps its pool quietly
+    args.cpu_threads = "auto"
+    assert jobs.use_cpu_threads(args, 2) is None
+    assert jobs.POOL_ENV not in os.environ
+
+
+def test_cpu_threads_flag_values(capsys):
+    code, _, err = run_cli(["sample", "--cpu-threads", "0"], capsys)
+    assert (
+        code == 2 and "--cpu-threads: must be 'auto' or an integer >= 1; got '0'" in err
+    )
 
 
 def test_a_checkpoint_is_not_overwritten_without_resume(tmp_path, capsys):
