@@ -326,7 +326,7 @@ def cli_times(trees: dict, repeats: int) -> dict:
     for _ in range(repeats):
         for label, tree in trees.items():
             env = dict(os.environ, PYTHONPATH=str(tree))
-            for key in ("CENLMC_JAX_CACHE_DIR", "CENLMC_JAX_NO_CACHE"):
+            for key in ("CENLMC_JAX_CACHE_DIR", "CENLMC_JAX_NO_CACHE", "PJRT_NPROC"):
                 env.pop(key, None)
             with tempfile.TemporaryDirectory() as cache:
                 cmd = [
@@ -676,13 +676,19 @@ def main():
             "pair force, which halves this job's CEnLMC step, holds no host callback "
             "(its fallback flags are returned, info.dense_fallback), so JAX's "
             "persistent cache keeps its program, and method='auto' takes it at d <= 2 "
-            "from N = 1,792 (was 2,048), this job's N = 2,000 included. The warm "
-            "target is still missed: the job's 1,200 CEnLMC steps and the check's "
-            "1,276 remain most of it; imports and set-up ~2 s, tracing the run ~1 s. "
-            "Latest round (before = 20e476e): the spatial sort packs key and index "
-            "into one int32 (a one-operand sort) and below 4,096 particles the "
-            "block-sparse tiles are 32 rows (bench_sparse_tiles.md): 0.82x the "
-            "warm job's CPU.",
+            "from N = 1,792 (was 2,048), this job's N = 2,000 included. Round of "
+            "20e476e -> afea791: the spatial sort packs key and index into one int32 "
+            "(a one-operand sort) and below 4,096 particles the block-sparse tiles "
+            "are 32 rows (bench_sparse_tiles.md): 0.82x the warm job's CPU. Latest "
+            "round (before = afea791): --cpu-threads auto gives XLA's CPU pool one "
+            "thread at N d <= 16,384 (this job: 4,000), where a pool of a thread a "
+            "core spent ~1.8x the CPU on the same steps (bench_cpu_threads.md); the "
+            "CLI imports neither cenlmc_jax.adaptation nor the inverse-problem, "
+            "posteriordb and LDA models; and the run's small host-side computations "
+            "(the starting noise, the online diagnostics' set-up and finish, slicing "
+            "and joining the chunks' infos) are one compiled program each instead of "
+            "one per operation: 76 -> 35 programs loaded from the cache (each ~15 ms "
+            "of lowering and loading).",
             *kept_note,
         ],
     )

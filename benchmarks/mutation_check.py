@@ -384,6 +384,29 @@ MUTATIONS = [
         ],
         what="particles stuck at the warm-up's MALA step get no shorter step",
     ),
+    dict(
+        name="cpu_threads_threshold_off_by_one",
+        file="cenlmc_jax/cli/jobs.py",
+        original="or args.particles * dim > ONE_THREAD_MAX_COORDS",
+        replacement="or args.particles * dim >= ONE_THREAD_MAX_COORDS",
+        tests=[
+            "tests/cli/test_cli.py::"
+            "test_cpu_threads_sets_the_pool_before_the_backend_starts"
+            "[auto-8192-2-None-1-1]"
+        ],
+        what="--cpu-threads auto leaves the pool at N d = 16,384, its stated bound",
+    ),
+    dict(
+        name="online_mean_sq_from_the_first_half",
+        file="cenlmc_jax/diagnostics/online.py",
+        original="        mean[d:],\n",
+        replacement="        mean[:d],\n",
+        tests=[
+            "tests/diagnostics/test_online.py::"
+            "test_streamed_split_rhat_is_the_traces_split_rhat"
+        ],
+        what="the streamed mean of x^2 is the mean of x (one compiled finish)",
+    ),
 ]
 
 

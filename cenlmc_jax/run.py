@@ -92,6 +92,23 @@ def _check_stream_trace(trace_fn: Callable, state: Any) -> None:
         )
 
 
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _rows(tree: PyTree, start: int, stop: int | None) -> PyTree:
+    """``a[start:stop]`` of every leaf: one compiled program (eagerly, each leaf's slice
+    is a program of its own, each lowered and loaded in a new process).
+    """
+    return jax.tree_util.tree_map(lambda a: a[start:stop], tree)
+
+
+@jax.jit
+def _concatenated(trees: list) -> PyTree:
+    """The leaves of ``trees`` (a list of like pytrees) concatenated along their first
+    axis: one compiled program, as :func:`_rows`.
+    """
+    return jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *trees)
+
+
+@jax.jit
 def _init_moments(x: Array) -> Moments:
     d = x.shape[-1]
     return Moments(
@@ -678,7 +695,7 @@ def sample(
 
         kept_all = [k for k, _ in chunks if k is not None]
         if kept_all:
-            trace = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *kept_all)
+            trace = _concatenated(kept_all)
         elif mode == "trace":
             # nothing kept (a divergence in the burn-in): an empty trace of the right
             # shape, not None, so that code reading result.trace sees zero draws
@@ -688,13 +705,7 @@ def sample(
             )
         else:
             trace = None
-        info = (
-            jax.tree_util.tree_map(
-                lambda *a: jnp.concatenate(a), *[i for _, i in chunks]
-            )
-            if chunks
-            else None
-        )
+        info = _concatenated([i for _, i in chunks]) if chunks else None
         _warn_kept_flags(info, burn_in, traced_warned)
         result = RunResult(
             state,
@@ -1008,7 +1019,7 @@ def _warn_kept_flags(info: PyTree, burn_in: int, traced_warned: set) -> None:
     """
     if info is None:
         return
-    kept = jax.tree_util.tree_map(lambda a: a[burn_in:], info)
+    kept = _rows(info, burn_in, None)
     for flag in run_flags(info):
         if not flag.kept_only:
             continue
@@ -1168,12 +1179,8 @@ def _run_chunk(
     if (
         n < capacity
     ):  # a shorter chunk: drop the skipped steps' blank infos and the unrecorded rows
-        infos = jax.tree_util.tree_map(lambda a: a[:n], infos)
-        kept = (
-            jax.tree_util.tree_map(lambda a: a[: n // thin], kept)
-            if kept is not None and n // thin
-            else None
-        )
+        infos = _rows(infos, 0, n)
+        kept = _rows(kept, 0, n // thin) if kept is not None and n // thin else None
     if burning or mode != "trace":
         kept = None
     return (

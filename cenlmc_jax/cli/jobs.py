@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import functools
 import importlib.util
 import inspect
 import json
@@ -541,6 +542,14 @@ def cpu_pool_size() -> int:
         )
 
 
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _keys_and_noise(key, n: int, d: int, scale) -> tuple:
+    """The job's three keys (starting noise, run, sampler set-up) and the starting
+    noise ``scale N(0, I)``, ``(n, d)``: one compiled program."""
+    keys = jax.random.split(key, 3)
+    return tuple(keys), jax.random.normal(keys[0], (n, d)) * scale
+
+
 def _setup(args) -> Setup:
     data = load_data(args.data) if args.data is not None else None
     init = load_init(args.init) if args.init is not None else None
@@ -565,8 +574,9 @@ def _setup(args) -> Setup:
             f"--n-star {args.n_star} must be at most N - 1 = {args.particles - 1} "
             "(the neighbours a particle can have)"
         )
-    keys = jax.random.split(jax.random.key(args.seed), 3)
-    noise = jax.random.normal(keys[0], (args.particles, target.dim)) * args.init_scale
+    keys, noise = _keys_and_noise(
+        jax.random.key(args.seed), args.particles, target.dim, args.init_scale
+    )
     positions = (
         noise
         if init is None

@@ -48,9 +48,11 @@ and ``h / 2`` (module section below).
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -185,6 +187,11 @@ def init(x: Array, run_plan: tuple) -> OnlineAccumulator:
     Returns:
       An :class:`OnlineAccumulator` of zeros.
     """
+    return _init(x, tuple(int(v) for v in run_plan))
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _init(x: Array, run_plan: tuple) -> OnlineAccumulator:
     y = _as_rows(x)
     zeros = jnp.zeros(y.shape, y.dtype)
     return OnlineAccumulator(
@@ -253,6 +260,30 @@ def finish(acc: OnlineAccumulator, run_plan: tuple) -> StreamDiagnostics | None:
     n, half, m, b = run_plan
     if n < MIN_DRAWS:
         return None
+    rows, two_d = acc.half_mean.shape[1], acc.half_mean.shape[2]
+    d = two_d // 2
+    rhat, ess, mcse, mean = _finish_arrays(acc, tuple(int(v) for v in run_plan))
+    return StreamDiagnostics(
+        rhat[:d],
+        ess[:d],
+        mcse[:d],
+        rhat[d:],
+        ess[d:],
+        mean[d:],
+        mcse[d:],
+        int(rows),
+        int(n),
+        int(m),
+        int(2 * b),
+    )
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _finish_arrays(acc: OnlineAccumulator, run_plan: tuple) -> tuple:
+    """:func:`finish`'s R-hat, ESS, MCSE and mean of ``(x, x²)``, each ``(2d,)``: one
+    compiled program (eagerly, each operation would be a program of its own).
+    """
+    n, half, m, b = run_plan
     dtype = acc.half_mean.dtype
     rows, two_d = acc.half_mean.shape[1], acc.half_mean.shape[2]
     mean = acc.half_mean.reshape(2 * rows, two_d)
@@ -270,20 +301,7 @@ def finish(acc: OnlineAccumulator, run_plan: tuple) -> StreamDiagnostics | None:
     ess = jnp.where(constant, jnp.nan, total / tau).astype(dtype)
     rhat = jnp.where(constant, jnp.nan, rhat).astype(dtype)
     mcse = jnp.sqrt(var_plus / ess).astype(dtype)
-    d = two_d // 2
-    return StreamDiagnostics(
-        rhat[:d],
-        ess[:d],
-        mcse[:d],
-        rhat[d:],
-        ess[d:],
-        jnp.mean(mean, axis=0)[d:].astype(dtype),
-        mcse[d:],
-        int(rows),
-        int(n),
-        int(m),
-        int(2 * b),
-    )
+    return rhat, ess, mcse, jnp.mean(mean, axis=0).astype(dtype)
 
 
 def from_draws(draws: Any, num_batches: int | None = None) -> StreamDiagnostics | None:
