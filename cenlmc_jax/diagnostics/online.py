@@ -48,7 +48,6 @@ and ``h / 2`` (module section below).
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any, NamedTuple
 
@@ -190,7 +189,7 @@ def init(x: Array, run_plan: tuple) -> OnlineAccumulator:
     return _init(x, tuple(int(v) for v in run_plan))
 
 
-@functools.partial(jax.jit, static_argnums=1)
+@jax.jit
 def _init(x: Array, run_plan: tuple) -> OnlineAccumulator:
     y = _as_rows(x)
     zeros = jnp.zeros(y.shape, y.dtype)
@@ -262,7 +261,19 @@ def finish(acc: OnlineAccumulator, run_plan: tuple) -> StreamDiagnostics | None:
         return None
     rows, two_d = acc.half_mean.shape[1], acc.half_mean.shape[2]
     d = two_d // 2
-    rhat, ess, mcse, mean = _finish_arrays(acc, tuple(int(v) for v in run_plan))
+    # the plan's numbers as traced Python scalars (weakly typed, as they were in
+    # eager arithmetic): one compiled program serves every run length
+    total = 2.0 * half * rows
+    scalars = (
+        half - 1.0,
+        (half - 1.0) / half,
+        2.0 * b,
+        2.0 * b * rows - 1.0,
+        float(m),
+        total,
+        1.0 / math.log10(max(total, 10.0)),
+    )
+    rhat, ess, mcse, mean = _finish_arrays(acc, scalars)
     return StreamDiagnostics(
         rhat[:d],
         ess[:d],
@@ -278,25 +289,25 @@ def finish(acc: OnlineAccumulator, run_plan: tuple) -> StreamDiagnostics | None:
     )
 
 
-@functools.partial(jax.jit, static_argnums=1)
-def _finish_arrays(acc: OnlineAccumulator, run_plan: tuple) -> tuple:
+@jax.jit
+def _finish_arrays(acc: OnlineAccumulator, scalars: tuple) -> tuple:
     """:func:`finish`'s R-hat, ESS, MCSE and mean of ``(x, x²)``, each ``(2d,)``: one
     compiled program (eagerly, each operation would be a program of its own).
+    ``scalars``: :func:`finish`'s numbers of the plan.
     """
-    n, half, m, b = run_plan
+    half_less_1, half_ratio, two_b, s2_denominator, m, total, tau_floor = scalars
     dtype = acc.half_mean.dtype
     rows, two_d = acc.half_mean.shape[1], acc.half_mean.shape[2]
     mean = acc.half_mean.reshape(2 * rows, two_d)
-    within = jnp.mean(acc.half_m2.reshape(2 * rows, two_d), axis=0) / (half - 1.0)
-    var_plus = within * ((half - 1.0) / half) + jnp.var(mean, axis=0, ddof=1)
+    within = jnp.mean(acc.half_m2.reshape(2 * rows, two_d), axis=0) / half_less_1
+    var_plus = within * half_ratio + jnp.var(mean, axis=0, ddof=1)
     rhat = jnp.sqrt(var_plus / within)
     grand = jnp.mean(acc.batches_mean, axis=0)
-    spread = jnp.sum(acc.batches_m2, axis=0) + 2 * b * jnp.sum(
+    spread = jnp.sum(acc.batches_m2, axis=0) + two_b * jnp.sum(
         (acc.batches_mean - grand) ** 2, axis=0
     )
-    s2 = spread / (2 * b * rows - 1.0)
-    total = 2.0 * half * rows
-    tau = jnp.maximum(m * s2 / var_plus, 1.0 / math.log10(max(total, 10.0)))
+    s2 = spread / s2_denominator
+    tau = jnp.maximum(m * s2 / var_plus, tau_floor)
     constant = within == 0  # W = B = 0: undefined, as the trace estimators say (NaN)
     ess = jnp.where(constant, jnp.nan, total / tau).astype(dtype)
     rhat = jnp.where(constant, jnp.nan, rhat).astype(dtype)
