@@ -179,20 +179,12 @@ def value_and_grad(fn: Callable, grad_mode: str = "auto") -> Callable:
     """
     check_grad_mode(grad_mode)
     reverse = jax.value_and_grad(fn)
-    # whether fn has a forward rule, by the shapes and dtypes of x: it depends on
-    # nothing else, and a step asks it once per gradient buffer size
-    has_forward = {}
 
     def vg(x):
         if resolve_grad_mode(grad_mode, _flat_size(x)) == "reverse":
             return reverse(x)
-        if grad_mode == "auto":
-            leaves, treedef = jax.tree_util.tree_flatten(x)
-            key = (treedef, tuple((jnp.shape(a), jnp.result_type(a)) for a in leaves))
-            if key not in has_forward:
-                has_forward[key] = _has_forward_rule(fn, x)
-            if not has_forward[key]:
-                return reverse(x)  # e.g. a jax.custom_vjp adjoint: reverse mode only
+        if grad_mode == "auto" and not _has_forward_rule(fn, x):
+            return reverse(x)  # e.g. a jax.custom_vjp adjoint: reverse mode only
         return _forward_value_and_grad(fn, x)
 
     return vg
