@@ -35,8 +35,6 @@ from typing import Any, NamedTuple
 
 import jax
 import numpy as np
-import scipy.fft
-from scipy.special import ndtri
 
 from cenlmc_jax._host import fetch
 from cenlmc_jax.base import RunResult
@@ -388,6 +386,10 @@ def _ess(x: np.ndarray) -> np.ndarray:
     """Geyer's initial-monotone-sequence ESS of every coordinate of ``x (m, n, K)``
     (Stan's and ArviZ's, with the multi-chain autocorrelation; as ``chains._ess_core``).
     """
+    # imported here, as ndtri in _z_scores: scipy's modules take ~0.1 s to import,
+    # and a streamed run's summary needs neither
+    import scipy.fft
+
     m, n = x.shape[0], x.shape[1]
     n_fft = 1 << (2 * n - 1).bit_length()  # >= 2n: circular = linear correlation
     # (K m, n): the FFT's axis contiguous; in blocks of rows, whose buffers stay in
@@ -442,6 +444,8 @@ def _z_scores(x: np.ndarray) -> np.ndarray:
     ``S = m n`` values, ``r`` the average 1-based rank of the ties (Vehtari et al.
     2021, eq. 14).
     """
+    from scipy.special import ndtri  # as scipy.fft in _ess
+
     columns = np.ascontiguousarray(x.reshape(x.shape[0] * x.shape[1], -1).T)
     size = columns.shape[1]
     rank = np.empty_like(columns)

@@ -15,8 +15,6 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
-import optax.tree_utils as otu
 
 from cenlmc_jax._validation import (
     check_int,
@@ -57,6 +55,10 @@ class FStarResult(NamedTuple):
 
 @functools.partial(jax.jit, static_argnames=("logdensity_fn", "max_steps"))
 def _lbfgs_minimise(logdensity_fn, x0, tol, max_steps):
+    # imported here: optax takes ~0.06 s to import, and a run given f* never searches
+    import optax
+    import optax.tree_utils as otu
+
     def f(x):
         return -logdensity_fn(x)
 

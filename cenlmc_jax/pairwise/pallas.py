@@ -69,8 +69,6 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.experimental import pallas as pl
-from jax.experimental.pallas import triton as pltriton
 
 from cenlmc_jax._validation import check_bool, check_choice, check_int
 from cenlmc_jax.pairwise.algebra import (
@@ -144,7 +142,7 @@ class KernelOptions(NamedTuple):
 
 def _padded_width(d: int) -> int:
     # Triton tiles are powers of two and tl.dot needs every dimension >= 16.
-    return max(16, pl.next_power_of_2(d))
+    return max(16, 1 << (max(int(d), 1) - 1).bit_length())
 
 
 class KernelConfig(NamedTuple):
@@ -347,6 +345,10 @@ def _kernel(
 
     With lists, against its listed ones.
     """
+    # imported here: Pallas and its Triton module take ~0.07 s to import, and only
+    # method='pallas' needs them
+    from jax.experimental import pallas as pl
+
     has_w = w_ref is not None
 
     def positions(ref, sl):
@@ -404,11 +406,12 @@ def _kernel(
         ref[...] = value
 
 
-def _whole(a) -> pl.BlockSpec:
+def _whole(a) -> Any:
     """The whole array for every program.
 
     On GPU only a pointer: tiles are loaded in the loop.
     """
+    from jax.experimental import pallas as pl  # as in _kernel
     zeros = (0,) * a.ndim
     return pl.BlockSpec(a.shape, lambda i: zeros)
 
@@ -430,6 +433,9 @@ def pallas_partial(
     Returns:
       The :class:`~.algebra.Partial` of the rows over all the columns.
     """
+    from jax.experimental import pallas as pl  # as in _kernel
+    from jax.experimental.pallas import triton as pltriton
+
     n_rows, d = rows.x.shape
     n_cols = cols.x.shape[0]
     dtype = rows.x.dtype

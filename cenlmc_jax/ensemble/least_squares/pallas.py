@@ -68,8 +68,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.experimental import pallas as pl
-from jax.experimental.pallas import triton as pltriton
 
 from cenlmc_jax._validation import check_bool, check_choice, check_int
 from cenlmc_jax.ensemble.least_squares.moments import (
@@ -219,7 +217,7 @@ def _upper(p: int) -> list[tuple[int, int]]:
 
 
 def _width(n: int) -> int:
-    return max(16, pl.next_power_of_2(n))
+    return max(16, 1 << (max(int(n), 1) - 1).bit_length())
 
 
 def _kernel(
@@ -243,6 +241,8 @@ def _kernel(
 
     Folded in registers.
     """
+    from jax.experimental import pallas as pl  # as in _pallas_moments
+
     xr = [xt_ref[k, :] for k in range(dim)]
     fr, vr, eta = f_ref[...], valid_ref[...] != 0, eta_ref[...]
     p = num_features(dim, quadratic)
@@ -300,6 +300,11 @@ def _pallas_moments(
 
     See the module docstring.
     """
+    # imported here: Pallas and its Triton module take ~0.07 s to import, and only
+    # the Pallas moments need them
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import triton as pltriton
+
     n, d = x.shape
     dtype = x.dtype
     p = num_features(d, opts.quadratic)
