@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from scipy.special import ndtri
 
 import cenlmc_jax as cj
 from cenlmc_jax.diagnostics import online
@@ -229,3 +230,17 @@ def test_step_halving_refuses_bad_arguments_early():
         step_halving_bias(jax.random.key(0), make, 0.1, res._replace(online=None))
     with pytest.raises(ValueError, match="num_batches must be an int >= 1"):
         online.plan(100, 4, 0)
+
+
+def test_bonferroni_z_is_the_two_sided_normal_quantile():
+    # Phi^-1(1 - a / (2 m)) by the standard library against scipy's ndtri, over test
+    # counts and rates spanning the CLI's use (2 d tests at 0.01) and far tails: both
+    # are full double precision, so a relative 1e-12 is rounding, not method error.
+    for m in (1, 2, 4, 10, 200, 10**6):
+        for a in (0.5, 0.05, 0.01, 1e-6):
+            want = -float(ndtri(a / (2 * m)))
+            assert online.bonferroni_z(m, a) == pytest.approx(want, rel=1e-12)
+    # the CLI's d = 2 threshold (its header prints z = 3.02)
+    assert online.bonferroni_z(4) == pytest.approx(3.0233414397, abs=1e-9)
+    # no test is counted as one
+    assert online.bonferroni_z(0) == online.bonferroni_z(1)

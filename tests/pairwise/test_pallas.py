@@ -33,14 +33,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.experimental import pallas as pl
 from scipy.special import gammaln
 
+from cenlmc_jax.ensemble.least_squares import pallas as ls_pallas
 from cenlmc_jax.pairwise import (
     coincident_rtol,
     ensemble_force,
     ensemble_force_pallas,
     ensemble_force_reference_numpy,
 )
+from cenlmc_jax.pairwise import pallas as pair_pallas
 
 EPS32 = 2.0**-24  # unit roundoff of float32
 EPS64 = 2.0**-53
@@ -399,3 +402,13 @@ def test_build_and_match_probe_passes_in_interpret_mode():
     assert scale > 0 and float(jnp.mean(ref.n_ball)) > 5  # not a comparison of zeros
     assert float(jnp.max(jnp.abs(got.force_sum - ref.force_sum))) <= 1e-4 * scale
     np.testing.assert_array_equal(np.asarray(got.n_ball), np.asarray(ref.n_ball))
+
+
+def test_padded_widths_are_pallas_powers_of_two():
+    # The kernels' padded widths are computed without importing Pallas (its import
+    # is deferred to a launch); they must be what pl.next_power_of_2 gave, floored at
+    # Triton's 16: exact integers, so compared exactly.
+    for n in range(0, 300):
+        want = max(16, pl.next_power_of_2(n))
+        assert pair_pallas._padded_width(n) == want, n
+        assert ls_pallas._width(n) == want, n
