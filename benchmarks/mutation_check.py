@@ -407,6 +407,27 @@ MUTATIONS = [
         ],
         what="the streamed mean of x^2 is the mean of x (one compiled finish)",
     ),
+    dict(
+        name="bonferroni_one_sided",
+        file="cenlmc_jax/diagnostics/online.py",
+        original="    p = false_alarm / (2.0 * max(int(num_tests), 1))\n",
+        replacement="    p = false_alarm / max(int(num_tests), 1)\n",
+        tests=[
+            "tests/diagnostics/test_online.py::"
+            "test_bonferroni_z_is_the_two_sided_normal_quantile"
+        ],
+        what="the step-halving check's threshold is a one-sided quantile (too low)",
+    ),
+    dict(
+        name="pallas_width_one_too_many",
+        file="cenlmc_jax/pairwise/pallas.py",
+        original="    return max(16, 1 << (max(int(d), 1) - 1).bit_length())",
+        replacement="    return max(16, 1 << max(int(d), 1).bit_length())",
+        tests=[
+            "tests/pairwise/test_pallas.py::test_padded_widths_are_pallas_powers_of_two"
+        ],
+        what="the kernel pads d = 16 to 32 lanes (computed without importing Pallas)",
+    ),
 ]
 
 
