@@ -464,8 +464,8 @@ def bonferroni_z(num_tests: int, false_alarm: float = BIAS_FALSE_ALARM) -> float
     Returns:
       ``Φ⁻¹(1 - false_alarm / (2 num_tests))``.
     """
-    # the standard library's normal quantile (Wichura's AS241, full double precision):
-    # scipy.special would add ~0.1 s to the CLI's imports
+    # the standard library's normal quantile (Wichura's AS241, full double precision),
+    # so that the CLI does not import scipy.special for it
     p = false_alarm / (2.0 * max(int(num_tests), 1))
     return -statistics.NormalDist().inv_cdf(p)
 

@@ -386,8 +386,8 @@ def _ess(x: np.ndarray) -> np.ndarray:
     """Geyer's initial-monotone-sequence ESS of every coordinate of ``x (m, n, K)``
     (Stan's and ArviZ's, with the multi-chain autocorrelation; as ``chains._ess_core``).
     """
-    # imported here, as ndtri in _z_scores: scipy's modules take ~0.1 s to import,
-    # and a streamed run's summary needs neither
+    # imported here, as ndtri in _z_scores: a streamed run's summary needs neither,
+    # and should not pay for scipy's imports
     import scipy.fft
 
     m, n = x.shape[0], x.shape[1]

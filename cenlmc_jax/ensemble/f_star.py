@@ -55,7 +55,8 @@ class FStarResult(NamedTuple):
 
 @functools.partial(jax.jit, static_argnames=("logdensity_fn", "max_steps"))
 def _lbfgs_minimise(logdensity_fn, x0, tol, max_steps):
-    # imported here: optax takes ~0.06 s to import, and a run given f* never searches
+    # imported here, not at the top: a run given f* never searches, and should not pay
+    # for optax's import
     import optax
     import optax.tree_utils as otu
 

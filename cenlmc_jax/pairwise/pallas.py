@@ -345,8 +345,8 @@ def _kernel(
 
     With lists, against its listed ones.
     """
-    # imported here: Pallas and its Triton module take ~0.07 s to import, and only
-    # method='pallas' needs them
+    # imported here, not at the top: only method='pallas' needs Pallas and its Triton
+    # module, and a run on the XLA tiles should not pay for their import
     from jax.experimental import pallas as pl
 
     has_w = w_ref is not None
@@ -412,6 +412,7 @@ def _whole(a) -> Any:
     On GPU only a pointer: tiles are loaded in the loop.
     """
     from jax.experimental import pallas as pl  # as in _kernel
+
     zeros = (0,) * a.ndim
     return pl.BlockSpec(a.shape, lambda i: zeros)
 

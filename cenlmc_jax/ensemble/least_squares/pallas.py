@@ -300,8 +300,8 @@ def _pallas_moments(
 
     See the module docstring.
     """
-    # imported here: Pallas and its Triton module take ~0.07 s to import, and only
-    # the Pallas moments need them
+    # imported here, not at the top: only the Pallas moments need Pallas and its
+    # Triton module, and the XLA moments should not pay for their import
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import triton as pltriton
 
