@@ -32,7 +32,7 @@ import cenlmc_jax as cj
 from cenlmc_jax import _linalg
 from cenlmc_jax.ensemble import cenlmc_step, enlmc_init, enlmc_step
 from cenlmc_jax.ensemble.audit import fresh_audit
-from cenlmc_jax.ensemble.cenlmc import CEnLMCState
+from cenlmc_jax.ensemble.cenlmc import CEnLMCState, no_lookahead
 
 # |z| below this is accepted: for a correct sampler z ~ N(0, 1), so a false
 # alarm has probability 6e-5 per check.
@@ -207,6 +207,7 @@ def test_cenlmc_one_step_force_normaliser_and_tests_against_numpy_oracle():
             jnp.asarray(False),
             fresh_audit(jnp.float64),
             jnp.asarray(ball_count),
+            no_lookahead(xj),
         )
         step = jax.jit(
             lambda k, s: cenlmc_step(

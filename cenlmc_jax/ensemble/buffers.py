@@ -23,7 +23,13 @@ from jax.sharding import PartitionSpec as P
 from cenlmc_jax.pairwise.sharded import particle_axis
 from cenlmc_jax.types import Array
 
-__all__ = ["GRAD_BUCKETS", "needed_grads", "sharded_needed_grads", "shard_capacity"]
+__all__ = [
+    "GRAD_BUCKETS",
+    "needed_grads",
+    "sharded_needed_grads",
+    "shard_capacity",
+    "values_and_needed_grads",
+]
 
 #: With ``grad_capacity=None`` one gradient call per step is sized to the next of
 #: these fractions of N above the number of particles that need a gradient. A padded
@@ -95,7 +101,7 @@ def needed_grads(
 
     zeros = jnp.zeros_like(x)
     if capacity is None:
-        sizes = sorted({-(-n * k // GRAD_BUCKETS) for k in range(1, GRAD_BUCKETS + 1)})
+        sizes = bucket_sizes(n)
         branches = [lambda g: g] + [
             functools.partial(lambda b, g: gradients_at(g, idx[:b]), b) for b in sizes
         ]
@@ -119,6 +125,57 @@ def needed_grads(
 
     grad, _ = lax.scan(buffer, zeros, jnp.arange(num_buffers_max, dtype=jnp.int32))
     return grad, num_buffers * capacity
+
+
+def bucket_sizes(n: int, buckets: int = GRAD_BUCKETS) -> list:
+    """The call sizes of the default batching: ``ceil(n·k/G)``, k = 1..G, distinct.
+
+    Args:
+      n: the number of particles.
+      buckets: ``G``.
+
+    Returns:
+      The sizes, ascending.
+    """
+    return sorted({-(-n * k // buckets) for k in range(1, buckets + 1)})
+
+
+def values_and_needed_grads(grad_fn: Callable, x: Array, need: Array):
+    """The values at every particle and the gradients where ``need``, in ONE call.
+
+    ``grad_fn.values_and_grads(x, rows)`` (a finite-difference gradient,
+    :meth:`cenlmc_jax.gradients.finite_difference`) evaluates the ``N`` particles
+    and the shifted points of ``rows`` in one batched call of the model, so a model
+    with a fixed cost per call pays it once. ``rows`` are the flagged particles,
+    compacted as in :func:`needed_grads` (``capacity=None``): the smallest bucket
+    of :func:`bucket_sizes` that holds them, ``lax.switch`` over the sizes and a
+    branch with none (the values alone).
+
+    Args:
+      grad_fn: a gradient with ``values_and_grads``.
+      x: the particles, ``(N, d)``.
+      need: ``(N,)`` bool, the particles to differentiate.
+
+    Returns:
+      ``(values (N,), grad (N, d), num_computed ())``: the log density at every
+      particle, the gradients (zeros where not needed) and the gradients
+      computed, padding included.
+    """
+    n, _ = x.shape
+    idx = jnp.nonzero(need, size=n, fill_value=n)[0].astype(jnp.int32)
+    count = jnp.sum(need, dtype=jnp.int32)
+    sizes = [0] + bucket_sizes(n)
+
+    def call(b, _):
+        values, g = grad_fn.values_and_grads(x, jnp.minimum(idx[:b], n - 1))
+        grad = jnp.zeros_like(x).at[idx[:b]].set(g.astype(x.dtype), mode="drop")
+        return values.astype(x.dtype), grad
+
+    which = jnp.searchsorted(jnp.asarray(sizes, jnp.int32), count, side="left")
+    which = which.astype(jnp.int32)
+    branches = [functools.partial(call, b) for b in sizes]
+    values, grad = lax.switch(which, branches, None)
+    return values, grad, jnp.asarray(sizes, jnp.int32)[which]
 
 
 def shard_capacity(capacity: int | None, n_local: int, num_devices: int) -> int | None:

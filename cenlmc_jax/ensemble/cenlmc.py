@@ -44,6 +44,25 @@ used it; ``info.unstable`` flags EnLMC's drift deficit (Theorem 3.2) and
 ``info.biased`` a variance inflation beyond
 :data:`~cenlmc_jax.ensemble.audit.AUDIT_BIAS_THRESHOLD`.
 
+Lookahead (beyond the paper; the same chain). A black-box model often costs
+much per call whatever the batch (a simulator's start-up, a Python loop over
+time steps), and a step makes two calls: the gradients of the particles that
+fail a test, then the values at the moved particles. Three of the tests of the
+next step are known once the particles have moved: R1 (``|x' - w'|``, the
+noise), the guard (this step's ball counts) and N* (a count of R2-neighbours
+among the new ``w'``, one more pair pass). So where ``grad_fn`` can
+(``values_and_grads``, :func:`cenlmc_jax.gradients.finite_difference`), the
+values at the moved particles and the gradients of the particles that will
+fail those tests ride in ONE call, with those of the particles whose linear
+prediction ``f(x) + F·(x' - x)`` of ``f(x')`` comes within
+:data:`LOOKAHEAD_M_F_MARGIN` of the M_f bound, and of the next step's audit
+candidates. The next step uses those gradients; a particle that needs one that
+was not computed (``info.lookahead_misses``) gets it in a second call. The
+gradients are the same numbers at the same points, so the chain is the same
+(``EnsembleOptions(lookahead=False)`` gives two calls a step). The audit's
+particles are then drawn one step early, among the particles predicted to use
+the ensemble, and audited if they did.
+
 How a step is computed (pair-force backend, gradient buffers, sharding, the
 audit's size, a user's gradient) is one
 :class:`~cenlmc_jax.ensemble.options.EnsembleOptions`.
@@ -81,10 +100,12 @@ from cenlmc_jax.ensemble.audit import (
     CENLMC_AUDIT_SIZE,
     Audit,
     audit_figures,
+    audit_pick,
     fresh_audit,
     gradients_and_audit,
     no_audit,
 )
+from cenlmc_jax.ensemble.buffers import needed_grads, values_and_needed_grads
 from cenlmc_jax.ensemble.enlmc import (
     UNUSED_ENSEMBLE_FLAG,
     check_ensemble_state,
@@ -108,6 +129,7 @@ from cenlmc_jax.types import Array, ArrayLike, LogDensityFn, PRNGKey
 
 __all__ = [
     "CEnLMCState",
+    "Lookahead",
     "CEnLMCInfo",
     "cenlmc_init",
     "cenlmc_step",
@@ -132,6 +154,8 @@ class CEnLMCState(NamedTuple):
       ball_count: ``(N,)`` int32, each particle's η-ball R2-neighbour count at the
         previous step (read by the guard); the int32 maximum ("unknown, do not
         guard") until a particle has a previous step.
+      lookahead: :class:`Lookahead`, the gradients the last model call computed
+        for this step (none without the lookahead).
     """
 
     position: Array
@@ -142,6 +166,43 @@ class CEnLMCState(NamedTuple):
     f_star_estimated: Array
     audit: Audit
     ball_count: Array
+    lookahead: Lookahead
+
+
+#: The lookahead's margin on the M_f test, in units of f: a particle whose
+#: predicted ``f(x) + F·(x' - x)`` is above ``f* + M_f - margin`` gets its gradient
+#: in the lookahead call. The prediction's error is the second-order term
+#: ``(x' - x)ᵀ∇²f(x' - x)/2`` and the force's error along the move; a miss costs a
+#: second call, not a different chain.
+LOOKAHEAD_M_F_MARGIN = 1.0
+
+
+class Lookahead(NamedTuple):
+    """The gradients the previous step's model call computed for this step.
+
+    Attributes:
+      grad: ``(N, d)`` ``∇log π`` at the particles with ``have`` (zeros elsewhere).
+      have: ``(N,)`` bool.
+      audit: ``(N,)`` bool, the audit's candidates for this step (a subset of
+        ``have``): audited where they use the ensemble force.
+    """
+
+    grad: Array
+    have: Array
+    audit: Array
+
+
+def no_lookahead(x: Array) -> Lookahead:
+    """A :class:`Lookahead` with no gradient (the start; lookahead off).
+
+    Args:
+      x: the particles, ``(N, d)``.
+
+    Returns:
+      The empty :class:`Lookahead`.
+    """
+    none = jnp.zeros(x.shape[:1], bool)
+    return Lookahead(jnp.zeros_like(x), none, none)
 
 
 def _dense_fallback_message(infos: Any, first_step: int) -> str:
@@ -223,6 +284,9 @@ class CEnLMCInfo(NamedTuple):
         exact, but ``O(N²)``. ``cj.sample`` warns once. A flag in the info, not
         a warning from inside the step, so the compiled step holds no host
         callback and the persistent compilation cache keeps it.
+      lookahead_misses: with the lookahead (module docstring), the particles that
+        needed a gradient the previous step's call had not computed: this step
+        made a second model call for them when > 0. 0 without the lookahead.
     """
 
     grad_evals: Array
@@ -246,6 +310,7 @@ class CEnLMCInfo(NamedTuple):
     num_nonfinite: Array
     diverged: Array
     dense_fallback: Array
+    lookahead_misses: Array
 
     # cj.sample warns once when a kept step is biased, when the ensemble went unused
     # over the kept steps, and when the block-sparse pair sums ran dense
@@ -383,6 +448,7 @@ def cenlmc_init(
         jnp.asarray(estimated),
         fresh_audit(x.dtype),
         jnp.full(x.shape[:1], jnp.iinfo(jnp.int32).max, jnp.int32),
+        no_lookahead(x),
     )
 
 
@@ -419,7 +485,11 @@ def cenlmc_step(
 
     Cost: N values of ``logdensity_fn``, the pair sums, and gradients only for
     the ``info.grad_evals`` particles that failed a test (computed in buffers of
-    ``grad_capacity``; ``info.grad_evals_padded`` counts the padding).
+    ``grad_capacity``; ``info.grad_evals_padded`` counts the padding). With the
+    lookahead (module docstring; a finite-difference ``grad_fn`` by default) the
+    values and the next step's gradients come from one model call, after a count
+    pass over the new ``w``: the gradients counted in a step's info are those its
+    calls computed, the next step's included.
 
     Scaling with N. The pair sums (:func:`cenlmc_jax.pairwise.ensemble_force`,
     ``method="auto"``) are block-sparse where
@@ -480,6 +550,7 @@ def cenlmc_step(
     _check_f_star(f_star)
     opts = ensemble_options(options, **option_fields)
     opts.capacity(n)
+    uses_lookahead(opts, logdensity_fn)
     min_ball = _check_min_ball(min_ball_neighbours, n)
     check_estimator(estimator)
     return cenlmc_move(
@@ -592,8 +663,37 @@ def cenlmc_move(
         opts.grad_fn, d, given_value=shares_values(opts.grad_fn, logdensity_fn)
     )
 
+    look = uses_lookahead(opts, logdensity_fn)
+    la = state.lookahead
+
+    def lookahead_gradients(_):
+        # the gradients the previous step's call computed; the others (a miss) now
+        if audit_size == 0:
+            audited = jnp.zeros((n,), bool)
+        else:
+            idx = jnp.nonzero(la.audit, size=audit_size, fill_value=n)[0]
+            idx = idx.astype(jnp.int32)
+            ok = (idx < n) & ~need[jnp.minimum(idx, n - 1)]
+            audited = la.audit & ~need
+        missing = (need | audited) & ~la.have
+        grad, padded = needed_grads(
+            grad_one, x, missing, None, False, values=state.logdensity
+        )
+        grad = jnp.where(la.have[:, None], la.grad.astype(grad.dtype), grad)
+        force = jnp.where(need[:, None], -grad, ens)
+        if audit_size == 0:
+            audit, a = no_audit(state.audit, dt)
+        else:
+            idx = jnp.minimum(idx, n - 1)
+            audit, a = audit_figures(
+                grad, idx, ok, force, ~need, state.audit, h, flag_unstable=False
+            )
+        return audit, a, force, padded, jnp.sum(missing, dtype=jnp.int32)
+
     def some_gradients(_):
-        return gradients_and_audit(
+        if look:
+            return lookahead_gradients(None)
+        return *gradients_and_audit(
             rng_key,
             grad_one,
             x,
@@ -607,7 +707,7 @@ def cenlmc_move(
             flag_unstable=False,
             mesh=opts.mesh,
             values=state.logdensity,
-        )
+        ), jnp.zeros((), jnp.int32)
 
     def all_gradients(_):
         # every particle takes its gradient (step 0, an R1 below the noise's reach):
@@ -626,18 +726,43 @@ def cenlmc_move(
             audit, a = audit_figures(
                 zeros, idx, off, zeros, off, state.audit, h, flag_unstable=False
             )
-        return audit, a, -grad, jnp.asarray(n, jnp.int32)
+        misses = jnp.sum(need & ~la.have) if look else 0
+        misses = jnp.asarray(misses, jnp.int32)
+        return audit, a, -grad, jnp.asarray(n, jnp.int32), misses
 
     # one vmapped gradient where the buffers would hold every particle anyway (the
     # default buckets; not a user's buffer size, a mesh or the dense_grad reference)
     if capacity is None and opts.mesh is None and not opts.dense_grad:
-        audit, a, force, padded = lax.cond(
-            jnp.all(need), all_gradients, some_gradients, None
+        every = jnp.all(need) & ~jnp.any(la.have) if look else jnp.all(need)
+        audit, a, force, padded, misses = lax.cond(
+            every, all_gradients, some_gradients, None
         )
     else:
-        audit, a, force, padded = some_gradients(None)
+        audit, a, force, padded, misses = some_gradients(None)
     w_new, x_new, log_p_new = _move(rng_key, x, force, h)
-    logdensity = ensemble_values(logdensity_fn, x_new)
+    # rows without a previous step (w = +inf) have no meaningful count yet: "unknown"
+    # does not guard
+    unknown = eligible & ~jnp.all(jnp.isfinite(state.w), axis=-1)
+    ball_count = jnp.where(unknown, jnp.iinfo(jnp.int32).max, pf.n_ball)
+    if look:
+        logdensity, la_new, ahead, count_fallback = _lookahead_call(
+            rng_key,
+            opts,
+            x,
+            f,
+            force,
+            x_new,
+            w_new,
+            ball_count,
+            fs,
+            (r1, r2, n_star, m_f, min_ball),
+            audit_size,
+        )
+        dense_fallback = dense_fallback | count_fallback
+    else:
+        logdensity = ensemble_values(logdensity_fn, x_new)
+        la_new, ahead = la, 0
+    padded = padded + ahead
     bad = count_nonfinite(x_new, logdensity)
     num_need = jnp.sum(need, dtype=jnp.int32)
     info = CEnLMCInfo(
@@ -658,11 +783,8 @@ def cenlmc_move(
         num_nonfinite=bad,
         diverged=(bad > 0) | ~valid_params(dt, h, eta, r1, r2, m_f),
         dense_fallback=dense_fallback,
+        lookahead_misses=jnp.asarray(misses, jnp.int32),
     )
-    # rows without a previous step (w = +inf) have no meaningful count yet: "unknown"
-    # does not guard
-    unknown = eligible & ~jnp.all(jnp.isfinite(state.w), axis=-1)
-    ball_count = jnp.where(unknown, jnp.iinfo(jnp.int32).max, pf.n_ball)
     new_state = CEnLMCState(
         x_new,
         logdensity,
@@ -672,8 +794,85 @@ def cenlmc_move(
         state.f_star_estimated,
         audit,
         ball_count,
+        la_new,
     )
     return new_state, info
+
+
+def uses_lookahead(options: EnsembleOptions, logdensity_fn: LogDensityFn) -> bool:
+    """Whether a CEnLMC step takes the lookahead (module docstring).
+
+    Args:
+      options: the checked options.
+      logdensity_fn: the sampler's log density.
+
+    Returns:
+      ``options.lookahead`` where given, else whether it applies.
+
+    Raises:
+      ValueError: ``lookahead=True`` where it does not apply.
+    """
+    grad_fn = options.grad_fn
+    applies = (
+        hasattr(grad_fn, "values_and_grads")
+        and shares_values(grad_fn, logdensity_fn)
+        and options.grad_capacity is None
+        and options.mesh is None
+        and not options.dense_grad
+    )
+    if options.lookahead and not applies:
+        raise ValueError(
+            "lookahead=True needs a grad_fn with values_and_grads of the sampler's "
+            "own logdensity_fn (cj.finite_difference(logdensity_fn)), the default "
+            "grad_capacity=None, no mesh and dense_grad=False; got grad_fn "
+            f"{grad_fn!r}, grad_capacity={options.grad_capacity!r}, mesh "
+            f"{options.mesh!r}, dense_grad={options.dense_grad!r}."
+        )
+    return applies if options.lookahead is None else options.lookahead
+
+
+def _lookahead_call(
+    rng_key, opts, x, f, force, x_new, w_new, ball_count, fs, params, audit_size
+):
+    """The values at the moved particles and the next step's known gradients.
+
+    In one model call (module docstring, "Lookahead"). ``params`` is
+    ``(r1, r2, n_star, m_f, min_ball)``.
+
+    Returns:
+      ``(logdensity (N,), Lookahead, gradients computed (), count pass fell back
+      to the dense tiles ())``.
+    """
+    r1, r2, n_star, m_f, min_ball = params
+    n, dt = x.shape[0], x.dtype
+    # the next step's R1 and guard tests, as it will compute them
+    fail_r1 = ~(jnp.linalg.norm(x_new - w_new, axis=-1) <= jnp.asarray(r1, dt))
+    fail_ball = ball_count < min_ball
+    # its N* test: the R2-neighbours among the new w (one pair pass, counts only)
+    zero = jnp.zeros((n,), dt)
+    tiny = jnp.finfo(dt).tiny
+    counts, fallback = ensemble_force(
+        w_new,
+        zero,
+        zero,
+        jnp.maximum(jnp.asarray(r2, dt), tiny),
+        return_fallback=True,
+        **opts.force_kwargs(),
+    )
+    fail_n = counts.n_ball < jnp.maximum(jnp.asarray(n_star, jnp.int32), 1)
+    known = fail_r1 | fail_ball | fail_n
+    # its M_f test, predicted to first order (force = ∇f or its estimate)
+    f_lin = f + jnp.sum(force * (x_new - x), axis=-1)
+    risk = ~(f_lin <= fs + jnp.asarray(m_f, dt) - LOOKAHEAD_M_F_MARGIN)
+    if audit_size == 0:
+        candidates = jnp.zeros((n,), bool)
+    else:
+        # drawn among the particles predicted to use the ensemble (not the risk
+        # set's filter: the M_f test decides next step, independently of the draw)
+        candidates = audit_pick(jax.random.fold_in(rng_key, 1), ~known, audit_size)[2]
+    ahead = known | risk | candidates
+    values, grad, padded = values_and_needed_grads(opts.grad_fn, x_new, ahead)
+    return values, Lookahead(grad, ahead, candidates), padded, fallback
 
 
 def _move(rng_key: PRNGKey, x: Array, force: Array, h: Array):
@@ -770,6 +969,7 @@ def cenlmc(
     if estimator != "paper":
         warnings.warn(LEAST_SQUARES_CAVEAT, UserWarning, stacklevel=2)
     opts = ensemble_options(options, **option_fields)
+    uses_lookahead(opts, logdensity_fn)
 
     def init(positions, rng_key=None):
         if rng_key is not None:

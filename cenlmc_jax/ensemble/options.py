@@ -77,6 +77,15 @@ class EnsembleOptions(NamedTuple):
         differentiated without ``grad_fn`` (:mod:`cenlmc_jax.gradients.modes`;
         auto: forward for ``d <= FORWARD_MAX_D``, the crossover of
         benchmarks/results/grad_mode.md). The same chain up to rounding either way.
+      lookahead: CEnLMC only: evaluate the moved particles' values and the next
+        step's gradients of the particles that will need one in ONE model call
+        (:func:`cenlmc_jax.ensemble.cenlmc.cenlmc_step`, "Lookahead"). None
+        (default): on where it applies (a ``grad_fn`` with ``values_and_grads``
+        that shares the sampler's values, e.g.
+        :func:`cenlmc_jax.gradients.finite_difference` of ``logdensity_fn``; the
+        default buckets; no mesh; not ``dense_grad``); False: off (two calls a
+        step); True: on, and a ``ValueError`` where it does not apply. The same
+        chain either way.
     """
 
     grad_capacity: int | None = None
@@ -91,6 +100,7 @@ class EnsembleOptions(NamedTuple):
     grad_fn: Callable | None = None
     interpret: bool | None = None
     grad_mode: str = "auto"
+    lookahead: bool | None = None
 
     def checked(self) -> EnsembleOptions:
         """The checks that need no ensemble (Python, before tracing).
@@ -119,6 +129,8 @@ class EnsembleOptions(NamedTuple):
                 self.grad_fn, "grad_fn", "x: (d,) -> gradient of the log density (d,)"
             )
         check_grad_mode(self.grad_mode)
+        if self.lookahead is not None:
+            check_bool(self.lookahead, "lookahead")
         # the pair force's own checks, here so that they come before any work
         canonical_precision(self.precision)
         if self.mesh is not None and not isinstance(self.mesh, jax.sharding.Mesh):

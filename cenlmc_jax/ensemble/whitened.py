@@ -71,6 +71,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -281,6 +282,8 @@ class WhitenedGrad:
         inner = getattr(grad_fn, "logdensity_fn", None)
         if inner is not None and hasattr(grad_fn, "grad_given_value"):
             self.logdensity_fn = WhitenedLogdensity(inner, w)
+        if hasattr(grad_fn, "values_and_grads"):  # CEnLMC's lookahead asks by hasattr
+            self.values_and_grads = self._values_and_grads
 
     def _to_y(self, g: Array, y: Array) -> Array:
         return self.w.grad_to_y(jnp.asarray(g, y.dtype))
@@ -294,6 +297,10 @@ class WhitenedGrad:
     def value_and_grad(self, y: Array) -> tuple[Array, Array]:
         value, g = self.grad_fn.value_and_grad(self.w.to_x(y))
         return value, self._to_y(g, y)
+
+    def _values_and_grads(self, y: Array, rows: Array) -> tuple[Array, Array]:
+        values, g = self.grad_fn.values_and_grads(jax.vmap(self.w.to_x)(y), rows)
+        return values, jax.vmap(self._to_y)(g, y[rows])
 
 
 def whiten_logdensity(logdensity_fn: LogDensityFn, w: Whitening) -> LogDensityFn:

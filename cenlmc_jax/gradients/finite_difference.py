@@ -23,7 +23,9 @@ No value is computed twice. The returned object also has
 * ``grad_given_value(x, value)``: the gradient where ``log π(x)`` is already
   known: ``2d`` (central) or ``d`` (forward) points. CEnLMC knows the value
   at every particle (its ensemble needs them), so its forward differences
-  cost ``d`` values, not ``d + 1``.
+  cost ``d`` values, not ``d + 1``;
+* ``values_and_grads(x, rows)``: the values at ``M`` points and the gradients
+  at the rows ``rows`` of them, in one batched call: CEnLMC's lookahead.
 
 Their costs, ``model_solves(d)`` (a gradient alone: 2d or d + 1) and
 ``model_solves_given_value(d)`` (2d or d), are what the samplers count a
@@ -139,6 +141,31 @@ class FiniteDifferenceGrad:
         return self._differences(
             delta, self._values(points), jnp.asarray(value, x.dtype)
         )
+
+    def values_and_grads(self, x: Array, rows: Array) -> tuple[Array, Array]:
+        """The values at every point and the gradients at some, from one batched call.
+
+        The call holds the ``M`` points and the shifted points of the ``B`` rows
+        (``M + B·2d`` central, ``M + B·d`` forward: the value at a row is reused),
+        so a model with a fixed cost per call pays it once. CEnLMC's lookahead
+        (:func:`cenlmc_jax.ensemble.cenlmc.cenlmc_step`) evaluates the moved
+        particles and the next step's gradients this way.
+
+        Args:
+          x: the points, ``(M, d)``.
+          rows: ``(B,)`` int indices into ``x`` (repeats allowed).
+
+        Returns:
+          ``(values (M,), gradients (B, d))``: ``gradients[b]`` is the gradient at
+          ``x[rows[b]]``, the same numbers as ``grad_given_value`` there when the
+          model's value at a point does not depend on the batch it rides in.
+        """
+        m = x.shape[0]
+        delta, points = jax.vmap(self._shifted)(x[rows])
+        values = self._values(jnp.concatenate([x, points.reshape(-1, x.shape[-1])]))
+        shifted = values[m:].reshape(points.shape[:2])
+        grads = jax.vmap(self._differences)(delta, shifted, values[:m][rows])
+        return values[:m], grads
 
     def __call__(self, x: Array) -> Array:
         if self.scheme == "central":  # 2d points; the value at x is not needed

@@ -21,7 +21,6 @@ import cenlmc_jax as cj
 from cenlmc_jax.ensemble import (
     AUDIT_BIAS_MIN_STEPS,
     AUDIT_BIAS_THRESHOLD,
-    AUDIT_DRIFT_BIAS_THRESHOLD,
     CENLMC_AUDIT_SIZE,
     cenlmc_init,
     cenlmc_step,
@@ -663,12 +662,12 @@ def test_the_default_audit_does_not_fire_on_a_healthy_cenlmc_run(target):
     assert int(res.state.audit.bias_steps) == 600  # the running estimate saw every step
     assert float(res.state.audit.inflation) < AUDIT_BIAS_THRESHOLD
     # the paper's force is unbiased on a quadratic f, and the running drift bias of a
-    # 600-step run is noise: measured 0.023 (standard) and -0.002 (anisotropic) at
-    # seed 4, and over seeds 4-7 between -0.021 and 0.037 (both targets; the same
-    # spread before the step's noise draw was kept in one array, which moved the
-    # trajectory by rounding); half the flag's 0.06 leaves that noise room while a
-    # bias at the flag fails
-    assert abs(float(res.state.audit.drift_bias)) < AUDIT_DRIFT_BIAS_THRESHOLD / 2
+    # 600-step run is noise: over seeds 4-11 its sd was 0.011 (standard) and 0.014
+    # (anisotropic) on an AVX2 host, extremes -0.033 and 0.025 (seed 4 gave -0.033 and
+    # 0.025 there; 0.023 and -0.002 on the host this bound was first set on, whose
+    # seeds 4-7 spanned -0.021 to 0.037). 0.045 is 3 sd of the pooled spread (0.015)
+    # and above every value seen; a bias at the flag's 0.06 still fails
+    assert abs(float(res.state.audit.drift_bias)) < 0.045
     ratio = np.asarray(res.info.audit_drift_ratio[1:])
     # the constrained ensemble force is close to ∇f: median drift ratio 0.84-0.91
     # measured on 3 seeds
@@ -970,3 +969,128 @@ def test_f_star_of_a_black_box_is_found_through_its_grad_fn():
     # order sqrt(eps) there, so f* is within O(eps) of 3
     assert abs(float(state.f_star) - 3.0) < 1e-4
     assert bool(state.f_star_estimated)
+
+
+# --------------------------------------------------------------------------
+# Lookahead: the values and the next step's gradients in one model call.
+# --------------------------------------------------------------------------
+
+
+def numpy_black_box(calls):
+    """A NumPy model behind pure_callback, f(x) = |x|²/2 + |x|⁴/16 (f* = 0 at 0).
+
+    No JAX arithmetic around the call and row-wise NumPy inside it: a point's value
+    is the same bits in any batch, so the two ways of batching can be compared
+    exactly. ``calls`` gets the number of points of each call.
+    """
+
+    def numpy_logdensity(x):
+        calls.append(int(np.prod(x.shape[:-1])))
+        z = np.asarray(x, np.float64)
+        r2 = np.sum(z * z, axis=-1)
+        return (-0.5 * r2 - 0.0625 * r2 * r2).astype(x.dtype)
+
+    def logdensity(x):
+        out = jax.ShapeDtypeStruct(x.shape[:-1], x.dtype)
+        return jax.pure_callback(numpy_logdensity, out, x, vmap_method="expand_dims")
+
+    return logdensity
+
+
+def _black_box_cenlmc(calls, **kw):
+    logdensity = numpy_black_box(calls)
+    s = cj.ensemble.tuning.suggest_cenlmc_params(2, H, num_particles=500)
+    fd = cj.finite_difference(logdensity, scheme="forward")
+    return cj.cenlmc(
+        logdensity, H, s.eta, s.r1, s.r2, s.n_star, s.m_f, f_star=0.0, grad_fn=fd, **kw
+    )
+
+
+def test_lookahead_is_the_same_chain_in_one_model_call_a_step():
+    """The default (lookahead on for a finite-difference grad_fn of the sampler's own
+    log density) against lookahead=False: the same positions and values, bit for bit,
+    at every step; one model call a step instead of two (a second one only on a
+    miss); info.model_solves equal to the points the model itself counted."""
+    steps = 40
+    x0 = jax.random.normal(jax.random.key(0), (500, 2))
+    runs = {}
+    for look in (False, None):
+        calls = []
+        algo = _black_box_cenlmc(calls, lookahead=look)
+        state, step = algo.init(x0), jax.jit(algo.step)
+        per_step = []
+        for k in range(steps):
+            calls.clear()
+            state, info = step(jax.random.fold_in(jax.random.key(1), k), state)
+            jax.block_until_ready(state)
+            per_step.append((state, info, list(calls)))
+        runs[look] = per_step
+    misses = 0
+    pairs = zip(runs[False], runs[None], strict=True)
+    for k, ((a, ia, ca), (b, ib, cb)) in enumerate(pairs):
+        np.testing.assert_array_equal(a.position, b.position)
+        np.testing.assert_array_equal(a.logdensity, b.logdensity)
+        assert int(ia.grad_evals) == int(ib.grad_evals)
+        assert len(ca) == 2 and int(ia.lookahead_misses) == 0
+        # step 0: every particle needs a gradient (w = +inf) and none was looked
+        # ahead: one call for them, then the lookahead call
+        missed = int(ib.lookahead_misses) > 0
+        assert len(cb) == 1 + missed, (k, cb)
+        assert missed or k > 0
+        misses += missed and k > 0
+        # the cost the step reports is the points the model evaluated
+        assert float(ia.model_solves) == sum(ca)
+        assert float(ib.model_solves) == sum(cb)
+    # a miss costs a second call: measured 0 of 39 steps here (the N* count and R1
+    # are exact; the M_f margin of 1 covered every particle that failed M_f); a few
+    # would be rounding of the distances, a systematic failure most steps
+    assert misses <= 4, misses
+    assert bool(jnp.any(runs[None][-1][0].lookahead.have))
+
+
+def test_lookahead_audits_particles_that_used_the_ensemble():
+    """The audit's particles are drawn a step early among those predicted to use the
+    ensemble and audited where they did. On the same chain (the two modes give the
+    same positions), its figures must agree with the two-call audit's, which draws
+    among the particles that did use it: a candidate audited against the wrong
+    particle's force, or a draw leaning to the tails, would move them."""
+    x0 = jax.random.normal(jax.random.key(0), (500, 2))
+    ratios = {}
+    for look in (False, None):
+        algo = _black_box_cenlmc([], lookahead=look)
+        res = cj.sample(
+            jax.random.key(2), algo, algo.init(x0), 200, check_convergence=False
+        )
+        audited = np.asarray(res.info.audit_grad_evals)[1:]
+        assert audited.max() <= CENLMC_AUDIT_SIZE
+        # a candidate is dropped only where it failed M_f after all (rare here)
+        assert np.mean(audited) > 0.9 * CENLMC_AUDIT_SIZE, np.mean(audited)
+        ratios[look] = np.asarray(res.info.audit_drift_ratio)[20:]
+    # each step's figure is a median of 8 drift ratios, spread 0.21-0.29 between
+    # steps (seeds 0-2, both modes; its mean about 0.85 on this f at these radii):
+    # the difference of two 180-step means has a standard error of about 0.03, and
+    # 0.12 is 4 of them
+    diff = np.mean(ratios[None]) - np.mean(ratios[False])
+    assert abs(diff) < 0.12, (diff, np.mean(ratios[False]))
+
+
+def test_lookahead_true_where_it_cannot_apply_is_refused():
+    logdensity = lambda x: -0.5 * jnp.sum(x**2)
+    with pytest.raises(ValueError, match="lookahead=True needs a grad_fn"):
+        cj.cenlmc(logdensity, H, ETA, R1, R2, 2, M_F, lookahead=True)
+    fd = cj.finite_difference(logdensity)
+    with pytest.raises(ValueError, match="grad_capacity=64"):
+        cj.cenlmc(
+            logdensity,
+            H,
+            ETA,
+            R1,
+            R2,
+            2,
+            M_F,
+            grad_fn=fd,
+            grad_capacity=64,
+            lookahead=True,
+        )
+    with pytest.raises(ValueError, match="lookahead"):
+        cj.cenlmc(logdensity, H, ETA, R1, R2, 2, M_F, lookahead="yes")

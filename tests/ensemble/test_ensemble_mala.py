@@ -211,9 +211,13 @@ def test_quadratic_estimate_is_exact_for_a_gaussian():
 # ------------------------------------------------------------- determinism
 
 
+@jax.enable_x64(True)
 def test_same_key_same_draws_and_another_key_other_draws():
+    # float64: jitted and eager steps round differently, and the fit's normal
+    # equations on 4 points amplify that; in float32 the two differed by 7.9e-4 on an
+    # AVX2 host (and passed 1e-5 on another), in float64 by 4.7e-13
     algo = ensemble_mala(banana, 0.5)
-    state = algo.init(jax.random.normal(jax.random.key(4), (8, 2)))
+    state = algo.init(jax.random.normal(jax.random.key(4), (8, 2), jnp.float64))
     step = jax.jit(algo.step)
     a, ia = step(jax.random.key(5), state)
     b, ib = step(jax.random.key(5), state)
@@ -222,8 +226,9 @@ def test_same_key_same_draws_and_another_key_other_draws():
     np.testing.assert_array_equal(
         np.asarray(ia.acceptance_rate), np.asarray(ib.acceptance_rate)
     )
+    # float64 rounding amplified by the fits' conditioning (up to ~1e3)
     np.testing.assert_allclose(
-        np.asarray(a.position), np.asarray(c.position), rtol=1e-5, atol=1e-6
+        np.asarray(a.position), np.asarray(c.position), rtol=1e-9, atol=1e-10
     )
     d, _ = step(jax.random.key(6), state)
     assert not np.array_equal(np.asarray(a.position), np.asarray(d.position))
@@ -283,15 +288,19 @@ def test_one_model_evaluation_per_particle_per_half_step():
 # ------------------------------------------------------------- the driver
 
 
+@jax.enable_x64(True)
 def test_runs_under_sample_and_grad_through_it_is_the_pathwise_derivative():
     # log π(x) = -|x - μ|²/2 and the start x0 + μ: the sampler is translation
     # equivariant (frame mean shifts by μ; frame coordinates, values, drifts and the
     # accept decisions do not change), so the pathwise derivative (noise and decisions
     # held) of each coordinate's streamed mean is exactly 1, and of their sum d = 2.
-    # Tolerance 1e-3: float32 rounding (1.2e-7) amplified through 20 steps by the
-    # normal equations of the fits on 4 points (condition number up to ~1e3); the wrong
-    # answers this tells apart (derivatives cut at the fit: 1 or 0) are far away.
-    x0 = jax.random.normal(jax.random.key(11), (8, 2))
+    # In float64: the derivative of rounding errors is not zero, and in float32 the
+    # normal equations of the fits on 4 points (condition number up to ~1e3) amplified
+    # them through 20 steps to a derivative of 768 on an AVX2 host (2 within 1e-3 on
+    # another); in float64 it is 2.0. Tolerance 1e-3: float64 rounding amplified the
+    # same way stays far below it, and the wrong answers this tells apart
+    # (derivatives cut at the fit: 1 or 0) are far away.
+    x0 = jax.random.normal(jax.random.key(11), (8, 2), jnp.float64)
     key = jax.random.key(12)
 
     def run(mu):
@@ -310,8 +319,8 @@ def test_runs_under_sample_and_grad_through_it_is_the_pathwise_derivative():
         )
         return jnp.sum(res.moments.mean), res.info.is_accepted
 
-    g = jax.grad(lambda mu: run(mu)[0])(jnp.asarray(0.3))
-    _, accepted = run(0.3)
+    g = jax.grad(lambda mu: run(mu)[0])(jnp.asarray(0.3, jnp.float64))
+    _, accepted = run(jnp.asarray(0.3, jnp.float64))
     assert 0 < float(np.mean(np.asarray(accepted))) < 1  # decisions were made
     assert abs(float(g) - 2.0) < 1e-3, float(g)
 

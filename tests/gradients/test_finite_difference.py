@@ -176,19 +176,37 @@ def test_the_samplers_evaluate_each_point_once_and_count_what_they_evaluate(sche
     ]  # one batched call: the values come with the gradients
     assert float(info.model_solves) == n * (per_grad + 1)
 
-    cen = cj.cenlmc(logdensity, h, 0.3, 0.5, 0.3, 5, 10.0, f_star=0.0, grad_fn=fd)
-    state = cen.init(x0)
-    step = jax.jit(cen.step)
-    state, _ = step(jax.random.key(1), state)  # step 0: every particle takes a gradient
-    points.clear()
-    state, info = step(jax.random.key(2), state)
-    jax.block_until_ready(state)
-    padded = int(info.grad_evals_padded)
-    assert 0 < padded < n  # the step used the ensemble and some true gradients
-    # the gradients' call (d or 2d points each: the values at the particles are the
-    # state's) and the N new values
-    assert sorted(points) == sorted([padded * per_grad, n]), points
-    assert float(info.model_solves) == n + padded * per_grad
+    for lookahead in (False, None):
+        cen = cj.cenlmc(
+            logdensity,
+            h,
+            0.3,
+            0.5,
+            0.3,
+            5,
+            10.0,
+            f_star=0.0,
+            grad_fn=fd,
+            lookahead=lookahead,
+        )
+        state = cen.init(x0)
+        step = jax.jit(cen.step)
+        state, _ = step(jax.random.key(1), state)  # step 0: every particle's gradient
+        points.clear()
+        state, info = step(jax.random.key(2), state)
+        jax.block_until_ready(state)
+        padded = int(info.grad_evals_padded)
+        assert 0 < padded < n  # the step used the ensemble and some true gradients
+        if lookahead is False:
+            # the gradients' call (d or 2d points each: the values at the particles
+            # are the state's) and the N new values
+            assert sorted(points) == sorted([padded * per_grad, n]), points
+        else:
+            # the lookahead: the N new values and the next step's gradients in one
+            # call (this step's came with the last one: no miss here)
+            assert int(info.lookahead_misses) == 0
+            assert points == [n + padded * per_grad], points
+        assert float(info.model_solves) == n + padded * per_grad
 
 
 def test_a_finite_difference_of_another_density_never_gets_the_samplers_values():
@@ -243,5 +261,31 @@ def test_whitened_finite_differences_keep_their_cost_and_reuse_the_value():
     state, info = step(jax.random.key(2), state)
     jax.block_until_ready(state)
     padded = int(info.grad_evals_padded)
-    assert sorted(points) == sorted([padded * d, n]), points
+    # one call: the lookahead's (the whitened grad_fn keeps values_and_grads)
+    assert int(info.lookahead_misses) == 0
+    assert points == [n + padded * d], points
     assert float(info.model_solves) == n + padded * d
+
+
+@pytest.mark.parametrize("scheme", ["central", "forward"])
+def test_values_and_grads_is_one_call_of_the_values_and_the_rows_gradients(scheme):
+    """values_and_grads(x, rows): the values at every point and grad_given_value at
+    the rows (repeats allowed), from ONE call of M + B·(2d or d) points; bit for bit
+    on a NumPy model, whose value at a point does not depend on its batch."""
+    with jax.enable_x64(True):
+        points = []
+        logdensity = point_counter(points)
+        fd = finite_difference(logdensity, scheme=scheme)
+        x = jax.random.normal(jax.random.key(0), (7, 3), jnp.float64)
+        rows = jnp.array([4, 0, 4], jnp.int32)
+        values, grads = jax.jit(fd.values_and_grads)(x, rows)
+        per_point = 2 * 3 if scheme == "central" else 3
+        assert points == [7 + 3 * per_point]
+        np.testing.assert_array_equal(values, jax.vmap(logdensity)(x))
+        expect = jax.vmap(fd.grad_given_value)(x[rows], values[rows])
+        np.testing.assert_array_equal(grads, expect)
+        np.testing.assert_allclose(grads, 1.0 - x[rows], atol=1e-6)  # N(1, I)
+        # no rows: the values alone
+        values0, grads0 = fd.values_and_grads(x, jnp.zeros((0,), jnp.int32))
+        np.testing.assert_array_equal(values0, values)
+        assert grads0.shape == (0, 3)
