@@ -93,6 +93,7 @@ from _common import base_parser, write_results  # noqa: E402
 from numpyro.infer.ensemble import AIES  # noqa: E402
 
 import cenlmc_jax as cj  # noqa: E402
+from cenlmc_jax.ensemble.cenlmc import no_lookahead  # noqa: E402
 from cenlmc_jax.gradients import modes as grad_modes  # noqa: E402
 from cenlmc_jax.gradients.finite_difference import finite_difference  # noqa: E402
 
@@ -428,6 +429,11 @@ def time_runs(runners, steps, repeats):
 # ------------------------------------------------------------------- costs
 
 
+#: CEnLMC runners' samplers with ``lookahead=False`` (two model calls a step), by
+#: runner name: black_box_step_costs times a step of each beside the default's
+TWO_CALLS = {}
+
+
 def black_box_step_costs(problem, runners, n, repeats=15):
     """Where a forward-FD step's CPU time goes on the black box at ``n`` particles.
 
@@ -436,9 +442,12 @@ def black_box_step_costs(problem, runners, n, repeats=15):
     (its cost per call), on ``n`` points (CEnLMC's value call) and on ``n (d + 1)``
     (LMC's one call a step: the gradient's points and the value); CEnLMC's pair
     force (``cj.pairwise.ensemble_force``, the step's arguments); and one jitted
-    step of each sampler from that state (LMC from its positions). CEnLMC's
-    gradient call is ``(bucket) d`` points (``info.grad_evals_padded``, the
-    audit's included). None when the run is missing."""
+    step of each sampler from that state (LMC from its positions), CEnLMC with
+    and without its lookahead (one model call a step: the N values and the next
+    step's gradients, ``N + (bucket) d`` points, ``info.grad_evals_padded``, the
+    audit's candidates included; without it two: ``(bucket) d`` points, then N),
+    and the lookahead's count pass (the R2-neighbours among the new w). The same
+    chain either way. None when the run is missing."""
     key = f"CEnLMC forward FD N={n}"
     if key not in runners or f"LMC forward FD N={n}" not in runners:
         return None
@@ -465,15 +474,36 @@ def black_box_step_costs(problem, runners, n, repeats=15):
         )
     )
     padded = int(cen_step(step_key, state)[1].grad_evals_padded)
+    # the same sampler with two model calls a step (EnsembleOptions(lookahead=False))
+    two_step = jax.jit(TWO_CALLS[key].step)
+    two_state = state._replace(lookahead=no_lookahead(state.position))
+    count = jax.jit(
+        lambda s: cj.pairwise.ensemble_force(
+            s.w,
+            jnp.zeros_like(s.logdensity),
+            jnp.zeros_like(s.logdensity),
+            jnp.asarray(params["r2"], dt),
+            return_fallback=True,
+        )
+    )
     calls = {
         "model, 1 point": lambda: model(theta[:1]),
-        f"model, N = {n} points (CEnLMC's values)": lambda: model(theta),
-        f"model, {padded * d} points (CEnLMC's gradient call here)": lambda: model(
+        f"model, N = {n} points (CEnLMC's values without the lookahead)": lambda: (
+            model(theta)
+        ),
+        f"model, {padded * d} points (its gradient call without it)": lambda: model(
             rows[: padded * d]
+        ),
+        f"model, N + {padded * d} points (CEnLMC's one call)": lambda: model(
+            rows[: n + padded * d]
         ),
         f"model, N (d + 1) = {n * (d + 1)} points (LMC's call)": lambda: model(rows),
         "CEnLMC pair force": lambda: jax.block_until_ready(pair(state)),
+        "the lookahead's count pass": lambda: jax.block_until_ready(count(state)),
         "CEnLMC step": lambda: jax.block_until_ready(cen_step(step_key, state)),
+        "CEnLMC step, lookahead off (two calls)": lambda: jax.block_until_ready(
+            two_step(step_key, two_state)
+        ),
         "LMC step": lambda: jax.block_until_ready(lmc_step(step_key, lmc_state)),
     }
     times = {k: [] for k in calls}
@@ -642,18 +672,13 @@ def build_runners(
                             **kw,
                         )
                     else:
-                        cen = cj.cenlmc(
-                            problem.logdensity_fn,
-                            H,
-                            s.eta,
-                            s.r1,
-                            s.r2,
-                            s.n_star,
-                            s.m_f,
-                            f_star=problem.f_star,
-                            estimator=est,
-                            **kw,
-                        )
+                        args = (problem.logdensity_fn, H, s.eta, s.r1, s.r2, s.n_star)
+                        kwargs = dict(f_star=problem.f_star, estimator=est, **kw)
+                        cen = cj.cenlmc(*args, s.m_f, **kwargs)
+                        if "grad_fn" in kw:  # its step costs without the lookahead
+                            TWO_CALLS[name] = cj.cenlmc(
+                                *args, s.m_f, **kwargs, lookahead=False
+                            )
                 for w in caught:
                     msg = f"{w.category.__name__}: {w.message}"
                     if msg not in caveats:
@@ -1206,8 +1231,10 @@ def main():
                 "CEnLMC's last state; median ms of "
                 f"{c['repeats']} interleaved calls, black_box_step_costs): "
                 + "; ".join(f"{k} {v:.2f}" for k, v in c["cpu_ms"].items())
-                + ". LMC makes one model call a step, CEnLMC two (its values, then "
-                "the gradients of the particles that need one, padded to a bucket)."
+                + ". LMC makes one model call a step; CEnLMC one with its lookahead "
+                "(the values and the next step's gradients of the particles that "
+                "will need one, padded to a bucket; a second call only on a miss), "
+                "two without it (the gradients, then the values)."
             )
     for msg, names in caveats.items():
         notes.append(f"cj.cenlmc warned ({len(names)} runs: {', '.join(names)}): {msg}")
