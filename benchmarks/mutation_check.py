@@ -72,6 +72,7 @@ T_SDE_GRID = (
 )
 T_SDE_DRAW = GAPS + "test_sde_proposal_draws_from_its_own_forward_density"
 LANGEVIN = "cenlmc_jax/ensemble/lmc.py"
+T_LOOKAHEAD = "tests/ensemble/test_cenlmc.py::"
 VERDICT = "cenlmc_jax/cli/verdict.py"
 T_SCHEDULE = (
     "tests/test_schedules.py::test_a_schedule_gives_the_exact_moment_recursion[lmc]"
@@ -302,6 +303,29 @@ MUTATIONS = [
         ],
         what="cj.sample never warns of an unused ensemble (a mean fraction of 0 passes "
         "the floor)",
+    ),
+    dict(
+        name="lookahead_gradients_of_other_rows",
+        file="cenlmc_jax/ensemble/cenlmc.py",
+        original="grad = jnp.where(la.have[:, None], la.grad.astype(grad.dtype), grad)",
+        replacement="grad = jnp.where(la.have[:, None], "
+        "jnp.roll(la.grad, 1, axis=0).astype(grad.dtype), grad)",
+        tests=[
+            T_LOOKAHEAD + "test_lookahead_is_the_same_chain_in_one_model_call_a_step"
+        ],
+        what="the lookahead's gradients handed to the wrong particles",
+    ),
+    dict(
+        name="lookahead_misses_not_computed",
+        file="cenlmc_jax/ensemble/cenlmc.py",
+        original="missing = (need | audited) & ~la.have",
+        replacement="missing = audited & ~la.have",
+        tests=[
+            T_LOOKAHEAD
+            + "test_a_state_without_lookahead_gradients_takes_them_all_in_a_second_call"
+        ],
+        what="a gradient the lookahead did not foresee is never computed (a zero "
+        "force)",
     ),
     dict(
         name="drift_bias_ignored",

@@ -59,7 +59,9 @@ prediction ``f(x) + F·(x' - x)`` of ``f(x')`` comes within
 candidates. The next step uses those gradients; a particle that needs one that
 was not computed (``info.lookahead_misses``) gets it in a second call. The
 gradients are the same numbers at the same points, so the chain is the same
-(``EnsembleOptions(lookahead=False)`` gives two calls a step). The audit's
+(``EnsembleOptions(lookahead=False)`` gives two calls a step; bit for bit where
+the values are computed outside JAX, up to the last-bit rounding of two compiled
+programs where they are computed in JAX). The audit's
 particles are then drawn one step early, among the particles predicted to use
 the ensemble, and audited if they did.
 

@@ -85,7 +85,7 @@ class EnsembleOptions(NamedTuple):
         :func:`cenlmc_jax.gradients.finite_difference` of ``logdensity_fn``; the
         default buckets; no mesh; not ``dense_grad``); False: off (two calls a
         step); True: on, and a ``ValueError`` where it does not apply. The same
-        chain either way.
+        chain either way (up to the rounding of values computed in JAX).
     """
 
     grad_capacity: int | None = None

@@ -1048,6 +1048,29 @@ def test_lookahead_is_the_same_chain_in_one_model_call_a_step():
     assert bool(jnp.any(runs[None][-1][0].lookahead.have))
 
 
+def test_a_state_without_lookahead_gradients_takes_them_all_in_a_second_call():
+    """A state with no gradients looked ahead (from lookahead=False, or an older
+    checkpoint) stepped with the lookahead: every gradient the step needs (and the
+    audit's) is a miss, computed in a second call, and the step is the two-call
+    step's, bit for bit."""
+    x0 = jax.random.normal(jax.random.key(0), (500, 2))
+    key = jax.random.key(3)
+    two = _black_box_cenlmc([], lookahead=False)
+    state = cj.sample(key, two, two.init(x0), 10, check_convergence=False).state
+    assert not bool(jnp.any(state.lookahead.have))
+    calls = []
+    look = _black_box_cenlmc(calls)
+    a, ia = jax.jit(two.step)(jax.random.key(4), state)
+    calls.clear()
+    b, ib = jax.jit(look.step)(jax.random.key(4), state)
+    jax.block_until_ready(b)
+    np.testing.assert_array_equal(a.position, b.position)
+    np.testing.assert_array_equal(a.logdensity, b.logdensity)
+    assert 0 < int(ib.lookahead_misses) == int(ib.grad_evals) < 500
+    assert len(calls) == 2  # the misses, then the values and the next gradients
+    assert bool(jnp.any(b.lookahead.have))
+
+
 def test_lookahead_audits_particles_that_used_the_ensemble():
     """The audit's particles are drawn a step early among those predicted to use the
     ensemble and audited where they did. On the same chain (the two modes give the
