@@ -59,7 +59,9 @@ prediction ``f(x) + F·(x' - x)`` of ``f(x')`` comes within
 candidates. The next step uses those gradients; a particle that needs one that
 was not computed (``info.lookahead_misses``) gets it in a second call. The
 gradients are the same numbers at the same points, so the chain is the same
-(``EnsembleOptions(lookahead=False)`` gives two calls a step; bit for bit where
+(``EnsembleOptions(lookahead=False)`` gives two calls a step, as do the
+least-squares estimators by default, whose own refusals cannot be foreseen; bit
+for bit where
 the values are computed outside JAX, up to the last-bit rounding of two compiled
 programs where they are computed in JAX). The audit's
 particles are then drawn one step early, among the particles predicted to use
@@ -552,7 +554,7 @@ def cenlmc_step(
     _check_f_star(f_star)
     opts = ensemble_options(options, **option_fields)
     opts.capacity(n)
-    uses_lookahead(opts, logdensity_fn)
+    uses_lookahead(opts, logdensity_fn, estimator)
     min_ball = _check_min_ball(min_ball_neighbours, n)
     check_estimator(estimator)
     return cenlmc_move(
@@ -665,7 +667,7 @@ def cenlmc_move(
         opts.grad_fn, d, given_value=shares_values(opts.grad_fn, logdensity_fn)
     )
 
-    look = uses_lookahead(opts, logdensity_fn)
+    look = uses_lookahead(opts, logdensity_fn, estimator)
     la = state.lookahead
 
     def lookahead_gradients(_):
@@ -801,12 +803,18 @@ def cenlmc_move(
     return new_state, info
 
 
-def uses_lookahead(options: EnsembleOptions, logdensity_fn: LogDensityFn) -> bool:
+def uses_lookahead(
+    options: EnsembleOptions, logdensity_fn: LogDensityFn, estimator: str = "paper"
+) -> bool:
     """Whether a CEnLMC step takes the lookahead (module docstring).
 
     Args:
       options: the checked options.
       logdensity_fn: the sampler's log density.
+      estimator: the ensemble estimator. By default only the paper's: a
+        least-squares fit also refuses particles by its own tests, which read the
+        values and cannot be foreseen, so most of its steps would make a second
+        call (``lookahead=True`` takes it anyway).
 
     Returns:
       ``options.lookahead`` where given, else whether it applies.
@@ -830,7 +838,9 @@ def uses_lookahead(options: EnsembleOptions, logdensity_fn: LogDensityFn) -> boo
             f"{grad_fn!r}, grad_capacity={options.grad_capacity!r}, mesh "
             f"{options.mesh!r}, dense_grad={options.dense_grad!r}."
         )
-    return applies if options.lookahead is None else options.lookahead
+    if options.lookahead is None:
+        return applies and estimator == "paper"
+    return options.lookahead
 
 
 def _lookahead_call(
@@ -971,7 +981,7 @@ def cenlmc(
     if estimator != "paper":
         warnings.warn(LEAST_SQUARES_CAVEAT, UserWarning, stacklevel=2)
     opts = ensemble_options(options, **option_fields)
-    uses_lookahead(opts, logdensity_fn)
+    uses_lookahead(opts, logdensity_fn, estimator)
 
     def init(positions, rng_key=None):
         if rng_key is not None:

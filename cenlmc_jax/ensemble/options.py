@@ -80,7 +80,8 @@ class EnsembleOptions(NamedTuple):
       lookahead: CEnLMC only: evaluate the moved particles' values and the next
         step's gradients of the particles that will need one in ONE model call
         (:func:`cenlmc_jax.ensemble.cenlmc.cenlmc_step`, "Lookahead"). None
-        (default): on where it applies (a ``grad_fn`` with ``values_and_grads``
+        (default): on where it applies (the paper's estimator; a ``grad_fn`` with
+        ``values_and_grads``
         that shares the sampler's values, e.g.
         :func:`cenlmc_jax.gradients.finite_difference` of ``logdensity_fn``; the
         default buckets; no mesh; not ``dense_grad``); False: off (two calls a

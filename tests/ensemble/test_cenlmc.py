@@ -1117,3 +1117,18 @@ def test_lookahead_true_where_it_cannot_apply_is_refused():
         )
     with pytest.raises(ValueError, match="lookahead"):
         cj.cenlmc(logdensity, H, ETA, R1, R2, 2, M_F, lookahead="yes")
+
+
+def test_a_least_squares_estimator_keeps_two_calls_by_default():
+    # its fit refuses particles by tests that read the values, which the lookahead
+    # cannot foresee: by default it is off there (every step would miss)
+    calls = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the least-squares caveat
+        algo = _black_box_cenlmc(calls, estimator="least_squares")
+    x0 = jax.random.normal(jax.random.key(0), (500, 2))
+    state = cj.sample(jax.random.key(1), algo, algo.init(x0), 3).state
+    calls.clear()
+    state, info = jax.jit(algo.step)(jax.random.key(2), state)
+    jax.block_until_ready(state)
+    assert not bool(jnp.any(state.lookahead.have)) and len(calls) == 2
