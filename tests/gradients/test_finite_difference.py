@@ -155,6 +155,10 @@ def test_value_and_grad_and_grad_given_value_are_the_gradient_with_no_value_twic
             np.testing.assert_array_equal(off, fd(x))
 
 
+#: eta, R1, R2, N*, M_f of the CEnLMC runs below
+CENLMC_PARAMS = (0.3, 0.5, 0.3, 5, 10.0)
+
+
 @pytest.mark.parametrize("scheme", ["central", "forward"])
 def test_the_samplers_evaluate_each_point_once_and_count_what_they_evaluate(scheme):
     n, d, h = 400, 2, 0.05
@@ -178,16 +182,7 @@ def test_the_samplers_evaluate_each_point_once_and_count_what_they_evaluate(sche
 
     for lookahead in (False, None):
         cen = cj.cenlmc(
-            logdensity,
-            h,
-            0.3,
-            0.5,
-            0.3,
-            5,
-            10.0,
-            f_star=0.0,
-            grad_fn=fd,
-            lookahead=lookahead,
+            logdensity, h, *CENLMC_PARAMS, f_star=0.0, grad_fn=fd, lookahead=lookahead
         )
         state = cen.init(x0)
         step = jax.jit(cen.step)
@@ -243,11 +238,7 @@ def test_whitened_finite_differences_keep_their_cost_and_reuse_the_value():
         cj.cenlmc,
         logdensity,
         0.05,
-        0.3,
-        0.5,
-        0.3,
-        5,
-        10.0,
+        *CENLMC_PARAMS,
         f_star=0.0,
         grad_fn=fd,
         inverse_mass_matrix=jnp.array([4.0, 0.25]),
