@@ -101,16 +101,9 @@ def needed_grads(
 
     zeros = jnp.zeros_like(x)
     if capacity is None:
-        sizes = bucket_sizes(n)
-        branches = [lambda g: g] + [
-            functools.partial(lambda b, g: gradients_at(g, idx[:b]), b) for b in sizes
-        ]
-        which = jnp.searchsorted(
-            jnp.asarray([0] + sizes, jnp.int32), count, side="left"
-        ).astype(jnp.int32)
-        return lax.switch(which, branches, zeros), jnp.asarray([0] + sizes, jnp.int32)[
-            which
-        ]
+        return _one_bucketed_call(
+            need, lambda ids: gradients_at(zeros, ids), lambda: zeros
+        )
     num_buffers_max = -(-n // capacity)
     idx = jnp.concatenate(
         [idx, jnp.full((num_buffers_max * capacity - n,), n, jnp.int32)]
@@ -162,20 +155,38 @@ def values_and_needed_grads(grad_fn: Callable, x: Array, need: Array):
       computed, padding included.
     """
     n, _ = x.shape
+
+    def call(ids):
+        values, g = grad_fn.values_and_grads(x, jnp.minimum(ids, n - 1))
+        grad = jnp.zeros_like(x).at[ids].set(g.astype(x.dtype), mode="drop")
+        return values.astype(x.dtype), grad
+
+    (values, grad), computed = _one_bucketed_call(
+        need, call, lambda: call(jnp.zeros((0,), jnp.int32))
+    )
+    return values, grad, computed
+
+
+def _one_bucketed_call(need: Array, call: Callable, none: Callable):
+    """``call(ids)`` on the flagged indices, compacted and padded to a bucket.
+
+    ``ids`` are the first ``B`` of ``jnp.nonzero(need, size=N, fill_value=N)``,
+    ``B`` the smallest of :func:`bucket_sizes` that holds them all (``lax.switch``
+    over the sizes); ``none()`` where nothing is flagged.
+
+    Returns:
+      ``(call's result, B ())``.
+    """
+    n = need.shape[0]
     idx = jnp.nonzero(need, size=n, fill_value=n)[0].astype(jnp.int32)
     count = jnp.sum(need, dtype=jnp.int32)
     sizes = [0] + bucket_sizes(n)
-
-    def call(b, _):
-        values, g = grad_fn.values_and_grads(x, jnp.minimum(idx[:b], n - 1))
-        grad = jnp.zeros_like(x).at[idx[:b]].set(g.astype(x.dtype), mode="drop")
-        return values.astype(x.dtype), grad
-
+    branches = [lambda _: none()] + [
+        functools.partial(lambda b, _: call(idx[:b]), b) for b in sizes[1:]
+    ]
     which = jnp.searchsorted(jnp.asarray(sizes, jnp.int32), count, side="left")
     which = which.astype(jnp.int32)
-    branches = [functools.partial(call, b) for b in sizes]
-    values, grad = lax.switch(which, branches, None)
-    return values, grad, jnp.asarray(sizes, jnp.int32)[which]
+    return lax.switch(which, branches, None), jnp.asarray(sizes, jnp.int32)[which]
 
 
 def shard_capacity(capacity: int | None, n_local: int, num_devices: int) -> int | None:
