@@ -69,6 +69,12 @@ the key, and each accept/reject decision is held where the run put it (the deriv
 the indicator is taken as 0). It is the derivative of the realised path; it equals the
 derivative of the expectation only as far as no decision flips under a small change of
 the parameter (the score of the accept decisions is omitted).
+The fits make every particle depend on the other half's points, so reverse mode sums
+cotangents that cancel only in exact arithmetic, each scaled by the fits' sensitivity.
+With halves of fewer points than the quadratic's ``1 + d + d(d+1)/2`` coefficients the
+fit is the ridge's interpolant, its sensitivity is huge, and float32 can lose the
+derivative entirely (tests/ensemble/test_ensemble_mala.py, the pathwise-derivative
+test): give each half at least that many points, or differentiate in float64.
 
 Conventions: ``positions: (N, d)`` float32 or float64 (kept: float64 in, float64 out),
 ``logdensity_fn: (d,) -> scalar`` (vmapped over a half; a ``jax.pure_callback`` black

@@ -289,18 +289,23 @@ def test_one_model_evaluation_per_particle_per_half_step():
 
 
 @jax.enable_x64(True)
-def test_runs_under_sample_and_grad_through_it_is_the_pathwise_derivative():
+@pytest.mark.parametrize(
+    "dtype, n", [(jnp.float32, 12), (jnp.float64, 8)], ids=["float32-N12", "float64-N8"]
+)
+def test_runs_under_sample_and_grad_through_it_is_the_pathwise_derivative(dtype, n):
     # log π(x) = -|x - μ|²/2 and the start x0 + μ: the sampler is translation
     # equivariant (frame mean shifts by μ; frame coordinates, values, drifts and the
     # accept decisions do not change), so the pathwise derivative (noise and decisions
     # held) of each coordinate's streamed mean is exactly 1, and of their sum d = 2.
-    # In float64: the derivative of rounding errors is not zero, and in float32 the
-    # normal equations of the fits on 4 points (condition number up to ~1e3) amplified
-    # them through 20 steps to a derivative of 768 on an AVX2 host (2 within 1e-3 on
-    # another); in float64 it is 2.0. Tolerance 1e-3: float64 rounding amplified the
-    # same way stays far below it, and the wrong answers this tells apart
-    # (derivatives cut at the fit: 1 or 0) are far away.
-    x0 = jax.random.normal(jax.random.key(11), (8, 2), jnp.float64)
+    # Reverse mode sums cotangents that cancel only in exact arithmetic, each scaled by
+    # the fits' sensitivity to B's points. N = 12 is the smallest ensemble whose
+    # halves determine the quadratic (6 points, 1 + d + d(d+1)/2 = 6 coefficients):
+    # float32 then measured 2 - 6e-5. With N = 8 (4 points) the fit is the ridge's
+    # interpolant, its sensitivity is huge, and float32 gave 768 on an AVX2 host
+    # (forward mode 2.0; docstring "Differentiation"); float64 still gives 2.0 there.
+    # Tolerance 1e-3: 16x the float32 error measured at N = 12, and far from the
+    # wrong answers this tells apart (derivatives cut at the fit: 1 or 0).
+    x0 = jax.random.normal(jax.random.key(11), (n, 2), dtype)
     key = jax.random.key(12)
 
     def run(mu):
@@ -319,8 +324,9 @@ def test_runs_under_sample_and_grad_through_it_is_the_pathwise_derivative():
         )
         return jnp.sum(res.moments.mean), res.info.is_accepted
 
-    g = jax.grad(lambda mu: run(mu)[0])(jnp.asarray(0.3, jnp.float64))
-    _, accepted = run(jnp.asarray(0.3, jnp.float64))
+    g = jax.grad(lambda mu: run(mu)[0])(jnp.asarray(0.3, dtype))
+    _, accepted = run(jnp.asarray(0.3, dtype))
+    assert g.dtype == dtype
     assert 0 < float(np.mean(np.asarray(accepted))) < 1  # decisions were made
     assert abs(float(g) - 2.0) < 1e-3, float(g)
 
