@@ -104,6 +104,27 @@ def base_parser(description: str) -> argparse.ArgumentParser:
 # ------------------------------------------------------------------ machine info
 
 
+def pin_to_one_cpu(cpu: int | None = None) -> int | None:
+    """Pin every thread of this process to one CPU (the last allowed, by default).
+
+    Every thread, not only the caller's: JAX's runtime threads, started at import,
+    would otherwise run on another CPU, and their CPU time would enter the figures
+    (bench_inverse.py measured it as overhead, not work).
+
+    Args:
+      cpu: the CPU, or None for the highest this process may run on.
+
+    Returns:
+      The CPU, or None where the platform cannot pin.
+    """
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    cpu = max(os.sched_getaffinity(0)) if cpu is None else cpu
+    for tid in os.listdir("/proc/self/task"):
+        os.sched_setaffinity(int(tid), {cpu})
+    return cpu
+
+
 def machine_info() -> dict[str, Any]:
     """Where and when the numbers were taken: platform, CPUs, versions, date (UTC)."""
     devices = jax.devices()

@@ -45,7 +45,7 @@ import time  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from _common import base_parser, write_results  # noqa: E402
+from _common import base_parser, pin_to_one_cpu, write_results  # noqa: E402
 
 import cenlmc_jax as cj  # noqa: E402
 from cenlmc_jax.gradients.modes import FORWARD_MAX_D, value_and_grad  # noqa: E402
@@ -177,8 +177,8 @@ def main():
         help="do not pin to one CPU / one XLA thread",
     )
     args = p.parse_args()
-    if not args.all_threads and hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
+    if not args.all_threads:
+        pin_to_one_cpu()
     dims = [1, 2, 5] if args.quick else args.dims
     repeats = 2 if args.quick else args.repeats
     steps = 100 if args.quick else SIR_STEPS

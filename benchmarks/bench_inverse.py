@@ -89,7 +89,7 @@ except ImportError:
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from _common import base_parser, write_results  # noqa: E402
+from _common import base_parser, pin_to_one_cpu, write_results  # noqa: E402
 from numpyro.infer.ensemble import AIES  # noqa: E402
 
 import cenlmc_jax as cj  # noqa: E402
@@ -488,8 +488,8 @@ def black_box_step_costs(problem, runners, n, repeats=15):
     )
     calls = {
         "model, 1 point": lambda: model(theta[:1]),
-        f"model, N = {n} points (CEnLMC's values without the lookahead)": lambda: (
-            model(theta)
+        f"model, N = {n} points (CEnLMC's values without the lookahead)": lambda: model(
+            theta
         ),
         f"model, {padded * d} points (its gradient call without it)": lambda: model(
             rows[: padded * d]
@@ -1059,14 +1059,8 @@ def main():
     )
     p.set_defaults(repeats=3)
     args = p.parse_args()
-    if not args.all_threads and hasattr(os, "sched_setaffinity"):
-        cpu = args.cpu if args.cpu is not None else max(os.sched_getaffinity(0))
-        # every thread of the process, not only this one: JAX's runtime threads,
-        # started when cenlmc_jax was imported, would otherwise run on the other
-        # CPU, and their CPU time (more than the work: 0.19 s over 80 CEnLMC steps
-        # whose single-CPU run took less than their wall time) entered the figures
-        for tid in os.listdir("/proc/self/task"):
-            os.sched_setaffinity(int(tid), {cpu})
+    if not args.all_threads:
+        pin_to_one_cpu(args.cpu)
     particles = [500] if args.quick else args.particles
     peers = None if args.no_peers else (16, 32)
     repeats = 1 if args.quick else args.repeats
