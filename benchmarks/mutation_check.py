@@ -251,9 +251,8 @@ MUTATIONS = [
     dict(
         name="verdict_kept_only_reads_the_burn_in",
         file=VERDICT,
-        original="info, offset = "
-        "jax.tree_util.tree_map(lambda a: a[burn_in:], info), burn_in",
-        replacement="info, offset = info, 0",
+        original="lambda a: a[burn_in:], fetch(info))\n        offset = burn_in",
+        replacement="lambda a: a, fetch(info))\n        offset = 0",
         tests=[
             T_FLAGS_TOY + "[kept_only_burn_in_does_not_count-None]",
             T_FLAGS_TOY + "[kept_only_burn_in_does_not_count-mean]",
@@ -423,8 +422,8 @@ MUTATIONS = [
     dict(
         name="online_mean_sq_from_the_first_half",
         file="cenlmc_jax/diagnostics/online.py",
-        original="        mean[d:],\n",
-        replacement="        mean[:d],\n",
+        original="ess[d:], mean[d:], mcse[d:]",
+        replacement="ess[d:], mean[:d], mcse[d:]",
         tests=[
             "tests/diagnostics/test_online.py::"
             "test_streamed_split_rhat_is_the_traces_split_rhat"

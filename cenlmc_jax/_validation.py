@@ -45,6 +45,7 @@ __all__ = [
     "check_positions",
     "check_position",
     "check_vector",
+    "point_like",
     "check_logdensity",
     "check_output",
     "check_function",
@@ -570,6 +571,20 @@ def check_function(
         ) from exc
     check_output(out, name, what=what, like=like, shapes=shapes, kind=kind)
     return out
+
+
+def point_like(positions: Any) -> jax.ShapeDtypeStruct:
+    """One point of ``positions: (N, ...)``, abstractly: the example of
+    :func:`check_logdensity` without slicing (an eager ``positions[0]`` compiles a
+    program).
+
+    Args:
+      positions: the particles or chains, an array with a leading axis.
+
+    Returns:
+      A ``jax.ShapeDtypeStruct`` of shape ``positions.shape[1:]``.
+    """
+    return jax.ShapeDtypeStruct(np.shape(positions)[1:], positions.dtype)
 
 
 def check_logdensity(

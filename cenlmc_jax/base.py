@@ -38,7 +38,9 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax.numpy as jnp
+import numpy as np
 
+from cenlmc_jax._host import fetch
 from cenlmc_jax._validation import check_positive, is_concrete
 from cenlmc_jax.types import Array
 
@@ -173,12 +175,18 @@ class Moments(NamedTuple):
 
     @property
     def variance(self) -> Array:
-        """Population variance ``m2 / count``."""
+        """Population variance ``m2 / count`` (a NumPy array for concrete moments:
+        computed on the host, no compiled program)."""
+        if is_concrete(self.m2) and is_concrete(self.count):
+            m2, count = fetch((self.m2, self.count))
+            return np.asarray(m2) / np.maximum(np.asarray(count), 1)
         return self.m2 / jnp.maximum(self.count, 1)
 
     @property
     def std(self) -> Array:
-        return jnp.sqrt(self.variance)
+        """Population standard deviation (NumPy for concrete moments)."""
+        v = self.variance
+        return np.sqrt(v) if isinstance(v, np.ndarray) else jnp.sqrt(v)
 
 
 class RunResult(NamedTuple):

@@ -100,20 +100,26 @@ def _rows(tree: PyTree, start: int, stop: int | None) -> PyTree:
     return jax.tree_util.tree_map(lambda a: a[start:stop], tree)
 
 
-@jax.jit
 def _concatenated(trees: list) -> PyTree:
     """The leaves of ``trees`` (a list of like pytrees) concatenated along their first
-    axis: one compiled program, as :func:`_rows`.
+    axis: one compiled program, as :func:`_rows`; a run of one chunk is its chunk.
     """
+    return trees[0] if len(trees) == 1 else _concatenate(trees)
+
+
+@jax.jit
+def _concatenate(trees: list) -> PyTree:
     return jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *trees)
 
 
 @jax.jit
-def _init_moments(x: Array) -> Moments:
+def _init_stream(x: Array, stream_plan: tuple) -> tuple:
+    """Stream mode's carry before any draw shaped as ``x``: the moments and the online
+    diagnostics' accumulators (:func:`~cenlmc_jax.diagnostics.online.init`), one
+    compiled program for every run length (``stream_plan`` is traced)."""
     d = x.shape[-1]
-    return Moments(
-        jnp.zeros((), x.dtype), jnp.zeros((d,), x.dtype), jnp.zeros((d,), x.dtype)
-    )
+    zeros = jnp.zeros((d,), x.dtype)
+    return Moments(jnp.zeros((), x.dtype), zeros, zeros), online.init(x, stream_plan)
 
 
 def _update_moments(m: Moments, x: Array) -> Moments:
@@ -260,11 +266,12 @@ def _chunk_fn(
     passes False, and the caller drops what it returns).
 
     Besides the state, moments, kept draws and infos it returns the chunk's *watch*: per
-    chain or particle, whether its position moved at some step (None for states without
-    ``position``; all True for samplers whose infos declare ``may_stay``: MH chains
-    legitimately stay), and for each every-step flag of the infos the number of steps it
-    was set (before ``info_reduce``). The step is traced once (:func:`_traced_once`):
-    the watch and the blank infos need no trace of their own.
+    chain or particle, whether its position stayed the same at every step (None for
+    states without ``position``; all False for samplers whose infos declare
+    ``may_stay``: MH chains legitimately stay), and for each every-step flag of the
+    infos the number of steps it was set (before ``info_reduce``). The step is traced
+    once (:func:`_traced_once`): the watch and the blank infos need no trace of their
+    own.
     """
 
     def run_chunk(key, state, moments, start, n, record):
@@ -327,7 +334,8 @@ def _chunk_fn(
             lambda a: a.reshape((num_outer * thin,) + a.shape[2:]), infos
         )
         counts = tuple(jnp.sum(f, axis=(0, 1), dtype=jnp.int32) for f in flags)
-        return state, moments, kept, infos, (moved, counts)
+        frozen = None if moved is None else ~moved
+        return state, moments, kept, infos, (frozen, counts)
 
     return jax.jit(run_chunk)
 
@@ -339,13 +347,13 @@ def _report_watch(watch: tuple, infos: Any, start: int, n: int, warned: set) -> 
     """
     if watch is None or n < WATCH_MIN_STEPS:
         return
-    moved, counts = watch
+    frozen, counts = watch
     checks = []
-    if moved is not None:
+    if frozen is not None:
         checks.append(
             (
                 "frozen",
-                ~moved,
+                frozen,
                 lambda k, total: (
                     f"{k} of {total} chains or particles did not move in steps "
                     f"{start}..{start + n - 1} (the same state.position at every step "
@@ -580,7 +588,7 @@ def sample(
         _check_stream_trace(trace_fn, initial_state)
         first = trace_fn(initial_state)
         stream_plan = _stream_plan(trace_fn, initial_state, num_steps, thin)
-        moments = (_init_moments(first), online.init(first, stream_plan))
+        moments = _init_stream(first, tuple(int(v) for v in stream_plan))
     # a checkpoint is written by one run at a time: its lock is held until the run ends
     with contextlib.ExitStack() as held:
         state, step, chunks, diverged_at = initial_state, 0, [], -1
@@ -1019,7 +1027,13 @@ def _warn_kept_flags(info: PyTree, burn_in: int, traced_warned: set) -> None:
     """
     if info is None:
         return
-    kept = _rows(info, burn_in, None)
+    leaves = jax.tree_util.tree_leaves(info)
+    if burn_in == 0:
+        kept = info
+    elif all(map(is_concrete, leaves)):  # on the host: no program to slice them
+        kept = jax.tree_util.tree_map(lambda a: np.asarray(gather(a))[burn_in:], info)
+    else:
+        kept = _rows(info, burn_in, None)
     for flag in run_flags(info):
         if not flag.kept_only:
             continue

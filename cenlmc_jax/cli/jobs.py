@@ -74,7 +74,7 @@ class Setup(NamedTuple):
 
     target: targets_mod.Target
     job: Job
-    keys: jax.Array
+    keys: tuple  # (starting noise, run, sampler set-up, step-halving check)
     c: float
     c_source: str
     model: object = (
@@ -544,10 +544,12 @@ def cpu_pool_size() -> int:
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
 def _keys_and_noise(key, n: int, d: int, scale) -> tuple:
-    """The job's three keys (starting noise, run, sampler set-up) and the starting
-    noise ``scale N(0, I)``, ``(n, d)``: one compiled program."""
-    keys = jax.random.split(key, 3)
-    return tuple(keys), jax.random.normal(keys[0], (n, d)) * scale
+    """The job's four keys (starting noise, run, sampler set-up, the step-halving
+    check's h/2 run: the run's key folded with 2) and the starting noise
+    ``scale N(0, I)``, ``(n, d)``: one compiled program."""
+    keys = tuple(jax.random.split(key, 3))
+    check = jax.random.fold_in(keys[1], 2)
+    return (*keys, check), jax.random.normal(keys[0], (n, d)) * scale
 
 
 def _setup(args) -> Setup:
@@ -915,7 +917,7 @@ def step_halving_check(args, setup: Setup, res: RunResult) -> tuple:
             "no online R-hat/ESS to give its standard errors (a streamed run resumed "
             "after its burn-in, or fewer than 4 kept draws)"
         )
-    key = jax.random.fold_in(setup.keys[1], 2)
+    key = setup.keys[3]
     try:
         with warnings.catch_warnings():  # the h/2 run's reports are not the run's
             warnings.simplefilter("ignore")

@@ -497,6 +497,12 @@ def _step_at(rng_key, state: AtStepSize, kernel: Callable, **params):
     return AtStepSize(new, state.step_size), info
 
 
+def _scalar(value: float, like) -> jax.Array:
+    """``value`` as a scalar array of ``like``'s dtype, put on the device (an eager
+    ``jnp.asarray`` would compile a program for it)."""
+    return jax.device_put(np.asarray(value, jnp.result_type(like)))
+
+
 def step_size_traced(job: Job) -> Job:
     """The job with its step size in the state, a traced argument of the compiled run.
 
@@ -527,13 +533,11 @@ def step_size_traced(job: Job) -> Job:
     def at_step_size(step_size: float) -> SamplingAlgorithm:
         def init_at(positions, rng_key=None):
             inner = init(positions, rng_key)
-            dtype = jnp.result_type(inner.position)
-            return AtStepSize(inner, jnp.asarray(step_size, dtype))
+            return AtStepSize(inner, _scalar(step_size, inner.position))
 
         return SamplingAlgorithm(init_at, step)
 
-    dtype = jnp.result_type(job.state.position)
-    state = AtStepSize(job.state, jnp.asarray(h, dtype))
+    state = AtStepSize(job.state, _scalar(h, job.state.position))
     return job._replace(
         algorithm=at_step_size(h), state=state, at_step_size=at_step_size
     )

@@ -58,6 +58,7 @@ import jax
 import numpy as np
 
 from cenlmc_jax import ensemble
+from cenlmc_jax._host import fetch
 from cenlmc_jax.base import RunFlag, run_flags
 from cenlmc_jax.cli.jobs import (
     Run,
@@ -170,7 +171,9 @@ def _flag_problem(flag: RunFlag, info, burn_in: int) -> str | None:
     reports, whatever its chunking.
     """
     if flag.kept_only:
-        info, offset = jax.tree_util.tree_map(lambda a: a[burn_in:], info), burn_in
+        # on the host (NumPy): an eager slice of a jax.Array compiles a program
+        info = jax.tree_util.tree_map(lambda a: a[burn_in:], fetch(info))
+        offset = burn_in
     else:
         offset = 0
     value = getattr(info, flag.field, None)

@@ -186,7 +186,9 @@ def init(x: Array, run_plan: tuple) -> OnlineAccumulator:
     Returns:
       An :class:`OnlineAccumulator` of zeros.
     """
-    return _init(x, tuple(int(v) for v in run_plan))
+    return _init(
+        x, tuple(v if isinstance(v, jax.core.Tracer) else int(v) for v in run_plan)
+    )
 
 
 @jax.jit
@@ -259,8 +261,7 @@ def finish(acc: OnlineAccumulator, run_plan: tuple) -> StreamDiagnostics | None:
     n, half, m, b = run_plan
     if n < MIN_DRAWS:
         return None
-    rows, two_d = acc.half_mean.shape[1], acc.half_mean.shape[2]
-    d = two_d // 2
+    rows = acc.half_mean.shape[1]
     # the plan's numbers as traced Python scalars (weakly typed, as they were in
     # eager arithmetic): one compiled program serves every run length
     total = 2.0 * half * rows
@@ -273,15 +274,8 @@ def finish(acc: OnlineAccumulator, run_plan: tuple) -> StreamDiagnostics | None:
         total,
         1.0 / math.log10(max(total, 10.0)),
     )
-    rhat, ess, mcse, mean = _finish_arrays(acc, scalars)
     return StreamDiagnostics(
-        rhat[:d],
-        ess[:d],
-        mcse[:d],
-        rhat[d:],
-        ess[d:],
-        mean[d:],
-        mcse[d:],
+        *_finish_arrays(acc, scalars),
         int(rows),
         int(n),
         int(m),
@@ -291,8 +285,9 @@ def finish(acc: OnlineAccumulator, run_plan: tuple) -> StreamDiagnostics | None:
 
 @jax.jit
 def _finish_arrays(acc: OnlineAccumulator, scalars: tuple) -> tuple:
-    """:func:`finish`'s R-hat, ESS, MCSE and mean of ``(x, x²)``, each ``(2d,)``: one
-    compiled program (eagerly, each operation would be a program of its own).
+    """:func:`finish`'s R-hat, ESS and MCSE of ``x``, then R-hat, ESS, mean and MCSE of
+    ``x²`` (the first seven fields of :class:`StreamDiagnostics`): one compiled
+    program (eagerly, each operation or slice would be a program of its own).
     ``scalars``: :func:`finish`'s numbers of the plan.
     """
     half_less_1, half_ratio, two_b, s2_denominator, m, total, tau_floor = scalars
@@ -312,7 +307,9 @@ def _finish_arrays(acc: OnlineAccumulator, scalars: tuple) -> tuple:
     ess = jnp.where(constant, jnp.nan, total / tau).astype(dtype)
     rhat = jnp.where(constant, jnp.nan, rhat).astype(dtype)
     mcse = jnp.sqrt(var_plus / ess).astype(dtype)
-    return rhat, ess, mcse, jnp.mean(mean, axis=0).astype(dtype)
+    mean = jnp.mean(mean, axis=0).astype(dtype)
+    d = two_d // 2
+    return rhat[:d], ess[:d], mcse[:d], rhat[d:], ess[d:], mean[d:], mcse[d:]
 
 
 def from_draws(draws: Any, num_batches: int | None = None) -> StreamDiagnostics | None:

@@ -115,6 +115,7 @@ __all__ = [
     "AuditInfo",
     "BIASED_FLAG",
     "fresh_audit",
+    "fresh_audit_like",
     "audit_pick",
     "audit_figures",
     "gradients_and_audit",
@@ -426,6 +427,20 @@ def fresh_audit(dtype) -> Audit:
         jnp.zeros((), jnp.int32),
         zero,
     )
+
+
+@jax.jit
+def fresh_audit_like(x: Array) -> Audit:
+    """:func:`fresh_audit` in the dtype of ``x``: one compiled program (eagerly, each
+    figure is one).
+
+    Args:
+      x: any array of the figures' dtype (the particles).
+
+    Returns:
+      An :class:`Audit`.
+    """
+    return fresh_audit(x.dtype)
 
 
 def _kept_mean(kept: Any, field: str) -> float:

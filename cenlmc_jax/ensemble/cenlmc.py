@@ -79,6 +79,7 @@ f* = min f. ``r1 = 0`` or ``r2 = 0`` are allowed and switch the ensemble off
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -88,6 +89,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from cenlmc_jax._host import fetch
 from cenlmc_jax._steps import bound_step
 from cenlmc_jax._validation import (
     check_callable,
@@ -97,6 +99,7 @@ from cenlmc_jax._validation import (
     check_nonnegative,
     check_positive,
     is_concrete,
+    point_like,
 )
 from cenlmc_jax.base import RunFlag, SamplingAlgorithm
 from cenlmc_jax.ensemble.audit import (
@@ -430,11 +433,11 @@ def cenlmc_init(
             logdensity_fn if grad_fn is None else with_gradient(logdensity_fn, grad_fn)
         )
         res = find_f_star(search_fn, x, tol=f_star_tol, max_steps=f_star_max_steps)
-        fs, estimated = jnp.asarray(res.f_star, x.dtype), True
+        fs, estimated = res.f_star, True
     else:
         if is_concrete(f_star) and is_concrete(logdensity):
             arr = np.asarray(f_star)
-            f_min = float(-jnp.max(logdensity))
+            f_min = float(-np.max(fetch(logdensity)))
             # a little slack for rounding in the user's value and in logdensity_fn
             if float(arr) > f_min + 1e-6 * max(1.0, abs(f_min)):
                 raise ValueError(
@@ -442,13 +445,16 @@ def cenlmc_init(
                     f"f_star={float(arr)!r}, but a particle has f = {f_min!r} < f_star "
                     "(is logdensity_fn normalised differently?)."
                 )
-        fs, estimated = jnp.asarray(f_star, x.dtype), False
-    return CEnLMCState(
-        x,
-        logdensity,
-        w,
-        log_p,
-        fs,
+        fs, estimated = f_star, False
+    return CEnLMCState(x, logdensity, w, log_p, *_fresh_state(x, fs, estimated))
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _fresh_state(x: Array, f_star: Any, estimated: bool) -> tuple:
+    """The fields of a :class:`CEnLMCState` after ``log_p``, before any step: one
+    compiled program (eagerly, each field is one or two)."""
+    return (
+        jnp.asarray(f_star, x.dtype),
         jnp.asarray(estimated),
         fresh_audit(x.dtype),
         jnp.full(x.shape[:1], jnp.iinfo(jnp.int32).max, jnp.int32),
@@ -999,7 +1005,7 @@ def cenlmc(
         check_cenlmc_params(n, step_size, eta, r1, r2, n_star, m_f)
         _check_min_ball(min_ball_neighbours, n)
         opts.capacity(n)
-        check_grad_fn(opts.grad_fn, state.position[0], "grad_fn")
+        check_grad_fn(opts.grad_fn, point_like(state.position), "grad_fn")
         return state
 
     # one function per distinct parameters: a rebuilt sampler reuses cj.sample's

@@ -56,12 +56,13 @@ from cenlmc_jax._validation import (
     check_positive,
     check_start_logdensity,
     check_state,
+    point_like,
 )
 from cenlmc_jax.base import RunFlag, SamplingAlgorithm
 from cenlmc_jax.ensemble.audit import (
     BIASED_FLAG,
     Audit,
-    fresh_audit,
+    fresh_audit_like,
     gradients_and_audit,
 )
 from cenlmc_jax.ensemble.lmc import (
@@ -338,13 +339,19 @@ def init_ensemble(positions: ArrayLike, logdensity_fn: LogDensityFn):
         every particle.
     """
     x = check_positions(positions, min_particles=2)
-    check_logdensity(logdensity_fn, x[0])
+    check_logdensity(logdensity_fn, point_like(x))
     # a Python float from logdensity_fn becomes an array of the positions' dtype
     logdensity = ensemble_values(logdensity_fn, x)
     check_start_logdensity(logdensity, where="particle of positions")
-    w = jnp.full_like(x, jnp.inf)
-    log_p = jnp.full(x.shape[:1], -jnp.inf, dtype=x.dtype)
+    w, log_p = _unknown_past(x)
     return x, logdensity, w, log_p
+
+
+@jax.jit
+def _unknown_past(x: Array) -> tuple[Array, Array]:
+    """``w = +inf`` and ``log p = -inf``: one compiled program (eagerly, each constant
+    is two)."""
+    return jnp.full_like(x, jnp.inf), jnp.full(x.shape[:1], -jnp.inf, dtype=x.dtype)
 
 
 # --------------------------------------------------------------------------
@@ -369,7 +376,7 @@ def enlmc_init(positions: ArrayLike, logdensity_fn: LogDensityFn) -> EnLMCState:
       ValueError: as :func:`init_ensemble`.
     """
     x, logdensity, w, log_p = init_ensemble(positions, logdensity_fn)
-    return EnLMCState(x, logdensity, w, log_p, fresh_audit(x.dtype))
+    return EnLMCState(x, logdensity, w, log_p, fresh_audit_like(x))
 
 
 def enlmc_step(
@@ -558,7 +565,7 @@ def enlmc(
             # unused (a deterministic start), but a wrong one is a mistake to report
             check_key(rng_key)
         state = enlmc_init(positions, logdensity_fn)
-        check_grad_fn(opts.grad_fn, state.position[0], "grad_fn")
+        check_grad_fn(opts.grad_fn, point_like(state.position), "grad_fn")
         return state
 
     # one function per distinct parameters: a rebuilt sampler reuses cj.sample's

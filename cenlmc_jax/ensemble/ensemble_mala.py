@@ -107,6 +107,7 @@ from cenlmc_jax._validation import (
     check_positive,
     check_state,
     is_concrete,
+    point_like,
 )
 from cenlmc_jax.base import RunFlag, SamplingAlgorithm
 from cenlmc_jax.types import Array, ArrayLike, LogDensityFn, PRNGKey
@@ -446,7 +447,7 @@ def ensemble_mala_init(
     """
     precondition = check_bool(precondition, "precondition")
     positions = _check_ensemble(positions, precondition)
-    check_logdensity(logdensity_fn, positions[0])
+    check_logdensity(logdensity_fn, point_like(positions))
     logdensity = jax.vmap(logdensity_fn)(positions).astype(positions.dtype)
     if is_concrete(logdensity):
         bad = ~np.isfinite(np.asarray(logdensity))

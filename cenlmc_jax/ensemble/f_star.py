@@ -22,6 +22,7 @@ from cenlmc_jax._validation import (
     check_positions,
     check_positive,
     is_concrete,
+    point_like,
 )
 from cenlmc_jax.types import Array, ArrayLike, LogDensityFn
 
@@ -201,7 +202,7 @@ def find_f_star(
         ``> 0``.
     """
     x = check_positions(positions)
-    check_logdensity(logdensity_fn, x[0])
+    check_logdensity(logdensity_fn, point_like(x))
     max_steps = check_int(max_steps, "max_steps", minimum=1)
     if tol is None:
         tol = math.sqrt(float(jnp.finfo(x.dtype).eps))

@@ -61,6 +61,7 @@ from cenlmc_jax._validation import (
     check_start_logdensity,
     check_state,
     is_concrete,
+    point_like,
 )
 from cenlmc_jax.base import SamplingAlgorithm, StepSize, step_size_at
 from cenlmc_jax.gradients.modes import check_grad_mode, grad, value_and_grad
@@ -249,7 +250,7 @@ def value_and_grad_ensemble(
         jax.ShapeDtypeStruct(grads.shape[1:], grads.dtype),
         "grad_fn",
         what=GRAD_FN_WHAT,
-        like=positions[0],
+        like=point_like(positions),
     )
     return values.astype(positions.dtype), grads.astype(positions.dtype)
 
@@ -403,8 +404,8 @@ def lmc_init(
     """
     check_grad_mode(grad_mode)
     positions = check_positions(positions)
-    check_logdensity(logdensity_fn, positions[0])
-    check_grad_fn(grad_fn, positions[0])
+    check_logdensity(logdensity_fn, point_like(positions))
+    check_grad_fn(grad_fn, point_like(positions))
     logdensity, g = value_and_grad_ensemble(
         logdensity_fn, positions, grad_fn, grad_mode
     )
