@@ -314,6 +314,31 @@ def import_times(tree: Path, repeats: int) -> dict:
     return out
 
 
+#: One job in-process, counting the programs it lowers (each traced, lowered and then
+#: compiled or loaded from the cache: a fixed cost of a warm job).
+PROGRAMS = (
+    "import jax.monitoring as m; n = []; "
+    "m.register_event_duration_secs_listener(lambda e, d, **k: n.append(e) "
+    "if e.endswith('jaxpr_to_mlir_module_duration') else None); "
+    "from cenlmc_jax.cli import main; import tempfile; "
+    "main(['sample', '--compile-cache', tempfile.mkdtemp()]); "
+    "print('PROGRAMS', len(n))"
+)
+
+
+def cli_programs(env: dict) -> int:
+    """The programs ``cenlmc-jax sample`` lowers, in a fresh process with ``env``."""
+    out = subprocess.run(
+        [sys.executable, "-c", PRELUDE + PROGRAMS],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=env["PYTHONPATH"],
+    )
+    return int(next(x for x in out.stdout.splitlines() if x.startswith("PROGRAMS"))[9:])
+
+
 def cli_times(trees: dict, repeats: int) -> dict:
     """``cenlmc-jax sample`` (the README's main job) on each tree: user + sys CPU s with
     an empty compilation cache (cold), then again with the cache it wrote (warm).
@@ -342,6 +367,7 @@ def cli_times(trees: dict, repeats: int) -> dict:
             capture_output=True,
         )
         envs[label] = env
+    programs = {label: cli_programs(env) for label, env in envs.items()}
     for _ in range(repeats):
         for label in trees:
             env = envs[label]
@@ -361,6 +387,8 @@ def cli_times(trees: dict, repeats: int) -> dict:
             runs[label]["warm_wall"].append(warm[1])
     return {
         label: {
+            "programs": programs[label],
+            "repeats": repeats,
             "cold_cpu_s": statistics.median(r["cold"]),
             "warm_cpu_s": statistics.median(r["warm"]),
             "warm_wall_s": statistics.median(r["warm_wall"]),
@@ -611,11 +639,19 @@ def main():
         "<= 1.15",
     )
     if "cli" in b and "cli" in a:
+        k = a["cli"].get("repeats", 3)
         for key, what in (
-            ("cold_cpu_s", "`cenlmc-jax sample` CPU s, empty cache (median of 3)"),
-            ("warm_cpu_s", "`cenlmc-jax sample` CPU s, warm cache (median of 3)"),
+            ("cold_cpu_s", f"`cenlmc-jax sample` CPU s, empty cache (median of {k})"),
+            ("warm_cpu_s", f"`cenlmc-jax sample` CPU s, warm cache (median of {k})"),
         ):
             row("(e)", what, b["cli"][key], a["cli"][key], "<= 8 s warm")
+        if "programs" in a["cli"]:
+            row(
+                "(e)",
+                "programs the job lowers (and compiles or loads)",
+                b["cli"].get("programs", "-"),
+                a["cli"]["programs"],
+            )
     kept_note = (
         []
         if kept is None

@@ -186,7 +186,7 @@ class Moments(NamedTuple):
     def std(self) -> Array:
         """Population standard deviation (NumPy for concrete moments)."""
         v = self.variance
-        return np.sqrt(v) if isinstance(v, np.ndarray) else jnp.sqrt(v)
+        return np.sqrt(v) if isinstance(v, np.ndarray | np.generic) else jnp.sqrt(v)
 
 
 class RunResult(NamedTuple):
