@@ -542,6 +542,23 @@ def cpu_pool_size() -> int:
         )
 
 
+def job_key(seed: int) -> jax.Array:
+    """The job's root key from ``--seed`` (``0 <= seed < 2^63``), one key per seed.
+
+    ``jax.random.key(seed)`` for a seed below ``2^32``. Above, the key of its low 32
+    bits folded with its high bits: ``jax.random.key`` keeps only the low 32 bits
+    unless float64 is on, so seeds ``2^32`` apart would silently run the same chains.
+
+    Args:
+      seed: ``--seed``.
+
+    Returns:
+      A typed PRNG key.
+    """
+    key = jax.random.key(seed & 0xFFFFFFFF)
+    return jax.random.fold_in(key, seed >> 32) if seed >> 32 else key
+
+
 @functools.partial(jax.jit, static_argnums=(1, 2))
 def _keys_and_noise(key, n: int, d: int, scale) -> tuple:
     """The job's four keys (starting noise, run, sampler set-up, the step-halving
@@ -577,7 +594,7 @@ def _setup(args) -> Setup:
             "(the neighbours a particle can have)"
         )
     keys, noise = _keys_and_noise(
-        jax.random.key(args.seed), args.particles, target.dim, args.init_scale
+        job_key(args.seed), args.particles, target.dim, args.init_scale
     )
     positions = (
         noise

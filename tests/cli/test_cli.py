@@ -407,6 +407,23 @@ def test_seed_out_of_range_is_a_usage_error(seed, capsys):
     assert "--seed" in err
 
 
+def test_every_seed_has_its_own_key_and_small_seeds_keep_jaxs():
+    """``jax.random.key`` keeps only a seed's low 32 bits (float64 off): --seed 0 and
+    --seed 2**32 ran the same chains. Each seed's key is now distinct; below 2^32 it
+    is ``jax.random.key(seed)``, as before."""
+    import jax
+
+    data = {
+        s: tuple(np.asarray(jax.random.key_data(jobs.job_key(s))).tolist())
+        for s in (0, 7, 2**32 - 1, 2**32, 2**32 + 7, 2**40 + 7, 2**63 - 1)
+    }
+    assert len(set(data.values())) == len(data)
+    for s in (0, 7, 2**32 - 1):
+        assert data[s] == tuple(
+            np.asarray(jax.random.key_data(jax.random.key(s))).tolist()
+        )
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
