@@ -744,12 +744,21 @@ def main():
             "of lowering and loading). Then (265c12c) the third-party modules the job "
             "does not use are imported where they are used: Pallas and its Triton "
             "module, optax (the f* search), scipy.fft and scipy.special (a traced "
-            "run's summary): 0.49 -> 0.15 s of imports beyond jax's. What is left "
-            "of a warm job (single-process profile): importing jax ~1.2 s (0.6 s of "
-            "it ml_dtypes 0.7.0's ufunc registration; 0.6.0 imports in 0.01 s), "
-            "tracing, lowering and loading the run's program ~1 s, and ~3.5 s of "
-            "steps (the pair force ~90% of a CEnLMC step here; the step-halving "
-            "check 1,276 of the 2,476 steps).",
+            "run's summary): 0.49 -> 0.15 s of imports beyond jax's. Latest round "
+            "(before = 15fa241, programs counted in-process): the samplers' init "
+            "builds its constant fields in one program, the log density's example "
+            "is checked abstractly (no eager slice), host-side results (the moments' "
+            "variance, the kept infos, the verdict's slices) are NumPy, and the "
+            "online diagnostics' split is inside their program: 43 -> 19 programs. "
+            "Both trees' modules are compiled to bytecode before timing, as pip "
+            "install does (these machines set PYTHONDONTWRITEBYTECODE, so earlier "
+            "rounds compiled the library's sources in every timed run, ~0.2 s). "
+            "What is left of a warm job (single-process profile, a quiet hour): "
+            "importing jax ~1.35 s (0.7 s of it ml_dtypes 0.7.0's ufunc "
+            "registration; 0.6.0 imports in 0.01 s), tracing, lowering and loading "
+            "the run's program ~1.25 s, ~0.2 s for the other programs, and ~4.7 s of "
+            "steps (2,476 CEnLMC steps at ~1.9 ms, the pair force ~70% of each; the "
+            "step-halving check 1,276 of them).",
             *kept_note,
         ],
     )
