@@ -99,6 +99,7 @@ __all__ = [
     "SPARSE_BLOCK_ROWS",
     "SPARSE_BLOCK_COLS",
     "SPARSE_GROUP",
+    "LIFT_COLUMNS",
     "SPARSE_SMALL_N",
     "sparse_group",
     "SPARSE_MAX_ACTIVE",
@@ -125,6 +126,11 @@ _MIN_BLOCK = 16
 SPARSE_BLOCK_ROWS = 64
 SPARSE_BLOCK_COLS = 32
 SPARSE_GROUP = 128
+#: The block-sparse fold pads the columns' force operand ``(C, d+1)`` with zero
+#: columns to a multiple of this: XLA:CPU's library dot is about a quarter faster
+#: on a 32 x 32 tile with 8 columns than with 3, the zeros included (issue 30,
+#: benchmarks/results/waste.md (e)).
+LIFT_COLUMNS = 8
 #: Up to this many particles (columns) the default row tiles are half as tall
 #: (tighter boxes skip more of the few tile pairs there are) and a step folds twice
 #: as many tile pairs (the same work a step); beyond it the loop's overhead and the
@@ -772,7 +778,9 @@ def block_sparse_partial(
         Prepared(p.x, p.sq_x, p.f, thr_x=p.thr_x, w=p.w, sq_w=p.sq_w, thr_w=p.thr_w), br
     )
     n_tiles = -(-c.x.shape[0] // bc)
-    cols = Prepared(c.x, c.sq_x, c.f, x1=weights.lift, w=c.w, sq_w=c.sq_w)
+    # the force operand's columns padded with zeros to a multiple of LIFT_COLUMNS
+    lift = jnp.pad(weights.lift, ((0, 0), (0, -(d + 1) % LIFT_COLUMNS)))
+    cols = Prepared(c.x, c.sq_x, c.f, x1=lift, w=c.w, sq_w=c.sq_w)
     # tile n_tiles is empty
     cols_b = _blocks(pad_particles(cols, (n_tiles + 1) * bc), bc)
     acc = _fold_tiles(
@@ -836,7 +844,7 @@ def _fold_steps(rows_b, cols_b, pairs, n_pairs, top, group, spec, *, static: boo
     def full_tile(rows, cols):
         weights = ColumnWeights(jnp.asarray(True), top, cols.x1)
         part = tile_partial_with(rows, cols, weights, spec, True)
-        return part.sums, part.n_r2, part.n_ball
+        return part.sums[:, : d + 1], part.n_r2, part.n_ball
 
     def no_tiles(rows, cols):
         return (

@@ -40,7 +40,7 @@ from cenlmc_jax.pairwise import (
     ensemble_force_tiled,
     log_alpha_d,
 )
-from cenlmc_jax.pairwise.algebra import max_shared_spread
+from cenlmc_jax.pairwise.algebra import _count_both, max_shared_spread
 
 EPS32 = float(np.finfo(np.float32).eps)
 
@@ -765,3 +765,20 @@ def test_default_block_by_d_matches_oracle_d100(monkeypatch):
     out = jax.jit(run)(jnp.asarray(x), jnp.asarray(f), jnp.asarray(log_p))
     ref = assert_matches_oracle(out, x, f, log_p, eta, gram=True)
     assert ref.n_ball.mean() > 5  # populated balls: the comparison is not of zeros
+
+
+@pytest.mark.parametrize("cols", [1, 32, 1000, 2**15, 2**16])
+def test_packed_counts_equal_two_sums(cols):
+    # The tile kernel counts both masks in one int32 sum, a + (b << shift), where the
+    # packed value fits (< 2^31) and by two sums beyond (2^15 columns and up): the
+    # counts are integers, so they must equal NumPy's row sums exactly. Densities 0.5
+    # and 0.9 (seed 0): every row's counts are far from 0 and from the full row, and
+    # the all-true row is the largest packed value there is.
+    rng = np.random.default_rng(0)
+    a = rng.random((3, cols)) < 0.5
+    b = rng.random((3, cols)) < 0.9
+    a[0], b[0] = True, True
+    n_a, n_b = jax.jit(_count_both)(jnp.asarray(a), jnp.asarray(b))
+    assert n_a.dtype == n_b.dtype == jnp.int32
+    np.testing.assert_array_equal(np.asarray(n_a), a.sum(axis=1))
+    np.testing.assert_array_equal(np.asarray(n_b), b.sum(axis=1))
