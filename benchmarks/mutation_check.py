@@ -85,6 +85,28 @@ T_FLAGS_TOY = (
 #: (name, file, original text, replacement, tests that must catch it, what the bug is)
 MUTATIONS = [
     dict(
+        name="packed_counts_swapped",
+        file="cenlmc_jax/pairwise/algebra.py",
+        original="    return both & ((1 << shift) - 1), both >> shift",
+        replacement="    return both >> shift, both & ((1 << shift) - 1)",
+        tests=[
+            "tests/pairwise/test_pairwise.py::test_packed_counts_equal_two_sums[32]",
+            "tests/pairwise/test_sparse.py::test_matches_float64_oracle[601-2-True]",
+        ],
+        what="the tile kernel's packed R2 and ball counts decoded the wrong way round",
+    ),
+    dict(
+        name="sparse_fold_pads_the_force_operand_on_the_left",
+        file="cenlmc_jax/pairwise/tiled.py",
+        original="(0, 0), (0, -(d + 1) % LIFT_COLUMNS)",
+        replacement="(0, 0), (-(d + 1) % LIFT_COLUMNS, 0)",
+        tests=[
+            "tests/pairwise/test_sparse.py::test_matches_float64_oracle[601-2-True]",
+            "tests/pairwise/test_sparse.py::test_matches_float64_oracle[601-2-False]",
+        ],
+        what="the block-sparse fold's zero columns go before the force operand's",
+    ),
+    dict(
         name="ensemble_mala_without_reverse_proposal",
         file="cenlmc_jax/ensemble/ensemble_mala.py",
         original="log_ratio = l_y - l_a + log_backward - log_forward",
