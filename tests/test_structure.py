@@ -137,9 +137,12 @@ def test_the_layers_point_down():
         n for n in MODULES if n.startswith("cenlmc_jax.pairwise.") and n not in floors
     ]
     assert backends
+    # ... and the Pallas kernel the XLA tiles, which take a call whose per-row-block
+    # tile lists overflow (one shared list; the tiles import no Pallas)
+    extra = {"cenlmc_jax.pairwise.pallas": {"cenlmc_jax.pairwise.tiled"}}
     for name in backends:
         inside = {t for t in edges[name] if t.startswith("cenlmc_jax.pairwise")}
-        assert inside <= set(floors), (name, inside)
+        assert inside <= set(floors) | extra.get(name, set()), (name, inside)
     for name, allowed in floors.items():
         inside = {t for t in edges[name] if t.startswith("cenlmc_jax.pairwise")}
         assert inside <= allowed, (name, inside)

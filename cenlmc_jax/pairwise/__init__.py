@@ -246,7 +246,9 @@ def ensemble_force(
       return_fallback: return ``(force, ran_dense)``: ``ran_dense`` a bool
         scalar, True where the single-device block-sparse XLA tiles ran the
         dense tiles instead (their list overflowed, or the weights needed a
-        shift per row), and then no :class:`~.tiled.SparseFallbackWarning`:
+        shift per row; the block-sparse Pallas kernel hands a row block whose
+        list overflows to those tiles), and then no
+        :class:`~.tiled.SparseFallbackWarning`:
         the caller reports it (the CEnLMC step's ``info.dense_fallback``), so
         its program holds no host callback and the persistent compilation
         cache keeps it. False for every other form (the sharded block-sparse
@@ -349,20 +351,19 @@ def ensemble_force(
         )
     if method == "pallas":
         distances = "direct" if d <= DIRECT_MAX_D else "gram"
-        return done(
-            ensemble_force_pallas(
-                x,
-                f,
-                log_p,
-                eta,
-                w=w,
-                r2=r2,
-                distances=distances,
-                precision=precision,
-                gram_precision=precision,
-                block_sparse=sparse,
-                interpret=interpret,
-            )
+        return ensemble_force_pallas(
+            x,
+            f,
+            log_p,
+            eta,
+            w=w,
+            r2=r2,
+            distances=distances,
+            precision=precision,
+            gram_precision=precision,
+            block_sparse=sparse,
+            interpret=interpret,
+            return_fallback=return_fallback,
         )
     return ensemble_force_tiled(
         x,

@@ -33,9 +33,15 @@ w for the R2 count) can hold a pair (:func:`sparse_tile_lists`: ``FULL`` blocks
 first, then ``COUNT`` blocks, whose x-boxes are apart and which add only to
 ``n_r2``), and the kernel loops over its list, the lists and their lengths being
 two more (whole-array) inputs read with scalar loads. The lists have a static
-length (:func:`sparse_list_len`); a row block that needs more makes the call run
-the dense kernel (exact either way). Not yet timed on a GPU
-(``benchmarks/gpu_check.py``, sections ``headline`` and ``sample``).
+length (:func:`sparse_list_len`); a row block that needs more (a block in the
+thin tails whose box reaches into the dense core) makes the call run the
+block-sparse XLA tiles instead, whose single list all row blocks share (exact
+either way; the dense kernel it ran before was a hundred times slower on an H200
+at N = 2^20, benchmarks/results/gpu/gpu_check.md).
+
+Timed on an H200 (benchmarks/results/gpu/): block-sparse at d = 2 as fast as
+the XLA tiles; dense at d = 100 slower than them, in both distance forms.
+``method="auto"`` never takes it.
 
 Tiles and launch (``block_rows``, ``block_cols``, ``num_warps``,
 ``num_stages``) default per ``(distances, dtype, d)`` to :data:`KERNEL_DEFAULTS`,
@@ -94,6 +100,7 @@ from cenlmc_jax.pairwise.sparsity import (
     tile_list,
     unsort,
 )
+from cenlmc_jax.pairwise.tiled import ensemble_force_tiled
 from cenlmc_jax.types import Array, ArrayLike
 
 __all__ = [
@@ -110,7 +117,7 @@ __all__ = [
 ]
 
 #: Block-sparse: memory of all row blocks' lists of column blocks together;
-#: a row block that needs more entries sends the call to the dense kernel.
+#: a row block that needs more entries sends the call to the block-sparse XLA tiles.
 #: (2^27 bytes: with the 64 x 32 tiles of :data:`KERNEL_DEFAULTS` at d <= 16 a
 #: list covers as many columns as half of it did with 64 x 64 tiles.)
 SPARSE_LIST_BYTES = 128 * 2**20
@@ -621,24 +628,52 @@ def sparse_tile_lists(
     return (lists, n_full, n_count), jnp.all(n_full + n_count <= list_len)
 
 
-@functools.partial(jax.jit, static_argnames=("opts", "block_sparse"))
+@functools.partial(jax.jit, static_argnames=("opts", "block_sparse", "return_fallback"))
 def _pallas(
-    x, f, log_p, eta, w, r2, *, opts: KernelOptions, block_sparse: bool = False
+    x,
+    f,
+    log_p,
+    eta,
+    w,
+    r2,
+    *,
+    opts: KernelOptions,
+    block_sparse: bool = False,
+    return_fallback: bool = False,
 ):
     p = prepare(x, f, log_p, eta, w, r2)
     if not block_sparse:
-        return finish(pallas_partial(p, p, opts), p, x.shape[0])
+        out = finish(pallas_partial(p, p, opts), p, x.shape[0])
+        return (out, jnp.asarray(False)) if return_fallback else out
     perm, p = sort_spatially(p)
     tile_lists, fits = sparse_tile_lists(p, opts, sparse_list_len(x.shape[0], opts))
-    # A row block with more listed blocks than the list holds: the dense kernel (exact
-    # either way).
-    part = lax.cond(
-        fits,
-        lambda: pallas_partial(p, p, opts, tile_lists),
-        lambda: pallas_partial(p, p, opts),
-    )
-    out = finish(part, p, x.shape[0])
-    return unsort(out, perm)
+
+    def kernel():
+        out = unsort(
+            finish(pallas_partial(p, p, opts, tile_lists), p, x.shape[0]), perm
+        )
+        return (out, jnp.asarray(False)) if return_fallback else out
+
+    def xla_tiles():
+        # A row block with more listed blocks than its list holds (one far
+        # particle widens its block's box over most of the ensemble): the
+        # block-sparse XLA tiles, whose one list is shared by all row blocks, at
+        # the same distances and precision (exact either way). Not the dense
+        # kernel: O(N^2) (benchmarks/results/gpu/gpu_check.md).
+        return ensemble_force_tiled(
+            x,
+            f,
+            log_p,
+            eta,
+            w=w,
+            r2=r2,
+            precision=opts.precision,
+            distances=opts.distances,
+            block_sparse=True,
+            return_fallback=return_fallback,
+        )
+
+    return lax.cond(fits, kernel, xla_tiles)
 
 
 def ensemble_force_pallas(
@@ -658,7 +693,8 @@ def ensemble_force_pallas(
     num_warps: int | None = None,
     num_stages: int | None = None,
     block_sparse: bool = False,
-) -> PairwiseForce:
+    return_fallback: bool = False,
+) -> PairwiseForce | tuple[PairwiseForce, Array]:
     """The pair sums by the fused Pallas kernel; see the module docstring.
 
     Args:
@@ -686,15 +722,24 @@ def ensemble_force_pallas(
         row block visit only the column blocks whose bounding boxes (in x,
         and in w for the R2 count) can hold a pair (:func:`sparse_tile_lists`;
         the lists are kernel inputs). If a row block needs more than
-        :func:`sparse_list_len` entries, the dense kernel runs instead.
-        Same counts, forces to rounding.
+        :func:`sparse_list_len` entries, the block-sparse XLA tiles
+        (:func:`~.tiled.ensemble_force_tiled`, one list for all row blocks)
+        run instead, at the same distances and ``precision``. Same counts,
+        forces to rounding.
+      return_fallback: return ``(force, ran_dense)`` as
+        :func:`~cenlmc_jax.pairwise.ensemble_force` does: ``ran_dense`` is
+        True where those XLA tiles ran their dense tiles (their own list
+        overflowed); False for the kernel. Without it, they warn
+        (:class:`~.tiled.SparseFallbackWarning`).
 
     Returns:
       :class:`~.algebra.PairwiseForce` ``(force_sum (N, d), n_r2 (N,) int32,
-      n_ball (N,) int32)`` in the promoted floating dtype (float32 or float64).
+      n_ball (N,) int32)`` in the promoted floating dtype (float32 or float64);
+      with ``return_fallback``, ``(force, ran_dense)``.
     """
     x, f, log_p, w = check_pair_inputs(x, f, log_p, eta, w, r2)
     check_bool(block_sparse, "block_sparse")
+    check_bool(return_fallback, "return_fallback")
     opts = kernel_options(
         x.shape[1],
         block_rows,
@@ -717,4 +762,5 @@ def ensemble_force_pallas(
         None if r2 is None else jnp.asarray(r2, dtype),
         opts=opts,
         block_sparse=bool(block_sparse),
+        return_fallback=bool(return_fallback),
     )

@@ -522,24 +522,39 @@ def test_pallas_block_sparse_matches_float64_oracle(n, d, with_w, distances, r2_
         assert n_count.sum() > 0  # the count-only branch of the kernel ran
 
 
-def test_pallas_overflowing_lists_run_the_dense_kernel(monkeypatch):
+def test_pallas_overflowing_lists_run_the_xla_tiles(monkeypatch):
     # Lists of one entry per row block cannot hold the visited blocks: the
-    # dense kernel runs (exact either way).
+    # block-sparse XLA tiles run (exact either way), not the dense kernel, which
+    # took 7.3 s where they take 58 ms at N = 2^20 on an H200 (gpu_check.md).
     monkeypatch.setattr(pairwise.pallas, "SPARSE_LIST_BYTES", 1)
-    x, f, log_p, eta, w, r2 = cenlmc_like_inputs(
-        1, 217, 2
-    )  # a size no other test compiles
-    eta = eta_for_neighbours(x, 10)
-    result = ensemble_force_pallas(
-        x, f, log_p, eta, w=w, r2=r2, block_rows=16, block_cols=16, block_sparse=True
+    # 600 particles with about 10 ball and R2 neighbours each: the XLA tiles'
+    # list holds them (at 400 they would not pay and run dense tiles themselves)
+    x, f, log_p, eta, w, r2 = cenlmc_like_inputs(1, 600, 2)
+    eta, r2 = eta_for_neighbours(x, 10), eta_for_neighbours(w, 10)
+    force = functools.partial(
+        ensemble_force_pallas,
+        w=w,
+        r2=r2,
+        block_rows=16,
+        block_cols=16,
+        block_sparse=True,
+        return_fallback=True,
+        interpret=True,  # one form of each kernel in the program, not two
     )
+    result, ran_dense = force(x, f, log_p, eta)
     n_full, n_count, fits, _ = pallas_lists(
         x, f, log_p, eta, w=w, r2=r2, block_rows=16, block_cols=16, distances="direct"
     )
     assert not fits
+    # the XLA tiles' one shared list holds this ensemble: they did not go dense
+    assert not bool(ran_dense)
     assert_matches(
         result, oracle_with_bound(x, f, log_p, eta, w=w, r2=r2), label="pallas overflow"
     )
+    # one Pallas call in the program (the sparse kernel), not a second, dense one
+    # for the overflow branch
+    jaxpr = str(jax.make_jaxpr(lambda *a: force(*a))(x, f, log_p, eta))
+    assert jaxpr.count("pallas_call[") == 1, jaxpr.count("pallas_call[")
 
 
 def test_pallas_block_sparse_lowers_to_triton_for_cuda(monkeypatch):
