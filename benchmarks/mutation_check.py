@@ -85,6 +85,19 @@ T_FLAGS_TOY = (
 #: (name, file, original text, replacement, tests that must catch it, what the bug is)
 MUTATIONS = [
     dict(
+        name="pallas_overflow_reports_no_fallback",
+        file="cenlmc_jax/pairwise/pallas.py",
+        original="            return_fallback=return_fallback,\n        )\n\n"
+        "    return lax.cond",
+        replacement="            return_fallback=False,\n"
+        "        ), jnp.asarray(False)\n\n    return lax.cond",
+        tests=[
+            "tests/pairwise/test_sparse.py::test_pallas_overflowing_lists_run_the_xla_tiles"
+            "[400-True]",
+        ],
+        what="a Pallas call whose lists overflow hides whether its fallback went dense",
+    ),
+    dict(
         name="packed_counts_swapped",
         file="cenlmc_jax/pairwise/algebra.py",
         original="    return both & ((1 << shift) - 1), both >> shift",

@@ -522,14 +522,15 @@ def test_pallas_block_sparse_matches_float64_oracle(n, d, with_w, distances, r2_
         assert n_count.sum() > 0  # the count-only branch of the kernel ran
 
 
-def test_pallas_overflowing_lists_run_the_xla_tiles(monkeypatch):
+@pytest.mark.parametrize("n, tiles_dense", [(600, False), (400, True)])
+def test_pallas_overflowing_lists_run_the_xla_tiles(monkeypatch, n, tiles_dense):
     # Lists of one entry per row block cannot hold the visited blocks: the
     # block-sparse XLA tiles run (exact either way), not the dense kernel, which
     # took 7.3 s where they take 58 ms at N = 2^20 on an H200 (gpu_check.md).
+    # About 10 ball and R2 neighbours a particle: at 600 the XLA tiles' one list
+    # holds them; at 400 they would not pay, run their dense tiles, and say so.
     monkeypatch.setattr(pairwise.pallas, "SPARSE_LIST_BYTES", 1)
-    # 600 particles with about 10 ball and R2 neighbours each: the XLA tiles'
-    # list holds them (at 400 they would not pay and run dense tiles themselves)
-    x, f, log_p, eta, w, r2 = cenlmc_like_inputs(1, 600, 2)
+    x, f, log_p, eta, w, r2 = cenlmc_like_inputs(1, n, 2)
     eta, r2 = eta_for_neighbours(x, 10), eta_for_neighbours(w, 10)
     force = functools.partial(
         ensemble_force_pallas,
@@ -546,8 +547,7 @@ def test_pallas_overflowing_lists_run_the_xla_tiles(monkeypatch):
         x, f, log_p, eta, w=w, r2=r2, block_rows=16, block_cols=16, distances="direct"
     )
     assert not fits
-    # the XLA tiles' one shared list holds this ensemble: they did not go dense
-    assert not bool(ran_dense)
+    assert bool(ran_dense) == tiles_dense  # the XLA tiles' own flag, passed on
     assert_matches(
         result, oracle_with_bound(x, f, log_p, eta, w=w, r2=r2), label="pallas overflow"
     )
