@@ -211,7 +211,11 @@ def ensemble_force(
         Pallas backends choose their own tiles.
       precision: matrix-product precision of every backend (default
         ``jax.lax.Precision.HIGHEST`` so distance masks are float32-accurate
-        on GPU/TPU as well); it also sets the Gram coincidence bound.
+        on GPU/TPU as well); it also sets the Gram coincidence bound. A
+        lower one runs TF32 or bfloat16 products on a GPU, whose bound can
+        hold every pair: keep HIGHEST unless ``d`` is small
+        (benchmarks/results/gpu/README.md: the Pallas kernel's Gram form at
+        TF32 put every pair in the ball at d = 100 on an H200).
       mesh: a 1-D ``jax.sharding.Mesh``: shard the particles over its devices
         (:mod:`.sharded`, ``strategy="allgather"`` or ``"ring"``); the local
         partials are those of ``method`` (``"tiled"``/``"auto"``: XLA tiles,
