@@ -240,9 +240,34 @@ def section_headline(args, rows, payload):
             print(row, flush=True)
 
 
-def section_sample(args, rows, payload):
+def sample_job(n: int, d: int, h: float, method: str, sparse: bool):
+    """The ``sample`` section's CEnLMC on a standard Gaussian: about 40 R2
+    neighbours per particle, R1 passing ~70%, M_f nearly all (f* = 0).
+
+    Returns ``(algorithm, eta, r2)``."""
     from scipy.stats import chi2
 
+    import cenlmc_jax as cj
+
+    q = chi2.ppf(40 / n, d)
+    eta, r2 = math.sqrt(2 * q), math.sqrt(2 * (1 + 2 * h) * q)
+    r1 = math.sqrt(2 * h * chi2.ppf(0.7, d))
+    alg = cj.cenlmc(
+        lambda x: -0.5 * jnp.sum(x * x),
+        h,
+        eta,
+        r1,
+        r2,
+        20,
+        10.0,
+        f_star=0.0,
+        method=method,
+        block_sparse=sparse,
+    )
+    return alg, eta, r2
+
+
+def section_sample(args, rows, payload):
     import cenlmc_jax as cj
 
     # the XLA tiles (what method="auto" runs) always, the Pallas kernel if it built
@@ -267,26 +292,7 @@ def section_sample(args, rows, payload):
             rows.append(row)
             continue
         try:
-            # about 40 R2- and ball-neighbours per particle, R1 passing ~70%, M_f nearly
-            # all (f* = 0)
-            q = chi2.ppf(40 / n, d)
-            eta, r2, r1 = (
-                math.sqrt(2 * q),
-                math.sqrt(2 * (1 + 2 * h) * q),
-                math.sqrt(2 * h * chi2.ppf(0.7, d)),
-            )
-            alg = cj.cenlmc(
-                lambda x: -0.5 * jnp.sum(x * x),
-                h,
-                eta,
-                r1,
-                r2,
-                20,
-                10.0,
-                f_star=0.0,
-                method=method,
-                block_sparse=sparse,
-            )
+            alg, _, _ = sample_job(n, d, h, method, sparse)
             x0 = jax.device_put(jax.random.normal(jax.random.key(0), (n, d)))
             state = jax.block_until_ready(alg.init(x0))
             key = jax.random.key(1)

@@ -17,7 +17,6 @@ import collections
 import functools
 import glob
 import json
-import math
 import shutil
 import sys
 import tempfile
@@ -31,6 +30,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _common
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository
 
+from gpu_check import sample_job  # noqa: E402
+
 T0 = time.perf_counter()
 INFO = (
     "dense_fallback",
@@ -43,27 +44,14 @@ INFO = (
 
 
 def build(n: int, d: int, method: str):
-    from scipy.stats import chi2
+    """``gpu_check.py``'s ``sample`` job, block-sparse, and its eta and R2."""
+    return sample_job(n, d, 0.05, method, True)
 
-    import cenlmc_jax as cj
 
-    h = 0.05
-    q = chi2.ppf(40 / n, d)  # as gpu_check.py's sample section
-    eta, r2 = math.sqrt(2 * q), math.sqrt(2 * (1 + 2 * h) * q)
-    r1 = math.sqrt(2 * h * chi2.ppf(0.7, d))
-    alg = cj.cenlmc(
-        lambda x: -0.5 * jnp.sum(x * x),
-        h,
-        eta,
-        r1,
-        r2,
-        20,
-        10.0,
-        f_star=0.0,
-        method=method,
-        block_sparse=True,
-    )
-    return alg, eta, r2
+def print_events(prefix: str, events: list) -> None:
+    for ev in events:
+        where = " | ".join((ev["plane"], ev["line"], ev["event"]))
+        print(prefix, f"{ev['ms_per_step']:9.3f} ms/step {ev['count']:7d}", where)
 
 
 def top_events(fn, steps: int, k: int = 25) -> list:
@@ -157,17 +145,7 @@ def profile(n: int, d: int, method: str, timed_steps: int) -> dict:
         jax.block_until_ready(s)
 
     out["top_events"] = top_events(two, 2)
-    for ev in out["top_events"][:25]:
-        print(
-            method,
-            f"{ev['ms_per_step']:9.3f} ms/step {ev['count']:6d}",
-            ev["plane"],
-            "|",
-            ev["line"],
-            "|",
-            ev["event"],
-            flush=True,
-        )
+    print_events(method, out["top_events"])
     return out
 
 
@@ -285,16 +263,7 @@ def sample_profile(n: int, d: int, method: str, steps: int, out_dir: Path) -> di
     out["sample_top_events"] = top_events(
         lambda: jax.block_until_ready(run(again.state, steps).state), steps, k=30
     )
-    for ev in out["sample_top_events"]:
-        print(
-            f"{ev['ms_per_step']:9.3f} ms/step {ev['count']:7d}",
-            ev["plane"],
-            "|",
-            ev["line"],
-            "|",
-            ev["event"],
-            flush=True,
-        )
+    print_events("sample", out["sample_top_events"])
     return out
 
 
