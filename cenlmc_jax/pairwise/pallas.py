@@ -655,11 +655,12 @@ def _pallas(
         return (out, jnp.asarray(False)) if return_fallback else out
 
     def xla_tiles():
-        # A row block with more listed blocks than its list holds (one far
-        # particle widens its block's box over most of the ensemble): the
-        # block-sparse XLA tiles, whose one list is shared by all row blocks, at
-        # the same distances and precision (exact either way). Not the dense
-        # kernel: O(N^2) (benchmarks/results/gpu/gpu_check.md).
+        # A row block with more listed blocks than its list holds (a block in the
+        # thin tails whose box reaches into the dense core): the block-sparse XLA
+        # tiles, whose one list is shared by all row blocks, at the same distances
+        # and the precision that decides the masks (exact either way). Not the
+        # dense kernel: O(N^2) (benchmarks/results/gpu/gpu_check.md).
+        gram = opts.distances == "gram"
         return ensemble_force_tiled(
             x,
             f,
@@ -667,7 +668,7 @@ def _pallas(
             eta,
             w=w,
             r2=r2,
-            precision=opts.precision,
+            precision=opts.gram_precision if gram else opts.precision,
             distances=opts.distances,
             block_sparse=True,
             return_fallback=return_fallback,
@@ -724,8 +725,9 @@ def ensemble_force_pallas(
         the lists are kernel inputs). If a row block needs more than
         :func:`sparse_list_len` entries, the block-sparse XLA tiles
         (:func:`~.tiled.ensemble_force_tiled`, one list for all row blocks)
-        run instead, at the same distances and ``precision``. Same counts,
-        forces to rounding.
+        run instead, at the same distances and the precision of the masks
+        (``gram_precision`` for the Gram form, else ``precision``). Same
+        counts, forces to rounding.
       return_fallback: return ``(force, ran_dense)`` as
         :func:`~cenlmc_jax.pairwise.ensemble_force` does: ``ran_dense`` is
         True where those XLA tiles ran their dense tiles (their own list
