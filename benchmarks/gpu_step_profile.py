@@ -106,12 +106,7 @@ def profile(n: int, d: int, method: str, timed_steps: int) -> dict:
     out["steps"] = steps
     out["median_step_s"] = float(np.median([r["s"] for r in steps[1:]]))
     # the pair force alone, on the step's own arguments
-    opts = alg.options if hasattr(alg, "options") else None
-    kw = (
-        opts.force_kwargs()
-        if opts is not None
-        else dict(method=method, block_sparse=True)
-    )
+    kw = dict(method=method, block_sparse=True)  # as the step builds it
     force = jax.jit(
         lambda x, f, lp, w: ensemble_force(
             x,
