@@ -17,8 +17,10 @@ a release. The marker is registered in pyproject.toml, with the per-test
 ``timeout`` (pytest-timeout).
 """
 
+import atexit
 import gc
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -41,9 +43,9 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # loads it from disk instead. Measured on tests/cli/test_cli.py
 # (benchmarks/results/test_times.md). CENLMC_TEST_COMPILE_CACHE: "off" disables it, a
 # folder keeps it across sessions (faster reruns while developing); unset, a fresh
-# folder per session. One folder per pytest-xdist worker: JAX writes a cache entry
-# without a lock (unless eviction is on), so a worker could read another's half-written
-# entry.
+# folder per session, removed at its end. One folder per pytest-xdist worker: JAX
+# writes a cache entry without a lock (unless eviction is on), so a worker could read
+# another's half-written entry.
 _cache = os.environ.get("CENLMC_TEST_COMPILE_CACHE", "")
 _ours = (
     os.environ.get("CENLMC_TEST_CACHE_SET") == "1"
@@ -51,11 +53,12 @@ _ours = (
 if _cache != "off" and (_ours or "JAX_COMPILATION_CACHE_DIR" not in os.environ):
     os.environ["CENLMC_TEST_CACHE_SET"] = "1"
     _worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    _cache = (
-        os.path.join(_cache, _worker)
-        if _cache
-        else tempfile.mkdtemp(prefix=f"cenlmc-test-xla-{_worker}-")
-    )
+    if _cache:
+        _cache = os.path.join(_cache, _worker)
+    else:
+        # this process's own folder (~50 MB after the suite), removed when it exits
+        _cache = tempfile.mkdtemp(prefix=f"cenlmc-test-xla-{_worker}-")
+        atexit.register(shutil.rmtree, _cache, ignore_errors=True)
     os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
