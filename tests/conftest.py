@@ -40,8 +40,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # processes it starts, which inherit the environment): many tests compile the same
 # program again (the same sampler on the same target in another test, another module
 # after the caches are cleared, every CLI job, whose closures are new), and a cache hit
-# loads it from disk instead. Measured on tests/cli/test_cli.py
-# (benchmarks/results/test_times.md). CENLMC_TEST_COMPILE_CACHE: "off" disables it, a
+# loads it from disk instead (first measured on tests/cli/test_cli.py; no results file
+# holds it). CENLMC_TEST_COMPILE_CACHE: "off" disables it, a
 # folder keeps it across sessions (faster reruns while developing); unset, a fresh
 # folder per session, removed at its end. One folder per pytest-xdist worker: JAX
 # writes a cache entry without a lock (unless eviction is on), so a worker could read
