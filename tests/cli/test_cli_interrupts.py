@@ -13,6 +13,7 @@ its fix.
   test_a_model_without_its_function_name_names_the_format
 """
 
+import json
 import os
 import signal
 import subprocess
@@ -20,6 +21,7 @@ import sys
 import textwrap
 import time
 
+import numpy as np
 from cli_helpers import run_cli
 
 #: How long the slow model's import would run on its own: far beyond the test's wait
@@ -123,9 +125,22 @@ def test_a_gradient_free_sampler_runs_a_model_that_cannot_be_differentiated(
     )
     for sampler, says in (("rwmh", "random-walk MH"), ("irreversible-mh", "Gamma(2")):
         code, out, err = run_cli(
-            ["sample", "--model", f"{model}:logdensity_fn", "--dim", "2",
-             "--sampler", sampler, "--particles", "16", "--steps", "100",
-             "--burn-in", "100", "--allow-unreliable"],
+            [
+                "sample",
+                "--model",
+                f"{model}:logdensity_fn",
+                "--dim",
+                "2",
+                "--sampler",
+                sampler,
+                "--particles",
+                "16",
+                "--steps",
+                "100",
+                "--burn-in",
+                "100",
+                "--allow-unreliable",
+            ],
             capsys,
         )
         assert code == 0, (sampler, out, err)
@@ -138,3 +153,83 @@ def test_a_model_without_its_function_name_names_the_format(tmp_path, capsys):
     code, out, err = run_cli(["sample", "--model", model, "--dim", "2"], capsys)
     assert code == 2 and "Traceback" not in err, err
     assert "--model must be PATH.py:FUNCTION" in err and str(model) in err, err
+
+
+def _hooked(marker):
+    """``extra_code`` for :func:`_child`: an ``atexit`` hook that writes ``marker``."""
+    hook = f"pathlib.Path({str(marker)!r}).write_text"
+    return f"import atexit, pathlib; atexit.register({hook}, 'ran')"
+
+
+def test_the_command_skips_pythons_shutdown_and_still_writes_everything(tmp_path):
+    # The command ends by os._exit once its output is flushed (the shutdown cost ~0.35 s
+    # of CPU, docs/guide/cli.md "CPU time"): an atexit hook registered before it never
+    # runs, while the printed report, the --out files and the compilation cache's
+    # entries are all there. rwmh, 20 particles, 100 steps: a run of seconds that
+    # writes its --out files.
+    marker, out, cache = (tmp_path / n for n in ("hook", "out", "cache"))
+    args = [
+        "sample",
+        "--sampler",
+        "rwmh",
+        "--particles",
+        "20",
+        "--steps",
+        "100",
+        "--burn-in",
+        "100",
+        "--out",
+        out,
+        "--compile-cache",
+        cache,
+        "--allow-unreliable",
+    ]
+    proc = _child(args, extra_code=_hooked(marker))
+    stdout, err = proc.communicate(timeout=TIMEOUT_S * 5)
+    assert proc.returncode == 0, (proc.returncode, stdout, err)
+    assert not marker.exists(), "Python's shutdown ran"
+    # the report's last lines, flushed before the exit
+    assert f"wrote {out / 'run.json'}" in stdout, stdout
+    record = json.loads((out / "run.json").read_text())
+    assert record["steps_done"] == 200, record  # burn-in and kept
+    with np.load(out / "moments.npz") as moments:
+        assert np.all(np.isfinite(moments["mean"])), dict(moments)
+    assert any(cache.iterdir()), "no compilation cache entry was written"
+
+
+def test_a_models_own_buffered_file_and_atexit_hook_survive_the_command(tmp_path):
+    # --model brings in the user's code: the command then ends by Python's shutdown, so
+    # the model's buffered file is flushed and its atexit hook runs (os._exit would
+    # lose both)
+    model, log, marker = (tmp_path / n for n in ("m.py", "model.log", "hook"))
+    model.write_text(
+        textwrap.dedent(
+            f"""
+            import atexit, pathlib
+            LOG = open({str(log)!r}, "w")  # never closed by the model
+            LOG.write("opened\\n")
+            atexit.register(pathlib.Path({str(marker)!r}).write_text, "ran")
+
+            def logdensity_fn(x):
+                return -0.5 * (x ** 2).sum()
+            """
+        )
+    )
+    args = [
+        "sample",
+        "--model",
+        f"{model}:logdensity_fn",
+        "--dim",
+        "2",
+        "--sampler",
+        "rwmh",
+        "--particles",
+        "20",
+        "--steps",
+        "100",
+        "--allow-unreliable",
+    ]
+    proc = _child(args)
+    stdout, err = proc.communicate(timeout=TIMEOUT_S * 5)
+    assert proc.returncode == 0, (proc.returncode, stdout, err)
+    assert log.read_text() == "opened\n" and marker.read_text() == "ran", err
