@@ -347,18 +347,24 @@ def cli_times(trees: dict, repeats: int) -> dict:
     interleaved, so that the shared machine's load falls on all alike); the medians,
     and every figure.
 
-    Each tree's modules are compiled to bytecode first (``compileall``, into a folder
-    of its own by ``PYTHONPYCACHEPREFIX``), as ``pip install`` does: a user's job does
-    not compile the library's sources, and with ``PYTHONDONTWRITEBYTECODE`` set (as on
-    these machines) every timed run would (about 0.2-0.3 s of the job).
+    Each tree's modules are compiled to bytecode first (``compileall``, into the
+    tree's own ``__pycache__`` folders), as ``pip install`` does: a user's job does not
+    compile the library's sources, and with ``PYTHONDONTWRITEBYTECODE`` set (as on
+    these machines) every timed run would (about 0.2-0.3 s of the job). Not by
+    ``PYTHONPYCACHEPREFIX``: that moves every module's bytecode, JAX's and NumPy's
+    too, so each timed run compiled them all again (about 1.6 s of ``import jax``;
+    the (e) rows from commit 5294de9 to 8540fb0 carry it).
     """
     runs = {label: {"cold": [], "warm": [], "warm_wall": []} for label in trees}
-    pycache = Path(tempfile.mkdtemp(prefix="cenlmc_pycache_"))
     envs = {}
     for label, tree in trees.items():
         env = dict(os.environ, PYTHONPATH=str(tree))
-        env["PYTHONPYCACHEPREFIX"] = str(pycache / label)
-        for key in ("CENLMC_JAX_CACHE_DIR", "CENLMC_JAX_NO_CACHE", "PJRT_NPROC"):
+        for key in (
+            "CENLMC_JAX_CACHE_DIR",
+            "CENLMC_JAX_NO_CACHE",
+            "PJRT_NPROC",
+            "PYTHONPYCACHEPREFIX",
+        ):
             env.pop(key, None)
         subprocess.run(
             [sys.executable, "-m", "compileall", "-q", str(Path(tree) / "cenlmc_jax")],
@@ -759,11 +765,21 @@ def main():
             "out), and the block-sparse fold pads the force operand to 8 columns "
             "(the library dot is ~1/4 faster so): the job's CEnLMC step 2.08 -> 1.47 "
             "ms in one single-process run (1.25 ms in a quiet minute), the same "
-            "draws. What is left of a warm job: importing jax 1.3-1.9 s (1.1-1.4 s "
-            "of it ml_dtypes 0.7.0's ufunc registration; 0.6.0 imports in 0.01 s), "
-            "tracing, lowering and loading the run's program ~1.25 s, ~0.2 s for the "
-            "other programs, and ~3.1-3.6 s of steps (2,476 CEnLMC steps; the "
-            "step-halving check 1,276 of them).",
+            "draws. Then ml_dtypes 0.7.0 was excluded (bench_ml_dtypes.md: 1.1 s of "
+            "every import jax; both trees of later rounds run on 0.6.0). Latest "
+            "round (before = 8540fb0): the command ends by os._exit once its output "
+            "is flushed, skipping Python's shutdown (JAX's atexit clearing and the "
+            "freeing of every module, ~0.35 s; not with a --model, whose own code "
+            "may need it). What is left of a warm job (JAX_LOG_COMPILES=1, a quiet "
+            "host, 2026-12-04 22:30 UTC): importing the CLI 0.6 s, the small "
+            "programs before the run 0.3 s, the run's program traced 0.35-0.43 s, "
+            "lowered 0.26 s and loaded from the cache 0.25-0.31 s, and 3.2 s of "
+            "steps (2,476 CEnLMC steps; the step-halving check 1,276 of them). "
+            "bench_cli_cpu.md times the job round by round beside the host's speed. "
+            "From 5294de9 to 8540fb0 this benchmark set PYTHONPYCACHEPREFIX for the "
+            "trees' bytecode, which moved JAX's and NumPy's too: every timed run "
+            "compiled them again (~1.6 s more on both sides of the (e) rows of those "
+            "rounds); each tree is now compiled in place.",
             *kept_note,
         ],
     )

@@ -61,9 +61,10 @@ SECTIONS = [
         ],
     ),
     (
-        "Compile time",
-        "How long the first call takes, and when a program is compiled again.",
-        ["one_compile.md", "recompile.md", "summary.md"],
+        "Compile time and the command line's job",
+        "How long the first call takes, when a program is compiled again, and what "
+        "the command line's main job costs on a warm compilation cache.",
+        ["one_compile.md", "recompile.md", "summary.md", "cli_cpu.md"],
     ),
 ]
 
