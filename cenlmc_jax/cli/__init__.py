@@ -221,6 +221,41 @@ def use_compile_cache(folder: str | None) -> None:
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
+class _ReaderMayGo:
+    """The command's stdout or stderr, which outlives its reader.
+
+    When the reader of a pipe ends first (``cenlmc-jax sample --out run1 | head``),
+    a write raises ``BrokenPipeError``: the command stopped there with a traceback,
+    before it wrote its files. Here the stream's descriptor is pointed at the null
+    device instead, and the command carries on to its files and its exit status.
+    """
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._to_null()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._to_null()
+
+    def _to_null(self) -> None:
+        # what the stream's buffer still holds, and every later write, go there
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, self._stream.fileno())
+        os.close(null)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def _end_process(code: int) -> None:
     """End the process now, without Python's shutdown (why: :func:`main`)."""
     for stream in (sys.stdout, sys.stderr):
@@ -254,7 +289,8 @@ def main(argv=None) -> int:
       checkpoints, the compilation cache's entries, which JAX writes as it
       compiles), so nothing waits for it.
 
-    Called with ``argv`` (in-process), it returns the status instead.
+    Called with ``argv`` (in-process), it returns the status instead. As a command,
+    its output may outlive its reader (``| head``: :class:`_ReaderMayGo`).
 
     Args:
       argv: the arguments after the program name, or None for ``sys.argv[1:]``
@@ -264,6 +300,8 @@ def main(argv=None) -> int:
       The exit status (2 for a usage error, 130 for an interrupted run).
     """
     command_line = argv is None
+    if command_line:
+        sys.stdout, sys.stderr = _ReaderMayGo(sys.stdout), _ReaderMayGo(sys.stderr)
     parser = build_parser(__doc__.splitlines()[0])
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)

@@ -233,3 +233,23 @@ def test_a_models_own_buffered_file_and_atexit_hook_survive_the_command(tmp_path
     stdout, err = proc.communicate(timeout=TIMEOUT_S * 5)
     assert proc.returncode == 0, (proc.returncode, stdout, err)
     assert log.read_text() == "opened\n" and marker.read_text() == "ran", err
+
+
+def test_a_reader_that_ends_first_stops_neither_the_run_nor_its_files(tmp_path):
+    # `cenlmc-jax sample --out DIR | head -1`: the pipe's reader is gone before the
+    # report is printed. Before the fix the next print raised BrokenPipeError: a
+    # traceback, exit 1, and no run.json or moments.npz in DIR (the files are written
+    # after the report).
+    out = tmp_path / "out"
+    args = ["sample", "--sampler", "rwmh", "--particles", "20", "--steps", "100",
+            "--burn-in", "100", "--out", out, "--allow-unreliable"]  # fmt: skip
+    proc = _child(args)
+    first = proc.stdout.readline()
+    proc.stdout.close()  # as `head -1` does, long before the run ends
+    proc.wait(timeout=TIMEOUT_S * 5)
+    err = proc.stderr.read()
+    assert first.startswith("cenlmc-jax: random-walk MH"), first
+    assert proc.returncode == 0 and "Traceback" not in err, (proc.returncode, err)
+    assert json.loads((out / "run.json").read_text())["steps_done"] == 200
+    with np.load(out / "moments.npz") as moments:
+        assert np.all(np.isfinite(moments["mean"]))
