@@ -155,6 +155,12 @@ def test_a_model_without_its_function_name_names_the_format(tmp_path, capsys):
     assert "--model must be PATH.py:FUNCTION" in err and str(model) in err, err
 
 
+#: A run of seconds that writes its --out files: rwmh, 20 particles, 100 burn-in and 100
+#: kept steps (200 done), exit 0 whatever the verdict.
+SMALL_RUN = ["--sampler", "rwmh", "--particles", "20", "--steps", "100", "--burn-in",
+             "100", "--allow-unreliable"]  # fmt: skip
+
+
 def _hooked(marker):
     """``extra_code`` for :func:`_child`: an ``atexit`` hook that writes ``marker``."""
     hook = f"pathlib.Path({str(marker)!r}).write_text"
@@ -165,25 +171,9 @@ def test_the_command_skips_pythons_shutdown_and_still_writes_everything(tmp_path
     # The command ends by os._exit once its output is flushed (the shutdown cost ~0.35 s
     # of CPU, docs/guide/cli.md "CPU time"): an atexit hook registered before it never
     # runs, while the printed report, the --out files and the compilation cache's
-    # entries are all there. rwmh, 20 particles, 100 steps: a run of seconds that
-    # writes its --out files.
+    # entries are all there.
     marker, out, cache = (tmp_path / n for n in ("hook", "out", "cache"))
-    args = [
-        "sample",
-        "--sampler",
-        "rwmh",
-        "--particles",
-        "20",
-        "--steps",
-        "100",
-        "--burn-in",
-        "100",
-        "--out",
-        out,
-        "--compile-cache",
-        cache,
-        "--allow-unreliable",
-    ]
+    args = ["sample", *SMALL_RUN, "--out", out, "--compile-cache", cache]
     proc = _child(args, extra_code=_hooked(marker))
     stdout, err = proc.communicate(timeout=TIMEOUT_S * 5)
     assert proc.returncode == 0, (proc.returncode, stdout, err)
@@ -215,20 +205,7 @@ def test_a_models_own_buffered_file_and_atexit_hook_survive_the_command(tmp_path
             """
         )
     )
-    args = [
-        "sample",
-        "--model",
-        f"{model}:logdensity_fn",
-        "--dim",
-        "2",
-        "--sampler",
-        "rwmh",
-        "--particles",
-        "20",
-        "--steps",
-        "100",
-        "--allow-unreliable",
-    ]
+    args = ["sample", "--model", f"{model}:logdensity_fn", "--dim", "2", *SMALL_RUN]
     proc = _child(args)
     stdout, err = proc.communicate(timeout=TIMEOUT_S * 5)
     assert proc.returncode == 0, (proc.returncode, stdout, err)
@@ -241,8 +218,7 @@ def test_a_reader_that_ends_first_stops_neither_the_run_nor_its_files(tmp_path):
     # traceback, exit 1, and no run.json or moments.npz in DIR (the files are written
     # after the report).
     out = tmp_path / "out"
-    args = ["sample", "--sampler", "rwmh", "--particles", "20", "--steps", "100",
-            "--burn-in", "100", "--out", out, "--allow-unreliable"]  # fmt: skip
+    args = ["sample", *SMALL_RUN, "--out", out]
     proc = _child(args)
     first = proc.stdout.readline()
     proc.stdout.close()  # as `head -1` does, long before the run ends
