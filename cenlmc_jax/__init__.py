@@ -35,6 +35,7 @@ _LAZY = {
     "SamplingAlgorithm": ("cenlmc_jax.base", "SamplingAlgorithm"),
     "ConvergenceWarning": ("cenlmc_jax.diagnostics.convergence", "ConvergenceWarning"),
     "summary": ("cenlmc_jax.diagnostics.summary", "summary"),
+    "sample_until": ("cenlmc_jax.run_until", "sample_until"),
     "to_arviz": ("cenlmc_jax.diagnostics.summary", "to_arviz"),
     "cenlmc": ("cenlmc_jax.ensemble.cenlmc", "cenlmc"),
     "enlmc": ("cenlmc_jax.ensemble.enlmc", "enlmc"),
@@ -101,6 +102,7 @@ __all__ = [
     "SamplingAlgorithm",
     # running
     "sample",
+    "sample_until",
     "vmap_chains",
     "RunResult",
     "to_host",

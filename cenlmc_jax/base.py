@@ -93,6 +93,9 @@ class RunFlag(NamedTuple):
         boolean) and the flag is set when its mean over the kept steps is below
         this value: a shortfall over the whole run, not one step's (CEnLMC's
         ensemble fraction). ``first_step`` is then the first kept step.
+      efficiency_only: the condition costs efficiency, not correctness (CEnLMC's
+        unused ensemble: LMC's answer at more cost): the CLI prints it as a warning
+        naming the better choice and does not fail the run on it.
     """
 
     field: str
@@ -100,6 +103,7 @@ class RunFlag(NamedTuple):
     kept_only: bool = False
     every_step: bool = False
     mean_below: float | None = None
+    efficiency_only: bool = False
 
 
 def run_flags(info: Any) -> tuple:

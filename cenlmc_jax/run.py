@@ -66,6 +66,7 @@ from cenlmc_jax.diagnostics.convergence import (
     RHAT_MAX,
     ConvergenceWarning,
     convergence_problems,
+    in_superchains,
 )
 from cenlmc_jax.types import Array, PRNGKey, PyTree, StepFn
 
@@ -897,10 +898,16 @@ def _warn_unconverged(result: RunResult, initial_state: Any, warned: set) -> Non
     each; the frozen check is skipped when the per-chunk watch already reported frozen
     chains.
     """
-    start = None if "frozen" in warned else getattr(initial_state, "position", None)
+    position = getattr(initial_state, "position", None)
+    many = position is not None and in_superchains(gather(position))
+    start = position if many or "frozen" not in warned else None
     found = convergence_problems(gather(result), gather(start))
     diag = result.online
-    if diag is not None and all(map(is_concrete, jax.tree_util.tree_leaves(diag))):
+    if (
+        not many
+        and diag is not None
+        and all(map(is_concrete, jax.tree_util.tree_leaves(diag)))
+    ):
         found += online.stream_problems(gather(diag), rhat_max=RHAT_MAX)
     for problem in found:
         host_warn(

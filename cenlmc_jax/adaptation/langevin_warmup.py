@@ -131,6 +131,7 @@ from cenlmc_jax.adaptation.mass_matrix import (
 from cenlmc_jax.adaptation.newton import newton_modes
 from cenlmc_jax.adaptation.step_size import langevin_step_size, max_curvature
 from cenlmc_jax.base import SamplingAlgorithm
+from cenlmc_jax.diagnostics import nested
 from cenlmc_jax.diagnostics.convergence import ConvergenceWarning
 from cenlmc_jax.ensemble.cenlmc import cenlmc
 from cenlmc_jax.ensemble.f_star import with_gradient
@@ -601,6 +602,29 @@ def _mode_search(logdensity_fn, x):
     return found, steps
 
 
+#: A separate mode counts (is warned of) only when its Laplace weight is at least this
+#: share of the modes' total: Lotka-Volterra's other modes, 40 and 116 nats below the
+#: first, hold none (issue 46).
+MODE_MIN_MASS = 1e-3
+
+
+def _laplace_masses(modes: list, lam_best: np.ndarray) -> list:
+    """Each mode's share of the Laplace mass ``e^{-f} det(H)^{-1/2}`` (``H`` its own
+    Hessian where the search kept it, else the best mode's eigenvalues ``lam_best``)."""
+    logs = []
+    for r in modes:
+        h = getattr(r, "hessian", None)
+        ev = lam_best
+        if h is not None and np.all(np.isfinite(np.asarray(h))):
+            h = np.asarray(h, np.float64)
+            ev = np.abs(np.linalg.eigvalsh(0.5 * (h + h.T)))
+            ev = np.maximum(ev, 1e-12 * max(float(ev.max()), 1e-300))
+        logs.append(-float(r.f_star) - 0.5 * float(np.sum(np.log(ev))))
+    logs = np.asarray(logs) - max(logs)
+    w = np.exp(logs)
+    return (w / w.sum()).tolist()
+
+
 def _report_modes(found, lam, vec, notes) -> None:
     """Separate modes among the L-BFGS results ``found`` (best first): more than
     ``MODE_SEPARATION`` posterior sds from every mode kept before, measured in the
@@ -618,18 +642,36 @@ def _report_modes(found, lam, vec, notes) -> None:
             for q in modes
         ):
             modes.append(r)
-    if len(modes) > 1:
-        listed = "; ".join(
-            f"f = {float(r.f_star):.6g} at {_rounded(r.position)}" for r in modes
+    if len(modes) < 2:
+        return
+    mass = _laplace_masses(modes, lam)
+    held = [r for r, w in zip(modes, mass, strict=True) if w >= MODE_MIN_MASS]
+    if len(held) < 2:
+        notes.append(
+            f"modes: {len(modes) - 1} other separate mode(s) found, holding "
+            f"{1.0 - max(mass):.2g} of the Laplace mass in all (each below "
+            f"{MODE_MIN_MASS:g}): ignored ("
+            + "; ".join(
+                f"f = {float(r.f_star):.6g}, mass {w:.2g}"
+                for r, w in zip(modes, mass, strict=True)
+            )
+            + ")."
         )
-        message = (
-            f"langevin_warmup: the mode search from {len(found)} dispersed particles "
-            f"found {len(modes)} separate modes ({listed}); the warm-up starts at the "
-            "best one, and chains started there do not visit the others: the draws "
-            "describe that mode only. Check the model, or sample the modes apart."
-        )
-        notes.append("modes: " + message.split(": ", 1)[1])
-        warnings.warn(ConvergenceWarning(message), stacklevel=4)
+        return
+    listed = "; ".join(
+        f"f = {float(r.f_star):.6g} at {_rounded(r.position)}, Laplace mass "
+        f"{w:.2g}"
+        for r, w in zip(modes, mass, strict=True)
+    )
+    message = (
+        f"langevin_warmup: the mode search from {len(found)} dispersed particles "
+        f"found {len(held)} separate modes that hold mass ({listed}); the warm-up "
+        "starts at the best one, and chains started there do not visit the others: "
+        "the draws describe that mode only. Check the model, or sample the modes "
+        "apart."
+    )
+    notes.append("modes: " + message.split(": ", 1)[1])
+    warnings.warn(ConvergenceWarning(message), stacklevel=4)
 
 
 def _condition(m: np.ndarray) -> float:
@@ -671,27 +713,91 @@ def _check_args(
     return x
 
 
-def _check_support(logdensity_fn: LogDensityFn, x: Array) -> None:
-    """Every starting particle inside the support, before any work (issue 28).
+#: Rounds of redrawing a start whose log density is not finite (Stan: 100 tries).
+START_TRIES = 100
 
-    The warm-up moves all particles by gradients and measures curvature at them: a
-    particle with log density ``-inf`` or NaN gives no gradient and no curvature,
-    and the failure would come much later, naming nothing.
+
+@partial(jax.jit, static_argnames=("logdensity_fn",))
+def _start_values(logdensity_fn: LogDensityFn, x: Array) -> Array:
+    return jax.vmap(lambda y: jnp.asarray(logdensity_fn(y), y.dtype))(x)
+
+
+def _valid_starts(rng_key, logdensity_fn: LogDensityFn, x: Array) -> Array:
+    """Every starting particle inside the support, as Stan makes its starts.
+
+    A particle whose log density is NaN or ``-inf`` (an ODE that fails there, a
+    parameter outside its support) gives no gradient and no curvature. As Stan redraws
+    such an initial point (up to 100 times), each bad particle is redrawn uniformly in
+    the box the finite starts span, coordinate by coordinate (Stan's ``uniform(-2, 2)``
+    when none is finite), up to :data:`START_TRIES` rounds (one batched evaluation
+    each); one still bad after that takes a copy of a finite start. A warning says how
+    many were redrawn. Refused (``ValueError``) only when no finite start is found,
+    naming the first bad particle and its value.
     """
-    values = np.asarray(
-        jax.vmap(lambda y: jnp.asarray(logdensity_fn(y), y.dtype))(x), np.float64
+    values = np.asarray(_start_values(logdensity_fn, x), np.float64)
+    bad = ~np.isfinite(values)
+    if not bad.any():
+        return x
+    first = int(np.flatnonzero(bad)[0])
+    first_text = (
+        f"particle {first}, at {np.asarray(x[first]).tolist()}, has log density "
+        f"{float(values[first])}"
     )
-    bad = np.flatnonzero(~np.isfinite(values))
-    if bad.size:
-        i = int(bad[0])
+    n_bad = int(bad.sum())
+    xs = np.array(x)
+    good = xs[~bad]
+    lo, hi = (good.min(0), good.max(0)) if good.size else (-2.0, 2.0)
+    if good.shape[0] == 1 or not good.size:
+        lo, hi = lo - 2.0, hi + 2.0
+    key = rng_key
+    for _ in range(START_TRIES):
+        key, sub = jax.random.split(key)
+        u = np.asarray(jax.random.uniform(sub, xs.shape, dtype=x.dtype))
+        trial = np.where(bad[:, None], lo + (hi - lo) * u, xs).astype(xs.dtype)
+        ok = np.isfinite(np.asarray(_start_values(logdensity_fn, jnp.asarray(trial))))
+        xs = np.where((bad & ok)[:, None], trial, xs)
+        bad = bad & ~ok
+        if not bad.any():
+            break
+    if bad.all():
         raise ValueError(
-            f"positions: {bad.size} of {x.shape[0]} particles have a log density of "
-            f"{float(values[i])} (the first, particle {i}, at "
-            f"{np.asarray(x[i]).tolist()}): "
-            "outside the support, or a log density that fails there. Start every "
-            "particle where logdensity_fn is finite (e.g. transform a constrained "
-            "parameter to the real line)."
+            f"positions: no start with a finite log density was found ({first_text}; "
+            f"{START_TRIES} rounds of redraws in the box of the starts found none): "
+            "outside the support, or a log density that fails everywhere tried. Start "
+            "where logdensity_fn is finite (e.g. transform a constrained parameter to "
+            "the real line)."
         )
+    if bad.any():
+        ok_rows = np.flatnonzero(~bad)
+        xs[bad] = xs[ok_rows[np.arange(int(bad.sum())) % ok_rows.size]]
+    warnings.warn(
+        f"positions: {n_bad} of {x.shape[0]} starts had a log density that is NaN or "
+        f"-inf (the first: {first_text}); they were redrawn in the box the finite "
+        f"starts span, as Stan redraws its initial values"
+        + (f" ({int(bad.sum())} copied from finite starts)" if bad.any() else ""),
+        UserWarning,
+        stacklevel=3,
+    )
+    return jnp.asarray(xs)
+
+
+def _check_superchains(superchain_size, sampler: str, n: int) -> int:
+    """``superchain_size`` checked: None -> the default for ``n`` chains (1 for the
+    unadjusted samplers, whose particles interact or must stay distinct)."""
+    if sampler != "mala":
+        if superchain_size not in (None, 1):
+            raise ValueError(
+                f"superchain_size={superchain_size!r} is for sampler='mala' (the "
+                f"handed-over chains); sampler={sampler!r} hands over an ensemble of "
+                "distinct particles."
+            )
+        return 1
+    if superchain_size is None:
+        return nested.default_superchain_size(n)
+    if superchain_size == 1 and not isinstance(superchain_size, bool):
+        return 1
+    nested._check_size(superchain_size, n)
+    return int(superchain_size)
 
 
 def langevin_warmup(
@@ -713,6 +819,7 @@ def langevin_warmup(
     grad_fn: Callable | None = None,
     grad_mode: str = "auto",
     f_star: float | None = None,
+    superchain_size: int | None = None,
     **sampler_kwargs: Any,
 ) -> LangevinWarmup:
     """Warm up an ensemble and tune LMC or CEnLMC on it (see the module docstring).
@@ -743,6 +850,12 @@ def langevin_warmup(
       grad_mode: as for ``cj.lmc``.
       f_star: CEnLMC's ``f* = min f`` (None: L-BFGS in ``y``, its iterations
         reported).
+      superchain_size: ``sampler="mala"``: chains per superchain of the hand-over,
+        ``M`` (:mod:`cenlmc_jax.diagnostics.nested`): ``N / M`` points of the final
+        ensemble, each repeated ``M`` times, so that nested R-hat can tell whether the
+        chains have forgotten their starts. None:
+        :func:`~cenlmc_jax.diagnostics.nested.default_superchain_size` (16 for 1,024
+        chains; 1, none, below 16 chains); 1: every chain starts at its own particle.
       **sampler_kwargs: passed to ``cj.cenlmc`` (``min_ball_neighbours``,
         ``options``, ``audit_size``, ...).
 
@@ -767,7 +880,8 @@ def langevin_warmup(
         max_retries,
         grad_mode,
     )
-    _check_support(logdensity_fn, x)
+    sc_size = _check_superchains(superchain_size, sampler, x.shape[0])
+    x = _valid_starts(jax.random.fold_in(rng_key, 17), logdensity_fn, x)
     if sampler != "cenlmc" and (sampler_kwargs or f_star is not None):
         raise ValueError(
             f"sampler={sampler!r} takes no CEnLMC options (f_star, "
@@ -827,6 +941,7 @@ def langevin_warmup(
             grad_fn,
             grad_mode,
             num_steps,
+            sc_size,
         )
     measure = lambda st, mm, mn: _curvature(  # noqa: E731
         curv,
@@ -1085,9 +1200,12 @@ def _exact(
     grad_fn,
     grad_mode,
     num_steps,
+    superchain_size,
 ) -> LangevinWarmup:
     """``sampler="mala"``: the kinetic phase, then the adjusted one
-    (:mod:`cenlmc_jax.adaptation.kinetic`), and MALA with ``M`` and ``h`` frozen.
+    (:mod:`cenlmc_jax.adaptation.kinetic`), and MALA with ``M`` and ``h`` frozen,
+    started in superchains (``superchain_size`` chains from each of ``N / M`` points of
+    the final ensemble: :func:`cenlmc_jax.diagnostics.nested.superchain_starts`).
     """
     n, d = positions.shape
     res = kinetic_then_mala(
@@ -1136,12 +1254,28 @@ def _exact(
         step_size=res.step_size,
         inverse_mass_matrix=res.inverse_mass_matrix,
         mean=res.mean,
+        superchain_size=superchain_size,
     )
     if res.small_step is not None:
         params.update(
             small_step_size=res.small_step[0], small_step_probability=res.small_step[1]
         )
-    return LangevinWarmup(algo, algo.init(res.positions), res.positions, params, info)
+    starts = res.positions
+    if superchain_size > 1:
+        starts = nested.superchain_starts(
+            jax.random.fold_in(key, 23),
+            res.positions,
+            superchain_size,
+            logdensity_fn=logdensity_fn,
+        )
+        info = info._replace(
+            reasoning=info.reasoning
+            + f"\nhand-over: {n // superchain_size} superchains of {superchain_size} "
+            "chains, each started at one particle of the final ensemble pushed out "
+            f"{nested.OVERDISPERSION:g}x from its mean (nested R-hat checks that they "
+            "forget it)."
+        )
+    return LangevinWarmup(algo, algo.init(starts), starts, params, info)
 
 
 def two_step_mala(

@@ -59,12 +59,13 @@ from cenlmc_jax.cli.parser import (
     write_config,
 )
 from cenlmc_jax.cli.samplers import SPECS, Job, build_job
-from cenlmc_jax.diagnostics import online, plots
+from cenlmc_jax.diagnostics import convergence, online, plots
 from cenlmc_jax.diagnostics.convergence import ConvergenceWarning
 from cenlmc_jax.diagnostics.summary import SummaryTable, to_arviz
 from cenlmc_jax.ensemble import tuning
 from cenlmc_jax.models import targets as targets_mod
 from cenlmc_jax.run import RunResult, step_halving_bias
+from cenlmc_jax.run_until import default_segment, sample_until
 
 
 class Setup(NamedTuple):
@@ -616,7 +617,14 @@ def _setup(args) -> Setup:
             str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)
         )
     )
-    if args.steps is None:
+    # many chains in superchains (the exact warm-up's hand-over), no --steps: the run
+    # goes on until the many-chain verdict holds (cj.sample_until), streamed
+    args.adaptive = (
+        args.steps is None
+        and not args.trace
+        and convergence.in_superchains(getattr(job.state, "position", None))
+    )
+    if args.steps is None and not args.adaptive:
         args.steps = default_steps(job, args.thin)
     return Setup(target, job, keys, c, c_source, model)
 
@@ -794,6 +802,34 @@ def say_interrupted(args) -> None:
     print(f"\ncenlmc-jax: {text}", file=sys.stderr)
 
 
+def _adaptive(args) -> bool:
+    return bool(getattr(args, "adaptive", False))
+
+
+def _run_until(args, job: Job, keys) -> RunResult:
+    """No ``--steps``, chains in superchains: ``cj.sample_until`` (segments of one
+    relaxation time, doubling; at most :data:`MAX_DEFAULT_STEPS`), a line per check on
+    stderr with ``--progress``. It keeps no checkpoint: an interrupted run starts
+    afresh (the run after the warm-up is short)."""
+
+    def show(steps, diag):
+        if args.progress:
+            print(
+                f"  [{steps} steps] nested R-hat max {np.nanmax(diag.nested_rhat):.4f}, "
+                f"ESS min {np.nanmin(diag.ess):.0f}",
+                file=sys.stderr,
+            )
+
+    return sample_until(
+        keys[1],
+        job.algorithm,
+        job.state,
+        max_steps=MAX_DEFAULT_STEPS,
+        segment_steps=default_segment(job.parameters.get("relaxation_steps")),
+        progress=show,
+    )
+
+
 def run_job(args, setup: Setup) -> Run:
     """The driver on the job (checkpointed with ``--checkpoint``); a Ctrl-C raises
     KeyboardInterrupt.
@@ -813,19 +849,23 @@ def run_job(args, setup: Setup) -> Run:
             "always", RuntimeWarning
         )  # the driver's divergence and clipping reports
         try:
-            res = cj.sample(
-                keys[1],
-                job.algorithm,
-                job.state,
-                args.steps,
-                burn_in=burn_in,
-                thin=args.thin,
-                mode="trace" if args.trace else "stream",
-                progress=args.progress,
-                on_divergence="stop",
-                checkpoint_path=args.checkpoint,
-                chunk_size=chunk,
-                check_convergence=False,
+            res = (
+                _run_until(args, job, keys)
+                if _adaptive(args)
+                else cj.sample(
+                    keys[1],
+                    job.algorithm,
+                    job.state,
+                    args.steps,
+                    burn_in=burn_in,
+                    thin=args.thin,
+                    mode="trace" if args.trace else "stream",
+                    progress=args.progress,
+                    on_divergence="stop",
+                    checkpoint_path=args.checkpoint,
+                    chunk_size=chunk,
+                    check_convergence=False,
+                )
             )  # the verdict runs the same checks (verdict.problems)
         # the checkpoint is another run's, or damaged: checked before any step
         except ValueError as exc:
@@ -834,6 +874,8 @@ def run_job(args, setup: Setup) -> Run:
             flag = "--resume" if args.resume else "--checkpoint"
             raise UsageError(f"{flag}: {exc}") from exc
         jax.block_until_ready(res.state)
+    if _adaptive(args):  # the kept window is the run's second half
+        args.steps, burn_in = res.num_steps_done - res.burn_in, res.burn_in
     if res.trace is not None and not all(
         np.shape(leaf)[0] for leaf in jax.tree_util.tree_leaves(res.trace)
     ):

@@ -62,7 +62,7 @@ DEFAULT_PARTICLES = 2000
 DEFAULT_STEPS = 1000
 #: Flags that are not settings of a run: never read from, nor written to, a
 #: configuration file.
-NOT_IN_CONFIG = {"command", "config", "resume", "dir"}
+NOT_IN_CONFIG = {"command", "config", "resume", "dir", "adaptive"}
 #: Settings a resumed run may change: where and how it reports, not what it computes.
 RESUME_MAY_CHANGE = {
     "bias-check",

@@ -61,6 +61,7 @@ from cenlmc_jax import ensemble
 from cenlmc_jax._host import fetch
 from cenlmc_jax.base import RunFlag, run_flags
 from cenlmc_jax.cli.jobs import (
+    MAX_DEFAULT_STEPS,
     Run,
     Setup,
     cpu_pool_size,
@@ -213,10 +214,12 @@ def _flag_problem(flag: RunFlag, info, burn_in: int) -> str | None:
     )
 
 
-def flag_problems(args, res) -> list:
+def flag_problems(args, res, notes: list | None = None) -> list:
     """One problem per :class:`~cenlmc_jax.base.RunFlag` that the infos' class declares
     (``run_flags``) and this run set, worded as ``cj.sample``'s warning, plus the
-    sampler's tuning flags on the command line.
+    sampler's tuning flags on the command line. A flag that costs only efficiency
+    (``efficiency_only``: CEnLMC's unused ensemble) goes to ``notes`` instead: a
+    warning that names the better choice, not a failed run.
     """
     if res.info is None:
         return []
@@ -226,7 +229,13 @@ def flag_problems(args, res) -> list:
     out = []
     for flag in run_flags(res.info):
         text = _flag_problem(flag, res.info, res.burn_in)
-        if text is not None:
+        if text is not None and flag.efficiency_only:
+            if notes is not None:
+                notes.append(
+                    f"{text} [info.{flag.field}; efficiency only: the answer "
+                    "is not affected]"
+                )
+        elif text is not None:
             out.append(
                 f"{text} [info.{flag.field}; on the command line: {tuning_flags}]"
             )
@@ -285,17 +294,23 @@ def problems(
     table: SummaryTable | None,
     c: float | None = None,
     bias: online.StepHalvingBias | None = None,
+    notes: list | None = None,
 ) -> list:
     """Why the result is not to be trusted (empty: no known reason); ``table`` None: no
     draw was kept; ``c``: the curvature the step size is compared with
     (:func:`stability_problem`); ``bias``: the step-halving check of an unadjusted
-    sampler (``cenlmc_jax.cli.jobs.step_halving_check``), None when it did not run.
+    sampler (``cenlmc_jax.cli.jobs.step_halving_check``), None when it did not run;
+    ``notes``: a list that what costs only efficiency, or does not change the answer, is
+    appended to (printed as warnings; exit 0).
+
+    Chains started in superchains (``cj.langevin_warmup``'s hand-over) are judged as
+    many short chains (:mod:`cenlmc_jax.diagnostics.nested`), not by split R-hat.
     """
     out = [f"the warm-up reported: {text}" for text in job.warmup_problems]
     if res.diverged_at >= 0:
         out.append(divergence_problem(args, job, res, c))
     out += stability_problem(args, job, c)
-    out += flag_problems(args, res)
+    out += flag_problems(args, res, notes)
     if table is None:
         out.append(
             f"no draw was kept: the run stopped after {res.num_steps_done} of the "
@@ -310,10 +325,10 @@ def problems(
             "move; lower --step-size"
         )
     out += _known_bias_problem(args, target, job, table)
-    out += convergence.convergence_problems(
-        res, getattr(job.state, "position", None), rhat_max=RHAT_MAX
-    )
-    if res.trace is None and res.diverged_at < 0:  # a streamed run: the online values
+    start = getattr(job.state, "position", None)
+    out += convergence.convergence_problems(res, start, rhat_max=RHAT_MAX, notes=notes)
+    many = convergence.in_superchains(start)
+    if res.trace is None and res.diverged_at < 0 and not many:  # streamed: online
         out += online.stream_problems(res.online, rhat_max=RHAT_MAX)
     out += online.bias_problems(bias)
     for col, what in (("z_mean", "mean"), ("z_sd", "sd")):
@@ -358,9 +373,15 @@ def print_header(args, setup: Setup, record: dict) -> None:
     """
     job, target = setup.job, setup.target
     print(f"cenlmc-jax: {job.description}")
+    steps = (
+        f"{args.steps} steps"
+        if args.steps is not None
+        else "steps until the many-chain verdict holds (nested R-hat, drift, ESS >= "
+        f"400; at most {MAX_DEFAULT_STEPS:,}, the first half burn-in)"
+    )
     print(
         f"  target {target.name} (d={target.dim}), {args.particles} particles, "
-        f"{args.burn_in} burn-in + {args.steps} steps, seed {args.seed}, backend "
+        f"{args.burn_in} burn-in + {steps}, seed {args.seed}, backend "
         f"{jax.default_backend()}{_pool_text()}"
     )
     if setup.model is not None:
@@ -485,6 +506,7 @@ def checks_made(
     table: SummaryTable | None,
     bias: online.StepHalvingBias | None = None,
     bias_note: str | None = None,
+    many: bool = False,
 ) -> tuple[list, list]:
     """The checks :func:`problems` made on this run, and those it could not make.
 
@@ -501,6 +523,7 @@ def checks_made(
       table: the summary of the kept draws, None when none was kept.
       bias: the step-halving check, None when it did not run.
       bias_note: why it did not run (None: it ran, or does not apply).
+      many: the chains started in superchains (the many-chain verdict).
 
     Returns:
       ``(made, not_made)``: two lists of short descriptions.
@@ -522,7 +545,9 @@ def checks_made(
     elif bias_note is not None:
         not_made.append(f"the step size's bias by step halving ({bias_note})")
     made.append("frozen chains")
-    if isinstance(res.trace, (jax.Array, np.ndarray)):
+    if many:
+        made.append("many chains: nested R-hat, the ensemble's drift, ESS")
+    elif isinstance(res.trace, (jax.Array, np.ndarray)):
         made.append("R-hat, bulk ESS")
     elif res.online is not None:
         made.append("split R-hat and ESS (online, streamed)")
@@ -577,10 +602,24 @@ def report(args, setup: Setup, run: Run, record: dict) -> tuple:
             labels=labels,
         )
     _print_run(args, setup, run, table)
+    notes = []
     found = problems(
-        args, target, setup.job, run.result, table, c=setup.c, bias=run.bias
+        args,
+        target,
+        setup.job,
+        run.result,
+        table,
+        c=setup.c,
+        bias=run.bias,
+        notes=notes,
     )
-    checked = checks_made(args, target, run.result, table, run.bias, run.bias_note)
+    for message in notes:
+        print(f"  warning: {message}")
+        record["warnings"].append(message)
+    many = convergence.in_superchains(getattr(setup.job.state, "position", None))
+    checked = checks_made(
+        args, target, run.result, table, run.bias, run.bias_note, many=many
+    )
     if run.bias is not None:
         record["bias_check"] = _bias_record(run.bias)
     record["checks"], record["not_checked"] = checked

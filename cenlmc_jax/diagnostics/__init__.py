@@ -31,6 +31,10 @@ Modules (this one only re-exports them)
     (:class:`MomentErrors`).
 :mod:`.distances` (two samples: an ensemble against reference draws)
     :func:`mmd`, :func:`sliced_wasserstein`.
+:mod:`.nested` (many short chains started in superchains)
+    :func:`nested_rhat` (Margossian et al. 2024), :func:`superchain_size`,
+    :func:`many_chain_diagnostics`: the many-chain verdict (nested R-hat, the
+    ensemble's drift, the superchains' ESS).
 :mod:`.convergence` (a finished run, checked)
     :func:`convergence_problems`, :class:`ConvergenceWarning`: frozen chains,
     R-hat above 1.01, bulk ESS below ``min(100 C, 400)``; what ``cj.sample``
@@ -72,6 +76,9 @@ _LAZY = {
     "ensemble_mcse": "ensemble",
     "moment_errors": "ensemble",
     "z_score": "ensemble",
+    "nested_rhat": "nested",
+    "many_chain_diagnostics": "nested",
+    "superchain_size": "nested",
     "LayoutWarning": "layout",
     "chains_first": "layout",
 }
@@ -92,6 +99,9 @@ __all__ = [
     "ESS_METHODS",
     "ConvergenceWarning",
     "convergence_problems",
+    "nested_rhat",
+    "many_chain_diagnostics",
+    "superchain_size",
 ]
 
 

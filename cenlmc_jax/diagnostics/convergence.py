@@ -61,6 +61,7 @@ import numpy as np
 
 from cenlmc_jax._validation import is_concrete
 from cenlmc_jax.base import RunResult
+from cenlmc_jax.diagnostics import nested
 from cenlmc_jax.diagnostics.chains import (
     effective_sample_size,
     potential_scale_reduction,
@@ -75,6 +76,7 @@ __all__ = [
     "ess_floor",
     "frozen_rows",
     "convergence_problems",
+    "in_superchains",
 ]
 
 #: Vehtari et al. (2021)'s threshold for the rank-normalised split R-hat.
@@ -273,6 +275,62 @@ def _mixing_problems(
     return out
 
 
+def in_superchains(initial_position: Any) -> bool:
+    """Whether chains started at ``initial_position`` are judged as many short chains:
+    at least :data:`~cenlmc_jax.diagnostics.nested.MIN_SUPERCHAINS` superchains of
+    ``M >= 2`` chains (:func:`~cenlmc_jax.diagnostics.nested.superchain_size`)."""
+    if initial_position is None or not all(
+        is_concrete(x) for x in jax.tree_util.tree_leaves(initial_position)
+    ):
+        return False
+    m = nested.superchain_size(initial_position)
+    rows = _rows(jax.tree_util.tree_leaves(initial_position))
+    return m >= 2 and rows // m >= nested.MIN_SUPERCHAINS
+
+
+def _many_chain_check(
+    result: RunResult, initial_position: Any, labels: list | None, notes: list | None
+) -> list | None:
+    """The many-chain verdict (:mod:`cenlmc_jax.diagnostics.nested`) when the run
+    started in at least :data:`~cenlmc_jax.diagnostics.nested.MIN_SUPERCHAINS`
+    superchains and its per-chain moments are known (a trace, or a complete streamed
+    run); None otherwise (the split R-hat checks apply)."""
+    if not in_superchains(initial_position):
+        return None
+    m = nested.superchain_size(initial_position)
+    rows = _rows(jax.tree_util.tree_leaves(initial_position))
+    if isinstance(result.trace, (jax.Array, np.ndarray)):
+        draws = chains_first(result)
+        if draws.shape[0] != rows or draws.shape[1] < MIN_DRAWS:
+            return None
+        stats = nested.chain_stats(draws, m)
+    else:
+        stats = nested.stream_chain_stats(result.online, m)
+        if stats is None or stats.mean.shape[0] != rows or stats.count < MIN_DRAWS:
+            return None
+    diag = nested.many_chain_diagnostics(stats, m)
+    out = nested.many_chain_problems(diag, labels=labels)
+    final = getattr(result.state, "position", None)
+    frozen = frozen_rows(initial_position, final) if final is not None else None
+    if frozen is not None and frozen.size == rows and frozen.any():
+        effect = nested.stuck_effect(stats, frozen, diag)
+        text = (
+            f"{int(frozen.sum())} of {frozen.size} chains never moved (rows "
+            f"{np.flatnonzero(frozen)[:10].tolist()}"
+            f"{' ...' if frozen.sum() > 10 else ''}); leaving them out moves the "
+            f"pooled estimates by at most {effect:.2g} standard errors"
+        )
+        if effect > 1.0:
+            out.append(
+                text + " (> 1): their draws change the answer; a step size too long "
+                "for where they sit (a funnel's neck, a banana's arm): run longer or "
+                "retune"
+            )
+        elif notes is not None:
+            notes.append(text + " (<= 1): the answer does not depend on them")
+    return out
+
+
 def convergence_problems(
     result: RunResult,
     initial_position: Any = None,
@@ -280,8 +338,16 @@ def convergence_problems(
     rhat_max: float = RHAT_MAX,
     ess_min: float | None = None,
     labels: list | None = None,
+    notes: list | None = None,
 ) -> list:
     """Why the draws of ``result`` are not to be trusted (module docstring).
+
+    Chains started in superchains (:func:`cenlmc_jax.diagnostics.nested.superchain_size`
+    of ``initial_position``: ``cj.langevin_warmup``'s hand-over) are judged as many
+    short chains instead: nested R-hat, the ensemble's drift and the superchains' ESS
+    (:func:`cenlmc_jax.diagnostics.nested.many_chain_problems`), and a chain that never
+    moved only when leaving it out moves an estimate by more than its standard error
+    (otherwise a sentence in ``notes``).
 
     Args:
       result: what ``cj.sample`` returned.
@@ -291,6 +357,8 @@ def convergence_problems(
       ess_min: the bulk ESS floor (default :func:`ess_floor` of the number of
         chains).
       labels: coordinate names for the messages (default ``x[k]``).
+      notes: a list that remarks which are not problems are appended to (None: not
+        kept).
 
     Returns:
       A list of sentences, empty if none.
@@ -305,6 +373,9 @@ def convergence_problems(
     leaves = jax.tree_util.tree_leaves((result.state, result.trace, initial_position))
     if result.diverged_at >= 0 or not all(is_concrete(leaf) for leaf in leaves):
         return []
+    many = _many_chain_check(result, initial_position, labels, notes)
+    if many is not None:
+        return many
     out = _frozen_problem(result, initial_position)
     if isinstance(result.trace, (jax.Array, np.ndarray)):
         out += _mixing_problems(chains_first(result), float(rhat_max), ess_min, labels)

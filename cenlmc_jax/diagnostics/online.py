@@ -117,6 +117,10 @@ class StreamDiagnostics(NamedTuple):
       num_draws: kept draws per chain.
       batch_size: ``m``, draws per batch.
       num_batches: batches per chain (``2b``).
+      half_mean: ``(2, chains, 2 d)`` the accumulator's mean of ``y = (x, x²)`` per
+        half-chain (what nested R-hat needs:
+        :func:`cenlmc_jax.diagnostics.nested.stream_chain_stats`).
+      half_m2: ``(2, chains, 2 d)`` its sums of squared deviations.
     """
 
     rhat: Array
@@ -130,6 +134,8 @@ class StreamDiagnostics(NamedTuple):
     num_draws: int
     batch_size: int
     num_batches: int
+    half_mean: Any = None
+    half_m2: Any = None
 
 
 def batches_per_half(num_chains: int) -> int:
@@ -280,6 +286,8 @@ def finish(acc: OnlineAccumulator, run_plan: tuple) -> StreamDiagnostics | None:
         int(n),
         int(m),
         int(2 * b),
+        acc.half_mean,
+        acc.half_m2,
     )
 
 

@@ -123,6 +123,7 @@ UNUSED_ENSEMBLE_FLAG = RunFlag(
     _unused_message,
     kept_only=True,
     mean_below=ENSEMBLE_MIN_FRACTION,
+    efficiency_only=True,
 )
 
 

@@ -1,0 +1,150 @@
+"""A run as long as the ensemble needs: ``cj.sample_until``.
+
+``cj.sample`` runs a fixed number of steps. For many short chains started in
+superchains (``cj.langevin_warmup``'s hand-over, :mod:`cenlmc_jax.diagnostics.nested`)
+the length that matters is how long the chains take to forget where the warm-up put
+them, which a single chain's relaxation time overstates by a large factor (issue 46:
+the CLI ran 76 relaxation times). :func:`sample_until` runs segments of
+segments (each one ``cj.sample`` call in stream mode, the step keys
+``fold_in(rng_key, segment)``): two of ``segment_steps`` steps, then each as long as all
+before it, so that the last segment is the second half of the run. After each, the
+many-chain verdict is checked on the last segment (the first half of the run is its
+burn-in, Gelman and Rubin's rule: the start's influence on the window then decays
+geometrically with the run's length, not as one over it):
+
+* nested R-hat of every ``x_i`` and ``x_i²`` at most
+  :data:`~cenlmc_jax.diagnostics.nested.NESTED_RHAT_MAX`,
+* no drift of the ensemble's means between the window's halves,
+* an ESS of every pooled mean of ``x_i`` and ``x_i²`` of at least ``ess_min``: its MCSE
+  at most ``sd / sqrt(ess_min)`` (the MCSE target: 5 % of the sd at 400).
+
+It stops at the first segment (from ``min_segments`` on) where all hold, or at
+``max_steps``; the result's ``online`` is the final
+:class:`~cenlmc_jax.diagnostics.nested.ManyChainDiagnostics`, whose problems
+(:func:`~cenlmc_jax.diagnostics.nested.many_chain_problems`) are then empty unless the
+cap was reached. Same key, same draws: the segments do not depend on when the run
+stopped. Stopping on the verdict makes the run length depend on the draws; the kept
+draws are those of a run of that length, which is how Stan's and BlackJAX's adaptive
+schemes are used too (the bias is of the order of the MCSE the rule asks for).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from cenlmc_jax._validation import check_int, check_key
+from cenlmc_jax.base import RunResult
+from cenlmc_jax.diagnostics import nested
+from cenlmc_jax.diagnostics.convergence import in_superchains
+from cenlmc_jax.run import sample
+
+__all__ = ["sample_until", "SEGMENT_MIN", "SEGMENT_MAX"]
+
+#: The shortest and longest segment :func:`default_segment` gives.
+SEGMENT_MIN, SEGMENT_MAX = 25, 2000
+
+
+def default_segment(relaxation_steps: float | None) -> int:
+    """Steps between checks: one relaxation time of the warm-up (``τ``), within
+    [:data:`SEGMENT_MIN`, :data:`SEGMENT_MAX`]; 100 when ``τ`` is not known."""
+    if relaxation_steps is None or not math.isfinite(relaxation_steps):
+        return 100
+    return int(min(SEGMENT_MAX, max(SEGMENT_MIN, math.ceil(relaxation_steps))))
+
+
+def sample_until(
+    rng_key: Any,
+    step_fn: Any,
+    initial_state: Any,
+    *,
+    max_steps: int = 20_000,
+    segment_steps: int = 100,
+    min_segments: int = 2,
+    ess_min: float = nested.ESS_MIN,
+    rhat_max: float = nested.NESTED_RHAT_MAX,
+    progress: Callable[[int, Any], None] | None = None,
+) -> RunResult:
+    """Run ``step_fn`` from chains in superchains until the many-chain verdict holds.
+
+    Args:
+      rng_key: a JAX key; segment ``s`` runs ``cj.sample(fold_in(rng_key, s), ...)``.
+      step_fn: a sampling algorithm over the chains (``warmup.algorithm``).
+      initial_state: its state, whose ``position`` is laid out in at least
+        :data:`~cenlmc_jax.diagnostics.nested.MIN_SUPERCHAINS` superchains
+        (``warmup.state``).
+      max_steps: the cap on steps.
+      segment_steps: steps between checks (:func:`default_segment` of the warm-up's
+        relaxation time is a good value).
+      min_segments: checks start after this many segments (the drift test needs two
+        halves).
+      ess_min: the ESS asked of every pooled mean (the MCSE target).
+      rhat_max: the nested R-hat threshold.
+      progress: called after each segment as ``progress(steps_done, diagnostics)``.
+
+    Returns:
+      A :class:`~cenlmc_jax.base.RunResult` in stream form: ``moments`` over the last
+      segment (the kept window), ``burn_in`` the steps before it, ``info`` of every
+      step, ``online`` the final
+      :class:`~cenlmc_jax.diagnostics.nested.ManyChainDiagnostics` (None if the first
+      segment diverged).
+
+    Raises:
+      ValueError: a bad count or key, or chains not in superchains (before any work).
+    """
+    check_key(rng_key)
+    check_int(max_steps, "max_steps", minimum=1)
+    check_int(segment_steps, "segment_steps", minimum=4)
+    check_int(min_segments, "min_segments", minimum=1)
+    position = getattr(initial_state, "position", None)
+    if position is None or not in_superchains(position):
+        raise ValueError(
+            "initial_state: cj.sample_until needs chains started in superchains (at "
+            f"least {nested.MIN_SUPERCHAINS} blocks of M >= 2 identical rows: "
+            "cj.langevin_warmup's hand-over); for independent starts use cj.sample "
+            "with a fixed num_steps."
+        )
+    m = nested.superchain_size(position)
+    state, infos, res, kept = initial_state, [], None, None
+    steps, segment, diverged_at, diag = 0, 0, -1, None
+    while steps < max_steps:
+        # the window is the last segment, as long as all before it: the first half
+        # of the run is its burn-in (Gelman and Rubin's rule), so the start's
+        # influence on the window decays geometrically, not as 1 / length
+        n = min(segment_steps if segment < 2 else steps, max_steps - steps)
+        res = sample(
+            jax.random.fold_in(rng_key, segment),
+            step_fn,
+            state,
+            n,
+            mode="stream",
+            on_divergence="stop",
+            check_convergence=False,
+        )
+        infos.append(res.info)
+        state, segment, kept = res.state, segment + 1, res
+        if res.diverged_at >= 0:
+            diverged_at = steps + res.diverged_at
+            steps += res.num_steps_done
+            diag = None
+            break
+        steps += n
+        stats = nested.stream_chain_stats(res.online, m)
+        if stats is None:  # fewer than 4 draws in a last, short segment
+            break
+        diag = nested.many_chain_diagnostics(stats, m)._replace(stats=stats)
+        if progress is not None:
+            progress(steps, diag)
+        if segment >= min_segments and not nested.many_chain_problems(
+            diag, rhat_max=rhat_max, ess_min=ess_min
+        ):
+            break
+    burn_in = steps - (kept.num_steps_done if diverged_at < 0 else 0)
+    info = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *infos)
+    return RunResult(
+        state, None, kept.moments, info, steps, diverged_at, burn_in, 1, diag
+    )
