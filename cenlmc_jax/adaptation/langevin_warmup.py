@@ -267,8 +267,11 @@ class LangevinWarmup(NamedTuple):
       algorithm: the tuned sampler (``cj.mala(..., inverse_mass_matrix=M)`` over the
         chains, or :func:`two_step_mala` where particles were stuck at its ``h``;
         ``cj.lmc(..., inverse_mass_matrix=M)`` or ``cj.whitened(cj.cenlmc, ...)``).
-      state: ``algorithm.init(positions)``: where sampling starts
-        (``cj.sample(key, algorithm, state, ...)``).
+      state: where sampling starts (``cj.sample(key, algorithm, state, ...)``):
+        ``algorithm.init(positions)``, except for ``sampler="mala"`` with superchains
+        (``parameters["superchain_size"] > 1``), where it starts ``N / M`` points of
+        ``positions``, pushed out 1.2x from their mean, each ``M`` times
+        (:func:`cenlmc_jax.diagnostics.nested.superchain_starts`).
       positions: the ensemble after the warm-up, ``(N, d)``, in the original
         coordinates.
       parameters: ``step_size``, ``inverse_mass_matrix`` (``(d,)`` or ``(d, d)``,
@@ -1275,7 +1278,7 @@ def _exact(
             f"{nested.OVERDISPERSION:g}x from its mean (nested R-hat checks that they "
             "forget it)."
         )
-    return LangevinWarmup(algo, algo.init(starts), starts, params, info)
+    return LangevinWarmup(algo, algo.init(starts), res.positions, params, info)
 
 
 def two_step_mala(

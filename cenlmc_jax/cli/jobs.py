@@ -815,8 +815,8 @@ def _run_until(args, job: Job, keys) -> RunResult:
     def show(steps, diag):
         if args.progress:
             print(
-                f"  [{steps} steps] nested R-hat max {np.nanmax(diag.nested_rhat):.4f}, "
-                f"ESS min {np.nanmin(diag.ess):.0f}",
+                f"  [{steps} steps] nested R-hat max "
+                f"{np.nanmax(diag.nested_rhat):.4f}, ESS min {np.nanmin(diag.ess):.0f}",
                 file=sys.stderr,
             )
 

@@ -91,7 +91,7 @@ __all__ = [
 
 #: The paper's threshold ``1 + δ``, ``δ = 0.01``.
 NESTED_RHAT_MAX = 1.01
-#: The ESS asked of every pooled mean (of ``x`` and ``x²``): Vehtari et al. (2021)'s 400.
+#: The ESS asked of every pooled mean (of ``x`` and ``x²``): Vehtari et al.'s 400.
 ESS_MIN = 400.0
 #: Family-wise false-alarm rate of the drift test over the ``2 d`` quantities.
 DRIFT_FALSE_ALARM = 0.01
@@ -106,7 +106,7 @@ SUPERCHAIN_SIZES = (16, 8, 4, 2)
 
 
 def nested_rhat(samples: Any, superchain_size: int) -> Array:
-    """Nested R-hat of draws chains first, superchain ``k`` = chains ``k M .. k M + M − 1``.
+    """Nested R-hat of draws chains first (superchain ``k``: chains ``k M`` to ``k M + M − 1``).
 
     Args:
       samples: ``(chains, draws, *event)`` draws (chains first).
@@ -202,8 +202,8 @@ def superchain_size(positions: Any) -> int:
 
 def default_superchain_size(num_chains: int) -> int:
     """``M`` for ``num_chains`` chains: the largest of :data:`SUPERCHAIN_SIZES` that
-    divides them and leaves at least :data:`TARGET_SUPERCHAINS` superchains (1024 chains:
-    64 x 16; 2,000: 125 x 16; 256: 32 x 8), else the largest that leaves
+    divides them and leaves at least :data:`TARGET_SUPERCHAINS` superchains (1,024
+    chains: 64 x 16; 2,000: 125 x 16; 256: 32 x 8), else the largest that leaves
     :data:`MIN_SUPERCHAINS`; 1 (no superchains) below that.
     """
     n = int(num_chains)
@@ -389,7 +389,7 @@ class ManyChainDiagnostics(NamedTuple):
 def many_chain_diagnostics(
     stats: ChainStats, superchain_size: int
 ) -> ManyChainDiagnostics:
-    """The numbers of :class:`ManyChainDiagnostics` from a window's :class:`ChainStats`."""
+    """:class:`ManyChainDiagnostics` from a window's :class:`ChainStats`."""
     m, n = int(superchain_size), int(stats.count)
     chains = stats.mean.shape[0]
     k = chains // m

@@ -315,6 +315,6 @@ def test_stuck_particles_keep_their_place_and_get_a_shorter_step():
     wu = cj.langevin_warmup(jax.random.key(1), _wide_banana, x0)
     assert "small_step_size" in wu.parameters, wu.info.reasoning
     assert 0 < wu.parameters["small_step_size"] < wu.parameters["step_size"]
-    m2 = np.mean(np.asarray(wu.state.position) ** 2, 0)
+    m2 = np.mean(np.asarray(wu.positions) ** 2, 0)
     b2 = (m2 - np.array([100.0, 19.0])) ** 2 / np.array([2e4, 4971.0 - 19.0**2])
     assert b2.max() < 0.015, (m2, wu.info.reasoning)

@@ -326,11 +326,29 @@ def test_a_piecewise_linear_log_density_is_refused_with_the_reason():
         )
 
 
-def test_particles_outside_the_support_are_refused_before_work():
-    # issue 28: the warm-up ran (14 s here) and failed naming nothing
-    def logdensity(x):  # an exponential on x > 0
+def test_starts_outside_the_support_are_redrawn_as_stan_does():
+    # issue 46: 12 of 1,024 Lotka-Volterra starts with a NaN log density refused the
+    # whole warm-up; Stan redraws such a start (up to 100 times). Exponential on x > 0
+    # from N(0, I) starts: the bad ones are redrawn inside the box the good ones span,
+    # and the warning counts them
+    from cenlmc_jax.adaptation.langevin_warmup import _valid_starts
+
+    def logdensity(x):
         return jnp.where(jnp.all(x > 0), -jnp.sum(x), -jnp.inf)
 
     x = jax.random.normal(jax.random.key(0), (64, 2))
-    with pytest.raises(ValueError, match=r"positions: \d+ of 64 particles have a log"):
-        cj.langevin_warmup(jax.random.key(1), logdensity, x, sampler="lmc")
+    bad = int(np.sum(~np.all(np.asarray(x) > 0, axis=1)))
+    with pytest.warns(UserWarning, match=rf"positions: {bad} of 64 starts had a log"):
+        y = np.asarray(_valid_starts(jax.random.key(1), logdensity, x))
+    assert np.all(y > 0)  # every start is now inside the support
+    good = np.all(np.asarray(x) > 0, axis=1)
+    np.testing.assert_array_equal(y[good], np.asarray(x)[good])  # the good ones kept
+
+
+def test_no_valid_start_is_refused_naming_the_first_bad_one():
+    def logdensity(x):  # NaN everywhere: a model that always fails
+        return jnp.sum(x) * jnp.nan
+
+    x = jax.random.normal(jax.random.key(0), (16, 2))
+    with pytest.raises(ValueError, match=r"no start with a finite log density.*particle 0"):
+        cj.langevin_warmup(jax.random.key(1), logdensity, x)

@@ -1,0 +1,126 @@
+"""Nested R-hat and the many-chain verdict (cenlmc_jax/diagnostics/nested.py)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import cenlmc_jax as cj
+from cenlmc_jax.diagnostics import nested
+
+
+def test_nested_rhat_matches_a_hand_worked_example_of_the_formula():
+    # 2 superchains of 2 chains, 2 draws each (Margossian et al. 2024, eq. 15-18):
+    # chain means 2, 3 | 6, 8, within-chain variances 2, 2 | 2, 8; superchain means
+    # 2.5, 7: B_nu = var(2.5, 7) = 10.125; B~ = 0.5, 2; W~ = 2, 5; W_nu = (2.5 + 7) / 2
+    # = 4.75; nR = sqrt(1 + 10.125 / 4.75)
+    draws = np.array([[1.0, 3.0], [2.0, 4.0], [5.0, 7.0], [6.0, 10.0]])[..., None]
+    got = float(nested.nested_rhat(draws, 2)[0])
+    assert got == pytest.approx(np.sqrt(1.0 + 10.125 / 4.75), rel=1e-6)
+    # M = 1: each chain its own superchain, W = the within-chain variances only
+    one = float(nested.nested_rhat(draws, 1)[0])
+    means = np.array([2.0, 3.0, 6.0, 8.0])
+    assert one == pytest.approx(np.sqrt(1 + np.var(means, ddof=1) / 3.5), rel=1e-6)
+
+
+def test_nested_rhat_refuses_a_superchain_size_that_does_not_divide():
+    with pytest.raises(ValueError, match="superchain_size must be an int >= 1"):
+        nested.nested_rhat(np.zeros((6, 3, 1)), 4)
+
+
+def test_superchain_layout_is_found_again_from_the_starts():
+    x = jnp.repeat(jax.random.normal(jax.random.key(0), (8, 3)), 4, axis=0)
+    assert nested.superchain_size(x) == 4
+    assert nested.superchain_size(x.at[5].add(1.0)) == 1  # a broken block: none
+    assert nested.superchain_size(jax.random.normal(jax.random.key(1), (32, 3))) == 1
+    assert nested.default_superchain_size(1024) == 16
+    assert nested.default_superchain_size(256) == 8
+    assert nested.default_superchain_size(8) == 1
+
+
+def _ar1_superchains(key, k, m, n, rho, start_sd, offset=0.0):
+    """K superchains of M AR(1) chains of stationary variance 1, each superchain
+    started at one point ~ N(offset, start_sd²): exact stationarity when start_sd = 1
+    and offset = 0."""
+    k1, k2 = jax.random.split(key)
+    starts = offset + start_sd * jax.random.normal(k1, (k, 1))
+    x0 = jnp.repeat(starts, m, axis=0)
+    noise = jax.random.normal(k2, (n, k * m)) * np.sqrt(1 - rho**2)
+
+    def step(x, e):
+        x = rho * x + e
+        return x, x
+
+    _, xs = jax.lax.scan(step, x0[:, 0], noise)
+    return np.asarray(xs).T[..., None]  # chains first (K M, n, 1)
+
+
+def test_the_verdict_passes_stationary_chains_and_flags_ones_that_remember():
+    # tau = (1 + rho) / (1 - rho) = 19 steps; 64 superchains x 16 chains. The seeds
+    # are the first ones tried. Stationary starts (sd 1) and 400 draws: about 20
+    # relaxation times, forgotten: no problem. Overdispersed starts (sd 3) and 20
+    # draws (one relaxation time): the superchain means remember their starts.
+    k, m = 64, 16
+    ok = _ar1_superchains(jax.random.key(0), k, m, 400, 0.9, 1.0)
+    diag = nested.many_chain_diagnostics(nested.chain_stats(ok, m), m)
+    assert nested.many_chain_problems(diag) == []
+    short = _ar1_superchains(jax.random.key(1), k, m, 20, 0.9, 3.0)
+    diag = nested.many_chain_diagnostics(nested.chain_stats(short, m), m)
+    found = nested.many_chain_problems(diag)
+    assert any("remember where they started" in p for p in found), found
+    # a biased start (all chains from 4 sds off) relaxing: the drift test sees it
+    biased = _ar1_superchains(jax.random.key(2), k, m, 60, 0.9, 1.0, offset=4.0)
+    diag = nested.many_chain_diagnostics(nested.chain_stats(biased, m), m)
+    assert any("drifts" in p for p in nested.many_chain_problems(diag))
+
+
+def test_a_frozen_ensemble_is_flagged():
+    # every chain stays at its superchain's start: B_nu is the starts' spread, the
+    # within-superchain variance 0 -> nR infinite and the start's share too
+    x = np.repeat(np.random.default_rng(0).normal(size=(32, 1, 2)), 8, axis=0)
+    x = np.repeat(x, 10, axis=1) + 1e-9 * np.random.default_rng(1).normal(
+        size=(256, 10, 2)
+    )
+    diag = nested.many_chain_diagnostics(nested.chain_stats(x, 8), 8)
+    assert nested.many_chain_problems(diag)
+
+
+def test_stream_statistics_equal_the_trace_ones():
+    # the online accumulators' two halves give the same chain means, sums of squares
+    # and superchain half-means as the draws (rounding only)
+    x = _ar1_superchains(jax.random.key(3), 8, 4, 40, 0.5, 1.0)
+    from cenlmc_jax.diagnostics import online
+
+    a = nested.stream_chain_stats(online.from_draws(x), 4)
+    b = nested.chain_stats(x, 4)
+    np.testing.assert_allclose(a.mean, b.mean, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(a.m2, b.m2, rtol=1e-4)
+    np.testing.assert_allclose(a.halves, b.halves, rtol=1e-5, atol=1e-6)
+
+
+def test_sample_until_stops_on_the_verdict_and_is_reproducible():
+    # a standard Gaussian, MALA over 512 chains in 32 superchains of 16 started at
+    # N(0, 1.5² I) draws: stops once forgotten, with the right moments (z-test at the
+    # superchains' MCSE, 5 sds: a bound no healthy run reaches by chance at 2 d tests)
+    def logp(x):
+        return -0.5 * jnp.sum(x**2)
+
+    algo = cj.vmap_chains(cj.mala(logp, 0.5))
+    starts = jnp.repeat(1.5 * jax.random.normal(jax.random.key(0), (32, 2)), 16, 0)
+    state = algo.init(starts)
+    res = cj.sample_until(jax.random.key(1), algo, state, segment_steps=25)
+    diag = res.online
+    assert nested.many_chain_problems(diag) == []
+    assert res.num_steps_done < 20_000 and res.burn_in == res.num_steps_done // 2
+    z = diag.mean / diag.mcse
+    z[2:] = (diag.mean[2:] - 1.0) / diag.mcse[2:]
+    assert np.all(np.abs(z) < 5.0), z
+    again = cj.sample_until(jax.random.key(1), algo, state, segment_steps=25)
+    np.testing.assert_array_equal(res.state.position, again.state.position)
+
+
+def test_sample_until_refuses_independent_starts_before_work():
+    algo = cj.vmap_chains(cj.mala(lambda x: -0.5 * jnp.sum(x**2), 0.5))
+    state = algo.init(jax.random.normal(jax.random.key(0), (64, 2)))
+    with pytest.raises(ValueError, match="superchains"):
+        cj.sample_until(jax.random.key(1), algo, state)
