@@ -106,7 +106,7 @@ SUPERCHAIN_SIZES = (16, 8, 4, 2)
 
 
 def nested_rhat(samples: Any, superchain_size: int) -> Array:
-    """Nested R-hat of draws chains first (superchain ``k``: chains ``k M`` to ``k M + M − 1``).
+    """Nested R-hat of draws chains first (superchain k: chains k M to k M + M − 1).
 
     Args:
       samples: ``(chains, draws, *event)`` draws (chains first).
