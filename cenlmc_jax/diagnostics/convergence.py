@@ -278,7 +278,14 @@ def _mixing_problems(
 def in_superchains(initial_position: Any) -> bool:
     """Whether chains started at ``initial_position`` are judged as many short chains:
     at least :data:`~cenlmc_jax.diagnostics.nested.MIN_SUPERCHAINS` superchains of
-    ``M >= 2`` chains (:func:`~cenlmc_jax.diagnostics.nested.superchain_size`)."""
+    ``M >= 2`` chains (:func:`~cenlmc_jax.diagnostics.nested.superchain_size`).
+
+    Args:
+      initial_position: the chains' starting positions (None: False).
+
+    Returns:
+      A bool.
+    """
     if initial_position is None or not all(
         is_concrete(x) for x in jax.tree_util.tree_leaves(initial_position)
     ):

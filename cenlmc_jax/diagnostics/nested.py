@@ -205,6 +205,12 @@ def default_superchain_size(num_chains: int) -> int:
     divides them and leaves at least :data:`TARGET_SUPERCHAINS` superchains (1,024
     chains: 64 x 16; 2,000: 125 x 16; 256: 32 x 8), else the largest that leaves
     :data:`MIN_SUPERCHAINS`; 1 (no superchains) below that.
+
+    Args:
+      num_chains: the chains handed over.
+
+    Returns:
+      ``M``, an int.
     """
     n = int(num_chains)
     for floor in (TARGET_SUPERCHAINS, MIN_SUPERCHAINS):
@@ -284,7 +290,15 @@ def _superchain_means(mean: np.ndarray, m: int) -> np.ndarray:
 
 
 def chain_stats(draws: Any, superchain_size: int = 1) -> ChainStats:
-    """:class:`ChainStats` of ``y = (x, x²)`` from draws chains first ``(C, n, d)``."""
+    """:class:`ChainStats` of ``y = (x, x²)`` from draws chains first ``(C, n, d)``.
+
+    Args:
+      draws: ``(chains, draws, ...)``.
+      superchain_size: ``M`` (1: every chain its own).
+
+    Returns:
+      A :class:`ChainStats`.
+    """
     x = np.asarray(draws, np.float64)
     x = x.reshape(x.shape[0], x.shape[1], -1)
     y = np.concatenate([x, x * x], axis=-1)
@@ -306,7 +320,15 @@ def stream_chain_stats(diag: Any, superchain_size: int = 1) -> ChainStats | None
     """:class:`ChainStats` of a streamed run from its online accumulators
     (``RunResult.online``, a :class:`~cenlmc_jax.diagnostics.online.StreamDiagnostics`
     with ``half_mean`` and ``half_m2``: the two half-chains, merged per chain; an odd
-    middle draw is not in them). None when it has none."""
+    middle draw is not in them). None when it has none.
+
+    Args:
+      diag: ``RunResult.online``.
+      superchain_size: ``M``.
+
+    Returns:
+      A :class:`ChainStats`, or None.
+    """
     if isinstance(diag, ManyChainDiagnostics):
         return diag.stats
     if diag is None or getattr(diag, "half_mean", None) is None:
@@ -323,7 +345,14 @@ def stream_chain_stats(diag: Any, superchain_size: int = 1) -> ChainStats | None
 def merge_chain_stats(parts: list) -> ChainStats:
     """One :class:`ChainStats` of consecutive windows (Chan et al.'s merge per chain;
     the halves re-formed from the parts' own halves: the first half of the merged
-    window is the parts (and half-parts) that lie in it, weighted by their draws)."""
+    window is the parts (and half-parts) that lie in it, weighted by their draws).
+
+    Args:
+      parts: :class:`ChainStats` of consecutive windows, in order.
+
+    Returns:
+      The merged :class:`ChainStats`.
+    """
     count = sum(p.count for p in parts)
     mean = sum(p.mean * p.count for p in parts) / count
     m2 = sum(p.m2 + p.count * (p.mean - mean) ** 2 for p in parts)
@@ -389,7 +418,15 @@ class ManyChainDiagnostics(NamedTuple):
 def many_chain_diagnostics(
     stats: ChainStats, superchain_size: int
 ) -> ManyChainDiagnostics:
-    """:class:`ManyChainDiagnostics` from a window's :class:`ChainStats`."""
+    """:class:`ManyChainDiagnostics` from a window's :class:`ChainStats`.
+
+    Args:
+      stats: the window's statistics.
+      superchain_size: ``M``.
+
+    Returns:
+      A :class:`ManyChainDiagnostics`.
+    """
     m, n = int(superchain_size), int(stats.count)
     chains = stats.mean.shape[0]
     k = chains // m
@@ -438,7 +475,17 @@ def many_chain_problems(
     labels: list | None = None,
 ) -> list:
     """Sentences for nR̂ above ``rhat_max``, a drifting ensemble, and an ESS below
-    ``ess_min`` (module docstring); empty when the many-chain verdict holds."""
+    ``ess_min`` (module docstring); empty when the many-chain verdict holds.
+
+    Args:
+      diag: the :class:`ManyChainDiagnostics`.
+      rhat_max: the threshold of the start's share of nested R-hat.
+      ess_min: the ESS asked of every mean.
+      labels: coordinate names (default ``x[k]``).
+
+    Returns:
+      A list of sentences.
+    """
     d, out = diag.dim, []
     shape = (
         f"{diag.num_superchains} superchains x {diag.superchain_size} chains x "
@@ -481,7 +528,16 @@ def stuck_effect(
     stats: ChainStats, stuck: np.ndarray, diag: ManyChainDiagnostics
 ) -> float:
     """How far leaving the ``stuck`` chains out moves a pooled mean of ``y``, in units
-    of its MCSE: ``max_q |ȳ − ȳ_moving| / MCSE_q`` (0 when none is stuck)."""
+    of its MCSE: ``max_q |ȳ − ȳ_moving| / MCSE_q`` (0 when none is stuck).
+
+    Args:
+      stats: the window's :class:`ChainStats`.
+      stuck: ``(chains,)`` booleans.
+      diag: the window's :class:`ManyChainDiagnostics` (its MCSE).
+
+    Returns:
+      A float (inf when every chain is stuck).
+    """
     stuck = np.asarray(stuck, bool)
     if not stuck.any() or stuck.all():
         return 0.0 if not stuck.any() else math.inf
