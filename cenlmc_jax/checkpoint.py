@@ -555,7 +555,9 @@ def check_path(path: Any) -> str:
 
     Raises:
       ValueError: not a path, a directory, a folder that does not exist or is not
-        writable, or an existing file that cannot be read and written.
+        writable, an existing file that cannot be read and written, or a lock file
+        (``path + ".lock"``) or chunk folder that is a symbolic link (the run would
+        write where it points), a lock file that is a directory or cannot be opened.
     """
     if not isinstance(path, (str, os.PathLike)):
         raise ValueError(
@@ -579,7 +581,53 @@ def check_path(path: Any) -> str:
         raise ValueError(
             f"checkpoint_path {path!r} exists but cannot be read and written."
         )
+    lock = path + ".lock"
+    for side in (lock, chunk_dir(path)):
+        if os.path.islink(side):
+            raise _symlink_error(path, side)
+    if os.path.isdir(lock):
+        raise _lock_error(path, lock, "is a directory")
+    if os.path.exists(lock) and not os.access(lock, os.R_OK | os.W_OK):
+        raise _lock_error(path, lock, "cannot be opened for writing (another user's?)")
     return path
+
+
+def _symlink_error(path: str, side: str) -> ValueError:
+    return ValueError(
+        f"checkpoint_path {path!r}: {side!r} is a symbolic link (to "
+        f"{os.readlink(side)!r}), and a checkpoint never writes through one, out of "
+        "its folder: remove the link, or give this run another path."
+    )
+
+
+def _lock_error(path: str, lock: str, what: str) -> ValueError:
+    return ValueError(
+        f"checkpoint_path {path!r}: its lock file {lock!r} {what}: remove it if no run "
+        "is using it, or give this run another path."
+    )
+
+
+def _open_lock(path: str, lock: str) -> int:
+    """The lock file's descriptor, never through a symbolic link (``O_NOFOLLOW``)."""
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        return os.open(lock, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError as exc:
+        if os.path.islink(lock):
+            raise _symlink_error(path, lock) from None
+        if os.path.isdir(lock):
+            raise _lock_error(path, lock, "is a directory") from None
+        raise _lock_error(
+            path, lock, f"cannot be opened ({exc.strerror or exc}; another user's?)"
+        ) from None
+
+
+def _names(fd: int, lock: str) -> bool:
+    """Whether the path ``lock`` still names the file open as ``fd``."""
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(lock, follow_symlinks=False))
+    except OSError:
+        return False
 
 
 @contextlib.contextmanager
@@ -588,9 +636,13 @@ def writer_lock(path: str):
 
     Two runs on one checkpoint would write their chunks into the same folder and
     mix them; the second is refused before any work. The lock is an exclusive
-    ``flock`` on ``path + ".lock"``, released when the run ends (also by an error
-    or when the process dies). Only the writing process (process 0 of several)
-    takes it. Where ``fcntl`` is missing (Windows) nothing is locked.
+    ``flock`` on ``path + ".lock"``, opened without following a symbolic link
+    (``O_NOFOLLOW``: nothing is created out of the checkpoint's folder), and
+    removed when the run ends (also by an error), while still held: a run that
+    opened the file meanwhile finds it gone and takes a new one. A lock left by a
+    process that died is held by nobody and is taken over. Only the writing
+    process (process 0 of several) takes it. Where ``fcntl`` is missing (Windows)
+    nothing is locked.
 
     Args:
       path: the checked checkpoint path.
@@ -599,25 +651,39 @@ def writer_lock(path: str):
       None, while the lock is held.
 
     Raises:
-      ValueError: another run holds the lock.
+      ValueError: another run holds the lock, or the lock path is a symbolic
+        link, a directory or a file that cannot be opened (naming it).
     """
     if fcntl is None or not is_writer():
         yield
         return
     lock = path + ".lock"
-    with open(lock, "a") as fh:
+    for _ in range(100):
+        fd = _open_lock(path, lock)
         try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
+            os.close(fd)
             raise ValueError(
                 f"checkpoint_path {path!r} is in use by another run (it holds "
                 f"{lock!r}): two runs on one checkpoint would mix their chunks. Wait "
                 "for it to finish, or give this run another path."
             ) from None
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+        if _names(fd, lock):
+            break
+        os.close(fd)  # removed by the run that held it: take the new file
+    else:
+        raise ValueError(
+            f"checkpoint_path {path!r}: its lock file {lock!r} is removed as fast as "
+            "it is taken (other runs on this path?); give this run another path."
+        )
+    try:
+        yield
+    finally:
+        if _names(fd, lock):  # the file this run holds, nobody else's
+            with contextlib.suppress(OSError):
+                os.remove(lock)
+        os.close(fd)  # releases the lock
 
 
 def _write_npz(path: str, arrays: dict) -> None:
