@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import importlib.util
-import json
 import math
 import os
 import sys
@@ -38,6 +37,7 @@ from typing import Any
 import jax
 
 import cenlmc_jax as cj
+from cenlmc_jax import checkpoint as ckpt
 from cenlmc_jax.cli.samplers import (
     CHOICES,
     DEFAULT_MODEL_SAMPLER,
@@ -492,12 +492,43 @@ def config_tokens(table: dict, path: str, parser: argparse.ArgumentParser) -> li
     return tokens
 
 
-def toml_value(v: Any) -> str:
+def toml_value(v: Any, key: str = "value") -> str:
+    """``v`` as a TOML value: a boolean, a number, or a basic string holding any text.
+
+    In the string, ``\\`` and ``"`` are escaped, control characters written as
+    ``\\uXXXX``, every other character (non-BMP ones too) as itself (the file is
+    UTF-8). A lone surrogate (a name with bytes that are not UTF-8, as
+    ``os.fsdecode`` gives it) has no TOML form: a usage error.
+
+    Args:
+      v: the setting's value.
+      key: the setting's name, for the message.
+
+    Returns:
+      The TOML text of the value.
+
+    Raises:
+      UsageError: ``v`` holds a lone surrogate.
+    """
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (int, float)):
         return repr(v)
-    return json.dumps(str(v))  # a TOML basic string is a JSON string
+    out = []
+    for ch in str(v):
+        code = ord(ch)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\u{code:04X}")
+        elif 0xD800 <= code <= 0xDFFF:
+            raise UsageError(
+                f"--{key} {str(v)!r}: not valid UTF-8 (a name with undecodable "
+                "bytes), which config.toml cannot hold; give a name in UTF-8"
+            )
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
 
 
 def effective_config(args) -> dict:
@@ -522,8 +553,8 @@ def write_config(path: str, config: dict) -> None:
         f"# {PROG} sample: the effective configuration of this run ({PROG} sample "
         "--config THIS_FILE; a model run needs its --model again)"
     ]
-    lines += [f"{k} = {toml_value(v)}" for k, v in config.items()]
-    with open(path, "w") as fh:
+    lines += [f"{k} = {toml_value(v, k)}" for k, v in config.items()]
+    with open(path, "w", encoding="utf-8") as fh:
         fh.write("\n".join(lines) + "\n")
 
 
@@ -616,7 +647,7 @@ def interrupted_leftovers(out: str, checkpoint: str | None) -> bool:
     allowed = {"config.toml"}
     if checkpoint is not None and os.path.dirname(checkpoint) == out:
         base = os.path.basename(checkpoint)
-        allowed |= {base, base + ".tmp", base + ".chunks"}
+        allowed |= {base, base + ".tmp", base + ".chunks", base + ".lock"}
     return "config.toml" in names and names <= allowed
 
 
@@ -761,6 +792,12 @@ def _check_checkpoint(args) -> None:
             f"--checkpoint {args.checkpoint} exists (an interrupted run): add "
             "--resume to continue it, or remove it to start again"
         )
+    if os.path.isdir(os.path.dirname(args.checkpoint)):
+        try:  # its lock and chunk folder: no symlink, no directory at the lock
+            ckpt.check_path(args.checkpoint)
+        except ValueError as exc:
+            flag = "--resume" if args.resume else "--checkpoint"
+            raise UsageError(f"{flag}: {exc}") from None
     if args.resume and not exists:
         _resume_from_the_start(args)
 
@@ -772,7 +809,7 @@ def _check_output_file(args) -> None:
     path = _check_file_path("--output", args.output, args.out)
     own = set()
     if args.checkpoint is not None:
-        own |= {args.checkpoint, args.checkpoint + ".tmp"}
+        own |= {args.checkpoint, args.checkpoint + ".tmp", args.checkpoint + ".lock"}
     if args.out is not None:
         own |= {os.path.join(args.out, name) for name in OUT_FILES}
     if path in own:
@@ -792,6 +829,8 @@ def check_args(args) -> None:
     check_same_run(args)
     _check_checkpoint(args)
     _check_output_file(args)
+    for key, value in effective_config(args).items():
+        toml_value(value, key)  # config.toml can hold it
     if args.progress is None:
         args.progress = (
             sys.stderr.isatty() and importlib.util.find_spec("tqdm") is not None
