@@ -23,7 +23,8 @@ function, ``trace_fn``, ``burn_in``, ``num_steps``, ``thin``, ``mode`` and
 user's function reads; bound methods with their ``__self__``, callable
 objects with their ``__dict__``, partials with their arguments, containers,
 NamedTuples and dataclasses field by field, arrays by a hash of their bytes,
-with a guard against cycles. Library code (cenlmc_jax, the standard library,
+with a guard against cycles; a function may declare its fingerprint
+(:data:`DECLARED_FINGERPRINT`). Library code (cenlmc_jax, the standard library,
 installed packages) is named by its import path: its code is versioned. What
 has no process-independent description (a C object such as a NumPy
 ``Generator`` or a lock) makes ``checkpoint_path=`` refuse the run up front
@@ -68,6 +69,7 @@ from cenlmc_jax._host import fetch, is_writer
 __all__ = [
     "FORMAT",
     "Checkpoint",
+    "DECLARED_FINGERPRINT",
     "Unfingerprintable",
     "run_identity",
     "fingerprint",
@@ -79,6 +81,11 @@ __all__ = [
 ]
 
 FORMAT = "cenlmc_jax-checkpoint-1"
+#: A function whose ``__dict__`` holds this name, a string, is fingerprinted by that
+#: string alone (its code, closure and globals unread): how a caller names a function
+#: that has no description of its own (the CLI: a model file's text and the run's
+#: configuration).
+DECLARED_FINGERPRINT = "__cenlmc_jax_fingerprint__"
 
 
 class Checkpoint(NamedTuple):
@@ -347,6 +354,10 @@ class _Describer:
                 self(v, f"{where}.{k}")
 
     def function(self, fn: types.FunctionType, where: str) -> None:
+        declared = fn.__dict__.get(DECLARED_FINGERPRINT)
+        if isinstance(declared, str):
+            self.emit("declared", declared)
+            return
         name = _import_name(fn)
         library = _library_module(fn.__module__)
         if name is not None and library:

@@ -12,7 +12,8 @@ on a built-in target or on your own model:
   as ``FUNCTION(x, data)``, ``data`` a dict of arrays: the arrays of an
   ``.npz``, or the columns of a ``.csv`` with a header row, by name. The
   dimension comes from ``--dim`` or from ``--init FILE.npy`` (starting
-  positions, ``(N, d)`` or one point ``(d,)``).
+  positions, ``(N, d)`` or one point ``(d,)``; the file's dtype when JAX's
+  float64 is on, else float32, said on stderr).
 * ``--model PATH.py:MODEL`` with a NumPyro model (the file imports numpyro
   and ``MODEL(**data)`` binds: ``--data``'s arrays by argument name, a 0-d
   integer as an int; without ``--data`` the model's own defaults):
@@ -21,7 +22,8 @@ on a built-in target or on your own model:
   constrained sites by name (NumPyro's transforms, deterministic sites too).
 * ``--config run.toml``: every flag as ``name = value`` (``burn-in`` or
   ``burn_in``); flags on the command line win. The effective configuration
-  is written to ``OUT/config.toml`` and ``OUT/run.json``. A configuration
+  is written to ``OUT/config.toml`` (UTF-8: any path that is valid UTF-8) and
+  ``OUT/run.json``. A configuration
   file or run folder never names code to import: one with a ``model`` entry
   is refused unless ``--model`` is on the command line (that file is used),
   and ``--resume`` refuses a ``--model`` other than the run's.
@@ -34,9 +36,11 @@ on a built-in target or on your own model:
   saves the run every ``--checkpoint-every`` steps; Ctrl-C leaves it there and
   ``--resume`` (same flags, or just ``--resume --out DIR`` plus ``--model`` for
   a model run) continues to the same result as an uninterrupted run; a flag
-  that changes the result is refused. A finished run removes it. A run
-  stopped before its first checkpoint is started afresh by the same command,
-  or by ``--resume``.
+  that changes the result is refused. A finished run removes it (its lock
+  file ``PATH.lock`` goes when the run ends). A run stopped before its first
+  checkpoint is started afresh by the same command, or by ``--resume``. A
+  model the checkpoint cannot fingerprint (a C object in it) is recognised by
+  its file's source text and the run's configuration instead, with a note.
 
 Default step sizes follow the target's curvature ``c`` (``L`` of
 :mod:`cenlmc_jax.models.targets`, else the inverse of the smallest variance, else the

@@ -53,6 +53,7 @@ from cenlmc_jax._host import backends_started
 from cenlmc_jax.cli.parser import (
     DEFAULT_PARTICLES,
     DEFAULT_STEPS,
+    RESUME_MAY_CHANGE,
     UsageError,
     effective_config,
     version_text,
@@ -337,6 +338,11 @@ def shown(setup: Setup, res: RunResult) -> tuple:
 
 
 def load_init(path: str) -> np.ndarray:
+    """``--init FILE.npy``: finite starting positions ``(N, d)`` or ``(d,)``, data only.
+
+    Floating point of the file's precision, at least float32 (integers: float64);
+    :func:`init_positions` decides the positions' dtype.
+    """
     try:
         init = np.load(
             path, allow_pickle=False
@@ -357,7 +363,29 @@ def load_init(path: str) -> np.ndarray:
             f"--init {path}: must hold finite positions of shape (N, d) or (d,); got "
             f"shape {init.shape}"
         )
-    return init.astype(np.float32)
+    return init.astype(np.result_type(init.dtype, np.float32))
+
+
+def init_positions(init: np.ndarray, noise: jax.Array) -> jax.Array:
+    """The starting positions of ``--init``: the rows of ``init``, or ``init`` plus
+    ``noise``; said on stderr with their dtype.
+
+    The file's dtype is kept when JAX's float64 is on (``JAX_ENABLE_X64=1``, or a model
+    file that sets ``jax_enable_x64``), so a float64 model runs in float64; otherwise
+    float32, JAX's default.
+    """
+    x64 = jax.config.jax_enable_x64
+    dtype = init.dtype if x64 else np.dtype(np.float32)
+    if init.dtype == dtype:
+        why = "the file's dtype"
+    else:
+        why = (
+            f"the file holds {init.dtype}; JAX's float64 is off: set "
+            "JAX_ENABLE_X64=1, or jax_enable_x64 in the model file, to keep it"
+        )
+    print(f"cenlmc-jax: --init: {dtype} starting positions ({why})", file=sys.stderr)
+    positions = jnp.asarray(init, dtype)
+    return positions if init.ndim == 2 else (positions + noise).astype(dtype)
 
 
 def curvature(
@@ -448,20 +476,56 @@ def _target(args, data: dict | None, init: np.ndarray | None) -> tuple:
     return target, None
 
 
-def _check_fingerprint(args, target) -> None:
-    """A checkpointed job needs a model a resume can recognise: refused before the
-    warm-up and the run, not after them (issue 28)."""
+def checkpoint_target(args, target, data: dict | None = None):
+    """The target a checkpointed job runs: ``target``, or one whose log density is
+    fingerprinted by its file's text when the checkpoint cannot describe it.
+
+    A checkpoint recognises a resume of its run by fingerprints
+    (:func:`cenlmc_jax.checkpoint.fingerprint`), which refuse a model holding a C
+    object (a TensorFlow-Probability-style object, a NumPy ``Generator``). ``--out``
+    alone must not refuse such a model: its log density then declares a fingerprint
+    (:data:`~cenlmc_jax.checkpoint.DECLARED_FINGERPRINT`) made of the ``--model``
+    file's source text, ``data`` and the settings that change the result (not
+    ``--steps``, which the checkpoint holds, nor :data:`RESUME_MAY_CHANGE`), and a
+    note on stderr says so: a change in code the file imports is not seen.
+
+    Args:
+      args: the checked flags (``checkpoint`` None: no checkpoint, nothing to do).
+      target: the job's target.
+      data: ``--data``'s arrays, or None.
+
+    Returns:
+      ``target``, or a copy with the declaring log density.
+    """
     if args.checkpoint is None:
-        return
+        return target
     try:
         ckpt.fingerprint(target.logdensity_fn)
+        return target
     except ckpt.Unfingerprintable as exc:
-        raise UsageError(
-            f"the model cannot be fingerprinted ({exc.where or 'its log density'}: "
-            f"{exc.what}), so a checkpoint could not tell a resume of this run from "
-            "another run: pass the model's data as arrays, numbers or plain objects, "
-            "or run without --out/--checkpoint"
-        ) from exc
+        reason = f"{exc.where or 'its log density'}: {exc.what}"
+    path = args.model.rpartition(":")[0]
+    with open(path, "rb") as fh:
+        source = fh.read()
+    config = {
+        k: v
+        for k, v in effective_config(args).items()
+        if k not in RESUME_MAY_CHANGE and k != "steps"
+    }
+    declared = ckpt.fingerprint((source, sorted(config.items()), data))
+    fn = target.logdensity_fn
+
+    def logdensity_fn(x):
+        return fn(x)
+
+    setattr(logdensity_fn, ckpt.DECLARED_FINGERPRINT, f"--model source {declared}")
+    print(
+        f"cenlmc-jax: note: the model cannot be fingerprinted ({reason}); the "
+        f"checkpoint recognises this run by the source text of {path} and the run's "
+        "configuration instead (a change in code that file imports is not seen)",
+        file=sys.stderr,
+    )
+    return target._replace(logdensity_fn=logdensity_fn)
 
 
 #: ``--cpu-threads auto``: XLA's CPU pool gets one thread up to this many coordinates
@@ -583,7 +647,7 @@ def _setup(args) -> Setup:
     args.particles = args.particles or DEFAULT_PARTICLES
     use_cpu_threads(args, _dimension_hint(args, init))
     target, model = _target(args, data, init)
-    _check_fingerprint(args, target)
+    target = checkpoint_target(args, target, data)
     if init is not None and init.shape[-1] != target.dim:
         raise UsageError(
             f"--init has points of dimension {init.shape[-1]}; the target has d = "
@@ -597,11 +661,7 @@ def _setup(args) -> Setup:
     keys, noise = _keys_and_noise(
         job_key(args.seed), args.particles, target.dim, args.init_scale
     )
-    positions = (
-        noise
-        if init is None
-        else (jnp.asarray(init) if init.ndim == 2 else jnp.asarray(init) + noise)
-    )
+    positions = noise if init is None else init_positions(init, noise)
     c, c_source = curvature(
         target, positions, gradients=not SPECS[args.sampler].gradient_free
     )

@@ -862,11 +862,12 @@ def test_the_verdict_names_only_the_checks_it_made(capsys):
     assert verdict and ("R-hat, bulk ESS" in verdict[0] or "UNRELIABLE" in verdict[0])
 
 
-def test_a_model_a_checkpoint_cannot_fingerprint_is_refused_before_the_warm_up(
+def test_a_model_a_checkpoint_cannot_fingerprint_runs_on_its_files_text(
     tmp_path, capsys
 ):
-    # issue 28: the warm-up (404k gradients) ran before --out's checkpoint refused
-    # the model; now it is a usage error before any work
+    # issue 28: the warm-up ran before --out's checkpoint refused the model; then
+    # (issue 47) --out alone must not refuse it: the checkpoint recognises the run by
+    # the model file's text and the run's configuration, and a note says so
     model = write_model(
         tmp_path,
         """
@@ -881,12 +882,13 @@ def test_a_model_a_checkpoint_cannot_fingerprint_is_refused_before_the_warm_up(
     )
     code, out, err = run_cli(
         ["sample", "--model", f"{model}:logp", "--dim", "2", "--out", tmp_path / "o"]
-        + SMALL,
+        + ["--sampler", "lmc", "--particles", "50", "--steps", "20", "--burn-in", "0"]
+        + ["--allow-unreliable", "--no-bias-check"],
         capsys,
     )
-    assert code == 2, (out, err)
-    assert "cannot be fingerprinted" in err
-    assert "gradient evaluations" not in out and "warm-up" not in out.lower()
+    assert code == 0, (out, err)
+    assert "note: the model cannot be fingerprinted" in err and "RNG" in err
+    assert (tmp_path / "o" / "run.json").exists()
 
 
 def test_a_model_file_that_exits_at_import_is_a_usage_error(tmp_path, capsys):
