@@ -23,7 +23,13 @@ checks a finished run for every known reason to distrust it:
   that never moved, the rank-normalised split R-hat above :data:`RHAT_MAX` (1.1 here,
   1.01 in ``cj.sample``) and the bulk ESS below ``min(100 per chain, 400)``; for a
   streamed run the same thresholds on the split R-hat and batch-means ESS computed
-  online (``RunResult.online``, :mod:`cenlmc_jax.diagnostics.online`);
+  online (``RunResult.online``, :mod:`cenlmc_jax.diagnostics.online`); a split R-hat
+  above 1.1 of at least 32 chains with independent, spread starts is judged again as
+  many short chains (:func:`cenlmc_jax.diagnostics.convergence.judge_short_chains`:
+  their means must not follow their starts, the ensemble must not drift, every mean
+  needs an ESS of 400 and every chain 4 effective draws), since stationary chains
+  short against their autocorrelation time have a split R-hat above 1 however many
+  run;
 * an unadjusted sampler's step-size bias measured by step halving
   (``cenlmc_jax.cli.jobs.step_halving_check``, :func:`cenlmc_jax.run.step_halving_bias`:
   a rerun at ``h/2`` from the final ensemble) beyond ``z`` standard errors, on any
@@ -304,7 +310,12 @@ def problems(
     appended to (printed as warnings; exit 0).
 
     Chains started in superchains (``cj.langevin_warmup``'s hand-over) are judged as
-    many short chains (:mod:`cenlmc_jax.diagnostics.nested`), not by split R-hat.
+    many short chains (:mod:`cenlmc_jax.diagnostics.nested`), not by split R-hat. At
+    least 32 chains with independent, spread starts (the built-in targets' ``N(0,
+    scale² I)``) whose split R-hat is above :data:`RHAT_MAX` are judged again as many
+    short chains (:func:`cenlmc_jax.diagnostics.convergence.judge_short_chains`): the
+    R-hat fails the run only when the chains remember their starts, drift, or hold
+    fewer than 400 effective draws per mean or 4 per chain; otherwise it is a note.
     """
     out = [f"the warm-up reported: {text}" for text in job.warmup_problems]
     if res.diverged_at >= 0:
@@ -326,10 +337,16 @@ def problems(
         )
     out += _known_bias_problem(args, target, job, table)
     start = getattr(job.state, "position", None)
-    out += convergence.convergence_problems(res, start, rhat_max=RHAT_MAX, notes=notes)
+    out += convergence.convergence_problems(
+        res, start, rhat_max=RHAT_MAX, notes=notes, many_short_chains=True
+    )
     many = convergence.in_superchains(start)
     if res.trace is None and res.diverged_at < 0 and not many:  # streamed: online
-        out += online.stream_problems(res.online, rhat_max=RHAT_MAX)
+        # the split R-hat of many chains with independent starts is judged again as
+        # many short chains (convergence.judge_short_chains), as for a trace
+        high = online.stream_problems(res.online, rhat_max=RHAT_MAX, ess_min=-math.inf)
+        out += convergence.judge_short_chains(res, start, high, notes=notes)[0]
+        out += online.stream_problems(res.online, rhat_max=math.inf)
     out += online.bias_problems(bias)
     for col, what in (("z_mean", "mean"), ("z_sd", "sd")):
         z = table.columns.get(col)
@@ -507,6 +524,7 @@ def checks_made(
     bias: online.StepHalvingBias | None = None,
     bias_note: str | None = None,
     many: bool = False,
+    short: bool = False,
 ) -> tuple[list, list]:
     """The checks :func:`problems` made on this run, and those it could not make.
 
@@ -524,6 +542,8 @@ def checks_made(
       bias: the step-halving check, None when it did not run.
       bias_note: why it did not run (None: it ran, or does not apply).
       many: the chains started in superchains (the many-chain verdict).
+      short: the chains have independent, spread starts, at least 32 of them: a split
+        R-hat above :data:`RHAT_MAX` is judged again as many short chains.
 
     Returns:
       ``(made, not_made)``: two lists of short descriptions.
@@ -555,6 +575,11 @@ def checks_made(
         not_made.append(
             "R-hat and ESS (a streamed run resumed from a checkpoint after its "
             "burn-in keeps no online statistics; --trace)"
+        )
+    if short and not many and (res.online is not None or res.trace is not None):
+        made.append(
+            f"a split R-hat above {RHAT_MAX:g} judged as many short chains: start "
+            "memory, drift, ESS, effective draws per chain"
         )
     if table.columns.get("z_mean") is not None:
         made.append("known truth")
@@ -616,9 +641,11 @@ def report(args, setup: Setup, run: Run, record: dict) -> tuple:
     for message in notes:
         print(f"  warning: {message}")
         record["warnings"].append(message)
-    many = convergence.in_superchains(getattr(setup.job.state, "position", None))
+    start = getattr(setup.job.state, "position", None)
+    many = convergence.in_superchains(start)
+    short = convergence.independent_starts(start) is not None
     checked = checks_made(
-        args, target, run.result, table, run.bias, run.bias_note, many=many
+        args, target, run.result, table, run.bias, run.bias_note, many=many, short=short
     )
     if run.bias is not None:
         record["bias_check"] = _bias_record(run.bias)

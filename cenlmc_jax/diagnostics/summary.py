@@ -21,6 +21,14 @@ state; their summary says so and gives what can be known from that:
   moment ``m4`` of the final ensemble;
 * quantiles of the final ensemble; no ESS and no R-hat (``nan``).
 
+Chains that come in superchains (``K`` blocks of ``M`` chains sharing a start:
+``cj.langevin_warmup``'s hand-over, many short chains) get one more column,
+``nested_r_hat``: nested R-hat (Margossian et al.;
+:func:`cenlmc_jax.diagnostics.nested.nested_rhat`), whose question is whether the
+chains forgot their starts, not whether each crossed the posterior. It is computed
+from the draws, or for a streaming run from its online per-chain moments. ``r_hat``
+stays (few long chains; ArviZ's column).
+
 :func:`to_arviz` needs the optional ArviZ (``pip install "cenlmc_jax[arviz]"``).
 """
 
@@ -38,6 +46,7 @@ import numpy as np
 
 from cenlmc_jax._host import fetch
 from cenlmc_jax.base import RunResult
+from cenlmc_jax.diagnostics import nested
 from cenlmc_jax.diagnostics.layout import chains_first
 from cenlmc_jax.diagnostics.named_draws import (
     flatten_sites,
@@ -83,7 +92,7 @@ def _fmt(name: str, value: float) -> str:
         )
     if name.startswith("ess"):
         return f"{value:.0f}"
-    if name == "r_hat":
+    if name in ("r_hat", "nested_r_hat"):
         return f"{value:.3f}"
     if name.startswith("z"):
         return f"{value:.2f}"
@@ -510,6 +519,66 @@ def _diagnostic_columns(x: np.ndarray) -> dict:
     return {k: np.asarray(v, np.float64).reshape(-1) for k, v in cols.items()}
 
 
+def _nested_rhat(mean: np.ndarray, var: np.ndarray, m: int) -> np.ndarray:
+    """Nested R-hat from chain means and within-chain variances ``(chains, K)``,
+    superchain ``k`` the chains ``k M .. k M + M - 1``: the formula of
+    :func:`cenlmc_jax.diagnostics.nested.nested_rhat` (paper, eq. 15-18), in float64
+    NumPy (the summary's other columns are; no compilation)."""
+    k = mean.shape[0] // m
+    mean = mean.reshape(k, m, -1)
+    sc_mean = mean.mean(axis=1)
+    between_super = sc_mean.var(axis=0, ddof=1)
+    between_chain = mean.var(axis=1, ddof=1) if m > 1 else np.zeros_like(sc_mean)
+    within = (between_chain + var.reshape(k, m, -1).mean(axis=1)).mean(axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.sqrt(1.0 + between_super / within)
+
+
+def _superchains(superchain_size: Any, initial_position: Any) -> int:
+    """``M`` from ``superchain_size`` or the layout of ``initial_position`` (1: no
+    superchains)."""
+    if superchain_size is not None and initial_position is not None:
+        raise ValueError(
+            "superchain_size and initial_position: give one of them (the size, or the "
+            "starts it is read from)."
+        )
+    if initial_position is not None:
+        return nested.superchain_size(fetch(initial_position))
+    if superchain_size is None:
+        return 1
+    m = superchain_size
+    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
+        raise ValueError(f"superchain_size must be an int >= 1; got {m!r}.")
+    return int(m)
+
+
+def _check_superchains(m: int, chains: int) -> None:
+    if chains % m or chains // m < 2:
+        raise ValueError(
+            f"superchain_size {m} must divide the {chains} chains into at least 2 "
+            "superchains."
+        )
+
+
+def _nested_column(result_or_draws: Any, x: np.ndarray | None, m: int, d: int):
+    """The ``nested_r_hat`` column: from the draws ``x (chains, n, K)``, else from a
+    streaming run's online per-chain moments (``nan`` when it has none)."""
+    if x is not None:
+        _check_superchains(m, x.shape[0])
+        var = x.var(axis=1, ddof=1)  # the summary has at least 4 draws per chain
+        out = _nested_rhat(x.mean(axis=1), var, m)
+        return np.where(_constant(x), np.nan, out)
+    stats = nested.stream_chain_stats(getattr(result_or_draws, "online", None), m)
+    if stats is None or stats.mean.shape[1] != 2 * d:
+        return np.full(d, np.nan)
+    _check_superchains(m, stats.mean.shape[0])
+    mean = np.asarray(stats.mean, np.float64)[:, :d]
+    m2 = np.asarray(stats.m2, np.float64)[:, :d]
+    var = m2 / (stats.count - 1) if stats.count > 1 else np.zeros_like(m2)
+    constant = np.all(var == 0, axis=0) & np.all(mean == mean[:1], axis=0)
+    return np.where(constant, np.nan, _nested_rhat(mean, var, m))
+
+
 def summary(
     result_or_draws: Any,
     truth: Any = None,
@@ -518,6 +587,8 @@ def summary(
     labels: list | None = None,
     model: Any = None,
     constrain: Any = None,
+    superchain_size: int | None = None,
+    initial_position: Any = None,
 ) -> SummaryTable:
     r"""The summary table of a run, or of chains-first draws.
 
@@ -529,6 +600,12 @@ def summary(
     * ``ess_bulk``, ``ess_tail``: rank-normalised split ESS and the tail ESS
       (5% and 95% quantile indicators);
     * ``r_hat``: rank-normalised split R-hat (max of bulk and folded);
+    * ``nested_r_hat``, only for chains in superchains (``superchain_size`` ``M >=
+      2``, or starts laid out that way: ``initial_position``): nested R-hat
+      (:func:`cenlmc_jax.diagnostics.nested.nested_rhat`, not split, not
+      rank-normalised; Margossian et al.'s threshold 1.01), the many-chain
+      counterpart of ``r_hat``: it asks whether the chains forgot their shared
+      starts, so it can be near 1 for many short chains whose ``r_hat`` is not;
     * ``q5``, ``q50``, ``q95``: type-7 quantiles;
     * with ``truth``: ``true_mean`` and ``z_mean = (mean - true_mean) /
       mcse_mean``; ``true_sd`` and ``z_sd = (sd - true_sd) / mcse_sd`` when
@@ -565,13 +642,30 @@ def summary(
       constrain: ``x: (d,) -> {site: array}`` (or one array), mapped over the
         draws before anything is computed; not with ``model``, and not for a
         streaming run (moments of ``x`` do not give those of ``constrain(x)``).
+      superchain_size: ``M``, chains per superchain (superchain ``k`` the chains
+        ``k M .. k M + M - 1``; ``M`` must divide the chains into at least 2
+        superchains); 2 or more adds the ``nested_r_hat`` column, 1 or None
+        (default) does not.
+      initial_position: the chains' starting positions instead (e.g.
+        ``warm.state.position`` of ``cj.langevin_warmup``): ``M`` is read from
+        them (:func:`cenlmc_jax.diagnostics.nested.superchain_size`: contiguous
+        blocks of identical rows; independent starts give 1). Not with
+        ``superchain_size``.
 
     Returns:
-      A :class:`SummaryTable`; ``print`` it.
+      A :class:`SummaryTable`; ``print`` it. With superchains its ``run`` has
+      ``superchain_size`` and a note says what ``nested_r_hat`` measures.
+
+    Raises:
+      ValueError: bad ``truth``, ``labels``, ``constrain`` for a streaming run,
+        fewer than 4 draws per chain, or a ``superchain_size`` (given or read) that
+        does not divide the chains into at least 2 superchains, or both
+        ``superchain_size`` and ``initial_position``.
     """
     notes = []
     run: dict = {}
     constrain = resolve_constrain(model, constrain)
+    m = _superchains(superchain_size, initial_position)
     result_or_draws = fetch(
         result_or_draws
     )  # on the host; gathered when sharded over several processes
@@ -589,6 +683,7 @@ def summary(
             )
         cols, shape = _stream_columns(result_or_draws)
         notes.append(_STREAM_NOTE)
+        x = None
     else:
         x = np.asarray(chains_first(result_or_draws))
         if x.shape[1] < 4:
@@ -606,6 +701,20 @@ def summary(
     if isinstance(result_or_draws, RunResult):
         run.update(_run_figures(result_or_draws, burn_in))
     d = cols["mean"].shape[0]
+    if m >= 2:
+        column = _nested_column(
+            result_or_draws, None if x is None else np.asarray(x, np.float64), m, d
+        )
+        order = list(cols)
+        order.insert(order.index("r_hat") + 1, "nested_r_hat")
+        cols = {n: column if n == "nested_r_hat" else cols[n] for n in order}
+        run["superchain_size"] = m
+        notes.append(
+            f"nested_r_hat: {run.get('num_chains', 0) // m} superchains of {m} chains "
+            "sharing a start (Margossian et al.): whether the chains forgot their "
+            "starts (threshold 1.01); r_hat asks each chain to have crossed the "
+            "posterior, which many short chains need not"
+        )
     true_mean, true_sd = _truth_moments(truth, d)
     with np.errstate(divide="ignore", invalid="ignore"):
         if true_mean is not None:

@@ -264,3 +264,142 @@ def test_what_stays_refused_is_singular_at_the_dtypes_rounding():
         la.check_symmetric_psd(m.astype(np.float32), "D", "test", definite=True)
     with jax.enable_x64(True):
         la.check_symmetric_psd(m, "D", "test", definite=True)
+
+
+# ------------------------------------------------------------ many short chains with
+# independent starts (convergence.judge_short_chains)
+
+#: AR(1) of lag-1 correlation 0.96: tau = (1 + rho) / (1 - rho) = 49 draws. 300 draws
+#: per chain: stationary chains have a split R-hat of about sqrt(1 / (1 - tau_150 /
+#: 150)) = 1.17 (tau_150 = 41, the finite-n value) however many run, and 300 / tau_300
+#: = 6.7 effective draws per chain (tau_300 = 45): the least of the 4 quantities' is
+#: above MIN_EFFECTIVE_PER_CHAIN = 4 by ~3 sd of its estimate from 256 chain means (9%).
+RHO, N_DRAWS, N_CHAINS = 0.96, 300, 256
+
+
+class ModeState(NamedTuple):
+    position: jax.Array
+    centre: jax.Array
+
+
+def ar1_step(key, state):
+    z = jax.random.normal(key, state.position.shape, state.position.dtype)
+    return Position(RHO * state.position + np.sqrt(1 - RHO**2) * z), ()
+
+
+def two_mode_step(flip_rate):
+    """Chains at +-2 (an AR(1) of sd 0.5 about their mode) that switch mode with
+    probability ``flip_rate`` per step: a two-mode target's chains in miniature."""
+
+    def step(key, state):
+        k1, k2 = jax.random.split(key)
+        flip = jax.random.uniform(k1, state.centre.shape) < flip_rate
+        centre = jnp.where(flip, -state.centre, state.centre)
+        z = jax.random.normal(k2, state.position.shape, state.position.dtype)
+        pos = (
+            centre
+            + RHO * (state.position - state.centre)
+            + 0.5 * np.sqrt(1 - RHO**2) * z
+        )
+        return ModeState(pos, centre), ()
+
+    return step
+
+
+def quiet_sample(seed, step, state, mode="trace", burn_in=0):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return cj.sample(
+            jax.random.key(seed), step, state, N_DRAWS, mode=mode, burn_in=burn_in
+        )
+
+
+def test_short_chains_from_the_target_pass_as_many_chains_and_far_starts_do_not():
+    from cenlmc_jax.diagnostics import nested, online
+    from cenlmc_jax.diagnostics.convergence import (
+        independent_chain_diagnostics,
+        judge_short_chains,
+    )
+    from cenlmc_jax.diagnostics.layout import chains_first
+
+    # starts from the target's own law and a burn-in of 200 steps, as the CLI's
+    # built-in jobs: what the kept draws keep of the start is rho^200 = 1e-3 of it
+    x0 = jax.random.normal(jax.random.key(0), (N_CHAINS, 2))
+    res = quiet_sample(1, ar1_step, Position(x0), burn_in=200)
+    # split R-hat alone fails them: 1.17 is the floor of chains this short (from 64 of
+    # the 256, rank-normalised; its R² - 1 has a relative sd of ~12%: 1.15-1.19)
+    plain = convergence_problems(res, x0, rhat_max=1.1)
+    assert any("split R-hat of x[" in p and "> 1.1" in p for p in plain), plain
+    notes = []
+    assert (
+        convergence_problems(res, x0, rhat_max=1.1, notes=notes, many_short_chains=True)
+        == []
+    )
+    assert len(notes) == 1 and "the floor of short chains" in notes[0], notes
+    # the same judgement of the streamed run's online split R-hat (the CLI's path)
+    streamed = quiet_sample(1, ar1_step, Position(x0), mode="stream", burn_in=200)
+    high = online.stream_problems(streamed.online, rhat_max=1.1, ess_min=-np.inf)
+    assert high, "the online split R-hat is above 1.1 too"
+    found, diag = judge_short_chains(streamed, x0, high, notes=notes)
+    assert found == [] and diag.num_superchains == N_CHAINS and len(notes) == 2
+    # each chain its own superchain: nested R-hat is the classic R-hat of whole chains
+    # (float32 draws against the float64 statistics: 1e-4)
+    stats = nested.chain_stats(chains_first(res), 1)
+    diag = independent_chain_diagnostics(stats, x0)
+    np.testing.assert_allclose(
+        diag.nested_rhat[:2], nested.nested_rhat(chains_first(res), 1), rtol=1e-4
+    )
+    # the ESS of the pooled means is C n / tau_300 = 256 x 300 / 45 = 1,700; from 256
+    # chain means its relative sd is sqrt(2 / 255) = 9%, 25% is ~3 sd
+    np.testing.assert_allclose(diag.ess[:2], N_CHAINS * N_DRAWS / 45.0, rtol=0.25)
+    # starts 5x wider than the target, no burn-in: a chain's mean keeps
+    # x0 rho (1 - rho^n) / (n (1 - rho)) = 0.08 x0 of its start: a correlation of
+    # ~0.7 with it (z ~ 14; at the target's own starts without burn-in, 0.2)
+    far = 5.0 * x0
+    found = convergence_problems(
+        quiet_sample(1, ar1_step, Position(far)),
+        far,
+        rhat_max=1.1,
+        many_short_chains=True,
+    )
+    assert any("split R-hat of x[" in p for p in found), found
+    assert any("still remember where they started" in p for p in found), found
+
+
+def test_chains_stuck_in_modes_are_not_excused():
+    from cenlmc_jax.diagnostics.convergence import judge_short_chains
+
+    x0 = 2.0 * jax.random.normal(jax.random.key(0), (N_CHAINS, 1))
+    # each chain stays in the mode its start is nearest: its mean is 2 sign(x0), a
+    # correlation of ~0.8 with its start (z ~ 18)
+    stuck = quiet_sample(2, two_mode_step(0.0), ModeState(x0, 2.0 * jnp.sign(x0)))
+    found = convergence_problems(stuck, x0, rhat_max=1.1, many_short_chains=True)
+    assert any("split R-hat of x[0]" in p for p in found), found
+    assert any("still remember where they started" in p for p in found), found
+    # every chain starts in the mode at +2 and leaves it at a rate (1 in 400 steps) its
+    # start does not change: the regression cannot see that memory, but each chain's
+    # mean is mostly one mode's: about 2 effective draws per chain (< 4)
+    one = 2.0 + 0.5 * x0 / 2.0
+    res = quiet_sample(
+        3, two_mode_step(1 / 400), ModeState(one, jnp.full_like(one, 2.0))
+    )
+    high = convergence_problems(res, one, rhat_max=1.1)
+    assert high, "chains in different modes: split R-hat far above 1.1"
+    found, diag = judge_short_chains(res, one, high)
+    assert diag is not None and found[: len(high)] == high, found
+    assert any("effective draws of x[0]" in p and "< 4" in p for p in found), found
+
+
+def test_which_starts_are_judged_as_independent():
+    from cenlmc_jax.diagnostics.convergence import (
+        MIN_INDEPENDENT_CHAINS,
+        independent_starts,
+    )
+
+    spread = jax.random.normal(jax.random.key(0), (MIN_INDEPENDENT_CHAINS, 3))
+    np.testing.assert_array_equal(independent_starts(spread), np.asarray(spread))
+    assert independent_starts(spread[:-1]) is None  # too few chains
+    assert independent_starts(jnp.repeat(spread[:8], 4, axis=0)) is None  # superchains
+    assert independent_starts(spread.at[:, 1].set(0.0)) is None  # a coordinate unspread
+    assert independent_starts(spread.at[0, 0].set(jnp.nan)) is None
+    assert independent_starts(None) is None

@@ -302,3 +302,90 @@ def test_to_arviz_of_a_streaming_run_exports_the_final_state_and_the_moments(tmp
         back.posterior.attrs["stream_mean"], np.asarray(res.moments.mean)
     )
     assert back.posterior.attrs["mode"] == "stream"
+
+
+# --------------------------------------------------------------------------
+# nested_r_hat: chains in superchains
+# --------------------------------------------------------------------------
+
+
+def ar1_superchain_draws(key, k=8, m=4, n=40, d=2, rho=0.9):
+    """``k`` superchains of ``m`` AR(1) chains, each superchain from its own start
+    (N(0, 3²): overdispersed), ``n`` draws: (k m, n, d), float64 NumPy."""
+    rng = np.random.default_rng(key)
+    x = np.empty((k * m, n, d))
+    x[:, 0] = np.repeat(3.0 * rng.standard_normal((k, d)), m, axis=0)
+    for t in range(1, n):
+        x[:, t] = rho * x[:, t - 1] + math.sqrt(1 - rho**2) * rng.standard_normal(
+            (k * m, d)
+        )
+    return x
+
+
+def test_nested_r_hat_is_nested_rhat_of_the_draws():
+    x = ar1_superchain_draws(0)
+    with jax.enable_x64(True):  # nested_rhat in float64, as the summary's NumPy
+        want = np.asarray(D.nested.nested_rhat(x, 4))
+    table = cj.summary(x, superchain_size=4)
+    names = list(table.columns)
+    assert names[names.index("r_hat") + 1] == "nested_r_hat"
+    # the same formula in float64 both ways; XLA sums its reductions in another order
+    # than NumPy's pairwise sums (differences of ~1e-9 seen): 1e-8
+    np.testing.assert_allclose(table.columns["nested_r_hat"], want, rtol=1e-8)
+    assert table.run["superchain_size"] == 4 and "nested_r_hat" in str(table)
+    assert any("8 superchains of 4 chains" in n for n in table.notes), table.notes
+    # read from the starts: the same column; independent starts: no column
+    starts = x[:, 0]
+    read = cj.summary(x, initial_position=starts)
+    np.testing.assert_array_equal(
+        read.columns["nested_r_hat"], table.columns["nested_r_hat"]
+    )
+    distinct = starts + np.arange(32.0)[:, None]
+    assert "nested_r_hat" not in cj.summary(x, initial_position=distinct).columns
+    assert "nested_r_hat" not in cj.summary(x).columns  # no superchains said: r_hat
+    # 40 draws from superchain starts s ~ N(0, 3²), rho = 0.9: a superchain's mean
+    # keeps 0.25 s of its start (the mean of 0.9^t over 40 draws), ~0.7 sd for a
+    # typical |s| = 3: the superchains still remember their starts, nested R-hat
+    # above 1.01 (1.22 and 1.06 here)
+    assert np.all(table.columns["nested_r_hat"] > 1.01)
+
+
+def test_nested_r_hat_of_a_streaming_run_is_that_of_its_draws():
+    """Stream and trace runs of the same chains (same key) from 16 superchains of 4:
+    the streamed column comes from the online per-chain moments of the two halves (an
+    even number of draws: every draw is in one), the traced one from the draws."""
+    t = cj.models.targets.standard_gaussian(2)
+    algo = cj.vmap_chains(cj.rwmh(t.logdensity_fn, 0.8))
+    starts = np.repeat(
+        2.0 * np.asarray(jax.random.normal(jax.random.key(0), (16, 2))), 4, axis=0
+    )
+    state = algo.init(jax.numpy.asarray(starts, jax.numpy.float32))
+    kw = dict(burn_in=0, check_convergence=False)
+    stream = cj.sample(jax.random.key(5), algo, state, 200, mode="stream", **kw)
+    trace = cj.sample(jax.random.key(5), algo, state, 200, **kw)
+    s = cj.summary(stream, initial_position=starts)
+    tr = cj.summary(trace, superchain_size=4)
+    # float32 draws; the stream's Welford sums against the trace's two-pass ones
+    np.testing.assert_allclose(
+        s.columns["nested_r_hat"], tr.columns["nested_r_hat"], rtol=1e-4
+    )
+    with jax.enable_x64(True):
+        want = np.asarray(
+            D.nested.nested_rhat(np.asarray(D.chains_first(trace), np.float64), 4)
+        )
+    np.testing.assert_allclose(tr.columns["nested_r_hat"], want, rtol=1e-8)
+    assert np.all(np.isnan(s.columns["r_hat"])) and "nested_r_hat" in str(s)
+
+
+def test_summary_refuses_a_superchain_size_that_does_not_fit():
+    x = ar1_superchain_draws(1)  # 32 chains
+    with pytest.raises(ValueError, match="divide the 32 chains"):
+        cj.summary(x, superchain_size=5)
+    with pytest.raises(ValueError, match="divide the 32 chains"):
+        cj.summary(x, superchain_size=32)  # one superchain
+    with pytest.raises(ValueError, match="int >= 1"):
+        cj.summary(x, superchain_size=0)
+    with pytest.raises(ValueError, match="give one of them"):
+        cj.summary(x, superchain_size=4, initial_position=x[:, 0])
+    # 1: every chain its own start, no column
+    assert "nested_r_hat" not in cj.summary(x, superchain_size=1).columns
