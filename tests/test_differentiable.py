@@ -117,6 +117,7 @@ SAMPLERS = {
     ),
     "rwmh": (lambda mu: cj.rwmh(shifted(mu), 0.5), False, 20),
     "mala": (lambda mu: cj.mala(shifted(mu), 0.3), False, 20),
+    "hmc": (lambda mu: cj.hmc(shifted(mu), 0.3, 4), False, 20),
 }
 
 

@@ -139,6 +139,18 @@ MAKE = {
         False,
         "logdensity_fn",
     ),
+    "hmc": (
+        lambda **kw: cj.hmc(
+            **{
+                "logdensity_fn": logdensity,
+                "step_size": 0.5,
+                "num_integration_steps": 3,
+                **kw,
+            }
+        ),
+        False,
+        "logdensity_fn",
+    ),
 }
 NAMES = sorted(cj.SAMPLERS)
 ENSEMBLE = {n for n in NAMES if MAKE[n][1]}
@@ -197,6 +209,7 @@ FOREIGN = {
     "irreversible_mh": "rwmh",
     "rwmh": "irreversible_mh",
     "mala": "rwmh",
+    "hmc": "mala",
 }
 
 

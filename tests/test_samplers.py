@@ -133,6 +133,17 @@ BUILDERS = {
         lambda **kw: cj.mala(**{"logdensity_fn": logdensity, "step_size": 0.3, **kw}),
         False,
     ),
+    "hmc": (
+        lambda **kw: cj.hmc(
+            **{
+                "logdensity_fn": logdensity,
+                "step_size": 0.3,
+                "num_integration_steps": 4,
+                **kw,
+            }
+        ),
+        False,
+    ),
 }
 NAMES = sorted(BUILDERS)
 

@@ -1,4 +1,4 @@
-"""The exact default of ``cj.langevin_warmup``: a kinetic phase, then adjusted MALA.
+"""The kinetic phase of ``cj.langevin_warmup``'s exact default.
 
 After the Laplace start (:mod:`cenlmc_jax.adaptation.langevin_warmup`: ``N`` particles
 drawn from ``N(mode, M₀)``, ``M₀ = H⁻¹``), the ensemble is moved in whitened
@@ -69,32 +69,9 @@ it ran with is kept. Round ``r`` also ends before it settles, after
 (Stan's doubling windows: the Laplace approximation of a hierarchical posterior is
 often several times too narrow in its scale parameters).
 
-**Adjusted phase.** MALA in ``y`` (``y* = y + h ∇log π_y(y) + sqrt(2h) ξ``, accepted
-with the Metropolis–Hastings ratio), ``h`` starting at ``ε² / 2`` (one leapfrog step of
-size ``ε`` with a fresh momentum is MALA at ``h = ε²/2``), tuned over ``adjust_rounds``
-rounds of ``adjust_steps`` steps on the whole ensemble: ``log h ← log h + 2 (ā −
-TARGET_ACCEPTANCE)``, ``ā`` the round's mean acceptance probability over particles and
-steps (an ensemble of ``N`` estimates it to about ``0.5/sqrt(N × steps)``, so no dual
-averaging is needed); ``h`` is divided by 4 below an acceptance of 0.1 and multiplied by
-4 above 0.95, and rounds go on (at most ``MAX_ADJUST_ROUNDS``) while the acceptance is
-outside ``ACCEPTANCE_BAND``. ``h``, ``M`` and ``m`` are then frozen and the
-handed-over sampler is ``cj.mala(logdensity_fn, h, inverse_mass_matrix=M)`` over the
-``N`` chains (``cj.vmap_chains``): a Metropolis chain with fixed parameters, so
-``cj.sample`` targets ``π`` exactly (with stuck particles, a mixture of two such
-steps: below). In ``x``, preconditioned MALA with ``M = L Lᵀ`` is MALA in ``y`` with
-the identity: the same proposal distribution and the same acceptance.
-
-**Stuck particles.** A particle whose acceptance over the last round is below
-``STUCK_ACCEPTANCE`` sits in a stiff region (a banana's arm, a funnel's neck) where the
-ensemble's ``h`` is far too long for it. It is where ``π`` puts it: replacing it by a
-copy of a moving particle (as this module did before) takes that mass away, and MALA
-needs many steps to bring it back. Instead the stuck particles try the shorter steps
-``h s``, ``s`` in :data:`SMALL_FACTORS`, one round each, until they accept at least
-:data:`SMALL_ACCEPTANCE`; each handed-over step is then ``h s`` with probability ``p``
-(twice the stuck fraction, within :data:`SMALL_PROBABILITY`), drawn anew at each step
-for each chain, else ``h``. Each of the two kernels leaves ``π`` invariant and the
-choice does not depend on the state, so the mixture is exact too (Tierney 1994). Where
-no factor helps, the particles stay (the run's R-hat and stuck-chain checks see them).
+**Then** the adjusted phase (:mod:`cenlmc_jax.adaptation.adjusted`) tunes HMC (or
+MALA) on the ensemble in the final coordinates, and hands it over with every
+parameter frozen.
 
 Why not the two-system move (Chok, Lee, Paulin, Vasil 2025: halves preconditioning
 each other) for the sampling phase? Its point is to keep adapting ``M`` while
@@ -128,10 +105,9 @@ __all__ = [
     "MAX_ROUNDS",
     "STOP_B2",
     "stop_threshold",
-    "TARGET_ACCEPTANCE",
     "KineticResult",
     "fit_dtype",
-    "kinetic_then_mala",
+    "kinetic_phase",
 ]
 
 #: ``E[ΔH²]`` per kinetic step (over the ensemble) that ``ε`` is steered to: with the
@@ -163,45 +139,21 @@ MAX_ROUNDS = 5
 #: Round ``r`` may end before it settles after ``ROUND_STEPS · 2^r`` steps when the
 #: ensemble's covariance says the coordinates are off (Stan's doubling windows).
 ROUND_STEPS = 25
-#: The mean MALA acceptance the adjusted phase tunes ``h`` to (Roberts & Rosenthal's
-#: optimum is 0.574 in high dimension; a little above it costs little and is safer in
-#: low dimension).
-TARGET_ACCEPTANCE = 0.6
-#: A particle whose mean acceptance over the last tuning round is below this is stuck
-#: (module docstring: the handed-over MALA then takes a shorter step now and then).
-STUCK_ACCEPTANCE = 0.02
-#: The shorter step's factors ``s`` tried on the stuck particles, longest first; the
-#: first at which they accept at least ``SMALL_ACCEPTANCE`` on average is taken.
-SMALL_FACTORS = (1 / 4, 1 / 16, 1 / 64)
-SMALL_ACCEPTANCE = 0.3
-#: The shorter step's probability ``p``: ``SMALL_SHARE`` times the stuck fraction, in
-#: ``SMALL_PROBABILITY`` (a stuck chain moves every ``1/p`` steps or so; the others
-#: lose about ``p`` of their steps' reach).
-SMALL_SHARE = 2.0
-SMALL_PROBABILITY = (0.05, 0.25)
-#: The adjusted phase tunes beyond its ``adjust_rounds`` (up to ``MAX_ADJUST_ROUNDS``)
-#: while the mean acceptance is outside this band.
-ACCEPTANCE_BAND = (0.3, 0.9)
-MAX_ADJUST_ROUNDS = 30
 
 
 class KineticResult(NamedTuple):
-    """What :func:`kinetic_then_mala` returns (``positions`` in ``x``)."""
+    """What :func:`kinetic_phase` returns (``positions`` in ``x``)."""
 
     positions: jax.Array
     inverse_mass_matrix: np.ndarray
     mean: np.ndarray
+    #: the last round's median ``ε`` (whitened units).
     step_size: float
-    acceptance_rate: float
     kinetic_steps: int
-    adjusted_steps: int
     rounds: list
-    relaxation_steps: float
     notes: list
+    #: ``(step, E x, E x²)`` along the phase.
     trajectory: list
-    #: ``(h s, p)``: the handed-over MALA's shorter step and its probability, or None
-    #: (every step ``h``).
-    small_step: tuple | None = None
 
 
 def _to_x(factor, mean, y):
@@ -275,36 +227,6 @@ def _kinetic_chunk(
         0, n, body, (y, p, v, g, eps, e2, jnp.int32(0))
     )
     return y, p, v, g, eps, e2, bad
-
-
-@partial(jax.jit, static_argnames=_STATIC)
-def _mala_chunk(key, y, v, g, h, factor, mean, n, logdensity_fn, grad_fn, grad_mode):
-    """``n`` MALA steps in ``y`` of the whole ensemble (``h``: one step, or ``(N,)``,
-    one a particle); the summed acceptance probability per particle.
-    """
-    vg = partial(_value_and_grad_y, logdensity_fn, grad_fn, grad_mode, factor, mean)
-    h_each = jnp.broadcast_to(h, v.shape)  # a step for all, or one a particle
-    hc = h_each[:, None]
-
-    def body(t, carry):
-        y, v, g, acc = carry
-        k1, k2 = jax.random.split(jax.random.fold_in(key, t))
-        y1 = y + hc * g + jnp.sqrt(2 * hc) * jax.random.normal(k1, y.shape, y.dtype)
-        v1, g1 = vg(y1)
-        fwd = jnp.sum((y1 - y - hc * g) ** 2, 1)
-        bwd = jnp.sum((y - y1 - hc * g1) ** 2, 1)
-        log_a = v1 - v + (fwd - bwd) / (4 * h_each)
-        log_a = jnp.where(
-            jnp.isfinite(log_a) & jnp.all(jnp.isfinite(g1), 1), log_a, -jnp.inf
-        )
-        u = jax.random.uniform(k2, v.shape, v.dtype)
-        take = jnp.log(u) < log_a
-        y = jnp.where(take[:, None], y1, y)
-        g = jnp.where(take[:, None], g1, g)
-        v = jnp.where(take, v1, v)
-        return y, v, g, acc + jnp.exp(jnp.minimum(log_a, 0.0))
-
-    return lax.fori_loop(0, n, body, (y, v, g, jnp.zeros_like(v)))
 
 
 @partial(jax.jit, static_argnames=_STATIC)
@@ -443,7 +365,85 @@ def _ensemble_cov(y: np.ndarray, dense: bool) -> np.ndarray:
     return w * y.var(0, ddof=1) + 1e-3 * (1 - w)
 
 
-def kinetic_then_mala(
+class _Round(NamedTuple):
+    y: jax.Array
+    eps: float
+    steps: int
+    rejected: int
+    change: float
+    stopped: bool
+
+
+def _kinetic_round(
+    key, y, v, g, eps, r, used, budget, check_every, fac, mu, static, record, shape
+):
+    """One round of the kinetic phase in fixed coordinates (module docstring): steps
+    until the stopping rule holds twice in a row, the coordinates look off (after
+    ``ROUND_STEPS · 2^r`` steps) or ``used + steps`` reaches ``budget``."""
+    n, d, dense, noise = shape
+    dt = y.dtype
+    # momenta from their stationary law N(0, I): from p = 0 an ensemble already at π
+    # would first contract towards the mode (too little kinetic energy)
+    k_p, k = jax.random.split(key)
+    p = jax.random.normal(k_p, y.shape, dt)
+    history = [_moments(np.asarray(y, np.float64))]
+    quiet, steps, undone, change = 0, 0, 0, math.inf
+    # every particle starts the round at the last round's median step
+    eps_v, e2_v = jnp.full((n,), eps, dt), jnp.full((n,), ENERGY_ERROR, dt)
+    while used + steps < budget:
+        # checks a time 2/γ apart (about the relaxation time of a whitened direction
+        # of unit scale), and at least check_every steps
+        m = min(
+            max(check_every, math.ceil(2.0 / (FRICTION * eps))), budget - used - steps
+        )
+        j = 0
+        while j < m:
+            # single steps over the first RECORD_EVERY_STEP steps of the phase (where
+            # the ensemble moves most), then pieces of check_every: the ensemble's
+            # moments are recorded after each (info.trajectory)
+            fine = r == 0 and steps < RECORD_EVERY_STEP
+            piece = min(1 if fine else check_every, m - j)
+            y, p, v, g, eps_v, e2_v, bad = _kinetic_chunk(
+                jax.random.fold_in(k, steps),
+                y,
+                p,
+                v,
+                g,
+                eps_v,
+                e2_v,
+                fac,
+                mu,
+                piece,
+                **static,
+            )
+            eps = float(jnp.median(eps_v))
+            steps, undone, j = steps + piece, undone + int(bad), j + piece
+            # a round that has not settled after ROUND_STEPS·2^r steps ends early when
+            # the ensemble already says the coordinates are off (the next round runs
+            # in better ones); tested after every piece, so a small ε (checks far
+            # apart) does not hold a refit back
+            early = (
+                steps >= ROUND_STEPS * 2**r
+                and r < MAX_ROUNDS - 1
+                and _spread(np.asarray(y, np.float64), dense, n, d)[0] > 1.25 * noise
+            )
+            if early or j < m:
+                record(used + steps, y)
+            if early:
+                return _Round(y, eps, steps, undone, change, False)
+        history.append(_moments(np.asarray(y, np.float64)))
+        # against the moments at half the round's elapsed checks: a slow drift adds up
+        # over the lag, where two neighbouring checks would both look quiet
+        change = _change(history[(len(history) - 1) // 2], history[-1])
+        settled = change <= stop_threshold(n, d) and len(history) > MIN_CHECKS
+        quiet = quiet + 1 if settled else 0
+        record(used + steps, y)
+        if quiet >= 2:
+            return _Round(y, eps, steps, undone, change, True)
+    return _Round(y, eps, steps, undone, change, False)
+
+
+def kinetic_phase(
     key,
     logdensity_fn,
     positions,
@@ -454,16 +454,15 @@ def kinetic_then_mala(
     grad_mode: str = "auto",
     max_kinetic_steps: int = 1000,
     check_every: int = 10,
-    adjust_rounds: int = 6,
-    adjust_steps: int = 5,
     initial_step: float = 0.5,
     laplace: bool = False,
 ) -> KineticResult:
-    """The two phases of the module docstring, from ``positions`` (``(N, d)``, ``x``)
-    whitened by ``m_mat`` (``M``, ``(d,)`` or ``(d, d)``) and ``mean``.
+    """The kinetic phase of the module docstring, from ``positions`` (``(N, d)``,
+    ``x``) whitened by ``m_mat`` (``M``, ``(d,)`` or ``(d, d)``) and ``mean``, in
+    rounds that re-estimate ``M`` and ``m`` while the ensemble says they are off.
 
     Args:
-      key: the phases' key.
+      key: the phase's key.
       logdensity_fn: ``x: (d,) -> log π(x)``.
       positions: the ensemble, ``(N, d)``.
       m_mat: the starting ``M`` (the Laplace start's ``H⁻¹``, or ``I``).
@@ -472,30 +471,23 @@ def kinetic_then_mala(
       grad_mode: as for ``cj.lmc``.
       max_kinetic_steps: the kinetic steps of all rounds together, at most.
       check_every: kinetic steps between the stopping rule's checks.
-      adjust_rounds: rounds of the adjusted phase's step-size tuning.
-      adjust_steps: MALA steps per round.
-      initial_step: the kinetic phase's first ``ε``.
+      initial_step: the first ``ε``.
       laplace: ``positions`` are draws from ``N(mean, m_mat)`` (the Laplace start):
         they are importance-resampled towards ``π`` first when the weights allow
         (:func:`_resample_laplace`).
 
     Returns:
-      A :class:`KineticResult`.
+      A :class:`KineticResult` (``M`` fitted to the dtype: :func:`fit_dtype`).
     """
     x = jnp.asarray(positions)
     dt = x.dtype
     n, d = x.shape
     dense = m_mat.ndim == 2
-    keys = iter(jax.random.split(key, 4 * MAX_ROUNDS + adjust_rounds + 5))
+    keys = iter(jax.random.split(key, 2 * MAX_ROUNDS + 1))
     static = dict(logdensity_fn=logdensity_fn, grad_fn=grad_fn, grad_mode=grad_mode)
     eps, used, rounds, notes = float(initial_step), 0, [], []
     m_mat, mean = np.asarray(m_mat, np.float64), np.asarray(mean, np.float64)
     trajectory = []
-
-    def record(seq, lf, mean, y):
-        x = _to_x(lf, mean, np.asarray(y, np.float64))
-        trajectory.append((int(seq), x.mean(0), (x**2).mean(0)))
-
     noise = (
         (1 + math.sqrt(d / n)) ** 2
         if dense and n >= 4 * d
@@ -504,13 +496,15 @@ def kinetic_then_mala(
     for r in range(MAX_ROUNDS):
         lf, lf_inv = _factor(m_mat)
         fac, mu = jnp.asarray(lf, dt), jnp.asarray(mean, dt)
+
+        def record(seq, y, lf=lf, mean=mean):
+            xs = _to_x(lf, mean, np.asarray(y, np.float64))
+            trajectory.append((int(seq), xs.mean(0), (xs**2).mean(0)))
+
         y = jnp.asarray(_to_y(lf_inv, mean, x), dt)
         v, g = _values_y(y, fac, mu, **static)
-        # momenta from their stationary law N(0, I): from p = 0 an ensemble already
-        # at π would first contract towards the mode (too little kinetic energy)
-        p = jax.random.normal(next(keys), y.shape, dt)
         if r == 0:
-            record(0, lf, mean, y)
+            record(0, y)
             if laplace:
                 y, v, g, ess = _resample_laplace(next(keys), y, v, g)
                 if ess is not None:
@@ -518,95 +512,43 @@ def kinetic_then_mala(
                         f"Laplace draws importance-resampled towards π (effective "
                         f"sample size {ess:.0f} of {n})."
                     )
-                    record(0, lf, mean, y)
-        history, quiet, steps, undone, change = (
-            [_moments(np.asarray(y, np.float64))],
-            0,
-            0,
-            0,
-            math.inf,
+                    record(0, y)
+        rd = _kinetic_round(
+            next(keys),
+            y,
+            v,
+            g,
+            eps,
+            r,
+            used,
+            max_kinetic_steps,
+            check_every,
+            fac,
+            mu,
+            static,
+            record,
+            (n, d, dense, noise),
         )
-        k = next(keys)
-        # every particle starts the round at the last round's median step
-        eps_v = jnp.full((n,), eps, dt)
-        e2_v = jnp.full((n,), ENERGY_ERROR, dt)
-        while used + steps < max_kinetic_steps:
-            # checks a time 2/γ apart (about the relaxation time of a whitened
-            # direction of unit scale), and at least check_every steps
-            every = max(check_every, math.ceil(2.0 / (FRICTION * eps)))
-            m = min(every, max_kinetic_steps - used - steps)
-            # in pieces of at most check_every steps, the ensemble's moments recorded
-            # after each (info.trajectory: a small ε makes the checks far apart)
-            j = 0
-            while j < m:
-                # single steps over the first RECORD_EVERY_STEP steps of the phase
-                # (where the ensemble moves most: the trajectory's first crossing is
-                # then seen to the step), then pieces of check_every
-                fine = r == 0 and steps < RECORD_EVERY_STEP
-                piece = min(1 if fine else check_every, m - j)
-                y, p, v, g, eps_v, e2_v, bad = _kinetic_chunk(
-                    jax.random.fold_in(k, steps),
-                    y,
-                    p,
-                    v,
-                    g,
-                    eps_v,
-                    e2_v,
-                    fac,
-                    mu,
-                    piece,
-                    **static,
-                )
-                eps = float(jnp.median(eps_v))
-                steps, undone = steps + piece, undone + int(bad)
-                # a round that has not settled after ROUND_STEPS·2^r steps ends
-                # early when the ensemble already says the coordinates are off (the
-                # next round runs in better ones); tested after every piece, so a
-                # small ε (checks far apart) does not hold a refit back
-                early = (
-                    steps >= ROUND_STEPS * 2**r
-                    and r < MAX_ROUNDS - 1
-                    and _spread(np.asarray(y, np.float64), dense, n, d)[0]
-                    > 1.25 * noise
-                )
-                j += piece
-                if early or j < m:
-                    record(used + steps, lf, mean, y)
-                if early:
-                    break
-            if early:
-                break
-            history.append(_moments(np.asarray(y, np.float64)))
-            # against the moments at half the round's elapsed checks: a slow drift
-            # adds up over the lag, where two neighbouring checks would both look quiet
-            change = _change(history[(len(history) - 1) // 2], history[-1])
-            quiet = (
-                quiet + 1
-                if change <= stop_threshold(n, d) and len(history) > MIN_CHECKS
-                else 0
-            )
-            record(used + steps, lf, mean, y)
-            if quiet >= 2:
-                break
-        used += steps
-        ynp = np.asarray(y, np.float64)
+        eps, used = rd.eps, used + rd.steps
+        ynp = np.asarray(rd.y, np.float64)
         x = jnp.asarray(_to_x(lf, mean, ynp), dt)
         spread, cov_y = _spread(ynp, dense, n, d)
-        rounds.append(
-            dict(
-                kinetic_steps=steps,
-                step_size=eps,
-                rejected=undone,
-                last_change=change,
-                stopped=quiet >= 2,
-                whitened_cov_spread=spread,
-            )
-        )
         # only a spread beyond the noise (_spread), by 25 %, says the coordinates were
         # off; then M and m are re-estimated and the phase run again in the new
         # coordinates, else the M it ran with is kept (a noisy ensemble estimate would
         # only degrade an M that fits, e.g. a Laplace M of a Gaussian)
-        rounds[-1]["refit"] = refit = spread > 1.25 * noise
+        refit = spread > 1.25 * noise
+        rounds.append(
+            dict(
+                kinetic_steps=rd.steps,
+                step_size=eps,
+                rejected=rd.rejected,
+                last_change=rd.change,
+                stopped=rd.stopped,
+                whitened_cov_spread=spread,
+                refit=refit,
+            )
+        )
         if not refit:
             break
         mean = mean + (lf @ ynp.mean(0) if dense else lf * ynp.mean(0))
@@ -618,43 +560,20 @@ def kinetic_then_mala(
             m_mat = lf**2 * cov_y
         if used >= max_kinetic_steps:
             break
+    last = rounds[-1]
     notes.append(
         f"kinetic phase (generalised HMC, γ = {FRICTION}, E[ΔH²] steered to "
         f"{ENERGY_ERROR}): {used} steps in {len(rounds)} round(s), final ε = {eps:.3g}"
         + (
             ""
-            if rounds[-1]["stopped"]
+            if last["stopped"]
             else "; the stopping rule did not settle (last change "
-            f"{rounds[-1]['last_change']:.3g})"
+            f"{last['last_change']:.3g})"
         )
         + "."
     )
-    last = rounds[-1]
     if not last["stopped"]:
-        # the budget ran out before the stopping rule settled: the hand-over is not
-        # known to be at stationarity (a centred funnel: the Laplace start at its
-        # neck, ε collapsed; a banana cut short). Say so now, not only after sampling
-        moving = last["last_change"] > stop_threshold(n, d)
-        warnings.warn(
-            ConvergenceWarning(
-                f"langevin_warmup: the kinetic phase did not settle in "
-                f"{max_kinetic_steps} steps: "
-                + (
-                    f"the ensemble's moments still moved by δ = "
-                    f"{last['last_change']:.3g} between its last checks (stationary "
-                    f"noise {stop_threshold(n, d):.3g}), at a step ε = {eps:.3g} in "
-                    "the whitened coordinates"
-                    if moving
-                    else "its last round ended before the stopping rule could "
-                    f"confirm stationarity (it needs {MIN_CHECKS + 2} checks)"
-                )
-                + ". The handed-over chains may start away from the posterior; more "
-                "warm-up steps (num_steps), a funnel-like posterior reparametrised "
-                "(non-centred), or start='positions' may help. The run's R-hat will "
-                "tell."
-            ),
-            stacklevel=3,
-        )
+        _warn_unsettled(last, max_kinetic_steps, n, d, eps)
     m_mat, alpha = fit_dtype(m_mat, dt)
     if alpha:
         notes.append(
@@ -662,122 +581,29 @@ def kinetic_then_mala(
             f"estimated, M is at the rounding level of {jnp.dtype(dt).name} "
             "(fit_dtype)."
         )
-    # adjusted phase: MALA in the final whitening
-    lf, lf_inv = _factor(m_mat)
-    fac, mu = jnp.asarray(lf, dt), jnp.asarray(mean, dt)
-    y = jnp.asarray(_to_y(lf_inv, mean, x), dt)
-    v, g = _values_y(y, fac, mu, **static)
-    h, acc, y0 = 0.5 * eps**2, float("nan"), np.asarray(y, np.float64)
-    adjusted = 0
-    adjust_key, r = next(keys), 0
-    # the rounds asked for, and more (at most MAX_ADJUST_ROUNDS) while the acceptance
-    # is far from the target: a first h off by orders of magnitude is brought back
-    while r < adjust_rounds or (
-        r < MAX_ADJUST_ROUNDS and not ACCEPTANCE_BAND[0] <= acc <= ACCEPTANCE_BAND[1]
-    ):
-        y, v, g, a = _mala_chunk(
-            jax.random.fold_in(adjust_key, r),
-            y,
-            v,
-            g,
-            jnp.asarray(h, dt),
-            fac,
-            mu,
-            adjust_steps,
-            **static,
-        )
-        acc = float(jnp.mean(a)) / adjust_steps
-        adjusted, r = adjusted + adjust_steps, r + 1
-        record(used + adjusted, lf, mean, y)
-        if acc < 0.1:
-            h /= 4
-        elif acc > 0.95:
-            h *= 4
-        else:
-            h *= math.exp(2.0 * (acc - TARGET_ACCEPTANCE))
-    # a particle the kinetic phase left in a stiff tail (a banana's arm, a funnel's
-    # neck) accepts nothing at the ensemble's h. It is where pi puts it: replacing it
-    # by a copy of a moving particle would take that mass away (a banana's E[x^2] fell
-    # by a fifth, and MALA took ~1,000 steps to bring it back). Instead the handed-over
-    # MALA takes a shorter step h s now and then (_small_step)
-    a = np.asarray(a, np.float64) / adjust_steps
-    small, tried = None, 0
-    stuck = a < STUCK_ACCEPTANCE
-    if stuck.any():
-        small, tried, (y, v, g) = _small_step(
-            adjust_key, (y, v, g), stuck, h, fac, mu, adjust_steps, static
-        )
-        adjusted += tried * adjust_steps
-        record(used + adjusted, lf, mean, y)  # the ensemble handed over
-        frac = float(stuck.mean())
-        if small is None:
-            notes.append(
-                f"{int(stuck.sum())} of {n} particles accepted less than "
-                f"{STUCK_ACCEPTANCE} of the last tuning round's MALA proposals, and "
-                f"as little at h/{1 / SMALL_FACTORS[-1]:g}: they stay where they are "
-                "(the run's R-hat and stuck-chain checks will see them)."
+    return KineticResult(x, m_mat, mean, eps, used, rounds, notes, trajectory)
+
+
+def _warn_unsettled(last: dict, budget: int, n: int, d: int, eps: float) -> None:
+    """The budget ran out before the stopping rule settled: the hand-over is not known
+    to be at stationarity (a centred funnel: the Laplace start at its neck, ε
+    collapsed; a banana cut short). Said now, not only after sampling."""
+    moving = last["last_change"] > stop_threshold(n, d)
+    warnings.warn(
+        ConvergenceWarning(
+            f"langevin_warmup: the kinetic phase did not settle in {budget} steps: "
+            + (
+                f"the ensemble's moments still moved by δ = {last['last_change']:.3g} "
+                f"between its last checks (stationary noise {stop_threshold(n, d):.3g}"
+                f"), at a step ε = {eps:.3g} in the whitened coordinates"
+                if moving
+                else "its last round ended before the stopping rule could confirm "
+                f"stationarity (it needs {MIN_CHECKS + 2} checks)"
             )
-        else:
-            notes.append(
-                f"{int(stuck.sum())} of {n} particles ({frac:.1%}) accepted less than "
-                f"{STUCK_ACCEPTANCE} of the last tuning round's MALA proposals (a "
-                f"stiff tail); at h s = {h * small[0]:.3g} (s = {small[0]:g}) they "
-                f"accept {small[2]:.2f}: each handed-over MALA step is that shorter "
-                f"one with probability {small[1]:.3g} (a fixed mixture of two MALA "
-                "kernels, each exact)."
-            )
-    y1 = np.asarray(y, np.float64)
-    relax = _mala_relaxation(y0, y1, adjusted)
-    notes.append(
-        f"adjusted phase (MALA, M fixed from the ensemble): h = {h:.3g} after "
-        f"{r} rounds of {adjust_steps} steps, mean acceptance {acc:.2f} "
-        f"(target {TARGET_ACCEPTANCE})."
+            + ". The handed-over chains may start away from the posterior; more "
+            "warm-up steps (num_steps), a funnel-like posterior reparametrised "
+            "(non-centred), or start='positions' may help. The run's verdict will "
+            "tell."
+        ),
+        stacklevel=4,
     )
-    x = jnp.asarray(_to_x(lf, mean, y1), dt)
-    return KineticResult(
-        x,
-        m_mat,
-        mean,
-        h,
-        acc,
-        used,
-        adjusted,
-        rounds,
-        relax,
-        notes,
-        trajectory,
-        None if small is None else (h * small[0], small[1]),
-    )
-
-
-def _small_step(key, yvg, stuck, h, fac, mu, steps, static):
-    """The handed-over MALA's shorter step for the ``stuck`` particles (module
-    docstring): a round of ``steps`` MALA steps of the whole ensemble, the stuck
-    particles at ``h s`` for each ``s`` of :data:`SMALL_FACTORS` in turn until their
-    mean acceptance reaches :data:`SMALL_ACCEPTANCE`.
-
-    Returns ``((s, p, acceptance) or None, rounds run, (y, v, g))``: ``p`` the
-    probability of the shorter step, None where no factor reached the acceptance.
-    """
-    p = float(np.clip(SMALL_SHARE * stuck.mean(), *SMALL_PROBABILITY))
-    for i, factor in enumerate(SMALL_FACTORS):
-        h_each = jnp.asarray(np.where(stuck, h * factor, h), yvg[0].dtype)
-        *yvg, a = _mala_chunk(
-            jax.random.fold_in(key, 1000 + i), *yvg, h_each, fac, mu, steps, **static
-        )
-        took = float(np.mean(np.asarray(a)[stuck])) / steps
-        if took >= SMALL_ACCEPTANCE:
-            return (factor, p, took), i + 1, tuple(yvg)
-    return None, len(SMALL_FACTORS), tuple(yvg)
-
-
-def _mala_relaxation(y0: np.ndarray, y1: np.ndarray, k: int) -> float:
-    """Steps per e-fold of the slowest whitened coordinate over the adjusted phase:
-    ``−k / log ρ``, ``ρ`` the largest correlation over the ensemble between ``y`` at
-    its start and ``k`` steps later, clipped to ``[0.02, 0.999]`` (a bound when the
-    correlation is lost in the noise).
-    """
-    a, b = y0 - y0.mean(0), y1 - y1.mean(0)
-    r = np.sum(a * b, 0) / np.sqrt(np.sum(a**2, 0) * np.sum(b**2, 0))
-    rho = float(np.clip(np.max(np.nan_to_num(r, nan=1.0)), 0.02, 0.999))
-    return -k / math.log(rho)

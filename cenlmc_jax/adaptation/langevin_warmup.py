@@ -121,7 +121,8 @@ from cenlmc_jax._validation import (
     check_positions,
     check_positive,
 )
-from cenlmc_jax.adaptation.kinetic import fit_dtype, kinetic_then_mala
+from cenlmc_jax.adaptation.adjusted import STEP_JITTER, adjusted_phase
+from cenlmc_jax.adaptation.kinetic import fit_dtype, kinetic_phase
 from cenlmc_jax.adaptation.mass_matrix import (
     build_schedule,
     welford_covariance,
@@ -145,6 +146,7 @@ from cenlmc_jax.ensemble.whitened import (
     whitening,
 )
 from cenlmc_jax.gradients.modes import check_grad_mode
+from cenlmc_jax.irreversible.hmc import hmc
 from cenlmc_jax.irreversible.mala import mala
 from cenlmc_jax.run import vmap_chains
 from cenlmc_jax.types import Array, LogDensityFn, PRNGKey
@@ -159,9 +161,11 @@ __all__ = [
     "two_step_mala",
 ]
 
+#: The exact samplers the warm-up can hand over (its default first).
+EXACT = ("hmc", "mala")
 #: ``dense=None`` estimates a dense ``M`` up to this dimension, a diagonal one above it.
 DENSE_MAX_D = 50
-#: ``dense=None`` with ``sampler="mala"`` (the exact default): dense up to this
+#: ``dense=None`` with an exact sampler (``"hmc"``, ``"mala"``): dense up to this
 #: dimension. Its cost is a ``(d, d)`` product per particle and step, small beside a
 #: gradient at these sizes, and a diagonal ``M`` leaves a rotated badly scaled
 #: posterior badly scaled (issue 29's 100-d Gaussian of condition 10⁴).
@@ -232,9 +236,9 @@ class LangevinWarmupInfo(NamedTuple):
         the mode search's passes (``lbfgs_steps``, the Hessian's included), and one
         per warm-up step (the curvature
         estimates' Hessian-vector products not counted: ``hvp_evals``).
-      acceptance_rate: for ``sampler="mala"``, the mean MALA acceptance at the
+      acceptance_rate: for ``sampler="hmc"`` or ``"mala"``, the mean acceptance at the
         handed-over step size (the last tuning round's); NaN for LMC/CEnLMC.
-      trajectory: for ``sampler="mala"``, the ensemble's moments along the warm-up:
+      trajectory: for the exact samplers, the ensemble's moments along the warm-up:
         ``(sequential_grads, E[x], E[x²])`` (``(d,)`` float64 each) after the Laplace
         start (and after its resampling), after each of the kinetic phase's first
         ``RECORD_EVERY_STEP`` steps, then every ``check_every`` steps, and after every
@@ -268,7 +272,7 @@ class LangevinWarmup(NamedTuple):
         chains, or :func:`two_step_mala` where particles were stuck at its ``h``;
         ``cj.lmc(..., inverse_mass_matrix=M)`` or ``cj.whitened(cj.cenlmc, ...)``).
       state: where sampling starts (``cj.sample(key, algorithm, state, ...)``):
-        ``algorithm.init(positions)``, except for ``sampler="mala"`` with superchains
+        ``algorithm.init(positions)``, except for the exact samplers with superchains
         (``parameters["superchain_size"] > 1``), where it starts ``N / M`` points of
         ``positions``, pushed out 1.2x from their mean, each ``M`` times
         (:func:`cenlmc_jax.diagnostics.nested.superchain_starts`).
@@ -662,8 +666,7 @@ def _report_modes(found, lam, vec, notes) -> None:
         )
         return
     listed = "; ".join(
-        f"f = {float(r.f_star):.6g} at {_rounded(r.position)}, Laplace mass "
-        f"{w:.2g}"
+        f"f = {float(r.f_star):.6g} at {_rounded(r.position)}, Laplace mass {w:.2g}"
         for r, w in zip(modes, mass, strict=True)
     )
     message = (
@@ -697,7 +700,7 @@ def _check_args(
     grad_mode,
 ):
     check_key(rng_key)
-    check_choice(sampler, "sampler", ("mala", "lmc", "cenlmc"))
+    check_choice(sampler, "sampler", (*EXACT, "lmc", "cenlmc"))
     check_choice(start, "start", ("laplace", "positions"))
     x = check_positions(positions, min_particles=2)
     check_int(
@@ -787,10 +790,11 @@ def _valid_starts(rng_key, logdensity_fn: LogDensityFn, x: Array) -> Array:
 def _check_superchains(superchain_size, sampler: str, n: int) -> int:
     """``superchain_size`` checked: None -> the default for ``n`` chains (1 for the
     unadjusted samplers, whose particles interact or must stay distinct)."""
-    if sampler != "mala":
+    if sampler not in EXACT:
         if superchain_size not in (None, 1):
             raise ValueError(
-                f"superchain_size={superchain_size!r} is for sampler='mala' (the "
+                f"superchain_size={superchain_size!r} is for sampler='hmc' or 'mala' "
+                "(the "
                 f"handed-over chains); sampler={sampler!r} hands over an ensemble of "
                 "distinct particles."
             )
@@ -808,7 +812,7 @@ def langevin_warmup(
     logdensity_fn: LogDensityFn,
     positions: Any,
     *,
-    sampler: str = "mala",
+    sampler: str = "hmc",
     start: str = "laplace",
     num_steps: int = 1000,
     bias: float = 0.05,
@@ -825,13 +829,17 @@ def langevin_warmup(
     superchain_size: int | None = None,
     **sampler_kwargs: Any,
 ) -> LangevinWarmup:
-    """Warm up an ensemble and tune LMC or CEnLMC on it (see the module docstring).
+    """Warm up an ensemble and tune an exact sampler (HMC, the default, or MALA), LMC
+    or CEnLMC on it (see the module docstring).
 
     Args:
       rng_key: the warm-up's key.
       logdensity_fn: ``x: (d,) -> log π(x) + const``.
       positions: the ensemble, ``(N, d)`` with ``N >= 2``.
-      sampler: ``"lmc"`` or ``"cenlmc"``: the sampler handed over.
+      sampler: the sampler handed over: ``"hmc"`` (the default: the kinetic phase,
+        then HMC with ``ε``, ``L`` and ``M`` tuned on the ensemble and frozen,
+        :mod:`cenlmc_jax.adaptation.adjusted`), ``"mala"`` (the same with one-step
+        MALA), ``"lmc"`` or ``"cenlmc"`` (the windows below; biased by design).
       start: ``"laplace"`` (default: the mode's Laplace approximation, module
         docstring) or ``"positions"``.
       num_steps: warm-up steps (>= 20), split by Stan's schedule
@@ -853,7 +861,7 @@ def langevin_warmup(
       grad_mode: as for ``cj.lmc``.
       f_star: CEnLMC's ``f* = min f`` (None: L-BFGS in ``y``, its iterations
         reported).
-      superchain_size: ``sampler="mala"``: chains per superchain of the hand-over,
+      superchain_size: the exact samplers: chains per superchain of the hand-over,
         ``M`` (:mod:`cenlmc_jax.diagnostics.nested`): ``N / M`` points of the final
         ensemble, each repeated ``M`` times, so that nested R-hat can tell whether the
         chains have forgotten their starts. None:
@@ -893,7 +901,7 @@ def langevin_warmup(
         )
     n, d = x.shape
     if dense is None:
-        dense = d <= (DENSE_MAX_D_EXACT if sampler == "mala" else DENSE_MAX_D)
+        dense = d <= (DENSE_MAX_D_EXACT if sampler in EXACT else DENSE_MAX_D)
     keys = iter(jax.random.split(rng_key, 64))
     run = _window_runner(logdensity_fn, grad_fn, grad_mode)
     curv = _curvature_runner(logdensity_fn, grad_fn, grad_mode, curvature_iters)
@@ -930,7 +938,7 @@ def langevin_warmup(
             lmc_init(x, logdensity_fn, grad_fn=grad_fn, grad_mode=grad_mode),
             "laplace",
         )
-    if sampler == "mala":
+    if sampler in EXACT:
         return _exact(
             next(keys),
             logdensity_fn,
@@ -945,6 +953,7 @@ def langevin_warmup(
             grad_mode,
             num_steps,
             sc_size,
+            sampler,
         )
     measure = lambda st, mm, mn: _curvature(  # noqa: E731
         curv,
@@ -1204,15 +1213,19 @@ def _exact(
     grad_mode,
     num_steps,
     superchain_size,
+    kernel,
 ) -> LangevinWarmup:
-    """``sampler="mala"``: the kinetic phase, then the adjusted one
-    (:mod:`cenlmc_jax.adaptation.kinetic`), and MALA with ``M`` and ``h`` frozen,
-    started in superchains (``superchain_size`` chains from each of ``N / M`` points of
-    the final ensemble: :func:`cenlmc_jax.diagnostics.nested.superchain_starts`).
+    """``sampler="hmc"`` or ``"mala"``: the kinetic phase
+    (:mod:`cenlmc_jax.adaptation.kinetic`), the adjusted one
+    (:mod:`cenlmc_jax.adaptation.adjusted`), and the adjusted kernel with every
+    parameter frozen, started in superchains (``superchain_size`` chains from each of
+    ``N / M`` points of the final ensemble:
+    :func:`cenlmc_jax.diagnostics.nested.superchain_starts`).
     """
     n, d = positions.shape
-    res = kinetic_then_mala(
-        key,
+    k_kin, k_adj, k_sc = jax.random.split(key, 3)
+    kin = kinetic_phase(
+        k_kin,
         logdensity_fn,
         positions,
         np.asarray(m_mat, np.float64),
@@ -1222,63 +1235,95 @@ def _exact(
         max_kinetic_steps=num_steps,
         laplace=started == "laplace",
     )
-    notes += res.notes
-    # a user's gradient reaches the handed-over MALA as the derivative of the model
+    adj = adjusted_phase(
+        k_adj,
+        logdensity_fn,
+        kin.positions,
+        kin.inverse_mass_matrix,
+        kin.mean,
+        kin.step_size,
+        kernel=kernel,
+        grad_fn=grad_fn,
+        grad_mode=grad_mode,
+    )
+    notes += kin.notes + adj.notes
+    # a user's gradient reaches the handed-over kernel as the derivative of the model
     target = logdensity_fn if grad_fn is None else with_gradient(logdensity_fn, grad_fn)
-    algo = vmap_chains(
-        two_step_mala(
+    m_fin = kin.inverse_mass_matrix
+    if kernel == "hmc":
+        one = hmc(
             target,
-            res.step_size,
-            res.small_step,
-            inverse_mass_matrix=res.inverse_mass_matrix,
+            adj.step_size,
+            adj.num_integration_steps,
+            inverse_mass_matrix=m_fin,
+            step_jitter=STEP_JITTER,
+            small_step=adj.small_step,
             grad_mode=grad_mode,
         )
-    )
-    steps = res.kinetic_steps + res.adjusted_steps
+    else:
+        one = two_step_mala(
+            target,
+            adj.step_size,
+            adj.small_step,
+            inverse_mass_matrix=m_fin,
+            grad_mode=grad_mode,
+        )
+    algo = vmap_chains(one)
     offset = lbfgs + 1
+    seq = offset + kin.kinetic_steps + adj.gradients + 1
+    trajectory = [(offset + k, m1, m2) for k, m1, m2 in kin.trajectory] + [
+        (offset + kin.kinetic_steps + k, m1, m2) for k, m1, m2 in adj.trajectory
+    ]
     info = LangevinWarmupInfo(
-        step_size=res.step_size,
+        step_size=adj.step_size,
         curvature=float("nan"),
         bias=0.0,
-        condition_number=_condition(res.inverse_mass_matrix),
-        windows=res.rounds,
-        grad_evals=n * (steps + 2),
+        condition_number=_condition(m_fin),
+        windows=kin.rounds,
+        grad_evals=n * (kin.kinetic_steps + adj.gradients + 2),
         hvp_evals=hvps,
         start=started,
         lbfgs_steps=lbfgs,
         cenlmc=None,
         reasoning="\n".join(notes),
-        relaxation_steps=res.relaxation_steps,
-        sequential_grads=offset + steps + 1,
-        acceptance_rate=res.acceptance_rate,
-        trajectory=[(offset + k, m1, m2) for k, m1, m2 in res.trajectory],
+        relaxation_steps=adj.relaxation_steps,
+        sequential_grads=seq,
+        acceptance_rate=adj.acceptance_rate,
+        trajectory=trajectory,
     )
     params = dict(
-        step_size=res.step_size,
-        inverse_mass_matrix=res.inverse_mass_matrix,
-        mean=res.mean,
+        step_size=adj.step_size,
+        inverse_mass_matrix=m_fin,
+        mean=kin.mean,
         superchain_size=superchain_size,
     )
-    if res.small_step is not None:
+    if kernel == "hmc":
         params.update(
-            small_step_size=res.small_step[0], small_step_probability=res.small_step[1]
+            num_integration_steps=adj.num_integration_steps, step_jitter=STEP_JITTER
         )
-    starts = res.positions
+    if adj.small_step is not None:
+        params.update(
+            small_step_size=adj.small_step[0], small_step_probability=adj.small_step[1]
+        )
+    starts = adj.positions
     if superchain_size > 1:
-        starts = nested.superchain_starts(
-            jax.random.fold_in(key, 23),
-            res.positions,
-            superchain_size,
-            logdensity_fn=logdensity_fn,
+        sc = nested.superchain_starts(
+            k_sc, adj.positions, superchain_size, logdensity_fn=logdensity_fn
+        )
+        starts = sc.positions
+        how = (
+            f"resampled towards π^(1/T), T = {sc.temperature:.3g}"
+            if sc.temperature is not None
+            else f"pushed out {nested.OVERDISPERSION:g}x from its mean"
         )
         info = info._replace(
             reasoning=info.reasoning
             + f"\nhand-over: {n // superchain_size} superchains of {superchain_size} "
-            "chains, each started at one particle of the final ensemble pushed out "
-            f"{nested.OVERDISPERSION:g}x from its mean (nested R-hat checks that they "
-            "forget it)."
+            f"chains, each started at one particle of the final ensemble {how} (wider "
+            "than π: nested R-hat checks that the chains forget their starts)."
         )
-    return LangevinWarmup(algo, algo.init(starts), res.positions, params, info)
+        params["superchain_temperature"] = sc.temperature
+    return LangevinWarmup(algo, algo.init(starts), adj.positions, params, info)
 
 
 def two_step_mala(

@@ -235,15 +235,15 @@ def _add_run_length_and_parameters(p: argparse.ArgumentParser) -> None:
         type=int_type(0),
         default=200,
         help="steps run first, not recorded (default: %(default)s); for the exact "
-        "warm-up (mala, the default with --model) the budget of its kinetic phase, "
-        "at least 1000: it stops once the ensemble settles",
+        "warm-up (hmc, the default with --model, or mala) the budget of its kinetic "
+        "phase, at least 1000: it stops once the ensemble settles",
     )
     g.add_argument(
         "--step-size",
         type=float_type(),
         default=None,
-        help="h (Langevin), eps (SGRHMC) or proposal scale (MH) (default: from the "
-        "target's curvature)",
+        help="h (Langevin), eps (SGRHMC, HMC) or proposal scale (MH) (default: from "
+        "the target's curvature)",
     )
     for name, kind in (
         ("eta", float_type()),

@@ -297,36 +297,45 @@ def _adapted(args, kind, target, positions, keys, initial_step_size, describe):
     )
 
 
+def _warmed_exact(kind, args, target, positions, keys) -> Job:
+    """``cj.langevin_warmup``'s exact default with ``sampler=kind`` (Laplace start,
+    kinetic phase, the adjusted kernel tuned on the ensemble and frozen:
+    cenlmc_jax/adaptation/kinetic.py and adjusted.py)."""
+    # the kinetic phase stops itself once the ensemble settles: --burn-in below
+    # EXACT_WARMUP_MIN_STEPS is its budget raised to that (a banana needs ~460; 200
+    # handed over an unsettled ensemble and R-hat 1.56)
+    wu = cj.langevin_warmup(
+        keys[2],
+        target.logdensity_fn,
+        positions,
+        sampler=kind,
+        num_steps=max(args.burn_in, EXACT_WARMUP_MIN_STEPS),
+    )
+    i, p = wu.info, wu.parameters
+    head = (
+        f"HMC (exact), ε={i.step_size:.4g}, L={p['num_integration_steps']}"
+        if kind == "hmc"
+        else f"MALA (exact), h={i.step_size:.4g}"
+    )
+    desc = (
+        f"{head}, acceptance {i.acceptance_rate:.2f}, "
+        f"preconditioner M of condition number {i.condition_number:.3g} from "
+        f"cj.langevin_warmup (start: {i.start}; kinetic and adjusted phases: "
+        f"{i.sequential_grads:,} sequential and {i.grad_evals:,} gradients in all; "
+        f"relaxation time {i.relaxation_steps:.3g} "
+        f"{'moves' if kind == 'hmc' else 'steps'})"
+    )
+    params = _plain(
+        dict(p, acceptance_rate=i.acceptance_rate, relaxation_steps=i.relaxation_steps)
+    )
+    return Job(wu.algorithm, wu.state, desc, params, warmup_steps=args.burn_in)
+
+
 def _mala(spec, args, target, positions, c, keys):
     """MALA, one chain per particle. With a warm-up (the burn-in, no ``--step-size``):
-    ``cj.langevin_warmup``'s exact default (Laplace start, kinetic phase, MALA tuned on
-    the ensemble, ``M`` and ``h`` frozen: cenlmc_jax/adaptation/kinetic.py)."""
+    ``cj.langevin_warmup(sampler="mala")``."""
     if _adapt(args):
-        # the kinetic phase stops itself once the ensemble settles: --burn-in below
-        # EXACT_WARMUP_MIN_STEPS is its budget raised to that (a banana needs ~460;
-        # 200 handed over an unsettled ensemble and R-hat 1.56)
-        wu = cj.langevin_warmup(
-            keys[2],
-            target.logdensity_fn,
-            positions,
-            num_steps=max(args.burn_in, EXACT_WARMUP_MIN_STEPS),
-        )
-        i, p = wu.info, wu.parameters
-        desc = (
-            f"MALA (exact), h={i.step_size:.4g}, acceptance {i.acceptance_rate:.2f}, "
-            f"preconditioner M of condition number {i.condition_number:.3g} from "
-            f"cj.langevin_warmup (start: {i.start}; kinetic and adjusted phases: "
-            f"{i.sequential_grads:,} sequential and {i.grad_evals:,} gradients in all; "
-            f"relaxation time {i.relaxation_steps:.3g} steps)"
-        )
-        params = _plain(
-            dict(
-                p,
-                acceptance_rate=i.acceptance_rate,
-                relaxation_steps=i.relaxation_steps,
-            )
-        )
-        return Job(wu.algorithm, wu.state, desc, params, warmup_steps=args.burn_in)
+        return _warmed_exact("mala", args, target, positions, keys)
     h = args.step_size or 0.5 / (c * target.dim ** (1 / 3))
     algo = cj.vmap_chains(spec.constructor(target.logdensity_fn, h))
     return Job(
@@ -334,6 +343,23 @@ def _mala(spec, args, target, positions, c, keys):
         algo.init(positions),
         f"MALA (exact), h={h:.4g}, one chain per particle",
         dict(step_size=h),
+    )
+
+
+def _hmc(spec, args, target, positions, c, keys):
+    """HMC, one chain per particle. With a warm-up (the burn-in, no ``--step-size``):
+    ``cj.langevin_warmup``'s exact default (the model default). With
+    ``--step-size ε``: ``L = ⌈(π/2)/ε⌉`` leapfrog steps, no preconditioner."""
+    if _adapt(args):
+        return _warmed_exact("hmc", args, target, positions, keys)
+    eps = args.step_size or 0.5 / (math.sqrt(c) * target.dim**0.25)
+    n_lf = max(1, math.ceil(math.pi / 2 / (eps * math.sqrt(c))))
+    algo = cj.vmap_chains(spec.constructor(target.logdensity_fn, eps, n_lf))
+    return Job(
+        algo,
+        algo.init(positions),
+        f"HMC (exact), ε={eps:.4g}, L={n_lf}, one chain per particle",
+        dict(step_size=eps, num_integration_steps=n_lf),
     )
 
 
@@ -414,6 +440,7 @@ TABLE: dict[str, SamplerSpec] = {
     "lmc": SamplerSpec("lmc", _lmc, LANGEVIN_RULE, langevin=True),
     "sgrhmc": SamplerSpec("sgrhmc", _sgrhmc, "0.05 / sqrt(c)", flags=("grad-noise",)),
     "mala": SamplerSpec("mala", _mala, "0.5 / (c d^(1/3))", adapt_kind="mala"),
+    "hmc": SamplerSpec("hmc", _hmc, "0.5 / (sqrt(c) d^(1/4))", adapt_kind="hmc"),
     "rwmh": SamplerSpec(
         "rwmh", _rwmh, "2.38 / sqrt(d c)", adapt_kind="rwmh", gradient_free=True
     ),
@@ -454,7 +481,7 @@ CHOICES: tuple = tuple(sorted(SPECS))
 DEFAULT_SAMPLER = "cenlmc"
 #: With ``--model`` (a posterior whose truth nobody knows): the exact default of
 #: ``cj.langevin_warmup`` (issue 29).
-DEFAULT_MODEL_SAMPLER = "mala"
+DEFAULT_MODEL_SAMPLER = "hmc"
 
 
 def takes(flag: str) -> list:

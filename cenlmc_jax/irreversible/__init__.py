@@ -32,6 +32,7 @@ an attribute; ``from cenlmc_jax.irreversible.rwmh import rwmh_step`` still
 reaches the module.
 """
 
+from cenlmc_jax.irreversible.hmc import HMCInfo, HMCState, hmc
 from cenlmc_jax.irreversible.jump import (
     IrreversibleMHInfo,
     IrreversibleMHState,
@@ -66,4 +67,7 @@ __all__ = [
     "rwmh_step",
     "rwmh",
     "mala",
+    "HMCState",
+    "HMCInfo",
+    "hmc",
 ]

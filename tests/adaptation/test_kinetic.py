@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import cenlmc_jax as cj
-from cenlmc_jax.adaptation import kinetic
+from cenlmc_jax.adaptation import adjusted, kinetic
 from cenlmc_jax.adaptation.langevin_warmup import two_step_mala
 
 
@@ -58,26 +58,32 @@ def _z(trace, f, truth):
 
 
 @pytest.mark.parametrize(
+    "sampler, steps, burn", [("hmc", 300, 100), ("mala", 1500, 500)]
+)
+@pytest.mark.parametrize(
     "name, logp, truth2",
     [
         ("banana", _banana, np.array([4.0, 9.0])),
         ("funnel", _funnel, np.array([1.0, np.exp(0.5)])),
     ],
 )
-def test_default_warmup_then_sample_is_exact(name, logp, truth2):
-    """Default warm-up (Laplace, kinetic phase, MALA) then 2,000 MALA steps of 256
-    chains, 500 burned: z-tests of E x and E x² per coordinate."""
+def test_default_warmup_then_sample_is_exact(name, logp, truth2, sampler, steps, burn):
+    """The exact warm-up (Laplace, kinetic phase, then HMC, the default, or MALA
+    tuned on the ensemble) and the handed-over kernel on 256 chains: z-tests of E x
+    and E x² per coordinate over the chains' time means."""
     x0 = jax.random.uniform(jax.random.key(0), (256, 2), jnp.float64, -2.0, 2.0)
-    wu = cj.langevin_warmup(jax.random.key(1), logp, x0)
+    wu = cj.langevin_warmup(jax.random.key(1), logp, x0, sampler=sampler)
     assert wu.info.acceptance_rate > 0.3, wu.info.reasoning
-    # 1,500 steps after 500 burned: the funnel's neck mixes slowly under MALA at one
-    # h (800 after 200 gave z = -4.0 on E v² with one tuning key, |z| < 2 with
-    # another: the start's bias had not decayed), the banana's ridge similarly
-    res = cj.sample(jax.random.key(2), wu.algorithm, wu.state, 1500, burn_in=500)
+    # MALA: 1,500 steps after 500 burned: the funnel's neck mixes slowly under MALA
+    # at one h (800 after 200 gave z = -4.0 on E v² with one tuning key, |z| < 2
+    # with another: the start's bias had not decayed), the banana's ridge similarly.
+    # HMC: 300 moves of L leapfrog steps (L about 10 here: 3,000 gradients a chain)
+    res = cj.sample(jax.random.key(2), wu.algorithm, wu.state, steps, burn_in=burn)
     tr = np.asarray(res.trace)
-    assert tr.shape == (1500, 256, 2) and tr.dtype == np.float64
+    assert tr.shape == (steps, 256, 2) and tr.dtype == np.float64
     z1 = _z(tr, lambda t: t, 0.0 if name == "banana" else np.array([0.0, 0.0]))
     z2 = _z(tr, lambda t: t**2, truth2)
+    # |z| < 4 over 4 statistics: a false alarm about 2.5e-4 under exactness
     assert np.all(np.abs(z1) < 4) and np.all(np.abs(z2) < 4), (z1, z2)
 
 
@@ -111,7 +117,7 @@ def test_a_second_identical_warmup_compiles_nothing():
     by JAX's own cache sizes, not timed)."""
     x0 = jax.random.uniform(jax.random.key(0), (32, 2), jnp.float64, -2.0, 2.0)
     cj.langevin_warmup(jax.random.key(1), _banana, x0)
-    jitted = (kinetic._kinetic_chunk, kinetic._mala_chunk, kinetic._values_y)
+    jitted = (kinetic._kinetic_chunk, adjusted._hmc_chunk, kinetic._values_y)
     before = [f._cache_size() for f in jitted]
     cj.langevin_warmup(jax.random.key(3), _banana, x0)
     assert [f._cache_size() for f in jitted] == before
@@ -135,7 +141,7 @@ def test_a_users_gradient_reaches_the_handed_over_mala():
 
 def test_cenlmc_options_with_the_default_are_refused():
     x0 = jnp.zeros((8, 2))
-    with pytest.raises(ValueError, match="sampler='mala' takes no CEnLMC options"):
+    with pytest.raises(ValueError, match="sampler='hmc' takes no CEnLMC options"):
         cj.langevin_warmup(jax.random.key(1), _banana, x0, f_star=0.0)
 
 

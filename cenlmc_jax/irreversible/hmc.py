@@ -1,0 +1,256 @@
+"""HMC: Hamiltonian Monte Carlo, ``L`` leapfrog steps a move, preconditioned by ``M``.
+
+Duane, Kennedy, Pendleton & Roweth (1987); Neal (2011, "MCMC using Hamiltonian
+dynamics"). In paper 2's complete recipe it is the Hamiltonian system
+``z = (x, p)``, ``H(x, p) = −log π(x) + ½ pᵀ M p``, ``D = 0``,
+``Q = [[0, −I], [I, 0]]``, discretised by the leapfrog integrator and corrected by a
+Metropolis test (paper 2, section 8's SDE proposals with the noise moved into a fresh
+momentum). From ``x`` with ``ε = step_size`` and ``L = num_integration_steps``:
+
+    p ~ N(0, M⁻¹)                                     (fresh momentum)
+    L times:  p ← p + ε/2 ∇log π(x);  x ← x + ε M p;  p ← p + ε/2 ∇log π(x)
+    accept (x_L, p_L) with probability min(1, exp(−ΔH)),  ΔH = H(x_L, p_L) − H(x, p)
+
+Leapfrog is volume-preserving and reversible, so the move leaves ``π`` invariant
+exactly (detailed balance of the momentum-flipped proposal). Written with
+``M = L_M L_Mᵀ`` and ``r = L_Mᵀ p ~ N(0, I)`` the kinetic energy is ``½|r|²`` and a
+position step is ``x ← x + ε L_M r``: HMC with the identity mass in the whitened
+coordinates ``y = L_M⁻¹ x``, which is how it is computed here.
+
+**Step jitter** (Neal 2011, section 5.4): each step draws its own
+``ε_t = ε · U(1 − j, 1 + j)``, ``j = step_jitter``, so that no trajectory length is
+a period of the dynamics for every chain. **A shorter step now and then**
+(``small_step = (ε_s, q)``): with probability ``q`` a step uses ``ε_s`` instead of
+``ε``, jittered the same way. Both choices are drawn from the step's key alone, not
+from the state, so each step is a fixed mixture of HMC kernels, each of which leaves
+``π`` invariant; so does the mixture (Tierney 1994). ``cj.langevin_warmup``'s exact
+default hands over this sampler, with ``ε``, ``L``, ``M`` and the shorter step tuned
+on the ensemble (:mod:`cenlmc_jax.adaptation.adjusted`).
+
+The state carries the log density and its gradient at ``x`` (a rejected step costs
+no recomputation); a step costs ``L`` gradients (``info.grad_evals``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+
+from cenlmc_jax._validation import (
+    check_callable,
+    check_int,
+    check_key,
+    check_logdensity,
+    check_start_logdensity,
+    check_state,
+    is_concrete,
+)
+from cenlmc_jax.base import SamplingAlgorithm
+from cenlmc_jax.ensemble.lmc import check_inverse_mass_matrix
+from cenlmc_jax.gradients.estimators import flat_logdensity, ravel_position
+from cenlmc_jax.gradients.modes import check_grad_mode, value_and_grad
+from cenlmc_jax.irreversible._common import (
+    ZERO_ACCEPTANCE_FLAG,
+    from_flat,
+    matrix_value,
+    metropolis,
+    spd_factor,
+)
+from cenlmc_jax.types import Array, LogDensityFn, PRNGKey
+
+__all__ = ["HMCState", "HMCInfo", "hmc"]
+
+
+class HMCState(NamedTuple):
+    """State of one HMC chain.
+
+    Attributes:
+      position: ``(d,)`` or a pytree, the sample ``x``.
+      logdensity: scalar ``log π(x)``.
+      logdensity_grad: ``∇log π(x)``, shaped like ``position``.
+    """
+
+    position: Any
+    logdensity: Array
+    logdensity_grad: Any
+
+
+class HMCInfo(NamedTuple):
+    """What one HMC step did (one chain).
+
+    Attributes:
+      acceptance_rate: ``min(1, exp(−ΔH))``.
+      is_accepted: the trajectory's end was accepted.
+      energy_error: ``ΔH`` (``inf`` where the trajectory left the finite numbers);
+        above :data:`DIVERGENCE_THRESHOLD` Stan and BlackJAX call the move divergent.
+        Here such a move is a rejection like any other (exact either way) and the
+        run goes on.
+      grad_evals: gradients evaluated, ``L``.
+      diverged: the log density was NaN or ``+inf`` at a finite point the
+        trajectory reached (the model's own numerical trouble: the move was
+        rejected, and ``cj.sample`` stops and reports it). ``-inf`` is a legal zero
+        density, and a trajectory that left the finite numbers (leapfrog is unstable
+        where the step is too long for the curvature) is a rejected move with
+        ``energy_error = inf``, as in Stan, not a reason to stop the run: the chain
+        stays exact, and whether a region is undersampled is the many-chain
+        verdict's question.
+    """
+
+    acceptance_rate: Array
+    is_accepted: Array
+    energy_error: Array
+    grad_evals: Array
+    diverged: Array
+
+    # a rejection keeps the position: the driver's frozen-chain check does not apply
+    may_stay = True
+    run_flags = (ZERO_ACCEPTANCE_FLAG,)
+
+    @property
+    def zero_acceptance(self) -> Array:
+        """The acceptance probability was exactly 0 (no draw could be accepted)."""
+        return jnp.asarray(self.acceptance_rate) == 0
+
+
+#: ``ΔH`` above this is a divergent move in Stan's and BlackJAX's terms (their
+#: threshold; informational here: ``info.energy_error``).
+DIVERGENCE_THRESHOLD = 1000.0
+
+
+def _check_step(step_size: Any, name: str) -> None:
+    if is_concrete(step_size):
+        s = float(np.asarray(step_size))
+        if not (np.isfinite(s) and s > 0):
+            raise ValueError(f"{name} must be a finite number > 0; got {step_size!r}")
+
+
+def hmc(
+    logdensity_fn: LogDensityFn,
+    step_size: Any,
+    num_integration_steps: int,
+    *,
+    inverse_mass_matrix: Any = None,
+    step_jitter: float = 0.2,
+    small_step: tuple | None = None,
+    grad_mode: str = "auto",
+) -> SamplingAlgorithm:
+    """HMC as a sampler object (one chain; :func:`cenlmc_jax.vmap_chains` for many).
+
+    Args:
+      logdensity_fn: ``x -> log π(x)``, a scalar.
+      step_size: the leapfrog step ``ε > 0`` (may be a tracer).
+      num_integration_steps: ``L >= 1`` leapfrog steps a move.
+      inverse_mass_matrix: ``M``: ``None`` (the identity), a positive scalar, a
+        ``(d,)`` diagonal or a ``(d, d)`` symmetric positive-definite array.
+      step_jitter: ``j`` in ``[0, 1)``: each move's step is ``ε U(1 − j, 1 + j)``.
+      small_step: ``(ε_s, q)``: a move uses ``ε_s`` instead of ``ε`` with probability
+        ``q`` in ``[0, 1]``, or None (module docstring).
+      grad_mode: ``"auto"``, ``"reverse"`` or ``"forward"``
+        (:func:`cenlmc_jax.gradients.modes.value_and_grad`).
+
+    Returns:
+      A :class:`~cenlmc_jax.base.SamplingAlgorithm`: ``init(position, rng_key=None)``
+      gives an :class:`HMCState`, ``step(rng_key, state)`` one HMC move and its
+      :class:`HMCInfo`.
+
+    Raises:
+      ValueError: a bad step size, step count, jitter, shorter step or ``M``.
+    """
+    check_callable(logdensity_fn, "logdensity_fn", "x -> scalar log density")
+    _check_step(step_size, "step_size")
+    n_steps = check_int(num_integration_steps, "num_integration_steps", minimum=1)
+    jitter = float(step_jitter)
+    if not 0.0 <= jitter < 1.0:
+        raise ValueError(f"step_jitter must be in [0, 1); got {step_jitter!r}")
+    if small_step is not None:
+        if len(small_step) != 2:
+            raise ValueError(
+                f"small_step must be (step, probability) or None; got {small_step!r}"
+            )
+        _check_step(small_step[0], "small_step[0]")
+        q = float(small_step[1])
+        if not 0.0 <= q <= 1.0:
+            raise ValueError(f"small_step[1] must be in [0, 1]; got {small_step[1]!r}")
+    check_grad_mode(grad_mode)
+    check_inverse_mass_matrix(inverse_mass_matrix)
+    M = None if inverse_mass_matrix is None else matrix_value(inverse_mass_matrix)
+    vg = value_and_grad(logdensity_fn, grad_mode)
+
+    def init(position, rng_key=None):
+        if rng_key is not None:
+            # unused (a deterministic start), but a wrong one is a mistake to report
+            check_key(rng_key)
+        flat, unravel = ravel_position(position)
+        check_logdensity(flat_logdensity(logdensity_fn, unravel), flat)
+        if M is not None:
+            check_inverse_mass_matrix(M, int(flat.size))
+        position = from_flat(unravel, flat)
+        value, grad = vg(position)
+        check_start_logdensity(value)
+        return HMCState(position, jnp.asarray(value, flat.dtype), grad)
+
+    def step(rng_key: PRNGKey, state: HMCState) -> tuple[HMCState, HMCInfo]:
+        check_state(state, HMCState, "hmc(...).init")
+        check_key(rng_key)
+        flat, unravel = ravel_position(state.position, check=False)
+        unravel = unravel or (lambda z: z)
+        d, dt = flat.size, flat.dtype
+        root = (
+            jnp.ones((), dt)
+            if M is None
+            else jnp.asarray(spd_factor(jnp.asarray(M, dt), d)[0], dt)
+        )
+
+        def times(v):  # L_M v
+            return root @ v if root.ndim == 2 else root * v
+
+        def times_t(v):  # L_Mᵀ v
+            return root.T @ v if root.ndim == 2 else root * v
+
+        def value_grad(x):
+            v, g = vg(unravel(x))
+            return v, ravel_pytree(g)[0]
+
+        k_mom, k_jit, k_small, k_acc = jax.random.split(rng_key, 4)
+        eps = jnp.asarray(step_size, dt)
+        if small_step is not None:
+            pick = jax.random.uniform(k_small, (), dt) < small_step[1]
+            eps = jnp.where(pick, jnp.asarray(small_step[0], dt), eps)
+        eps = eps * jax.random.uniform(k_jit, (), dt, 1 - jitter, 1 + jitter)
+        r0 = jax.random.normal(k_mom, (d,), dt)  # r = L_Mᵀ p ~ N(0, I)
+
+        def leapfrog(_, carry):
+            x, r, _v, g = carry
+            r = r + 0.5 * eps * times_t(g)
+            x = x + eps * times(r)
+            v, g = value_grad(x)
+            return x, r + 0.5 * eps * times_t(g), v, g
+
+        g0 = ravel_pytree(state.logdensity_grad)[0]
+        x1, r1, v1, g1 = jax.lax.fori_loop(
+            0, n_steps, leapfrog, (flat, r0, state.logdensity, g0)
+        )
+        dh = (0.5 * jnp.sum(r1**2) - v1) - (0.5 * jnp.sum(r0**2) - state.logdensity)
+        fine = jnp.all(jnp.isfinite(x1)) & jnp.all(jnp.isfinite(g1))
+        bad = ~(fine & jnp.isfinite(v1))
+        dh = jnp.where(bad | jnp.isnan(dh), jnp.inf, dh)
+        accepted, rate = metropolis(k_acc, -dh)
+        new = HMCState(
+            unravel(jnp.where(accepted, x1, flat)),
+            jnp.where(accepted, v1, state.logdensity),
+            unravel(jnp.where(accepted, g1, g0)),
+        )
+        info = HMCInfo(
+            rate,
+            accepted,
+            dh,
+            jnp.asarray(n_steps, jnp.int32),
+            fine & (jnp.isnan(v1) | (v1 == jnp.inf)),
+        )
+        return new, info
+
+    return SamplingAlgorithm(init, step)

@@ -1,0 +1,178 @@
+"""cj.hmc: exactness (MCSE z-tests on a quartic, a banana and a funnel), detailed
+balance on a 1-D case, the shorter-step mixture, keys, dtypes and bad input."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import cenlmc_jax as cj
+
+
+@pytest.fixture(autouse=True)
+def _x64():
+    # float64 draws and moments: the z-tests' sums over 10⁵ terms stay exact
+    with jax.enable_x64(True):
+        yield
+
+
+def _quartic(x):
+    # π(x) ∝ exp(-x⁴/4) (1-D): E x² = 2 Γ(3/4) / Γ(1/4)
+    return -0.25 * jnp.sum(x**4)
+
+
+QUARTIC_EX2 = 2 * 1.2254167024651776 / 3.6256099082219083
+
+
+def _banana(x):
+    # x0 ~ N(0, 10²), x1 | x0 ~ N(0.03 (x0² - 100), 1): E x0² = 100, E x1² = 19
+    return -0.5 * (x[0] / 10.0) ** 2 - 0.5 * (x[1] - 0.03 * (x[0] ** 2 - 100)) ** 2
+
+
+def _banana_draws(key, n):
+    k0, k1 = jax.random.split(key)
+    a = 10.0 * jax.random.normal(k0, (n,), jnp.float64)
+    return jnp.stack([a, 0.03 * (a**2 - 100) + jax.random.normal(k1, (n,))], 1)
+
+
+def _funnel(x):
+    # Neal's funnel, d = 3: v ~ N(0, 3²), x_i | v ~ N(0, e^v)
+    v, z = x[0], x[1:]
+    return -0.5 * (v / 3.0) ** 2 - 0.5 * jnp.sum(z**2) * jnp.exp(-v) - v * z.size / 2
+
+
+def _funnel_draws(key, n):
+    k0, k1 = jax.random.split(key)
+    v = 3.0 * jax.random.normal(k0, (n,), jnp.float64)
+    return jnp.concatenate(
+        [v[:, None], jnp.exp(v / 2)[:, None] * jax.random.normal(k1, (n, 2))], 1
+    )
+
+
+def _z(trace, f, truth):
+    """z of the mean of f over chains' time means (chains independent)."""
+    per_chain = np.mean(f(np.asarray(trace, np.float64)), axis=0)
+    return (per_chain.mean(0) - truth) / (
+        per_chain.std(0, ddof=1) / np.sqrt(len(per_chain))
+    )
+
+
+def test_hmc_with_a_shorter_step_is_exact_on_a_quartic():
+    """512 chains, 600 moves after 100, ε = 0.9 (long enough that an unadjusted
+    integrator would be far off on exp(-x⁴/4)), L = 3, the default jitter and a
+    shorter step 0.1 half the time: z-test of E x² over the chains' time means."""
+    algo = cj.vmap_chains(cj.hmc(_quartic, 0.9, 3, small_step=(0.1, 0.5)))
+    x0 = jax.random.normal(jax.random.key(0), (512, 1)) * 0.8
+    res = cj.sample(jax.random.key(1), algo, algo.init(x0), 600, burn_in=100)
+    z = _z(res.trace, lambda t: t**2, QUARTIC_EX2)
+    # |z| < 4: a false alarm 6e-5 under exactness
+    assert np.all(np.abs(z) < 4), z
+    assert 0.3 < float(np.mean(res.info.acceptance_rate)) < 1.0
+
+
+@pytest.mark.parametrize(
+    "name, logp, draws, m_mat, eps, truth2",
+    [
+        # the banana's covariance diag(100, 19) as M, as the warm-up would give
+        (
+            "banana",
+            _banana,
+            _banana_draws,
+            np.array([100.0, 19.0]),
+            0.15,
+            [100.0, 19.0],
+        ),
+        # a funnel's neck needs short steps: ε = 0.05 in the unit metric (v's sd is 3)
+        ("funnel", _funnel, _funnel_draws, None, 0.05, [9.0, np.exp(4.5), np.exp(4.5)]),
+    ],
+)
+def test_hmc_keeps_exact_draws_exact(name, logp, draws, m_mat, eps, truth2):
+    """Started at 4,096 exact draws of π, 40 moves of L = 10 leave π invariant: the
+    ensemble's E x² (independent chains: MCSE from the ensemble's spread, since each
+    chain is at π at every step) stays at the exact value. Curved (banana) and
+    funnel-shaped targets, where a leapfrog step too long for a region is rejected,
+    not taken."""
+    x = draws(jax.random.key(3), 4096)
+    algo = cj.vmap_chains(cj.hmc(logp, eps, 10, inverse_mass_matrix=m_mat))
+    state = algo.init(x)
+    step = jax.jit(algo.step)
+    for t in range(40):
+        state, info = step(jax.random.key(100 + t), state)
+    y = np.asarray(state.position, np.float64)
+    if name == "funnel":
+        # x_i² has an infinite-variance-like tail (E x⁴ = 3 e^{18}): test v² and the
+        # log-scale moment E[log x_i²] = E v + E log χ²₁ = -1.2704 instead
+        f = np.stack([y[:, 0] ** 2, np.log(y[:, 1] ** 2), np.log(y[:, 2] ** 2)], 1)
+        truth = np.array([9.0, -1.2704, -1.2704])
+    else:
+        f, truth = y**2, np.asarray(truth2)
+    z = (f.mean(0) - truth) / (f.std(0, ddof=1) / np.sqrt(len(f)))
+    # |z| < 4 over 2-3 statistics: a false alarm below 2e-4 under exactness
+    assert np.all(np.abs(z) < 4), (z, float(np.mean(info.acceptance_rate)))
+
+
+def test_hmc_is_reversible_on_a_small_case():
+    """Detailed balance: from x ~ π exactly (a 1-D Gaussian mixture, 200,000 draws),
+    one move x' (ε = 1.2, L = 2: about a third rejected, jittered, with the shorter
+    step half the time) gives a pair whose law is symmetric, so E[x x'³] = E[x³ x'],
+    and E[x'²] = E[x²] (invariance): z-tests on the differences."""
+
+    def mix(x):
+        return jnp.logaddexp(
+            -0.5 * jnp.sum((x - 1.0) ** 2), -0.5 * jnp.sum((x + 1.5) ** 2 / 0.25) + 0.3
+        )
+
+    n = 200_000
+    k1, k2, k3 = jax.random.split(jax.random.key(7), 3)
+    w = jnp.exp(0.3) * 0.5 / (1.0 + jnp.exp(0.3) * 0.5)  # the narrow component's weight
+    pick = jax.random.uniform(k1, (n,)) < w
+    x = jnp.where(
+        pick,
+        -1.5 + 0.5 * jax.random.normal(k2, (n,)),
+        1.0 + jax.random.normal(k3, (n,)),
+    )[:, None]
+    algo = cj.vmap_chains(cj.hmc(mix, 1.2, 2, small_step=(0.3, 0.5)))
+    s1, info = jax.jit(algo.step)(jax.random.key(8), algo.init(x))
+    a, b = np.asarray(x[:, 0], np.float64), np.asarray(s1.position[:, 0], np.float64)
+    acc = float(np.mean(info.acceptance_rate))
+    assert 0.3 < acc < 0.95, acc  # the test has rejections to see
+    for diff in (a * b**3 - a**3 * b, b**2 - a**2):
+        z = diff.mean() / (diff.std(ddof=1) / np.sqrt(n))
+        # |z| < 4: a false alarm 6e-5 under detailed balance
+        assert abs(z) < 4, z
+
+
+def test_same_key_same_draws_float64_stays_float64_and_small_step_selects():
+    """Keys fix the draws; float64 in, float64 out; with q = 1 every move is HMC at
+    the shorter step (the step key's jitter applies to it the same way)."""
+    x = jnp.array([0.3, -0.2], jnp.float64)
+    state = cj.hmc(_banana, 0.2, 5).init(x)
+    key = jax.random.key(4)
+    a = cj.hmc(_banana, 0.2, 5).step(key, state)[0]
+    b = cj.hmc(_banana, 0.2, 5).step(key, state)[0]
+    np.testing.assert_array_equal(a.position, b.position)
+    assert a.position.dtype == jnp.float64 and a.logdensity.dtype == jnp.float64
+    always = cj.hmc(_banana, 0.2, 5, small_step=(0.05, 1.0)).step(key, state)[0]
+    at_small = cj.hmc(_banana, 0.05, 5).step(key, state)[0]
+    np.testing.assert_allclose(always.position, at_small.position, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(step_size=0.0, num_integration_steps=3), "step_size must be a finite"),
+        (dict(step_size=0.1, num_integration_steps=0), "num_integration_steps"),
+        (dict(step_size=0.1, num_integration_steps=3, step_jitter=1.0), "step_jitter"),
+        (
+            dict(step_size=0.1, num_integration_steps=3, small_step=(0.01, 1.5)),
+            r"small_step\[1\]",
+        ),
+        (
+            dict(step_size=0.1, num_integration_steps=3, inverse_mass_matrix=-1.0),
+            "inverse_mass_matrix",
+        ),
+    ],
+)
+def test_bad_arguments_are_refused_before_tracing(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        cj.hmc(_quartic, **kwargs)
