@@ -72,12 +72,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from cenlmc_jax.adaptation.kinetic import (
-    _factor,
-    _to_x,
-    _to_y,
-    _value_and_grad_y,
-    _values_y,
+from cenlmc_jax.adaptation.coordinates import (
+    STATIC,
+    to_x,
+    to_y,
+    value_and_grad_y,
+    values_y,
+    whitening_factor,
 )
 
 __all__ = [
@@ -121,7 +122,7 @@ SMALL_PROBABILITY = (0.05, 0.25)
 ACCEPTANCE_BAND = (0.3, 0.9)
 MAX_ADJUST_ROUNDS = 30
 
-_STATIC = ("logdensity_fn", "grad_fn", "grad_mode")
+_STATIC = STATIC
 
 
 class AdjustedPhase(NamedTuple):
@@ -150,7 +151,7 @@ def _mala_chunk(key, y, v, g, h, factor, mean, n, logdensity_fn, grad_fn, grad_m
     """``n`` MALA steps in ``y`` of the whole ensemble (``h``: one step, or ``(N,)``,
     one a particle); the summed acceptance probability per particle.
     """
-    vg = partial(_value_and_grad_y, logdensity_fn, grad_fn, grad_mode, factor, mean)
+    vg = partial(value_and_grad_y, logdensity_fn, grad_fn, grad_mode, factor, mean)
     h_each = jnp.broadcast_to(h, v.shape)  # a step for all, or one a particle
     hc = h_each[:, None]
 
@@ -183,7 +184,7 @@ def _hmc_chunk(
     leapfrog steps each (``eps``: one step, or ``(N,)``, one a particle; jittered by
     :data:`STEP_JITTER`); the summed acceptance probability per particle.
     """
-    vg = partial(_value_and_grad_y, logdensity_fn, grad_fn, grad_mode, factor, mean)
+    vg = partial(value_and_grad_y, logdensity_fn, grad_fn, grad_mode, factor, mean)
     eps_each = jnp.broadcast_to(eps, v.shape)
 
     def body(t, carry):
@@ -292,10 +293,10 @@ def adjusted_phase(
     static = dict(logdensity_fn=logdensity_fn, grad_fn=grad_fn, grad_mode=grad_mode)
     x = jnp.asarray(positions)
     dt = x.dtype
-    lf, lf_inv = _factor(m_mat)
+    lf, lf_inv = whitening_factor(m_mat)
     fac, mu = jnp.asarray(lf, dt), jnp.asarray(mean, dt)
-    y = jnp.asarray(_to_y(lf_inv, mean, x), dt)
-    yvg = (y, *_values_y(y, fac, mu, **static))
+    y = jnp.asarray(to_y(lf_inv, mean, x), dt)
+    yvg = (y, *values_y(y, fac, mu, **static))
     y0 = np.asarray(y, np.float64)
     hmc = kernel == "hmc"
     step = float(eps) if hmc else 0.5 * float(eps) ** 2
@@ -322,7 +323,7 @@ def adjusted_phase(
         yvg = tuple(yvg_new)
         grads, moves = grads + adjust_steps * n_now, moves + adjust_steps
         after = np.asarray(yvg[0], np.float64)
-        xs = _to_x(lf, mean, after)
+        xs = to_x(lf, mean, after)
         trajectory.append((grads, xs.mean(0), (xs**2).mean(0)))
         # over the particles that move: the stuck ones (a stiff tail, whatever L)
         # would make every L look alike and the shortest look cheapest
@@ -357,7 +358,7 @@ def adjusted_phase(
         f"{HMC_TARGET_ACCEPTANCE if hmc else TARGET_ACCEPTANCE}); {grads} sequential "
         "gradients."
     )
-    x = jnp.asarray(_to_x(lf, mean, np.asarray(yvg[0], np.float64)), dt)
+    x = jnp.asarray(to_x(lf, mean, np.asarray(yvg[0], np.float64)), dt)
     return AdjustedPhase(
         x, kernel, step, n_lf, acc, moves, grads, relax, small, notes, trajectory
     )

@@ -96,8 +96,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from cenlmc_jax.adaptation.coordinates import (
+    STATIC,
+    to_x,
+    to_y,
+    value_and_grad_y,
+    values_y,
+    whitening_factor,
+)
 from cenlmc_jax.diagnostics.convergence import ConvergenceWarning
-from cenlmc_jax.ensemble.lmc import value_and_grad_ensemble
 
 __all__ = [
     "ENERGY_ERROR",
@@ -156,19 +163,7 @@ class KineticResult(NamedTuple):
     trajectory: list
 
 
-def _to_x(factor, mean, y):
-    return mean + (y @ factor.T if factor.ndim == 2 else y * factor)
-
-
-def _value_and_grad_y(logdensity_fn, grad_fn, grad_mode, factor, mean, y):
-    """``log π(m + L y)`` and its ``y``-gradient ``Lᵀ ∇log π`` at every particle."""
-    v, g = value_and_grad_ensemble(
-        logdensity_fn, _to_x(factor, mean, y), grad_fn, grad_mode
-    )
-    return v, (g @ factor if factor.ndim == 2 else g * factor)
-
-
-_STATIC = ("logdensity_fn", "grad_fn", "grad_mode")
+_STATIC = STATIC
 
 
 @partial(jax.jit, static_argnames=_STATIC)
@@ -180,7 +175,7 @@ def _kinetic_chunk(
     each particle's BAB part Metropolis-tested (generalised HMC); the count of
     rejections.
     """
-    vg = partial(_value_and_grad_y, logdensity_fn, grad_fn, grad_mode, factor, mean)
+    vg = partial(value_and_grad_y, logdensity_fn, grad_fn, grad_mode, factor, mean)
 
     def body(t, carry):
         y, p, v, g, eps, e2, undone = carry
@@ -227,29 +222,6 @@ def _kinetic_chunk(
         0, n, body, (y, p, v, g, eps, e2, jnp.int32(0))
     )
     return y, p, v, g, eps, e2, bad
-
-
-@partial(jax.jit, static_argnames=_STATIC)
-def _values_y(y, factor, mean, logdensity_fn, grad_fn, grad_mode):
-    return _value_and_grad_y(logdensity_fn, grad_fn, grad_mode, factor, mean, y)
-
-
-def _factor(m_mat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(L, L⁻¹)`` with ``L Lᵀ = M``: ``L = V Λ^{1/2}`` from ``M``'s eigenvectors
-    (eigenvalues floored at ``10⁻¹²`` of the largest, so a Laplace ``M`` of condition
-    near 10¹⁰ still factors); the square root of a diagonal.
-    """
-    if m_mat.ndim == 1:
-        root = np.sqrt(m_mat)
-        return root, 1.0 / root
-    lam, vec = np.linalg.eigh(0.5 * (m_mat + m_mat.T))
-    lam = np.maximum(lam, 1e-12 * np.max(lam))
-    return vec * np.sqrt(lam), (vec / np.sqrt(lam)).T
-
-
-def _to_y(inverse_factor: np.ndarray, mean: np.ndarray, x) -> np.ndarray:
-    x = np.asarray(x, np.float64) - mean
-    return x @ inverse_factor.T if inverse_factor.ndim == 2 else x * inverse_factor
 
 
 def fit_dtype(m_mat: np.ndarray, dtype) -> tuple[np.ndarray, float]:
@@ -494,15 +466,15 @@ def kinetic_phase(
         else 1 + 4 * math.sqrt(2 / n)
     )
     for r in range(MAX_ROUNDS):
-        lf, lf_inv = _factor(m_mat)
+        lf, lf_inv = whitening_factor(m_mat)
         fac, mu = jnp.asarray(lf, dt), jnp.asarray(mean, dt)
 
         def record(seq, y, lf=lf, mean=mean):
-            xs = _to_x(lf, mean, np.asarray(y, np.float64))
+            xs = to_x(lf, mean, np.asarray(y, np.float64))
             trajectory.append((int(seq), xs.mean(0), (xs**2).mean(0)))
 
-        y = jnp.asarray(_to_y(lf_inv, mean, x), dt)
-        v, g = _values_y(y, fac, mu, **static)
+        y = jnp.asarray(to_y(lf_inv, mean, x), dt)
+        v, g = values_y(y, fac, mu, **static)
         if r == 0:
             record(0, y)
             if laplace:
@@ -531,7 +503,7 @@ def kinetic_phase(
         )
         eps, used = rd.eps, used + rd.steps
         ynp = np.asarray(rd.y, np.float64)
-        x = jnp.asarray(_to_x(lf, mean, ynp), dt)
+        x = jnp.asarray(to_x(lf, mean, ynp), dt)
         spread, cov_y = _spread(ynp, dense, n, d)
         # only a spread beyond the noise (_spread), by 25 %, says the coordinates were
         # off; then M and m are re-estimated and the phase run again in the new

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import cenlmc_jax as cj
-from cenlmc_jax.adaptation import adjusted, kinetic
+from cenlmc_jax.adaptation import adjusted, coordinates, kinetic
 from cenlmc_jax.adaptation.langevin_warmup import two_step_mala
 
 
@@ -117,7 +117,7 @@ def test_a_second_identical_warmup_compiles_nothing():
     by JAX's own cache sizes, not timed)."""
     x0 = jax.random.uniform(jax.random.key(0), (32, 2), jnp.float64, -2.0, 2.0)
     cj.langevin_warmup(jax.random.key(1), _banana, x0)
-    jitted = (kinetic._kinetic_chunk, adjusted._hmc_chunk, kinetic._values_y)
+    jitted = (kinetic._kinetic_chunk, adjusted._hmc_chunk, coordinates.values_y)
     before = [f._cache_size() for f in jitted]
     cj.langevin_warmup(jax.random.key(3), _banana, x0)
     assert [f._cache_size() for f in jitted] == before
@@ -235,7 +235,7 @@ def test_a_few_stiff_particles_shorten_their_own_steps_not_everyones():
     y = y.at[:20, 0].set(5.0 + 0.1 * jax.random.normal(jax.random.key(3), (20,)))
     fac, mu = jnp.ones(d), jnp.zeros(d)
     static = dict(logdensity_fn=_well, grad_fn=None, grad_mode="auto")
-    v, g = kinetic._values_y(y, fac, mu, **static)
+    v, g = coordinates.values_y(y, fac, mu, **static)
     p = jax.random.normal(jax.random.key(1), (n, d))
     eps, e2 = jnp.full((n,), 0.5), jnp.full((n,), kinetic.ENERGY_ERROR)
     y, _, _, _, eps, _, _ = kinetic._kinetic_chunk(
