@@ -101,7 +101,8 @@ NOTES = [
     " an estimate off.",
     "steps: steps run after the warm-up; relaxation: the warm-up's relaxation time "
     "(run.json); warmup_seq_grads: the header's 'S sequential' gradients of the "
-    "warm-up (else its steps); total_seq_grads: warm-up + driver burn-in + steps, the"
+    "warm-up (else its steps); total_seq_grads: warm-up + (driver burn-in + steps) x "
+    "the gradients a step costs (HMC's L, run.json), the"
     " gradients one chain evaluates one after another.",
     "wall_s: the whole command (start-up, compilation from an empty cache, warm-up, "
     "sampling, outputs), one run each.",
@@ -129,7 +130,7 @@ def parse_stdout(text: str) -> dict:
     out = {"table": {}}
     if m := re.search(r"([\d,]+) sequential", text):
         out["warmup_sequential"] = _int(m.group(1))
-    if m := re.search(r"relaxation time ([\d.eE+-]+) steps", text):
+    if m := re.search(r"relaxation time ([\d.eE+-]+) (?:steps|moves)", text):
         out["relaxation_printed"] = float(m.group(1))
     if m := re.search(r"([\d,]+) burn-in", text):
         out["burn_in"] = _int(m.group(1))
@@ -219,7 +220,12 @@ def run_case(case: str, args, work: Path) -> dict:
         burn_in, spent = row.get("burn_in"), row["warmup_steps"]
         driver = burn_in - spent if None not in (burn_in, spent) else 0
         row["warmup_sequential"] = row.get("warmup_sequential", spent or burn_in or 0)
-        row["total_sequential"] = row["warmup_sequential"] + max(driver, 0) + steps
+        # HMC's steps are moves of L leapfrog steps, L gradients each
+        per_step = record.get("parameters", {}).get("num_integration_steps") or 1
+        row["grads_per_step"] = per_step
+        row["total_sequential"] = (
+            row["warmup_sequential"] + (max(driver, 0) + steps) * per_step
+        )
     row["estimates"] = judge(parsed["table"], refs)
     off = any(e["off"] for e in row["estimates"] if e["off"] is not None)
     complete = all(not e.get("missing") for e in row["estimates"])

@@ -34,6 +34,7 @@ of the state's step counter (an optax schedule works).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -45,6 +46,8 @@ from cenlmc_jax._validation import check_positive, is_concrete
 from cenlmc_jax.types import Array
 
 __all__ = [
+    "RISING_Z",
+    "rising_z",
     "SamplingAlgorithm",
     "StepSize",
     "RunFlag",
@@ -96,6 +99,12 @@ class RunFlag(NamedTuple):
       efficiency_only: the condition costs efficiency, not correctness (CEnLMC's
         unused ensemble: LMC's answer at more cost): the CLI prints it as a warning
         naming the better choice and does not fail the run on it.
+      rising: with ``kept_only``, the field is a rate per step (a boolean per chain,
+        or its mean over chains) and the flag is set when its mean rises from the
+        first to the second half of the kept steps by more than :data:`RISING_Z`
+        standard errors (:func:`rising_z`): a rate that is fine at stationarity (HMC's
+        divergent trajectories where the step is too long for a region) but whose
+        drift says the chains are still moving into that region.
     """
 
     field: str
@@ -104,6 +113,39 @@ class RunFlag(NamedTuple):
     every_step: bool = False
     mean_below: float | None = None
     efficiency_only: bool = False
+    rising: bool = False
+
+
+#: :attr:`RunFlag.rising`: the rise of a rate between the halves of the kept steps, in
+#: standard errors, above which the flag is set (batch means of 8 batches a half: a
+#: t with 14 degrees of freedom under stationarity exceeds 5 with probability 1e-4).
+RISING_Z = 5.0
+
+
+def rising_z(values: Any) -> float:
+    """How far a per-step rate rose from the first to the second half of its steps.
+
+    Args:
+      values: ``(steps,)`` or ``(steps, chains)`` (averaged over chains), numbers or
+        booleans.
+
+    Returns:
+      ``(mean of the second half − mean of the first) / its standard error``, the
+      error from batch means (the last ``16 b`` steps in 16 batches, 8 a half); 0 for
+      fewer than 16 steps or a constant series.
+    """
+    v = np.asarray(values, np.float64)
+    v = v.reshape(v.shape[0], -1).mean(1) if v.ndim > 1 else v
+    n = (v.shape[0] // 16) * 16
+    if n < 16:
+        return 0.0
+    b = v[v.shape[0] - n :].reshape(16, -1).mean(1)
+    first, second = b[:8], b[8:]
+    diff = float(second.mean() - first.mean())
+    se = math.sqrt(float(first.var(ddof=1) + second.var(ddof=1)) / 8)
+    if se == 0:
+        return 0.0 if diff <= 0 else math.inf
+    return diff / se
 
 
 def run_flags(info: Any) -> tuple:

@@ -60,7 +60,15 @@ from cenlmc_jax._validation import (
     check_start_logdensity,
     is_concrete,
 )
-from cenlmc_jax.base import Moments, RunResult, SamplingAlgorithm, may_stay, run_flags
+from cenlmc_jax.base import (
+    RISING_Z,
+    Moments,
+    RunResult,
+    SamplingAlgorithm,
+    may_stay,
+    rising_z,
+    run_flags,
+)
 from cenlmc_jax.diagnostics import online
 from cenlmc_jax.diagnostics.convergence import (
     RHAT_MAX,
@@ -1046,6 +1054,15 @@ def _warn_kept_flags(info: PyTree, burn_in: int, traced_warned: set) -> None:
             continue
         if flag.mean_below is not None:
             _warn_mean_below(flag, kept, burn_in, traced_warned)
+            continue
+        if flag.rising:
+            value = getattr(kept, flag.field, None)
+            if (
+                value is not None
+                and is_concrete(value)
+                and rising_z(gather(value)) > RISING_Z
+            ):
+                host_warn(flag.message(kept, burn_in), RuntimeWarning, stacklevel=3)
             continue
         flags = _flag_steps(
             kept, flag.field, burn_in, traced_warned

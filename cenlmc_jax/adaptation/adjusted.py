@@ -80,6 +80,7 @@ from cenlmc_jax.adaptation.coordinates import (
     values_y,
     whitening_factor,
 )
+from cenlmc_jax.irreversible.hmc import DIVERGENCE_THRESHOLD
 
 __all__ = [
     "AdjustedPhase",
@@ -111,8 +112,11 @@ STEP_JITTER = 0.2
 STUCK_ACCEPTANCE = 0.02
 #: The shorter step's factors ``s`` tried on the stuck particles, longest first (HMC's
 #: ``ε``; MALA's ``h``, whose step length goes as its square root, takes their squares).
-SMALL_FACTORS = (1 / 2, 1 / 4, 1 / 8)
+SMALL_FACTORS = (1 / 2, 1 / 4, 1 / 8, 1 / 16)
+#: The shorter step is taken at the first factor where the stuck particles accept this
+#: much on average and at most ``SMALL_DIVERGENT`` of them diverge.
 SMALL_ACCEPTANCE = 0.3
+SMALL_DIVERGENT = 0.01
 #: The shorter step's probability ``q``: ``SMALL_SHARE`` times the stuck fraction, in
 #: ``SMALL_PROBABILITY``.
 SMALL_SHARE = 2.0
@@ -182,13 +186,14 @@ def _hmc_chunk(
 ):
     """``n`` HMC moves in ``y`` (identity mass) of the whole ensemble, ``n_leapfrog``
     leapfrog steps each (``eps``: one step, or ``(N,)``, one a particle; jittered by
-    :data:`STEP_JITTER`); the summed acceptance probability per particle.
+    :data:`STEP_JITTER`); the summed acceptance probability per particle, and its
+    count of divergent moves (``ΔH`` above ``DIVERGENCE_THRESHOLD`` or not finite).
     """
     vg = partial(value_and_grad_y, logdensity_fn, grad_fn, grad_mode, factor, mean)
     eps_each = jnp.broadcast_to(eps, v.shape)
 
     def body(t, carry):
-        y, v, g, acc = carry
+        y, v, g, acc, div = carry
         k1, k2, k3 = jax.random.split(jax.random.fold_in(key, t), 3)
         u = jax.random.uniform(k3, v.shape, y.dtype, 1 - STEP_JITTER, 1 + STEP_JITTER)
         e = (eps_each * u)[:, None]
@@ -206,23 +211,26 @@ def _hmc_chunk(
         fine = jnp.isfinite(dh) & jnp.all(jnp.isfinite(g1), 1)
         log_a = jnp.where(fine, -dh, -jnp.inf)
         a = jnp.exp(jnp.minimum(log_a, 0.0))
+        div = div + (~fine | (dh > DIVERGENCE_THRESHOLD)).astype(jnp.int32)
         take = jnp.log(jax.random.uniform(k2, v.shape, v.dtype)) < log_a
         y = jnp.where(take[:, None], y1, y)
         g = jnp.where(take[:, None], g1, g)
         v = jnp.where(take, v1, v)
-        return y, v, g, acc + a
+        return y, v, g, acc + a, div
 
-    return lax.fori_loop(0, n, body, (y, v, g, jnp.zeros_like(v)))
+    zero = jnp.zeros(v.shape, jnp.int32)
+    return lax.fori_loop(0, n, body, (y, v, g, jnp.zeros_like(v), zero))
 
 
 def _move(kernel, key, yvg, step, fac, mu, n, n_lf, static):
     """``n`` moves of ``kernel`` from ``yvg = (y, v, g)``: ``(y, v, g, per-particle
-    acceptance)``."""
+    acceptance, per-particle divergent moves)``."""
     if kernel == "hmc":
-        *yvg, a = _hmc_chunk(key, *yvg, step, fac, mu, n, n_lf, **static)
+        *yvg, a, div = _hmc_chunk(key, *yvg, step, fac, mu, n, n_lf, **static)
     else:
         *yvg, a = _mala_chunk(key, *yvg, step, fac, mu, n, **static)
-    return (*yvg, np.asarray(a, np.float64) / n)
+        div = np.zeros(np.shape(a), np.int32)
+    return (*yvg, np.asarray(a, np.float64) / n, np.asarray(div))
 
 
 def slowest_correlation(y0: np.ndarray, y1: np.ndarray) -> float:
@@ -309,7 +317,7 @@ def adjusted_phase(
         slowest moment's decorrelation per gradient ``−log ρ / (moves L)``."""
         nonlocal yvg, grads, moves
         before = np.asarray(yvg[0], np.float64)
-        *yvg_new, a = _move(
+        *yvg_new, a, div = _move(
             kernel,
             k,
             yvg,
@@ -329,21 +337,25 @@ def adjusted_phase(
         # would make every L look alike and the shortest look cheapest
         moving = a >= STUCK_ACCEPTANCE
         rho = slowest_correlation(before[moving], after[moving])
-        return a, -math.log(rho) / (adjust_steps * n_now)
+        return a, -math.log(rho) / (adjust_steps * n_now), div
 
     band = ACCEPTANCE_BAND
     while rounds < adjust_rounds or (
         rounds < MAX_ADJUST_ROUNDS and not band[0] <= acc <= band[1]
     ):
-        a, score = run(step, n_lf, next(keys))
+        a, score, div = run(step, n_lf, next(keys))
         acc, rounds = float(a.mean()), rounds + 1
         step = _tune_step(kernel, step, acc)
         if hmc:
             n_lf = _leapfrogs(step)
     notes = []
     if hmc:
-        n_lf, a, acc = _trajectory_length(run, step, n_lf, a, score, keys, notes)
-    stuck = a < STUCK_ACCEPTANCE
+        n_lf, a, div, acc = _trajectory_length(
+            run, step, n_lf, (score, a, div), keys, notes
+        )
+    # stuck: accepting (almost) nothing, or a trajectory diverged (it ran into a
+    # region the step is too long for: a funnel's neck)
+    stuck = (a < STUCK_ACCEPTANCE) | (div > 0)
     small = None
     if stuck.any():
         small, a_small = _small_step(kernel, run, stuck, step, n_lf, keys)
@@ -364,10 +376,11 @@ def adjusted_phase(
     )
 
 
-def _trajectory_length(run, step, n_lf, a, score, keys, notes):
-    """HMC's ``L`` by doubling from the last tuning round's (module docstring):
-    ``(L, its round's per-particle acceptance, their mean)``."""
-    scores = {n_lf: (score, a)}
+def _trajectory_length(run, step, n_lf, last, keys, notes):
+    """HMC's ``L`` by doubling from the last tuning round's (``last``: its score,
+    acceptances and divergences; module docstring): ``(L, its round's per-particle
+    acceptance and divergent moves, the mean acceptance)``."""
+    scores = {n_lf: last}
     best = n_lf
     for direction in (2, 0.5):
         cand = best
@@ -375,8 +388,8 @@ def _trajectory_length(run, step, n_lf, a, score, keys, notes):
             cand = int(min(MAX_LEAPFROG, max(1, round(cand * direction))))
             if cand in scores:
                 break
-            a_c, s_c = run(step, cand, next(keys))
-            scores[cand] = (s_c, a_c)
+            a_c, s_c, d_c = run(step, cand, next(keys))
+            scores[cand] = (s_c, a_c, d_c)
             if s_c <= scores[best][0]:
                 break
             best = cand
@@ -388,8 +401,8 @@ def _trajectory_length(run, step, n_lf, a, score, keys, notes):
         + ", ".join(f"{k} ({scores[k][0]:.3g})" for k in sorted(scores))
         + f": L = {best}."
     )
-    a = scores[best][1]
-    return best, a, float(a.mean())
+    _, a, div = scores[best]
+    return best, a, div, float(a.mean())
 
 
 def _leapfrogs(eps: float) -> int:
@@ -400,7 +413,8 @@ def _small_step(kernel, run, stuck, step, n_lf, keys):
     """The handed-over kernel's shorter step for the ``stuck`` particles (module
     docstring): a round of the whole ensemble, the stuck particles at ``step s`` (MALA:
     ``h s²``) for each ``s`` of :data:`SMALL_FACTORS` in turn until their mean
-    acceptance reaches :data:`SMALL_ACCEPTANCE`.
+    acceptance reaches :data:`SMALL_ACCEPTANCE` with at most :data:`SMALL_DIVERGENT`
+    of them diverging.
 
     Returns ``((step s, q) or None, the stuck particles' last acceptance)``.
     """
@@ -409,9 +423,9 @@ def _small_step(kernel, run, stuck, step, n_lf, keys):
     for s in SMALL_FACTORS:
         short = step * (s if kernel == "hmc" else s * s)
         each = np.where(stuck, short, step)
-        a, _ = run(each, n_lf, next(keys))
+        a, _, div = run(each, n_lf, next(keys))
         took = float(np.mean(a[stuck]))
-        if took >= SMALL_ACCEPTANCE:
+        if took >= SMALL_ACCEPTANCE and np.mean(div[stuck] > 0) <= SMALL_DIVERGENT:
             return (short, q), took
     return None, took
 
@@ -421,6 +435,7 @@ def _stuck_note(kernel, stuck, step, small, took) -> str:
     head = (
         f"{k} of {n} particles ({stuck.mean():.1%}) accepted less than "
         f"{STUCK_ACCEPTANCE} of the last tuning round's {kernel.upper()} proposals"
+        " or had a divergent trajectory"
     )
     if small is None:
         return (

@@ -1307,22 +1307,16 @@ def _exact(
         )
     starts = adj.positions
     if superchain_size > 1:
-        sc = nested.superchain_starts(
+        starts = nested.superchain_starts(
             k_sc, adj.positions, superchain_size, logdensity_fn=logdensity_fn
-        )
-        starts = sc.positions
-        how = (
-            f"resampled towards π^(1/T), T = {sc.temperature:.3g}"
-            if sc.temperature is not None
-            else f"pushed out {nested.OVERDISPERSION:g}x from its mean"
         )
         info = info._replace(
             reasoning=info.reasoning
             + f"\nhand-over: {n // superchain_size} superchains of {superchain_size} "
-            f"chains, each started at one particle of the final ensemble {how} (wider "
-            "than π: nested R-hat checks that the chains forget their starts)."
+            "chains, each started at one particle of the final ensemble pushed out "
+            f"{nested.OVERDISPERSION:g}x from its mean (nested R-hat checks that they "
+            "forget it)."
         )
-        params["superchain_temperature"] = sc.temperature
     return LangevinWarmup(algo, algo.init(starts), adj.positions, params, info)
 
 

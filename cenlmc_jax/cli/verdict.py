@@ -65,7 +65,7 @@ import numpy as np
 
 from cenlmc_jax import ensemble
 from cenlmc_jax._host import fetch
-from cenlmc_jax.base import RunFlag, run_flags
+from cenlmc_jax.base import RISING_Z, RunFlag, rising_z, run_flags
 from cenlmc_jax.cli.jobs import (
     MAX_DEFAULT_STEPS,
     Run,
@@ -186,6 +186,9 @@ def _flag_problem(flag: RunFlag, info, burn_in: int) -> str | None:
     value = getattr(info, flag.field, None)
     if value is None or np.shape(value)[0] == 0:
         return None
+    if flag.rising:  # kept_only: a rate that rose between the halves of the kept steps
+        z = rising_z(value)
+        return None if z <= RISING_Z else flag.message(info, offset) + f" (z = {z:.3g})"
     if (
         flag.mean_below is not None
     ):  # kept_only: the mean over the kept steps below a floor

@@ -79,7 +79,6 @@ __all__ = [
     "superchain_size",
     "default_superchain_size",
     "superchain_starts",
-    "SuperchainStarts",
     "ChainStats",
     "chain_stats",
     "stream_chain_stats",
@@ -221,47 +220,9 @@ def default_superchain_size(num_chains: int) -> int:
     return 1
 
 
-#: The superchain starts' spread beyond the ensemble's: ``c``, their sd ``c`` times
-#: the ensemble's (:func:`superchain_starts`: ``π^{1/c²}`` where the ensemble allows).
+#: How far the superchain starts are pushed out from the ensemble's mean
+#: (:func:`superchain_starts`).
 OVERDISPERSION = 1.2
-#: Tempered resampling keeps its weights' effective sample size at least this share
-#: of the ensemble (:func:`superchain_starts`).
-TEMPER_MIN_ESS = 0.25
-
-
-def _temperature(log_p: np.ndarray, t_max: float) -> tuple[float, np.ndarray]:
-    """The largest ``T <= t_max`` whose weights ``π^{1/T − 1}`` keep an effective
-    sample size of at least ``TEMPER_MIN_ESS`` of the ensemble (bisection), and those
-    weights."""
-
-    def weights(t):
-        lw = (1.0 / t - 1.0) * log_p
-        w = np.exp(lw - lw.max())
-        return w / w.sum()
-
-    def ess(t):
-        return 1.0 / float(np.sum(weights(t) ** 2)) / log_p.size
-
-    if ess(t_max) >= TEMPER_MIN_ESS:
-        return t_max, weights(t_max)
-    lo, hi = 1.0, t_max
-    for _ in range(40):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if ess(mid) >= TEMPER_MIN_ESS else (lo, mid)
-    return lo, weights(lo)
-
-
-class SuperchainStarts(NamedTuple):
-    """What :func:`superchain_starts` returns.
-
-    Attributes:
-      positions: ``(N, d)``, superchain ``k`` the rows ``k M .. k M + M − 1``.
-      temperature: ``T`` of the tempered resampling (None where the starts were
-        pushed out instead).
-    """
-
-    positions: Array
-    temperature: float | None
 
 
 def superchain_starts(
@@ -270,9 +231,10 @@ def superchain_starts(
     superchain_size: int,
     overdispersion: float = OVERDISPERSION,
     logdensity_fn: Any = None,
-) -> SuperchainStarts:
-    """``K = N / M`` starts, each repeated ``M`` times (superchain ``k`` is rows
-    ``k M .. k M + M − 1``), spread wider than the ensemble.
+) -> Array:
+    """``K = N / M`` of the ``N`` positions, drawn without replacement, pushed out from
+    the ensemble's mean ``m`` to ``m + c (x − m)`` (``c = overdispersion``), each
+    repeated ``M`` times: superchain ``k`` is rows ``k M .. k M + M − 1``.
 
     Why overdispersed: nested R-hat sees that the chains remember their starts only
     when the starts are spread wider than ``π`` (the paper's assumption, as for
@@ -281,42 +243,27 @@ def superchain_starts(
     check while its sd is still 12 % short: each chain forgets its own start long
     before the ensemble forgets the warm-up's.
 
-    With ``logdensity_fn``: the ``K`` starts are particles of the ensemble resampled
-    (systematic resampling) with weights ``π(x)^{1/T − 1}``: draws of ``π^{1/T}`` where
-    the ensemble is about ``π``, ``T = c²`` (``N(μ, c² Σ)`` for a Gaussian ``π``), or
-    the largest ``T`` below it whose weights keep an effective sample size of
-    :data:`TEMPER_MIN_ESS` ``N`` (in high dimension the weights degenerate; ``T``
-    then goes towards 1). Tempering widens ``π`` in every direction along its own
-    shape: the starts are points of the ensemble (a banana's arms, not points pushed
-    off its ridge), and a funnel's neck, where the density is high, is not favoured.
-    Without it, ``K`` particles drawn without replacement are pushed out from the
-    ensemble's mean ``m`` to ``m + c (x − m)``.
-
     Args:
       rng_key: a JAX key.
       positions: ``(N, d)`` (e.g. a warm-up's final ensemble, about ``π``).
       superchain_size: ``M`` dividing ``N``.
       overdispersion: ``c >= 1``.
-      logdensity_fn: ``x -> log π(x)``, or None (the push).
+      logdensity_fn: where given, a start pushed out to a point whose log density is
+        not finite keeps its particle's own position.
 
     Returns:
-      A :class:`SuperchainStarts`: ``(N, d)`` starts of the same dtype, and ``T``.
+      ``(N, d)`` starts of the same dtype.
     """
     n = positions.shape[0]
     m = _check_size(superchain_size, n)
-    k = n // m
-    if logdensity_fn is not None:
-        log_p = np.asarray(jax.vmap(logdensity_fn)(positions), np.float64)
-        if np.all(np.isfinite(log_p)):
-            t, w = _temperature(log_p, overdispersion**2)
-            u = (float(jax.random.uniform(rng_key, ())) + np.arange(k)) / k
-            idx = np.minimum(np.searchsorted(np.cumsum(w), u), n - 1)
-            return SuperchainStarts(jnp.repeat(positions[idx], m, axis=0), t)
-    pick = jax.random.choice(rng_key, n, (k,), replace=False)
+    pick = jax.random.choice(rng_key, n, (n // m,), replace=False)
     chosen = positions[pick]
     centre = jnp.mean(positions, axis=0)
     pushed = (centre + overdispersion * (chosen - centre)).astype(positions.dtype)
-    return SuperchainStarts(jnp.repeat(pushed, m, axis=0), None)
+    if logdensity_fn is not None:
+        ok = jnp.isfinite(jax.vmap(logdensity_fn)(pushed))
+        pushed = jnp.where(ok[:, None], pushed, chosen)
+    return jnp.repeat(pushed, m, axis=0)
 
 
 class ChainStats(NamedTuple):
