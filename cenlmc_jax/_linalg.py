@@ -32,7 +32,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cenlmc_jax._validation import check_function, check_output, is_concrete
+from cenlmc_jax._validation import (
+    check_function,
+    check_output,
+    is_concrete,
+    raise_as_own,
+)
 from cenlmc_jax.types import Array, ArrayLike
 
 __all__ = [
@@ -139,8 +144,8 @@ def check_matrix_form(M: Any, name: str) -> None:
 def concrete_value(M: Any, z: Array, name: str) -> Any:
     """The value of a :data:`MatrixLike` at ``z`` when it can be known in Python.
 
-    A callable is called only at a concrete ``z`` (an error in it becomes a
-    ``ValueError`` naming it); a traced value is unknown.
+    A callable is called only at a concrete ``z`` (an exception in it is raised
+    again as its own type, naming it); a traced value is unknown.
 
     Args:
       M: a :data:`MatrixLike` or None.
@@ -151,8 +156,8 @@ def concrete_value(M: Any, z: Array, name: str) -> Any:
       ``M`` (or ``M(z)``) when every leaf is concrete, else None.
 
     Raises:
-      ValueError: a callable ``M`` whose output has the wrong shape or kind, or
-        that fails at ``z``.
+      ValueError: a callable ``M`` whose output has the wrong shape or kind.
+      Exception: what a callable ``M`` raised at ``z``, as its own type.
     """
     if M is None:
         return None
@@ -162,10 +167,12 @@ def concrete_value(M: Any, z: Array, name: str) -> Any:
             return None
         try:
             M = M(z)
-        except Exception as exc:
-            raise ValueError(
-                f"{name} failed on a position of shape {tuple(z.shape)}: {exc}"
-            ) from exc
+        except Exception as exc:  # the user's matrix function: its own exception
+            raise_as_own(
+                exc,
+                f"{name} raised {type(exc).__name__} on a position of shape "
+                f"{tuple(z.shape)}",
+            )
     if not all(is_concrete(leaf) for leaf in jax.tree_util.tree_leaves(M)):
         return None
     return M

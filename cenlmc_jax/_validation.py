@@ -49,6 +49,7 @@ __all__ = [
     "check_logdensity",
     "check_output",
     "check_function",
+    "raise_as_own",
     "check_schedule",
     "check_start_logdensity",
     "check_state",
@@ -524,6 +525,35 @@ def check_output(
         raise ValueError(f"{name} must return {kind_text}; got {_struct(out)}{sig}.")
 
 
+def raise_as_own(exc: BaseException, context: str) -> None:
+    """Raises ``exc`` again, as its own type, with ``context`` (which of the user's
+    functions raised it, on what) in front of its message.
+
+    A model's exception is the model's: a ``ZeroDivisionError`` or the user's own
+    exception class comes back as that class (``except`` clauses around the call
+    keep working), chained to the original (``from exc``). Where the class cannot be
+    rebuilt from one message (its ``__init__`` takes other arguments), the original
+    exception itself is raised again with ``context`` added as a note.
+
+    Args:
+      exc: the exception the user's function raised.
+      context: the function's name and the inputs it failed on.
+
+    Raises:
+      BaseException: always: ``type(exc)`` with the message
+        ``"<context>: <exc>"``, or ``exc`` itself with ``context`` as a note.
+    """
+    message = f"{context}: {exc}"
+    try:
+        rebuilt = type(exc)(message)
+    except Exception:
+        rebuilt = None
+    if rebuilt is None or str(exc) not in str(rebuilt):
+        exc.add_note(context)
+        raise exc
+    raise rebuilt from exc
+
+
 def check_function(
     fn: Any,
     name: str,
@@ -536,8 +566,9 @@ def check_function(
 ) -> Any:
     """``fn(*args)`` evaluated abstractly and checked by :func:`check_output`.
 
-    ``jax.eval_shape``: nothing is computed. An exception inside ``fn`` becomes a
-    ``ValueError`` naming it.
+    ``jax.eval_shape``: nothing is computed. An exception inside ``fn`` is raised
+    again as its own type, with ``name`` and the inputs in front of its message
+    (:func:`raise_as_own`).
 
     Args:
       fn: the user's function.
@@ -552,8 +583,10 @@ def check_function(
       The abstract output (``ShapeDtypeStruct`` s).
 
     Raises:
-      ValueError: ``fn`` is not callable, fails on these inputs, or its output
-        fails :func:`check_output`.
+      ValueError: ``fn`` is not callable, or its output fails
+        :func:`check_output`.
+      Exception: what ``fn`` raised on these inputs, as its own type
+        (:func:`raise_as_own`).
     """
     check_callable(fn, name, what)
     specs = jax.tree_util.tree_map(
@@ -566,9 +599,9 @@ def check_function(
         out = jax.eval_shape(fn, *specs)
     except Exception as exc:  # the user's function failed on correctly shaped inputs
         shown = ", ".join(_struct(a) for a in jax.tree_util.tree_leaves(specs))
-        raise ValueError(
-            f"{name} ({what}) failed on inputs of {shown}: {type(exc).__name__}: {exc}"
-        ) from exc
+        raise_as_own(
+            exc, f"{name} ({what}) raised {type(exc).__name__} on inputs of {shown}"
+        )
     check_output(out, name, what=what, like=like, shapes=shapes, kind=kind)
     return out
 
@@ -601,7 +634,9 @@ def check_logdensity(
       name: its name, for the message.
 
     Raises:
-      ValueError: not callable, fails, or does not return a floating scalar.
+      ValueError: not callable, or does not return a floating scalar.
+      Exception: what ``logdensity_fn`` raised, as its own type, the model named
+        (:func:`raise_as_own`).
     """
     check_function(
         logdensity_fn, name, (example,), what="x -> scalar log density", shapes=((),)
