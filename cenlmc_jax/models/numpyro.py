@@ -17,8 +17,12 @@ transform:
 
 So ``logdensity_fn(x) = -potential_fn(unravel(x))``, ``constrain(x) =
 postprocess_fn(unravel(x))``. Only continuous latent sites are supported (a discrete
-latent site is refused with a ``ValueError``: the samplers here need gradients). NumPyro
-is an optional dependency (``pip install numpyro``).
+latent site is refused with a ``ValueError``: the samplers here need gradients). A
+latent site with an improper prior (``dist.ImproperUniform``) is accepted, as NumPyro
+accepts it: the model is traced, and started, with NumPyro's ``init_to_uniform``
+(uniform on ``(-2, 2)`` on the unconstrained scale), never a prior draw; the posterior
+must then be proper, which no check here can tell. NumPyro is an optional dependency
+(``pip install numpyro``).
 """
 
 from __future__ import annotations
@@ -98,11 +102,19 @@ def _coordinate_names(sites: dict) -> tuple:
 
 
 def _trace(model: Callable, args: tuple, kwargs: dict) -> dict:
+    """One trace of the model, its latent sites drawn as NumPyro's
+    ``initialize_model`` draws them: by ``init_to_uniform`` (uniform on ``(-2, 2)``
+    on the unconstrained scale), not from the prior, so a latent site with no
+    ``sample()`` (an ``ImproperUniform``) traces as NumPyro accepts it. Discrete
+    sites (left to the prior by ``init_to_uniform``) are refused after it.
+    """
     from numpyro import handlers
+    from numpyro.infer.initialization import init_to_uniform
 
-    return handlers.trace(handlers.seed(model, jax.random.key(0))).get_trace(
-        *args, **kwargs
-    )
+    seeded = handlers.seed(model, jax.random.key(0))
+    return handlers.trace(
+        handlers.substitute(seeded, substitute_fn=init_to_uniform)
+    ).get_trace(*args, **kwargs)
 
 
 def _site_dims(model_trace: dict) -> dict:
@@ -196,16 +208,7 @@ def from_numpyro(model: Callable, *args: Any, **kwargs: Any) -> NumPyroModel:
             f"model={model!r}: expected a NumPyro model (a callable with "
             "numpyro.sample statements)"
         )
-    try:
-        model_trace = _trace(model, args, kwargs)
-    # NumPyro raises a bare NotImplementedError for a latent site it cannot draw
-    # (an ImproperUniform): say so
-    except NotImplementedError as exc:
-        raise ValueError(
-            "model: NumPyro cannot draw a value of a latent site (a distribution "
-            "with no sample(), e.g. ImproperUniform): give every latent site a "
-            f"proper prior ({type(exc).__name__}{': ' if str(exc) else ''}{exc})"
-        ) from exc
+    model_trace = _trace(model, args, kwargs)
     _check_continuous(model_trace)
     info = initialize_model(
         jax.random.key(0), model, model_args=args, model_kwargs=kwargs or None

@@ -191,14 +191,36 @@ def test_bad_input_and_a_missing_numpyro(monkeypatch):
         from_numpyro(eight_schools, 8, np.ones(8), y=np.zeros(8))
 
 
-def test_an_improper_latent_site_is_refused_naming_the_problem():
-    # issue 28: NumPyro's bare NotImplementedError reached the user
+def test_an_improper_latent_site_is_accepted_as_numpyro_accepts_it():
+    # issue 47: a latent ImproperUniform site was refused (issue 28 had turned NumPyro's
+    # bare NotImplementedError from a prior draw into a ValueError), though NumPyro's
+    # own initialize_model accepts it (it starts from an init strategy, not the
+    # prior); now it starts from init_to_uniform as NumPyro does
     def model(y):
         mu = numpyro.sample("mu", dist.ImproperUniform(dist.constraints.real, (), ()))
-        numpyro.sample("y", dist.Normal(mu, 1.0), obs=y)
+        sigma = numpyro.sample(
+            "sigma", dist.ImproperUniform(dist.constraints.positive, (), ())
+        )
+        with numpyro.plate("N", y.shape[0]):
+            numpyro.sample("y", dist.Normal(mu, sigma), obs=y)
 
-    with pytest.raises(ValueError, match="ImproperUniform"):
-        cj.from_numpyro(model, np.zeros(3))
+    y = np.array([0.3, -1.2, 2.0, 0.7, 1.1])
+    m = cj.from_numpyro(model, y)
+    assert m.d == 2 and m.names == ("mu", "sigma")
+    # the start is NumPyro's init_to_uniform: uniform on (-2, 2), unconstrained
+    assert np.all(np.abs(np.asarray(m.initial_position)) < 2.0)
+    x = jnp.array([0.4, -0.3])  # mu = 0.4, log sigma = -0.3
+    want = -numpyro.infer.util.potential_energy(model, (y,), {}, m.unravel(x))
+    # the same float64 computation by NumPyro's potential_fn: equal to rounding
+    np.testing.assert_allclose(m.logdensity_fn(x), want, rtol=1e-12)
+    # and by hand: the Normal likelihood plus log sigma's log-Jacobian (the flat
+    # prior adds nothing); float64 rounding of a sum of 5 terms
+    sigma = np.exp(-0.3)
+    by_hand = np.sum(
+        -0.5 * ((y - 0.4) / sigma) ** 2 - np.log(sigma) - 0.5 * np.log(2 * np.pi)
+    ) + np.log(sigma)
+    np.testing.assert_allclose(m.logdensity_fn(x), by_hand, rtol=1e-12)
+    assert m.constrain(x)["sigma"] == pytest.approx(sigma, rel=1e-12)
 
 
 def test_a_subsampled_plate_is_refused_before_the_first_evaluation():
