@@ -4,6 +4,9 @@ test that failed before its fix.
 * a log density that raises (a Python exception inside the model) came back as a
   ``ValueError`` wrapping it, the model's own exception type lost ->
   test_a_raising_model_keeps_its_exception_type
+* ``mesh=`` with ``method="dense"`` was accepted by ``cj.cenlmc`` / ``cj.enlmc`` and
+  ``init``, and refused only when ``cj.sample`` traced the first step ->
+  test_a_mesh_with_the_dense_method_is_refused_at_construction
 """
 
 from __future__ import annotations
@@ -61,3 +64,27 @@ def test_a_raising_model_keeps_its_exception_type(fn, exc_type, text, entry):
     shown = str(info.value) + "".join(getattr(info.value, "__notes__", []))
     assert "logdensity_fn" in shown, shown
     assert info.value.__cause__ is not None or exc_type is NeedsTwoArguments
+
+
+def gaussian(x):
+    return -0.5 * jnp.sum(x**2)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda **kw: cj.cenlmc(
+            gaussian, 0.05, 0.4, 0.5, 0.4, 5, 10.0, f_star=0.0, **kw
+        ),
+        lambda **kw: cj.enlmc(gaussian, 0.05, 0.4, **kw),
+    ],
+    ids=["cenlmc", "enlmc"],
+)
+def test_a_mesh_with_the_dense_method_is_refused_at_construction(build):
+    mesh = cj.pairwise.make_mesh(1)  # one device is enough: the refusal is static
+    with pytest.raises(ValueError, match=r"mesh=.*method='dense'") as info:
+        build(mesh=mesh, method="dense")
+    assert "'auto', 'tiled' or 'pallas'" in str(info.value)
+    # the same options are fine without the mesh, or with a method that shards
+    build(method="dense")
+    build(mesh=mesh, method="tiled")

@@ -139,6 +139,12 @@ class EnsembleOptions(NamedTuple):
                 "mesh must be a jax.sharding.Mesh (cj.pairwise.make_mesh()) or None; "
                 f"got {type(self.mesh).__name__} {self.mesh!r}."
             )
+        if self.mesh is not None and self.method == "dense":
+            raise ValueError(
+                "mesh= with method='dense': the dense reference has no sharded form; "
+                "expected method 'auto', 'tiled' or 'pallas' with a mesh (or no mesh "
+                f"with 'dense'); got method='dense', mesh={self.mesh!r}."
+            )
         if self.block_sparse and self.method == "dense":
             raise ValueError(
                 "block_sparse=True needs method 'auto', 'tiled' or 'pallas' (the dense "
