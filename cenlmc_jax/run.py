@@ -75,6 +75,7 @@ from cenlmc_jax.diagnostics.convergence import (
     ConvergenceWarning,
     convergence_problems,
     in_superchains,
+    judge_short_chains,
 )
 from cenlmc_jax.types import Array, PRNGKey, PyTree, StepFn
 
@@ -909,14 +910,24 @@ def _warn_unconverged(result: RunResult, initial_state: Any, warned: set) -> Non
     position = getattr(initial_state, "position", None)
     many = position is not None and in_superchains(gather(position))
     start = position if many or "frozen" not in warned else None
-    found = convergence_problems(gather(result), gather(start))
+    # a split R-hat above RHAT_MAX of many chains with independent, spread starts is
+    # judged again as many short chains (convergence.judge_short_chains), as the CLI
+    # does: stationary chains short against their autocorrelation time have a split
+    # R-hat above 1 however many run
+    found = convergence_problems(
+        gather(result), gather(start), many_short_chains=start is not None
+    )
     diag = result.online
     if (
         not many
         and diag is not None
         and all(map(is_concrete, jax.tree_util.tree_leaves(diag)))
     ):
-        found += online.stream_problems(gather(diag), rhat_max=RHAT_MAX)
+        diag = gather(diag)
+        high = online.stream_problems(diag, rhat_max=RHAT_MAX, ess_min=-math.inf)
+        if position is not None:
+            high = judge_short_chains(gather(result), gather(position), high)[0]
+        found += high + online.stream_problems(diag, rhat_max=math.inf)
     for problem in found:
         host_warn(
             problem + " (cj.sample(..., check_convergence=False) turns this check off)",
