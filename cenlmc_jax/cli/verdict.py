@@ -77,7 +77,7 @@ from cenlmc_jax.cli.jobs import (
 )
 from cenlmc_jax.cli.parser import UsageError
 from cenlmc_jax.cli.samplers import SPECS
-from cenlmc_jax.diagnostics import convergence, online
+from cenlmc_jax.diagnostics import convergence, nested, online
 from cenlmc_jax.diagnostics.summary import SummaryTable, summary
 from cenlmc_jax.run import WATCH_MIN_STEPS
 
@@ -623,11 +623,16 @@ def report(args, setup: Setup, run: Run, record: dict) -> tuple:
         res, labels = shown(
             setup, run.result
         )  # a NumPyro model: its constrained sites, by name
+        start = getattr(setup.job.state, "position", None)
+        in_blocks = start is not None and convergence.in_superchains(start)
         table = summary(
             res,
             truth=target if target.mean is not None else None,
             burn_in=run.burn_in,
             labels=labels,
+            # chains started in superchains (the exact default's hand-over): the
+            # nested R-hat column beside split R-hat
+            superchain_size=nested.superchain_size(start) if in_blocks else None,
         )
     _print_run(args, setup, run, table)
     notes = []
