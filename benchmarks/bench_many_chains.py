@@ -26,6 +26,7 @@ Run: ``python benchmarks/bench_many_chains.py [--quick] [--only NAME] [--timeout
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import math
 import os
@@ -207,6 +208,14 @@ def run_case(case: str, args, work: Path) -> dict:
     row["exit_code"] = rc
     parsed = parse_stdout(stdout + "\n" + stderr)
     row.update({k: v for k, v in parsed.items() if k != "table"})
+    csv_path = out / "summary.csv"
+    if csv_path.exists():  # every coordinate (the printed table stops at 30 rows)
+        with open(csv_path, newline="") as fh:
+            rows = list(csv.reader(fh))
+        parsed["table"] = {
+            r[0]: dict(zip(rows[0][1:], map(float, r[1:]), strict=True))
+            for r in rows[1:]
+        }
     row["summary"] = parsed["table"]
     path = out / "run.json"
     record = json.loads(path.read_text()) if path.exists() else {}

@@ -278,6 +278,7 @@ def adjusted_phase(
     grad_mode: str = "auto",
     adjust_rounds: int = 3,
     adjust_steps: int = 2,
+    report=None,
 ) -> AdjustedPhase:
     """Tune HMC's ``ε`` and ``L`` (or MALA's ``h``) on the ensemble, in the coordinates
     whitened by ``m_mat`` and ``mean`` (module docstring).
@@ -294,6 +295,8 @@ def adjusted_phase(
       grad_mode: as for ``cj.lmc``.
       adjust_rounds: tuning rounds of the step, at least.
       adjust_steps: moves of the whole ensemble a round.
+      report: ``report(message)`` when the phase ends (the warm-up's progress), or
+        None.
 
     Returns:
       An :class:`AdjustedPhase`.
@@ -370,6 +373,12 @@ def adjusted_phase(
         f"{HMC_TARGET_ACCEPTANCE if hmc else TARGET_ACCEPTANCE}); {grads} sequential "
         "gradients."
     )
+    if report is not None:
+        report(
+            f"adjusted phase: {name} "
+            + (f"ε = {step:.3g}, L = {n_lf}" if hmc else f"h = {step:.3g}")
+            + f", acceptance {acc:.2f}, after {rounds} rounds"
+        )
     x = jnp.asarray(to_x(lf, mean, np.asarray(yvg[0], np.float64)), dt)
     return AdjustedPhase(
         x, kernel, step, n_lf, acc, moves, grads, relax, small, notes, trajectory

@@ -428,6 +428,7 @@ def kinetic_phase(
     check_every: int = 10,
     initial_step: float = 0.5,
     laplace: bool = False,
+    report=None,
 ) -> KineticResult:
     """The kinetic phase of the module docstring, from ``positions`` (``(N, d)``,
     ``x``) whitened by ``m_mat`` (``M``, ``(d,)`` or ``(d, d)``) and ``mean``, in
@@ -447,6 +448,8 @@ def kinetic_phase(
       laplace: ``positions`` are draws from ``N(mean, m_mat)`` (the Laplace start):
         they are importance-resampled towards ``π`` first when the weights allow
         (:func:`_resample_laplace`).
+      report: ``report(message)`` after each round (the warm-up's progress), or
+        None.
 
     Returns:
       A :class:`KineticResult` (``M`` fitted to the dtype: :func:`fit_dtype`).
@@ -510,6 +513,16 @@ def kinetic_phase(
         # coordinates, else the M it ran with is kept (a noisy ensemble estimate would
         # only degrade an M that fits, e.g. a Laplace M of a Gaussian)
         refit = spread > 1.25 * noise
+        if report is not None:
+            report(
+                f"kinetic round {r + 1}: {rd.steps} steps (ε = {eps:.3g}), "
+                + (
+                    "settled"
+                    if rd.stopped
+                    else f"moments still moving (δ = {rd.change:.3g})"
+                )
+                + ("; coordinates refitted" if refit else "")
+            )
         rounds.append(
             dict(
                 kinetic_steps=rd.steps,

@@ -103,6 +103,7 @@ same in ``y`` since ``whiten_logdensity`` drops no ``x``-dependent term).
 from __future__ import annotations
 
 import math
+import sys
 import warnings
 from collections.abc import Callable
 from functools import partial
@@ -787,6 +788,20 @@ def _valid_starts(rng_key, logdensity_fn: LogDensityFn, x: Array) -> Array:
     return jnp.asarray(xs)
 
 
+def _reporter(progress) -> Callable[[str], None]:
+    """``progress`` as a function of one message: stderr lines for True, the user's
+    callable, or nothing."""
+    if callable(progress):
+        return progress
+    if progress is True:
+        return lambda m: print(f"langevin_warmup: {m}", file=sys.stderr, flush=True)
+    if progress is False:
+        return lambda m: None
+    raise ValueError(
+        f"progress must be True, False or a function of one message; got {progress!r}"
+    )
+
+
 def _check_superchains(superchain_size, sampler: str, n: int) -> int:
     """``superchain_size`` checked: None -> the default for ``n`` chains (1 for the
     unadjusted samplers, whose particles interact or must stay distinct)."""
@@ -827,6 +842,7 @@ def langevin_warmup(
     grad_mode: str = "auto",
     f_star: float | None = None,
     superchain_size: int | None = None,
+    progress: bool | Callable[[str], None] = False,
     **sampler_kwargs: Any,
 ) -> LangevinWarmup:
     """Warm up an ensemble and tune an exact sampler (HMC, the default, or MALA), LMC
@@ -867,6 +883,11 @@ def langevin_warmup(
         chains have forgotten their starts. None:
         :func:`~cenlmc_jax.diagnostics.nested.default_superchain_size` (16 for 1,024
         chains; 1, none, below 16 chains); 1: every chain starts at its own particle.
+      progress: report each phase as it ends (the start, each kinetic round, the
+        adjusted phase, the hand-over; the windows of LMC/CEnLMC): True prints a line
+        to stderr (a notebook shows it under the cell), a callable gets each line
+        (``progress(message)``); the first line comes before the first program is
+        compiled, so a long compile is not mistaken for a hang.
       **sampler_kwargs: passed to ``cj.cenlmc`` (``min_ball_neighbours``,
         ``options``, ``audit_size``, ...).
 
@@ -892,6 +913,7 @@ def langevin_warmup(
         grad_mode,
     )
     sc_size = _check_superchains(superchain_size, sampler, x.shape[0])
+    report = _reporter(progress)
     x = _valid_starts(jax.random.fold_in(rng_key, 17), logdensity_fn, x)
     if sampler != "cenlmc" and (sampler_kwargs or f_star is not None):
         raise ValueError(
@@ -906,6 +928,10 @@ def langevin_warmup(
     run = _window_runner(logdensity_fn, grad_fn, grad_mode)
     curv = _curvature_runner(logdensity_fn, grad_fn, grad_mode, curvature_iters)
 
+    report(
+        f"{n} particles, d = {d}: "
+        + ("searching for the mode (Laplace start)" if start == "laplace" else "start")
+    )
     state = lmc_init(
         x, logdensity_fn, grad_fn=grad_fn, grad_mode=grad_mode
     )  # checks logdensity_fn, grad_fn
@@ -915,6 +941,7 @@ def langevin_warmup(
         if start == "laplace"
         else None
     )
+    report(f"start: {'the Laplace approximation' if lap else 'the positions'}")
     if lap is None:
         m_mat, mean, lbfgs, hvps = (
             (np.eye(d) if dense else np.ones(d)),
@@ -954,6 +981,7 @@ def langevin_warmup(
             num_steps,
             sc_size,
             sampler,
+            report,
         )
     measure = lambda st, mm, mn: _curvature(  # noqa: E731
         curv,
@@ -967,9 +995,11 @@ def langevin_warmup(
     c, k = measure(state, m_mat, mean)
     hvps += k
     schedule = build_schedule(num_steps, initial_buffer, first_window, final_buffer)
+    report(f"{len(schedule)} windows of preconditioned LMC ({num_steps} steps)")
     state, m_mat, mean, c, h, windows, grads, k, relax = _run_windows(
         run, measure, rng_key, state, m_mat, mean, c, bias, schedule, max_retries
     )
+    report(f"windows done: h = {h:.4g}, relaxation {relax:.3g} steps")
     hvps += k
     grads += n * (2 if lap else 1)
     notes += [
@@ -1214,6 +1244,7 @@ def _exact(
     num_steps,
     superchain_size,
     kernel,
+    report,
 ) -> LangevinWarmup:
     """``sampler="hmc"`` or ``"mala"``: the kinetic phase
     (:mod:`cenlmc_jax.adaptation.kinetic`), the adjusted one
@@ -1234,6 +1265,7 @@ def _exact(
         grad_mode=grad_mode,
         max_kinetic_steps=num_steps,
         laplace=started == "laplace",
+        report=report,
     )
     adj = adjusted_phase(
         k_adj,
@@ -1245,6 +1277,7 @@ def _exact(
         kernel=kernel,
         grad_fn=grad_fn,
         grad_mode=grad_mode,
+        report=report,
     )
     notes += kin.notes + adj.notes
     # a user's gradient reaches the handed-over kernel as the derivative of the model
@@ -1317,6 +1350,14 @@ def _exact(
             f"{nested.OVERDISPERSION:g}x from its mean (nested R-hat checks that they "
             "forget it)."
         )
+    report(
+        f"hand-over: {n} chains"
+        + (
+            f" in {n // superchain_size} superchains of {superchain_size}"
+            if superchain_size > 1
+            else ""
+        )
+    )
     return LangevinWarmup(algo, algo.init(starts), adj.positions, params, info)
 
 

@@ -337,8 +337,8 @@ def _add_output(p: argparse.ArgumentParser) -> None:
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="progress bar (default: on when stderr is a terminal and tqdm is "
-        "installed)",
+        help="progress bar, and the warm-up's phases as they end (default: on when "
+        "stderr is a terminal and tqdm is installed)",
     )
     g.add_argument(
         "--compile-cache",

@@ -29,6 +29,7 @@ This module sits below the parser (which takes its choices and help from
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -127,6 +128,7 @@ def _warmed(spec, args, target, positions, keys):
         positions,
         sampler=spec.registry,
         num_steps=args.burn_in,
+        progress=warmup_progress(args),
         **extra,
     )
     i, p = wu.info, wu.parameters
@@ -297,6 +299,21 @@ def _adapted(args, kind, target, positions, keys, initial_step_size, describe):
     )
 
 
+def warmup_progress(args):
+    """The warm-up's progress lines on stderr (``  warm-up: ...``) with
+    ``--progress`` (on by default at a terminal), else none.
+
+    Args:
+      args: the parsed command line.
+
+    Returns:
+      ``progress`` for ``cj.langevin_warmup``: a function of one message, or False.
+    """
+    if not getattr(args, "progress", False):
+        return False
+    return lambda m: print(f"  warm-up: {m}", file=sys.stderr, flush=True)
+
+
 def _warmed_exact(kind, args, target, positions, keys) -> Job:
     """``cj.langevin_warmup``'s exact default with ``sampler=kind`` (Laplace start,
     kinetic phase, the adjusted kernel tuned on the ensemble and frozen:
@@ -310,6 +327,7 @@ def _warmed_exact(kind, args, target, positions, keys) -> Job:
         positions,
         sampler=kind,
         num_steps=max(args.burn_in, EXACT_WARMUP_MIN_STEPS),
+        progress=warmup_progress(args),
     )
     i, p = wu.info, wu.parameters
     head = (

@@ -352,3 +352,36 @@ def test_no_valid_start_is_refused_naming_the_first_bad_one():
     x = jax.random.normal(jax.random.key(0), (16, 2))
     with pytest.raises(ValueError, match=r"no start with a finite log.*particle 0"):
         cj.langevin_warmup(jax.random.key(1), logdensity, x)
+
+
+def _gauss2(x):
+    return -0.5 * jnp.sum(x**2 / jnp.array([1.0, 4.0]))
+
+
+@pytest.mark.parametrize(
+    "sampler, phases",
+    [
+        ("hmc", ("searching for the mode", "start:", "kinetic round 1",
+                 "adjusted phase: HMC", "hand-over")),
+        ("mala", ("start:", "kinetic round 1", "adjusted phase: MALA", "hand-over")),
+        ("lmc", ("start:", "windows of preconditioned LMC", "windows done")),
+    ],
+)  # fmt: skip
+def test_every_phase_of_the_warm_up_reports_its_progress(sampler, phases, capsys):
+    """Issue 48: a long warm-up shows its phases as they end. A callable gets each
+    line in order; ``progress=True`` prints the same lines to stderr; a bad value is
+    refused before any work."""
+    x0 = jax.random.uniform(jax.random.key(0), (64, 2), jnp.float64, -2.0, 2.0)
+    lines = []
+    cj.langevin_warmup(
+        jax.random.key(1), _gauss2, x0, sampler=sampler, progress=lines.append
+    )
+    at = [next(i for i, ln in enumerate(lines) if p in ln) for p in phases]
+    assert at == sorted(at), lines  # every phase, in order
+    cj.langevin_warmup(jax.random.key(1), _gauss2, x0, sampler=sampler, progress=True)
+    err = capsys.readouterr().err
+    assert [ln for ln in err.splitlines() if ln.startswith("langevin_warmup: ")] == [
+        f"langevin_warmup: {ln}" for ln in lines
+    ]
+    with pytest.raises(ValueError, match="progress must be"):
+        cj.langevin_warmup(jax.random.key(1), _gauss2, x0, progress="yes")
