@@ -2,9 +2,13 @@
 
 * :mod:`~cenlmc_jax.adaptation.langevin_warmup`: :func:`langevin_warmup`, the
   ensemble warm-up (mode and Laplace start, metric, step size); by default it hands
-  over exact MALA, or LMC / CEnLMC by name;
-* :mod:`~cenlmc_jax.adaptation.kinetic`: the phases of its exact default (a
-  generalised-HMC phase steered and stopped by the ensemble, then MALA tuned on it);
+  over exact HMC, or MALA, LMC / CEnLMC by name;
+* :mod:`~cenlmc_jax.adaptation.kinetic`: the first phase of its exact default (a
+  generalised-HMC phase steered and stopped by the ensemble);
+* :mod:`~cenlmc_jax.adaptation.adjusted`: the second (HMC's step and trajectory
+  length, or MALA's step, tuned on the ensemble, with a shorter step for the
+  particles in stiff regions);
+* :mod:`~cenlmc_jax.adaptation.coordinates`: the whitened coordinates both use;
 * :mod:`~cenlmc_jax.adaptation.window_adaptation`: :func:`window_adaptation`,
   Stan's windowed adaptation of the single-chain samplers (RW-MH, MALA, SDE and
   Gamma proposals);
