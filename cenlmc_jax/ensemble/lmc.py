@@ -80,6 +80,7 @@ __all__ = [
     "value_and_grad_cost",
     "check_inverse_mass_matrix",
     "mass_root",
+    "untracked_nonfinite",
     "lmc_move",
 ]
 
@@ -112,9 +113,13 @@ class LMCInfo(NamedTuple):
       model_solves: the step's cost in evaluations of the model: N with autodiff;
         with ``grad_fn``, N × :func:`grad_cost` (N × :func:`value_and_grad_cost`
         when the log density is tracked; finite differences of ``logdensity_fn``:
-        ``d + 1`` forward, ``2d + 1`` central).
+        ``d + 1`` forward, ``2d + 1`` central); N more at a step whose values
+        were evaluated because a gradient was exactly 0
+        (:func:`untracked_nonfinite`).
       num_nonfinite: particles whose new position or gradient is NaN/inf (or log
-        density, when tracked).
+        density, when tracked; untracked, the checks of
+        :func:`untracked_nonfinite`: the virial ``x · ∇log p``, and the log
+        density where the gradient is exactly 0).
       diverged: ``num_nonfinite > 0``, or a step size (traced, or a schedule's
         value) that is not > 0.
     """
@@ -307,6 +312,50 @@ def count_nonfinite(position: Array, logdensity: Array) -> Array:
     return jnp.sum(bad, dtype=jnp.int32)
 
 
+def untracked_nonfinite(
+    logdensity_fn: LogDensityFn, position: Array, grad: Array
+) -> tuple[Array, Array]:
+    """The diverged particles of a step that evaluates the gradient only.
+
+    Without the log density, at no model call: a particle whose position (or its
+    square) or gradient is not finite (a NaN gradient included), or whose virial
+    ``x · ∇log p(x)`` is not finite (for a log density growing like ``|x|^k``,
+    ``k log p``: it overflows when the log density would, where ``4 x³`` of a
+    quartic is still finite; ``E_π[x · ∇log π] = -d``, so no target in its range
+    comes near). And where a particle's gradient is exactly 0 (every coordinate),
+    which is all a NaN or ``-inf`` region written with ``jnp.where`` gives (the
+    untaken branch's gradient), its log density is evaluated and a NaN or
+    infinite value counts: one evaluation of the ensemble's values, under a
+    ``lax.cond``, only at a step where some gradient vanishes (under ``jax.vmap``
+    the cond is a select, and the values are evaluated at every step).
+
+    Args:
+      logdensity_fn: ``x: (d,) -> log π(x) + const``.
+      position: ``(N, d)`` the new positions.
+      grad: ``(N, d)`` the gradients there.
+
+    Returns:
+      ``(count, valued)``: the number of diverged particles (int32) and whether
+      the log density was evaluated (bool).
+    """
+    square = jnp.sum(position * position, axis=-1)
+    virial = jnp.sum(position * grad, axis=-1)
+    bad = (
+        ~jnp.isfinite(square)
+        | ~jnp.all(jnp.isfinite(grad), axis=-1)
+        | ~jnp.isfinite(virial)
+    )
+    flat = jnp.all(grad == 0, axis=-1)
+    valued = jnp.any(flat)
+
+    def values(_):
+        v = jax.vmap(logdensity_fn)(position)
+        return flat & ~jnp.isfinite(v)
+
+    bad = bad | jax.lax.cond(valued, values, lambda _: jnp.zeros_like(flat), None)
+    return jnp.sum(bad, dtype=jnp.int32), valued
+
+
 MASS_WHAT = "the inverse mass matrix M of x' = x + h M ∇log π(x) + sqrt(2h) M^{1/2} ξ"
 
 
@@ -451,8 +500,10 @@ def lmc_step(
         ``value_and_grad``) and store it in ``state.logdensity``; a particle whose
         value is NaN or ``-inf`` then counts as diverged. False (default): only the
         gradient, ``state.logdensity`` carried unchanged, a particle diverged when
-        its position or gradient is not finite (a ``-inf`` outside a support
-        written with ``jnp.where``, with a finite gradient, is then not seen).
+        its position, gradient or virial ``x · ∇log p`` is not finite, or when its
+        gradient is exactly 0 and its log density, then evaluated, is NaN or
+        infinite (a NaN or ``-inf`` region written with ``jnp.where``, whose
+        gradient is 0: :func:`untracked_nonfinite`).
 
     Returns:
       ``(state, info)``: the new :class:`LMCState` and an :class:`LMCInfo`.
@@ -528,9 +579,11 @@ def lmc_move(
         g = jax.vmap(gradient_fn(logdensity_fn, grad_fn, grad_mode))(new_x)
         g = g.astype(x.dtype)
         logdensity = state.logdensity
-        bad = count_nonfinite(new_x, g)
+        bad, valued = untracked_nonfinite(logdensity_fn, new_x, g)
         cost = grad_cost(grad_fn, d)
     solves = n * (cost if grad_fn is not None else 1)
+    if not track_logdensity:
+        solves = solves + n * valued.astype(x.dtype)  # the values, where they were
     info = LMCInfo(
         grad_evals=jnp.asarray(n, jnp.int32),
         model_solves=jnp.asarray(solves, x.dtype),
