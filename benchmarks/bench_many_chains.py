@@ -298,7 +298,11 @@ def md_row(row: dict) -> dict:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
-    parser.add_argument("--only", choices=sorted(REFS), help="run this case alone")
+    parser.add_argument(
+        "--only",
+        choices=sorted(REFS),
+        help="run this case alone (merged into --out-dir's many_chains.json)",
+    )
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds a case")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--particles", type=int, default=None, help="default: CLI's")
@@ -312,6 +316,12 @@ def main():
             rows.append(row)
             keys = ("case", "cell", "exit_code", "wall_s", "steps_run", "verdict_lines")
             print(json.dumps({k: row.get(k) for k in keys}), flush=True)
+    old = args.out_dir / "many_chains.json"
+    if args.only and old.exists():  # one case rerun: merged into the table there
+        before = json.loads(old.read_text())["rows"]
+        kept = [r for r in before if r["case"] != args.only]
+        rows = sorted(kept + rows, key=lambda r: list(REFS).index(r["case"]))
+        cases = [r["case"] for r in rows]
     details = [
         f"`{r['command']}`: {r['description'] or r.get('stderr_tail', '')}"
         for r in rows
