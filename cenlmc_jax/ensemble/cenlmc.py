@@ -280,7 +280,10 @@ class CEnLMCInfo(NamedTuple):
       biased: the running variance-inflation estimate (``state.audit.inflation``)
         exceeds :data:`AUDIT_BIAS_THRESHOLD`, or the running drift bias's size
         (``state.audit.drift_bias``) :data:`AUDIT_DRIFT_BIAS_THRESHOLD`, after
-        :data:`AUDIT_BIAS_MIN_STEPS` steps: the moments are biased beyond the
+        :data:`AUDIT_BIAS_MIN_STEPS` steps, or from
+        :data:`~cenlmc_jax.ensemble.audit.AUDIT_EARLY_MIN_STEPS` steps by more
+        than :data:`~cenlmc_jax.ensemble.audit.AUDIT_EARLY_Z` standard errors of
+        the running mean (the early flag): the moments are biased beyond the
         audit's tolerance. Reported (``cj.sample`` warns, the CLI says
         UNRELIABLE), never a divergence: the run goes on.
       num_nonfinite: particles whose new position or log density is NaN/inf.

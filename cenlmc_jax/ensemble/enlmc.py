@@ -194,7 +194,10 @@ class EnLMCInfo(NamedTuple):
       biased: the running variance-inflation estimate (``state.audit.inflation``)
         exceeds :data:`AUDIT_BIAS_THRESHOLD`, or the running drift bias's size
         (``state.audit.drift_bias``) :data:`AUDIT_DRIFT_BIAS_THRESHOLD`, after
-        :data:`AUDIT_BIAS_MIN_STEPS` steps (not a divergence).
+        :data:`AUDIT_BIAS_MIN_STEPS` steps, or from
+        :data:`~cenlmc_jax.ensemble.audit.AUDIT_EARLY_MIN_STEPS` steps by more
+        than :data:`~cenlmc_jax.ensemble.audit.AUDIT_EARLY_Z` standard errors of
+        the running mean (the early flag; not a divergence).
       num_nonfinite: particles whose new position or log density is NaN/inf.
       diverged: ``num_nonfinite + num_exploded > 0`` or ``unstable`` (or a traced
         parameter is NaN / out of range).

@@ -19,6 +19,7 @@ from cenlmc_jax.ensemble.audit import (
     AUDIT_BIAS_MIN_STEPS,
     AUDIT_BIAS_THRESHOLD,
     AUDIT_DRIFT_BIAS_THRESHOLD,
+    AUDIT_EARLY_MIN_STEPS,
     BIASED_FLAG,
     audit_figures,
     audit_pick,
@@ -90,11 +91,14 @@ def test_no_user_no_bias_and_no_nan(_x64):
 
 @pytest.mark.parametrize("b, flagged", [(-0.12, True), (-0.09, False)])
 def test_the_running_drift_bias_sets_the_flag_after_its_window(b, flagged, _x64):
-    """β = 0.6 b per step: the running mean is exactly it; ``biased`` is set from step
-    200 when |0.6 b| > 0.06 (b = -0.12: β = -0.072) and never when below (b = -0.09: β =
-    -0.054), while the noise inflation stays far below its own threshold (h b²|∇f|²/(2d)
-    ~ 1e-4 exactly; the estimate, with |F|² as a control variate over 4 of the 6 users,
-    1.4e-3: a tenth of the threshold is the margin)."""
+    """β = 0.6 b per step: the running mean is exactly it; ``biased`` is set when
+    |0.6 b| > 0.06 (b = -0.12: β = -0.072) and never when below (b = -0.09:
+    β = -0.054), while the noise inflation stays far below its own threshold
+    (h b²|∇f|²/(2d) ~ 1e-4 exactly; the estimate, with |F|² as a control variate
+    over 4 of the 6 users, 1.4e-3: a tenth of the threshold is the margin). The
+    same β at every step has no spread, so it is beyond its noise from the first
+    step the early flag may fire (issue 47: step AUDIT_EARLY_MIN_STEPS, not the
+    200-step window)."""
     grad, idx, ok, force, used = _case(lambda g: b * g)
     step = jax.jit(
         lambda run: audit_figures(
@@ -107,8 +111,33 @@ def test_the_running_drift_bias_sets_the_flag_after_its_window(b, flagged, _x64)
         flags.append(bool(info.biased))
     np.testing.assert_allclose(float(run.drift_bias), 0.6 * b, rtol=1e-12)
     assert float(run.inflation) < AUDIT_BIAS_THRESHOLD / 10
-    assert flags == [False] * (AUDIT_BIAS_MIN_STEPS - 1) + [flagged] * 6
+    early = AUDIT_EARLY_MIN_STEPS - 1
+    assert flags == [False] * early + [flagged] * (len(flags) - early)
     assert (abs(0.6 * b) > AUDIT_DRIFT_BIAS_THRESHOLD) == flagged
+
+
+@pytest.mark.parametrize("b, flagged", [(-0.3, True), (0.0, False)])
+def test_a_noisy_drift_bias_waits_until_it_is_beyond_its_noise(b, flagged, _x64):
+    """The early flag against the noise of the running mean: β alternating between
+    0.6 b + 0.6 and 0.6 b - 0.6 (errors of ±1 × ∇f at alternate steps: per-step spread
+    0.6). b = -0.3: mean -0.18, standard error 0.6/sqrt(k - 1), beyond 0.06 + 4 se once
+    k - 1 > (0.6 · 4 / 0.12)² = 400: never in the 200-step plain mean, so the flag
+    comes from the 200-step rule (|-0.18| > 0.06) at step 200 exactly. b = 0: mean 0,
+    never flagged (a spread of 0.6 alone is noise, not a bias)."""
+    cases = [_case(lambda g, s=s: (b + s) * g) for s in (1.0, -1.0)]
+    steps = [
+        jax.jit(
+            lambda run, c=c: audit_figures(*c[:4], c[4], run, jnp.float64(H), False)
+        )
+        for c in cases
+    ]
+    run, flags = fresh_audit(jnp.float64), []
+    for t in range(AUDIT_BIAS_MIN_STEPS + 5):
+        run, info = steps[t % 2](run)
+        flags.append(bool(info.biased))
+    np.testing.assert_allclose(float(run.drift_bias), 0.6 * b, atol=0.6 / 100)
+    window = AUDIT_BIAS_MIN_STEPS - 1
+    assert flags == [False] * window + [flagged] * (len(flags) - window)
 
 
 def test_the_warning_names_the_drift_when_it_is_the_cause():
