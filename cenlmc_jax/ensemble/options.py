@@ -54,7 +54,11 @@ class EnsembleOptions(NamedTuple):
         ``ceil(grad_capacity / P)`` or the buckets of N/P
         (:func:`cenlmc_jax.ensemble.buffers.sharded_needed_grads`: the same
         gradients; ``info.grad_evals_padded`` is then the sum of the per-device
-        buckets).
+        buckets). The run is the unsharded one up to floating-point reduction
+        order, not bit for bit: the first step equal, the first 10 steps' traces
+        within 2e-5 (float32) / 5e-14 (float64) at unit scale, long runs equal
+        in distribution (docs/guide/checkpoints.md, tests/test_sharded_runs.py).
+        ``method="dense"`` has no sharded form and is refused with a mesh.
       strategy: the sharded pair force's ``"allgather"`` or ``"ring"``.
       block_sparse: passed to :func:`cenlmc_jax.pairwise.ensemble_force`
         (``None``: its ``auto`` rule; True / False force the block-sparse tile
