@@ -109,6 +109,7 @@ def test_sampler_choices_are_the_registrys_and_every_flag_named_in_the_table_exi
     assert sample._option_string_actions["--sampler"].choices == cli.SAMPLER_CHOICES
     assert samplers.takes("eta") == ["cenlmc", "enlmc"] and samplers.takes("adapt") == [
         "mala",
+        "hmc",
         "rwmh",
         "irreversible-mh",
     ]
@@ -447,7 +448,7 @@ def test_help_shows_defaults_and_version(capsys):
     code, out, _ = run_cli(["sample", "--help"], capsys)
     assert code == 0
     for text in (
-        "(default: mala",
+        "(default: hmc",
         "(default: 1000)",
         "(default: 200)",
         "(default: 0)",
