@@ -26,15 +26,24 @@ rule fails first: on kidiq from ``Uniform(-2, 2)`` draws, ``log σ ≈ -2`` make
 curvature orders of magnitude larger than at the mode, ``h`` as many smaller, and
 no window moves. So the warm-up first finds the mode from the best particle and
 ``MODE_STARTS − 1`` dispersed ones (Newton's method side by side for ``d <=``
-:data:`NEWTON_MAX_D`, :mod:`cenlmc_jax.adaptation.newton`; L-BFGS,
+:data:`NEWTON_MAX_D`, or :data:`LAPLACE_MAX_D` where the Hessian is taken by
+differences, :mod:`cenlmc_jax.adaptation.newton`; L-BFGS,
 :func:`cenlmc_jax.ensemble.tuning.find_f_star`, above it or where Newton fails), takes
 the Hessian there (``jax.jacfwd`` of the gradient: ``d`` Hessian-vector products in
-one pass; Newton's method ends with it) and starts from its
+one pass, or, for a log density that is a large program such as a Python loop
+unrolled, central differences of the gradient, which compile faster:
+:func:`cenlmc_jax.adaptation.newton.hessian_method`; Newton's method ends with it)
+and starts from its
 Laplace approximation: ``M₀ = H⁻¹`` (eigenvalues of ``H`` taken in absolute value
 and floored at ``10⁻¹⁰ λ_max``, so ``M₀`` is SPD even off a strict maximum; for a
 diagonal ``M`` its diagonal) and the ``N`` particles drawn from ``N(mode, M₀)``.
-When both fail or ``d > LAPLACE_MAX_D``, the warm-up starts from ``positions``
-with ``M₀ = I`` and the reasoning says so. ``start="positions"`` always does (e.g.
+The Laplace start is refused where its "mode" is a spike that says nothing of the
+bulk (a centred funnel's neck): ``H``'s condition number above
+:data:`LAPLACE_MAX_CONDITION` and the given positions' log densities
+:data:`LAPLACE_MAX_MISMATCH` times higher than its quadratic says
+(:func:`_laplace_mismatch`). Then, when both searches fail, or ``d > LAPLACE_MAX_D``,
+the warm-up starts from ``positions`` with ``M₀`` their variances (diagonal), and the
+reasoning says why. ``start="positions"`` always starts there, with ``M₀ = I`` (e.g.
 to keep a multimodal spread); the windows then have to find the scale from the
 ensemble alone, which works from a start whose curvature is not far above the
 posterior's.
@@ -130,7 +139,7 @@ from cenlmc_jax.adaptation.mass_matrix import (
     welford_init,
     welford_update,
 )
-from cenlmc_jax.adaptation.newton import newton_modes
+from cenlmc_jax.adaptation.newton import hessian_at, hessian_method, newton_modes
 from cenlmc_jax.adaptation.step_size import langevin_step_size, max_curvature
 from cenlmc_jax.base import SamplingAlgorithm
 from cenlmc_jax.diagnostics import nested
@@ -360,10 +369,12 @@ def _curvature_runner(logdensity_fn, grad_fn, grad_mode, iters):
     )
 
 
-@partial(jax.jit, static_argnames=_STATIC)
 def _hessian(mode, logdensity_fn, grad_fn, grad_mode):
-    """``∇²log π`` at ``mode`` (``jax.jacfwd`` of the gradient: ``d`` HVPs)."""
-    return jax.jacfwd(gradient_fn(logdensity_fn, grad_fn, grad_mode))(mode)
+    """``∇²log π`` at ``mode`` (:func:`cenlmc_jax.adaptation.newton.hessian_at`:
+    ``jax.jacfwd`` of the gradient, ``d`` HVPs, or central differences of the gradient
+    for a large program).
+    """
+    return hessian_at(logdensity_fn, mode, grad_fn=grad_fn, grad_mode=grad_mode)[0]
 
 
 class _Curvature(NamedTuple):
@@ -481,23 +492,81 @@ def _laplace(key, logdensity_fn, grad_fn, grad_mode, x, dense, notes):
     clipped = int(np.sum(lam <= 0))
     lam = np.maximum(np.abs(lam), 1e-10 * np.max(np.abs(lam)))
     cov = (vec / lam) @ vec.T
+    found = (
+        f"the mode found by {how} ({steps} sequential gradients, f* = "
+        f"{float(res.f_star):.6g}, Newton decrement {newton:.2g})"
+    )
+    cond = float(np.max(lam) / np.min(lam))
+    mismatch = _laplace_mismatch(logdensity_fn, x, mode, lam, vec, res.f_star)
+    if cond > LAPLACE_MAX_CONDITION and mismatch > LAPLACE_MAX_MISMATCH:
+        notes.append(
+            f"start: the given positions, not the Laplace approximation at {found}: "
+            f"it is a spike, not the posterior's bulk (a funnel's neck): H's condition "
+            f"number {cond:.3g} > {LAPLACE_MAX_CONDITION:g}, and the given positions "
+            f"lie {mismatch:.3g}x farther below the mode in H's metric than their log "
+            f"densities say (the median over the particles of ½(x − mode)ᵀH(x − mode) "
+            f"/ (f(x) − f*), > {LAPLACE_MAX_MISMATCH:g}); a metric from H would not "
+            "let the chains leave it."
+        )
+        return None
     m0 = cov if dense else np.diag(cov).copy()
     xi = jax.random.normal(key, x.shape, x.dtype)
     root = jnp.asarray(mass_root(m0), x.dtype)
     positions = jnp.asarray(mode, x.dtype) + (xi @ root.T if dense else xi * root)
     notes.append(
-        f"start: Laplace at the mode found by {how} ({steps} sequential gradients, "
-        f"f* = "
-        f"{float(res.f_star):.6g}, Newton decrement {newton:.2g}); condition number of "
-        f"H⁻¹ {_condition(cov):.3g}"
+        f"start: Laplace at {found}; condition number of H⁻¹ {_condition(cov):.3g}"
         + (
             f"; {clipped} non-positive Hessian eigenvalues taken in absolute value"
             if clipped
             else ""
         )
-        + "."
+        + f"; the given positions' log densities fit it within {mismatch:.3g}x "
+        "(the median over the particles of ½(x − mode)ᵀH(x − mode) / (f(x) − f*))."
     )
     return positions, m0, np.asarray(mode, np.float64), steps, d, float(res.f_star)
+
+
+#: The Laplace start is refused (:func:`_laplace`) where ``H``'s condition number is
+#: above this and :func:`_laplace_mismatch` above :data:`LAPLACE_MAX_MISMATCH`.
+#: Alone the condition number is no sign: earnings on the raw scale has 10¹⁰ and a
+#: good Laplace start.
+LAPLACE_MAX_CONDITION = 1e8
+#: See :data:`LAPLACE_MAX_CONDITION`. Measured (Uniform(-2, 2) starts): 0.009-73 on
+#: the posteriordb models of cenlmc_jax.models.posteriordb (diamonds the largest),
+#: 7.6·10⁶ and 2·10¹⁶ on centred funnels of d = 5 and 10, whose "mode" is the neck.
+LAPLACE_MAX_MISMATCH = 1e4
+
+
+def _laplace_mismatch(logdensity_fn, x, mode, lam, vec, f_star) -> float:
+    """How much narrower the Laplace approximation ``N(mode, H⁻¹)`` is than the given
+    positions' log densities say: the median over the particles of
+    ``½(x − mode)ᵀH(x − mode) / max(f(x) − f*, d/2)`` (``H = V diag(λ) Vᵀ``, ``λ``
+    floored). About 1 for a Gaussian, larger where the tails are lighter than the
+    quadratic (a logistic regression's linear tails: tens), astronomically large at a
+    spike whose curvature says nothing of the bulk: a centred funnel's neck, where a
+    particle at ``v = 0`` is ``10¹⁷`` Laplace units but 100 nats below the "mode".
+    """
+    d = x.shape[1]
+    values = np.asarray(_start_values(logdensity_fn, x), np.float64)
+    r = (np.asarray(x, np.float64) - np.asarray(mode, np.float64)) @ vec
+    quad = 0.5 * np.sum(lam * r**2, 1)
+    drop = np.maximum(-values - float(f_star), 0.5 * d)
+    ratio = quad / drop
+    ratio = ratio[np.isfinite(ratio)]
+    return float(np.median(ratio)) if ratio.size else math.inf
+
+
+def _ensemble_metric(x, dense: bool) -> np.ndarray:
+    """``M₀`` from the given positions where the Laplace start is not used: their
+    variances (a diagonal ``M``), regularised as Stan regularises its windows'
+    (``n/(n + 5) S + 10⁻³ · 5/(n + 5)``); ``I`` where they are not finite.
+    """
+    n = x.shape[0]
+    var = np.var(np.asarray(x, np.float64), 0)
+    var = n / (n + 5.0) * var + 1e-3 * 5.0 / (n + 5.0)
+    if not np.all(np.isfinite(var)):
+        var = np.ones(x.shape[1])
+    return np.diag(var) if dense else var
 
 
 def _dispersed(x: np.ndarray, values: np.ndarray, k: int) -> list:
@@ -539,14 +608,19 @@ def _newton_search(logdensity_fn, grad_fn, grad_mode, x):
     """``(modes, sequential gradients, "Newton's method")``: Newton's method
     (:mod:`cenlmc_jax.adaptation.newton`) from the best particle and
     :data:`MODE_STARTS` − 1 dispersed ones, side by side; the converged ends, best
-    first (empty: none converged, or ``d >`` :data:`NEWTON_MAX_D`; the caller falls
-    back to L-BFGS).
+    first (empty: none converged, or ``d >`` :data:`NEWTON_MAX_D` with an autodiff
+    Hessian; the caller falls back to L-BFGS). A model whose Hessian is taken by
+    differences of the gradient (a large program, issue 48) keeps Newton's method up
+    to :data:`LAPLACE_MAX_D`: its programs are the gradient's, batched, where L-BFGS
+    would compile the model into two more (the main search's and the probes'
+    ``max_steps``).
     """
     d = x.shape[1]
-    if d > NEWTON_MAX_D:
+    if d > NEWTON_MAX_D and hessian_method(logdensity_fn, x[0]) == "autodiff":
         return [], 0, ""
     xs = np.asarray(x, np.float64)
-    values = np.asarray(jax.vmap(logdensity_fn)(x), np.float64)
+    # the compiled program _valid_starts ran (no op-by-op trace of the model)
+    values = np.asarray(_start_values(logdensity_fn, x), np.float64)
     values = np.where(np.isfinite(values), values, -np.inf)
     starts = _dispersed(xs, values, MODE_STARTS)
     r = newton_modes(
@@ -582,7 +656,8 @@ def _mode_search(logdensity_fn, x):
     their iterations are summed.
     """
     xs = np.asarray(x, np.float64)
-    values = np.asarray(jax.vmap(logdensity_fn)(x), np.float64)
+    # the compiled program _valid_starts ran (no op-by-op trace of the model)
+    values = np.asarray(_start_values(logdensity_fn, x), np.float64)
     values = np.where(np.isfinite(values), values, -np.inf)
     starts = _dispersed(xs, values, MODE_STARTS)
     main = find_f_star(logdensity_fn, x[starts[0]][None], tol=LBFGS_LOOSE_TOL)
@@ -952,6 +1027,16 @@ def langevin_warmup(
         started, f_mode = "positions", None
         if start == "positions":
             notes.append("start: the given positions, M = I.")
+        else:
+            # the Laplace start was asked for and is not used: the scale the given
+            # positions spread over, not I
+            m_mat = _ensemble_metric(x, dense)
+            var = np.diag(m_mat) if dense else m_mat
+            notes.append(
+                "start: M₀ = the given positions' variances (diagonal, Stan's "
+                f"regularisation: {var.min():.3g} to {var.max():.3g}), m₀ = their "
+                "mean."
+            )
     else:
         x, m_mat, mean, lbfgs, hvps, f_mode = lap
         m_mat, alpha = fit_dtype(m_mat, x.dtype)
