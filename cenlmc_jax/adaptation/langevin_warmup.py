@@ -494,7 +494,13 @@ def _laplace(key, logdensity_fn, grad_fn, grad_mode, x, dense, notes):
     cov = (vec / lam) @ vec.T
     found = (
         f"the mode found by {how} ({steps} sequential gradients, f* = "
-        f"{float(res.f_star):.6g}, Newton decrement {newton:.2g})"
+        f"{float(res.f_star):.6g}, Newton decrement {newton:.2g}; the Hessian by "
+        + (
+            "autodiff)"
+            if hessian_method(logdensity_fn, x[0]) == "autodiff"
+            else "central differences of the gradient: the log density is a large "
+            "program, whose second derivatives XLA compiles slowly)"
+        )
     )
     cond = float(np.max(lam) / np.min(lam))
     mismatch = _laplace_mismatch(logdensity_fn, x, mode, lam, vec, res.f_star)
