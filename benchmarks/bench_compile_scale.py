@@ -128,8 +128,8 @@ x0 = jax.random.uniform(jax.random.key(0), (n, d), jnp.float64, -2.0, 2.0)
 # the compiler's one-off start-up costs out of the way first
 jax.block_until_ready(jax.jit(lambda a: jnp.sin(a) + 1.0)(x0[0]))
 ref = []
-for _ in range(3):
-    # the gradient's compile time: the median of three (the caches cleared between)
+for _ in range(int(sys.argv[5])):
+    # the gradient's compile time: the median of a few (the caches cleared between)
     jax.clear_caches()
     events.clear()
     jax.block_until_ready(jax.jit(jax.grad(logp))(x0[0]))
@@ -154,13 +154,22 @@ print(json.dumps(dict(
 """
 
 
-def run_case(model, d, n, steps, timeout):
+def run_case(model, d, n, steps, timeout, grad_repeats=3):
     """The child's figures; for a child cut off by ``timeout``, those it reported
     (the gradient's compile time and the programs compiled so far), ``timed_out``
     set."""
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", CHILD, model, str(d), str(n), str(steps)],
+            [
+                sys.executable,
+                "-c",
+                CHILD,
+                model,
+                str(d),
+                str(n),
+                str(steps),
+                str(grad_repeats),
+            ],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -213,6 +222,12 @@ def main():
     parser.add_argument("--steps", type=int, default=100, help="warm-up num_steps")
     parser.add_argument("--timeout", type=int, default=3600, help="seconds a case")
     parser.add_argument(
+        "--grad-repeats",
+        type=int,
+        default=3,
+        help="compilations of the gradient (median); 1 for a model that takes minutes",
+    )
+    parser.add_argument(
         "--min-seconds",
         type=float,
         default=0.2,
@@ -236,7 +251,9 @@ def main():
         rows = json.loads(json_path.read_text())["rows"]
     for model, d in cases:
         try:
-            r = run_case(model, d, args.particles, args.steps, args.timeout)
+            r = run_case(
+                model, d, args.particles, args.steps, args.timeout, args.grad_repeats
+            )
         except (RuntimeError, subprocess.TimeoutExpired) as e:
             print(f"{model} d={d}: failed: {str(e)[-500:]}", flush=True)
             rows.append(dict(label=args.label, model=model, d=d, program="(failed)"))
