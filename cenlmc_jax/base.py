@@ -254,8 +254,8 @@ class RunResult(NamedTuple):
         errors of ``x`` and ``x²`` per coordinate, accumulated as the run went
         (:class:`cenlmc_jax.diagnostics.online.StreamDiagnostics`); None in
         ``mode="trace"`` (the trace has them), for a run that diverged, kept fewer
-        than 4 draws per chain, or was resumed from a checkpoint after its burn-in
-        (the checkpoint keeps the moments, not these accumulators).
+        than 4 draws per chain (a run resumed from a checkpoint has them: the
+        checkpoint keeps the accumulators).
     """
 
     state: Any

@@ -4,7 +4,9 @@ A checkpoint at ``path`` is two things:
 
 * ``path``: an ``.npz`` (NumPy's zip of arrays, read with ``allow_pickle=False``:
   loading it never runs code) holding the carry of the run (the sampler state's
-  leaves and the streaming moments) and a JSON header: the format, the step
+  leaves, the streaming moments and the online diagnostics' accumulators: what the
+  end-of-run checks of a streamed run read, so that a resumed run checks what the
+  whole run would have) and a JSON header: the format, the step
   reached, how many chunk files are valid, ``diverged_at``, and the run's
   **identity**;
 * ``path + ".chunks/"``: one ``.npz`` per finished chunk with its kept draws
@@ -68,6 +70,7 @@ from cenlmc_jax._host import fetch, is_writer
 
 __all__ = [
     "FORMAT",
+    "FORMAT_1",
     "Checkpoint",
     "DECLARED_FINGERPRINT",
     "Unfingerprintable",
@@ -80,7 +83,10 @@ __all__ = [
     "writer_lock",
 ]
 
-FORMAT = "cenlmc_jax-checkpoint-1"
+FORMAT = "cenlmc_jax-checkpoint-2"
+#: The format before the online accumulators were saved (issue 47): read, and resumed
+#: only where it lacks nothing (a trace, or a streamed run that kept no draw yet).
+FORMAT_1 = "cenlmc_jax-checkpoint-1"
 #: A function whose ``__dict__`` holds this name, a string, is fingerprinted by that
 #: string alone (its code, closure and globals unread): how a caller names a function
 #: that has no description of its own (the CLI: a model file's text and the run's
@@ -97,12 +103,16 @@ class Checkpoint(NamedTuple):
       state_leaves: the sampler state's leaves, in ``jax.tree_util`` order.
       moments: the streaming ``(count, mean, m2)`` or None.
       chunks: list of ``(kept leaves or None, info leaves)`` per finished chunk.
+      online: the online diagnostics' accumulators' leaves
+        (:class:`~cenlmc_jax.diagnostics.online.OnlineAccumulator`) of a streamed
+        run, or None (a trace, or a file of :data:`FORMAT_1`).
     """
 
     header: dict
     state_leaves: list
     moments: tuple | None
     chunks: list
+    online: list | None = None
 
 
 _LIBRARY_ROOTS = ("cenlmc_jax",)
@@ -724,6 +734,7 @@ def save(
     new_chunks: list,
     num_chunks: int,
     diverged_at: int,
+    online: Any = None,
 ) -> None:
     """Writes the chunks finished since the last save, then the header and carry.
 
@@ -742,6 +753,7 @@ def save(
         become files ``num_chunks - len(new_chunks) .. num_chunks - 1``.
       num_chunks: the chunk files valid after this save.
       diverged_at: the first diverging step, or -1.
+      online: the online diagnostics' accumulators, or None.
     """
     first = num_chunks - len(new_chunks)
     chunks = [
@@ -759,6 +771,8 @@ def save(
     arrays.update(_leaves("state_", state))
     if moments is not None:
         arrays.update(_leaves("moments_", tuple(moments)))
+    if online is not None:
+        arrays.update(_leaves("online_", online))
     if not is_writer():
         return
     folder = chunk_dir(path)
@@ -822,7 +836,7 @@ def _check_header(path: str, header: Any) -> dict:
         raise _bad(
             path, "header", f"must be a JSON object; got {type(header).__name__}"
         )
-    if header.get("format") != FORMAT:
+    if header.get("format") not in (FORMAT, FORMAT_1):
         raise ValueError(
             f"checkpoint_path {path!r} is not a cenlmc_jax checkpoint (no {FORMAT} "
             "header)."
@@ -938,6 +952,9 @@ def load(path: str) -> Checkpoint:
                 "moments",
                 f"must be (count: (), mean: (d,), m2: (d,)); got shapes {shapes}",
             )
+    online = _numbered(data, "online_", path, "online accumulators") or None
+    if online is not None and moments is None:
+        raise _bad(path, "online accumulators", "are present without the moments")
     state = _numbered(data, "state_", path, "state")
     for leaf in state:
         if np.issubdtype(leaf.dtype, np.inexact) and not np.all(np.isfinite(leaf)):
@@ -948,7 +965,7 @@ def load(path: str) -> Checkpoint:
                 "over."
             )
     return Checkpoint(
-        header, state, None if moments is None else tuple(moments), chunks
+        header, state, None if moments is None else tuple(moments), chunks, online
     )
 
 
@@ -982,13 +999,19 @@ def check_against_run(
     thin: int,
     mode: str,
     trace_dim: int | None,
+    online: list | None = None,
 ) -> None:
     """The checkpoint of this very run (identity already matched) must fit it:
     ``ValueError`` naming the field.
 
     ``state``: this run's state leaves (shape, dtype); ``info`` / ``kept``: one step's
     info leaves and one kept ``trace_fn`` value (shape, dtype); ``trace_dim``: the
-    moments' ``d`` (stream mode).
+    moments' ``d`` (stream mode); ``online``: this run's fresh online accumulators'
+    leaves (stream mode; the last is the run's plan, whose values must match).
+
+    A streamed run's file of :data:`FORMAT_1` (no accumulators) that kept draws is
+    refused: resumed, its R-hat, ESS and step-size bias checks could not be made, and
+    its verdict would depend on where the run was cut.
     """
     step = ck.header["step"]
     if step > total:
@@ -1007,6 +1030,7 @@ def check_against_run(
             "moments",
             f"have shape {ck.moments[1].shape}; this run's trace has d = {trace_dim}",
         )
+    _check_online(path, ck, mode, online)
     start = 0
     for k, (kept_k, info_k) in enumerate(ck.chunks):
         n = info_k[0].shape[0] if info_k else None
@@ -1041,6 +1065,46 @@ def check_against_run(
         if kept_k is not None:
             _same_arrays(path, f"chunk {k} kept", [a[0] for a in kept_k], kept)
         start += n
+
+
+def _check_online(path: str, ck: Checkpoint, mode: str, online: list | None) -> None:
+    """The saved online accumulators fit this run (see :func:`check_against_run`)."""
+    if mode != "stream":
+        if ck.online is not None:
+            raise _bad(path, "online accumulators", f"are present for mode {mode!r}")
+        return
+    if ck.online is None:
+        if not float(ck.moments[0]) > 0:
+            return  # nothing kept yet: the accumulators start afresh
+        if ck.header["format"] == FORMAT_1:
+            raise ValueError(
+                f"checkpoint_path {path!r} was written by an older cenlmc_jax "
+                f"({FORMAT_1}), which did not save a streamed run's online "
+                "accumulators: resumed, the run could not check its split R-hat, "
+                "ESS or step-size bias, and its verdict would depend on where it was "
+                "cut. Finish it with the version that wrote it, or delete the file to "
+                "start over."
+            )
+        raise _bad(path, "online accumulators", "are absent for mode 'stream'")
+    if online is None:
+        return
+    _same_arrays(path, "online accumulators", ck.online, online)
+    if not np.array_equal(ck.online[-1], np.asarray(online[-1])):
+        raise _bad(
+            path,
+            "online accumulators",
+            f"have the plan {ck.online[-1].tolist()}; this run's is "
+            f"{np.asarray(online[-1]).tolist()}",
+        )
+    rows = online[1].shape[1]  # half_mean: (2, chains, 2d)
+    # the moments' count is a float (rounded beyond 2**24 in float32)
+    if not np.isclose(float(ck.online[0]) * rows, float(ck.moments[0]), rtol=1e-3):
+        raise _bad(
+            path,
+            "online accumulators",
+            f"count {int(ck.online[0])} draws of {rows} chains, but the moments "
+            f"count {float(ck.moments[0]):g} values",
+        )
 
 
 def check_identity(path: str, stored: dict, current: dict) -> None:

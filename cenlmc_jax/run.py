@@ -48,7 +48,7 @@ from jax import lax
 from jax.extend.core import jaxpr_as_fun
 
 from cenlmc_jax import checkpoint as ckpt
-from cenlmc_jax._host import gather, is_writer
+from cenlmc_jax._host import fetch, gather, is_writer
 from cenlmc_jax._host import warn as host_warn
 from cenlmc_jax._validation import (
     check_bool,
@@ -618,18 +618,18 @@ def sample(
                 info_reduce,
                 on_divergence,
                 held,
+                moments,
             )
             if resumed is not None:
-                state, step, saved_moments, chunks, diverged_at = resumed
-                if mode == "stream":
-                    # the checkpoint keeps the moments, not the accumulators: they
-                    # start afresh only if nothing was kept yet
-                    fresh = not float(saved_moments.count) > 0
-                    moments = (saved_moments, moments[1] if fresh else None)
+                state, step, moments, chunks, diverged_at = resumed
         saved = len(chunks)
 
         bar = _progress_bar(total, step) if progress else None
         flagged_at, traced_warned = {}, set()
+        done = 0
+        for _, infos in chunks:  # a resume reports the chunks run before, as they did
+            _warn_chunk_flags(infos, done, flagged_at, traced_warned)
+            done += np.shape(jax.tree_util.tree_leaves(infos)[0])[0]
         while step < total and not (diverged_at >= 0 and on_divergence == "stop"):
             burning = step < burn_in
             n = min(chunk_size, (burn_in if burning else total) - step)
@@ -706,6 +706,7 @@ def sample(
                     new_chunks=chunks[saved:],
                     num_chunks=len(chunks),
                     diverged_at=diverged_at,
+                    online=None if moments is None else moments[1],
                 )
                 saved = len(chunks)
         if bar is not None:
@@ -803,7 +804,7 @@ def step_halving_bias(
 
     Raises:
       ValueError: a bad argument, or a reference that diverged, kept no draws or has
-        no online diagnostics (a run resumed from a checkpoint mid-run).
+        no online diagnostics (fewer than 4 kept draws per chain).
     """
     if not callable(make_algorithm):
         raise ValueError(
@@ -825,7 +826,7 @@ def step_halving_bias(
         raise ValueError(
             "reference must be a cj.sample result with kept draws (mode='trace') or "
             "streamed moments with their online diagnostics (mode='stream', at least "
-            "4 kept draws, not resumed from a checkpoint mid-run); got one without."
+            "4 kept draws per chain); got one without."
         )
     mean_h, sq_h, se_mean_h, se_sq_h, tau_int = stats
     kept = int(
@@ -996,9 +997,13 @@ def _open_checkpoint(
     info_reduce,
     on_divergence,
     held,
+    stream,
 ):
-    """The checked path, the run's identity, and the resumed ``(state, step, moments,
-    chunks, diverged_at)`` when the file exists (None otherwise).
+    """The checked path, the run's identity, and the resumed ``(state, step, stream
+    carry, chunks, diverged_at)`` when the file exists (None otherwise).
+
+    ``stream``: the stream mode's fresh carry ``(Moments, OnlineAccumulator)`` (None in
+    trace mode): the template of the saved one.
     """
     if any(
         isinstance(leaf, jax.core.Tracer)
@@ -1038,6 +1043,7 @@ def _open_checkpoint(
         thin,
         mode,
         on_divergence,
+        stream,
     )
     if resumed[-1] >= 0:
         _warn(
@@ -1132,13 +1138,17 @@ def _resume(
     thin,
     mode,
     on_divergence,
+    stream,
 ):
-    """Read a checkpoint of this very run: ``(state, step, moments, chunks,
+    """Read a checkpoint of this very run: ``(state, step, stream carry, chunks,
     diverged_at)``.
 
     After the identity, every array is checked against this run (state leaves, one
-    step's info and trace, kept draws per chunk, moments): ``ValueError`` naming the
-    file and the field.
+    step's info and trace, kept draws per chunk, moments, the online accumulators and
+    their plan): ``ValueError`` naming the file and the field. The stream carry is the
+    saved moments and online accumulators (``stream``'s fresh accumulators where
+    nothing was kept yet and a file of the older format saved none), None in trace
+    mode.
     """
     ck = ckpt.load(path)
     ckpt.check_identity(path, ck.header["identity"], identity)
@@ -1163,6 +1173,7 @@ def _resume(
         thin=thin,
         mode=mode,
         trace_dim=leaves(kept_shape)[0].shape[-1] if mode == "stream" else None,
+        online=None if stream is None else leaves(fetch(stream[1])),
     )
     step, diverged_at = ck.header["step"], ck.header["diverged_at"]
     if diverged_at >= 0 and diverged_at == step and on_divergence != "stop":
@@ -1176,7 +1187,14 @@ def _resume(
     state = jax.tree_util.tree_unflatten(
         treedef, [jnp.asarray(a) for a in ck.state_leaves]
     )
-    moments = None if ck.moments is None else Moments(*map(jnp.asarray, ck.moments))
+    moments = None
+    if stream is not None:
+        acc = stream[1]
+        if ck.online is not None:
+            acc = jax.tree_util.tree_unflatten(
+                jax.tree_util.tree_structure(acc), [jnp.asarray(a) for a in ck.online]
+            )
+        moments = (Moments(*map(jnp.asarray, ck.moments)), acc)
     info_def, kept_def = (
         jax.tree_util.tree_structure(info_shape),
         jax.tree_util.tree_structure(kept_shape),

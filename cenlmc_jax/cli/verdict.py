@@ -532,10 +532,10 @@ def checks_made(
     """The checks :func:`problems` made on this run, and those it could not make.
 
     The verdict names both: a check that did not run is never reported as passed (a
-    streamed run's R-hat and ESS are computed online, ``RunResult.online``, except
-    after a resume past its burn-in; the step-size bias of unadjusted Langevin is known
-    exactly only on a Gaussian target, and measured on any by the step-halving check
-    unless ``--no-bias-check``).
+    streamed run's R-hat and ESS are computed online, ``RunResult.online``, resumed
+    or not, with at least 4 kept draws per chain; the step-size bias of unadjusted
+    Langevin is known exactly only on a Gaussian target, and measured on any by the
+    step-halving check unless ``--no-bias-check``).
 
     Args:
       args: the parsed command line.
@@ -576,8 +576,8 @@ def checks_made(
         made.append("split R-hat and ESS (online, streamed)")
     else:
         not_made.append(
-            "R-hat and ESS (a streamed run resumed from a checkpoint after its "
-            "burn-in keeps no online statistics; --trace)"
+            "R-hat and ESS (a streamed run's online statistics need 4 kept draws "
+            "per chain and no divergence; --trace)"
         )
     if short and not many and (res.online is not None or res.trace is not None):
         made.append(
