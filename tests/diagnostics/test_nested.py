@@ -1,12 +1,16 @@
 """Nested R-hat and the many-chain verdict (cenlmc_jax/diagnostics/nested.py)."""
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import cenlmc_jax as cj
+from cenlmc_jax.base import RunFlag
 from cenlmc_jax.diagnostics import nested
+from cenlmc_jax.run_until import RISING_STOP_Z, rising_rates
 
 
 def test_nested_rhat_matches_a_hand_worked_example_of_the_formula():
@@ -124,3 +128,55 @@ def test_sample_until_refuses_independent_starts_before_work():
     state = algo.init(jax.random.normal(jax.random.key(0), (64, 2)))
     with pytest.raises(ValueError, match="superchains"):
         cj.sample_until(jax.random.key(1), algo, state)
+
+
+class _RateInfo(NamedTuple):
+    # a sampler's per-chain rate declared rising, as HMC's divergences are
+    rate: jax.Array
+    run_flags = (
+        RunFlag("rate", lambda info, t: f"rate rose from step {t}", True, rising=True),
+    )
+
+
+class _DrawState(NamedTuple):
+    position: jax.Array
+    t: jax.Array
+
+
+def _exact_draws_with_rate(ramp_steps):
+    """Independent N(0, I) draws each step (the many-chain verdict holds as soon as
+    it is checked) and a per-chain Bernoulli rate rising linearly from 0 to 0.5 over
+    ``ramp_steps`` steps, then constant."""
+
+    def init(x, rng_key=None):
+        return _DrawState(x, jnp.zeros((), jnp.int32))
+
+    def step(key, state):
+        k1, k2 = jax.random.split(key)
+        p = 0.5 * jnp.minimum(1.0, state.t / max(ramp_steps, 1))
+        rate = jax.random.uniform(k2, state.position.shape[:1]) < p
+        new = jax.random.normal(k1, state.position.shape)
+        return _DrawState(new, state.t + 1), _RateInfo(rate)
+
+    return cj.SamplingAlgorithm(init, step)
+
+
+def test_sample_until_goes_on_while_a_declared_rate_rises():
+    # the run must not stop while the divergence-like rate still rises (chains
+    # creeping into a neck), and must stop as before once it is flat. 512 chains in
+    # 32 superchains, segments of 25: with a constant rate the verdict holds at the
+    # first check (50 steps); with a rate rising until step 400 the window (the
+    # run's second half) is flat only from 800 steps on (segments 25, 25, 50, ...,
+    # 400). 1,024 chains: the first window (steps 25-50) rises by about 0.016
+    # against a batch-means error of about 0.003 (z ~ 5 > RISING_STOP_Z), the later
+    # ones by far more. A flat window's z exceeds 2 with probability ~0.03, which
+    # would only double the run once more (hence <= 1600).
+    starts = jnp.repeat(jax.random.normal(jax.random.key(0), (64, 2)), 16, 0)
+    flat = _exact_draws_with_rate(0)
+    res = cj.sample_until(jax.random.key(1), flat, flat.init(starts), segment_steps=25)
+    assert res.num_steps_done == 50
+    ramp = _exact_draws_with_rate(400)
+    res = cj.sample_until(jax.random.key(1), ramp, ramp.init(starts), segment_steps=25)
+    assert 800 <= res.num_steps_done <= 1600, res.num_steps_done
+    window = jax.tree_util.tree_map(lambda a: a[res.burn_in :], res.info)
+    assert rising_rates(window)["rate"] <= RISING_STOP_Z  # it stopped on a flat rate
