@@ -54,7 +54,13 @@ from cenlmc_jax.diagnostics import nested
 from cenlmc_jax.diagnostics.convergence import in_superchains
 from cenlmc_jax.run import sample
 
-__all__ = ["sample_until", "SEGMENT_MIN", "SEGMENT_MAX", "RISING_STOP_Z", "rising_rates"]
+__all__ = [
+    "sample_until",
+    "SEGMENT_MIN",
+    "SEGMENT_MAX",
+    "RISING_STOP_Z",
+    "rising_rates",
+]
 
 #: The shortest and longest segment :func:`default_segment` gives.
 SEGMENT_MIN, SEGMENT_MAX = 25, 2000
