@@ -246,7 +246,8 @@ class RunResult(NamedTuple):
       info: the per-step (reduced) infos, leading axis ``num_steps_done``.
       num_steps_done: steps actually run, burn-in included (fewer than asked if
         the run stopped on divergence).
-      diverged_at: first step whose ``info.diverged`` was true, or -1.
+      diverged_at: first step whose ``info.diverged`` was true (or, with
+        ``mode="stream"``, whose draw made the streamed moments overflow), or -1.
       burn_in: the burn-in steps asked for (their infos come first in ``info``).
       thin: every ``thin``-th state after the burn-in is in ``trace`` /
         ``moments``.

@@ -15,7 +15,8 @@ Two modes:
   and variance of ``trace_fn(state)`` over kept steps and over every leading axis
   (the particles), by Chan's parallel update of (count, mean, M2). Memory is
   O(N d), whatever ``num_steps``: a 10^6-particle, 10^4-step run never holds the
-  trace.
+  trace. A draw whose update leaves the moments non-finite (M2 overflows the
+  dtype long before one ``x²`` does) is a divergence at its step.
 
 Infos are reduced per step (``info_reduce="mean"``): leaves that are already
 scalars are kept; per-particle leaves become a sum (integers), a fraction
@@ -142,6 +143,58 @@ def _update_moments(m: Moments, x: Array) -> Moments:
     mean = m.mean + delta * (nb / n)
     m2 = m.m2 + m2b + delta**2 * (m.count * nb / n)
     return Moments(n, mean, m2)
+
+
+def _finite_moments(m: Moments) -> Array:
+    """Whether the streamed mean and ``m2`` are finite: ``m2``, a sum over the kept
+    draws and the particles of squared deviations, overflows long before one draw's
+    ``x²`` (float32 positions of 1e15 over 10^6 particle-draws), steps before a
+    sampler's own divergence check; the driver counts it as a divergence at that step.
+    """
+    return jnp.all(jnp.isfinite(m.mean)) & jnp.all(jnp.isfinite(m.m2))
+
+
+def _with_overflow(infos: Any, overflow: Any) -> tuple:
+    """``(infos, per-step moment overflows)``: the chunk's infos with ``diverged`` set
+    at the steps whose draw made the streamed moments non-finite
+    (:func:`_mark_diverged`), and those steps as NumPy booleans (None outside stream
+    mode, and inside a trace: there the marked ``info.diverged`` is what the run-time
+    warning reads).
+    """
+    if overflow is None:
+        return infos, None
+    if not is_concrete(overflow):
+        return _mark_diverged(infos, overflow), None
+    over = np.asarray(gather(overflow)).astype(bool)
+    return (_mark_diverged(infos, over) if over.any() else infos), over
+
+
+def _mark_diverged(infos: Any, over: Any) -> Any:
+    """``infos`` with ``diverged`` set at the steps whose streamed moments overflowed
+    (a bool or'ed, a number raised to at least 1; every chain of per-chain infos), so
+    that ``info.diverged`` marks the step ``diverged_at`` names; infos without that
+    field, or not a NamedTuple, are returned as they are.
+    """
+    flag = getattr(infos, "diverged", None)
+    if flag is None or not hasattr(infos, "_replace"):
+        return infos
+    mask = jnp.reshape(jnp.asarray(over), (-1,) + (1,) * (np.ndim(flag) - 1))
+    if flag.dtype == jnp.bool_:
+        marked = flag | mask
+    else:
+        marked = jnp.where(mask, jnp.maximum(flag, 1), flag).astype(flag.dtype)
+    return infos._replace(diverged=marked)
+
+
+def _overflow_message(step: int, dtype: Any) -> str:
+    return (
+        f"the streamed moments overflowed at step {step}: their running sum of squared "
+        f"deviations (Moments.m2) is no longer finite in {np.dtype(dtype)}, before "
+        "info.diverged was set: the run is diverging (values growing without bound), "
+        "or its values are too large for the dtype (enable float64: "
+        "jax.config.update('jax_enable_x64', True), and a float64 state); counted as "
+        "a divergence"
+    )
 
 
 def _update_stream(carry: tuple, x: Array) -> tuple:
@@ -275,7 +328,9 @@ def _chunk_fn(
     into the moments); only outer steps whose ``thin`` steps all ran are (the burn-in
     passes False, and the caller drops what it returns).
 
-    Besides the state, moments, kept draws and infos it returns the chunk's *watch*: per
+    Besides the state, moments, kept draws and infos it returns the chunk's *watch*
+    (below) and, per step, whether the streamed moments stopped being finite at its
+    draw (:func:`_finite_moments`; always False in trace mode). The *watch*: per
     chain or particle, whether its position stayed the same at every step (None for
     states without ``position``; all False for samplers whose infos declare
     ``may_stay``: MH chains legitimately stay), and for each every-step flag of the
@@ -320,32 +375,36 @@ def _chunk_fn(
             steps = start + j * thin + jnp.arange(thin)
             (state, moved), (infos, flags) = lax.scan(one_step, (state, moved), steps)
             keep = record & ((j + 1) * thin <= n)
-            kept = None
+            kept, overflow = None, jnp.zeros((), bool)
             if mode == "trace":
                 kept = trace_fn(state)
             elif mode == "stream":
+                finite = _finite_moments(moments[0])
                 moments = lax.cond(
                     keep,
                     lambda m: _update_stream(m, trace_fn(state)),
                     lambda m: m,
                     moments,
                 )
-            return (state, moments, moved), (kept, infos, flags)
+                overflow = keep & finite & ~_finite_moments(moments[0])
+            return (state, moments, moved), (kept, infos, flags, overflow)
 
         # the rows of the position, from its shape (no extra trace of the step)
         position = getattr(state, "position", None)
         leaves = [] if position is None else jax.tree_util.tree_leaves(position)
         moved = jnp.zeros((_num_rows(leaves),), bool) if leaves else None
-        (state, moments, moved), (kept, infos, flags) = lax.scan(
+        (state, moments, moved), (kept, infos, flags, overflow) = lax.scan(
             outer, (state, moments, moved), jnp.arange(num_outer)
         )
+        # per step: the recording step (the last of its thin) whose draw overflowed
+        overflow = jnp.zeros((num_outer, thin), bool).at[:, -1].set(overflow)
         # infos: (num_outer, thin, ...) -> (num_outer * thin, ...)
         infos = jax.tree_util.tree_map(
             lambda a: a.reshape((num_outer * thin,) + a.shape[2:]), infos
         )
         counts = tuple(jnp.sum(f, axis=(0, 1), dtype=jnp.int32) for f in flags)
         frozen = None if moved is None else ~moved
-        return state, moments, kept, infos, (frozen, counts)
+        return state, moments, kept, infos, (frozen, counts), overflow.reshape(-1)
 
     return jax.jit(run_chunk)
 
@@ -543,6 +602,9 @@ def sample(
       on_divergence: ``"stop"`` (warn and return the state, trace and moments
         of the last good step: the chunk is replayed up to the diverging step),
         ``"warn"`` (warn and keep going) or ``"raise"`` (``FloatingPointError``).
+        A step diverges when its ``info.diverged`` is set or, in
+        ``mode="stream"``, when the streamed moments stop being finite at its
+        draw (``m2`` overflows the dtype steps before a sampler's own check).
       check_convergence: at the end of a run that did not diverge, warn
         (:class:`~cenlmc_jax.diagnostics.convergence.ConvergenceWarning`, one per
         problem) when a chain or particle never moved, when the rank-normalised
@@ -634,7 +696,7 @@ def sample(
             burning = step < burn_in
             n = min(chunk_size, (burn_in if burning else total) - step)
             start_state, start_moments = state, moments
-            state, moments, kept, infos, watches = _run_chunk(
+            state, moments, kept, infos, watches, overflow = _run_chunk(
                 step_fn,
                 rng_key,
                 state,
@@ -648,12 +710,17 @@ def sample(
                 trace_fn,
                 info_reduce,
             )
+            infos, over = _with_overflow(infos, overflow)
             flags = _flag_steps(infos, "diverged", step, traced_warned)
+            if over is not None:  # infos with no diverged field: the overflow alone
+                flags = over if flags is None else flags | over
             if flags is not None and flags.any() and diverged_at < 0:
                 first = int(np.argmax(flags))
                 diverged_at = step + first
                 msg = (
-                    "the sampler diverged (info.diverged: non-finite or exploding "
+                    _overflow_message(diverged_at, moments[0].m2.dtype)
+                    if over is not None and over[first]
+                    else "the sampler diverged (info.diverged: non-finite or exploding "
                     f"values) at step {diverged_at}; see RunResult.info for the "
                     "per-step counts"
                 )
@@ -662,7 +729,7 @@ def sample(
                 if on_divergence == "stop":
                     # replay the chunk up to the last good step (same keys, so the same
                     # states)
-                    state, moments, kept, _, _ = _run_chunk(
+                    state, moments, kept, _, _, _ = _run_chunk(
                         step_fn,
                         rng_key,
                         start_state,
@@ -1230,23 +1297,25 @@ def _run_chunk(
     info_reduce,
 ):
     """Run ``n <= capacity`` steps from step ``start``: ``(state, moments, kept or None,
-    infos or None, watches)``.
+    infos or None, watches, overflow or None)``.
 
     Every call of a run uses the same compiled chunk of ``capacity`` steps
     (:func:`_chunk_fn`). A sampling chunk records every ``thin``-th state; a length that
     is not a multiple of ``thin`` (a replay up to a diverging step) records the whole
     multiples and runs the rest unrecorded. ``watches``: ``[(start, n, watch)]``.
+    ``overflow``: per step, the streamed moments stopped being finite there (None
+    outside stream mode).
     """
     if n == 0:
-        return state, moments, None, None, []
+        return state, moments, None, None, [], None
     fn = _chunk_fn(step_fn, capacity // thin, thin, mode, trace_fn, info_reduce)
-    new_state, new_moments, kept, infos, watch = fn(
+    new_state, new_moments, kept, infos, watch, overflow = fn(
         rng_key, state, moments, start, n, not burning
     )
     if (
         n < capacity
     ):  # a shorter chunk: drop the skipped steps' blank infos and the unrecorded rows
-        infos = _rows(infos, 0, n)
+        infos, overflow = _rows((infos, overflow), 0, n)
         kept = _rows(kept, 0, n // thin) if kept is not None and n // thin else None
     if burning or mode != "trace":
         kept = None
@@ -1256,6 +1325,7 @@ def _run_chunk(
         kept,
         infos,
         [(start, n, watch)],
+        overflow if mode == "stream" else None,
     )
 
 

@@ -1,5 +1,5 @@
 """Issue 47 ("nothing lost"), the driver's part: a run's verdict never depends on
-where it was cut.
+where it was cut, and its streamed moments never turn to inf unreported.
 
 * a streamed run resumed from a checkpoint lost its online accumulators (split R-hat,
   batch-means ESS: ``RunResult.online`` was None), so the end-of-run checks and the
@@ -9,6 +9,10 @@ where it was cut.
   the cut -> test_a_resumed_run_reports_the_flags_of_the_chunks_before_the_cut
 * a checkpoint of the format before the accumulators were saved ->
   test_a_checkpoint_without_the_accumulators_is_refused_with_a_reason
+* the streamed m2 overflowed float32 (a sum over draws and particles of squared
+  deviations) steps before the sampler's own divergence check: the kept moments were
+  inf and the divergence was reported later ->
+  test_overflowing_streamed_moments_are_a_divergence
 """
 
 import functools
@@ -157,3 +161,41 @@ def test_a_resumed_run_reports_the_flags_of_the_chunks_before_the_cut(
         with pytest.raises(KeyboardInterrupt):
             run(path)
     assert run(path) == ["clipped at step 3"]
+
+
+def test_overflowing_streamed_moments_are_a_divergence():
+    # float32 LMC at h = 3 on N(0, I): |1 - h| = 2, the particles double every step.
+    # m2, a sum over 100 particles and the kept draws of squared deviations, leaves
+    # float32 at |x| ~ 1e18, steps before the sampler's own check (its virial x·∇log p
+    # overflows at |x| ~ 1e19)
+    tgt = targets.standard_gaussian(2)
+    state = cj.ensemble.lmc_init(
+        jax.random.normal(jax.random.key(0), (100, 2)), tgt.logdensity_fn
+    )
+    step = functools.partial(
+        cj.ensemble.lmc_step, logdensity_fn=tgt.logdensity_fn, step_size=3.0
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trace = cj.sample(jax.random.key(1), step, state, 80, chunk_size=80)
+        streamed = cj.sample(
+            jax.random.key(1), step, state, 80, mode="stream", chunk_size=80
+        )
+    sampler_stop = trace.diverged_at  # the sampler's own flag
+    assert sampler_stop > 0
+    x = np.asarray(trace.trace, np.float64).reshape(len(trace.trace), -1, 2)
+    # the running m2 of the draws up to t, in float64: the first draw it exceeds the
+    # float32 range
+    m2 = [
+        ((x[: t + 1] - x[: t + 1].mean((0, 1))) ** 2).sum((0, 1)) for t in range(len(x))
+    ]
+    first = int(np.argmax([np.any(v > np.finfo(np.float32).max) for v in m2]))
+    assert 0 < first < sampler_stop, (first, sampler_stop)
+    assert streamed.diverged_at == first
+    assert np.isfinite(streamed.moments.m2).all()
+    assert np.isfinite(streamed.moments.mean).all()
+    assert float(streamed.moments.count) == first * 100  # the draws before it
+    assert bool(streamed.info.diverged[first])  # info.diverged marks it
+    assert any(
+        f"streamed moments overflowed at step {first}" in str(w.message) for w in caught
+    ), [str(w.message) for w in caught]
