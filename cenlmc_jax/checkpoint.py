@@ -9,8 +9,10 @@ A checkpoint at ``path`` is two things:
   whole run would have) and a JSON header: the format, the step
   reached, how many chunk files are valid, ``diverged_at``, and the run's
   **identity**;
-* ``path + ".chunks/"``: one ``.npz`` per finished chunk with its kept draws
-  and per-step infos. Each chunk is written once, so a trace-mode checkpoint
+* ``path + ".chunks/"``: one ``.npz`` per finished chunk with its kept draws,
+  per-step infos and its *watch* (the chains frozen for the whole chunk and the
+  every-step flags' counts, which a resume reports again as the run did). Each
+  chunk is written once, so a trace-mode checkpoint
   costs O(new data) per chunk, not O(trace so far).
 
 Chunk files are written before the header that counts them, each atomically
@@ -106,6 +108,8 @@ class Checkpoint(NamedTuple):
       online: the online diagnostics' accumulators' leaves
         (:class:`~cenlmc_jax.diagnostics.online.OnlineAccumulator`) of a streamed
         run, or None (a trace, or a file of :data:`FORMAT_1`).
+      watches: per chunk, its watch ``(frozen rows or None, [flag counts])``, or
+        None (a chunk cut at a divergence, or a file of :data:`FORMAT_1`).
     """
 
     header: dict
@@ -113,6 +117,7 @@ class Checkpoint(NamedTuple):
     moments: tuple | None
     chunks: list
     online: list | None = None
+    watches: list | None = None
 
 
 _LIBRARY_ROOTS = ("cenlmc_jax",)
@@ -735,6 +740,7 @@ def save(
     num_chunks: int,
     diverged_at: int,
     online: Any = None,
+    new_watches: list | None = None,
 ) -> None:
     """Writes the chunks finished since the last save, then the header and carry.
 
@@ -754,11 +760,18 @@ def save(
       num_chunks: the chunk files valid after this save.
       diverged_at: the first diverging step, or -1.
       online: the online diagnostics' accumulators, or None.
+      new_watches: the new chunks' watches ``(frozen or None, flag counts)`` (None
+        for a chunk without one), or None.
     """
     first = num_chunks - len(new_chunks)
+    if new_watches is None:
+        new_watches = [None] * len(new_chunks)
     chunks = [
-        (_leaves("info_", infos), None if kept is None else _leaves("kept_", kept))
-        for kept, infos in new_chunks
+        (
+            {**_leaves("info_", infos), **_watch_arrays(watch)},
+            None if kept is None else _leaves("kept_", kept),
+        )
+        for (kept, infos), watch in zip(new_chunks, new_watches, strict=True)
     ]
     header = dict(
         format=FORMAT,
@@ -782,6 +795,19 @@ def save(
             os.path.join(folder, f"{k:06d}.npz"), {**info_arrays, **(kept_arrays or {})}
         )
     _write_npz(path, arrays)
+
+
+def _watch_arrays(watch: Any) -> dict:
+    """A chunk's watch as arrays: ``watch`` (a marker), ``watch_frozen`` (when the
+    state has a position), ``watch_count_0 ..``."""
+    if watch is None:
+        return {}
+    frozen, counts = watch
+    out = {"watch": np.asarray(True)}
+    if frozen is not None:
+        out["watch_frozen"] = np.asarray(fetch(frozen))
+    out.update(_leaves("watch_count_", list(counts)))
+    return out
 
 
 def _read_npz(path: str, what: str, checkpoint_path: str) -> dict:
@@ -915,10 +941,15 @@ def load(path: str) -> Checkpoint:
     except RecursionError:
         raise _bad(path, "header", "is nested too deeply to be read") from None
     header = _check_header(path, header)
-    chunks, total = [], 0
+    chunks, watches, total = [], [], 0
     for k in range(header["num_chunks"]):
         c = _read_npz(
             os.path.join(chunk_dir(path), f"{k:06d}.npz"), "the chunk file", path
+        )
+        watches.append(
+            (c.get("watch_frozen"), _numbered(c, "watch_count_", path, f"chunk {k}"))
+            if "watch" in c
+            else None
         )
         kept = _numbered(c, "kept_", path, f"chunk {k}") or None
         infos = _numbered(c, "info_", path, f"chunk {k}")
@@ -965,7 +996,12 @@ def load(path: str) -> Checkpoint:
                 "over."
             )
     return Checkpoint(
-        header, state, None if moments is None else tuple(moments), chunks, online
+        header,
+        state,
+        None if moments is None else tuple(moments),
+        chunks,
+        online,
+        watches,
     )
 
 

@@ -664,6 +664,7 @@ def sample(
     # a checkpoint is written by one run at a time: its lock is held until the run ends
     with contextlib.ExitStack() as held:
         state, step, chunks, diverged_at = initial_state, 0, [], -1
+        watched = []  # per chunk, its watch (None: cut at a divergence): saved
         total = burn_in + num_steps
         identity = None
         if checkpoint_path is not None:
@@ -683,15 +684,18 @@ def sample(
                 moments,
             )
             if resumed is not None:
-                state, step, moments, chunks, diverged_at = resumed
+                state, step, moments, chunks, watched, diverged_at = resumed
         saved = len(chunks)
 
         bar = _progress_bar(total, step) if progress else None
         flagged_at, traced_warned = {}, set()
         done = 0
-        for _, infos in chunks:  # a resume reports the chunks run before, as they did
+        # a resume reports the chunks run before the cut as they did
+        for (_, infos), watch in zip(chunks, watched, strict=True):
+            n = np.shape(jax.tree_util.tree_leaves(infos)[0])[0]
+            _report_watch(watch, infos, done, n, traced_warned)
             _warn_chunk_flags(infos, done, flagged_at, traced_warned)
-            done += np.shape(jax.tree_util.tree_leaves(infos)[0])[0]
+            done += n
         while step < total and not (diverged_at >= 0 and on_divergence == "stop"):
             burning = step < burn_in
             n = min(chunk_size, (burn_in if burning else total) - step)
@@ -758,6 +762,7 @@ def sample(
                 _warn(msg)
             for w_start, w_n, watch in watches:
                 _report_watch(watch, infos, w_start, w_n, traced_warned)
+            watched.append(watches[0][2] if watches else None)
             _warn_chunk_flags(infos, step, flagged_at, traced_warned)
             chunks.append((kept, infos))
             step += n
@@ -774,6 +779,7 @@ def sample(
                     num_chunks=len(chunks),
                     diverged_at=diverged_at,
                     online=None if moments is None else moments[1],
+                    new_watches=watched[saved:],
                 )
                 saved = len(chunks)
         if bar is not None:
@@ -1067,7 +1073,7 @@ def _open_checkpoint(
     stream,
 ):
     """The checked path, the run's identity, and the resumed ``(state, step, stream
-    carry, chunks, diverged_at)`` when the file exists (None otherwise).
+    carry, chunks, watches, diverged_at)`` when the file exists (None otherwise).
 
     ``stream``: the stream mode's fresh carry ``(Moments, OnlineAccumulator)`` (None in
     trace mode): the template of the saved one.
@@ -1208,7 +1214,7 @@ def _resume(
     stream,
 ):
     """Read a checkpoint of this very run: ``(state, step, stream carry, chunks,
-    diverged_at)``.
+    watches, diverged_at)``.
 
     After the identity, every array is checked against this run (state leaves, one
     step's info and trace, kept draws per chunk, moments, the online accumulators and
@@ -1279,7 +1285,8 @@ def _resume(
                 jax.tree_util.tree_unflatten(info_def, [jnp.asarray(a) for a in infos]),
             )
         )
-    return state, step, moments, chunks, diverged_at
+    watches = ck.watches or [None] * len(chunks)
+    return state, step, moments, chunks, watches, diverged_at
 
 
 def _run_chunk(

@@ -5,8 +5,9 @@ where it was cut, and its streamed moments never turn to inf unreported.
   batch-means ESS: ``RunResult.online`` was None), so the end-of-run checks and the
   step-halving bias check were skipped ->
   test_a_resumed_stream_run_checks_what_the_whole_run_checks
-* a resume did not report the chunk flags (``RunFlag``) of the chunks run before
-  the cut -> test_a_resumed_run_reports_the_flags_of_the_chunks_before_the_cut
+* a resume did not report the chunk flags (``RunFlag``) nor the frozen chains of the
+  chunks run before the cut ->
+  test_a_resumed_run_reports_the_flags_of_the_chunks_before_the_cut
 * a checkpoint of the format before the accumulators were saved ->
   test_a_checkpoint_without_the_accumulators_is_refused_with_a_reason
 * the streamed m2 overflowed float32 (a sum over draws and particles of squared
@@ -122,8 +123,10 @@ class _WalkInfo(NamedTuple):
 
 
 def _walk(key, state):
-    """A random walk whose info flags its step 3 (a chunk-by-chunk RunFlag)."""
+    """A random walk that stays put for its first 10 steps (the driver's watch: frozen
+    chains) and whose info flags its step 3 (a chunk-by-chunk RunFlag)."""
     x = state.position + 0.1 * jax.random.normal(key, state.position.shape)
+    x = jax.numpy.where(state.t < 10, state.position, x)
     return _Walk(x, state.t + 1), _WalkInfo(state.t == 3)
 
 
@@ -144,9 +147,11 @@ def test_a_resumed_run_reports_the_flags_of_the_chunks_before_the_cut(
                 checkpoint_path=path,
                 check_convergence=False,
             )
-        return [str(w.message) for w in caught]
+        return sorted(str(w.message) for w in caught)
 
-    assert run() == ["clipped at step 3"]
+    whole = run()
+    assert len(whole) == 2 and whole[1] == "clipped at step 3", whole
+    assert "8 of 8 chains or particles did not move in steps 0..9" in whole[0]
     path = str(tmp_path / "walk.ckpt")
     real, done = checkpoint.save, []
 
@@ -160,7 +165,7 @@ def test_a_resumed_run_reports_the_flags_of_the_chunks_before_the_cut(
         m.setattr(checkpoint, "save", save)
         with pytest.raises(KeyboardInterrupt):
             run(path)
-    assert run(path) == ["clipped at step 3"]
+    assert run(path) == whole
 
 
 def test_overflowing_streamed_moments_are_a_divergence():
