@@ -159,22 +159,36 @@ def _with_config(parser, args, argv: list):
     return merged
 
 
-def _sample(parser, args, argv: list) -> int:
+def _sample(parser, args, argv: list, command_line: bool = False) -> int:
     """The ``sample`` command under :func:`~cenlmc_jax.cli.jobs.ctrl_c_recorded`: a
-    Ctrl-C anywhere in it is exit status 130, with what the run left and how to go on.
+    Ctrl-C anywhere in it, however many come, is exit status 130, with one line on what
+    the run left and how to go on (``command_line``: SIGINT stays ignored after it, as
+    the process ends next).
     """
     interrupted, current = [], [args]
     use_compile_cache(args.compile_cache)
     try:
-        with jobs.ctrl_c_recorded(interrupted):
-            current[0] = _with_config(parser, args, argv)
-            code = cmd_sample(current[0])
-    except KeyboardInterrupt:
-        interrupted.append(True)
-    if not interrupted:
-        return code
-    jobs.say_interrupted(current[0])
-    return verdict.EXIT_INTERRUPTED
+        with jobs.ctrl_c_recorded(interrupted, quiet_after=command_line) as stopped:
+            try:
+                current[0] = _with_config(parser, args, argv)
+                code = cmd_sample(current[0])
+            except KeyboardInterrupt:
+                stopped()
+                interrupted.append(True)
+            # a Ctrl-C raised in a host callback reaches here as JAX's error about it
+            except Exception:
+                stopped()
+                if not (interrupted or jobs.ctrl_c_pending()):
+                    raise
+                interrupted.append(True)
+            stopped()
+            if interrupted:
+                jobs.say_interrupted(current[0])
+                return verdict.EXIT_INTERRUPTED
+    except KeyboardInterrupt:  # before the handler was set, or after it was put back
+        jobs.say_interrupted(current[0])
+        return verdict.EXIT_INTERRUPTED
+    return code
 
 
 #: Environment variables of the compilation cache: a folder, or any non-empty value
@@ -316,7 +330,7 @@ def main(argv=None) -> int:
         if args.command != "sample":
             code = verdict.cmd_summary(args)
         else:
-            code = _sample(parser, args, argv)
+            code = _sample(parser, args, argv, command_line)
     except UsageError as exc:
         subparser(parser, args.command).print_usage(sys.stderr)
         print(f"cenlmc-jax {args.command}: error: {exc}", file=sys.stderr)

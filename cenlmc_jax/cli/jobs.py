@@ -33,6 +33,7 @@ import functools
 import importlib.util
 import inspect
 import json
+import logging
 import math
 import os
 import shutil
@@ -54,6 +55,7 @@ from cenlmc_jax.cli.parser import (
     DEFAULT_PARTICLES,
     DEFAULT_STEPS,
     RESUME_MAY_CHANGE,
+    UNFINISHED_OUTPUTS,
     UsageError,
     effective_config,
     version_text,
@@ -186,7 +188,8 @@ def _import_model(spec: str):
 
 def load_model(spec: str, data: dict | None, dim: int, fn=None) -> targets_mod.Target:
     """``--model PATH.py:FUNCTION`` (with ``--data``) as a Target of dimension ``dim``,
-    its output checked.
+    its output checked; a model that calls the host (``jax.pure_callback``) checks for a
+    Ctrl-C at each evaluation (:func:`ctrl_c_checked`).
     """
     fn, name = (
         (fn, spec.rpartition(":")[2]) if fn is not None else _import_model(spec)[:2]
@@ -200,7 +203,9 @@ def load_model(spec: str, data: dict | None, dim: int, fn=None) -> targets_mod.T
             return fn(x, arrays)
 
     try:
-        out = jax.eval_shape(logdensity_fn, jax.ShapeDtypeStruct((dim,), jnp.float32))
+        jaxpr, out = jax.make_jaxpr(logdensity_fn, return_shape=True)(
+            jax.ShapeDtypeStruct((dim,), jnp.float32)
+        )
     except Exception as exc:
         call = f"{name}(x, data)" if data is not None else f"{name}(x)"
         raise UsageError(
@@ -213,6 +218,8 @@ def load_model(spec: str, data: dict | None, dim: int, fn=None) -> targets_mod.T
             "of one point); got shape "
             f"{getattr(out, 'shape', type(out).__name__)}"
         )
+    if calls_the_host(jaxpr):  # a Ctrl-C must stop its computation at once
+        logdensity_fn = functools.partial(ctrl_c_checked, logdensity_fn)
     path = spec.rpartition(":")[0]
     return targets_mod.Target(
         f"{os.path.basename(path)}:{name}",
@@ -766,11 +773,86 @@ def _in_import(frame) -> bool:
     return False
 
 
+#: A Ctrl-C within this many seconds of the one that stopped the job is only recorded:
+#: a second press (or a burst of signals) must not raise again in the middle of the stop
+#: and end the command with a traceback. A later one raises again: the first may have
+#: been swallowed on its way (an ``except Exception`` around an evaluation of a
+#: host-callback model, whose interrupt JAX turns into an error).
+REPEAT_S = 2.0
+
+#: Set by a Ctrl-C during the job; read from any thread by :func:`ctrl_c_pending`.
+_CTRL_C = threading.Event()
+#: The read end of the signal wake-up pipe while :func:`ctrl_c_recorded` runs.
+_WAKEUP_READ = [None]
+
+
+def ctrl_c_pending() -> bool:
+    """Whether a Ctrl-C has come during the job, seen from any thread.
+
+    Python runs a signal's handler in the main thread only, between two bytecodes: while
+    the main thread waits in XLA for a computation (a host-callback model's values
+    computed on XLA's own threads), the handler waits with it. The signal's C handler
+    writes the signal's number to the wake-up pipe at once (``signal.set_wakeup_fd``),
+    and this reads it.
+
+    Returns:
+      True once a SIGINT came while :func:`ctrl_c_recorded` ran.
+    """
+    fd = _WAKEUP_READ[0]
+    if not _CTRL_C.is_set() and fd is not None:
+        try:
+            if signal.SIGINT in os.read(fd, 512):
+                _CTRL_C.set()
+        except OSError:  # nothing written (non-blocking), or the pipe already closed
+            pass
+    return _CTRL_C.is_set()
+
+
+class _QuietCallbackInterrupt(logging.Filter):
+    """Drops JAX's log of a host callback stopped by a Ctrl-C (``jax.pure_callback
+    failed`` and a traceback): the command's one line says it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[0] if record.exc_info else None
+        return not (exc is not None and issubclass(exc, KeyboardInterrupt))
+
+
+#: The logger of JAX's host callbacks (``jax._src.callback``).
+CALLBACK_LOGGER = "jax._src.callback"
+
+
 @contextlib.contextmanager
-def ctrl_c_recorded(interrupted: list):
+def _wakeup_pipe():
+    """The signal wake-up pipe read by :func:`ctrl_c_pending` (none where another
+    wake-up file is set already, as an asyncio loop's)."""
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    os.set_blocking(write, False)
+    previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    if previous != -1:
+        signal.set_wakeup_fd(previous)
+        os.close(read)
+        os.close(write)
+        yield
+        return
+    _WAKEUP_READ[0] = read
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(-1)
+        _WAKEUP_READ[0] = None
+        os.close(read)
+        os.close(write)
+
+
+@contextlib.contextmanager
+def ctrl_c_recorded(interrupted: list, quiet_after: bool = False):
     """Record every Ctrl-C in ``interrupted`` and stop the job with a KeyboardInterrupt
     where that is safe.
 
+    * One KeyboardInterrupt per stop: a Ctrl-C within :data:`REPEAT_S` of the one
+      raised, or after the job has stopped (the function this yields called), is only
+      recorded, so two presses end the command with one line, not a traceback.
     * A KeyboardInterrupt raised while a garbage-collector callback runs (JAX
       installs one) is "unraisable": Python prints it and goes on. The
       unraisable hook keeps it quiet and delivers the signal again
@@ -778,20 +860,35 @@ def ctrl_c_recorded(interrupted: list):
     * One that would be raised inside an import is delivered again 0.05 s
       later: an import of one of jaxlib's compiled (nanobind) modules stopped
       half-way frees the half-made module, and that crashes the interpreter.
+    * A host-callback model checks :func:`ctrl_c_pending` at each evaluation
+      (:func:`ctrl_c_checked`), also while the main thread waits in XLA; the
+      KeyboardInterrupt raised in a callback reaches the job as JAX's error, and JAX's
+      log of it is dropped.
     * A SIGINT that was ignored when the job started (a background job)
       stays ignored.
 
     Stopping XLA's compilation or a computation this way is clean, but leaves
     that work running on XLA's own threads; :func:`cenlmc_jax.cli.main` says
     why the command then ends without Python's shutdown.
+
+    Args:
+      interrupted: a list; a Ctrl-C appends True.
+      quiet_after: after an interrupted job, leave SIGINT ignored (the command ends
+        the process next) instead of putting Python's handler back.
+
+    Yields:
+      ``stopped()``: call it once the job has stopped; later Ctrl-Cs are only
+      recorded.
     """
+    stopped = [False]
     if (
         threading.current_thread() is not threading.main_thread()
         or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
     ):
-        yield
+        yield lambda: None
         return
-    active = [True]
+    active, raised_at = [True], []
+    _CTRL_C.clear()
 
     def deliver_again(delay: float) -> None:
         timer = threading.Timer(
@@ -802,26 +899,109 @@ def ctrl_c_recorded(interrupted: list):
 
     def on_sigint(signum, frame):
         interrupted.append(True)
+        _CTRL_C.set()
+        if stopped[0] or (raised_at and time.monotonic() - raised_at[-1] < REPEAT_S):
+            return
         if _in_import(frame):
             deliver_again(0.05)
             return
+        raised_at.append(time.monotonic())
         raise KeyboardInterrupt
 
     def unraisable(info):
         if issubclass(info.exc_type, KeyboardInterrupt):
+            raised_at.clear()  # swallowed: the next delivery must raise
             deliver_again(0.0)
         else:
             previous_hook(info)
 
+    def stop() -> None:
+        stopped[0] = True
+
     previous_hook = sys.unraisablehook
+    quiet = _QuietCallbackInterrupt()
+    logging.getLogger(CALLBACK_LOGGER).addFilter(quiet)
     signal.signal(signal.SIGINT, on_sigint)
     sys.unraisablehook = unraisable
     try:
-        yield
+        with _wakeup_pipe():
+            yield stop
     finally:
+        stopped[0] = True
         active[0] = False
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(
+            signal.SIGINT,
+            signal.SIG_IGN
+            if quiet_after and interrupted
+            else signal.default_int_handler,
+        )
         sys.unraisablehook = previous_hook
+        logging.getLogger(CALLBACK_LOGGER).removeFilter(quiet)
+        _CTRL_C.clear()
+
+
+def _raise_on_ctrl_c(value: np.ndarray) -> np.ndarray:
+    """The host side of :func:`ctrl_c_checked`: zeros like ``value``, or a
+    KeyboardInterrupt once a Ctrl-C has come."""
+    if ctrl_c_pending():
+        raise KeyboardInterrupt
+    return np.zeros_like(value)
+
+
+def ctrl_c_checked(logdensity_fn, x):
+    """``logdensity_fn(x)``, with a check for a Ctrl-C on the host beside it.
+
+    A model whose values come from a host callback (``jax.pure_callback``) runs them on
+    XLA's threads while the main thread waits in XLA for the whole computation (a
+    chunk of the run: seconds to minutes), and Python's handler of a Ctrl-C runs only
+    when that wait ends. A second callback after the model's, given its value, raises a
+    KeyboardInterrupt once :func:`ctrl_c_pending`: XLA stops the computation there, and
+    the job stops within one evaluation. Its output is zeros, added outside any
+    derivative (``stop_gradient``): the value and gradient are the model's, bit for bit.
+
+    Args:
+      logdensity_fn: the model's log density of one point.
+      x: a point, ``(d,)``.
+
+    Returns:
+      ``logdensity_fn(x)``.
+    """
+    value = logdensity_fn(x)
+    shape = jax.ShapeDtypeStruct(jnp.shape(value), jnp.result_type(value))
+    zero = jax.pure_callback(
+        _raise_on_ctrl_c,
+        shape,
+        jax.lax.stop_gradient(value),
+        vmap_method="expand_dims",
+    )
+    return value + jax.lax.stop_gradient(zero)
+
+
+#: The primitives that run Python on the host during a computation.
+HOST_CALLBACKS = frozenset({"pure_callback", "io_callback"})
+
+
+def calls_the_host(jaxpr) -> bool:
+    """Whether ``jaxpr`` calls a host callback (:data:`HOST_CALLBACKS`), in its own
+    equations or any inner jaxpr (``jit``, ``scan``, ``cond``, ``custom_jvp``).
+
+    Args:
+      jaxpr: a ``Jaxpr`` or ``ClosedJaxpr`` (``jax.make_jaxpr``'s).
+
+    Returns:
+      True where a callback primitive is found.
+    """
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name in HOST_CALLBACKS:
+            return True
+        for value in eqn.params.values():
+            inner = value if isinstance(value, (tuple, list)) else (value,)
+            for v in inner:
+                if hasattr(v, "eqns") or hasattr(getattr(v, "jaxpr", None), "eqns"):
+                    if calls_the_host(v):
+                        return True
+    return False
 
 
 def say_interrupted(args) -> None:
@@ -843,6 +1023,12 @@ def say_interrupted(args) -> None:
         text = f"interrupted after the run finished; its outputs in {out} are written"
     elif out is not None and not os.path.isdir(out):
         text = f"interrupted before the run started: nothing was written to {out}"
+    elif out is not None and set(os.listdir(out)) & UNFINISHED_OUTPUTS:
+        text = (
+            "interrupted while the outputs were written (no run.json yet): the run "
+            f"is not finished; the same command starts afresh in {out}, and so does "
+            f"cenlmc-jax sample --resume --out {out}"
+        )
     elif out is not None:
         text = (
             "interrupted before the first checkpoint (every --checkpoint-every "
@@ -1231,9 +1417,11 @@ def _write_record(
         ]
         + ["config.toml", "run.json"],
     )
+    # whole or absent (a Ctrl-C while it is written): run.json marks a finished run
     path = os.path.join(args.out, "run.json")
-    with open(path, "w") as fh:
+    with open(path + ".tmp", "w") as fh:
         json.dump(record, fh, indent=2, default=float)
+    os.replace(path + ".tmp", path)
     return path
 
 

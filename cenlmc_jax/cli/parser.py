@@ -85,6 +85,11 @@ OUT_FILES = (
     "draws.npz",
     "moments.npz",
 )
+#: What a run stopped while it wrote its outputs may have left in ``--out`` beside
+#: config.toml: run.json, written last (through ``run.json.tmp``), marks a finished run.
+UNFINISHED_OUTPUTS = frozenset(
+    {"summary.csv", "run.nc", "draws.npz", "moments.npz", "plots", "run.json.tmp"}
+)
 
 
 class UsageError(Exception):
@@ -640,11 +645,12 @@ def _check_file_path(flag: str, value: str, out: str | None) -> str:
 
 
 def interrupted_leftovers(out: str, checkpoint: str | None) -> bool:
-    """``out`` holds only what a run stopped before its outputs leaves: its config.toml
-    and checkpoint files.
+    """``out`` holds only what a run stopped before its outputs were complete leaves:
+    its config.toml, checkpoint files, and the outputs written before the stop, but no
+    run.json (written last: :data:`UNFINISHED_OUTPUTS`).
     """
     names = set(os.listdir(out))
-    allowed = {"config.toml"}
+    allowed = {"config.toml", *UNFINISHED_OUTPUTS}
     if checkpoint is not None and os.path.dirname(checkpoint) == out:
         base = os.path.basename(checkpoint)
         allowed |= {base, base + ".tmp", base + ".chunks", base + ".lock"}
