@@ -105,6 +105,10 @@ class RunFlag(NamedTuple):
         standard errors (:func:`rising_z`): a rate that is fine at stationarity (HMC's
         divergent trajectories where the step is too long for a region) but whose
         drift says the chains are still moving into that region.
+      steady: with ``rising``, ``(infos, rate) -> str``: the CLI's warning (exit 0)
+        for a rate above 0 that did not rise (Stan's report of divergent
+        transitions: exact all the same, but it says where the step cannot follow
+        the posterior), or None.
     """
 
     field: str
@@ -114,6 +118,7 @@ class RunFlag(NamedTuple):
     mean_below: float | None = None
     efficiency_only: bool = False
     rising: bool = False
+    steady: Callable[[Any, float], str] | None = None
 
 
 #: :attr:`RunFlag.rising`: the rise of a rate between the halves of the kept steps, in

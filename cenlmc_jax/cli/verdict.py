@@ -223,6 +223,14 @@ def _flag_problem(flag: RunFlag, info, burn_in: int) -> str | None:
     )
 
 
+def _steady_rate(flag: RunFlag, info, burn_in: int) -> float:
+    """The mean over the kept steps (and chains) of a rising flag's rate."""
+    value = getattr(fetch(info), flag.field, None)
+    if value is None or np.shape(value)[0] <= burn_in:
+        return 0.0
+    return float(np.mean(np.asarray(value, np.float64)[burn_in:]))
+
+
 def flag_problems(args, res, notes: list | None = None) -> list:
     """One problem per :class:`~cenlmc_jax.base.RunFlag` that the infos' class declares
     (``run_flags``) and this run set, worded as ``cj.sample``'s warning, plus the
@@ -238,6 +246,10 @@ def flag_problems(args, res, notes: list | None = None) -> list:
     out = []
     for flag in run_flags(res.info):
         text = _flag_problem(flag, res.info, res.burn_in)
+        if text is None and flag.steady is not None and notes is not None:
+            rate = _steady_rate(flag, res.info, res.burn_in)
+            if rate > 0:
+                notes.append(f"{flag.steady(res.info, rate)} [info.{flag.field}]")
         if text is not None and flag.efficiency_only:
             if notes is not None:
                 notes.append(

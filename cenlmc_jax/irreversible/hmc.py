@@ -97,6 +97,15 @@ DIVERGENT_FLAG = RunFlag(
     ),
     kept_only=True,
     rising=True,
+    steady=lambda infos, rate: (
+        f"{rate:.2%} of the kept moves had divergent trajectories (Stan's divergent "
+        "transitions), at a steady rate: each is a rejected move, so the draws stay "
+        "exact, but the step is too long for the curvature of a region the chains "
+        "visit (a banana's arms, a funnel's neck). If the posterior has mass deeper "
+        "in such a region than the chains reach (a scale parameter near zero in a "
+        "centred hierarchical or state-space model), no check sees it and the "
+        "estimates there are biased: reparametrise (non-centred) to be sure"
+    ),
 )
 
 

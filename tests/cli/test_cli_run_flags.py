@@ -292,3 +292,51 @@ def test_a_collapsed_acceptance_rate_is_unreliable_by_its_own_flag(capsys):
     )
     assert "UNRELIABLE: the acceptance probability collapsed to 0" in out
     assert "[info.zero_acceptance;" in out
+
+
+class RateInfo(NamedTuple):
+    # a rate per step averaged over chains (HMC's divergent trajectories' kind)
+    rate: np.ndarray
+
+    run_flags = (
+        RunFlag(
+            "rate",
+            _message("rate"),
+            kept_only=True,
+            rising=True,
+            steady=lambda infos, r: f"steady rate {r:.3f}",
+        ),
+    )
+
+
+@pytest.mark.parametrize(
+    "case, problem, note",
+    [
+        # 4 % of moves at every kept step (a banana's arms): a warning, exit 0
+        ("steady", False, "steady rate 0.040"),
+        # 1 % in the first half of the kept steps, 3 % in the second: the rise is a
+        # problem (z far above 5), not a note
+        ("rising", True, None),
+        ("never", False, None),
+        # only in the burn-in: nothing on the kept steps
+        ("burn_in_only", False, None),
+    ],
+)
+def test_a_steady_rate_is_a_warning_and_a_rising_one_a_problem(case, problem, note):
+    rng = np.random.default_rng(0)
+    steps, burn_in = 320, 160
+    p = {
+        "steady": np.full(steps, 0.04),
+        "rising": np.r_[np.full(240, 0.01), np.full(80, 0.03)],
+        "never": np.zeros(steps),
+        "burn_in_only": np.r_[np.full(burn_in, 0.05), np.zeros(steps - burn_in)],
+    }[case]
+    # the per-step mean of 2,000 chains' Bernoulli draws
+    rate = rng.binomial(2000, p) / 2000.0
+    if case == "steady":
+        rate[burn_in:] += 0.04 - rate[burn_in:].mean()  # the note prints the mean
+    res = Namespace(info=RateInfo(rate), burn_in=burn_in)
+    notes = []
+    problems = verdict.flag_problems(Namespace(sampler="hmc"), res, notes)
+    assert bool(problems) == problem, problems
+    assert [n.split(" [")[0] for n in notes] == ([note] if note else []), notes
