@@ -58,6 +58,11 @@ REFS = {
         "x[2]": ("log gamma", -0.23851, 0.11448),
         "x[3]": ("log delta", -3.74949, 0.15048),
     }),
+    "brownian_fixed": (30, {
+        "x[0]": ("x_0", -0.0141732, 0.0720760),
+        "x[15]": ("x_15 (unobserved)", -0.5074801, 0.1808750),
+        "x[29]": ("x_29", -0.7281539, 0.1039781),
+    }),
     "brownian_missing": (32, {
         "x[30]": ("log innov", -1.92472, 0.34743),
         "x[31]": ("log obs", -2.15693, 0.61090),
@@ -88,6 +93,10 @@ NOTES = [
     " 0.259), agree with the Stan case study's (0.55, 0.028, 0.80, 0.024; 34.0, 5.9; "
     "0.25, 0.25). The RK4 step (0.1 year) is 4e-6 from solve_ivp in the log "
     "populations.",
+    "Reference, brownian_fixed (Inference Gym's "
+    "BrownianMotionMissingMiddleObservations, the issue's d = 30 case): Gaussian, exact by linear algebra (the precision "
+    "D^T D / 0.1^2 + S^T S / 0.15^2; equal to the model file's Hessian by jax.hessian "
+    "to 1e-9).",
     "Reference, brownian_missing: the 30 locations integrated out analytically (y ~ "
     "N(0, innov^2 K + obs^2 I), K_st = min(s, t) + 1), then 2-D quadrature over (log "
     "innov, log obs) (1000^2 grid, halving it changes nothing); x_15 from its "

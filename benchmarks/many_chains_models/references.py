@@ -6,6 +6,8 @@
 * eight_schools_centered: theta integrated out analytically (y_j ~ N(mu, sigma_j^2 +
   tau^2)), then 2-D trapezoid quadrature over (mu, log tau); theta_1's moments from its
   Gaussian conditional given (mu, tau, y).
+* brownian_fixed: Gaussian; its mean and covariance by linear algebra (the precision
+  D^T D / innov^2 + S^T S / obs^2, D the first differences, S the observed rows).
 * brownian_missing: the 30 locations integrated out analytically (y ~ N(0, innov^2 K +
   obs^2 I), K_st = min(s, t) + 1 on the observed t), then 2-D trapezoid quadrature over
   (log innov, log obs); x_15's moments from its Gaussian conditional.
@@ -91,6 +93,21 @@ def brownian(n=1000):
     return {"x[30]": m_a, "x[31]": m_b, "x[15]": m_15}
 
 
+def brownian_fixed():
+    sys.path.insert(0, str(HERE))
+    import brownian_fixed as bf
+
+    t_obs, n = np.asarray(bf.OBSERVED), bf.NUM_STEPS
+    y = np.asarray(bf.Y_OBSERVED, np.float64)
+    d = np.eye(n) - np.eye(n, k=-1)
+    s = np.zeros((t_obs.size, n))
+    s[np.arange(t_obs.size), t_obs] = 1.0
+    prec = d.T @ d / bf.INNOV**2 + s.T @ s / bf.OBS**2
+    cov = np.linalg.inv(prec)
+    mean = cov @ (s.T @ y / bf.OBS**2)
+    return {f"x[{i}]": [float(mean[i]), float(np.sqrt(cov[i, i]))] for i in (0, 15, 29)}
+
+
 def lotka_volterra(draws, warmup=1000, chains=8, seed=0):
     import jax
 
@@ -164,6 +181,7 @@ if __name__ == "__main__":
     refs = {
         "eight_schools_centered": _check_grid(eight_schools, 1200),
         "brownian_missing": _check_grid(brownian, 1000),
+        "brownian_fixed": brownian_fixed(),
         "lotka_volterra": lotka_volterra(args.lv_draws),
     }
     print(json.dumps(refs, indent=1))
