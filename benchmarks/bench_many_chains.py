@@ -94,7 +94,8 @@ NOTES = [
     "0.25, 0.25). The RK4 step (0.1 year) is 4e-6 from solve_ivp in the log "
     "populations.",
     "Reference, brownian_fixed (Inference Gym's "
-    "BrownianMotionMissingMiddleObservations, the issue's d = 30 case): Gaussian, exact by linear algebra (the precision "
+    "BrownianMotionMissingMiddleObservations, the issue's d = 30 case): Gaussian, "
+    "exact by linear algebra (the precision "
     "D^T D / 0.1^2 + S^T S / 0.15^2; equal to the model file's Hessian by jax.hessian "
     "to 1e-9).",
     "Reference, brownian_missing: the 30 locations integrated out analytically (y ~ "
