@@ -14,7 +14,7 @@ from functools import partial
 import jax
 import numpy as np
 
-from cenlmc_jax.ensemble.lmc import value_and_grad_ensemble
+from cenlmc_jax.gradients.ensemble import value_and_grad_ensemble
 
 __all__ = [
     "STATIC",

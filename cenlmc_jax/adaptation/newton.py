@@ -75,8 +75,8 @@ import numpy as np
 from jax import lax
 from jax.extend import core as jax_core
 
-from cenlmc_jax.ensemble.lmc import gradient_fn
 from cenlmc_jax.gradients import modes
+from cenlmc_jax.gradients.ensemble import gradient_fn
 
 __all__ = [
     "NewtonResult",

@@ -123,14 +123,14 @@ from cenlmc_jax.ensemble.enlmc import (
 )
 from cenlmc_jax.ensemble.f_star import find_f_star, with_gradient
 from cenlmc_jax.ensemble.least_squares import check_estimator, least_squares_force
-from cenlmc_jax.ensemble.lmc import (
+from cenlmc_jax.ensemble.lmc import count_nonfinite
+from cenlmc_jax.ensemble.options import EnsembleOptions, ensemble_options
+from cenlmc_jax.gradients.ensemble import (
     check_grad_fn,
-    count_nonfinite,
     grad_cost,
     gradient_fn,
     shares_values,
 )
-from cenlmc_jax.ensemble.options import EnsembleOptions, ensemble_options
 from cenlmc_jax.pairwise import PairwiseForce, ensemble_force
 from cenlmc_jax.types import Array, ArrayLike, LogDensityFn, PRNGKey
 

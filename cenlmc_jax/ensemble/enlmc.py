@@ -65,14 +65,14 @@ from cenlmc_jax.ensemble.audit import (
     fresh_audit_like,
     gradients_and_audit,
 )
-from cenlmc_jax.ensemble.lmc import (
+from cenlmc_jax.ensemble.lmc import count_nonfinite
+from cenlmc_jax.ensemble.options import EnsembleOptions, ensemble_options
+from cenlmc_jax.gradients.ensemble import (
     check_grad_fn,
-    count_nonfinite,
     grad_cost,
     gradient_fn,
     shares_values,
 )
-from cenlmc_jax.ensemble.options import EnsembleOptions, ensemble_options
 from cenlmc_jax.pairwise import ensemble_force
 from cenlmc_jax.types import Array, ArrayLike, LogDensityFn, PRNGKey
 

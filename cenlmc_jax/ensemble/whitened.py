@@ -271,7 +271,7 @@ class WhitenedGrad:
 
     A value of the whitened density at ``y`` is the value of the original one at
     ``x = m + L y``, so a finite-difference ``grad_fn`` still reuses it
-    (:func:`cenlmc_jax.ensemble.lmc.shares_values`).
+    (:func:`cenlmc_jax.gradients.ensemble.shares_values`).
     """
 
     def __init__(self, grad_fn: Callable, w: Whitening):

@@ -5,7 +5,10 @@
 * :mod:`~cenlmc_jax.gradients.finite_difference`: :func:`finite_difference`,
   gradients of a black-box model from its values (``grad_fn=``);
 * :mod:`~cenlmc_jax.gradients.modes`: forward- or reverse-mode autodiff
-  (``grad_mode=``).
+  (``grad_mode=``);
+* :mod:`~cenlmc_jax.gradients.ensemble`: the gradient a sampler takes (the user's
+  ``grad_fn``, else autodiff), at one point or at every particle of an ensemble,
+  and its cost in model solves.
 """
 
 from cenlmc_jax.gradients.estimators import (

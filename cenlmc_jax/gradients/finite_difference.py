@@ -30,7 +30,7 @@ No value is computed twice. The returned object also has
 Their costs, ``model_solves(d)`` (a gradient alone: 2d or d + 1) and
 ``model_solves_given_value(d)`` (2d or d), are what the samplers count a
 step's cost with (``info.model_solves``). A user's own ``grad_fn`` may carry
-the same four attributes (:func:`cenlmc_jax.ensemble.lmc.grad_cost`).
+the same four attributes (:func:`cenlmc_jax.gradients.ensemble.grad_cost`).
 """
 
 from __future__ import annotations
