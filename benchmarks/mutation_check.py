@@ -422,7 +422,7 @@ MUTATIONS = [
     ),
     dict(
         name="fd_value_reused_for_another_density",
-        file="cenlmc_jax/ensemble/lmc.py",
+        file="cenlmc_jax/gradients/ensemble.py",
         original="and inner == logdensity_fn\n",
         replacement="\n",
         tests=[

@@ -146,7 +146,7 @@ from cenlmc_jax.diagnostics import nested
 from cenlmc_jax.diagnostics.convergence import ConvergenceWarning
 from cenlmc_jax.ensemble.cenlmc import cenlmc
 from cenlmc_jax.ensemble.f_star import with_gradient
-from cenlmc_jax.ensemble.lmc import gradient_fn, lmc, lmc_init, lmc_move, mass_root
+from cenlmc_jax.ensemble.lmc import lmc, lmc_init, lmc_move, mass_root
 from cenlmc_jax.ensemble.tuning import find_f_star, suggest_cenlmc_params
 from cenlmc_jax.ensemble.whitened import (
     Whitening,
@@ -155,6 +155,7 @@ from cenlmc_jax.ensemble.whitened import (
     whitened,
     whitening,
 )
+from cenlmc_jax.gradients.ensemble import gradient_fn
 from cenlmc_jax.gradients.modes import check_grad_mode
 from cenlmc_jax.irreversible.hmc import hmc
 from cenlmc_jax.irreversible.mala import mala
