@@ -59,6 +59,7 @@ import csv
 import json
 import math
 import os
+import re
 
 import jax
 import numpy as np
@@ -613,11 +614,57 @@ def print_verdict(args, found: list, checked: tuple[list, list] | None = None) -
         print("  (--allow-unreliable: exit status 0 all the same)")
 
 
+_STRETCH = re.compile(
+    r"^(\d+) of (\d+) chains: (.*) \(at every step of (\d+)\.\.(\d+)\)$"
+)
+
+
+def merge_stretches(messages: list) -> list:
+    """The driver's warnings with those that differ only in how many chains and which
+    stretch of steps (``"K of M chains: ... (at every step of a..b)"``, one per chunk
+    or ``cj.sample_until`` segment in which some chains were stuck) merged into one
+    line: the most chains at once, the number of stretches and the steps they span.
+    The others are kept as they are, in order.
+
+    Args:
+      messages: the warnings' texts.
+
+    Returns:
+      The texts to print.
+    """
+    groups, order = {}, []
+    for message in messages:
+        m = _STRETCH.match(message)
+        if m is None:
+            order.append((False, message))
+            continue
+        k, n, text, lo, hi = m.groups()
+        if (text, n) not in groups:
+            groups[text, n] = [int(k), 0, int(lo), int(hi)]
+            order.append((True, (text, n)))
+        g = groups[text, n]
+        g[0], g[1] = max(g[0], int(k)), g[1] + 1
+        g[2], g[3] = min(g[2], int(lo)), max(g[3], int(hi))
+    out = []
+    for grouped, item in order:
+        if not grouped:
+            out.append(item)
+            continue
+        (text, n), (k, count, lo, hi) = item, groups[item]
+        out.append(
+            f"{k} of {n} chains: {text} (at every step of {lo}..{hi})"
+            if count == 1
+            else f"up to {k} of {n} chains at once: {text} (at every step of "
+            f"{count} stretches within steps {lo}..{hi})"
+        )
+    return out
+
+
 def report(args, setup: Setup, run: Run, record: dict) -> tuple:
     """After the run: everything it measured and the verdict; ``(summary table,
     problems)``.
     """
-    for message in run.warnings:
+    for message in merge_stretches(run.warnings):
         print(f"  warning: {message}")
         record["warnings"].append(message)
     target, table = setup.target, None

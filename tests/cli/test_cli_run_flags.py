@@ -340,3 +340,25 @@ def test_a_steady_rate_is_a_warning_and_a_rising_one_a_problem(case, problem, no
     problems = verdict.flag_problems(Namespace(sampler="hmc"), res, notes)
     assert bool(problems) == problem, problems
     assert [n.split(" [")[0] for n in notes] == ([note] if note else []), notes
+
+
+def test_stretches_of_one_warning_print_as_one_line():
+    # cj.sample_until warns once per segment in which some chains were stuck (the
+    # funnel: seven such lines); the verdict prints one, with the most chains at once,
+    # the count of stretches and the steps they span; other warnings keep their place
+    text = "the acceptance probability collapsed to 0"
+    merged = verdict.merge_stretches(
+        [
+            f"7 of 2000 chains: {text} (at every step of 0..24)",
+            "16 of 2000 chains never moved",
+            f"12 of 2000 chains: {text} (at every step of 25..49)",
+            f"3 of 2000 chains: {text} (at every step of 7000..7199)",
+            f"1 of 3 chains: {text} (at every step of 41..49)",
+        ]
+    )
+    assert merged == [
+        f"up to 12 of 2000 chains at once: {text} (at every step of 3 stretches "
+        "within steps 0..7199)",
+        "16 of 2000 chains never moved",
+        f"1 of 3 chains: {text} (at every step of 41..49)",
+    ]
