@@ -40,7 +40,11 @@ rejection rate, about ``0.4 sqrt(E[ΔH²])``, whatever ``d``):
 ``ε̄ ← ε̄ (target / E[ΔH²])^{1/6}`` (leapfrog's ``ΔH`` is ``O(ε³)``), the factor
 clipped to ``[0.8, 1.25]`` and ``0.5`` after a step that gave a non-finite value. Each
 ``ε_i`` follows the same rule on its own running mean of ``ΔH²`` (the newest step
-weighted ``SMOOTH``, each ``ΔH²`` capped at ``DH2_CAP``), and is kept ``<= ε̄``.
+weighted ``SMOOTH``, each ``ΔH²`` capped at ``DH2_CAP``), and is kept ``<= ε̄``. A
+proposal where ``log π`` is ``−inf`` (outside the support) is rejected and halves only
+its particle's step; one where it is NaN or ``+inf`` halves ``ε̄`` too, and a phase
+whose ``ε̄`` falls below ``COLLAPSED_STEP`` that way stops with a ``ValueError`` naming
+the model and a point of the region (a step cannot cure it).
 With one ``ε`` for all, a few particles in a stiff region (the Laplace draws in
 eight schools' large-``τ`` tail, where the whitened curvature is large) dominate
 ``E[ΔH²]`` and shrink everyone's step by orders
@@ -141,6 +145,9 @@ RECORD_EVERY_STEP = 20
 #: The Laplace draws are importance-resampled towards ``π`` when their weights'
 #: effective sample size is at least this fraction of ``N`` (:func:`_resample_laplace`).
 RESAMPLE_MIN_ESS = 0.5
+#: The ensemble's cap ``ε̄`` (whitened units) below which a phase that met the model's
+#: NaN or ``+inf`` stops with an error (:func:`_model_trouble`): 19 halvings from 0.5.
+COLLAPSED_STEP = 1e-6
 #: Rounds of the kinetic phase, each in the coordinates whitened by the last.
 MAX_ROUNDS = 5
 #: Round ``r`` may end before it settles after ``ROUND_STEPS · 2^r`` steps when the
@@ -173,12 +180,17 @@ def _kinetic_chunk(
     """``n`` OBABO steps of the whole ensemble with the per-step control of the
     particles' steps ``ε_i`` (``eps``, ``(N,)``; ``e2`` their running mean ``ΔH²``),
     each particle's BAB part Metropolis-tested (generalised HMC); the count of
-    rejections.
+    rejections, and the first proposal ``y`` where the log density was NaN or
+    ``+inf`` or its gradient not finite (``(found, y)``).
+
+    A proposal where the log density is ``−inf`` (outside the support) is a rejection
+    and shortens that particle's step only; any other non-finite value or gradient
+    also halves the ensemble's cap ``ε̄``.
     """
     vg = partial(value_and_grad_y, logdensity_fn, grad_fn, grad_mode, factor, mean)
 
     def body(t, carry):
-        y, p, v, g, eps, e2, undone = carry
+        y, p, v, g, eps, e2, undone, found, at = carry
         k1, k2, k3 = jax.random.split(jax.random.fold_in(key, t), 3)
         c = jnp.exp(-FRICTION * eps / 2)[:, None]
         s = jnp.sqrt(1 - c**2)
@@ -190,6 +202,16 @@ def _kinetic_chunk(
         p1 = half + 0.5 * e * g1
         dh = (-v1 + 0.5 * jnp.sum(p1**2, 1)) - (-v + 0.5 * jnp.sum(p**2, 1))
         fine = jnp.isfinite(dh) & jnp.all(jnp.isfinite(g1), 1)
+        # -inf: a proposal outside the support, rejected (dh = +inf); NaN, +inf or a
+        # gradient that is not finite at a finite value: trouble in the model
+        outside = v1 == -jnp.inf
+        broken = jnp.all(jnp.isfinite(y1), 1) & (
+            jnp.isnan(v1)
+            | (v1 == jnp.inf)
+            | (jnp.isfinite(v1) & ~jnp.all(jnp.isfinite(g1), 1))
+        )
+        at = jnp.where(found, at, y1[jnp.argmax(broken)])
+        found = found | jnp.any(broken)
         # each particle's ε_i follows its own running mean of ΔH², capped at the
         # ensemble's ε̄ = max ε_i, which follows the ensemble's E[ΔH²] (module
         # docstring): a few particles in a stiff region shorten their own steps,
@@ -204,7 +226,9 @@ def _kinetic_chunk(
         )
         var_e = jnp.mean(jnp.where(fine, dh, 0.0) ** 2)
         ratio = ENERGY_ERROR / jnp.maximum(var_e, tiny)
-        ens = jnp.where(jnp.all(fine), jnp.clip(ratio ** (1 / 6), 0.8, 1.25), 0.5)
+        ens = jnp.where(
+            jnp.all(fine | outside), jnp.clip(ratio ** (1 / 6), 0.8, 1.25), 0.5
+        )
         new_eps = jnp.minimum(eps * own, jnp.max(eps) * ens)
         # Horowitz's generalised HMC: each particle's leapfrog step is accepted with
         # probability min(1, e^{-ΔH}); a rejected one stays and flips its momentum
@@ -216,12 +240,11 @@ def _kinetic_chunk(
         p = jnp.where(take[:, None], p1, -p)
         p = c * p + s * jax.random.normal(k3, p.shape, p.dtype)
         rejected = undone + jnp.sum(~take).astype(jnp.int32)
-        return y, p, v, g, new_eps, e2, rejected
+        return y, p, v, g, new_eps, e2, rejected, found, at
 
-    y, p, v, g, eps, e2, bad = lax.fori_loop(
-        0, n, body, (y, p, v, g, eps, e2, jnp.int32(0))
-    )
-    return y, p, v, g, eps, e2, bad
+    start = (y, p, v, g, eps, e2, jnp.int32(0), jnp.bool_(False), y[0])
+    y, p, v, g, eps, e2, bad, found, at = lax.fori_loop(0, n, body, start)
+    return y, p, v, g, eps, e2, bad, (found, at)
 
 
 def fit_dtype(m_mat: np.ndarray, dtype) -> tuple[np.ndarray, float]:
@@ -266,17 +289,28 @@ def _resample_laplace(key, y, v, g):
     The Laplace approximation misses a posterior's skew (its mean is the mode), which
     the weights correct where they are even; where they are not (a heavy tail the
     Gaussian is too narrow for: few particles would carry the ensemble) resampling
-    would collapse the ensemble, and the kinetic phase has to move it instead.
+    would collapse the ensemble, and the kinetic phase has to move it instead. Draws
+    outside the support (``log π = −inf``, weight 0) are never kept: without the
+    resampling each is replaced by a copy of a draw inside, picked uniformly.
     """
     n = y.shape[0]
     log_w = np.asarray(v, np.float64) + 0.5 * np.sum(np.asarray(y, np.float64) ** 2, 1)
-    if not np.all(np.isfinite(log_w)):
+    if np.any(np.isnan(log_w) | (log_w == np.inf)) or np.all(log_w == -np.inf):
         return y, v, g, None
-    w = np.exp(log_w - log_w.max())
+    w = np.exp(log_w - log_w.max())  # 0 for a draw outside the support (log π = -inf)
     w /= w.sum()
     ess = 1.0 / float(np.sum(w**2))
     if ess < RESAMPLE_MIN_ESS * n:
-        return y, v, g, None
+        # a draw outside the support would never move (every step from it is
+        # rejected): a copy of a draw inside instead
+        outside = np.flatnonzero(log_w == -np.inf)
+        if outside.size == 0:
+            return y, v, g, None
+        inside = np.flatnonzero(log_w > -np.inf)
+        idx = np.arange(n)
+        pick = jax.random.randint(key, (outside.size,), 0, inside.size)
+        idx[outside] = inside[np.asarray(pick)]
+        return y[idx], v[idx], g[idx], None
     u = (float(jax.random.uniform(key, ())) + np.arange(n)) / n
     idx = np.minimum(np.searchsorted(np.cumsum(w), u), n - 1)
     return y[idx], v[idx], g[idx], ess
@@ -344,6 +378,8 @@ class _Round(NamedTuple):
     rejected: int
     change: float
     stopped: bool
+    #: where the step collapsed: a proposal (``y``) where the model was NaN or +inf
+    trouble: np.ndarray | None = None
 
 
 def _kinetic_round(
@@ -362,6 +398,7 @@ def _kinetic_round(
     quiet, steps, undone, change = 0, 0, 0, math.inf
     # every particle starts the round at the last round's median step
     eps_v, e2_v = jnp.full((n,), eps, dt), jnp.full((n,), ENERGY_ERROR, dt)
+    trouble = None
     while used + steps < budget:
         # checks a time 2/γ apart (about the relaxation time of a whitened direction
         # of unit scale), and at least check_every steps
@@ -375,7 +412,7 @@ def _kinetic_round(
             # moments are recorded after each (info.trajectory)
             fine = r == 0 and steps < RECORD_EVERY_STEP
             piece = min(1 if fine else check_every, m - j)
-            y, p, v, g, eps_v, e2_v, bad = _kinetic_chunk(
+            y, p, v, g, eps_v, e2_v, bad, (found, at) = _kinetic_chunk(
                 jax.random.fold_in(k, steps),
                 y,
                 p,
@@ -390,6 +427,12 @@ def _kinetic_round(
             )
             eps = float(jnp.median(eps_v))
             steps, undone, j = steps + piece, undone + int(bad), j + piece
+            if bool(found):
+                trouble = np.asarray(at, np.float64)
+            # halved after every step that met the model's NaN or +inf: the region
+            # is not a question of the step (_model_trouble says what it is)
+            if trouble is not None and float(jnp.max(eps_v)) < COLLAPSED_STEP:
+                return _Round(y, eps, steps, undone, change, False, trouble)
             # a round that has not settled after ROUND_STEPS·2^r steps ends early when
             # the ensemble already says the coordinates are off (the next round runs
             # in better ones); tested after every piece, so a small ε (checks far
@@ -504,6 +547,8 @@ def kinetic_phase(
             record,
             (n, d, dense, noise),
         )
+        if rd.trouble is not None:
+            raise _model_trouble(logdensity_fn, to_x(lf, mean, rd.trouble), rd.eps)
         eps, used = rd.eps, used + rd.steps
         ynp = np.asarray(rd.y, np.float64)
         x = jnp.asarray(to_x(lf, mean, ynp), dt)
@@ -567,6 +612,32 @@ def kinetic_phase(
             "(fit_dtype)."
         )
     return KineticResult(x, m_mat, mean, eps, used, rounds, notes, trajectory)
+
+
+def _model_trouble(logdensity_fn, x: np.ndarray, eps: float) -> ValueError:
+    """The error of a kinetic phase whose step collapsed on a region where the log
+    density is NaN or ``+inf`` (or its gradient is not finite): what, where, and what
+    to do."""
+    name = getattr(logdensity_fn, "__name__", None) or repr(logdensity_fn)
+    point = jnp.asarray(x, jnp.result_type(float))
+    try:
+        value = float(logdensity_fn(point))
+    except Exception:  # a model that cannot be called eagerly: the phase saw it
+        value = math.nan
+    if math.isnan(value) or value == math.inf:
+        what = "is NaN at" if math.isnan(value) else "is +inf at"
+    else:
+        what = f"is {value:.6g}, with a gradient that is not finite, at"
+    shown = np.array2string(np.asarray(x), precision=6, threshold=12)
+    return ValueError(
+        f"langevin_warmup: the log density {name} {what} x = {shown} (a point the "
+        "kinetic phase proposed): a step into such a region halves the step size, "
+        f"and it has fallen to {eps:.3g}, so the warm-up cannot go on. The log density "
+        "must be finite wherever the target has mass, and -inf outside its support: "
+        "return -inf there (jnp.where(in_support, logp, -jnp.inf)), or sample an "
+        "unconstrained transform of the parameters (a positive one through its log, "
+        "an interval through a logit), as Stan and NumPyro do."
+    )
 
 
 def _warn_unsettled(last: dict, budget: int, n: int, d: int, eps: float) -> None:

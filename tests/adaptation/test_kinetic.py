@@ -238,7 +238,7 @@ def test_a_few_stiff_particles_shorten_their_own_steps_not_everyones():
     v, g = coordinates.values_y(y, fac, mu, **static)
     p = jax.random.normal(jax.random.key(1), (n, d))
     eps, e2 = jnp.full((n,), 0.5), jnp.full((n,), kinetic.ENERGY_ERROR)
-    y, _, _, _, eps, _, _ = kinetic._kinetic_chunk(
+    y, _, _, _, eps, _, _, _ = kinetic._kinetic_chunk(
         jax.random.key(2), y, p, v, g, eps, e2, fac, mu, 30, **static
     )
     eps, y = np.asarray(eps), np.asarray(y)
