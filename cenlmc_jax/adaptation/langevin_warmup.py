@@ -1195,7 +1195,12 @@ def _run_windows(
                 f"langevin_warmup: window {t} (steps {begin}..{begin + length - 1}) "
                 f"diverged {max_retries + 1} times, the last at h = {2 * h:.3g}: the "
                 "log density or its gradient is not finite where the chain goes; "
-                "check the model or the start."
+                "check the model or the start. A log density must be finite wherever "
+                "the target has mass; an unadjusted sampler (LMC, CEnLMC) also steps "
+                "out of a support bounded by -inf: sample an unconstrained transform "
+                "of the parameters (a positive one through its log, an interval "
+                "through a logit), or warm up the exact default (sampler='hmc'), "
+                "which rejects a step outside the support."
             )
         last = (start, snap, probe, h)
         state = out

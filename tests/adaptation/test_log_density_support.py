@@ -6,6 +6,7 @@ whole ensemble, down to 0.0, and the warm-up failed inside the adjusted phase
 ("step_size must be a finite number > 0; got 0.0", later a ZeroDivisionError), naming
 neither the model nor the region; a ``−inf`` outside the support (what the message now
 advises) failed the same way, and the Laplace draws outside the support never moved.
+The unadjusted warm-up (``sampler="lmc"``) said only "check the model or the start".
 """
 
 import math
@@ -77,3 +78,15 @@ def test_minus_inf_outside_the_support_warms_up_to_the_truncated_target():
     # the hand-over's particles, as independent draws: 5 standard errors
     assert abs(x[:, 0].mean() - mean) < 5 * sd / math.sqrt(n), x[:, 0].mean()
     assert abs(x[:, 1].mean()) < 5 / math.sqrt(n), x[:, 1].mean()
+
+
+@pytest.mark.parametrize("logdensity_fn", [nan_beyond_one, minus_inf_beyond_one])
+def test_the_unadjusted_warmup_says_what_to_do_with_such_a_region(logdensity_fn):
+    # LMC's windows diverge there (an unadjusted step also leaves a -inf support): the
+    # error said only "check the model or the start"
+    positions = jax.random.normal(jax.random.key(0), (256, 2))
+    with pytest.warns(UserWarning), pytest.raises(RuntimeError) as caught:
+        cj.langevin_warmup(jax.random.key(1), logdensity_fn, positions, sampler="lmc")
+    message = str(caught.value)
+    assert "not finite where the chain goes" in message, message
+    assert "unconstrained transform" in message and "sampler='hmc'" in message
