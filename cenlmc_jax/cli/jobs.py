@@ -1022,7 +1022,10 @@ def say_interrupted(args) -> None:
     elif out is not None and os.path.isfile(os.path.join(out, "run.json")):
         text = f"interrupted after the run finished; its outputs in {out} are written"
     elif out is not None and not os.path.isdir(out):
-        text = f"interrupted before the run started: nothing was written to {out}"
+        text = (
+            f"interrupted before the run started: nothing was written to {out}; "
+            "the same command starts it afresh"
+        )
     elif out is not None and set(os.listdir(out)) & UNFINISHED_OUTPUTS:
         text = (
             "interrupted while the outputs were written (no run.json yet): the run "

@@ -14,6 +14,9 @@ test that failed before its fix.
   the callback on its own thread, the main thread's handler waited for the end of
   the chunk (minutes for a 1,000-step chunk) ->
   test_ctrl_c_stops_a_host_callback_model_at_once_and_resume_runs
+* a Ctrl-C before the run started (in the warm-up, or a callback model's first values)
+  said that nothing was written, not how to go on ->
+  test_a_run_stopped_in_its_set_up_says_the_same_command_starts_it
 """
 
 import json
@@ -172,6 +175,21 @@ def test_a_run_stopped_while_writing_its_outputs_reruns(
     np.testing.assert_array_equal(
         np.load(folder / "draws.npz")["draws"], np.load(again / "draws.npz")["draws"]
     )
+
+
+def test_a_run_stopped_in_its_set_up_says_the_same_command_starts_it(
+    tmp_path, capsys, monkeypatch
+):
+    # a Ctrl-C in the warm-up or a host-callback model's first values: nothing written
+    folder = tmp_path / "run"
+    args = ["sample", *TINY, *QUICK, "--out", folder]
+    with monkeypatch.context() as m:
+        m.setattr(jobs, "setup", lambda args: (_ for _ in ()).throw(KeyboardInterrupt))
+        code, out, err = run_cli(args, capsys)
+    assert code == 130 and not folder.exists(), out + err
+    assert "nothing was written" in err and "the same command starts it" in err, err
+    code, out, err = run_cli(args, capsys)
+    assert code == 0, out + err
 
 
 #: A host-callback model whose values take ``SLOW_S`` seconds an evaluation while the
