@@ -217,7 +217,7 @@ def logdensity_fn(x):
 SLOW_S = 0.2
 
 
-def test_ctrl_c_stops_a_host_callback_model_at_once_and_resume_runs(tmp_path):
+def test_ctrl_c_stops_a_host_callback_model_at_once_and_resume_runs(tmp_path, capsys):
     model = tmp_path / "black_box.py"
     model.write_text(CALLBACK_MODEL.format(here=str(tmp_path), slow_s=SLOW_S))
     (tmp_path / "slow").touch()
@@ -240,10 +240,11 @@ def test_ctrl_c_stops_a_host_callback_model_at_once_and_resume_runs(tmp_path):
     _one_interrupted_line(proc.returncode, err)
     assert time.monotonic() - t0 < STOP_S, time.monotonic() - t0
     (tmp_path / "slow").unlink()
-    resumed = _child(["sample", "--resume", "--out", folder, "--model",
-                      f"{model}:logdensity_fn"])  # fmt: skip
-    out, err = resumed.communicate(timeout=300)
-    assert resumed.returncode == 0, (out, err)
+    code, out, err = run_cli(
+        ["sample", "--resume", "--out", folder, "--model", f"{model}:logdensity_fn"],
+        capsys,
+    )
+    assert code == 0, out + err
     assert json.loads((folder / "run.json").read_text())["steps_done"] == 200
 
 
