@@ -1109,7 +1109,7 @@ def run_job(args, setup: Setup) -> Run:
                     burn_in=burn_in,
                     thin=args.thin,
                     mode="trace" if args.trace else "stream",
-                    progress=args.progress,
+                    progress=getattr(args, "progress_bar", False),
                     on_divergence="stop",
                     checkpoint_path=args.checkpoint,
                     chunk_size=chunk,

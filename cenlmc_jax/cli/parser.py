@@ -342,8 +342,9 @@ def _add_output(p: argparse.ArgumentParser) -> None:
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="progress bar, and the warm-up's phases as they end (default: on when "
-        "stderr is a terminal and tqdm is installed)",
+        help="the warm-up's phases as they end and the run's checks, on stderr, and "
+        "a progress bar where tqdm is installed (default: on when stderr is a "
+        "terminal)",
     )
     g.add_argument(
         "--compile-cache",
@@ -837,9 +838,10 @@ def check_args(args) -> None:
     _check_output_file(args)
     for key, value in effective_config(args).items():
         toml_value(value, key)  # config.toml can hold it
+    # the warm-up's phases and cj.sample_until's checks are plain lines on stderr;
+    # only the sampling bar needs tqdm (a new user's fresh install has none: the
+    # lines still show that a long warm-up is working, issue 48)
+    have_tqdm = importlib.util.find_spec("tqdm") is not None
     if args.progress is None:
-        args.progress = (
-            sys.stderr.isatty() and importlib.util.find_spec("tqdm") is not None
-        )
-    elif args.progress and importlib.util.find_spec("tqdm") is None:
-        raise UsageError('--progress needs tqdm: pip install "cenlmc_jax[progress]"')
+        args.progress = sys.stderr.isatty()
+    args.progress_bar = bool(args.progress) and have_tqdm
