@@ -1222,8 +1222,9 @@ def step_halving_check(args, setup: Setup, res: RunResult) -> tuple:
     h = setup.job.parameters.get("step_size")
     if h is None or online.moments_and_se(res, res.thin) is None:
         return None, (
-            "no online R-hat/ESS to give its standard errors (a streamed run resumed "
-            "after its burn-in, or fewer than 4 kept draws)"
+            "no online R-hat/ESS to give its standard errors (fewer than 4 kept "
+            "draws a chain, or a run resumed from an older checkpoint that did not "
+            "keep them)"
         )
     key = setup.keys[3]
     try:
