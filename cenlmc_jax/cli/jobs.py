@@ -1223,8 +1223,7 @@ def step_halving_check(args, setup: Setup, res: RunResult) -> tuple:
     if h is None or online.moments_and_se(res, res.thin) is None:
         return None, (
             "no online R-hat/ESS to give its standard errors (fewer than 4 kept "
-            "draws a chain, or a run resumed from an older checkpoint that did not "
-            "keep them)"
+            "draws a chain)"
         )
     key = setup.keys[3]
     try:
