@@ -309,7 +309,7 @@ MUTATIONS = [
     dict(
         name="verdict_ignores_the_run_flags",
         file=VERDICT,
-        original="    out += flag_problems(args, res)\n",
+        original="    out += flag_problems(args, res, notes)\n",
         replacement="    pass  # mutation: the infos' run_flags not read\n",
         tests=[
             T_FLAGS
@@ -468,14 +468,14 @@ MUTATIONS = [
     ),
     dict(
         name="stuck_particles_never_seen",
-        file="cenlmc_jax/adaptation/kinetic.py",
-        original="    stuck = a < STUCK_ACCEPTANCE\n",
-        replacement="    stuck = a < 0.0\n",
+        file="cenlmc_jax/adaptation/adjusted.py",
+        original="    stuck = (a < STUCK_ACCEPTANCE) | (div > 0)\n",
+        replacement="    stuck = (a < 0.0) & (div < 0)\n",
         tests=[
             "tests/adaptation/test_kinetic.py::"
             "test_stuck_particles_keep_their_place_and_get_a_shorter_step"
         ],
-        what="particles stuck at the warm-up's MALA step get no shorter step",
+        what="particles stuck at the warm-up's HMC step get no shorter step",
     ),
     dict(
         name="cpu_threads_threshold_off_by_one",
