@@ -541,7 +541,7 @@ def effective_config(args) -> dict:
     """The settings of a run, by flag name (a checkpoint at the default place of
     ``--out`` left out).
     """
-    skip = NOT_IN_CONFIG | {"progress", "compile_cache", "cpu_threads"}
+    skip = NOT_IN_CONFIG | {"progress", "progress_bar", "compile_cache", "cpu_threads"}
     config = {
         k.replace("_", "-"): v
         for k, v in sorted(vars(args).items())
