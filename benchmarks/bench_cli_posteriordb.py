@@ -1,4 +1,4 @@
-"""``cenlmc-jax sample --sampler mala | lmc | cenlmc`` on raw-scale posteriordb models,
+"""``cenlmc-jax sample --sampler hmc | mala | lmc | cenlmc`` on raw-scale posteriordb models,
 as a user runs it (issue 18; ``mala``, the exact default with ``--model``: issue 29).
 
 For kidiq, garch11 and earnings, the model files
@@ -210,7 +210,7 @@ def main():
         "--samplers",
         nargs="*",
         default=["mala", "lmc", "cenlmc"],
-        choices=["mala", "lmc", "cenlmc"],
+        choices=["hmc", "mala", "lmc", "cenlmc"],
     )
     args = parser.parse_args()
     rows = []
