@@ -1,5 +1,6 @@
-"""``cenlmc-jax sample --sampler hmc | mala | lmc | cenlmc`` on raw-scale posteriordb models,
-as a user runs it (issue 18; ``mala``, the exact default with ``--model``: issue 29).
+"""``cenlmc-jax sample --sampler hmc | mala | lmc | cenlmc`` on raw-scale posteriordb
+models, as a user runs it (issue 18; ``mala`` the exact default with ``--model`` in
+issue 29, ``hmc`` since issue 46).
 
 For kidiq, garch11 and earnings, the model files
 ``examples/posteriordb/{kidiq,garch11,earnings}.py`` (written
