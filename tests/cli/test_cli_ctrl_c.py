@@ -25,14 +25,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from cli_helpers import run_cli
+from cli_helpers import run_cli, start_cli
 
 from cenlmc_jax.cli import jobs
 
@@ -40,28 +39,6 @@ TINY = ["--sampler", "lmc", "--particles", "50", "--steps", "20", "--burn-in", "
 QUICK = ["--allow-unreliable", "--no-bias-check"]
 #: A Ctrl-C must end the command this soon (a loaded 2-core machine included).
 STOP_S = 10
-
-
-def _child(args):
-    # SIGINT's handler as a terminal gives it: a test run launched in the background
-    # inherits SIGINT ignored, and Python keeps it ignored in the child
-    code = textwrap.dedent(
-        f"""
-        import signal, sys
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        from cenlmc_jax._console import main
-        sys.argv = ["cenlmc-jax"] + {list(map(str, args))!r}
-        sys.exit(main())
-        """
-    )
-    env = dict(os.environ, PYTHONUNBUFFERED="1", JAX_PLATFORMS="cpu")
-    return subprocess.Popen(
-        [sys.executable, "-c", code],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
 
 
 def _one_interrupted_line(code, err):
@@ -122,7 +99,7 @@ def test_ctrl_c_again_while_the_command_stops_is_one_line_and_exit_130(tmp_path)
 def test_a_burst_of_ctrl_cs_is_one_line_and_exit_130(tmp_path):
     # the default job (CEnLMC, 2,000 particles) for many steps: the signals come while
     # it runs, and go on while the command stops (Ctrl-C twice 50 ms apart, and more)
-    proc = _child(["sample", "--steps", "100000", "--out", tmp_path / "run"])
+    proc = start_cli(["sample", "--steps", "100000", "--out", tmp_path / "run"])
     header = proc.stdout.readline()  # printed just before the run starts
     assert header.startswith("cenlmc-jax: "), (header, proc.communicate())
     for _ in range(60):
@@ -226,7 +203,7 @@ def test_ctrl_c_stops_a_host_callback_model_at_once_and_resume_runs(tmp_path, ca
             "rwmh", "--particles", "16", "--steps", "200", "--burn-in", "0",
             "--checkpoint-every", "100", "--allow-unreliable", "--no-bias-check",
             "--out", folder]  # fmt: skip
-    proc = _child(args)
+    proc = start_cli(args)
     deadline = time.monotonic() + 300  # JAX's import on a loaded machine
     started = tmp_path / "started"
     while not started.exists() and proc.poll() is None and time.monotonic() < deadline:

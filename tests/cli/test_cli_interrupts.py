@@ -14,44 +14,17 @@ its fix.
 """
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import textwrap
 import time
 
 import numpy as np
-from cli_helpers import run_cli
+from cli_helpers import run_cli, start_cli
 
 #: How long the slow model's import would run on its own: far beyond the test's wait
 #: for exit 130 (TIMEOUT_S), so a prompt exit can only come from the Ctrl-C.
 SLOW_IMPORT_S = 300
 TIMEOUT_S = 60
-
-
-def _child(args, extra_code=""):
-    # SIGINT as a terminal gives it (Python's KeyboardInterrupt handler): a test run
-    # launched in the background by a non-interactive shell inherits SIGINT ignored,
-    # and Python then keeps it ignored in the child
-    code = textwrap.dedent(
-        f"""
-        import signal, sys
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        {extra_code}
-        from cenlmc_jax._console import main
-        sys.argv = ["cenlmc-jax"] + {list(map(str, args))!r}
-        sys.exit(main())
-        """
-    )
-    env = dict(os.environ, PYTHONUNBUFFERED="1", JAX_PLATFORMS="cpu")
-    return subprocess.Popen(
-        [sys.executable, "-c", code],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
 
 
 def test_ctrl_c_during_a_slow_model_import_stops_it_at_once(tmp_path):
@@ -71,7 +44,7 @@ def test_ctrl_c_during_a_slow_model_import_stops_it_at_once(tmp_path):
             """
         )
     )
-    proc = _child(["sample", "--model", f"{model}:logdensity_fn", "--dim", "2"])
+    proc = start_cli(["sample", "--model", f"{model}:logdensity_fn", "--dim", "2"])
     deadline = time.time() + TIMEOUT_S * 5  # JAX's import on a loaded 2-core machine
     while not marker.exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.1)
@@ -97,7 +70,7 @@ def test_ctrl_c_while_the_command_starts_is_exit_130_without_a_traceback():
         sys.meta_path.insert(0, _CtrlC())
         """
     )
-    proc = _child(["sample"], extra_code=hook.replace("\n", "\n        "))
+    proc = start_cli(["sample"], extra_code=hook.replace("\n", "\n        "))
     out, err = proc.communicate(timeout=TIMEOUT_S * 5)
     assert proc.returncode == 130, (proc.returncode, out, err)
     assert "Traceback" not in err and "interrupted while starting" in err, err
@@ -174,7 +147,7 @@ def test_the_command_skips_pythons_shutdown_and_still_writes_everything(tmp_path
     # entries are all there.
     marker, out, cache = (tmp_path / n for n in ("hook", "out", "cache"))
     args = ["sample", *SMALL_RUN, "--out", out, "--compile-cache", cache]
-    proc = _child(args, extra_code=_hooked(marker))
+    proc = start_cli(args, extra_code=_hooked(marker))
     stdout, err = proc.communicate(timeout=TIMEOUT_S * 5)
     assert proc.returncode == 0, (proc.returncode, stdout, err)
     assert not marker.exists(), "Python's shutdown ran"
@@ -206,7 +179,7 @@ def test_a_models_own_buffered_file_and_atexit_hook_survive_the_command(tmp_path
         )
     )
     args = ["sample", "--model", f"{model}:logdensity_fn", "--dim", "2", *SMALL_RUN]
-    proc = _child(args)
+    proc = start_cli(args)
     stdout, err = proc.communicate(timeout=TIMEOUT_S * 5)
     assert proc.returncode == 0, (proc.returncode, stdout, err)
     assert log.read_text() == "opened\n" and marker.read_text() == "ran", err
@@ -219,7 +192,7 @@ def test_a_reader_that_ends_first_stops_neither_the_run_nor_its_files(tmp_path):
     # after the report).
     out = tmp_path / "out"
     args = ["sample", *SMALL_RUN, "--out", out]
-    proc = _child(args)
+    proc = start_cli(args)
     first = proc.stdout.readline()
     proc.stdout.close()  # as `head -1` does, long before the run ends
     proc.wait(timeout=TIMEOUT_S * 5)
