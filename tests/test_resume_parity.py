@@ -51,9 +51,10 @@ def _run(path=None, **kw):
     return res, sorted(str(w.message) for w in caught)
 
 
-def _interrupted(path, monkeypatch, saves=2):
-    """The run of :func:`_run` killed after ``saves`` checkpoints (the burn-in's, then
-    one sampling chunk's)."""
+def _interrupted(path, monkeypatch, saves=2, run=None):
+    """The run of ``run`` (default :func:`_run`) killed after ``saves`` checkpoints
+    (the burn-in's, then one sampling chunk's); the steps saved."""
+    run = _run if run is None else run
     real = checkpoint.save
     done = []
 
@@ -66,7 +67,7 @@ def _interrupted(path, monkeypatch, saves=2):
     with monkeypatch.context() as m:
         m.setattr(checkpoint, "save", save)
         with pytest.raises(KeyboardInterrupt):
-            _run(path)
+            run(path)
     return done
 
 
@@ -153,18 +154,7 @@ def test_a_resumed_run_reports_the_flags_of_the_chunks_before_the_cut(
     assert len(whole) == 2 and whole[1] == "clipped at step 3", whole
     assert "8 of 8 chains or particles did not move in steps 0..9" in whole[0]
     path = str(tmp_path / "walk.ckpt")
-    real, done = checkpoint.save, []
-
-    def save(p, **payload):
-        if len(done) == 2:
-            raise KeyboardInterrupt
-        done.append(payload["step"])
-        real(p, **payload)
-
-    with monkeypatch.context() as m:
-        m.setattr(checkpoint, "save", save)
-        with pytest.raises(KeyboardInterrupt):
-            run(path)
+    _interrupted(path, monkeypatch, saves=2, run=run)
     assert run(path) == whole
 
 
