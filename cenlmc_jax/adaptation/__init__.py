@@ -3,9 +3,12 @@
 * :mod:`~cenlmc_jax.adaptation.langevin_warmup`: :func:`langevin_warmup`, the
   ensemble warm-up (mode and Laplace start, metric, step size); by default it hands
   over exact HMC, or MALA, LMC / CEnLMC by name;
-* :mod:`~cenlmc_jax.adaptation.kinetic`: the first phase of its exact default (a
+* :mod:`~cenlmc_jax.adaptation.start`: its start phase (the Laplace approximation at
+  the mode, or the given positions where it does not describe the bulk; starts
+  whose log density is not finite redrawn, as Stan does);
+* :mod:`~cenlmc_jax.adaptation.kinetic`: the next phase of its exact default (a
   generalised-HMC phase steered and stopped by the ensemble);
-* :mod:`~cenlmc_jax.adaptation.adjusted`: the second (HMC's step and trajectory
+* :mod:`~cenlmc_jax.adaptation.adjusted`: the last (HMC's step and trajectory
   length, or MALA's step, tuned on the ensemble, with a shorter step for the
   particles in stiff regions);
 * :mod:`~cenlmc_jax.adaptation.coordinates`: the whitened coordinates both use;

@@ -21,32 +21,13 @@ over:
   curvature) and ``μ = min(1, c̄)``: in ``y`` the covariance is about ``I``, the
   Gaussian proxy ``N(y*, I/μ)`` of the suggestion with ``μ = 1``.
 
-Start (``start="laplace"``, the default). A far-out start is where the curvature
-rule fails first: on kidiq from ``Uniform(-2, 2)`` draws, ``log σ ≈ -2`` makes the
-curvature orders of magnitude larger than at the mode, ``h`` as many smaller, and
-no window moves. So the warm-up first finds the mode from the best particle and
-``MODE_STARTS − 1`` dispersed ones (Newton's method side by side for ``d <=``
-:data:`NEWTON_MAX_D`, or :data:`LAPLACE_MAX_D` where the Hessian is taken by
-differences, :mod:`cenlmc_jax.adaptation.newton`; L-BFGS,
-:func:`cenlmc_jax.ensemble.tuning.find_f_star`, above it or where Newton fails), takes
-the Hessian there (``jax.jacfwd`` of the gradient: ``d`` Hessian-vector products in
-one pass, or, for a log density that is a large program such as a Python loop
-unrolled, central differences of the gradient, which compile faster:
-:func:`cenlmc_jax.adaptation.newton.hessian_method`; Newton's method ends with it)
-and starts from its
-Laplace approximation: ``M₀ = H⁻¹`` (eigenvalues of ``H`` taken in absolute value
-and floored at ``10⁻¹⁰ λ_max``, so ``M₀`` is SPD even off a strict maximum; for a
-diagonal ``M`` its diagonal) and the ``N`` particles drawn from ``N(mode, M₀)``.
-The Laplace start is refused where its "mode" is a spike that says nothing of the
-bulk (a centred funnel's neck): ``H``'s condition number above
-:data:`LAPLACE_MAX_CONDITION` and the given positions' log densities
-:data:`LAPLACE_MAX_MISMATCH` times higher than its quadratic says
-(:func:`_laplace_mismatch`). Then, when both searches fail, or ``d > LAPLACE_MAX_D``,
-the warm-up starts from ``positions`` with ``M₀`` their variances (diagonal), and the
-reasoning says why. ``start="positions"`` always starts there, with ``M₀ = I`` (e.g.
-to keep a multimodal spread); the windows then have to find the scale from the
-ensemble alone, which works from a start whose curvature is not far above the
-posterior's.
+Start (``start="laplace"``, the default): the Laplace approximation at the mode, or
+the given positions where it does not describe the posterior's bulk
+(:mod:`cenlmc_jax.adaptation.start`, whose module docstring says when and why). The
+LMC windows below then start in the coordinates ``y`` it gives (``M₀ = H⁻¹``, or the
+positions' variances); from ``start="positions"`` (``M₀ = I``) the windows have to find
+the scale from the ensemble alone, which works from a start whose curvature is not far
+above the posterior's.
 
 Schedule (Stan's windows, :func:`cenlmc_jax.adaptation.mass_matrix.build_schedule`):
 an initial buffer, slow windows that double in length, a final buffer. Every step
@@ -113,7 +94,6 @@ from __future__ import annotations
 
 import math
 import sys
-import warnings
 from collections.abc import Callable
 from functools import partial
 from typing import Any, NamedTuple
@@ -139,11 +119,15 @@ from cenlmc_jax.adaptation.mass_matrix import (
     welford_init,
     welford_update,
 )
-from cenlmc_jax.adaptation.newton import hessian_at, hessian_method, newton_modes
+from cenlmc_jax.adaptation.start import (
+    LAPLACE_MAX_D,
+    _condition,
+    _valid_starts,
+    choose_start,
+)
 from cenlmc_jax.adaptation.step_size import langevin_step_size, max_curvature
 from cenlmc_jax.base import SamplingAlgorithm
 from cenlmc_jax.diagnostics import nested
-from cenlmc_jax.diagnostics.convergence import ConvergenceWarning
 from cenlmc_jax.ensemble.cenlmc import cenlmc
 from cenlmc_jax.ensemble.f_star import with_gradient
 from cenlmc_jax.ensemble.lmc import lmc, lmc_init, lmc_move, mass_root
@@ -160,7 +144,7 @@ from cenlmc_jax.gradients.modes import check_grad_mode
 from cenlmc_jax.irreversible.hmc import hmc
 from cenlmc_jax.irreversible.mala import mala
 from cenlmc_jax.run import vmap_chains
-from cenlmc_jax.types import Array, LogDensityFn, PRNGKey
+from cenlmc_jax.types import LogDensityFn, PRNGKey
 
 __all__ = [
     "LangevinWarmup",
@@ -181,32 +165,6 @@ DENSE_MAX_D = 50
 #: gradient at these sizes, and a diagonal ``M`` leaves a rotated badly scaled
 #: posterior badly scaled (issue 29's 100-d Gaussian of condition 10⁴).
 DENSE_MAX_D_EXACT = 200
-#: ``start="laplace"`` takes the Hessian (``d`` HVPs, a ``(d, d)`` array) up to this
-#: dimension.
-LAPLACE_MAX_D = 1000
-#: An L-BFGS that stopped above its gradient tolerance is still taken as the mode when
-#: ``H`` is positive definite and the Newton step to the mode is this small in ``H``'s
-#: metric: ``gᵀH⁻¹g <= 0.01`` (the mode within 0.1 posterior sd of the point). In
-#: float32 the tolerance ``sqrt(eps)`` on ``|∇f|`` can be below the rounding of a
-#: gradient of a large ``f`` (earnings on the raw scale, whose ``f`` at the mode is
-#: large).
-NEWTON_DECREMENT_MAX = 0.01
-#: The Laplace start finds the mode by Newton's method up to this dimension (a
-#: ``(d, d)`` Hessian and its eigendecomposition per iteration), by L-BFGS above it
-#: and where Newton's method fails.
-NEWTON_MAX_D = 200
-#: Newton iterations of the mode search at most.
-NEWTON_MAX_STEPS = 50
-#: The first, loose L-BFGS of the Laplace start stops at ``|∇f| <=`` this (then a
-#: Newton step; the default tolerance only where the Newton decrement is too large).
-LBFGS_LOOSE_TOL = 1e-3
-#: The mode search starts L-BFGS from this many dispersed particles.
-MODE_STARTS = 4
-#: Iterations of each extra start's probe (the main search runs to convergence).
-MODE_PROBE_STEPS = 30
-#: Two L-BFGS results are separate modes when they are more than this many posterior
-#: sds apart in the best mode's Hessian metric.
-MODE_SEPARATION = 3.0
 
 
 class LangevinWarmupInfo(NamedTuple):
@@ -370,14 +328,6 @@ def _curvature_runner(logdensity_fn, grad_fn, grad_mode, iters):
     )
 
 
-def _hessian(mode, logdensity_fn, grad_fn, grad_mode):
-    """``∇²log π`` at ``mode`` (:func:`cenlmc_jax.adaptation.newton.hessian_at`:
-    ``jax.jacfwd`` of the gradient, ``d`` HVPs, or central differences of the gradient
-    for a large program).
-    """
-    return hessian_at(logdensity_fn, mode, grad_fn=grad_fn, grad_mode=grad_mode)[0]
-
-
 class _Curvature(NamedTuple):
     """The whitened curvature at the curvature points: ``mean`` (sets ``h`` for the
     bias), ``max`` (stability).
@@ -421,353 +371,6 @@ def _step(c: _Curvature, bias: float) -> float:
     return min(langevin_step_size(c.mean, bias=bias), 1.0 / c.max)
 
 
-def _laplace(key, logdensity_fn, grad_fn, grad_mode, x, dense, notes):
-    """``(positions, M₀, mean, lbfgs_steps, hvps, f*)`` of the Laplace start, or None
-    (reasoning in ``notes``).
-    """
-    n, d = x.shape
-    if d > LAPLACE_MAX_D:
-        notes.append(
-            f"start: the given positions (d = {d} > LAPLACE_MAX_D = {LAPLACE_MAX_D}: "
-            "no Hessian)."
-        )
-        return None
-    grad = gradient_fn(logdensity_fn, grad_fn, grad_mode)
-
-    def at(res):
-        mode = res.position
-        # Newton's method ends with the derivatives at its point; L-BFGS takes a pass
-        given = getattr(res, "hessian", None)
-        hess = -np.asarray(
-            _hessian(mode, logdensity_fn, grad_fn, grad_mode)
-            if given is None
-            else given,
-            np.float64,
-        )
-        lam, vec = np.linalg.eigh(0.5 * (hess + hess.T))
-        g = np.asarray(grad(mode) if given is None else res.grad, np.float64)
-        if not np.all(np.isfinite(lam)) or np.max(np.abs(lam)) == 0:
-            return mode, lam, vec, g, math.inf
-        floor = np.maximum(np.abs(lam), 1e-10 * np.max(np.abs(lam)))
-        return mode, lam, vec, g, float(np.sum((vec.T @ g) ** 2 / floor))
-
-    # a loose L-BFGS first (|∇f| <= LBFGS_LOOSE_TOL): the Laplace start needs the mode
-    # only to a Newton decrement of NEWTON_DECREMENT_MAX, and the Newton step below
-    # takes it the rest of the way; on a rotated Gaussian of condition 10⁴ (d = 100)
-    # the default tolerance cost 500 iterations. The tight search runs only when the
-    # loose point fails that test.
-    found, steps, how = _newton_search(logdensity_fn, grad_fn, grad_mode, x)
-    if not found:
-        found, more = _mode_search(logdensity_fn, x)
-        steps, how = steps + more, "L-BFGS"
-    res = found[0]
-    # steps: the mode search's sequential passes, and each Hessian pass of at()
-    steps += getattr(res, "hessian", None) is None
-    mode, lam, vec, g, newton = at(res)
-    if len(found) > 1 and np.all(np.isfinite(lam)):
-        _report_modes(found, lam, vec, notes)
-    if not (np.all(lam > 0) and newton <= NEWTON_DECREMENT_MAX):
-        res = find_f_star(logdensity_fn, jnp.asarray(mode)[None])
-        steps += int(res.num_steps) + 1
-        mode, lam, vec, g, newton = at(res)
-    else:
-        # one Newton step to the mode: exact for a Gaussian, no gradient needed
-        mode = jnp.asarray(
-            np.asarray(mode, np.float64) + (vec / lam) @ (vec.T @ g), x.dtype
-        )
-    if not np.all(np.isfinite(lam)) or np.max(np.abs(lam)) == 0:
-        notes.append(
-            "start: the given positions (the Hessian at the L-BFGS point is not "
-            f"finite or zero; {steps} L-BFGS iterations)."
-        )
-        return None
-    if not bool(res.converged) and not (
-        np.all(lam > 0) and newton <= NEWTON_DECREMENT_MAX
-    ):
-        notes.append(
-            "start: the given positions (L-BFGS from the best particle did not "
-            f"converge in {steps} iterations: |∇f| = {float(res.grad_norm):.3g}, "
-            f"Newton decrement gᵀH⁻¹g = {newton:.3g})."
-        )
-        return None
-    clipped = int(np.sum(lam <= 0))
-    lam = np.maximum(np.abs(lam), 1e-10 * np.max(np.abs(lam)))
-    cov = (vec / lam) @ vec.T
-    found = (
-        f"the mode found by {how} ({steps} sequential gradients, f* = "
-        f"{float(res.f_star):.6g}, Newton decrement {newton:.2g}; the Hessian by "
-        + (
-            "autodiff)"
-            if hessian_method(logdensity_fn, x[0]) == "autodiff"
-            else "central differences of the gradient: the log density is a large "
-            "program, whose second derivatives XLA compiles slowly)"
-        )
-    )
-    cond = float(np.max(lam) / np.min(lam))
-    mismatch = _laplace_mismatch(logdensity_fn, x, mode, lam, vec, res.f_star)
-    if cond > LAPLACE_MAX_CONDITION and mismatch > LAPLACE_MAX_MISMATCH:
-        notes.append(
-            f"start: the given positions, not the Laplace approximation at {found}: "
-            f"it is a spike, not the posterior's bulk (a funnel's neck): H's condition "
-            f"number {cond:.3g} > {LAPLACE_MAX_CONDITION:g}, and the given positions "
-            f"lie {mismatch:.3g}x farther below the mode in H's metric than their log "
-            f"densities say (the median over the particles of ½(x − mode)ᵀH(x − mode) "
-            f"/ (f(x) − f*), > {LAPLACE_MAX_MISMATCH:g}); a metric from H would not "
-            "let the chains leave it."
-        )
-        return None
-    m0 = cov if dense else np.diag(cov).copy()
-    xi = jax.random.normal(key, x.shape, x.dtype)
-    root = jnp.asarray(mass_root(m0), x.dtype)
-    positions = jnp.asarray(mode, x.dtype) + (xi @ root.T if dense else xi * root)
-    notes.append(
-        f"start: Laplace at {found}; condition number of H⁻¹ {_condition(cov):.3g}"
-        + (
-            f"; {clipped} non-positive Hessian eigenvalues taken in absolute value"
-            if clipped
-            else ""
-        )
-        + f"; the given positions' log densities fit it within {mismatch:.3g}x "
-        "(the median over the particles of ½(x − mode)ᵀH(x − mode) / (f(x) − f*))."
-    )
-    return positions, m0, np.asarray(mode, np.float64), steps, d, float(res.f_star)
-
-
-#: The Laplace start is refused (:func:`_laplace`) where ``H``'s condition number is
-#: above this and :func:`_laplace_mismatch` above :data:`LAPLACE_MAX_MISMATCH`.
-#: Alone the condition number is no sign: earnings on the raw scale has 10¹⁰ and a
-#: good Laplace start.
-LAPLACE_MAX_CONDITION = 1e8
-#: See :data:`LAPLACE_MAX_CONDITION`. Measured (Uniform(-2, 2) starts): 0.009-73 on
-#: the posteriordb models of cenlmc_jax.models.posteriordb (diamonds the largest),
-#: 7.6·10⁶ and 2·10¹⁶ on centred funnels of d = 5 and 10, whose "mode" is the neck.
-LAPLACE_MAX_MISMATCH = 1e4
-
-
-def _laplace_mismatch(logdensity_fn, x, mode, lam, vec, f_star) -> float:
-    """How much narrower the Laplace approximation ``N(mode, H⁻¹)`` is than the given
-    positions' log densities say: the median over the particles of
-    ``½(x − mode)ᵀH(x − mode) / max(f(x) − f*, d/2)`` (``H = V diag(λ) Vᵀ``, ``λ``
-    floored). About 1 for a Gaussian, larger where the tails are lighter than the
-    quadratic (a logistic regression's linear tails: tens), astronomically large at a
-    spike whose curvature says nothing of the bulk: a centred funnel's neck, where a
-    particle at ``v = 0`` is ``10¹⁷`` Laplace units but 100 nats below the "mode".
-    """
-    d = x.shape[1]
-    values = np.asarray(_start_values(logdensity_fn, x), np.float64)
-    r = (np.asarray(x, np.float64) - np.asarray(mode, np.float64)) @ vec
-    quad = 0.5 * np.sum(lam * r**2, 1)
-    drop = np.maximum(-values - float(f_star), 0.5 * d)
-    ratio = quad / drop
-    ratio = ratio[np.isfinite(ratio)]
-    return float(np.median(ratio)) if ratio.size else math.inf
-
-
-def _ensemble_metric(x, dense: bool) -> np.ndarray:
-    """``M₀`` from the given positions where the Laplace start is not used: their
-    variances (a diagonal ``M``), regularised as Stan regularises its windows'
-    (``n/(n + 5) S + 10⁻³ · 5/(n + 5)``); ``I`` where they are not finite.
-    """
-    n = x.shape[0]
-    var = np.var(np.asarray(x, np.float64), 0)
-    var = n / (n + 5.0) * var + 1e-3 * 5.0 / (n + 5.0)
-    if not np.all(np.isfinite(var)):
-        var = np.ones(x.shape[1])
-    return np.diag(var) if dense else var
-
-
-def _dispersed(x: np.ndarray, values: np.ndarray, k: int) -> list:
-    """``k`` particle indices to start the mode search from: the best one, then
-    farthest-point sampling (in coordinates scaled by the ensemble's sd) over all
-    particles, so the starts cover the ensemble's spread, not one basin (the better
-    half of the particles may all lie in a local mode's basin).
-    """
-    pool = np.argsort(-values)
-    z = x[pool] / np.maximum(x.std(0), 1e-300)
-    chosen = [0]
-    dist = np.sum((z - z[0]) ** 2, 1)
-    while len(chosen) < min(k, len(pool)):
-        i = int(np.argmax(dist))
-        if dist[i] == 0:
-            break
-        chosen.append(i)
-        dist = np.minimum(dist, np.sum((z - z[i]) ** 2, 1))
-    return [int(pool[i]) for i in chosen]
-
-
-def _rounded(x) -> list:
-    return np.round(np.asarray(x, np.float64), 3).tolist()
-
-
-class _Mode(NamedTuple):
-    """A converged start of :func:`_newton_search` (the fields :func:`_laplace` and
-    :func:`_report_modes` read, as in ``FStarResult``).
-    """
-
-    f_star: float
-    position: Array
-    grad: Array
-    hessian: Array
-    converged: bool = True
-
-
-def _newton_search(logdensity_fn, grad_fn, grad_mode, x):
-    """``(modes, sequential gradients, "Newton's method")``: Newton's method
-    (:mod:`cenlmc_jax.adaptation.newton`) from the best particle and
-    :data:`MODE_STARTS` − 1 dispersed ones, side by side; the converged ends, best
-    first (empty: none converged, or ``d >`` :data:`NEWTON_MAX_D` with an autodiff
-    Hessian; the caller falls back to L-BFGS). A model whose Hessian is taken by
-    differences of the gradient (a large program, issue 48) keeps Newton's method up
-    to :data:`LAPLACE_MAX_D`: its programs are the gradient's, batched, where L-BFGS
-    would compile the model into two more (the main search's and the probes'
-    ``max_steps``).
-    """
-    d = x.shape[1]
-    if d > NEWTON_MAX_D and hessian_method(logdensity_fn, x[0]) == "autodiff":
-        return [], 0, ""
-    xs = np.asarray(x, np.float64)
-    # the compiled program _valid_starts ran (no op-by-op trace of the model)
-    values = np.asarray(_start_values(logdensity_fn, x), np.float64)
-    values = np.where(np.isfinite(values), values, -np.inf)
-    starts = _dispersed(xs, values, MODE_STARTS)
-    r = newton_modes(
-        logdensity_fn,
-        x[np.asarray(starts)],
-        tol=NEWTON_DECREMENT_MAX,
-        grad_fn=grad_fn,
-        grad_mode=grad_mode,
-        max_steps=NEWTON_MAX_STEPS,
-        probe_steps=MODE_PROBE_STEPS,
-    )
-    found = [
-        _Mode(float(r.f_star[i]), r.position[i], r.grad[i], r.hessian[i])
-        for i in range(len(starts))
-        if bool(r.converged[i])
-    ]
-    found.sort(key=lambda m: m.f_star)
-    # a probe's mode that is better than the main one's is kept; the main search's
-    # failure alone sends the start to L-BFGS (a funnel's neck has no mode)
-    if not bool(r.converged[0]):
-        found = []
-    return found, int(r.num_steps), "Newton's method"
-
-
-def _mode_search(logdensity_fn, x):
-    """``(results, L-BFGS iterations)``: loose L-BFGS (``|∇f| <= LBFGS_LOOSE_TOL``)
-    from the best particle, and probes of at most :data:`MODE_PROBE_STEPS` iterations
-    from :data:`MODE_STARTS` − 1 more dispersed particles (:func:`_dispersed`); a
-    probe that ends lower than the main search is followed to its mode. The
-    converged results, best first: the best is the Laplace start's mode, and
-    :func:`_report_modes` names separate ones (issue 28: all chains started in a
-    local mode and agreed there, R-hat 1.04). The searches run one after another;
-    their iterations are summed.
-    """
-    xs = np.asarray(x, np.float64)
-    # the compiled program _valid_starts ran (no op-by-op trace of the model)
-    values = np.asarray(_start_values(logdensity_fn, x), np.float64)
-    values = np.where(np.isfinite(values), values, -np.inf)
-    starts = _dispersed(xs, values, MODE_STARTS)
-    main = find_f_star(logdensity_fn, x[starts[0]][None], tol=LBFGS_LOOSE_TOL)
-    steps, found = int(main.num_steps), []
-    for i in starts[1:]:
-        # a probe: a few iterations, enough to fall into a well-scaled basin; one
-        # that ends lower than the main search is followed to its mode
-        r = find_f_star(
-            logdensity_fn, x[i][None], tol=LBFGS_LOOSE_TOL, max_steps=MODE_PROBE_STEPS
-        )
-        steps += int(r.num_steps)
-        if not np.isfinite(float(r.f_star)):
-            continue
-        if float(r.f_star) < float(main.f_star) - 1e-3 and not bool(r.converged):
-            r = find_f_star(logdensity_fn, r.position[None], tol=LBFGS_LOOSE_TOL)
-            steps += int(r.num_steps)
-        if bool(r.converged):
-            found.append(r)
-    if np.isfinite(float(main.f_star)):
-        found.append(main)
-    if not found:
-        r = find_f_star(logdensity_fn, x, tol=LBFGS_LOOSE_TOL)
-        return [r], steps + int(r.num_steps)
-    found.sort(key=lambda r: float(r.f_star))
-    return found, steps
-
-
-#: A separate mode counts (is warned of) only when its Laplace weight is at least this
-#: share of the modes' total: Lotka-Volterra's other modes, 40 and 116 nats below the
-#: first, hold none (issue 46).
-MODE_MIN_MASS = 1e-3
-
-
-def _laplace_masses(modes: list, lam_best: np.ndarray) -> list:
-    """Each mode's share of the Laplace mass ``e^{-f} det(H)^{-1/2}`` (``H`` its own
-    Hessian where the search kept it, else the best mode's eigenvalues ``lam_best``)."""
-    logs = []
-    for r in modes:
-        h = getattr(r, "hessian", None)
-        ev = lam_best
-        if h is not None and np.all(np.isfinite(np.asarray(h))):
-            h = np.asarray(h, np.float64)
-            ev = np.abs(np.linalg.eigvalsh(0.5 * (h + h.T)))
-            ev = np.maximum(ev, 1e-12 * max(float(ev.max()), 1e-300))
-        logs.append(-float(r.f_star) - 0.5 * float(np.sum(np.log(ev))))
-    logs = np.asarray(logs) - max(logs)
-    w = np.exp(logs)
-    return (w / w.sum()).tolist()
-
-
-def _report_modes(found, lam, vec, notes) -> None:
-    """Separate modes among the L-BFGS results ``found`` (best first): more than
-    ``MODE_SEPARATION`` posterior sds from every mode kept before, measured in the
-    metric of the best mode's Hessian ``H = V diag(λ) Vᵀ`` (scale-aware: a loose
-    L-BFGS stop far along a flat direction is not a mode), are listed in ``notes``
-    and named by a ``ConvergenceWarning``.
-    """
-    lam = np.maximum(np.abs(lam), 1e-12 * np.max(np.abs(lam)))
-    modes = []
-    for r in found:
-        p = np.asarray(r.position, np.float64)
-        if all(
-            np.sum(lam * (vec.T @ (p - np.asarray(q.position, np.float64))) ** 2)
-            > MODE_SEPARATION**2
-            for q in modes
-        ):
-            modes.append(r)
-    if len(modes) < 2:
-        return
-    mass = _laplace_masses(modes, lam)
-    held = [r for r, w in zip(modes, mass, strict=True) if w >= MODE_MIN_MASS]
-    if len(held) < 2:
-        notes.append(
-            f"modes: {len(modes) - 1} other separate mode(s) found, holding "
-            f"{1.0 - max(mass):.2g} of the Laplace mass in all (each below "
-            f"{MODE_MIN_MASS:g}): ignored ("
-            + "; ".join(
-                f"f = {float(r.f_star):.6g}, mass {w:.2g}"
-                for r, w in zip(modes, mass, strict=True)
-            )
-            + ")."
-        )
-        return
-    listed = "; ".join(
-        f"f = {float(r.f_star):.6g} at {_rounded(r.position)}, Laplace mass {w:.2g}"
-        for r, w in zip(modes, mass, strict=True)
-    )
-    message = (
-        f"langevin_warmup: the mode search from {len(found)} dispersed particles "
-        f"found {len(held)} separate modes that hold mass ({listed}); the warm-up "
-        "starts at the best one, and chains started there do not visit the others: "
-        "the draws describe that mode only. Check the model, or sample the modes "
-        "apart."
-    )
-    notes.append("modes: " + message.split(": ", 1)[1])
-    warnings.warn(ConvergenceWarning(message), stacklevel=4)
-
-
-def _condition(m: np.ndarray) -> float:
-    ev = np.linalg.eigvalsh(m) if m.ndim == 2 else m
-    return float(np.max(ev) / np.min(ev))
-
-
 def _check_args(
     rng_key,
     logdensity_fn,
@@ -800,74 +403,6 @@ def _check_args(
     check_int(max_retries, "max_retries", minimum=0)
     check_grad_mode(grad_mode)
     return x
-
-
-#: Rounds of redrawing a start whose log density is not finite (Stan: 100 tries).
-START_TRIES = 100
-
-
-@partial(jax.jit, static_argnames=("logdensity_fn",))
-def _start_values(logdensity_fn: LogDensityFn, x: Array) -> Array:
-    return jax.vmap(lambda y: jnp.asarray(logdensity_fn(y), y.dtype))(x)
-
-
-def _valid_starts(rng_key, logdensity_fn: LogDensityFn, x: Array) -> Array:
-    """Every starting particle inside the support, as Stan makes its starts.
-
-    A particle whose log density is NaN or ``-inf`` (an ODE that fails there, a
-    parameter outside its support) gives no gradient and no curvature. As Stan redraws
-    such an initial point (up to 100 times), each bad particle is redrawn uniformly in
-    the box the finite starts span, coordinate by coordinate (Stan's ``uniform(-2, 2)``
-    when none is finite), up to :data:`START_TRIES` rounds (one batched evaluation
-    each); one still bad after that takes a copy of a finite start. A warning says how
-    many were redrawn. Refused (``ValueError``) only when no finite start is found,
-    naming the first bad particle and its value.
-    """
-    values = np.asarray(_start_values(logdensity_fn, x), np.float64)
-    bad = ~np.isfinite(values)
-    if not bad.any():
-        return x
-    first = int(np.flatnonzero(bad)[0])
-    first_text = (
-        f"particle {first}, at {np.asarray(x[first]).tolist()}, has log density "
-        f"{float(values[first])}"
-    )
-    n_bad = int(bad.sum())
-    xs = np.array(x)
-    good = xs[~bad]
-    lo, hi = (good.min(0), good.max(0)) if good.size else (-2.0, 2.0)
-    if good.shape[0] == 1 or not good.size:
-        lo, hi = lo - 2.0, hi + 2.0
-    key = rng_key
-    for _ in range(START_TRIES):
-        key, sub = jax.random.split(key)
-        u = np.asarray(jax.random.uniform(sub, xs.shape, dtype=x.dtype))
-        trial = np.where(bad[:, None], lo + (hi - lo) * u, xs).astype(xs.dtype)
-        ok = np.isfinite(np.asarray(_start_values(logdensity_fn, jnp.asarray(trial))))
-        xs = np.where((bad & ok)[:, None], trial, xs)
-        bad = bad & ~ok
-        if not bad.any():
-            break
-    if bad.all():
-        raise ValueError(
-            f"positions: no start with a finite log density was found ({first_text}; "
-            f"{START_TRIES} rounds of redraws in the box of the starts found none): "
-            "outside the support, or a log density that fails everywhere tried. Start "
-            "where logdensity_fn is finite (e.g. transform a constrained parameter to "
-            "the real line)."
-        )
-    if bad.any():
-        ok_rows = np.flatnonzero(~bad)
-        xs[bad] = xs[ok_rows[np.arange(int(bad.sum())) % ok_rows.size]]
-    warnings.warn(
-        f"positions: {n_bad} of {x.shape[0]} starts had a log density that is NaN or "
-        f"-inf (the first: {first_text}); they were redrawn in the box the finite "
-        f"starts span, as Stan redraws its initial values"
-        + (f" ({int(bad.sum())} copied from finite starts)" if bad.any() else ""),
-        UserWarning,
-        stacklevel=3,
-    )
-    return jnp.asarray(xs)
 
 
 def _reporter(progress) -> Callable[[str], None]:
@@ -1007,8 +542,6 @@ def langevin_warmup(
     if dense is None:
         dense = d <= (DENSE_MAX_D_EXACT if sampler in EXACT else DENSE_MAX_D)
     keys = iter(jax.random.split(rng_key, 64))
-    run = _window_runner(logdensity_fn, grad_fn, grad_mode)
-    curv = _curvature_runner(logdensity_fn, grad_fn, grad_mode, curvature_iters)
 
     report(
         f"{n} particles, d = {d}: "
@@ -1018,55 +551,29 @@ def langevin_warmup(
         x, logdensity_fn, grad_fn=grad_fn, grad_mode=grad_mode
     )  # checks logdensity_fn, grad_fn
     notes = []
-    lap = (
-        _laplace(next(keys), logdensity_fn, grad_fn, grad_mode, x, dense, notes)
-        if start == "laplace"
-        else None
+    # the Laplace draws' key (none for the given positions: their keys as before)
+    k_start = next(keys) if start == "laplace" else None
+    st = choose_start(
+        k_start, logdensity_fn, grad_fn, grad_mode, x, start, dense, notes
     )
-    report(f"start: {'the Laplace approximation' if lap else 'the positions'}")
-    if lap is None:
-        m_mat, mean, lbfgs, hvps = (
-            (np.eye(d) if dense else np.ones(d)),
-            np.asarray(jnp.mean(x, 0), np.float64),
-            0,
-            0,
-        )
-        started, f_mode = "positions", None
-        if start == "positions":
-            notes.append("start: the given positions, M = I.")
-        else:
-            # the Laplace start was asked for and is not used: the scale the given
-            # positions spread over, not I
-            m_mat = _ensemble_metric(x, dense)
-            var = np.diag(m_mat) if dense else m_mat
-            notes.append(
-                "start: M₀ = the given positions' variances (diagonal, Stan's "
-                f"regularisation: {var.min():.3g} to {var.max():.3g}), m₀ = their "
-                "mean."
-            )
-    else:
-        x, m_mat, mean, lbfgs, hvps, f_mode = lap
-        m_mat, alpha = fit_dtype(m_mat, x.dtype)
-        if alpha:
-            notes.append(
-                f"the Laplace M's correlations shrunk by {alpha:.3g} towards its "
-                f"diagonal so that {jnp.dtype(x.dtype).name} can factor it "
-                "(fit_dtype)."
-            )
-        state, started = (
-            lmc_init(x, logdensity_fn, grad_fn=grad_fn, grad_mode=grad_mode),
-            "laplace",
+    report(
+        "start: "
+        + ("the Laplace approximation" if st.started == "laplace" else "the positions")
+    )
+    if st.started == "laplace":
+        state = lmc_init(
+            st.positions, logdensity_fn, grad_fn=grad_fn, grad_mode=grad_mode
         )
     if sampler in EXACT:
         return _exact(
             next(keys),
             logdensity_fn,
             state.position,
-            m_mat,
-            mean,
-            lbfgs,
-            hvps,
-            started,
+            st.inverse_mass_matrix,
+            st.mean,
+            st.lbfgs_steps,
+            st.hvp_evals,
+            st.started,
             notes,
             grad_fn,
             grad_mode,
@@ -1075,10 +582,61 @@ def langevin_warmup(
             sampler,
             report,
         )
-    measure = lambda st, mm, mn: _curvature(  # noqa: E731
+    schedule = build_schedule(num_steps, initial_buffer, first_window, final_buffer)
+    return _unadjusted(
+        rng_key,
+        keys,
+        logdensity_fn,
+        grad_fn,
+        grad_mode,
+        state,
+        st,
+        schedule,
+        dict(
+            num_steps=num_steps,
+            bias=bias,
+            max_retries=max_retries,
+            curvature_points=curvature_points,
+            curvature_iters=curvature_iters,
+            dense=dense,
+        ),
+        sampler,
+        f_star,
+        sampler_kwargs,
+        notes,
+        report,
+    )
+
+
+def _unadjusted(
+    rng_key,
+    keys,
+    logdensity_fn,
+    grad_fn,
+    grad_mode,
+    state,
+    st,
+    schedule,
+    opts: dict,
+    sampler: str,
+    f_star,
+    sampler_kwargs: dict,
+    notes: list,
+    report,
+) -> LangevinWarmup:
+    """The LMC windows of the module docstring from the start ``st`` (a
+    :class:`~cenlmc_jax.adaptation.start.Start`), then LMC or CEnLMC handed over."""
+    n = state.position.shape[0]
+    bias, max_retries = opts["bias"], opts["max_retries"]
+    curvature_points = opts["curvature_points"]
+    curvature_iters = opts["curvature_iters"]
+    m_mat, mean, hvps = st.inverse_mass_matrix, st.mean, st.hvp_evals
+    run = _window_runner(logdensity_fn, grad_fn, grad_mode)
+    curv = _curvature_runner(logdensity_fn, grad_fn, grad_mode, curvature_iters)
+    measure = lambda s_, mm, mn: _curvature(  # noqa: E731
         curv,
         next(keys),
-        st.position,
+        s_.position,
         mm,
         mn,
         curvature_points,  # noqa: E731
@@ -1086,17 +644,18 @@ def langevin_warmup(
     )
     c, k = measure(state, m_mat, mean)
     hvps += k
-    schedule = build_schedule(num_steps, initial_buffer, first_window, final_buffer)
+    num_steps = opts["num_steps"]
     report(f"{len(schedule)} windows of preconditioned LMC ({num_steps} steps)")
     state, m_mat, mean, c, h, windows, grads, k, relax = _run_windows(
         run, measure, rng_key, state, m_mat, mean, c, bias, schedule, max_retries
     )
     report(f"windows done: h = {h:.4g}, relaxation {relax:.3g} steps")
     hvps += k
-    grads += n * (2 if lap else 1)
+    grads += n * (2 if st.started == "laplace" else 1)
     notes += [
         f"{len(windows)} segments, {num_steps} steps of preconditioned LMC on {n} "
-        f"particles; {'dense' if dense else 'diagonal'} M with condition number "
+        f"particles; {'dense' if opts['dense'] else 'diagonal'} M with condition "
+        f"number "
         f"{_condition(m_mat):.3g}; whitened curvature over {min(curvature_points, n)} "
         f"particles: mean {c.mean:.4g}, max {c.max:.4g} -> h = min(bias rule at the "
         f"mean, 1/max) = {h:.4g} for a bias of {bias}; relaxation (the final buffer's "
@@ -1120,7 +679,7 @@ def langevin_warmup(
         )
         out_state, extra = algo.init(positions), None
     else:
-        f_star = f_mode if f_star is None else f_star
+        f_star = st.f_mode if f_star is None else f_star
         algo, out_state, extra = _cenlmc(
             logdensity_fn,
             positions,
@@ -1145,15 +704,15 @@ def langevin_warmup(
         windows,
         grads,
         hvps,
-        started,
-        lbfgs,
+        st.started,
+        st.lbfgs_steps,
         extra,
         "\n".join(notes),
         c.max,
         relax,
         # the mode search (its Hessian passes included), the LMC steps (retries
         # included)
-        sequential_grads=lbfgs + grads // n,
+        sequential_grads=st.lbfgs_steps + grads // n,
     )
     return LangevinWarmup(algo, out_state, positions, params, info)
 

@@ -331,7 +331,7 @@ def test_starts_outside_the_support_are_redrawn_as_stan_does():
     # whole warm-up; Stan redraws such a start (up to 100 times). Exponential on x > 0
     # from N(0, I) starts: the bad ones are redrawn inside the box the good ones span,
     # and the warning counts them
-    from cenlmc_jax.adaptation.langevin_warmup import _valid_starts
+    from cenlmc_jax.adaptation.start import _valid_starts
 
     def logdensity(x):
         return jnp.where(jnp.all(x > 0), -jnp.sum(x), -jnp.inf)
