@@ -121,9 +121,9 @@ from cenlmc_jax.adaptation.mass_matrix import (
 )
 from cenlmc_jax.adaptation.start import (
     LAPLACE_MAX_D,
-    _condition,
-    _valid_starts,
     choose_start,
+    metric_condition,
+    valid_starts,
 )
 from cenlmc_jax.adaptation.step_size import langevin_step_size, max_curvature
 from cenlmc_jax.base import SamplingAlgorithm
@@ -531,7 +531,7 @@ def langevin_warmup(
     )
     sc_size = _check_superchains(superchain_size, sampler, x.shape[0])
     report = _reporter(progress)
-    x = _valid_starts(jax.random.fold_in(rng_key, 17), logdensity_fn, x)
+    x = valid_starts(jax.random.fold_in(rng_key, 17), logdensity_fn, x)
     if sampler != "cenlmc" and (sampler_kwargs or f_star is not None):
         raise ValueError(
             f"sampler={sampler!r} takes no CEnLMC options (f_star, "
@@ -655,8 +655,8 @@ def _unadjusted(
     notes += [
         f"{len(windows)} segments, {num_steps} steps of preconditioned LMC on {n} "
         f"particles; {'dense' if opts['dense'] else 'diagonal'} M with condition "
-        f"number "
-        f"{_condition(m_mat):.3g}; whitened curvature over {min(curvature_points, n)} "
+        f"number {metric_condition(m_mat):.3g}; whitened curvature over "
+        f"{min(curvature_points, n)} "
         f"particles: mean {c.mean:.4g}, max {c.max:.4g} -> h = min(bias rule at the "
         f"mean, 1/max) = {h:.4g} for a bias of {bias}; relaxation (the final buffer's "
         f"autocorrelation, at this h) {relax:.3g} steps."
@@ -700,7 +700,7 @@ def _unadjusted(
         h,
         c.mean,
         float(bias),
-        _condition(m_mat),
+        metric_condition(m_mat),
         windows,
         grads,
         hvps,
@@ -779,7 +779,7 @@ def _run_windows(
             c, k = measure(state, m_mat, mean)
             hvps += k
             h = _step(c, bias)
-            record["condition_number"] = _condition(m_mat)
+            record["condition_number"] = metric_condition(m_mat)
         windows.append(record)
     c_end, k = measure(state, m_mat, mean)
     hvps += k
@@ -967,7 +967,7 @@ def _exact(
         step_size=adj.step_size,
         curvature=float("nan"),
         bias=0.0,
-        condition_number=_condition(m_fin),
+        condition_number=metric_condition(m_fin),
         windows=kin.rounds,
         grad_evals=n * (kin.kinetic_steps + adj.gradients + 2),
         hvp_evals=hvps,

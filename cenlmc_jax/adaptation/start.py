@@ -23,13 +23,18 @@ The Laplace start is refused where its "mode" is a spike that says nothing of th
 bulk (a centred funnel's neck): ``H``'s condition number above
 :data:`LAPLACE_MAX_CONDITION` and the given positions' log densities
 :data:`LAPLACE_MAX_MISMATCH` times higher than its quadratic says
-(:func:`_laplace_mismatch`). Then, when both searches fail, or ``d > LAPLACE_MAX_D``,
+(:func:`_laplace_mismatch`); and where its draws lie far deeper below the mode than
+a Gaussian's (:data:`LAPLACE_MAX_DEPTH` times ``d/2`` on average: one batched pass
+of values at the draws): the posterior falls off much faster than ``N(mode, H⁻¹)``
+in some direction, a banana's ridge or a hierarchical scale whose mode is far from
+its mass (non-centred eight schools), and the draws start off the bulk. Then, when
+both searches fail, or ``d > LAPLACE_MAX_D``,
 the warm-up starts from ``positions`` with ``M₀`` their variances (diagonal), and the
 reasoning says why. ``start="positions"`` always starts there, with ``M₀ = I`` (e.g.
 to keep a multimodal spread).
 
 Before any of it, starts whose log density is NaN or ``-inf`` are redrawn, as Stan
-redraws its initial points (:func:`_valid_starts`).
+redraws its initial points (:func:`valid_starts`).
 
 The next phase is the kinetic one (:mod:`cenlmc_jax.adaptation.kinetic`) for the
 exact samplers, or the LMC windows of :mod:`cenlmc_jax.adaptation.langevin_warmup`.
@@ -60,8 +65,11 @@ __all__ = [
     "LAPLACE_MAX_D",
     "LAPLACE_MAX_CONDITION",
     "LAPLACE_MAX_MISMATCH",
+    "LAPLACE_MAX_DEPTH",
     "MODE_MIN_MASS",
     "START_TRIES",
+    "metric_condition",
+    "valid_starts",
 ]
 
 
@@ -116,8 +124,10 @@ def _hessian(mode, logdensity_fn, grad_fn, grad_mode):
 
 
 def _laplace(key, logdensity_fn, grad_fn, grad_mode, x, dense, notes):
-    """``(positions, M₀, mean, lbfgs_steps, hvps, f*)`` of the Laplace start, or None
-    (reasoning in ``notes``).
+    """``(draw, steps, hvps)``: ``draw = (positions, M₀, mean, f*)`` of the Laplace
+    start, or None where it is not used (reasoning in ``notes``); ``steps`` and
+    ``hvps`` what the search cost either way (sequential passes, Hessian-vector
+    products).
     """
     n, d = x.shape
     if d > LAPLACE_MAX_D:
@@ -125,7 +135,7 @@ def _laplace(key, logdensity_fn, grad_fn, grad_mode, x, dense, notes):
             f"start: the given positions (d = {d} > LAPLACE_MAX_D = {LAPLACE_MAX_D}: "
             "no Hessian)."
         )
-        return None
+        return None, 0, 0
     grad = gradient_fn(logdensity_fn, grad_fn, grad_mode)
 
     def at(res):
@@ -174,7 +184,7 @@ def _laplace(key, logdensity_fn, grad_fn, grad_mode, x, dense, notes):
             "start: the given positions (the Hessian at the L-BFGS point is not "
             f"finite or zero; {steps} L-BFGS iterations)."
         )
-        return None
+        return None, steps, d
     if not bool(res.converged) and not (
         np.all(lam > 0) and newton <= NEWTON_DECREMENT_MAX
     ):
@@ -183,7 +193,7 @@ def _laplace(key, logdensity_fn, grad_fn, grad_mode, x, dense, notes):
             f"converge in {steps} iterations: |∇f| = {float(res.grad_norm):.3g}, "
             f"Newton decrement gᵀH⁻¹g = {newton:.3g})."
         )
-        return None
+        return None, steps, d
     clipped = int(np.sum(lam <= 0))
     lam = np.maximum(np.abs(lam), 1e-10 * np.max(np.abs(lam)))
     cov = (vec / lam) @ vec.T
@@ -209,13 +219,32 @@ def _laplace(key, logdensity_fn, grad_fn, grad_mode, x, dense, notes):
             f"/ (f(x) − f*), > {LAPLACE_MAX_MISMATCH:g}); a metric from H would not "
             "let the chains leave it."
         )
-        return None
+        return None, steps, d
     m0 = cov if dense else np.diag(cov).copy()
     xi = jax.random.normal(key, x.shape, x.dtype)
     root = jnp.asarray(mass_root(m0), x.dtype)
     positions = jnp.asarray(mode, x.dtype) + (xi @ root.T if dense else xi * root)
+    # one batched pass of values at the draws: how far below the mode they lie, in
+    # units of a Gaussian's E[f - f*] = d/2 (finite values only: draws outside a
+    # support are replaced later, kinetic._resample_laplace)
+    drop = -np.asarray(_start_values(logdensity_fn, positions), np.float64)
+    drop = drop[np.isfinite(drop)] - float(res.f_star)
+    steps += 1
+    depth = float(np.mean(drop)) / (0.5 * d) if drop.size else math.inf
+    if depth > LAPLACE_MAX_DEPTH:
+        notes.append(
+            f"start: the given positions, not the Laplace approximation at {found}: "
+            f"its draws lie {depth:.3g}x deeper below the mode than a Gaussian's "
+            f"(E[f(x) − f*] over the draws / (d/2), > {LAPLACE_MAX_DEPTH:g}): the "
+            "posterior falls off much faster than N(mode, H⁻¹) in some direction (a "
+            "banana's ridge, a hierarchical scale far from its mode), so the draws "
+            "start off the bulk, and a kinetic phase pulls them in more slowly than "
+            "it spreads the given positions out."
+        )
+        return None, steps, d
     notes.append(
-        f"start: Laplace at {found}; condition number of H⁻¹ {_condition(cov):.3g}"
+        f"start: Laplace at {found}; condition number of H⁻¹ "
+        f"{metric_condition(cov):.3g}"
         + (
             f"; {clipped} non-positive Hessian eigenvalues taken in absolute value"
             if clipped
@@ -224,9 +253,24 @@ def _laplace(key, logdensity_fn, grad_fn, grad_mode, x, dense, notes):
         + f"; the given positions' log densities fit it within {mismatch:.3g}x "
         "(the median over the particles of ½(x − mode)ᵀH(x − mode) / (f(x) − f*))."
     )
-    return positions, m0, np.asarray(mode, np.float64), steps, d, float(res.f_star)
+    return (positions, m0, np.asarray(mode, np.float64), float(res.f_star)), steps, d
 
 
+#: The Laplace start is refused (:func:`_laplace`) where its draws lie more than this
+#: many times deeper below the mode than a Gaussian's: ``E[f(x) − f*] / (d/2)`` over
+#: the ``N`` draws (1 for a Gaussian posterior, whatever ``d``; its noise over 1,024
+#: draws is about ``sqrt(2/d)/32``). From Uniform(-2, 2) starts
+#: (benchmarks/results/start_depth.md): 0.67-1.11 on ten posteriordb posteriors
+#: (kidiq, diamonds, earnings, garch11, ...), a 100-d Gaussian, a logistic regression,
+#: Lotka-Volterra and Brownian motion; 13.4 on the banana, 5.5 on non-centred eight
+#: schools (the mode's log τ is 3.4, the posterior's mean about 1), 80 on
+#: gp_pois_regr. There the kinetic phase from the draws first pulls them in (the
+#: banana's ``E[x₀²]`` fell from 98 to 31 before it grew back to 100), and from the
+#: given positions it reaches the posterior sooner, though the search's passes are
+#: spent: eight schools' first b2max < 0.01 at 43 sequential gradients against
+#: 92-107, the banana's at 188-231 against 249-295 (four seeds each, with
+#: kinetic.ROUND_STEPS = 10; the bench_parallel measure).
+LAPLACE_MAX_DEPTH = 3.0
 #: The Laplace start is refused (:func:`_laplace`) where ``H``'s condition number is
 #: above this and :func:`_laplace_mismatch` above :data:`LAPLACE_MAX_MISMATCH`.
 #: Alone the condition number is no sign: earnings on the raw scale has 10¹⁰ and a
@@ -322,7 +366,7 @@ def _newton_search(logdensity_fn, grad_fn, grad_mode, x):
     if d > NEWTON_MAX_D and hessian_method(logdensity_fn, x[0]) == "autodiff":
         return [], 0, ""
     xs = np.asarray(x, np.float64)
-    # the compiled program _valid_starts ran (no op-by-op trace of the model)
+    # the compiled program valid_starts ran (no op-by-op trace of the model)
     values = np.asarray(_start_values(logdensity_fn, x), np.float64)
     values = np.where(np.isfinite(values), values, -np.inf)
     starts = _dispersed(xs, values, MODE_STARTS)
@@ -359,7 +403,7 @@ def _mode_search(logdensity_fn, x):
     their iterations are summed.
     """
     xs = np.asarray(x, np.float64)
-    # the compiled program _valid_starts ran (no op-by-op trace of the model)
+    # the compiled program valid_starts ran (no op-by-op trace of the model)
     values = np.asarray(_start_values(logdensity_fn, x), np.float64)
     values = np.where(np.isfinite(values), values, -np.inf)
     starts = _dispersed(xs, values, MODE_STARTS)
@@ -459,7 +503,15 @@ def _report_modes(found, lam, vec, notes) -> None:
     warnings.warn(ConvergenceWarning(message), stacklevel=4)
 
 
-def _condition(m: np.ndarray) -> float:
+def metric_condition(m: np.ndarray) -> float:
+    """The condition number of ``M`` (its extreme eigenvalues' ratio).
+
+    Args:
+      m: ``M``, ``(d, d)`` symmetric positive definite, or its diagonal ``(d,)``.
+
+    Returns:
+      ``λ_max / λ_min``, a float.
+    """
     ev = np.linalg.eigvalsh(m) if m.ndim == 2 else m
     return float(np.max(ev) / np.min(ev))
 
@@ -473,7 +525,7 @@ def _start_values(logdensity_fn: LogDensityFn, x: Array) -> Array:
     return jax.vmap(lambda y: jnp.asarray(logdensity_fn(y), y.dtype))(x)
 
 
-def _valid_starts(rng_key, logdensity_fn: LogDensityFn, x: Array) -> Array:
+def valid_starts(rng_key, logdensity_fn: LogDensityFn, x: Array) -> Array:
     """Every starting particle inside the support, as Stan makes its starts.
 
     A particle whose log density is NaN or ``-inf`` (an ODE that fails there, a
@@ -484,6 +536,17 @@ def _valid_starts(rng_key, logdensity_fn: LogDensityFn, x: Array) -> Array:
     each); one still bad after that takes a copy of a finite start. A warning says how
     many were redrawn. Refused (``ValueError``) only when no finite start is found,
     naming the first bad particle and its value.
+
+    Args:
+      rng_key: the redraws' key.
+      logdensity_fn: ``x: (d,) -> log π(x)``.
+      x: the starts, ``(N, d)``.
+
+    Returns:
+      ``x`` with every start whose log density was not finite redrawn, ``(N, d)``.
+
+    Raises:
+      ValueError: no start with a finite log density was found.
     """
     values = np.asarray(_start_values(logdensity_fn, x), np.float64)
     bad = ~np.isfinite(values)
@@ -563,7 +626,7 @@ def choose_start(
       grad_fn: as for ``cj.lmc``.
       grad_mode: as for ``cj.lmc``.
       x: the given positions, ``(N, d)``, every log density finite
-        (:func:`_valid_starts`).
+        (:func:`valid_starts`).
       start: ``"laplace"`` or ``"positions"``.
       dense: a dense ``M₀`` (else its diagonal).
       notes: the warm-up's reasoning; what was chosen and why is appended.
@@ -572,28 +635,27 @@ def choose_start(
       A :class:`Start`.
     """
     d = x.shape[1]
-    lap = (
+    lap, lbfgs, hvps = (
         _laplace(rng_key, logdensity_fn, grad_fn, grad_mode, x, dense, notes)
         if start == "laplace"
-        else None
+        else (None, 0, 0)
     )
     if lap is None:
         mean = np.asarray(jnp.mean(x, 0), np.float64)
         if start == "positions":
             notes.append("start: the given positions, M = I.")
-            return Start(
-                x, np.eye(d) if dense else np.ones(d), mean, 0, 0, "positions", None
-            )
+            m_eye = np.eye(d) if dense else np.ones(d)
+            return Start(x, m_eye, mean, 0, 0, "positions", None)
         # the Laplace start was asked for and is not used: the scale the given
-        # positions spread over, not I
+        # positions spread over, not I; the search's passes count all the same
         m_mat = _ensemble_metric(x, dense)
         var = np.diag(m_mat) if dense else m_mat
         notes.append(
             "start: M₀ = the given positions' variances (diagonal, Stan's "
             f"regularisation: {var.min():.3g} to {var.max():.3g}), m₀ = their mean."
         )
-        return Start(x, m_mat, mean, 0, 0, "positions", None)
-    x, m_mat, mean, lbfgs, hvps, f_mode = lap
+        return Start(x, m_mat, mean, lbfgs, hvps, "positions", None)
+    x, m_mat, mean, f_mode = lap
     m_mat, alpha = fit_dtype(m_mat, x.dtype)
     if alpha:
         notes.append(

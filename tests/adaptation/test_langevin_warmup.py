@@ -331,7 +331,7 @@ def test_starts_outside_the_support_are_redrawn_as_stan_does():
     # whole warm-up; Stan redraws such a start (up to 100 times). Exponential on x > 0
     # from N(0, I) starts: the bad ones are redrawn inside the box the good ones span,
     # and the warning counts them
-    from cenlmc_jax.adaptation.start import _valid_starts
+    from cenlmc_jax.adaptation.start import valid_starts
 
     def logdensity(x):
         return jnp.where(jnp.all(x > 0), -jnp.sum(x), -jnp.inf)
@@ -339,7 +339,7 @@ def test_starts_outside_the_support_are_redrawn_as_stan_does():
     x = jax.random.normal(jax.random.key(0), (64, 2))
     bad = int(np.sum(~np.all(np.asarray(x) > 0, axis=1)))
     with pytest.warns(UserWarning, match=rf"positions: {bad} of 64 starts had a log"):
-        y = np.asarray(_valid_starts(jax.random.key(1), logdensity, x))
+        y = np.asarray(valid_starts(jax.random.key(1), logdensity, x))
     assert np.all(y > 0)  # every start is now inside the support
     good = np.all(np.asarray(x) > 0, axis=1)
     np.testing.assert_array_equal(y[good], np.asarray(x)[good])  # the good ones kept

@@ -66,3 +66,32 @@ def test_a_gaussian_still_gets_the_laplace_start():
     # the positions lie farther from the mode than d/2 nats below it, so the ratio is
     # the Gaussian's exact 1 (printed to 3 digits)
     assert "log densities fit it within 1x" in reasoning, reasoning
+
+
+def _banana(x):
+    # Inference Gym's banana: x0 ~ N(0, 10²), x1 | x0 ~ N(0.03 (x0² − 100), 1)
+    return -0.5 * x[0] ** 2 / 100.0 - 0.5 * (x[1] - 0.03 * (x[0] ** 2 - 100.0)) ** 2
+
+
+@pytest.mark.filterwarnings("ignore:langevin_warmup. the kinetic phase did not settle")
+def test_laplace_draws_far_below_the_mode_start_from_the_given_positions():
+    """Issue 46: the banana's Laplace approximation at its mode (0, −3) is N((0, −3),
+    diag(100, 1)); its draws with |x0| large fall far off the curved ridge, where the
+    log density is tens of nats below the quadratic's value, so their mean depth
+    E[f(x) − f*] is about 13 times a Gaussian's d/2 (bench_start_depth.py: 13.4),
+    far above LAPLACE_MAX_DEPTH = 3 (a Gaussian's is 1 whatever d; ten posteriordb
+    posteriors gave 0.67-1.11). The warm-up starts from the given positions, says
+    why, and counts the mode search's passes all the same. The correlated Gaussian
+    of the test above keeps its Laplace start (its depth is 1, up to the noise of
+    64 draws of χ²₁₀/10: sd about 0.06)."""
+    x0 = jax.random.uniform(jax.random.key(0), (64, 2), jnp.float64, -2.0, 2.0)
+    wu = cj.langevin_warmup(jax.random.key(1), _banana, x0, num_steps=20)
+    reasoning = wu.info.reasoning
+    assert wu.info.start == "positions", reasoning
+    assert "deeper below the mode than a Gaussian's" in reasoning, reasoning
+    assert "M₀ = the given positions' variances" in reasoning
+    # Newton's passes, the Hessian and the depth's pass of values
+    assert wu.info.lbfgs_steps >= 3, wu.info.lbfgs_steps
+    assert wu.info.trajectory[0][0] == wu.info.lbfgs_steps + 1
+    depth = float(reasoning.split("its draws lie ")[1].split("x deeper")[0])
+    assert depth > cj.adaptation.start.LAPLACE_MAX_DEPTH, depth
