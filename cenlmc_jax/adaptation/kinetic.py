@@ -139,8 +139,8 @@ STOP_B2 = 2.5e-3
 #: comparison is then at least 4 checks: on a banana, shorter lags stopped the phase
 #: while the ensemble was still drifting along the ridge).
 MIN_CHECKS = 8
-#: The kinetic phase's first steps (over its rounds), each recorded in
-#: ``KineticResult.trajectory`` (after them, every ``check_every`` steps).
+#: The kinetic phase's first steps, each recorded in ``KineticResult.trajectory``
+#: (after them, every ``check_every`` steps).
 RECORD_EVERY_STEP = 20
 #: The Laplace draws are importance-resampled towards ``π`` when their weights'
 #: effective sample size is at least this fraction of ``N`` (:func:`_resample_laplace`).
@@ -151,13 +151,11 @@ COLLAPSED_STEP = 1e-6
 #: Rounds of the kinetic phase, each in the coordinates whitened by the last.
 MAX_ROUNDS = 5
 #: Round ``r`` may end before it settles after ``ROUND_STEPS · 2^r`` steps when the
-#: ensemble's covariance says the coordinates are off (Stan's doubling windows, whose
-#: first is 25 draws of one chain; here each step gives ``N`` draws, and 10 steps let
-#: a start that is too narrow or off the bulk spread before the first refit: from the
-#: given positions on non-centred eight schools the first b2max < 0.01 came 10
-#: sequential gradients sooner with 10 than with 25, and the banana's 20-40 sooner;
-#: benchmarks/results/start_depth.md).
-ROUND_STEPS = 10
+#: ensemble's covariance says the coordinates are off (Stan's doubling windows).
+#: 10 reached non-centred eight schools' and the banana's first b2max < 0.01 sooner,
+#: but the centred eight schools' runs then stopped earlier with log τ's sd further
+#: below the posterior's (benchmarks/results/start_depth.md): kept at 25.
+ROUND_STEPS = 25
 
 
 class KineticResult(NamedTuple):
@@ -415,7 +413,7 @@ def _kinetic_round(
             # single steps over the first RECORD_EVERY_STEP steps of the phase (where
             # the ensemble moves most), then pieces of check_every: the ensemble's
             # moments are recorded after each (info.trajectory)
-            fine = used + steps < RECORD_EVERY_STEP
+            fine = r == 0 and steps < RECORD_EVERY_STEP
             piece = min(1 if fine else check_every, m - j)
             y, p, v, g, eps_v, e2_v, bad, (found, at) = _kinetic_chunk(
                 jax.random.fold_in(k, steps),

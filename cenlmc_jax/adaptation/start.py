@@ -267,9 +267,9 @@ def _laplace(key, logdensity_fn, grad_fn, grad_mode, x, dense, notes):
 #: gp_pois_regr. There the kinetic phase from the draws first pulls them in (the
 #: banana's ``E[x₀²]`` fell from 98 to 31 before it grew back to 100), and from the
 #: given positions it reaches the posterior sooner, though the search's passes are
-#: spent: eight schools' first b2max < 0.01 at 43 sequential gradients against
-#: 92-107, the banana's at 188-231 against 249-295 (four seeds each, with
-#: kinetic.ROUND_STEPS = 10; the bench_parallel measure).
+#: spent: eight schools' first b2max < 0.01 at 53 sequential gradients against
+#: 93-108, the banana's at 223-235 against 250-296 (four seeds each; the
+#: bench_parallel measure).
 LAPLACE_MAX_DEPTH = 3.0
 #: The Laplace start is refused (:func:`_laplace`) where ``H``'s condition number is
 #: above this and :func:`_laplace_mismatch` above :data:`LAPLACE_MAX_MISMATCH`.
