@@ -23,15 +23,12 @@ The Laplace start is refused where its "mode" is a spike that says nothing of th
 bulk (a centred funnel's neck): ``H``'s condition number above
 :data:`LAPLACE_MAX_CONDITION` and the given positions' log densities
 :data:`LAPLACE_MAX_MISMATCH` times higher than its quadratic says
-(:func:`_laplace_mismatch`); and where its draws lie far deeper below the mode than
-a Gaussian's (:data:`LAPLACE_MAX_DEPTH` times ``d/2`` on average: one batched pass
-of values at the draws): the posterior falls off much faster than ``N(mode, H⁻¹)``
-in some direction, a banana's ridge or a hierarchical scale whose mode is far from
-its mass (non-centred eight schools), and the draws start off the bulk. Then, when
-both searches fail, or ``d > LAPLACE_MAX_D``,
-the warm-up starts from ``positions`` with ``M₀`` their variances (diagonal), and the
-reasoning says why. ``start="positions"`` always starts there, with ``M₀ = I`` (e.g.
-to keep a multimodal spread).
+(:func:`_laplace_mismatch`); and, where :data:`LAPLACE_MAX_DEPTH` is set (it is off
+by default), where its draws lie far deeper below the mode than a Gaussian's. Then,
+when both searches fail, or ``d > LAPLACE_MAX_D``, the warm-up starts from
+``positions`` with ``M₀`` their variances (diagonal), and the reasoning says why.
+``start="positions"`` always starts there, with ``M₀ = I`` (e.g. to keep a
+multimodal spread).
 
 Before any of it, starts whose log density is NaN or ``-inf`` are redrawn, as Stan
 redraws its initial points (:func:`valid_starts`).
@@ -226,11 +223,15 @@ def _laplace(key, logdensity_fn, grad_fn, grad_mode, x, dense, notes):
     positions = jnp.asarray(mode, x.dtype) + (xi @ root.T if dense else xi * root)
     # one batched pass of values at the draws: how far below the mode they lie, in
     # units of a Gaussian's E[f - f*] = d/2 (finite values only: draws outside a
-    # support are replaced later, kinetic._resample_laplace)
-    drop = -np.asarray(_start_values(logdensity_fn, positions), np.float64)
-    drop = drop[np.isfinite(drop)] - float(res.f_star)
-    steps += 1
-    depth = float(np.mean(drop)) / (0.5 * d) if drop.size else math.inf
+    # support are replaced later, kinetic._resample_laplace); off by default
+    # (LAPLACE_MAX_DEPTH says why), and then not taken
+    if LAPLACE_MAX_DEPTH == math.inf:
+        drop = np.zeros(0)
+    else:
+        drop = -np.asarray(_start_values(logdensity_fn, positions), np.float64)
+        drop = drop[np.isfinite(drop)] - float(res.f_star)
+        steps += 1
+    depth = float(np.mean(drop)) / (0.5 * d) if drop.size else 0.0
     if depth > LAPLACE_MAX_DEPTH:
         notes.append(
             f"start: the given positions, not the Laplace approximation at {found}: "
@@ -256,21 +257,20 @@ def _laplace(key, logdensity_fn, grad_fn, grad_mode, x, dense, notes):
     return (positions, m0, np.asarray(mode, np.float64), float(res.f_star)), steps, d
 
 
-#: The Laplace start is refused (:func:`_laplace`) where its draws lie more than this
-#: many times deeper below the mode than a Gaussian's: ``E[f(x) − f*] / (d/2)`` over
-#: the ``N`` draws (1 for a Gaussian posterior, whatever ``d``; its noise over 1,024
-#: draws is about ``sqrt(2/d)/32``). From Uniform(-2, 2) starts
-#: (benchmarks/results/start_depth.md): 0.67-1.11 on ten posteriordb posteriors
-#: (kidiq, diamonds, earnings, garch11, ...), a 100-d Gaussian, a logistic regression,
-#: Lotka-Volterra and Brownian motion; 13.4 on the banana, 5.5 on non-centred eight
-#: schools (the mode's log τ is 3.4, the posterior's mean about 1), 80 on
-#: gp_pois_regr. There the kinetic phase from the draws first pulls them in (the
-#: banana's ``E[x₀²]`` fell from 98 to 31 before it grew back to 100), and from the
-#: given positions it reaches the posterior sooner, though the search's passes are
-#: spent: eight schools' first b2max < 0.01 at 53 sequential gradients against
-#: 93-108, the banana's at 223-235 against 250-296 (four seeds each; the
-#: bench_parallel measure).
-LAPLACE_MAX_DEPTH = 3.0
+#: Where finite, the Laplace start is refused (:func:`_laplace`) when its draws lie
+#: more than this many times deeper below the mode than a Gaussian's:
+#: ``E[f(x) − f*] / (d/2)`` over the ``N`` draws (1 for a Gaussian posterior, whatever
+#: ``d``), one batched pass of values. Off (``inf``) by default. From Uniform(-2, 2)
+#: starts (benchmarks/results/start_depth.md) the depth is 0.67-1.11 on ten
+#: posteriordb posteriors, a 100-d Gaussian, a logistic regression, Lotka-Volterra
+#: and Brownian motion, and 13.4 on the banana, 5.5 on non-centred eight schools (its
+#: mode's log τ is 3.4, the posterior's mass near 1), 80 on gp_pois_regr. At 3, eight
+#: schools' ensemble first reached b2max < 0.01 at 53 sequential gradients against
+#: 93-108 and the banana's at 223-235 against 250-296; but gp_pois_regr, whose
+#: Laplace start is good, then spent 2,973 sequential gradients in its warm-up
+#: against 827, and the CLI's banana run to the many-chain verdict 2,176 against
+#: 1,630 (a shorter trajectory tuned on the hand-over, four times the moves).
+LAPLACE_MAX_DEPTH = math.inf
 #: The Laplace start is refused (:func:`_laplace`) where ``H``'s condition number is
 #: above this and :func:`_laplace_mismatch` above :data:`LAPLACE_MAX_MISMATCH`.
 #: Alone the condition number is no sign: earnings on the raw scale has 10¹⁰ and a
