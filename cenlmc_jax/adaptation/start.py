@@ -201,7 +201,7 @@ def _laplace(key, logdensity_fn, grad_fn, grad_mode, x, dense, notes):
             "autodiff)"
             if hessian_method(logdensity_fn, x[0]) == "autodiff"
             else "central differences of the gradient: the log density is a large "
-            "program, whose second derivatives XLA compiles slowly)"
+            "program or holds a loop, whose second derivatives XLA compiles slowly)"
         )
     )
     cond = float(np.max(lam) / np.min(lam))
