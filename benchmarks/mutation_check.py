@@ -458,6 +458,18 @@ MUTATIONS = [
         what="under a mesh each device fits its rows against only its own columns",
     ),
     dict(
+        name="hessian_of_a_loop_by_autodiff",
+        file="cenlmc_jax/adaptation/newton.py",
+        original='"autodiff" if small and not _has_loop(jaxpr) else',
+        replacement='"autodiff" if small else',
+        tests=[
+            "tests/adaptation/test_newton.py::"
+            "test_a_model_with_a_scan_gets_its_hessian_from_gradient_differences"
+        ],
+        what="a lax.scan model's Hessian by forward over reverse (issue 48: slow "
+        "to compile)",
+    ),
+    dict(
         name="two_step_mala_short_step_probability_flipped",
         file="cenlmc_jax/adaptation/langevin_warmup.py",
         original="h = jnp.where(jax.random.uniform(k_pick) < p, small, step_size)",
