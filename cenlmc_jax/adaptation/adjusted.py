@@ -72,6 +72,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from cenlmc_jax._keys import split_keys
 from cenlmc_jax.adaptation.coordinates import (
     STATIC,
     to_x,
@@ -312,7 +313,7 @@ def adjusted_phase(
     hmc = kernel == "hmc"
     step = float(eps) if hmc else 0.5 * float(eps) ** 2
     n_lf = _leapfrogs(step) if hmc else 1
-    keys = iter(jax.random.split(key, MAX_ADJUST_ROUNDS + 8))
+    keys = iter(split_keys(key, MAX_ADJUST_ROUNDS + 8))
     grads, moves, rounds, acc, trajectory = 0, 0, 0, float("nan"), []
 
     def run(step_now, n_now, k):
@@ -324,7 +325,9 @@ def adjusted_phase(
             kernel,
             k,
             yvg,
-            jnp.asarray(step_now, dt),
+            # always one step a particle, (N,): a scalar step would be a second
+            # program to compile (the stuck particles' round passes an (N,) step)
+            jnp.broadcast_to(jnp.asarray(step_now, dt), yvg[1].shape),
             fac,
             mu,
             adjust_steps,

@@ -100,6 +100,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from cenlmc_jax._keys import split_keys
 from cenlmc_jax.adaptation.coordinates import (
     STATIC,
     to_x,
@@ -395,7 +396,7 @@ def _kinetic_round(
     dt = y.dtype
     # momenta from their stationary law N(0, I): from p = 0 an ensemble already at π
     # would first contract towards the mode (too little kinetic energy)
-    k_p, k = jax.random.split(key)
+    k_p, k = split_keys(key, 2)
     p = jax.random.normal(k_p, y.shape, dt)
     history = [_moments(np.asarray(y, np.float64))]
     quiet, steps, undone, change = 0, 0, 0, math.inf
@@ -504,7 +505,7 @@ def kinetic_phase(
     dt = x.dtype
     n, d = x.shape
     dense = m_mat.ndim == 2
-    keys = iter(jax.random.split(key, 2 * MAX_ROUNDS + 1))
+    keys = iter(split_keys(key, 2 * MAX_ROUNDS + 1))
     static = dict(logdensity_fn=logdensity_fn, grad_fn=grad_fn, grad_mode=grad_mode)
     eps, used, rounds, notes = float(initial_step), 0, [], []
     m_mat, mean = np.asarray(m_mat, np.float64), np.asarray(mean, np.float64)

@@ -103,13 +103,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from cenlmc_jax._keys import split_keys
 from cenlmc_jax._validation import (
     check_bool,
     check_choice,
     check_int,
     check_key,
+    check_logdensity,
     check_positions,
     check_positive,
+    point_like,
 )
 from cenlmc_jax.adaptation.adjusted import STEP_JITTER, adjusted_phase
 from cenlmc_jax.adaptation.kinetic import fit_dtype, kinetic_phase
@@ -139,7 +142,7 @@ from cenlmc_jax.ensemble.whitened import (
     whitened,
     whitening,
 )
-from cenlmc_jax.gradients.ensemble import gradient_fn
+from cenlmc_jax.gradients.ensemble import check_grad_fn, gradient_fn
 from cenlmc_jax.gradients.modes import check_grad_mode
 from cenlmc_jax.irreversible.hmc import hmc
 from cenlmc_jax.irreversible.mala import mala
@@ -541,15 +544,22 @@ def langevin_warmup(
     n, d = x.shape
     if dense is None:
         dense = d <= (DENSE_MAX_D_EXACT if sampler in EXACT else DENSE_MAX_D)
-    keys = iter(jax.random.split(rng_key, 64))
+    keys = iter(split_keys(rng_key, 64))
 
     report(
         f"{n} particles, d = {d}: "
         + ("searching for the mode (Laplace start)" if start == "laplace" else "start")
     )
-    state = lmc_init(
-        x, logdensity_fn, grad_fn=grad_fn, grad_mode=grad_mode
-    )  # checks logdensity_fn, grad_fn
+    if sampler in EXACT:
+        # the checks of lmc_init without its eager pass of the model (it would
+        # compile each of the model's operations on its own): the start phase's
+        # jitted values (valid_starts, above) have checked the values
+        check_logdensity(logdensity_fn, point_like(x))
+        check_grad_fn(grad_fn, point_like(x))
+    else:
+        state = lmc_init(
+            x, logdensity_fn, grad_fn=grad_fn, grad_mode=grad_mode
+        )  # checks logdensity_fn, grad_fn
     notes = []
     # the Laplace draws' key (none for the given positions: their keys as before)
     k_start = next(keys) if start == "laplace" else None
@@ -560,15 +570,11 @@ def langevin_warmup(
         "start: "
         + ("the Laplace approximation" if st.started == "laplace" else "the positions")
     )
-    if st.started == "laplace":
-        state = lmc_init(
-            st.positions, logdensity_fn, grad_fn=grad_fn, grad_mode=grad_mode
-        )
     if sampler in EXACT:
         return _exact(
             next(keys),
             logdensity_fn,
-            state.position,
+            st.positions if st.started == "laplace" else x,
             st.inverse_mass_matrix,
             st.mean,
             st.lbfgs_steps,
@@ -581,6 +587,10 @@ def langevin_warmup(
             sc_size,
             sampler,
             report,
+        )
+    if st.started == "laplace":
+        state = lmc_init(
+            st.positions, logdensity_fn, grad_fn=grad_fn, grad_mode=grad_mode
         )
     schedule = build_schedule(num_steps, initial_buffer, first_window, final_buffer)
     return _unadjusted(
@@ -910,7 +920,7 @@ def _exact(
     :func:`cenlmc_jax.diagnostics.nested.superchain_starts`).
     """
     n, d = positions.shape
-    k_kin, k_adj, k_sc = jax.random.split(key, 3)
+    k_kin, k_adj, k_sc = split_keys(key, 3)
     kin = kinetic_phase(
         k_kin,
         logdensity_fn,

@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from functools import partial
 from typing import Any, NamedTuple
 
 import jax
@@ -69,6 +70,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from cenlmc_jax.types import Array
+
+
+@partial(jax.jit, static_argnums=1)
+def _values(x, logdensity_fn):
+    """The log density at each row of ``x``, one compiled program (called eagerly, a
+    vmapped model would compile each of its operations on its own)."""
+    return jax.vmap(logdensity_fn)(x)
+
 
 __all__ = [
     "NESTED_RHAT_MAX",
@@ -261,7 +270,7 @@ def superchain_starts(
     centre = jnp.mean(positions, axis=0)
     pushed = (centre + overdispersion * (chosen - centre)).astype(positions.dtype)
     if logdensity_fn is not None:
-        ok = jnp.isfinite(jax.vmap(logdensity_fn)(pushed))
+        ok = jnp.isfinite(_values(pushed, logdensity_fn))
         pushed = jnp.where(ok[:, None], pushed, chosen)
     return jnp.repeat(pushed, m, axis=0)
 
