@@ -61,7 +61,7 @@ from cenlmc_jax.cli.parser import (
     version_text,
     write_config,
 )
-from cenlmc_jax.cli.samplers import SPECS, Job, build_job
+from cenlmc_jax.cli.samplers import SPECS, Job, build_job, exact_warmup
 from cenlmc_jax.diagnostics import convergence, online, plots
 from cenlmc_jax.diagnostics.convergence import ConvergenceWarning
 from cenlmc_jax.diagnostics.summary import SummaryTable, to_arviz
@@ -73,13 +73,13 @@ from cenlmc_jax.run_until import default_segment, sample_until
 
 class Setup(NamedTuple):
     """A job ready to run: the target, the sampler's Job, the keys, the curvature ``c``
-    and where it came from.
+    and where it came from (``c`` None for the exact warm-up, which needs none).
     """
 
     target: targets_mod.Target
     job: Job
     keys: tuple  # (starting noise, run, sampler set-up, step-halving check)
-    c: float
+    c: float | None
     c_source: str
     model: object = (
         None  # a NumPyro model's cj.from_numpyro (its constrain and names), else None
@@ -669,9 +669,14 @@ def _setup(args) -> Setup:
         job_key(args.seed), args.particles, target.dim, args.init_scale
     )
     positions = noise if init is None else init_positions(init, noise)
-    c, c_source = curvature(
-        target, positions, gradients=not SPECS[args.sampler].gradient_free
-    )
+    if exact_warmup(args):
+        # the warm-up finds its own mode and step: a mode search and power
+        # iteration here would only be compiled and run twice
+        c, c_source = None, "not used (cj.langevin_warmup tunes the step)"
+    else:
+        c, c_source = curvature(
+            target, positions, gradients=not SPECS[args.sampler].gradient_free
+        )
     # the warm-up's reports (separate modes, an unsettled kinetic phase) are shown as
     # they come and kept for the verdict: a draw of one mode of several must not pass
     with warnings.catch_warnings(record=True) as caught:

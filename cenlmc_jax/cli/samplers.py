@@ -274,6 +274,19 @@ def _adapt(args) -> bool:
     return args.adapt and args.step_size is None and args.burn_in >= ADAPT_MIN_STEPS
 
 
+def exact_warmup(args) -> bool:
+    """Whether the job is ``cj.langevin_warmup``'s exact default (HMC or MALA with the
+    warm-up on): it finds its own mode and step, so no curvature ``c`` is needed.
+
+    Args:
+      args: the checked flags.
+
+    Returns:
+      True for ``--sampler hmc|mala`` with the warm-up on.
+    """
+    return args.sampler in ("hmc", "mala") and _adapt(args)
+
+
 def _adapted(args, kind, target, positions, keys, initial_step_size, describe):
     """Stan-style warm-up (``cenlmc_jax.adaptation``) over the burn-in: the pooled
     chains' step size by dual averaging and a diagonal preconditioner; a Job that
