@@ -54,8 +54,9 @@ class FStarResult(NamedTuple):
     tol: float
 
 
-@functools.partial(jax.jit, static_argnames=("logdensity_fn", "max_steps"))
+@functools.partial(jax.jit, static_argnames=("logdensity_fn",))
 def _lbfgs_minimise(logdensity_fn, x0, tol, max_steps):
+    # max_steps traced: a search and a short probe share one compiled program
     # imported here, not at the top: a run given f* never searches, and should not pay
     # for optax's import
     import optax
@@ -101,6 +102,12 @@ class _returns_array:
 
     def __eq__(self, other):
         return isinstance(other, _returns_array) and other.fn == self.fn
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _values(x, logdensity_fn):
+    # one compiled program: called eagerly, a vmapped model compiles op by op
+    return jax.vmap(logdensity_fn)(x)
 
 
 #: The last few L-BFGS results of :func:`find_f_star`, by (function, start point, tol,
@@ -209,7 +216,7 @@ def find_f_star(
     check_positive(tol, "tol")
     # a Python float return would break optax
     logdensity_fn = _returns_array(logdensity_fn)
-    logdensity = jax.vmap(logdensity_fn)(x)
+    logdensity = _values(x, logdensity_fn)
     best = jnp.argmax(jnp.where(jnp.isfinite(logdensity), logdensity, -jnp.inf))
     x0, f0 = x[best], -logdensity[best]
     xo, fo, gnorm, count = _memo_lbfgs(
