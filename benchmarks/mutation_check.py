@@ -470,6 +470,20 @@ MUTATIONS = [
         "to compile)",
     ),
     dict(
+        name="split_keys_prefix_without_partitionable_threefry",
+        file="cenlmc_jax/_keys.py",
+        original="if not jax.config.jax_threefry_partitionable:",
+        replacement="if False:",
+        tests=[
+            "tests/test_keys.py::test_split_keys_are_the_keys_of_jax_random_split"
+            "[typed-False]",
+            "tests/test_keys.py::test_split_keys_are_the_keys_of_jax_random_split"
+            "[legacy-False]",
+        ],
+        what="the one-split shortcut taken where a split's keys depend on the count "
+        "(partitionable threefry off): other keys than jax.random.split's",
+    ),
+    dict(
         name="two_step_mala_short_step_probability_flipped",
         file="cenlmc_jax/adaptation/langevin_warmup.py",
         original="h = jnp.where(jax.random.uniform(k_pick) < p, small, step_size)",

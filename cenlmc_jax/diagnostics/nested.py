@@ -73,10 +73,19 @@ from cenlmc_jax.types import Array
 
 
 @partial(jax.jit, static_argnums=1)
+def _jitted_values(x, logdensity_fn):
+    return jax.vmap(logdensity_fn)(x)
+
+
 def _values(x, logdensity_fn):
     """The log density at each row of ``x``, one compiled program (called eagerly, a
-    vmapped model would compile each of its operations on its own)."""
-    return jax.vmap(logdensity_fn)(x)
+    vmapped model would compile each of its operations on its own); eagerly for a
+    callable that cannot be hashed (a static argument of ``jax.jit`` must be)."""
+    try:
+        hash(logdensity_fn)
+    except TypeError:
+        return jax.vmap(logdensity_fn)(x)
+    return _jitted_values(x, logdensity_fn)
 
 
 __all__ = [
