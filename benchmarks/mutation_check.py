@@ -549,6 +549,44 @@ MUTATIONS = [
         ],
         what="the kernel pads d = 16 to 32 lanes (computed without importing Pallas)",
     ),
+    dict(
+        name="neck_depth_sign_flipped",
+        file="cenlmc_jax/irreversible/hmc.py",
+        original="np.sum((c[ok] - r[ok] * a[ok]) / np.sqrt(var[ok]))",
+        replacement="np.sum((r[ok] * a[ok] - c[ok]) / np.sqrt(var[ok]))",
+        tests=[
+            "tests/irreversible/test_hmc.py::test_neck_depth_is_the_mean_standardised"
+            "_log_density_of_divergent_starts",
+            "tests/irreversible/test_hmc.py::test_divergences_in_an_unfilled_neck_fail"
+            "_and_at_a_bananas_tips_do_not",
+        ],
+        what="divergences at a banana's tips fail the run and a funnel's neck passes",
+    ),
+    dict(
+        name="sample_until_warns_every_segment",
+        file="cenlmc_jax/run_until.py",
+        original="_reemit(segment_warnings, _kept_flag_texts(infos[-1]))",
+        replacement="_reemit(segment_warnings, set())",
+        tests=[
+            "tests/diagnostics/test_nested.py::test_sample_until_warns_of_a_kept_step"
+            "_flag_once_on_its_window",
+        ],
+        what="a neck's warning printed once per segment of the run (6 times)",
+    ),
+    dict(
+        name="verdict_reads_a_statistic_flag_as_a_plain_one",
+        file="cenlmc_jax/cli/verdict.py",
+        original="    if flag.statistic is not None:  # kept_only: a number of the "
+        "kept",
+        replacement="    if False:  # kept_only: a number of the kept",
+        tests=[
+            "tests/cli/test_cli_run_flags.py::test_a_statistic_flag_is_judged_on_the"
+            "_kept_steps_by_driver_and_verdict[burn_in_only-False-None]",
+            "tests/cli/test_cli_run_flags.py::test_a_statistic_flag_is_judged_on_the"
+            "_kept_steps_by_driver_and_verdict[burn_in_only-False-mean]",
+        ],
+        what="the CLI fails every run with a divergence, wherever it starts",
+    ),
 ]
 
 

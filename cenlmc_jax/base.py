@@ -109,6 +109,12 @@ class RunFlag(NamedTuple):
         for a rate above 0 that did not rise (Stan's report of divergent
         transitions: exact all the same, but it says where the step cannot follow
         the posterior), or None.
+      statistic: with ``kept_only``, ``infos -> float | None``, a number computed from
+        the kept steps' infos (stacked, averaged over chains or not), and the flag is
+        set when it exceeds ``above`` (None: not enough to judge). HMC's divergent
+        trajectories that start where the density is high: a funnel's neck
+        (:func:`cenlmc_jax.irreversible.hmc.neck_depth`).
+      above: the threshold of ``statistic``.
     """
 
     field: str
@@ -119,6 +125,8 @@ class RunFlag(NamedTuple):
     efficiency_only: bool = False
     rising: bool = False
     steady: Callable[[Any, float], str] | None = None
+    statistic: Callable[[Any], float | None] | None = None
+    above: float = 0.0
 
 
 #: :attr:`RunFlag.rising`: the rise of a rate between the halves of the kept steps, in

@@ -1145,6 +1145,12 @@ def _warn_kept_flags(info: PyTree, burn_in: int, traced_warned: set) -> None:
         if flag.mean_below is not None:
             _warn_mean_below(flag, kept, burn_in, traced_warned)
             continue
+        if flag.statistic is not None:  # a number of the kept steps above a threshold
+            if all(map(is_concrete, jax.tree_util.tree_leaves(kept))):
+                value = flag.statistic(jax.tree_util.tree_map(gather, kept))
+                if value is not None and value > flag.above:
+                    host_warn(flag.message(kept, burn_in), RuntimeWarning, stacklevel=3)
+            continue
         if flag.rising:
             value = getattr(kept, flag.field, None)
             if (

@@ -46,6 +46,7 @@ schemes are used too (the bias is of the order of the MCSE the rule asks for).
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -94,6 +95,22 @@ def rising_rates(info: Any) -> dict:
         if value is not None:
             out[flag.field] = rising_z(value)
     return out
+
+
+def _kept_flag_texts(info: Any) -> set:
+    """The warnings ``cj.sample`` gives for the kept-step flags of a segment run with
+    no burn-in (:class:`~cenlmc_jax.base.RunFlag` ``kept_only``): a segment before the
+    kept window is burn-in of the whole run, so its warnings of that kind are not
+    passed on; the window's are (a neck's divergences warned once, not once a segment).
+    """
+    return {flag.message(info, 0) for flag in run_flags(info) if flag.kept_only}
+
+
+def _reemit(caught: list, drop: set) -> None:
+    """Warn again what a segment's ``cj.sample`` warned, less the texts in ``drop``."""
+    for w in caught:
+        if str(w.message) not in drop:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 def default_segment(relaxation_steps: float | None) -> int:
@@ -158,24 +175,31 @@ def sample_until(
     m = nested.superchain_size(position)
     state, infos, res, kept = initial_state, [], None, None
     steps, segment, diverged_at, diag = 0, 0, -1, None
+    segment_warnings: list = []
     while steps < max_steps:
         # the window is the last segment, as long as all before it: the first half
         # of the run is its burn-in (Gelman and Rubin's rule), so the start's
         # influence on the window decays geometrically, not as 1 / length
         n = min(segment_steps if segment < 2 else steps, max_steps - steps)
-        res = sample(
-            jax.random.fold_in(rng_key, segment),
-            step_fn,
-            state,
-            n,
-            mode="stream",
-            on_divergence="stop",
-            check_convergence=False,
-            # one compiled chunk for every segment (each is a multiple of the first):
-            # by default each new segment length would be a program of its own, about
-            # 1.5 s of compilation each for a 100-d model on a 2-core CPU
-            chunk_size=segment_steps,
-        )
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            res = sample(
+                jax.random.fold_in(rng_key, segment),
+                step_fn,
+                state,
+                n,
+                mode="stream",
+                on_divergence="stop",
+                check_convergence=False,
+                # one compiled chunk for every segment (each is a multiple of the
+                # first): by default each new segment length would be a program of
+                # its own, about 1.5 s of compilation each for a 100-d model on a
+                # 2-core CPU
+                chunk_size=segment_steps,
+            )
+        if segment_warnings:  # the segment before: its kept-step flags were not final
+            _reemit(segment_warnings, _kept_flag_texts(infos[-1]))
+        segment_warnings = caught
         infos.append(res.info)
         state, segment, kept = res.state, segment + 1, res
         if res.diverged_at >= 0:
@@ -205,6 +229,7 @@ def sample_until(
             and all(z <= RISING_STOP_Z for z in rising.values())
         ):
             break
+    _reemit(segment_warnings, set())  # the kept window's: all of them
     burn_in = steps - (kept.num_steps_done if diverged_at < 0 else 0)
     info = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *infos)
     return RunResult(

@@ -187,6 +187,11 @@ def _flag_problem(flag: RunFlag, info, burn_in: int) -> str | None:
     value = getattr(info, flag.field, None)
     if value is None or np.shape(value)[0] == 0:
         return None
+    if flag.statistic is not None:  # kept_only: a number of the kept steps
+        stat = flag.statistic(info)
+        return (
+            None if stat is None or stat <= flag.above else flag.message(info, offset)
+        )
     if flag.rising:  # kept_only: a rate that rose between the halves of the kept steps
         z = rising_z(value)
         return None if z <= RISING_Z else flag.message(info, offset) + f" (z = {z:.3g})"

@@ -62,31 +62,14 @@ from __future__ import annotations
 
 import math
 import statistics
-from functools import partial
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from cenlmc_jax._batch import batch_logdensity
 from cenlmc_jax.types import Array
-
-
-@partial(jax.jit, static_argnums=1)
-def _jitted_values(x, logdensity_fn):
-    return jax.vmap(logdensity_fn)(x)
-
-
-def _values(x, logdensity_fn):
-    """The log density at each row of ``x``, one compiled program (called eagerly, a
-    vmapped model would compile each of its operations on its own); eagerly for a
-    callable that cannot be hashed (a static argument of ``jax.jit`` must be)."""
-    try:
-        hash(logdensity_fn)
-    except TypeError:
-        return jax.vmap(logdensity_fn)(x)
-    return _jitted_values(x, logdensity_fn)
-
 
 __all__ = [
     "NESTED_RHAT_MAX",
@@ -279,7 +262,7 @@ def superchain_starts(
     centre = jnp.mean(positions, axis=0)
     pushed = (centre + overdispersion * (chosen - centre)).astype(positions.dtype)
     if logdensity_fn is not None:
-        ok = jnp.isfinite(_values(pushed, logdensity_fn))
+        ok = jnp.isfinite(batch_logdensity(pushed, logdensity_fn))
         pushed = jnp.where(ok[:, None], pushed, chosen)
     return jnp.repeat(pushed, m, axis=0)
 

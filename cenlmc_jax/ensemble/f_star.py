@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from cenlmc_jax._batch import batch_logdensity
 from cenlmc_jax._validation import (
     check_int,
     check_logdensity,
@@ -102,12 +103,6 @@ class _returns_array:
 
     def __eq__(self, other):
         return isinstance(other, _returns_array) and other.fn == self.fn
-
-
-@functools.partial(jax.jit, static_argnums=1)
-def _values(x, logdensity_fn):
-    # one compiled program: called eagerly, a vmapped model compiles op by op
-    return jax.vmap(logdensity_fn)(x)
 
 
 #: The last few L-BFGS results of :func:`find_f_star`, by (function, start point, tol,
@@ -216,7 +211,7 @@ def find_f_star(
     check_positive(tol, "tol")
     # a Python float return would break optax
     logdensity_fn = _returns_array(logdensity_fn)
-    logdensity = _values(x, logdensity_fn)
+    logdensity = batch_logdensity(x, logdensity_fn)
     best = jnp.argmax(jnp.where(jnp.isfinite(logdensity), logdensity, -jnp.inf))
     x0, f0 = x[best], -logdensity[best]
     xo, fo, gnorm, count = _memo_lbfgs(

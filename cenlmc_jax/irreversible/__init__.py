@@ -32,7 +32,7 @@ an attribute; ``from cenlmc_jax.irreversible.rwmh import rwmh_step`` still
 reaches the module.
 """
 
-from cenlmc_jax.irreversible.hmc import HMCInfo, HMCState, hmc
+from cenlmc_jax.irreversible.hmc import HMCInfo, HMCState, hmc, neck_depth
 from cenlmc_jax.irreversible.jump import (
     IrreversibleMHInfo,
     IrreversibleMHState,
@@ -70,4 +70,5 @@ __all__ = [
     "HMCState",
     "HMCInfo",
     "hmc",
+    "neck_depth",
 ]

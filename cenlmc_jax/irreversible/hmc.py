@@ -33,6 +33,7 @@ no recomputation); a step costs ``L`` gradients (``info.grad_evals``).
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import jax
@@ -62,7 +63,7 @@ from cenlmc_jax.irreversible._common import (
 )
 from cenlmc_jax.types import Array, LogDensityFn, PRNGKey
 
-__all__ = ["HMCState", "HMCInfo", "hmc"]
+__all__ = ["HMCState", "HMCInfo", "hmc", "neck_depth"]
 
 
 class HMCState(NamedTuple):
@@ -101,11 +102,95 @@ DIVERGENT_FLAG = RunFlag(
         f"{rate:.2%} of the kept moves had divergent trajectories (Stan's divergent "
         "transitions), at a steady rate: each is a rejected move, so the draws stay "
         "exact, but the step is too long for the curvature of a region the chains "
-        "visit (a banana's arms, a funnel's neck). If the posterior has mass deeper "
-        "in such a region than the chains reach (a scale parameter near zero in a "
-        "centred hierarchical or state-space model), no check sees it and the "
-        "estimates there are biased: reparametrise (non-centred) to be sure"
+        "visit. Where they start in a tail, at low density (a banana's arms), they "
+        "cost efficiency; where they start at high density (a funnel's neck) the "
+        "chains cannot enter the region and the run fails its verdict (neck_depth)"
     ),
+)
+
+#: :func:`neck_depth` above this (standard deviations of the ensemble's log density)
+#: says the divergent trajectories start in a funnel's neck. With 2,000 chains after
+#: ``cj.langevin_warmup`` (benchmarks/results/neck_depth.md) Neal's funnel (d = 10),
+#: centred eight schools and Brownian motion with unknown scales, whose necks the
+#: chains do not fill, lie well above it, and the banana, whose divergences start at its
+#: arms' tips, well below zero; a 3-d funnel's neck, where the log density varies less,
+#: a little above it (tests/irreversible/test_hmc.py).
+NECK_DEPTH = 0.5
+#: :func:`neck_depth` judges only a run whose kept moves diverged at least this often
+#: (a few divergent moves say little about where they start).
+NECK_MIN_RATE = 5e-4
+
+
+def neck_depth(infos: Any) -> float | None:
+    """Where HMC's divergent trajectories start, in the ensemble's log density.
+
+    A trajectory diverges where the step is too long for the curvature. In a tail (a
+    banana's arms) that is a region of low density which the chains visit now and
+    then, and the rejections cost only efficiency. In a funnel's neck (a scale
+    parameter near zero in a centred hierarchical or state-space model) it is a
+    narrow region of *high* density: the chains cannot enter it, started outside it
+    (as every warm-up starts them) they do not fill it, and the estimates miss its mass
+    (centred eight schools: log τ's sd 8 % low after 3,200 moves; Brownian motion with
+    unknown scales: log obs's sd 15 % low after 6,400). Stan's advice for divergences
+    that concentrate in one region.
+
+    With ``r_t`` the share of the chains whose move ``t`` diverged, ``ā_t`` and
+    ``s_t`` the mean and standard deviation over the chains of the log density at the
+    moves' starts, and ``c_t`` the mean over the chains of that log density times the
+    divergent indicator (the infos' ``divergent``, ``start_logdensity``,
+    ``start_logdensity_sq`` and ``divergent_logdensity``, per chain or averaged)::
+
+        depth = Σ_t (c_t − r_t ā_t) / s_t  /  Σ_t r_t,
+
+    the mean over the divergent moves of ``(log π(start) − ā_t) / s_t``. A step whose
+    ``s_t²`` is within ``100 ε ā_t²`` of zero (``ε`` the infos' float precision: the
+    rounding of ``E[log π²] − ā²``, or a single chain) is left out.
+
+    Args:
+      infos: the kept moves' :class:`HMCInfo`, stacked along a leading step axis.
+
+    Returns:
+      ``depth``, or None when fewer than :data:`NECK_MIN_RATE` of the moves diverged or
+      no step could be judged.
+    """
+
+    def per_step(name):
+        v = np.asarray(getattr(infos, name), np.float64)
+        return v.reshape(v.shape[0], -1).mean(1) if v.ndim else v.reshape(1)
+
+    r = per_step("divergent")
+    if r.size == 0 or not float(np.mean(r)) >= NECK_MIN_RATE:
+        return None
+    a, b = per_step("start_logdensity"), per_step("start_logdensity_sq")
+    c = per_step("divergent_logdensity")
+    var = b - a * a
+    eps = float(np.finfo(np.asarray(infos.start_logdensity).dtype).eps)
+    ok = np.isfinite(var) & (var > 100.0 * eps * a * a) & (r > 0)
+    weight = float(np.sum(r[ok]))
+    if weight == 0.0:
+        return None
+    return float(np.sum((c[ok] - r[ok] * a[ok]) / np.sqrt(var[ok])) / weight)
+
+
+def _neck_message(infos: Any, step: int) -> str:
+    depth = neck_depth(infos)
+    return (
+        "HMC's divergent trajectories start where the density is high: their log "
+        f"density is on average {math.nan if depth is None else depth:.2g} standard "
+        f"deviations above the ensemble's mean (kept moves from step {step}). The "
+        "step is too long for a narrow region that holds much mass, a funnel's neck "
+        "(a scale parameter near zero in a centred hierarchical or state-space "
+        "model): the chains cannot enter it, so its mass is undersampled and the "
+        "estimates are biased (that scale parameter's sd and lower tail most). A "
+        "smaller step only hides the divergences: reparametrise the model "
+        "(non-centred)"
+    )
+
+
+#: The driver's warning (the CLI's failed check) for divergent trajectories that start
+#: where the density is high (:func:`neck_depth` above :data:`NECK_DEPTH`).
+NECK_FLAG = RunFlag(
+    "divergent", _neck_message, kept_only=True, statistic=neck_depth, above=NECK_DEPTH
 )
 
 
@@ -137,6 +222,11 @@ class HMCInfo(NamedTuple):
         ``energy_error = inf``, as in Stan, not a reason to stop the run: the chain
         stays exact, and whether a region is undersampled is the many-chain
         verdict's question.
+      start_logdensity: ``log π`` at the move's start (averaged over chains by the
+        driver: the ensemble's mean).
+      start_logdensity_sq: its square (with it, the ensemble's spread of ``log π``).
+      divergent_logdensity: ``start_logdensity`` where the move was divergent, else
+        0 (:func:`neck_depth` reads where the divergent moves start from these).
     """
 
     acceptance_rate: Array
@@ -145,10 +235,13 @@ class HMCInfo(NamedTuple):
     grad_evals: Array
     divergent: Array
     diverged: Array
+    start_logdensity: Array
+    start_logdensity_sq: Array
+    divergent_logdensity: Array
 
     # a rejection keeps the position: the driver's frozen-chain check does not apply
     may_stay = True
-    run_flags = (ZERO_ACCEPTANCE_FLAG, DIVERGENT_FLAG)
+    run_flags = (ZERO_ACCEPTANCE_FLAG, DIVERGENT_FLAG, NECK_FLAG)
 
     @property
     def zero_acceptance(self) -> Array:
@@ -283,15 +376,20 @@ def hmc(
             jnp.where(accepted, v1, state.logdensity),
             unravel(jnp.where(accepted, g1, g0)),
         )
+        # a trajectory that left the support (log density -inf at a finite point) is
+        # a plain rejection, not a divergence
+        divergent = (dh > DIVERGENCE_THRESHOLD) & ~(fine & (v1 == -jnp.inf))
+        v0 = state.logdensity
         info = HMCInfo(
             rate,
             accepted,
             dh,
             jnp.asarray(n_steps, jnp.int32),
-            # a trajectory that left the support (log density -inf at a finite
-            # point) is a plain rejection, not a divergence
-            (dh > DIVERGENCE_THRESHOLD) & ~(fine & (v1 == -jnp.inf)),
+            divergent,
             fine & (jnp.isnan(v1) | (v1 == jnp.inf)),
+            v0,
+            v0 * v0,
+            jnp.where(divergent, v0, jnp.zeros_like(v0)),
         )
         return new, info
 

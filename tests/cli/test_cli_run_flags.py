@@ -362,3 +362,65 @@ def test_stretches_of_one_warning_print_as_one_line():
         "16 of 2000 chains never moved",
         f"1 of 3 chains: {text} (at every step of 41..49)",
     ]
+
+
+class DepthState(NamedTuple):
+    position: jax.Array  # (CHAINS, 1)
+    t: jax.Array
+    depth: jax.Array  # (STEPS + BURN_IN,): the info's value at each step
+
+
+class DepthInfo(NamedTuple):
+    # a number per chain whose mean over the kept steps is judged (HMC's neck_depth's
+    # kind of flag: a statistic of the kept infos above a threshold)
+    depth: jax.Array
+    diverged: jax.Array
+
+    run_flags = (
+        RunFlag(
+            "depth",
+            _message("depth"),
+            kept_only=True,
+            statistic=lambda infos: float(np.mean(np.asarray(infos.depth))),
+            above=0.5,
+        ),
+    )
+
+
+def _depth_step(key, state):
+    info = DepthInfo(
+        jnp.full((CHAINS,), state.depth[state.t]), diverged=jnp.zeros((), bool)
+    )
+    moved = state.position + jax.random.normal(key, state.position.shape)
+    return DepthState(moved, state.t + 1, state.depth), info
+
+
+@pytest.mark.parametrize("info_reduce", [None, "mean"])
+@pytest.mark.parametrize(
+    "case, flagged",
+    # the kept steps' mean 0.8 > 0.5: flagged; 0.8 in the burn-in only, 0.2 after: not
+    [("kept", True), ("burn_in_only", False)],
+)
+def test_a_statistic_flag_is_judged_on_the_kept_steps_by_driver_and_verdict(
+    case, flagged, info_reduce
+):
+    depth = np.full(STEPS + BURN_IN, 0.8 if case == "kept" else 0.2, np.float32)
+    depth[:BURN_IN] = 0.8
+    state = DepthState(jnp.zeros((CHAINS, 1)), jnp.zeros((), jnp.int32), depth)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = cj.sample(
+            jax.random.key(0),
+            _depth_step,
+            state,
+            STEPS,
+            burn_in=BURN_IN,
+            info_reduce=info_reduce,
+            check_convergence=False,
+        )
+    warned = [str(w.message) for w in caught if "toy flag depth" in str(w.message)]
+    found = verdict.flag_problems(Namespace(sampler="lmc"), res)
+    text = f"toy flag depth from step {BURN_IN}"
+    assert bool(warned) == flagged and bool(found) == flagged, (warned, found)
+    if flagged:
+        assert text in warned[0] and text in found[0] and "[info.depth;" in found[0]

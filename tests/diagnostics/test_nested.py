@@ -1,5 +1,6 @@
 """Nested R-hat and the many-chain verdict (cenlmc_jax/diagnostics/nested.py)."""
 
+import warnings
 from typing import NamedTuple
 
 import jax
@@ -205,3 +206,45 @@ def test_sample_until_goes_on_while_a_declared_rate_rises():
     assert 800 <= res.num_steps_done <= 3200, res.num_steps_done
     window = jax.tree_util.tree_map(lambda a: a[res.burn_in :], res.info)
     assert rising_rates(window)["rate"] <= RISING_STOP_Z  # it stopped on a flat rate
+
+
+class _DepthRateInfo(NamedTuple):
+    # the rising rate above, and a number whose mean over the kept steps is judged
+    # (HMC's neck_depth's kind of flag), set at every step
+    rate: jax.Array
+    depth: jax.Array
+    run_flags = (
+        RunFlag("rate", lambda info, t: f"rate rose from step {t}", True, rising=True),
+        RunFlag(
+            "depth",
+            lambda info, t: f"depth {float(np.mean(info.depth)):.1f} from step {t}",
+            kept_only=True,
+            statistic=lambda info: float(np.mean(np.asarray(info.depth))),
+            above=0.5,
+        ),
+    )
+
+
+def test_sample_until_warns_of_a_kept_step_flag_once_on_its_window():
+    # each segment is a cj.sample call whose steps are all "kept" for it: a flag judged
+    # on the kept steps (a funnel's neck) would be warned once a segment (the CLI
+    # printed the same neck warning 6 times). The segments before the window are the
+    # run's burn-in: their kept-step warnings are dropped, the window's is given once.
+    ramp = _exact_draws_with_rate(400)
+
+    def step(key, state):
+        new, info = ramp.step(key, state)
+        return new, _DepthRateInfo(info.rate, jnp.ones_like(info.rate, jnp.float32))
+
+    starts = jnp.repeat(jax.random.normal(jax.random.key(0), (64, 2)), 16, 0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = cj.sample_until(
+            jax.random.key(1),
+            cj.SamplingAlgorithm(ramp.init, step),
+            ramp.init(starts),
+            segment_steps=25,
+        )
+    assert res.num_steps_done >= 800  # several segments, each with the flag set
+    depth = [str(w.message) for w in caught if str(w.message).startswith("depth")]
+    assert depth == ["depth 1.0 from step 0"], depth

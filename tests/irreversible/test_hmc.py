@@ -1,12 +1,15 @@
 """cj.hmc: exactness (MCSE z-tests on a quartic, a banana and a funnel), detailed
 balance on a 1-D case, the shorter-step mixture, keys, dtypes and bad input."""
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import cenlmc_jax as cj
+from cenlmc_jax.irreversible.hmc import NECK_DEPTH, NECK_MIN_RATE, HMCInfo, neck_depth
 
 
 @pytest.fixture(autouse=True)
@@ -176,3 +179,91 @@ def test_same_key_same_draws_float64_stays_float64_and_small_step_selects():
 def test_bad_arguments_are_refused_before_tracing(kwargs, match):
     with pytest.raises(ValueError, match=match):
         cj.hmc(_quartic, **kwargs)
+
+
+def _infos(logp, divergent):
+    """HMCInfo of ``(steps, chains)`` start log densities and divergent flags (the
+    other fields zero), as the driver stacks them with ``info_reduce=None``."""
+    v = jnp.asarray(logp, jnp.float64)
+    div = jnp.asarray(divergent, bool)
+    zero = jnp.zeros_like(v)
+    return HMCInfo(
+        zero, div, zero, zero.astype(jnp.int32), div, div & False,
+        v, v * v, jnp.where(div, v, 0.0),
+    )  # fmt: skip
+
+
+def test_neck_depth_is_the_mean_standardised_log_density_of_divergent_starts():
+    """By hand: step 0 has log densities (-1, -2, -3, -6) (mean -3, sd sqrt(3.5)) and
+    chain 0 diverged, z = 2 / sqrt(3.5) = 1.0690; step 1 has (0, -4, -4, -8) (mean -4,
+    sd sqrt(8)) and chains 0 and 3 diverged, z = ±4 / sqrt(8) = ±1.4142. The mean of
+    the three is 1.0690 / 3 = 0.35635, from the per-chain infos and from their means
+    over the chains (the CLI's)."""
+    logp = [[-1.0, -2.0, -3.0, -6.0], [0.0, -4.0, -4.0, -8.0]]
+    div = [[True, False, False, False], [True, False, False, True]]
+    infos = _infos(logp, div)
+    expected = (2 / np.sqrt(3.5)) / 3
+    assert neck_depth(infos) == pytest.approx(expected, rel=1e-12)
+    reduced = jax.tree_util.tree_map(
+        lambda a: jnp.mean(a.astype(jnp.float64), axis=1), infos
+    )
+    assert neck_depth(reduced) == pytest.approx(expected, rel=1e-12)
+    # nothing diverged, or one chain (no spread to measure against): nothing to judge
+    assert neck_depth(_infos(logp, np.zeros((2, 4), bool))) is None
+    assert neck_depth(_infos([[-1.0], [-2.0]], [[True], [True]])) is None
+    # float32 log densities near -1e5 whose spread (0.5) is below the rounding of
+    # E[log π²] - (E log π)²: left out, not read as a huge depth
+    v32 = (-1e5 + np.array([[0.0, 0.5, 1.0, 1.5]] * 2)).astype(np.float32)
+    f32 = jax.tree_util.tree_map(
+        lambda a: np.asarray(a, np.float32) if a.dtype == jnp.float64 else a,
+        _infos(v32, div),
+    )
+    assert neck_depth(f32) is None
+
+
+def test_divergences_in_an_unfilled_neck_fail_and_at_a_bananas_tips_do_not():
+    """Both ways, on real HMC runs (1,024 chains, 150 moves, L = 10).
+
+    Neal's funnel (d = 3) started without its neck (v ~ N(0, 3²) kept above -1, as a
+    warm-up that never entered it leaves it), ε = 0.4: the chains do not fill the neck
+    in the run, E v is far above its 0 (a wrong answer) and the divergent moves start
+    at high density: ``cj.sample`` warns (NECK_FLAG). The banana from exact draws,
+    ε = 0.35 (its arms' tips diverge; some chains stick there for the whole run): the
+    answer is right (E x² within 4 MCSE) and its divergent moves start at low
+    density, below 0: no warning."""
+    key = jax.random.key(11)
+    v = 3.0 * jax.random.normal(key, (4096,), jnp.float64)
+    v = v[v > -1.0][:1024]
+    z = jnp.exp(v / 2)[:, None] * jax.random.normal(jax.random.key(12), (1024, 2))
+    algo = cj.vmap_chains(cj.hmc(_funnel, 0.4, 10))
+    with pytest.warns(RuntimeWarning, match="start where the density is high"):
+        res = cj.sample(
+            jax.random.key(13),
+            algo,
+            algo.init(jnp.concatenate([v[:, None], z], 1)),
+            150,
+            trace_fn=lambda s: s.position[:, 0],
+            check_convergence=False,
+        )
+    assert float(np.mean(np.asarray(res.info.divergent))) > NECK_MIN_RATE
+    assert neck_depth(res.info) > NECK_DEPTH
+    # the wrong answer it flags: E v over the run, MCSE from the chains' time means
+    zv = _z(np.asarray(res.trace)[:, :, None], lambda t: t, np.zeros(1))
+    assert zv[0] > 10, zv  # the neck (v < -1) is missing: E v far above 0
+
+    algo = cj.vmap_chains(cj.hmc(_banana, 0.35, 10, inverse_mass_matrix=[100.0, 19.0]))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = cj.sample(
+            jax.random.key(14),
+            algo,
+            algo.init(_banana_draws(jax.random.key(15), 1024)),
+            150,
+            check_convergence=False,
+        )
+    assert float(np.mean(np.asarray(res.info.divergent))) > NECK_MIN_RATE
+    assert neck_depth(res.info) < 0
+    assert not [w for w in caught if "density is high" in str(w.message)]
+    zb = _z(res.trace, lambda t: t**2, np.array([100.0, 19.0]))
+    # |z| < 4 over 2 statistics: a false alarm below 1.3e-4 under exactness
+    assert np.all(np.abs(zb) < 4), zb

@@ -1,0 +1,154 @@
+"""Where HMC's divergent trajectories start: ``neck_depth`` on the many-chain cases.
+
+``cenlmc_jax.irreversible.hmc.neck_depth`` (the verdict's funnel-neck check, issue 46)
+is the mean over the divergent moves of the start's log density, in standard
+deviations of the ensemble's log density above its mean. This script measures it
+where the CLI's default would: 2,000 chains from uniform(-2, 2) starts,
+``cj.langevin_warmup`` with its defaults, then ``--moves`` moves of the handed-over HMC
+(``cj.sample``, infos averaged over the chains as the CLI keeps them), on the models of
+``benchmarks/many_chains_models`` (the references: ``bench_many_chains.REFS``). Beside
+it: the divergence rate, the flag (``neck_depth > NECK_DEPTH``) and the ensemble's
+estimate of each model's scale coordinate against its reference (how far the chains
+filled a neck).
+
+    python benchmarks/bench_neck_depth.py [--seeds 0,1] [--moves 300] [--cases ...]
+
+Writes ``results/neck_depth.{json,md}``. About 3 minutes on 2 CPU cores.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from _common import base_parser, write_results
+
+jax.config.update("jax_enable_x64", True)
+
+import cenlmc_jax as cj  # noqa: E402
+from cenlmc_jax.irreversible.hmc import NECK_DEPTH, neck_depth  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "many_chains_models"))
+from bench_many_chains import REFS  # noqa: E402
+
+#: case -> the coordinate whose sd says how far the chains reached (a scale parameter;
+#: for the banana, x1, the arms' height)
+SCALE = {
+    "banana": "x[1]",
+    "eight_schools_centered": "x[1]",
+    "brownian_missing": "x[31]",
+    "funnel": "x[0]",
+    "lotka_volterra": "x[0]",
+    "brownian_fixed": "x[15]",
+}
+CHAINS = 2000
+
+
+def run_case(case, seed, moves):
+    d, refs = REFS[case]
+    logp = importlib.import_module(case).logp
+    x0 = jax.random.uniform(
+        jax.random.key(1 + seed), (CHAINS, d), minval=-2.0, maxval=2.0
+    )
+    t0 = time.perf_counter()
+    res = cj.langevin_warmup(jax.random.key(seed), logp, x0)
+    coord = SCALE[case]
+    i = int(coord[2:-1])
+    out = cj.sample(
+        jax.random.key(7 + seed),
+        res.algorithm,
+        res.state,
+        moves,
+        trace_fn=lambda s: (
+            jnp.mean(s.position[:, i]),
+            jnp.mean(s.position[:, i] ** 2),
+        ),
+        check_convergence=False,
+    )
+    m1, m2 = (np.asarray(a, np.float64) for a in out.trace)
+    sd = float(np.sqrt(np.mean(m2) - np.mean(m1) ** 2))
+    name, _, ref_sd = refs[coord]
+    depth = neck_depth(out.info)
+    return dict(
+        case=case,
+        seed=seed,
+        moves=moves,
+        divergent_rate=float(np.mean(np.asarray(out.info.divergent))),
+        neck_depth=depth,
+        flagged=depth is not None and depth > NECK_DEPTH,
+        coordinate=f"{coord} ({name})",
+        sd=sd,
+        reference_sd=ref_sd,
+        sd_error=sd / ref_sd - 1.0,
+        step_size=float(res.info.step_size),
+        wall_s=time.perf_counter() - t0,
+    )
+
+
+def main():
+    parser = base_parser(__doc__.splitlines()[0])
+    parser.add_argument("--seeds", default="0,1")
+    parser.add_argument("--moves", type=int, default=300)
+    parser.add_argument("--cases", default=",".join(SCALE))
+    args = parser.parse_args()
+    seeds = [int(s) for s in args.seeds.split(",")]
+    moves = 50 if args.quick else args.moves
+    rows = []
+    for case in args.cases.split(","):
+        for seed in seeds[:1] if args.quick else seeds:
+            r = run_case(case, seed, moves)
+            print(r, flush=True)
+            rows.append(r)
+    md = [
+        {
+            **r,
+            "divergent_rate": f"{r['divergent_rate']:.2%}",
+            "neck_depth": "-" if r["neck_depth"] is None else f"{r['neck_depth']:+.2f}",
+            "sd": f"{r['sd']:.4g}",
+            "sd_error": f"{r['sd_error']:+.1%}",
+            "wall_s": f"{r['wall_s']:.1f}",
+        }
+        for r in rows
+    ]
+    write_results(
+        "neck_depth",
+        dict(chains=CHAINS, threshold=NECK_DEPTH, seeds=seeds, moves=moves),
+        rows,
+        md_rows=md,
+        columns=[
+            "case",
+            "seed",
+            "divergent_rate",
+            "neck_depth",
+            "flagged",
+            "coordinate",
+            "sd",
+            "reference_sd",
+            "sd_error",
+            "wall_s",
+        ],  # fmt: skip
+        out_dir=args.out_dir,
+        title="Where HMC's divergent trajectories start (neck_depth, issue 46)",
+        notes=[
+            f"{CHAINS} chains from uniform(-2, 2), cj.langevin_warmup (defaults), then "
+            f"{moves} moves of its HMC (cj.sample, infos averaged over chains, as the "
+            "CLI keeps them); warm-up key = seed, sampling key = 7 + seed.",
+            "neck_depth: the mean over the divergent moves of the start's log density, "
+            "in standard deviations of the ensemble's log density above its mean "
+            f"('-': fewer than 0.05 % of the moves diverged). flagged: above "
+            f"{NECK_DEPTH} (the verdict fails the run).",
+            "sd: the ensemble's sd of the coordinate over the moves, against the "
+            "reference sd (bench_many_chains.REFS): how far the chains filled a neck "
+            "(a scale parameter's sd is low where they did not).",
+        ],
+    )
+
+
+if __name__ == "__main__":
+    main()
