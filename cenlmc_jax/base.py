@@ -105,7 +105,7 @@ class RunFlag(NamedTuple):
         standard errors (:func:`rising_z`): a rate that is fine at stationarity (HMC's
         divergent trajectories where the step is too long for a region) but whose
         drift says the chains are still moving into that region.
-      steady: with ``rising``, ``(infos, rate) -> str``: the CLI's warning (exit 0)
+      steady: with ``rising``, ``(kept infos, rate) -> str``: the CLI's warning (exit 0)
         for a rate above 0 that did not rise (Stan's report of divergent
         transitions: exact all the same, but it says where the step cannot follow
         the posterior), or None.

@@ -255,7 +255,10 @@ def flag_problems(args, res, notes: list | None = None) -> list:
         if text is None and flag.steady is not None and notes is not None:
             rate = _steady_rate(flag, res.info, res.burn_in)
             if rate > 0:
-                notes.append(f"{flag.steady(res.info, rate)} [info.{flag.field}]")
+                kept = jax.tree_util.tree_map(
+                    lambda a: a[res.burn_in :], fetch(res.info)
+                )
+                notes.append(f"{flag.steady(kept, rate)} [info.{flag.field}]")
         if text is not None and flag.efficiency_only:
             if notes is not None:
                 notes.append(

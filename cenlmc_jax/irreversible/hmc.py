@@ -98,14 +98,7 @@ DIVERGENT_FLAG = RunFlag(
     ),
     kept_only=True,
     rising=True,
-    steady=lambda infos, rate: (
-        f"{rate:.2%} of the kept moves had divergent trajectories (Stan's divergent "
-        "transitions), at a steady rate: each is a rejected move, so the draws stay "
-        "exact, but the step is too long for the curvature of a region the chains "
-        "visit. Where they start in a tail, at low density (a banana's arms), they "
-        "cost efficiency; where they start at high density (a funnel's neck) the "
-        "chains cannot enter the region and the run fails its verdict (neck_depth)"
-    ),
+    steady=lambda infos, rate: _steady_message(infos, rate),
 )
 
 #: :func:`neck_depth` above this (standard deviations of the ensemble's log density)
@@ -170,6 +163,35 @@ def neck_depth(infos: Any) -> float | None:
     if weight == 0.0:
         return None
     return float(np.sum((c[ok] - r[ok] * a[ok]) / np.sqrt(var[ok])) / weight)
+
+
+def _steady_message(infos: Any, rate: float) -> str:
+    """The CLI's warning for a steady rate of divergent trajectories, with where they
+    start (:func:`neck_depth` of the kept moves ``infos``)."""
+    text = (
+        f"{rate:.2%} of the kept moves had divergent trajectories (Stan's divergent "
+        "transitions), at a steady rate: each is a rejected move, so the draws stay "
+        "exact, but the step is too long for the curvature of a region the chains "
+        "visit. "
+    )
+    depth = neck_depth(infos)
+    if depth is None:
+        return text + (
+            "Where they start in a tail, at low density (a banana's arms), they cost "
+            "efficiency; where they start at high density (a funnel's neck) the chains "
+            "cannot enter the region and the run fails its verdict (neck_depth)"
+        )
+    where = (
+        "at high density: a funnel's neck (the run fails its verdict)"
+        if depth > NECK_DEPTH
+        else "not at high density (above "
+        f"{NECK_DEPTH:g}, a funnel's neck, the run would fail): in a region the chains "
+        "visit, at a cost in efficiency"
+    )
+    return text + (
+        f"They start {depth:+.2g} standard deviations of the ensemble's log density "
+        f"from its mean (neck_depth), {where}"
+    )
 
 
 def _neck_message(infos: Any, step: int) -> str:

@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 
 import cenlmc_jax as cj
-from cenlmc_jax.irreversible.hmc import NECK_DEPTH, NECK_MIN_RATE, HMCInfo, neck_depth
+from cenlmc_jax.irreversible.hmc import (
+    DIVERGENT_FLAG,
+    NECK_DEPTH,
+    NECK_MIN_RATE,
+    HMCInfo,
+    neck_depth,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -208,6 +214,9 @@ def test_neck_depth_is_the_mean_standardised_log_density_of_divergent_starts():
         lambda a: jnp.mean(a.astype(jnp.float64), axis=1), infos
     )
     assert neck_depth(reduced) == pytest.approx(expected, rel=1e-12)
+    # the CLI's warning for a steady rate says where they start
+    assert "They start +0.36 standard deviations" in DIVERGENT_FLAG.steady(infos, 0.3)
+    assert "not at high density" in DIVERGENT_FLAG.steady(infos, 0.3)
     # nothing diverged, or one chain (no spread to measure against): nothing to judge
     assert neck_depth(_infos(logp, np.zeros((2, 4), bool))) is None
     assert neck_depth(_infos([[-1.0], [-2.0]], [[True], [True]])) is None
