@@ -84,23 +84,6 @@ class HMCState(NamedTuple):
 #: threshold).
 DIVERGENCE_THRESHOLD = 1000.0
 
-#: The driver's warning (the CLI's failed check) for a rate of divergent trajectories
-#: (``info.divergent``) that rises between the halves of the kept moves.
-DIVERGENT_FLAG = RunFlag(
-    "divergent",
-    lambda infos, step: (
-        "the rate of HMC's divergent trajectories (energy error above "
-        f"{DIVERGENCE_THRESHOLD:g} or not finite) rose between the halves of the "
-        f"kept moves (from step {step}): the chains are still moving into a region "
-        "whose curvature the step is too long for (a funnel's neck), which is "
-        "undersampled so far; the estimates may be biased. Reparametrise the model "
-        "(non-centred), or run longer"
-    ),
-    kept_only=True,
-    rising=True,
-    steady=lambda infos, rate: _steady_message(infos, rate),
-)
-
 #: :func:`neck_depth` above this (standard deviations of the ensemble's log density)
 #: says the divergent trajectories start in a funnel's neck. With 2,000 chains after
 #: ``cj.langevin_warmup`` (benchmarks/results/neck_depth.md) Neal's funnel (d = 10),
@@ -208,6 +191,23 @@ def _neck_message(infos: Any, step: int) -> str:
         "(non-centred)"
     )
 
+
+#: The driver's warning (the CLI's failed check) for a rate of divergent trajectories
+#: (``info.divergent``) that rises between the halves of the kept moves.
+DIVERGENT_FLAG = RunFlag(
+    "divergent",
+    lambda infos, step: (
+        "the rate of HMC's divergent trajectories (energy error above "
+        f"{DIVERGENCE_THRESHOLD:g} or not finite) rose between the halves of the "
+        f"kept moves (from step {step}): the chains are still moving into a region "
+        "whose curvature the step is too long for (a funnel's neck), which is "
+        "undersampled so far; the estimates may be biased. Reparametrise the model "
+        "(non-centred), or run longer"
+    ),
+    kept_only=True,
+    rising=True,
+    steady=_steady_message,
+)
 
 #: The driver's warning (the CLI's failed check) for divergent trajectories that start
 #: where the density is high (:func:`neck_depth` above :data:`NECK_DEPTH`).
