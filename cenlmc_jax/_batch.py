@@ -10,23 +10,26 @@ cannot be hashed is run eagerly instead.
 
 from __future__ import annotations
 
-from functools import partial
-
 import jax
+import jax.numpy as jnp
 
 from cenlmc_jax.types import Array, LogDensityFn
 
 __all__ = ["batch_logdensity"]
 
 
-@partial(jax.jit, static_argnums=1)
-def _jitted(x: Array, logdensity_fn: LogDensityFn) -> Array:
-    return jax.vmap(logdensity_fn)(x)
+def _values(x: Array, logdensity_fn: LogDensityFn) -> Array:
+    return jax.vmap(lambda y: jnp.asarray(logdensity_fn(y), y.dtype))(x)
+
+
+_jitted = jax.jit(_values, static_argnums=1)
 
 
 def batch_logdensity(x: Array, logdensity_fn: LogDensityFn) -> Array:
-    """``log π`` at each row of ``x``: one jitted program where the function is
-    hashable, else an eager ``jax.vmap``.
+    """``log π`` at each row of ``x``, in ``x``'s dtype: one jitted program where the
+    function is hashable (one per function, shape and dtype, shared by every caller:
+    the warm-up's start checks and the superchain starts' check use the same ``(N,
+    d)`` program), else an eager ``jax.vmap``.
 
     Args:
       x: ``(n, d)`` points.
@@ -38,5 +41,5 @@ def batch_logdensity(x: Array, logdensity_fn: LogDensityFn) -> Array:
     try:
         hash(logdensity_fn)
     except TypeError:
-        return jax.vmap(logdensity_fn)(x)
+        return _values(x, logdensity_fn)
     return _jitted(x, logdensity_fn)

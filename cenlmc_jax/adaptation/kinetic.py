@@ -100,7 +100,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from cenlmc_jax._keys import split_keys
+from cenlmc_jax._keys import normal, split_keys
 from cenlmc_jax.adaptation.coordinates import (
     STATIC,
     to_x,
@@ -397,11 +397,13 @@ def _kinetic_round(
     # momenta from their stationary law N(0, I): from p = 0 an ensemble already at π
     # would first contract towards the mode (too little kinetic energy)
     k_p, k = split_keys(key, 2)
-    p = jax.random.normal(k_p, y.shape, dt)
+    p = normal(k_p, y.shape, dt)
     history = [_moments(np.asarray(y, np.float64))]
     quiet, steps, undone, change = 0, 0, 0, math.inf
-    # every particle starts the round at the last round's median step
-    eps_v, e2_v = jnp.full((n,), eps, dt), jnp.full((n,), ENERGY_ERROR, dt)
+    # every particle starts the round at the last round's median step (built on the
+    # host: jnp.full would compile a program of its own)
+    eps_v = jnp.asarray(np.full((n,), eps, dt))
+    e2_v = jnp.asarray(np.full((n,), ENERGY_ERROR, dt))
     trouble = None
     while used + steps < budget:
         # checks a time 2/γ apart (about the relaxation time of a whitened direction
@@ -429,13 +431,14 @@ def _kinetic_round(
                 piece,
                 **static,
             )
-            eps = float(jnp.median(eps_v))
+            eps_host = np.asarray(eps_v)  # (jnp.median would compile a program)
+            eps = float(np.median(eps_host))
             steps, undone, j = steps + piece, undone + int(bad), j + piece
             if bool(found):
                 trouble = np.asarray(at, np.float64)
             # halved after every step that met the model's NaN or +inf: the region
             # is not a question of the step (_model_trouble says what it is)
-            if trouble is not None and float(jnp.max(eps_v)) < COLLAPSED_STEP:
+            if trouble is not None and float(eps_host.max()) < COLLAPSED_STEP:
                 return _Round(y, eps, steps, undone, change, False, trouble)
             # a round that has not settled after ROUND_STEPS·2^r steps ends early when
             # the ensemble already says the coordinates are off (the next round runs

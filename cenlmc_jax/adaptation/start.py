@@ -41,13 +41,14 @@ from __future__ import annotations
 
 import math
 import warnings
-from functools import partial
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from cenlmc_jax._batch import batch_logdensity
+from cenlmc_jax._keys import normal
 from cenlmc_jax.adaptation.kinetic import fit_dtype
 from cenlmc_jax.adaptation.newton import hessian_at, hessian_method, newton_modes
 from cenlmc_jax.diagnostics.convergence import ConvergenceWarning
@@ -218,7 +219,7 @@ def _laplace(key, logdensity_fn, grad_fn, grad_mode, x, dense, notes):
         )
         return None, steps, d
     m0 = cov if dense else np.diag(cov).copy()
-    xi = jax.random.normal(key, x.shape, x.dtype)
+    xi = normal(key, x.shape, x.dtype)
     root = jnp.asarray(mass_root(m0), x.dtype)
     positions = jnp.asarray(mode, x.dtype) + (xi @ root.T if dense else xi * root)
     # one batched pass of values at the draws: how far below the mode they lie, in
@@ -520,9 +521,8 @@ def metric_condition(m: np.ndarray) -> float:
 START_TRIES = 100
 
 
-@partial(jax.jit, static_argnames=("logdensity_fn",))
 def _start_values(logdensity_fn: LogDensityFn, x: Array) -> Array:
-    return jax.vmap(lambda y: jnp.asarray(logdensity_fn(y), y.dtype))(x)
+    return batch_logdensity(x, logdensity_fn)
 
 
 def valid_starts(rng_key, logdensity_fn: LogDensityFn, x: Array) -> Array:

@@ -51,6 +51,7 @@ import numpy as np
 import cenlmc_jax as cj
 from cenlmc_jax import checkpoint as ckpt
 from cenlmc_jax._host import backends_started
+from cenlmc_jax._keys import normal
 from cenlmc_jax.cli.parser import (
     DEFAULT_PARTICLES,
     DEFAULT_STEPS,
@@ -638,7 +639,7 @@ def _keys_and_noise(key, n: int, d: int, scale) -> tuple:
     ``scale N(0, I)``, ``(n, d)``: one compiled program."""
     keys = tuple(jax.random.split(key, 3))
     check = jax.random.fold_in(keys[1], 2)
-    return (*keys, check), jax.random.normal(keys[0], (n, d)) * scale
+    return (*keys, check), normal(keys[0], (n, d)) * scale
 
 
 def _setup(args) -> Setup:

@@ -257,14 +257,22 @@ def superchain_starts(
     """
     n = positions.shape[0]
     m = _check_size(superchain_size, n)
-    pick = jax.random.choice(rng_key, n, (n // m,), replace=False)
-    chosen = positions[pick]
-    centre = jnp.mean(positions, axis=0)
-    pushed = (centre + overdispersion * (chosen - centre)).astype(positions.dtype)
+    # jax.random.choice(rng_key, n, (n // m,), replace=False), bit for bit, and the
+    # arithmetic on the host: as eager JAX operations each compiled a program of its
+    # own (about fifteen of them)
+    pick = np.asarray(jax.random.permutation(rng_key, n))[: n // m]
+    x = np.asarray(positions)
+    chosen = x[pick]
+    centre = np.asarray(jnp.mean(positions, axis=0))
+    pushed = (centre + overdispersion * (chosen - centre)).astype(x.dtype)
+    starts = np.repeat(pushed, m, axis=0)
     if logdensity_fn is not None:
-        ok = jnp.isfinite(batch_logdensity(pushed, logdensity_fn))
-        pushed = jnp.where(ok[:, None], pushed, chosen)
-    return jnp.repeat(pushed, m, axis=0)
+        # at the (N, d) starts: the program that checked the warm-up's own starts
+        ok = np.isfinite(
+            np.asarray(batch_logdensity(jnp.asarray(starts), logdensity_fn))
+        )
+        starts = np.where(ok[:, None], starts, np.repeat(chosen, m, axis=0))
+    return jnp.asarray(starts)
 
 
 class ChainStats(NamedTuple):
