@@ -313,7 +313,7 @@ def newton_modes(
     dt = starts.dtype
     k, d = starts.shape
     tol, max_steps, probe_steps = float(tol), int(max_steps), int(probe_steps)
-    method = hessian_method(logdensity_fn, starts[0])
+    method = hessian_method(logdensity_fn, np.zeros((d,), dt))  # shape, dtype
     near = 2.0 ** -np.arange(ONE_PASS_STEPS, dtype=np.float64)
     steps = 2.0 ** -np.arange(ONE_PASS_STEPS, LINE_SEARCH_POINTS, dtype=np.float64)
 

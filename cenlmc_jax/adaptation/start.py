@@ -200,7 +200,7 @@ def _laplace(key, logdensity_fn, grad_fn, grad_mode, x, dense, notes):
         f"{float(res.f_star):.6g}, Newton decrement {newton:.2g}; the Hessian by "
         + (
             "autodiff)"
-            if hessian_method(logdensity_fn, x[0]) == "autodiff"
+            if hessian_method(logdensity_fn, _point_like(x)) == "autodiff"
             else "central differences of the gradient: the log density is a large "
             "program or holds a loop, whose second derivatives XLA compiles slowly)"
         )
@@ -340,6 +340,12 @@ def _rounded(x) -> list:
     return np.round(np.asarray(x, np.float64), 3).tolist()
 
 
+def _point_like(x) -> np.ndarray:
+    """A point of ``x``'s rows' shape and dtype (zeros, on the host): what
+    :func:`~cenlmc_jax.adaptation.newton.hessian_method` reads of a point."""
+    return np.zeros(x.shape[1:], x.dtype)
+
+
 class _Mode(NamedTuple):
     """A converged start of :func:`_newton_search` (the fields :func:`_laplace` and
     :func:`_report_modes` read, as in ``FStarResult``).
@@ -364,7 +370,7 @@ def _newton_search(logdensity_fn, grad_fn, grad_mode, x):
     ``max_steps``).
     """
     d = x.shape[1]
-    if d > NEWTON_MAX_D and hessian_method(logdensity_fn, x[0]) == "autodiff":
+    if d > NEWTON_MAX_D and hessian_method(logdensity_fn, _point_like(x)) == "autodiff":
         return [], 0, ""
     xs = np.asarray(x, np.float64)
     # the compiled program valid_starts ran (no op-by-op trace of the model)
@@ -373,22 +379,26 @@ def _newton_search(logdensity_fn, grad_fn, grad_mode, x):
     starts = _dispersed(xs, values, MODE_STARTS)
     r = newton_modes(
         logdensity_fn,
-        x[np.asarray(starts)],
+        np.asarray(x)[np.asarray(starts)],
         tol=NEWTON_DECREMENT_MAX,
         grad_fn=grad_fn,
         grad_mode=grad_mode,
         max_steps=NEWTON_MAX_STEPS,
         probe_steps=MODE_PROBE_STEPS,
     )
+    # read on the host: indexing the device arrays would compile a program a field
+    f_star, pos, grad, hess, conv = (
+        np.asarray(a) for a in (r.f_star, r.position, r.grad, r.hessian, r.converged)
+    )
     found = [
-        _Mode(float(r.f_star[i]), r.position[i], r.grad[i], r.hessian[i])
+        _Mode(float(f_star[i]), pos[i], grad[i], hess[i])
         for i in range(len(starts))
-        if bool(r.converged[i])
+        if bool(conv[i])
     ]
     found.sort(key=lambda m: m.f_star)
     # a probe's mode that is better than the main one's is kept; the main search's
     # failure alone sends the start to L-BFGS (a funnel's neck has no mode)
-    if not bool(r.converged[0]):
+    if not bool(conv[0]):
         found = []
     return found, int(r.num_steps), "Newton's method"
 
