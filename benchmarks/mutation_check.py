@@ -587,6 +587,31 @@ MUTATIONS = [
         ],
         what="the CLI fails every run with a divergence, wherever it starts",
     ),
+    dict(
+        name="flat_normal_reshaped_in_the_wrong_order",
+        file="cenlmc_jax/_keys.py",
+        original="return jax.random.normal(key, (size,), dtype).reshape(shape)",
+        replacement="return jax.random.normal(key, (size,), dtype)"
+        ".reshape(shape[::-1]).T",
+        tests=[
+            "tests/test_keys.py::test_normal_draws_the_numbers_of_jax_random_normal"
+            "[True]",
+            "tests/test_keys.py::test_normal_draws_the_numbers_of_jax_random_normal"
+            "[False]",
+        ],
+        what="the Laplace start's and the momenta's draws silently change from JAX's",
+    ),
+    dict(
+        name="superchain_starts_pushed_from_the_origin",
+        file="cenlmc_jax/diagnostics/nested.py",
+        original="pushed = (centre + overdispersion * (chosen - centre))"
+        ".astype(x.dtype)",
+        replacement="pushed = (overdispersion * chosen).astype(x.dtype)",
+        tests=[
+            "tests/test_keys.py::test_superchain_starts_are_those_of_the_eager_jax_code",
+        ],
+        what="superchains start pushed away from 0, not from the ensemble's mean",
+    ),
 ]
 
 
