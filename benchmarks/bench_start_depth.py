@@ -107,7 +107,7 @@ def depth_row(label, logp, d, n=1024):
         why = notes[-1].split(":")[1].strip()[:60] if notes else ""
         return dict(model=label, d=d, depth=None, ess_fraction=None, laplace=why)
     pos, m0, mode, f_star = lap
-    v = np.asarray(start_mod._start_values(logp, pos), np.float64)
+    v = np.asarray(start_mod.batch_logdensity(pos, logp), np.float64)
     ok = np.isfinite(v)
     depth = float(np.mean(-v[ok] - f_star)) / (0.5 * d)
     root = np.linalg.cholesky(m0) if m0.ndim == 2 else np.diag(np.sqrt(m0))

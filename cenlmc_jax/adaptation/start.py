@@ -229,7 +229,7 @@ def _laplace(key, logdensity_fn, grad_fn, grad_mode, x, dense, notes):
     if LAPLACE_MAX_DEPTH == math.inf:
         drop = np.zeros(0)
     else:
-        drop = -np.asarray(_start_values(logdensity_fn, positions), np.float64)
+        drop = -np.asarray(batch_logdensity(positions, logdensity_fn), np.float64)
         drop = drop[np.isfinite(drop)] - float(res.f_star)
         steps += 1
     depth = float(np.mean(drop)) / (0.5 * d) if drop.size else 0.0
@@ -295,7 +295,7 @@ def _laplace_mismatch(logdensity_fn, x, mode, lam, vec, f_star) -> float:
     particle at ``v = 0`` is ``10¹⁷`` Laplace units but 100 nats below the "mode".
     """
     d = x.shape[1]
-    values = np.asarray(_start_values(logdensity_fn, x), np.float64)
+    values = np.asarray(batch_logdensity(x, logdensity_fn), np.float64)
     r = (np.asarray(x, np.float64) - np.asarray(mode, np.float64)) @ vec
     quad = 0.5 * np.sum(lam * r**2, 1)
     drop = np.maximum(-values - float(f_star), 0.5 * d)
@@ -374,7 +374,7 @@ def _newton_search(logdensity_fn, grad_fn, grad_mode, x):
         return [], 0, ""
     xs = np.asarray(x, np.float64)
     # the compiled program valid_starts ran (no op-by-op trace of the model)
-    values = np.asarray(_start_values(logdensity_fn, x), np.float64)
+    values = np.asarray(batch_logdensity(x, logdensity_fn), np.float64)
     values = np.where(np.isfinite(values), values, -np.inf)
     starts = _dispersed(xs, values, MODE_STARTS)
     r = newton_modes(
@@ -415,7 +415,7 @@ def _mode_search(logdensity_fn, x):
     """
     xs = np.asarray(x, np.float64)
     # the compiled program valid_starts ran (no op-by-op trace of the model)
-    values = np.asarray(_start_values(logdensity_fn, x), np.float64)
+    values = np.asarray(batch_logdensity(x, logdensity_fn), np.float64)
     values = np.where(np.isfinite(values), values, -np.inf)
     starts = _dispersed(xs, values, MODE_STARTS)
     main = find_f_star(logdensity_fn, x[starts[0]][None], tol=LBFGS_LOOSE_TOL)
@@ -531,10 +531,6 @@ def metric_condition(m: np.ndarray) -> float:
 START_TRIES = 100
 
 
-def _start_values(logdensity_fn: LogDensityFn, x: Array) -> Array:
-    return batch_logdensity(x, logdensity_fn)
-
-
 def valid_starts(rng_key, logdensity_fn: LogDensityFn, x: Array) -> Array:
     """Every starting particle inside the support, as Stan makes its starts.
 
@@ -558,7 +554,7 @@ def valid_starts(rng_key, logdensity_fn: LogDensityFn, x: Array) -> Array:
     Raises:
       ValueError: no start with a finite log density was found.
     """
-    values = np.asarray(_start_values(logdensity_fn, x), np.float64)
+    values = np.asarray(batch_logdensity(x, logdensity_fn), np.float64)
     bad = ~np.isfinite(values)
     if not bad.any():
         return x
@@ -578,7 +574,8 @@ def valid_starts(rng_key, logdensity_fn: LogDensityFn, x: Array) -> Array:
         key, sub = jax.random.split(key)
         u = np.asarray(jax.random.uniform(sub, xs.shape, dtype=x.dtype))
         trial = np.where(bad[:, None], lo + (hi - lo) * u, xs).astype(xs.dtype)
-        ok = np.isfinite(np.asarray(_start_values(logdensity_fn, jnp.asarray(trial))))
+        tried = batch_logdensity(jnp.asarray(trial), logdensity_fn)
+        ok = np.isfinite(np.asarray(tried))
         xs = np.where((bad & ok)[:, None], trial, xs)
         bad = bad & ~ok
         if not bad.any():
