@@ -118,6 +118,7 @@ SAMPLERS = {
     "rwmh": (lambda mu: cj.rwmh(shifted(mu), 0.5), False, 20),
     "mala": (lambda mu: cj.mala(shifted(mu), 0.3), False, 20),
     "hmc": (lambda mu: cj.hmc(shifted(mu), 0.3, 4), False, 20),
+    "autostep_hmc": (lambda mu: cj.autostep_hmc(shifted(mu), 0.9, 4), False, 20),
 }
 
 

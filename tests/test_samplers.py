@@ -144,6 +144,17 @@ BUILDERS = {
         ),
         False,
     ),
+    "autostep_hmc": (
+        lambda **kw: cj.autostep_hmc(
+            **{
+                "logdensity_fn": logdensity,
+                "step_size": 0.3,
+                "num_integration_steps": 4,
+                **kw,
+            }
+        ),
+        False,
+    ),
 }
 NAMES = sorted(BUILDERS)
 

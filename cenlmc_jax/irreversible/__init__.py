@@ -22,6 +22,9 @@ without detailed balance. The modules:
   :func:`rwmh_init`, :func:`rwmh_step`, :func:`rwmh`;
 * :mod:`~cenlmc_jax.irreversible.mala` — :func:`mala`: ``sde_proposal`` with
   ``Q = 0`` (the reversible MALA chain, preconditioned by ``M``);
+* :mod:`~cenlmc_jax.irreversible.hmc` — :func:`hmc` (a fixed step) and
+  :mod:`~cenlmc_jax.irreversible.autostep` — :func:`autostep_hmc` (the step halved
+  each move where the first leapfrog step's energy error says so, exactly);
 * ``_common`` — the Metropolis decision and the matrix factor they share.
 
 Only re-exports here: every name is ``cenlmc_jax.irreversible.X`` as before,
@@ -32,6 +35,7 @@ an attribute; ``from cenlmc_jax.irreversible.rwmh import rwmh_step`` still
 reaches the module.
 """
 
+from cenlmc_jax.irreversible.autostep import AutoStepInfo, autostep_hmc
 from cenlmc_jax.irreversible.hmc import HMCInfo, HMCState, hmc, neck_depth
 from cenlmc_jax.irreversible.jump import (
     IrreversibleMHInfo,
@@ -71,4 +75,6 @@ __all__ = [
     "HMCInfo",
     "hmc",
     "neck_depth",
+    "AutoStepInfo",
+    "autostep_hmc",
 ]

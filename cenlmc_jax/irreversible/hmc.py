@@ -63,7 +63,15 @@ from cenlmc_jax.irreversible._common import (
 )
 from cenlmc_jax.types import Array, LogDensityFn, PRNGKey
 
-__all__ = ["HMCState", "HMCInfo", "hmc", "neck_depth"]
+__all__ = [
+    "HMCState",
+    "HMCInfo",
+    "hmc",
+    "neck_depth",
+    "check_step_size",
+    "hmc_init",
+    "whitened_factor",
+]
 
 
 class HMCState(NamedTuple):
@@ -271,7 +279,14 @@ class HMCInfo(NamedTuple):
         return jnp.asarray(self.acceptance_rate) == 0
 
 
-def _check_step(step_size: Any, name: str) -> None:
+def check_step_size(step_size: Any, name: str) -> None:
+    """A ``ValueError`` naming ``name`` unless a concrete ``step_size`` is a finite
+    number ``> 0`` (a tracer passes).
+
+    Args:
+      step_size: the step.
+      name: the argument's name, for the message.
+    """
     if is_concrete(step_size):
         s = float(np.asarray(step_size))
         if not (np.isfinite(s) and s > 0):
@@ -311,7 +326,7 @@ def hmc(
       ValueError: a bad step size, step count, jitter, shorter step or ``M``.
     """
     check_callable(logdensity_fn, "logdensity_fn", "x -> scalar log density")
-    _check_step(step_size, "step_size")
+    check_step_size(step_size, "step_size")
     n_steps = check_int(num_integration_steps, "num_integration_steps", minimum=1)
     jitter = float(step_jitter)
     if not 0.0 <= jitter < 1.0:
@@ -321,7 +336,7 @@ def hmc(
             raise ValueError(
                 f"small_step must be (step, probability) or None; got {small_step!r}"
             )
-        _check_step(small_step[0], "small_step[0]")
+        check_step_size(small_step[0], "small_step[0]")
         q = float(small_step[1])
         if not 0.0 <= q <= 1.0:
             raise ValueError(f"small_step[1] must be in [0, 1]; got {small_step[1]!r}")
@@ -329,23 +344,7 @@ def hmc(
     check_inverse_mass_matrix(inverse_mass_matrix)
     M = None if inverse_mass_matrix is None else matrix_value(inverse_mass_matrix)
     vg = value_and_grad(logdensity_fn, grad_mode)
-    # the start's value and gradient as one compiled program: called eagerly (or
-    # vmapped eagerly over chains), the model would compile each of its operations
-    # on its own, which was a quarter of a small model's warm-up
-    vg_start = jax.jit(vg)
-
-    def init(position, rng_key=None):
-        if rng_key is not None:
-            # unused (a deterministic start), but a wrong one is a mistake to report
-            check_key(rng_key)
-        flat, unravel = ravel_position(position)
-        check_logdensity(flat_logdensity(logdensity_fn, unravel), flat)
-        if M is not None:
-            check_inverse_mass_matrix(M, int(flat.size))
-        position = from_flat(unravel, flat)
-        value, grad = vg_start(position)
-        check_start_logdensity(value)
-        return HMCState(position, jnp.asarray(value, flat.dtype), grad)
+    init = hmc_init(logdensity_fn, M, vg)
 
     def step(rng_key: PRNGKey, state: HMCState) -> tuple[HMCState, HMCInfo]:
         check_state(state, HMCState, "hmc(...).init")
@@ -353,17 +352,7 @@ def hmc(
         flat, unravel = ravel_position(state.position, check=False)
         unravel = unravel or (lambda z: z)
         d, dt = flat.size, flat.dtype
-        root = (
-            jnp.ones((), dt)
-            if M is None
-            else jnp.asarray(spd_factor(jnp.asarray(M, dt), d)[0], dt)
-        )
-
-        def times(v):  # L_M v
-            return root @ v if root.ndim == 2 else root * v
-
-        def times_t(v):  # L_Mᵀ v
-            return root.T @ v if root.ndim == 2 else root * v
+        times, times_t = whitened_factor(M, d, dt)
 
         def value_grad(x):
             v, g = vg(unravel(x))
@@ -416,3 +405,63 @@ def hmc(
         return new, info
 
     return SamplingAlgorithm(init, step)
+
+
+def hmc_init(logdensity_fn: LogDensityFn, M: Any, vg: Any) -> Any:
+    """HMC's ``init(position, rng_key=None)``: the position checked (its log density
+    finite, ``M`` of its size) with its value and gradient, as an :class:`HMCState`.
+
+    Args:
+      logdensity_fn: ``x -> log π(x)``.
+      M: the inverse mass matrix's value, or None.
+      vg: ``x -> (log π(x), ∇log π(x))``.
+
+    Returns:
+      The ``init`` function.
+    """
+    # the start's value and gradient as one compiled program: called eagerly (or
+    # vmapped eagerly over chains), the model would compile each of its operations
+    # on its own, which was a quarter of a small model's warm-up
+    vg_start = jax.jit(vg)
+
+    def init(position, rng_key=None):
+        if rng_key is not None:
+            # unused (a deterministic start), but a wrong one is a mistake to report
+            check_key(rng_key)
+        flat, unravel = ravel_position(position)
+        check_logdensity(flat_logdensity(logdensity_fn, unravel), flat)
+        if M is not None:
+            check_inverse_mass_matrix(M, int(flat.size))
+        position = from_flat(unravel, flat)
+        value, grad = vg_start(position)
+        check_start_logdensity(value)
+        return HMCState(position, jnp.asarray(value, flat.dtype), grad)
+
+    return init
+
+
+def whitened_factor(M: Any, d: int, dt: Any) -> tuple:
+    """``(v ↦ L_M v, v ↦ L_Mᵀ v)`` for ``M = L_M L_Mᵀ`` (the identity when ``M`` is
+    None), in ``dt``: the leapfrog step in whitened coordinates.
+
+    Args:
+      M: the inverse mass matrix's value, or None.
+      d: the dimension.
+      dt: the dtype.
+
+    Returns:
+      The two products.
+    """
+    root = (
+        jnp.ones((), dt)
+        if M is None
+        else jnp.asarray(spd_factor(jnp.asarray(M, dt), d)[0], dt)
+    )
+
+    def times(v):  # L_M v
+        return root @ v if root.ndim == 2 else root * v
+
+    def times_t(v):  # L_Mᵀ v
+        return root.T @ v if root.ndim == 2 else root * v
+
+    return times, times_t

@@ -1,0 +1,263 @@
+"""AutoStep HMC: HMC whose step is chosen at each move from the local energy error.
+
+Liu, Surjanovic, Biron-Lattes, Bouchard-Côté & Campbell (2025, "AutoStep: locally
+adaptive involutive MCMC"; for one leapfrog step it is Biron-Lattes, Surjanovic,
+Syed, Campbell & Bouchard-Côté's autoMALA, 2024). HMC with one step ``ε`` for the
+whole posterior (:func:`cenlmc_jax.irreversible.hmc.hmc`) cannot enter a region whose
+curvature that step is too long for: a funnel's neck (centred eight schools: log τ's
+sd stays 20 % low however long the run), a banana's thin arms. Its trajectories there
+diverge and are rejected; the chains stay exact but do not fill the region. AutoStep
+shortens the step where the first leapfrog step says it is too long, and stays exact.
+
+In the whitened coordinates of :mod:`~cenlmc_jax.irreversible.hmc` (``M = L_M L_Mᵀ``,
+``r = L_Mᵀ p``, ``H(x, r) = −log π(x) + ½|r|²``), one move from ``x``::
+
+    r ~ N(0, I),  a = min(u₁, u₂) with u₁, u₂ ~ U(0, 1),  θ₀ = ε U(1 − j, 1 + j)
+    ℓ(x, r; θ) = H(x, r) − H(Φ_θ(x, r))          (one leapfrog step Φ_θ's log ratio)
+    μ(x, r) = 0 if ℓ(x, r; θ₀) > log a, else the least k in 1..K with
+              ℓ(x, r; θ₀ 2^−k) > log a (K if none)         (the step's halvings)
+    (x', r') = Φ_θ^L(x, r),  θ = θ₀ 2^−μ(x, r)
+    accept x' with probability min(1, e^−ΔH) · 1{μ(x', −r') = μ(x, r)}
+
+``a`` is autoMALA's lower soft bound (their pair ``(a, b)``, of which a selector that
+only halves needs ``a``); ``K = max_halvings``; ``j = step_jitter``.
+
+**Why it is exact.** ``(a, θ₀, r)`` are drawn afresh each move, independent of ``x``.
+For fixed ``(a, θ₀)`` the map ``(x, r) ↦ (x', −r')``, with its step set by
+``μ(x, r)``, preserves volume (leapfrog does at any fixed step), and on the set where
+``μ(x', −r') = μ(x, r)`` it is an involution: from ``(x', −r')`` the selector picks the
+same ``θ`` and the reversed leapfrog returns to ``(x, r)``. The indicator confines the
+Metropolis test to that set, so the move satisfies detailed balance with respect to
+``π(x) N(r; 0, I)`` (AutoStep's theorem; involutive MCMC, Neklyudov, Welling,
+Egorov & Vetrov 2020). A move whose reverse selection disagrees is a rejection.
+
+**Cost.** A move evaluates ``L`` gradients for the trajectory, ``1 + μ(x, r)`` for the
+selection and ``1 + μ(x', −r')`` for its reverse (``info.grad_evals``): where ``ε``
+fits, ``L + 2``. Vmapped over chains, the halvings' loop runs as long as its slowest
+chain. The trajectory keeps ``L`` steps, so where the step is halved it is shorter in
+time (AutoStep keeps the step count too); a trajectory of constant time would need a
+loop whose length depends on the state, which reverse-mode differentiation cannot go
+through.
+
+**Derivative.** ``jax.grad`` through a run differentiates the leapfrog trajectory and
+the Metropolis test's ratio pathwise, with the discrete decisions held fixed: the
+halvings ``μ`` (computed without a derivative: they are integers), the reverse check
+and the accept/reject, as for :func:`~cenlmc_jax.irreversible.hmc.hmc`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
+
+from cenlmc_jax._validation import (
+    check_callable,
+    check_int,
+    check_key,
+    check_state,
+)
+from cenlmc_jax.base import SamplingAlgorithm
+from cenlmc_jax.ensemble.lmc import check_inverse_mass_matrix
+from cenlmc_jax.gradients.estimators import ravel_position
+from cenlmc_jax.gradients.modes import check_grad_mode, value_and_grad
+from cenlmc_jax.irreversible._common import ZERO_ACCEPTANCE_FLAG, matrix_value, metropolis
+from cenlmc_jax.irreversible.hmc import (
+    DIVERGENCE_THRESHOLD,
+    DIVERGENT_FLAG,
+    HMCState,
+    check_step_size,
+    hmc_init,
+    whitened_factor,
+)
+from cenlmc_jax.types import Array, LogDensityFn, PRNGKey
+
+__all__ = ["AutoStepInfo", "autostep_hmc", "MAX_HALVINGS"]
+
+#: ``K``: the step is halved at most this many times a move (``ε / 256``).
+MAX_HALVINGS = 8
+
+
+class AutoStepInfo(NamedTuple):
+    """What one AutoStep HMC move did (one chain).
+
+    Attributes:
+      acceptance_rate: ``min(1, exp(−ΔH))`` times the reverse check's indicator.
+      is_accepted: the trajectory's end was accepted.
+      energy_error: ``ΔH`` at the selected step (``inf`` where the trajectory left
+        the finite numbers).
+      grad_evals: gradients evaluated: ``L + 2 + μ(x, r) + μ(x', −r')``.
+      halvings: ``μ(x, r)``, the step's halvings this move (0: the step ``ε``).
+      reversible: the reverse selection agreed (``μ(x', −r') = μ(x, r)``); where it
+        did not, the move was rejected.
+      divergent: ``ΔH`` above :data:`~cenlmc_jax.irreversible.hmc.DIVERGENCE_THRESHOLD`
+        or not finite (Stan's divergent transition), as for ``cj.hmc``.
+      diverged: the log density was NaN or ``+inf`` at a finite point the trajectory
+        reached (the model's own numerical trouble: ``cj.sample`` stops and reports
+        it).
+      start_logdensity: ``log π`` at the move's start.
+      start_logdensity_sq: its square.
+      divergent_logdensity: ``start_logdensity`` where the move was divergent, else 0.
+    """
+
+    acceptance_rate: Array
+    is_accepted: Array
+    energy_error: Array
+    grad_evals: Array
+    halvings: Array
+    reversible: Array
+    divergent: Array
+    diverged: Array
+    start_logdensity: Array
+    start_logdensity_sq: Array
+    divergent_logdensity: Array
+
+    # a rejection keeps the position: the driver's frozen-chain check does not apply
+    may_stay = True
+    # no neck check (cj.hmc's NECK_FLAG): its premise, that a fixed step cannot enter
+    # a neck, is what the halvings remove; a rising divergence rate still fails a run
+    run_flags = (ZERO_ACCEPTANCE_FLAG, DIVERGENT_FLAG)
+
+    @property
+    def zero_acceptance(self) -> Array:
+        """The acceptance probability was exactly 0 (no draw could be accepted)."""
+        return jnp.asarray(self.acceptance_rate) == 0
+
+
+def autostep_hmc(
+    logdensity_fn: LogDensityFn,
+    step_size: Any,
+    num_integration_steps: int,
+    *,
+    inverse_mass_matrix: Any = None,
+    step_jitter: float = 0.2,
+    max_halvings: int = MAX_HALVINGS,
+    grad_mode: str = "auto",
+) -> SamplingAlgorithm:
+    """AutoStep HMC as a sampler object (one chain; :func:`cenlmc_jax.vmap_chains`
+    for many). Module docstring for the move.
+
+    Args:
+      logdensity_fn: ``x -> log π(x)``, a scalar.
+      step_size: ``ε > 0``, the step before halvings (may be a tracer).
+      num_integration_steps: ``L >= 1`` leapfrog steps a move.
+      inverse_mass_matrix: ``M``: ``None`` (the identity), a positive scalar, a
+        ``(d,)`` diagonal or a ``(d, d)`` symmetric positive-definite array.
+      step_jitter: ``j`` in ``[0, 1)``: each move's ``θ₀`` is ``ε U(1 − j, 1 + j)``.
+      max_halvings: ``K >= 0``, the most halvings of the step in a move (0: HMC with
+        a reverse check that always agrees).
+      grad_mode: ``"auto"``, ``"reverse"`` or ``"forward"``
+        (:func:`cenlmc_jax.gradients.modes.value_and_grad`).
+
+    Returns:
+      A :class:`~cenlmc_jax.base.SamplingAlgorithm`: ``init(position, rng_key=None)``
+      gives an :class:`~cenlmc_jax.irreversible.hmc.HMCState`, ``step(rng_key,
+      state)`` one move and its :class:`AutoStepInfo`.
+
+    Raises:
+      ValueError: a bad step size, step count, jitter, halving count or ``M``.
+    """
+    check_callable(logdensity_fn, "logdensity_fn", "x -> scalar log density")
+    check_step_size(step_size, "step_size")
+    n_steps = check_int(num_integration_steps, "num_integration_steps", minimum=1)
+    halvings = check_int(max_halvings, "max_halvings", minimum=0)
+    jitter = float(step_jitter)
+    if not 0.0 <= jitter < 1.0:
+        raise ValueError(f"step_jitter must be in [0, 1); got {step_jitter!r}")
+    check_grad_mode(grad_mode)
+    check_inverse_mass_matrix(inverse_mass_matrix)
+    M = None if inverse_mass_matrix is None else matrix_value(inverse_mass_matrix)
+    vg = value_and_grad(logdensity_fn, grad_mode)
+    init = hmc_init(logdensity_fn, M, vg)
+
+    def step(rng_key: PRNGKey, state: HMCState) -> tuple[HMCState, AutoStepInfo]:
+        check_state(state, HMCState, "autostep_hmc(...).init")
+        check_key(rng_key)
+        flat, unravel = ravel_position(state.position, check=False)
+        unravel = unravel or (lambda z: z)
+        d, dt = flat.size, flat.dtype
+        times, times_t = whitened_factor(M, d, dt)
+
+        def value_grad(x):
+            v, g = vg(unravel(x))
+            return v, ravel_pytree(g)[0]
+
+        def leapfrog(theta, x, r, g):
+            r = r + 0.5 * theta * times_t(g)
+            x = x + theta * times(r)
+            v, g = value_grad(x)
+            return x, r + 0.5 * theta * times_t(g), v, g
+
+        def energy(v, r):
+            return 0.5 * jnp.sum(r**2) - v
+
+        k_mom, k_low, k_jit, k_acc = jax.random.split(rng_key, 4)
+        r0 = jax.random.normal(k_mom, (d,), dt)  # r = L_Mᵀ p ~ N(0, I)
+        log_a = jnp.log(jnp.min(jax.random.uniform(k_low, (2,), dt)))
+        theta0 = jnp.asarray(step_size, dt) * jax.random.uniform(
+            k_jit, (), dt, 1 - jitter, 1 + jitter
+        )
+
+        def select(x, v, g, r):
+            """``μ(x, r)`` and the leapfrog steps it took (no derivative: an
+            integer, and its loop's length depends on the state)."""
+            x, v, g, r = jax.lax.stop_gradient((x, v, g, r))
+            h0 = energy(v, r)
+
+            def ratio(k):
+                _, r1, v1, _ = leapfrog(theta0 * 0.5**k, x, r, g)
+                e = h0 - energy(v1, r1)
+                return jnp.where(jnp.isnan(e), -jnp.inf, e)
+
+            def short(c):
+                k, e = c
+                return (e <= log_a) & (k < halvings)
+
+            k, _ = jax.lax.while_loop(
+                short, lambda c: (c[0] + 1, ratio(c[0] + 1)), (0, ratio(0))
+            )
+            return k
+
+        g0 = ravel_pytree(state.logdensity_grad)[0]
+        mu = select(flat, state.logdensity, g0, r0)
+        theta = theta0 * 0.5 ** mu.astype(dt)
+        x1, r1, v1, g1 = jax.lax.fori_loop(
+            0,
+            n_steps,
+            lambda _, c: leapfrog(theta, c[0], c[1], c[3]),
+            (flat, r0, state.logdensity, g0),
+        )
+        fine = jnp.all(jnp.isfinite(x1)) & jnp.all(jnp.isfinite(g1))
+        mu_back = select(x1, v1, g1, -r1)
+        dh = energy(v1, r1) - energy(state.logdensity, r0)
+        bad = ~(fine & jnp.isfinite(v1))
+        dh = jnp.where(bad | jnp.isnan(dh), jnp.inf, dh)
+        same = mu_back == mu
+        accepted, rate = metropolis(k_acc, jnp.where(same, -dh, -jnp.inf))
+        new = HMCState(
+            unravel(jnp.where(accepted, x1, flat)),
+            jnp.where(accepted, v1, state.logdensity),
+            unravel(jnp.where(accepted, g1, g0)),
+        )
+        # a trajectory that left the support (-inf at a finite point) is a plain
+        # rejection, not a divergence
+        divergent = (dh > DIVERGENCE_THRESHOLD) & ~(fine & (v1 == -jnp.inf))
+        v0 = state.logdensity
+        info = AutoStepInfo(
+            rate,
+            accepted,
+            dh,
+            (n_steps + 2 + mu + mu_back).astype(jnp.int32),
+            mu.astype(jnp.int32),
+            same,
+            divergent,
+            fine & (jnp.isnan(v1) | (v1 == jnp.inf)),
+            v0,
+            v0 * v0,
+            jnp.where(divergent, v0, jnp.zeros_like(v0)),
+        )
+        return new, info
+
+    return SamplingAlgorithm(init, step)
