@@ -63,7 +63,11 @@ from cenlmc_jax.base import SamplingAlgorithm
 from cenlmc_jax.ensemble.lmc import check_inverse_mass_matrix
 from cenlmc_jax.gradients.estimators import ravel_position
 from cenlmc_jax.gradients.modes import check_grad_mode, value_and_grad
-from cenlmc_jax.irreversible._common import ZERO_ACCEPTANCE_FLAG, matrix_value, metropolis
+from cenlmc_jax.irreversible._common import (
+    ZERO_ACCEPTANCE_FLAG,
+    matrix_value,
+    metropolis,
+)
 from cenlmc_jax.irreversible.hmc import (
     DIVERGENCE_THRESHOLD,
     DIVERGENT_FLAG,

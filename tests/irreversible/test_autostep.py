@@ -63,7 +63,9 @@ def _moments(name, y):
         ("funnel", _funnel, _funnel_draws, None, 0.5),
     ],
 )
-def test_exact_draws_stay_exact_where_the_step_must_halve(name, logp, draws, m_mat, eps):
+def test_exact_draws_stay_exact_where_the_step_must_halve(
+    name, logp, draws, m_mat, eps
+):
     """Started at 4,096 exact draws of π, 30 moves of L = 8 leave π invariant: each
     chain is at π after every move, so the ensemble's moments (independent chains,
     MCSE from their spread) stay at the exact values. A large share of the moves
@@ -96,7 +98,9 @@ def _mixture_draws(key, n):
     w = jnp.exp(0.3) * 0.1 / (1.0 + jnp.exp(0.3) * 0.1)  # the narrow component's
     pick = jax.random.uniform(k1, (n,)) < w
     return jnp.where(
-        pick, -1.5 + 0.1 * jax.random.normal(k2, (n,)), 1.0 + jax.random.normal(k3, (n,))
+        pick,
+        -1.5 + 0.1 * jax.random.normal(k2, (n,)),
+        1.0 + jax.random.normal(k3, (n,)),
     )[:, None]
 
 
@@ -165,9 +169,10 @@ def test_halvings_follow_the_step_and_grad_evals_count_them():
         assert (np.mean(mu > 0) > 0.9) == expect_halved, mu[:8]
         ge = np.asarray(info.grad_evals)
         assert np.all(ge >= 3 + 2 + mu) and np.all(ge <= 3 + 2 + 2 * 8), ge[:8]
-        assert np.all(ge[np.asarray(info.reversible)] == (3 + 2 + 2 * mu)[
-            np.asarray(info.reversible)
-        ])
+        assert np.all(
+            ge[np.asarray(info.reversible)]
+            == (3 + 2 + 2 * mu)[np.asarray(info.reversible)]
+        )
 
 
 def test_same_key_same_draws_float64_stays_float64_and_max_halvings_zero():
