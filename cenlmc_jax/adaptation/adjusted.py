@@ -149,6 +149,8 @@ class AdjustedPhase(NamedTuple):
     notes: list
     #: ``(gradients since the phase's start, E x, E x²)`` after each round.
     trajectory: list
+    #: HMC with stuck particles: hand over AutoStep HMC (``cj.autostep_hmc``).
+    autostep: bool = False
 
 
 @partial(jax.jit, static_argnames=_STATIC)
@@ -362,12 +364,15 @@ def adjusted_phase(
     # stuck: accepting (almost) nothing, or a trajectory diverged (it ran into a
     # region the step is too long for: a funnel's neck)
     stuck = (a < STUCK_ACCEPTANCE) | (div > 0)
-    small = None
-    if stuck.any():
+    small, autostep = None, False
+    if stuck.any() and hmc:
+        autostep = True
+        notes.append(_autostep_note(stuck))
+    elif stuck.any():
         small, a_small = _small_step(kernel, run, stuck, step, n_lf, keys)
         notes.append(_stuck_note(kernel, stuck, step, small, a_small))
     relax = relaxation(y0, np.asarray(yvg[0], np.float64), grads) / n_lf
-    name = "HMC" if hmc else "MALA"
+    name = ("AutoStep HMC" if autostep else "HMC") if hmc else "MALA"
     notes.append(
         f"adjusted phase ({name}, M fixed from the ensemble): "
         + (f"ε = {step:.3g}, L = {n_lf}" if hmc else f"h = {step:.3g}")
@@ -384,7 +389,18 @@ def adjusted_phase(
         )
     x = jnp.asarray(to_x(lf, mean, np.asarray(yvg[0], np.float64)), dt)
     return AdjustedPhase(
-        x, kernel, step, n_lf, acc, moves, grads, relax, small, notes, trajectory
+        x,
+        kernel,
+        step,
+        n_lf,
+        acc,
+        moves,
+        grads,
+        relax,
+        small,
+        notes,
+        trajectory,
+        autostep,
     )
 
 
@@ -440,6 +456,16 @@ def _small_step(kernel, run, stuck, step, n_lf, keys):
         if took >= SMALL_ACCEPTANCE and np.mean(div[stuck] > 0) <= SMALL_DIVERGENT:
             return (short, q), took
     return None, took
+
+
+def _autostep_note(stuck) -> str:
+    return (
+        f"{int(stuck.sum())} of {stuck.size} particles ({stuck.mean():.1%}) accepted "
+        f"less than {STUCK_ACCEPTANCE} of the last tuning round's HMC proposals or had "
+        "a divergent trajectory: a region the step is too long for (a funnel's neck, "
+        "a banana's arms). Handed over: AutoStep HMC (cj.autostep_hmc), which halves "
+        "the step of a move where its first leapfrog step says so, exactly."
+    )
 
 
 def _stuck_note(kernel, stuck, step, small, took) -> str:

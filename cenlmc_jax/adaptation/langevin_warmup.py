@@ -144,6 +144,7 @@ from cenlmc_jax.ensemble.whitened import (
 )
 from cenlmc_jax.gradients.ensemble import check_grad_fn, gradient_fn
 from cenlmc_jax.gradients.modes import check_grad_mode
+from cenlmc_jax.irreversible.autostep import autostep_hmc
 from cenlmc_jax.irreversible.hmc import hmc
 from cenlmc_jax.irreversible.mala import mala
 from cenlmc_jax.run import vmap_chains
@@ -949,7 +950,16 @@ def _exact(
     # a user's gradient reaches the handed-over kernel as the derivative of the model
     target = logdensity_fn if grad_fn is None else with_gradient(logdensity_fn, grad_fn)
     m_fin = kin.inverse_mass_matrix
-    if kernel == "hmc":
+    if kernel == "hmc" and adj.autostep:
+        one = autostep_hmc(
+            target,
+            adj.step_size,
+            adj.num_integration_steps,
+            inverse_mass_matrix=m_fin,
+            step_jitter=STEP_JITTER,
+            grad_mode=grad_mode,
+        )
+    elif kernel == "hmc":
         one = hmc(
             target,
             adj.step_size,
@@ -998,7 +1008,9 @@ def _exact(
     )
     if kernel == "hmc":
         params.update(
-            num_integration_steps=adj.num_integration_steps, step_jitter=STEP_JITTER
+            num_integration_steps=adj.num_integration_steps,
+            step_jitter=STEP_JITTER,
+            autostep=adj.autostep,
         )
     if adj.small_step is not None:
         params.update(

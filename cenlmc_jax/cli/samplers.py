@@ -344,7 +344,8 @@ def _warmed_exact(kind, args, target, positions, keys) -> Job:
     )
     i, p = wu.info, wu.parameters
     head = (
-        f"HMC (exact), ε={i.step_size:.4g}, L={p['num_integration_steps']}"
+        f"{'AutoStep HMC' if p.get('autostep') else 'HMC'} (exact), "
+        f"ε={i.step_size:.4g}, L={p['num_integration_steps']}"
         if kind == "hmc"
         else f"MALA (exact), h={i.step_size:.4g}"
     )
