@@ -495,15 +495,37 @@ MUTATIONS = [
         what="the handed-over MALA takes its shorter step with probability 1 - p",
     ),
     dict(
+        name="autostep_without_reverse_check",
+        file="cenlmc_jax/irreversible/autostep.py",
+        original="metropolis(k_acc, jnp.where(same, -dh, -jnp.inf))",
+        replacement="metropolis(k_acc, -dh)",
+        tests=[
+            "tests/irreversible/test_autostep.py::"
+            "test_autostep_is_reversible_on_a_small_case"
+        ],
+        what="AutoStep HMC accepts a move whose reverse selection picks another step",
+    ),
+    dict(
+        name="autostep_never_halves",
+        file="cenlmc_jax/irreversible/autostep.py",
+        original="return (e <= log_a) & (k < halvings)",
+        replacement="return (e < -jnp.inf) & (k < halvings)",
+        tests=[
+            "tests/irreversible/test_autostep.py::"
+            "test_halvings_follow_the_step_and_grad_evals_count_them"
+        ],
+        what="AutoStep HMC keeps the step where its energy error says halve it",
+    ),
+    dict(
         name="stuck_particles_never_seen",
         file="cenlmc_jax/adaptation/adjusted.py",
         original="    stuck = (a < STUCK_ACCEPTANCE) | (div > 0)\n",
         replacement="    stuck = (a < 0.0) & (div < 0)\n",
         tests=[
             "tests/adaptation/test_kinetic.py::"
-            "test_stuck_particles_keep_their_place_and_get_a_shorter_step"
+            "test_stuck_particles_keep_their_place_and_autostep_is_handed_over"
         ],
-        what="particles stuck at the warm-up's HMC step get no shorter step",
+        what="particles stuck at the warm-up's HMC step: no AutoStep HMC handed over",
     ),
     dict(
         name="cpu_threads_threshold_off_by_one",

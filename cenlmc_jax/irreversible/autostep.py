@@ -81,13 +81,7 @@ from cenlmc_jax.irreversible.hmc import (
 )
 from cenlmc_jax.types import Array, LogDensityFn, PRNGKey
 
-__all__ = [
-    "AutoStepInfo",
-    "autostep_hmc",
-    "MAX_HALVINGS",
-    "HALVED_FLAG",
-    "NECK_FLAG",
-]
+__all__ = ["AutoStepInfo", "autostep_hmc"]
 
 #: ``K``: the step is halved at most this many times a move (``ε / 256``).
 MAX_HALVINGS = 8

@@ -63,15 +63,7 @@ from cenlmc_jax.irreversible._common import (
 )
 from cenlmc_jax.types import Array, LogDensityFn, PRNGKey
 
-__all__ = [
-    "HMCState",
-    "HMCInfo",
-    "hmc",
-    "neck_depth",
-    "check_step_size",
-    "hmc_init",
-    "whitened_factor",
-]
+__all__ = ["HMCState", "HMCInfo", "hmc", "neck_depth"]
 
 
 class HMCState(NamedTuple):

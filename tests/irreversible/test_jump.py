@@ -1020,14 +1020,14 @@ def test_the_package_reexports_every_name_of_its_modules():
     names are the modules', and its sampler constructors are also top-level names."""
     mods = {
         m: importlib.import_module(f"cenlmc_jax.irreversible.{m}")
-        for m in ("jump", "proposals", "rwmh", "mala", "hmc")
+        for m in ("jump", "proposals", "rwmh", "mala", "hmc", "autostep")
     }
     public = [n for mod in mods.values() for n in mod.__all__]
     assert sorted(public) == sorted(irr.__all__) and len(set(public)) == len(public)
     for m, mod in mods.items():
         for name in mod.__all__:
             assert getattr(irr, name) is getattr(mod, name), (m, name)
-    for name in ("irreversible_mh", "rwmh", "mala", "hmc"):
+    for name in ("irreversible_mh", "rwmh", "mala", "hmc", "autostep_hmc"):
         assert name in cj.__all__ and getattr(cj, name) is getattr(irr, name)
 
 
