@@ -44,11 +44,16 @@ frozen: the handed-over sampler is a Metropolis chain with fixed parameters, so
 ``cj.sample`` targets ``π`` exactly.
 
 **Stuck particles.** A particle whose acceptance over the last round is below
-``STUCK_ACCEPTANCE`` sits in a stiff region (a banana's arm, a funnel's neck) where the
-ensemble's step is far too long for it. It is where ``π`` puts it: replacing it by a
-copy of a moving particle takes that mass away. Instead the stuck particles try the
-shorter steps ``ε s`` (MALA: ``h s``), ``s`` in :data:`SMALL_FACTORS`, one round each,
-until they accept at least :data:`SMALL_ACCEPTANCE`; each handed-over move is then the
+``STUCK_ACCEPTANCE``, or whose trajectory diverged, sits in a stiff region (a banana's
+arm, a funnel's neck) where the ensemble's step is far too long for it. It is where
+``π`` puts it: replacing it by a copy of a moving particle takes that mass away. With
+HMC the phase then hands over AutoStep HMC (:func:`cenlmc_jax.irreversible.autostep.
+autostep_hmc`) at the same ``ε``, ``L`` and ``M``: each move halves its step where the
+first leapfrog step's energy error says so, and a reverse check keeps it exact. From
+the same hand-over, HMC at the tuned step left the banana's x₁ sd 13 % low after 800
+moves, AutoStep 1 % (benchmarks/results/autostep.md). With MALA the stuck particles
+try the shorter steps ``h s²``, ``s`` in :data:`SMALL_FACTORS`, one round each, until
+they accept at least :data:`SMALL_ACCEPTANCE`; each handed-over move is then the
 shorter one with probability ``q`` (twice the stuck fraction, within
 :data:`SMALL_PROBABILITY`), drawn anew at each move for each chain. Each of the two
 kernels leaves ``π`` invariant and the choice does not depend on the state, so the

@@ -241,8 +241,10 @@ class LangevinWarmup(NamedTuple):
     """What :func:`langevin_warmup` returns.
 
     Attributes:
-      algorithm: the tuned sampler (``cj.mala(..., inverse_mass_matrix=M)`` over the
-        chains, or :func:`two_step_mala` where particles were stuck at its ``h``;
+      algorithm: the tuned sampler (``cj.hmc(..., inverse_mass_matrix=M)`` over the
+        chains, or ``cj.autostep_hmc`` where particles were stuck at its step;
+        ``cj.mala(..., inverse_mass_matrix=M)``, or :func:`two_step_mala` where
+        particles were stuck at its ``h``;
         ``cj.lmc(..., inverse_mass_matrix=M)`` or ``cj.whitened(cj.cenlmc, ...)``).
       state: where sampling starts (``cj.sample(key, algorithm, state, ...)``):
         ``algorithm.init(positions)``, except for the exact samplers with superchains
@@ -252,7 +254,9 @@ class LangevinWarmup(NamedTuple):
       positions: the ensemble after the warm-up, ``(N, d)``, in the original
         coordinates.
       parameters: ``step_size``, ``inverse_mass_matrix`` (``(d,)`` or ``(d, d)``,
-        float64), ``mean``; for MALA with stuck particles ``small_step_size`` and
+        float64), ``mean``; for HMC ``num_integration_steps``, ``step_jitter`` and
+        ``autostep`` (whether ``cj.autostep_hmc`` was handed over); for MALA with
+        stuck particles ``small_step_size`` and
         ``small_step_probability`` (:func:`two_step_mala`); for CEnLMC ``eta, r1,
         r2, n_star, m_f, f_star``: enough to rebuild ``algorithm``.
       info: :class:`LangevinWarmupInfo`.
@@ -966,7 +970,6 @@ def _exact(
             adj.num_integration_steps,
             inverse_mass_matrix=m_fin,
             step_jitter=STEP_JITTER,
-            small_step=adj.small_step,
             grad_mode=grad_mode,
         )
     else:
