@@ -120,7 +120,9 @@ NOTES = [
     "steps: steps run after the warm-up; relaxation: the warm-up's relaxation time "
     "(run.json); warmup_seq_grads: the header's 'S sequential' gradients of the "
     "warm-up (else its steps); total_seq_grads: warm-up + (driver burn-in + steps) x "
-    "the gradients a step costs (HMC's L, run.json), the"
+    "the gradients a step costs (HMC's L, run.json; AutoStep HMC's mean over the "
+    "particles, L + 2 + its halvings, from the printed gradient evaluations: a "
+    "vmapped move waits for its slowest chain, 1.3-1.8x that, autostep.md), the"
     " gradients one chain evaluates one after another.",
     "wall_s: the whole command (start-up, compilation from an empty cache, warm-up, "
     "sampling, outputs), one run each.",
@@ -156,6 +158,10 @@ def parse_stdout(text: str) -> dict:
         out["steps"] = _int(m.group(1))
     if m := re.search(r"ran ([\d,]+) steps after", text):
         out["steps_run"] = _int(m.group(1))
+    if m := re.search(r"gradient evaluations: ([\d,]+)", text):
+        out["run_gradients"] = _int(m.group(1))
+    if m := re.search(r"([\d,]+) particles", text):
+        out["particles"] = _int(m.group(1))
     lines = text.splitlines()
     out["verdict_lines"] = [
         ln.strip() for ln in lines if "UNRELIABLE" in ln or "warning" in ln.lower()
@@ -246,8 +252,12 @@ def run_case(case: str, args, work: Path) -> dict:
         burn_in, spent = row.get("burn_in"), row["warmup_steps"]
         driver = burn_in - spent if None not in (burn_in, spent) else 0
         row["warmup_sequential"] = row.get("warmup_sequential", spent or burn_in or 0)
-        # HMC's steps are moves of L leapfrog steps, L gradients each
+        # HMC's steps are moves of L leapfrog steps, L gradients each; AutoStep
+        # HMC's cost L + 2 + its halvings: the run's gradients per particle-step
         per_step = record.get("parameters", {}).get("num_integration_steps") or 1
+        n_grads, n_part = row.get("run_gradients"), row.get("particles")
+        if record.get("parameters", {}).get("autostep") and n_grads and n_part:
+            per_step = n_grads / (n_part * max(steps + max(driver, 0), 1))
         row["grads_per_step"] = per_step
         row["total_sequential"] = (
             row["warmup_sequential"] + (max(driver, 0) + steps) * per_step
