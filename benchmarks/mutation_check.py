@@ -517,6 +517,17 @@ MUTATIONS = [
         what="AutoStep HMC keeps the step where its energy error says halve it",
     ),
     dict(
+        name="autostep_threshold_inverted",
+        file="cenlmc_jax/adaptation/adjusted.py",
+        original="if hmc and stuck.mean() >= AUTOSTEP_MIN_STUCK:",
+        replacement="if hmc and stuck.mean() < AUTOSTEP_MIN_STUCK:",
+        tests=[
+            "tests/adaptation/test_kinetic.py::"
+            "test_stuck_particles_keep_their_place_and_autostep_is_handed_over"
+        ],
+        what="AutoStep HMC handed over where few particles are stuck, not where many",
+    ),
+    dict(
         name="stuck_particles_never_seen",
         file="cenlmc_jax/adaptation/adjusted.py",
         original="    stuck = (a < STUCK_ACCEPTANCE) | (div > 0)\n",

@@ -151,6 +151,18 @@ MAKE = {
         False,
         "logdensity_fn",
     ),
+    "autostep_hmc": (
+        lambda **kw: cj.autostep_hmc(
+            **{
+                "logdensity_fn": logdensity,
+                "step_size": 0.5,
+                "num_integration_steps": 3,
+                **kw,
+            }
+        ),
+        False,
+        "logdensity_fn",
+    ),
 }
 NAMES = sorted(cj.SAMPLERS)
 ENSEMBLE = {n for n in NAMES if MAKE[n][1]}
@@ -210,6 +222,7 @@ FOREIGN = {
     "rwmh": "irreversible_mh",
     "mala": "rwmh",
     "hmc": "mala",
+    "autostep_hmc": "mala",
 }
 
 

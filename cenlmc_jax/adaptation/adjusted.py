@@ -47,14 +47,15 @@ frozen: the handed-over sampler is a Metropolis chain with fixed parameters, so
 ``STUCK_ACCEPTANCE``, or whose trajectory diverged, sits in a stiff region (a banana's
 arm, a funnel's neck) where the ensemble's step is far too long for it. It is where
 ``π`` puts it: replacing it by a copy of a moving particle takes that mass away. With
-HMC the phase then hands over AutoStep HMC (:func:`cenlmc_jax.irreversible.autostep.
-autostep_hmc`) at the same ``ε``, ``L`` and ``M``: each move halves its step where the
-first leapfrog step's energy error says so, and a reverse check keeps it exact. From
-the same hand-over, HMC at the tuned step left the banana's x₁ sd 13 % low after 800
-moves, AutoStep 1 % (benchmarks/results/autostep.md). With MALA the stuck particles
-try the shorter steps ``h s²``, ``s`` in :data:`SMALL_FACTORS`, one round each, until
-they accept at least :data:`SMALL_ACCEPTANCE`; each handed-over move is then the
-shorter one with probability ``q`` (twice the stuck fraction, within
+HMC and at least :data:`AUTOSTEP_MIN_STUCK` of the particles stuck, the phase hands
+over AutoStep HMC (:func:`cenlmc_jax.irreversible.autostep.autostep_hmc`) at the same
+``ε``, ``L`` and ``M``: each move halves its step where the first leapfrog step's
+energy error says so, and a reverse check keeps it exact. From the same hand-over, HMC
+at the tuned step left the banana's x₁ sd 14 % low after 800 moves, AutoStep 1 %
+(benchmarks/results/autostep.md). Otherwise (MALA, or fewer stuck) the stuck particles
+try the shorter steps ``ε s`` (MALA: ``h s²``), ``s`` in :data:`SMALL_FACTORS`, one
+round each, until they accept at least :data:`SMALL_ACCEPTANCE`; each handed-over move
+is then the shorter one with probability ``q`` (twice the stuck fraction, within
 :data:`SMALL_PROBABILITY`), drawn anew at each move for each chain. Each of the two
 kernels leaves ``π`` invariant and the choice does not depend on the state, so the
 mixture is exact too (Tierney 1994). Where no factor helps, the particles stay (the
@@ -116,6 +117,13 @@ MAX_LEAPFROG = 128
 STEP_JITTER = 0.2
 #: A particle whose mean acceptance over the last tuning round is below this is stuck.
 STUCK_ACCEPTANCE = 0.02
+#: HMC hands over AutoStep HMC when at least this share of the particles is stuck
+#: (below it, the shorter-step mixture): a mass ``f`` the step cannot move shifts a
+#: mean by about ``f`` times its distance in sds, under the MCSE target (5 % of the sd
+#: at an ESS of 400) for ``f`` below 1 % unless it lies 5 sds out, and AutoStep costs
+#: 2 or more gradients a move more (non-centred eight schools, 3 of 2,000 stuck:
+#: 924 sequential gradients with AutoStep against 525).
+AUTOSTEP_MIN_STUCK = 0.01
 #: The shorter step's factors ``s`` tried on the stuck particles, longest first (HMC's
 #: ``ε``; MALA's ``h``, whose step length goes as its square root, takes their squares).
 SMALL_FACTORS = (1 / 2, 1 / 4, 1 / 8, 1 / 16)
@@ -370,7 +378,7 @@ def adjusted_phase(
     # region the step is too long for: a funnel's neck)
     stuck = (a < STUCK_ACCEPTANCE) | (div > 0)
     small, autostep = None, False
-    if stuck.any() and hmc:
+    if hmc and stuck.mean() >= AUTOSTEP_MIN_STUCK:
         autostep = True
         notes.append(_autostep_note(stuck))
     elif stuck.any():

@@ -242,7 +242,8 @@ class LangevinWarmup(NamedTuple):
 
     Attributes:
       algorithm: the tuned sampler (``cj.hmc(..., inverse_mass_matrix=M)`` over the
-        chains, or ``cj.autostep_hmc`` where particles were stuck at its step;
+        chains, with a shorter step now and then where a few particles were stuck at
+        its step, or ``cj.autostep_hmc`` where at least 1 % were;
         ``cj.mala(..., inverse_mass_matrix=M)``, or :func:`two_step_mala` where
         particles were stuck at its ``h``;
         ``cj.lmc(..., inverse_mass_matrix=M)`` or ``cj.whitened(cj.cenlmc, ...)``).
@@ -255,9 +256,9 @@ class LangevinWarmup(NamedTuple):
         coordinates.
       parameters: ``step_size``, ``inverse_mass_matrix`` (``(d,)`` or ``(d, d)``,
         float64), ``mean``; for HMC ``num_integration_steps``, ``step_jitter`` and
-        ``autostep`` (whether ``cj.autostep_hmc`` was handed over); for MALA with
-        stuck particles ``small_step_size`` and
-        ``small_step_probability`` (:func:`two_step_mala`); for CEnLMC ``eta, r1,
+        ``autostep`` (whether ``cj.autostep_hmc`` was handed over); with a few stuck
+        particles ``small_step_size`` and ``small_step_probability`` (HMC's
+        ``small_step``, :func:`two_step_mala`'s); for CEnLMC ``eta, r1,
         r2, n_star, m_f, f_star``: enough to rebuild ``algorithm``.
       info: :class:`LangevinWarmupInfo`.
     """
@@ -970,6 +971,7 @@ def _exact(
             adj.num_integration_steps,
             inverse_mass_matrix=m_fin,
             step_jitter=STEP_JITTER,
+            small_step=adj.small_step,
             grad_mode=grad_mode,
         )
     else:
