@@ -55,18 +55,14 @@ import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
 from cenlmc_jax._validation import (
-    check_callable,
     check_int,
     check_key,
     check_state,
 )
 from cenlmc_jax.base import RunFlag, SamplingAlgorithm
-from cenlmc_jax.ensemble.lmc import check_inverse_mass_matrix
 from cenlmc_jax.gradients.estimators import ravel_position
-from cenlmc_jax.gradients.modes import check_grad_mode, value_and_grad
 from cenlmc_jax.irreversible._common import (
     ZERO_ACCEPTANCE_FLAG,
-    matrix_value,
     metropolis,
 )
 from cenlmc_jax.irreversible.hmc import (
@@ -74,7 +70,7 @@ from cenlmc_jax.irreversible.hmc import (
     DIVERGENT_FLAG,
     NECK_DEPTH,
     HMCState,
-    check_step_size,
+    check_hmc_arguments,
     hmc_init,
     neck_depth,
     whitened_factor,
@@ -212,17 +208,15 @@ def autostep_hmc(
     Raises:
       ValueError: a bad step size, step count, jitter, halving count or ``M``.
     """
-    check_callable(logdensity_fn, "logdensity_fn", "x -> scalar log density")
-    check_step_size(step_size, "step_size")
-    n_steps = check_int(num_integration_steps, "num_integration_steps", minimum=1)
+    n_steps, jitter, M, vg = check_hmc_arguments(
+        logdensity_fn,
+        step_size,
+        num_integration_steps,
+        step_jitter,
+        inverse_mass_matrix,
+        grad_mode,
+    )
     halvings = check_int(max_halvings, "max_halvings", minimum=0)
-    jitter = float(step_jitter)
-    if not 0.0 <= jitter < 1.0:
-        raise ValueError(f"step_jitter must be in [0, 1); got {step_jitter!r}")
-    check_grad_mode(grad_mode)
-    check_inverse_mass_matrix(inverse_mass_matrix)
-    M = None if inverse_mass_matrix is None else matrix_value(inverse_mass_matrix)
-    vg = value_and_grad(logdensity_fn, grad_mode)
     init = hmc_init(logdensity_fn, M, vg)
 
     def step(rng_key: PRNGKey, state: HMCState) -> tuple[HMCState, AutoStepInfo]:

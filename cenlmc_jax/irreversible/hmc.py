@@ -317,12 +317,14 @@ def hmc(
     Raises:
       ValueError: a bad step size, step count, jitter, shorter step or ``M``.
     """
-    check_callable(logdensity_fn, "logdensity_fn", "x -> scalar log density")
-    check_step_size(step_size, "step_size")
-    n_steps = check_int(num_integration_steps, "num_integration_steps", minimum=1)
-    jitter = float(step_jitter)
-    if not 0.0 <= jitter < 1.0:
-        raise ValueError(f"step_jitter must be in [0, 1); got {step_jitter!r}")
+    n_steps, jitter, M, vg = check_hmc_arguments(
+        logdensity_fn,
+        step_size,
+        num_integration_steps,
+        step_jitter,
+        inverse_mass_matrix,
+        grad_mode,
+    )
     if small_step is not None:
         if len(small_step) != 2:
             raise ValueError(
@@ -332,10 +334,6 @@ def hmc(
         q = float(small_step[1])
         if not 0.0 <= q <= 1.0:
             raise ValueError(f"small_step[1] must be in [0, 1]; got {small_step[1]!r}")
-    check_grad_mode(grad_mode)
-    check_inverse_mass_matrix(inverse_mass_matrix)
-    M = None if inverse_mass_matrix is None else matrix_value(inverse_mass_matrix)
-    vg = value_and_grad(logdensity_fn, grad_mode)
     init = hmc_init(logdensity_fn, M, vg)
 
     def step(rng_key: PRNGKey, state: HMCState) -> tuple[HMCState, HMCInfo]:
@@ -397,6 +395,40 @@ def hmc(
         return new, info
 
     return SamplingAlgorithm(init, step)
+
+
+def check_hmc_arguments(
+    logdensity_fn: Any,
+    step_size: Any,
+    num_integration_steps: Any,
+    step_jitter: Any,
+    inverse_mass_matrix: Any,
+    grad_mode: str,
+) -> tuple:
+    """The arguments HMC and AutoStep HMC share, checked before tracing (a
+    ``ValueError`` naming the argument).
+
+    Args:
+      logdensity_fn: ``x -> log π(x)``.
+      step_size: ``ε``.
+      num_integration_steps: ``L``.
+      step_jitter: ``j``.
+      inverse_mass_matrix: ``M`` or None.
+      grad_mode: as for :func:`hmc`.
+
+    Returns:
+      ``(L, j, M's value or None, x -> (log π(x), ∇log π(x)))``.
+    """
+    check_callable(logdensity_fn, "logdensity_fn", "x -> scalar log density")
+    check_step_size(step_size, "step_size")
+    n_steps = check_int(num_integration_steps, "num_integration_steps", minimum=1)
+    jitter = float(step_jitter)
+    if not 0.0 <= jitter < 1.0:
+        raise ValueError(f"step_jitter must be in [0, 1); got {step_jitter!r}")
+    check_grad_mode(grad_mode)
+    check_inverse_mass_matrix(inverse_mass_matrix)
+    M = None if inverse_mass_matrix is None else matrix_value(inverse_mass_matrix)
+    return n_steps, jitter, M, value_and_grad(logdensity_fn, grad_mode)
 
 
 def hmc_init(logdensity_fn: LogDensityFn, M: Any, vg: Any) -> Any:
