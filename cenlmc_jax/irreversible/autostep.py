@@ -60,7 +60,6 @@ from cenlmc_jax._validation import (
     check_state,
 )
 from cenlmc_jax.base import RunFlag, SamplingAlgorithm
-from cenlmc_jax.gradients.estimators import ravel_position
 from cenlmc_jax.irreversible._common import (
     ZERO_ACCEPTANCE_FLAG,
     metropolis,
@@ -73,7 +72,7 @@ from cenlmc_jax.irreversible.hmc import (
     check_hmc_arguments,
     hmc_init,
     neck_depth,
-    whitened_factor,
+    whitened_leapfrog,
 )
 from cenlmc_jax.types import Array, LogDensityFn, PRNGKey
 
@@ -222,20 +221,8 @@ def autostep_hmc(
     def step(rng_key: PRNGKey, state: HMCState) -> tuple[HMCState, AutoStepInfo]:
         check_state(state, HMCState, "autostep_hmc(...).init")
         check_key(rng_key)
-        flat, unravel = ravel_position(state.position, check=False)
-        unravel = unravel or (lambda z: z)
+        flat, unravel, leapfrog = whitened_leapfrog(M, vg, state.position)
         d, dt = flat.size, flat.dtype
-        times, times_t = whitened_factor(M, d, dt)
-
-        def value_grad(x):
-            v, g = vg(unravel(x))
-            return v, ravel_pytree(g)[0]
-
-        def leapfrog(theta, x, r, g):
-            r = r + 0.5 * theta * times_t(g)
-            x = x + theta * times(r)
-            v, g = value_grad(x)
-            return x, r + 0.5 * theta * times_t(g), v, g
 
         def energy(v, r):
             return 0.5 * jnp.sum(r**2) - v

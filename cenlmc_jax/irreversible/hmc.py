@@ -339,15 +339,8 @@ def hmc(
     def step(rng_key: PRNGKey, state: HMCState) -> tuple[HMCState, HMCInfo]:
         check_state(state, HMCState, "hmc(...).init")
         check_key(rng_key)
-        flat, unravel = ravel_position(state.position, check=False)
-        unravel = unravel or (lambda z: z)
+        flat, unravel, leapfrog = whitened_leapfrog(M, vg, state.position)
         d, dt = flat.size, flat.dtype
-        times, times_t = whitened_factor(M, d, dt)
-
-        def value_grad(x):
-            v, g = vg(unravel(x))
-            return v, ravel_pytree(g)[0]
-
         k_mom, k_jit, k_small, k_acc = jax.random.split(rng_key, 4)
         eps = jnp.asarray(step_size, dt)
         if small_step is not None:
@@ -355,17 +348,12 @@ def hmc(
             eps = jnp.where(pick, jnp.asarray(small_step[0], dt), eps)
         eps = eps * jax.random.uniform(k_jit, (), dt, 1 - jitter, 1 + jitter)
         r0 = jax.random.normal(k_mom, (d,), dt)  # r = L_Mᵀ p ~ N(0, I)
-
-        def leapfrog(_, carry):
-            x, r, _v, g = carry
-            r = r + 0.5 * eps * times_t(g)
-            x = x + eps * times(r)
-            v, g = value_grad(x)
-            return x, r + 0.5 * eps * times_t(g), v, g
-
         g0 = ravel_pytree(state.logdensity_grad)[0]
         x1, r1, v1, g1 = jax.lax.fori_loop(
-            0, n_steps, leapfrog, (flat, r0, state.logdensity, g0)
+            0,
+            n_steps,
+            lambda _, c: leapfrog(eps, c[0], c[1], c[3]),
+            (flat, r0, state.logdensity, g0),
         )
         dh = (0.5 * jnp.sum(r1**2) - v1) - (0.5 * jnp.sum(r0**2) - state.logdensity)
         fine = jnp.all(jnp.isfinite(x1)) & jnp.all(jnp.isfinite(g1))
@@ -462,6 +450,34 @@ def hmc_init(logdensity_fn: LogDensityFn, M: Any, vg: Any) -> Any:
         return HMCState(position, jnp.asarray(value, flat.dtype), grad)
 
     return init
+
+
+def whitened_leapfrog(M: Any, vg: Any, position: Any) -> tuple:
+    """A chain's position flattened, and the leapfrog step in the coordinates
+    whitened by ``M`` that HMC and AutoStep HMC take.
+
+    Args:
+      M: the inverse mass matrix's value, or None (the identity).
+      vg: ``x -> (log π(x), ∇log π(x))`` of a position as the user gives it.
+      position: the chain's position (an array or a pytree).
+
+    Returns:
+      ``(flat, unravel, leapfrog)``: the position as a vector, the map back, and
+      ``leapfrog(ε, x, r, g) -> (x', r', log π(x'), ∇log π(x'))`` (one step from
+      ``x`` with momentum ``r = L_Mᵀ p`` and gradient ``g``, all vectors).
+    """
+    flat, unravel = ravel_position(position, check=False)
+    unravel = unravel or (lambda z: z)
+    times, times_t = whitened_factor(M, flat.size, flat.dtype)
+
+    def leapfrog(eps, x, r, g):
+        r = r + 0.5 * eps * times_t(g)
+        x = x + eps * times(r)
+        v, g = vg(unravel(x))
+        g = ravel_pytree(g)[0]
+        return x, r + 0.5 * eps * times_t(g), v, g
+
+    return flat, unravel, leapfrog
 
 
 def whitened_factor(M: Any, d: int, dt: Any) -> tuple:
