@@ -64,15 +64,14 @@ from cenlmc_jax._validation import (
 from cenlmc_jax.base import RunFlag, SamplingAlgorithm
 from cenlmc_jax.irreversible._common import (
     ZERO_ACCEPTANCE_FLAG,
-    metropolis,
 )
 from cenlmc_jax.irreversible.hmc import (
-    DIVERGENCE_THRESHOLD,
     DIVERGENT_FLAG,
     NECK_DEPTH,
     HMCState,
     check_hmc_arguments,
     hmc_init,
+    metropolis_end,
     neck_depth,
     whitened_leapfrog,
 )
@@ -265,35 +264,18 @@ def autostep_hmc(
             lambda _, c: leapfrog(theta, c[0], c[1], c[3]),
             (flat, r0, state.logdensity, g0),
         )
-        fine = jnp.all(jnp.isfinite(x1)) & jnp.all(jnp.isfinite(g1))
         mu_back = select(x1, v1, g1, -r1)
-        dh = energy(v1, r1) - energy(state.logdensity, r0)
-        bad = ~(fine & jnp.isfinite(v1))
-        dh = jnp.where(bad | jnp.isnan(dh), jnp.inf, dh)
         same = mu_back == mu
-        accepted, rate = metropolis(k_acc, jnp.where(same, -dh, -jnp.inf))
-        new = HMCState(
-            unravel(jnp.where(accepted, x1, flat)),
-            jnp.where(accepted, v1, state.logdensity),
-            unravel(jnp.where(accepted, g1, g0)),
+        new, test, flags = metropolis_end(
+            k_acc, state, flat, unravel, r0, (x1, r1, v1, g1), agree=same
         )
-        # a trajectory that left the support (-inf at a finite point) is a plain
-        # rejection, not a divergence
-        divergent = (dh > DIVERGENCE_THRESHOLD) & ~(fine & (v1 == -jnp.inf))
-        v0 = state.logdensity
         info = AutoStepInfo(
-            rate,
-            accepted,
-            dh,
+            *test,
             (n_steps + 2 + mu + mu_back).astype(jnp.int32),
             mu.astype(jnp.int32),
             mu > 0,
             same,
-            divergent,
-            fine & (jnp.isnan(v1) | (v1 == jnp.inf)),
-            v0,
-            v0 * v0,
-            jnp.where(divergent, v0, jnp.zeros_like(v0)),
+            *flags,
         )
         return new, info
 

@@ -355,34 +355,62 @@ def hmc(
             lambda _, c: leapfrog(eps, c[0], c[1], c[3]),
             (flat, r0, state.logdensity, g0),
         )
-        dh = (0.5 * jnp.sum(r1**2) - v1) - (0.5 * jnp.sum(r0**2) - state.logdensity)
-        fine = jnp.all(jnp.isfinite(x1)) & jnp.all(jnp.isfinite(g1))
-        bad = ~(fine & jnp.isfinite(v1))
-        dh = jnp.where(bad | jnp.isnan(dh), jnp.inf, dh)
-        accepted, rate = metropolis(k_acc, -dh)
-        new = HMCState(
-            unravel(jnp.where(accepted, x1, flat)),
-            jnp.where(accepted, v1, state.logdensity),
-            unravel(jnp.where(accepted, g1, g0)),
+        new, test, flags = metropolis_end(
+            k_acc, state, flat, unravel, r0, (x1, r1, v1, g1)
         )
-        # a trajectory that left the support (log density -inf at a finite point) is
-        # a plain rejection, not a divergence
-        divergent = (dh > DIVERGENCE_THRESHOLD) & ~(fine & (v1 == -jnp.inf))
-        v0 = state.logdensity
-        info = HMCInfo(
-            rate,
-            accepted,
-            dh,
-            jnp.asarray(n_steps, jnp.int32),
-            divergent,
-            fine & (jnp.isnan(v1) | (v1 == jnp.inf)),
-            v0,
-            v0 * v0,
-            jnp.where(divergent, v0, jnp.zeros_like(v0)),
-        )
+        info = HMCInfo(*test, jnp.asarray(n_steps, jnp.int32), *flags)
         return new, info
 
     return SamplingAlgorithm(init, step)
+
+
+def metropolis_end(key, state, flat, unravel, r0, end, agree=True) -> tuple:
+    """The Metropolis test of a leapfrog trajectory from ``state`` (``flat``, its
+    position as a vector, with momentum ``r0``) to ``end = (x, r, log π(x), ∇log
+    π(x))``, the move HMC and AutoStep HMC share.
+
+    A trajectory that left the finite numbers has ``ΔH = inf`` (a rejection); one that
+    left the support (``-inf`` at a finite point) is a plain rejection, not a
+    divergence.
+
+    Args:
+      key: the accept/reject key.
+      state: the chain's :class:`HMCState`.
+      flat: its position as a vector.
+      unravel: the map back to the position's shape.
+      r0: the starting momentum (whitened).
+      end: the trajectory's end, vectors.
+      agree: False (or a traced False) rejects the move whatever ``ΔH``
+        (AutoStep's reverse check).
+
+    Returns:
+      ``(new state, (acceptance_rate, is_accepted, energy_error), (divergent,
+      diverged, start_logdensity, start_logdensity_sq, divergent_logdensity))``:
+      the fields of :class:`HMCInfo` around its ``grad_evals``.
+    """
+    x1, r1, v1, g1 = end
+    v0 = state.logdensity
+    g0 = ravel_pytree(state.logdensity_grad)[0]
+    dh = (0.5 * jnp.sum(r1**2) - v1) - (0.5 * jnp.sum(r0**2) - v0)
+    fine = jnp.all(jnp.isfinite(x1)) & jnp.all(jnp.isfinite(g1))
+    bad = ~(fine & jnp.isfinite(v1))
+    dh = jnp.where(bad | jnp.isnan(dh), jnp.inf, dh)
+    log_ratio = -dh if agree is True else jnp.where(agree, -dh, -jnp.inf)
+    accepted, rate = metropolis(key, log_ratio)
+    new = HMCState(
+        unravel(jnp.where(accepted, x1, flat)),
+        jnp.where(accepted, v1, v0),
+        unravel(jnp.where(accepted, g1, g0)),
+    )
+    divergent = (dh > DIVERGENCE_THRESHOLD) & ~(fine & (v1 == -jnp.inf))
+    flags = (
+        divergent,
+        fine & (jnp.isnan(v1) | (v1 == jnp.inf)),
+        v0,
+        v0 * v0,
+        jnp.where(divergent, v0, jnp.zeros_like(v0)),
+    )
+    return new, (rate, accepted, dh), flags
 
 
 def check_hmc_arguments(
