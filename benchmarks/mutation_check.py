@@ -497,8 +497,8 @@ MUTATIONS = [
     dict(
         name="autostep_without_reverse_check",
         file="cenlmc_jax/irreversible/autostep.py",
-        original="metropolis(k_acc, jnp.where(same, -dh, -jnp.inf))",
-        replacement="metropolis(k_acc, -dh)",
+        original="(x1, r1, v1, g1), agree=same",
+        replacement="(x1, r1, v1, g1), agree=True",
         tests=[
             "tests/irreversible/test_autostep.py::"
             "test_autostep_is_reversible_on_a_small_case"
