@@ -23,10 +23,16 @@ The Laplace start is refused where its "mode" is a spike that says nothing of th
 bulk (a centred funnel's neck): ``H``'s condition number above
 :data:`LAPLACE_MAX_CONDITION` and the given positions' log densities
 :data:`LAPLACE_MAX_MISMATCH` times higher than its quadratic says
-(:func:`_laplace_mismatch`); and, where :data:`LAPLACE_MAX_DEPTH` is set (it is off
-by default), where its draws lie far deeper below the mode than a Gaussian's. Then,
-when both searches fail, or ``d > LAPLACE_MAX_D``, the warm-up starts from
-``positions`` with ``M₀`` their variances (diagonal), and the reasoning says why.
+(:func:`_laplace_mismatch`); and where it describes the posterior worse than the
+given positions do, by Pathfinder's criterion (Zhang, Carpenter, Gelman & Vehtari
+2022): the ELBO ``E_q[log π] + H[q]`` of ``N(mode, H⁻¹)`` over its draws below that
+of the positions (their log densities, and the entropy of a Gaussian with their
+variances), by more than :data:`ELBO_MARGIN` (a mode far from the bulk:
+non-centred eight schools' log τ, a banana's ridge). Then, when both searches fail,
+or ``d > LAPLACE_MAX_D``, the warm-up starts from ``positions`` with ``M₀`` nutpie's
+diagonal ``sqrt(Var[x] / Var[∇log π])`` over them (:func:`_positions_metric`: the
+posterior's variance for a Gaussian, wherever the positions are), and the
+reasoning says why.
 ``start="positions"`` always starts there, with ``M₀ = I`` (e.g. to keep a
 multimodal spread).
 
@@ -49,6 +55,7 @@ import numpy as np
 
 from cenlmc_jax._batch import batch_logdensity
 from cenlmc_jax._keys import normal
+from cenlmc_jax.adaptation.coordinates import values_y
 from cenlmc_jax.adaptation.kinetic import fit_dtype
 from cenlmc_jax.adaptation.newton import hessian_at, hessian_method, newton_modes
 from cenlmc_jax.diagnostics.convergence import ConvergenceWarning
@@ -63,7 +70,7 @@ __all__ = [
     "LAPLACE_MAX_D",
     "LAPLACE_MAX_CONDITION",
     "LAPLACE_MAX_MISMATCH",
-    "LAPLACE_MAX_DEPTH",
+    "ELBO_MARGIN",
     "MODE_MIN_MASS",
     "START_TRIES",
     "metric_condition",
@@ -206,7 +213,8 @@ def _laplace(key, logdensity_fn, grad_fn, grad_mode, x, dense, notes):
         )
     )
     cond = float(np.max(lam) / np.min(lam))
-    mismatch = _laplace_mismatch(logdensity_fn, x, mode, lam, vec, res.f_star)
+    values = np.asarray(batch_logdensity(x, logdensity_fn), np.float64)
+    mismatch = _laplace_mismatch(values, x, mode, lam, vec, res.f_star)
     if cond > LAPLACE_MAX_CONDITION and mismatch > LAPLACE_MAX_MISMATCH:
         notes.append(
             f"start: the given positions, not the Laplace approximation at {found}: "
@@ -222,26 +230,23 @@ def _laplace(key, logdensity_fn, grad_fn, grad_mode, x, dense, notes):
     xi = normal(key, x.shape, x.dtype)
     root = jnp.asarray(mass_root(m0), x.dtype)
     positions = jnp.asarray(mode, x.dtype) + (xi @ root.T if dense else xi * root)
-    # one batched pass of values at the draws: how far below the mode they lie, in
-    # units of a Gaussian's E[f - f*] = d/2 (finite values only: draws outside a
-    # support are replaced later, kinetic._resample_laplace); off by default
-    # (LAPLACE_MAX_DEPTH says why), and then not taken
-    if LAPLACE_MAX_DEPTH == math.inf:
-        drop = np.zeros(0)
-    else:
-        drop = -np.asarray(batch_logdensity(positions, logdensity_fn), np.float64)
-        drop = drop[np.isfinite(drop)] - float(res.f_star)
-        steps += 1
-    depth = float(np.mean(drop)) / (0.5 * d) if drop.size else 0.0
-    if depth > LAPLACE_MAX_DEPTH:
+    # Pathfinder's choice between two Gaussians: the Laplace one and the given
+    # positions' (one batched pass of values at the draws; the positions' values are
+    # the mismatch test's)
+    drawn = np.asarray(batch_logdensity(positions, logdensity_fn), np.float64)
+    steps += 1
+    logdet = np.linalg.slogdet(m0)[1] if dense else float(np.sum(np.log(m0)))
+    elbo_laplace = _elbo(drawn, logdet, d)
+    elbo_given = _elbo(values, float(np.sum(np.log(_variances(x)))), d)
+    if elbo_given > elbo_laplace + ELBO_MARGIN:
         notes.append(
             f"start: the given positions, not the Laplace approximation at {found}: "
-            f"its draws lie {depth:.3g}x deeper below the mode than a Gaussian's "
-            f"(E[f(x) − f*] over the draws / (d/2), > {LAPLACE_MAX_DEPTH:g}): the "
-            "posterior falls off much faster than N(mode, H⁻¹) in some direction (a "
-            "banana's ridge, a hierarchical scale far from its mode), so the draws "
-            "start off the bulk, and a kinetic phase pulls them in more slowly than "
-            "it spreads the given positions out."
+            f"its ELBO (E_q[log π] + H[q] over its {n} draws, Pathfinder's "
+            f"criterion) is {elbo_laplace:.4g}, below the given positions' "
+            f"{elbo_given:.4g} (their log densities and the entropy of a Gaussian "
+            "with their variances): N(mode, H⁻¹) describes the posterior worse than "
+            "they do (a mode far from the bulk: a hierarchical scale, a banana's "
+            "ridge)."
         )
         return None, steps, d
     notes.append(
@@ -258,20 +263,17 @@ def _laplace(key, logdensity_fn, grad_fn, grad_mode, x, dense, notes):
     return (positions, m0, np.asarray(mode, np.float64), float(res.f_star)), steps, d
 
 
-#: Where finite, the Laplace start is refused (:func:`_laplace`) when its draws lie
-#: more than this many times deeper below the mode than a Gaussian's:
-#: ``E[f(x) − f*] / (d/2)`` over the ``N`` draws (1 for a Gaussian posterior, whatever
-#: ``d``), one batched pass of values. Off (``inf``) by default. From Uniform(-2, 2)
-#: starts (benchmarks/results/start_depth.md) the depth is 0.67-1.11 on ten
-#: posteriordb posteriors, a 100-d Gaussian, a logistic regression, Lotka-Volterra
-#: and Brownian motion, and 13.4 on the banana, 5.5 on non-centred eight schools (its
-#: mode's log τ is 3.4, the posterior's mass near 1), 80 on gp_pois_regr. At 3, eight
-#: schools' ensemble first reached b2max < 0.01 at 53 sequential gradients against
-#: 93-108 and the banana's at 223-235 against 250-296; but gp_pois_regr, whose
-#: Laplace start is good, then spent 2,973 sequential gradients in its warm-up
-#: against 827, and the CLI's banana run to the many-chain verdict 2,176 against
-#: 1,630 (a shorter trajectory tuned on the hand-over, four times the moves).
-LAPLACE_MAX_DEPTH = math.inf
+#: The Laplace start is refused (:func:`_laplace`) where the given positions' ELBO is
+#: above its own by more than this (nats). Pathfinder's criterion (Zhang, Carpenter,
+#: Gelman & Vehtari 2022) for which Gaussian describes ``π`` best,
+#: ``E_q[log π] + H[q]``: for ``N(mode, H⁻¹)`` over its ``N`` draws; for the positions
+#: their own log densities and the entropy of a Gaussian with their variances. From
+#: Uniform(-2, 2) starts (benchmarks/results/start_depth.md) the Laplace start wins by
+#: 31 to 10¹¹⁸ nats on the ten posteriordb posteriors but one, a 100-d Gaussian, a
+#: logistic regression, Lotka-Volterra, Brownian motion and two modes, and loses on
+#: non-centred eight schools (its mode's log τ is 3.4, the posterior's mass near 1)
+#: and the banana (the mode is off the ridge's bulk). ``inf`` turns the test off.
+ELBO_MARGIN = 0.0
 #: The Laplace start is refused (:func:`_laplace`) where ``H``'s condition number is
 #: above this and :func:`_laplace_mismatch` above :data:`LAPLACE_MAX_MISMATCH`.
 #: Alone the condition number is no sign: earnings on the raw scale has 10¹⁰ and a
@@ -285,7 +287,7 @@ LAPLACE_MAX_CONDITION = 1e8
 LAPLACE_MAX_MISMATCH = 1e4
 
 
-def _laplace_mismatch(logdensity_fn, x, mode, lam, vec, f_star) -> float:
+def _laplace_mismatch(values, x, mode, lam, vec, f_star) -> float:
     """How much narrower the Laplace approximation ``N(mode, H⁻¹)`` is than the given
     positions' log densities say: the median over the particles of
     ``½(x − mode)ᵀH(x − mode) / max(f(x) − f*, d/2)`` (``H = V diag(λ) Vᵀ``, ``λ``
@@ -295,7 +297,6 @@ def _laplace_mismatch(logdensity_fn, x, mode, lam, vec, f_star) -> float:
     particle at ``v = 0`` is ``10¹⁷`` Laplace units but 100 nats below the "mode".
     """
     d = x.shape[1]
-    values = np.asarray(batch_logdensity(x, logdensity_fn), np.float64)
     r = (np.asarray(x, np.float64) - np.asarray(mode, np.float64)) @ vec
     quad = 0.5 * np.sum(lam * r**2, 1)
     drop = np.maximum(-values - float(f_star), 0.5 * d)
@@ -304,17 +305,67 @@ def _laplace_mismatch(logdensity_fn, x, mode, lam, vec, f_star) -> float:
     return float(np.median(ratio)) if ratio.size else math.inf
 
 
-def _ensemble_metric(x, dense: bool) -> np.ndarray:
-    """``M₀`` from the given positions where the Laplace start is not used: their
-    variances (a diagonal ``M``), regularised as Stan regularises its windows'
-    (``n/(n + 5) S + 10⁻³ · 5/(n + 5)``); ``I`` where they are not finite.
-    """
-    n = x.shape[0]
-    var = np.var(np.asarray(x, np.float64), 0)
+def _regularised(var: np.ndarray, n: int) -> np.ndarray:
+    """Variances from ``n`` draws regularised as Stan regularises its windows'
+    (``n/(n + 5) S + 10⁻³ · 5/(n + 5)``); ones where they are not all finite."""
     var = n / (n + 5.0) * var + 1e-3 * 5.0 / (n + 5.0)
-    if not np.all(np.isfinite(var)):
-        var = np.ones(x.shape[1])
-    return np.diag(var) if dense else var
+    return var if np.all(np.isfinite(var)) else np.ones(var.shape)
+
+
+def _variances(x) -> np.ndarray:
+    """The positions' variances, :func:`_regularised`."""
+    return _regularised(np.var(np.asarray(x, np.float64), 0), x.shape[0])
+
+
+def _elbo(values: np.ndarray, log_det: float, d: int) -> float:
+    """``E_q[log π] + H[q]`` for a Gaussian ``q`` of covariance log-determinant
+    ``log_det`` from the log densities of draws from it (the finite ones: a draw
+    outside a support is replaced later, kinetic._resample_laplace); ``-inf`` where
+    none is finite."""
+    finite = values[np.isfinite(values)]
+    if not finite.size:
+        return -math.inf
+    return float(np.mean(finite)) + 0.5 * (d * math.log(2 * math.pi * math.e) + log_det)
+
+
+def _positions_metric(x, logdensity_fn, grad_fn, grad_mode, dense: bool):
+    """``M₀`` where the Laplace start is not used: per coordinate
+    ``sqrt(Var[x_i] / Var[∂_i log π])`` over the given positions (nutpie's diagonal,
+    Seyboldt et al.; Tran & Kleppe 2024). For a Gaussian posterior it is its variance
+    whatever the positions' spread (``∂_i log π = −(x_i − m_i)/σ_i²``), where the
+    positions' own variance is only their spread: non-centred eight schools from
+    Uniform(-2, 2) starts has ``μ``'s variance about 11 and the starts' 1.3, so the
+    kinetic phase would first spend a slow round widening ``μ``. Regularised as
+    :func:`_regularised`; the positions' variance where the gradient's is zero or not
+    finite. One batched pass of gradients (the kinetic phase's first program: the
+    same shapes, so no compilation of its own).
+
+    Returns:
+      ``(M₀, note)``: ``(d,)``, or its ``(d, d)`` diagonal matrix where ``dense``.
+    """
+    n, d = x.shape
+    var = np.var(np.asarray(x, np.float64), 0)
+    eye = np.eye(d) if dense else np.ones(d)
+    _, g = values_y(
+        jnp.asarray(x),
+        jnp.asarray(eye, x.dtype),
+        jnp.zeros(d, x.dtype),
+        logdensity_fn=logdensity_fn,
+        grad_fn=grad_fn,
+        grad_mode=grad_mode,
+    )
+    g = np.asarray(g, np.float64)
+    var_g = np.var(g, 0) if np.all(np.isfinite(g)) else np.zeros(d)
+    use = np.isfinite(var_g) & (var_g > 0)
+    m = _regularised(np.where(use, np.sqrt(var / np.where(use, var_g, 1.0)), var), n)
+    note = (
+        "M₀ = sqrt(Var[x] / Var[∇log π]) over the given positions (nutpie's diagonal"
+        f": {m.min():.3g} to {m.max():.3g}; their variances span {var.min():.3g} to "
+        f"{var.max():.3g})"
+        + ("" if use.all() else f", their variance in {int((~use).sum())} coordinates")
+        + ", m₀ = their mean."
+    )
+    return (np.diag(m) if dense else m), note
 
 
 def _dispersed(x: np.ndarray, values: np.ndarray, k: int) -> list:
@@ -653,15 +704,12 @@ def choose_start(
             notes.append("start: the given positions, M = I.")
             m_eye = np.eye(d) if dense else np.ones(d)
             return Start(x, m_eye, mean, 0, 0, "positions", None)
-        # the Laplace start was asked for and is not used: the scale the given
-        # positions spread over, not I; the search's passes count all the same
-        m_mat = _ensemble_metric(x, dense)
-        var = np.diag(m_mat) if dense else m_mat
-        notes.append(
-            "start: M₀ = the given positions' variances (diagonal, Stan's "
-            f"regularisation: {var.min():.3g} to {var.max():.3g}), m₀ = their mean."
-        )
-        return Start(x, m_mat, mean, lbfgs, hvps, "positions", None)
+        # the Laplace start was asked for and is not used: the scale the posterior
+        # has about the given positions, not I; the search's passes count all the
+        # same, and the gradients' pass
+        m_mat, note = _positions_metric(x, logdensity_fn, grad_fn, grad_mode, dense)
+        notes.append("start: " + note)
+        return Start(x, m_mat, mean, lbfgs + 1, hvps, "positions", None)
     x, m_mat, mean, f_mode = lap
     m_mat, alpha = fit_dtype(m_mat, x.dtype)
     if alpha:
