@@ -1,21 +1,25 @@
-"""The Laplace start's depth test, and the kinetic phase's first refit (issue 46).
+"""The start's choice (issue 48): Pathfinder's ELBO between the Laplace approximation
+and the given positions, and nutpie's metric for the positions.
 
 Two tables, one run:
 
-1. ``depth``: for each posterior, the Laplace draws' mean depth below the mode,
-   ``E[f(x) − f*] / (d/2)`` over ``N = 1,024`` draws from ``N(mode, H⁻¹)`` (1 for a
-   Gaussian, whatever ``d``), the draws' importance-sampling ESS (a d-sensitive
-   alternative, for comparison) and whether ``cj.langevin_warmup`` now starts from
-   them (``start.LAPLACE_MAX_DEPTH``). Posteriors: bench_parallel's banana, 100-d
-   Gaussian and logistic regression, the ten posteriordb posteriors shipped with
+1. ``elbo``: for each posterior, ``E_q[log π] + H[q]`` of the Laplace approximation
+   ``N(mode, H⁻¹)`` over ``N = 1,024`` of its draws and of the given positions
+   (their log densities, and the entropy of a Gaussian with their variances), which
+   start ``cj.langevin_warmup`` takes (``start.ELBO_MARGIN``), and beside them the
+   draws' mean depth below the mode, ``E[f(x) − f*] / (d/2)`` (1 for a Gaussian:
+   the depth test this replaced) and their importance-sampling ESS. Posteriors:
+   bench_parallel's banana, non-centred eight schools, kidiq, 100-d Gaussian and
+   logistic regression, the ten posteriordb posteriors shipped with
    ``cenlmc_jax.models.posteriordb``, and the models of
    ``benchmarks/many_chains_models``. Starts: Uniform(-2, 2), seed 0 (the CLI's).
 2. ``first``: sequential gradients until the warm-up's ensemble first has b2max <
    0.01 (bench_parallel's measure, from ``info.trajectory``; the warm-up only), on
-   the banana and non-centred eight schools, four seeds, for the four combinations
-   of the depth test (off: ``LAPLACE_MAX_DEPTH = inf``, the code before it) and the
-   kinetic phase's first refit (``ROUND_STEPS`` 25, before, or 10). Eight schools'
-   reference ``E[x²]``, ``Var[x²]``: bench_parallel's NUTS reference, from
+   the banana and non-centred eight schools, four seeds, for three variants: the
+   default (the ELBO's choice, nutpie's metric for the positions), the ELBO's choice
+   with the positions' variances as their metric (the fallback before), and the
+   Laplace start always (``ELBO_MARGIN = inf``). Eight schools' reference ``E[x²]``,
+   ``Var[x²]``: bench_parallel's NUTS reference, from
    ``benchmarks/results/parallel.json``.
 
 Run: ``python benchmarks/bench_start_depth.py`` (about 6 minutes on 2 CPU cores;
@@ -49,7 +53,6 @@ import cenlmc_jax as cj  # noqa: E402
 import cenlmc_jax.models.posteriordb as pdb  # noqa: E402
 
 start_mod = importlib.import_module("cenlmc_jax.adaptation.start")
-kinetic_mod = importlib.import_module("cenlmc_jax.adaptation.kinetic")
 
 MANY_CHAINS = (
     "banana",
@@ -61,11 +64,10 @@ MANY_CHAINS = (
     "two_modes",
 )
 VARIANTS = {
-    # (LAPLACE_MAX_DEPTH, ROUND_STEPS)
-    "default: no depth test, first refit at 25": (math.inf, 25),
-    "depth test at 3 (not taken), first refit at 25": (3.0, 25),
-    "no depth test, first refit at 10 (not taken)": (math.inf, 10),
-    "depth test at 3, first refit at 10 (neither taken)": (3.0, 10),
+    # (ELBO_MARGIN, nutpie's metric for the positions)
+    "default: the ELBO's start, nutpie's metric": (0.0, True),
+    "the ELBO's start, the positions' variances as M₀": (0.0, False),
+    "the Laplace start always (ELBO_MARGIN = inf)": (math.inf, True),
 }
 
 
@@ -79,7 +81,7 @@ def _many_chains_model(name):
 
 def models():
     out = []
-    for name in ("banana", "gaussian100", "logreg25"):
+    for name in ("banana", "eight_schools", "kidiq", "gaussian100", "logreg25"):
         t = bp.TARGETS[name]()
         out.append((f"bench_parallel {name}", t["logdensity"], t["d"]))
     for name in pdb.NAMES:
@@ -95,45 +97,60 @@ def depth_row(label, logp, d, n=1024):
     x0 = jax.random.uniform(jax.random.key(0), (n, d), jnp.float64, -2.0, 2.0)
     x0 = start_mod.valid_starts(jax.random.key(9), logp, x0)
     notes = []
-    saved = start_mod.LAPLACE_MAX_DEPTH
-    start_mod.LAPLACE_MAX_DEPTH = 3.0  # the draws measured (inf: not measured)
+    saved = start_mod.ELBO_MARGIN
+    start_mod.ELBO_MARGIN = math.inf  # the draws measured whichever wins
     try:
         lap, _, _ = start_mod._laplace(
             jax.random.key(3), logp, None, "auto", x0, d <= 200, notes
         )
     finally:
-        start_mod.LAPLACE_MAX_DEPTH = saved
+        start_mod.ELBO_MARGIN = saved
     if lap is None:
         why = notes[-1].split(":")[1].strip()[:60] if notes else ""
-        return dict(model=label, d=d, depth=None, ess_fraction=None, laplace=why)
+        return dict(model=label, d=d, laplace=why)
     pos, m0, mode, f_star = lap
     v = np.asarray(start_mod.batch_logdensity(pos, logp), np.float64)
     ok = np.isfinite(v)
+    logdet = np.linalg.slogdet(m0)[1] if m0.ndim == 2 else np.sum(np.log(m0))
+    elbo_laplace = start_mod._elbo(v, float(logdet), d)
+    given = np.asarray(start_mod.batch_logdensity(x0, logp), np.float64)
+    var = start_mod._variances(x0)
+    elbo_given = start_mod._elbo(given, float(np.sum(np.log(var))), d)
     depth = float(np.mean(-v[ok] - f_star)) / (0.5 * d)
     root = np.linalg.cholesky(m0) if m0.ndim == 2 else np.diag(np.sqrt(m0))
     xi = np.linalg.solve(root, (np.asarray(pos) - mode).T).T
     log_w = v[ok] + 0.5 * np.sum(xi[ok] ** 2, 1)
     w = np.exp(log_w - log_w.max())
     w /= w.sum()
-    used = depth <= 3.0
+    laplace = elbo_given <= elbo_laplace + start_mod.ELBO_MARGIN
     return dict(
         model=label,
         d=d,
+        elbo_laplace=float(f"{elbo_laplace:.4g}"),
+        elbo_given=float(f"{elbo_given:.4g}"),
         depth=round(depth, 3),
         ess_fraction=round(float(1.0 / np.sum(w**2)) / len(v), 3),
-        laplace="used" if used else "would be refused at 3",
+        laplace="used" if laplace else "refused: the positions' ELBO is higher",
     )
 
 
-def first_crossing(name, seed, depth, round_steps):
+def _variances_metric(x, logdensity_fn, grad_fn, grad_mode, dense):
+    """The positions' fallback M₀ before nutpie's: their variances."""
+    var = start_mod._variances(x)
+    return (np.diag(var) if dense else var), "the positions' variances"
+
+
+def first_crossing(name, seed, margin, nutpie):
     t = bp.TARGETS[name]()
     if t["reference"] == "nuts":
         ref = json.loads((HERE / "results" / "parallel.json").read_text())["targets"]
         t["ex2"] = np.asarray(ref[name]["ex2"])
         t["varx2"] = np.asarray(ref[name]["varx2"])
     x0 = bp.initial_positions(1024, t["d"])
-    saved = start_mod.LAPLACE_MAX_DEPTH, kinetic_mod.ROUND_STEPS
-    start_mod.LAPLACE_MAX_DEPTH, kinetic_mod.ROUND_STEPS = depth, round_steps
+    saved = start_mod.ELBO_MARGIN, start_mod._positions_metric
+    start_mod.ELBO_MARGIN = margin
+    if not nutpie:
+        start_mod._positions_metric = _variances_metric
     try:
         t0 = time.perf_counter()
         res = cj.langevin_warmup(
@@ -141,7 +158,7 @@ def first_crossing(name, seed, depth, round_steps):
         )
         wall = time.perf_counter() - t0
     finally:
-        start_mod.LAPLACE_MAX_DEPTH, kinetic_mod.ROUND_STEPS = saved
+        start_mod.ELBO_MARGIN, start_mod._positions_metric = saved
     first = None
     for k, _, m2 in res.info.trajectory:
         if bp.b2max_of(np.asarray(m2)[None], t)[0] < bp.THRESHOLD:
@@ -165,10 +182,10 @@ def main():
     targets = ("banana",) if args.quick else ("banana", "eight_schools")
     firsts = []
     for name in targets:
-        for label, (depth, rs) in VARIANTS.items():
+        for label, (margin, nutpie) in VARIANTS.items():
             for seed in seeds:
                 r = dict(target=name, variant=label, seed=seed)
-                r.update(first_crossing(name, seed, depth, rs))
+                r.update(first_crossing(name, seed, margin, nutpie))
                 print(r, flush=True)
                 firsts.append(r)
     summary = []
@@ -190,19 +207,33 @@ def main():
             )
     _, md_path = write_results(
         "start_depth",
-        dict(depth_limit=start_mod.LAPLACE_MAX_DEPTH, seeds=seeds, firsts=firsts),
+        dict(elbo_margin=start_mod.ELBO_MARGIN, seeds=seeds, firsts=firsts),
         rows + summary,
         md_rows=rows,
-        columns=("model", "d", "depth", "ess_fraction", "laplace"),
+        columns=(
+            "model",
+            "d",
+            "elbo_laplace",
+            "elbo_given",
+            "laplace",
+            "depth",
+            "ess_fraction",
+        ),
         out_dir=args.out_dir,
-        title="The Laplace start's depth test and the kinetic phase's first refit",
+        title="The start's choice: Pathfinder's ELBO, and nutpie's metric for the "
+        "given positions",
         notes=[
-            "depth: E[f(x) − f*] / (d/2) over 1,024 Laplace draws (1 for a Gaussian); "
-            "the Laplace start would be refused above 3 (start.LAPLACE_MAX_DEPTH; "
-            "off, inf, by default: see the notes below). ess_fraction: the draws' "
+            "elbo_laplace: E_q[log π] + H[q] of N(mode, H⁻¹) over 1,024 of its "
+            "draws (log π unnormalised: only the difference counts); elbo_given: the "
+            "given positions' mean log π plus the entropy of a Gaussian with their "
+            "variances. laplace: used where elbo_given <= elbo_laplace + "
+            "start.ELBO_MARGIN (0), else refused; or refused before the test (the "
+            "reason). depth: E[f(x) − f*] / (d/2) over the draws (1 for a Gaussian), "
+            "the depth test this replaced (it refused at 3, and was off: it would "
+            "have refused gp_pois_regr's good Laplace start, at depth 80, whose ELBO "
+            "beats the positions' by 10⁵ nats). ess_fraction: the draws' "
             "importance-sampling ESS / N, for comparison (it falls with d even where "
-            "the Laplace start is good). laplace: used, refused at 3 by the depth "
-            "test, or refused before it (the reason).",
+            "the Laplace start is good).",
         ],
     )
     second = [
@@ -214,19 +245,6 @@ def main():
         f"included), one value per seed ({', '.join(map(str, seeds))}), '-' where "
         "the warm-up ended first; BlackJAX LAPS's first crossings (parallel.md): "
         "banana 109, eight schools 25.",
-        "- A first refit at 10 steps (kinetic.ROUND_STEPS) was not taken: on the "
-        "CLI's centred eight schools (bench_many_chains.py, seeds 0-2) its runs "
-        "stopped after 800-1,600 moves with log tau's sd 1.051, 1.083, 1.053 "
-        "(posterior 1.171), against 3,200-6,912 moves and 1.074, 1.120, 1.085 "
-        "with 25: two of three 10% low, the bench's 'silently wrong'.",
-        "- The depth test at 3 was not taken either: gp_pois_regr (depth 80), whose "
-        "Laplace start is good (cj.langevin_warmup + 400 HMC moves right: means "
-        "within 0.012 sd, sds within 1.5 %), spent 2,973 sequential gradients in "
-        "its warm-up from the given positions against 827, and its sampling did "
-        "not finish in the 10 minutes the old one took 73 s for; and the CLI's "
-        "banana (bench_many_chains.py, seed 0) took 2,176 sequential gradients "
-        "to the many-chain verdict against 1,630 (HMC tuned to L = 9 on the "
-        "hand-over, 200 moves against 50 of L = 20).",
         "",
         markdown_table(
             summary,

@@ -24,8 +24,8 @@ over:
 Start (``start="laplace"``, the default): the Laplace approximation at the mode, or
 the given positions where it does not describe the posterior's bulk
 (:mod:`cenlmc_jax.adaptation.start`, whose module docstring says when and why). The
-LMC windows below then start in the coordinates ``y`` it gives (``M₀ = H⁻¹``, or the
-positions' variances); from ``start="positions"`` (``M₀ = I``) the windows have to find
+LMC windows below then start in the coordinates ``y`` it gives (``M₀ = H⁻¹``, or
+nutpie's diagonal over the positions); from ``start="positions"`` (``M₀ = I``) the windows have to find
 the scale from the ensemble alone, which works from a start whose curvature is not far
 above the posterior's.
 
