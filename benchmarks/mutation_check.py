@@ -528,6 +528,31 @@ MUTATIONS = [
         what="AutoStep HMC handed over where few particles are stuck, not where many",
     ),
     dict(
+        name="start_elbo_comparison_inverted",
+        file="cenlmc_jax/adaptation/start.py",
+        original="    if elbo_given > elbo_laplace + ELBO_MARGIN:",
+        replacement="    if elbo_given < elbo_laplace + ELBO_MARGIN:",
+        tests=[
+            "tests/adaptation/test_laplace_start.py::"
+            "test_a_laplace_start_with_the_lower_elbo_gives_way_to_the_given_positions",
+            "tests/adaptation/test_laplace_start.py::"
+            "test_a_gaussian_still_gets_the_laplace_start",
+        ],
+        what="the Laplace start refused where its ELBO is the higher, kept where lower",
+    ),
+    dict(
+        name="positions_metric_inverted",
+        file="cenlmc_jax/adaptation/start.py",
+        original="np.sqrt(var / np.where(use, var_g, 1.0))",
+        replacement="np.sqrt(np.where(use, var_g, 1.0) / var)",
+        tests=[
+            "tests/adaptation/test_laplace_start.py::"
+            "test_the_positions_metric_is_a_gaussians_variance_wherever_the_positions_are"
+        ],
+        what="nutpie's metric for the given positions inverted (a precision, not a "
+        "variance)",
+    ),
+    dict(
         name="stuck_particles_never_seen",
         file="cenlmc_jax/adaptation/adjusted.py",
         original="    stuck = (a < STUCK_ACCEPTANCE) | (div > 0)\n",
