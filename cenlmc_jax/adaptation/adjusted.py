@@ -51,8 +51,8 @@ HMC and at least :data:`AUTOSTEP_MIN_STUCK` of the particles stuck, the phase ha
 over AutoStep HMC (:func:`cenlmc_jax.irreversible.autostep.autostep_hmc`) at the same
 ``ε``, ``L`` and ``M``: each move halves its step where the first leapfrog step's
 energy error says so, and a reverse check keeps it exact. From the same hand-over, HMC
-at the tuned step left the banana's x₁ sd 14 % low after 800 moves, AutoStep 1 %
-(benchmarks/results/autostep.md). Otherwise (MALA, or fewer stuck) the stuck particles
+at the tuned step left the banana's x₁ sd 15 % low after 800 moves, AutoStep 0.7 %
+(seed 0, benchmarks/results/autostep.md). Otherwise (MALA, or fewer stuck) the stuck particles
 try the shorter steps ``ε s`` (MALA: ``h s²``), ``s`` in :data:`SMALL_FACTORS`, one
 round each, until they accept at least :data:`SMALL_ACCEPTANCE`; each handed-over move
 is then the shorter one with probability ``q`` (twice the stuck fraction, within

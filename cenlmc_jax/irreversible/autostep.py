@@ -6,8 +6,8 @@ Syed, Campbell & Bouchard-Côté's autoMALA, 2024). HMC with one step ``ε`` for
 whole posterior (:func:`cenlmc_jax.irreversible.hmc.hmc`) cannot enter a region whose
 curvature that step is too long for: a funnel's neck, a banana's thin arms. Its
 trajectories there diverge and are rejected; the chains stay exact but do not fill the
-region (from the same hand-over, 800 moves of HMC left the banana's x₁ sd 12-14 % low,
-and chains started in centred eight schools' neck never moved:
+region (from the same hand-over, 800 moves of HMC left the banana's x₁ sd 15 % low or
+13 % high, and chains started in centred eight schools' neck never moved:
 benchmarks/results/autostep.md). AutoStep shortens the step where the first leapfrog
 step says it is too long, and stays exact.
 
