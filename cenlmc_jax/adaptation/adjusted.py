@@ -52,14 +52,15 @@ over AutoStep HMC (:func:`cenlmc_jax.irreversible.autostep.autostep_hmc`) at the
 ``ε``, ``L`` and ``M``: each move halves its step where the first leapfrog step's
 energy error says so, and a reverse check keeps it exact. From the same hand-over, HMC
 at the tuned step left the banana's x₁ sd 15 % low after 800 moves, AutoStep 0.7 %
-(seed 0, benchmarks/results/autostep.md). Otherwise (MALA, or fewer stuck) the stuck particles
-try the shorter steps ``ε s`` (MALA: ``h s²``), ``s`` in :data:`SMALL_FACTORS`, one
-round each, until they accept at least :data:`SMALL_ACCEPTANCE`; each handed-over move
-is then the shorter one with probability ``q`` (twice the stuck fraction, within
-:data:`SMALL_PROBABILITY`), drawn anew at each move for each chain. Each of the two
-kernels leaves ``π`` invariant and the choice does not depend on the state, so the
-mixture is exact too (Tierney 1994). Where no factor helps, the particles stay (the
-run's verdict judges whether they move an estimate beyond its MCSE).
+(seed 0, benchmarks/results/autostep.md). Otherwise (MALA, or fewer stuck) the stuck
+particles try the shorter steps ``ε s`` (MALA: ``h s²``), ``s`` in
+:data:`SMALL_FACTORS`, one round each, until they accept at least
+:data:`SMALL_ACCEPTANCE`; each handed-over move is then the shorter one with probability
+``q`` (twice the stuck fraction, within :data:`SMALL_PROBABILITY`), drawn anew at each
+move for each chain. Each of the two kernels leaves ``π`` invariant and the choice does
+not depend on the state, so the mixture is exact too (Tierney 1994). Where no factor
+helps, the particles stay (the run's verdict judges whether they move an estimate beyond
+its MCSE).
 
 **Relaxation** (``relaxation_steps``): moves per e-fold of the slowest whitened
 coordinate over the phase, from the correlation over the ensemble between ``y`` at

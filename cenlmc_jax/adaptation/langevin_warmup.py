@@ -25,9 +25,9 @@ Start (``start="laplace"``, the default): the Laplace approximation at the mode,
 the given positions where it does not describe the posterior's bulk
 (:mod:`cenlmc_jax.adaptation.start`, whose module docstring says when and why). The
 LMC windows below then start in the coordinates ``y`` it gives (``M₀ = H⁻¹``, or
-nutpie's diagonal over the positions); from ``start="positions"`` (``M₀ = I``) the windows have to find
-the scale from the ensemble alone, which works from a start whose curvature is not far
-above the posterior's.
+nutpie's diagonal over the positions); from ``start="positions"`` (``M₀ = I``) the
+windows have to find the scale from the ensemble alone, which works from a start whose
+curvature is not far above the posterior's.
 
 Schedule (Stan's windows, :func:`cenlmc_jax.adaptation.mass_matrix.build_schedule`):
 an initial buffer, slow windows that double in length, a final buffer. Every step
