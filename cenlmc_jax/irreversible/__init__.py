@@ -35,7 +35,7 @@ an attribute; ``from cenlmc_jax.irreversible.rwmh import rwmh_step`` still
 reaches the module.
 """
 
-from cenlmc_jax.irreversible.autostep import AutoStepInfo, autostep_hmc
+from cenlmc_jax.irreversible.autostep import AutoStepInfo, autostep_hmc, halved_depth
 from cenlmc_jax.irreversible.hmc import HMCInfo, HMCState, hmc, neck_depth
 from cenlmc_jax.irreversible.jump import (
     IrreversibleMHInfo,
@@ -75,6 +75,7 @@ __all__ = [
     "HMCInfo",
     "hmc",
     "neck_depth",
+    "halved_depth",
     "AutoStepInfo",
     "autostep_hmc",
 ]

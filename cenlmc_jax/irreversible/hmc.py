@@ -97,7 +97,11 @@ NECK_DEPTH = 0.5
 NECK_MIN_RATE = 5e-4
 
 
-def neck_depth(infos: Any) -> float | None:
+def neck_depth(
+    infos: Any,
+    indicator: str = "divergent",
+    weighted: str = "divergent_logdensity",
+) -> float | None:
     """Where HMC's divergent trajectories start, in the ensemble's log density.
 
     A trajectory diverges where the step is too long for the curvature. In a tail (a
@@ -124,21 +128,25 @@ def neck_depth(infos: Any) -> float | None:
 
     Args:
       infos: the kept moves' :class:`HMCInfo`, stacked along a leading step axis.
+      indicator: the infos' field of the moves counted (``divergent``; AutoStep HMC's
+        ``halved`` too: :func:`cenlmc_jax.irreversible.autostep.halved_depth`).
+      weighted: the field holding the start's log density where ``indicator`` is
+        set, else 0.
 
     Returns:
-      ``depth``, or None when fewer than :data:`NECK_MIN_RATE` of the moves diverged or
-      no step could be judged.
+      ``depth``, or None when fewer than :data:`NECK_MIN_RATE` of the moves were
+      counted or no step could be judged.
     """
 
     def per_step(name):
         v = np.asarray(getattr(infos, name), np.float64)
         return v.reshape(v.shape[0], -1).mean(1) if v.ndim else v.reshape(1)
 
-    r = per_step("divergent")
+    r = per_step(indicator)
     if r.size == 0 or not float(np.mean(r)) >= NECK_MIN_RATE:
         return None
     a, b = per_step("start_logdensity"), per_step("start_logdensity_sq")
-    c = per_step("divergent_logdensity")
+    c = per_step(weighted)
     var = b - a * a
     eps = float(np.finfo(np.asarray(infos.start_logdensity).dtype).eps)
     ok = np.isfinite(var) & (var > 100.0 * eps * a * a) & (r > 0)

@@ -222,3 +222,51 @@ def test_a_rising_share_of_halved_moves_says_a_neck_is_still_filling():
     assert z_mouth > RISING_STOP_Z, z_mouth
     assert abs(z_exact) < 4, z_exact
     assert not any("halved their step rose" in str(w.message) for w in caught)
+
+
+def _funnel10(x):
+    # Neal's funnel, d = 10 (the CLI's case): v ~ N(0, 3²), x_i | v ~ N(0, e^v)
+    v, z = x[0], x[1:]
+    return -0.5 * (v / 3.0) ** 2 - 0.5 * jnp.sum(z**2) * jnp.exp(-v) - v * z.size / 2
+
+
+def test_halved_moves_that_start_at_high_density_flag_a_neck():
+    """Both ways, from exact draws (1,024 chains, 200 moves, M = I, L = 5): in the
+    centred funnel of d = 10 the step halves in the neck, a narrow region of high
+    density, so the halved moves start well above the ensemble's mean log density and
+    the driver warns (the CLI fails the run: with the halvings there need be no
+    divergent move for NECK_FLAG to see, as on Brownian motion with unknown scales);
+    on the banana it halves in the arms, at low density, and stays quiet. The threshold
+    is hmc.NECK_DEPTH (0.5); measured here +0.92 (funnel) and -1.30 (banana); in the
+    CLI's cases +1.0 to +1.8 in necks, -1.0 to -1.1 on the banana, +0.1 on the 103-d
+    SV model (autostep.halved_depth's docstring). The check fires from exact draws
+    too: like NECK_FLAG it says the sampler cannot be trusted to fill a neck in a run
+    of this length, not that this run missed it."""
+    from cenlmc_jax.irreversible.autostep import halved_depth
+    from cenlmc_jax.irreversible.hmc import NECK_DEPTH
+
+    k0, k1 = jax.random.split(jax.random.key(21))
+    v = 3.0 * jax.random.normal(k0, (1024,), jnp.float64)
+    funnel_x = jnp.concatenate(
+        [v[:, None], jnp.exp(v / 2)[:, None] * jax.random.normal(k1, (1024, 9))], 1
+    )
+    cases = {
+        "funnel": (_funnel10, funnel_x, 0.5),
+        "banana": (_banana, _banana_draws(jax.random.key(22), 1024), 0.5),
+    }
+    depth, said = {}, {}
+    for name, (logp, x, eps) in cases.items():
+        algo = cj.vmap_chains(cj.autostep_hmc(logp, eps, 5))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            res = cj.sample(
+                jax.random.key(23), algo, algo.init(x), 200, check_convergence=False
+            )
+        depth[name] = halved_depth(res.info)
+        said[name] = any(
+            "halves its step where the density" in str(w.message) for w in caught
+        )
+    assert depth["funnel"] is not None and depth["funnel"] > NECK_DEPTH, depth
+    assert said["funnel"], depth
+    assert depth["banana"] is not None and depth["banana"] < NECK_DEPTH, depth
+    assert not said["banana"], depth
