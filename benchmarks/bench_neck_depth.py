@@ -1,4 +1,5 @@
-"""Where HMC's divergent trajectories start: ``neck_depth`` on the many-chain cases.
+"""Where HMC's divergent trajectories start (``neck_depth``), and where AutoStep HMC
+halves its step (``halved_depth``), on the many-chain cases.
 
 ``cenlmc_jax.irreversible.hmc.neck_depth`` (the verdict's funnel-neck check, issue 46)
 is the mean over the divergent moves of the start's log density, in standard
@@ -33,6 +34,7 @@ from _common import base_parser, write_results
 jax.config.update("jax_enable_x64", True)
 
 import cenlmc_jax as cj  # noqa: E402
+from cenlmc_jax.irreversible.autostep import halved_depth  # noqa: E402
 from cenlmc_jax.irreversible.hmc import NECK_DEPTH, neck_depth  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -83,13 +85,19 @@ def run_case(case, seed, moves):
     sd = float(np.sqrt(np.mean(m2) - np.mean(m1) ** 2))
     name, _, ref_sd = refs[coord]
     depth = neck_depth(out.info)
+    autostep = hasattr(out.info, "halved")
+    halved = halved_depth(out.info) if autostep else None
     return dict(
         case=case,
         seed=seed,
         moves=moves,
         divergent_rate=float(np.mean(np.asarray(out.info.divergent))),
         neck_depth=depth,
-        flagged=depth is not None and depth > NECK_DEPTH,
+        flagged=(depth is not None and depth > NECK_DEPTH)
+        or (halved is not None and halved > NECK_DEPTH),
+        kernel="AutoStep HMC" if autostep else "HMC",
+        halved_rate=float(np.mean(np.asarray(out.info.halved))) if autostep else None,
+        halved_depth=halved,
         coordinate=f"{coord} ({name})",
         sd=sd,
         reference_sd=ref_sd,
@@ -118,6 +126,12 @@ def main():
             **r,
             "divergent_rate": f"{r['divergent_rate']:.2%}",
             "neck_depth": "-" if r["neck_depth"] is None else f"{r['neck_depth']:+.2f}",
+            "halved_rate": "-"
+            if r["halved_rate"] is None
+            else f"{r['halved_rate']:.1%}",
+            "halved_depth": "-"
+            if r["halved_depth"] is None
+            else f"{r['halved_depth']:+.2f}",
             "sd": f"{r['sd']:.4g}",
             "sd_error": f"{r['sd_error']:+.1%}",
             "wall_s": f"{r['wall_s']:.1f}",
@@ -132,8 +146,11 @@ def main():
         columns=[
             "case",
             "seed",
+            "kernel",
             "divergent_rate",
             "neck_depth",
+            "halved_rate",
+            "halved_depth",
             "flagged",
             "coordinate",
             "sd",
@@ -151,6 +168,12 @@ def main():
             "in standard deviations of the ensemble's log density above its mean "
             f"('-': fewer than 0.05 % of the moves diverged). flagged: above "
             f"{NECK_DEPTH} (the verdict fails the run).",
+            "kernel: what the warm-up handed over (AutoStep HMC where at least 1 % of "
+            "the particles were stuck at the tuned step). halved_rate, halved_depth: "
+            "AutoStep's moves that halved their step, and the mean of their starts' "
+            "log density in the same units (autostep.halved_depth; '-': HMC, or fewer "
+            "than 0.05 % halved). flagged: neck_depth or halved_depth above "
+            f"{NECK_DEPTH} (the verdict fails the run on either).",
             "sd: the ensemble's sd of the coordinate over the moves, against the "
             "reference sd (bench_many_chains.REFS): how far the chains filled a neck "
             "(a scale parameter's sd is low where they did not).",
