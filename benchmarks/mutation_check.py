@@ -528,6 +528,19 @@ MUTATIONS = [
         what="AutoStep HMC handed over where few particles are stuck, not where many",
     ),
     dict(
+        name="autostep_halved_neck_blind",
+        file="cenlmc_jax/irreversible/autostep.py",
+        original="jnp.where(mu > 0, state.logdensity, jnp.zeros_like("
+        "state.logdensity))",
+        replacement="jnp.zeros_like(state.logdensity)",
+        tests=[
+            "tests/irreversible/test_autostep.py::"
+            "test_halved_moves_that_start_at_high_density_flag_a_neck"
+        ],
+        what="AutoStep's halved moves never say where they start: a neck entered "
+        "without divergences passes",
+    ),
+    dict(
         name="start_elbo_comparison_inverted",
         file="cenlmc_jax/adaptation/start.py",
         original="    if elbo_given > elbo_laplace + ELBO_MARGIN:",
