@@ -269,7 +269,7 @@ def _laplace(key, logdensity_fn, grad_fn, grad_mode, x, dense, notes):
 #: ``E_q[log π] + H[q]``: for ``N(mode, H⁻¹)`` over its ``N`` draws; for the positions
 #: their own log densities and the entropy of a Gaussian with their variances. From
 #: Uniform(-2, 2) starts (benchmarks/results/start_depth.md) the Laplace start wins by
-#: 31 to 10¹¹⁸ nats on the ten posteriordb posteriors but one, a 100-d Gaussian, a
+#: 24 to 10¹¹⁸ nats on the ten posteriordb posteriors but one, a 100-d Gaussian, a
 #: logistic regression, Lotka-Volterra, Brownian motion and two modes, and loses on
 #: non-centred eight schools (its mode's log τ is 3.4, the posterior's mass near 1)
 #: and the banana (the mode is off the ridge's bulk). ``inf`` turns the test off.
