@@ -36,7 +36,13 @@ reaches the module.
 """
 
 from cenlmc_jax.irreversible.autostep import AutoStepInfo, autostep_hmc, halved_depth
-from cenlmc_jax.irreversible.hmc import HMCInfo, HMCState, hmc, neck_depth
+from cenlmc_jax.irreversible.hmc import (
+    HMCInfo,
+    HMCState,
+    hmc,
+    neck_depth,
+    neck_depth_lower,
+)
 from cenlmc_jax.irreversible.jump import (
     IrreversibleMHInfo,
     IrreversibleMHState,
@@ -75,6 +81,7 @@ __all__ = [
     "HMCInfo",
     "hmc",
     "neck_depth",
+    "neck_depth_lower",
     "halved_depth",
     "AutoStepInfo",
     "autostep_hmc",

@@ -68,11 +68,13 @@ from cenlmc_jax.irreversible._common import (
 from cenlmc_jax.irreversible.hmc import (
     DIVERGENT_FLAG,
     NECK_DEPTH,
+    NECK_Z,
     HMCState,
     check_hmc_arguments,
     hmc_init,
     metropolis_end,
     neck_depth,
+    neck_depth_lower,
     whitened_leapfrog,
 )
 from cenlmc_jax.types import Array, LogDensityFn, PRNGKey
@@ -100,11 +102,19 @@ HALVED_FLAG = RunFlag(
 )
 
 
+def _give_or_take(depth: float | None, lower: float | None) -> str:
+    """`` (± SE)`` of a depth from its lower bound, for a message."""
+    if depth is None or lower is None:
+        return ""
+    return f" (± {(depth - lower) / NECK_Z:.2g})"
+
+
 def _neck_message(infos: Any, step: int) -> str:
     depth = neck_depth(infos)
     return (
         "AutoStep HMC's divergent trajectories start where the density is high: their "
-        f"log density is on average {math.nan if depth is None else depth:.2g} "
+        f"log density is on average {math.nan if depth is None else depth:.2g}"
+        f"{_give_or_take(depth, neck_depth_lower(infos))} "
         "standard deviations above the ensemble's mean (kept moves from step "
         f"{step}): a narrow region that holds much mass, a funnel's neck (a scale "
         "parameter near zero in a centred hierarchical or state-space model). The "
@@ -118,9 +128,14 @@ def _neck_message(infos: Any, step: int) -> str:
 
 #: The driver's warning (the CLI's failed check) for divergent trajectories that start
 #: where the density is high (:func:`~cenlmc_jax.irreversible.hmc.neck_depth` above
-#: :data:`~cenlmc_jax.irreversible.hmc.NECK_DEPTH`), as for ``cj.hmc``.
+#: :data:`~cenlmc_jax.irreversible.hmc.NECK_DEPTH` by
+#: :data:`~cenlmc_jax.irreversible.hmc.NECK_Z` standard errors), as for ``cj.hmc``.
 NECK_FLAG = RunFlag(
-    "divergent", _neck_message, kept_only=True, statistic=neck_depth, above=NECK_DEPTH
+    "divergent",
+    _neck_message,
+    kept_only=True,
+    statistic=neck_depth_lower,
+    above=NECK_DEPTH,
 )
 
 
@@ -138,7 +153,10 @@ def halved_depth(infos: Any) -> float | None:
     a tail start at low density (the banana, seeds 0-2: −1.0 to −1.1); in a neck at
     high density (centred eight schools +1.6 to +1.8, Neal's funnel at d = 10 +1.2,
     Brownian motion with unknown scales +1.0); the 103-d stochastic-volatility model,
-    right, +0.1. Flagged above :data:`~cenlmc_jax.irreversible.hmc.NECK_DEPTH`, as
+    right, +0.1. Flagged where it is above
+    :data:`~cenlmc_jax.irreversible.hmc.NECK_DEPTH` by
+    :data:`~cenlmc_jax.irreversible.hmc.NECK_Z` standard errors
+    (:func:`~cenlmc_jax.irreversible.hmc.neck_depth_lower` of the halved moves), as
     :data:`NECK_FLAG`.
 
     Args:
@@ -151,11 +169,18 @@ def halved_depth(infos: Any) -> float | None:
     return neck_depth(infos, "halved", "halved_logdensity")
 
 
+def _halved_lower(infos: Any) -> float | None:
+    """:func:`halved_depth` less its standard errors (``HALVED_NECK_FLAG``'s
+    statistic)."""
+    return neck_depth_lower(infos, "halved", "halved_logdensity")
+
+
 def _halved_neck_message(infos: Any, step: int) -> str:
     depth = halved_depth(infos)
     return (
         "AutoStep HMC halves its step where the density is high: the halved moves "
-        f"start on average {math.nan if depth is None else depth:.2g} standard "
+        f"start on average {math.nan if depth is None else depth:.2g}"
+        f"{_give_or_take(depth, _halved_lower(infos))} standard "
         "deviations above the ensemble's log density mean (kept moves from step "
         f"{step}): a narrow region that holds much mass, a funnel's neck (a scale "
         "parameter near zero in a centred hierarchical or state-space model). There "
@@ -169,13 +194,14 @@ def _halved_neck_message(infos: Any, step: int) -> str:
 
 #: The driver's warning (the CLI's failed check) for AutoStep HMC's halved moves that
 #: start where the density is high (:func:`halved_depth` above
-#: :data:`~cenlmc_jax.irreversible.hmc.NECK_DEPTH`): a funnel's neck that the
-#: halvings enter without the divergences :data:`NECK_FLAG` needs.
+#: :data:`~cenlmc_jax.irreversible.hmc.NECK_DEPTH` by
+#: :data:`~cenlmc_jax.irreversible.hmc.NECK_Z` standard errors): a funnel's neck that
+#: the halvings enter without the divergences :data:`NECK_FLAG` needs.
 HALVED_NECK_FLAG = RunFlag(
     "halved",
     _halved_neck_message,
     kept_only=True,
-    statistic=halved_depth,
+    statistic=_halved_lower,
     above=NECK_DEPTH,
 )
 

@@ -16,9 +16,12 @@ import cenlmc_jax as cj
 from cenlmc_jax.irreversible.hmc import (
     DIVERGENT_FLAG,
     NECK_DEPTH,
+    NECK_FLAG,
     NECK_MIN_RATE,
+    NECK_Z,
     HMCInfo,
     neck_depth,
+    neck_depth_lower,
 )
 
 
@@ -207,6 +210,52 @@ def test_neck_depth_is_the_mean_standardised_log_density_of_divergent_starts():
         _infos(v32, div),
     )
     assert neck_depth(f32) is None
+
+
+def test_neck_depth_lower_is_the_depth_less_two_batch_mean_standard_errors():
+    """By hand, the two steps of the test above, one batch each: per step
+    ``u_t = (c_t − r_t ā_t) / s_t`` is 0.5 / sqrt(3.5) = 0.26726 (r = 1/4) and
+    (−2 + 2) / sqrt(8) = 0 (r = 1/2); depth = 0.26726 / 0.75 = 0.35635; the batch
+    residuals ``u_t − depth r_t`` are ±0.17817, so SE = sqrt(2 · 2 · 0.17817²) / 0.75 =
+    0.47513 and the bound is 0.35635 − 2 · 0.47513 = −0.59391."""
+    logp = [[-1.0, -2.0, -3.0, -6.0], [0.0, -4.0, -4.0, -8.0]]
+    div = [[True, False, False, False], [True, False, False, True]]
+    u0, depth = 0.5 / np.sqrt(3.5), (0.5 / np.sqrt(3.5)) / 0.75
+    se = np.sqrt(2 * ((u0 - depth / 4) ** 2 + (depth / 2) ** 2)) / 0.75
+    assert NECK_Z == 2.0
+    assert neck_depth_lower(_infos(logp, div)) == pytest.approx(
+        depth - 2 * se, rel=1e-12
+    )
+    # one step: no spread between batches to measure, nothing to judge
+    assert neck_depth_lower(_infos(logp[:1], div[:1])) is None
+
+
+def test_a_depth_from_a_few_divergent_moves_is_not_a_neck_and_from_many_it_is():
+    """The same depth, about +0.7 (above NECK_DEPTH), read from 24 divergent moves
+    and from 2,400, in 24 steps of 2,000 chains whose log densities are N(0, 1)
+    (seed 0); the divergent moves' log densities are 0.7 ± 1 alternately. From 24
+    (0.05 % of the moves, NECK_MIN_RATE; non-centred eight schools, right, gave +0.53
+    and +0.60 from about 25 at seeds 3 and 4 and failed the CLI run) its standard
+    error is about 1 / sqrt(24) = 0.2 and the bound about 0.3: NECK_FLAG stays quiet.
+    From 2,400 the standard error is about 0.02 and the bound about 0.63: it fires."""
+    rng = np.random.default_rng(0)
+    steps, chains = 24, 2000
+    for per_step, fires in ((1, False), (100, True)):
+        logp = rng.normal(size=(steps, chains))
+        div = np.zeros((steps, chains), bool)
+        k = per_step * steps
+        cells = rng.choice(steps * chains, k, replace=False)
+        t, c = np.unravel_index(cells, (steps, chains))
+        div[t, c] = True
+        logp[t, c] = 0.7 + np.where(np.arange(k) % 2, 1.0, -1.0)
+        infos = _infos(logp, div)
+        depth, lower = neck_depth(infos), neck_depth_lower(infos)
+        # each step's own mean and sd, which the divergent moves shift (by 100 · 0.7
+        # / 2,000 = 0.035 of a unit at most), standardise them
+        assert abs(depth - 0.7) < 0.06, depth
+        assert depth > NECK_DEPTH
+        assert (lower > NECK_DEPTH) is fires, (per_step, depth, lower)
+        assert (NECK_FLAG.statistic(infos) > NECK_FLAG.above) is fires
 
 
 def test_divergences_in_an_unfilled_neck_fail_and_at_a_bananas_tips_do_not():
