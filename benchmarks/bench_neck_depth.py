@@ -9,10 +9,11 @@ where the CLI's default would: 2,000 chains from uniform(-2, 2) starts,
 (``cj.sample``, infos averaged over the chains as the CLI keeps them), on the models of
 ``benchmarks/many_chains_models`` (the references: ``bench_many_chains.REFS``), and
 Neal's funnel at d = 5 and 2 too (a neck of few dimensions is only a little denser
-than the funnel's mouth). Beside
-it: the divergence rate, the flag (``neck_depth > NECK_DEPTH``) and the ensemble's
-estimate of each model's scale coordinate against its reference (how far the chains
-filled a neck).
+than the funnel's mouth). Beside it: the divergence rate, the lower bound the verdict
+judges (``neck_depth_lower``: the depth less ``NECK_Z`` batch-mean standard errors),
+the flag (that bound above ``NECK_DEPTH``; ``flagged_point``: the point estimate
+above it, the rule before session 58) and the ensemble's estimate of each model's
+scale coordinate against its reference (how far the chains filled a neck).
 
     python benchmarks/bench_neck_depth.py [--seeds 0,1] [--moves 300] [--cases ...]
 
@@ -35,7 +36,12 @@ jax.config.update("jax_enable_x64", True)
 
 import cenlmc_jax as cj  # noqa: E402
 from cenlmc_jax.irreversible.autostep import halved_depth  # noqa: E402
-from cenlmc_jax.irreversible.hmc import NECK_DEPTH, neck_depth  # noqa: E402
+from cenlmc_jax.irreversible.hmc import (  # noqa: E402
+    NECK_DEPTH,
+    NECK_Z,
+    neck_depth,
+    neck_depth_lower,
+)
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "many_chains_models"))
@@ -46,6 +52,7 @@ from bench_many_chains import REFS  # noqa: E402
 SCALE = {
     "banana": "x[1]",
     "eight_schools_centered": "x[1]",
+    "eight_schools_noncentered": "x[1]",
     "brownian_missing": "x[31]",
     "funnel": "x[0]",
     "lotka_volterra": "x[0]",
@@ -84,20 +91,29 @@ def run_case(case, seed, moves):
     m1, m2 = (np.asarray(a, np.float64) for a in out.trace)
     sd = float(np.sqrt(np.mean(m2) - np.mean(m1) ** 2))
     name, _, ref_sd = refs[coord]
-    depth = neck_depth(out.info)
+    depth, lower = neck_depth(out.info), neck_depth_lower(out.info)
     autostep = hasattr(out.info, "halved")
     halved = halved_depth(out.info) if autostep else None
+    halved_lower = (
+        neck_depth_lower(out.info, "halved", "halved_logdensity") if autostep else None
+    )
+
+    def above(v):
+        return v is not None and v > NECK_DEPTH
+
     return dict(
         case=case,
         seed=seed,
         moves=moves,
         divergent_rate=float(np.mean(np.asarray(out.info.divergent))),
         neck_depth=depth,
-        flagged=(depth is not None and depth > NECK_DEPTH)
-        or (halved is not None and halved > NECK_DEPTH),
+        neck_lower=lower,
+        flagged=above(lower) or above(halved_lower),
+        flagged_point=above(depth) or above(halved),
         kernel="AutoStep HMC" if autostep else "HMC",
         halved_rate=float(np.mean(np.asarray(out.info.halved))) if autostep else None,
         halved_depth=halved,
+        halved_lower=halved_lower,
         coordinate=f"{coord} ({name})",
         sd=sd,
         reference_sd=ref_sd,
@@ -126,6 +142,10 @@ def main():
             **r,
             "divergent_rate": f"{r['divergent_rate']:.2%}",
             "neck_depth": "-" if r["neck_depth"] is None else f"{r['neck_depth']:+.2f}",
+            "neck_lower": "-" if r["neck_lower"] is None else f"{r['neck_lower']:+.2f}",
+            "halved_lower": "-"
+            if r["halved_lower"] is None
+            else f"{r['halved_lower']:+.2f}",
             "halved_rate": "-"
             if r["halved_rate"] is None
             else f"{r['halved_rate']:.1%}",
@@ -149,9 +169,12 @@ def main():
             "kernel",
             "divergent_rate",
             "neck_depth",
+            "neck_lower",
             "halved_rate",
             "halved_depth",
+            "halved_lower",
             "flagged",
+            "flagged_point",
             "coordinate",
             "sd",
             "reference_sd",
@@ -166,14 +189,19 @@ def main():
             "CLI keeps them); warm-up key = seed, sampling key = 7 + seed.",
             "neck_depth: the mean over the divergent moves of the start's log density, "
             "in standard deviations of the ensemble's log density above its mean "
-            f"('-': fewer than 0.05 % of the moves diverged). flagged: above "
-            f"{NECK_DEPTH} (the verdict fails the run).",
+            "('-': fewer than 0.05 % of the moves diverged). neck_lower: the depth "
+            f"less {NECK_Z:g} of its standard errors (batch means over 16 runs of "
+            "consecutive moves; hmc.neck_depth_lower), what the verdict judges. "
+            f"flagged: neck_lower above {NECK_DEPTH} (the verdict fails the run); "
+            "flagged_point: the point estimate above it (the rule before session "
+            "58).",
             "kernel: what the warm-up handed over (AutoStep HMC where at least 1 % of "
             "the particles were stuck at the tuned step). halved_rate, halved_depth: "
             "AutoStep's moves that halved their step, and the mean of their starts' "
             "log density in the same units (autostep.halved_depth; '-': HMC, or fewer "
-            "than 0.05 % halved). flagged: neck_depth or halved_depth above "
-            f"{NECK_DEPTH} (the verdict fails the run on either).",
+            "than 0.05 % halved), halved_lower its lower bound as neck_lower's. "
+            f"flagged: neck_lower or halved_lower above {NECK_DEPTH} (the verdict "
+            "fails the run on either).",
             "sd: the ensemble's sd of the coordinate over the moves, against the "
             "reference sd (bench_many_chains.REFS): how far the chains filled a neck "
             "(a scale parameter's sd is low where they did not).",

@@ -623,8 +623,8 @@ MUTATIONS = [
     dict(
         name="neck_depth_sign_flipped",
         file="cenlmc_jax/irreversible/hmc.py",
-        original="np.sum((c[ok] - r[ok] * a[ok]) / np.sqrt(var[ok]))",
-        replacement="np.sum((r[ok] * a[ok] - c[ok]) / np.sqrt(var[ok]))",
+        original="return (c[ok] - r[ok] * a[ok]) / np.sqrt(var[ok]), r[ok]",
+        replacement="return (r[ok] * a[ok] - c[ok]) / np.sqrt(var[ok]), r[ok]",
         tests=[
             "tests/irreversible/test_hmc.py::test_neck_depth_is_the_mean_standardised"
             "_log_density_of_divergent_starts",
@@ -632,6 +632,20 @@ MUTATIONS = [
             "_and_at_a_bananas_tips_do_not",
         ],
         what="divergences at a banana's tips fail the run and a funnel's neck passes",
+    ),
+    dict(
+        name="neck_depth_lower_without_its_error",
+        file="cenlmc_jax/irreversible/hmc.py",
+        original="    return depth - NECK_Z * se",
+        replacement="    return depth",
+        tests=[
+            "tests/irreversible/test_hmc.py::test_neck_depth_lower_is_the_depth_less"
+            "_two_batch_mean_standard_errors",
+            "tests/irreversible/test_hmc.py::test_a_depth_from_a_few_divergent_moves"
+            "_is_not_a_neck_and_from_many_it_is",
+        ],
+        what="the neck checks judge the point estimate: a depth read from a few "
+        "dozen divergent moves fails a right run",
     ),
     dict(
         name="sample_until_warns_every_segment",
