@@ -148,7 +148,8 @@ def sample_until(
         halves).
       ess_min: the ESS asked of every pooled mean (the MCSE target).
       rhat_max: the nested R-hat threshold.
-      progress: called after each segment as ``progress(steps_done, diagnostics)``.
+      progress: called after each segment as ``progress(steps_done, diagnostics)``
+        (``diagnostics.going_on``: why the run does not stop there).
 
     Returns:
       A :class:`~cenlmc_jax.base.RunResult` in stream form: ``moments`` over the last
@@ -212,8 +213,6 @@ def sample_until(
         if stats is None:  # fewer than 4 draws in a last, short segment
             break
         diag = nested.many_chain_diagnostics(stats, m)._replace(stats=stats)
-        if progress is not None:
-            progress(steps, diag)
         # over the last two segments (the kept window and the one before it, half
         # its length): a rate that creeps up over hundreds of moves (chains filling
         # a funnel's neck) rises too slowly within the window's halves alone
@@ -223,11 +222,22 @@ def sample_until(
             else res.info
         )
         rising = rising_rates(recent)
-        if (
-            segment >= min_segments
-            and not nested.many_chain_problems(diag, rhat_max=rhat_max, ess_min=ess_min)
-            and all(z <= RISING_STOP_Z for z in rising.values())
-        ):
+        going_on = (
+            [f"the checks start after {min_segments} segments"]
+            if segment < min_segments
+            else []
+        )
+        going_on += nested.many_chain_problems(diag, rhat_max=rhat_max, ess_min=ess_min)
+        going_on += [
+            f"the rate of info.{field} still rises ({z:.1f} standard errors > "
+            f"{RISING_STOP_Z:g} between the halves of the last two segments)"
+            for field, z in rising.items()
+            if z > RISING_STOP_Z
+        ]
+        diag = diag._replace(going_on=tuple(going_on))
+        if progress is not None:
+            progress(steps, diag)
+        if not going_on:
             break
     _reemit(segment_warnings, set())  # the kept window's: all of them
     burn_in = steps - (kept.num_steps_done if diverged_at < 0 else 0)

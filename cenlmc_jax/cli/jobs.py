@@ -1064,14 +1064,23 @@ def _adaptive(args) -> bool:
 def _run_until(args, job: Job, keys) -> RunResult:
     """No ``--steps``, chains in superchains: ``cj.sample_until`` (segments of one
     relaxation time, doubling; at most :data:`MAX_DEFAULT_STEPS`), a line per check on
-    stderr with ``--progress``. It keeps no checkpoint: an interrupted run starts
-    afresh (the run after the warm-up is short)."""
+    stderr with ``--progress`` saying why the run goes on. It keeps no checkpoint: an
+    interrupted run starts afresh (the run after the warm-up is short)."""
 
     def show(steps, diag):
         if args.progress:
+            why = diag.going_on
+            state = (
+                "the verdict holds, stopping"
+                if not why
+                else "running on: "
+                + why[0].split(" (")[0]
+                + (f" (and {len(why) - 1} more)" if len(why) > 1 else "")
+            )
             print(
                 f"  [{steps} steps] nested R-hat max "
-                f"{np.nanmax(diag.nested_rhat):.4f}, ESS min {np.nanmin(diag.ess):.0f}",
+                f"{np.nanmax(diag.nested_rhat):.4f}, ESS min "
+                f"{np.nanmin(diag.ess):.0f}: {state}",
                 file=sys.stderr,
             )
 

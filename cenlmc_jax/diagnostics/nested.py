@@ -404,6 +404,9 @@ class ManyChainDiagnostics(NamedTuple):
       num_draws: draws per chain in the window.
       stats: the window's :class:`ChainStats` (``cj.sample_until`` keeps them, for
         the stuck-chain check), or None.
+      going_on: ``cj.sample_until``'s reasons not to stop at this check (the
+        verdict's problems, a declared rate still rising, the checks not started
+        yet), as sentences; empty at the check where it stopped.
     """
 
     nested_rhat: np.ndarray
@@ -418,6 +421,7 @@ class ManyChainDiagnostics(NamedTuple):
     num_superchains: int
     num_draws: int
     stats: Any = None
+    going_on: tuple = ()
 
     @property
     def dim(self) -> int:

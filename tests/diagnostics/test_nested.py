@@ -197,15 +197,37 @@ def test_sample_until_goes_on_while_a_declared_rate_rises():
     # about 0.003 (z ~ 5 > RISING_STOP_Z), the later ones by far more. A flat
     # window's z exceeds 2 with probability ~0.03, which would only double the run
     # once more (hence <= 3200).
+    # Each check tells its progress callback why the run goes on (the CLI prints it
+    # with --progress): the first check, that the checks have not started; while
+    # the rate rises, that; at the check where the run stops, nothing.
     starts = jnp.repeat(jax.random.normal(jax.random.key(0), (64, 2)), 16, 0)
     flat = _exact_draws_with_rate(0)
-    res = cj.sample_until(jax.random.key(1), flat, flat.init(starts), segment_steps=25)
+    seen = []
+    res = cj.sample_until(
+        jax.random.key(1),
+        flat,
+        flat.init(starts),
+        segment_steps=25,
+        progress=lambda steps, diag: seen.append((steps, diag.going_on)),
+    )
     assert res.num_steps_done == 50
+    assert seen == [(25, ("the checks start after 2 segments",)), (50, ())], seen
+    assert res.online.going_on == ()
     ramp = _exact_draws_with_rate(400)
-    res = cj.sample_until(jax.random.key(1), ramp, ramp.init(starts), segment_steps=25)
+    seen = []
+    res = cj.sample_until(
+        jax.random.key(1),
+        ramp,
+        ramp.init(starts),
+        segment_steps=25,
+        progress=lambda steps, diag: seen.append((steps, diag.going_on)),
+    )
     assert 800 <= res.num_steps_done <= 3200, res.num_steps_done
     window = jax.tree_util.tree_map(lambda a: a[res.burn_in :], res.info)
     assert rising_rates(window)["rate"] <= RISING_STOP_Z  # it stopped on a flat rate
+    assert [steps for steps, _ in seen][-1] == res.num_steps_done
+    assert all(why for _, why in seen[:-1]) and seen[-1][1] == ()
+    assert any("the rate of info.rate still rises" in w for _, why in seen for w in why)
 
 
 class _DepthRateInfo(NamedTuple):
