@@ -648,6 +648,20 @@ MUTATIONS = [
         "dozen divergent moves fails a right run",
     ),
     dict(
+        name="sample_until_progress_says_nothing",
+        file="cenlmc_jax/run_until.py",
+        original="diag = diag._replace(going_on=tuple(going_on))",
+        replacement="diag = diag._replace(going_on=())",
+        tests=[
+            "tests/diagnostics/test_nested.py::test_sample_until_goes_on_while_a"
+            "_declared_rate_rises",
+            "tests/cli/test_cli_progress.py::test_progress_of_the_default_run_says_why"
+            "_it_goes_on",
+        ],
+        what="--progress prints every check as if the verdict held while the run goes "
+        "on",
+    ),
+    dict(
         name="sample_until_warns_every_segment",
         file="cenlmc_jax/run_until.py",
         original="_reemit(segment_warnings, _kept_flag_texts(infos[-1]))",
