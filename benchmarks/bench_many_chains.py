@@ -121,7 +121,8 @@ NOTES = [
     "(run.json); warmup_seq_grads: the header's 'S sequential' gradients of the "
     "warm-up (else its steps); total_seq_grads: warm-up + (driver burn-in + steps) x "
     "the gradients a step costs (HMC's L, run.json; AutoStep HMC's mean over the "
-    "particles, L + 2 + its halvings, from the printed gradient evaluations: a "
+    "particles, L + 1 + its halvings and its reverse check's, from the printed "
+    "gradient evaluations: a "
     "vmapped move waits for its slowest chain, 1.3-1.8x that, autostep.md), the"
     " gradients one chain evaluates one after another.",
     "wall_s: the whole command (start-up, compilation from an empty cache, warm-up, "
@@ -253,7 +254,8 @@ def run_case(case: str, args, work: Path) -> dict:
         driver = burn_in - spent if None not in (burn_in, spent) else 0
         row["warmup_sequential"] = row.get("warmup_sequential", spent or burn_in or 0)
         # HMC's steps are moves of L leapfrog steps, L gradients each; AutoStep
-        # HMC's cost L + 2 + its halvings: the run's gradients per particle-step
+        # HMC's cost L + 1 + its halvings and its reverse check's: the run's gradients
+        # per particle-step
         per_step = record.get("parameters", {}).get("num_integration_steps") or 1
         n_grads, n_part = row.get("run_gradients"), row.get("particles")
         if record.get("parameters", {}).get("autostep") and n_grads and n_part:

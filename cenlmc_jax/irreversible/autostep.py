@@ -33,9 +33,19 @@ Metropolis test to that set, so the move satisfies detailed balance with respect
 ``π(x) N(r; 0, I)`` (AutoStep's theorem; involutive MCMC, Neklyudov, Welling,
 Egorov & Vetrov 2020). A move whose reverse selection disagrees is a rejection.
 
+**The reverse check costs one gradient less than it reads.** ``μ(x', −r') = μ(x, r)
+= m`` holds when ``ℓ(x', −r'; θ₀ 2^−k) <= log a`` for every ``k < m`` and
+``ℓ(x', −r'; θ₀ 2^−m) > log a`` (or ``m = K``). The last one needs no leapfrog step:
+``θ₀ 2^−m`` is the trajectory's step, and one step from ``(x', −r')`` at it goes back to
+the trajectory's point before its last, ``(x_{L−1}, −r_{L−1})`` (leapfrog is
+reversible), so ``ℓ(x', −r'; θ) = H(x', r') − H(x_{L−1}, r_{L−1})``, energies the
+trajectory computed. Only the ``k < m`` ones are evaluated, and the check stops at the
+first that disagrees: a move that did not halve checks its reverse for free. (Exact as
+leapfrog's reversibility is: to rounding, as for HMC itself.)
+
 **Cost.** A move evaluates ``L`` gradients for the trajectory, ``1 + μ(x, r)`` for the
-selection and ``1 + μ(x', −r')`` for its reverse (``info.grad_evals``): where ``ε``
-fits, ``L + 2``. Vmapped over chains, the halvings' loop runs as long as its slowest
+selection and at most ``μ(x, r)`` for its reverse (``info.grad_evals``): where ``ε``
+fits, ``L + 1``. Vmapped over chains, the halvings' loops run as long as their slowest
 chain. The trajectory keeps ``L`` steps, so where the step is halved it is shorter in
 time (AutoStep keeps the step count too); a trajectory of constant time would need a
 loop whose length depends on the state, which reverse-mode differentiation cannot go
@@ -214,7 +224,8 @@ class AutoStepInfo(NamedTuple):
       is_accepted: the trajectory's end was accepted.
       energy_error: ``ΔH`` at the selected step (``inf`` where the trajectory left
         the finite numbers).
-      grad_evals: gradients evaluated: ``L + 2 + μ(x, r) + μ(x', −r')``.
+      grad_evals: gradients evaluated: ``L + 1 + μ(x, r)`` and the reverse check's,
+        at most ``μ(x, r)`` (module docstring).
       halvings: ``μ(x, r)``, the step's halvings this move (0: the step ``ε``).
       halved: ``μ(x, r) > 0``. In a funnel's neck every move halves; the share of
         halved moves is constant at stationarity, and one that rises over the run
@@ -348,23 +359,43 @@ def autostep_hmc(
             )
             return k
 
+        def reverse_agrees(x, v, g, r, mu, e_last):
+            """``μ(x, r) = mu`` from the end ``(x, r)`` of a trajectory at
+            ``θ₀ 2^−mu`` whose last step's ``ℓ`` back is ``e_last`` (module
+            docstring): ``(agree, steps evaluated)``, without a derivative."""
+            x, v, g, r, e_last = jax.lax.stop_gradient((x, v, g, r, e_last))
+            h0 = energy(v, r)
+
+            def body(c):
+                k, bad = c
+                _, r1, v1, _ = leapfrog(theta0 * 0.5**k, x, r, g)
+                e = h0 - energy(v1, r1)
+                return k + 1, jnp.where(jnp.isnan(e), -jnp.inf, e) > log_a
+
+            bad = (mu < halvings) & ~(e_last > log_a)
+            k, bad = jax.lax.while_loop(
+                lambda c: ~c[1] & (c[0] < mu), body, (jnp.zeros_like(mu), bad)
+            )
+            return ~bad, k
+
         g0 = ravel_pytree(state.logdensity_grad)[0]
         mu = select(flat, state.logdensity, g0, r0)
         theta = theta0 * 0.5 ** mu.astype(dt)
-        x1, r1, v1, g1 = jax.lax.fori_loop(
+        xp, rp, vp, gp = jax.lax.fori_loop(
             0,
-            n_steps,
+            n_steps - 1,
             lambda _, c: leapfrog(theta, c[0], c[1], c[3]),
             (flat, r0, state.logdensity, g0),
         )
-        mu_back = select(x1, v1, g1, -r1)
-        same = mu_back == mu
+        x1, r1, v1, g1 = leapfrog(theta, xp, rp, gp)
+        e_last = energy(v1, r1) - energy(vp, rp)
+        same, back = reverse_agrees(x1, v1, g1, -r1, mu, e_last)
         new, test, flags = metropolis_end(
             k_acc, state, flat, unravel, r0, (x1, r1, v1, g1), agree=same
         )
         info = AutoStepInfo(
             *test,
-            (n_steps + 2 + mu + mu_back).astype(jnp.int32),
+            (n_steps + 1 + mu + back).astype(jnp.int32),
             mu.astype(jnp.int32),
             mu > 0,
             same,
