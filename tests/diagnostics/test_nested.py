@@ -201,27 +201,23 @@ def test_sample_until_goes_on_while_a_declared_rate_rises():
     # with --progress): the first check, that the checks have not started; while
     # the rate rises, that; at the check where the run stops, nothing.
     starts = jnp.repeat(jax.random.normal(jax.random.key(0), (64, 2)), 16, 0)
-    flat = _exact_draws_with_rate(0)
-    seen = []
-    res = cj.sample_until(
-        jax.random.key(1),
-        flat,
-        flat.init(starts),
-        segment_steps=25,
-        progress=lambda steps, diag: seen.append((steps, diag.going_on)),
-    )
+
+    def run(ramp_steps):
+        algo, seen = _exact_draws_with_rate(ramp_steps), []
+        res = cj.sample_until(
+            jax.random.key(1),
+            algo,
+            algo.init(starts),
+            segment_steps=25,
+            progress=lambda steps, diag: seen.append((steps, diag.going_on)),
+        )
+        return res, seen
+
+    res, seen = run(0)
     assert res.num_steps_done == 50
     assert seen == [(25, ("the checks start after 2 segments",)), (50, ())], seen
     assert res.online.going_on == ()
-    ramp = _exact_draws_with_rate(400)
-    seen = []
-    res = cj.sample_until(
-        jax.random.key(1),
-        ramp,
-        ramp.init(starts),
-        segment_steps=25,
-        progress=lambda steps, diag: seen.append((steps, diag.going_on)),
-    )
+    res, seen = run(400)
     assert 800 <= res.num_steps_done <= 3200, res.num_steps_done
     window = jax.tree_util.tree_map(lambda a: a[res.burn_in :], res.info)
     assert rising_rates(window)["rate"] <= RISING_STOP_Z  # it stopped on a flat rate
