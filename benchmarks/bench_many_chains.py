@@ -130,8 +130,13 @@ NOTES = [
 ]
 
 
-def cli() -> list:
-    """The ``cenlmc-jax`` script beside this Python, else on PATH, else ``-m``."""
+def cli(neck_starts: float | None = None) -> list:
+    """The ``cenlmc-jax`` script beside this Python, else on PATH, else ``-m``;
+    with ``neck_starts``, ``neck_starts_cli.py`` (an experiment: that share of the
+    superchains started at the ensemble's highest log densities)."""
+    if neck_starts is not None:
+        script = MODELS.parent / "neck_starts_cli.py"
+        return [sys.executable, str(script), str(neck_starts)]
     exe = Path(sys.executable).parent / "cenlmc-jax"
     found = str(exe) if exe.exists() else shutil.which("cenlmc-jax")
     return [found] if found else [sys.executable, "-m", "cenlmc_jax.cli"]
@@ -222,7 +227,8 @@ def run_case(case: str, args, work: Path) -> dict:
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(
-            [*cli(), *flags], capture_output=True, text=True, cwd=ROOT, env=env,
+            [*cli(args.neck_starts), *flags], capture_output=True, text=True, cwd=ROOT,
+            env=env,
             timeout=args.timeout,
         )  # fmt: skip
         stdout, stderr, rc = proc.stdout, proc.stderr, proc.returncode
@@ -336,8 +342,20 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--particles", type=int, default=None, help="default: CLI's")
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument(
+        "--cases", default=None, help="comma-separated cases (default: all eight)"
+    )
+    parser.add_argument(
+        "--neck-starts",
+        type=float,
+        default=None,
+        help="an experiment: this share of the superchains started at the warm-up "
+        "ensemble's highest log densities (neck_starts_cli.py)",
+    )
     args = parser.parse_args()
     cases = [args.only] if args.only else list(QUICK if args.quick else REFS)
+    if args.cases:
+        cases = [c for c in args.cases.split(",") if c in REFS]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases:
