@@ -220,8 +220,8 @@ TARGETS = {  # cheapest first: a run cut short keeps the most targets
 }
 
 
-def initial_positions(n, d):
-    return jax.random.uniform(jax.random.key(0), (n, d), minval=-2.0, maxval=2.0)
+def initial_positions(n, d, seed=0):
+    return jax.random.uniform(jax.random.key(seed), (n, d), minval=-2.0, maxval=2.0)
 
 
 def b2_of(m2, t):
@@ -845,6 +845,14 @@ def main():
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--note", default="", help="the note column of this run's rows")
     parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the starts and the methods' keys (0: the table's run; another "
+        "seed measures how much a first crossing varies: write it to its own "
+        "--out-dir)",
+    )
+    parser.add_argument(
         "--fresh",
         action="store_true",
         help="write this run's rows alone (default: merged into parallel.json)",
@@ -871,9 +879,11 @@ def main():
             ex2=t["ex2"],
             varx2=t["varx2"],
         )
-        x0 = initial_positions(cfg["chains"], t["d"])
+        x0 = initial_positions(cfg["chains"], t["d"], args.seed)
         for i, method in enumerate(args.methods.split(",")):
             key = jax.random.key(100 + i)
+            if args.seed:
+                key = jax.random.fold_in(key, args.seed)
             try:
                 r = run_method(method, t, x0, key, cfg)
             except Exception as e:  # record and go on: one failure is a result too

@@ -352,10 +352,14 @@ def autostep_hmc(
 
             def short(c):
                 k, e = c
-                return (e <= log_a) & (k < halvings)
+                return (k < 0) | ((e <= log_a) & (k < halvings))
 
+            # from k = -1, so that the first ratio (k = 0) is the loop's own step:
+            # one copy of the model's gradient in the compiled program, not two
             k, _ = jax.lax.while_loop(
-                short, lambda c: (c[0] + 1, ratio(c[0] + 1)), (0, ratio(0))
+                short,
+                lambda c: (c[0] + 1, ratio(c[0] + 1)),
+                (jnp.int32(-1), jnp.asarray(-jnp.inf, dt)),
             )
             return k
 
@@ -381,14 +385,19 @@ def autostep_hmc(
         g0 = ravel_pytree(state.logdensity_grad)[0]
         mu = select(flat, state.logdensity, g0, r0)
         theta = theta0 * 0.5 ** mu.astype(dt)
-        xp, rp, vp, gp = jax.lax.fori_loop(
+        def trajectory_step(_, c):
+            # the energy before each step is carried: the last one's gives ℓ back
+            # from the end (reverse_agrees) with one leapfrog step in the program
+            x, r, v, g, _h = c
+            return (*leapfrog(theta, x, r, g), energy(v, r))
+
+        x1, r1, v1, g1, h_prev = jax.lax.fori_loop(
             0,
-            n_steps - 1,
-            lambda _, c: leapfrog(theta, c[0], c[1], c[3]),
-            (flat, r0, state.logdensity, g0),
+            n_steps,
+            trajectory_step,
+            (flat, r0, state.logdensity, g0, energy(state.logdensity, r0)),
         )
-        x1, r1, v1, g1 = leapfrog(theta, xp, rp, gp)
-        e_last = energy(v1, r1) - energy(vp, rp)
+        e_last = energy(v1, r1) - h_prev
         same, back = reverse_agrees(x1, v1, g1, -r1, mu, e_last)
         new, test, flags = metropolis_end(
             k_acc, state, flat, unravel, r0, (x1, r1, v1, g1), agree=same
