@@ -385,6 +385,7 @@ def autostep_hmc(
         g0 = ravel_pytree(state.logdensity_grad)[0]
         mu = select(flat, state.logdensity, g0, r0)
         theta = theta0 * 0.5 ** mu.astype(dt)
+
         def trajectory_step(_, c):
             # the energy before each step is carried: the last one's gives ℓ back
             # from the end (reverse_agrees) with one leapfrog step in the program
