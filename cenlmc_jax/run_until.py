@@ -15,6 +15,10 @@ geometrically with the run's length, not as one over it):
 * nested R-hat of every ``x_i`` and ``x_i²`` at most
   :data:`~cenlmc_jax.diagnostics.nested.NESTED_RHAT_MAX`,
 * no drift of the ensemble's means between the window's halves,
+* no memory across the window: the correlation across chains of each chain's mean
+  over the window's first half with its mean over the second at most
+  :data:`~cenlmc_jax.diagnostics.nested.MEMORY_MAX` (a slow direction the superchain
+  starts were not spread along: the banana's ridge),
 * an ESS of every pooled mean of ``x_i`` and ``x_i²`` of at least ``ess_min``: its MCSE
   at most ``sd / sqrt(ess_min)`` (the MCSE target: 5 % of the sd at 400),
 * no rise of a rate the sampler declares as a rising

@@ -34,7 +34,8 @@ Modules (this one only re-exports them)
 :mod:`.nested` (many short chains started in superchains)
     :func:`nested_rhat` (Margossian et al. 2024), :func:`superchain_size`,
     :func:`many_chain_diagnostics`: the many-chain verdict (nested R-hat, the
-    ensemble's drift, the superchains' ESS).
+    ensemble's drift, the chains' memory against the window
+    (:func:`half_correlation`), the superchains' ESS).
 :mod:`.convergence` (a finished run, checked)
     :func:`convergence_problems`, :class:`ConvergenceWarning`: frozen chains,
     R-hat above 1.01, bulk ESS below ``min(100 C, 400)``; what ``cj.sample``
@@ -79,6 +80,7 @@ _LAZY = {
     "nested_rhat": "nested",
     "many_chain_diagnostics": "nested",
     "superchain_size": "nested",
+    "half_correlation": "nested",
     "LayoutWarning": "layout",
     "chains_first": "layout",
 }
@@ -102,6 +104,7 @@ __all__ = [
     "nested_rhat",
     "many_chain_diagnostics",
     "superchain_size",
+    "half_correlation",
 ]
 
 
