@@ -662,6 +662,31 @@ MUTATIONS = [
         "on",
     ),
     dict(
+        name="memory_check_left_out",
+        file="cenlmc_jax/diagnostics/nested.py",
+        original="    if diag.half_corr is not None:",
+        replacement="    if False:",
+        tests=[
+            "tests/diagnostics/test_nested.py::test_the_memory_check_fires_on_chains"
+            "_slow_beside_the_window_only",
+            "tests/diagnostics/test_nested.py::test_sample_until_does_not_stop_while_a"
+            "_slow_direction_keeps_a_narrow_start",
+        ],
+        what="the verdict without the chains' memory against the window: the banana "
+        "from a narrow hand-over stops after 50 moves, 3-4 MCSEs low",
+    ),
+    dict(
+        name="half_correlation_of_one_half_with_itself",
+        file="cenlmc_jax/diagnostics/nested.py",
+        original="np.asarray(stats.chain_halves[i], np.float64) for i in (0, 1)",
+        replacement="np.asarray(stats.chain_halves[i], np.float64) for i in (0, 0)",
+        tests=[
+            "tests/diagnostics/test_nested.py::test_half_correlation_matches_a_hand"
+            "_worked_example",
+        ],
+        what="the memory statistic correlates a half with itself (always 1)",
+    ),
+    dict(
         name="sample_until_warns_every_segment",
         file="cenlmc_jax/run_until.py",
         original="_reemit(segment_warnings, _kept_flag_texts(infos[-1]))",
