@@ -46,7 +46,10 @@ leapfrog's reversibility is: to rounding, as for HMC itself.)
 **Cost.** A move evaluates ``L`` gradients for the trajectory, ``1 + μ(x, r)`` for the
 selection and at most ``μ(x, r)`` for its reverse (``info.grad_evals``): where ``ε``
 fits, ``L + 1``. Vmapped over chains, the halvings' loops run as long as their slowest
-chain. The trajectory keeps ``L`` steps, so where the step is halved it is shorter in
+chain. The compiled program holds one leapfrog step per loop (the selection's, the
+trajectory's, the reverse check's): the selection's first ratio is its loop's first
+iteration, and the trajectory carries the energy before each step instead of taking
+its last step apart. The trajectory keeps ``L`` steps, so where the step is halved it is shorter in
 time (AutoStep keeps the step count too); a trajectory of constant time would need a
 loop whose length depends on the state, which reverse-mode differentiation cannot go
 through.
