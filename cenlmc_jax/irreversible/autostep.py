@@ -49,10 +49,10 @@ fits, ``L + 1``. Vmapped over chains, the halvings' loops run as long as their s
 chain. The compiled program holds one leapfrog step per loop (the selection's, the
 trajectory's, the reverse check's): the selection's first ratio is its loop's first
 iteration, and the trajectory carries the energy before each step instead of taking
-its last step apart. The trajectory keeps ``L`` steps, so where the step is halved it is shorter in
-time (AutoStep keeps the step count too); a trajectory of constant time would need a
-loop whose length depends on the state, which reverse-mode differentiation cannot go
-through.
+its last step apart. The trajectory keeps ``L`` steps, so where the step is halved
+it is shorter in time (AutoStep keeps the step count too); a trajectory of constant
+time would need a loop whose length depends on the state, which reverse-mode
+differentiation cannot go through.
 
 **Derivative.** ``jax.grad`` through a run differentiates the leapfrog trajectory and
 the Metropolis test's ratio pathwise, with the discrete decisions held fixed: the
