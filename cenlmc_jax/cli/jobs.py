@@ -1077,9 +1077,14 @@ def _run_until(args, job: Job, keys) -> RunResult:
                 + why[0].split(" (")[0]
                 + (f" (and {len(why) - 1} more)" if len(why) > 1 else "")
             )
+            memory = (
+                ""
+                if diag.half_corr is None
+                else f", memory max {np.nanmax(diag.half_corr):.2f}"
+            )
             print(
                 f"  [{steps} steps] nested R-hat max "
-                f"{np.nanmax(diag.nested_rhat):.4f}, ESS min "
+                f"{np.nanmax(diag.nested_rhat):.4f}{memory}, ESS min "
                 f"{np.nanmin(diag.ess):.0f}: {state}",
                 file=sys.stderr,
             )

@@ -41,7 +41,9 @@ def test_progress_of_the_default_run_says_why_it_goes_on(tmp_path, capsys):
     )
     assert code == 0, out + err
     checks = re.findall(
-        r"\[(\d+) steps\] nested R-hat max [0-9.]+, ESS min \d+: (.*)", err
+        r"\[(\d+) steps\] nested R-hat max [0-9.]+, memory max -?[0-9.]+, ESS min "
+        r"\d+: (.*)",
+        err,
     )
     assert checks, err
     assert checks[0][1] == "running on: the checks start after 2 segments", checks
