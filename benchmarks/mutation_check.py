@@ -508,8 +508,8 @@ MUTATIONS = [
     dict(
         name="autostep_never_halves",
         file="cenlmc_jax/irreversible/autostep.py",
-        original="return (e <= log_a) & (k < halvings)",
-        replacement="return (e < -jnp.inf) & (k < halvings)",
+        original="return (k < 0) | ((e <= log_a) & (k < halvings))",
+        replacement="return (k < 0) | ((e < -jnp.inf) & (k < halvings))",
         tests=[
             "tests/irreversible/test_autostep.py::"
             "test_halvings_follow_the_step_and_grad_evals_count_them"
